@@ -1,0 +1,17 @@
+# The two set-up commands of the README:  `make run`  and  `make test`.
+PY ?= python3
+# A local CPU build of torch 2.13.0 is taken when present; override for a CUDA machine,
+# e.g. `make run TORCH=torch==2.13.0+cu128` or TORCH= to keep the torch you have.
+TORCH ?= torch==2.13.0
+
+.PHONY: install run test
+
+install:
+	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
+	$(PY) -m pip install -q -e ".[test]"
+
+run: install  ## default ablation: none vs learned vs RoPE, masked LM on the embedded corpus
+	$(PY) run.py -m pos=none,learned,rope
+
+test: install
+	$(PY) -m pytest -q

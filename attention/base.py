@@ -1,0 +1,87 @@
+"""The attention-variant interface: one signature over (B, H, T, D) tensors.
+
+Projections and head splitting live once, in the model; a variant only turns
+q, k, v into outputs. Positional information reaches it through an
+``AttentionContext``: the rotation (if any) is *not* pre-applied, so kernelized
+variants can choose where it goes (before or after their feature map).
+
+Each variant declares which logit-bias kinds it can honour; ``check_pairing``
+refuses the others with a reason before training starts. Never silently drop one.
+
+Notation: B batch, T sequence length, H heads, D head dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from harness.errors import ConfigError
+from positional.base import BiasKind, LogitBias, PositionalScheme, Rotary, Shape
+
+
+@dataclass(frozen=True)
+class AttentionContext:
+    rotary: Rotary | None = None
+    bias: LogitBias | None = None
+    causal: bool = False
+    key_padding_mask: Tensor | None = None  # (B, T) bool, True where the key is a real token
+
+
+class AttentionVariant(nn.Module):
+    """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/attn."""
+
+    accepts_bias: frozenset[BiasKind] = frozenset()  # bias kinds this variant computes exactly
+
+    def __init__(self, shape: Shape):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        """q, k, v: (B, H, T, D) -> (B, H, T, D)."""
+        raise NotImplementedError
+
+    @classmethod
+    def refusal(cls, scheme: type[PositionalScheme]) -> str | None:
+        """Why this variant cannot honour ``scheme``, or None if it can."""
+        if scheme.bias_kind != "none" and scheme.bias_kind not in cls.accepts_bias:
+            return (
+                f"attn={cls.config_name()} cannot apply a {scheme.bias_kind} logit bias "
+                f"(pos={scheme.config_name()}); choose another attn or pos"
+            )
+        return None
+
+    @classmethod
+    def config_name(cls) -> str:
+        """conf/attn/<name>.yaml pairs with attention/<name>.py."""
+        return cls.__module__.rsplit(".", 1)[-1]
+
+
+def check_pairing(scheme: type[PositionalScheme], variant: type[AttentionVariant]) -> None:
+    reason = variant.refusal(scheme)
+    if reason:
+        raise ConfigError(f"incompatible pairing: {reason}")
+
+
+def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
+    """The logit bias, key padding and causal mask folded into one additive float mask.
+
+    Returns None when there is nothing to add (so a fused kernel can use is_causal).
+    Shape broadcastable to (B, H, Tq, Tk); masked entries are -inf.
+    """
+    has_extra = ctx.bias is not None or ctx.key_padding_mask is not None
+    if not has_extra:
+        return None
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    mask = q.new_zeros(1, 1, t_q, t_k)
+    if ctx.bias is not None:
+        mask = mask + ctx.bias.dense(q, k).to(q.dtype)
+    if ctx.key_padding_mask is not None:
+        keep = ctx.key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
+        mask = mask.masked_fill(~keep, float("-inf"))
+    if ctx.causal:
+        future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(1)
+        mask = mask.masked_fill(future, float("-inf"))
+    return mask

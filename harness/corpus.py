@@ -1,0 +1,176 @@
+"""Text sources. Each yields a ``Corpus``: train/val bytes plus what identifies them.
+
+- ``Embedded``: English prose that ships with every CPython — the pydoc topics and the
+  docstrings of the standard library, read with ``ast`` (nothing imported), sorted.
+- ``TextFiles``: any local UTF-8 file or directory of files.
+- ``Enwik8``: the Hutter-prize file, standard 90M/5M/5M byte split.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import os
+import sys
+import sysconfig
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+CACHE = Path(os.environ.get("POSBENCH_CACHE", Path.home() / ".cache" / "posbench"))
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    train: bytes
+    val: bytes
+    sha256: str  # of the whole corpus before splitting
+    size: int  # bytes, before splitting
+
+
+def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[bytes, bytes]:
+    """Deterministic split: every ``val_every``-th block of ``block`` bytes goes to val.
+
+    Spreading val across the corpus keeps it representative of every source file.
+    """
+    blocks = [data[i : i + block] for i in range(0, len(data), block)]
+    val = b"".join(b for n, b in enumerate(blocks) if n % val_every == val_every - 1)
+    train = b"".join(b for n, b in enumerate(blocks) if n % val_every != val_every - 1)
+    return train, val
+
+
+def _corpus(name: str, data: bytes, train: bytes, val: bytes) -> Corpus:
+    return Corpus(name, train, val, hashlib.sha256(data).hexdigest(), len(data))
+
+
+# --- embedded -------------------------------------------------------------------------
+
+_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__",
+              "lib2to3", "turtledemo", "ensurepip", "tkinter"}
+
+
+def stdlib_prose() -> str:
+    """pydoc topics (sorted by key) then stdlib docstrings (files sorted by path)."""
+    import pydoc_data.topics
+
+    parts = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.rglob("*.py")):
+        if _SKIP_DIRS.intersection(path.relative_to(stdlib).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue  # a few stdlib files are templates or legacy encodings
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    parts.append(doc)
+    return "\n\n".join(parts)
+
+
+class Embedded:
+    """The default corpus: ~2 MB of stdlib prose; identical on machines with the same Python."""
+
+    def __init__(self, val_every: int = 20):
+        self.val_every = val_every
+
+    def load(self) -> Corpus:
+        version = ".".join(map(str, sys.version_info[:3]))
+        cache = CACHE / f"stdlib-prose-{version}.txt"
+        if cache.exists():
+            data = cache.read_bytes()
+        else:
+            data = stdlib_prose().encode("utf-8")
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(data)
+            tmp.replace(cache)  # atomic: concurrent runs never read half a file
+        return _corpus(f"embedded-python{version}", data, *block_split(data, self.val_every))
+
+
+# --- local text -----------------------------------------------------------------------
+
+class TextFiles:
+    """A UTF-8 file, or every file under a directory (sorted by path)."""
+
+    def __init__(self, path: str | None = None, val_every: int = 20):
+        self.path, self.val_every = path, val_every
+
+    def load(self) -> Corpus:
+        if not self.path:
+            raise ConfigError("data=text needs a file or directory: add data.path=FILE_OR_DIR")
+        root = Path(self.path).expanduser()
+        if not root.exists():
+            raise ConfigError(f"data.path={self.path} does not exist; point it at a UTF-8 text file or directory")
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        chunks = []
+        for f in files:
+            raw = f.read_bytes()
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(
+                    f"{f} is not UTF-8 (bad byte at offset {e.start}); convert it, e.g. iconv -t UTF-8"
+                ) from None
+            chunks.append(raw)
+        data = b"\n\n".join(chunks)
+        if len(data) < 4096:
+            raise ConfigError(f"data.path={self.path} holds {len(data)} bytes; give at least 4 KiB of text")
+        return _corpus(f"text:{root.name}", data, *block_split(data, self.val_every))
+
+
+# --- enwik8 ---------------------------------------------------------------------------
+
+ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
+ENWIK8_SHA256 = "2b49720ec4d78c3c9fabaee6e4179a5e997302b3a70029f30f2d582218c024a8"  # the unzipped file
+ENWIK8_BYTES = 100_000_000
+
+
+class Enwik8:
+    """First 10^8 bytes of English Wikipedia (2006); train/val = [0, 90M) / [90M, 95M).
+
+    Reads ``path`` (the unzipped ``enwik8`` file). If it is missing and ``download`` is
+    true, fetches the zip, checks the file's sha256 and saves it at ``path``.
+    """
+
+    def __init__(self, path: str | None = None, download: bool = True):
+        self.path = Path(path).expanduser() if path else CACHE / "enwik8"
+        self.download = download
+
+    def load(self) -> Corpus:
+        if not self.path.exists():
+            if not self.download:
+                raise ConfigError(f"{self.path} not found; set data.path=/path/to/enwik8 or data.download=true")
+            self._fetch()
+        data = self.path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != ENWIK8_SHA256:
+            raise ConfigError(
+                f"{self.path} is not enwik8 (sha256 {digest[:12]}…, expected {ENWIK8_SHA256[:12]}…); "
+                f"delete it or re-download from {ENWIK8_URL}"
+            )
+        return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], digest, len(data))
+
+    def _fetch(self) -> None:
+        try:
+            with urllib.request.urlopen(ENWIK8_URL, timeout=60) as r:
+                archive = r.read()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot download enwik8 ({e.__class__.__name__}: {e}); fetch {ENWIK8_URL}, unzip it "
+                "and pass data.path=/path/to/enwik8"
+            ) from None
+        data = zipfile.ZipFile(io.BytesIO(archive)).read("enwik8")
+        if hashlib.sha256(data).hexdigest() != ENWIK8_SHA256:
+            raise ConfigError(f"downloaded enwik8 failed its sha256 check; try again or fetch {ENWIK8_URL} by hand")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".part")
+        tmp.write_bytes(data)
+        tmp.replace(self.path)

@@ -1,0 +1,5 @@
+"""User-facing errors: each message is one line that names the problem and the fix."""
+
+
+class ConfigError(ValueError):
+    """Bad configuration or input, detected before (or instead of) training."""

@@ -1,0 +1,117 @@
+"""The LightningModule: loss, logging, optimizer and schedule. Receives a built model."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from harness.errors import ConfigError
+from harness.objectives import IGNORE
+
+
+@dataclass
+class Schedule:
+    """Linear warmup, then cosine or linear decay to ``min_lr_ratio`` × lr at ``total_steps``."""
+
+    warmup_steps: int = 30
+    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self):
+        if self.warmup_steps < 0:
+            raise ConfigError(f"optim.schedule.warmup_steps={self.warmup_steps} must be ≥ 0")
+        if self.decay not in ("cosine", "linear", "constant"):
+            raise ConfigError(f"optim.schedule.decay={self.decay!r}: use cosine, linear or constant")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"optim.schedule.min_lr_ratio={self.min_lr_ratio} must lie in [0, 1]")
+
+    def factor(self, step: int, total_steps: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.decay == "constant":
+            return 1.0
+        progress = min(1.0, (step - self.warmup_steps) / max(1, total_steps - self.warmup_steps))
+        shape = 0.5 * (1 + math.cos(math.pi * progress)) if self.decay == "cosine" else 1 - progress
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * shape
+
+
+class LanguageModel(L.LightningModule):
+    def __init__(self, model: torch.nn.Module, optimizer: Callable, schedule: Schedule, byte_level: bool):
+        super().__init__()
+        self.model, self.make_optimizer, self.schedule, self.byte_level = model, optimizer, schedule, byte_level
+        self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
+
+    def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(batch["input_ids"], batch["key_padding_mask"])  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE,
+                               reduction="sum")
+        return loss, (batch["labels"] != IGNORE).sum()
+
+    def training_step(self, batch, batch_idx):
+        loss_sum, n = self._loss_sum(batch)
+        loss = loss_sum / n
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training loss is {loss.item()} at step {self.global_step}")
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return loss
+
+    def on_validation_epoch_start(self):
+        self._val_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._val_n = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch, batch_idx):
+        loss_sum, n = self._loss_sum(batch)
+        self._val_sum += loss_sum.double()
+        self._val_n += n
+
+    def on_validation_epoch_end(self):
+        total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
+        count = self.trainer.strategy.reduce(self._val_n, reduce_op="sum")
+        loss = (total / count).item()  # nats per predicted token, weighted by tokens, not batches
+        metrics = {"val/loss": loss}
+        if self.byte_level:
+            metrics["val/bpc"] = loss / math.log(2)  # one token per byte
+        self.log_dict(metrics, prog_bar=True)
+        if not self.trainer.sanity_checking:
+            self.val_results.append({"step": self.global_step, **metrics})
+
+    def configure_optimizers(self):
+        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]  # biases, norms
+        optimizer = self.make_optimizer([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+        total = self.trainer.max_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(self.schedule.factor, total_steps=total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class Throughput(L.Callback):
+    """train/tokens_per_s: input tokens ÷ time inside training steps (forward, backward,
+    optimizer), so validation and logging pauses do not count against it."""
+
+    def __init__(self, every: int = 10):
+        self.every, self.tokens, self.seconds = every, 0, 0.0
+        self.total_tokens, self.total_seconds = 0, 0.0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        dt = time.perf_counter() - self._t0
+        n = batch["input_ids"].numel() * trainer.world_size
+        self.tokens, self.seconds = self.tokens + n, self.seconds + dt
+        self.total_tokens, self.total_seconds = self.total_tokens + n, self.total_seconds + dt
+        if trainer.global_step % self.every == 0:
+            module.log("train/tokens_per_s", self.tokens / self.seconds)
+            self.tokens, self.seconds = 0, 0.0
+
+    @property
+    def mean(self) -> float:
+        return self.total_tokens / max(self.total_seconds, 1e-9)

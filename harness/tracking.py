@@ -1,0 +1,156 @@
+"""MLflow tracking: where the store is, one run's lifecycle, and a buffered Lightning logger.
+
+Contract (reports depend on these names): run name ``pos=<p> attn=<a> seed=<s>``; tags
+``pos attn task data seed git_sha corpus_sha256``; params = the flattened resolved config;
+metrics ``train/loss val/loss val/bpc train/tokens_per_s lr`` at the optimizer step.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlparse
+
+from lightning.pytorch.loggers.logger import Logger
+from lightning.pytorch.utilities import rank_zero_only
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def project_root() -> Path:
+    """The checkout holding run.py, or the working directory for an installed copy."""
+    return ROOT if (ROOT / "run.py").exists() else Path.cwd()
+
+
+def resolve_tracking_uri(configured: str | None) -> str:
+    """logger.tracking_uri if set, else $MLFLOW_TRACKING_URI, else sqlite:///<root>/mlflow.db."""
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def dashboard_command(uri: str) -> str:
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)[:6000]  # MLflow's limit on a param value
+    return flat
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        db = sqlite_path(uri)
+        if db is None or not db.is_absolute():
+            raise ValueError(f"tracking URI {uri!r} must be sqlite:////absolute/path.db")
+        db.parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client, name: str, uri: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    db = sqlite_path(uri)
+    # artifact roots are resolved against the cwd otherwise, and Hydra may move it
+    location = (db.parent / "mlartifacts").as_uri() if db else None
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # another process created it first
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+@contextmanager
+def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
+               params: dict[str, str]) -> Iterator[tuple[Any, str]]:
+    """Create a run; end it FINISHED, or FAILED (KILLED on Ctrl-C) if the body raises."""
+    from mlflow.entities import Param
+
+    client = _client(uri)
+    run = client.create_run(experiment_id(client, experiment, uri), run_name=run_name, tags=tags)
+    run_id = run.info.run_id
+    status = "FAILED"
+    try:
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            client.log_batch(run_id, params=items[i : i + 100])
+        yield client, run_id
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        client.set_terminated(run_id, status=status)
+
+
+class MlflowTracker(Logger):
+    """Lightning logger that buffers metric points and writes them in batches.
+
+    One sqlite write costs ~4 ms, so per-point logging would dominate a small CPU run.
+    """
+
+    def __init__(self, client, run_id: str, flush_points: int = 500, flush_seconds: float = 15.0):
+        super().__init__()
+        self.client, self.run_id = client, run_id
+        self.flush_points, self.flush_seconds = flush_points, flush_seconds
+        self._buffer: list = []
+        self._last_flush = time.monotonic()
+
+    @property
+    def name(self) -> str:
+        return "mlflow"
+
+    @property
+    def version(self) -> str:
+        return self.run_id
+
+    @rank_zero_only
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass  # the flattened resolved config is logged when the run is created
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer.extend(Metric(k, float(v), now, step or 0) for k, v in metrics.items() if k != "epoch")
+        if len(self._buffer) >= self.flush_points or time.monotonic() - self._last_flush > self.flush_seconds:
+            self.flush()
+
+    @rank_zero_only
+    def flush(self) -> None:
+        for i in range(0, len(self._buffer), 1000):  # MLflow's batch limit
+            self.client.log_batch(self.run_id, metrics=self._buffer[i : i + 1000])
+        self._buffer.clear()
+        self._last_flush = time.monotonic()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.flush()  # the run's status is set by mlflow_run, which also sees crashes outside fit

@@ -1,0 +1,124 @@
+"""Assembly: build every object from the config, train, evaluate, log, summarise."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from harness.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """conf/config.yaml ``data`` loader keys (the corpus itself is ``data.source``)."""
+
+    seq_len: int = 128
+    batch_size: int = 32
+    eval_batches: int | None = None  # None: the whole validation split
+
+    def __post_init__(self):
+        for key in ("seq_len", "batch_size"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"data.{key}={getattr(self, key)} must be a positive integer")
+        if self.eval_batches is not None and self.eval_batches <= 0:
+            raise ConfigError(f"data.eval_batches={self.eval_batches} must be positive, or null for all")
+
+
+@dataclass
+class Summary:
+    run_id: str
+    run_name: str
+    tracking_uri: str
+    experiment: str
+    val_loss: float
+    val_bpc: float | None
+    step: int
+    tokens_per_s: float
+    n_params: int
+    seconds: float
+
+
+def run_name(choices: dict[str, str], seed: int) -> str:
+    name = f"pos={choices['pos']} attn={choices['attn']} seed={seed}"
+    return name if choices["task"] == "mlm" else f"{name} task={choices['task']}"
+
+
+def train(cfg: DictConfig, choices: dict[str, str]) -> Summary:
+    """``choices``: the config-group option names (pos, attn, task, data), for names and tags."""
+    import lightning as L
+
+    from harness.corpus import Corpus
+    from harness.data import make_loaders
+    from harness.model import Transformer
+    from harness.module import LanguageModel, Throughput
+    from harness.tracking import MlflowTracker, flatten, git_sha, mlflow_run, resolve_tracking_uri
+
+    started = time.perf_counter()
+    L.seed_everything(cfg.seed, verbose=False)
+    data = DataConfig(**{k: v for k, v in cfg.data.items() if k in DataConfig.__dataclass_fields__})
+    _check_optim(cfg)
+    tokenizer = instantiate(cfg.tokenizer)
+    objective = instantiate(cfg.task, tokenizer=tokenizer)
+    model = Transformer(instantiate(cfg.model), tokenizer.vocab_size, data.seq_len, objective.causal,
+                        pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+    corpus: Corpus = instantiate(cfg.data.source).load()
+    train_dl, val_dl = make_loaders(corpus, tokenizer, objective, data.seq_len, data.batch_size,
+                                    n_train=cfg.trainer.max_steps * data.batch_size
+                                    * cfg.trainer.get("accumulate_grad_batches", 1),
+                                    seed=cfg.seed, eval_batches=data.eval_batches)
+    module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
+                           byte_level=tokenizer.byte_level)
+
+    uri = resolve_tracking_uri(cfg.logger.tracking_uri)
+    name = run_name(choices, cfg.seed)
+    tags = {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
+            "seed": str(cfg.seed), "git_sha": git_sha(), "corpus_sha256": corpus.sha256}
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    params = {**flatten(resolved), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
+              "model.n_params": str(model.num_params())}
+    with mlflow_run(uri, cfg.logger.experiment, name, tags, params) as (client, run_id):
+        _log_config(client, run_id, cfg)
+        throughput = Throughput(every=cfg.trainer.log_every_n_steps)
+        trainer = instantiate(cfg.trainer, logger=MlflowTracker(client, run_id), callbacks=[throughput])
+        trainer.fit(module, train_dl, val_dl)
+        if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
+            trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
+        final = module.val_results[-1]
+        trainer.loggers[0].flush()
+    return Summary(run_id, name, uri, cfg.logger.experiment, final["val/loss"], final.get("val/bpc"),
+                   final["step"], throughput.mean, model.num_params(), time.perf_counter() - started)
+
+
+def _check_optim(cfg: DictConfig) -> None:
+    if cfg.optim.optimizer.lr <= 0:
+        raise ConfigError(f"optim.optimizer.lr={cfg.optim.optimizer.lr} must be positive")
+    if cfg.trainer.max_steps <= 0:
+        raise ConfigError(f"trainer.max_steps={cfg.trainer.max_steps} must be a positive integer")
+
+
+def _log_config(client, run_id: str, cfg: DictConfig) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        client.log_artifact(run_id, str(path))
+
+
+def format_summary(s: Summary) -> str:
+    from harness.tracking import dashboard_command
+
+    bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (not byte-level)"
+    return "\n".join([
+        "",
+        f"posbench · {s.run_name} · {s.n_params / 1e6:.2f}M params · {s.seconds:.0f} s",
+        f"  final val loss   {s.val_loss:.4f} nats/token (step {s.step})",
+        f"  val bits/byte    {bpc}",
+        f"  train tokens/s   {s.tokens_per_s:,.0f}",
+        f"  MLflow run       {s.run_id} (experiment '{s.experiment}')",
+        f"  dashboard        {dashboard_command(s.tracking_uri)}",
+        "",
+    ])

@@ -1,0 +1,27 @@
+"""posbench entry point: ``python run.py [overrides]`` or ``python run.py -m pos=rope,learned``."""
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from harness.errors import ConfigError
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    from harness.train import format_summary, train
+
+    choices = HydraConfig.get().runtime.choices
+    try:
+        summary = train(cfg, {g: choices[g] for g in ("pos", "attn", "task", "data")})
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(format_summary(summary))
+    return summary.val_loss
+
+
+if __name__ == "__main__":
+    main()
