@@ -43,6 +43,10 @@ class AttentionVariant(nn.Module):
         """q, k, v: (B, H, T, D) -> (B, H, T, D)."""
         raise NotImplementedError
 
+    def diagnostics(self) -> dict[str, float]:
+        """Scalars logged as ``attn/<key>`` (from layer 0) at every training log step."""
+        return {}
+
     @classmethod
     def refusal(cls, scheme: type[PositionalScheme]) -> str | None:
         """Why this variant cannot honour ``scheme``, or None if it can."""

@@ -117,6 +117,12 @@ class Transformer(nn.Module):
         h = self.head(self.norm_f(x))  # (B, T, C)
         return F.linear(h, self.tok_emb.weight, self.head_bias)  # (B, T, V), tied decoder
 
+    def diagnostics(self) -> dict[str, float]:
+        """What the scheme and the first layer's variant report about themselves."""
+        pos = {f"pos/{k}": v for k, v in self.pos.diagnostics().items()}
+        attn = {f"attn/{k}": v for k, v in self.blocks[0].attn.variant.diagnostics().items()}
+        return {**pos, **attn}
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

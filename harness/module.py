@@ -61,6 +61,8 @@ class LanguageModel(L.LightningModule):
             raise FloatingPointError(f"training loss is {loss.item()} at step {self.global_step}")
         self.log("train/loss", loss, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        if self.global_step % self.trainer.log_every_n_steps == 0:
+            self.log_dict(self.model.diagnostics())
         return loss
 
     def on_validation_epoch_start(self):

@@ -90,6 +90,7 @@ def train(cfg: DictConfig, choices: dict[str, str]) -> Summary:
             trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
         final = module.val_results[-1]
         trainer.loggers[0].flush()
+        _log_texts(client, run_id, model.pos.artifacts())
     return Summary(run_id, name, uri, cfg.logger.experiment, final["val/loss"], final.get("val/bpc"),
                    final["step"], throughput.mean, model.num_params(), time.perf_counter() - started)
 
@@ -106,6 +107,15 @@ def _log_config(client, run_id: str, cfg: DictConfig) -> None:
         path = Path(tmp) / "config.yaml"
         path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
         client.log_artifact(run_id, str(path))
+
+
+def _log_texts(client, run_id: str, files: dict[str, str]) -> None:
+    if not files:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in files.items():
+            (Path(tmp) / name).write_text(text)
+        client.log_artifacts(run_id, tmp)
 
 
 def format_summary(s: Summary) -> str:

@@ -111,3 +111,11 @@ class PositionalScheme(nn.Module):
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias | None:
         """Called once per layer per forward."""
         return None
+
+    def diagnostics(self) -> dict[str, float]:
+        """Scalars logged as ``pos/<key>`` at every training log step (e.g. θ drift)."""
+        return {}
+
+    def artifacts(self) -> dict[str, str]:
+        """Files (name -> text) attached to the MLflow run when training ends."""
+        return {}
