@@ -12,7 +12,7 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
 from lightning.pytorch.loggers.logger import Logger
@@ -119,6 +119,9 @@ class MlflowTracker(Logger):
     def __init__(self, client, run_id: str, flush_points: int = 500, flush_seconds: float = 15.0):
         super().__init__()
         self.client, self.run_id = client, run_id
+        # MLflow step = optimizer steps completed (Lightning's own step lags by one in places);
+        # train() points this at the trainer's global_step.
+        self.step_of: Callable[[], int] | None = None
         self.flush_points, self.flush_seconds = flush_points, flush_seconds
         self._buffer: list = []
         self._last_flush = time.monotonic()
@@ -140,7 +143,8 @@ class MlflowTracker(Logger):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self._buffer.extend(Metric(k, float(v), now, step or 0) for k, v in metrics.items() if k != "epoch")
+        step = self.step_of() if self.step_of else (step or 0)
+        self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items() if k != "epoch")
         if len(self._buffer) >= self.flush_points or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()
 

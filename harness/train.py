@@ -84,12 +84,14 @@ def train(cfg: DictConfig, choices: dict[str, str]) -> Summary:
     with mlflow_run(uri, cfg.logger.experiment, name, tags, params) as (client, run_id):
         _log_config(client, run_id, cfg)
         throughput = Throughput(every=cfg.trainer.log_every_n_steps)
-        trainer = instantiate(cfg.trainer, logger=MlflowTracker(client, run_id), callbacks=[throughput])
+        tracker = MlflowTracker(client, run_id)
+        trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput])
+        tracker.step_of = lambda: trainer.global_step
         trainer.fit(module, train_dl, val_dl)
         if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
             trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
         final = module.val_results[-1]
-        trainer.loggers[0].flush()
+        tracker.flush()
         _log_texts(client, run_id, model.pos.artifacts())
     return Summary(run_id, name, uri, cfg.logger.experiment, final["val/loss"], final.get("val/bpc"),
                    final["step"], throughput.mean, model.num_params(), time.perf_counter() - started)

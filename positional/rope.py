@@ -12,6 +12,7 @@ so ⟨R_m q, R_n k⟩ depends on m − n only (Eq. 16).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -44,8 +45,12 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class Rotation:
     cos: Tensor  # (T, D/2)
     sin: Tensor  # (T, D/2)
+    # The same scheme for vectors of another even width: kernelized attention rotates
+    # φ(q), φ(k) of width m ≠ D (RoFormer Eq. 19), with θ_i = base^(−2i/m).
+    at_width: Callable[[int], "Rotation"]
 
     def rotate(self, x: Tensor) -> Tensor:
+        """x: (..., T, W) with W = 2 · cos.shape[-1]."""
         return apply_rope(x, self.cos.to(x.dtype), self.sin.to(x.dtype))
 
 
@@ -61,5 +66,9 @@ class Rope(PositionalScheme):
         self.register_buffer("inv_freq", rope_inv_freq(shape.head_dim, base), persistent=False)
 
     def rotary(self, positions: Tensor) -> Rotation:
-        angles = rope_angles(positions, self.inv_freq)  # (T, D/2), once per forward for all layers
-        return Rotation(angles.cos(), angles.sin())
+        return self._rotation(positions, self.inv_freq)  # once per forward, shared by all layers
+
+    def _rotation(self, positions: Tensor, inv_freq: Tensor) -> Rotation:
+        angles = rope_angles(positions, inv_freq)  # (T, W/2)
+        return Rotation(angles.cos(), angles.sin(), at_width=lambda w: self._rotation(
+            positions, rope_inv_freq(w, self.base, inv_freq.dtype, inv_freq.device)))

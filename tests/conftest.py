@@ -1,0 +1,56 @@
+"""Shared fixtures: compose the real Hydra config, train tiny models into a temporary store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# Tiny but real: every end-to-end test trains through the same code path as run.py.
+TINY = [
+    "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.d_ff=64",
+    "data.seq_len=32", "data.batch_size=8", "data.eval_batches=2",
+    "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false", "optim.schedule.warmup_steps=2",
+]
+
+
+def compose(overrides: list[str] = ()):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+
+
+def choices_of(cfg) -> dict[str, str]:
+    return {g: cfg.hydra.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A fresh sqlite tracking URI; MLFLOW_TRACKING_URI points at it too."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+@pytest.fixture
+def train_tiny(store):
+    """train_tiny(*overrides) -> (Summary, MlflowClient): a few steps, read back from MLflow."""
+    from mlflow.tracking import MlflowClient
+    from omegaconf import open_dict
+
+    from harness.train import train
+
+    def run(*overrides: str):
+        cfg = compose([*TINY, *overrides])
+        choices = choices_of(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return train(cfg, choices), MlflowClient(tracking_uri=store)
+
+    return run
