@@ -26,3 +26,48 @@ def test_mlm_run_logs_contract(train_tiny):
     assert all(math.isfinite(m.value) for m in train)
     artifacts = [a.path for a in client.list_artifacts(summary.run_id)]
     assert "config.yaml" in artifacts
+
+
+def test_loss_decreases_on_a_fixed_seed(train_tiny):
+    summary, client = train_tiny("trainer.max_steps=40", "trainer.val_check_interval=10",
+                                 "optim.optimizer.lr=3e-3", "model.dropout=0.0")
+    val = [m.value for m in sorted(client.get_metric_history(summary.run_id, "val/loss"), key=lambda m: m.step)]
+    assert len(val) == 4 and val[-1] < val[0] - 0.3
+    train = sorted(client.get_metric_history(summary.run_id, "train/loss"), key=lambda m: m.step)
+    first, last = sum(m.value for m in train[:5]) / 5, sum(m.value for m in train[-5:]) / 5
+    assert last < first - 0.3
+    tps = client.get_metric_history(summary.run_id, "train/tokens_per_s")
+    assert tps and all(m.value > 0 for m in tps)
+    lr = sorted(client.get_metric_history(summary.run_id, "lr"), key=lambda m: m.step)
+    assert lr[0].value < lr[2].value  # warmup
+    assert lr[-1].value < max(m.value for m in lr)  # then decay
+
+
+def test_same_seed_same_curve(train_tiny):
+    a, client = train_tiny("pos=learned")
+    b, _ = train_tiny("pos=learned")
+    assert a.val_loss == b.val_loss
+
+
+def test_clm_run(train_tiny):
+    summary, client = train_tiny("task=clm", "pos=sinusoidal")
+    run = client.get_run(summary.run_id)
+    assert run.info.run_name == "pos=sinusoidal attn=softmax seed=0 task=clm"
+    assert run.data.tags["task"] == "clm" and math.isfinite(summary.val_loss)
+
+
+def test_crash_ends_run_failed(train_tiny, monkeypatch):
+    from harness.module import LanguageModel
+
+    def explode(self, batch, batch_idx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(LanguageModel, "training_step", explode)
+    with pytest.raises(RuntimeError, match="boom"):
+        train_tiny()
+    from mlflow.tracking import MlflowClient
+    import os
+
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    assert [r.info.status for r in runs] == ["FAILED"]

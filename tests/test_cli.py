@@ -1,0 +1,59 @@
+"""run.py as a user runs it: a subprocess, a temporary store, read back with MlflowClient."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT, TINY
+
+pytestmark = pytest.mark.slow
+
+
+def run_py(args, store, tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path}/run",
+                           f"hydra.sweep.dir={tmp_path}/multirun"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+
+
+def runs_in(store):
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("posbench")
+    return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def test_run_py_prints_summary_and_dashboard_command(store, tmp_path):
+    out = run_py(TINY, store, tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [run] = runs_in(store)
+    assert run.info.status == "FINISHED"
+    for needle in ("final val loss", "val bits/byte", "train tokens/s", run.info.run_id,
+                   f"mlflow ui --backend-store-uri {store} --host 127.0.0.1"):
+        assert needle in out.stdout
+
+
+def test_multirun_logs_one_run_per_cell_in_one_experiment(store, tmp_path):
+    out = run_py(["-m", "pos=rope,learned", *TINY], store, tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = runs_in(store)
+    assert sorted(r.data.tags["pos"] for r in runs) == ["learned", "rope"]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("model.n_heads=7", "not divisible by model.n_heads"),
+    ("model.d_model=6", "head dim is 3 (odd)"),
+    ("data.seq_len=0", "data.seq_len=0"),
+    ("optim.optimizer.lr=-1", "lr=-1"),
+    ("task.mask_prob=1.5", "mask_prob"),
+])
+def test_bad_config_is_one_line_exit_2_and_no_run(override, needle, store, tmp_path):
+    out = run_py([*TINY, "model.n_heads=2", override], store, tmp_path)
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: ") and needle in lines[-1]
+    assert "Traceback" not in out.stderr
+    assert runs_in(store) == []

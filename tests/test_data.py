@@ -1,0 +1,86 @@
+"""Corpus extraction, splits and datasets: deterministic, covering, and refusing bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+from harness.corpus import Embedded, Enwik8, TextFiles, block_split
+from harness.data import EvalWindows, TrainWindows
+from harness.errors import ConfigError
+from harness.objectives import IGNORE, CausalLM, MaskedLM
+from harness.tokenizer import ByteTokenizer
+
+
+def test_embedded_corpus_is_deterministic_english_prose():
+    a, b = Embedded().load(), Embedded().load()
+    assert a.sha256 == b.sha256 and a.train == b.train
+    assert 1_000_000 < a.size < 4_000_000  # ~2 MB of pydoc topics and docstrings
+    assert a.size == len(a.train) + len(a.val) and len(a.sha256) == 64
+    assert len(a.val) / a.size == pytest.approx(1 / 20, abs=0.01)
+    text = a.train[:200_000].decode("utf-8")
+    assert text.count(" the ") > 500
+
+
+def test_block_split_partitions_every_byte():
+    data = bytes(range(256)) * 1000
+    train, val = block_split(data, val_every=4, block=100)
+    assert len(train) + len(val) == len(data)
+    assert val[:100] == data[300:400]  # the 4th block goes to validation
+    assert train[:300] == data[:300]
+
+
+def test_text_files_read_dir_and_refuse_bad_input(tmp_path):
+    (tmp_path / "b.txt").write_text("beta " * 1000)
+    (tmp_path / "a.txt").write_text("alpha " * 1000)
+    corpus = TextFiles(str(tmp_path)).load()
+    assert (corpus.train + corpus.val).startswith(b"alpha")  # sorted by path
+    with pytest.raises(ConfigError, match="does not exist"):
+        TextFiles(str(tmp_path / "missing")).load()
+    with pytest.raises(ConfigError, match="data.path"):
+        TextFiles(None).load()
+    bad = tmp_path / "latin1"
+    bad.mkdir()
+    (bad / "x.txt").write_bytes("café ".encode("latin-1") * 2000)
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        TextFiles(str(bad)).load()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="at least 4 KiB"):
+        TextFiles(str(empty)).load()
+
+
+def test_enwik8_refuses_wrong_file_and_missing_file_without_download(tmp_path):
+    fake = tmp_path / "enwik8"
+    fake.write_bytes(b"not enwik8")
+    with pytest.raises(ConfigError, match="is not enwik8"):
+        Enwik8(str(fake)).load()
+    with pytest.raises(ConfigError, match="not found"):
+        Enwik8(str(tmp_path / "nope"), download=False).load()
+
+
+def test_train_windows_are_reproducible_and_in_range():
+    ids = np.arange(1000, dtype=np.int64) % 256
+    ds = TrainWindows(ids.astype(np.uint8), 16, n=50, seed=3, objective=CausalLM(ByteTokenizer()))
+    a, b = ds[7], ds[7]
+    torch.testing.assert_close(a["input_ids"], b["input_ids"])
+    starts = {int(ds[i]["input_ids"][0]) for i in range(50)}
+    assert len(starts) > 20  # random offsets, not one window repeated
+    other = TrainWindows(ids.astype(np.uint8), 16, n=50, seed=4, objective=CausalLM(ByteTokenizer()))
+    assert any(not torch.equal(ds[i]["input_ids"], other[i]["input_ids"]) for i in range(5))
+
+
+def test_eval_windows_cover_the_split_once_and_pad_the_tail():
+    tok = ByteTokenizer()
+    ids = (np.arange(100) % 200).astype(np.uint8)
+    ds = EvalWindows(ids, 32, MaskedLM(tok), tok.pad_id)
+    assert len(ds) == 4  # 32 + 32 + 32 + 4
+    last = ds[3]
+    assert int(last["key_padding_mask"].sum()) == 4
+    assert (last["labels"][4:] == IGNORE).all()
+    masks = [ds[i]["labels"] for i in range(4)]
+    again = [EvalWindows(ids, 32, MaskedLM(tok), tok.pad_id)[i]["labels"] for i in range(4)]
+    assert all(torch.equal(x, y) for x, y in zip(masks, again))  # same tokens scored every evaluation
+    # CLM: windows of T+1 overlap by one so every next-token target is scored exactly once
+    clm = EvalWindows(ids, 33, CausalLM(tok), tok.pad_id)
+    scored = sum(int((clm[i]["labels"] != IGNORE).sum()) for i in range(len(clm)))
+    assert scored == len(ids) - 1
