@@ -1,0 +1,57 @@
+"""The benchmark harness: FLOP counting against an analytic count, and a tiny end-to-end grid."""
+
+import csv
+
+import pytest
+import torch
+
+from harness.bench import PeakRss, Spec, build_posbench, count_flops, main, make_step
+
+
+def test_flops_of_a_linear_step_match_the_analytic_count():
+    """forward 2·N·in·out, backward twice that (grad input, grad weight)."""
+    layer = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(10, 64, requires_grad=True)
+    flops = count_flops(lambda: layer(x).sum().backward())
+    assert flops == 3 * 2 * 10 * 64 * 32
+
+
+def test_model_flops_grow_with_the_dense_part_analytically():
+    """Doubling the batch at fixed T doubles every matmul, attention included."""
+    one = Spec("none", "softmax", 64, 1)
+    model, forward = build_posbench(one)
+    ids1, ids2 = torch.randint(256, (1, 64)), torch.randint(256, (2, 64))
+    f1 = count_flops(make_step(forward, model, ids1, autocast=False))
+    f2 = count_flops(make_step(forward, model, ids2, autocast=False))
+    assert f2 == pytest.approx(2 * f1)
+    # dense matmuls of the small model (4 layers, C=128, F=512, V=258) alone, 3× for fwd+bwd
+    C, F, V, L, T = 128, 512, 258, 4, 64
+    dense = 3 * 2 * T * (L * (4 * C * C + 2 * C * F) + C * C + C * V)
+    H, D = 4, 32
+    attention = L * (4 * H * T * T * D) * (1 + 2.5)  # QKᵀ and PV forward; backward 2.5× (torch's SDPA formula)
+    assert f1 == pytest.approx(dense + attention)
+
+
+def test_peak_rss_sees_an_allocation():
+    with PeakRss() as rss:
+        x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        del x
+    assert rss.delta_mb > 48
+
+
+@pytest.mark.slow
+def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store):
+    from mlflow.tracking import MlflowClient
+
+    code = main(["--pos", "none,rope", "--attn", "softmax", "--lengths", "32,64", "--tokens", "128",
+                 "--repeats", "1", "--no-peers", "--no-targets", "--out", str(tmp_path)])
+    assert code == 0
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    assert {(r["pos"], r["seq_len"]) for r in rows} == {("none", "32"), ("none", "64"), ("rope", "32"), ("rope", "64")}
+    assert all(r["status"] == "ok" and float(r["step_s"]) > 0 and float(r["flops"]) > 0 for r in rows)
+    assert int(rows[0]["batch"]) * int(rows[0]["seq_len"]) == 128  # tokens per step held constant
+    assert (tmp_path / "step_time.png").stat().st_size > 10_000 and (tmp_path / "memory.png").exists()
+    assert "| none | softmax | 32 |" in (tmp_path / "README.md").read_text()
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("bench").experiment_id])
+    assert len(runs) == 4 and all(r.data.metrics["tokens_per_s"] > 0 for r in runs)
