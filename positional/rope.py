@@ -88,21 +88,19 @@ class Rope(PositionalScheme):
                  fraction: float = 1.0, scaling: str = "none", factor: float = 1.0,
                  alpha: float = 1.0, beta: float = 32.0, original_max_len: int | None = None):
         super().__init__(shape)
-        name, d = self.config_name(), shape.head_dim
+        d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if layout not in LAYOUTS:
             raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
-        if not 0 < fraction <= 1 or abs(rotated_width(d, fraction) - fraction * d) > 1e-9 \
-                or rotated_width(d, fraction) == 0:
-            raise ConfigError(f"pos={name} rotates pairs of dims but pos.fraction × head dim = {fraction} × {d} "
-                              f"is not a positive even integer; make model.d_model / model.n_heads even "
-                              f"or pick a fraction that gives one")
-        self.base, self.layout, self.fraction = base, layout, fraction
-        self.rotated = rotated_width(d, fraction)
+        if not 0 < fraction <= 1 or r == 0 or abs(r - fraction * d) > 1e-9:
+            raise ConfigError(f"pos={self.config_name()} rotates pairs of dims but pos.fraction × head dim = "
+                              f"{fraction} × {d} is not a positive even integer; make model.d_model / "
+                              "model.n_heads even or pick a fraction that gives one")
+        self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
         self.scaling = RopeScaling(scaling, factor, alpha, beta, original_max_len or shape.max_len)
         self._register_theta(rope_inv_freq(self.rotated, base, torch.float64))
 
     def _register_theta(self, theta0: Tensor) -> None:
-        # float64: angles m·θ stay exact to ~1e-16 at long evaluation lengths; rotate() casts cos, sin
+        # float64 so angles m·θ stay accurate at long evaluation lengths; rotate() casts cos, sin
         self.register_buffer("inv_freq", theta0, persistent=False)
 
     def theta_at(self, rotated: int) -> Tensor:

@@ -55,3 +55,10 @@ def test_rope_trainable_logs_theta_drift_and_artifact(train_tiny):
     assert len(drift) >= 2 and drift[0].value < drift[-1].value  # θ moves from θ0 during training
     assert client.get_metric_history(summary.run_id, "pos/theta_max_log_ratio")
     assert "theta.csv" in [a.path for a in client.list_artifacts(summary.run_id)]
+
+
+@pytest.mark.slow
+def test_rope_length_scaling_trains_plain_and_validates_scaled(train_tiny):
+    summary, client = train_tiny("pos=rope", "pos.scaling=yarn", "pos.factor=2", "pos.fraction=0.5")
+    run = check_run(summary, client, "rope")
+    assert run.data.params["pos.scaling"] == "yarn" and run.data.params["pos.original_max_len"] == "32"
