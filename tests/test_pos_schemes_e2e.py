@@ -1,0 +1,64 @@
+"""Every scheme: its config composes and instantiates, and it trains end to end into MLflow."""
+
+import math
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+
+from positional.base import PositionalScheme, Shape
+from tests.conftest import ROOT, compose
+
+SCHEMES = ["none", "sinusoidal", "learned", "t5", "xl", "rope", "rope_trainable", "alibi"]
+RELATIVE = ["t5", "xl", "alibi"]  # logit-bias schemes whose bias differs between MLM and CLM
+
+
+def test_every_pos_config_is_tested_here():
+    assert sorted(p.stem for p in Path(ROOT, "conf/pos").glob("*.yaml")) == sorted(SCHEMES)
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_config_composes_and_names_its_module(name):
+    scheme = instantiate(compose([f"pos={name}"]).pos)(Shape(64, 4, 2, 32, causal=False))
+    assert isinstance(scheme, PositionalScheme) and scheme.config_name() == name
+    assert bool(scheme.hooks()) == (name != "none")  # NoPE aside, a scheme overrides at least one hook
+    assert (scheme.bias_kind != "none") == ("logit_bias" in scheme.hooks())
+
+
+def check_run(summary, client, name: str):
+    run = client.get_run(summary.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["pos"] == name
+    val = client.get_metric_history(summary.run_id, "val/loss")
+    assert val and all(math.isfinite(m.value) for m in val)
+    assert math.isfinite(summary.val_loss) and summary.val_loss < math.log(256) + 1  # near or below uniform
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCHEMES)
+def test_scheme_trains_mlm_with_softmax(train_tiny, name):
+    summary, client = train_tiny(f"pos={name}", "attn=softmax")
+    check_run(summary, client, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_scheme_trains_clm(train_tiny, name):
+    summary, client = train_tiny(f"pos={name}", "attn=softmax", "task=clm")
+    assert check_run(summary, client, name).data.tags["task"] == "clm"
+
+
+@pytest.mark.slow
+def test_rope_trainable_logs_theta_drift_and_artifact(train_tiny):
+    summary, client = train_tiny("pos=rope_trainable")
+    drift = client.get_metric_history(summary.run_id, "pos/theta_rel_change")
+    assert len(drift) >= 2 and drift[0].value < drift[-1].value  # θ moves from θ0 during training
+    assert client.get_metric_history(summary.run_id, "pos/theta_max_log_ratio")
+    assert "theta.csv" in [a.path for a in client.list_artifacts(summary.run_id)]
+
+
+@pytest.mark.slow
+def test_rope_length_scaling_trains_plain_and_validates_scaled(train_tiny):
+    summary, client = train_tiny("pos=rope", "pos.scaling=yarn", "pos.factor=2", "pos.fraction=0.5")
+    run = check_run(summary, client, "rope")
+    assert run.data.params["pos.scaling"] == "yarn" and run.data.params["pos.original_max_len"] == "32"
