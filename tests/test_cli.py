@@ -45,7 +45,7 @@ def test_multirun_logs_one_run_per_cell_in_one_experiment(store, tmp_path):
 
 @pytest.mark.parametrize("override, needle", [
     ("model.n_heads=7", "not divisible by model.n_heads"),
-    ("model.d_model=6", "head dim is 3 (odd)"),
+    ("model.d_model=6", "1.0 × 3 is not a positive even integer"),
     ("data.seq_len=0", "data.seq_len=0"),
     ("optim.optimizer.lr=-1", "lr=-1"),
     ("task.mask_prob=1.5", "mask_prob"),

@@ -55,7 +55,7 @@ def test_rope_scheme_rotates_every_position_and_refuses_odd_head_dim():
     y = rot.rotate(x)
     torch.testing.assert_close(y[0, 1, 4], rotate_at(x[0, 1, 4], 4, 8))
     assert rot.at_width(12).rotate(torch.randn(6, 12)).shape == (6, 12)
-    with pytest.raises(ConfigError, match="odd"):
+    with pytest.raises(ConfigError, match="not a positive even integer"):
         Rope(shape(d_model=6, n_heads=2))
 
 
