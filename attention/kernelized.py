@@ -37,6 +37,7 @@ from positional.base import Shape
 
 RopeMode = Literal["pre_feature", "numerator"]
 CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M, E) states
+NO_WEIGHT = 1e-10  # relative denominator below which a query counts as seeing no key (see kernelized_attention)
 FEATURE_BLOCK = 16  # features per FFT batch in the Toeplitz path: bounds its memory at O(T·16·E)
 
 
@@ -50,7 +51,7 @@ def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
     n_off, t_k = coeffs.shape[-1], x.shape[-2]
     t_q = n_off - t_k + 1
     size = 1 << (n_off + t_k - 2).bit_length()  # ≥ full convolution length n_off + t_k − 1: no wrap-around
-    dtype = torch.promote_types(x.dtype, torch.float32)  # FFTs in at least fp32
+    dtype = torch.float64  # FFT round-off is relative to the largest entry; in fp32 a small row would get ~1e-7 of it
     cf = torch.fft.rfft(coeffs.to(dtype), n=size)  # (H, L/2 + 1)
     xf = torch.fft.rfft(x.to(dtype), n=size, dim=-2)  # (B, H, L/2 + 1, E)
     full = torch.fft.irfft(cf[..., None] * xf, n=size, dim=-2)  # (B, H, L, E): Σ_j a[n − j] x_j
@@ -122,7 +123,12 @@ class Features:
 
 
 def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | None = None) -> Tensor:
-    """out_i = Σ_j c_ij q_num_iᵀ k_num_j v_j / Σ_j c_ij q_iᵀ k_j. v: (B, H, T, D) -> (B, H, T, D)."""
+    """out_i = Σ_j c_ij q_num_iᵀ k_num_j v_j / Σ_j c_ij q_iᵀ k_j. v: (B, H, T, D) -> (B, H, T, D).
+
+    A query whose denominator is below ``NO_WEIGHT`` × its unweighted total φ(q_i)ᵀ Σ_j φ(k_j) (an upper
+    bound, as c ≤ 1) sees no key: its output is 0, as softmax gives for an all-masked row. Without this
+    a padded query's FFT round-off (exactly 0 in theory) would be divided by round-off.
+    """
     ones = v.new_ones(*v.shape[:-1], 1)  # (B, H, T, 1): the denominator is the same sum over v = 1
     if f.q_num is f.q and f.k_num is f.k:  # one pass for both
         both = linear_contract(f.q, f.k, torch.cat([v, ones], -1), causal, coeffs)  # (B, H, T, D + 1)
@@ -130,8 +136,9 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     else:
         num = linear_contract(f.q_num, f.k_num, v, causal, coeffs)
         den = linear_contract(f.q, f.k, ones, causal, coeffs)
-    # a query with no visible real key has num = den = 0: give 0 (as softmax does), not NaN
-    return num / den.clamp_min(torch.finfo(den.dtype).tiny)
+    total = f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)  # (B, H, T, 1)
+    seen = den > NO_WEIGHT * total.detach()
+    return torch.where(seen, num, 0.0) / torch.where(seen, den, 1.0)
 
 
 class KernelizedAttention(AttentionVariant):
