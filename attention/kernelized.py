@@ -44,18 +44,28 @@ FEATURE_BLOCK = 16  # features per FFT batch in the Toeplitz path: bounds its me
 def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
     """y_i = Σ_j coeffs[h, i − j + Tk − 1] · x_j: a per-head Toeplitz matrix times x, by FFT.
 
-    The product is a slice of the linear convolution of the coefficient row with x (Luo et al. 2021,
-    §3.2: a Toeplitz matrix embeds in a circulant one), so it costs O((Tq + Tk) log(Tq + Tk)) per column.
+    A Toeplitz matrix embeds in a circulant one, which the FFT diagonalises (Luo et al. 2021, §3.2), so
+    the product costs O((Tq + Tk) log(Tq + Tk)) per column instead of O(Tq·Tk).
     coeffs: (H, Tq + Tk − 1), column o ↔ offset i − j = o − (Tk − 1); x: (B, H, Tk, E) -> (B, H, Tq, E).
     """
-    n_off, t_k = coeffs.shape[-1], x.shape[-2]
-    t_q = n_off - t_k + 1
-    size = 1 << (n_off + t_k - 2).bit_length()  # ≥ full convolution length n_off + t_k − 1: no wrap-around
-    dtype = torch.float64  # FFT round-off is relative to the largest entry; in fp32 a small row would get ~1e-7 of it
-    cf = torch.fft.rfft(coeffs.to(dtype), n=size)  # (H, L/2 + 1)
-    xf = torch.fft.rfft(x.to(dtype), n=size, dim=-2)  # (B, H, L/2 + 1, E)
-    full = torch.fft.irfft(cf[..., None] * xf, n=size, dim=-2)  # (B, H, L, E): Σ_j a[n − j] x_j
-    return full[..., t_k - 1: t_k - 1 + t_q, :].to(x.dtype)  # n = i + Tk − 1
+    return _circulant_apply(_coeff_spectrum(coeffs), x, coeffs.shape[-1])
+
+
+def _fft_size(n_off: int) -> int:
+    # circular convolution of length L ≥ Tq + Tk − 1 leaves outputs Tk − 1 … Tq + Tk − 2 free of wrap-around
+    return 1 << (n_off - 1).bit_length()
+
+
+def _coeff_spectrum(coeffs: Tensor) -> Tensor:
+    # FFTs in float64: round-off is relative to the largest entry, and in fp32 a small row would get ~1e-7 of it
+    return torch.fft.rfft(coeffs.to(torch.float64), n=_fft_size(coeffs.shape[-1]))  # (H, L/2 + 1)
+
+
+def _circulant_apply(spectrum: Tensor, x: Tensor, n_off: int) -> Tensor:
+    t_k, size = x.shape[-2], _fft_size(n_off)
+    xf = torch.fft.rfft(x.to(torch.float64), n=size, dim=-2)  # (B, H, L/2 + 1, E)
+    full = torch.fft.irfft(spectrum[..., None] * xf, n=size, dim=-2)  # (B, H, L, E): Σ_j a[n − j] x_j
+    return full[..., t_k - 1: n_off, :].to(x.dtype)  # n = i + Tk − 1 for i = 0 … Tq − 1
 
 
 def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
@@ -97,10 +107,11 @@ def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, block: in
     coeffs: (H, 2T − 1). Returns (B, H, T, E).
     """
     B, H, T, E = v.shape
+    spectrum = _coeff_spectrum(coeffs)  # once for all feature blocks
     out = torch.zeros_like(v)
     for m in range(0, q.shape[-1], block):
         kv = (k[..., m:m + block, None] * v[..., None, :]).flatten(-2)  # (B, H, T, b·E)
-        s = toeplitz_matmul(coeffs, kv).view(B, H, T, -1, E)  # (B, H, T, b, E)
+        s = _circulant_apply(spectrum, kv, coeffs.shape[-1]).view(B, H, T, -1, E)  # (B, H, T, b, E)
         out = out + (q[..., m:m + block, None] * s).sum(-2)  # (B, H, T, E)
     return out
 

@@ -103,7 +103,7 @@ def softmax_error(nb_features: int, seed: int, causal: bool, with_bias: bool) ->
 
 @pytest.mark.parametrize("causal,with_bias", [(False, False), (True, True)])
 def test_performer_converges_to_softmax_as_features_grow(causal, with_bias):
-    errors = [sum(softmax_error(m, s, causal, with_bias) for s in range(3)) / 3 for m in (8, 64, 512, 4096)]
+    errors = [sum(softmax_error(m, s, causal, with_bias) for s in range(3)) / 3 for m in (8, 64, 512, 2048)]
     assert all(a > b for a, b in zip(errors, errors[1:])), errors
     assert errors[-1] < 0.25 * errors[0], errors
 
