@@ -38,7 +38,7 @@ from positional.base import Shape
 RopeMode = Literal["pre_feature", "numerator"]
 CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M, E) states
 NO_WEIGHT = 1e-10  # relative denominator below which a query counts as seeing no key (see kernelized_attention)
-FEATURE_BLOCK = 16  # features per FFT batch in the Toeplitz path: bounds its memory at O(T·16·E)
+FEATURE_BLOCK = 1  # features per FFT batch in the Toeplitz path; 1 was fastest here (cache), 16 was 2x slower
 
 
 def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
@@ -48,7 +48,8 @@ def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
     the product costs O((Tq + Tk) log(Tq + Tk)) per column instead of O(Tq·Tk).
     coeffs: (H, Tq + Tk − 1), column o ↔ offset i − j = o − (Tk − 1); x: (B, H, Tk, E) -> (B, H, Tq, E).
     """
-    return _circulant_apply(_coeff_spectrum(coeffs), x, coeffs.shape[-1])
+    y = _circulant_apply(_coeff_spectrum(coeffs), x.transpose(-1, -2), coeffs.shape[-1])  # (B, H, E, Tq)
+    return y.transpose(-1, -2)
 
 
 def _fft_size(n_off: int) -> int:
@@ -58,14 +59,15 @@ def _fft_size(n_off: int) -> int:
 
 def _coeff_spectrum(coeffs: Tensor) -> Tensor:
     # FFTs in float64: round-off is relative to the largest entry, and in fp32 a small row would get ~1e-7 of it
-    return torch.fft.rfft(coeffs.to(torch.float64), n=_fft_size(coeffs.shape[-1]))  # (H, L/2 + 1)
+    return torch.fft.rfft(coeffs.to(torch.float64), n=_fft_size(coeffs.shape[-1]))[:, None]  # (H, 1, L/2 + 1)
 
 
 def _circulant_apply(spectrum: Tensor, x: Tensor, n_off: int) -> Tensor:
-    t_k, size = x.shape[-2], _fft_size(n_off)
-    xf = torch.fft.rfft(x.to(torch.float64), n=size, dim=-2)  # (B, H, L/2 + 1, E)
-    full = torch.fft.irfft(spectrum[..., None] * xf, n=size, dim=-2)  # (B, H, L, E): Σ_j a[n − j] x_j
-    return full[..., t_k - 1: n_off, :].to(x.dtype)  # n = i + Tk − 1 for i = 0 … Tq − 1
+    """x: (B, H, N, Tk), time last (contiguous FFTs are ~1.6x faster here) -> (B, H, N, Tq)."""
+    t_k, size = x.shape[-1], _fft_size(n_off)
+    xf = torch.fft.rfft(x.to(torch.float64), n=size)  # (B, H, N, L/2 + 1)
+    full = torch.fft.irfft(spectrum * xf, n=size)  # (B, H, N, L): Σ_j a[n − j] x_j
+    return full[..., t_k - 1: n_off].to(x.dtype)  # n = i + Tk − 1 for i = 0 … Tq − 1
 
 
 def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
@@ -108,11 +110,12 @@ def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, block: in
     """
     B, H, T, E = v.shape
     spectrum = _coeff_spectrum(coeffs)  # once for all feature blocks
+    k_t, v_t = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, H, M, T), (B, H, E, T): time last
     out = torch.zeros_like(v)
     for m in range(0, q.shape[-1], block):
-        kv = (k[..., m:m + block, None] * v[..., None, :]).flatten(-2)  # (B, H, T, b·E)
-        s = _circulant_apply(spectrum, kv, coeffs.shape[-1]).view(B, H, T, -1, E)  # (B, H, T, b, E)
-        out = out + (q[..., m:m + block, None] * s).sum(-2)  # (B, H, T, E)
+        kv = (k_t[:, :, m:m + block, None] * v_t[:, :, None]).flatten(2, 3)  # (B, H, b·E, T)
+        s = _circulant_apply(spectrum, kv, coeffs.shape[-1]).view(B, H, -1, E, T)  # (B, H, b, E, T)
+        out = out + torch.einsum("bhtm,bhmet->bhte", q[..., m:m + block], s)  # (B, H, T, E)
     return out
 
 
