@@ -30,6 +30,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
@@ -104,19 +105,27 @@ def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) 
 def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, block: int = FEATURE_BLOCK) -> Tensor:
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j = q_iᵀ Σ_j c_{i−j} k_j v_jᵀ (Luo et al. 2021, Eq. 8).
 
-    The (M, E) outer products k_j v_jᵀ are Toeplitz-multiplied a block of features at a time, so
-    memory is O(T·block·E) rather than O(T·M·E). q, k: (B, H, T, M); v: (B, H, T, E);
-    coeffs: (H, 2T − 1). Returns (B, H, T, E).
+    The (M, E) outer products k_j v_jᵀ are Toeplitz-multiplied a block of features at a time, and each
+    block is recomputed in backward rather than kept (activation checkpointing): memory O(T·block·E)
+    instead of O(T·M·E) — at T = 8192, M = 110 this was 5 GB kept for backward.
+    q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E).
     """
-    B, H, T, E = v.shape
     spectrum = _coeff_spectrum(coeffs)  # once for all feature blocks
     k_t, v_t = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, H, M, T), (B, H, E, T): time last
     out = torch.zeros_like(v)
     for m in range(0, q.shape[-1], block):
-        kv = (k_t[:, :, m:m + block, None] * v_t[:, :, None]).flatten(2, 3)  # (B, H, b·E, T)
-        s = _circulant_apply(spectrum, kv, coeffs.shape[-1]).view(B, H, -1, E, T)  # (B, H, b, E, T)
-        out = out + torch.einsum("bhtm,bhmet->bhte", q[..., m:m + block], s)  # (B, H, T, E)
+        part = (q[..., m:m + block], k_t[:, :, m:m + block], v_t, spectrum)
+        out = out + (checkpoint(_toeplitz_block, *part, use_reentrant=False) if torch.is_grad_enabled()
+                     else _toeplitz_block(*part))
     return out
+
+
+def _toeplitz_block(q: Tensor, k_t: Tensor, v_t: Tensor, spectrum: Tensor) -> Tensor:
+    """q: (B, H, T, b); k_t: (B, H, b, T); v_t: (B, H, E, T) -> Σ over the b features, (B, H, T, E)."""
+    B, H, E, T = v_t.shape
+    kv = (k_t[:, :, :, None] * v_t[:, :, None]).flatten(2, 3)  # (B, H, b·E, T)
+    s = _circulant_apply(spectrum, kv, 2 * T - 1).view(B, H, -1, E, T)  # (B, H, b, E, T)
+    return torch.einsum("bhtm,bhmet->bhte", q, s)
 
 
 def linear_contract(q: Tensor, k: Tensor, v: Tensor, causal: bool, coeffs: Tensor | None) -> Tensor:
