@@ -57,7 +57,7 @@ class AttentionVariant(nn.Module):
             why = cls.bias_refusals.get(scheme.bias_kind)
             return (
                 f"attn={cls.config_name()} cannot apply a {scheme.bias_kind} logit bias "
-                f"(pos={scheme.config_name()}){f' ({why})' if why else ''}; choose another attn or pos"
+                f"(pos={scheme.config_name()}){f': {why}' if why else ''}; choose another attn or pos"
             )
         return None
 

@@ -46,7 +46,7 @@ def test_matrix_covers_every_yaml_pair_and_agrees_with_refusal():
 def test_content_bias_is_refused_with_a_one_line_reason_and_relative_accepted(variant):
     reason = variant.refusal(ContentScheme)
     assert reason and "\n" not in reason
-    assert re.search(r"cannot apply a content logit bias \(pos=test_compat\) \(.+\); choose another", reason)
+    assert re.search(r"cannot apply a content logit bias \(pos=test_compat\): .+; choose another", reason)
     assert variant.refusal(RelativeScheme) is None
     assert Softmax.refusal(ContentScheme) is None and Softmax.refusal(RelativeScheme) is None
 
