@@ -148,9 +148,10 @@ class Features:
 def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | None = None) -> Tensor:
     """out_i = Σ_j c_ij q_num_iᵀ k_num_j v_j / Σ_j c_ij q_iᵀ k_j. v: (B, H, T, D) -> (B, H, T, D).
 
-    A query whose denominator is below ``NO_WEIGHT`` × its unweighted total φ(q_i)ᵀ Σ_j φ(k_j) (an upper
-    bound, as c ≤ 1) sees no key: its output is 0, as softmax gives for an all-masked row. Without this
-    a padded query's FFT round-off (exactly 0 in theory) would be divided by round-off.
+    A query with no weight (den = 0: every key it may see is padded) gets 0, as softmax gives for an
+    all-masked row. On the FFT path round-off replaces that 0 by ~1e-16 of the largest entry, so there a
+    query counts as unseeing below ``NO_WEIGHT`` × its unweighted total φ(q_i)ᵀ Σ_j φ(k_j) (an upper bound,
+    as c ≤ 1); the exact paths keep every positive denominator, however small.
     """
     ones = v.new_ones(*v.shape[:-1], 1)  # (B, H, T, 1): the denominator is the same sum over v = 1
     if f.q_num is f.q and f.k_num is f.k:  # one pass for both
@@ -159,8 +160,10 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     else:
         num = linear_contract(f.q_num, f.k_num, v, causal, coeffs)
         den = linear_contract(f.q, f.k, ones, causal, coeffs)
-    total = f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)  # (B, H, T, 1)
-    seen = den > NO_WEIGHT * total.detach()
+    floor = 0.0
+    if coeffs is not None:
+        floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)
+    seen = den > floor
     return torch.where(seen, num, 0.0) / torch.where(seen, den, 1.0)
 
 

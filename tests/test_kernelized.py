@@ -165,3 +165,12 @@ def test_toeplitz_path_gradients_match_explicit_form(causal):
     ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, table))
     for a, b in zip(grads, ref_grads):
         assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_exact_causal_path_keeps_a_tiny_but_real_weight():
+    """Query 0 sees only key 0, whose kernel value is e^-40 of a future key's: still its whole output."""
+    phi_q = torch.ones(1, 1, 2, 1, dtype=F64)
+    phi_k = torch.tensor([math.exp(-40.0), 1.0], dtype=F64).view(1, 1, 2, 1)
+    v = torch.tensor([3.0, -1.0], dtype=F64).view(1, 1, 2, 1)
+    out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal=True)
+    assert_close(out[0, 0, 0], torch.tensor([3.0], dtype=F64))
