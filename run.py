@@ -1,4 +1,7 @@
-"""posbench entry point: ``python run.py [overrides]`` or ``python run.py -m pos=rope,learned``."""
+"""posbench entry point: ``python run.py [overrides]`` or ``python run.py -m pos=rope,learned``.
+
+``python run.py --matrix`` (or ``--matrix=md``) prints which pos × attn pairings train, and why not.
+"""
 
 import sys
 
@@ -24,4 +27,8 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1].split("=")[0] == "--matrix":  # before Hydra parses argv
+        from harness.compat import print_matrix
+
+        sys.exit(print_matrix(sys.argv[1]))
     main()

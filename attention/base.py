@@ -14,6 +14,7 @@ Notation: B batch, T sequence length, H heads, D head dim.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +35,8 @@ class AttentionVariant(nn.Module):
     """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/attn."""
 
     accepts_bias: frozenset[BiasKind] = frozenset()  # bias kinds this variant computes exactly
+    # Why a bias kind is not accepted, for the refusal message (kind -> short reason).
+    bias_refusals: ClassVar[dict[str, str]] = {}
 
     def __init__(self, shape: Shape):
         super().__init__()
@@ -51,11 +54,20 @@ class AttentionVariant(nn.Module):
     def refusal(cls, scheme: type[PositionalScheme]) -> str | None:
         """Why this variant cannot honour ``scheme``, or None if it can."""
         if scheme.bias_kind != "none" and scheme.bias_kind not in cls.accepts_bias:
+            why = cls.bias_refusals.get(scheme.bias_kind)
             return (
                 f"attn={cls.config_name()} cannot apply a {scheme.bias_kind} logit bias "
-                f"(pos={scheme.config_name()}); choose another attn or pos"
+                f"(pos={scheme.config_name()}){f': {why}' if why else ''}; choose another attn or pos"
             )
         return None
+
+    def require_accepted(self, bias: LogitBias | None) -> None:
+        """At forward time too: a bias this variant cannot compute is an error, never dropped."""
+        if bias is not None and bias.kind not in self.accepts_bias:
+            raise ConfigError(
+                f"attn={self.config_name()} got a {bias.kind} logit bias it cannot apply; "
+                "pair it with a scheme its refusal() allows"
+            )
 
     @classmethod
     def config_name(cls) -> str:

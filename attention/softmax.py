@@ -1,33 +1,111 @@
 """Scaled dot-product softmax attention (Vaswani et al. 2017, Eq. 1).
 
 softmax(q kᵀ / √D + b) v, with b the positional logit bias, the key-padding mask and
-the causal mask folded into one additive mask. Runs on
-``torch.nn.functional.scaled_dot_product_attention``.
+the causal mask folded into one additive mask (``additive_mask``). Three backends, chosen by
+``attn.backend`` and all fed the same mask, so no bias is dropped by any of them:
+
+  sdpa      torch.nn.functional.scaled_dot_product_attention (default; fused where torch can)
+  math      the textbook formula written out: the reference the other variants are tested against
+  xformers  xformers.ops.memory_efficient_attention; CUDA only (xformers has no CPU kernels)
+
+Rows whose keys are all masked (e.g. a padded query under causal + left padding) give 0,
+as torch's SDPA does, instead of NaN.
+
+Notation: B batch, H heads, Tq / Tk query / key length, D head dim.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import AttentionContext, AttentionVariant, additive_mask
+from harness.errors import ConfigError
 from positional.base import Shape
+
+# (q, k, v, mask, causal, dropout_p) -> (B, H, Tq, D); mask already holds causal when it is not None
+Backend = Callable[[Tensor, Tensor, Tensor, "Tensor | None", bool, float], Tensor]
+
+
+def masked_softmax(logits: Tensor) -> Tensor:
+    """softmax over the last dim where −inf marks masked entries; all-masked rows give 0, not NaN.
+
+    Subtracting the row max (finite rows only) keeps exp in range; gradients stay finite too.
+    """
+    row_max = logits.amax(-1, keepdim=True).detach()
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    w = torch.exp(logits - row_max)
+    total = w.sum(-1, keepdim=True)
+    return w / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                          is_causal=causal and mask is None)  # (B, H, Tq, D)
+
+
+def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+    """softmax(q kᵀ/√D + mask) v, Vaswani et al. 2017 Eq. 1, with the full (Tq, Tk) logits."""
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if mask is not None:
+        logits = logits + mask
+    elif causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    return F.dropout(masked_softmax(logits), p) @ v  # (B, H, Tq, D)
+
+
+def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+    """memory_efficient_attention (xFormers, after Rabe & Staats 2021) on (B, T, H, D) layout."""
+    import xformers.ops as xops
+
+    if not q.is_cuda:
+        raise ConfigError("attn.backend=xformers needs CUDA tensors (xformers has no CPU kernels); "
+                          "use attn.backend=sdpa or train on a GPU")
+    bias = xops.LowerTriangularMask() if causal and mask is None else None
+    if mask is not None:  # a dense bias: xformers wants it materialised with a 16-aligned last dim
+        B, H, t_q, t_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
+        bias = q.new_empty(B, H, t_q, -(-t_k // 16) * 16)[..., :t_k]  # (B, H, Tq, Tk), aligned rows
+        bias.copy_(mask.expand(B, H, t_q, t_k))
+    out = xops.memory_efficient_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                          attn_bias=bias, p=p)  # (B, Tq, H, D)
+    return out.transpose(1, 2)  # (B, H, Tq, D)
+
+
+BACKENDS: dict[str, Backend] = {"sdpa": sdpa_attention, "math": math_attention, "xformers": xformers_attention}
+
+
+def _require_xformers() -> None:
+    """Fail at construction, before training, when the xformers backend cannot run here."""
+    if not torch.cuda.is_available():
+        raise ConfigError("attn.backend=xformers runs only on CUDA (xformers has no CPU kernels); "
+                          "use attn.backend=sdpa on this machine")
+    try:
+        import xformers.ops  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(f"attn.backend=xformers: cannot import xformers ({e}); "
+                          "pip install xformers matching your torch, or use attn.backend=sdpa") from None
 
 
 class Softmax(AttentionVariant):
     accepts_bias = frozenset({"relative", "content"})  # any bias: the full logit matrix exists
 
-    def __init__(self, shape: Shape, dropout: float = 0.0):
+    def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__(shape)
-        self.dropout = dropout
+        if backend not in BACKENDS:
+            raise ConfigError(f"attn.backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}")
+        if backend == "xformers":
+            _require_xformers()
+        self.dropout, self.backend = dropout, backend
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        self.require_accepted(ctx.bias)
         mask = additive_mask(ctx, q, k)  # computed from the unrotated q, k (content biases use them)
         if ctx.rotary is not None:
             q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
-        return F.scaled_dot_product_attention(
-            q, k, v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=ctx.causal and mask is None,
-        )  # (B, H, T, D)
+        p = self.dropout if self.training else 0.0
+        return BACKENDS[self.backend](q, k, v, mask, ctx.causal, p)  # (B, H, T, D)

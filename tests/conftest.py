@@ -7,6 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+# Test tensors are tiny: a second intra-op thread only adds synchronisation, and on a busy 2-core
+# machine OpenMP's spin-waiting made small fp64 kernels ~50x slower (measured).
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,9 +56,7 @@ def store(tmp_path, monkeypatch, _empty_store):
     return uri
 
 
-@pytest.fixture
-def train_tiny(store):
-    """train_tiny(*overrides) -> (Summary, MlflowClient): a few steps, read back from MLflow."""
+def _tiny_trainer(uri: str):
     from mlflow.tracking import MlflowClient
     from omegaconf import open_dict
 
@@ -64,6 +67,22 @@ def train_tiny(store):
         choices = choices_of(cfg)
         with open_dict(cfg):
             del cfg["hydra"]
-        return train(cfg, choices), MlflowClient(tracking_uri=store)
+        return train(cfg, choices), MlflowClient(tracking_uri=uri)
 
     return run
+
+
+@pytest.fixture
+def train_tiny(store):
+    """train_tiny(*overrides) -> (Summary, MlflowClient): a few steps, read back from MLflow."""
+    return _tiny_trainer(store)
+
+
+@pytest.fixture(scope="module")
+def train_tiny_shared(tmp_path_factory):
+    """train_tiny with one store for the whole test module: creating a sqlite store costs seconds of
+    schema migrations, which a grid of many tiny runs should pay once. Runs are told apart by id."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        yield _tiny_trainer(uri)

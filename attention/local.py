@@ -1,0 +1,92 @@
+"""Sliding-window (local) softmax attention, computed blockwise in O(T·w) time and memory.
+
+Window of width w (``attn.window``):
+  bidirectional  query i attends keys j with |i − j| ≤ ⌊w/2⌋        (Longformer, Beltagy et al. 2020, §3.1)
+  causal         query i attends keys j with i − w < j ≤ i, w keys   (Child et al. 2019 "local" pattern;
+                                                                       Mistral's sliding window)
+Inside the band it is exactly softmax(q kᵀ/√D + b) v of Vaswani et al. 2017 Eq. 1 with the band
+as a mask. Queries are cut into blocks of C; each block sees only its C + ⌊band⌋ neighbouring keys,
+so nothing of size T×T is formed.
+
+Biases: a relative (Toeplitz) bias is read from its per-offset table for the offsets in the band.
+A content bias is refused: its interface only evaluates ``dense(q, k)`` over every (i, j) pair
+with positions implied by the tensors, so a banded evaluation would need a positional hook the
+scheme does not offer; materialising T×T would defeat the variant.
+
+Notation: B batch, H heads, T length, D head dim, C query block, K = C + left + right keys per block,
+N = ⌈T / C⌉ blocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attention.base import AttentionContext, AttentionVariant
+from attention.softmax import masked_softmax
+from harness.errors import ConfigError
+from positional.base import Shape
+
+
+def band_limits(window: int, causal: bool) -> tuple[int, int]:
+    """(left, right): query i sees keys j with −right ≤ i − j ≤ left."""
+    return (window - 1, 0) if causal else (window // 2, window // 2)
+
+
+def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, block: int,
+                     table: Tensor | None = None, key_keep: Tensor | None = None) -> Tensor:
+    """softmax over the band −right ≤ i − j ≤ left, blockwise.
+
+    q, k, v: (B, H, T, D). table: (H, 2T − 1) relative bias, column o ↔ i − j = o − (T − 1).
+    key_keep: (B, T) bool, True at real keys. Returns (B, H, T, D).
+    """
+    B, H, T, D = q.shape
+    C = block
+    n = -(-T // C)
+    K, tail = C + left + right, n * C - T
+    qb = F.pad(q, (0, 0, 0, tail)).view(B, H, n, C, D)  # (B, H, N, C, D)
+    kb = F.pad(k, (0, 0, left, right + tail)).unfold(2, K, C)  # (B, H, N, D, K): block b sees keys bC−left …
+    vb = F.pad(v, (0, 0, left, right + tail)).unfold(2, K, C).transpose(-1, -2)  # (B, H, N, K, D)
+    logits = qb @ kb / math.sqrt(D)  # (B, H, N, C, K)
+
+    a = torch.arange(C, device=q.device)[:, None]  # query offset in its block
+    b = torch.arange(K, device=q.device)[None, :]  # key offset in the block's key window
+    offset = a - b + left  # (C, K): i − j, the same for every block
+    j = torch.arange(n, device=q.device)[:, None, None] * C + b - left  # (N, 1, K) global key index
+    keep = (offset >= -right) & (offset <= left) & (j >= 0) & (j < T)  # (N, C, K)
+    if key_keep is not None:
+        real = F.pad(key_keep, (left, right + tail), value=False).unfold(1, K, C)  # (B, N, K)
+        keep = keep & real[:, None, :, None, :]  # (B, 1, N, C, K)
+    if table is not None:
+        column = (offset + T - 1).clamp(0, 2 * T - 2)  # out-of-band entries are masked below
+        logits = logits + table[:, column].to(q.dtype)[None, :, None]  # (1, H, 1, C, K)
+    weights = masked_softmax(logits.masked_fill(~keep, float("-inf")))  # (B, H, N, C, K)
+    return (weights @ vb).reshape(B, H, n * C, D)[:, :, :T]  # (B, H, T, D)
+
+
+class Local(AttentionVariant):
+    accepts_bias = frozenset({"relative"})
+    bias_refusals = {"content": "a content bias is only offered as dense T×T logits, which the "
+                                "O(T·w) band never forms"}
+
+    def __init__(self, shape: Shape, window: int = 32):
+        super().__init__(shape)
+        if not isinstance(window, int) or window <= 0:
+            raise ConfigError(f"attn.window={window} must be a positive integer")
+        if window > shape.max_len:
+            raise ConfigError(f"attn.window={window} exceeds data.seq_len={shape.max_len}, so nothing is "
+                              "local; lower attn.window or use attn=softmax")
+        self.window = window
+        self.block = max(window, 16)  # query block C ≈ w: K = C + band ≤ 2w + 16 keys per query
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        self.require_accepted(ctx.bias)
+        left, right = band_limits(self.window, ctx.causal)
+        if ctx.rotary is not None:
+            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+        table = ctx.bias.table if ctx.bias is not None else None  # kind "relative" only (accepts_bias)
+        return banded_attention(q, k, v, left, right, min(self.block, q.shape[-2]), table,
+                                ctx.key_padding_mask)  # (B, H, T, D)

@@ -1,0 +1,96 @@
+"""Performer: FAVOR+ attention (Choromanski et al. 2021, "Rethinking Attention with Performers").
+
+Positive orthogonal random features approximate the softmax kernel exp(qᵀk/√D) (Lemma 1, Eq. 7–8):
+    φ(x) = exp(−‖x‖²/2) / √M · (exp(w_1ᵀx), …, exp(w_Mᵀx)),  x scaled by D^(−1/4),
+with w_1 … w_M Gaussian rows orthogonalised in blocks of D (§2.4, "ORFs").
+
+From performer-pytorch we take the two pieces that *are* FAVOR+ — ``gaussian_orthogonal_random_matrix``
+(the projection) and ``softmax_kernel`` (φ) — and not ``FastAttention.forward``: its causal path on
+CPU materialises (T, M, D) prefix sums (FACTS.md), its padding only zeroes v so padded keys stay in
+the normaliser, and it has no place for numerator-mode RoPE or a Toeplitz bias. The contraction is
+attention/kernelized.py, shared with ``linear``.
+
+Two details of ``softmax_kernel`` we pin down:
+  * keys are stabilised by one max over all positions of a head; that constant cancels between
+    numerator and denominator only without the additive eps, so keys use eps = 0 (with eps, a future
+    key could move a past output in causal mode, and a padded key any output);
+  * padded keys are zeroed before φ (so that max ignores them) and φ(k) after (kernelized.py).
+
+Redraw: every ``redraw_interval`` training forward calls (= optimizer steps without gradient
+accumulation) the projection is redrawn from seed(base, n) where base is drawn once from the global
+RNG at construction — different per layer, and identical on every DDP rank because Lightning seeds
+every rank alike before the model is built — and n counts redraws. No broadcast is needed.
+
+Notation: B batch, H heads, T length, D head dim, M = nb_features.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from performer_pytorch.performer_pytorch import gaussian_orthogonal_random_matrix, softmax_kernel
+from torch import Tensor
+
+from attention.kernelized import KernelizedAttention, RopeMode
+from harness.errors import ConfigError
+from positional.base import Shape
+
+_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio): spreads (base, n) over seed space
+
+
+def default_nb_features(head_dim: int) -> int:
+    """int(D·ln D) as in performer-pytorch (Choromanski et al. 2021, Thm. 4: M = Θ(D log D)), rounded
+    up to even so numerator-mode RoPE can rotate feature pairs. D = 32 -> 110, 64 -> 266."""
+    m = int(head_dim * math.log(head_dim))
+    return max(2, m + m % 2)
+
+
+def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
+    """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
+
+
+def redraw_seed(base: int, n: int) -> int:
+    return (base * _MIX + n) % (1 << 63)
+
+
+class Performer(KernelizedAttention):
+    def __init__(self, shape: Shape, nb_features: int | None = None, redraw_interval: int | None = 1000,
+                 rope_mode: RopeMode = "pre_feature"):
+        super().__init__(shape, rope_mode)
+        m = default_nb_features(shape.head_dim) if nb_features is None else nb_features
+        if not isinstance(m, int) or m <= 0:
+            raise ConfigError(f"attn.nb_features={m} must be a positive integer (or null for D·ln D)")
+        if rope_mode == "numerator" and m % 2:
+            raise ConfigError(f"attn.nb_features={m} is odd but attn.rope_mode=numerator rotates feature "
+                              "pairs; make it even")
+        if redraw_interval is not None and redraw_interval <= 0:
+            raise ConfigError(f"attn.redraw_interval={redraw_interval} must be positive, or null to never redraw")
+        self.nb_features, self.redraw_interval = m, redraw_interval
+        self.register_buffer("base_seed", torch.randint(1 << 62, ()))  # from the seeded global RNG
+        self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
+        self.register_buffer("projection", draw_projection(m, shape.head_dim, redraw_seed(int(self.base_seed), 0)))
+
+    def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
+        eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc
+        return softmax_kernel(x, projection_matrix=self.projection, is_query=is_query, eps=eps)  # (B,H,T,M)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx) -> Tensor:
+        if self.training:
+            self._maybe_redraw()
+        return super().forward(q, k, v, ctx)
+
+    @torch.no_grad()
+    def _maybe_redraw(self) -> None:
+        calls = int(self.train_calls)
+        if self.redraw_interval and calls and calls % self.redraw_interval == 0:
+            seed = redraw_seed(int(self.base_seed), calls // self.redraw_interval)
+            self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
+        self.train_calls += 1
+
+    def diagnostics(self) -> dict[str, float]:
+        n = int(self.train_calls) - 1
+        return {"feature_redraws": float(n // self.redraw_interval if self.redraw_interval and n > 0 else 0)}

@@ -1,0 +1,82 @@
+"""The pos × attn compatibility matrix, decided from declarations only.
+
+Every conf/pos/*.yaml and conf/attn/*.yaml names a class by ``_target_``; the class is imported
+(never instantiated) and ``AttentionVariant.refusal(scheme)`` decides the cell. The same call is
+what ``check_pairing`` makes when a model is built, so the matrix and the runs cannot disagree.
+
+``python run.py --matrix`` prints it as text, ``python run.py --matrix=md`` as markdown (docs/compat.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+@dataclass(frozen=True)
+class Cell:
+    pos: str
+    attn: str
+    refusal: str | None  # None: the pairing trains
+
+    @property
+    def allowed(self) -> bool:
+        return self.refusal is None
+
+
+def option_classes(group: str, conf_dir: Path = CONF) -> dict[str, type]:
+    """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    return {p.stem: get_class(OmegaConf.load(p)["_target_"]) for p in sorted((conf_dir / group).glob("*.yaml"))}
+
+
+def compatibility(conf_dir: Path = CONF) -> list[Cell]:
+    """One cell per (pos, attn) option pair, pos-major, both in name order."""
+    schemes, variants = option_classes("pos", conf_dir), option_classes("attn", conf_dir)
+    return [Cell(p, a, variant.refusal(scheme)) for p, scheme in schemes.items() for a, variant in variants.items()]
+
+
+def _grid(cells: list[Cell]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell], list[str]]:
+    pos = list(dict.fromkeys(c.pos for c in cells))
+    attn = list(dict.fromkeys(c.attn for c in cells))
+    reasons = list(dict.fromkeys(c.refusal for c in cells if c.refusal))
+    return pos, attn, {(c.pos, c.attn): c for c in cells}, reasons
+
+
+def _mark(cell: Cell, reasons: list[str], yes: str, no: str) -> str:
+    return yes if cell.allowed else f"{no} [{reasons.index(cell.refusal) + 1}]"
+
+
+def render_text(cells: list[Cell]) -> str:
+    pos, attn, at, reasons = _grid(cells)
+    width = max(len(a) for a in attn + ["refused [99]"]) + 2
+    lines = ["pos \\ attn".ljust(14) + "".join(a.ljust(width) for a in attn)]
+    lines += [p.ljust(14) + "".join(_mark(at[p, a], reasons, "ok", "refused").ljust(width) for a in attn)
+              for p in pos]
+    lines += [""] + [f"[{n}] {r}" for n, r in enumerate(reasons, 1)]
+    return "\n".join(line.rstrip() for line in lines).rstrip() + "\n"
+
+
+def render_markdown(cells: list[Cell]) -> str:
+    pos, attn, at, reasons = _grid(cells)
+    lines = ["| pos \\ attn | " + " | ".join(f"`{a}`" for a in attn) + " |",
+             "|---|" + "---|" * len(attn)]
+    lines += [f"| `{p}` | " + " | ".join(_mark(at[p, a], reasons, "✓", "✗") for a in attn) + " |" for p in pos]
+    if reasons:
+        lines += ["", "Refused:", ""] + [f"{n}. {r}" for n, r in enumerate(reasons, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def print_matrix(flag: str) -> int:
+    """``--matrix`` (text) or ``--matrix=md``; returns the exit status."""
+    fmt = flag.partition("=")[2] or "text"
+    if fmt not in ("text", "md"):
+        print(f"error: unknown matrix format {fmt!r}; use --matrix or --matrix=md")
+        return 2
+    cells = compatibility()
+    print(render_markdown(cells) if fmt == "md" else render_text(cells), end="")
+    return 0

@@ -1,0 +1,137 @@
+"""Forward+backward time of every attention variant on this machine (not a test).
+
+    python scripts/bench_attention.py                 # variants × T = 512, 2048, 8192, both masks
+    python scripts/bench_attention.py --toeplitz      # kernelized with vs without a relative bias, T = 2048
+    python scripts/bench_attention.py --memory        # peak RSS per variant at T = 8192 (one process each)
+
+B = 1, H = 4, D = 32 (the default model: d_model 128 / 4 heads), float32; median of ``--repeats``
+after one warm-up. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from attention.base import AttentionContext  # noqa: E402
+from attention.linear import Linear  # noqa: E402
+from attention.local import Local  # noqa: E402
+from attention.performer import Performer  # noqa: E402
+from attention.softmax import Softmax  # noqa: E402
+from positional.base import RelativeBias, Shape  # noqa: E402
+
+B, H, D = 1, 4, 32
+VARIANTS = {
+    "softmax (sdpa)": lambda s: Softmax(s),
+    "softmax (math)": lambda s: Softmax(s, backend="math"),
+    "local (w=32)": lambda s: Local(s, window=32),
+    "local (w=256)": lambda s: Local(s, window=256),
+    "linear": lambda s: Linear(s),
+    "performer (M=110)": lambda s: Performer(s),
+}
+
+
+def time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeats: int = 3) -> float:
+    torch.manual_seed(0)
+    variant = VARIANTS[name](Shape(H * D, H, 1, max(T, 256), causal))
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    table = torch.randn(H, 2 * T - 1, requires_grad=True) if relative else None
+    times = []
+    for _ in range(repeats + 1):
+        ctx = AttentionContext(causal=causal, bias=RelativeBias(table, T, T) if relative else None)
+        t0 = time.perf_counter()
+        variant(q, k, v, ctx).sum().backward()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:] or times)
+
+
+def table(rows: list[tuple[str, dict]], columns: list[str]) -> str:
+    out = ["| variant | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    out += [f"| {name} | " + " | ".join(cells.get(c, "—") for c in columns) + " |" for name, cells in rows]
+    return "\n".join(out)
+
+
+def main_times(args) -> None:
+    lengths = [512, 2048, 8192]
+    columns = [f"T={T}{' causal' if c else ''}" for T in lengths for c in (False, True)]
+    rows = []
+    for name in VARIANTS:
+        cells = {}
+        for T in lengths:
+            if name == "softmax (math)" and T > 2048:
+                continue  # a dense (4, 8192, 8192) fp32 logit tensor and its grads: several GB
+            for causal in (False, True):
+                cells[f"T={T}{' causal' if causal else ''}"] = f"{time_fwd_bwd(name, T, causal, repeats=args.repeats):.3f}"
+        rows.append((name, cells))
+        print(f"  done {name}", file=sys.stderr)
+    print(table(rows, columns))
+
+
+def main_toeplitz(args) -> None:
+    T, rows = 2048, []
+    for name in ("linear", "performer (M=110)"):
+        cells = {}
+        for causal in (False, True):
+            tag = " causal" if causal else ""
+            cells[f"plain{tag}"] = f"{time_fwd_bwd(name, T, causal, repeats=args.repeats):.3f}"
+            cells[f"+relative bias (FFT){tag}"] = f"{time_fwd_bwd(name, T, causal, True, args.repeats):.3f}"
+        rows.append((name, cells))
+    print(f"T={T}, seconds (fwd+bwd)")
+    print(table(rows, ["plain", "+relative bias (FFT)", "plain causal", "+relative bias (FFT) causal"]))
+
+
+def main_memory(args) -> None:
+    T, rows = 8192, []
+    for name in VARIANTS:
+        if name == "softmax (math)":
+            continue
+        cells = {}
+        for causal in (False, True):
+            for relative in ((False, True) if name in ("linear", "performer (M=110)") else (False,)):
+                cmd = [sys.executable, __file__, "--one", json.dumps([name, T, causal, relative]),
+                       "--threads", str(torch.get_num_threads())]
+                peak = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+                cells[f"{'causal' if causal else 'bidir'}{' +rel' if relative else ''}"] = f"{peak:.0f}"
+        rows.append((name, cells))
+    print(f"T={T}, peak RSS above the idle process, MiB")
+    print(table(rows, ["bidir", "causal", "bidir +rel", "causal +rel"]))
+
+
+def main_one(spec: str) -> None:
+    name, T, causal, relative = json.loads(spec)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    time_fwd_bwd(name, T, causal, relative, repeats=0)
+    print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--toeplitz", action="store_true")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}",
+          file=sys.stderr)
+    if args.one:
+        main_one(args.one)
+    elif args.toeplitz:
+        main_toeplitz(args)
+    elif args.memory:
+        main_memory(args)
+    else:
+        main_times(args)

@@ -1,0 +1,83 @@
+"""The compatibility matrix: from declarations, consistent with check_pairing, rendered for humans."""
+
+import re
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+import torch
+
+from attention.linear import Linear
+from attention.local import Local
+from attention.performer import Performer
+from attention.softmax import Softmax
+from harness.compat import CONF, Cell, compatibility, option_classes, print_matrix, render_markdown, render_text
+from harness.errors import ConfigError
+from harness.model import ModelConfig, Transformer
+from positional.base import PositionalScheme, RelativeBias
+
+
+class RelativeScheme(PositionalScheme):
+    """Stands in for T5/ALiBi: a Toeplitz bias."""
+
+    bias_kind = "relative"
+
+    def logit_bias(self, positions, layer):
+        T = positions.shape[0]
+        return RelativeBias(torch.zeros(self.shape.n_heads, 2 * T - 1), T, T)
+
+
+class ContentScheme(PositionalScheme):
+    """Stands in for Transformer-XL: a bias that depends on q."""
+
+    bias_kind = "content"
+
+
+def test_matrix_covers_every_yaml_pair_and_agrees_with_refusal():
+    cells = compatibility()
+    schemes, variants = option_classes("pos"), option_classes("attn")
+    assert {(c.pos, c.attn) for c in cells} == {(p, a) for p in schemes for a in variants}
+    for c in cells:
+        assert c.refusal == variants[c.attn].refusal(schemes[c.pos])
+
+
+@pytest.mark.parametrize("variant", [Local, Linear, Performer])
+def test_content_bias_is_refused_with_a_one_line_reason_and_relative_accepted(variant):
+    reason = variant.refusal(ContentScheme)
+    assert reason and "\n" not in reason
+    assert re.search(r"cannot apply a content logit bias \(pos=test_compat\): .+; choose another", reason)
+    assert variant.refusal(RelativeScheme) is None
+    assert Softmax.refusal(ContentScheme) is None and Softmax.refusal(RelativeScheme) is None
+
+
+def test_refused_pairing_fails_when_the_model_is_built():
+    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=16)
+    with pytest.raises(ConfigError, match="incompatible pairing: attn=performer cannot apply a content"):
+        Transformer(cfg, 10, 16, False, pos=ContentScheme, attn=partial(Performer))
+    model = Transformer(cfg, 10, 16, True, pos=RelativeScheme, attn=partial(Linear))  # allowed: it runs
+    assert model(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 10)
+
+
+def test_renderings_list_every_option_and_number_the_reasons():
+    cells = [Cell("rope", "softmax", None), Cell("xl", "softmax", None),
+             Cell("rope", "linear", None), Cell("xl", "linear", "attn=linear cannot apply a content logit bias")]
+    text, md = render_text(cells), render_markdown(cells)
+    assert "refused [1]" in text and "[1] attn=linear cannot apply a content logit bias" in text
+    assert "| `xl` | ✓ | ✗ [1] |" in md and "1. attn=linear cannot apply a content logit bias" in md
+    assert md.splitlines()[0] == "| pos \\ attn | `softmax` | `linear` |"
+
+
+def test_print_matrix_formats(capsys):
+    assert print_matrix("--matrix") == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in option_classes("attn"))
+    assert print_matrix("--matrix=md") == 0 and capsys.readouterr().out.startswith("| pos \\ attn |")
+    assert print_matrix("--matrix=html") == 2
+
+
+@pytest.mark.slow
+def test_run_py_matrix_flag_bypasses_hydra():
+    done = subprocess.run([sys.executable, "run.py", "--matrix"], cwd=CONF.parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("pos \\ attn")

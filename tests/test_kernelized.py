@@ -1,0 +1,176 @@
+"""Kernelized attention (linear, performer): pure pieces and variants vs explicit O(T²) forms, float64."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attention.base import AttentionContext
+from attention.kernelized import (Features, causal_linear_contract, kernelized_attention, relative_coefficients,
+                                  toeplitz_matmul)
+from attention.linear import Linear, elu_feature_map
+from attention.performer import Performer, default_nb_features
+from attention.softmax import math_attention
+from harness.errors import ConfigError
+from positional.base import RelativeBias, Shape
+from tests.attn_cases import (F64, ContentBias, padding, qkv, reference_kernelized, relative_bias,
+                              rotation, rotation_matrices)
+
+T, D, H = 37, 8, 3
+
+
+def dense_toeplitz(coeffs, t_q, t_k):
+    """(H, Tq, Tk) matrix with entry (i, j) = coeffs[h, i − j + Tk − 1], element by element."""
+    M = torch.empty(coeffs.shape[0], t_q, t_k, dtype=coeffs.dtype)
+    for i in range(t_q):
+        for j in range(t_k):
+            M[:, i, j] = coeffs[:, i - j + t_k - 1]
+    return M
+
+
+@pytest.mark.parametrize("t_q,t_k", [(1, 1), (5, 5), (37, 37), (7, 12), (12, 7), (64, 64)])
+def test_toeplitz_matmul_equals_dense_product(t_q, t_k):
+    g = torch.Generator().manual_seed(0)
+    coeffs = torch.randn(H, t_q + t_k - 1, generator=g, dtype=F64)
+    x = torch.randn(2, H, t_k, 5, generator=g, dtype=F64)
+    assert_close(toeplitz_matmul(coeffs, x), dense_toeplitz(coeffs, t_q, t_k)[None] @ x, rtol=1e-10, atol=1e-10)
+
+
+def test_relative_coefficients_are_stabilised_and_causal():
+    table = torch.tensor([[3.0, -1.0, 0.5, 900.0, 2.0]], dtype=F64)  # T = 3: offsets −2 … 2
+    causal = relative_coefficients(table, t_k=3, causal=True)
+    assert_close(causal[0, :2], torch.zeros(2, dtype=F64))  # j > i never contributes
+    assert_close(causal[0, 2:], torch.exp(table[0, 2:] - 900.0))  # max over the offsets that occur
+    assert torch.isfinite(relative_coefficients(table, 3, causal=False)).all()
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 64])
+def test_causal_linear_contract_equals_masked_quadratic_form(chunk):
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.rand(2, H, T, 6, generator=g, dtype=F64) for _ in range(2))
+    v = torch.randn(2, H, T, 4, generator=g, dtype=F64)
+    quadratic = (q @ k.transpose(-1, -2)).tril() @ v  # Σ_{j ≤ i} (q_iᵀ k_j) v_j with a T×T mask
+    assert_close(causal_linear_contract(q, k, v, chunk), quadratic, rtol=1e-12, atol=1e-12)
+
+
+def variant(name: str, causal: bool, rope_mode: str):
+    torch.manual_seed(0)
+    shape = Shape(D * H, H, 1, 64, causal)
+    made = Linear(shape, rope_mode) if name == "linear" else Performer(shape, nb_features=32, rope_mode=rope_mode)
+    return made.double().eval()
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rope_mode", [None, "pre_feature", "numerator"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_kernelized_variant_equals_explicit_quadratic_form(name, causal, rope_mode, with_bias):
+    attn = variant(name, causal, rope_mode or "pre_feature")
+    q, k, v = qkv(T=T, D=D, H=H, scale=0.5)
+    keep, rot = padding(2, T), rotation(T, D) if rope_mode else None
+    b = relative_bias(H, T) if with_bias else None
+    out = attn(q, k, v, AttentionContext(rotary=rot, bias=b, causal=causal, key_padding_mask=keep))
+
+    if rope_mode == "pre_feature":
+        q, k = rot.rotate(q), rot.rotate(k)
+    phi_q, phi_k = attn.feature_map(q, is_query=True), attn.feature_map(k, is_query=False)
+    num_rot = None
+    if rope_mode == "numerator":
+        wide = rot.at_width(phi_q.shape[-1])
+        num_rot = rotation_matrices(wide.cos, wide.sin)  # (T, M, M)
+    ref = reference_kernelized(phi_q, phi_k, v, causal=causal, key_keep=keep, bias=b, num_rot=num_rot)
+    assert_close(out, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_linear_feature_map_is_elu_plus_one():
+    x = torch.tensor([-2.0, 0.0, 3.0], dtype=F64)
+    assert_close(elu_feature_map(x), torch.tensor([math.exp(-2.0), 1.0, 4.0], dtype=F64))
+
+
+def softmax_error(nb_features: int, seed: int, causal: bool, with_bias: bool) -> float:
+    torch.manual_seed(seed)
+    attn = Performer(Shape(16 * 2, 2, 1, 64, causal), nb_features=nb_features).double().eval()
+    q, k, v = qkv(B=1, H=2, T=48, D=16, seed=seed, scale=0.6)
+    b = relative_bias(2, 48, seed=seed) if with_bias else None
+    out = attn(q, k, v, AttentionContext(bias=b, causal=causal))
+    mask = None if b is None else b.dense().to(F64)
+    if causal:
+        future = torch.ones(48, 48, dtype=torch.bool).triu(1)
+        mask = (torch.zeros(48, 48, dtype=F64) if mask is None else mask).masked_fill(future, float("-inf"))
+    exact = math_attention(q, k, v, mask, causal, 0.0)
+    return ((out - exact).norm() / exact.norm()).item()
+
+
+@pytest.mark.parametrize("causal,with_bias", [(False, False), (True, True)])
+def test_performer_converges_to_softmax_as_features_grow(causal, with_bias):
+    errors = [sum(softmax_error(m, s, causal, with_bias) for s in range(3)) / 3 for m in (8, 64, 512, 2048)]
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] < 0.25 * errors[0], errors
+
+
+def test_performer_redraws_are_seeded_identically_across_replicas_and_differ_across_layers():
+    shape = Shape(32, 2, 2, 64, False)
+    torch.manual_seed(7)
+    rank0 = [Performer(shape, redraw_interval=2) for _ in range(2)]  # two layers
+    torch.manual_seed(7)
+    rank1 = [Performer(shape, redraw_interval=2) for _ in range(2)]
+    assert not torch.equal(rank0[0].projection, rank0[1].projection)
+    q = torch.randn(1, 2, 8, 16)
+    ctx = AttentionContext()
+    first = rank0[0].projection.clone()
+    for layer in (*rank0, *rank1):
+        layer.eval()(q, q, q, ctx)  # evaluation never redraws
+        layer.train()
+        for _ in range(3):
+            layer(q, q, q, ctx)  # calls 0, 1, 2: redraw before call 2
+    assert not torch.equal(rank0[0].projection, first)
+    for a, b in zip(rank0, rank1):
+        assert torch.equal(a.projection, b.projection)
+    assert rank0[0].diagnostics() == {"feature_redraws": 1.0}
+
+
+def test_performer_configuration_is_validated():
+    assert default_nb_features(32) == 110 and default_nb_features(16) == 44 and default_nb_features(128) == 622
+    shape = Shape(32, 2, 1, 64, False)
+    assert Performer(shape).nb_features == 44
+    with pytest.raises(ConfigError, match="attn.nb_features=45 is odd"):
+        Performer(shape, nb_features=45, rope_mode="numerator")
+    with pytest.raises(ConfigError, match="attn.redraw_interval=0"):
+        Performer(shape, redraw_interval=0)
+    with pytest.raises(ConfigError, match="attn.rope_mode='post'"):
+        Linear(shape, rope_mode="post")
+
+
+@pytest.mark.parametrize("make", [Linear, Performer])
+def test_kernelized_variants_refuse_content_bias(make):
+    q, k, v = qkv(T=T, D=D, H=H)
+    with pytest.raises(ConfigError, match="content logit bias"):
+        make(Shape(D * H, H, 1, 64, False)).double()(q, k, v, AttentionContext(bias=ContentBias()))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_toeplitz_path_gradients_match_explicit_form(causal):
+    """Backward through the FFT path (checkpointed per feature block) equals autograd of the O(T²) form."""
+    g = torch.Generator().manual_seed(3)
+    phi_q, phi_k = (torch.rand(2, H, 20, 6, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, H, 20, 4, generator=g, dtype=F64, requires_grad=True)
+    table = torch.randn(H, 39, generator=g, dtype=F64, requires_grad=True)
+    w = torch.randn(2, H, 20, 4, generator=g, dtype=F64)  # a random cotangent
+
+    out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal,
+                               relative_coefficients(table, 20, causal))
+    grads = torch.autograd.grad((out * w).sum(), (phi_q, phi_k, v, table))
+    ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=RelativeBias(table, 20, 20))
+    ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, table))
+    for a, b in zip(grads, ref_grads):
+        assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_exact_causal_path_keeps_a_tiny_but_real_weight():
+    """Query 0 sees only key 0, whose kernel value is e^-40 of a future key's: still its whole output."""
+    phi_q = torch.ones(1, 1, 2, 1, dtype=F64)
+    phi_k = torch.tensor([math.exp(-40.0), 1.0], dtype=F64).view(1, 1, 2, 1)
+    v = torch.tensor([3.0, -1.0], dtype=F64).view(1, 1, 2, 1)
+    out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal=True)
+    assert_close(out[0, 0, 0], torch.tensor([3.0], dtype=F64))

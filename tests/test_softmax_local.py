@@ -1,0 +1,85 @@
+"""Softmax backends and local attention against the explicit O(T²) reference, in float64."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attention.base import AttentionContext
+from attention.local import Local, band_limits, banded_attention
+from attention.softmax import Softmax, masked_softmax
+from harness.errors import ConfigError
+from positional.base import Shape
+from tests.attn_cases import ContentBias, padding, qkv, reference_softmax, relative_bias, rotation
+
+T, D, H = 37, 8, 3
+SHAPE = Shape(D * H, H, 1, 64, False)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias", [None, "relative", "content"])
+def test_softmax_backends_match_reference(backend, causal, bias):
+    q, k, v = qkv(T=T, D=D, H=H)
+    b = {None: None, "relative": relative_bias(H, T), "content": ContentBias()}[bias]
+    keep, rot = padding(2, T), rotation(T, D)
+    ctx = AttentionContext(rotary=rot, bias=b, causal=causal, key_padding_mask=keep)
+    out = Softmax(SHAPE, backend=backend)(q, k, v, ctx)
+    assert_close(out, reference_softmax(q, k, v, causal=causal, key_keep=keep, bias=b, rot=rot))
+
+
+def test_unknown_backend_and_xformers_without_cuda_are_refused_at_construction():
+    with pytest.raises(ConfigError, match="attn.backend='flash' is unknown"):
+        Softmax(SHAPE, backend="flash")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="use attn.backend=sdpa") as err:
+            Softmax(SHAPE, backend="xformers")
+        assert "\n" not in str(err.value)
+
+
+def test_masked_softmax_gives_zero_rows_and_finite_gradients_when_all_masked():
+    logits = torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]], requires_grad=True)
+    w = masked_softmax(logits)
+    assert_close(w[1], torch.zeros(2))
+    assert_close(w[0], torch.softmax(torch.tensor([0.0, 1.0]), -1))
+    (w * torch.randn(2, 2)).sum().backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_band_limits_definition():
+    assert band_limits(5, causal=True) == (4, 0)  # i − 5 < j ≤ i: 5 keys
+    assert band_limits(5, causal=False) == (2, 2)  # |i − j| ≤ 2
+    assert band_limits(4, causal=False) == (2, 2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [1, 4, 7, 16, 80])
+@pytest.mark.parametrize("block", [1, 5, 16])
+def test_banded_attention_equals_softmax_with_band_mask(causal, window, block):
+    q, k, v = qkv(T=T, D=D, H=H)
+    table, keep = relative_bias(H, T), padding(2, T)
+    left, right = band_limits(window, causal)
+    out = banded_attention(q, k, v, left, right, block, table.table, keep)
+    ref = reference_softmax(q, k, v, causal=causal, key_keep=keep, bias=table, band=(left, right))
+    assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_local_variant_rotates_and_applies_band(causal):
+    q, k, v = qkv(T=T, D=D, H=H)
+    rot, b = rotation(T, D), relative_bias(H, T)
+    ctx = AttentionContext(rotary=rot, bias=b, causal=causal)
+    out = Local(Shape(D * H, H, 1, 64, causal), window=9)(q, k, v, ctx)
+    ref = reference_softmax(q, k, v, causal=causal, bias=b, rot=rot, band=band_limits(9, causal))
+    assert_close(out, ref)
+
+
+@pytest.mark.parametrize("window", [0, -3, 65])
+def test_local_window_is_validated(window):
+    with pytest.raises(ConfigError, match=f"attn.window={window}"):
+        Local(SHAPE, window=window)
+
+
+def test_local_rejects_a_content_bias_at_forward_time_too():
+    q, k, v = qkv(T=T, D=D, H=H)
+    with pytest.raises(ConfigError, match="content logit bias"):
+        Local(SHAPE, window=4)(q, k, v, AttentionContext(bias=ContentBias()))
