@@ -54,8 +54,9 @@ def _mark(cell: Cell, reasons: list[str], yes: str, no: str) -> str:
 def render_text(cells: list[Cell]) -> str:
     pos, attn, at, reasons = _grid(cells)
     width = max(len(a) for a in attn + ["refused [99]"]) + 2
-    lines = ["pos \\ attn".ljust(14) + "".join(a.ljust(width) for a in attn)]
-    lines += [p.ljust(14) + "".join(_mark(at[p, a], reasons, "ok", "refused").ljust(width) for a in attn)
+    first = max(len(p) for p in pos + ["pos \\ attn"]) + 2
+    lines = ["pos \\ attn".ljust(first) + "".join(a.ljust(width) for a in attn)]
+    lines += [p.ljust(first) + "".join(_mark(at[p, a], reasons, "ok", "refused").ljust(width) for a in attn)
               for p in pos]
     lines += [""] + [f"[{n}] {r}" for n, r in enumerate(reasons, 1)]
     return "\n".join(line.rstrip() for line in lines).rstrip() + "\n"
