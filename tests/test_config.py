@@ -12,7 +12,7 @@ from tests.conftest import ROOT, compose
 
 GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name not in ("experiment", "hydra"))
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((ROOT / "conf" / g).glob("*.yaml"))]
-SHAPE = Shape(d_model=32, n_heads=2, n_layers=2, max_len=16, causal=False)
+SHAPE = Shape(d_model=32, n_heads=2, n_layers=2, max_len=64, causal=False)
 
 
 def test_groups_present():
