@@ -84,8 +84,7 @@ def final_loss_heatmap(r: Report, path: Path) -> Path:
         if g.final.mean is not None:
             grid[rows.index(g.label), cols.index(g.attn)] = g.final.mean
     fig, ax = plt.subplots(figsize=(max(7.0, 2.2 * len(cols) + 4), 0.7 * len(rows) + 2.5), layout="constrained")
-    cmap = plt.get_cmap("viridis_r").copy()  # darker = higher loss = worse
-    cmap.set_bad("lightgrey")
+    cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # darker = higher loss = worse
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
     for g in r.groups:
         text = g.final.fmt(3).replace(" ± ", "\n± ") if g.final.mean is not None else g.status
