@@ -125,7 +125,7 @@ def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
             client.log_batch(run_id, params=items[i : i + 100])
         yield client, run_id
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C (Lightning turns it into exit(1)), SIGTERM in a sweep
         status = "KILLED"
         raise
     except Exception as e:
