@@ -7,6 +7,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness.errors import ConfigError
@@ -16,9 +17,14 @@ from harness.errors import ConfigError
 def main(cfg: DictConfig) -> float:
     from harness.train import format_summary, train
 
-    choices = HydraConfig.get().runtime.choices
+    hydra_cfg = HydraConfig.get()
+    choices = {g: hydra_cfg.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
+    if hydra_cfg.mode == RunMode.MULTIRUN:  # a cell of a sweep: record any failure, never stop the sweep
+        from harness.sweep import job_sweep_tags, run_cell
+
+        return run_cell(cfg, choices, job_sweep_tags())
     try:
-        summary = train(cfg, {g: choices[g] for g in ("pos", "attn", "task", "data")})
+        summary = train(cfg, choices)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

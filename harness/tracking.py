@@ -3,6 +3,8 @@
 Contract (reports depend on these names): run name ``pos=<p> attn=<a> seed=<s>``; tags
 ``pos attn task data seed git_sha corpus_sha256``; params = the flattened resolved config;
 metrics ``train/loss val/loss val/bpc train/tokens_per_s lr`` at the optimizer step.
+A run that raises ends FAILED with tags ``failure`` (incompatible | diverged | error) and
+``failure_reason``; sweep children also carry ``mlflow.parentRunId`` and ``sweep_id``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from urllib.parse import urlparse
 
 from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
+
+from harness.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,6 +91,24 @@ def experiment_id(client, name: str, uri: str) -> str:
         return found.experiment_id
 
 
+# Exception type -> ``failure`` tag; anything else is "error". A ConfigError is a refusal
+# (e.g. an incompatible scheme × attention pairing), FloatingPointError a NaN/inf loss.
+FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (ConfigError, "incompatible"), (FloatingPointError, "diverged"))
+
+
+def failure_tags(exc: BaseException) -> dict[str, str]:
+    # hydra's instantiate wraps what a constructor raises (InstantiationException): look
+    # through the cause chain for the error that says what went wrong
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 10:
+        chain.append(chain[-1].__cause__)
+    kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)),
+                       ("error", exc))
+    reason = " ".join(f"{type(cause).__name__}: {cause}".split())  # one line, for the runs table
+    return {"failure": kind, "failure_reason": reason[:1000]}
+
+
 @contextmanager
 def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
                params: dict[str, str]) -> Iterator[tuple[Any, str]]:
@@ -103,8 +125,13 @@ def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
             client.log_batch(run_id, params=items[i : i + 100])
         yield client, run_id
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C (Lightning turns it into exit(1)), SIGTERM in a sweep
         status = "KILLED"
+        raise
+    except Exception as e:
+        for key, value in failure_tags(e).items():
+            client.set_tag(run_id, key, value)
+        e.mlflow_run_id = run_id  # tells a sweep job the failure is already on record
         raise
     finally:
         client.set_terminated(run_id, status=status)

@@ -63,20 +63,31 @@ def run_name(choices: dict[str, str], seed: int) -> str:
     return name if choices["task"] == "mlm" else f"{name} task={choices['task']}"
 
 
-def train(cfg: DictConfig, choices: dict[str, str]) -> Summary:
-    """``choices``: the config-group option names (pos, attn, task, data), for names and tags."""
+def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
+    """The grid coordinates every run carries, known before anything is built."""
+    from harness.tracking import git_sha
+
+    return {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
+            "seed": str(cfg.seed), "git_sha": git_sha()}
+
+
+def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] | None = None) -> Summary:
+    """``choices``: the config-group option names (pos, attn, task, data), for names and tags.
+    ``extra_tags``: added to the run's tags (a sweep passes its parent run id and sweep id)."""
     import lightning as L
 
     from harness.corpus import Corpus
     from harness.data import make_loaders
+    from harness.lengths import evaluate_lengths, log_lengths, requested_lengths
     from harness.model import Transformer
     from harness.module import LanguageModel, Throughput
-    from harness.tracking import MlflowTracker, flatten, git_sha, mlflow_run, resolve_tracking_uri
+    from harness.tracking import MlflowTracker, flatten, mlflow_run, resolve_tracking_uri
 
     started = time.perf_counter()
     L.seed_everything(cfg.seed, verbose=False)
     data = DataConfig(**{k: v for k, v in cfg.data.items() if k in DataConfig.__dataclass_fields__})
     _check_optim(cfg)
+    lengths = requested_lengths(cfg)
     tokenizer = instantiate(cfg.tokenizer)
     objective = instantiate(cfg.task, tokenizer=tokenizer)
     model = Transformer(instantiate(cfg.model), tokenizer.vocab_size, data.seq_len, objective.causal,
@@ -91,8 +102,7 @@ def train(cfg: DictConfig, choices: dict[str, str]) -> Summary:
 
     uri = resolve_tracking_uri(cfg.logger.tracking_uri)
     name = run_name(choices, cfg.seed)
-    tags = {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
-            "seed": str(cfg.seed), "git_sha": git_sha(), "corpus_sha256": corpus.sha256}
+    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **(extra_tags or {})}
     resolved = OmegaConf.to_container(cfg, resolve=True)
     params = {**flatten(resolved), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
               "model.n_params": str(model.num_params())}
@@ -107,6 +117,9 @@ def train(cfg: DictConfig, choices: dict[str, str]) -> Summary:
             trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
         final = module.val_results[-1]
         tracker.flush()
+        if lengths:
+            log_lengths(client, run_id, final["step"], tokenizer.byte_level,
+                        evaluate_lengths(module, corpus, tokenizer, objective, data, lengths))
         _log_texts(client, run_id, model.pos.artifacts())
     return Summary(run_id, name, uri, cfg.logger.experiment, final["val/loss"], final.get("val/bpc"),
                    final["step"], throughput.mean, model.num_params(), time.perf_counter() - started)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,41 @@ def train_tiny_shared(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         yield _tiny_trainer(uri)
+
+
+@dataclass
+class SweepResult:
+    """A `python run.py -m ...` subprocess run into its own store, read back from MLflow."""
+
+    uri: str
+    sweep_dir: Path
+    proc: subprocess.CompletedProcess
+    client: object  # MlflowClient
+    parent: object | None  # mlflow Run
+    children: list
+
+    def child(self, pos: str):
+        return next(r for r in self.children if r.data.tags["pos"] == pos)
+
+
+def run_sweep(tmp: Path, *overrides: str) -> SweepResult:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    sweep_dir = tmp / "multirun"
+    proc = subprocess.run([sys.executable, "run.py", "-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, capture_output=True,
+                          text=True, timeout=300)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("posbench")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    parent = next((r for r in runs if r.data.tags.get("sweep_role") == "parent"), None)
+    children = [r for r in runs if r is not parent]
+    return SweepResult(uri, sweep_dir, proc, client, parent, children)
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory) -> SweepResult:
+    """One 2-cell sweep shared by the sweep, report and dashboard tests (~15 s):
+    pos=rope,learned with eval.lengths=[16,64] (learned's table holds data.seq_len=32)."""
+    return run_sweep(tmp_path_factory.mktemp("tiny_sweep"), "pos=rope,learned", "eval.lengths=[16,64]")

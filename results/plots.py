@@ -1,0 +1,136 @@
+"""The report's PNG plots (matplotlib, headless Agg backend).
+
+One colour per scheme throughout, one panel per attention variant; every title names the
+sweep; losses in nats/token, time in optimizer steps.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on CI or a server; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from results.report import Cell, Group, Report  # noqa: E402
+
+LOSS = "val loss (nats/token)"
+
+
+def draw_all(r: Report, out_dir: Path) -> list[Path]:
+    colours = scheme_colours(r.groups)
+    paths = [val_loss_curves(r, colours, out_dir / "val_loss_curves.png"),
+             final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png")]
+    if any(g.at_length for g in r.groups):
+        paths.append(loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png"))
+    return [p for p in paths if p is not None]
+
+
+def scheme_colours(groups: list[Group]) -> dict[str, tuple]:
+    labels = list(dict.fromkeys(g.label for g in groups))
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
+def _title(fig, *lines: str, fontsize: float = 10) -> None:
+    """Wrapped to the figure's width: sweep names can be long and must stay readable."""
+    chars = int(fig.get_figwidth() * 72 / (0.6 * fontsize))  # ≈ characters per line at this size
+    fig.suptitle("\n".join(textwrap.fill(line, chars) for line in lines), fontsize=fontsize)
+
+
+def _panels(r: Report, title: str, width: float = 5.5):
+    attns = list(dict.fromkeys(g.attn for g in r.groups))
+    fig, axes = plt.subplots(1, len(attns), figsize=(width * len(attns) + 1.5, 4.8), sharey=True, squeeze=False,
+                             layout="constrained")
+    _title(fig, title, r.title)
+    return fig, dict(zip(attns, axes[0]))
+
+
+def mean_curve(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps every cell evaluated at, the mean loss there and the sample std (0 for one cell)."""
+    steps = sorted(set.intersection(*(set(s for s, _ in c.val) for c in cells)))
+    values = np.array([[dict(c.val)[s] for s in steps] for c in cells])  # (seeds, steps)
+    std = values.std(axis=0, ddof=1) if len(cells) > 1 else np.zeros(len(steps))
+    return np.array(steps), values.mean(axis=0), std
+
+
+def val_loss_curves(r: Report, colours: dict, path: Path) -> Path:
+    fig, panels = _panels(r, "Validation loss during training (mean ± std over seeds)")
+    for attn, ax in panels.items():
+        for g in (g for g in r.groups if g.attn == attn):
+            done = [c for c in g.cells if c.finished and c.val]
+            if not done:
+                continue
+            steps, mean, std = mean_curve(done)
+            ax.plot(steps, mean, marker="o", ms=3, color=colours[g.label], label=f"{g.label} (n={len(done)})")
+            ax.fill_between(steps, mean - std, mean + std, color=colours[g.label], alpha=0.2, linewidth=0)
+        ax.set(title=f"attn={attn}", xlabel="optimizer step", ylabel=LOSS)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(title="pos", fontsize=8)
+    return _save(fig, path)
+
+
+def final_loss_heatmap(r: Report, path: Path) -> Path:
+    rows = list(dict.fromkeys(g.label for g in r.groups))
+    cols = list(dict.fromkeys(g.attn for g in r.groups))
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for g in r.groups:
+        if g.final.mean is not None:
+            grid[rows.index(g.label), cols.index(g.attn)] = g.final.mean
+    fig, ax = plt.subplots(figsize=(max(7.0, 2.2 * len(cols) + 4), 0.7 * len(rows) + 2.5), layout="constrained")
+    cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # darker = higher loss = worse
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
+    for g in r.groups:
+        text = g.final.fmt(3).replace(" ± ", "\n± ") if g.final.mean is not None else g.status
+        ax.text(cols.index(g.attn), rows.index(g.label), text, ha="center", va="center", fontsize=9,
+                color=_ink(image, g.final.mean))
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)")
+    _title(fig, "Final val loss (nats/token), mean ± std over seeds", r.title)
+    if not np.isnan(grid).all():
+        fig.colorbar(image, ax=ax, label="final " + LOSS)
+    return _save(fig, path)
+
+
+def _ink(image, value: float | None) -> str:
+    """Black on light cells, white on dark ones (perceived luminance of the cell colour)."""
+    if value is None:
+        return "black"
+    red, green, blue, _ = image.cmap(image.norm(value))
+    return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+
+
+def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
+    fig, panels = _panels(r, "Length extrapolation: val loss of the final model vs evaluation length")
+    train_lens = {c.train_len for c in r.cells if c.train_len}
+    for attn, ax in panels.items():
+        for g in (g for g in r.groups if g.attn == attn and g.at_length):
+            lengths = sorted(g.at_length)
+            mean = np.array([g.at_length[n].mean for n in lengths])
+            std = np.array([g.at_length[n].std or 0.0 for n in lengths])
+            skipped = sorted({n for c in g.cells for n in c.skipped_lengths})
+            label = g.label + (f" (n/a at {', '.join(map(str, skipped))})" if skipped else "")
+            ax.errorbar(lengths, mean, yerr=std, marker="o", capsize=3, color=colours[g.label], label=label)
+        for n in sorted(train_lens):
+            ax.axvline(n, color="grey", linestyle=":", label=f"training length {n}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(r.lengths, [str(n) for n in r.lengths])
+        ax.minorticks_off()
+        ax.set(title=f"attn={attn}", xlabel="evaluation length (tokens, log scale)", ylabel=LOSS)
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(title="pos", fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,120 @@
+"""Reading a sweep back from the MLflow store into report cells.
+
+A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its children carry
+``mlflow.parentRunId`` (MLflow's own nesting tag, which the UI understands) and ``sweep_id``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from results.report import GRID_KEYS, LENGTH_METRIC, SKIPPED_TAG, Cell
+
+PARENT_FILTER = "tags.sweep_role = 'parent'"
+
+
+@dataclass
+class Sweep:
+    experiment: str
+    experiment_id: str
+    sweep_id: str | None  # None: every posbench run of the experiment, no sweep
+    parent: object | None  # mlflow Run
+    runs: list  # mlflow Run, the children
+
+    @property
+    def title(self) -> str:
+        if self.parent is None:
+            return f"posbench · experiment {self.experiment}"
+        return f"posbench · {self.parent.info.run_name} ({self.sweep_id})"
+
+
+def search_all(client, experiment_id: str, filter_string: str = "", order_by: list[str] | None = None) -> list:
+    runs, token = [], None
+    while True:  # search_runs pages at max_results
+        page = client.search_runs([experiment_id], filter_string, max_results=1000, order_by=order_by,
+                                  page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
+    """The given sweep, else the latest sweep of the experiment, else all its posbench runs."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise LookupError(f"no experiment {experiment!r} in this store; pass --tracking-uri or set MLFLOW_TRACKING_URI")
+    where = PARENT_FILTER + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else "")
+    parents = client.search_runs([exp.experiment_id], where, max_results=1, order_by=["attributes.start_time DESC"])
+    if parents:
+        parent = parents[0]
+        children = search_all(client, exp.experiment_id, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+        return Sweep(experiment, exp.experiment_id, parent.data.tags["sweep_id"], parent, children)
+    if sweep_id:
+        raise LookupError(f"no sweep {sweep_id!r} in experiment {experiment!r}; omit --sweep for the latest one")
+    runs = [r for r in search_all(client, exp.experiment_id) if "pos" in r.data.tags]
+    return Sweep(experiment, exp.experiment_id, None, None, runs)
+
+
+def cell_of(client, run) -> Cell:
+    tags, params = run.data.tags, run.data.params
+    status, reason = _status(run)
+    history = client.get_metric_history(run.info.run_id, "val/loss") if status != "incompatible" else []
+    throughput = client.get_metric_history(run.info.run_id, "train/tokens_per_s") if history else []
+    return Cell(
+        run_id=run.info.run_id, name=run.info.run_name, label=tags.get("sweep_cell") or run.info.run_name,
+        pos=tags.get("pos", "?"), attn=tags.get("attn", "?"), seed=tags.get("seed", "?"),
+        status=status, reason=reason, variant=_variant(tags.get("sweep_cell", "")),
+        val=sorted((m.step, m.value) for m in history),
+        # mean of the logged windows: each covers the same number of training steps
+        tokens_per_s=sum(m.value for m in throughput) / len(throughput) if throughput else None,
+        n_params=int(params["model.n_params"]) if "model.n_params" in params else None,
+        train_len=int(params["data.seq_len"]) if params.get("data.seq_len", "").isdigit() else None,
+        at_length={int(m[1]): v for k, v in run.data.metrics.items() if (m := LENGTH_METRIC.match(k))},
+        skipped_lengths={int(m[1]): v for k, v in tags.items() if (m := SKIPPED_TAG.match(k))},
+        job=int(tags.get("sweep_job", 0)) if tags.get("sweep_job", "0").isdigit() else 0,
+    )
+
+
+def cells_of(client, sweep: Sweep) -> list:
+    cells = [cell_of(client, run) for run in sweep.runs]
+    if sweep.sweep_id is None:  # no job numbers: order by start time
+        order = {r.info.run_id: r.info.start_time for r in sweep.runs}
+        for c in cells:
+            c.job = order[c.run_id]
+    return cells
+
+
+def _status(run) -> tuple[str, str]:
+    tags = run.data.tags
+    if run.info.status == "FINISHED":
+        return "finished", ""
+    if run.info.status == "FAILED":
+        return tags.get("failure", "error"), tags.get("failure_reason", "")
+    return run.info.status.lower(), tags.get("failure_reason", "")  # killed, running, scheduled
+
+
+def _variant(cell: str) -> str:
+    """The swept overrides of a cell other than pos/attn/seed, e.g. ``optim.optimizer.lr=1e-4``."""
+    return " ".join(o for o in cell.split() if o.split("=", 1)[0].lstrip("+~") not in GRID_KEYS)
+
+
+def regenerate_command(sweep: Sweep) -> str:
+    flag = f" --sweep {sweep.sweep_id}" if sweep.sweep_id else ""
+    return f"python -m results report --experiment {sweep.experiment}{flag} --out results/{sweep.experiment}/"
+
+
+def generate(client, sweep: Sweep, out_dir, target: float | None = None) -> list:
+    """Write the report of ``sweep`` into out_dir; the paths written."""
+    from pathlib import Path
+
+    from results.report import build_report, write_report
+
+    header = [f"Experiment `{sweep.experiment}`"
+              + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
+              + f", {len(sweep.runs)} runs"
+              + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "") + ".",
+              "",
+              f"Regenerate: `{regenerate_command(sweep)}`"]
+    report = build_report(cells_of(client, sweep), sweep.title, header, target)
+    return write_report(report, Path(out_dir))

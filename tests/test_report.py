@@ -1,0 +1,116 @@
+"""The comparison report: its numbers on synthetic cells and a synthetic store, and its CLI."""
+
+import csv
+import math
+
+import pytest
+
+from results.report import Cell, build_report, default_target, mean_std, steps_to_target
+
+
+def make_cell(pos, seed, val, status="finished", attn="softmax", job=0, **kw):
+    return Cell(run_id=f"{pos}-{seed}", name=f"pos={pos} attn={attn} seed={seed}", label=f"pos={pos} seed={seed}",
+                pos=pos, attn=attn, seed=str(seed), status=status, val=val, job=job, **kw)
+
+
+CELLS = [
+    make_cell("rope", 0, [(10, 3.0), (20, 2.0)], tokens_per_s=100.0, n_params=1000, job=0),
+    make_cell("rope", 1, [(10, 2.8), (20, 2.2)], tokens_per_s=300.0, n_params=1000, job=1),
+    make_cell("learned", 0, [(10, 3.2), (20, 2.6)], tokens_per_s=200.0, n_params=1200, job=2),
+    make_cell("learned", 1, [(10, 3.1)], status="diverged", reason="FloatingPointError: nan at step 12", job=3),
+    make_cell("alibi", 0, [], status="incompatible", reason="ConfigError: incompatible pairing", job=4),
+]
+
+
+def test_mean_and_sample_std():
+    stat = mean_std([1.0, 2.0, 4.0])
+    assert stat.mean == pytest.approx(7 / 3)
+    assert stat.std == pytest.approx(math.sqrt(7 / 3))  # ((16 + 1 + 25) / 9) / (3 - 1)
+    assert mean_std([5.0]).std is None and mean_std([]).mean is None
+
+
+def test_steps_to_target_is_the_first_step_at_or_below():
+    val = [(10, 3.0), (20, 2.5), (30, 2.6), (40, 2.4)]
+    assert steps_to_target(val, 2.55) == 20
+    assert steps_to_target(val, 2.5) == 20
+    assert steps_to_target(val, 2.0) is None
+
+
+def test_groups_over_seeds():
+    assert default_target(CELLS) == 2.6  # worst finished final loss; the diverged cell is ignored
+    report = build_report(CELLS, "t", [])
+    rope, learned, alibi = report.groups
+    assert (rope.pos, rope.final.mean, rope.final.n) == ("rope", pytest.approx(2.1), 2)
+    assert rope.final.std == pytest.approx(math.sqrt(0.02))  # finals 2.0, 2.2
+    assert rope.best.mean == pytest.approx(2.1)
+    assert rope.steps.mean == 20  # both seeds first at or below 2.6 at step 20
+    assert rope.tokens_per_s.mean == 200.0 and rope.n_params == 1000
+    assert (learned.final.mean, learned.final.n, learned.status) == (2.6, 1, "1 finished, 1 diverged")
+    assert alibi.status == "incompatible" and alibi.final.mean is None
+    explicit = build_report(CELLS, "t", [], target=2.9)
+    assert explicit.groups[0].steps.mean == 15  # seed 0 reaches 2.9 at step 20, seed 1 at step 10
+
+
+def write_synthetic_store(uri: str) -> str:
+    """A parent + three children as the sweep writes them; returns the sweep id."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("synthetic")
+    parent = client.create_run(exp, run_name="sweep pos=rope,learned seed=0,1",
+                               tags={"sweep_role": "parent", "sweep_id": "s1"}).info.run_id
+    cells = [("rope", 0, [3.2, 2.0], None), ("rope", 1, [2.9, 2.4], None), ("learned", 0, [3.3, 3.1], None),
+             ("learned", 1, [], "incompatible")]
+    for job, (pos, seed, losses, failure) in enumerate(cells):
+        tags = {"pos": pos, "attn": "softmax", "seed": str(seed), "mlflow.parentRunId": parent, "sweep_id": "s1",
+                "sweep_cell": f"pos={pos} seed={seed}", "sweep_job": str(job)}
+        if failure:
+            tags |= {"failure": failure, "failure_reason": "ConfigError: refused"}
+        run = client.create_run(exp, run_name=f"pos={pos} attn=softmax seed={seed}", tags=tags).info.run_id
+        client.log_param(run, "model.n_params", "1234")
+        metrics = [Metric("val/loss", v, 0, 10 * (i + 1)) for i, v in enumerate(losses)]
+        metrics += [Metric("train/tokens_per_s", v, 0, s) for s, v in ((5, 90.0), (10, 110.0))] if losses else []
+        if metrics:
+            client.log_batch(run, metrics=metrics)
+        client.set_terminated(run, status="FAILED" if failure else "FINISHED")
+    client.set_terminated(parent)
+    return "s1"
+
+
+def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
+    from results.__main__ import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_synthetic_store(uri)
+    out = tmp_path / "out"
+    assert main(["report", "--experiment", "synthetic", "--out", str(out), "--tracking-uri", uri]) == 0
+    assert {p.name for p in out.iterdir()} == {"report.md", "report.csv", "val_loss_curves.png",
+                                              "final_val_loss_heatmap.png"}
+    rows = {r["pos"]: r for r in csv.DictReader((out / "report.csv").open())}
+    rope = rows["rope"]
+    assert float(rope["final_val_loss_mean"]) == pytest.approx(2.2)
+    assert float(rope["final_val_loss_std"]) == pytest.approx(math.sqrt(0.08))  # finals 2.0, 2.4
+    assert float(rope["target_loss"]) == pytest.approx(3.1)  # learned seed 0 is the worst finished cell
+    assert float(rope["steps_to_target_mean"]) == 15  # ≤ 3.1 first at step 20 (seed 0) and 10 (seed 1)
+    assert float(rope["steps_to_target_std"]) == pytest.approx(math.sqrt(50))
+    assert float(rope["tokens_per_s_mean"]) == 100.0 and rope["n_params"] == "1234"
+    assert rows["learned"]["status"] == "1 finished, 1 incompatible"
+    md = (out / "report.md").read_text()
+    assert "sweep pos=rope,learned seed=0,1 (s1)" in md and "| rope | softmax | 0,1 | finished |" in md
+
+    assert main(["report", "--experiment", "synthetic", "--sweep", "nope", "--out", str(out),
+                 "--tracking-uri", uri]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (MLflow logs its own lines above)
+    assert last.startswith("error: no sweep 'nope' in experiment 'synthetic'; omit --sweep")
+
+
+@pytest.mark.slow
+def test_offline_report_reproduces_the_sweeps_own(tiny_sweep, tmp_path):
+    from results.__main__ import main
+
+    out = tmp_path / "rep"
+    assert main(["report", "--experiment", "posbench", "--out", str(out), "--tracking-uri", tiny_sweep.uri]) == 0
+    logged = tiny_sweep.client.download_artifacts(tiny_sweep.parent.info.run_id, "report.md", str(tmp_path))
+    assert (out / "report.md").read_text() == open(logged).read()
+    assert (out / "val_loss_vs_length.png").stat().st_size > 10_000
