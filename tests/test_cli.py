@@ -39,7 +39,10 @@ def test_multirun_logs_one_run_per_cell_in_one_experiment(store, tmp_path):
     out = run_py(["-m", "pos=rope,learned", *TINY], store, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     runs = runs_in(store)
-    assert sorted(r.data.tags["pos"] for r in runs) == ["learned", "rope"]
+    [parent] = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    children = [r for r in runs if r is not parent]
+    assert sorted(r.data.tags["pos"] for r in children) == ["learned", "rope"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
     assert {r.info.status for r in runs} == {"FINISHED"}
 
 
