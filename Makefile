@@ -9,10 +9,10 @@ TORCH ?= torch==2.13.0
 install:
 	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
 	$(PY) -m pip install -q -e ".[test]"
-	tools/ensure-chromium  # the dashboard test drives headless chromium
 
 run: install  ## default ablation: none vs learned vs RoPE, masked LM on the embedded corpus
 	$(PY) run.py -m pos=none,learned,rope
 
 test: install
+	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
 	$(PY) -m pytest -q

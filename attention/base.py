@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, IncompatiblePairing
 from positional.base import BiasKind, LogitBias, PositionalScheme, Rotary, Shape
 
 
@@ -78,7 +78,7 @@ class AttentionVariant(nn.Module):
 def check_pairing(scheme: type[PositionalScheme], variant: type[AttentionVariant]) -> None:
     reason = variant.refusal(scheme)
     if reason:
-        raise ConfigError(f"incompatible pairing: {reason}")
+        raise IncompatiblePairing(f"incompatible pairing: {reason}")
 
 
 def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:

@@ -96,7 +96,8 @@ class LanguageModel(L.LightningModule):
 
 class Throughput(L.Callback):
     """train/tokens_per_s: input tokens ÷ time inside training steps (forward, backward,
-    optimizer), so validation and logging pauses do not count against it."""
+    optimizer), so validation and logging pauses do not count against it. The first step
+    (allocator and thread-pool warm-up) is left out of the logged windows and the run mean alike."""
 
     def __init__(self, every: int = 10):
         self.every, self.tokens, self.seconds = every, 0, 0.0
@@ -107,6 +108,8 @@ class Throughput(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         dt = time.perf_counter() - self._t0
+        if trainer.global_step <= 1 and trainer.max_steps > 1:
+            return  # warm-up step
         n = batch["input_ids"].numel() * trainer.world_size
         self.tokens, self.seconds = self.tokens + n, self.seconds + dt
         self.total_tokens, self.total_seconds = self.total_tokens + n, self.total_seconds + dt

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from harness.errors import ConfigError
+from harness.errors import IncompatiblePairing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,10 +91,10 @@ def experiment_id(client, name: str, uri: str) -> str:
         return found.experiment_id
 
 
-# Exception type -> ``failure`` tag; anything else is "error". A ConfigError is a refusal
-# (e.g. an incompatible scheme × attention pairing), FloatingPointError a NaN/inf loss.
+# Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
+# the user's mistake, not a cell the grid excludes). FloatingPointError is a NaN/inf loss.
 FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
-    (ConfigError, "incompatible"), (FloatingPointError, "diverged"))
+    (IncompatiblePairing, "incompatible"), (FloatingPointError, "diverged"))
 
 
 def failure_tags(exc: BaseException) -> dict[str, str]:

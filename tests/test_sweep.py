@@ -63,12 +63,12 @@ def test_failed_cells_are_recorded_and_the_others_finish(tmp_path):
     diverged, refused, finished = by_lr["1000000.0"], by_lr["-1"], by_lr["0.001"]
     assert (diverged.info.status, diverged.data.tags["failure"]) == ("FAILED", "diverged")
     assert "loss is nan at step 2" in diverged.data.tags["failure_reason"]
-    assert (refused.info.status, refused.data.tags["failure"]) == ("FAILED", "incompatible")
+    assert (refused.info.status, refused.data.tags["failure"]) == ("FAILED", "error")  # a bad value, not a pairing
     assert "optim.optimizer.lr=-1" in refused.data.tags["failure_reason"]
     assert refused.data.tags["pos"] == "rope" and refused.data.tags["sweep_cell"] == "optim.optimizer.lr=-1"
     assert finished.info.status == "FINISHED" and "failure" not in finished.data.tags
     out = s.proc.stdout
-    assert "diverged" in out and "incompatible" in out and "exit 1" in out
+    assert "diverged" in out and "error" in out and "exit 1" in out
     assert REPORT_FILES <= {a.path for a in s.client.list_artifacts(s.parent.info.run_id)}
 
 
@@ -153,7 +153,7 @@ def test_incompatible_pairing_is_a_failed_child_run(cell, monkeypatch):
     [run] = runs
     assert run.info.status == "FAILED"
     assert run.data.tags["failure"] == "incompatible"
-    assert run.data.tags["failure_reason"] == "ConfigError: incompatible pairing: cannot honour this scheme (test)"
+    assert run.data.tags["failure_reason"] == "IncompatiblePairing: incompatible pairing: cannot honour this scheme (test)"
     assert run.data.tags["mlflow.parentRunId"] == callback.record.parent_run_id
     assert run.data.tags["pos"] == "learned" and run.info.run_name == "pos=learned attn=softmax seed=0"
 
