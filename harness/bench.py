@@ -188,12 +188,10 @@ class Spec:
 
 
 def _compose(spec: Spec):
-    from hydra import compose, initialize_config_dir
+    from harness.compose import compose
 
-    overrides = [f"pos={spec.pos}", f"attn={spec.attn}", f"model={spec.model}", "model.dropout=0.0",
-                 f"data.seq_len={spec.seq_len}", *spec.attn_overrides]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return compose([f"pos={spec.pos}", f"attn={spec.attn}", f"model={spec.model}", "model.dropout=0.0",
+                    f"data.seq_len={spec.seq_len}", *spec.attn_overrides])
 
 
 def build_posbench(spec: Spec):

@@ -165,7 +165,10 @@ class MlflowSweep(Callback):
         from harness.tracking import _client, experiment_id, git_sha, resolve_tracking_uri
 
         overrides = list(config.hydra.overrides.task)
-        name, swept = sweep_name(overrides)
+        # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
+        params = config.hydra.sweeper.get("params") or {}
+        preset_axes = [f"{k}={v}" for k, v in params.items() if not any(o.startswith(f"{k}=") for o in overrides)]
+        name, swept = sweep_name(overrides + preset_axes)
         uri = resolve_tracking_uri(config.logger.tracking_uri)
         self.client = _client(uri)
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]

@@ -65,10 +65,15 @@ def run_name(choices: dict[str, str], seed: int) -> str:
 
 def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
     """The grid coordinates every run carries, known before anything is built."""
+    import platform
+
+    import torch
+
     from harness.tracking import git_sha
 
     return {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
-            "seed": str(cfg.seed), "git_sha": git_sha()}
+            "seed": str(cfg.seed), "git_sha": git_sha(), "python": platform.python_version(),
+            "torch": torch.__version__}
 
 
 def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] | None = None) -> Summary:

@@ -1,4 +1,5 @@
 """``python -m results report --experiment NAME [--sweep SWEEP_ID] --out results/NAME/``
+``python -m results paper --preset NAME [--scale toy|paper] [--sweep SWEEP_ID]``
 
 Rebuilds a sweep's comparison report (report.md, report.csv, PNG plots) from the MLflow
 store; without --sweep, the experiment's latest sweep (or all its runs if it has none).
@@ -21,7 +22,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss")
     report.add_argument("--tracking-uri", default=None,
                         help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db")
+    paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
+    paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
+    paper.add_argument("--scale", default="toy", choices=["toy", "paper"])
+    paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
+    paper.add_argument("--out", default=None, help="default: results/<preset>/")
+    paper.add_argument("--tracking-uri", default=None)
     args = parser.parse_args(argv)
+    if args.command == "paper":
+        from results.paper import main as paper_main
+
+        return paper_main(args)
 
     from harness.tracking import _client, resolve_tracking_uri
     from results.store import find_sweep, generate

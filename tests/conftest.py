@@ -29,11 +29,10 @@ TINY = [
 
 
 def compose(overrides: list[str] = ()):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    """The composed config, hydra node included (tests read hydra.runtime.choices)."""
+    from harness.compose import compose as harness_compose
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
-
+    return harness_compose(overrides, hydra=True)
 
 def choices_of(cfg) -> dict[str, str]:
     return {g: cfg.hydra.runtime.choices[g] for g in ("pos", "attn", "task", "data")}

@@ -1,0 +1,15 @@
+"""Compose the project's Hydra config outside ``run.py`` (benchmarks, reports, tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose(overrides: list[str] = (), hydra: bool = False):
+    """The config ``python run.py <overrides>`` would see (with ``hydra`` to keep its hydra node)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)

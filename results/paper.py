@@ -1,0 +1,174 @@
+"""Paper-claim reports: ``python -m results paper --preset NAME [--scale toy] [--sweep ID]``.
+
+Reads the preset's claim (conf/experiment/<preset>.yaml ``claim``) and its latest sweep from
+MLflow, writes the comparison report (report.md, report.csv, plots) plus README.md with the
+claim, the command, the environment, each comparison's difference with a 95 % confidence
+interval, and a one-sentence verdict; then refreshes the index results/README.md.
+
+Statistics: arms are compared on the per-seed final value of a metric; Δ = mean(lower) −
+mean(than) with Welch's t interval (unequal variances). A comparison *supports* the claim when
+the whole interval lies on the claimed side of 0, *contradicts* it when it lies on the other
+side, and is *inconclusive* otherwise (always so with fewer than 2 seeds per arm).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Outcome:
+    text: str  # one line for the table
+    verdict: str  # supports | contradicts | inconclusive
+
+
+def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """(Δ, low, high) for mean(a) − mean(b), or None when either arm has < 2 values."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy import stats
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t.ppf(0.5 + level / 2, df) * se
+    return diff, diff - half, diff + half
+
+
+def compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
+    """One claim comparison: ``{metric, lower, than}`` or ``{metric, below, cell}``."""
+    metric = comparison["metric"]
+    if "below" in comparison:
+        xs, limit = values[comparison["cell"]], comparison["below"]
+        shown = ", ".join(f"{x:.4g}" for x in xs) or "no finished run"
+        verdict = ("supports" if xs and max(xs) < limit else
+                   "contradicts" if xs and min(xs) >= limit else "inconclusive")
+        return Outcome(f"{metric} of {comparison['cell']} < {limit}: per seed {shown}", verdict)
+    lower, than = values[comparison["lower"]], values[comparison["than"]]
+    ci = welch_interval(lower, than)
+    head = f"{metric}: {comparison['lower']} − {comparison['than']}"
+    if ci is None:
+        return Outcome(f"{head}: n = {len(lower)} vs {len(than)}, too few seeds for an interval", "inconclusive")
+    diff, low, high = ci
+    verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(lower)} vs {len(than)})",
+                   verdict)
+
+
+def overall(outcomes: list[Outcome]) -> str:
+    if not outcomes:
+        return "no claim to test"
+    if any(o.verdict == "contradicts" for o in outcomes):
+        return "not reproduced"
+    return "reproduced" if all(o.verdict == "supports" for o in outcomes) else "inconclusive"
+
+
+def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]:
+    """Per arm (an override such as ``pos=rope``), the metric's final value of each finished seed."""
+    values: dict[str, list[float]] = {}
+    for comparison in comparisons:
+        for arm in (comparison.get(k) for k in ("lower", "than", "cell")):
+            if arm is None or arm in values:
+                continue
+            members = [c for c in cells if c.finished and arm in c.label.split()]
+            values[arm] = [_final(client, c, comparison["metric"]) for c in members]
+            values[arm] = [v for v in values[arm] if v is not None]
+    return values
+
+
+def _final(client, cell, metric: str) -> float | None:
+    if metric == "val/loss":
+        return cell.final_loss
+    return client.get_run(cell.run_id).data.metrics.get(metric)
+
+
+def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out: Path) -> str:
+    from results.store import cells_of, generate
+
+    out.mkdir(parents=True, exist_ok=True)
+    generate(client, sweep, out)
+    cells = cells_of(client, sweep)
+    outcomes = [compare(c, arm_values(client, cells, claim["comparisons"])) for c in claim["comparisons"]]
+    verdict = overall(outcomes)
+    tags = sweep.runs[0].data.tags if sweep.runs else {}
+    lines = [
+        f"# {preset} ({scale} scale)",
+        "",
+        f"**Claim** ({claim['source']}): {claim['statement']}",
+        "",
+        f"**Verdict: {verdict} at {scale} scale.** " + " ".join(f"{o.text} → {o.verdict}." for o in outcomes),
+        "",
+        f"Command: `python run.py -m experiment={preset} scale={scale}`, then "
+        f"`python -m results paper --preset {preset} --scale {scale}"
+        + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.",
+        "",
+        f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
+        f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} (data={tags.get('data', '?')}).",
+        "",
+        "## Comparisons",
+        "",
+        "| comparison | outcome |",
+        "|---|---|",
+        *[f"| {o.text} | {o.verdict} |" for o in outcomes],
+        "",
+        "## Sweep report",
+        "",
+        (out / "report.md").read_text().split("\n", 1)[1].strip(),
+    ]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    write_index(out.parent)
+    return verdict
+
+
+def write_index(results_dir: Path) -> None:
+    """results/README.md: one line per preset report, with its verdict line."""
+    rows = []
+    for readme in sorted(results_dir.glob("*/README.md")):
+        text = readme.read_text().splitlines()
+        verdict = next((line for line in text if line.startswith("**Verdict")), "")
+        rows.append(f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
+                    f"{verdict.split('**')[1] if verdict else '—'} |")
+    (results_dir / "README.md").write_text("\n".join([
+        "# results/",
+        "",
+        "Reports produced by posbench's own commands, each with the command that regenerates it; nothing here",
+        "is hand-edited. Paper presets: `python run.py -m experiment=<preset>` then",
+        "`python -m results paper --preset <preset>`; benchmarks: `python -m harness.bench`.",
+        "",
+        "| report | what | verdict / summary |",
+        "|---|---|---|",
+        *rows,
+    ]) + "\n")
+
+
+def main(args) -> int:
+    """Called by ``python -m results paper``."""
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from harness.compose import compose
+    from harness.tracking import _client, resolve_tracking_uri
+    from results.store import find_sweep
+
+    cfg = compose([f"experiment={args.preset}", f"scale={args.scale}"])
+    claim = OmegaConf.to_container(cfg.claim, resolve=True)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    client = _client(uri)
+    try:
+        sweep = find_sweep(client, cfg.logger.experiment, args.sweep)
+    except LookupError as e:
+        print(f"error: {e} (store: {uri}); run `python run.py -m experiment={args.preset}` first", file=sys.stderr)
+        return 2
+    out = Path(args.out or ROOT / "results" / args.preset)
+    verdict = write_paper_report(client, sweep, args.preset, args.scale, claim, out)
+    print(f"{args.preset}: {verdict} ({out / 'README.md'})")
+    return 0

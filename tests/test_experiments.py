@@ -1,0 +1,57 @@
+"""Paper presets (conf/experiment): each composes at both scales, every swept cell builds, and
+every claim comparison names cells the sweep really produces."""
+
+import itertools
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT, compose
+
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+
+
+def sweep_cells(cfg) -> list[list[str]]:
+    """The override lists the basic sweeper expands hydra.sweeper.params into (no glob here)."""
+    params = cfg.hydra.sweeper.params
+    axes = [[f"{k}={v}" for v in str(values).split(",")] for k, values in params.items()
+            if not str(values).startswith("glob(")]
+    return [list(c) for c in itertools.product(*axes)]
+
+
+def test_the_seven_presets_exist():
+    assert set(PRESETS) == {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta",
+                            "su_linear_rope", "alibi_extrapolation", "grid"}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("scale", ["toy", "paper"])
+def test_preset_composes_and_names_its_claim(preset, scale):
+    cfg = compose([f"experiment={preset}", f"scale={scale}"])
+    assert cfg.logger.experiment == f"paper-{preset}"
+    assert cfg.claim.source and cfg.claim.statement
+    assert cfg.hydra.sweeper.params, "a preset is a sweep"
+    toy_steps = compose([f"experiment={preset}"]).trainer.max_steps
+    assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 300)
+    labels = {o for cell in sweep_cells(cfg) for o in cell}
+    for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
+        for side in ("lower", "than", "cell"):
+            if side in comparison:
+                assert comparison[side] in labels, f"{comparison[side]} is not a cell of the sweep"
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p != "grid"])
+def test_every_toy_cell_builds_its_model(preset):
+    from harness.model import Transformer
+    from harness.tokenizer import ByteTokenizer
+    from harness.train import instantiate
+
+    base = compose([f"experiment={preset}"])
+    for cell in sweep_cells(base):
+        if cell[-1].startswith("seed=") and cell[-1] != "seed=0":
+            continue
+        cfg = compose([f"experiment={preset}", *cell])
+        task = instantiate(cfg.task, tokenizer=ByteTokenizer())
+        model = Transformer(instantiate(cfg.model), 258, cfg.data.seq_len, task.causal,
+                            pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+        assert model.num_params() > 0

@@ -1,0 +1,58 @@
+"""Paper-claim reports: the statistics against textbook values, verdict rules, and one preset end to end."""
+
+import argparse
+
+import pytest
+
+from results.paper import Outcome, compare, overall, welch_interval
+
+
+def test_welch_interval_matches_the_textbook_formula():
+    a, b = [1.0, 2.0, 3.0], [4.0, 6.0, 8.0, 10.0]
+    diff, low, high = welch_interval(a, b)
+    # means 2 and 7; variances 1 and 20/3; se² = 1/3 + 5/3 = 2; Welch df = 4 / (1/18 + 25/27) = 4.0755…
+    df = 4 / ((1 / 3) ** 2 / 2 + (5 / 3) ** 2 / 3)
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, df) * 2**0.5
+    assert diff == -5.0 and low == pytest.approx(-5 - half) and high == pytest.approx(-5 + half)
+    assert welch_interval([1.0], [2.0, 3.0]) is None  # one seed: no interval
+
+
+@pytest.mark.parametrize("lower, than, verdict", [
+    ([1.0, 1.1, 1.05], [2.0, 2.1, 2.05], "supports"),
+    ([2.0, 2.1, 2.05], [1.0, 1.1, 1.05], "contradicts"),
+    ([1.0, 2.0, 1.5], [1.2, 1.9, 1.4], "inconclusive"),
+])
+def test_comparison_verdicts(lower, than, verdict):
+    c = {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}
+    assert compare(c, {"pos=rope": lower, "pos=learned": than}).verdict == verdict
+
+
+def test_threshold_comparison_and_overall_rule():
+    c = {"metric": "pos/theta_rel_change", "below": 0.05, "cell": "pos=rope_trainable"}
+    assert compare(c, {"pos=rope_trainable": [0.01, 0.02]}).verdict == "supports"
+    assert compare(c, {"pos=rope_trainable": [0.01, 0.2]}).verdict == "inconclusive"
+    assert compare(c, {"pos=rope_trainable": [0.1, 0.2]}).verdict == "contradicts"
+    s, c_, i = Outcome("", "supports"), Outcome("", "contradicts"), Outcome("", "inconclusive")
+    assert overall([s, s]) == "reproduced" and overall([s, i]) == "inconclusive" and overall([s, c_]) == "not reproduced"
+
+
+@pytest.mark.slow
+def test_preset_sweep_then_paper_report(tmp_path):
+    from results.paper import main
+    from results.store import find_sweep
+    from tests.conftest import run_sweep
+
+    s = run_sweep(tmp_path, "experiment=roformer_mlm", "seed=0,1")
+    assert s.proc.returncode == 0, s.proc.stderr[-2000:]
+    sweep = find_sweep(s.client, "paper-roformer_mlm")  # a preset logs to its own experiment
+    assert sorted(r.data.tags["pos"] for r in sweep.runs) == ["learned", "learned", "rope", "rope"]
+    out = tmp_path / "results" / "roformer_mlm"
+    args = argparse.Namespace(preset="roformer_mlm", scale="toy", sweep=None, out=str(out), tracking_uri=s.uri)
+    assert main(args) == 0
+    readme = (out / "README.md").read_text()
+    assert "Su et al. 2021" in readme and "val/loss: pos=rope − pos=learned" in readme
+    assert any(line.startswith("**Verdict: ") for line in readme.splitlines())
+    assert f"--sweep {sweep.sweep_id}" in readme and "torch 2." in readme
+    assert (out / "report.csv").exists() and "roformer_mlm" in (tmp_path / "results" / "README.md").read_text()
