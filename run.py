@@ -15,6 +15,7 @@ from harness.errors import ConfigError
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    from harness.distributed import rank_zero_print
     from harness.train import format_summary, train
 
     hydra_cfg = HydraConfig.get()
@@ -28,7 +29,7 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(format_summary(summary))
+    rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
     return summary.val_loss
 
 

@@ -6,9 +6,11 @@ reproducible across runs, resumes and DDP ranks.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 
 def _generator(seed: int, index: int) -> torch.Generator:
@@ -56,11 +58,16 @@ class EvalWindows(Dataset):
 
 
 def make_loaders(corpus, tokenizer, objective, seq_len: int, batch_size: int, n_train: int, seed: int,
-                 eval_batches: int | None = None) -> tuple[DataLoader, DataLoader]:
+                 eval_batches: int | None = None, world_size: int = 1,
+                 sampler: Callable[[Dataset, bool], Sampler | None] = lambda dataset, train: None,
+                 ) -> tuple[DataLoader, DataLoader]:
+    """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
+    eval_batches × batch_size × world_size windows, the same set a single process scores at the same
+    global batch. ``sampler(dataset, train)`` gives this rank's share (None: all of it)."""
     length = seq_len + objective.extra_tokens
     train = TrainWindows(tokenizer.encode(corpus.train), length, n_train, seed, objective)
     val = EvalWindows(tokenizer.encode(corpus.val), length, objective, tokenizer.pad_id)
     if eval_batches is not None:
-        val = torch.utils.data.Subset(val, range(min(len(val), eval_batches * batch_size)))
-    return (DataLoader(train, batch_size=batch_size, shuffle=False),
-            DataLoader(val, batch_size=batch_size, shuffle=False))
+        val = torch.utils.data.Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))
+    return (DataLoader(train, batch_size=batch_size, shuffle=False, sampler=sampler(train, True)),
+            DataLoader(val, batch_size=batch_size, shuffle=False, sampler=sampler(val, False)))

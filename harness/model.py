@@ -31,6 +31,7 @@ class ModelConfig:
     d_ff: int = 512
     dropout: float = 0.1
     norm: Literal["pre", "post"] = "pre"  # pre-LN (GPT-2, default) or post-LN (BERT, RoFormer)
+    compile: bool = False  # torch.compile the forward (applied by harness.train)
 
     def __post_init__(self):
         for key in ("n_layers", "d_model", "n_heads", "d_ff"):
@@ -45,6 +46,8 @@ class ModelConfig:
             raise ConfigError(f"model.dropout={self.dropout} must lie in [0, 1)")
         if self.norm not in ("pre", "post"):
             raise ConfigError(f"model.norm={self.norm!r}: use 'pre' or 'post'")
+        if not isinstance(self.compile, bool):
+            raise ConfigError(f"model.compile={self.compile!r}: use true or false")
 
 
 class Attention(nn.Module):

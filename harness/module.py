@@ -56,10 +56,17 @@ class LanguageModel(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         loss_sum, n = self._loss_sum(batch)
-        loss = loss_sum / n
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"training loss is {loss.item()} at step {self.global_step}")
-        self.log("train/loss", loss, prog_bar=True)
+        # Masked tokens per rank differ (MLM masks ~15 % at random), so each rank's own token-mean,
+        # averaged by DDP, is not the global batch's token-mean. Dividing by the global count × world
+        # size makes DDP's gradient average exactly the single-process gradient at the same global
+        # batch. On one device reduce() is the identity and this is loss_sum / n.
+        global_sum, global_n = self.trainer.strategy.reduce(
+            torch.stack([loss_sum.detach().float(), n.float()]), reduce_op="sum")
+        loss = loss_sum * self.trainer.world_size / global_n
+        mean = global_sum / global_n  # the same on every rank, so all stop together on NaN
+        if not torch.isfinite(mean):
+            raise FloatingPointError(f"training loss is {mean.item()} at step {self.global_step}")
+        self.log("train/loss", mean, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         if self.global_step % self.trainer.log_every_n_steps == 0:
             self.log_dict(self.model.diagnostics())

@@ -75,13 +75,14 @@ def run_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str
 
     Returns the final val loss, or None for a failed cell (already recorded in MLflow).
     """
+    from harness.distributed import is_rank_zero, rank_zero_print
     from harness.tracking import failure_tags
     from harness.train import format_summary, train
 
     try:
         summary = train(cfg, choices, extra_tags=sweep_tags)
     except Exception as e:
-        if not getattr(e, "mlflow_run_id", None):  # failed before its run existed: record it now
+        if not getattr(e, "mlflow_run_id", None) and is_rank_zero():  # failed before its run existed
             record_failed_cell(cfg, choices, sweep_tags, e)
         failure = failure_tags(e)
         if failure["failure"] == "error":  # a crash: the traceback is what one needs to fix it
@@ -89,7 +90,7 @@ def run_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str
         else:  # an expected outcome of a sweep (refused, diverged): one line
             print(f"{failure['failure']}: {failure['failure_reason']}", file=sys.stderr)
         return None
-    print(format_summary(summary))
+    rank_zero_print(format_summary(summary))  # SLURM tasks of one job: rank 0 speaks
     return summary.val_loss
 
 

@@ -83,6 +83,7 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
 
     from harness.corpus import Corpus
     from harness.data import make_loaders
+    from harness.distributed import Scale, check_trainer, job_ranks, rank_sampler, rank_zero_run
     from harness.lengths import evaluate_lengths, log_lengths, requested_lengths
     from harness.model import Transformer
     from harness.module import LanguageModel, Throughput
@@ -92,16 +93,25 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     L.seed_everything(cfg.seed, verbose=False)
     data = DataConfig(**{k: v for k, v in cfg.data.items() if k in DataConfig.__dataclass_fields__})
     _check_optim(cfg)
+    check_trainer(cfg.trainer)
     lengths = requested_lengths(cfg)
     tokenizer = instantiate(cfg.tokenizer)
     objective = instantiate(cfg.task, tokenizer=tokenizer)
     model = Transformer(instantiate(cfg.model), tokenizer.vocab_size, data.seq_len, objective.causal,
                         pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+    if model.cfg.compile:
+        model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     corpus: Corpus = instantiate(cfg.data.source).load()
+    # built first: its world size sizes the data, its rank decides who talks to MLflow
+    throughput = Throughput(every=cfg.trainer.log_every_n_steps)
+    tracker = MlflowTracker(None, "")  # attached to the run below (rank 0); its methods are rank-0 only
+    trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput])
+    tracker.step_of = lambda: trainer.global_step
+    scale = Scale.of(trainer, data.batch_size, cfg.optim.optimizer.lr)
     train_dl, val_dl = make_loaders(corpus, tokenizer, objective, data.seq_len, data.batch_size,
-                                    n_train=cfg.trainer.max_steps * data.batch_size
-                                    * cfg.trainer.get("accumulate_grad_batches", 1),
-                                    seed=cfg.seed, eval_batches=data.eval_batches)
+                                    n_train=scale.train_examples(cfg.trainer.max_steps), seed=cfg.seed,
+                                    eval_batches=data.eval_batches, world_size=scale.world_size,
+                                    sampler=rank_sampler(trainer))
     module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
                            byte_level=tokenizer.byte_level)
 
@@ -110,19 +120,17 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **(extra_tags or {})}
     resolved = OmegaConf.to_container(cfg, resolve=True)
     params = {**flatten(resolved), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
-              "model.n_params": str(model.num_params())}
-    with mlflow_run(uri, cfg.logger.experiment, name, tags, params) as (client, run_id):
+              "model.n_params": str(model.num_params()), **scale.params()}
+    with rank_zero_run(trainer, mlflow_run, uri, cfg.logger.experiment, name, tags, params) as (client, run_id):
+        tracker.client, tracker.run_id = client, run_id
         _log_config(client, run_id, cfg)
-        throughput = Throughput(every=cfg.trainer.log_every_n_steps)
-        tracker = MlflowTracker(client, run_id)
-        trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput])
-        tracker.step_of = lambda: trainer.global_step
-        trainer.fit(module, train_dl, val_dl)
-        if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
-            trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
+        with job_ranks(trainer):
+            trainer.fit(module, train_dl, val_dl)
+            if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
+                trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
         final = module.val_results[-1]
         tracker.flush()
-        if lengths:
+        if lengths and trainer.is_global_zero:  # logged by rank 0 only: the other ranks need not score
             log_lengths(client, run_id, final["step"], tokenizer.byte_level,
                         evaluate_lengths(module, corpus, tokenizer, objective, data, lengths))
         _log_texts(client, run_id, model.pos.artifacts())

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.utils import instantiate
 
 from attention.base import AttentionVariant
@@ -37,6 +38,8 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         instantiate(node.schedule)
         assert callable(instantiate(node.optimizer))
     elif group == "trainer":
+        if node.accelerator == "gpu" and not torch.cuda.is_available():  # the GPU presets, on a CPU machine
+            node = compose([f"{group}={option}", "trainer.accelerator=cpu"]).trainer
         assert instantiate(node).max_steps == cfg.trainer.max_steps
     elif group == "logger":
         assert node.experiment

@@ -1,0 +1,264 @@
+"""Scale-out: device counts, rank guards, and DDP inside a Hydra multirun.
+
+With ``strategy: ddp`` Lightning reruns the whole script once per extra local rank, so
+everything with a side effect outside the process (the MLflow run, printing the summary)
+happens on global rank 0 only; other ranks train with a no-op tracking client.
+
+Multirun + DDP: Lightning's launcher relaunches ranks with the original argv, so rank 1 of
+a ``-m`` job would run its own whole sweep, and the next job would find the process group
+and the rank env vars of the last one. ``job_ranks`` starts the extra local ranks itself,
+each as a single run of *this job's* overrides into this job's output dir, through the
+contract Lightning documents for external launchers (``LightningEnvironment``: a process
+that sees LOCAL_RANK is one rank of a group someone else started), and undoes all of it
+after the job. Nothing here imports torch or lightning at module level (import cost).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset, Sampler
+
+# What a DDP job leaves behind in the process environment (Lightning's subprocess launcher and
+# seed_everything set these, plus OMP_NUM_THREADS when it was unset): restored after each job.
+RANK_ENV = ("LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK",
+            "OMP_NUM_THREADS", "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+# How long the other ranks may take to finish after rank 0 has (they end together normally).
+RANK_EXIT_GRACE_S = 60.0
+
+
+def precision_for(accelerator: str) -> str:
+    """``${precision_for:${.accelerator}}`` in conf/trainer/ddp.yaml: bf16 autocast where it pays
+    (GPUs), full fp32 on the CPU, where bf16 autocast is slow and would change the numbers of a
+    run meant to match a single-process one."""
+    return "32-true" if str(accelerator) == "cpu" else "bf16-mixed"
+
+
+def register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("precision_for"):
+        OmegaConf.register_new_resolver("precision_for", precision_for)
+
+
+def check_trainer(trainer_cfg) -> None:
+    """One-line refusals for settings Lightning would reject with a long traceback."""
+    for key in ("num_nodes", "accumulate_grad_batches"):
+        value = trainer_cfg.get(key, 1)
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"trainer.{key}={value} must be a positive integer")
+    devices = trainer_cfg.get("devices", 1)
+    if isinstance(devices, int) and (devices == 0 or devices < -1):
+        raise ConfigError(f"trainer.devices={devices} must be a positive count, -1 (all) or auto")
+    if str(trainer_cfg.get("accelerator")) in ("gpu", "cuda") and not _cuda_available():
+        raise ConfigError(f"trainer.accelerator={trainer_cfg.accelerator} but no CUDA device is visible; "
+                          "use trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@dataclass
+class Scale:
+    """How one optimizer step's batch is made: per-device batch × accumulation × world size."""
+
+    batch_size: int  # per device, per forward (data.batch_size)
+    accumulate: int  # trainer.accumulate_grad_batches
+    world_size: int  # devices × nodes
+    lr: float
+
+    @classmethod
+    def of(cls, trainer, batch_size: int, lr: float) -> "Scale":
+        return cls(batch_size, int(trainer.accumulate_grad_batches), int(trainer.world_size), float(lr))
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch_size * self.accumulate * self.world_size
+
+    def train_examples(self, max_steps: int) -> int:
+        """Training windows for max_steps optimizer steps across all ranks: the sampler splits the
+        dataset over ranks, so a shorter one would wrap into a second epoch."""
+        return max_steps * self.effective_batch
+
+    def params(self) -> dict[str, str]:
+        # The lr is used as configured on every device count (no linear scaling rule): to compare
+        # runs at different effective batches, set optim.optimizer.lr yourself.
+        return {"train.world_size": str(self.world_size), "train.effective_batch": str(self.effective_batch),
+                "train.effective_lr": str(self.lr), "train.lr_scaling": "none"}
+
+
+def rank_sampler(trainer) -> Callable[[Dataset, bool], Sampler | None]:
+    """``(dataset, train) -> this rank's sampler`` (None on one process).
+
+    Training: rank r takes indices r, r + W, r + 2W, ... in order, so the B × W examples of a
+    global batch are exactly those one process reads at batch B × W. Lightning's own injected
+    sampler would shuffle (it always does for training, whatever the DataLoader says), which
+    breaks the (seed, index) data order that makes runs comparable across device counts.
+    Validation: disjoint shards without the padding repeats of DistributedSampler, so the summed
+    val loss counts every window exactly once. Shards may differ by one batch: safe, DDP syncs
+    buffers only on the first no-grad forward (Lightning's note on UnrepeatedDistributedSampler).
+    Lightning leaves a DataLoader alone when its sampler is already a DistributedSampler.
+    """
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+    from torch.utils.data import DistributedSampler
+
+    def sampler(dataset, train: bool):
+        if trainer.world_size <= 1:
+            return None
+        kind = DistributedSampler if train else UnrepeatedDistributedSampler
+        return kind(dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
+
+    return sampler
+
+
+# ---------------------------------------------------------------- rank guards
+
+
+class NullClient:
+    """Stands in for MlflowClient on ranks other than 0: every call does nothing."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+@contextmanager
+def rank_zero_run(trainer, open_run, *args) -> Iterator[tuple[Any, str]]:
+    """``open_run(*args)`` (harness.tracking.mlflow_run) on global rank 0; (NullClient, "") elsewhere."""
+    if trainer.is_global_zero:
+        with open_run(*args) as opened:
+            yield opened
+    else:
+        yield NullClient(), ""
+
+
+def is_rank_zero() -> bool:
+    """Global rank 0, as Lightning knows it: from RANK / LOCAL_RANK / SLURM_PROCID at import, then
+    from the Trainer once one is built."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return rank_zero_only.rank == 0
+
+
+def rank_zero_print(text: str, **kwargs) -> None:
+    if is_rank_zero():
+        print(text, **kwargs)
+
+
+# ---------------------------------------------------------------- multirun + DDP
+
+
+@contextmanager
+def job_ranks(trainer) -> Iterator[None]:
+    """Inside a Hydra multirun job with several local DDP processes: start ranks 1..N-1 as single
+    runs of this job, then, whatever happens, reap them and restore the process's DDP state."""
+    if not _needs_own_ranks(trainer):
+        yield
+        return
+    saved_env, saved_threads = dict(os.environ), _num_threads()
+    procs: list[subprocess.Popen] = []
+    try:
+        procs = _start_ranks(trainer)
+        yield
+    except BaseException:
+        _destroy_process_group()  # closes the sockets the other ranks wait on: they fail now, not at timeout
+        raise
+    finally:
+        _reap(procs)
+        _destroy_process_group()
+        _restore(saved_env, saved_threads)
+
+
+def _needs_own_ranks(trainer) -> bool:
+    """A multirun job whose strategy would relaunch this script per local rank (ddp, not
+    ddp_spawn, not SLURM/torchrun, which start every rank themselves)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+
+    launcher = trainer.strategy.launcher
+    return (trainer.num_devices > 1 and isinstance(launcher, _SubprocessScriptLauncher)
+            and not launcher.cluster_environment.creates_processes_externally
+            and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN)
+
+
+def _start_ranks(trainer) -> list[subprocess.Popen]:
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    if trainer.num_nodes > 1:  # the user started this on every node and says where rank 0 listens
+        if not {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK"} <= os.environ.keys():
+            raise ConfigError("trainer.num_nodes > 1 outside SLURM needs MASTER_ADDR, MASTER_PORT and NODE_RANK "
+                              "set on every node; or use hydra/launcher=slurm")
+    else:  # a fresh port per job: concurrent jobs (joblib) must not meet on one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), NODE_RANK="0")
+    os.environ["WORLD_SIZE"] = str(trainer.num_devices * trainer.num_nodes)
+    os.environ["LOCAL_RANK"] = "0"  # from here Lightning treats the ranks as started externally
+    command = rank_command(list(hc.overrides.task), hc.runtime.output_dir, hc.job.config_name)
+    return [subprocess.Popen([*command, f"hydra.job.name=ddp_rank_{r}"], cwd=hc.runtime.cwd,
+                             env={**os.environ, "LOCAL_RANK": str(r)})
+            for r in range(1, trainer.num_devices)]
+
+
+def rank_command(task_overrides: list[str], output_dir: str, config_name: str | None) -> list[str]:
+    """``python run.py <the job's own overrides>`` as a single run into the job's output dir (not
+    the sweep's argv, which sys.argv still holds in-process and a joblib worker does not hold at all)."""
+    script = Path(__file__).resolve().parents[1] / "run.py"
+    entry = [str(script)] if script.exists() else ["-m", "run"]  # an installed copy: the run module
+    return [sys.executable, *entry, *([f"--config-name={config_name}"] if config_name else []), *task_overrides,
+            f'hydra.run.dir="{output_dir}"', "hydra.output_subdir=null"]  # quoted: any path parses  # rank 0 wrote the job's .hydra/
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _reap(procs: list[subprocess.Popen]) -> None:
+    """Ranks end with rank 0 on success; after a failure on rank 0 they may wait in a collective
+    forever, so they get a grace period and are then killed."""
+    for proc in procs:
+        try:
+            proc.wait(timeout=RANK_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.returncode:
+            print(f"warning: DDP rank process {proc.pid} exited with {proc.returncode}", file=sys.stderr)
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _num_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _restore(saved_env: dict[str, str], threads: int) -> None:
+    import torch
+
+    for key in RANK_ENV:
+        if key in saved_env:
+            os.environ[key] = saved_env[key]
+        else:
+            os.environ.pop(key, None)
+    torch.set_num_threads(threads)  # Lightning divides the cores among the ranks
