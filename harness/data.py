@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from harness.errors import ConfigError
 
 
 def _generator(seed: int, index: int) -> torch.Generator:
@@ -20,7 +22,8 @@ class TrainWindows(Dataset):
 
     def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective):
         if len(ids) <= length:
-            raise ValueError(f"training split has {len(ids)} tokens, fewer than one window of {length}")
+            raise ConfigError(f"the training split has {len(ids)} tokens, not more than one window of {length}; "
+                              "lower data.seq_len or use a larger corpus")
         self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
 
     def __len__(self) -> int:
@@ -40,6 +43,9 @@ class EvalWindows(Dataset):
     """
 
     def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345):
+        if len(ids) <= objective.extra_tokens:
+            raise ConfigError(f"the validation split has {len(ids)} tokens; give a larger corpus (every "
+                              "data.source.val_every-th 4 KiB block is validation) or lower data.source.val_every")
         self.ids, self.length, self.objective, self.pad_id, self.seed = ids, length, objective, pad_id, seed
         stride = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
         self.starts = list(range(0, max(len(ids) - objective.extra_tokens, 1), stride))
@@ -55,12 +61,35 @@ class EvalWindows(Dataset):
         return self.objective.make_example(window, valid, _generator(self.seed, index))
 
 
+class ContinueFrom(Sampler[int]):
+    """Indices ``start`` … ``n``-1 of an ``n``-example epoch, in order.
+
+    A run resumed after optimizer step s continues at example s × batch × accumulation. The
+    length stays ``n``: Lightning's restored progress counters already count the batches
+    before ``start`` as done in this epoch, and end it after batch n / batch.
+    """
+
+    def __init__(self, n: int, start: int = 0):
+        self.n, self.start = n, start
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.start, self.n))
+
+
 def make_loaders(corpus, tokenizer, objective, seq_len: int, batch_size: int, n_train: int, seed: int,
-                 eval_batches: int | None = None) -> tuple[DataLoader, DataLoader]:
+                 eval_batches: int | None = None, start: int = 0) -> tuple[DataLoader, DataLoader]:
+    """``start``: the first training example (non-zero when resuming)."""
     length = seq_len + objective.extra_tokens
     train = TrainWindows(tokenizer.encode(corpus.train), length, n_train, seed, objective)
     val = EvalWindows(tokenizer.encode(corpus.val), length, objective, tokenizer.pad_id)
     if eval_batches is not None:
         val = torch.utils.data.Subset(val, range(min(len(val), eval_batches * batch_size)))
-    return (DataLoader(train, batch_size=batch_size, shuffle=False),
-            DataLoader(val, batch_size=batch_size, shuffle=False))
+    # Each loader draws its iterator's base seed from its own generator: from the global one,
+    # every validation pass would shift the dropout stream, and a resumed run (which does not
+    # repeat the validation at its checkpoint step) would draw different dropout masks.
+    return (DataLoader(train, batch_size=batch_size, sampler=ContinueFrom(len(train), start),
+                       generator=torch.Generator().manual_seed(seed)),
+            DataLoader(val, batch_size=batch_size, shuffle=False, generator=torch.Generator().manual_seed(seed)))

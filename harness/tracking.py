@@ -66,13 +66,13 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
-    parsed = urlparse(uri)
-    if parsed.scheme == "sqlite":
-        db = sqlite_path(uri)
-        if db is None or not db.is_absolute():
-            raise ValueError(f"tracking URI {uri!r} must be sqlite:////absolute/path.db")
-        db.parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri)
+    from harness.checks import check_tracking_uri
+    from harness.retry import RetryingClient
+
+    check_tracking_uri(uri)
+    if urlparse(uri).scheme == "sqlite":
+        sqlite_path(uri).parent.mkdir(parents=True, exist_ok=True)
+    return RetryingClient(MlflowClient(tracking_uri=uri))  # two jobs may share one sqlite file
 
 
 def experiment_id(client, name: str, uri: str) -> str:
@@ -111,16 +111,22 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
 
 @contextmanager
 def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
-               params: dict[str, str]) -> Iterator[tuple[Any, str]]:
-    """Create a run; end it FINISHED, or FAILED (KILLED on Ctrl-C) if the body raises."""
+               params: dict[str, str], reopen: str | None = None) -> Iterator[tuple[Any, str]]:
+    """Create a run (or reopen run ``reopen`` to resume it); end it FINISHED, or FAILED
+    (KILLED on Ctrl-C) if the body raises."""
     from mlflow.entities import Param
 
     client = _client(uri)
-    run = client.create_run(experiment_id(client, experiment, uri), run_name=run_name, tags=tags)
-    run_id = run.info.run_id
+    if reopen:
+        from harness.resume import reopen_run
+
+        run_id = reopen_run(client, reopen, tags)  # params were logged when it was created
+    else:
+        run = client.create_run(experiment_id(client, experiment, uri), run_name=run_name, tags=tags)
+        run_id = run.info.run_id
     status = "FAILED"
     try:
-        items = [Param(k, v) for k, v in params.items()]
+        items = [] if reopen else [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
             client.log_batch(run_id, params=items[i : i + 100])
         yield client, run_id

@@ -76,14 +76,18 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     ``extra_tags``: added to the run's tags (a sweep passes its parent run id and sweep id)."""
     import lightning as L
 
+    from harness.checks import preflight
     from harness.corpus import Corpus
     from harness.data import make_loaders
     from harness.lengths import evaluate_lengths, log_lengths, requested_lengths
     from harness.model import Transformer
     from harness.module import LanguageModel, Throughput
-    from harness.tracking import MlflowTracker, flatten, mlflow_run, resolve_tracking_uri
+    from harness.resume import plan_resume
+    from harness.tracking import flatten, mlflow_run, resolve_tracking_uri
 
     started = time.perf_counter()
+    uri = resolve_tracking_uri(cfg.logger.tracking_uri)
+    preflight(cfg, uri)
     L.seed_everything(cfg.seed, verbose=False)
     data = DataConfig(**{k: v for k, v in cfg.data.items() if k in DataConfig.__dataclass_fields__})
     _check_optim(cfg)
@@ -93,26 +97,28 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     model = Transformer(instantiate(cfg.model), tokenizer.vocab_size, data.seq_len, objective.causal,
                         pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
     corpus: Corpus = instantiate(cfg.data.source).load()
+    resume = plan_resume(cfg, uri)  # a bad resume= is refused here, before any run exists
+    accumulate = cfg.trainer.get("accumulate_grad_batches", 1)
     train_dl, val_dl = make_loaders(corpus, tokenizer, objective, data.seq_len, data.batch_size,
-                                    n_train=cfg.trainer.max_steps * data.batch_size
-                                    * cfg.trainer.get("accumulate_grad_batches", 1),
-                                    seed=cfg.seed, eval_batches=data.eval_batches)
+                                    n_train=cfg.trainer.max_steps * data.batch_size * accumulate,
+                                    seed=cfg.seed, eval_batches=data.eval_batches,
+                                    start=resume.first_example(data.batch_size, accumulate))
     module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
                            byte_level=tokenizer.byte_level)
 
-    uri = resolve_tracking_uri(cfg.logger.tracking_uri)
     name = run_name(choices, cfg.seed)
-    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **(extra_tags or {})}
+    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **resume.tags, **(extra_tags or {})}
     resolved = OmegaConf.to_container(cfg, resolve=True)
     params = {**flatten(resolved), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
               "model.n_params": str(model.num_params())}
-    with mlflow_run(uri, cfg.logger.experiment, name, tags, params) as (client, run_id):
+    with resume.session(), mlflow_run(uri, cfg.logger.experiment, name, tags, params,
+                                      reopen=resume.run_id) as (client, run_id):
         _log_config(client, run_id, cfg)
         throughput = Throughput(every=cfg.trainer.log_every_n_steps)
-        tracker = MlflowTracker(client, run_id)
-        trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput])
+        tracker = resume.attach(client, run_id)  # run id beside the checkpoints; logger
+        trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput, *resume.callbacks(tracker)])
         tracker.step_of = lambda: trainer.global_step
-        trainer.fit(module, train_dl, val_dl)
+        trainer.fit(module, train_dl, val_dl, ckpt_path=resume.ckpt)
         if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
             trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
         final = module.val_results[-1]
