@@ -1,7 +1,7 @@
 """Exact resume: checkpoints keyed by a hash of the config, the same MLflow run reopened.
 
 Layout: ``<checkpoint root>/<config_hash>/`` holds ``run.json`` (the MLflow run training this
-config), ``lock`` (held while a process trains it) and ``step=<k>.ckpt`` (the last committed
+config), ``lock`` (held while a process trains it) and ``step-<k>.ckpt`` (the last committed
 checkpoint). The root is ``checkpoint.dir``, else ``checkpoints/`` beside the sqlite store (so a
 test's temporary store keeps its checkpoints to itself), else ``<project root>/checkpoints``.
 
@@ -14,7 +14,7 @@ Why a resumed run equals an uninterrupted one (CPU, fixed seed):
   randomness that an interrupted run would skip.
 
 Why no metric point is written twice or lost:
-- a checkpoint saved after step k is *committed* (renamed to ``step=k.ckpt``) only at the start
+- a checkpoint saved after step k is *committed* (renamed to ``step-k.ckpt``) only at the start
   of step k+1, after the logger's buffer — step k's points and its validation — reached the
   store; a crash before that leaves the previous checkpoint as the one to resume;
 - points after the checkpoint may also have reached the store before a crash (the logger
@@ -85,7 +85,7 @@ def resume_mode(value: Any) -> str | Path:
         return "auto"
     if isinstance(value, str) and value.endswith(".ckpt"):
         return Path(value).expanduser().absolute()
-    raise ConfigError(f"resume={value!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step=K.ckpt")
+    raise ConfigError(f"resume={value!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step-K.ckpt")
 
 
 def checkpoint_every(cfg: DictConfig) -> int:
@@ -144,7 +144,7 @@ class DirLock:
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
-    found = sorted(directory.glob("step=*.ckpt"), key=lambda p: int(p.stem.split("=")[1]))
+    found = sorted(directory.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[1]))
     return found[-1] if found else None
 
 
@@ -266,7 +266,7 @@ def _run_or_none(uri: str, run_id: str):
 
 
 def remove_checkpoints(directory: Path) -> None:
-    for path in [*directory.glob("step=*.ckpt"), *directory.glob("pending.ckpt*")]:
+    for path in [*directory.glob("step-*.ckpt"), *directory.glob("pending.ckpt*")]:
         path.unlink(missing_ok=True)
 
 
@@ -383,9 +383,9 @@ class CommittedCheckpoints(L.Callback):
         if self._pending is None or not trainer.is_global_zero:
             return
         self.flush()  # step k's points and its validation are in the store before step k is resumable
-        final = self.dir / f"step={self._pending}.ckpt"
+        final = self.dir / f"step-{self._pending}.ckpt"
         os.replace(self.dir / "pending.ckpt", final)
-        for old in self.dir.glob("step=*.ckpt"):
+        for old in self.dir.glob("step-*.ckpt"):
             if old != final:
                 old.unlink(missing_ok=True)
         self._pending = None
