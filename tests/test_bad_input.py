@@ -8,6 +8,7 @@ run as real subprocesses to check the process boundary (exit status, nothing els
 
 from __future__ import annotations
 
+import logging
 import os
 import runpy
 import subprocess
@@ -94,10 +95,13 @@ def run_in_process(args: list[str], tmp_path, monkeypatch, capsys) -> tuple[int,
     monkeypatch.setattr(sys, "argv", [str(ROOT / "run.py"), f"hydra.run.dir={tmp_path}/run", *QUICK, *args])
     started = time.perf_counter()
     code = None
+    handlers = logging.root.handlers[:]
     try:
         runpy.run_path(str(ROOT / "run.py"), run_name="__main__")
     except SystemExit as e:
         code = e.code
+    finally:  # Hydra points the root logger at this test's captured stderr, closed after it
+        logging.root.handlers[:] = handlers
     return code, capsys.readouterr().err, time.perf_counter() - started
 
 

@@ -19,6 +19,18 @@ pytestmark = pytest.mark.slow
 LONG = ["trainer.max_steps=10", "trainer.val_check_interval=3", "checkpoint.every_n_steps=4"]
 
 
+@pytest.fixture(autouse=True)
+def float32():
+    """The killed subprocess trains in float32; an in-process resume must too (test_foundation_math
+    sets float64 as the default dtype for the whole session when it is imported)."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    yield
+    torch.set_default_dtype(previous)
+
+
 def kill_at(step: int, store: str, tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """run.py in a subprocess that SIGKILLs itself before optimizer step ``step`` + 1."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1", **(env or {})}
