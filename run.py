@@ -38,4 +38,6 @@ if __name__ == "__main__":
         from harness.compat import print_matrix
 
         sys.exit(print_matrix(sys.argv[1]))
-    main()
+    from harness.cli import run_cli
+
+    sys.exit(run_cli(main))  # Hydra's own errors, too, become one line naming the fix

@@ -6,11 +6,12 @@ reproducible across runs, resumes and DDP ranks.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from harness.errors import ConfigError
 
 
 def _generator(seed: int, index: int) -> torch.Generator:
@@ -22,7 +23,8 @@ class TrainWindows(Dataset):
 
     def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective):
         if len(ids) <= length:
-            raise ValueError(f"training split has {len(ids)} tokens, fewer than one window of {length}")
+            raise ConfigError(f"the training split has {len(ids)} tokens, not more than one window of {length}; "
+                              "lower data.seq_len or use a larger corpus")
         self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
 
     def __len__(self) -> int:
@@ -42,6 +44,9 @@ class EvalWindows(Dataset):
     """
 
     def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345):
+        if len(ids) <= objective.extra_tokens:
+            raise ConfigError(f"the validation split has {len(ids)} tokens; give a larger corpus (every "
+                              "data.source.val_every-th 4 KiB block is validation) or lower data.source.val_every")
         self.ids, self.length, self.objective, self.pad_id, self.seed = ids, length, objective, pad_id, seed
         stride = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
         self.starts = list(range(0, max(len(ids) - objective.extra_tokens, 1), stride))
@@ -57,17 +62,46 @@ class EvalWindows(Dataset):
         return self.objective.make_example(window, valid, _generator(self.seed, index))
 
 
+class ContinueFrom(DistributedSampler):
+    """This rank's training indices, in order: rank r of W reads start + r, start + r + W, … < n.
+
+    In order, because examples are pure functions of (seed, index): the B × W examples of a global
+    batch are then exactly those one process reads at batch B × W, and a resumed run continues at
+    ``start`` = optimizer step × batch × accumulation × W. The length stays n / W: Lightning's
+    restored progress counters already count the batches before ``start`` as done in this epoch.
+    Being a DistributedSampler, Lightning leaves it alone (it would inject a shuffling one).
+    """
+
+    def __init__(self, dataset: Dataset, start: int = 0, rank: int = 0, world_size: int = 1):
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=False, drop_last=True)
+        self.start = start
+
+    def __len__(self) -> int:
+        return len(self.dataset) // self.num_replicas
+
+    def __iter__(self):
+        end = len(self) * self.num_replicas
+        return iter(range(self.start + self.rank, end, self.num_replicas))
+
+
 def make_loaders(corpus, tokenizer, objective, seq_len: int, batch_size: int, n_train: int, seed: int,
-                 eval_batches: int | None = None, world_size: int = 1,
-                 sampler: Callable[[Dataset, bool], Sampler | None] = lambda dataset, train: None,
-                 ) -> tuple[DataLoader, DataLoader]:
+                 eval_batches: int | None = None, world_size: int = 1, rank: int = 0,
+                 start: int = 0) -> tuple[DataLoader, DataLoader]:
     """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
     eval_batches × batch_size × world_size windows, the same set a single process scores at the same
-    global batch. ``sampler(dataset, train)`` gives this rank's share (None: all of it)."""
+    global batch, split into disjoint shards. ``start``: the first training example (resuming)."""
     length = seq_len + objective.extra_tokens
     train = TrainWindows(tokenizer.encode(corpus.train), length, n_train, seed, objective)
     val = EvalWindows(tokenizer.encode(corpus.val), length, objective, tokenizer.pad_id)
     if eval_batches is not None:
         val = torch.utils.data.Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))
-    return (DataLoader(train, batch_size=batch_size, shuffle=False, sampler=sampler(train, True)),
-            DataLoader(val, batch_size=batch_size, shuffle=False, sampler=sampler(val, False)))
+    # Shards without DistributedSampler's padding repeats, so the summed val loss counts each window once.
+    val_sampler = UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) \
+        if world_size > 1 else None
+    # Each loader draws its iterator's base seed from its own generator: from the global one,
+    # every validation pass would shift the dropout stream, and a resumed run (which does not
+    # repeat the validation at its checkpoint step) would draw different dropout masks.
+    return (DataLoader(train, batch_size=batch_size, sampler=ContinueFrom(train, start, rank, world_size),
+                       generator=torch.Generator().manual_seed(seed)),
+            DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,
+                       generator=torch.Generator().manual_seed(seed)))

@@ -22,12 +22,9 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Iterator
 
 from harness.errors import ConfigError
-
-if TYPE_CHECKING:
-    from torch.utils.data import Dataset, Sampler
 
 # What a DDP job leaves behind in the process environment (Lightning's subprocess launcher and
 # seed_everything set these, plus OMP_NUM_THREADS when it was unset): restored after each job.
@@ -98,30 +95,6 @@ class Scale:
         # runs at different effective batches, set optim.optimizer.lr yourself.
         return {"train.world_size": str(self.world_size), "train.effective_batch": str(self.effective_batch),
                 "train.effective_lr": str(self.lr), "train.lr_scaling": "none"}
-
-
-def rank_sampler(trainer) -> Callable[[Dataset, bool], Sampler | None]:
-    """``(dataset, train) -> this rank's sampler`` (None on one process).
-
-    Training: rank r takes indices r, r + W, r + 2W, ... in order, so the B × W examples of a
-    global batch are exactly those one process reads at batch B × W. Lightning's own injected
-    sampler would shuffle (it always does for training, whatever the DataLoader says), which
-    breaks the (seed, index) data order that makes runs comparable across device counts.
-    Validation: disjoint shards without the padding repeats of DistributedSampler, so the summed
-    val loss counts every window exactly once. Shards may differ by one batch: safe, DDP syncs
-    buffers only on the first no-grad forward (Lightning's note on UnrepeatedDistributedSampler).
-    Lightning leaves a DataLoader alone when its sampler is already a DistributedSampler.
-    """
-    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-    from torch.utils.data import DistributedSampler
-
-    def sampler(dataset, train: bool):
-        if trainer.world_size <= 1:
-            return None
-        kind = DistributedSampler if train else UnrepeatedDistributedSampler
-        return kind(dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
-
-    return sampler
 
 
 # ---------------------------------------------------------------- rank guards

@@ -79,6 +79,9 @@ def run_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str
     from harness.tracking import failure_tags
     from harness.train import format_summary, train
 
+    skipped = skip_finished(cfg, sweep_tags)
+    if skipped is not None:
+        return skipped
     try:
         summary = train(cfg, choices, extra_tags=sweep_tags)
     except Exception as e:
@@ -92,6 +95,34 @@ def run_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str
         return None
     rank_zero_print(format_summary(summary))  # SLURM tasks of one job: rank 0 speaks
     return summary.val_loss
+
+
+def skip_finished(cfg: DictConfig, sweep_tags: dict[str, str]) -> float | None:
+    """A re-run sweep does not retrain a cell whose exact config already FINISHED in this store:
+    that run is adopted as a child of this sweep and its final val loss returned. Unfinished
+    cells resume from their checkpoint (``resume: null`` reads as auto in a sweep)."""
+    from omegaconf import open_dict
+
+    from harness.resume import adopt, finished_run
+    from harness.tracking import resolve_tracking_uri
+
+    if cfg.get("resume") is False:  # resume=false: retrain every cell
+        return None
+    if cfg.get("resume") is None:
+        with open_dict(cfg):
+            cfg.resume = "auto"
+    uri = resolve_tracking_uri(cfg.logger.tracking_uri)
+    try:
+        run = finished_run(cfg, uri)
+    except Exception:  # e.g. an unresolvable config: train() refuses it with the reason
+        return None
+    if run is None:
+        return None
+    adopt(uri, run, sweep_tags)
+    loss = run.data.metrics.get("val/loss")
+    print(f"skipped: {sweep_tags.get('sweep_cell') or run.info.run_name} already FINISHED as MLflow run "
+          f"{run.info.run_id} (val/loss {loss}); now a child of this sweep")
+    return loss
 
 
 def record_failed_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str],
@@ -163,6 +194,7 @@ class MlflowSweep(Callback):
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
+        from harness.resume import close_dead_parents, parent_tags
         from harness.tracking import _client, experiment_id, git_sha, resolve_tracking_uri
 
         overrides = list(config.hydra.overrides.task)
@@ -175,9 +207,10 @@ class MlflowSweep(Callback):
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         tags = {"sweep_role": "parent", "sweep_id": sweep_id, "sweep_overrides": " ".join(overrides)[:5000],
-                "sweep_dir": str(sweep_dir), "git_sha": git_sha()}
-        run = self.client.create_run(experiment_id(self.client, config.logger.experiment, uri),
-                                     run_name=name, tags=tags)
+                "sweep_dir": str(sweep_dir), "git_sha": git_sha(), **parent_tags()}
+        exp_id = experiment_id(self.client, config.logger.experiment, uri)
+        run = self.client.create_run(exp_id, run_name=name, tags=tags)
+        close_dead_parents(self.client, exp_id, keep=run.info.run_id)  # earlier sweeps killed hard
         self.record = SweepRecord(run.info.run_id, sweep_id, uri, config.logger.experiment, swept)
         self.closed = False
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end

@@ -66,13 +66,13 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
-    parsed = urlparse(uri)
-    if parsed.scheme == "sqlite":
-        db = sqlite_path(uri)
-        if db is None or not db.is_absolute():
-            raise ValueError(f"tracking URI {uri!r} must be sqlite:////absolute/path.db")
-        db.parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri)
+    from harness.checks import check_tracking_uri
+    from harness.retry import RetryingClient
+
+    check_tracking_uri(uri)
+    if urlparse(uri).scheme == "sqlite":
+        sqlite_path(uri).parent.mkdir(parents=True, exist_ok=True)
+    return RetryingClient(MlflowClient(tracking_uri=uri))  # two jobs may share one sqlite file
 
 
 def experiment_id(client, name: str, uri: str) -> str:
@@ -111,16 +111,22 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
 
 @contextmanager
 def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
-               params: dict[str, str]) -> Iterator[tuple[Any, str]]:
-    """Create a run; end it FINISHED, or FAILED (KILLED on Ctrl-C) if the body raises."""
+               params: dict[str, str], reopen: str | None = None) -> Iterator[tuple[Any, str]]:
+    """Create a run (or reopen run ``reopen`` to resume it); end it FINISHED, or FAILED
+    (KILLED on Ctrl-C) if the body raises."""
     from mlflow.entities import Param
 
     client = _client(uri)
-    run = client.create_run(experiment_id(client, experiment, uri), run_name=run_name, tags=tags)
-    run_id = run.info.run_id
+    if reopen:
+        from harness.resume import reopen_run
+
+        run_id = reopen_run(client, reopen, tags)  # params were logged when it was created
+    else:
+        run = client.create_run(experiment_id(client, experiment, uri), run_name=run_name, tags=tags)
+        run_id = run.info.run_id
     status = "FAILED"
     try:
-        items = [Param(k, v) for k, v in params.items()]
+        items = [] if reopen else [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
             client.log_batch(run_id, params=items[i : i + 100])
         yield client, run_id
@@ -149,6 +155,9 @@ class MlflowTracker(Logger):
         # MLflow step = optimizer steps completed (Lightning's own step lags by one in places);
         # train() points this at the trainer's global_step.
         self.step_of: Callable[[], int] | None = None
+        # per metric, the last step already in the store: a resumed run recomputes the steps after
+        # its checkpoint, some of which a killed process may have written (harness/resume.py)
+        self.through: dict[str, int] = {}
         self.flush_points, self.flush_seconds = flush_points, flush_seconds
         self._buffer: list = []
         self._last_flush = time.monotonic()
@@ -171,7 +180,8 @@ class MlflowTracker(Logger):
 
         now = int(time.time() * 1000)
         step = self.step_of() if self.step_of else (step or 0)
-        self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items() if k != "epoch")
+        self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items()
+                            if k != "epoch" and step > self.through.get(k, -1))
         if len(self._buffer) >= self.flush_points or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()
 

@@ -81,15 +81,19 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     ``extra_tags``: added to the run's tags (a sweep passes its parent run id and sweep id)."""
     import lightning as L
 
+    from harness.checks import preflight
     from harness.corpus import Corpus
     from harness.data import make_loaders
-    from harness.distributed import Scale, check_trainer, job_ranks, rank_sampler, rank_zero_run
+    from harness.distributed import Scale, check_trainer, job_ranks, rank_zero_run
     from harness.lengths import evaluate_lengths, log_lengths, requested_lengths
     from harness.model import Transformer
     from harness.module import LanguageModel, Throughput
+    from harness.resume import plan_resume
     from harness.tracking import MlflowTracker, flatten, mlflow_run, resolve_tracking_uri
 
     started = time.perf_counter()
+    uri = resolve_tracking_uri(cfg.logger.tracking_uri)
+    preflight(cfg, uri)
     L.seed_everything(cfg.seed, verbose=False)
     data = DataConfig(**{k: v for k, v in cfg.data.items() if k in DataConfig.__dataclass_fields__})
     _check_optim(cfg)
@@ -102,30 +106,32 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     if model.cfg.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     corpus: Corpus = instantiate(cfg.data.source).load()
+    resume = plan_resume(cfg, uri)  # a bad resume= is refused here, before any run exists
     # built first: its world size sizes the data, its rank decides who talks to MLflow
     throughput = Throughput(every=cfg.trainer.log_every_n_steps)
     tracker = MlflowTracker(None, "")  # attached to the run below (rank 0); its methods are rank-0 only
-    trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput])
+    trainer = instantiate(cfg.trainer, logger=tracker, callbacks=[throughput, *resume.callbacks(tracker)])
     tracker.step_of = lambda: trainer.global_step
     scale = Scale.of(trainer, data.batch_size, cfg.optim.optimizer.lr)
     train_dl, val_dl = make_loaders(corpus, tokenizer, objective, data.seq_len, data.batch_size,
                                     n_train=scale.train_examples(cfg.trainer.max_steps), seed=cfg.seed,
                                     eval_batches=data.eval_batches, world_size=scale.world_size,
-                                    sampler=rank_sampler(trainer))
+                                    rank=trainer.global_rank,
+                                    start=resume.first_example(scale.effective_batch))
     module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
                            byte_level=tokenizer.byte_level)
 
-    uri = resolve_tracking_uri(cfg.logger.tracking_uri)
     name = run_name(choices, cfg.seed)
-    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **(extra_tags or {})}
+    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **resume.tags, **(extra_tags or {})}
     resolved = OmegaConf.to_container(cfg, resolve=True)
     params = {**flatten(resolved), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
               "model.n_params": str(model.num_params()), **scale.params()}
-    with rank_zero_run(trainer, mlflow_run, uri, cfg.logger.experiment, name, tags, params) as (client, run_id):
-        tracker.client, tracker.run_id = client, run_id
+    with resume.session(trainer.is_global_zero), rank_zero_run(
+            trainer, mlflow_run, uri, cfg.logger.experiment, name, tags, params, resume.run_id) as (client, run_id):
+        resume.attach(tracker, client, run_id)  # run id beside the checkpoints; the logger writes to it
         _log_config(client, run_id, cfg)
         with job_ranks(trainer):
-            trainer.fit(module, train_dl, val_dl)
+            trainer.fit(module, train_dl, val_dl, ckpt_path=resume.ckpt)
             if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
                 trainer.validate(module, val_dl, verbose=False)  # the summary always reports the final model
         final = module.val_results[-1]

@@ -14,7 +14,15 @@ from positional.learned import Learned
 from positional.rope import Rope, apply_rope, rope_angles, rope_inv_freq
 from positional.sinusoidal import Sinusoidal, sinusoidal_table
 
-torch.set_default_dtype(torch.float64)
+
+@pytest.fixture(autouse=True)
+def float64():
+    """References in float64, for this module's tests only (a module-level default would leak
+    into every test collected after it)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def shape(d_model=64, n_heads=2, max_len=32, causal=False):

@@ -12,7 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader
 
-from harness.distributed import NullClient, Scale, check_trainer, rank_command, rank_sampler, rank_zero_run
+from harness.distributed import NullClient, Scale, check_trainer, rank_command, rank_zero_run
 from harness.errors import ConfigError
 from tests.conftest import ROOT, TINY, compose, run_sweep
 
@@ -66,10 +66,16 @@ def test_gpu_preset_without_cuda_names_the_fix():
 # ---------------------------------------------------------------- sharding
 
 
-def _rank_loaders(dataset, batch: int, world: int, train: bool) -> list[DataLoader]:
-    return [DataLoader(dataset, batch_size=batch,
-                       sampler=rank_sampler(SimpleNamespace(world_size=world, global_rank=r))(dataset, train))
-            for r in range(world)]
+def _rank_loaders(dataset, batch: int, world: int, train: bool, start: int = 0) -> list[DataLoader]:
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    from harness.data import ContinueFrom
+
+    def sampler(r):
+        return (ContinueFrom(dataset, start, r, world) if train else
+                UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=r, shuffle=False))
+
+    return [DataLoader(dataset, batch_size=batch, sampler=sampler(r)) for r in range(world)]
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
@@ -82,6 +88,13 @@ def test_global_batch_holds_the_single_process_examples(accumulate):
         micro = range(step * accumulate, (step + 1) * accumulate)
         ddp = sorted(i for rank in per_rank for m in micro for i in rank[m])
         assert ddp == sorted(i for m in micro for i in single[m])
+
+
+def test_resumed_ranks_continue_where_the_global_batch_stopped():
+    """After 2 optimizer steps of 2 ranks × batch 4, the ranks go on with examples 16, 17, …"""
+    dataset, world, batch = list(range(48)), 2, 4
+    per_rank = [[b.tolist() for b in loader] for loader in _rank_loaders(dataset, batch, world, True, start=16)]
+    assert per_rank[0][0] == [16, 18, 20, 22] and per_rank[1][0] == [17, 19, 21, 23]
 
 
 def test_validation_shards_cover_every_window_once():
