@@ -9,6 +9,7 @@ A run that raises ends FAILED with tags ``failure`` (incompatible | diverged | e
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import time
@@ -70,9 +71,18 @@ def _client(uri: str):
     from harness.retry import RetryingClient
 
     check_tracking_uri(uri)
-    if urlparse(uri).scheme == "sqlite":
-        sqlite_path(uri).parent.mkdir(parents=True, exist_ok=True)
-    return RetryingClient(MlflowClient(tracking_uri=uri))  # two jobs may share one sqlite file
+    if urlparse(uri).scheme != "sqlite":
+        return RetryingClient(MlflowClient(tracking_uri=uri))
+    db = sqlite_path(uri)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # MLflow creates and migrates a new sqlite store when a process first opens it; two processes
+    # doing that at once race in its alembic migration ("table _alembic_tmp_... already exists",
+    # "expected to match one row"), so they take turns opening it.
+    with open(db.with_name(db.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+    return RetryingClient(client)  # two jobs may share one sqlite file
 
 
 def experiment_id(client, name: str, uri: str) -> str:

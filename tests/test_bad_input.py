@@ -171,7 +171,7 @@ def run_py(args: list[str], store: str, tmp_path, **env) -> tuple[subprocess.Com
 def test_subprocess_exit_status_and_stderr(args, needle, store, tmp_path):
     proc, seconds = run_py(args, store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, needle)
-    assert seconds < 20  # ~10 s budget; this machine's cores are shared, so allow for noise
+    assert seconds < 60  # a hang guard, not a timing: refusals take ~5 s of imports on a quiet 2-core machine
     assert runs_in(store) == []
 
 
