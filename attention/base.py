@@ -91,9 +91,7 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
     if not has_extra:
         return None
     t_q, t_k = q.shape[-2], k.shape[-2]
-    mask = q.new_zeros(1, 1, t_q, t_k)
-    if ctx.bias is not None:
-        mask = mask + ctx.bias.dense(q, k).to(q.dtype)
+    mask = q.new_zeros(1, 1, t_q, t_k) if ctx.bias is None else ctx.bias.dense(q, k).to(q.dtype)
     if ctx.key_padding_mask is not None:
         keep = ctx.key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
         mask = mask.masked_fill(~keep, float("-inf"))

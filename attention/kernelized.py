@@ -30,7 +30,6 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
@@ -39,7 +38,8 @@ from positional.base import Shape
 RopeMode = Literal["pre_feature", "numerator"]
 CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M, E) states
 NO_WEIGHT = 1e-10  # relative denominator below which a query counts as seeing no key (see kernelized_attention)
-FEATURE_BLOCK = 1  # features per FFT batch in the Toeplitz path; 1 was fastest here (cache), 16 was 2x slower
+FFT_RTOL = 1e-3  # allowed fp32 round-off bound on a Toeplitz-path output, relative to max|v| (numerator_fft_dtype)
+FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (see feature_block)
 
 
 def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
@@ -49,26 +49,64 @@ def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
     the product costs O((Tq + Tk) log(Tq + Tk)) per column instead of O(Tq·Tk).
     coeffs: (H, Tq + Tk − 1), column o ↔ offset i − j = o − (Tk − 1); x: (B, H, Tk, E) -> (B, H, Tq, E).
     """
-    y = _circulant_apply(_coeff_spectrum(coeffs), x.transpose(-1, -2), coeffs.shape[-1])  # (B, H, E, Tq)
-    return y.transpose(-1, -2)
+    t_k = x.shape[-2]
+    t_q = coeffs.shape[-1] - t_k + 1
+    dtype = fft_dtype(x.dtype)
+    spectrum = _spectrum(circulant_kernel(coeffs, t_k), dtype)  # (H, 1, L/2 + 1)
+    y = _conv(x.transpose(-1, -2).to(dtype), spectrum, _fft_size(coeffs.shape[-1]), t_q)  # (B, H, E, Tq)
+    return y.transpose(-1, -2).to(x.dtype)
 
 
 def _fft_size(n_off: int) -> int:
-    # circular convolution of length L ≥ Tq + Tk − 1 leaves outputs Tk − 1 … Tq + Tk − 2 free of wrap-around
+    # circular convolution of length L ≥ Tq + Tk − 1 keeps every offset −(Tk−1) … Tq−1 apart (no wrap-around)
     return 1 << (n_off - 1).bit_length()
 
 
-def _coeff_spectrum(coeffs: Tensor) -> Tensor:
-    # FFTs in float64: round-off is relative to the largest entry, and in fp32 a small row would get ~1e-7 of it
-    return torch.fft.rfft(coeffs.to(torch.float64), n=_fft_size(coeffs.shape[-1]))[:, None]  # (H, 1, L/2 + 1)
+def circulant_kernel(coeffs: Tensor, t_k: int) -> Tensor:
+    """The first column a of the L×L circulant matrix whose top-left Tq×Tk block is the Toeplitz matrix:
+    a[d mod L] = coeffs at offset d = i − j, zero elsewhere, so y_i = Σ_j a[(i − j) mod L] x_j for
+    i < Tq and the output is the first Tq entries of the circular convolution (no slicing from the middle).
+    coeffs: (H, Tq + Tk − 1) -> (H, L)."""
+    n_off = coeffs.shape[-1]
+    gap = coeffs.new_zeros(coeffs.shape[0], _fft_size(n_off) - n_off)
+    return torch.cat([coeffs[:, t_k - 1:], gap, coeffs[:, :t_k - 1]], -1)  # offsets 0 … Tq−1, pad, −(Tk−1) … −1
 
 
-def _circulant_apply(spectrum: Tensor, x: Tensor, n_off: int) -> Tensor:
-    """x: (B, H, N, Tk), time last (contiguous FFTs are ~1.6x faster here) -> (B, H, N, Tq)."""
-    t_k, size = x.shape[-1], _fft_size(n_off)
-    xf = torch.fft.rfft(x.to(torch.float64), n=size)  # (B, H, N, L/2 + 1)
-    full = torch.fft.irfft(spectrum * xf, n=size)  # (B, H, N, L): Σ_j a[n − j] x_j
-    return full[..., t_k - 1: n_off].to(x.dtype)  # n = i + Tk − 1 for i = 0 … Tq − 1
+def fft_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Working precision of the FFTs: float64 for float64 inputs, float32 otherwise (~2x faster here).
+    fp32 round-off is relative to the largest output of a convolution; kernelized_attention keeps its
+    denominator in float64 and checks the numerator's bound (``numerator_fft_dtype``)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def numerator_fft_dtype(den: Tensor, dtype: torch.dtype) -> torch.dtype:
+    """fp32 for the numerator's FFTs when its round-off stays within ``FFT_RTOL`` of max|v|, else float64.
+
+    fp32 FFT round-off is ~eps of a convolution's largest output, so output i = num_i / den_i is off by
+    about eps · max(den) / den_i · max|v|. Measured (T = 256 … 2048, causal and not, bias tables of std
+    0.02 … 2): the error stayed below 0.07 of the bound eps · max(den) / min(den) · max|v|. Bidirectional
+    rows see similar weight (ratio ~2–7: fp32); causal rows near the start see few keys (ratio ~T), so
+    long causal sequences keep float64.
+    """
+    wanted = fft_dtype(dtype)
+    if wanted == torch.float64:
+        return wanted
+    den = den.detach()
+    seen = den[den > 0]
+    ratio = float(den.amax() / seen.amin()) if seen.numel() else float("inf")
+    return wanted if torch.finfo(wanted).eps * ratio <= FFT_RTOL else torch.float64
+
+
+def _spectrum(kernel: Tensor, dtype: torch.dtype) -> Tensor:
+    # the kernel's own FFT in float64 (H transforms, cheap), rounded once to the working precision
+    spectrum = torch.fft.rfft(kernel.to(torch.float64))  # (H, L/2 + 1)
+    return spectrum.to(torch.complex128 if dtype == torch.float64 else torch.complex64)[:, None]  # (H, 1, L/2+1)
+
+
+def _conv(x: Tensor, spectrum: Tensor, size: int, t_out: int) -> Tensor:
+    """Circular convolution (length ``size``) of each row of x (B, H, N, Tk), time last, with the kernel
+    whose spectrum is given: the first Tout entries, (B, H, N, Tout)."""
+    return torch.fft.irfft(torch.fft.rfft(x, n=size).mul_(spectrum), n=size)[..., :t_out]
 
 
 def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
@@ -102,30 +140,88 @@ def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) 
     return out.view(B, H, n * chunk, -1)[:, :, :T]
 
 
-def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, block: int = FEATURE_BLOCK) -> Tensor:
+def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: torch.dtype | None = None) -> Tensor:
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j = q_iᵀ Σ_j c_{i−j} k_j v_jᵀ (Luo et al. 2021, Eq. 8).
 
-    The (M, E) outer products k_j v_jᵀ are Toeplitz-multiplied a block of features at a time, and each
-    block is recomputed in backward rather than kept (activation checkpointing): memory O(T·block·E)
-    instead of O(T·M·E) — at T = 8192, M = 110 this was 5 GB kept for backward.
-    q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E).
+    Every one of the M·E sequences k_{·m} v_{·e} is Toeplitz-multiplied by FFT. A block of features goes
+    through one rfft/irfft call (``feature_block``), and backward is written out (``_ToeplitzContract``)
+    so that nothing of size T·M·E is kept: memory O(T·(M + E)) plus one block's O(T·block·E).
+    ``dtype``: FFT precision, ``fft_dtype(v.dtype)`` by default.
+    q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E) in v's dtype.
     """
-    spectrum = _coeff_spectrum(coeffs)  # once for all feature blocks
-    k_t, v_t = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, H, M, T), (B, H, E, T): time last
-    out = torch.zeros_like(v)
-    for m in range(0, q.shape[-1], block):
-        part = (q[..., m:m + block], k_t[:, :, m:m + block], v_t, spectrum)
-        out = out + (checkpoint(_toeplitz_block, *part, use_reentrant=False) if torch.is_grad_enabled()
-                     else _toeplitz_block(*part))
-    return out
+    dtype = dtype or fft_dtype(v.dtype)
+    kernel = circulant_kernel(coeffs, k.shape[-2])  # (H, L)
+    out = _ToeplitzContract.apply(q.to(dtype), k.to(dtype), v.to(dtype), kernel.to(dtype))
+    return out.to(v.dtype)
 
 
-def _toeplitz_block(q: Tensor, k_t: Tensor, v_t: Tensor, spectrum: Tensor) -> Tensor:
-    """q: (B, H, T, b); k_t: (B, H, b, T); v_t: (B, H, E, T) -> Σ over the b features, (B, H, T, E)."""
-    B, H, E, T = v_t.shape
-    kv = (k_t[:, :, :, None] * v_t[:, :, None]).flatten(2, 3)  # (B, H, b·E, T)
-    s = _circulant_apply(spectrum, kv, 2 * T - 1).view(B, H, -1, E, T)  # (B, H, b, E, T)
-    return torch.einsum("bhtm,bhmet->bhte", q, s)
+def feature_block(batch: int, heads: int, width: int, size: int) -> int:
+    """Features per FFT call: as many as keep one block's (B, H, b, E, L) signals under ``FFT_BLOCK_ELEMS``."""
+    return max(1, FFT_BLOCK_ELEMS // (batch * heads * width * size))
+
+
+class _ToeplitzContract(torch.autograd.Function):
+    """out_e = Σ_m q_m ∘ C (k_m ∘ v_e), C the Toeplitz matrix of a circular kernel a (time-last signals).
+
+    Backward, with g = ∂/∂out and y_me = C (k_m ∘ v_e) recomputed per block:
+      ∂q_m = Σ_e g_e ∘ y_me;   ∂x_me = Cᵀ (q_m ∘ g_e) = irfft(rfft(q_m ∘ g_e) · conj(Â));
+      ∂k_m = Σ_e ∂x_me ∘ v_e;  ∂v_e = Σ_m ∂x_me ∘ k_m;   ∂a = irfft(Σ rfft(q_m ∘ g_e) · conj(rfft(k_m ∘ v_e))),
+    four FFT passes per block, as autograd with checkpointing needs, without its zero-filled slice
+    gradients and copies (profiled: those were ~3/4 of the time, the FFTs ~1/4).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, kernel):
+        ctx.save_for_backward(q, k, v, kernel)
+        spectrum = _spectrum(kernel, q.dtype)
+        q_t, k_t, v_t = (t.transpose(-1, -2) for t in (q, k, v))  # (B, H, ·, T): time last
+        out_t = v_t.new_zeros(v_t.shape)  # (B, H, E, T)
+        for m, y, _ in _blocks(k_t, v_t, spectrum, kernel.shape[-1]):  # y: (B, H, b, E, T)
+            out_t += torch.einsum("bhmet,bhmt->bhet", y, q_t[:, :, m])  # einsum: ~3x mul+sum here (no size-1 sums)
+        return out_t.transpose(-1, -2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, kernel = ctx.saved_tensors
+        spectrum = _spectrum(kernel, q.dtype)
+        size, t_k, t_q = kernel.shape[-1], k.shape[-2], q.shape[-2]
+        q_t, k_t, v_t, g_t = (t.transpose(-1, -2) for t in (q, k, v, grad))  # (B, H, ·, T)
+        conj = spectrum.conj().resolve_conj()[:, None]  # (H, 1, 1, L/2 + 1): Cᵀ in frequency
+        B, H, M, E = *q.shape[:2], q.shape[-1], v.shape[-1]
+        padded = _zero_padded(q_t, (B, H, min(feature_block(B, H, E, size), M), E), size)
+        dq_t, dk_t, dv_t = q_t.new_zeros(q_t.shape), k_t.new_zeros(k_t.shape), v_t.new_zeros(v_t.shape)
+        d_spec = spectrum.new_zeros(spectrum.shape[0], spectrum.shape[-1]) if ctx.needs_input_grad[3] else None
+        for m, y, x_f in _blocks(k_t, v_t, spectrum, size, keep_spectrum=d_spec is not None):
+            dq_t[:, :, m] = torch.einsum("bhmet,bhet->bhmt", y, g_t)  # Σ_e g_e ∘ y_me
+            gy = padded[:, :, :m.stop - m.start]
+            torch.mul(q_t[:, :, m, None, :], g_t[:, :, None], out=gy[..., :t_q])  # (B, H, b, E, Tq) q_m ∘ g_e
+            gy_f = torch.fft.rfft(gy)  # (B, H, b, E, L/2 + 1)
+            if d_spec is not None:
+                d_spec += torch.einsum("bhmef,bhmef->hf", x_f.conj(), gy_f)  # Σ gy_f·conj(x_f): (H, L/2 + 1)
+            dx = torch.fft.irfft(gy_f.mul_(conj), n=size)[..., :t_k]  # (B, H, b, E, Tk)
+            dk_t[:, :, m] = torch.einsum("bhmet,bhet->bhmt", dx, v_t)
+            dv_t += torch.einsum("bhmet,bhmt->bhet", dx, k_t[:, :, m])
+        d_kernel = torch.fft.irfft(d_spec, n=size).to(kernel.dtype) if d_spec is not None else None
+        return dq_t.transpose(-1, -2), dk_t.transpose(-1, -2), dv_t.transpose(-1, -2), d_kernel
+
+
+def _blocks(k_t: Tensor, v_t: Tensor, spectrum: Tensor, size: int, keep_spectrum: bool = False):
+    """For each feature block m: (m, y = C (k_m ∘ v_e) of shape (B, H, b, E, T), rfft(k_m ∘ v_e) or None)."""
+    B, H, M, T = k_t.shape
+    E = v_t.shape[2]
+    block = feature_block(B, H, E, size)
+    padded = _zero_padded(k_t, (B, H, min(block, M), E), size)  # tail stays 0: no pad per FFT call
+    for m0 in range(0, M, block):
+        m = slice(m0, min(M, m0 + block))
+        x = padded[:, :, :m.stop - m0]
+        torch.mul(k_t[:, :, m, None, :], v_t[:, :, None], out=x[..., :T])  # (B, H, b, E, T) k_m ∘ v_e
+        x_f = torch.fft.rfft(x)  # (B, H, b, E, L/2 + 1)
+        y = torch.fft.irfft(x_f * spectrum[:, None] if keep_spectrum else x_f.mul_(spectrum[:, None]), n=size)
+        yield m, y[..., :T], (x_f if keep_spectrum else None)
+
+
+def _zero_padded(like: Tensor, lead: tuple[int, ...], size: int) -> Tensor:
+    return like.new_zeros(*lead, size)  # (..., L): signals written into [..., :T], zeros after
 
 
 def linear_contract(q: Tensor, k: Tensor, v: Tensor, causal: bool, coeffs: Tensor | None) -> Tensor:
@@ -152,14 +248,20 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     all-masked row. On the FFT path round-off replaces that 0 by ~1e-16 of the largest entry, so there a
     query counts as unseeing below ``NO_WEIGHT`` × its unweighted total φ(q_i)ᵀ Σ_j φ(k_j) (an upper bound,
     as c ≤ 1); the exact paths keep every positive denominator, however small.
+
+    On the FFT path the denominator is always convolved in float64 (it is 1/(D+1) of the FFT work): a
+    true 0 must stay far below the floor, and fp32 round-off (~1e-7 of the largest term) would not. The
+    numerator's precision is chosen from the denominators (``numerator_fft_dtype``).
     """
-    ones = v.new_ones(*v.shape[:-1], 1)  # (B, H, T, 1): the denominator is the same sum over v = 1
-    if f.q_num is f.q and f.k_num is f.k:  # one pass for both
-        both = linear_contract(f.q, f.k, torch.cat([v, ones], -1), causal, coeffs)  # (B, H, T, D + 1)
-        num, den = both[..., :-1], both[..., -1:]
+    if coeffs is not None:
+        den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
+        num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
+    elif f.q_num is f.q and f.k_num is f.k:  # one pass for both: the denominator is the sum over v = 1
+        both = linear_contract(f.q, f.k, torch.cat([v, v.new_ones(*v.shape[:-1], 1)], -1), causal, None)
+        num, den = both[..., :-1], both[..., -1:]  # (B, H, T, D), (B, H, T, 1)
     else:
-        num = linear_contract(f.q_num, f.k_num, v, causal, coeffs)
-        den = linear_contract(f.q, f.k, ones, causal, coeffs)
+        num = linear_contract(f.q_num, f.k_num, v, causal, None)
+        den = linear_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), causal, None)
     floor = 0.0
     if coeffs is not None:
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)

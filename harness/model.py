@@ -115,8 +115,8 @@ class Transformer(nn.Module):
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
         base = AttentionContext(rotary=self.pos.rotary(positions), causal=self.causal,
                                 key_padding_mask=key_padding_mask)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, replace(base, bias=self.pos.logit_bias(positions, layer)))
+        for block, bias in zip(self.blocks, self.pos.logit_biases(positions, len(self.blocks))):
+            x = block(x, replace(base, bias=bias))
         h = self.head(self.norm_f(x))  # (B, T, C)
         return F.linear(h, self.tok_emb.weight, self.head_bias)  # (B, T, V), tied decoder
 

@@ -30,6 +30,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 class ALiBi(PositionalScheme):
     bias_kind = "relative"
+    bias_depends_on_layer = False  # the same slopes in every layer (Press et al. 2022, §3)
 
     def __init__(self, shape: Shape):
         super().__init__(shape)

@@ -69,11 +69,15 @@ class RelativeBias(LogitBias):
     def __init__(self, table: Tensor, t_q: int, t_k: int):
         self.table = table  # (H, Tq + Tk - 1); column o holds offset i - j = o - (Tk - 1)
         self.t_q, self.t_k = t_q, t_k
+        self._dense: Tensor | None = None
 
     def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:
-        i = torch.arange(self.t_q, device=self.table.device)[:, None]
-        j = torch.arange(self.t_k, device=self.table.device)[None, :]
-        return self.table[:, i - j + self.t_k - 1].unsqueeze(0)  # (1, H, Tq, Tk)
+        """Built once per object: layers that share a bias share one gather (and one scatter in backward)."""
+        if self._dense is None:
+            i = torch.arange(self.t_q, device=self.table.device)[:, None]
+            j = torch.arange(self.t_k, device=self.table.device)[None, :]
+            self._dense = self.table[:, i - j + self.t_k - 1].unsqueeze(0)  # (1, H, Tq, Tk)
+        return self._dense
 
 
 def relative_offsets(t_q: int, t_k: int, device=None) -> Tensor:
@@ -109,8 +113,18 @@ class PositionalScheme(nn.Module):
         return None
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias | None:
-        """Called once per layer per forward."""
+        """The bias of one layer (called through ``logit_biases``)."""
         return None
+
+    # False when logit_bias ignores ``layer``: then every layer gets the same object, and what it
+    # builds lazily (a dense T×T bias) is built once per forward, not once per layer
+    bias_depends_on_layer: bool = True
+
+    def logit_biases(self, positions: Tensor, n_layers: int) -> list[LogitBias | None]:
+        """Called once per forward: one bias per layer."""
+        if not self.bias_depends_on_layer:
+            return [self.logit_bias(positions, 0)] * n_layers
+        return [self.logit_bias(positions, layer) for layer in range(n_layers)]
 
     def diagnostics(self) -> dict[str, float]:
         """Scalars logged as ``pos/<key>`` at every training log step (e.g. θ drift)."""

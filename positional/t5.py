@@ -61,6 +61,7 @@ class T5Bias(PositionalScheme):
         if max_distance <= num_buckets // 2:
             raise ConfigError(f"pos.max_distance={max_distance} must exceed num_buckets/2 = {num_buckets // 2}")
         self.num_buckets, self.max_distance, self.per_layer = num_buckets, max_distance, per_layer
+        self.bias_depends_on_layer = per_layer  # one table shared by all layers otherwise, as in T5
         n_tables = shape.n_layers if per_layer else 1
         self.bias = nn.Parameter(torch.randn(n_tables, shape.n_heads, num_buckets) * init_std)  # (L or 1, H, NB)
 

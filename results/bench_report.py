@@ -29,11 +29,19 @@ def _fmt(r, key: str, scale: float = 1.0, spec: str = ",.1f") -> str:
     return "—" if r.status != "ok" or v != v else format(v * scale, spec)
 
 
+def _failure(ours, theirs) -> str:
+    """Why a peer comparison has no ratio: whichever side did not run (either may have failed)."""
+    failed = [r for r in (ours, theirs) if r.status != "ok"]
+    return "; ".join(f"{r.name} {r.status}: {r.reason[:60]}" for r in failed)
+
+
 def write_report(out: Path, grid, peers, targets, *, peak: float, device: str, seconds: float, command: str) -> None:
     from harness.tracking import git_sha
 
     out.mkdir(parents=True, exist_ok=True)
-    rows = grid + [r for pair in peers for r in pair] + [c for _, cells, _ in targets for c in cells.values()]
+    from harness.bench import unique
+
+    rows = unique(grid + [r for pair in peers for r in pair] + [c for _, cells, _ in targets for c in cells.values()])
     with open(out / "bench.csv", "w", newline="") as f:
         fields = [k for k in asdict(rows[0]) if k != "extra"] if rows else []
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -76,7 +84,7 @@ def write_report(out: Path, grid, peers, targets, *, peak: float, device: str, s
             ratio = ours.tokens_per_s / theirs.tokens_per_s if ok else None
             lines.append(f"| {theirs.name} | pos={ours.pos} attn={ours.attn} | {_fmt(theirs, 'tokens_per_s', 1, ',.0f')} "
                          f"| {_fmt(ours, 'tokens_per_s', 1, ',.0f')} | {f'{ratio:.2f}' if ratio else '—'} | "
-                         f"{('met' if ratio >= 1.2 else 'not met') if ratio else theirs.reason[:60]} |")
+                         f"{('met' if ratio >= 1.2 else 'not met') if ratio else _failure(ours, theirs)} |")
     if targets:
         lines += ["", "## Targets", "", "| target | goal | measured | verdict |", "|---|---|---:|---|"]
         for target, cells, value in targets:

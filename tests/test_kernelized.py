@@ -7,8 +7,8 @@ import torch
 from torch.testing import assert_close
 
 from attention.base import AttentionContext
-from attention.kernelized import (Features, causal_linear_contract, kernelized_attention, relative_coefficients,
-                                  toeplitz_matmul)
+from attention.kernelized import (FFT_RTOL, Features, causal_linear_contract, circulant_kernel, kernelized_attention,
+                                  numerator_fft_dtype, relative_coefficients, toeplitz_contract, toeplitz_matmul)
 from attention.linear import Linear, elu_feature_map
 from attention.performer import Performer, default_nb_features
 from attention.softmax import math_attention
@@ -151,7 +151,7 @@ def test_kernelized_variants_refuse_content_bias(make):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_toeplitz_path_gradients_match_explicit_form(causal):
-    """Backward through the FFT path (checkpointed per feature block) equals autograd of the O(T²) form."""
+    """The FFT path's hand-written backward (_ToeplitzContract) equals autograd of the O(T²) form."""
     g = torch.Generator().manual_seed(3)
     phi_q, phi_k = (torch.rand(2, H, 20, 6, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
     v = torch.randn(2, H, 20, 4, generator=g, dtype=F64, requires_grad=True)
@@ -174,3 +174,46 @@ def test_exact_causal_path_keeps_a_tiny_but_real_weight():
     v = torch.tensor([3.0, -1.0], dtype=F64).view(1, 1, 2, 1)
     out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal=True)
     assert_close(out[0, 0, 0], torch.tensor([3.0], dtype=F64))
+
+
+def test_circulant_kernel_puts_each_offset_at_its_index_mod_L():
+    coeffs = torch.arange(1.0, 8.0, dtype=F64)[None]  # Tq = 3, Tk = 5: offsets −4 … 2 ↦ 1 … 7
+    a = circulant_kernel(coeffs, t_k=5)  # L = 8
+    assert a.tolist() == [[5.0, 6.0, 7.0, 0.0, 1.0, 2.0, 3.0, 4.0]]  # a[d mod 8] = c(d)
+
+
+@pytest.mark.parametrize("t_q,t_k", [(37, 37), (7, 12), (300, 300)])
+def test_toeplitz_matmul_in_fp32_is_within_fp32_round_off_of_the_dense_product(t_q, t_k):
+    """fp32 FFTs: error ≤ 1e-6 of the largest |output| (round-off is relative to the largest term)."""
+    g = torch.Generator().manual_seed(1)
+    coeffs = torch.randn(H, t_q + t_k - 1, generator=g, dtype=F64)
+    x = torch.randn(2, H, t_k, 5, generator=g, dtype=F64)
+    ref = dense_toeplitz(coeffs, t_q, t_k)[None] @ x
+    got = toeplitz_matmul(coeffs.float(), x.float())
+    assert got.dtype == torch.float32
+    assert ((got.double() - ref).abs().max() / ref.abs().max()).item() < 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_toeplitz_attention_is_within_its_stated_bound(causal):
+    """fp32 inputs: the output is within eps·max(den)/min(den)·max|v| of the float64 O(T²) reference
+    (the bound numerator_fft_dtype relies on), and that bound picks fp32 here."""
+    g = torch.Generator().manual_seed(2)
+    t = 200
+    phi_q, phi_k = (torch.rand(2, H, t, 6, generator=g, dtype=F64) for _ in range(2))
+    v = torch.randn(2, H, t, 4, generator=g, dtype=F64)
+    table = torch.randn(H, 2 * t - 1, generator=g, dtype=F64)
+    ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=RelativeBias(table, t, t))
+    den = toeplitz_contract(phi_q, phi_k, torch.ones(2, H, t, 1, dtype=F64), relative_coefficients(table, t, causal))
+    assert numerator_fft_dtype(den, torch.float32) == torch.float32
+    f = Features(*(x.float() for x in (phi_q, phi_k, phi_q, phi_k)))
+    out = kernelized_attention(f, v.float(), causal, relative_coefficients(table.float(), t, causal))
+    bound = torch.finfo(torch.float32).eps * (den.max() / den.min()).item() * v.abs().max().item()
+    assert (out.double() - ref).abs().max().item() <= bound
+
+
+def test_numerator_precision_falls_back_to_float64_when_weights_span_too_much():
+    den = torch.tensor([1.0, 2.0, 0.0])  # the 0 (a query that sees nothing) does not count
+    assert numerator_fft_dtype(den, torch.float32) == torch.float32
+    assert numerator_fft_dtype(torch.tensor([1.0, 1.0 / FFT_RTOL * 1e8]), torch.float32) == torch.float64
+    assert numerator_fft_dtype(den.double(), torch.float64) == torch.float64

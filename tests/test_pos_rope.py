@@ -92,3 +92,25 @@ def test_bad_options_are_refused_in_one_line(kw):
 def test_odd_head_dim_is_refused():
     with pytest.raises(ConfigError, match="even"):
         Rope(Shape(30, 2, 2, 64, causal=False))  # head dim 15
+
+
+def test_complex_form_equals_real_form_on_any_layout_and_dtype():
+    """apply_rope's complex product (fp32/fp64) and its real form (other dtypes) are the same map,
+    on q/k views of a fused qkv projection, on odd-offset slices, and in gradients."""
+    g = torch.Generator().manual_seed(4)
+    cos, sin = (f(rope_angles(torch.arange(6), rope_inv_freq(8, 10000.0, F64))) for f in (torch.cos, torch.sin))
+
+    def real_form(x):
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, odd * cos + even * sin), -1).flatten(-2)
+
+    qkv = torch.randn(2, 6, 3 * 8 + 1, dtype=F64, generator=g, requires_grad=True)
+    for x in (qkv[..., :8], qkv[..., 8:16], qkv[..., 1:9], qkv[..., :8].expand(3, -1, -1, -1)):
+        torch.testing.assert_close(apply_rope(x, cos, sin), real_form(x), rtol=0, atol=1e-15)
+    w = torch.randn(2, 6, 8, dtype=F64, generator=g)
+    ours = torch.autograd.grad((apply_rope(qkv[..., 1:9], cos, sin) * w).sum(), qkv)[0]
+    ref = torch.autograd.grad((real_form(qkv[..., 1:9]) * w).sum(), qkv)[0]
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-15)
+    half = qkv.detach()[..., :8].to(torch.bfloat16)
+    torch.testing.assert_close(apply_rope(half, cos.to(half.dtype), sin.to(half.dtype)),
+                               real_form(half.double()).to(torch.bfloat16), rtol=2e-2, atol=2e-2)

@@ -8,7 +8,7 @@ from attention.base import AttentionContext
 from attention.local import Local, band_limits, banded_attention
 from attention.softmax import Softmax, masked_softmax
 from harness.errors import ConfigError
-from positional.base import Shape
+from positional.base import RelativeBias, Shape
 from tests.attn_cases import ContentBias, padding, qkv, reference_softmax, relative_bias, rotation
 
 T, D, H = 37, 8, 3
@@ -83,3 +83,22 @@ def test_local_rejects_a_content_bias_at_forward_time_too():
     q, k, v = qkv(T=T, D=D, H=H)
     with pytest.raises(ConfigError, match="content logit bias"):
         Local(SHAPE, window=4)(q, k, v, AttentionContext(bias=ContentBias()))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_sdpa_with_a_learned_bias_has_the_reference_gradients(causal, padded):
+    """The fused kernel plus the hand-written mask gradient equals autograd through the O(T²) reference,
+    for q, k, v and the bias table (causal with left padding leaves all-masked rows: their gradient is 0)."""
+    q, k, v = (t.requires_grad_() for t in qkv(T=T, D=D, H=H))
+    table = relative_bias(H, T).table.requires_grad_()
+    keep = padding(2, T) if padded else None
+    w = torch.randn(2, H, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    bias = RelativeBias(table, T, T)
+    out = Softmax(SHAPE)(q, k, v, AttentionContext(bias=bias, causal=causal, key_padding_mask=keep))
+    grads = torch.autograd.grad((out * w).sum(), (q, k, v, table))
+    ref = reference_softmax(q, k, v, causal=causal, key_keep=keep, bias=RelativeBias(table, T, T))
+    ref_grads = torch.autograd.grad((ref * w).sum(), (q, k, v, table))
+    assert_close(out, ref)
+    for a, b in zip(grads, ref_grads):
+        assert_close(a, b, rtol=1e-10, atol=1e-10)
