@@ -59,5 +59,9 @@ class RetryingClient:
         self._client = client
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_client":
+            # unpickling (joblib, submitit ship the sweep callback) looks up __setstate__ & co.
+            # before _client exists; delegating those would recurse forever
+            raise AttributeError(name)
         attr = getattr(self._client, name)
         return retry_locked(attr) if callable(attr) else attr

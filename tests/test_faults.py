@@ -123,3 +123,14 @@ def test_two_run_py_jobs_at_once_log_every_point(store, tmp_path):
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(1, 7))
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss")) == [3, 6]
         assert len(run.data.params) > 50  # the whole flattened config
+
+
+def test_retrying_client_survives_pickling(tmp_path):
+    """joblib and submitit pickle the sweep callback, which holds the client."""
+    import pickle
+
+    from harness.tracking import _client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = pickle.loads(pickle.dumps(_client(uri)))
+    assert client.get_experiment_by_name("Default") is not None
