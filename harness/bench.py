@@ -4,8 +4,9 @@
     python -m harness.bench --pos rope --attn softmax,linear --lengths 1024,4096 --no-peers
 
 Per cell (one process, one thread pool, same inputs):
-  step time   median of ``repeats`` forward+backward passes (loss = cross-entropy) after ``warmup``
-              more; the FLOP-counting step runs first and already warms every kernel and buffer up
+  step time   median of up to ``repeats`` forward+backward passes (loss = cross-entropy), fewer once
+              they add up to ``--cell-s`` seconds (at least one), after ``warmup`` more; the
+              FLOP-counting step runs first and already warms every kernel and buffer up
   tokens/s    batch · T / step time; batch = tokens_per_step / T, so every length does equal work
   memory      peak RSS increase during one step, sampled every 0.5 ms, after glibc malloc_trim
               (CPU); torch.cuda.max_memory_allocated (GPU)
@@ -48,6 +49,7 @@ class Result:
     peak_mem_mb: float = float("nan")
     flops: float = float("nan")
     mfu: float = float("nan")
+    repeats: int = 0  # timed steps behind step_s
     status: str = "ok"  # ok | refused | error
     reason: str = ""
     extra: dict = field(default_factory=dict)
@@ -141,7 +143,8 @@ def count_flops(step: Callable[[], None]) -> float:
     return float(counter.get_total_flops())
 
 
-def measure(step: Callable[[], None], tokens: int, device: str, warmup: int, repeats: int) -> dict:
+def measure(step: Callable[[], None], tokens: int, device: str, warmup: int, repeats: int,
+            cell_s: float = float("inf")) -> dict:
     for _ in range(warmup):
         step()
     times = []
@@ -154,9 +157,11 @@ def measure(step: Callable[[], None], tokens: int, device: str, warmup: int, rep
             step()
             _sync(device)
             times.append(time.perf_counter() - t0)
+            if sum(times) >= cell_s:  # long cells: fewer repeats, so the default grid fits its time budget
+                break
     mem = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else rss.delta_mb
     step_s = statistics.median(times)
-    return {"step_s": step_s, "tokens_per_s": tokens / step_s, "peak_mem_mb": mem}
+    return {"step_s": step_s, "tokens_per_s": tokens / step_s, "peak_mem_mb": mem, "repeats": len(times)}
 
 
 def make_step(forward: Callable[[torch.Tensor], torch.Tensor], module: torch.nn.Module, ids: torch.Tensor,
@@ -266,7 +271,7 @@ PEERS: dict[str, tuple[tuple[str, str], Callable]] = {
 
 
 def run_cell(name: str, spec: Spec, build: Callable, device: str, peak: float, warmup: int,
-             repeats: int) -> Result:
+             repeats: int, cell_s: float = float("inf")) -> Result:
     from harness.errors import ConfigError
 
     result = Result(name, spec.pos, spec.attn, spec.seq_len, spec.batch)
@@ -276,7 +281,7 @@ def run_cell(name: str, spec: Spec, build: Callable, device: str, peak: float, w
         ids = torch.randint(256, (spec.batch, spec.seq_len), device=device)
         step = make_step(forward, module, ids, autocast=device == "cuda")
         result.flops = count_flops(step)
-        for key, value in measure(step, spec.batch * spec.seq_len, device, warmup, repeats).items():
+        for key, value in measure(step, spec.batch * spec.seq_len, device, warmup, repeats, cell_s).items():
             setattr(result, key, value)
         result.mfu = result.flops / result.step_s / peak
     except ConfigError as e:
@@ -345,13 +350,17 @@ def _targets(tokens: int) -> list[Target]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--pos", default="none,rope,t5", help="comma list of conf/pos options")
+    # the grid's default is pos=none, so the default run fits in 10 minutes on 2 cores; RoPE's and T5's cost
+    # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
+    p.add_argument("--pos", default="none", help="comma list of conf/pos options")
     p.add_argument("--attn", default="all", help="comma list of conf/attn options, or 'all'")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192")
     p.add_argument("--tokens", type=int, default=8192, help="tokens per step; batch = tokens / length")
     p.add_argument("--model", default="small", help="conf/model preset")
     p.add_argument("--warmup", type=int, default=0, help="untimed steps after the (untimed) FLOP-counting step")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="most timed steps per cell")
+    p.add_argument("--cell-s", type=float, default=5.0,
+                   help="stop timing a cell once its timed steps add up to this many seconds (at least one)")
     p.add_argument("--budget-s", type=float, default=12.0,
                    help="skip longer lengths of a cell once one step takes longer than this")
     p.add_argument("--no-peers", action="store_true")
@@ -379,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(name, spec, build):
         if name == "posbench" and spec in measured:
             return measured[spec]
-        r = run_cell(name, spec, build, args.device, peak, args.warmup, args.repeats)
+        r = run_cell(name, spec, build, args.device, peak, args.warmup, args.repeats, args.cell_s)
         if name == "posbench":
             measured[spec] = r
         line = (f"{r.step_s * 1e3:9.1f} ms {r.tokens_per_s:10,.0f} tok/s {r.peak_mem_mb:8.1f} MB "

@@ -57,7 +57,8 @@ def write_report(out: Path, grid, peers, targets, *, peak: float, device: str, s
         f"Device: {_device_name(device)}. torch {torch.__version__}, commit {git_sha()}. "
         f"Measured peak ({'bf16' if device == 'cuda' else 'fp32'} {2048}² matmul): {peak / 1e9:,.1f} GFLOP/s.",
         "",
-        "Step = forward + backward with a cross-entropy loss, median of repeats after warm-up; tokens per step "
+        "Step = forward + backward with a cross-entropy loss, median of the timed repeats (up to --repeats, fewer "
+        "for long cells: see the `repeats` column of bench.csv) after an untimed FLOP-counting step; tokens per step "
         "held constant across lengths (batch = tokens / T). Memory = peak RSS increase during the timed steps "
         "(CPU) or max allocated (GPU). FLOPs counted by `torch.utils.flop_counter.FlopCounterMode` (matmul, "
         "bmm and SDPA ops from their shapes; elementwise and FFT work not counted). MFU = FLOPs / step time / peak.",

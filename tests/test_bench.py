@@ -5,7 +5,7 @@ import csv
 import pytest
 import torch
 
-from harness.bench import PeakRss, Spec, build_posbench, count_flops, main, make_step
+from harness.bench import PeakRss, Spec, build_posbench, count_flops, main, make_step, measure
 
 
 def test_flops_of_a_linear_step_match_the_analytic_count():
@@ -30,6 +30,16 @@ def test_model_flops_grow_with_the_dense_part_analytically():
     H, D = 4, 32
     attention = L * (4 * H * T * T * D) * (1 + 2.5)  # QKᵀ and PV forward; backward 2.5× (torch's SDPA formula)
     assert f1 == pytest.approx(dense + attention)
+
+
+def test_measure_stops_repeating_once_a_cell_has_used_its_time():
+    import time
+
+    def step():
+        time.sleep(0.03)
+    assert measure(step, 10, "cpu", warmup=0, repeats=5, cell_s=0.05)["repeats"] == 2  # 0.03 + 0.03 ≥ 0.05
+    assert measure(step, 10, "cpu", warmup=0, repeats=3)["repeats"] == 3
+    assert measure(step, 10, "cpu", warmup=0, repeats=3, cell_s=0.0)["repeats"] == 1  # always at least one
 
 
 def test_peak_rss_sees_an_allocation():
