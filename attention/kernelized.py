@@ -9,7 +9,9 @@ and associativity gives O(T) cost: φ(q_i)ᵀ (Σ_j φ(k_j) v_jᵀ)  (Eq. 5–6)
   [j ≤ i]                   causal: prefix sums (Eq. 8–9), here chunked so memory stays O(T);
   exp(b_{i−j})·[j ≤ i]      a relative (Toeplitz) logit bias b: both sums are Toeplitz products,
                             computed by FFT in O(T log T) (Luo et al. 2021, "Stable, Fast and Accurate:
-                            Kernelized Attention with Relative Positional Encoding", §3, Eq. 7–8).
+                            Kernelized Attention with Relative Positional Encoding", §3, Eq. 7–8), or,
+                            while B·H·T² is small (``DENSE_MAX_ELEMS``), as the exact O(T²) product
+                            ((φ(Q)φ(K)ᵀ) ∘ C) V: 46× faster than the FFTs at T = 128, 2.7× at 2048.
 Padded keys get φ(k_j) = 0, so they leave numerator *and* denominator.
 
 RoPE (``rope_mode``):
@@ -40,6 +42,10 @@ CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M
 NO_WEIGHT = 1e-10  # relative denominator below which a query counts as seeing no key (see kernelized_attention)
 FFT_RTOL = 1e-3  # allowed fp32 round-off bound on a Toeplitz-path output, relative to max|v| (numerator_fft_dtype)
 FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (see feature_block)
+# B·H·Tq·Tk up to which a Toeplitz bias takes the dense path (128 MiB per fp32 T×T tensor). Measured,
+# fwd + bwd, 4096 tokens, H 4, M 110, E 33, one thread: dense/FFT 47/2176 ms at T=128, 1033/2803 at 2048.
+DENSE_MAX_ELEMS = 1 << 25
+ToeplitzPath = Literal["auto", "fft", "dense"]
 
 
 def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
@@ -119,6 +125,19 @@ def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
     if causal:
         table = table.masked_fill(offsets < 0, float("-inf"))
     return torch.exp(table - table.amax(-1, keepdim=True).detach())
+
+
+def toeplitz_dense(coeffs: Tensor, t_q: int, t_k: int) -> Tensor:
+    """The Toeplitz matrices themselves: C[h, i, j] = coeffs[h, i − j + Tk − 1]. (H, Tq + Tk − 1) -> (H, Tq, Tk)."""
+    offsets = torch.arange(t_q, device=coeffs.device)[:, None] - torch.arange(t_k, device=coeffs.device) + t_k - 1
+    return coeffs[:, offsets]
+
+
+def dense_path(q: Tensor, k: Tensor, path: ToeplitzPath) -> bool:
+    """Whether a Toeplitz bias is applied densely: ``path``, or for auto, B·H·Tq·Tk ≤ ``DENSE_MAX_ELEMS``."""
+    if path not in ("auto", "fft", "dense"):
+        raise ConfigError(f"toeplitz path {path!r} is unknown; use auto, fft or dense")
+    return path == "dense" or (path == "auto" and q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS)
 
 
 def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) -> Tensor:
@@ -241,7 +260,8 @@ class Features:
     k_num: Tensor
 
 
-def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | None = None) -> Tensor:
+def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | None = None,
+                         toeplitz: ToeplitzPath = "auto") -> Tensor:
     """out_i = Σ_j c_ij q_num_iᵀ k_num_j v_j / Σ_j c_ij q_iᵀ k_j. v: (B, H, T, D) -> (B, H, T, D).
 
     A query with no weight (den = 0: every key it may see is padded) gets 0, as softmax gives for an
@@ -252,8 +272,17 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     On the FFT path the denominator is always convolved in float64 (it is 1/(D+1) of the FFT work): a
     true 0 must stay far below the floor, and fp32 round-off (~1e-7 of the largest term) would not. The
     numerator's precision is chosen from the denominators (``numerator_fft_dtype``).
+    ``toeplitz``: how a bias (coeffs) is applied, see ``dense_path``; the dense path is exact.
     """
-    if coeffs is not None:
+    fft = coeffs is not None and not dense_path(f.q, f.k, toeplitz)
+    if coeffs is not None and not fft:
+        c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
+        weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
+        den = weights.sum(-1, keepdim=True)
+        if f.q_num is not f.q or f.k_num is not f.k:
+            weights = (f.q_num @ f.k_num.transpose(-1, -2)) * c
+        num = weights @ v
+    elif fft:
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
     elif f.q_num is f.q and f.k_num is f.k:  # one pass for both: the denominator is the sum over v = 1
@@ -263,7 +292,7 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
         num = linear_contract(f.q_num, f.k_num, v, causal, None)
         den = linear_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), causal, None)
     floor = 0.0
-    if coeffs is not None:
+    if fft:
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)
     seen = den > floor
     return torch.where(seen, num, 0.0) / torch.where(seen, den, 1.0)

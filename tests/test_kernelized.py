@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from attention import kernelized
 from attention.base import AttentionContext
 from attention.kernelized import (FFT_RTOL, Features, causal_linear_contract, circulant_kernel, kernelized_attention,
                                   numerator_fft_dtype, relative_coefficients, toeplitz_contract, toeplitz_matmul)
@@ -64,8 +65,10 @@ def variant(name: str, causal: bool, rope_mode: str):
 @pytest.mark.parametrize("name", ["linear", "performer"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("rope_mode", [None, "pre_feature", "numerator"])
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_kernelized_variant_equals_explicit_quadratic_form(name, causal, rope_mode, with_bias):
+@pytest.mark.parametrize("with_bias", [False, "fft", "dense"])
+def test_kernelized_variant_equals_explicit_quadratic_form(name, causal, rope_mode, with_bias, monkeypatch):
+    if with_bias:  # the automatic choice made to take this path
+        monkeypatch.setattr(kernelized, "DENSE_MAX_ELEMS", 0 if with_bias == "fft" else 1 << 40)
     attn = variant(name, causal, rope_mode or "pre_feature")
     q, k, v = qkv(T=T, D=D, H=H, scale=0.5)
     keep, rot = padding(2, T), rotation(T, D) if rope_mode else None
@@ -150,8 +153,10 @@ def test_kernelized_variants_refuse_content_bias(make):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_toeplitz_path_gradients_match_explicit_form(causal):
-    """The FFT path's hand-written backward (_ToeplitzContract) equals autograd of the O(T²) form."""
+@pytest.mark.parametrize("path", ["fft", "dense"])
+def test_toeplitz_path_gradients_match_explicit_form(causal, path):
+    """Both bias paths, the FFT one with its hand-written backward (_ToeplitzContract), equal autograd
+    of the O(T²) reference form."""
     g = torch.Generator().manual_seed(3)
     phi_q, phi_k = (torch.rand(2, H, 20, 6, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
     v = torch.randn(2, H, 20, 4, generator=g, dtype=F64, requires_grad=True)
@@ -159,7 +164,7 @@ def test_toeplitz_path_gradients_match_explicit_form(causal):
     w = torch.randn(2, H, 20, 4, generator=g, dtype=F64)  # a random cotangent
 
     out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal,
-                               relative_coefficients(table, 20, causal))
+                               relative_coefficients(table, 20, causal), toeplitz=path)
     grads = torch.autograd.grad((out * w).sum(), (phi_q, phi_k, v, table))
     ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=RelativeBias(table, 20, 20))
     ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, table))
@@ -207,9 +212,26 @@ def test_fp32_toeplitz_attention_is_within_its_stated_bound(causal):
     den = toeplitz_contract(phi_q, phi_k, torch.ones(2, H, t, 1, dtype=F64), relative_coefficients(table, t, causal))
     assert numerator_fft_dtype(den, torch.float32) == torch.float32
     f = Features(*(x.float() for x in (phi_q, phi_k, phi_q, phi_k)))
-    out = kernelized_attention(f, v.float(), causal, relative_coefficients(table.float(), t, causal))
+    out = kernelized_attention(f, v.float(), causal, relative_coefficients(table.float(), t, causal), toeplitz="fft")
     bound = torch.finfo(torch.float32).eps * (den.max() / den.min()).item() * v.abs().max().item()
     assert (out.double() - ref).abs().max().item() <= bound
+
+
+def test_bias_path_is_dense_up_to_the_element_budget_then_fft(monkeypatch):
+    q, k = torch.zeros(2, H, 8, 3), torch.zeros(2, H, 8, 3)  # B·H·Tq·Tk = 2·H·64
+    monkeypatch.setattr(kernelized, "DENSE_MAX_ELEMS", 2 * H * 64)
+    assert kernelized.dense_path(q, k, "auto")
+    monkeypatch.setattr(kernelized, "DENSE_MAX_ELEMS", 2 * H * 64 - 1)
+    assert not kernelized.dense_path(q, k, "auto")
+    assert kernelized.dense_path(q, k, "dense") and not kernelized.dense_path(q, k, "fft")
+    with pytest.raises(ConfigError, match="use auto, fft or dense"):
+        kernelized.dense_path(q, k, "sparse")
+
+
+@pytest.mark.parametrize("t_q,t_k", [(3, 5), (12, 7)])
+def test_toeplitz_dense_places_each_offset(t_q, t_k):
+    coeffs = torch.arange(1.0, t_q + t_k, dtype=F64).expand(2, -1)  # entry o ↔ offset i − j = o − (Tk − 1)
+    assert torch.equal(kernelized.toeplitz_dense(coeffs, t_q, t_k), dense_toeplitz(coeffs, t_q, t_k))
 
 
 def test_numerator_precision_falls_back_to_float64_when_weights_span_too_much():
