@@ -138,9 +138,10 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
 
 def _sections(client, cells, claim: dict, out: Path) -> list[str]:
     """Preset-specific sections named by the claim's ``sections`` list (e.g. ``[theta]``)."""
+    from results.grid import grid_section
     from results.theta import theta_section
 
-    SECTIONS = {"theta": theta_section}
+    SECTIONS = {"theta": theta_section, "grid": grid_section}
     lines: list[str] = []
     for name in claim.get("sections", []):
         lines += [*SECTIONS[name](client, cells, out), ""]

@@ -113,3 +113,27 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
     assert len(rows) == 8 and float(rows[0]["theta0"]) == 1.0  # tiny model: head dim 16, 8 frequencies, θ₀ = 1 first
     assert all(float(r["ratio_seed0"]) != 0 for r in rows)
     assert (out / "theta_ratio.png").stat().st_size > 10_000 and (out / "theta_drift.png").exists()
+
+
+def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tmp_path):
+    """Δ against pos=none of the same attn, its Welch interval, the better/≈/worse mark, refusals."""
+    from results.grid import grid_section
+    from results.report import Cell
+
+    losses = {("none", "softmax"): [3.0, 3.1, 3.2], ("rope", "softmax"): [2.0, 2.1, 2.2],
+              ("learned", "softmax"): [3.0, 3.2, 3.1], ("none", "linear"): [3.0, 3.0, 3.3],
+              ("rope", "linear"): [3.5, 3.6, 3.7]}
+    cells = [Cell(f"r{pos}{attn}{s}", "n", f"pos={pos} attn={attn} seed={s}", pos, attn, str(s), "finished",
+                  val=[(100, x)]) for (pos, attn), xs in losses.items() for s, x in enumerate(xs)]
+    cells.append(Cell("rx", "n", "pos=xl attn=linear seed=0", "xl", "linear", "0", "incompatible",
+                      reason="kernelized attention never forms the logit"))
+    lines = grid_section(None, cells, tmp_path)
+    text = "\n".join(lines)
+    diff, low, high = welch_interval([2.0, 2.1, 2.2], [3.0, 3.1, 3.2])
+    assert f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3)" in text
+    assert "| learned | +0.000 [" in text and "] ≈ (n=3) | — |" in text
+    assert "] worse (n=3) |" in text.split("| rope |")[1].splitlines()[0]
+    assert "| xl | — | refused |" in text
+    assert "1 of 3 cells beat `pos=none` beyond seed noise, 1 are worse, 1 are within noise." in text
+    assert "Refused (xl×linear): kernelized attention never forms the logit" in text
+    assert (tmp_path / "grid_delta.png").stat().st_size > 5_000

@@ -1,0 +1,102 @@
+"""The grid section of a paper report: does each scheme help, per attention variant, beyond seed noise?
+
+For every (pos, attn) cell with finished seeds, the difference of its mean final val loss from
+``pos=none`` with the same attention, with a Welch 95 % interval (results.paper.welch_interval):
+  grid_delta.png   the differences as a heatmap centred at 0 (blue: lower loss than none); a cell
+                   whose interval contains 0 is marked "≈" (within seed noise)
+  a table          the same numbers, refused pairings with their reason
+Returns the README lines that embed them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BASELINE = "none"
+
+
+def _finals(cells) -> dict[tuple[str, str], list[float]]:
+    finals: dict[tuple[str, str], list[float]] = {}
+    for c in cells:
+        if c.finished and c.final_loss is not None:
+            finals.setdefault((c.pos, c.attn), []).append(c.final_loss)
+    return finals
+
+
+def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:
+    """(pos, attn) -> (Δ, CI low, CI high, n) against pos=none with the same attn; None without an interval."""
+    from results.paper import welch_interval
+
+    finals = _finals(cells)
+    out = {}
+    for (pos, attn), xs in finals.items():
+        base = finals.get((BASELINE, attn), [])
+        if pos == BASELINE:
+            continue
+        ci = welch_interval(xs, base) if base else None
+        out[(pos, attn)] = (*ci, len(xs)) if ci is not None else None
+    return out
+
+
+def _mark(low: float, high: float) -> str:
+    return "better" if high < 0 else "worse" if low > 0 else "≈"
+
+
+def grid_section(client, cells, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    d = deltas(cells)
+    poss = [p for p in dict.fromkeys(c.pos for c in cells) if p != BASELINE]
+    attns = list(dict.fromkeys(c.attn for c in cells))
+    refused = {(c.pos, c.attn): c.reason for c in cells if c.status == "incompatible"}
+    lines = ["## Each scheme against no position encoding", "",
+             f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
+             "95 % Welch interval in brackets; **better** / **worse** when the interval excludes 0, ≈ when it does not.",
+             "", "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |", "|---|" + "---|" * len(attns)]
+    for pos in poss:
+        row = []
+        for attn in attns:
+            if (pos, attn) in refused:
+                row.append("refused")
+            elif d.get((pos, attn)) is None:
+                row.append("—")
+            else:
+                diff, low, high, n = d[(pos, attn)]
+                row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] {_mark(low, high)} (n={n})")
+        lines.append(f"| {pos} | " + " | ".join(row) + " |")
+    shown = [v for v in d.values() if v is not None]
+    better = sum(v[2] < 0 for v in shown)
+    worse = sum(v[1] > 0 for v in shown)
+    lines += ["", f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise, {worse} are worse, "
+              f"{len(shown) - better - worse} are within noise."]
+    for reason in sorted(set(refused.values())):
+        cells_refused = ", ".join(f"{p}×{a}" for (p, a), r in refused.items() if r == reason)
+        lines.append(f"Refused ({cells_refused}): {reason}")
+
+    grid = np.full((len(poss), len(attns)), np.nan)
+    for (pos, attn), v in d.items():
+        if v is not None:
+            grid[poss.index(pos), attns.index(attn)] = v[0]
+    span = float(np.nanmax(np.abs(grid))) if not np.isnan(grid).all() else 1.0
+    fig, ax = plt.subplots(figsize=(2.4 * len(attns) + 3, 0.7 * len(poss) + 2.2), layout="constrained")
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="lightgrey")  # blue: lower loss than none
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-span, vmax=span, aspect="auto")
+    for (pos, attn), v in d.items():
+        if v is not None:
+            ax.text(attns.index(attn), poss.index(pos), f"{v[0]:+.3f}\n{_mark(v[1], v[2])}", ha="center",
+                    va="center", fontsize=9)
+    for pos, attn in refused:
+        if pos in poss:
+            ax.text(attns.index(attn), poss.index(pos), "refused", ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(len(attns)), attns)
+    ax.set_yticks(range(len(poss)), poss)
+    ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)",
+           title=f"Final val loss − pos={BASELINE} (same attn), mean over seeds; ≈: 95 % CI contains 0")
+    fig.colorbar(image, ax=ax, label="Δ nats/token")
+    fig.savefig(out / "grid_delta.png", dpi=110)
+    plt.close(fig)
+    return lines + ["", "![grid_delta](grid_delta.png)"]
