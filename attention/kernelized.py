@@ -274,15 +274,15 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     numerator's precision is chosen from the denominators (``numerator_fft_dtype``).
     ``toeplitz``: how a bias (coeffs) is applied, see ``dense_path``; the dense path is exact.
     """
-    fft = coeffs is not None and not dense_path(f.q, f.k, toeplitz)
-    if coeffs is not None and not fft:
+    bias_path = None if coeffs is None else "dense" if dense_path(f.q, f.k, toeplitz) else "fft"
+    if bias_path == "dense":
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
         weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
         den = weights.sum(-1, keepdim=True)
         if f.q_num is not f.q or f.k_num is not f.k:
             weights = (f.q_num @ f.k_num.transpose(-1, -2)) * c
         num = weights @ v
-    elif fft:
+    elif bias_path == "fft":
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
     elif f.q_num is f.q and f.k_num is f.k:  # one pass for both: the denominator is the sum over v = 1
@@ -292,7 +292,7 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
         num = linear_contract(f.q_num, f.k_num, v, causal, None)
         den = linear_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), causal, None)
     floor = 0.0
-    if fft:
+    if bias_path == "fft":
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)
     seen = den > floor
     return torch.where(seen, num, 0.0) / torch.where(seen, den, 1.0)
