@@ -50,8 +50,8 @@ def grid_section(client, cells, out: Path) -> list[str]:
     import numpy as np
 
     d = deltas(cells)
-    poss = [p for p in dict.fromkeys(c.pos for c in cells) if p != BASELINE]
-    attns = list(dict.fromkeys(c.attn for c in cells))
+    poss = sorted({c.pos for c in cells} - {BASELINE})
+    attns = sorted({c.attn for c in cells})
     refused = {(c.pos, c.attn): c.reason for c in cells if c.status == "incompatible"}
     lines = ["## Each scheme against no position encoding", "",
              f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "

@@ -119,13 +119,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
         f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} (data={tags.get('data', '?')}).",
         "",
-        "## Comparisons",
-        "",
-        "| comparison | outcome |",
-        "|---|---|",
-        *[f"| {o.text} | {o.verdict} |" for o in outcomes],
-        *[f"| {o.text} (secondary: not part of the verdict) | {o.verdict} |" for o in secondary],
-        "",
+        *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
         "## Sweep report",
         "",
@@ -134,6 +128,14 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return verdict
+
+
+def _comparisons_table(outcomes: list[Outcome], secondary: list[Outcome]) -> list[str]:
+    if not outcomes and not secondary:
+        return []
+    return ["## Comparisons", "", "| comparison | outcome |", "|---|---|",
+            *[f"| {o.text} | {o.verdict} |" for o in outcomes],
+            *[f"| {o.text} (secondary: not part of the verdict) | {o.verdict} |" for o in secondary], ""]
 
 
 def _sections(client, cells, claim: dict, out: Path) -> list[str]:

@@ -131,9 +131,11 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
     text = "\n".join(lines)
     diff, low, high = welch_interval([2.0, 2.1, 2.2], [3.0, 3.1, 3.2])
     assert f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3)" in text
-    assert "| learned | +0.000 [" in text and "] ≈ (n=3) | — |" in text
-    assert "] worse (n=3) |" in text.split("| rope |")[1].splitlines()[0]
-    assert "| xl | — | refused |" in text
+    assert "| pos | attn=linear | attn=softmax |" in text  # columns and rows sorted
+    learned = text.split("| learned |")[1].splitlines()[0]
+    assert learned.startswith(" — | +0.000 [") and learned.endswith("] ≈ (n=3) |")
+    assert text.split("| rope |")[1].splitlines()[0].endswith("] worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3) |")
+    assert "| xl | refused | — |" in text
     assert "1 of 3 cells beat `pos=none` beyond seed noise, 1 are worse, 1 are within noise." in text
     assert "Refused (xl×linear): kernelized attention never forms the logit" in text
     assert (tmp_path / "grid_delta.png").stat().st_size > 5_000
