@@ -30,9 +30,9 @@ def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | Non
     finals = _finals(cells)
     out = {}
     for (pos, attn), xs in finals.items():
-        base = finals.get((BASELINE, attn), [])
         if pos == BASELINE:
             continue
+        base = finals.get((BASELINE, attn), [])
         ci = welch_interval(xs, base) if base else None
         out[(pos, attn)] = (*ci, len(xs)) if ci is not None else None
     return out
