@@ -15,13 +15,13 @@ from harness.errors import ConfigError
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    from harness.distributed import rank_zero_print
+    from harness.scaleout import rank_zero_print
     from harness.train import format_summary, train
 
     hydra_cfg = HydraConfig.get()
     choices = {g: hydra_cfg.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
     if hydra_cfg.mode == RunMode.MULTIRUN:  # a cell of a sweep: record any failure, never stop the sweep
-        from harness.sweep import job_sweep_tags, run_cell
+        from harness.sweep.callback import job_sweep_tags, run_cell
 
         return run_cell(cfg, choices, job_sweep_tags())
     try:
@@ -35,7 +35,7 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1].split("=")[0] == "--matrix":  # before Hydra parses argv
-        from harness.compat import print_matrix
+        from harness.config.compat import print_matrix
 
         sys.exit(print_matrix(sys.argv[1]))
     from harness.cli import run_cli

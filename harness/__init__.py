@@ -1,5 +1,5 @@
 # Config resolvers (``${precision_for:...}`` in conf/trainer/ddp.yaml) must exist before any
 # config is resolved: run.py, its relaunched DDP ranks and the tests all import harness first.
-from harness.distributed import register_resolvers
+from harness.scaleout import register_resolvers
 
 register_resolvers()

@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness.paths import ROOT  # noqa: E402
 
 
 @dataclass
@@ -203,14 +203,14 @@ class Spec:
 
 
 def _compose(spec: Spec):
-    from harness.compose import compose
+    from harness.config.compose import compose
 
     return compose([f"pos={spec.pos}", f"attn={spec.attn}", f"model={spec.model}", "model.dropout=0.0",
                     f"data.seq_len={spec.seq_len}", *spec.attn_overrides])
 
 
 def build_posbench(spec: Spec):
-    from harness.model import Transformer
+    from harness.model.transformer import Transformer
     from harness.train import instantiate
 
     cfg = _compose(spec)
@@ -505,7 +505,7 @@ def _log_to_mlflow(uri: str | None, results: list[Result], peak: float, device: 
 
     from mlflow.entities import Metric
 
-    from harness.tracking import git_sha, mlflow_run, resolve_tracking_uri
+    from harness.record.tracking import git_sha, mlflow_run, resolve_tracking_uri
 
     uri, bench_id, now = resolve_tracking_uri(uri), uuid.uuid4().hex[:12], int(time.time() * 1000)
     for r in results:

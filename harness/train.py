@@ -69,7 +69,7 @@ def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
 
     import torch
 
-    from harness.tracking import git_sha
+    from harness.record.tracking import git_sha
 
     return {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
             "seed": str(cfg.seed), "git_sha": git_sha(), "python": platform.python_version(),
@@ -81,15 +81,15 @@ def train(cfg: DictConfig, choices: dict[str, str], extra_tags: dict[str, str] |
     ``extra_tags``: added to the run's tags (a sweep passes its parent run id and sweep id)."""
     import lightning as L
 
-    from harness.checks import preflight
-    from harness.corpus import Corpus
-    from harness.data import make_loaders
-    from harness.distributed import Scale, check_trainer, job_ranks, rank_zero_run
-    from harness.lengths import evaluate_lengths, log_lengths, requested_lengths
-    from harness.model import Transformer
-    from harness.module import LanguageModel, Throughput
-    from harness.resume import plan_resume
-    from harness.tracking import MlflowTracker, flatten, mlflow_run, resolve_tracking_uri
+    from harness.config.validate import preflight
+    from harness.data.corpus import Corpus
+    from harness.data.windows import make_loaders
+    from harness.scaleout import Scale, check_trainer, job_ranks, rank_zero_run
+    from harness.model.evaluate import evaluate_lengths, log_lengths, requested_lengths
+    from harness.model.transformer import Transformer
+    from harness.model.module import LanguageModel, Throughput
+    from harness.record.resume import plan_resume
+    from harness.record.tracking import MlflowTracker, flatten, mlflow_run, resolve_tracking_uri
 
     started = time.perf_counter()
     uri = resolve_tracking_uri(cfg.logger.tracking_uri)
@@ -168,7 +168,7 @@ def _log_texts(client, run_id: str, files: dict[str, str]) -> None:
 
 
 def format_summary(s: Summary) -> str:
-    from harness.tracking import dashboard_command
+    from harness.record.tracking import dashboard_command
 
     bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (not byte-level)"
     return "\n".join([

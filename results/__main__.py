@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return paper_main(args)
 
-    from harness.tracking import _client, resolve_tracking_uri
+    from harness.record.tracking import _client, resolve_tracking_uri
     from results.store import find_sweep, generate
 
     uri = resolve_tracking_uri(args.tracking_uri)

@@ -177,8 +177,8 @@ def main(args) -> int:
 
     from omegaconf import OmegaConf
 
-    from harness.compose import compose
-    from harness.tracking import _client, resolve_tracking_uri
+    from harness.config.compose import compose
+    from harness.record.tracking import _client, resolve_tracking_uri
     from results.store import find_sweep
 
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale}"])

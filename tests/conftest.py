@@ -30,7 +30,7 @@ TINY = [
 
 def compose(overrides: list[str] = ()):
     """The composed config, hydra node included (tests read hydra.runtime.choices)."""
-    from harness.compose import compose as harness_compose
+    from harness.config.compose import compose as harness_compose
 
     return harness_compose(overrides, hydra=True)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.module import LanguageModel  # noqa: E402
+from harness.model.module import LanguageModel  # noqa: E402
 
 kill_at, only_pos = int(sys.argv[1]), os.environ.get("KILL_POS")
 original_step = LanguageModel.training_step

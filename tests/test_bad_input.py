@@ -144,7 +144,7 @@ def test_learned_table_refuses_a_longer_sequence_with_the_fix():
 
     from attention.softmax import Softmax
     from harness.errors import ConfigError
-    from harness.model import ModelConfig, Transformer
+    from harness.model.transformer import ModelConfig, Transformer
     from positional.learned import Learned
 
     model = Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), 258, 8, False,

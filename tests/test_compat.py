@@ -12,9 +12,9 @@ from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
-from harness.compat import CONF, Cell, compatibility, option_classes, print_matrix, render_markdown, render_text
+from harness.config.compat import CONF, Cell, compatibility, option_classes, print_matrix, render_markdown, render_text
 from harness.errors import ConfigError
-from harness.model import ModelConfig, Transformer
+from harness.model.transformer import ModelConfig, Transformer
 from positional.base import PositionalScheme, RelativeBias
 
 

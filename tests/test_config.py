@@ -7,7 +7,7 @@ import torch
 from hydra.utils import instantiate
 
 from attention.base import AttentionVariant
-from harness.model import ModelConfig
+from harness.model.transformer import ModelConfig
 from positional.base import PositionalScheme, Shape
 from tests.conftest import ROOT, compose
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.corpus import Embedded, Enwik8, TextFiles, block_split
-from harness.data import EvalWindows, TrainWindows
+from harness.data.corpus import Embedded, Enwik8, TextFiles, block_split
+from harness.data.windows import EvalWindows, TrainWindows
 from harness.errors import ConfigError
-from harness.objectives import IGNORE, CausalLM, MaskedLM
-from harness.tokenizer import ByteTokenizer
+from harness.data.objectives import IGNORE, CausalLM, MaskedLM
+from harness.data.tokenizer import ByteTokenizer
 
 
 def test_embedded_corpus_is_deterministic_english_prose():

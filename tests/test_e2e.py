@@ -57,7 +57,7 @@ def test_clm_run(train_tiny):
 
 
 def test_crash_ends_run_failed(train_tiny, monkeypatch):
-    from harness.module import LanguageModel
+    from harness.model.module import LanguageModel
 
     def explode(self, batch, batch_idx):
         raise RuntimeError("boom")

@@ -42,8 +42,8 @@ def test_preset_composes_and_names_its_claim(preset, scale):
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p != "grid"])
 def test_every_toy_cell_builds_its_model(preset):
-    from harness.model import Transformer
-    from harness.tokenizer import ByteTokenizer
+    from harness.model.transformer import Transformer
+    from harness.data.tokenizer import ByteTokenizer
     from harness.train import instantiate
 
     base = compose([f"experiment={preset}"])

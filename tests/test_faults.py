@@ -22,7 +22,7 @@ def locked_error():
 
 
 def test_locked_store_is_retried_with_growing_jittered_waits():
-    from harness.retry import retry_locked
+    from harness.record.retry import retry_locked
 
     calls, waits = [], []
 
@@ -40,7 +40,7 @@ def test_locked_store_is_retried_with_growing_jittered_waits():
 def test_retries_are_bounded_and_other_errors_are_not_retried():
     from mlflow.exceptions import MlflowException
 
-    from harness.retry import retry_locked
+    from harness.record.retry import retry_locked
 
     calls = []
 
@@ -63,8 +63,8 @@ def test_retries_are_bounded_and_other_errors_are_not_retried():
 
 
 def test_client_methods_are_wrapped(store):
-    from harness.retry import RetryingClient
-    from harness.tracking import _client
+    from harness.record.retry import RetryingClient
+    from harness.record.tracking import _client
 
     client = _client(store)
     assert isinstance(client, RetryingClient)
@@ -74,7 +74,7 @@ def test_client_methods_are_wrapped(store):
 WRITER = """
 import sys, time
 from mlflow.entities import Metric
-from harness.tracking import _client, experiment_id
+from harness.record.tracking import _client, experiment_id
 uri, tag, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
 client = _client(uri)
 run_id = client.create_run(experiment_id(client, "posbench", uri), run_name=tag, tags={"writer": tag}).info.run_id
@@ -129,7 +129,7 @@ def test_retrying_client_survives_pickling(tmp_path):
     """joblib and submitit pickle the sweep callback, which holds the client."""
     import pickle
 
-    from harness.tracking import _client
+    from harness.record.tracking import _client
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = pickle.loads(pickle.dumps(_client(uri)))

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.objectives import IGNORE, CausalLM, MaskedLM
-from harness.tokenizer import ByteTokenizer
+from harness.data.objectives import IGNORE, CausalLM, MaskedLM
+from harness.data.tokenizer import ByteTokenizer
 from positional.base import PositionalScheme, RelativeBias, Shape
 from positional.learned import Learned
 from positional.rope import Rope, apply_rope, rope_angles, rope_inv_freq

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.compat import compatibility
+from harness.config.compat import compatibility
 from harness.errors import ConfigError
 
 pytestmark = pytest.mark.slow

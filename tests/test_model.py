@@ -5,7 +5,7 @@ import torch
 
 from attention.softmax import Softmax
 from harness.errors import ConfigError
-from harness.model import ModelConfig, Transformer
+from harness.model.transformer import ModelConfig, Transformer
 from positional.none import NoPosition
 from positional.rope import Rope
 

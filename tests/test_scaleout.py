@@ -12,7 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader
 
-from harness.distributed import NullClient, Scale, check_trainer, rank_command, rank_zero_run
+from harness.scaleout import NullClient, Scale, check_trainer, rank_command, rank_zero_run
 from harness.errors import ConfigError
 from tests.conftest import ROOT, TINY, compose, run_sweep
 
@@ -69,7 +69,7 @@ def test_gpu_preset_without_cuda_names_the_fix():
 def _rank_loaders(dataset, batch: int, world: int, train: bool, start: int = 0) -> list[DataLoader]:
     from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
-    from harness.data import ContinueFrom
+    from harness.data.windows import ContinueFrom
 
     def sampler(r):
         return (ContinueFrom(dataset, start, r, world) if train else

@@ -1,5 +1,5 @@
 """Several processes opening one brand-new sqlite store at once: MLflow's own migration races
-there (seen: 7 of 12 processes failed); harness.tracking._client makes them take turns."""
+there (seen: 7 of 12 processes failed); harness.record.tracking._client makes them take turns."""
 
 import multiprocessing as mp
 
@@ -7,7 +7,7 @@ import pytest
 
 
 def _open_store(uri: str) -> None:
-    from harness.tracking import _client, experiment_id
+    from harness.record.tracking import _client, experiment_id
 
     experiment_id(_client(uri), "race", uri)
 

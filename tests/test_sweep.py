@@ -73,7 +73,7 @@ def test_failed_cells_are_recorded_and_the_others_finish(tmp_path):
 
 
 def test_exit_code_rules():
-    from harness.sweep import exit_code
+    from harness.sweep.callback import exit_code
 
     assert exit_code(["finished", "finished"]) == 0
     assert exit_code(["finished", "incompatible"]) == 0
@@ -83,7 +83,7 @@ def test_exit_code_rules():
 
 
 def test_sweep_name_shows_only_swept_overrides():
-    from harness.sweep import sweep_name
+    from harness.sweep.callback import sweep_name
 
     assert sweep_name(["pos=rope,t5", "attn=performer", "seed=0,1,2", "model.n_layers=2"]) == (
         "sweep pos=rope,t5 seed=0,1,2", ["pos", "seed"])
@@ -111,7 +111,7 @@ def module_store(tmp_path_factory):
 @pytest.fixture
 def sweep_callback(module_store, tmp_path):
     """The real callback's on_multirun_start, in-process; its parent is closed afterwards."""
-    from harness.sweep import MlflowSweep
+    from harness.sweep.callback import MlflowSweep
 
     callback = MlflowSweep()
     callback.on_multirun_start(multirun_config(tmp_path))
@@ -126,7 +126,7 @@ def cell(module_store, sweep_callback):
     from omegaconf import open_dict
 
     from conftest import TINY
-    from harness.sweep import run_cell
+    from harness.sweep.callback import run_cell
 
     def run(*overrides):
         cfg = compose([*TINY, *overrides])
@@ -159,7 +159,7 @@ def test_incompatible_pairing_is_a_failed_child_run(cell, monkeypatch):
 
 
 def test_a_crash_is_recorded_and_does_not_raise(cell, monkeypatch):
-    from harness.module import LanguageModel
+    from harness.model.module import LanguageModel
 
     def crash(self, batch, batch_idx):
         raise RuntimeError("boom in training_step")

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from torch.testing import assert_close
 
 from attention.base import AttentionContext
-from harness.compat import CONF, option_classes
+from harness.config.compat import CONF, option_classes
 from positional.base import Shape
 from tests.attn_cases import F64, padding, qkv, relative_bias, rotation
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.errors import ConfigError
-from harness.objectives import IGNORE
+from harness.data.objectives import IGNORE
 
 
 @dataclass

@@ -23,12 +23,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from harness.errors import IncompatiblePairing
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def project_root() -> Path:
-    """The checkout holding run.py, or the working directory for an installed copy."""
-    return ROOT if (ROOT / "run.py").exists() else Path.cwd()
+from harness.paths import ROOT, project_root  # noqa: E402
 
 
 def resolve_tracking_uri(configured: str | None) -> str:
@@ -67,8 +62,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
-    from harness.checks import check_tracking_uri
-    from harness.retry import RetryingClient
+    from harness.config.validate import check_tracking_uri
+    from harness.record.retry import RetryingClient
 
     check_tracking_uri(uri)
     if urlparse(uri).scheme != "sqlite":
@@ -128,7 +123,7 @@ def mlflow_run(uri: str, experiment: str, run_name: str, tags: dict[str, str],
 
     client = _client(uri)
     if reopen:
-        from harness.resume import reopen_run
+        from harness.record.resume import reopen_run
 
         run_id = reopen_run(client, reopen, tags)  # params were logged when it was created
     else:

@@ -75,8 +75,8 @@ def run_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str
 
     Returns the final val loss, or None for a failed cell (already recorded in MLflow).
     """
-    from harness.distributed import is_rank_zero, rank_zero_print
-    from harness.tracking import failure_tags
+    from harness.scaleout import is_rank_zero, rank_zero_print
+    from harness.record.tracking import failure_tags
     from harness.train import format_summary, train
 
     skipped = skip_finished(cfg, sweep_tags)
@@ -103,8 +103,8 @@ def skip_finished(cfg: DictConfig, sweep_tags: dict[str, str]) -> float | None:
     cells resume from their checkpoint (``resume: null`` reads as auto in a sweep)."""
     from omegaconf import open_dict
 
-    from harness.resume import adopt, finished_run
-    from harness.tracking import resolve_tracking_uri
+    from harness.record.resume import adopt, finished_run
+    from harness.record.tracking import resolve_tracking_uri
 
     if cfg.get("resume") is False:  # resume=false: retrain every cell
         return None
@@ -130,7 +130,7 @@ def record_failed_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dic
     """A FAILED child run for a cell refused before training (e.g. an incompatible pairing)."""
     from mlflow.entities import Param
 
-    from harness.tracking import _client, experiment_id, failure_tags, flatten, resolve_tracking_uri
+    from harness.record.tracking import _client, experiment_id, failure_tags, flatten, resolve_tracking_uri
     from harness.train import cell_tags, run_name
 
     uri = resolve_tracking_uri(cfg.logger.tracking_uri)
@@ -194,8 +194,8 @@ class MlflowSweep(Callback):
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
-        from harness.resume import close_dead_parents, parent_tags
-        from harness.tracking import _client, experiment_id, git_sha, resolve_tracking_uri
+        from harness.record.resume import close_dead_parents, parent_tags
+        from harness.record.tracking import _client, experiment_id, git_sha, resolve_tracking_uri
 
         overrides = list(config.hydra.overrides.task)
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them

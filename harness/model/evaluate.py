@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Subset
 
-from harness.data import EvalWindows
+from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
 

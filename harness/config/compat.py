@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from harness.paths import CONF
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness.errors import ConfigError
+from harness.paths import ROOT
 
 # What a DDP job leaves behind in the process environment (Lightning's subprocess launcher and
 # seed_everything set these, plus OMP_NUM_THREADS when it was unset): restored after each job.
@@ -109,7 +110,7 @@ class NullClient:
 
 @contextmanager
 def rank_zero_run(trainer, open_run, *args) -> Iterator[tuple[Any, str]]:
-    """``open_run(*args)`` (harness.tracking.mlflow_run) on global rank 0; (NullClient, "") elsewhere."""
+    """``open_run(*args)`` (harness.record.tracking.mlflow_run) on global rank 0; (NullClient, "") elsewhere."""
     if trainer.is_global_zero:
         with open_run(*args) as opened:
             yield opened
@@ -188,7 +189,7 @@ def _start_ranks(trainer) -> list[subprocess.Popen]:
 def rank_command(task_overrides: list[str], output_dir: str, config_name: str | None) -> list[str]:
     """``python run.py <the job's own overrides>`` as a single run into the job's output dir (not
     the sweep's argv, which sys.argv still holds in-process and a joblib worker does not hold at all)."""
-    script = Path(__file__).resolve().parents[1] / "run.py"
+    script = ROOT / "run.py"
     entry = [str(script)] if script.exists() else ["-m", "run"]  # an installed copy: the run module
     return [sys.executable, *entry, *([f"--config-name={config_name}"] if config_name else []), *task_overrides,
             f'hydra.run.dir="{output_dir}"', "hydra.output_subdir=null"]  # quoted: any path parses  # rank 0 wrote the job's .hydra/

@@ -8,7 +8,7 @@ test's temporary store keeps its checkpoints to itself), else ``<project root>/c
 Why a resumed run equals an uninterrupted one (CPU, fixed seed):
 - weights, optimizer, LR scheduler and loop counters: Lightning's checkpoint (``ckpt_path``);
 - data: every example is a pure function of (seed, index) and the sampler continues at
-  example ``global_step × batch × accumulation`` (``harness.data.ContinueFrom``);
+  example ``global_step × batch × accumulation`` (``harness.data.windows.ContinueFrom``);
 - dropout: the torch/numpy/python (and CUDA) RNG states travel in the checkpoint
   (``RngState``); data loaders draw from their own generator, so evaluation consumes no global
   randomness that an interrupted run would skip.
@@ -44,9 +44,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import check_writable_dir
+from harness.config.validate import check_writable_dir
 from harness.errors import ConfigError
-from harness.tracking import MlflowTracker, project_root, sqlite_path
+from harness.record.tracking import MlflowTracker, project_root, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
 VOLATILE = ("resume", "checkpoint", "hydra", "claim")  # claim: report metadata, not training
@@ -263,7 +263,7 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None) -> None:
 
 
 def _run_or_none(uri: str, run_id: str):
-    from harness.tracking import _client
+    from harness.record.tracking import _client
 
     try:
         run = _client(uri).get_run(run_id)
@@ -307,7 +307,7 @@ def mark_killed(client, run_id: str, reason: str) -> None:
 def close_stale_runs(uri: str, experiment: str, h: str, keep: str | None, by: str) -> list[str]:
     """FAILED, failure=killed: this config's RUNNING runs, other than ``keep``. Called only while
     holding the config's lock, i.e. when no live process (on this filesystem) trains it."""
-    from harness.tracking import _client
+    from harness.record.tracking import _client
 
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
@@ -390,7 +390,7 @@ class CommittedCheckpoints(L.Callback):
 
 def finished_run(cfg: DictConfig, uri: str):
     """The latest FINISHED run of this exact config in the store, or None."""
-    from harness.tracking import _client
+    from harness.record.tracking import _client
 
     client = _client(uri)
     exp = client.get_experiment_by_name(cfg.logger.experiment)
@@ -406,7 +406,7 @@ def adopt(uri: str, run, sweep_tags: dict[str, str]) -> None:
     """Make a FINISHED run a child of the current sweep, remembering its previous parent."""
     from mlflow.entities import RunTag
 
-    from harness.tracking import _client
+    from harness.record.tracking import _client
 
     previous = run.data.tags.get("mlflow.parentRunId")
     tags = {**sweep_tags, **({"adopted_from_parent": previous} if previous else {}),

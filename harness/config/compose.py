@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from harness.paths import CONF
 
 
 def compose(overrides: list[str] = (), hydra: bool = False):
