@@ -50,6 +50,11 @@ class AttentionVariant(nn.Module):
         """Scalars logged as ``attn/<key>`` (from layer 0) at every training log step."""
         return {}
 
+    def dense_logits(self, bias_kind: BiasKind) -> bool:
+        """Whether this variant forms all B·H·T·T logits with a scheme of ``bias_kind`` (for the memory
+        estimate of harness/config/resources.py)."""
+        return False
+
     @classmethod
     def refusal(cls, scheme: type[PositionalScheme]) -> str | None:
         """Why this variant cannot honour ``scheme``, or None if it can."""

@@ -48,7 +48,7 @@ def default_nb_features(head_dim: int) -> int:
 
 def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
     """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device."""
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # real numbers even in a meta-device build
         torch.manual_seed(seed)
         return gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
 
@@ -70,7 +70,7 @@ class Performer(KernelizedAttention):
         if redraw_interval is not None and redraw_interval <= 0:
             raise ConfigError(f"attn.redraw_interval={redraw_interval} must be positive, or null to never redraw")
         self.nb_features, self.redraw_interval = m, redraw_interval
-        self.register_buffer("base_seed", torch.randint(1 << 62, ()))  # from the seeded global RNG
+        self.register_buffer("base_seed", torch.randint(1 << 62, (), device="cpu"))  # from the seeded global RNG
         self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
         self.register_buffer("projection", draw_projection(m, shape.head_dim, redraw_seed(int(self.base_seed), 0)))
 

@@ -17,7 +17,7 @@ Notation: B batch, H heads, Tq / Tk query / key length, D head dim.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -132,9 +132,14 @@ class Softmax(AttentionVariant):
         super().__init__(shape)
         if backend not in BACKENDS:
             raise ConfigError(f"attn.backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"attn.dropout={dropout} must lie in [0, 1)")
         if backend == "xformers":
             _require_xformers()
         self.dropout, self.backend = dropout, backend
+
+    def dense_logits(self, bias_kind) -> bool:
+        return self.backend == "math" or bias_kind == "content"  # a content bias is offered as T×T logits
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         self.require_accepted(ctx.bias)

@@ -16,6 +16,8 @@ Per cell (one process, one thread pool, same inputs):
   MFU         FLOPs / step time / peak, peak = a large fp32 matmul timed in the same run (CPU) or
               the bf16 matmul peak (GPU)
 Results go to MLflow (experiment ``bench``, one run per cell) and to ``--out`` as a table and plots.
+
+May import: harness.config, harness.model, harness.record, results (its report), and the ground.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -210,8 +212,8 @@ def _compose(spec: Spec):
 
 
 def build_posbench(spec: Spec):
+    from harness.config.instantiate import instantiate
     from harness.model.transformer import Transformer
-    from harness.train import instantiate
 
     cfg = _compose(spec)
     model = Transformer(instantiate(cfg.model), 258, spec.seq_len, spec.causal,
@@ -505,7 +507,8 @@ def _log_to_mlflow(uri: str | None, results: list[Result], peak: float, device: 
 
     from mlflow.entities import Metric
 
-    from harness.record.tracking import git_sha, mlflow_run, resolve_tracking_uri
+    from harness.record.run import TrackedRun, git_sha
+    from harness.record.store import resolve_tracking_uri
 
     uri, bench_id, now = resolve_tracking_uri(uri), uuid.uuid4().hex[:12], int(time.time() * 1000)
     for r in results:
@@ -515,9 +518,10 @@ def _log_to_mlflow(uri: str | None, results: list[Result], peak: float, device: 
                 "attn": r.attn, "bench_id": bench_id, "git_sha": git_sha(), "device": device, "status": r.status}
         params = {"seq_len": str(r.seq_len), "batch": str(r.batch), "peak_flops": f"{peak:.4g}",
                   "reason": r.reason[:500]}
-        with mlflow_run(uri, "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}", tags, params) as (c, run_id):
+        run = TrackedRun(uri, "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}")
+        with run.open(tags, params):
             metrics = {k: v for k, v in asdict(r).items() if isinstance(v, float) and v == v}
-            c.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
+            run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
 
 
 if __name__ == "__main__":

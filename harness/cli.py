@@ -1,19 +1,99 @@
-"""One line on stderr for every mistake a user can make on the command line.
+"""run.py's plumbing: what a job does, ``--check`` and ``--matrix``, and one line for every mistake.
 
 Hydra prints its own errors over several lines (a missing option lists one per line, an
 unknown key adds the struct dump) followed by a stack-trace hint, and exits 1. ``run_cli``
 asks Hydra to re-raise instead (``HYDRA_FULL_ERROR=1``, set only for this call) and prints
 user errors as ``error: <problem>; <fix>`` with exit code 2. A real crash keeps its traceback,
 and a user who sets ``HYDRA_FULL_ERROR=1`` gets Hydra's full traces, as Hydra documents.
+
+``python run.py --check <overrides>`` runs the validation pass only (harness/config/validate.py) and
+prints what would be trained; with ``-m`` it checks every cell of the sweep (one line each) and trains
+nothing. Exit 0 if all pass, 2 otherwise.
+
+May import: harness.config, harness.train, harness.sweep, harness.scaleout, and the ground.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
+
+from omegaconf import DictConfig
 
 from harness.errors import ConfigError
+
+CHECK_FLAG = "--check"
+MATRIX_FLAG = "--matrix"
+GROUP_KEYS = ("pos", "attn", "task", "data")
+
+
+class _Mode:
+    """What the jobs of this process do: train (default) or only check; refusals seen when checking."""
+
+    check = False
+    refused = 0
+
+
+def entry(argv: list[str], main: Callable[[], object]) -> int:
+    """``python run.py ...``: --matrix before Hydra parses argv; --check taken out of it."""
+    if len(argv) > 1 and argv[1].split("=")[0] == MATRIX_FLAG:
+        from harness.config.compat import print_matrix
+
+        return print_matrix(argv[1])
+    if CHECK_FLAG in argv:
+        argv.remove(CHECK_FLAG)
+        argv.append("~hydra.callbacks.mlflow_sweep")  # a checked sweep trains nothing: no parent run
+        _Mode.check = True
+    code = run_cli(main)
+    return 2 if code == 0 and _Mode.refused else code
+
+
+def run_job(cfg: DictConfig) -> float | None:
+    """The body of @hydra.main: check, train a single run, or train one cell of a sweep."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    choices = {g: hydra_cfg.runtime.choices[g] for g in GROUP_KEYS}
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if _Mode.check:
+        return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
+    from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
+    from harness.train import format_summary, train
+
+    if multirun:  # a cell of a sweep: record any failure, never stop the sweep
+        from harness.sweep.callback import job_sweep_tags
+        from harness.sweep.cell import train_cell
+
+        return train_cell(cfg, choices, job_sweep_tags())
+    try:
+        summary = train(cfg, choices)
+    except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
+    return summary.val_loss
+
+
+def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
+    from harness.config.validate import validate
+
+    try:
+        checked = validate(cfg, choices)
+    except ConfigError as e:
+        if cell is None:
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            sys.exit(2)
+        _Mode.refused += 1
+        print(f"refused: {cell}: {one_line(e)}")
+        return None
+    d = checked.data
+    print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
+          f"data={choices['data']} · {checked.n_params:,} parameters · {checked.trainer.max_steps} steps of "
+          f"{d.batch_size}×{d.seq_len} tokens · store {checked.uri}")
+    return None
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 
@@ -24,7 +104,12 @@ def one_line(text: str) -> str:
 
 def user_error(exc: BaseException) -> str | None:
     """The one-line message for a user's mistake, or None for a crash that needs its traceback."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from hydra.errors import (
+        ConfigCompositionException,
+        InstantiationException,
+        MissingConfigException,
+        OverrideParseException,
+    )
 
     if isinstance(exc, ConfigError):
         return one_line(exc)
@@ -34,13 +119,47 @@ def user_error(exc: BaseException) -> str | None:
         return (f"cannot parse override {exc.override!r}: {one_line(exc).split(' See https')[0]}; "
                 "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'")
     if isinstance(exc, ConfigCompositionException):  # e.g. model.foo=1: an unknown key
-        cause = f" ({one_line(exc.__cause__)})" if exc.__cause__ else ""
-        return (f"{one_line(exc)}{cause}; check the key's spelling in conf/ "
-                "(python run.py --cfg job prints the whole config)")
+        return _composition(exc)
+    if isinstance(exc, InstantiationException):  # a constructor's own error, past the schema
+        return f"{one_line(exc)}; check the values of that config node (python run.py --cfg job prints them)"
     if isinstance(exc, OSError) and exc.filename:  # e.g. hydra.run.dir under /proc or a read-only disk
         return (f"cannot write {exc.filename} ({exc.strerror}); choose a writable place "
                 "(hydra.run.dir=, hydra.sweep.dir=, checkpoint.dir=, logger.tracking_uri=)")
     return None
+
+
+def _composition(exc) -> str:
+    """Hydra's unknown-key error, with the nearest group or key instead of its advice to append one."""
+    text = one_line(exc).split(" To append to your config use")[0].split(" Key '")[0]
+    cause = one_line(exc.__cause__) if exc.__cause__ else ""
+    key = _quoted_key(text)
+    near = _nearest_name(key) if key else None
+    if near:
+        return f"{text} (no such key); did you mean {near}?"
+    detail = f" ({cause.split(' full_key:')[0]})" if cause and cause not in text else ""
+    return f"{text}{detail}; check the key's spelling in conf/ (python run.py --cfg job prints the whole config)"
+
+
+def _quoted_key(text: str) -> str | None:
+    parts = text.split("'")
+    return parts[1] if len(parts) >= 3 else None
+
+
+def _nearest_name(key: str) -> str | None:
+    """A config group (``poss`` → ``pos=``) or a key of the composed config (``model.dmodel``) near ``key``."""
+    from harness.paths import CONF
+
+    groups = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("hydra",))
+    head, _, rest = key.partition(".")
+    if not rest:
+        near = difflib.get_close_matches(head, groups, n=1, cutoff=0.6)
+        return f"{near[0]}=..." if near else None
+    from harness.config.compose import compose
+
+    node = compose([]).get(head)
+    keys = list(node.keys()) if hasattr(node, "keys") else []
+    near = difflib.get_close_matches(rest, keys, n=1, cutoff=0.6)
+    return f"{head}.{near[0]}=..." if near else None
 
 
 def _missing_option(exc) -> str:

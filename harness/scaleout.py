@@ -1,8 +1,8 @@
-"""Scale-out: device counts, rank guards, and DDP inside a Hydra multirun.
+"""Scale-out: the batch geometry of a step, rank-zero printing, and DDP inside a Hydra multirun.
 
 With ``strategy: ddp`` Lightning reruns the whole script once per extra local rank, so
 everything with a side effect outside the process (the MLflow run, printing the summary)
-happens on global rank 0 only; other ranks train with a no-op tracking client.
+happens on global rank 0 only: ``TrackedRun`` is inert elsewhere (harness/record/run.py).
 
 Multirun + DDP: Lightning's launcher relaunches ranks with the original argv, so rank 1 of
 a ``-m`` job would run its own whole sweep, and the next job would find the process group
@@ -11,6 +11,8 @@ each as a single run of *this job's* overrides into this job's output dir, throu
 contract Lightning documents for external launchers (``LightningEnvironment``: a process
 that sees LOCAL_RANK is one rank of a group someone else started), and undoes all of it
 after the job. Nothing here imports torch or lightning at module level (import cost).
+
+May import: the ground only.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator
 
 from harness.errors import ConfigError
 from harness.paths import ROOT
@@ -35,42 +36,8 @@ RANK_ENV = ("LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK
 RANK_EXIT_GRACE_S = 60.0
 
 
-def precision_for(accelerator: str) -> str:
-    """``${precision_for:${.accelerator}}`` in conf/trainer/ddp.yaml: bf16 autocast where it pays
-    (GPUs), full fp32 on the CPU, where bf16 autocast is slow and would change the numbers of a
-    run meant to match a single-process one."""
-    return "32-true" if str(accelerator) == "cpu" else "bf16-mixed"
-
-
-def register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("precision_for"):
-        OmegaConf.register_new_resolver("precision_for", precision_for)
-
-
-def check_trainer(trainer_cfg) -> None:
-    """One-line refusals for settings Lightning would reject with a long traceback."""
-    for key in ("num_nodes", "accumulate_grad_batches"):
-        value = trainer_cfg.get(key, 1)
-        if not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"trainer.{key}={value} must be a positive integer")
-    devices = trainer_cfg.get("devices", 1)
-    if isinstance(devices, int) and (devices == 0 or devices < -1):
-        raise ConfigError(f"trainer.devices={devices} must be a positive count, -1 (all) or auto")
-    if str(trainer_cfg.get("accelerator")) in ("gpu", "cuda") and not _cuda_available():
-        raise ConfigError(f"trainer.accelerator={trainer_cfg.accelerator} but no CUDA device is visible; "
-                          "use trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 @dataclass
-class Scale:
+class BatchGeometry:
     """How one optimizer step's batch is made: per-device batch × accumulation × world size."""
 
     batch_size: int  # per device, per forward (data.batch_size)
@@ -79,7 +46,7 @@ class Scale:
     lr: float
 
     @classmethod
-    def of(cls, trainer, batch_size: int, lr: float) -> "Scale":
+    def of(cls, trainer, batch_size: int, lr: float) -> BatchGeometry:
         return cls(batch_size, int(trainer.accumulate_grad_batches), int(trainer.world_size), float(lr))
 
     @property
@@ -99,23 +66,6 @@ class Scale:
 
 
 # ---------------------------------------------------------------- rank guards
-
-
-class NullClient:
-    """Stands in for MlflowClient on ranks other than 0: every call does nothing."""
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: None
-
-
-@contextmanager
-def rank_zero_run(trainer, open_run, *args) -> Iterator[tuple[Any, str]]:
-    """``open_run(*args)`` (harness.record.tracking.mlflow_run) on global rank 0; (NullClient, "") elsewhere."""
-    if trainer.is_global_zero:
-        with open_run(*args) as opened:
-            yield opened
-    else:
-        yield NullClient(), ""
 
 
 def is_rank_zero() -> bool:
@@ -192,7 +142,8 @@ def rank_command(task_overrides: list[str], output_dir: str, config_name: str | 
     script = ROOT / "run.py"
     entry = [str(script)] if script.exists() else ["-m", "run"]  # an installed copy: the run module
     return [sys.executable, *entry, *([f"--config-name={config_name}"] if config_name else []), *task_overrides,
-            f'hydra.run.dir="{output_dir}"', "hydra.output_subdir=null"]  # quoted: any path parses  # rank 0 wrote the job's .hydra/
+            f'hydra.run.dir="{output_dir}"',  # quoted: any path parses
+            "hydra.output_subdir=null"]  # rank 0 wrote the job's .hydra/
 
 
 def _free_port() -> int:

@@ -20,8 +20,8 @@ Notation: T positions, D head dim, R rotated width, W width of the rotated vecto
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -87,7 +87,7 @@ def rotated_width(width: int, fraction: float) -> int:
 class Rotation:
     cos: Tensor  # (T, R/2), times the attention scale
     sin: Tensor  # (T, R/2), times the attention scale
-    at_width: Callable[[int], "Rotation"]  # the same scheme for a vector of width w (see module doc)
+    at_width: Callable[[int], Rotation]  # the same scheme for a vector of width w (see module doc)
     apply: Callable[[Tensor, Tensor, Tensor], Tensor] = apply_rope
     scale: float = 1.0  # YaRN's √(1/t); also on the pass-through dims so all of q·k is divided by t
     # cos, sin cast to a dtype once per forward, not once per layer and per q and k (dtype -> (cos, sin))

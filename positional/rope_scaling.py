@@ -19,8 +19,8 @@ Notation: R rotated width (R/2 frequencies), L original training length, s scale
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor

@@ -34,11 +34,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return paper_main(args)
 
-    from harness.record.tracking import _client, resolve_tracking_uri
+    from harness.record.store import Store, resolve_tracking_uri
     from results.store import find_sweep, generate
 
     uri = resolve_tracking_uri(args.tracking_uri)
-    client = _client(uri)
+    client = Store.open(uri).client
     try:
         sweep = find_sweep(client, args.experiment, args.sweep)
     except LookupError as e:

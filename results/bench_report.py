@@ -36,7 +36,7 @@ def _failure(ours, theirs) -> str:
 
 
 def write_report(out: Path, grid, peers, targets, *, peak: float, peak_n: int, device: str, seconds: float, command: str) -> None:
-    from harness.record.tracking import git_sha
+    from harness.record.run import git_sha
 
     out.mkdir(parents=True, exist_ok=True)
     from harness.bench import unique

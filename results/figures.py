@@ -9,8 +9,8 @@ Each figure writes a CSV, a PNG and a README (with the regenerating command) und
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -47,7 +47,7 @@ def rope_decay(out: Path) -> None:
     m = torch.arange(0, 257)
     bound = rope_decay_bound(m)
     out.mkdir(parents=True, exist_ok=True)
-    rows = ["m,bound"] + [f"{i},{b:.6f}" for i, b in zip(m.tolist(), bound.tolist())]
+    rows = ["m,bound"] + [f"{i},{b:.6f}" for i, b in zip(m.tolist(), bound.tolist(), strict=True)]
     (out / "rope_decay.csv").write_text("\n".join(rows) + "\n")
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
     ax.plot(m.numpy(), bound.numpy(), lw=1.2)

@@ -1,7 +1,7 @@
 """The grid section of a paper report: does each scheme help, per attention variant, beyond seed noise?
 
 For every (pos, attn) cell with finished seeds, the difference of its mean final val loss from
-``pos=none`` with the same attention, with a Welch 95 % interval (results.paper.welch_interval):
+``pos=none`` with the same attention, with a Welch 95 % interval (results.stats.welch_interval):
   grid_delta.png   the differences as a heatmap centred at 0 (blue: lower loss than none); a cell
                    whose interval contains 0 is marked "≈" (within seed noise)
   a table          the same numbers, refused pairings with their reason
@@ -11,6 +11,8 @@ Returns the README lines that embed them.
 from __future__ import annotations
 
 from pathlib import Path
+
+from results.stats import welch_interval
 
 BASELINE = "none"
 
@@ -25,7 +27,6 @@ def _finals(cells) -> dict[tuple[str, str], list[float]]:
 
 def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:
     """(pos, attn) -> (Δ, CI low, CI high, n) against pos=none with the same attn; None without an interval."""
-    from results.paper import welch_interval
 
     finals = _finals(cells)
     out = {}
@@ -55,7 +56,8 @@ def grid_section(client, cells, out: Path) -> list[str]:
     refused = {(c.pos, c.attn): c.reason for c in cells if c.status == "incompatible"}
     lines = ["## Each scheme against no position encoding", "",
              f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
-             "95 % Welch interval in brackets; **better** / **worse** when the interval excludes 0, ≈ when it does not.",
+             "95 % Welch interval in brackets; **better** / **worse** when the interval excludes 0, "
+             "≈ when it does not.",
              "", "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |", "|---|" + "---|" * len(attns)]
     for pos in poss:
         row = []

@@ -13,10 +13,10 @@ side, and is *inconclusive* otherwise (always so with fewer than 2 seeds per arm
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from results.stats import welch_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,22 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 class Outcome:
     text: str  # one line for the table
     verdict: str  # supports | contradicts | inconclusive
-
-
-def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
-    """(Δ, low, high) for mean(a) − mean(b), or None when either arm has < 2 values."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy import stats
-
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return diff, diff, diff
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = stats.t.ppf(0.5 + level / 2, df) * se
-    return diff, diff - half, diff + half
 
 
 def compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
@@ -178,13 +162,13 @@ def main(args) -> int:
     from omegaconf import OmegaConf
 
     from harness.config.compose import compose
-    from harness.record.tracking import _client, resolve_tracking_uri
+    from harness.record.store import Store, resolve_tracking_uri
     from results.store import find_sweep
 
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale}"])
     claim = OmegaConf.to_container(cfg.claim, resolve=True)
     uri = resolve_tracking_uri(args.tracking_uri)
-    client = _client(uri)
+    client = Store.open(uri).client
     try:
         sweep = find_sweep(client, cfg.logger.experiment, args.sweep)
     except LookupError as e:

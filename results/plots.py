@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from results.report import Cell, Group, Report  # noqa: E402
+from results.cells import Cell, Group, Report  # noqa: E402
 
 LOSS = "val loss (nats/token)"
 
@@ -47,7 +47,7 @@ def _panels(r: Report, title: str, width: float = 5.5):
     fig, axes = plt.subplots(1, len(attns), figsize=(width * len(attns) + 1.5, 4.8), sharey=True, squeeze=False,
                              layout="constrained")
     _title(fig, title, r.title)
-    return fig, dict(zip(attns, axes[0]))
+    return fig, dict(zip(attns, axes[0], strict=True))
 
 
 def mean_curve(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

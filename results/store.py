@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from results.report import GRID_KEYS, LENGTH_METRIC, SKIPPED_TAG, Cell
+from results.cells import GRID_KEYS, LENGTH_METRIC, SKIPPED_TAG, Cell
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
 
@@ -116,7 +116,8 @@ def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_o
     Regenerate line names (default results/<experiment>/, e.g. when out_dir is a temporary one)."""
     from pathlib import Path
 
-    from results.report import build_report, write_report
+    from results.cells import build_report
+    from results.report import write_report
 
     header = [f"Experiment `{sweep.experiment}`"
               + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")

@@ -40,11 +40,11 @@ def theta_section(client, cells, out: Path) -> list[str]:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for c in runs:
-        for ax, metric in zip(axes, DRIFT_METRICS):
+        for ax, metric in zip(axes, DRIFT_METRICS, strict=True):
             pts = sorted((m.step, m.value) for m in client.get_metric_history(c.run_id, metric))
             if pts:
-                ax.plot(*zip(*pts), marker=".", label=f"seed {c.seed}")
-    for ax, metric in zip(axes, DRIFT_METRICS):
+                ax.plot(*zip(*pts, strict=True), marker=".", label=f"seed {c.seed}")
+    for ax, metric in zip(axes, DRIFT_METRICS, strict=True):
         ax.set_xlabel("optimizer step")
         ax.set_title(metric.split("/", 1)[1], fontsize=10)
         ax.grid(alpha=0.3)
@@ -61,9 +61,9 @@ def theta_section(client, cells, out: Path) -> list[str]:
         theta0 = [r["theta0"] for r in rows]
         ratio = [abs(r["ratio"]) for r in rows]
         line, = ax.plot(theta0, ratio, marker="o", ms=3, label=f"seed {seed}")
-        flips = [(t, q) for t, q, r in zip(theta0, ratio, rows) if r["ratio"] <= 0]
+        flips = [(t, q) for t, q, r in zip(theta0, ratio, rows, strict=True) if r["ratio"] <= 0]
         if flips:
-            ax.scatter(*zip(*flips), marker="x", s=60, color=line.get_color(), zorder=3)
+            ax.scatter(*zip(*flips, strict=True), marker="x", s=60, color=line.get_color(), zorder=3)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")

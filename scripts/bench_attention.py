@@ -72,7 +72,8 @@ def main_times(args) -> None:
             if name == "softmax (math)" and T > 2048:
                 continue  # a dense (4, 8192, 8192) fp32 logit tensor and its grads: several GB
             for causal in (False, True):
-                cells[f"T={T}{' causal' if causal else ''}"] = f"{time_fwd_bwd(name, T, causal, repeats=args.repeats):.3f}"
+                seconds = time_fwd_bwd(name, T, causal, repeats=args.repeats)
+                cells[f"T={T}{' causal' if causal else ''}"] = f"{seconds:.3f}"
         rows.append((name, cells))
         print(f"  done {name}", file=sys.stderr)
     print(table(rows, columns))

@@ -1,6 +1,5 @@
 """Every option of every config group composes and instantiates."""
 
-from pathlib import Path
 
 import pytest
 import torch

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from harness.data.corpus import Embedded, Enwik8, TextFiles, block_split
-from harness.data.windows import EvalWindows, TrainWindows
-from harness.errors import ConfigError
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
 from harness.data.tokenizer import ByteTokenizer
+from harness.data.windows import EvalWindows, TrainWindows
+from harness.errors import ConfigError
 
 
 def test_embedded_corpus_is_deterministic_english_prose():
@@ -79,7 +79,7 @@ def test_eval_windows_cover_the_split_once_and_pad_the_tail():
     assert (last["labels"][4:] == IGNORE).all()
     masks = [ds[i]["labels"] for i in range(4)]
     again = [EvalWindows(ids, 32, MaskedLM(tok), tok.pad_id)[i]["labels"] for i in range(4)]
-    assert all(torch.equal(x, y) for x, y in zip(masks, again))  # same tokens scored every evaluation
+    assert all(torch.equal(x, y) for x, y in zip(masks, again, strict=True))  # same tokens scored every evaluation
     # CLM: windows of T+1 overlap by one so every next-token target is scored exactly once
     clm = EvalWindows(ids, 33, CausalLM(tok), tok.pad_id)
     scored = sum(int((clm[i]["labels"] != IGNORE).sum()) for i in range(len(clm)))

@@ -65,8 +65,9 @@ def test_crash_ends_run_failed(train_tiny, monkeypatch):
     monkeypatch.setattr(LanguageModel, "training_step", explode)
     with pytest.raises(RuntimeError, match="boom"):
         train_tiny()
-    from mlflow.tracking import MlflowClient
     import os
+
+    from mlflow.tracking import MlflowClient
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])

@@ -42,9 +42,9 @@ def test_preset_composes_and_names_its_claim(preset, scale):
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p != "grid"])
 def test_every_toy_cell_builds_its_model(preset):
-    from harness.model.transformer import Transformer
+    from harness.config.instantiate import instantiate
     from harness.data.tokenizer import ByteTokenizer
-    from harness.train import instantiate
+    from harness.model.transformer import Transformer
 
     base = compose([f"experiment={preset}"])
     for cell in sweep_cells(base):

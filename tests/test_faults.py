@@ -64,9 +64,9 @@ def test_retries_are_bounded_and_other_errors_are_not_retried():
 
 def test_client_methods_are_wrapped(store):
     from harness.record.retry import RetryingClient
-    from harness.record.tracking import _client
+    from harness.record.store import Store
 
-    client = _client(store)
+    client = Store.open(store).client
     assert isinstance(client, RetryingClient)
     assert client.search_experiments() is not None  # a call goes through to MLflow
 
@@ -74,10 +74,11 @@ def test_client_methods_are_wrapped(store):
 WRITER = """
 import sys, time
 from mlflow.entities import Metric
-from harness.record.tracking import _client, experiment_id
+from harness.record.store import Store
 uri, tag, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
-client = _client(uri)
-run_id = client.create_run(experiment_id(client, "posbench", uri), run_name=tag, tags={"writer": tag}).info.run_id
+store = Store.open(uri)
+client = store.client
+run_id = client.create_run(store.experiment_id("posbench"), run_name=tag, tags={"writer": tag}).info.run_id
 for b in range(batches):  # small batches: as many write transactions as possible
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric("train/loss", float(b * 10 + i), now, b * 10 + i) for i in range(10)])
@@ -129,8 +130,8 @@ def test_retrying_client_survives_pickling(tmp_path):
     """joblib and submitit pickle the sweep callback, which holds the client."""
     import pickle
 
-    from harness.record.tracking import _client
+    from harness.record.store import Store
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = pickle.loads(pickle.dumps(_client(uri)))
+    client = pickle.loads(pickle.dumps(Store.open(uri).client))
     assert client.get_experiment_by_name("Default") is not None

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.errors import ConfigError
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
 from harness.data.tokenizer import ByteTokenizer
+from harness.errors import ConfigError
 from positional.base import PositionalScheme, RelativeBias, Shape
 from positional.learned import Learned
 from positional.rope import Rope, apply_rope, rope_angles, rope_inv_freq
@@ -51,7 +51,8 @@ def test_rope_matches_explicit_block_rotation_and_preserves_norm():
     R = torch.zeros(d, d)
     for i in range(d // 2):
         a = m * base ** (-2 * i / d)
-        R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+        R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)],
+                                                                [math.sin(a), math.cos(a)]])
     torch.testing.assert_close(rotate_at(x, m, d), R @ x, rtol=0, atol=1e-12)
     assert float(rotate_at(x, 123, d).norm()) == pytest.approx(float(x.norm()), abs=1e-12)
 

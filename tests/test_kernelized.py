@@ -1,5 +1,6 @@
 """Kernelized attention (linear, performer): pure pieces and variants vs explicit O(T²) forms, float64."""
 
+import itertools
 import math
 
 import pytest
@@ -8,15 +9,32 @@ from torch.testing import assert_close
 
 from attention import kernelized
 from attention.base import AttentionContext
-from attention.kernelized import (FFT_RTOL, Features, causal_linear_contract, circulant_kernel, kernelized_attention,
-                                  numerator_fft_dtype, relative_coefficients, toeplitz_contract, toeplitz_matmul)
+from attention.kernelized import (
+    FFT_RTOL,
+    Features,
+    causal_linear_contract,
+    circulant_kernel,
+    kernelized_attention,
+    numerator_fft_dtype,
+    relative_coefficients,
+    toeplitz_contract,
+    toeplitz_matmul,
+)
 from attention.linear import Linear, elu_feature_map
 from attention.performer import Performer, default_nb_features
 from attention.softmax import math_attention
 from harness.errors import ConfigError
 from positional.base import RelativeBias, Shape
-from tests.attn_cases import (F64, ContentBias, padding, qkv, reference_kernelized, relative_bias,
-                              rotation, rotation_matrices)
+from tests.attn_cases import (
+    F64,
+    ContentBias,
+    padding,
+    qkv,
+    reference_kernelized,
+    relative_bias,
+    rotation,
+    rotation_matrices,
+)
 
 T, D, H = 37, 8, 3
 
@@ -108,7 +126,7 @@ def softmax_error(nb_features: int, seed: int, causal: bool, with_bias: bool) ->
 @pytest.mark.parametrize("causal,with_bias", [(False, False), (True, True)])
 def test_performer_converges_to_softmax_as_features_grow(causal, with_bias):
     errors = [sum(softmax_error(m, s, causal, with_bias) for s in range(3)) / 3 for m in (8, 64, 512, 2048)]
-    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    assert all(a > b for a, b in itertools.pairwise(errors)), errors
     assert errors[-1] < 0.25 * errors[0], errors
 
 
@@ -128,7 +146,7 @@ def test_performer_redraws_are_seeded_identically_across_replicas_and_differ_acr
         for _ in range(3):
             layer(q, q, q, ctx)  # calls 0, 1, 2: redraw before call 2
     assert not torch.equal(rank0[0].projection, first)
-    for a, b in zip(rank0, rank1):
+    for a, b in zip(rank0, rank1, strict=True):
         assert torch.equal(a.projection, b.projection)
     assert rank0[0].diagnostics() == {"feature_redraws": 1.0}
 
@@ -168,7 +186,7 @@ def test_toeplitz_path_gradients_match_explicit_form(causal, path):
     grads = torch.autograd.grad((out * w).sum(), (phi_q, phi_k, v, table))
     ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=RelativeBias(table, 20, 20))
     ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, table))
-    for a, b in zip(grads, ref_grads):
+    for a, b in zip(grads, ref_grads, strict=True):
         assert_close(a, b, rtol=1e-9, atol=1e-9)
 
 

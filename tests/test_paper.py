@@ -35,7 +35,8 @@ def test_threshold_comparison_and_overall_rule():
     assert compare(c, {"pos=rope_trainable": [0.01, 0.2]}).verdict == "inconclusive"
     assert compare(c, {"pos=rope_trainable": [0.1, 0.2]}).verdict == "contradicts"
     s, c_, i = Outcome("", "supports"), Outcome("", "contradicts"), Outcome("", "inconclusive")
-    assert overall([s, s]) == "reproduced" and overall([s, i]) == "inconclusive" and overall([s, c_]) == "not reproduced"
+    assert overall([s, s]) == "reproduced" and overall([s, i]) == "inconclusive" \
+        and overall([s, c_]) == "not reproduced"
 
 
 @pytest.mark.slow
@@ -53,7 +54,8 @@ def test_preset_sweep_then_paper_report(tmp_path):
     args = argparse.Namespace(preset="roformer_mlm", scale="toy", sweep=None, out=str(out), tracking_uri=s.uri)
     assert main(args) == 0
     readme = (out / "README.md").read_text()
-    assert "Su et al. 2021" in readme and "val/loss: pos=rope − pos=learned" in readme and "pos=rope − pos=sinusoidal" in readme
+    assert "Su et al. 2021" in readme and "val/loss: pos=rope − pos=learned" in readme \
+        and "pos=rope − pos=sinusoidal" in readme
     assert any(line.startswith("**Verdict: ") for line in readme.splitlines())
     assert f"--sweep {sweep.sweep_id}" in readme and "torch 2." in readme
     assert f"--sweep {sweep.sweep_id} --out {out}/`" in readme  # the sweep report's Regenerate line names where it is
@@ -73,7 +75,8 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
     cells = [Cell(f"pos={p} seed={s}", loss) for p, losses in
              {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()
              for s, loss in enumerate(losses)]
-    monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nbody\n"))
+    monkeypatch.setattr(store, "generate",
+                        lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nbody\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
     sweep = argparse.Namespace(runs=[], sweep_id="s1")
     claim = {"source": "src", "statement": "st",
@@ -108,7 +111,8 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
         if r.data.tags.get("pos") == "rope_trainable")).data.metrics
     # two comparisons on one arm: each reads its own metric
     assert f"theta_rel_change of pos=rope_trainable < 0.05: per seed {final['pos/theta_rel_change']:.4g}" in readme
-    assert f"theta_max_log_ratio of pos=rope_trainable < 0.0953: per seed {final['pos/theta_max_log_ratio']:.4g}" in readme
+    ratio = final["pos/theta_max_log_ratio"]
+    assert f"theta_max_log_ratio of pos=rope_trainable < 0.0953: per seed {ratio:.4g}" in readme
     rows = list(csv.DictReader(open(out / "theta.csv")))
     assert len(rows) == 8 and float(rows[0]["theta0"]) == 1.0  # tiny model: head dim 16, 8 frequencies, θ₀ = 1 first
     assert all(float(r["ratio_seed0"]) != 0 for r in rows)
@@ -117,8 +121,8 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
 
 def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tmp_path):
     """Δ against pos=none of the same attn, its Welch interval, the better/≈/worse mark, refusals."""
+    from results.cells import Cell
     from results.grid import grid_section
-    from results.report import Cell
 
     losses = {("none", "softmax"): [3.0, 3.1, 3.2], ("rope", "softmax"): [2.0, 2.1, 2.2],
               ("learned", "softmax"): [3.0, 3.2, 3.1], ("none", "linear"): [3.0, 3.0, 3.3],
@@ -134,7 +138,8 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
     assert "| pos | attn=linear | attn=softmax |" in text  # columns and rows sorted
     learned = text.split("| learned |")[1].splitlines()[0]
     assert learned.startswith(" — | +0.000 [") and learned.endswith("] ≈ (n=3) |")
-    assert text.split("| rope |")[1].splitlines()[0].endswith("] worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3) |")
+    row = text.split("| rope |")[1].splitlines()[0]
+    assert row.endswith("] worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3) |")
     assert "| xl | refused | — |" in text
     assert "1 of 3 cells beat `pos=none` beyond seed noise, 1 are worse, 1 are within noise." in text
     assert "Refused (xl×linear): kernelized attention never forms the logit" in text

@@ -37,7 +37,8 @@ def test_known_values_of_the_default_rule():
     def b(rel, bidi):
         return relative_position_bucket(torch.tensor([rel]), bidi).item()
     # bidirectional: 16 buckets a direction, 8 exact; the future (key after query) is offset by 16
-    assert [b(-d, True) for d in (0, 1, 7, 8, 11, 16, 32, 64, 127, 128, 1000)] == [0, 1, 7, 8, 8, 10, 12, 14, 15, 15, 15]
+    distances = (0, 1, 7, 8, 11, 16, 32, 64, 127, 128, 1000)
+    assert [b(-d, True) for d in distances] == [0, 1, 7, 8, 8, 10, 12, 14, 15, 15, 15]
     assert [b(d, True) for d in (1, 7, 8, 16, 128)] == [17, 23, 24, 26, 31]
     # causal: all 32 buckets for the past, 16 exact, log range 16 … 127, clamp at 31; future -> 0
     assert [b(-d, False) for d in (0, 15, 16, 32, 64, 127, 128, 10_000)] == [0, 15, 16, 21, 26, 31, 31, 31]

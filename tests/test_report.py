@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from results.report import Cell, build_report, default_target, mean_std, steps_to_target
+from results.cells import Cell, build_report, default_target, mean_std, steps_to_target
 
 
 def make_cell(pos, seed, val, status="finished", attn="softmax", job=0, **kw):

@@ -69,7 +69,7 @@ def test_resumed_run_is_the_same_run_with_contiguous_steps_and_equal_loss(store,
     for key in ("train/loss", "lr", "val/loss"):
         got, want = history(client, resumed.run_id, key), history(client, reference.run_id, key)
         assert [s for s, _ in got] == [s for s, _ in want]  # contiguous, no step written twice
-        assert max(abs(a - b) for (_, a), (_, b) in zip(got, want)) <= 1e-6
+        assert max(abs(a - b) for (_, a), (_, b) in zip(got, want, strict=True)) <= 1e-6
     assert [s for s, _ in history(client, resumed.run_id, "val/loss")] == [3, 6, 9, 10]
     assert abs(resumed.val_loss - reference.val_loss) <= 1e-6
     print(f"resumed - uninterrupted final val loss: {resumed.val_loss - reference.val_loss:.3e}")

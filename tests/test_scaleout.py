@@ -5,16 +5,17 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader
 
-from harness.scaleout import NullClient, Scale, check_trainer, rank_command, rank_zero_run
+from harness.config.validate import validate
 from harness.errors import ConfigError
-from tests.conftest import ROOT, TINY, compose, run_sweep
+from harness.record.run import TrackedRun
+from harness.scaleout import BatchGeometry, rank_command
+from tests.conftest import ROOT, TINY, choices_of, compose, run_sweep
 
 DDP_CPU = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
 
@@ -34,13 +35,14 @@ def test_trainer_presets(overrides, accelerator, precision, strategy):
 
 
 def test_slurm_preset_follows_the_trainer():
-    launcher = compose(["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"]).hydra.launcher
+    overrides = ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"]
+    launcher = compose(overrides).hydra.launcher
     assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.nodes) == (4, 4, 2)
     assert launcher.max_num_timeout > 0 and launcher._target_.endswith("SlurmLauncher")
 
 
 def test_effective_batch_and_lr_are_logged_unscaled():
-    scale = Scale(batch_size=8, accumulate=3, world_size=4, lr=1e-3)
+    scale = BatchGeometry(batch_size=8, accumulate=3, world_size=4, lr=1e-3)
     assert scale.effective_batch == 96
     assert scale.train_examples(max_steps=10) == 960  # every rank reads max_steps × batch × accumulate
     assert scale.params() == {"train.world_size": "4", "train.effective_batch": "96",
@@ -54,13 +56,24 @@ def test_effective_batch_and_lr_are_logged_unscaled():
 ])
 def test_bad_trainer_settings_are_one_line_errors(override, needle):
     with pytest.raises(ConfigError, match=needle):
-        check_trainer(compose([*DDP_CPU, override]).trainer)
+        check_trainer([*DDP_CPU, override])
+
+
+def check_trainer(overrides: list[str]) -> None:
+    """The validation pass over a composed config (trainer settings are checked there)."""
+    from omegaconf import open_dict
+
+    cfg = compose([*TINY, *overrides])
+    choices = choices_of(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    validate(cfg, choices)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_gpu_preset_without_cuda_names_the_fix():
     with pytest.raises(ConfigError, match="no CUDA device.*trainer.accelerator=cpu"):
-        check_trainer(compose(["trainer=gpu"]).trainer)
+        check_trainer(["trainer=gpu"])
 
 
 # ---------------------------------------------------------------- sharding
@@ -106,13 +119,13 @@ def test_validation_shards_cover_every_window_once():
 # ---------------------------------------------------------------- rank guards and the relaunch command
 
 
-def test_other_ranks_get_a_no_op_client_and_no_run():
-    def must_not_open(*args):
-        raise AssertionError("only rank 0 opens an MLflow run")
-
-    with rank_zero_run(SimpleNamespace(is_global_zero=False), must_not_open, "uri") as (client, run_id):
-        assert isinstance(client, NullClient) and run_id == ""
-        assert client.log_batch("any", metrics=[]) is None
+def test_other_ranks_get_a_no_op_client_and_no_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'never-created.db'}"  # the store is not even opened on other ranks
+    run = TrackedRun(uri, "posbench", "pos=rope attn=softmax seed=0")
+    with run.open({"pos": "rope"}, {"seed": "0"}, owner=False) as opened:
+        assert opened.run_id is None and not opened.opened
+        assert opened.log_params({"a": "1"}) is None and opened.set_tags({"b": "2"}) is None
+    assert not (tmp_path / "never-created.db").exists()
 
 
 def test_rank_command_is_a_single_run_of_the_job():

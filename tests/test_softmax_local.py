@@ -100,5 +100,5 @@ def test_sdpa_with_a_learned_bias_has_the_reference_gradients(causal, padded):
     ref = reference_softmax(q, k, v, causal=causal, key_keep=keep, bias=RelativeBias(table, T, T))
     ref_grads = torch.autograd.grad((ref * w).sum(), (q, k, v, table))
     assert_close(out, ref)
-    for a, b in zip(grads, ref_grads):
+    for a, b in zip(grads, ref_grads, strict=True):
         assert_close(a, b, rtol=1e-10, atol=1e-10)

@@ -1,5 +1,5 @@
 """Several processes opening one brand-new sqlite store at once: MLflow's own migration races
-there (seen: 7 of 12 processes failed); harness.record.tracking._client makes them take turns."""
+there (seen: 7 of 12 processes failed); harness.record.store.Store.open makes them take turns."""
 
 import multiprocessing as mp
 
@@ -7,9 +7,9 @@ import pytest
 
 
 def _open_store(uri: str) -> None:
-    from harness.record.tracking import _client, experiment_id
+    from harness.record.store import Store
 
-    experiment_id(_client(uri), "race", uri)
+    Store.open(uri).experiment_id("race")
 
 
 @pytest.mark.slow

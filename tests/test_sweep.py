@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from conftest import compose, choices_of, run_sweep
+from conftest import choices_of, compose, run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,8 @@ def test_eval_lengths_log_loss_at_length_and_skip_beyond_learned_table(tiny_swee
     rope, learned = tiny_sweep.child("rope"), tiny_sweep.child("learned")
     for n in (16, 64):
         assert math.isfinite(rope.data.metrics[f"val/loss_at_{n}"])
-        assert rope.data.metrics[f"val/bpc_at_{n}"] == pytest.approx(rope.data.metrics[f"val/loss_at_{n}"] / math.log(2))
+        loss = rope.data.metrics[f"val/loss_at_{n}"]
+        assert rope.data.metrics[f"val/bpc_at_{n}"] == pytest.approx(loss / math.log(2))
     assert [m.step for m in tiny_sweep.client.get_metric_history(rope.info.run_id, "val/loss_at_64")] == [6]
     assert "val/loss_at_16" in learned.data.metrics
     assert "val/loss_at_64" not in learned.data.metrics
@@ -126,14 +127,14 @@ def cell(module_store, sweep_callback):
     from omegaconf import open_dict
 
     from conftest import TINY
-    from harness.sweep.callback import run_cell
+    from harness.sweep.cell import train_cell
 
     def run(*overrides):
         cfg = compose([*TINY, *overrides])
         choices = choices_of(cfg)
         with open_dict(cfg):
             del cfg["hydra"]
-        returned = run_cell(cfg, choices, sweep_callback.record.child_tags(list(overrides), 0))
+        returned = train_cell(cfg, choices, sweep_callback.record.child_tags(list(overrides), 0))
         client = MlflowClient(tracking_uri=module_store[0])
         runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{sweep_callback.record.parent_run_id}'")
@@ -153,7 +154,8 @@ def test_incompatible_pairing_is_a_failed_child_run(cell, monkeypatch):
     [run] = runs
     assert run.info.status == "FAILED"
     assert run.data.tags["failure"] == "incompatible"
-    assert run.data.tags["failure_reason"] == "IncompatiblePairing: incompatible pairing: cannot honour this scheme (test)"
+    assert run.data.tags["failure_reason"] == \
+        "IncompatiblePairing: incompatible pairing: cannot honour this scheme (test)"
     assert run.data.tags["mlflow.parentRunId"] == callback.record.parent_run_id
     assert run.data.tags["pos"] == "learned" and run.info.run_name == "pos=learned attn=softmax seed=0"
 

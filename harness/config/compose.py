@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness.paths import CONF
 
 
 def compose(overrides: list[str] = (), hydra: bool = False):
     """The config ``python run.py <overrides>`` would see (with ``hydra`` to keep its hydra node)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)

@@ -1,64 +1,219 @@
-"""Checks on a config's values and paths that run before anything is built or logged.
+"""The one validation pass: every check that can run before anything is built, trained or logged.
 
-Each failure is a ConfigError whose message names the key, the bad value and the fix. The
-shape checks (heads, RoPE dims, windows) live with the classes that know them; this module
-holds what no constructor sees: types of top-level numbers, the tracking URI, writable paths.
+In order, cheapest first; each refusal is a one-line ConfigError naming the key and the fix:
+1. every interpolation resolves;
+2. every node against its schema (harness/config/schema.py): unknown keys, types, finite numbers,
+   ranges of the plain nodes, the Trainer's and the optimizer's;
+3. the tracking store (parsed, an sqlite file or creatable, a server that answers) and the
+   directories a run writes;
+4. the run's objects built dry: tokenizer, task, data source, and the whole model on torch's
+   ``meta`` device, so each constructor's own checks run (head dims, windows, the pos × attn
+   pairing) and the parameter count is exact, with nothing allocated;
+5. resources: the corpus splits (sizes only; nothing read) hold the windows, evaluation lengths fit
+   the validation split, the run's memory fits this machine, a GPU is there when asked for.
+Nothing here imports Lightning or MLflow: a refusal costs the imports of torch and Hydra only.
 """
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from typing import Any
 
+from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config import schema
+from harness.config.instantiate import instantiate
+from harness.config.resources import Footprint, check_memory
+from harness.data.corpus import check_train_split, check_val_split
 from harness.errors import ConfigError
-
-# Keys that must hold an integer: a string here would surface as a TypeError deep in training.
-INT_KEYS = ("seed", "trainer.max_steps", "data.seq_len", "data.batch_size", "model.n_layers",
-            "model.d_model", "model.n_heads", "model.d_ff")
-
-# Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
-SCHEMES = {"sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file"}
+from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri
 
 
-def preflight(cfg: DictConfig, uri: str) -> None:
-    check_ints(cfg)
-    check_tracking_uri(uri)
-    db = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
-    if db is not None:
-        check_writable_dir(db.parent, "logger.tracking_uri", "point it at a directory you can write")
+@dataclass(frozen=True)
+class Checked:
+    """A config that passed every check, with the typed settings and the cheap objects it names."""
+
+    cfg: DictConfig
+    choices: dict[str, str]  # config-group option names (pos, attn, task, data), for names and tags
+    uri: str  # the tracking store
+    run: schema.RunSettings
+    data: schema.DataSettings
+    eval: schema.EvalSettings
+    report: schema.ReportSettings
+    logger: schema.LoggerSettings
+    trainer: schema.TrainerSettings
+    model: Any  # harness.model.transformer.ModelConfig
+    tokenizer: Any
+    task: Any
+    source: Any  # the corpus source, not loaded
+    n_params: int
+
+    @property
+    def seed(self) -> int:
+        return self.run.seed
 
 
-def check_ints(cfg: DictConfig) -> None:
-    for key in INT_KEYS:
-        value = OmegaConf.select(cfg, key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{key}={value!r} must be an integer, e.g. {key}={_example(key)}")
+def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
+    values = resolved(cfg)
+    check_nodes(values, choices)
+    settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
+                for path, cls in schema.PLAIN.items()}
+    trainer = _trainer_settings(values["trainer"])
+    uri = resolve_tracking_uri(settings["logger"].tracking_uri)
+    check_store(uri)
+    _check_dirs(settings["checkpoint"])
+    tokenizer = instantiate(cfg.tokenizer)
+    task = instantiate(cfg.task, tokenizer=tokenizer)
+    source = instantiate(cfg.data.source)
+    model, footprint = dry_model(cfg, tokenizer, task, settings["data"])
+    data, lengths = settings["data"], settings["eval"].lengths
+    _check_splits(source, task, tokenizer, data, lengths)
+    check_memory(footprint, data.batch_size, data.seq_len, lengths, on_gpu=trainer.accelerator in ("gpu", "cuda"))
+    _check_device(trainer)
+    return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
+                   trainer, model, tokenizer, task, source, footprint.n_params)
 
 
-def _example(key: str) -> int:
-    return {"seed": 0, "trainer.max_steps": 300, "data.seq_len": 128, "data.batch_size": 32}.get(key, 4)
-
-
-def check_tracking_uri(uri: str) -> None:
-    """A URI MLflow cannot open fails here with the fix, not inside MLflow with a traceback."""
-    fix = "use sqlite:////absolute/path/mlflow.db or http://host:port (or leave logger.tracking_uri=null)"
-    parsed = urlparse(uri)
-    if parsed.scheme not in SCHEMES:
-        raise ConfigError(f"tracking URI {uri!r} has scheme {parsed.scheme!r}, which MLflow cannot open; {fix}")
-    if parsed.scheme == "sqlite" and not (uri.startswith("sqlite:////") and len(uri) > len("sqlite:////")):
-        raise ConfigError(f"tracking URI {uri!r} is not sqlite:////absolute/path.db (four slashes, absolute); {fix}")
-    if parsed.scheme in ("http", "https") and not parsed.netloc:
-        raise ConfigError(f"tracking URI {uri!r} names no host; {fix}")
-
-
-def check_writable_dir(path: Path, key: str, fix: str) -> None:
-    """``path`` (created if missing) accepts new files."""
+def resolved(cfg: DictConfig) -> dict:
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{key}: cannot create {path} ({e.strerror}); {fix}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"{key}: {path} is not writable; {fix}")
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:  # an interpolation that does not resolve (a missing key, a bad resolver)
+        raise ConfigError(f"the config does not resolve: {' '.join(str(e).split())}; "
+                          "check the ${...} references you set (python run.py --cfg job prints the config)") from None
+
+
+# ---------------------------------------------------------------- 2. every node against its schema
+
+
+def check_nodes(values: dict, choices: dict[str, str]) -> None:
+    top = schema.plain_fields(schema.RunSettings)
+    known = [*top, *schema.GROUPS, *(k for k in schema.PLAIN if k)]
+    schema.check_known("config", list(values), known, "the config")
+    for key, value in values.items():
+        if key in top:
+            schema.check_value(key, value, top[key])
+        elif isinstance(value, dict):
+            check_node(key, value, choices)
+        else:
+            raise ConfigError(f"{key}={value!r} replaces the config group {key}; pick an option with {key}=NAME "
+                              f"(python run.py --help lists them) or set one key with {key}.KEY=VALUE")
+
+
+def check_node(path: str, node: dict, choices: dict[str, str]) -> None:
+    if "_target_" in node:
+        _check_target(path, node, choices)
+        return
+    plain = schema.PLAIN.get(path)
+    if plain is None:  # free-form metadata (a preset's claim)
+        return
+    fields = schema.plain_fields(plain)
+    schema.check_known(path, list(node), list(fields), f"{path} ({choices.get(path, path)})")
+    for key, value in node.items():
+        child = f"{path}.{key}"
+        if isinstance(value, dict) and ("_target_" in value or child in schema.PLAIN):
+            check_node(child, value, choices)
+        else:
+            schema.check_value(child, value, fields[key])
+
+
+def _check_target(path: str, node: dict, choices: dict[str, str]) -> None:
+    what = f"{path}={choices[path]}" if path in choices else f"{path} ({node['_target_']})"
+    keys = [k for k in node if not k.startswith("_")]
+    if path == "trainer":  # typed by TrainerSettings: importing Lightning to read its signature takes seconds
+        fields, open_kwargs = _trainer_fields(keys), False
+    else:
+        target = _locate(path, node["_target_"])
+        fields, open_kwargs = schema.signature_schema(target, schema.SUPPLIED.get(path, ()))
+    if not open_kwargs:
+        schema.check_known(path, keys, list(fields), what)
+    for key in keys:
+        schema.check_value(f"{path}.{key}", node[key], fields.get(key, Any))
+    if path == "optim.optimizer":
+        _check_optimizer_ranges(node)
+
+
+def _locate(path: str, target: str):
+    try:
+        return get_object(target)
+    except Exception:
+        raise ConfigError(f"{path}._target_={target!r} cannot be imported; use a class of this project or "
+                          "torch (e.g. positional.rope.Rope)") from None
+
+
+def _trainer_fields(keys: list[str]) -> dict[str, Any]:
+    fields = schema.plain_fields(schema.TrainerSettings)
+    if all(k in fields for k in keys):
+        return fields
+    import lightning  # only for a key this schema does not know: Lightning takes seconds to import
+
+    lightning_fields, _ = schema.signature_schema(lightning.Trainer, schema.SUPPLIED["trainer"])
+    return {**lightning_fields, **fields}
+
+
+def _trainer_settings(node: dict) -> schema.TrainerSettings:
+    known = schema.plain_fields(schema.TrainerSettings)
+    return schema.TrainerSettings(**{k: v for k, v in node.items() if k in known})
+
+
+def _check_optimizer_ranges(node: dict) -> None:
+    for key, (rule, ok) in schema.OPTIMIZER_RANGES.items():
+        if key in node and node[key] is not None and not ok(node[key]):
+            raise ConfigError(f"optim.optimizer.{key}={node[key]} {rule}")
+
+
+def _plain_top(values: dict) -> dict:
+    return {k: values[k] for k in schema.plain_fields(schema.RunSettings) if k in values}
+
+
+# ---------------------------------------------------------------- 3. where the run writes
+
+
+def _check_dirs(checkpoint: schema.CheckpointSettings) -> None:
+    if checkpoint.dir:
+        check_writable_dir(Path(checkpoint.dir).expanduser().absolute(), "checkpoint.dir",
+                           "set checkpoint.dir to a directory you can write")
+
+
+# ---------------------------------------------------------------- 4. the model, built without memory
+
+
+def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
+    """The model built on torch's meta device: every constructor check runs, nothing is allocated."""
+    import torch
+
+    from harness.model.transformer import Transformer
+
+    model_cfg = instantiate(cfg.model)
+    with torch.device("meta"):
+        model = Transformer(model_cfg, tokenizer.vocab_size, data.seq_len, task.causal,
+                            pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+    variant = model.blocks[0].attn.variant
+    footprint = Footprint(model.num_params(), model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers,
+                          model_cfg.n_heads, tokenizer.vocab_size, variant.dense_logits(type(model.pos).bias_kind))
+    return model_cfg, footprint
+
+
+# ---------------------------------------------------------------- 5. resources
+
+
+def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: list[int]) -> None:
+    train, val = source.sizes()
+    if not tokenizer.byte_level:  # token counts of other tokenizers are unknown until the text is read
+        return
+    check_train_split(train, data.seq_len + task.extra_tokens)
+    check_val_split(val, task.extra_tokens)
+    too_long = [n for n in lengths if n > val]
+    if too_long:
+        raise ConfigError(f"eval.lengths: {too_long} exceed the validation split ({val} tokens), so a window would "
+                          f"be mostly padding; use lengths up to {val}, or a larger corpus")
+
+
+def _check_device(trainer: schema.TrainerSettings) -> None:
+    if trainer.accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
+                              "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import codecs
 import hashlib
 import io
 import os
@@ -42,6 +43,51 @@ def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[by
     val = b"".join(b for n, b in enumerate(blocks) if n % val_every == val_every - 1)
     train = b"".join(b for n, b in enumerate(blocks) if n % val_every != val_every - 1)
     return train, val
+
+
+def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
+    """The whole file decodes as UTF-8 (streamed: a large corpus is not held twice)."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            pending = len(decoder.getstate()[0])  # bytes of a character split across blocks
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path} is not UTF-8 (bad byte at offset {offset - pending + e.start}); "
+                                  "convert it, e.g. iconv -t UTF-8") from None
+            if not block:
+                return
+            offset += len(block)
+
+
+def split_sizes(total: int, val_every: int = 20, block: int = 4096) -> tuple[int, int]:
+    """(train, val) byte counts ``block_split`` gives a corpus of ``total`` bytes, without the bytes."""
+    n_blocks = -(-total // block)
+    val_blocks = n_blocks // val_every
+    val = val_blocks * block
+    if val_blocks and (n_blocks - 1) % val_every == val_every - 1:  # the last, partial block is val
+        val -= n_blocks * block - total
+    return total - val, val
+
+
+def check_train_split(n_tokens: int, length: int) -> None:
+    """The training split must hold more than one window (a window's start is drawn at random)."""
+    if n_tokens <= length:
+        raise ConfigError(f"the training split has {n_tokens} tokens, not more than one window of {length}; "
+                          "lower data.seq_len or use a larger corpus")
+
+
+def check_val_split(n_tokens: int, extra_tokens: int) -> None:
+    if n_tokens <= extra_tokens:
+        raise ConfigError(f"the validation split has {n_tokens} tokens; give a larger corpus (every "
+                          "data.source.val_every-th 4 KiB block is validation) or lower data.source.val_every")
+
+
+def _check_val_every(val_every: int) -> None:
+    if val_every < 2:
+        raise ConfigError(f"data.source.val_every={val_every} must be ≥ 2 (every N-th 4 KiB block is validation)")
 
 
 def _corpus(name: str, data: bytes, train: bytes, val: bytes) -> Corpus:
@@ -79,20 +125,31 @@ class Embedded:
     """The default corpus: ~2 MB of stdlib prose; identical on machines with the same Python."""
 
     def __init__(self, val_every: int = 20):
+        _check_val_every(val_every)
         self.val_every = val_every
 
+    def sizes(self) -> tuple[int, int]:
+        """(train, val) bytes, without holding the corpus (built once per machine and cached)."""
+        return split_sizes(self._cached().stat().st_size, self.val_every)
+
     def load(self) -> Corpus:
-        version = ".".join(map(str, sys.version_info[:3]))
-        cache = CACHE / f"stdlib-prose-{version}.txt"
-        if cache.exists():
-            data = cache.read_bytes()
-        else:
+        data = self._cached().read_bytes()
+        return _corpus(f"embedded-python{_version()}", data, *block_split(data, self.val_every))
+
+    @staticmethod
+    def _cached() -> Path:
+        cache = CACHE / f"stdlib-prose-{_version()}.txt"
+        if not cache.exists():
             data = stdlib_prose().encode("utf-8")
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".tmp{os.getpid()}")
             tmp.write_bytes(data)
             tmp.replace(cache)  # atomic: concurrent runs never read half a file
-        return _corpus(f"embedded-python{version}", data, *block_split(data, self.val_every))
+        return cache
+
+
+def _version() -> str:
+    return ".".join(map(str, sys.version_info[:3]))
 
 
 # --- local text -----------------------------------------------------------------------
@@ -101,29 +158,37 @@ class TextFiles:
     """A UTF-8 file, or every file under a directory (sorted by path)."""
 
     def __init__(self, path: str | None = None, val_every: int = 20):
+        _check_val_every(val_every)
         self.path, self.val_every = path, val_every
 
-    def load(self) -> Corpus:
+    def sizes(self) -> tuple[int, int]:
+        """(train, val) bytes from the files' sizes: every path check, no content read."""
+        files = self._files()
+        total = sum(f.stat().st_size for f in files) + 2 * max(len(files) - 1, 0)  # joined by blank lines
+        if total < 4096:
+            raise ConfigError(f"data.path={self.path} holds {total} bytes; give at least 4 KiB of text")
+        return split_sizes(total, self.val_every)
+
+    def _files(self) -> list[Path]:
         if not self.path:
             raise ConfigError("data=text needs a file or directory: add data.path=FILE_OR_DIR")
         root = Path(self.path).expanduser()
         if not root.exists():
             raise ConfigError(f"data.path={self.path} does not exist; point it at a UTF-8 text file or directory")
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-        chunks = []
         for f in files:
-            raw = f.read_bytes()
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ConfigError(
-                    f"{f} is not UTF-8 (bad byte at offset {e.start}); convert it, e.g. iconv -t UTF-8"
-                ) from None
-            chunks.append(raw)
-        data = b"\n\n".join(chunks)
+            if not os.access(f, os.R_OK):
+                raise ConfigError(f"data.path: {f} is not readable; fix its permissions (chmod +r) or point "
+                                  "data.path elsewhere")
+            _check_utf8(f)
+        return files
+
+    def load(self) -> Corpus:
+        files = self._files()
+        data = b"\n\n".join(f.read_bytes() for f in files)  # each checked UTF-8 by _files()
         if len(data) < 4096:
             raise ConfigError(f"data.path={self.path} holds {len(data)} bytes; give at least 4 KiB of text")
-        return _corpus(f"text:{root.name}", data, *block_split(data, self.val_every))
+        return _corpus(f"text:{Path(self.path).expanduser().name}", data, *block_split(data, self.val_every))
 
 
 # --- enwik8 ---------------------------------------------------------------------------
@@ -144,19 +209,33 @@ class Enwik8:
         self.path = Path(path).expanduser() if path else CACHE / "enwik8"
         self.download = download
 
-    def load(self) -> Corpus:
+    def sizes(self) -> tuple[int, int]:
+        """The standard split's sizes; a file that is there must be enwik8 (checked by size, then sha256)."""
         if not self.path.exists():
             if not self.download:
                 raise ConfigError(f"{self.path} not found; set data.path=/path/to/enwik8 or data.download=true")
+        elif self.path.is_dir():
+            raise ConfigError(f"data.path={self.path} is a directory; point it at the enwik8 file itself")
+        else:
+            self._verified(self.path.read_bytes())
+        return 90_000_000, 5_000_000
+
+    def load(self) -> Corpus:
+        if not self.path.exists():
+            self.sizes()  # refuses when data.download=false
             self._fetch()
         data = self.path.read_bytes()
+        digest = self._verified(data)
+        return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], digest, len(data))
+
+    def _verified(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
         if digest != ENWIK8_SHA256:
             raise ConfigError(
                 f"{self.path} is not enwik8 (sha256 {digest[:12]}…, expected {ENWIK8_SHA256[:12]}…); "
                 f"delete it or re-download from {ENWIK8_URL}"
             )
-        return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], digest, len(data))
+        return digest
 
     def _fetch(self) -> None:
         try:

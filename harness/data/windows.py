@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from harness.errors import ConfigError
+from harness.data.corpus import check_train_split, check_val_split
 
 
 def _generator(seed: int, index: int) -> torch.Generator:
@@ -22,9 +22,7 @@ class TrainWindows(Dataset):
     """``n`` windows of ``length`` tokens at uniformly random offsets."""
 
     def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective):
-        if len(ids) <= length:
-            raise ConfigError(f"the training split has {len(ids)} tokens, not more than one window of {length}; "
-                              "lower data.seq_len or use a larger corpus")
+        check_train_split(len(ids), length)
         self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
 
     def __len__(self) -> int:
@@ -44,9 +42,7 @@ class EvalWindows(Dataset):
     """
 
     def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345):
-        if len(ids) <= objective.extra_tokens:
-            raise ConfigError(f"the validation split has {len(ids)} tokens; give a larger corpus (every "
-                              "data.source.val_every-th 4 KiB block is validation) or lower data.source.val_every")
+        check_val_split(len(ids), objective.extra_tokens)
         self.ids, self.length, self.objective, self.pad_id, self.seed = ids, length, objective, pad_id, seed
         stride = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
         self.starts = list(range(0, max(len(ids) - objective.extra_tokens, 1), stride))

@@ -12,11 +12,9 @@ applicable — tag ``eval_skipped_at_<L>`` with the reason — and the run goes 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
-from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Subset
 
 from harness.data.windows import EvalWindows
@@ -27,15 +25,6 @@ from harness.errors import ConfigError
 class LengthResults:
     losses: dict[int, float] = field(default_factory=dict)  # nats per predicted token
     skipped: dict[int, str] = field(default_factory=dict)   # length -> why it was not scored
-
-
-def requested_lengths(cfg: DictConfig) -> list[int]:
-    """eval.lengths, validated before training starts; [] when absent or null."""
-    lengths = list(cfg.get("eval", {}).get("lengths") or [])
-    bad = [n for n in lengths if not isinstance(n, int) or n <= 0]
-    if bad:
-        raise ConfigError(f"eval.lengths={lengths}: {bad} are not positive integers; e.g. eval.lengths=[128,256]")
-    return lengths
 
 
 def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[int]) -> LengthResults:
@@ -67,14 +56,9 @@ def _loss_at(module, ids, tokenizer, objective, data, length: int) -> float:
     return total / max(count, 1)
 
 
-def log_lengths(client, run_id: str, step: int, byte_level: bool, results: LengthResults) -> None:
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    metrics = [Metric(f"val/loss_at_{n}", loss, now, step) for n, loss in results.losses.items()]
-    if byte_level:  # one token per byte
-        metrics += [Metric(f"val/bpc_at_{n}", loss / math.log(2), now, step) for n, loss in results.losses.items()]
-    if metrics:
-        client.log_batch(run_id, metrics=metrics)
-    for n, reason in results.skipped.items():
-        client.set_tag(run_id, f"eval_skipped_at_{n}", reason[:1000])
+def length_metrics(results: LengthResults, byte_level: bool) -> dict[str, float]:
+    """``val/loss_at_<L>`` (and ``val/bpc_at_<L>`` for byte-level tokenizers: one token per byte)."""
+    metrics = {f"val/loss_at_{n}": loss for n, loss in results.losses.items()}
+    if byte_level:
+        metrics.update({f"val/bpc_at_{n}": loss / math.log(2) for n, loss in results.losses.items()})
+    return metrics

@@ -9,8 +9,9 @@ Notation: B batch, T sequence length, C model width, H heads, D = C / H head dim
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -115,7 +116,7 @@ class Transformer(nn.Module):
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
         base = AttentionContext(rotary=self.pos.rotary(positions), causal=self.causal,
                                 key_padding_mask=key_padding_mask)
-        for block, bias in zip(self.blocks, self.pos.logit_biases(positions, len(self.blocks))):
+        for block, bias in zip(self.blocks, self.pos.logit_biases(positions, len(self.blocks)), strict=True):
             x = block(x, replace(base, bias=bias))
         h = self.head(self.norm_f(x))  # (B, T, C)
         return F.linear(h, self.tok_emb.weight, self.head_bias)  # (B, T, V), tied decoder

@@ -15,7 +15,8 @@ import functools
 import random
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 LOCKED = ("database is locked", "database table is locked")
 

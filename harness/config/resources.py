@@ -1,0 +1,75 @@
+"""Will it fit? Memory a run needs, against memory this machine has — decided before anything is built.
+
+The estimate is a *lower bound* on purpose (a refusal must never stop a run that would have fitted):
+fp32 weights, gradients and AdamW's two moments (16 bytes a parameter), the activations autograd
+keeps per layer for the tokens of one step (input, q, k, v, attention output, the two residual
+branches and the MLP's hidden and GELU: about 10·C + 2·F floats per token, Korthikanti et al. 2022
+§4.1 without the attention matrix), and the logits with their gradient (2·V floats per token). A
+variant that materialises the T×T logits (``needs_dense_logits``) adds B·H·T² floats per layer.
+Evaluation at length L keeps no activations but scores the same tokens per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import ConfigError
+
+FLOAT = 4  # bytes; the CPU trains in fp32
+
+
+@dataclass(frozen=True)
+class Footprint:
+    n_params: int
+    d_model: int
+    d_ff: int
+    n_layers: int
+    n_heads: int
+    vocab: int
+    dense_logits: bool  # the attention forms B·H·T·T logits (a content bias, the math backend)
+
+    def training_bytes(self, batch: int, length: int) -> int:
+        tokens = batch * length
+        per_layer = tokens * (10 * self.d_model + 2 * self.d_ff)
+        attention = batch * self.n_heads * length * length if self.dense_logits else 0
+        activations = self.n_layers * (per_layer + attention) + 2 * tokens * self.vocab
+        return 16 * self.n_params + FLOAT * activations
+
+    def eval_bytes(self, batch: int, length: int) -> int:
+        tokens = batch * length
+        attention = batch * self.n_heads * length * length if self.dense_logits else 0
+        return 4 * self.n_params + FLOAT * (tokens * (2 * self.d_model + self.vocab) + attention)
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (what can be allocated without swapping); None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(fp: Footprint, batch: int, seq_len: int, eval_lengths: list[int], on_gpu: bool) -> None:
+    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs)."""
+    free = available_bytes()
+    if on_gpu or free is None:
+        return
+    need = fp.training_bytes(batch, seq_len)
+    if need > free:
+        raise ConfigError(f"training needs at least {_gib(need)} ({fp.n_params:,} parameters, {batch}×{seq_len} "
+                          f"tokens a step) but {_gib(free)} is available; lower model.d_model, model.n_layers, "
+                          "data.batch_size or data.seq_len")
+    for length in eval_lengths:
+        eval_batch = max(1, batch * seq_len // length)  # harness/model/evaluate.py: constant tokens per batch
+        need = fp.eval_bytes(eval_batch, length)
+        if need > free:
+            raise ConfigError(f"eval.lengths: scoring at L={length} needs at least {_gib(need)} but {_gib(free)} "
+                              "is available; drop that length or shorten it")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"

@@ -1,0 +1,286 @@
+"""The typed schema of every config node, and the check of one value against its declared type.
+
+The rule, for every node of the composed config:
+- a node with ``_target_`` is typed by the signature of what it builds: each key must be a parameter
+  of that callable and its value must fit the parameter's annotation (``pos=rope`` → ``Rope.__init__``,
+  ``optim.optimizer`` → ``torch.optim.AdamW``). Ranges are the callable's own business: our classes
+  check them in their constructors (run by the validation pass without allocating anything);
+  ``lightning.Trainer`` and torch optimizers get ``TrainerSettings`` / ``OPTIMIZER_RANGES`` here;
+- a node without ``_target_`` is typed by the dataclass in ``PLAIN`` for its path, whose
+  ``__post_init__`` checks ranges.
+Unknown keys are refused with the nearest known one. Floats must be finite. Nothing here imports
+torch or Lightning (the Trainer's signature is read only for a key ``TrainerSettings`` does not know).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from harness.errors import ConfigError
+
+NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
+
+
+# ---------------------------------------------------------------- one value against one annotation
+
+
+def check_value(key: str, value: Any, annotation: Any) -> None:
+    """Raise a one-line ConfigError if ``value`` (a plain YAML value) does not fit ``annotation``."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return
+    if not fits(value, annotation):
+        if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
+            raise ConfigError(f"{key}={_show(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
+        raise ConfigError(f"{key}={_show(value)} must be {describe(annotation)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={_show(value)} must be a finite number")
+
+
+def fits(value: Any, annotation: Any) -> bool:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args) or (
+            isinstance(value, int) and not isinstance(value, bool) and value in args)
+    if origin in (list, tuple, typing.Sequence, _abc_sequence()):
+        return isinstance(value, (list, tuple)) and _items_fit(value, origin, args)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    if annotation is type(None) or annotation is None:
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True  # a typing construct we do not model (TypeVar, Callable): accept
+
+
+def _abc_sequence():
+    import collections.abc
+
+    return collections.abc.Sequence
+
+
+def _items_fit(value, origin, args) -> bool:
+    if not args:
+        return True
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return len(value) == len(args) and all(fits(v, a) for v, a in zip(value, args, strict=True))
+    return all(fits(v, args[0]) for v in value)
+
+
+def describe(annotation: Any) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        shown = [describe(a) for a in args if a is not type(None)]
+        return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin in (list, tuple) or origin is _abc_sequence():
+        return f"a list of {describe(args[0])}s" if args else "a list"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
+             type(None): "null"}
+    return names.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
+
+
+def _or(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_known(node: str, keys: list[str], known: list[str], what: str) -> None:
+    """Every key of ``node`` is one ``known`` to its schema; else name the nearest."""
+    for key in keys:
+        if key in known or key.startswith("_"):
+            continue
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean {node}.{near[0]}?" if near else f"{what} takes {', '.join(sorted(known))}"
+        raise ConfigError(f"{node}.{key} is not a setting of {what}; {hint}")
+
+
+# ---------------------------------------------------------------- targets: typed by their signature
+
+
+def signature_schema(target: Any, supplied: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
+    """(parameter name -> annotation, accepts **kwargs) of what a ``_target_`` builds, minus the
+    parameters the harness supplies itself (``shape``, ``tokenizer``, ``params`` …)."""
+    fn = target.__init__ if isinstance(target, type) else target
+    params = inspect.signature(fn).parameters
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # annotations that do not evaluate here: check names only
+        hints = {}
+    schema = {n: hints.get(n, p.annotation if isinstance(p.annotation, type) else Any)
+              for n, p in params.items()
+              if n not in ("self", *supplied) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return schema, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+# ---------------------------------------------------------------- plain nodes: dataclasses
+
+
+def _positive(key: str, value: int | float | None, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ConfigError(f"{key}={value} must be a positive {'integer' if isinstance(value, int) else 'number'}")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Top-level keys of conf/config.yaml that are not config groups."""
+
+    seed: int = 0
+    resume: bool | str | None = None
+    claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
+    scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
+
+    def __post_init__(self):
+        if not 0 <= self.seed <= NUMERIC_SEED_MAX:
+            raise ConfigError(f"seed={self.seed} must lie in [0, 2^32 − 1], e.g. seed=0")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """``data``: the loader keys every source shares, plus the keys some sources read (the corpus
+    itself is the ``data.source`` node)."""
+
+    seq_len: int = 128
+    batch_size: int = 32
+    eval_batches: int | None = None  # None: the whole validation split
+    path: str | None = None  # data=text, data=enwik8
+    download: bool = True  # data=enwik8
+    source: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _positive("data.seq_len", self.seq_len)
+        _positive("data.batch_size", self.batch_size)
+        if self.eval_batches is not None and self.eval_batches <= 0:
+            raise ConfigError(f"data.eval_batches={self.eval_batches} must be positive, or null for all")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """``eval``: what the final model is scored on beyond the validation split."""
+
+    lengths: list = field(default_factory=list)  # positive ints: score at each length -> val/loss_at_<L>
+
+    def __post_init__(self):
+        bad = [n for n in self.lengths if isinstance(n, bool) or not isinstance(n, int) or n <= 0]
+        if bad:
+            raise ConfigError(f"eval.lengths={self.lengths}: {bad} are not positive integers; "
+                              "e.g. eval.lengths=[128,256]")
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    every_n_steps: int | None = 100  # 0 or null: off
+    dir: str | None = None
+
+    def __post_init__(self):
+        if self.every_n_steps is not None and self.every_n_steps < 0:
+            raise ConfigError(f"checkpoint.every_n_steps={self.every_n_steps} must be a whole number of steps "
+                              "≥ 0 (0 or null: off)")
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    target_loss: float | None = None  # "steps to target" threshold, nats/token
+
+    def __post_init__(self):
+        _positive("report.target_loss", self.target_loss, allow_none=True)
+
+
+@dataclass(frozen=True)
+class LoggerSettings:
+    tracking_uri: str | None = None
+    experiment: str = "posbench"
+
+    def __post_init__(self):
+        if not self.experiment.strip():
+            raise ConfigError("logger.experiment='' must name an MLflow experiment, e.g. logger.experiment=posbench")
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    optimizer: dict = field(default_factory=dict)
+    schedule: dict = field(default_factory=dict)
+
+
+ACCELERATORS = Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"]
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The ``lightning.Trainer`` keys of conf/trainer/*.yaml, with the ranges this harness needs.
+    Any other Trainer argument (``+trainer.profiler=simple``) is checked against Lightning's signature."""
+
+    accelerator: ACCELERATORS = "cpu"
+    devices: int | str | list[int] = 1
+    max_steps: int = 300
+    val_check_interval: int | float = 100
+    check_val_every_n_epoch: int | None = None
+    log_every_n_steps: int = 10
+    gradient_clip_val: int | float | None = 1.0
+    accumulate_grad_batches: int = 1
+    precision: int | str = "32-true"
+    num_sanity_val_steps: int = 0
+    enable_checkpointing: bool = False
+    enable_model_summary: bool = False
+    enable_progress_bar: bool = True
+    strategy: str = "auto"
+    num_nodes: int = 1
+
+    def __post_init__(self):
+        for key in ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_nodes", "val_check_interval"):
+            _positive(f"trainer.{key}", getattr(self, key))
+        if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
+            raise ConfigError(f"trainer.gradient_clip_val={self.gradient_clip_val} must be ≥ 0 (or null: no clipping)")
+        if self.num_sanity_val_steps < -1:
+            raise ConfigError(f"trainer.num_sanity_val_steps={self.num_sanity_val_steps} must be ≥ 0 (or -1: all)")
+        self._check_devices()
+
+    def _check_devices(self) -> None:
+        d = self.devices
+        if isinstance(d, int) and (d == 0 or d < -1):
+            raise ConfigError(f"trainer.devices={d} must be a positive count, -1 (all) or auto")
+        if isinstance(d, str) and d != "auto" and not d.replace(",", "").strip().isdigit():
+            raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
+
+
+# Ranges of the torch optimizer arguments a user is likely to set (any torch.optim class).
+OPTIMIZER_RANGES: dict[str, tuple[str, typing.Callable[[Any], bool]]] = {
+    "lr": ("must be positive, e.g. optim.optimizer.lr=1e-3", lambda v: v > 0),
+    "eps": ("must be positive", lambda v: v > 0),
+    "weight_decay": ("must be ≥ 0", lambda v: v >= 0),
+    "momentum": ("must lie in [0, 1)", lambda v: 0 <= v < 1),
+    "betas": ("must be two numbers in [0, 1), e.g. [0.9,0.98]", lambda v: all(0 <= b < 1 for b in v)),
+}
+
+# Plain (target-less) nodes by path; "" is the top level, whose group children are nodes of their own.
+PLAIN: dict[str, type] = {"": RunSettings, "data": DataSettings, "eval": EvalSettings,
+                          "checkpoint": CheckpointSettings, "report": ReportSettings, "logger": LoggerSettings,
+                          "optim": OptimSettings}
+GROUPS = ("pos", "attn", "model", "data", "tokenizer", "task", "optim", "trainer", "logger")
+# Parameters of a ``_target_`` the harness passes itself, by node.
+SUPPLIED: dict[str, tuple[str, ...]] = {"pos": ("shape",), "attn": ("shape",), "task": ("tokenizer",),
+                                        "optim.optimizer": ("params",), "trainer": ("logger", "callbacks")}
+
+
+def plain_fields(schema: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints[f.name] for f in fields(schema)}

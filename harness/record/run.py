@@ -1,0 +1,215 @@
+"""The one owner of an MLflow run's life, and the only writer of run status and failure tags.
+
+``TrackedRun`` creates its run (or reopens it, to resume) exactly once, writes everything through the
+store's one client, and closes it in a ``finally``: FINISHED, KILLED on Ctrl-C / SIGTERM, or FAILED
+with tags ``failure`` (incompatible | diverged | error) and a one-line ``failure_reason``. On DDP ranks
+other than 0 it is inert: every method does nothing, so no caller needs a rank guard.
+
+``mark_failed`` closes runs whose owner is gone (a SIGKILLed process, a job killed by the OOM killer);
+it lives here so that status writes stay in one module.
+
+Contract (reports depend on these names): run name ``pos=<p> attn=<a> seed=<s>``; tags ``pos attn task
+data seed git_sha corpus_sha256 host pid``; params = the flattened resolved config; metrics at the
+optimizer step. Sweep children also carry ``mlflow.parentRunId`` and ``sweep_id``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness.errors import IncompatiblePairing
+from harness.paths import ROOT
+from harness.record.store import Store
+
+# Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
+# the user's mistake, not a cell the grid excludes). FloatingPointError is a NaN/inf loss.
+FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (IncompatiblePairing, "incompatible"), (FloatingPointError, "diverged"))
+PARAM_BATCH, METRIC_BATCH = 100, 1000  # MLflow's limits per log_batch call
+
+
+def failure_tags(exc: BaseException) -> dict[str, str]:
+    """``failure`` and ``failure_reason`` for an exception, looking through its cause chain (Hydra's
+    instantiate wraps what a constructor raises)."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 10:
+        chain.append(chain[-1].__cause__)
+    kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)),
+                       ("error", exc))
+    reason = " ".join(f"{type(cause).__name__}: {cause}".split())  # one line, for the runs table
+    return {"failure": kind, "failure_reason": reason[:1000]}
+
+
+def process_tags() -> dict[str, str]:
+    """Who owns a run: a later start on the same host closes it if that process is gone."""
+    return {"host": socket.gethostname(), "pid": str(os.getpid())}
+
+
+def git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)[:6000]  # MLflow's limit on a param value
+    return flat
+
+
+class TrackedRun:
+    """One MLflow run of ``experiment`` in the store at ``uri``, named ``name``; ``tags`` are added
+    when it starts (a sweep cell's parent and sweep id). Nothing is read or written before ``start``."""
+
+    def __init__(self, uri: str, experiment: str, name: str, tags: dict[str, str] | None = None):
+        self.uri, self.experiment, self.name = uri, experiment, name
+        self.tags = dict(tags or {})
+        self.run_id: str | None = None
+        self.owner = True  # False on DDP ranks other than 0: then every method does nothing
+        self.closed = False
+        # per metric, the last step already in the store when a run is reopened (see record/logger.py)
+        self.logged_through: dict[str, int] = {}
+
+    @property
+    def store(self) -> Store:
+        return Store.open(self.uri)
+
+    @property
+    def opened(self) -> bool:
+        return self.run_id is not None
+
+    # ------------------------------------------------------------ life
+
+    @contextmanager
+    def open(self, tags: dict[str, str], params: dict[str, str], reopen: str | None = None,
+             owner: bool = True) -> Iterator[TrackedRun]:
+        """Create the run (or reopen run ``reopen``), yield, and close it whatever happens. Only the
+        ``owner`` (global rank 0) touches the store."""
+        self.start(tags, params, reopen, owner)
+        status, failure = "FAILED", None
+        try:
+            yield self
+            status = "FINISHED"
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C (Lightning turns it into exit(1)), SIGTERM
+            status = "KILLED"
+            raise
+        except Exception as e:
+            failure = failure_tags(e)
+            raise
+        finally:
+            self.end(status, failure)
+
+    def start(self, tags: dict[str, str], params: dict[str, str], reopen: str | None = None,
+              owner: bool = True) -> None:
+        self.owner = owner
+        if not owner or self.opened:
+            return
+        client, tags = self.store.client, {**tags, **self.tags, **process_tags()}
+        if reopen:
+            self.run_id = reopen
+            self._reopen(tags)
+        else:
+            exp = self.store.experiment_id(self.experiment)
+            self.run_id = client.create_run(exp, run_name=self.name, tags=tags).info.run_id
+            self.log_params(params)
+
+    def _reopen(self, tags: dict[str, str]) -> None:
+        """Back to RUNNING, without the failure tags of the attempt that died; params were logged
+        when it was created."""
+        from mlflow.entities import RunTag
+
+        client = self.store.client
+        run = client.get_run(self.run_id)
+        for key in ("failure", "failure_reason"):
+            if key in run.data.tags:
+                client.delete_tag(self.run_id, key)
+        client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        client.update_run(self.run_id, status="RUNNING")
+        self.logged_through = {key: max(m.step for m in client.get_metric_history(self.run_id, key))
+                               for key in run.data.metrics}
+
+    def end(self, status: str, failure: dict[str, str] | None = None) -> None:
+        """Close the run once: FINISHED, KILLED, or FAILED with ``failure`` tags (``failure_tags``)."""
+        if not self._writable or self.closed:
+            return
+        self.closed = True
+        if failure:
+            self.set_tags(failure)
+        self.store.client.set_terminated(self.run_id, status=status)
+
+    def record_refusal(self, tags: dict[str, str], params: dict[str, str], exc: BaseException) -> None:
+        """A run that could not start (its config was refused, or building failed): created and
+        closed FAILED at once, so a sweep's table shows the cell and why."""
+        self.start(tags, params)
+        self.end("FAILED", failure_tags(exc))
+
+    @property
+    def _writable(self) -> bool:
+        return self.owner and self.opened
+
+    # ------------------------------------------------------------ writes
+
+    def log_params(self, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), PARAM_BATCH):
+            self._write(params=items[i: i + PARAM_BATCH])
+
+    def log_metrics(self, metrics: Iterable) -> None:
+        """``mlflow.entities.Metric`` points, in batches."""
+        points = list(metrics)
+        for i in range(0, len(points), METRIC_BATCH):
+            self._write(metrics=points[i: i + METRIC_BATCH])
+
+    def log_scalars(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.log_metrics(Metric(k, float(v), now, step) for k, v in values.items())
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        if tags:
+            self._write(tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+    def log_files(self, files: dict[str, str | bytes], subdir: str | None = None) -> None:
+        """Artifacts from memory: name -> text or bytes."""
+        if not (self._writable and files):
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, content in files.items():
+                path = Path(tmp) / name
+                path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+            self.store.client.log_artifacts(self.run_id, tmp, subdir)
+
+    def log_dir(self, directory: str | Path) -> None:
+        if self._writable:
+            self.store.client.log_artifacts(self.run_id, str(directory))
+
+    def _write(self, **batch) -> None:
+        if self._writable:
+            self.store.client.log_batch(self.run_id, **batch)
+
+
+def mark_failed(store: Store, run_id: str, kind: str, reason: str) -> None:
+    """Close a run whose owner is gone: FAILED with ``failure=kind`` and the reason."""
+    store.client.set_tag(run_id, "failure", kind)
+    store.client.set_tag(run_id, "failure_reason", reason[:1000])
+    store.client.set_terminated(run_id, status="FAILED")

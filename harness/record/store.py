@@ -1,0 +1,171 @@
+"""The tracking store: where it is, whether it can be opened, and the one client that writes to it.
+
+``resolve_tracking_uri`` picks the store (``logger.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else
+``sqlite:///<project root>/mlflow.db``). ``check_store`` says, quickly and without importing MLflow,
+whether MLflow could open it (the config room calls it before anything is built). ``Store.open``
+gives the process's one retrying client for a URI.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import urllib.error
+import urllib.request
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from harness.errors import ConfigError
+from harness.paths import project_root
+
+# Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
+SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file")
+FIX = "use sqlite:////absolute/path/mlflow.db or http://host:port (or leave logger.tracking_uri=null)"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+HTTP_TIMEOUT_S = 3.0
+
+
+def resolve_tracking_uri(configured: str | None) -> str:
+    """logger.tracking_uri if set, else $MLFLOW_TRACKING_URI, else sqlite:///<root>/mlflow.db."""
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def dashboard_command(uri: str) -> str:
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+# ---------------------------------------------------------------- checks before anything is opened
+
+
+def check_store(uri: str) -> None:
+    """A store MLflow cannot open fails here, in under HTTP_TIMEOUT_S, with one line naming the fix."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in SCHEMES:
+        raise ConfigError(f"tracking URI {uri!r} has scheme {parsed.scheme!r}, which MLflow cannot open; {FIX}")
+    if parsed.scheme == "sqlite":
+        _check_sqlite(uri)
+    elif parsed.scheme in ("http", "https"):
+        _check_server(uri, parsed)
+    elif parsed.scheme == "file" and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        raise ConfigError(f"tracking URI {uri!r} is MLflow's file store, which MLflow 3 refuses unless "
+                          f"MLFLOW_ALLOW_FILE_STORE=true; {FIX}")
+
+
+def _check_sqlite(uri: str) -> None:
+    if not (uri.startswith("sqlite:////") and len(uri) > len("sqlite:////")):
+        raise ConfigError(f"tracking URI {uri!r} is not sqlite:////absolute/path.db (four slashes, absolute); {FIX}")
+    db = sqlite_path(uri)
+    if db.is_dir():
+        raise ConfigError(f"tracking URI {uri!r} names a directory; name a database file inside it, "
+                          f"e.g. sqlite:///{db / 'mlflow.db'}")
+    if db.exists():
+        _check_database_file(db, uri)
+    else:
+        check_writable_dir(db.parent, "logger.tracking_uri", "point it at a directory you can write")
+
+
+def _check_database_file(db: Path, uri: str) -> None:
+    try:
+        with open(db, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as e:
+        raise ConfigError(f"tracking URI {uri!r}: cannot read {db} ({e.strerror}); "
+                          "give a database you can read and write") from None
+    if head and head != SQLITE_MAGIC:  # an empty file is a database sqlite will initialise
+        raise ConfigError(f"tracking URI {uri!r}: {db} exists but is not an sqlite database; "
+                          "point logger.tracking_uri at a new file or an MLflow store")
+    if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"tracking URI {uri!r}: {db} (or its directory) is not writable; "
+                          "give a store you can write")
+
+
+def _check_server(uri: str, parsed) -> None:
+    if not parsed.hostname:
+        raise ConfigError(f"tracking URI {uri!r} names no host; {FIX}")
+    try:
+        port = parsed.port
+    except ValueError:
+        raise ConfigError(f"tracking URI {uri!r} has a malformed port; {FIX}") from None
+    health = f"{parsed.scheme}://{parsed.hostname}{f':{port}' if port else ''}{parsed.path.rstrip('/')}/health"
+    try:
+        with urllib.request.urlopen(health, timeout=HTTP_TIMEOUT_S):  # noqa: S310 (a URI the user gave)
+            pass
+    except urllib.error.HTTPError:
+        pass  # it answered: a server is there (it may guard /health behind auth)
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise ConfigError(f"tracking server {uri} does not answer ({reason}); start it "
+                          "(mlflow server --host ... --port ...) or use a sqlite store") from None
+
+
+def check_writable_dir(path: Path, key: str, fix: str) -> None:
+    """``path`` (created if missing) accepts new files."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{key}: cannot create {path} ({e.strerror}); {fix}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: {path} is not writable; {fix}")
+
+
+# ---------------------------------------------------------------- the client
+
+
+class Store:
+    """One tracking store and the one retrying MLflow client that reads and writes it."""
+
+    def __init__(self, uri: str, client: Any):
+        self.uri, self.client = uri, client
+
+    @staticmethod
+    def open(uri: str) -> Store:
+        """The process's store for ``uri`` (one client per URI and process)."""
+        return _open(uri)
+
+    def experiment_id(self, name: str) -> str:
+        """The experiment's id, created (with its artifacts beside a sqlite store) if missing."""
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        db = sqlite_path(self.uri)
+        # artifact roots are resolved against the cwd otherwise, and Hydra may move it
+        location = (db.parent / "mlartifacts").as_uri() if db else None
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except Exception:  # another process created it first
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def search(self, experiment: str, where: str, **kwargs) -> list:
+        """Runs of ``experiment`` matching the filter ``where``; [] if the experiment does not exist."""
+        exp = self.client.get_experiment_by_name(experiment)
+        return [] if exp is None else list(self.client.search_runs([exp.experiment_id], where, **kwargs))
+
+
+@cache
+def _open(uri: str) -> Store:
+    from mlflow.tracking import MlflowClient
+
+    from harness.record.retry import RetryingClient
+
+    check_store(uri)
+    db = sqlite_path(uri)
+    if db is None:
+        return Store(uri, RetryingClient(MlflowClient(tracking_uri=uri)))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # MLflow creates and migrates a new sqlite store when a process first opens it; two processes
+    # doing that at once race in its alembic migration ("table _alembic_tmp_... already exists",
+    # "expected to match one row"), so they take turns opening it.
+    with open(db.with_name(db.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+    return Store(uri, RetryingClient(client))  # two jobs may share one sqlite file

@@ -1,0 +1,160 @@
+"""A sweep's data model: one ``Cell`` per run, ``Group``s of seeds per scheme × attention, the ``Report``.
+
+Built from the MLflow store only (tags ``pos attn seed``, metric ``val/loss`` at the optimizer
+step, ``train/tokens_per_s``, param ``model.n_params``, ``failure`` tags), so the sweep's own
+report and ``python -m results report`` are the same function of the same data.
+
+Conventions: losses in nats per predicted token; std is the sample std (ddof=1) over the
+finished seeds, absent for a single seed; "steps to target" is the first optimizer step at
+which a run's val loss is ≤ the target, averaged over the seeds that reached it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+LENGTH_METRIC = re.compile(r"^val/loss_at_(\d+)$")
+SKIPPED_TAG = re.compile(r"^eval_skipped_at_(\d+)$")
+GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; others form a variant
+
+
+@dataclass
+class Cell:
+    """One run of a sweep (one Hydra job)."""
+
+    run_id: str
+    name: str
+    label: str  # the cell's swept overrides (tag sweep_cell), else the run name
+    pos: str
+    attn: str
+    seed: str
+    status: str  # finished | incompatible | diverged | error | aborted | killed | running
+    reason: str = ""
+    variant: str = ""  # swept overrides other than pos/attn/seed: grouped apart, not pooled
+    val: list[tuple[int, float]] = field(default_factory=list)  # (optimizer step, val loss)
+    tokens_per_s: float | None = None
+    n_params: int | None = None
+    train_len: int | None = None
+    at_length: dict[int, float] = field(default_factory=dict)
+    skipped_lengths: dict[int, str] = field(default_factory=dict)
+    job: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "finished"
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.val[-1][1] if self.val else None
+
+    @property
+    def best_loss(self) -> float | None:
+        return min(v for _, v in self.val) if self.val else None
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float | None
+    std: float | None  # None for fewer than two values
+    n: int
+
+    def fmt(self, digits: int = 4) -> str:
+        if self.mean is None:
+            return "—"
+        return f"{self.mean:.{digits}f}" + (f" ± {self.std:.{digits}f}" if self.std is not None else "")
+
+
+@dataclass
+class Group:
+    """One scheme × attention (× variant) over its seeds."""
+
+    pos: str
+    attn: str
+    variant: str
+    cells: list[Cell]
+    final: Stat
+    best: Stat
+    steps: Stat  # over the seeds that reached the target
+    tokens_per_s: Stat
+    n_params: int | None
+    at_length: dict[int, Stat]
+
+    @property
+    def label(self) -> str:
+        return f"{self.pos} {self.variant}".strip()
+
+    @property
+    def status(self) -> str:
+        counts: dict[str, int] = {}
+        for c in self.cells:
+            counts[c.status] = counts.get(c.status, 0) + 1
+        if len(counts) == 1:
+            return next(iter(counts))
+        return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def mean_std(values: list[float]) -> Stat:
+    if not values:
+        return Stat(None, None, 0)
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return Stat(mean, None, 1)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return Stat(mean, math.sqrt(var), len(values))
+
+
+def steps_to_target(val: list[tuple[int, float]], target: float) -> int | None:
+    """First optimizer step whose val loss is ≤ target; None if never reached."""
+    return next((step for step, loss in val if loss <= target), None)
+
+
+def default_target(cells: list[Cell]) -> float | None:
+    """The worst finished cell's final val loss: every finished cell reaches it."""
+    finals = [c.final_loss for c in cells if c.finished and c.final_loss is not None]
+    return max(finals) if finals else None
+
+
+def group_cells(cells: list[Cell], target: float | None) -> list[Group]:
+    keys: dict[tuple[str, str, str], list[Cell]] = {}
+    for c in sorted(cells, key=lambda c: c.job):
+        keys.setdefault((c.pos, c.attn, c.variant), []).append(c)
+    return [_group(pos, attn, variant, members, target) for (pos, attn, variant), members in keys.items()]
+
+
+def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float | None) -> Group:
+    done = [c for c in cells if c.finished and c.val]
+    steps = [steps_to_target(c.val, target) for c in done] if target is not None else []
+    lengths = sorted({n for c in done for n in c.at_length})
+    return Group(
+        pos, attn, variant, cells,
+        final=mean_std([c.final_loss for c in done]),
+        best=mean_std([c.best_loss for c in done]),
+        steps=mean_std([s for s in steps if s is not None]),
+        tokens_per_s=mean_std([c.tokens_per_s for c in done if c.tokens_per_s is not None]),
+        n_params=next((c.n_params for c in cells if c.n_params is not None), None),
+        at_length={n: mean_std([c.at_length[n] for c in done if n in c.at_length]) for n in lengths},
+    )
+
+
+@dataclass
+class Report:
+    title: str  # names the sweep, used in every plot title
+    cells: list[Cell]
+    groups: list[Group]
+    target: float | None
+    target_note: str
+    header: list[str]  # lines under the title: experiment, sweep, how to regenerate
+
+    @property
+    def lengths(self) -> list[int]:
+        scored = {n for g in self.groups for n in g.at_length}
+        return sorted(scored | {n for c in self.cells for n in c.skipped_lengths})
+
+
+def build_report(cells: list[Cell], title: str, header: list[str], target: float | None = None) -> Report:
+    note = "configured (report.target_loss / --target)"
+    if target is None:
+        target, note = default_target(cells), "the worst finished cell's final val loss"
+    return Report(title, cells, group_cells(cells, target), target, note, header)

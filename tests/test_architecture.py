@@ -1,0 +1,149 @@
+"""The project's structure, read from its own imports: no circles, and rooms import what they declare.
+
+Every import statement of the project's code counts, including those inside functions (a lazy
+import is still a dependency). A *room* is a subpackage of harness/ (``harness.record``), one of
+harness's top-level modules (``harness.train``), or a top-level package (``positional``); its
+docstring's ``May import:`` paragraph names the rooms it may use. ``harness.errors`` and
+``harness.paths`` are the ground: anyone may import them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGES = ("harness", "positional", "attention", "results")
+GROUND = {"harness.errors", "harness.paths"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of the project's packages."""
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def imports_of(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules ``path`` imports, anywhere in the file."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                pkg = name.split(".") if is_package else name.split(".")[:-1]
+                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `from x.y import name`: the module is x.y
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports_of(path, name, modules) for name, path in modules.items()}
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] != "harness" or len(parts) == 1:
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one node (or a self-loop): Tarjan."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def room_graph() -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        src = room_of(module)
+        rooms.setdefault(src, set()).update(room_of(t) for t in targets if room_of(t) != src)
+    return rooms
+
+
+def declared(room: str) -> set[str]:
+    """The rooms named in the room's ``May import:`` paragraph."""
+    modules = project_modules()
+    doc = ast.get_docstring(ast.parse(modules[room].read_text())) or ""
+    match = re.search(r"May import:(.*?)(?:\n\s*\n|$)", doc, re.S)
+    assert match, f"{room}'s docstring has no 'May import:' paragraph"
+    named = set(re.findall(r"\b(harness\.\w+|positional|attention|results)\b", match.group(1)))
+    return {room_of(n) for n in named}
+
+
+def test_the_project_modules_are_found():
+    modules = project_modules()
+    expected = {"harness.train", "harness.record.run", "positional.rope", "attention.softmax", "results.report"}
+    assert expected <= set(modules)
+    assert "harness.record.store" in graph()["harness.record.run"]  # an import is seen
+
+
+def test_the_import_parser_sees_lazy_and_relative_imports(tmp_path):
+    pkg = tmp_path / "p"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n")
+    (pkg / "b.py").write_text("import p.a\n")
+    modules = {"p": pkg / "__init__.py", "p.a": pkg / "a.py", "p.b": pkg / "b.py"}
+    edges = {n: imports_of(f, n, modules) for n, f in modules.items()}
+    assert edges["p.a"] == {"p.b"} and edges["p.b"] == {"p.a"}
+    assert cycles(edges) == [["p.a", "p.b"]]  # the detector finds a circle when there is one
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    assert cycles(graph()) == []
+
+
+def test_no_room_imports_a_room_that_imports_it_back():
+    assert cycles(room_graph()) == []
+
+
+@pytest.mark.parametrize("room", sorted(r for r in room_graph() if r not in GROUND and r != "harness"))
+def test_each_room_imports_only_what_its_docstring_declares(room):
+    used = room_graph()[room] - GROUND - {"harness"}
+    assert used <= declared(room), f"{room} imports {sorted(used - declared(room))} without declaring it"
