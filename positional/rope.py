@@ -89,7 +89,7 @@ class Rotation:
     sin: Tensor  # (T, R/2), times the attention scale
     at_width: Callable[[int], Rotation]  # the same scheme for a vector of width w (see module doc)
     apply: Callable[[Tensor, Tensor, Tensor], Tensor] = apply_rope
-    scale: float = 1.0  # YaRN's √(1/t); also on the pass-through dims so all of q·k is divided by t
+    scale: float = 1.0  # on the pass-through dims: YaRN paper's √(1/t) (all of q·k ÷ t), 1 in HF's convention
     # cos, sin cast to a dtype once per forward, not once per layer and per q and k (dtype -> (cos, sin))
     _cast: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -107,8 +107,9 @@ class Rotation:
 
 class Rope(PositionalScheme):
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved",
-                 fraction: float = 1.0, scaling: str = "none", factor: float = 1.0,
-                 alpha: float = 1.0, beta: float = 32.0, original_max_len: int | None = None):
+                 fraction: float = 1.0, scaling: str = "none", original_max_len: int | None = None,
+                 **scaling_options):
+        """``scaling_options``: the other RopeScaling keys of conf/pos/rope.yaml (factor, alpha, ...)."""
         super().__init__(shape)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if layout not in LAYOUTS:
@@ -118,7 +119,8 @@ class Rope(PositionalScheme):
                               f"{fraction} × {d} is not a positive even integer; make model.d_model / "
                               "model.n_heads even or pick a fraction that gives one")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
-        self.scaling = RopeScaling(scaling, factor, alpha, beta, original_max_len or shape.max_len)
+        self.scaling = RopeScaling.from_options(scaling, original_max_len or shape.max_len, base=base, rotated=r,
+                                                **scaling_options)
         self._register_theta(rope_inv_freq(self.rotated, base, torch.float64))
 
     def _register_theta(self, theta0: Tensor) -> None:
@@ -141,5 +143,5 @@ class Rope(PositionalScheme):
             self.scaling.frequencies(theta, int(positions.max()) + 1)
         angles = rope_angles(positions, f.inv_freq)  # (T, R/2)
         s = f.attention_scale
-        return Rotation(angles.cos() * s, angles.sin() * s, apply=LAYOUTS[self.layout], scale=s,
+        return Rotation(angles.cos() * s, angles.sin() * s, apply=LAYOUTS[self.layout], scale=f.pass_through_scale,
                         at_width=lambda w: self._rotation(positions, w))

@@ -8,19 +8,34 @@ So the same code serves fixed and trainable θ (pos=rope_trainable scales its le
   linear       position interpolation, m → m/s        Chen et al. 2023 (arXiv:2306.15595), §2.3:
                                                       f'(x, m) = f(x, m·L/L')
   ntk          base → base·s^(R/(R−2))                 "NTK-aware"; Peng et al. 2023 (YaRN), §3.1
-  dynamic_ntk  ntk with s = max(1, T/L) from the       YaRN §3.3 ("Dynamic Scaling"); T is the
-               current length T = max(position)+1      length of the sequence being evaluated
-  yarn         NTK-by-parts ramp over wavelengths,     YaRN §3.2 (Def. 2, γ ramp with α, β) and
-               plus logits ÷ t with √(1/t)=0.1·ln s+1  §3.4 (temperature applied to q and k)
+  dynamic_ntk  ntk with s from the current length      YaRN §3.3 ("Dynamic Scaling"): s = max(1, T/L);
+               T = max(position)+1                     yarn_variant=hf adds HF's factor k (see below)
+  yarn         NTK-by-parts ramp, plus logits ÷ t      paper: YaRN §3.2 (Def. 2, γ ramp with α, β over
+               with √(1/t) = 0.1·ln s + 1              r = L/λ) and §3.4; hf: the authors' code, a ramp
+                                                      over the pair index (yarn_hf_inv_freq)
+  llama3       Llama 3.1's three wavelength bands      Meta's llama-models ``apply_scaling``; HF "llama3"
+  longrope     θ_i/λ_i with searched factors λ, one    LongRoPE (Ding et al. 2024, arXiv:2402.13753);
+               set up to L and one beyond it           the switch and attention factor: Phi-3's code
 
-Notation: R rotated width (R/2 frequencies), L original training length, s scale factor.
+``yarn_variant`` picks, for the two methods of the YaRN paper, its definitions (``paper``, the
+default) or those of Hugging Face transformers (``hf``, modeling_rope_utils.ROPE_INIT_FUNCTIONS):
+yarn's ramp and its attention scale (HF scales cos and sin, so with partial rotary the pass-through
+dims keep their size; the paper divides all of q·k by t, §3.4), and dynamic_ntk's factor
+k ≥ 1 (s = k·T/L − (k − 1)). llama3 and longrope follow HF's convention. tests/test_hf_rope_parity.py
+compares every method with transformers' own functions.
+
+To evaluate one trained scheme under another scaling, assign ``scheme.scaling`` a new RopeScaling
+that keeps the scheme's ``original_max_len``, ``base`` and ``rotated`` (dataclasses.replace does):
+Rope holds no scaled state, every forward reads ``scheme.scaling``.
+
+Notation: R rotated width (R/2 frequencies), L original training length, s scale factor, T current length.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -35,12 +50,14 @@ def ntk_inv_freq(inv_freq: Tensor, s: float) -> Tensor:
     return inv_freq * s ** (-2 * i / max(2 * n - 2, 1))  # R = 2n; θ_0 = 1 is never changed
 
 
-def dynamic_ntk_factor(length: int, original_max_len: int) -> float:
-    """s = max(1, T/L) (YaRN §3.3): plain RoPE up to the training length, NTK beyond it.
+def dynamic_ntk_factor(length: int, original_max_len: int, factor: float = 1.0) -> float:
+    """s = k·max(T, L)/L − (k − 1): plain RoPE up to the training length L, NTK beyond it.
 
-    Not the variant with a configured factor, s' = s·T/L − (s − 1), that some libraries ship.
+    k = 1 is YaRN §3.3's s = max(1, T/L). k > 1 is HF's ``dynamic`` rope type (transformers'
+    _compute_dynamic_ntk_parameters, after emozilla's dynamic NTK): s still starts at 1 at T = L
+    but grows k times faster with T.
     """
-    return max(1.0, length / original_max_len)
+    return factor * max(length, original_max_len) / original_max_len - (factor - 1)
 
 
 def yarn_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, alpha: float, beta: float) -> Tensor:
@@ -55,54 +72,282 @@ def yarn_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, alpha: floa
     return (1 - gamma) * inv_freq / s + gamma * inv_freq
 
 
-def yarn_attention_scale(s: float) -> float:
-    """√(1/t) = 0.1·ln(s) + 1 (YaRN §3.4): multiplies q and k, so the logits are divided by t."""
-    return 0.1 * math.log(s) + 1.0
+def yarn_attention_scale(s: float, mscale: float = 1.0) -> float:
+    """√(1/t) = 0.1·ln(s) + 1 (YaRN §3.4): multiplies q and k, so the logits are divided by t.
+
+    ``mscale`` m gives 0.1·m·ln(s) + 1, the multiplier DeepSeek-V2's YaRN code adds (HF's get_mscale).
+    """
+    return 0.1 * mscale * math.log(s) + 1.0
+
+
+def yarn_ramp_bounds(rotated: int, base: float, original_max_len: int, alpha: float, beta: float,
+                     truncate: bool) -> tuple[float, float]:
+    """The pair indices where the YaRN authors' ramp starts and ends (their find_correction_range).
+
+    Pair i of a base-b RoPE turns r = L/(2π·b^(2i/R)) times in L positions, so the pair turning r
+    times is i(r) = R·ln(L/(2πr)) / (2·ln b). The ramp runs from i(β) (faster pairs keep θ) to i(α)
+    (slower pairs are interpolated); ``truncate`` widens it to whole pairs (floor, ceil); both ends
+    are then clamped to [0, R − 1] as in that code.
+    """
+    def pair_turning(turns: float) -> float:
+        return rotated * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_turning(beta), pair_turning(alpha)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, rotated - 1)
+
+
+def yarn_hf_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, alpha: float, beta: float,
+                     base: float, truncate: bool) -> Tensor:
+    """NTK-by-parts as the YaRN authors' code (jquesnelle/yarn, scaled_rope/LlamaYaRNScaledRotaryEmbedding.py)
+    and HF's ``yarn`` compute it: h(θ_i) = (1 − γ_i)·θ_i/s + γ_i·θ_i with γ linear in the pair INDEX i,
+    γ_i = 1 − clamp((i − low)/(high − low), 0, 1) between yarn_ramp_bounds.
+
+    Without truncation and clamping, i is linear in ln r, so γ = (ln r − ln α)/(ln β − ln α): the
+    paper's ramp (Def. 2) over log-turns instead of turns, the same in the bands and different in
+    the transition. The ramp follows the index, so a learned θ keeps its pair's place in it.
+    """
+    n = inv_freq.numel()
+    low, high = yarn_ramp_bounds(2 * n, base, original_max_len, alpha, beta, truncate)
+    if high == low:
+        high += 0.001  # the authors' guard against an empty ramp
+    i = torch.arange(n, dtype=inv_freq.dtype, device=inv_freq.device)
+    gamma = 1 - ((i - low) / (high - low)).clamp(0.0, 1.0)  # (R/2,) 1: keep θ, 0: θ/s
+    return (1 - gamma) * inv_freq / s + gamma * inv_freq
+
+
+def yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: float | None) -> float:
+    """HF's YaRN attention factor: √(1/t) of YaRN §3.4, or DeepSeek-V2's ratio
+    (0.1·m·ln s + 1)/(0.1·m_all·ln s + 1) when both ``mscale`` m and ``mscale_all_dim`` m_all are given."""
+    if mscale is None:
+        return yarn_attention_scale(s)
+    return yarn_attention_scale(s, mscale) / yarn_attention_scale(s, mscale_all_dim)
+
+
+def llama3_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, low_freq_factor: float,
+                    high_freq_factor: float) -> Tensor:
+    """Llama 3.1's scaling (Meta's llama-models reference code, ``apply_scaling``: s = 8, L = 8192,
+    low 1, high 4; HF rope_type "llama3"). Wavelengths λ above L/low are divided by s, those below
+    L/high kept, and between them θ' = (1 − g)·θ/s + g·θ with g = (L/λ − low)/(high − low).
+
+    L/λ is YaRN's r, so this is NTK-by-parts (YaRN §3.2, Def. 2) with α = low_freq_factor,
+    β = high_freq_factor and no temperature: one ramp serves both.
+    """
+    return yarn_inv_freq(inv_freq, s, original_max_len, low_freq_factor, high_freq_factor)
+
+
+def longrope_inv_freq(inv_freq: Tensor, length: int, original_max_len: int,
+                      short_factor: tuple[float, ...], long_factor: tuple[float, ...]) -> Tensor:
+    """θ'_i = θ_i / λ_i with LongRoPE's per-frequency rescale factors λ_i (Ding et al. 2024, found by
+    search; θ_i/λ_i is the paper's non-uniform interpolation). λ is ``long_factor`` when the sequence
+    is longer than L and ``short_factor`` otherwise: Phi-3's code (Abdin et al. 2024, arXiv:2404.14219)
+    and HF switch on T > L.
+    """
+    lam = long_factor if length > original_max_len else short_factor
+    return inv_freq / torch.tensor(lam, dtype=inv_freq.dtype, device=inv_freq.device)
+
+
+def longrope_attention_scale(s: float, original_max_len: int) -> float:
+    """√(1 + ln s / ln L) for s > 1, else 1: Phi-3's default for cos and sin, HF's longrope default."""
+    return 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(original_max_len))
 
 
 @dataclass(frozen=True)
 class ScaledFrequencies:
     inv_freq: Tensor  # (R/2,) θ'
-    attention_scale: float  # √(1/t), 1 except for YaRN
+    attention_scale: float  # multiplies cos and sin: √(1/t) for YaRN, HF's attention factor; else 1
+    pass_through_scale: float = 1.0  # multiplies the dims partial rotary leaves unturned
 
 
 Method = Callable[["RopeScaling", Tensor, int], ScaledFrequencies]
+
+
+def _yarn_paper(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
+    s = yarn_attention_scale(c.factor)  # on the pass-through dims too: all of q·k is divided by t (§3.4)
+    return ScaledFrequencies(yarn_inv_freq(theta, c.factor, c.original_max_len, c.alpha, c.beta), s, s)
+
+
+def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
+    scale = c.attention_factor if c.attention_factor is not None else \
+        yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
+    return ScaledFrequencies(yarn_hf_inv_freq(theta, c.factor, c.original_max_len, c.alpha, c.beta, c.base,
+                                              c.truncate), scale)
+
+
+def _longrope(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
+    if len(c.short_factor) != theta.numel():
+        raise ConfigError(f"pos.short_factor/long_factor have {len(c.short_factor)} entries but this rotation turns "
+                          f"{2 * theta.numel()} dims; pos.scaling=longrope needs one factor per frequency")
+    scale = c.attention_factor if c.attention_factor is not None else \
+        longrope_attention_scale(c.factor, c.original_max_len)
+    return ScaledFrequencies(longrope_inv_freq(theta, length, c.original_max_len, c.short_factor, c.long_factor),
+                             scale)
+
+
+YARN_VARIANTS: dict[str, Method] = {"paper": _yarn_paper, "hf": _yarn_hf}
 METHODS: dict[str, Method] = {
     "none": lambda c, th, t: ScaledFrequencies(th, 1.0),
     "linear": lambda c, th, t: ScaledFrequencies(th / c.factor, 1.0),
     "ntk": lambda c, th, t: ScaledFrequencies(ntk_inv_freq(th, c.factor), 1.0),
     "dynamic_ntk": lambda c, th, t: ScaledFrequencies(
-        ntk_inv_freq(th, dynamic_ntk_factor(t, c.original_max_len)), 1.0),
-    "yarn": lambda c, th, t: ScaledFrequencies(
-        yarn_inv_freq(th, c.factor, c.original_max_len, c.alpha, c.beta), yarn_attention_scale(c.factor)),
+        ntk_inv_freq(th, dynamic_ntk_factor(t, c.original_max_len, c.factor)), 1.0),
+    "yarn": lambda c, th, t: YARN_VARIANTS[c.yarn_variant](c, th, t),
+    "llama3": lambda c, th, t: ScaledFrequencies(
+        llama3_inv_freq(th, c.factor, c.original_max_len, c.low_freq_factor, c.high_freq_factor), 1.0),
+    "longrope": _longrope,
 }
+# The options each method reads besides factor and original_max_len; any other must keep its default.
+OPTIONS_READ: dict[str, tuple[str, ...]] = {
+    "none": (), "linear": (), "ntk": (), "dynamic_ntk": ("yarn_variant",),
+    "yarn": ("alpha", "beta", "yarn_variant", "truncate", "mscale", "mscale_all_dim", "attention_factor"),
+    "llama3": ("low_freq_factor", "high_freq_factor"),
+    "longrope": ("short_factor", "long_factor", "attention_factor"),
+}
+HF_YARN_OPTIONS = ("truncate", "mscale", "mscale_all_dim", "attention_factor")  # fields of HF's yarn, not the paper's
 
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """conf/pos rope keys ``scaling factor alpha beta original_max_len``, validated."""
+    """conf/pos rope keys ``scaling`` (as ``method``), ``factor`` … ``long_factor``, validated.
+
+    ``base`` and ``rotated`` describe the θ being scaled (Rope passes pos.base and its rotated
+    width R): yarn_variant=hf places its ramp by a base-b RoPE's pair index, and longrope's lists
+    need R/2 entries. Left None, the first is refused and the second checked when θ arrives.
+    """
 
     method: str = "none"
     factor: float = 1.0
     alpha: float = 1.0
     beta: float = 32.0
     original_max_len: int = 128
+    yarn_variant: str = "paper"
+    truncate: bool = True
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    base: float | None = None
+    rotated: int | None = None
+
+    @classmethod
+    def from_options(cls, method: str, original_max_len: int, **options) -> RopeScaling:
+        """From the conf/pos keys; a key that is no option is refused in one line."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"pos.{unknown[0]} is not a RoPE option; see conf/pos/rope.yaml for the options")
+        return cls(method=method, original_max_len=original_max_len, **options)
 
     def __post_init__(self):
+        for name in ("short_factor", "long_factor"):  # Hydra hands lists over as ListConfig: keep plain tuples
+            object.__setattr__(self, name, _float_tuple(name, getattr(self, name)))
         if self.method not in METHODS:
             raise ConfigError(f"pos.scaling={self.method!r}: use one of {', '.join(METHODS)}")
+        if self.yarn_variant not in YARN_VARIANTS:
+            raise ConfigError(f"pos.yarn_variant={self.yarn_variant!r}: use {' or '.join(YARN_VARIANTS)}")
+        self._check_common()
+        self._check_unread_options()
+        CHECKS.get(self.method, lambda c: None)(self)
+
+    def _check_common(self) -> None:
         if self.factor < 1:
             raise ConfigError(f"pos.factor={self.factor} must be ≥ 1 (eval length ÷ training length)")
-        if self.factor != 1 and self.method in ("none", "dynamic_ntk"):
-            raise ConfigError(f"pos.factor={self.factor} is unused by pos.scaling={self.method} "
-                              "(dynamic_ntk takes s from the length); set pos.factor=1 or another scaling")
-        if (self.alpha, self.beta) != (1.0, 32.0) and self.method != "yarn":
-            raise ConfigError("pos.alpha/pos.beta shape only YaRN's ramp; set pos.scaling=yarn or leave them")
         if not 0 <= self.alpha < self.beta:
             raise ConfigError(f"pos.alpha={self.alpha}, pos.beta={self.beta}: need 0 ≤ alpha < beta")
         if self.original_max_len <= 0:
             raise ConfigError(f"pos.original_max_len={self.original_max_len} must be positive")
+        if self.attention_factor is not None and not self.attention_factor > 0:
+            raise ConfigError(f"pos.attention_factor={self.attention_factor} must be > 0, or null for the derived one")
+        if self.rotated is not None and (self.rotated <= 0 or self.rotated % 2):
+            raise ConfigError(f"RopeScaling(rotated={self.rotated}): the rotated width must be a positive even number")
+
+    def _check_unread_options(self) -> None:
+        for name in sorted({n for read in OPTIONS_READ.values() for n in read} - set(OPTIONS_READ[self.method])):
+            if getattr(self, name) != _default(name):
+                readers = "/".join(m for m, read in OPTIONS_READ.items() if name in read)
+                raise ConfigError(f"pos.{name} is unused by pos.scaling={self.method}; "
+                                  f"leave it at {_yaml(_default(name))} or set pos.scaling={readers}")
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
-        """θ' for a sequence of ``length`` positions (only dynamic_ntk reads the length)."""
+        """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length)."""
         return METHODS[self.method](self, inv_freq, length)
+
+
+def _default(name: str):
+    return next(f.default for f in fields(RopeScaling) if f.name == name)
+
+
+def _yaml(value) -> str:
+    """A default as conf/pos/rope.yaml spells it."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
+
+
+def _float_tuple(name: str, values) -> tuple[float, ...] | None:
+    if values is None:
+        return None
+    try:
+        return tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ConfigError(f"pos.{name}={values!r} must be a list of numbers, one per frequency") from None
+
+
+def _check_none(c: RopeScaling) -> None:
+    if c.factor != 1:
+        raise ConfigError(f"pos.factor={c.factor} is unused by pos.scaling=none; set pos.factor=1 or pick a scaling")
+
+
+def _check_dynamic_ntk(c: RopeScaling) -> None:
+    if c.factor != 1 and c.yarn_variant == "paper":
+        raise ConfigError(f"pos.factor={c.factor} is unused by pos.scaling=dynamic_ntk as YaRN §3.3 defines it "
+                          "(s comes from the length); set pos.factor=1, or pos.yarn_variant=hf for HF's factor")
+
+
+def _check_yarn(c: RopeScaling) -> None:
+    if c.yarn_variant == "paper":
+        for name in HF_YARN_OPTIONS:
+            if getattr(c, name) != _default(name):
+                raise ConfigError(f"pos.{name} is a field of HF's YaRN; set pos.yarn_variant=hf or leave it at "
+                                  f"{_yaml(_default(name))}")
+        return
+    if c.base is None or not c.base > 1:
+        raise ConfigError(f"pos.yarn_variant=hf places its ramp by the pair index of a base-b RoPE, so it needs "
+                          f"base > 1 (got {c.base}); build RopeScaling with the scheme's pos.base")
+    if not c.alpha > 0:
+        raise ConfigError("pos.alpha=0 with pos.yarn_variant=hf: HF reads beta_slow=0 as unset (1); set alpha > 0")
+    pair = (c.mscale, c.mscale_all_dim)
+    if (pair[0] is None) != (pair[1] is None) or any(m is not None and not m > 0 for m in pair):
+        raise ConfigError("pos.mscale and pos.mscale_all_dim go together (DeepSeek-V2's pair): set both > 0 or neither")
+    if c.mscale is not None and c.attention_factor is not None:
+        raise ConfigError("pos.attention_factor replaces the scale pos.mscale/mscale_all_dim would give; set one")
+
+
+def _check_llama3(c: RopeScaling) -> None:
+    if not 0 < c.low_freq_factor < c.high_freq_factor:
+        raise ConfigError(f"pos.low_freq_factor={c.low_freq_factor}, pos.high_freq_factor={c.high_freq_factor}: "
+                          "llama3 needs 0 < low_freq_factor < high_freq_factor")
+
+
+def _check_longrope(c: RopeScaling) -> None:
+    if c.short_factor is None or c.long_factor is None:
+        raise ConfigError("pos.scaling=longrope needs pos.short_factor and pos.long_factor, one factor per frequency")
+    need = {len(c.long_factor)} if c.rotated is None else {c.rotated // 2}
+    if {len(c.short_factor), len(c.long_factor)} != need:
+        want = "as many as the other" if c.rotated is None else f"{c.rotated // 2} each (rotated dims ÷ 2)"
+        raise ConfigError(f"pos.short_factor has {len(c.short_factor)} entries and pos.long_factor "
+                          f"{len(c.long_factor)}: pos.scaling=longrope needs {want}, one per frequency")
+    if not all(v > 0 for v in c.short_factor + c.long_factor):
+        raise ConfigError("pos.short_factor/long_factor divide the frequencies: every entry must be > 0")
+    if c.original_max_len < 2:
+        raise ConfigError(f"pos.original_max_len={c.original_max_len}: longrope's attention factor needs ln L > 0")
+
+
+CHECKS: dict[str, Callable[[RopeScaling], None]] = {
+    "none": _check_none, "dynamic_ntk": _check_dynamic_ntk, "yarn": _check_yarn, "llama3": _check_llama3,
+    "longrope": _check_longrope,
+}

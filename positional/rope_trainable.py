@@ -44,6 +44,6 @@ class RopeTrainable(Rope):
     @torch.no_grad()
     def artifacts(self) -> dict[str, str]:
         rows = ["i,theta0,theta_final,ratio"]
-        for i, (t0, t) in enumerate(zip(self.theta0.tolist(), self.inv_freq.tolist())):
+        for i, (t0, t) in enumerate(zip(self.theta0.tolist(), self.inv_freq.tolist(), strict=True)):
             rows.append(f"{i},{t0:.10g},{t:.10g},{t / t0:.10g}")
         return {"theta.csv": "\n".join(rows) + "\n"}
