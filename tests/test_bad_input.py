@@ -26,7 +26,7 @@ QUICK = [*TINY, "trainer.max_steps=2"]
 CASES = [
     ("unknown-pos", ["pos=foo"], "Could not find 'pos/foo'; use one of pos=alibi, learned"),
     ("unknown-attn", ["attn=foo"], "Could not find 'attn/foo'; use one of attn=linear, local, performer, softmax"),
-    ("unknown-task", ["task=foo"], "use one of task=clm, mlm"),
+    ("unknown-task", ["task=foo"], "use one of task=associative_recall, clm, copy, missing_duplicate, mlm"),
     ("unknown-key", ["model.foo=1"], "Could not override 'model.foo'"),
     ("override-syntax", ["model.d_model=["], "cannot parse override 'model.d_model=['"),
     ("heads-divide-d_model", ["model.n_heads=3"], "not divisible by model.n_heads=3; change one"),

@@ -1,0 +1,279 @@
+"""What every synthetic task shares: forms, length ranges, datasets, padding and exact match.
+
+A task builds one ``Layout`` per example — the whole byte string with the answer tokens flagged —
+and its *form* turns it into model inputs and labels:
+
+- ``causal`` (decoder-only; Kazemnejad et al. 2023): inputs are the string but its last token,
+  labels the next token where that token is an answer, -100 elsewhere;
+- ``encoder`` (bidirectional; Ruoss et al. 2023): answer tokens are replaced by [MASK] input
+  slots and scored there; the prompt is never scored.
+
+Every example is a pure function of (seed, split, length, index) through its own torch.Generator,
+as in harness/data/windows.py: the same across runs, resumes and DDP ranks.
+
+Notation: N layout length, T model sequence length (N - 1 causal, N encoder), B batch, V vocab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from harness.data.objectives import IGNORE
+from harness.data.tokenizer import ByteTokenizer
+from harness.errors import ConfigError
+
+FORMS = ("causal", "encoder")
+PRINTABLE = range(0x21, 0x7F)  # printable ASCII without space: one byte, one token, readable when decoded
+EVAL_SEED = 12345  # one fixed evaluation set for every run, seed and cell, so accuracies compare
+TRAIN, EVAL = 0, 1  # generator streams: an evaluation example never repeats a training example's draws
+
+
+def example_generator(seed: int, stream: int, length: int, index: int) -> torch.Generator:
+    """The generator of one example: SeedSequence hashes the tuple, so no two tuples share a stream."""
+    state = np.random.SeedSequence([seed, stream, length, index]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def ascii_ids(text: str) -> Tensor:
+    """(len(text),) long byte ids of an ASCII string."""
+    return torch.tensor(list(text.encode("ascii")), dtype=torch.long)
+
+
+def symbols(key: str, text, reserved: str = "") -> Tensor:
+    """A task alphabet from config: ≥ 2 distinct printable ASCII characters, none of ``reserved``."""
+    if not isinstance(text, str) or len(text) < 2 or len(set(text)) != len(text):
+        raise ConfigError(f"{key}={text!r} must be a string of at least 2 distinct characters, e.g. {key}=abcd")
+    bad = sorted({c for c in text if ord(c) not in PRINTABLE or c in reserved})
+    if bad:
+        raise ConfigError(f"{key}={text!r} contains {''.join(bad)!r}: use printable ASCII other than space and "
+                          f"the task's separators {reserved!r}")
+    return ascii_ids(text)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One example before its form: the full string and which of its tokens are answers."""
+
+    tokens: Tensor  # (N,) long byte ids
+    answer: Tensor  # (N,) bool, True at the tokens the model must produce
+    extras: dict[str, int] = field(default_factory=dict)  # per-example ints (e.g. passkey depth)
+
+
+def causal_form(layout: Layout) -> dict[str, Tensor]:
+    """Teacher forcing: position t sees tokens ≤ t and is scored on token t + 1 if that is an answer."""
+    if layout.answer[0]:
+        raise ValueError("a causal layout cannot start with an answer: nothing predicts position 0")
+    labels = torch.where(layout.answer[1:], layout.tokens[1:], IGNORE)
+    return {"input_ids": layout.tokens[:-1], "labels": labels,
+            "key_padding_mask": torch.ones(len(labels), dtype=torch.bool)}
+
+
+def encoder_form(layout: Layout, mask_id: int) -> dict[str, Tensor]:
+    """Ruoss et al. 2023's empty output slots: answers become [MASK] inputs, scored in place."""
+    inputs = torch.where(layout.answer, mask_id, layout.tokens)
+    labels = torch.where(layout.answer, layout.tokens, IGNORE)
+    return {"input_ids": inputs, "labels": labels, "key_padding_mask": torch.ones(len(labels), dtype=torch.bool)}
+
+
+def collate(examples: list[dict], pad_id: int) -> dict[str, Tensor]:
+    """Right-pads variable-length examples (positions start at 0 on the left): input_ids with
+    ``pad_id``, labels with -100, key_padding_mask False; integer fields become (B,) tensors."""
+    T = max(len(e["input_ids"]) for e in examples)
+    fill = {"input_ids": pad_id, "labels": IGNORE, "key_padding_mask": False}
+    batch = {}
+    for key, value in examples[0].items():
+        if key in fill:
+            out = torch.full((len(examples), T), fill[key], dtype=value.dtype)  # (B, T)
+            for row, e in zip(out, examples, strict=True):
+                row[: len(e[key])] = e[key]
+            batch[key] = out
+        else:
+            batch[key] = torch.tensor([int(e[key]) for e in examples], dtype=torch.long)  # (B,)
+    return batch
+
+
+def exact_match(logits: Tensor, labels: Tensor) -> Tensor:
+    """(B, T, V), (B, T) -> (B,) bool: a sequence is right only if every scored position's argmax is.
+
+    Under teacher forcing this equals greedy decoding's exact match (Kazemnejad et al. 2023 score
+    greedy outputs): while every earlier answer token is predicted right, the greedy prefix *is* the
+    teacher-forced prefix, so the first wrong argmax is where greedy decoding would go wrong too.
+    """
+    scored = labels != IGNORE
+    if not scored.any(dim=1).all():
+        raise ValueError("exact_match: a sequence has no scored position (labels all -100)")
+    right = (logits.argmax(dim=-1) == labels) | ~scored
+    return right.all(dim=1)
+
+
+def _int_list(key: str, value) -> list[int]:
+    """A config list (list, tuple or OmegaConf ListConfig) of plain integers."""
+    items = None if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") else list(value)
+    if items is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise ConfigError(f"{key}={value!r} must be a list of integers, e.g. {key}=[1,20]")
+    return items
+
+
+class SyntheticTask:
+    """Base class. A task's *length* is its own size parameter (the string length |w|, the number of
+    key–value pairs, the passkey context in tokens); ``tokens_for(length)`` converts it to tokens.
+
+    Subclasses set ``name``, ``forms`` (the forms their papers define; the first is the default),
+    and implement ``layout_size`` and ``layout``; ``min_length``/``max_length`` bound the lengths.
+    """
+
+    name: ClassVar[str]
+    forms: ClassVar[tuple[str, ...]] = FORMS
+    needs_filler: ClassVar[bool] = False  # passkey hides its key in corpus text
+
+    def __init__(self, tokenizer=None, form: str | None = None, train_lengths=(1, 20),
+                 eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
+        self.tok = tokenizer if tokenizer is not None else ByteTokenizer()
+        if not getattr(self.tok, "byte_level", False):
+            raise ConfigError(f"task={self.name} writes its symbols as bytes; use tokenizer=byte")
+        form = self.forms[0] if form is None else form
+        if form not in self.forms:
+            raise ConfigError(f"task.form={form!r} is not a form of task={self.name}; use "
+                              f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note()}")
+        self.form = form
+        self.train_lengths = self._check_train(train_lengths)
+        self.eval_lengths = self._check_eval(eval_lengths)
+        if isinstance(eval_examples, bool) or not isinstance(eval_examples, int) or eval_examples <= 0:
+            raise ConfigError(f"task.eval_examples={eval_examples!r} must be a positive integer, e.g. 128")
+        self.eval_examples = eval_examples
+
+    @property
+    def causal(self) -> bool:
+        """The attention mask the model needs."""
+        return self.form == "causal"
+
+    def form_note(self) -> str:
+        """Why a form is missing (appended to the refusal)."""
+        return ""
+
+    def min_length(self) -> int:
+        """The shortest length the task can build."""
+        return 1
+
+    def max_length(self) -> int | None:
+        """The longest length the task can build (None: unbounded)."""
+        return None
+
+    def _check_train(self, value) -> tuple[int, int]:
+        lengths = _int_list("task.train_lengths", value)
+        if len(lengths) != 2 or lengths[0] > lengths[1]:
+            raise ConfigError(f"task.train_lengths={lengths} must be [shortest, longest] (a uniform range), "
+                              "e.g. task.train_lengths=[1,20]")
+        self.check_lengths("task.train_lengths", lengths)
+        return lengths[0], lengths[1]
+
+    def _check_eval(self, value) -> tuple[int, ...]:
+        lengths = _int_list("task.eval_lengths", value)
+        if not lengths or lengths != sorted(set(lengths)):
+            raise ConfigError(f"task.eval_lengths={lengths} must be a non-empty increasing list, e.g. [10,20,40,80]")
+        self.check_lengths("task.eval_lengths", lengths)
+        need = 4 * self.train_lengths[1]  # issue 16: evaluate up to ≥ 4× the longest training length
+        if lengths[-1] < need:
+            raise ConfigError(f"task.eval_lengths={lengths} must reach 4 × the longest training length "
+                              f"({need}); add {need} or lower task.train_lengths")
+        return tuple(lengths)
+
+    def check_lengths(self, key: str, lengths: list[int]) -> None:
+        """Lengths (sorted) within [min_length, max_length]."""
+        low = [n for n in lengths if n < self.min_length()]
+        if low:
+            raise ConfigError(f"{key}={lengths}: {low} below task={self.name}'s shortest length "
+                              f"{self.min_length()}; raise them")
+        top = self.max_length()
+        if top is not None and lengths[-1] > top:
+            raise ConfigError(f"{key}={lengths}: {lengths[-1]} exceeds task={self.name}'s longest length {top} "
+                              f"({self.max_length_reason()}); lower it")
+
+    def max_length_reason(self) -> str:
+        return ""
+
+    def check_filler(self, filler: Tensor | None, longest: int) -> None:
+        """Tasks that need filler text refuse a dataset built without it."""
+        if filler is None:
+            raise ConfigError(f"task={self.name} hides its answer in filler text: build its datasets with "
+                              "filler=corpus.train (training) or filler=corpus.val (evaluation)")
+
+    # --- sizes and examples -----------------------------------------------------------------
+
+    def layout_size(self, length: int) -> int:
+        """N: tokens in the full string of a ``length`` example."""
+        raise NotImplementedError
+
+    def tokens_for(self, length: int) -> int:
+        """T: the model's sequence length for a ``length`` example (causal drops the last token)."""
+        return self.layout_size(length) - (1 if self.causal else 0)
+
+    def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
+        raise NotImplementedError
+
+    def example(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
+        """input_ids, labels, key_padding_mask (all (T,)), plus ints: ``length`` and the task's extras.
+        ``filler``: (M,) uint8 corpus bytes, for tasks that need them."""
+        return self.finish(self.layout(length, gen, filler), length)
+
+    def finish(self, lay: Layout, length: int) -> dict:
+        """A layout in this task's form."""
+        out = causal_form(lay) if self.causal else encoder_form(lay, self.tok.mask_id)
+        return {**out, "length": length, **lay.extras}
+
+    def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
+        """An evaluation example; a task may stratify by ``index`` (passkey spreads its depths)."""
+        return self.example(length, gen, filler)
+
+    def draw_length(self, gen: torch.Generator) -> int:
+        lo, hi = self.train_lengths
+        return lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
+
+    # --- datasets ----------------------------------------------------------------------------
+
+    def train_dataset(self, seed: int, n: int, filler: bytes | None = None) -> TaskExamples:
+        """``n`` training examples, each with its length drawn uniformly from ``train_lengths``."""
+        return TaskExamples(self, n, seed, TRAIN, None, filler)
+
+    def eval_dataset(self, length: int | None, n: int | None = None, seed: int = EVAL_SEED,
+                     filler: bytes | None = None) -> TaskExamples:
+        """``n`` (default ``eval_examples``) evaluation examples at ``length``; ``length=None`` draws
+        lengths from ``train_lengths`` (the in-distribution set behind ``val/acc``)."""
+        return TaskExamples(self, self.eval_examples if n is None else n, seed, EVAL, length, filler)
+
+    def collate(self, examples: list[dict]) -> dict[str, Tensor]:
+        return collate(examples, self.tok.pad_id)
+
+
+class TaskExamples(Dataset):
+    """Example i is a pure function of (seed, split, length, i); lengths drawn per example."""
+
+    def __init__(self, task: SyntheticTask, n: int, seed: int, stream: int, length: int | None,
+                 filler: bytes | None):
+        if n <= 0:
+            raise ConfigError(f"a task dataset needs at least one example, got n={n}")
+        if length is not None:
+            task.check_lengths("length", [length])
+        self.task, self.n, self.seed, self.stream, self.length = task, n, seed, stream, length
+        self.filler = None if filler is None else torch.from_numpy(np.frombuffer(filler, dtype=np.uint8).copy())
+        if task.needs_filler:
+            longest = length if length is not None else task.train_lengths[1]
+            task.check_filler(self.filler, longest)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < self.n:
+            raise IndexError(index)
+        gen = example_generator(self.seed, self.stream, self.length or 0, index)
+        length = self.length if self.length is not None else self.task.draw_length(gen)
+        if self.stream == TRAIN:
+            return self.task.example(length, gen, self.filler)
+        return self.task.eval_example(length, index, gen, self.filler)

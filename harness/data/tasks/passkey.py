@@ -1,0 +1,179 @@
+"""Passkey retrieval: a 5-digit key hidden at a random depth in corpus text; accuracy by length and depth."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from harness.data.tasks.base import Layout, SyntheticTask, ascii_ids
+from harness.errors import ConfigError
+
+NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
+QUESTION = " What is the pass key? The pass key is "
+DIGITS = 5
+FIXED = len(NEEDLE.format(key="0" * DIGITS)) + len(QUESTION) + DIGITS  # tokens besides the filler
+MIN_FILLER = 20  # ≥ 20 filler bytes: depth steps of ≤ 5 %, so every 10 % depth bin can be drawn
+
+
+def depth_bin(depth, n_bins: int):
+    """The bin of a depth in percent (0 … 100; an int or an integer array): equal-width bins, 100 % in the last."""
+    return np.minimum(np.asarray(depth) * n_bins // 100, n_bins - 1)
+
+
+class Passkey(SyntheticTask):
+    """Passkey retrieval of Mohtashami & Jaggi 2023, "Landmark Attention: Random-Access Infinite
+    Context Length for Transformers", the test that position interpolation (Chen et al. 2023) and
+    YaRN (Peng et al. 2023) use for extended contexts.
+
+    Layout (length = the model's sequence length in tokens):
+        <filler[:b]> The pass key is 12345. Remember it. 12345 is the pass key. <filler[b:]>
+         What is the pass key? The pass key is 12345
+    scored on the final 5 digits only (exact match: all five). Their needle and question sentences
+    are kept verbatim; their filler ("The grass is green. The sky is blue. …" repeated) is replaced
+    by a contiguous stretch of corpus text (``filler=corpus.train`` for training, ``corpus.val`` for
+    evaluation), and their opening instruction sentence is dropped (it only adds tokens). Unlike
+    the papers' zero-shot use, the model here is trained on short contexts (``train_lengths``) and
+    tested on longer ones. The key is uniform in 10000–99999.
+
+    Depth: ``b`` filler bytes precede the needle out of F, and the example's ``depth`` field is
+    ⌊100·b/F⌋ percent. Training draws b uniformly; evaluation example i draws it uniformly inside
+    depth bin i mod ``depth_bins``, so every (length, depth bin) cell holds the same count.
+    """
+
+    name = "passkey"
+    needs_filler = True
+
+    def __init__(self, tokenizer=None, form: str | None = None, train_lengths=(128, 256),
+                 eval_lengths=(128, 256, 512, 1024), eval_examples: int = 100, depth_bins: int = 10):
+        super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
+        if isinstance(depth_bins, bool) or not isinstance(depth_bins, int) or not 1 <= depth_bins <= 10:
+            raise ConfigError(f"task.depth_bins={depth_bins!r} must be an integer in 1..10 (depths have percent "
+                              "resolution over ≥ 20 filler bytes), e.g. 10")
+        self.depth_bins = depth_bins
+
+    def min_length(self) -> int:
+        return self.layout_size_inverse(FIXED + MIN_FILLER)
+
+    def layout_size(self, length: int) -> int:
+        return length + 1 if self.causal else length  # length counts the model's tokens
+
+    def layout_size_inverse(self, n: int) -> int:
+        return n - 1 if self.causal else n
+
+    def filler_size(self, length: int) -> int:
+        """F: filler bytes in a ``length`` example."""
+        return self.layout_size(length) - FIXED
+
+    def check_filler(self, filler: Tensor | None, longest: int) -> None:
+        super().check_filler(filler, longest)
+        if len(filler) < self.filler_size(longest):
+            raise ConfigError(f"the filler text holds {len(filler)} bytes, fewer than the {self.filler_size(longest)} "
+                              f"a passkey example of length {longest} needs; use a larger corpus or shorter lengths")
+
+    def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None,
+               depth_range: tuple[int, int] | None = None) -> Layout:
+        """``depth_range``: the insertion points b to draw from (default: all 0 … F)."""
+        F = self.filler_size(length)
+        lo, hi = depth_range if depth_range is not None else (0, F)
+        b = lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
+        start = int(torch.randint(len(filler) - F + 1, (1,), generator=gen))
+        text = filler[start : start + F].long()
+        key = str(10_000 + int(torch.randint(90_000, (1,), generator=gen)))
+        tokens = torch.cat([text[:b], ascii_ids(NEEDLE.format(key=key)), text[b:], ascii_ids(QUESTION + key)])
+        answer = torch.arange(len(tokens)) >= len(tokens) - DIGITS
+        return Layout(tokens, answer, {"depth": 100 * b // F})
+
+    def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
+        F = self.filler_size(length)
+        points = np.arange(F + 1)
+        # depth_bin is non-decreasing in b, so one bin's insertion points are a contiguous range
+        inside = points[depth_bin(100 * points // F, self.depth_bins) == index % self.depth_bins]
+        lay = self.layout(length, gen, filler, depth_range=(int(inside[0]), int(inside[-1])))
+        return self.finish(lay, length)
+
+
+# --- accuracy by (length, depth) ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DepthTable:
+    """Exact-match counts per (depth bin, length): rows are bins (0 % first), columns lengths."""
+
+    lengths: tuple[int, ...]
+    n_bins: int
+    total: np.ndarray  # (n_bins, n_lengths) examples
+    correct: np.ndarray  # (n_bins, n_lengths) exact matches
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        """(n_bins, n_lengths); NaN where a cell holds no example."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.total > 0, self.correct / np.maximum(self.total, 1), np.nan)
+
+    def bin_label(self, k: int) -> tuple[int, int]:
+        """Bin k's depth range in percent, [lo, hi)."""
+        return 100 * k // self.n_bins, 100 * (k + 1) // self.n_bins
+
+
+def depth_table(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> DepthTable:
+    """Counts of per-example (length, depth %, correct) records, e.g. zipped from a batch's
+    ``length`` and ``depth`` fields and ``exact_match``."""
+    rows = [(int(n), int(d), bool(c)) for n, d, c in records]
+    if not rows:
+        raise ValueError("depth_table: no records")
+    lengths = tuple(sorted({n for n, _, _ in rows}))
+    total = np.zeros((n_bins, len(lengths)), dtype=np.int64)
+    correct = np.zeros_like(total)
+    for n, d, c in rows:
+        k, j = int(depth_bin(d, n_bins)), lengths.index(n)
+        total[k, j] += 1
+        correct[k, j] += c
+    return DepthTable(lengths, n_bins, total, correct)
+
+
+def write_depth_table(records: Iterable[tuple[int, int, bool]], out_dir: str | Path, n_bins: int = 10,
+                      stem: str = "passkey_depth") -> tuple[Path, Path]:
+    """``<stem>.csv`` (length, depth_lo, depth_hi, n, correct, accuracy) and ``<stem>.png``
+    (heatmap: length across, depth down, as in the needle-in-a-haystack plots). Returns both paths."""
+    table = depth_table(records, n_bins)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
+    acc = table.accuracy
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["length", "depth_lo", "depth_hi", "n", "correct", "accuracy"])
+        for j, length in enumerate(table.lengths):
+            for k in range(n_bins):
+                a = "" if np.isnan(acc[k, j]) else f"{acc[k, j]:.6f}"
+                writer.writerow([length, *table.bin_label(k), table.total[k, j], table.correct[k, j], a])
+    _heatmap(table, png_path)
+    return csv_path, png_path
+
+
+def _heatmap(table: DepthTable, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    acc = table.accuracy
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(table.lengths), 1.2 + 0.35 * table.n_bins))
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="lightgrey")  # grey: cells without examples
+    im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+    for (k, j), a in np.ndenumerate(acc):
+        ax.text(j, k, "–" if np.isnan(a) else f"{a:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(table.lengths)), [str(n) for n in table.lengths])
+    ax.set_yticks(range(table.n_bins), [f"{lo}–{hi} %" for lo, hi in map(table.bin_label, range(table.n_bins))])
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("key depth")
+    ax.set_title("passkey exact match")
+    fig.colorbar(im, ax=ax, label="accuracy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
