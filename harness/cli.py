@@ -26,7 +26,7 @@ from harness.errors import ConfigError
 
 CHECK_FLAG = "--check"
 MATRIX_FLAG = "--matrix"
-GROUP_KEYS = ("pos", "attn", "task", "data")
+GROUP_KEYS = ("pos", "attn", "task", "data", "experiment")
 
 
 class _Mode:
@@ -130,6 +130,8 @@ def user_error(exc: BaseException) -> str | None:
 
 def _composition(exc) -> str:
     """Hydra's unknown-key error, with the nearest group or key instead of its advice to append one."""
+    if "An item is already at" in str(exc):  # `+key=` on an existing key: Hydra's text names both fixes
+        return one_line(exc)
     text = one_line(exc).split(" To append to your config use")[0].split(" Key '")[0]
     cause = one_line(exc.__cause__) if exc.__cause__ else ""
     key = _quoted_key(text)

@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config.validate import Checked, validate
+from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
 from harness.record.store import dashboard_command
 from harness.scaleout import job_ranks
@@ -42,18 +43,18 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     ``run``: the record to write (a sweep cell passes one carrying its sweep tags); default a new one."""
     started = time.perf_counter()
     checked = validate(cfg, choices)
+    run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
+    plan = plan_resume(cfg, checked.uri, checked.run.resume_mode)  # a bad resume= is refused here
+    corpus = checked.source.load()
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build
     from harness.model.module import Throughput
+    from harness.record.callbacks import resume_callbacks
     from harness.record.logger import RunLogger, StepClock
-    from harness.record.resume import plan_resume
-
-    run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
-    plan = plan_resume(cfg, run.store)  # a bad resume= is refused here, before any run exists
-    corpus = checked.source.load()
     clock, throughput = StepClock(), Throughput(every=checked.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
-    built = build(checked, corpus, plan.step, logger, [clock, throughput, *plan.callbacks(logger.flush)])
+    callbacks = [clock, throughput, *resume_callbacks(plan.dir, plan.every, logger.flush)]
+    built = build(checked, corpus, plan.step, logger, callbacks)
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
     tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags}

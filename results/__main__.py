@@ -3,6 +3,8 @@
 
 Rebuilds a sweep's comparison report (report.md, report.csv, PNG plots) from the MLflow
 store; without --sweep, the experiment's latest sweep (or all its runs if it has none).
+Bad input (a store that is not there, an unknown preset or experiment, an unwritable --out) is one
+line on stderr and exit code 2, like run.py.
 """
 
 from __future__ import annotations
@@ -10,10 +12,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.errors import ConfigError
+from harness.paths import CONF, ROOT
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the fix (argparse prints the usage, then exits 2)."""
+
+    def error(self, message: str):
+        print(f"error: {message}; see {self.prog} --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m results", description=__doc__.splitlines()[0])
+    commands = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     report = commands.add_parser("report", help="write a sweep's comparison report from MLflow")
     report.add_argument("--experiment", default="posbench", help="MLflow experiment name (default: posbench)")
     report.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
@@ -28,25 +41,38 @@ def main(argv: list[str] | None = None) -> int:
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
-    args = parser.parse_args(argv)
-    if args.command == "paper":
-        from results.paper import main as paper_main
+    return p
 
-        return paper_main(args)
 
-    from harness.record.store import Store, resolve_tracking_uri
-    from results.store import find_sweep, generate
-
-    uri = resolve_tracking_uri(args.tracking_uri)
-    client = Store.open(uri).client
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
-        sweep = find_sweep(client, args.experiment, args.sweep)
-    except LookupError as e:
-        print(f"error: {e} (store: {uri})", file=sys.stderr)
+        return paper_command(args) if args.command == "paper" else report_command(args)
+    except (ConfigError, LookupError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    for path in generate(client, sweep, args.out, args.target):
+
+
+def report_command(args) -> int:
+    from results.store import find_sweep, generate, open_store, writable_out
+
+    out = writable_out(args.out)
+    uri, client = open_store(args.tracking_uri)
+    sweep = find_sweep(client, args.experiment, args.sweep)
+    for path in generate(client, sweep, out, args.target):
         print(path)
     return 0
+
+
+def paper_command(args) -> int:
+    from results.paper import main as paper_main
+    from results.store import writable_out
+
+    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+    if args.preset not in presets:
+        raise ConfigError(f"--preset {args.preset!r} is not a preset; use one of {', '.join(presets)}")
+    args.out = writable_out(args.out or ROOT / "results" / args.preset)
+    return paper_main(args)
 
 
 if __name__ == "__main__":

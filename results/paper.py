@@ -157,24 +157,19 @@ def write_index(results_dir: Path) -> None:
 
 def main(args) -> int:
     """Called by ``python -m results paper``."""
-    import sys
-
     from omegaconf import OmegaConf
 
     from harness.config.compose import compose
-    from harness.record.store import Store, resolve_tracking_uri
-    from results.store import find_sweep
+    from results.store import find_sweep, open_store
 
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale}"])
     claim = OmegaConf.to_container(cfg.claim, resolve=True)
-    uri = resolve_tracking_uri(args.tracking_uri)
-    client = Store.open(uri).client
+    uri, client = open_store(args.tracking_uri)
     try:
         sweep = find_sweep(client, cfg.logger.experiment, args.sweep)
     except LookupError as e:
-        print(f"error: {e} (store: {uri}); run `python run.py -m experiment={args.preset}` first", file=sys.stderr)
-        return 2
-    out = Path(args.out or ROOT / "results" / args.preset)
+        raise LookupError(f"{e} (store: {uri}); run `python run.py -m experiment={args.preset}` first") from None
+    out = Path(args.out)
     verdict = write_paper_report(client, sweep, args.preset, args.scale, claim, out)
     print(f"{args.preset}: {verdict} ({out / 'README.md'})")
     return 0

@@ -28,6 +28,14 @@ class Footprint:
     vocab: int
     dense_logits: bool  # the attention forms B·H·T·T logits (a content bias, the math backend)
 
+    @classmethod
+    def of_blocks(cls, model, vocab: int) -> Footprint:
+        """The transformer blocks and embeddings alone (a lower bound before the scheme's parameters):
+        per layer 4·C² + 2·C·F weights (attention, MLP), plus V·C embeddings."""
+        c, f = model.d_model, model.d_ff
+        params = model.n_layers * (4 * c * c + 2 * c * f) + vocab * c
+        return cls(params, c, f, model.n_layers, model.n_heads, vocab, dense_logits=False)
+
     def training_bytes(self, batch: int, length: int) -> int:
         tokens = batch * length
         per_layer = tokens * (10 * self.d_model + 2 * self.d_ff)

@@ -20,6 +20,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import ConfigError
@@ -80,21 +81,30 @@ def _items_fit(value, origin, args) -> bool:
     return all(fits(v, args[0]) for v in value)
 
 
-def describe(annotation: Any) -> str:
+def describe(annotation: Any, plural: bool = False) -> str:
+    """Words for what fits ``annotation``, e.g. "an integer or null", "a list of numbers"."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
-        shown = [describe(a) for a in args if a is not type(None)]
+        shown = [describe(a, plural) for a in args if a is not type(None) and _yaml_type(a)]
         return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
     if origin in (list, tuple) or origin is _abc_sequence():
-        return f"a list of {describe(args[0])}s" if args else "a list"
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
-             type(None): "null"}
-    return names.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
+        item = f" of {describe(args[0], plural=True)}" if args and args[-1] is not Ellipsis or len(args) == 2 else ""
+        return ("lists" if plural else "a list") + item
+    names = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+             str: ("a string", "strings"), dict: ("a mapping", "mappings"), type(None): ("null", "nulls")}
+    name = getattr(annotation, "__name__", str(annotation))
+    return names.get(annotation, (f"a {name}", f"{name}s"))[plural]
+
+
+def _yaml_type(annotation: Any) -> bool:
+    """Can a YAML value be of this type? (A Tensor in ``float | Tensor`` cannot: leave it out of messages.)"""
+    return not isinstance(annotation, type) or annotation in (bool, int, float, str, dict, list, tuple)
 
 
 def _or(words: list[str]) -> str:
+    words = list(dict.fromkeys(words))
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
@@ -103,13 +113,16 @@ def _show(value: Any) -> str:
 
 
 def check_known(node: str, keys: list[str], known: list[str], what: str) -> None:
-    """Every key of ``node`` is one ``known`` to its schema; else name the nearest."""
+    """Every key of ``node`` ("" for the top level) is one ``known`` to its schema; else name the nearest."""
+    known = list(dict.fromkeys(known))
     for key in keys:
         if key in known or key.startswith("_"):
             continue
+        full = f"{node}.{key}" if node else key
         near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f"did you mean {node}.{near[0]}?" if near else f"{what} takes {', '.join(sorted(known))}"
-        raise ConfigError(f"{node}.{key} is not a setting of {what}; {hint}")
+        hint = (f"did you mean {f'{node}.' if node else ''}{near[0]}?" if near
+                else f"{what} takes {', '.join(sorted(known))}")
+        raise ConfigError(f"{full} is not a setting of {what}; {hint}")
 
 
 # ---------------------------------------------------------------- targets: typed by their signature
@@ -133,11 +146,11 @@ def signature_schema(target: Any, supplied: tuple[str, ...] = ()) -> tuple[dict[
 # ---------------------------------------------------------------- plain nodes: dataclasses
 
 
-def _positive(key: str, value: int | float | None, allow_none: bool = False) -> None:
+def _positive(key: str, value: int | float | None, allow_none: bool = False, kind: str = "integer") -> None:
     if value is None and allow_none:
         return
     if value is None or value <= 0:
-        raise ConfigError(f"{key}={value} must be a positive {'integer' if isinstance(value, int) else 'number'}")
+        raise ConfigError(f"{key}={value} must be a positive {kind}")
 
 
 @dataclass(frozen=True)
@@ -145,13 +158,31 @@ class RunSettings:
     """Top-level keys of conf/config.yaml that are not config groups."""
 
     seed: int = 0
-    resume: bool | str | None = None
+    resume: Any = None  # null/false: a new run; true: resume; auto; or a checkpoint path (``resume_mode``)
     claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
 
     def __post_init__(self):
         if not 0 <= self.seed <= NUMERIC_SEED_MAX:
             raise ConfigError(f"seed={self.seed} must lie in [0, 2^32 − 1], e.g. seed=0")
+        resume_mode(self.resume)
+
+    @property
+    def resume_mode(self) -> str | Path:
+        return resume_mode(self.resume)
+
+
+def resume_mode(value: Any) -> str | Path:
+    """``resume``: null/false → "new", true → "require", "auto", or a checkpoint path."""
+    if value is None or value is False:
+        return "new"
+    if value is True:
+        return "require"
+    if isinstance(value, str) and value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.endswith(".ckpt"):
+        return Path(value).expanduser().absolute()
+    raise ConfigError(f"resume={value!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step-K.ckpt")
 
 
 @dataclass(frozen=True)
@@ -202,7 +233,7 @@ class ReportSettings:
     target_loss: float | None = None  # "steps to target" threshold, nats/token
 
     def __post_init__(self):
-        _positive("report.target_loss", self.target_loss, allow_none=True)
+        _positive("report.target_loss", self.target_loss, allow_none=True, kind="number (nats per token)")
 
 
 @dataclass(frozen=True)
@@ -222,6 +253,9 @@ class OptimSettings:
 
 
 ACCELERATORS = Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"]
+# Lightning 2.6's accepted precision values (lightning.fabric.connector._PRECISION_INPUT)
+PRECISIONS = Literal["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true", "transformer-engine",
+                     "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64]
 
 
 @dataclass(frozen=True)
@@ -237,7 +271,7 @@ class TrainerSettings:
     log_every_n_steps: int = 10
     gradient_clip_val: int | float | None = 1.0
     accumulate_grad_batches: int = 1
-    precision: int | str = "32-true"
+    precision: PRECISIONS = "32-true"
     num_sanity_val_steps: int = 0
     enable_checkpointing: bool = False
     enable_model_summary: bool = False
@@ -246,8 +280,10 @@ class TrainerSettings:
     num_nodes: int = 1
 
     def __post_init__(self):
-        for key in ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_nodes", "val_check_interval"):
+        for key in ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_nodes"):
             _positive(f"trainer.{key}", getattr(self, key))
+        _positive("trainer.val_check_interval", self.val_check_interval,
+                  kind="integer (steps) or a fraction of an epoch")
         if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
             raise ConfigError(f"trainer.gradient_clip_val={self.gradient_clip_val} must be ≥ 0 (or null: no clipping)")
         if self.num_sanity_val_steps < -1:
@@ -260,6 +296,22 @@ class TrainerSettings:
             raise ConfigError(f"trainer.devices={d} must be a positive count, -1 (all) or auto")
         if isinstance(d, str) and d != "auto" and not d.replace(",", "").strip().isdigit():
             raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
+
+
+def trainer_arguments() -> list[str]:
+    """The parameters of ``lightning.Trainer``, read from its source: importing Lightning takes seconds,
+    and a user's extra Trainer argument (``+trainer.profiler=simple``) needs only its name checked here
+    (Lightning checks its value when the Trainer is built)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("lightning")  # a top-level spec: nothing is imported
+    source = Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Trainer":
+            init = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+            return [a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs] if a.arg not in SUPPLIED["trainer"]]
+    raise RuntimeError(f"no Trainer.__init__ in {source}")  # a Lightning layout this harness does not know
 
 
 # Ranges of the torch optimizer arguments a user is likely to set (any torch.optim class).

@@ -16,6 +16,7 @@ Nothing here imports Lightning or MLflow: a refusal costs the imports of torch a
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from harness.config.instantiate import instantiate
 from harness.config.resources import Footprint, check_memory
 from harness.data.corpus import check_train_split, check_val_split
 from harness.errors import ConfigError
+from harness.paths import CONF
 from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri
 
 
@@ -56,6 +58,7 @@ class Checked:
 
 
 def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
+    _check_preset(choices.get("experiment"))
     values = resolved(cfg)
     check_nodes(values, choices)
     settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
@@ -67,6 +70,7 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     tokenizer = instantiate(cfg.tokenizer)
     task = instantiate(cfg.task, tokenizer=tokenizer)
     source = instantiate(cfg.data.source)
+    dry_optimizer(cfg)
     model, footprint = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     _check_splits(source, task, tokenizer, data, lengths)
@@ -84,14 +88,23 @@ def resolved(cfg: DictConfig) -> dict:
                           "check the ${...} references you set (python run.py --cfg job prints the config)") from None
 
 
+def _check_preset(name: str | None) -> None:
+    """``experiment`` is an optional group, so Hydra skips an option that does not exist: refuse it."""
+    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+    if name not in (None, "null") and name not in presets:
+        raise ConfigError(f"experiment={name} is not a preset; use one of experiment={', '.join(presets)}")
+
+
 # ---------------------------------------------------------------- 2. every node against its schema
 
 
 def check_nodes(values: dict, choices: dict[str, str]) -> None:
     top = schema.plain_fields(schema.RunSettings)
     known = [*top, *schema.GROUPS, *(k for k in schema.PLAIN if k)]
-    schema.check_known("config", list(values), known, "the config")
-    for key, value in values.items():
+    schema.check_known("", list(values), known, "the config")
+    plain_first = sorted(values, key=lambda k: k not in schema.PLAIN)  # targets interpolate data.seq_len & co
+    for key in plain_first:
+        value = values[key]
         if key in top:
             schema.check_value(key, value, top[key])
         elif isinstance(value, dict):
@@ -144,12 +157,13 @@ def _locate(path: str, target: str):
 
 def _trainer_fields(keys: list[str]) -> dict[str, Any]:
     fields = schema.plain_fields(schema.TrainerSettings)
-    if all(k in fields for k in keys):
+    unknown = [k for k in keys if k not in fields]
+    if not unknown:
         return fields
-    import lightning  # only for a key this schema does not know: Lightning takes seconds to import
-
-    lightning_fields, _ = schema.signature_schema(lightning.Trainer, schema.SUPPLIED["trainer"])
-    return {**lightning_fields, **fields}
+    for key in unknown:  # a typo of a known key is refused without importing Lightning (seconds)
+        if difflib.get_close_matches(key, list(fields), n=1, cutoff=0.8):
+            schema.check_known("trainer", [key], list(fields), "trainer")
+    return {**{name: Any for name in schema.trainer_arguments()}, **fields}
 
 
 def _trainer_settings(node: dict) -> schema.TrainerSettings:
@@ -179,6 +193,17 @@ def _check_dirs(checkpoint: schema.CheckpointSettings) -> None:
 # ---------------------------------------------------------------- 4. the model, built without memory
 
 
+def dry_optimizer(cfg: DictConfig) -> None:
+    """The schedule, and the optimizer over one scalar: their own checks run before the Trainer exists."""
+    import torch
+
+    instantiate(cfg.optim.schedule)
+    try:
+        instantiate(cfg.optim.optimizer)([torch.zeros(1, requires_grad=True)])
+    except (ValueError, TypeError) as e:  # torch's own argument checks
+        raise ConfigError(f"optim.optimizer: {' '.join(str(e).split())}; fix that value of optim.optimizer") from None
+
+
 def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
     """The model built on torch's meta device: every constructor check runs, nothing is allocated."""
     import torch
@@ -186,6 +211,8 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
     from harness.model.transformer import Transformer
 
     model_cfg = instantiate(cfg.model)
+    check_memory(Footprint.of_blocks(model_cfg, tokenizer.vocab_size), data.batch_size, data.seq_len, [],
+                 on_gpu=False)  # before building even on meta: a huge model takes long to lay out
     with torch.device("meta"):
         model = Transformer(model_cfg, tokenizer.vocab_size, data.seq_len, task.causal,
                             pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))

@@ -9,7 +9,7 @@ Why a resumed run equals an uninterrupted one (CPU, fixed seed):
 - data: every example is a pure function of (seed, index) and the sampler continues at
   example ``global_step × batch × accumulation`` (``harness.data.windows.ContinueFrom``);
 - dropout: the torch/numpy/python (and CUDA) RNG states travel in the checkpoint
-  (``RngState``); data loaders draw from their own generator, so evaluation consumes no global
+  (``RngState``, harness/record/callbacks.py); data loaders draw from their own generator, so evaluation consumes no global
   randomness that an interrupted run would skip.
 
 Why no metric point is written twice or lost:
@@ -27,27 +27,17 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
 from harness.paths import project_root
-from harness.record.checkpoints import (
-    CommittedCheckpoints,
-    DirLock,
-    RngState,
-    RunLink,
-    checkpoint_step,
-    latest_checkpoint,
-    remove_checkpoints,
-)
-from harness.record.reconcile import close_stale_runs
+from harness.record.checkpoints import DirLock, RunLink, checkpoint_step, latest_checkpoint, remove_checkpoints
+from harness.record.reconcile import close_dead_runs, close_stale_runs
 from harness.record.store import Store, check_writable_dir, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
@@ -74,19 +64,6 @@ def checkpoint_root(cfg: DictConfig, uri: str) -> Path:
     return (db.parent if db else project_root()) / "checkpoints"
 
 
-def resume_mode(value: Any) -> str | Path:
-    """``resume``: null/false → "new", true → "require", "auto", or a checkpoint path."""
-    if value is None or value is False:
-        return "new"
-    if value is True:
-        return "require"
-    if isinstance(value, str) and value == "auto":
-        return "auto"
-    if isinstance(value, str) and value.endswith(".ckpt"):
-        return Path(value).expanduser().absolute()
-    raise ConfigError(f"resume={value!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step-K.ckpt")
-
-
 @dataclass
 class ResumePlan:
     """What to resume, decided before any run exists; owns the config's lock while training."""
@@ -94,12 +71,16 @@ class ResumePlan:
     config_hash: str
     dir: Path
     every: int  # checkpoint every N optimizer steps; 0: never
-    store: Store
+    uri: str  # the tracking store, opened only when the plan reads or closes runs
     experiment: str
     run_id: str | None = None  # the run to reopen; None: a new run
     ckpt: Path | None = None
     step: int = 0  # optimizer steps already done
     _lock: DirLock | None = field(default=None, repr=False)
+
+    @property
+    def store(self) -> Store:
+        return Store.open(self.uri)
 
     @property
     def tags(self) -> dict[str, str]:
@@ -108,10 +89,6 @@ class ResumePlan:
     def first_example(self, effective_batch: int) -> int:
         """The first training example after the checkpoint: step × batch × accumulation × ranks."""
         return self.step * effective_batch
-
-    def callbacks(self, flush: Callable[[], None]) -> list[L.Callback]:
-        saver = [CommittedCheckpoints(self.dir, self.every, flush)] if self.every else []
-        return [RngState(), *saver]
 
     @contextmanager
     def session(self, owner: bool = True) -> Iterator[ResumePlan]:
@@ -127,6 +104,7 @@ class ResumePlan:
         try:
             close_stale_runs(self.store, self.experiment, self.config_hash, keep=self.run_id,
                              by="a new run of the same config" if self.run_id is None else "its resume")
+            close_dead_runs(self.store, self.experiment, keep=self.run_id)  # any config, this host
             if self.run_id is None:
                 remove_checkpoints(self.dir)  # a new run must never resume another run's state
             else:
@@ -140,25 +118,25 @@ class ResumePlan:
     def link(self, run_id: str | None) -> None:
         """Record the run beside its checkpoints (rank 0, once the run is open)."""
         if run_id:
-            RunLink(run_id, self.config_hash, self.store.uri, self.experiment).save(self.dir)
+            RunLink(run_id, self.config_hash, self.uri, self.experiment).save(self.dir)
 
 
-def plan_resume(cfg: DictConfig, store: Store) -> ResumePlan:
-    """Find what to resume. Writes nothing to MLflow except, for a refused ``resume=true``, closing
-    this config's stale runs."""
-    mode = resume_mode(OmegaConf.select(cfg, "resume"))
-    h = config_hash(cfg, store.uri)
+def plan_resume(cfg: DictConfig, uri: str, mode: str | Path) -> ResumePlan:
+    """Find what to resume; ``mode`` is "new", "require", "auto" or a checkpoint path (the validated
+    ``resume``). Writes nothing to MLflow except, for a refused ``resume=true``, closing this config's
+    stale runs."""
+    h = config_hash(cfg, uri)
     every = OmegaConf.select(cfg, "checkpoint.every_n_steps") or 0
-    plan = ResumePlan(h, checkpoint_root(cfg, store.uri) / h, every, store, cfg.logger.experiment)
+    plan = ResumePlan(h, checkpoint_root(cfg, uri) / h, every, uri, cfg.logger.experiment)
     check_writable_dir(plan.dir, "checkpoint.dir", "set checkpoint.dir to a directory you can write")
     if mode == "new":
         return plan
     ckpt, link = _checkpoint_and_link(mode, plan)
-    run = _run_or_none(store, link.run_id) if link else None
+    run = _run_or_none(plan.store, link.run_id) if link else None
     if ckpt is not None and run is not None and run.info.status != "FINISHED":
         plan.run_id, plan.ckpt, plan.step = run.info.run_id, ckpt, checkpoint_step(ckpt)
     elif mode != "auto":
-        _refuse(plan, run, ckpt)
+        _refuse(plan, run, ckpt, linked=link is not None)
     return plan
 
 
@@ -175,12 +153,14 @@ def _checkpoint_and_link(mode: str | Path, plan: ResumePlan) -> tuple[Path | Non
     return mode, link
 
 
-def _refuse(plan: ResumePlan, run, ckpt: Path | None) -> None:
+def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
+    """Why there is nothing to resume; a run of this config left RUNNING by a dead process is closed
+    first (only a config that ever opened a run has a link file, so only then is the store read)."""
     if run is not None and run.info.status == "FINISHED":
         raise ConfigError(f"resume=true: run {run.info.run_id} of this config already FINISHED; nothing to resume "
                           "(drop resume=true to train it again)")
     lock = DirLock(plan.dir / "lock")
-    if lock.acquire():  # nobody trains it: a RUNNING run of this config is a dead process's
+    if linked and lock.acquire():  # nobody trains it: a RUNNING run of this config is a dead process's
         try:
             close_stale_runs(plan.store, plan.experiment, plan.config_hash, keep=None, by="resume=true")
         finally:

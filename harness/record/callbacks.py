@@ -1,0 +1,80 @@
+"""The Lightning callbacks of exact resume: RNG states in the checkpoint, checkpoints committed only
+after the points before them reached the store (harness/record/resume.py says why)."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+
+def resume_callbacks(directory: Path, every: int, flush: Callable[[], None]) -> list[L.Callback]:
+    """RNG states always (dropout draws from them); checkpoints every ``every`` steps (0: never)."""
+    return [RngState(), *([CommittedCheckpoints(directory, every, flush)] if every else [])]
+
+
+class RngState(L.Callback):
+    """Global RNG states (dropout draws from them) saved in, and restored from, the checkpoint."""
+
+    def state_dict(self) -> dict[str, Any]:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                 "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                           "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
+        random.setstate(state["python"])
+        n = state["numpy"]
+        np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class CommittedCheckpoints(L.Callback):
+    """Every ``every`` optimizer steps: save after the step (Lightning's own restart point),
+    commit at the start of the next one, once the logger has flushed every point up to it."""
+
+    def __init__(self, directory: Path, every: int, flush):
+        self.dir, self.every, self.flush = directory, every, flush
+        self._saved_step = -1
+        self._pending: int | None = None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == 0 or step % self.every or step == self._saved_step:
+            return  # not due, or a further micro-batch of gradient accumulation
+        self._saved_step = step
+        tmp = self.dir / "pending.ckpt.tmp"
+        trainer.save_checkpoint(tmp)  # every rank calls it; the strategy writes on rank 0
+        if trainer.is_global_zero:
+            os.replace(tmp, self.dir / "pending.ckpt")  # atomic: a kill mid-write leaves no torn file
+            self._pending = step
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        self._commit(trainer)
+
+    def on_train_end(self, trainer, module) -> None:
+        self._commit(trainer)
+
+    def _commit(self, trainer) -> None:
+        if self._pending is None or not trainer.is_global_zero:
+            return
+        self.flush()  # step k's points and its validation are in the store before step k is resumable
+        final = self.dir / f"step-{self._pending}.ckpt"
+        os.replace(self.dir / "pending.ckpt", final)
+        for old in self.dir.glob("step-*.ckpt"):
+            if old != final:
+                old.unlink(missing_ok=True)
+        self._pending = None
+
+
