@@ -4,7 +4,7 @@ PY ?= python3
 # e.g. `make run TORCH=torch==2.13.0+cu128` or TORCH= to keep the torch you have.
 TORCH ?= torch==2.13.0
 
-.PHONY: install run test
+.PHONY: install run test lint
 
 install:
 	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
@@ -16,3 +16,6 @@ run: install  ## default ablation: none vs learned vs RoPE, masked LM on the emb
 test: install
 	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
 	$(PY) -m pytest -q
+
+lint:  ## ruff (rules E, F, I, B, UP; 120 columns; configured in pyproject.toml), installed by `make install`
+	$(PY) -m ruff check .

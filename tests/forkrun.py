@@ -7,7 +7,8 @@ a real process (its own exit code, its own file descriptors, Lightning and MLflo
 by the child itself, as in a fresh ``python``), started in milliseconds. Nothing but torch (with its
 ``_dynamo``), Hydra and OmegaConf is imported before the fork, and no torch op runs, so no intra-op
 thread pool exists to break across fork (importing torch starts one idle helper thread, which the
-children do not need; every request has a timeout in case one ever hangs). tests/test_bad_input.py checks a sample of rows against fresh interpreters too.
+children do not need; every request has a timeout in case one ever hangs). tests/test_bad_input.py
+checks a sample of rows against fresh interpreters too.
 
 Protocol: one JSON request per stdin line, ``{"argv": [...], "module": null | "results", "cwd": ...,
 "env": {...}, "timeout": s}``; one JSON reply per stdout line, ``{"code", "stdout", "stderr",

@@ -38,7 +38,7 @@ def test_linear_is_position_interpolation():
     positions = torch.arange(4 * L)
     got = cos_sin(scheme(scaling="linear", factor=4.0), positions)
     want = expected(positions.to(F64) / 4.0, rope_inv_freq(D, BASE, F64))  # m -> m/s (Chen et al. 2023)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
 
 
@@ -46,7 +46,7 @@ def test_ntk_uses_the_changed_base():
     positions = torch.arange(2 * L)
     got = cos_sin(scheme(scaling="ntk", factor=2.0), positions)
     want = expected(positions, rope_inv_freq(D, BASE * 2.0 ** (D / (D - 2)), F64))
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
 
 
@@ -54,10 +54,11 @@ def test_dynamic_ntk_takes_s_from_the_length():
     assert dynamic_ntk_factor(L // 2, L) == 1.0 and dynamic_ntk_factor(3 * L, L) == 3.0
     rope = scheme(scaling="dynamic_ntk")
     short = torch.arange(L)
-    for g, w in zip(cos_sin(rope, short), expected(short, rope_inv_freq(D, BASE, F64))):
+    for g, w in zip(cos_sin(rope, short), expected(short, rope_inv_freq(D, BASE, F64)), strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-12)  # within the training length: plain RoPE
     long = torch.arange(3 * L)
-    for g, w in zip(cos_sin(rope, long), expected(long, rope_inv_freq(D, BASE * 3.0 ** (D / (D - 2)), F64))):
+    want = expected(long, rope_inv_freq(D, BASE * 3.0 ** (D / (D - 2)), F64))
+    for g, w in zip(cos_sin(rope, long), want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
 
 
@@ -81,7 +82,7 @@ def test_yarn_ramp_and_temperature():
     assert yarn_attention_scale(s) == pytest.approx(0.1 * math.log(4.0) + 1)
     positions = torch.arange(s * L)
     got = cos_sin(scheme(scaling="yarn", factor=s, alpha=alpha, beta=beta), positions)
-    for g, w in zip(got, expected(positions, want_theta, 0.1 * math.log(s) + 1)):
+    for g, w in zip(got, expected(positions, want_theta, 0.1 * math.log(s) + 1), strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
 
 
@@ -97,7 +98,7 @@ def test_yarn_temperature_scales_pass_through_dims_too():
 def test_factor_one_is_plain_rope(scaling):
     positions = torch.arange(L)
     plain = cos_sin(scheme(), positions)
-    for g, w in zip(cos_sin(scheme(scaling=scaling, factor=1.0), positions), plain):
+    for g, w in zip(cos_sin(scheme(scaling=scaling, factor=1.0), positions), plain, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-14)
 
 
@@ -105,7 +106,7 @@ def test_factor_one_is_plain_rope(scaling):
 def test_training_always_uses_plain_angles(scaling):
     positions = torch.arange(2 * L)
     plain = cos_sin(scheme().train(), positions)
-    for g, w in zip(cos_sin(scheme(scaling=scaling, factor=2.0).train(), positions), plain):
+    for g, w in zip(cos_sin(scheme(scaling=scaling, factor=2.0).train(), positions), plain, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 

@@ -9,8 +9,8 @@ Why a resumed run equals an uninterrupted one (CPU, fixed seed):
 - data: every example is a pure function of (seed, index) and the sampler continues at
   example ``global_step × batch × accumulation`` (``harness.data.windows.ContinueFrom``);
 - dropout: the torch/numpy/python (and CUDA) RNG states travel in the checkpoint
-  (``RngState``, harness/record/callbacks.py); data loaders draw from their own generator, so evaluation consumes no global
-  randomness that an interrupted run would skip.
+  (``RngState``, harness/record/callbacks.py); data loaders draw from their own generator, so
+  evaluation consumes no global randomness that an interrupted run would skip.
 
 Why no metric point is written twice or lost:
 - a checkpoint saved after step k is *committed* (renamed to ``step-k.ckpt``) only at the start
