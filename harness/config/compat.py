@@ -1,7 +1,7 @@
 """The pos × attn compatibility matrix, decided from declarations only.
 
 Every conf/pos/*.yaml and conf/attn/*.yaml names a class by ``_target_``; the class is imported
-(never instantiated) and ``AttentionVariant.refusal(scheme)`` decides the cell. The same call is
+(never instantiated) and ``AttentionVariant.refusal(scheme)`` decides the pairing. The same call is
 what ``check_pairing`` makes when a model is built, so the matrix and the runs cannot disagree.
 
 ``python run.py --matrix`` prints it as text, ``python run.py --matrix=md`` as markdown (docs/compat.md).
@@ -16,7 +16,7 @@ from harness.paths import CONF
 
 
 @dataclass(frozen=True)
-class Cell:
+class Pairing:
     pos: str
     attn: str
     refusal: str | None  # None: the pairing trains
@@ -34,25 +34,25 @@ def option_classes(group: str, conf_dir: Path = CONF) -> dict[str, type]:
     return {p.stem: get_class(OmegaConf.load(p)["_target_"]) for p in sorted((conf_dir / group).glob("*.yaml"))}
 
 
-def compatibility(conf_dir: Path = CONF) -> list[Cell]:
-    """One cell per (pos, attn) option pair, pos-major, both in name order."""
+def compatibility(conf_dir: Path = CONF) -> list[Pairing]:
+    """One pairing per (pos, attn) option pair, pos-major, both in name order."""
     schemes, variants = option_classes("pos", conf_dir), option_classes("attn", conf_dir)
-    return [Cell(p, a, variant.refusal(scheme)) for p, scheme in schemes.items() for a, variant in variants.items()]
+    return [Pairing(p, a, variant.refusal(scheme)) for p, scheme in schemes.items() for a, variant in variants.items()]
 
 
-def _grid(cells: list[Cell]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell], list[str]]:
-    pos = list(dict.fromkeys(c.pos for c in cells))
-    attn = list(dict.fromkeys(c.attn for c in cells))
-    reasons = list(dict.fromkeys(c.refusal for c in cells if c.refusal))
-    return pos, attn, {(c.pos, c.attn): c for c in cells}, reasons
+def _grid(pairings: list[Pairing]) -> tuple[list[str], list[str], dict[tuple[str, str], Pairing], list[str]]:
+    pos = list(dict.fromkeys(c.pos for c in pairings))
+    attn = list(dict.fromkeys(c.attn for c in pairings))
+    reasons = list(dict.fromkeys(c.refusal for c in pairings if c.refusal))
+    return pos, attn, {(c.pos, c.attn): c for c in pairings}, reasons
 
 
-def _mark(cell: Cell, reasons: list[str], yes: str, no: str) -> str:
-    return yes if cell.allowed else f"{no} [{reasons.index(cell.refusal) + 1}]"
+def _mark(pairing: Pairing, reasons: list[str], yes: str, no: str) -> str:
+    return yes if pairing.allowed else f"{no} [{reasons.index(pairing.refusal) + 1}]"
 
 
-def render_text(cells: list[Cell]) -> str:
-    pos, attn, at, reasons = _grid(cells)
+def render_text(pairings: list[Pairing]) -> str:
+    pos, attn, at, reasons = _grid(pairings)
     width = max(len(a) for a in attn + ["refused [99]"]) + 2
     first = max(len(p) for p in pos + ["pos \\ attn"]) + 2
     lines = ["pos \\ attn".ljust(first) + "".join(a.ljust(width) for a in attn)]
@@ -62,8 +62,8 @@ def render_text(cells: list[Cell]) -> str:
     return "\n".join(line.rstrip() for line in lines).rstrip() + "\n"
 
 
-def render_markdown(cells: list[Cell]) -> str:
-    pos, attn, at, reasons = _grid(cells)
+def render_markdown(pairings: list[Pairing]) -> str:
+    pos, attn, at, reasons = _grid(pairings)
     lines = ["| pos \\ attn | " + " | ".join(f"`{a}`" for a in attn) + " |",
              "|---|" + "---|" * len(attn)]
     lines += [f"| `{p}` | " + " | ".join(_mark(at[p, a], reasons, "✓", "✗") for a in attn) + " |" for p in pos]
@@ -78,6 +78,6 @@ def print_matrix(flag: str) -> int:
     if fmt not in ("text", "md"):
         print(f"error: unknown matrix format {fmt!r}; use --matrix or --matrix=md")
         return 2
-    cells = compatibility()
-    print(render_markdown(cells) if fmt == "md" else render_text(cells), end="")
+    pairings = compatibility()
+    print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")
     return 0
