@@ -49,11 +49,14 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build
     from harness.model.module import Throughput
+    from harness.model.progress import progress_callbacks
     from harness.record.callbacks import resume_callbacks
     from harness.record.logger import RunLogger, StepClock
     clock, throughput = StepClock(), Throughput(every=checked.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
-    callbacks = [clock, throughput, *resume_callbacks(plan.dir, plan.every, logger.flush)]
+    t = checked.trainer
+    progress = progress_callbacks(t.progress, t.progress_every_n_steps, t.enable_progress_bar)  # bar or lines
+    callbacks = [clock, throughput, *progress, *resume_callbacks(plan.dir, plan.every, logger.flush)]
     built = build(checked, corpus, plan.step, logger, callbacks)
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}

@@ -42,7 +42,7 @@ from harness.record.store import Store, check_writable_dir, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
 VOLATILE = ("resume", "checkpoint", "hydra", "claim")  # claim: report metadata, not training
-VOLATILE_TRAINER = ("enable_progress_bar",)
+VOLATILE_TRAINER = ("enable_progress_bar", "progress", "progress_every_n_steps")
 
 
 def config_hash(cfg: DictConfig, uri: str) -> str:

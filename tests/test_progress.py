@@ -1,0 +1,110 @@
+"""Progress output: a bar in a terminal, a few plain lines in a redirected log, nothing when disabled."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+from conftest import ROOT, TINY
+from harness.config.schema import TrainerSettings
+from harness.errors import ConfigError
+from harness.model import progress
+from harness.model.progress import LIGHTNING_INFO_LOGGERS, ProgressLines, clock, progress_callbacks
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def lightning_levels():
+    """Restore the Lightning loggers' levels that a non-terminal pick lowers."""
+    saved = {name: logging.getLogger(name).level for name in LIGHTNING_INFO_LOGGERS}
+    yield
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def kinds(callbacks) -> list[type]:
+    return [type(c) for c in callbacks]
+
+
+def test_auto_picks_the_rich_bar_in_a_terminal_and_lines_elsewhere(lightning_levels):
+    assert kinds(progress_callbacks("auto", 10, stream=Terminal())) == [RichProgressBar]
+    assert kinds(progress_callbacks("auto", 10, stream=io.StringIO())) == [ProgressLines]
+
+
+def test_explicit_modes_and_the_tqdm_fallback(lightning_levels, monkeypatch):
+    assert kinds(progress_callbacks("lines", 10, stream=Terminal())) == [ProgressLines]
+    assert kinds(progress_callbacks("bar", 10, stream=io.StringIO())) == [RichProgressBar]
+    monkeypatch.setattr(progress, "rich_available", lambda: False)
+    assert kinds(progress_callbacks("bar", 10, stream=Terminal())) == [TQDMProgressBar]
+
+
+def test_enable_progress_bar_false_still_means_nothing(lightning_levels):
+    assert progress_callbacks("auto", 10, enabled=False, stream=Terminal()) == []
+    assert progress_callbacks("auto", 10, enabled=False, stream=io.StringIO()) == []
+
+
+def test_lightning_info_is_quiet_only_off_a_terminal(lightning_levels):
+    for name in LIGHTNING_INFO_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
+    progress_callbacks("auto", 10, stream=Terminal())
+    assert all(logging.getLogger(n).getEffectiveLevel() == logging.INFO for n in LIGHTNING_INFO_LOGGERS)
+    progress_callbacks("auto", 10, stream=io.StringIO())
+    assert all(logging.getLogger(n).getEffectiveLevel() == logging.WARNING for n in LIGHTNING_INFO_LOGGERS)
+
+
+def test_progress_settings_are_checked():
+    assert TrainerSettings(progress="lines", progress_every_n_steps=5).progress == "lines"
+    with pytest.raises(ConfigError, match="enable_progress_bar=false turns it off"):
+        TrainerSettings(progress="bar", enable_progress_bar=False)
+    with pytest.raises(ConfigError, match="progress_every_n_steps=0 must be a positive integer"):
+        TrainerSettings(progress_every_n_steps=0)
+    TrainerSettings(progress="auto", enable_progress_bar=False)  # the tests' setting: allowed
+
+
+def test_clock():
+    assert [clock(s) for s in (0, 59.6, 61, 3600 * 2 + 65)] == ["0:00:00", "0:01:00", "0:01:01", "2:01:05"]
+
+
+LINE = re.compile(r"^(train|val)\s+step\s+(\d+)/12  loss (\d+\.\d{4})  val loss (—|\d+\.\d{4})  tokens/s ([\d,]+|—)"
+                  r"  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|—)$")
+
+
+@pytest.mark.slow
+def test_a_redirected_run_prints_a_few_plain_lines(tmp_path, _empty_store):
+    """A real run with stdout in a file: one line per 4 steps and per validation, no '\\r', no banners."""
+    log, db = tmp_path / "log", tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_store, db)  # a migrated store: creating one costs seconds
+    overrides = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval",
+                                                       "trainer.enable_progress_bar"))]
+    with log.open("w") as out:
+        proc = subprocess.run(
+            [sys.executable, "run.py", *overrides, "trainer.max_steps=12", "trainer.val_check_interval=6",
+             "trainer.progress_every_n_steps=4", "checkpoint.every_n_steps=0", f"hydra.run.dir={tmp_path / 'out'}"],
+            cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300,
+            env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = log.read_text()
+    assert "\r" not in text
+    lines = text.splitlines()
+    progress_lines = [m for m in map(LINE.match, lines) if m]
+    # step 12 is a validation step: its val line replaces the train line
+    assert [(m[1], int(m[2])) for m in progress_lines] == [("train", 4), ("val", 6), ("train", 8), ("val", 12)]
+    assert [m[4] == "—" for m in progress_lines] == [True, False, False, False]  # no val loss before the first
+    assert progress_lines[-1][6] == "0:00:00"
+    final = next(line for line in lines if "final val loss" in line)
+    assert progress_lines[-1][4] in final  # the last line's val loss is the summary's
+    for banner in ("GPU available", "TPU available", "Tip:", "max_steps=12` reached"):
+        assert banner not in text and banner not in proc.stderr
+    assert len(lines) <= 14, text  # 4 progress lines + the summary
