@@ -50,6 +50,18 @@ class AttentionVariant(nn.Module):
         """Scalars logged as ``attn/<key>`` (from layer 0) at every training log step."""
         return {}
 
+    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """The weights w (B, H, Tq, Tk) this variant applies to v: ``forward(q, k, v, ctx) = w @ v`` in eval
+        mode, formed explicitly (T×T) for attention diagnostics on short samples (harness/model/diagnostics.py).
+        A query that sees no key has a zero row. q, k: (B, H, T, D)."""
+        raise NotImplementedError(f"attn={self.config_name()} does not implement implied_weights(q, k, ctx), so its "
+                                  "attention cannot be drawn; implement it, or set diagnostics=false")
+
+    @classmethod
+    def implies_weights(cls) -> bool:
+        """Whether the variant says which weights it applies (``implied_weights``): diagnostics=true needs it."""
+        return cls.implied_weights is not AttentionVariant.implied_weights
+
     def dense_logits(self, bias_kind: BiasKind) -> bool:
         """Whether this variant forms all B·H·T·T logits with a scheme of ``bias_kind`` (for the memory
         estimate of harness/config/resources.py)."""

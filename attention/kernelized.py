@@ -339,3 +339,35 @@ class KernelizedAttention(AttentionVariant):
             raise ConfigError(f"attn.rope_mode=numerator needs a rotation that can act on {width}-wide "
                               "features (at_width); use attn.rope_mode=pre_feature with this pos")
         return at_width(width)
+
+    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """w_ij = c_ij φ_num(q_i)ᵀφ_num(k_j) / Σ_j c_ij φ(q_i)ᵀφ(k_j) (Katharopoulos et al. 2020, Eq. 4), with
+        c_ij = exp(b_{i−j}) (Luo et al. 2021, Eq. 7) times the causal mask, and φ_num the numerator's features
+        (rotated there in rope_mode=numerator, RoFormer Eq. 19, so rows need not sum to 1 nor stay ≥ 0)."""
+        self.require_accepted(ctx.bias)
+        f = self.implied_features(q, k, ctx)
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        if ctx.bias is not None:  # causality is already in the coefficients, as in forward
+            c = toeplitz_dense(relative_coefficients(ctx.bias.table.to(q.dtype), ctx.bias.t_k, ctx.causal), t_q, t_k)
+        else:
+            c = q.new_ones(t_q, t_k)
+            c = c.tril() if ctx.causal else c  # (Tq, Tk), or (H, Tq, Tk) with a bias
+        den = ((f.q @ f.k.transpose(-1, -2)) * c).sum(-1, keepdim=True)  # (B, H, Tq, 1)
+        num = (f.q_num @ f.k_num.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
+        return num / torch.where(den > 0, den, torch.inf)  # a query that sees no key: a zero row
+
+    def implied_features(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Features:
+        """φ(q), φ(k) as ``forward`` forms them: RoPE before φ or in the numerator, padded keys zeroed."""
+        if ctx.rotary is not None and self.rope_mode == "pre_feature":
+            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+        padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
+        if padded is not None:
+            k = k.masked_fill(padded, 0.0)
+        phi_q, phi_k = self.feature_map(q, is_query=True), self.feature_map(k, is_query=False)  # (B, H, T, M)
+        if padded is not None:
+            phi_k = phi_k.masked_fill(padded, 0.0)
+        f = Features(phi_q, phi_k, phi_q, phi_k)
+        if ctx.rotary is not None and self.rope_mode == "numerator":
+            rotation = self._rotation_at(ctx.rotary, phi_q.shape[-1])
+            f = replace(f, q_num=rotation.rotate(phi_q), k_num=rotation.rotate(phi_k))
+        return f

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import AttentionContext, AttentionVariant
-from attention.softmax import masked_softmax
+from attention.base import AttentionContext, AttentionVariant, additive_mask
+from attention.softmax import masked_softmax, softmax_weights
 from harness.errors import ConfigError
 from positional.base import Shape
 
@@ -94,3 +94,16 @@ class Local(AttentionVariant):
         table = ctx.bias.table if ctx.bias is not None else None  # kind "relative" only (accepts_bias)
         return banded_attention(q, k, v, left, right, min(self.block, q.shape[-2]), table,
                                 ctx.key_padding_mask)  # (B, H, T, D)
+
+    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """The band's softmax written densely (Longformer §3.1): softmax(q kᵀ/√D + b) over −right ≤ i − j ≤ left,
+        exactly 0 outside the band."""
+        self.require_accepted(ctx.bias)
+        left, right = band_limits(self.window, ctx.causal)
+        if ctx.rotary is not None:
+            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+        offset = torch.arange(q.shape[-2], device=q.device)[:, None] - torch.arange(k.shape[-2], device=q.device)
+        outside = (offset > left) | (offset < -right)  # (Tq, Tk)
+        mask = additive_mask(ctx, q, k)  # bias, padding and causal mask; None when there is none
+        mask = (q.new_zeros(1, 1, *outside.shape) if mask is None else mask).masked_fill(outside, float("-inf"))
+        return softmax_weights(q, k, mask, ctx.causal)  # (B, H, Tq, Tk)

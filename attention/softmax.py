@@ -93,6 +93,18 @@ def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal:
     return F.dropout(masked_softmax(logits), p) @ v  # (B, H, Tq, D)
 
 
+def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    """softmax(q kᵀ/√D + mask) of Vaswani et al. 2017 Eq. 1, the (B, H, Tq, Tk) weights themselves (no dropout);
+    ``mask`` as the backends take it (it holds the causal mask when it is not None)."""
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if mask is not None:
+        logits = logits + mask
+    elif causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    return masked_softmax(logits)
+
+
 def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
     """memory_efficient_attention (xFormers, after Rabe & Staats 2021) on (B, T, H, D) layout."""
     import xformers.ops as xops
@@ -148,3 +160,11 @@ class Softmax(AttentionVariant):
             q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
         p = self.dropout if self.training else 0.0
         return BACKENDS[self.backend](q, k, v, mask, ctx.causal, p)  # (B, H, T, D)
+
+    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """softmax(q kᵀ/√D + b), with the mask and rotation exactly as ``forward`` places them."""
+        self.require_accepted(ctx.bias)
+        mask = additive_mask(ctx, q, k)  # from the unrotated q, k, as in forward
+        if ctx.rotary is not None:
+            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+        return softmax_weights(q, k, mask, ctx.causal)  # (B, H, Tq, Tk)
