@@ -54,8 +54,8 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     from harness.record.logger import RunLogger, StepClock
     clock, throughput = StepClock(), Throughput(every=checked.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
-    t = checked.trainer
-    progress = progress_callbacks(t.progress, t.progress_every_n_steps, t.enable_progress_bar)  # bar or lines
+    progress = progress_callbacks(checked.progress.mode, checked.progress.every_n_steps,
+                                  checked.trainer.enable_progress_bar)  # a bar in a terminal, else lines
     callbacks = [clock, throughput, *progress, *resume_callbacks(plan.dir, plan.every, logger.flush)]
     built = build(checked, corpus, plan.step, logger, callbacks)
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,

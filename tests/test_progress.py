@@ -12,12 +12,23 @@ import sys
 
 import pytest
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from omegaconf import open_dict
 
-from conftest import ROOT, TINY
-from harness.config.schema import TrainerSettings
+from conftest import ROOT, TINY, choices_of
+from conftest import compose as compose_with_hydra
+from harness.config.schema import ProgressSettings
+from harness.config.validate import validate as validate_checked
 from harness.errors import ConfigError
 from harness.model import progress
 from harness.model.progress import LIGHTNING_INFO_LOGGERS, ProgressLines, clock, progress_callbacks
+
+
+def validate(overrides: list[str]):
+    cfg = compose_with_hydra(overrides)
+    choices = choices_of(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return validate_checked(cfg, choices)
 
 
 class Terminal(io.StringIO):
@@ -64,13 +75,16 @@ def test_lightning_info_is_quiet_only_off_a_terminal(lightning_levels):
     assert all(logging.getLogger(n).getEffectiveLevel() == logging.WARNING for n in LIGHTNING_INFO_LOGGERS)
 
 
-def test_progress_settings_are_checked():
-    assert TrainerSettings(progress="lines", progress_every_n_steps=5).progress == "lines"
-    with pytest.raises(ConfigError, match="enable_progress_bar=false turns it off"):
-        TrainerSettings(progress="bar", enable_progress_bar=False)
-    with pytest.raises(ConfigError, match="progress_every_n_steps=0 must be a positive integer"):
-        TrainerSettings(progress_every_n_steps=0)
-    TrainerSettings(progress="auto", enable_progress_bar=False)  # the tests' setting: allowed
+def test_progress_settings_are_checked(store):
+    assert validate([*TINY, "progress.mode=lines", "trainer.enable_progress_bar=true"]).progress == \
+        ProgressSettings("lines", 50)
+    assert validate(TINY).progress.mode == "auto"  # auto with no bar: the tests' setting, allowed
+    with pytest.raises(ConfigError, match="progress.mode=bar asks for progress but trainer.enable_progress_bar=false"):
+        validate([*TINY, "progress.mode=bar"])
+    with pytest.raises(ConfigError, match="progress.every_n_steps=0 must be a positive integer"):
+        validate([*TINY, "progress.every_n_steps=0"])
+    with pytest.raises(ConfigError, match="progress.mode='tqdm': use auto, bar or lines"):
+        validate([*TINY, "progress.mode=tqdm"])
 
 
 def test_clock():
@@ -83,7 +97,8 @@ LINE = re.compile(r"^(train|val)\s+step\s+(\d+)/12  loss (\d+\.\d{4})  val loss 
 
 @pytest.mark.slow
 def test_a_redirected_run_prints_a_few_plain_lines(tmp_path, _empty_store):
-    """A real run with stdout in a file: one line per 4 steps and per validation, no '\\r', no banners."""
+    """A real run with stdout in a file (progress.mode=auto): a line per 4 steps and per validation, no '\\r',
+    no Lightning banners."""
     log, db = tmp_path / "log", tmp_path / "mlflow.db"
     shutil.copyfile(_empty_store, db)  # a migrated store: creating one costs seconds
     overrides = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval",
@@ -91,7 +106,7 @@ def test_a_redirected_run_prints_a_few_plain_lines(tmp_path, _empty_store):
     with log.open("w") as out:
         proc = subprocess.run(
             [sys.executable, "run.py", *overrides, "trainer.max_steps=12", "trainer.val_check_interval=6",
-             "trainer.progress_every_n_steps=4", "checkpoint.every_n_steps=0", f"hydra.run.dir={tmp_path / 'out'}"],
+             "progress.every_n_steps=4", "checkpoint.every_n_steps=0", f"hydra.run.dir={tmp_path / 'out'}"],
             cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300,
             env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import lightning as L
-from omegaconf import OmegaConf
 
 from harness.config.instantiate import instantiate
-from harness.config.schema import HARNESS_TRAINER_KEYS
 from harness.data.windows import make_loaders
 from harness.model.module import LanguageModel
 from harness.model.transformer import Transformer
@@ -44,9 +42,7 @@ def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
                         pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
     if checked.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
-    trainer_args = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
-                    if k not in HARNESS_TRAINER_KEYS}  # the harness's own keys (progress) are no Trainer arguments
-    trainer = instantiate(trainer_args, logger=logger, callbacks=callbacks)
+    trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
     geometry = BatchGeometry.of(trainer, data.batch_size, cfg.optim.optimizer.lr)
     train_dl, val_dl = make_loaders(corpus, checked.tokenizer, checked.task, data.seq_len, data.batch_size,
                                     n_train=geometry.train_examples(checked.trainer.max_steps), seed=checked.seed,

@@ -247,6 +247,18 @@ class LoggerSettings:
 
 
 @dataclass(frozen=True)
+class ProgressSettings:
+    """``progress``: how training shows its progress (harness/model/progress.py); nothing at all when
+    ``trainer.enable_progress_bar`` is false."""
+
+    mode: Literal["auto", "bar", "lines"] = "auto"  # auto: a live bar when stdout is a terminal, else lines
+    every_n_steps: int = 50  # lines: one line every N optimizer steps, and one at each validation
+
+    def __post_init__(self):
+        _positive("progress.every_n_steps", self.every_n_steps)
+
+
+@dataclass(frozen=True)
 class OptimSettings:
     optimizer: dict = field(default_factory=dict)
     schedule: dict = field(default_factory=dict)
@@ -258,15 +270,9 @@ PRECISIONS = Literal["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"
                      "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64]
 
 
-PROGRESS = Literal["auto", "bar", "lines"]
-# Keys of the trainer node that the harness reads and the Trainer is not given (harness/model/progress.py).
-HARNESS_TRAINER_KEYS = ("progress", "progress_every_n_steps")
-
-
 @dataclass(frozen=True)
 class TrainerSettings:
-    """The ``lightning.Trainer`` keys of conf/trainer/*.yaml, with the ranges this harness needs, and the
-    harness's own ``HARNESS_TRAINER_KEYS`` (how progress is shown; not Trainer arguments).
+    """The ``lightning.Trainer`` keys of conf/trainer/*.yaml, with the ranges this harness needs.
     Any other Trainer argument (``+trainer.profiler=simple``) is checked against Lightning's signature."""
 
     accelerator: ACCELERATORS = "cpu"
@@ -284,15 +290,10 @@ class TrainerSettings:
     enable_progress_bar: bool = True
     strategy: str = "auto"
     num_nodes: int = 1
-    progress: PROGRESS = "auto"  # auto: a live bar when stdout is a terminal, else plain lines
-    progress_every_n_steps: int = 50  # progress=lines: one line every N optimizer steps (and each validation)
 
     def __post_init__(self):
-        for key in ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_nodes", "progress_every_n_steps"):
+        for key in ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_nodes"):
             _positive(f"trainer.{key}", getattr(self, key))
-        if self.progress != "auto" and not self.enable_progress_bar:
-            raise ConfigError(f"trainer.progress={self.progress} asks for progress but "
-                              "trainer.enable_progress_bar=false turns it off; drop one of the two")
         _positive("trainer.val_check_interval", self.val_check_interval,
                   kind="integer (steps) or a fraction of an epoch")
         if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
@@ -337,7 +338,7 @@ OPTIMIZER_RANGES: dict[str, tuple[str, typing.Callable[[Any], bool]]] = {
 # Plain (target-less) nodes by path; "" is the top level, whose group children are nodes of their own.
 PLAIN: dict[str, type] = {"": RunSettings, "data": DataSettings, "eval": EvalSettings,
                           "checkpoint": CheckpointSettings, "report": ReportSettings, "logger": LoggerSettings,
-                          "optim": OptimSettings}
+                          "optim": OptimSettings, "progress": ProgressSettings}
 GROUPS = ("pos", "attn", "model", "data", "tokenizer", "task", "optim", "trainer", "logger")
 # Parameters of a ``_target_`` the harness passes itself, by node.
 SUPPLIED: dict[str, tuple[str, ...]] = {"pos": ("shape",), "attn": ("shape",), "task": ("tokenizer",),

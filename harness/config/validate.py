@@ -51,6 +51,7 @@ class Checked:
     task: Any
     source: Any  # the corpus source, not loaded
     n_params: int
+    progress: schema.ProgressSettings = schema.ProgressSettings()
 
     @property
     def seed(self) -> int:
@@ -64,6 +65,9 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
                 for path, cls in schema.PLAIN.items()}
     trainer = _trainer_settings(values["trainer"])
+    if settings["progress"].mode != "auto" and not trainer.enable_progress_bar:
+        raise ConfigError(f"progress.mode={settings['progress'].mode} asks for progress but "
+                          "trainer.enable_progress_bar=false turns it off; drop one of the two")
     uri = resolve_tracking_uri(settings["logger"].tracking_uri)
     check_store(uri)
     _check_dirs(settings["checkpoint"])
@@ -77,7 +81,7 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     check_memory(footprint, data.batch_size, data.seq_len, lengths, on_gpu=trainer.accelerator in ("gpu", "cuda"))
     _check_device(trainer)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
-                   trainer, model, tokenizer, task, source, footprint.n_params)
+                   trainer, model, tokenizer, task, source, footprint.n_params, settings["progress"])
 
 
 def resolved(cfg: DictConfig) -> dict:

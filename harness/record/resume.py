@@ -41,8 +41,8 @@ from harness.record.reconcile import close_dead_runs, close_stale_runs
 from harness.record.store import Store, check_writable_dir, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
-VOLATILE = ("resume", "checkpoint", "hydra", "claim")  # claim: report metadata, not training
-VOLATILE_TRAINER = ("enable_progress_bar", "progress", "progress_every_n_steps")
+VOLATILE = ("resume", "checkpoint", "hydra", "claim", "progress")  # claim: report metadata; progress: display
+VOLATILE_TRAINER = ("enable_progress_bar",)
 
 
 def config_hash(cfg: DictConfig, uri: str) -> str:
