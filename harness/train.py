@@ -92,6 +92,12 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.log_scalars(length_metrics(results, checked.tokenizer.byte_level), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
     run.log_files(built.model.pos.artifacts())
+    if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
+        from harness.model.diagnostics import attention_diagnostics
+
+        diagnostics = attention_diagnostics(built.model, built.val_loader)
+        run.log_scalars(diagnostics.metrics(), step)
+        run.log_files(diagnostics.files(), "diagnostics")
 
 
 def run_name(choices: dict[str, str], seed) -> str:

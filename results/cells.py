@@ -1,7 +1,8 @@
 """A sweep's data model: one ``Cell`` per run, ``Group``s of seeds per scheme × attention, the ``Report``.
 
 Built from the MLflow store only (tags ``pos attn seed``, metric ``val/loss`` at the optimizer
-step, ``train/tokens_per_s``, param ``model.n_params``, ``failure`` tags), so the sweep's own
+step, ``train/tokens_per_s``, ``diag/mean_distance`` and ``diag/entropy`` where a run had diagnostics=true,
+param ``model.n_params``, ``failure`` tags), so the sweep's own
 report and ``python -m results report`` are the same function of the same data.
 
 Conventions: losses in nats per predicted token; std is the sample std (ddof=1) over the
@@ -40,6 +41,8 @@ class Cell:
     at_length: dict[int, float] = field(default_factory=dict)
     skipped_lengths: dict[int, str] = field(default_factory=dict)
     job: int = 0
+    attn_distance: float | None = None  # diag/mean_distance (diagnostics=true): tokens
+    attn_entropy: float | None = None  # diag/entropy: nats
 
     @property
     def finished(self) -> bool:
@@ -80,6 +83,8 @@ class Group:
     tokens_per_s: Stat
     n_params: int | None
     at_length: dict[int, Stat]
+    attn_distance: Stat = Stat(None, None, 0)  # over the finished seeds that logged diagnostics
+    attn_entropy: Stat = Stat(None, None, 0)
 
     @property
     def label(self) -> str:
@@ -135,6 +140,8 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         tokens_per_s=mean_std([c.tokens_per_s for c in done if c.tokens_per_s is not None]),
         n_params=next((c.n_params for c in cells if c.n_params is not None), None),
         at_length={n: mean_std([c.at_length[n] for c in done if n in c.at_length]) for n in lengths},
+        attn_distance=mean_std([c.attn_distance for c in done if c.attn_distance is not None]),
+        attn_entropy=mean_std([c.attn_entropy for c in done if c.attn_entropy is not None]),
     )
 
 

@@ -27,6 +27,8 @@ def draw_all(r: Report, out_dir: Path) -> list[Path]:
              final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png")]
     if any(g.at_length for g in r.groups):
         paths.append(loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png"))
+    if any(g.attn_distance.mean is not None for g in r.groups):
+        paths.append(attention_distance(r, colours, out_dir / "attention_distance.png"))
     return [p for p in paths if p is not None]
 
 
@@ -127,6 +129,20 @@ def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(title="pos", fontsize=8)
+    return _save(fig, path)
+
+
+def attention_distance(r: Report, colours: dict, path: Path) -> Path:
+    """Mean attention distance per scheme, one panel per attention variant (runs with diagnostics=true)."""
+    fig, panels = _panels(r, "Mean attention distance of the final model (mean ± std over seeds; diagnostics=true)",
+                          width=4.0)
+    for attn, ax in panels.items():
+        groups = [g for g in r.groups if g.attn == attn and g.attn_distance.mean is not None]
+        for x, g in enumerate(groups):
+            ax.bar(x, g.attn_distance.mean, yerr=g.attn_distance.std or 0.0, capsize=3, color=colours[g.label])
+        ax.set_xticks(range(len(groups)), [g.label for g in groups], rotation=30, ha="right")
+        ax.set(title=f"attn={attn}", xlabel="positional scheme (pos)", ylabel="Σ_j w_ij |i − j| (tokens)")
+        ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
 

@@ -45,6 +45,11 @@ def markdown(r: Report, plots: list[str]) -> str:
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
+    if any(g.attn_distance.mean is not None for g in r.groups):
+        lines += ["## Attention (diagnostics=true)", "", *_md_table(*_attention_rows(r)), "",
+                  "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "
+                  "heads and layers on 16 validation windows (mean ± std over seeds); each run's `diagnostics/` "
+                  "artifacts hold them per layer and head, by offset, and as maps.", ""]
     cell_head = ["cell", "run", "status", "final val loss", "tokens/s", "reason"]
     cell_rows = [[c.label, c.name, c.status, _num(c.final_loss, 4), _num(c.tokens_per_s, 0), c.reason]
                  for c in sorted(r.cells, key=lambda c: c.job)]
@@ -63,6 +68,12 @@ def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
+    head = ["pos", "attn", "mean attention distance (tokens)", "attention entropy (nats)"]
+    return head, [[g.label, g.attn, g.attn_distance.fmt(2), g.attn_entropy.fmt(3)] for g in r.groups
+                  if g.attn_distance.mean is not None]
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731 — a pipe would split the column
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
@@ -75,7 +86,8 @@ def to_csv(r: Report) -> str:
     fields = ["pos", "attn", "variant", "seeds", "n_finished", "status",
               "final_val_loss_mean", "final_val_loss_std", "best_val_loss_mean", "best_val_loss_std",
               "target_loss", "steps_to_target_mean", "steps_to_target_std", "seeds_reaching_target",
-              "tokens_per_s_mean", "n_params", *(f"val_loss_at_{n}_mean" for n in lengths)]
+              "tokens_per_s_mean", "n_params", *(f"val_loss_at_{n}_mean" for n in lengths),
+              "attn_distance_mean", "attn_entropy_mean"]
     writer = csv.writer(out)
     writer.writerow(fields)
     opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
@@ -84,7 +96,8 @@ def to_csv(r: Report) -> str:
                          opt(g.final.mean), opt(g.final.std), opt(g.best.mean), opt(g.best.std),
                          opt(r.target), opt(g.steps.mean), opt(g.steps.std), g.steps.n,
                          opt(g.tokens_per_s.mean), opt(g.n_params),
-                         *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths)])
+                         *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
+                         opt(g.attn_distance.mean), opt(g.attn_entropy.mean)])
     return out.getvalue()
 
 

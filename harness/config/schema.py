@@ -161,6 +161,7 @@ class RunSettings:
     resume: Any = None  # null/false: a new run; true: resume; auto; or a checkpoint path (``resume_mode``)
     claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
+    diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
 
     def __post_init__(self):
         if not 0 <= self.seed <= NUMERIC_SEED_MAX:

@@ -75,6 +75,8 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     task = instantiate(cfg.task, tokenizer=tokenizer)
     source = instantiate(cfg.data.source)
     dry_optimizer(cfg)
+    if settings[""].diagnostics:
+        _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
     model, footprint = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     _check_splits(source, task, tokenizer, data, lengths)
@@ -224,6 +226,13 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
     footprint = Footprint(model.num_params(), model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers,
                           model_cfg.n_heads, tokenizer.vocab_size, variant.dense_logits(type(model.pos).bias_kind))
     return model_cfg, footprint
+
+
+def _check_diagnosable(target: str, name: str) -> None:
+    """diagnostics=true draws the weights each layer applies: the variant must say what they are."""
+    if not _locate("attn", target).implies_weights():
+        raise ConfigError(f"diagnostics=true needs the attention weights, which attn={name} does not form "
+                          "(it has no implied_weights); set diagnostics=false or implement it")
 
 
 # ---------------------------------------------------------------- 5. resources

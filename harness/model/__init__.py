@@ -2,8 +2,9 @@
 
 Owns: the transformer that calls a positional scheme's hooks and an attention variant
 (``transformer``), the LightningModule with its loss, optimizer groups and throughput
-(``module``), the learning-rate schedule (``schedule``), and evaluation beyond the validation split
-(``evaluate``: lengths).
+(``module``), the learning-rate schedule (``schedule``), evaluation beyond the validation split
+(``evaluate``: lengths), how training shows progress (``progress``: a bar, or lines in a log), and the
+attention diagnostics of a trained model (``diagnostics``, its figures in ``attention_figures``).
 
 May import: positional, attention, harness.data, and the ground.
 """

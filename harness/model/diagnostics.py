@@ -1,0 +1,190 @@
+"""Attention diagnostics (``diagnostics=true``): what the trained model's attention looks like.
+
+On a few validation windows every layer's attention variant forms the weights it applies,
+``implied_weights(q, k, ctx)`` (explicit T×T: softmax's own, local's band, kernelized attention's
+normalised kernel matrix), captured by forward hooks on the variants. Per layer and head:
+
+  mean attention distance  Σ_j w_ij |i − j| averaged over queries, in tokens (the "attention distance"
+                           of Dosovitskiy et al. 2021, Fig. 7, over sequence positions instead of pixels);
+  attention entropy        −Σ_j w_ij ln w_ij averaged over queries, in nats (ln T for uniform attention);
+  weight by offset         the mean w_{i, i−o} over the queries where key i − o exists: local or far?
+
+Queries at padded positions and queries that see no key are left out. Numerator-mode RoPE in kernelized
+attention (RoFormer Eq. 19) applies signed weights whose rows need not sum to 1; the statistics then read
+|w| renormalised per row (``as_distribution``), and the figures say so. ``weights_error`` is how far w @ v
+is from the variant's own output (relative to its largest entry): the weights drawn are the ones applied.
+
+Notation: B batch, H heads, T length, L layers.
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import io
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+WINDOWS = 16  # validation windows looked at
+CHUNK_ELEMS = 1 << 24  # B·H·T² weights formed at once per layer (64 MiB in fp32)
+
+
+@dataclass
+class AttentionStats:
+    """Sums over the counted queries of one layer, per head: they add up over batches."""
+
+    distance: Tensor  # (H,) Σ_queries Σ_j w_ij |i − j|
+    entropy: Tensor  # (H,) Σ_queries −Σ_j w_ij ln w_ij
+    queries: Tensor  # () number of queries counted
+    by_offset: Tensor  # (H, 2T − 1) Σ_queries w_{i, i−o}; column o + T − 1 holds offset o = i − j
+    pairs: Tensor  # (2T − 1,) counted (query, key) pairs at each offset
+
+    def __add__(self, other: AttentionStats) -> AttentionStats:
+        return AttentionStats(*(a + b for a, b in zip(self.parts(), other.parts(), strict=True)))
+
+    def parts(self) -> tuple[Tensor, ...]:
+        return self.distance, self.entropy, self.queries, self.by_offset, self.pairs
+
+    @property
+    def mean_distance(self) -> Tensor:
+        return self.distance / self.queries  # (H,)
+
+    @property
+    def mean_entropy(self) -> Tensor:
+        return self.entropy / self.queries  # (H,)
+
+    @property
+    def offset_profile(self) -> Tensor:
+        """(H, 2T − 1) mean weight at each offset i − j; NaN where no counted pair has that offset."""
+        return self.by_offset / self.pairs.where(self.pairs > 0, torch.nan)
+
+
+def as_distribution(w: Tensor) -> Tensor:
+    """|w| over its row sum (rows of zeros stay zeros): the identity on attention that already is a
+    distribution; for signed weights (numerator-mode RoPE) where each query puts its absolute mass."""
+    mass = w.abs()
+    total = mass.sum(-1, keepdim=True)
+    return mass / torch.where(total > 0, total, 1.0)
+
+
+def attention_stats(w: Tensor, queries: Tensor | None = None) -> AttentionStats:
+    """The per-head sums of one batch of attention distributions w (B, H, T, T), rows over keys.
+
+    ``queries`` (B, T) bool: the queries to count (real tokens); a query whose row is zero in any head (it
+    sees no key) is never counted. Sums are float64.
+    """
+    w = w.detach().double()
+    B, H, T, _ = w.shape
+    counted = (w.sum(-1) > 0).all(1)  # (B, T)
+    if queries is not None:
+        counted = counted & queries.to(counted.device)
+    pos = torch.arange(T, device=w.device)
+    offset = pos[:, None] - pos[None, :]  # (T, T): i − j
+    w = w * counted[:, None, :, None]  # (B, H, T, T): uncounted rows contribute nothing
+    column = (offset + T - 1).flatten()  # (T·T,)
+    by_offset = w.new_zeros(H, 2 * T - 1).index_add_(1, column, w.sum(0).flatten(1))  # (H, 2T − 1)
+    per_pair = counted.sum(0)[:, None].expand(T, T).flatten().double()  # counted queries at (i, ·)
+    return AttentionStats(distance=_per_head(w * offset.abs()), entropy=-_per_head(torch.xlogy(w, w)),
+                          queries=counted.sum().double(), by_offset=by_offset,
+                          pairs=w.new_zeros(2 * T - 1).index_add_(0, column, per_pair))
+
+
+def _per_head(x: Tensor) -> Tensor:
+    """Σ over keys, then over batch and queries: (B, H, T, T) -> (H,)."""
+    return x.sum(-1).sum((0, 2))
+
+
+@dataclass
+class Diagnostics:
+    """What the hooks saw: per layer the statistics and one sample's attention map."""
+
+    layers: list[AttentionStats | None]
+    maps: list[Tensor | None] = field(default_factory=list)  # per layer (H, T, T), window 0
+    signed: bool = False  # some weights were negative (numerator-mode RoPE): |w| was used
+    weights_error: float = 0.0  # max |w @ v − output| / max |output|
+
+    def metrics(self) -> dict[str, float]:
+        """``diag/mean_distance`` (tokens) and ``diag/entropy`` (nats), averaged over layers and heads."""
+        distance = torch.stack([s.mean_distance for s in self.layers])  # (L, H)
+        entropy = torch.stack([s.mean_entropy for s in self.layers])
+        return {"diag/mean_distance": float(distance.mean()), "diag/entropy": float(entropy.mean()),
+                "diag/weights_error": self.weights_error}
+
+    def files(self) -> dict[str, bytes | str]:
+        from harness.model import attention_figures as figures  # lazy: matplotlib only when drawn
+
+        return {"attention_stats.csv": self.stats_csv(), "attention_by_offset.csv": self.offsets_csv(),
+                **figures.draw(self)}
+
+    def stats_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["layer", "head", "mean_distance", "entropy", "queries"])
+        for layer, s in enumerate(self.layers):
+            for head, (d, e) in enumerate(zip(s.mean_distance.tolist(), s.mean_entropy.tolist(), strict=True)):
+                writer.writerow([layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)])
+        return out.getvalue()
+
+    def offsets_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["layer", "head", "offset", "mean_weight"])
+        for layer, s in enumerate(self.layers):
+            T = (s.pairs.numel() + 1) // 2
+            for head, row in enumerate(s.offset_profile.tolist()):
+                writer.writerows([layer, head, o - (T - 1), f"{x:.6g}"] for o, x in enumerate(row) if not math.isnan(x))
+        return out.getvalue()
+
+
+def attention_diagnostics(model, loader, windows: int = WINDOWS) -> Diagnostics:
+    """Run ``model`` (a harness Transformer) on the first ``windows`` windows of ``loader`` in eval mode
+    and collect every layer's implied attention through forward hooks on its variant."""
+    variants = [block.attn.variant for block in model.blocks]
+    diag = Diagnostics(layers=[None] * len(variants), maps=[None] * len(variants))
+    handles = [v.register_forward_hook(_capture(diag, layer), with_kwargs=True) for layer, v in enumerate(variants)]
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in _windows(loader, windows, model.cfg.n_heads):
+                # .forward, not __call__: a compiled model (model.compile=true) runs eagerly here, hooks and all
+                model.forward(batch["input_ids"].to(device), batch["key_padding_mask"].to(device))
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    return diag
+
+
+def _windows(loader, n: int, heads: int):
+    """The loader's batches cut to ``n`` windows in all, in chunks of at most ``CHUNK_ELEMS`` weights per layer."""
+    left = n
+    for batch in loader:
+        T = batch["input_ids"].shape[1]
+        step = max(1, CHUNK_ELEMS // (heads * T * T))
+        for start in range(0, min(left, len(batch["input_ids"])), step):
+            stop = min(start + step, left)
+            yield {key: value[start:stop] for key, value in batch.items()}
+        left -= min(left, len(batch["input_ids"]))
+        if left == 0:
+            return
+
+
+def _capture(diag: Diagnostics, layer: int):
+    def hook(variant, args, kwargs, output):
+        given = inspect.signature(variant.forward).bind(*args, **kwargs).arguments  # q, k, v, ctx by name
+        q, k, v, ctx = (given[name] for name in ("q", "k", "v", "ctx"))
+        w = variant.implied_weights(q, k, ctx)  # (B, H, T, T)
+        scale = output.abs().amax().clamp_min(torch.finfo(output.dtype).tiny)
+        diag.weights_error = max(diag.weights_error, float((w @ v - output).abs().amax() / scale))
+        diag.signed = diag.signed or bool((w < 0).any())
+        p = as_distribution(w)
+        stats = attention_stats(p, ctx.key_padding_mask)
+        diag.layers[layer] = stats if diag.layers[layer] is None else diag.layers[layer] + stats
+        if diag.maps[layer] is None:
+            diag.maps[layer] = p[0].detach().float().cpu()  # (H, T, T)
+
+    return hook
