@@ -73,11 +73,14 @@ def maps(diag, note: list[str]) -> bytes:
     fig = Figure(figsize=(1.9 * H + 0.6, 1.9 * L + 0.9), layout="constrained")
     axes = fig.subplots(L, H, squeeze=False)
     for (layer, head), ax in np.ndenumerate(axes):
-        ax.imshow(diag.maps[layer][head].numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
+        image = diag.maps[layer][head].numpy()
+        top = float(np.quantile(image, 0.995)) or None  # a few peaked entries would leave the rest dark
+        ax.imshow(image, cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_title(f"layer {layer} · head {head}", fontsize=7)
-    fig.suptitle("\n".join(["Attention of one validation window: query i down, key j across", *note]), fontsize=9)
+    fig.suptitle("\n".join(["Attention of one validation window: query i down, key j across (colour capped at "
+                             "each map's 99.5th percentile)", *note]), fontsize=9)
     return _png(fig)
 
 
