@@ -12,8 +12,8 @@ import torch
 from harness.bench.internals import git_sha
 from harness.bench.measure import Peak
 from harness.bench.session import Result
-from harness.bench.targets import Outcome, PeerOutcome
 from harness.bench.stats import Interval
+from harness.bench.targets import Outcome, PeerOutcome
 
 
 @dataclass
@@ -91,7 +91,8 @@ def _header(report: Report) -> list[str]:
 
 
 def _grid(grid: list[Result]) -> list[str]:
-    lines = ["## Grid", "", "| pos | attn | T | batch | step (ms) | tokens/s | peak mem (MB) | GFLOP/step | MFU | status |",
+    lines = ["## Grid", "",
+             "| pos | attn | T | batch | step (ms) | tokens/s | peak mem (MB) | GFLOP/step | MFU | status |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in grid:
         status = r.status if r.ok else f"{r.status}: {r.reason[:80]}"
@@ -115,8 +116,9 @@ def _peers(peers: list[PeerOutcome]) -> list[str]:
     for p in peers:
         value, interval = _interval(p.interval, lambda x: f"{x:.2f}")
         verdict = p.verdict if p.interval is not None else f"not measured ({p.why})"
-        lines.append(f"| {p.peer.name} | pos={p.ours.pos} attn={p.ours.attn} | {_fmt(p.theirs, 'tokens_per_s', 1, ',.0f')} "
-                     f"| {_fmt(p.ours, 'tokens_per_s', 1, ',.0f')} | {_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / "
+        lines.append(f"| {p.peer.name} | pos={p.ours.pos} attn={p.ours.attn} | "
+                     f"{_fmt(p.theirs, 'tokens_per_s', 1, ',.0f')} | {_fmt(p.ours, 'tokens_per_s', 1, ',.0f')} | "
+                     f"{_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / "
                      f"{_fmt(p.ours, 'flops', 1e-9, ',.1f')} | {value} | {interval} | {verdict} | "
                      f"{len(p.interval.samples) if p.interval else '—'} |")
     notes = [f"- {p.peer.name}: {p.peer.note}" for p in peers if p.peer.note]
