@@ -190,7 +190,21 @@ class Rope(PositionalScheme):
         # length scaling changes evaluation only; training always sees the plain angles
         f = ScaledFrequencies(theta, 1.0) if self.training else \
             self.scaling.frequencies(theta, int(positions.max()) + 1)
-        angles = rope_angles(positions, f.inv_freq)  # (T, R/2)
         s = f.attention_scale
-        return Rotation(angles.cos() * s, angles.sin() * s, apply=LAYOUTS[self.layout], scale=s,
-                        at_width=lambda w: self._rotation(positions, w))
+        cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each
+        return Rotation(cos, sin, apply=LAYOUTS[self.layout], scale=s, at_width=lambda w: self._rotation(positions, w))
+
+    def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
+        """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions and
+        the scheme's own fixed θ are unchanged (profiled: float64 cos and sin were ~1/8 of RoPE's time in a
+        d512 step). Learned or rescaled θ is computed afresh."""
+        if inv_freq is not self.inv_freq or inv_freq.requires_grad:
+            angles = rope_angles(positions, inv_freq)  # (T, R/2)
+            return angles.cos() * s, angles.sin() * s
+        key = (positions.device, positions.numel(), inv_freq.dtype, inv_freq.data_ptr(), inv_freq._version, s)
+        hit = self.__dict__.get("_trig", {}).get(key)
+        if hit is None or not torch.equal(hit[0], positions):
+            angles = rope_angles(positions, inv_freq)
+            hit = (positions.clone(), angles.cos() * s, angles.sin() * s)
+            self.__dict__["_trig"] = {key: hit}  # one length at a time; not state (no buffer, no checkpoint)
+        return hit[1], hit[2]
