@@ -43,6 +43,7 @@ class Target:
         results = {k: session.cell(s, keep=True) for k, s in self.cells.items()}
         failed = {k: r for k, r in results.items() if not r.ok}
         if failed:
+            session.release()
             why = "; ".join(f"{k}: {r.status}: {r.reason[:80]}" for k, r in failed.items())
             return Outcome(self.label, self.goal, results, None, "not measured", "—", why)
         try:
@@ -57,15 +58,13 @@ class Target:
 
 @dataclass(frozen=True)
 class PairedTarget(Target):
-    num: str = ""
+    num: str = ""  # the cells whose step times are divided
     den: str = ""
-    overhead: bool = False  # value = ratio − 1
 
     def measure(self, session, results):
-        value = (lambda r: r - 1) if self.overhead else (lambda r: r)
         steps = (session.step(self.cells[self.num]), session.step(self.cells[self.den]))
-        ratio = paired_rounds(*steps, session.options.device, self.goal, value, budget_s=self.budget_s)
-        return ratio.map(value), f"paired ABBA, {len(ratio.samples)} rounds", ""
+        ratio = paired_rounds(*steps, session.options.device, self.goal, budget_s=self.budget_s)
+        return ratio, f"paired ABBA, {len(ratio.samples)} rounds", ""
 
 
 @dataclass(frozen=True)
