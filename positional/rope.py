@@ -75,9 +75,11 @@ def _as_complex(x: Tensor) -> Tensor:
 
 def _turn_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """The interleaved rotation, no autograd: (..., T, R) -> (..., T, R)."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous, whatever x's strides: the
+    # q/k views of a fused projection come out in (B, H, T, D) order, so the next matmul needs no copy
     if x.dtype in _COMPLEX:
-        return torch.view_as_real(_as_complex(x) * torch.complex(cos, sin)).flatten(-2)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        torch.mul(_as_complex(x), torch.complex(cos, sin), out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
+        return out
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, R/2) each, strided views
     torch.mul(even, cos, out=out[..., 0::2]).addcmul_(odd, sin, value=-1)  # x_2i cos − x_2i+1 sin
     torch.mul(odd, cos, out=out[..., 1::2]).addcmul_(even, sin)  # x_2i+1 cos + x_2i sin
