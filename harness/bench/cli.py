@@ -136,10 +136,13 @@ def run(args: Args, command: str) -> Report:
     peak = matmul_peak_flops(args.device, (4096, 8192) if args.device == "cuda" else (2048, 4096))
     print(f"peak {'bf16' if args.device == 'cuda' else 'fp32'} matmul: {peak.flops / 1e9:,.1f} GFLOP/s at "
           f"n={peak.n}; {torch.get_num_threads()} threads")
-    session = Session(Options(args.device, peak.flops, args.warmup, args.repeats, args.cell_s))
+    session = Session(Options(args.device, peak.flops, peak.n, args.warmup, args.repeats, args.cell_s))
     grid = [r for pos in args.poses for attn in args.attns for r in _lengths_of(session, args, pos, attn)]
     peers = [compare_peer(session, p, Spec(p.pos, p.attn, args.lengths[0], max(1, args.tokens // args.lengths[0]),
                                            args.model)) for p in PEERS if args.peers]
+    for p in peers:
+        shown = f"{p.interval.estimate:.2f} [{p.interval.low:.2f}, {p.interval.high:.2f}]" if p.interval else "—"
+        print(f"  posbench ÷ {p.peer.name}: {shown}, {p.verdict}", flush=True)
     targets = [t.evaluate(session) for t in targets_for(args.device, args.tokens) if args.targets]
     for o in targets:
         print(f"  target {o.label}: {o.verdict} ({o.method})", flush=True)

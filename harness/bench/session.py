@@ -43,7 +43,8 @@ class Result:
 @dataclass
 class Options:
     device: str
-    peak_flops: float
+    peak_flops: float  # the run's matmul peak (FLOP/s), for each cell's MFU column
+    peak_n: int = 2048  # the matrix size that reached it
     warmup: int = 0
     repeats: int = 3
     cell_s: float = 5.0
