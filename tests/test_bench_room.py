@@ -4,6 +4,7 @@ intervals and verdicts, adaptive paired rounds, the profiled positional share, t
 import math
 import statistics
 import time
+import types
 
 import pytest
 import torch
@@ -104,12 +105,20 @@ def test_a_goal_is_met_only_by_a_whole_interval(low, high, at_most, at_least):
     assert Goal("<=", 0.02, percent=True).judge(Interval.point(0.02)) == "met"
 
 
-def test_paired_rounds_stop_once_resolved_and_give_up_at_the_round_budget():
-    slow, fast = (lambda: time.sleep(0.02)), (lambda: time.sleep(0.01))
-    clear = paired_rounds(slow, fast, "cpu", Goal("<=", 20), max_rounds=10)
-    assert len(clear.samples) == 3 and 1.3 < clear.estimate < 3.0  # far from the goal: the minimum rounds
-    same = paired_rounds(fast, fast, "cpu", Goal("<=", 1.0), max_rounds=5)
-    assert len(same.samples) == 5  # a ratio of ~1 against a goal of 1 cannot be resolved: every round is used
+def test_paired_rounds_stop_once_resolved_and_give_up_at_the_round_budget(monkeypatch):
+    """Scripted step times: a steady 2× ratio is resolved against ≤ 20 after the minimum 3 rounds; ratios
+    alternating 1.0 / 1.2 straddle a goal of 1.1 however many rounds, so every allowed round is used."""
+    from harness.bench import pairing
+
+    times = {"num": iter([]), "den": iter([])}
+    monkeypatch.setattr(pairing, "time_call", lambda step, device: next(times[step()]))
+    times.update(num=iter([2.0] * 10), den=iter([1.0] * 10))
+    clear = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 20), max_rounds=10)
+    assert len(clear.samples) == 3 and clear.estimate == pytest.approx(2.0)
+    times.update(num=iter([1.0, 1.2] * 5), den=iter([1.0] * 10))
+    straddling = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 1.1), max_rounds=5)
+    assert straddling.samples == pytest.approx((1.0, 1.2, 1.0, 1.2, 1.0))  # ABBA order, each side's own times
+    assert Goal("<=", 1.1).judge(straddling) == "unresolved"
 
 
 def test_positional_share_times_the_schemes_own_ops_and_restores_its_hooks():
@@ -199,3 +208,24 @@ def test_a_failing_cell_is_a_failed_run_and_exit_1(monkeypatch, tmp_path, store)
     assert runs["none"].info.status == "FINISHED" and runs["rope"].info.status == "FAILED"
     tags = runs["rope"].data.tags
     assert tags["failure"] == "error" and "kernel exploded" in tags["failure_reason"]
+
+
+def test_mfu_target_divides_each_steps_flop_rate_by_the_matmul_rate_timed_right_after_it(monkeypatch):
+    """Scripted times: a 1 s step of 5e8 FLOPs against a 64² matmul at 1e9 FLOP/s is 50 % MFU in every
+    round, so the interval is that point and three rounds resolve it."""
+    from harness.bench import targets
+
+    calls = []
+
+    def fake_time(fn, device):
+        calls.append("step" if fn == "step" else "matmul")
+        return 1.0 if fn == "step" else 2 * 64**3 / 1e9
+
+    monkeypatch.setattr(targets, "time_call", fake_time)
+    session = types.SimpleNamespace(options=types.SimpleNamespace(device="cpu", peak_n=64),
+                                    step=lambda spec: "step")
+    cells = {"step": Result("posbench", "none", "softmax", 512, 8, flops=5e8)}
+    target = targets.MfuTarget("mfu", Goal(">=", 0.45, percent=True), {"step": None})
+    interval, method, _ = target.measure(session, cells)
+    assert interval.estimate == pytest.approx(0.5) and interval.low == pytest.approx(0.5)
+    assert calls == ["step", "matmul", "matmul"] * 3 and "64² matmul" in method
