@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from positional.base import PositionalScheme, RelativeBias, Shape, relative_offsets
+from positional.base import FarField, PositionalScheme, RelativeBias, Shape, relative_offsets
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -40,4 +40,6 @@ class ALiBi(PositionalScheme):
         t = positions.numel()
         offsets = relative_offsets(t, t, positions.device).to(self.slopes.dtype)  # (2T−1,) i − j
         distance = offsets if self.shape.causal else offsets.abs()
-        return RelativeBias(-self.slopes[:, None] * distance[None, :], t, t)  # (H, 2T−1)
+        # linear in |i − j| from 0 on: slope m_h for past keys, and ∓m_h for future ones (causal: −m_h·(i − j))
+        far = FarField(0, torch.stack([self.slopes, -self.slopes if self.shape.causal else self.slopes]))
+        return RelativeBias(-self.slopes[:, None] * distance[None, :], t, t, far)  # (H, 2T−1)

@@ -61,14 +61,29 @@ class LogitBias:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class FarField:
+    """What a relative bias is beyond ``distance``: linear in |i − j| on each side,
+    b_o = b_{±distance} − slope · (|o| − distance) for |o| ≥ distance (+ for i − j > 0, − for i − j < 0).
+
+    A scheme that declares it lets kernelized attention weight far keys by decayed prefix sums instead of
+    a Toeplitz FFT (attention/kernelized.py, ``band_contract``). T5: its buckets are constant from
+    max_distance on (slope 0); ALiBi: −m_h·|i − j| from distance 0 (slope m_h).
+    """
+
+    distance: int
+    slope: Tensor  # (2, H): row 0 for i − j > 0 (past keys), row 1 for i − j < 0 (future keys)
+
+
 class RelativeBias(LogitBias):
     """b_ij = c[h, i - j + (Tk - 1)]: a schemes supplies the per-offset table only."""
 
     kind: BiasKind = "relative"
 
-    def __init__(self, table: Tensor, t_q: int, t_k: int):
+    def __init__(self, table: Tensor, t_q: int, t_k: int, far: FarField | None = None):
         self.table = table  # (H, Tq + Tk - 1); column o holds offset i - j = o - (Tk - 1)
         self.t_q, self.t_k = t_q, t_k
+        self.far = far  # None: no structure declared beyond the table itself
         self._dense: Tensor | None = None
 
     def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, RelativeBias, Shape, relative_offsets
+from positional.base import FarField, PositionalScheme, RelativeBias, Shape, relative_offsets
 
 
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
@@ -70,4 +70,6 @@ class T5Bias(PositionalScheme):
         offsets = relative_offsets(t, t, positions.device)  # (2T−1,) i − j
         buckets = relative_position_bucket(-offsets, not self.shape.causal, self.num_buckets, self.max_distance)
         table = self.bias[layer if self.per_layer else 0]  # (H, NB)
-        return RelativeBias(table[:, buckets], t, t)  # (H, 2T−1) over offsets −(T−1) … T−1
+        # from max_distance on, each direction has one bucket (relative_position_bucket): constant
+        far = FarField(self.max_distance, table.new_zeros(2, table.shape[0]).detach())
+        return RelativeBias(table[:, buckets], t, t, far)  # (H, 2T−1) over offsets −(T−1) … T−1
