@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, Shape
+from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope_scaling import RopeScaling, ScaledFrequencies
 
 
@@ -84,7 +84,7 @@ def rotated_width(width: int, fraction: float) -> int:
 
 
 @dataclass(frozen=True)
-class Rotation:
+class Rotation(Rotary):
     cos: Tensor  # (T, R/2), times the attention scale
     sin: Tensor  # (T, R/2), times the attention scale
     at_width: Callable[[int], "Rotation"]  # the same scheme for a vector of width w (see module doc)
@@ -108,8 +108,8 @@ class Rotation:
 class Rope(PositionalScheme):
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved",
                  fraction: float = 1.0, scaling: str = "none", factor: float = 1.0,
-                 alpha: float = 1.0, beta: float = 32.0, original_max_len: int | None = None):
-        super().__init__(shape)
+                 alpha: float = 1.0, beta: float = 32.0, original_max_len: int | None = None, **sampling):
+        super().__init__(shape, **sampling)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if layout not in LAYOUTS:
             raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
