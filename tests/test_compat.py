@@ -42,6 +42,21 @@ def test_matrix_covers_every_yaml_pair_and_agrees_with_refusal():
         assert c.refusal == variants[c.attn].refusal(schemes[c.pos])
 
 
+# Written from the papers, not from the code: softmax forms every logit, so it takes any bias. Local
+# (a band of logits) and kernelized attention (no logits, Toeplitz products) take biases of i − j only.
+# XL and CoPE add terms made of q (content); FIRE's bias reads i as well as i − j (positional).
+NEEDS_FULL_LOGITS = {"xl": "content", "cope": "content", "fire": "positional"}
+
+
+def test_the_matrix_refuses_exactly_the_cells_that_need_full_logits():
+    cells = compatibility()
+    refused = {(c.pos, c.attn) for c in cells if not c.allowed}
+    assert refused == {(p, a) for p in NEEDS_FULL_LOGITS for a in ("linear", "local", "performer")}
+    for c in cells:
+        if not c.allowed:
+            assert f"cannot apply a {NEEDS_FULL_LOGITS[c.pos]} logit bias (pos={c.pos}): " in c.refusal
+
+
 @pytest.mark.parametrize("variant", [Local, Linear, Performer])
 def test_content_bias_is_refused_with_a_one_line_reason_and_relative_accepted(variant):
     reason = variant.refusal(ContentScheme)
