@@ -16,7 +16,8 @@ same way towards them, p_ij = Σ_{t=i..j} g_it for j > i, and read from a second
 before and after are told apart). Causal inputs never use e'.
 
 Padding needs no special case: for a real query i and a real key j every t between them is real (pads
-sit only at the ends), so padded keys never enter a count that matters.
+sit only at the ends), so padded keys never enter a count that matters (they cancel out of the running
+sums ``cope_positions`` takes differences of, up to round-off).
 
 z depends on q and k: a ``content`` bias. Local and kernelized attention refuse it (neither forms the
 logits q_i·k_j the gates are made of).
@@ -26,8 +27,6 @@ Notation: B batch, H heads, T length, D head dim, P = npos (2·npos with the bid
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -36,20 +35,32 @@ from positional.base import LogitBias, PositionalScheme, Shape
 
 
 def cope_positions(gates: Tensor, causal: bool) -> Tensor:
-    """p_ij = Σ_{t=j..i} g_it for j ≤ i; for j > i, 0 if causal, else Σ_{t=i..j} g_it. (…, T, T) -> same."""
-    before = gates.tril().flip(-1).cumsum(-1).flip(-1)  # Σ_{t ≥ j} of the row's g_it, t ≤ i
+    """p_ij = Σ_{t=j..i} g_it for j ≤ i; for j > i Σ_{t=i..j} g_it, or (causal) any value, masked later.
+
+    One running sum C_ij = Σ_{t ≤ j} g_it gives both: Σ_{t=j..i} g_it = C_ii − C_ij + g_ij and
+    Σ_{t=i..j} g_it = C_ij − C_ii + g_ii, without flips or masks (profiled: the reversed cumulative
+    sum's two flips were the largest cost of a CoPE step). Round-off: ~T·eps absolute. (…, T, T) -> same.
+    """
+    c = gates.cumsum(-1)  # (…, T, T)
+    c_ii = c.diagonal(dim1=-2, dim2=-1)[..., None]  # (…, T, 1)
+    before = c_ii - c + gates
     if causal:
         return before
-    after = gates.triu(1).cumsum(-1) + gates.diagonal(dim1=-2, dim2=-1)[..., None]  # Σ_{i ≤ t ≤ j}
-    return torch.where(_later_keys(gates), after, before)
+    g_ii = gates.diagonal(dim1=-2, dim2=-1)[..., None]  # (…, T, 1)
+    return torch.where(_later_keys(gates), c - c_ii + g_ii, before)
 
 
 def cope_interpolate(q_e: Tensor, pos: Tensor) -> Tensor:
-    """q·e[p] interpolated between ⌊p⌋ and ⌈p⌉ (Golovneva et al. 2024, §3). q_e: (…, T, P) the products
-    q_i·e[n] for integer n; pos: (…, T, T) fractional indices into P. -> (…, T, T)."""
+    """q·e[p] interpolated between ⌊p⌋ and ⌈p⌉ (Golovneva et al. 2024, §3): q_e[n] + w·(q_e[n+1] − q_e[n]),
+    n = ⌊p⌋, w = p − n. q_e: (…, T, P) the products q_i·e[n]; pos: (…, T, T) in [0, P − 1]. -> (…, T, T).
+
+    One index for both gathers. The step at n = P − 1 (and, bidirectional, at the last entry of e) is never
+    weighted: p reaches it only capped, where w = 0 and the cap passes no gradient.
+    """
     low = pos.floor()
-    w = pos - low  # the gradient reaches the gates through w
-    return q_e.gather(-1, pos.ceil().long()) * w + q_e.gather(-1, low.long()) * (1 - w)
+    n = low.long()
+    step = torch.diff(q_e, dim=-1, append=q_e[..., -1:])  # (…, T, P): q_e[n+1] − q_e[n], 0 at the end
+    return q_e.gather(-1, n) + (pos - low) * step.gather(-1, n)  # the gradient reaches the gates through w
 
 
 def _later_keys(x: Tensor) -> Tensor:
@@ -65,12 +76,13 @@ class CoPEBias(LogitBias):
         self.npos, self.causal = npos, causal
 
     def dense(self, q: Tensor, k: Tensor) -> Tensor:
-        """z_ij for q, k: (B, H, T, D) -> (B, H, T, T)."""
-        gates = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))  # (B, H, T, T)
-        pos = cope_positions(gates, self.causal).clamp(max=self.npos - 1)
+        """z_ij for q, k: (B, H, T, D) -> (B, H, T, T), in float32 at least (counts of T gates in bf16 drift)."""
+        work = torch.promote_types(q.dtype, torch.float32)
+        logits = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)  # (B, H, T, T), q_i·k_j/√D
+        pos = cope_positions(torch.sigmoid(logits.to(work)), self.causal).clamp(0, self.npos - 1)
         if not self.causal:  # keys after the query index e': columns npos … 2·npos − 1
             pos = pos + _later_keys(pos) * self.npos
-        q_e = q @ self.table.to(q.dtype).T  # (B, H, T, P)
+        q_e = q.to(work) @ self.table.to(work).T  # (B, H, T, P)
         return cope_interpolate(q_e, pos)
 
 

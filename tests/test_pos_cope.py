@@ -82,7 +82,7 @@ def test_matches_x_transformers_cope(t, npos):
     future = torch.ones(t, t, dtype=torch.bool).triu(1)
     want = theirs(q, logits.masked_fill(future, -torch.finfo(F64).max))  # as its Attend masks before CoPE
     got = s.logit_bias(torch.arange(t), 0).dense(q, k)
-    assert_close(got[..., ~future], want[..., ~future], rtol=0, atol=1e-13)
+    assert_close(got[..., ~future], want[..., ~future], rtol=0, atol=1e-12)  # sums in another order
 
 
 def test_gradient_reaches_queries_and_keys_through_the_gates():
@@ -101,7 +101,7 @@ def test_padded_keys_do_not_change_the_term_between_real_tokens(causal, pad):
     k2 = k.clone()
     k2[..., [t for t in range(T) if t not in real.tolist()], :] = 9.0  # whatever sits at the pads
     a, b = (s.logit_bias(torch.arange(T), 0).dense(q, kk)[..., real[:, None], real[None, :]] for kk in (k, k2))
-    assert_close(a, b, rtol=0, atol=0)
+    assert_close(a, b, rtol=0, atol=1e-13)  # pads cancel out of the running sums: round-off only
 
 
 def test_cope_is_content_only_softmax_applies_it_and_positions_cannot_be_randomized():
