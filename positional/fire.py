@@ -21,9 +21,11 @@ N_i the distance to the farther end of the input (T_last the last position), so 
 [−1, 1] and keys before and after the query are told apart. Causal inputs are unchanged (N_i = i there
 is the paper's normaliser, and the sign is +).
 
-The bias depends on i − j *and* i (through the normaliser): not a Toeplitz matrix, so it is a
-``positional`` bias, which kernelized and local attention refuse. Positions may be randomized (the
-formula takes the positions themselves).
+The bias depends on i − j *and* i (through the normaliser): not a Toeplitz matrix, so FIRE declares a
+``positional`` bias, which kernelized and local attention refuse. While every position is ≤ L (the
+usual training case: L starts at 512) the normaliser is ψ(L) in every row, and the same values are
+computed on the offsets only and gathered (2T − 1 MLP evaluations instead of T²). Positions may be
+randomized (the formula takes the positions themselves).
 
 Notation: T positions, H heads, W MLP width.
 """
@@ -34,12 +36,17 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import PositionalBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape, bias_over_offsets, position_offsets
 
 
 def fire_psi(x: Tensor, c: Tensor) -> Tensor:
     """ψ(x) = log(c·x + 1) (Li et al. 2023, §3), elementwise, x ≥ 0, c > 0."""
     return torch.log1p(c * x)
+
+
+def fire_input(offset: Tensor, reach: Tensor, c: Tensor, threshold: Tensor, eps: float = 1e-6) -> Tensor:
+    """sign(o)·ψ(|o|) / (ψ(max(L, N)) + ε) for offsets o and reaches N (broadcast together); L = ``threshold``."""
+    return torch.sign(offset) * fire_psi(offset.abs(), c) / (fire_psi(torch.maximum(reach, threshold), c) + eps)
 
 
 def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, eps: float = 1e-6) -> Tensor:
@@ -48,10 +55,8 @@ def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, e
     N_i = p_i (causal, the paper) or max(p_i, p_last − p_i) (bidirectional, see module doc).
     """
     p = positions.to(c.dtype)
-    offset = p[:, None] - p[None, :]  # (T, T) p_i − p_j
     reach = p if causal else torch.maximum(p, p[-1] - p)  # (T,) N_i
-    normaliser = fire_psi(torch.maximum(reach, threshold), c) + eps  # (T,)
-    return torch.sign(offset) * fire_psi(offset.abs(), c) / normaliser[:, None]
+    return fire_input(p[:, None] - p[None, :], reach[:, None], c, threshold, eps)  # (T, T)
 
 
 class Fire(PositionalScheme):
@@ -72,11 +77,16 @@ class Fire(PositionalScheme):
         self.register_buffer("init_L", torch.tensor(init_L))  # L_0, fixed
         self.L_multiplier = nn.Parameter(torch.ones(n))  # L = |m·L_0|, m learned
 
-    def logit_bias(self, positions: Tensor, layer: int) -> PositionalBias:
+    def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
         at = layer if self.per_layer else 0
-        threshold = (self.L_multiplier[at] * self.init_L).abs()
-        x = fire_inputs(positions, self.c[at].abs(), threshold, self.shape.causal, self.eps)  # (T, T)
-        bias = self.mlps[at](x.unsqueeze(-1))  # (T, T, H)
+        c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
+        if int(positions[-1]) <= float(threshold):
+            # every N_i ≤ p_last ≤ L: one normaliser ψ(L), so b is a function of p_i − p_j alone. The MLP runs
+            # on the 2S − 1 offsets instead of T² pairs and the table is gathered, as T5's (same values)
+            offsets = position_offsets(positions).to(c.dtype)  # (2S−1,)
+            return bias_over_offsets(mlp(fire_input(offsets, threshold, c, threshold, self.eps)[:, None]).T, positions)
+        x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T)
+        bias = mlp(x.unsqueeze(-1))  # (T, T, H)
         return PositionalBias(bias.permute(2, 0, 1).unsqueeze(0))  # (1, H, T, T)
 
     @torch.no_grad()
