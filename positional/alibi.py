@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets, position_offsets
+from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -38,6 +38,6 @@ class ALiBi(PositionalScheme):
         self.register_buffer("slopes", alibi_slopes(shape.n_heads), persistent=False)  # (H,) float64, cast by the mask
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
-        offsets = position_offsets(positions).to(self.slopes.dtype)  # (2S−1,) p_i − p_j; S = T unless randomized
+        offsets = self.offsets(positions).to(self.slopes.dtype)  # (2S−1,) p_i − p_j; S = T unless randomized
         distance = offsets if self.shape.causal else offsets.abs()
         return bias_over_offsets(-self.slopes[:, None] * distance[None, :], positions)  # table (H, 2S−1)

@@ -170,6 +170,15 @@ class PositionalScheme(nn.Module):
         """How many distinct positions training can show: max_position if randomized, else data.seq_len."""
         return self.max_position if self.randomize else self.shape.max_len
 
+    def offsets(self, positions: Tensor) -> Tensor:
+        """The offsets p_i - p_j a relative table over ``positions`` must cover (``position_offsets``).
+
+        Unless positions are randomized the model hands every hook 0 … T-1, so these are -(T-1) … T-1
+        and no position value is read (reading one would synchronise a GPU on every forward)."""
+        if self.randomize:
+            return position_offsets(positions)
+        return relative_offsets(positions.numel(), positions.numel(), positions.device)
+
     def positions(self, t: int, device=None) -> Tensor:
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
         if self.randomize and self.training:

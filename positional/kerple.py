@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets, position_offsets
+from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 EPS = 1e-2  # the authors' lower bound on every KERPLE parameter
 MAX_EXPONENT = 2.0  # the power kernel is conditionally positive definite for exponents in (0, 2]
@@ -70,7 +70,7 @@ class Kerple(PositionalScheme):
         return super().logit_biases(positions, n_layers)
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
-        offsets = position_offsets(positions)  # (2S−1,) p_i − p_j; S = T unless randomized
+        offsets = self.offsets(positions)  # (2S−1,) p_i − p_j; S = T unless randomized
         distance = offsets.abs().to(self.r1.dtype)  # causal: the future is masked, its entries unused
         at = layer if self.per_layer else 0
         table = KERNELS[self.variant](distance, self.r1[at], self.r2[at])  # (H, 2S−1)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets, position_offsets
+from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
@@ -67,7 +67,7 @@ class T5Bias(PositionalScheme):
         self.bias = nn.Parameter(torch.randn(n_tables, shape.n_heads, num_buckets) * init_std)  # (L or 1, H, NB)
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
-        offsets = position_offsets(positions)  # (2S−1,) p_i − p_j; S = T for positions 0 … T−1
+        offsets = self.offsets(positions)  # (2S−1,) p_i − p_j; S = T unless randomized
         buckets = relative_position_bucket(-offsets, not self.shape.causal, self.num_buckets, self.max_distance)
         table = self.bias[layer if self.per_layer else 0]  # (H, NB)
         return bias_over_offsets(table[:, buckets], positions)  # table (H, 2S−1) over offsets −(S−1) … S−1
