@@ -24,7 +24,7 @@ QUICK = [*TINY, "trainer.max_steps=2"]
 
 # (id, overrides — "{files}" is a directory of prepared inputs, see `files` —, text the line must contain)
 CASES = [
-    ("unknown-pos", ["pos=foo"], "Could not find 'pos/foo'; use one of pos=alibi, learned"),
+    ("unknown-pos", ["pos=foo"], "Could not find 'pos/foo'; use one of pos=alibi, cope, fire, kerple, learned"),
     ("unknown-attn", ["attn=foo"], "Could not find 'attn/foo'; use one of attn=linear, local, performer, softmax"),
     ("unknown-task", ["task=foo"], "use one of task=clm, mlm"),
     ("unknown-key", ["model.foo=1"], "Could not override 'model.foo'"),
