@@ -80,7 +80,7 @@ class Fire(PositionalScheme):
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
         at = layer if self.per_layer else 0
         c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
-        if int(positions[-1]) <= float(threshold):
+        if int(positions[-1]) <= float(threshold.detach()):
             # every N_i ≤ p_last ≤ L: one normaliser ψ(L), so b is a function of p_i − p_j alone. The MLP runs
             # on the 2S − 1 offsets instead of T² pairs and the table is gathered, as T5's (same values)
             offsets = position_offsets(positions).to(c.dtype)  # (2S−1,)
