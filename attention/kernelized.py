@@ -399,7 +399,9 @@ class KernelizedAttention(AttentionVariant):
     """Base for variants defined by a feature map φ; subclasses implement ``feature_map``."""
 
     accepts_bias = frozenset({"relative"})
-    bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to"}
+    bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to",
+                     "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) has no "
+                                   "Toeplitz form, which is how kernelized attention applies a bias"}
 
     def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
         super().__init__(shape)
@@ -414,7 +416,7 @@ class KernelizedAttention(AttentionVariant):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         self.require_accepted(ctx.bias)
         if ctx.rotary is not None and self.rope_mode == "pre_feature":
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
         if padded is not None:  # before φ too: a feature map may pool statistics over keys (FAVOR+ does)
             k = k.masked_fill(padded, 0.0)
@@ -424,7 +426,7 @@ class KernelizedAttention(AttentionVariant):
         f = Features(phi_q, phi_k, phi_q, phi_k)
         if ctx.rotary is not None and self.rope_mode == "numerator":
             rotation = self._rotation_at(ctx.rotary, phi_q.shape[-1])
-            f = replace(f, q_num=rotation.rotate(phi_q), k_num=rotation.rotate(phi_k))
+            f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
         coeffs = far = None
         if ctx.bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
             coeffs = relative_coefficients(ctx.bias.table.to(v.dtype), ctx.bias.t_k, ctx.causal)

@@ -201,7 +201,7 @@ _AUTO_CHOICE: dict[tuple, str] = {}
 
 
 class Softmax(AttentionVariant):
-    accepts_bias = frozenset({"relative", "content"})  # any bias: the full logit matrix exists
+    accepts_bias = frozenset({"relative", "positional", "content"})  # any bias: the full logit matrix exists
 
     def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__(shape)
@@ -223,7 +223,7 @@ class Softmax(AttentionVariant):
         self.require_accepted(ctx.bias)
         mask = additive_mask(ctx, q, k)  # computed from the unrotated q, k (content biases use them)
         if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         p = self.dropout if self.training else 0.0
         return BACKENDS[self._choose(q, k, v, mask, ctx.causal)](q, k, v, mask, ctx.causal, p)  # (B, H, T, D)
 

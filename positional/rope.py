@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, Shape
+from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope_scaling import RopeScaling, ScaledFrequencies
 
 
@@ -137,7 +137,7 @@ def rotated_width(width: int, fraction: float) -> int:
 
 
 @dataclass(frozen=True)
-class Rotation:
+class Rotation(Rotary):
     cos: Tensor  # (T, R/2), times the attention scale
     sin: Tensor  # (T, R/2), times the attention scale
     at_width: Callable[[int], Rotation]  # the same scheme for a vector of width w (see module doc)
@@ -161,9 +161,10 @@ class Rotation:
 class Rope(PositionalScheme):
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved",
                  fraction: float = 1.0, scaling: str = "none", original_max_len: int | None = None,
-                 **scaling_options):
-        """``scaling_options``: the other RopeScaling keys of conf/pos/rope.yaml (factor, alpha, ...)."""
-        super().__init__(shape)
+                 randomize: bool = False, max_position: int | None = None, **scaling_options):
+        """``scaling_options``: the other RopeScaling keys of conf/pos/rope.yaml (factor, alpha, ...);
+        ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if layout not in LAYOUTS:
             raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
