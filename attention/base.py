@@ -68,8 +68,9 @@ class AttentionVariant(nn.Module):
         return False
 
     @classmethod
-    def refusal(cls, scheme: type[PositionalScheme]) -> str | None:
-        """Why this variant cannot honour ``scheme``, or None if it can."""
+    def refusal(cls, scheme: type[PositionalScheme] | PositionalScheme) -> str | None:
+        """Why this variant cannot honour ``scheme``, or None if it can. A built scheme may declare
+        another bias kind than its class (pos.randomize=true turns a relative bias positional)."""
         if scheme.bias_kind != "none" and scheme.bias_kind not in cls.accepts_bias:
             why = cls.bias_refusals.get(scheme.bias_kind)
             return (
@@ -92,7 +93,7 @@ class AttentionVariant(nn.Module):
         return cls.__module__.rsplit(".", 1)[-1]
 
 
-def check_pairing(scheme: type[PositionalScheme], variant: type[AttentionVariant]) -> None:
+def check_pairing(scheme: type[PositionalScheme] | PositionalScheme, variant: type[AttentionVariant]) -> None:
     reason = variant.refusal(scheme)
     if reason:
         raise IncompatiblePairing(f"incompatible pairing: {reason}")

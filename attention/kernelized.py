@@ -11,7 +11,11 @@ and associativity gives O(T) cost: φ(q_i)ᵀ (Σ_j φ(k_j) v_jᵀ)  (Eq. 5–6)
                             computed by FFT in O(T log T) (Luo et al. 2021, "Stable, Fast and Accurate:
                             Kernelized Attention with Relative Positional Encoding", §3, Eq. 7–8), or,
                             while B·H·T² is small (``DENSE_MAX_ELEMS``), as the exact O(T²) product
-                            ((φ(Q)φ(K)ᵀ) ∘ C) V: 46× faster than the FFTs at T = 128, 2.7× at 2048.
+                            ((φ(Q)φ(K)ᵀ) ∘ C) V: 46× faster than the FFTs at T = 128, 2.7× at 2048;
+                            or, when the bias declares a ``FarField`` (linear in |i − j| beyond a distance
+                            d: T5, ALiBi), exactly in O(T·(3C + M·E/C)) by ``band_contract``: a dense band
+                            of neighbouring chunks plus far keys through decayed prefix sums of chunk
+                            states Σ k_j v_jᵀ (the exp of a linear bias factorises, r^{i−j} = r^i·r^{−j}).
 Padded keys get φ(k_j) = 0, so they leave numerator *and* denominator.
 
 RoPE (``rope_mode``):
@@ -35,7 +39,7 @@ from torch import Tensor
 
 from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
-from positional.base import Shape
+from positional.base import FarField, Shape
 
 RopeMode = Literal["pre_feature", "numerator"]
 CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M, E) states
@@ -45,7 +49,8 @@ FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (s
 # B·H·Tq·Tk up to which a Toeplitz bias takes the dense path (128 MiB per fp32 T×T tensor). Measured,
 # fwd + bwd, 4096 tokens, H 4, M 110, E 33, one thread: dense/FFT 47/2176 ms at T=128, 1033/2803 at 2048.
 DENSE_MAX_ELEMS = 1 << 25
-ToeplitzPath = Literal["auto", "fft", "dense"]
+BAND_MIN_CHUNK = 64  # band_contract's chunk C = max(this, the far field's distance)
+ToeplitzPath = Literal["auto", "fft", "dense", "band"]
 
 
 def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
@@ -135,9 +140,27 @@ def toeplitz_dense(coeffs: Tensor, t_q: int, t_k: int) -> Tensor:
 
 def dense_path(q: Tensor, k: Tensor, path: ToeplitzPath) -> bool:
     """Whether a Toeplitz bias is applied densely: ``path``, or for auto, B·H·Tq·Tk ≤ ``DENSE_MAX_ELEMS``."""
-    if path not in ("auto", "fft", "dense"):
-        raise ConfigError(f"toeplitz path {path!r} is unknown; use auto, fft or dense")
+    if path not in ("auto", "fft", "dense", "band"):
+        raise ConfigError(f"toeplitz path {path!r} is unknown; use auto, fft, dense or band")
     return path == "dense" or (path == "auto" and q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS)
+
+
+def band_chunk(far: FarField) -> int:
+    """band_contract's chunk C: at least the far field's distance, so that keys two chunks away or more
+    (|i − j| ≥ C + 1) are all in the far field."""
+    return max(BAND_MIN_CHUNK, far.distance)
+
+
+def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, causal: bool = False) -> str:
+    """How a Toeplitz bias is applied: band (a declared far field, some keys beyond the band, slopes that
+    do not grow with distance on a side that is used), else dense or fft as ``dense_path`` decides."""
+    if path == "band" and far is None:
+        raise ConfigError("toeplitz path 'band' needs a bias that declares its far field; use auto, fft or dense")
+    if far is not None and path in ("auto", "band"):
+        used = far.slope[:1] if causal else far.slope  # causal ALiBi's future side grows, but is never read
+        if path == "band" or (k.shape[-2] > 3 * band_chunk(far) and bool((used >= 0).all())):
+            return "band"
+    return "dense" if dense_path(q, k, path) else "fft"
 
 
 def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) -> Tensor:
@@ -157,6 +180,67 @@ def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) 
     within = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, N, C, C): j ≤ i inside the chunk
     out = qc @ before + within @ vc  # (B, H, N, C, E)
     return out.view(B, H, n * chunk, -1)[:, :, :T]
+
+
+def band_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField, causal: bool,
+                  chunk: int) -> Tensor:
+    """Σ_j c_{i−j} (q_iᵀ k_j) v_j, exactly, for coefficients geometric beyond the far field's distance d:
+    c_o = c_{±d} · r±^{|o| − d}, r = exp(−slope) (Luo et al. 2021, Eq. 8, with the Toeplitz matrix split).
+
+    Chunks of C ≥ d positions; query chunk n takes chunks n−1 … n+1 densely with the exact c (offsets up to
+    2C − 1, any values), and chunks m ≤ n−2 (m ≥ n+2) through ``_far_keys``: there i − j ≥ C + 1 ≥ d,
+    so c factorises into a query weight, a key weight and r^{C·(chunk distance)}. Memory O(T·(3C + M·E/C)).
+    q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E).
+    """
+    B, H, T, M = q.shape
+    C = chunk
+    n = -(-T // C)
+    q, k, v = (F.pad(t, (0, 0, 0, n * C - T)) for t in (q, k, v))  # zero rows: no weight, outputs cut below
+    out = _near_band(q, k, v, coeffs, C, T)  # (B, H, N, C, E)
+    if n >= 3 and far.distance <= T - 1:
+        qc, kc, vc = (t.view(B, H, n, C, t.shape[-1]) for t in (q, k, v))  # (B, H, N, C, ·)
+        out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 + far.distance], far.slope[0], C, far.distance)
+        if not causal:  # the future side is the past side of the reversed order: flip the chunk maths
+            out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], C, far.distance,
+                                  future=True)
+    return out.view(B, H, n * C, -1)[:, :, :T]
+
+
+def _near_band(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, C: int, T: int) -> Tensor:
+    """Each query chunk against the keys of its own and both neighbouring chunks, weighted by the exact c.
+    q, k, v padded to N·C rows. Returns (B, H, N, C, E)."""
+    B, H, TC, _ = q.shape
+    n = TC // C
+    kw = F.pad(k, (0, 0, C, C)).unfold(2, 3 * C, C)  # (B, H, N, M, 3C): chunk n sees keys (n−1)C … (n+2)C−1
+    vw = F.pad(v, (0, 0, C, C)).unfold(2, 3 * C, C).transpose(-1, -2)  # (B, H, N, 3C, E)
+    a = torch.arange(C, device=q.device)[:, None]
+    b = torch.arange(3 * C, device=q.device)[None, :]
+    column = (a - b + C + T - 1).clamp(0, 2 * T - 2)  # (C, 3C): offset i − j = a − b + C (clamped: zero keys only)
+    weights = (q.view(B, H, n, C, -1) @ kw) * coeffs[:, column][None, :, None]  # (B, H, N, C, 3C)
+    return weights @ vw  # (B, H, N, C, E)
+
+
+def _far_keys(qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, C: int, d: int,
+              future: bool = False) -> Tensor:
+    """Σ over keys two or more chunks back (ahead, ``future``) of c_d·r^{|i − j| − d} (q_iᵀ k_j) v_j.
+
+    Past: query i = nC + a, key j = mC + b, m ≤ n − 2: |i − j| − d = (n − m − 2)C + a + (C − b) + (C − d),
+    every term ≥ 0, so r^· ≤ 1 throughout (no overflow): per chunk the state Σ_b r^{C−b} k_j v_jᵀ, carried
+    to chunk n with r^{(n−m−2)C}, read by r^a q_i. Future: the same with a ↦ C−1−a, C−b ↦ b+1, m ↔ n.
+    qc, kc: (B, H, N, C, M); vc: (B, H, N, C, E); c_d, slope: (H,). Returns (B, H, N, C, E).
+    """
+    n = qc.shape[2]
+    pos = torch.arange(C, device=qc.device, dtype=slope.dtype)
+    q_exp, k_exp = (C - 1 - pos, pos + 1) if future else (pos, C - pos)  # (C,) each
+    decay = lambda e: torch.exp(-slope.view(-1, *[1] * e.dim()) * e).to(qc.dtype)  # noqa: E731 — (H, *e.shape)
+    # the position weights go on the E-wide side (v, the output), not the M-wide features: M > E for FAVOR+
+    states = kc.transpose(-1, -2) @ (vc * decay(k_exp)[None, :, None, :, None])  # (B, H, N, M, E)
+    chunk = torch.arange(n, device=qc.device)
+    lag = (chunk[None, :] - chunk[:, None] if future else chunk[:, None] - chunk[None, :]) - 2  # (N, N): n−m−2
+    carry = decay(C * lag.clamp(min=0).to(slope.dtype)) * (lag >= 0)  # (H, N, N), 0 where m is near n
+    carried = torch.einsum("hnm,bhmxe->bhnxe", carry, states)  # (B, H, N, M, E): Σ_m r^{C·lag} state_m
+    q_weight = c_d.to(qc.dtype)[:, None] * decay(q_exp + (C - d))  # (H, C): c_d r^{a + C − d}
+    return (qc @ carried) * q_weight[None, :, None, :, None]  # (B, H, N, C, E)
 
 
 def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -261,7 +345,7 @@ class Features:
 
 
 def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | None = None,
-                         toeplitz: ToeplitzPath = "auto") -> Tensor:
+                         toeplitz: ToeplitzPath = "auto", far: FarField | None = None) -> Tensor:
     """out_i = Σ_j c_ij q_num_iᵀ k_num_j v_j / Σ_j c_ij q_iᵀ k_j. v: (B, H, T, D) -> (B, H, T, D).
 
     A query with no weight (den = 0: every key it may see is padded) gets 0, as softmax gives for an
@@ -272,37 +356,52 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     On the FFT path the denominator is always convolved in float64 (it is 1/(D+1) of the FFT work): a
     true 0 must stay far below the floor, and fp32 round-off (~1e-7 of the largest term) would not. The
     numerator's precision is chosen from the denominators (``numerator_fft_dtype``).
-    ``toeplitz``: how a bias (coeffs) is applied, see ``dense_path``; the dense path is exact.
+    ``toeplitz``: how a bias (coeffs) is applied, see ``bias_path``; the dense and band paths are exact.
+    ``far``: the bias's declared far field (``band_contract``), if any.
     """
-    bias_path = None if coeffs is None else "dense" if dense_path(f.q, f.k, toeplitz) else "fft"
-    if bias_path == "dense":
+    path = None if coeffs is None else bias_path(f.q, f.k, far, toeplitz, causal)
+    if path == "band":
+        contract = lambda q, k, x: band_contract(q, k, x, coeffs, far, causal, band_chunk(far))  # noqa: E731
+        num, den = _num_den(f, v, contract)
+    elif path == "dense":
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
         weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
         den = weights.sum(-1, keepdim=True)
         if f.q_num is not f.q or f.k_num is not f.k:
             weights = (f.q_num @ f.k_num.transpose(-1, -2)) * c
         num = weights @ v
-    elif bias_path == "fft":
+    elif path == "fft":
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
-    elif f.q_num is f.q and f.k_num is f.k:  # one pass for both: the denominator is the sum over v = 1
-        both = linear_contract(f.q, f.k, torch.cat([v, v.new_ones(*v.shape[:-1], 1)], -1), causal, None)
-        num, den = both[..., :-1], both[..., -1:]  # (B, H, T, D), (B, H, T, 1)
-    else:
-        num = linear_contract(f.q_num, f.k_num, v, causal, None)
-        den = linear_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), causal, None)
+    elif causal:
+        num, den = _num_den(f, v, lambda q, k, x: linear_contract(q, k, x, causal, None))
+    else:  # Eq. 6: the denominator needs Σ_j φ(k_j) only, not a column of ones through both products
+        num = f.q_num @ (f.k_num.transpose(-1, -2) @ v)  # (B, H, T, M) @ (B, H, M, D)
+        den = f.q @ f.k.sum(-2).unsqueeze(-1)  # (B, H, T, M) @ (B, H, M, 1)
     floor = 0.0
-    if bias_path == "fft":
+    if path == "fft":
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)
-    seen = den > floor
-    return torch.where(seen, num, 0.0) / torch.where(seen, den, 1.0)
+    # an unseeing row divides by +inf: 0, with zero gradients, in one pass over num (not two wheres and a divide)
+    return num / torch.where(den > floor, den, torch.inf)
+
+
+def _num_den(f: Features, v: Tensor, contract) -> tuple[Tensor, Tensor]:
+    """Numerator Σ_j c_ij q_numᵀk_num v_j (B, H, T, D) and denominator Σ_j c_ij qᵀk (B, H, T, 1) by one
+    ``contract(q, k, x)``; one pass for both when they share features (the denominator is x = 1)."""
+    ones = v.new_ones(*v.shape[:-1], 1)
+    if f.q_num is f.q and f.k_num is f.k:
+        both = contract(f.q, f.k, torch.cat([v, ones], -1))  # (B, H, T, D + 1)
+        return both[..., :-1], both[..., -1:]
+    return contract(f.q_num, f.k_num, v), contract(f.q, f.k, ones)
 
 
 class KernelizedAttention(AttentionVariant):
     """Base for variants defined by a feature map φ; subclasses implement ``feature_map``."""
 
     accepts_bias = frozenset({"relative"})
-    bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to"}
+    bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to",
+                     "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) has no "
+                                   "Toeplitz form, which is how kernelized attention applies a bias"}
 
     def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
         super().__init__(shape)
@@ -317,7 +416,7 @@ class KernelizedAttention(AttentionVariant):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         self.require_accepted(ctx.bias)
         if ctx.rotary is not None and self.rope_mode == "pre_feature":
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
         if padded is not None:  # before φ too: a feature map may pool statistics over keys (FAVOR+ does)
             k = k.masked_fill(padded, 0.0)
@@ -327,11 +426,12 @@ class KernelizedAttention(AttentionVariant):
         f = Features(phi_q, phi_k, phi_q, phi_k)
         if ctx.rotary is not None and self.rope_mode == "numerator":
             rotation = self._rotation_at(ctx.rotary, phi_q.shape[-1])
-            f = replace(f, q_num=rotation.rotate(phi_q), k_num=rotation.rotate(phi_k))
-        coeffs = None
-        if ctx.bias is not None:  # relative (accepts_bias): a per-offset table
+            f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
+        coeffs = far = None
+        if ctx.bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
             coeffs = relative_coefficients(ctx.bias.table.to(v.dtype), ctx.bias.t_k, ctx.causal)
-        return kernelized_attention(f, v, ctx.causal, coeffs)  # (B, H, T, D)
+            far = getattr(ctx.bias, "far", None)
+        return kernelized_attention(f, v, ctx.causal, coeffs, far=far)  # (B, H, T, D)
 
     def _rotation_at(self, rotary, width: int):
         at_width = getattr(rotary, "at_width", None)
@@ -359,7 +459,7 @@ class KernelizedAttention(AttentionVariant):
     def implied_features(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Features:
         """φ(q), φ(k) as ``forward`` forms them: RoPE before φ or in the numerator, padded keys zeroed."""
         if ctx.rotary is not None and self.rope_mode == "pre_feature":
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
         if padded is not None:
             k = k.masked_fill(padded, 0.0)
@@ -369,5 +469,5 @@ class KernelizedAttention(AttentionVariant):
         f = Features(phi_q, phi_k, phi_q, phi_k)
         if ctx.rotary is not None and self.rope_mode == "numerator":
             rotation = self._rotation_at(ctx.rotary, phi_q.shape[-1])
-            f = replace(f, q_num=rotation.rotate(phi_q), k_num=rotation.rotate(phi_k))
+            f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
         return f

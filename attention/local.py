@@ -74,7 +74,9 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
 class Local(AttentionVariant):
     accepts_bias = frozenset({"relative"})
     bias_refusals = {"content": "a content bias is only offered as dense T×T logits, which the "
-                                "O(T·w) band never forms"}
+                                "O(T·w) band never forms",
+                     "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) is only "
+                                   "offered as dense T×T logits, which the O(T·w) band never forms"}
 
     def __init__(self, shape: Shape, window: int = 32):
         super().__init__(shape)
@@ -90,7 +92,7 @@ class Local(AttentionVariant):
         self.require_accepted(ctx.bias)
         left, right = band_limits(self.window, ctx.causal)
         if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         table = ctx.bias.table if ctx.bias is not None else None  # kind "relative" only (accepts_bias)
         return banded_attention(q, k, v, left, right, min(self.block, q.shape[-2]), table,
                                 ctx.key_padding_mask)  # (B, H, T, D)
@@ -101,7 +103,7 @@ class Local(AttentionVariant):
         self.require_accepted(ctx.bias)
         left, right = band_limits(self.window, ctx.causal)
         if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         offset = torch.arange(q.shape[-2], device=q.device)[:, None] - torch.arange(k.shape[-2], device=q.device)
         outside = (offset > left) | (offset < -right)  # (Tq, Tk)
         mask = additive_mask(ctx, q, k)  # bias, padding and causal mask; None when there is none

@@ -4,11 +4,14 @@ Positive orthogonal random features approximate the softmax kernel exp(qᵀk/√
     φ(x) = exp(−‖x‖²/2) / √M · (exp(w_1ᵀx), …, exp(w_Mᵀx)),  x scaled by D^(−1/4),
 with w_1 … w_M Gaussian rows orthogonalised in blocks of D (§2.4, "ORFs").
 
-From performer-pytorch we take the two pieces that *are* FAVOR+ — ``gaussian_orthogonal_random_matrix``
-(the projection) and ``softmax_kernel`` (φ) — and not ``FastAttention.forward``: its causal path on
-CPU materialises (T, M, D) prefix sums (FACTS.md), its padding only zeroes v so padded keys stay in
-the normaliser, and it has no place for numerator-mode RoPE or a Toeplitz bias. The contraction is
-attention/kernelized.py, shared with ``linear``.
+From performer-pytorch we take the projection, ``gaussian_orthogonal_random_matrix``, and not
+``FastAttention.forward``: its causal path on CPU materialises (T, M, D) prefix sums (FACTS.md), its
+padding only zeroes v so padded keys stay in the normaliser, and it has no place for numerator-mode
+RoPE or a Toeplitz bias. The contraction is attention/kernelized.py, shared with ``linear``. φ is
+``favor_features``: the numbers of performer-pytorch's ``softmax_kernel`` (tested equal), computed in
+one matmul and two in-place passes with a written-out backward (profiled: softmax_kernel's ten
+elementwise passes over (B, H, T, M), and the (B, H, M, D) copy of the projection, were a fifth of a
+pos=rope attn=performer step at T = 512).
 
 Two details of ``softmax_kernel`` we pin down:
   * keys are stabilised by one max over all positions of a head; that constant cancels between
@@ -29,7 +32,7 @@ from __future__ import annotations
 import math
 
 import torch
-from performer_pytorch.performer_pytorch import gaussian_orthogonal_random_matrix, softmax_kernel
+from performer_pytorch.performer_pytorch import gaussian_orthogonal_random_matrix
 from torch import Tensor
 
 from attention.kernelized import KernelizedAttention, RopeMode
@@ -51,6 +54,38 @@ def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # real numbers even in a meta-device build
         torch.manual_seed(seed)
         return gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
+
+
+def favor_features(x: Tensor, projection: Tensor, is_query: bool, eps: float) -> Tensor:
+    """φ(x) = M^(−1/2) (exp(w_mᵀx̂ − ‖x̂‖²/2 − s) + eps), x̂ = D^(−1/4)·x: positive random features of the
+    softmax kernel (Choromanski et al. 2021, Lemma 1, Eq. 7–8). s, a stabiliser that cancels between
+    numerator and denominator: per query the max over features; per (batch, head) the max over keys too.
+    x: (B, H, T, D); projection: (M, D) rows w_m. Returns (B, H, T, M).
+    """
+    return _Favor.apply(x, projection, is_query, eps)
+
+
+class _Favor(torch.autograd.Function):
+    """Forward: one GEMM, then subtract and exp in place. Backward, with e = φ − eps/√M = exp(z)/√M:
+    ∂z = g ∘ e; ∂x = ∂z Ŵ − D^(−1/2) x Σ_m ∂z_m (the ‖x̂‖² term), Ŵ = D^(−1/4) W; s is a constant (detached)."""
+
+    @staticmethod
+    def forward(ctx, x, projection, is_query, eps):
+        c = x.shape[-1] ** -0.25
+        w = projection.to(x.dtype) * c  # (M, D)
+        u = x @ w.T  # (B, H, T, M)
+        stab = u.amax(-1, keepdim=True) if is_query else u.amax((-1, -2), keepdim=True)
+        shift = (x * x).sum(-1, keepdim=True) * (c * c / 2) + stab - math.log(projection.shape[0] ** -0.5)
+        e = u.sub_(shift).exp_()  # (B, H, T, M): M^(−1/2) exp(z), in place
+        ctx.save_for_backward(x, w, e)
+        return e + eps * projection.shape[0] ** -0.5 if eps else e
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, e = ctx.saved_tensors
+        dz = grad * e  # (B, H, T, M)
+        dx = (dz @ w).sub_(x * (dz.sum(-1, keepdim=True) * (x.shape[-1] ** -0.5)))  # (B, H, T, D)
+        return dx, None, None, None
 
 
 def redraw_seed(base: int, n: int) -> int:
@@ -76,7 +111,7 @@ class Performer(KernelizedAttention):
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc
-        return softmax_kernel(x, projection_matrix=self.projection, is_query=is_query, eps=eps)  # (B,H,T,M)
+        return favor_features(x, self.projection, is_query, eps)  # (B, H, T, M)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx) -> Tensor:
         if self.training:

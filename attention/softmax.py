@@ -6,7 +6,12 @@ the causal mask folded into one additive mask (``additive_mask``). Three backend
 
   sdpa      torch.nn.functional.scaled_dot_product_attention (default; fused where torch can)
   math      the textbook formula written out: the reference the other variants are tested against
-  xformers  xformers.ops.memory_efficient_attention; CUDA only (xformers has no CPU kernels)
+  xformers  xformers.ops.memory_efficient_attention; CUDA only (xformers has no CPU kernels). Probed at
+            construction with a tiny real call: a wheel built for another torch/CUDA imports fine and
+            fails only when called ("xFormers wasn't build with CUDA support"), so it is refused before
+            training, in one line naming the installed versions and the fix.
+  auto      the fastest of sdpa and (where its probe passes) xformers, timed forward + backward on the
+            first real input of each shape and mask kind; ``backend_used`` names the choice (for a run tag).
 
 Rows whose keys are all masked (e.g. a padded query under causal + left padding) give 0,
 as torch's SDPA does, instead of NaN.
@@ -16,7 +21,9 @@ Notation: B batch, H heads, Tq / Tk query / key length, D head dim.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from collections.abc import Callable
 
 import torch
@@ -123,32 +130,103 @@ def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cau
 
 
 BACKENDS: dict[str, Backend] = {"sdpa": sdpa_attention, "math": math_attention, "xformers": xformers_attention}
+PROBE_DEVICE = "cuda"  # where the xformers probe runs (a test points it at a fake)
 
 
-def _require_xformers() -> None:
-    """Fail at construction, before training, when the xformers backend cannot run here."""
-    if not torch.cuda.is_available():
-        raise ConfigError("attn.backend=xformers runs only on CUDA (xformers has no CPU kernels); "
-                          "use attn.backend=sdpa on this machine")
+def installed_versions() -> str:
+    """xformers / torch / CUDA as installed here, for the refusal message."""
     try:
-        import xformers.ops  # noqa: F401
+        import xformers
+
+        xf = f"xformers {getattr(xformers, '__version__', '?')}"
+    except ImportError:
+        xf = "xformers not installed"
+    return f"{xf}, torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
+
+
+@functools.cache
+def xformers_problem() -> str | None:
+    """Why xformers cannot run here, or None: a CUDA device, an importable xformers, and a tiny real
+    memory_efficient_attention call that returns (once per process)."""
+    if not torch.cuda.is_available():
+        return "there is no CUDA device and xformers has no CPU kernels"
+    try:
+        import xformers.ops as xops
     except ImportError as e:
-        raise ConfigError(f"attn.backend=xformers: cannot import xformers ({e}); "
-                          "pip install xformers matching your torch, or use attn.backend=sdpa") from None
+        return f"cannot import xformers ({e})"
+    try:
+        q = torch.randn(1, 8, 1, 8, device=PROBE_DEVICE, dtype=torch.float16)  # (B, T, H, D)
+        xops.memory_efficient_attention(q, q, q)
+        if q.is_cuda:
+            torch.cuda.synchronize()
+    except Exception as e:  # any failure of the call itself is the answer: the build does not fit
+        lines = str(e).strip().splitlines()
+        return f"a test call failed ({type(e).__name__}: {lines[0] if lines else ''})"
+    return None
+
+
+def require_xformers() -> None:
+    """Refuse attn.backend=xformers at construction, in one line, when it cannot run here."""
+    problem = xformers_problem()
+    if problem:
+        raise ConfigError(f"attn.backend=xformers cannot run here: {problem} [{installed_versions()}]; install "
+                          "an xformers build for this torch and CUDA (python -m xformers.info shows what one was "
+                          "built for) or use attn.backend=sdpa")
+
+
+def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None], repeats: int = 3) -> str:
+    """The candidate whose ``trial`` (forward + backward on the real input, synchronised) is fastest, best of
+    ``repeats`` after one untimed call; a candidate that raises is skipped (sdpa never does)."""
+    best, best_s = None, math.inf
+    for name, backend in candidates.items():
+        try:
+            trial(backend)
+            seconds = min(_timed(lambda b=backend: trial(b)) for _ in range(repeats))
+        except Exception:
+            continue
+        if seconds < best_s:
+            best, best_s = name, seconds
+    if best is None:
+        raise ConfigError(f"attn.backend=auto: none of {', '.join(candidates)} ran here; use attn.backend=sdpa")
+    return best
+
+
+def _timed(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _trial(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Callable[[Backend], None]:
+    """One forward + backward of a backend on detached copies of the layer's input."""
+    def run(backend: Backend) -> None:
+        with torch.enable_grad():
+            q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
+            backend(q2, k2, v2, None if mask is None else mask.detach(), causal, 0.0).sum().backward()
+        if q.is_cuda:
+            torch.cuda.synchronize()  # the trial's kernels are done before its time is read
+    return run
+
+
+# (device, dtype, shape of q, mask kind) -> the backend auto picked, shared by every layer and instance
+_AUTO_CHOICE: dict[tuple, str] = {}
 
 
 class Softmax(AttentionVariant):
-    accepts_bias = frozenset({"relative", "content"})  # any bias: the full logit matrix exists
+    accepts_bias = frozenset({"relative", "positional", "content"})  # any bias: the full logit matrix exists
 
     def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__(shape)
-        if backend not in BACKENDS:
-            raise ConfigError(f"attn.backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}")
+        if backend not in (*BACKENDS, "auto"):
+            raise ConfigError(f"attn.backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}, auto")
         if not 0.0 <= dropout < 1.0:
             raise ConfigError(f"attn.dropout={dropout} must lie in [0, 1)")
         if backend == "xformers":
-            _require_xformers()
+            require_xformers()
         self.dropout, self.backend = dropout, backend
+        # auto: sdpa, plus xformers where its probe passes; with one candidate the choice is made now
+        self.candidates = ["sdpa", *([] if xformers_problem() else ["xformers"])] if backend == "auto" else [backend]
+        self.backend_used: str | None = self.candidates[0] if len(self.candidates) == 1 else None
 
     def dense_logits(self, bias_kind) -> bool:
         return self.backend == "math" or bias_kind == "content"  # a content bias is offered as T×T logits
@@ -157,14 +235,23 @@ class Softmax(AttentionVariant):
         self.require_accepted(ctx.bias)
         mask = additive_mask(ctx, q, k)  # computed from the unrotated q, k (content biases use them)
         if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         p = self.dropout if self.training else 0.0
-        return BACKENDS[self.backend](q, k, v, mask, ctx.causal, p)  # (B, H, T, D)
+        return BACKENDS[self._choose(q, k, v, mask, ctx.causal)](q, k, v, mask, ctx.causal, p)  # (B, H, T, D)
+
+    def _choose(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> str:
+        if len(self.candidates) == 1:
+            return self.candidates[0]
+        key = (q.device.type, q.dtype, tuple(q.shape), mask is None, causal)
+        if key not in _AUTO_CHOICE:
+            _AUTO_CHOICE[key] = pick_fastest({n: BACKENDS[n] for n in self.candidates}, _trial(q, k, v, mask, causal))
+        self.backend_used = _AUTO_CHOICE[key]
+        return self.backend_used
 
     def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
         """softmax(q kᵀ/√D + b), with the mask and rotation exactly as ``forward`` places them."""
         self.require_accepted(ctx.bias)
         mask = additive_mask(ctx, q, k)  # from the unrotated q, k, as in forward
         if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate(q), ctx.rotary.rotate(k)
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         return softmax_weights(q, k, mask, ctx.causal)  # (B, H, Tq, Tk)

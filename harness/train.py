@@ -5,14 +5,16 @@
 (``TrackedRun``, harness/record/run.py) is opened once and closed in its own ``finally``, FINISHED or
 FAILED with the reason; the resume plan (harness/record/resume.py) holds the config's lock meanwhile.
 
-May import: harness.config, harness.record, harness.model, harness.scaleout, and the ground.
+May import: harness.config, harness.record, harness.model, harness.data, harness.scaleout, and the ground.
 """
 
 from __future__ import annotations
 
 import platform
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -36,6 +38,9 @@ class Summary:
     tokens_per_s: float
     n_params: int
     seconds: float
+    order_gain: float  # val/order_gain at the last validation: nats/token lost when word order is shuffled
+    min_order_gain: float  # report.min_order_gain: below it the model is "not yet using order"
+    val_acc: float | None = None  # exact match, synthetic tasks
 
 
 def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = None) -> Summary:
@@ -69,7 +74,8 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
         evaluate(built, checked, corpus, run, final["step"])
     return Summary(run.run_id or "", run.name, checked.uri, checked.logger.experiment, final["val/loss"],
                    final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
-                   time.perf_counter() - started)
+                   time.perf_counter() - started, final["val/order_gain"], checked.report.min_order_gain,
+                   final.get("val/acc"))
 
 
 def fit(built, ckpt) -> dict:
@@ -83,13 +89,20 @@ def fit(built, ckpt) -> dict:
 
 
 def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> None:
-    """What the final model is scored on beyond the validation split, and the scheme's own files."""
-    from harness.model.evaluate import evaluate_lengths, length_metrics  # lazy: as in train()
+    """What the final model is scored on beyond the validation split, and the scheme's own files.
+    Rank 0 only scores: the other ranks need not."""
+    from harness.model import evaluate as ev  # lazy: as in train()
 
-    lengths = checked.eval.lengths
-    if lengths and built.owner:  # logged by rank 0 only: the other ranks need not score
-        results = evaluate_lengths(built.module, corpus, checked.tokenizer, checked.task, checked.data, lengths)
-        run.log_scalars(length_metrics(results, checked.tokenizer.byte_level), step)
+    task, lengths = checked.task, checked.eval.lengths
+    if built.owner and task.scores_sequences:
+        results = ev.evaluate_task(built.module, task, corpus, checked.data.batch_size)
+        run.log_scalars(ev.task_metrics(results), step)
+        run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
+        if results.depths:
+            run.log_files(depth_files(results.depths, task.depth_bins))
+    elif built.owner and lengths:
+        results = ev.evaluate_lengths(built.module, corpus, checked.tokenizer, task, checked.data, lengths)
+        run.log_scalars(ev.length_metrics(results, checked.tokenizer.byte_level), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
     run.log_files(built.model.pos.artifacts())
     if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
@@ -98,6 +111,15 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         diagnostics = attention_diagnostics(built.model, built.val_loader)
         run.log_scalars(diagnostics.metrics(), step)
         run.log_files(diagnostics.files(), "diagnostics")
+
+
+def depth_files(records: list[tuple[int, int, bool]], bins: int) -> dict[str, bytes]:
+    """passkey_depth.csv and .png (accuracy by length × depth bin), as bytes for the run's artifacts."""
+    from harness.data.tasks import write_depth_table  # lazy: matplotlib, for passkey runs only
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_depth_table(records, Path(tmp), n_bins=bins)
+        return {path.name: path.read_bytes() for path in paths}
 
 
 def run_name(choices: dict[str, str], seed) -> str:
@@ -113,11 +135,16 @@ def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
 
 
 def format_summary(s: Summary) -> str:
-    bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (not byte-level)"
+    bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (not byte-level text)"
+    using = ("uses word order" if s.order_gain >= s.min_order_gain else
+             f"NOT yet using word order (below report.min_order_gain={s.min_order_gain}): train longer")
+    acc = [] if s.val_acc is None else [f"  val accuracy     {s.val_acc:.3f} (exact match, in-distribution lengths)"]
     return "\n".join([
         "",
         f"posbench · {s.run_name} · {s.n_params / 1e6:.2f}M params · {s.seconds:.0f} s",
         f"  final val loss   {s.val_loss:.4f} nats/token (step {s.step})",
+        *acc,
+        f"  order gain       {s.order_gain:+.4f} nats/token when word order is shuffled: {using}",
         f"  val bits/byte    {bpc}",
         f"  train tokens/s   {s.tokens_per_s:,.0f}",
         f"  MLflow run       {s.run_id} (experiment '{s.experiment}')",

@@ -2,7 +2,8 @@
 
 b_ij = −m_h · (i − j) for causal LM (the paper's form; the mask hides j > i), and the
 symmetric −m_h · |i − j| for bidirectional MLM. No parameters; the head slopes m_h are a
-geometric sequence (``alibi_slopes``). The bias depends on i − j only: a ``RelativeBias``.
+geometric sequence (``alibi_slopes``). The bias depends on i − j only: a ``RelativeBias`` (on p_i − p_j
+under randomized positions: a ``PositionalBias``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from positional.base import PositionalScheme, RelativeBias, Shape, relative_offsets
+from positional.base import FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -32,12 +33,13 @@ class ALiBi(PositionalScheme):
     bias_kind = "relative"
     bias_depends_on_layer = False  # the same slopes in every layer (Press et al. 2022, §3)
 
-    def __init__(self, shape: Shape):
-        super().__init__(shape)
+    def __init__(self, shape: Shape, **sampling):
+        super().__init__(shape, **sampling)
         self.register_buffer("slopes", alibi_slopes(shape.n_heads), persistent=False)  # (H,) float64, cast by the mask
 
-    def logit_bias(self, positions: Tensor, layer: int) -> RelativeBias:
-        t = positions.numel()
-        offsets = relative_offsets(t, t, positions.device).to(self.slopes.dtype)  # (2T−1,) i − j
+    def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
+        offsets = self.offsets(positions).to(self.slopes.dtype)  # (2S−1,) p_i − p_j; S = T unless randomized
         distance = offsets if self.shape.causal else offsets.abs()
-        return RelativeBias(-self.slopes[:, None] * distance[None, :], t, t)  # (H, 2T−1)
+        # linear in |i − j| from 0 on: slope m_h for past keys, and ∓m_h for future ones (causal: −m_h·(i − j))
+        far = FarField(0, torch.stack([self.slopes, -self.slopes if self.shape.causal else self.slopes]))
+        return bias_over_offsets(-self.slopes[:, None] * distance[None, :], positions, far)  # table (H, 2S−1)

@@ -14,12 +14,14 @@ Notation: B batch, T sequence length, H heads, D head dim, C model width.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
-BiasKind = Literal["none", "relative", "content"]
+from harness.errors import ConfigError
+
+BiasKind = Literal["none", "relative", "positional", "content"]
 HOOKS = ("embed", "rotary", "logit_bias")
 
 
@@ -38,20 +40,33 @@ class Shape:
         return self.d_model // self.n_heads
 
 
-class Rotary(Protocol):
-    """A position-dependent linear map applied to q and k (or to φ(q), φ(k))."""
+class Rotary:
+    """A position-dependent linear map applied to q and k (or to φ(q), φ(k)).
+
+    Attention variants call ``rotate_q`` on queries and ``rotate_k`` on keys. Both are ``rotate``
+    unless a scheme maps them differently (xPos scales q by ζ^(n/B) and k by ζ^(−m/B)).
+    """
 
     def rotate(self, x: Tensor) -> Tensor:  # (B, H, T, D) -> (B, H, T, D)
-        ...
+        raise NotImplementedError
+
+    def rotate_q(self, x: Tensor) -> Tensor:
+        return self.rotate(x)
+
+    def rotate_k(self, x: Tensor) -> Tensor:
+        return self.rotate(x)
 
 
 class LogitBias:
     """An additive contribution to the attention logits, b_ij.
 
     ``kind`` tells attention variants what they are dealing with:
-      relative  b_ij = c[h, i - j]: a Toeplitz matrix per head (T5, ALiBi);
-                kernelized attention can honour it without forming T×T.
-      content   b_ij depends on q_i and/or k_j as well (Transformer-XL).
+      relative    b_ij = c[h, i - j]: a Toeplitz matrix per head (T5, ALiBi);
+                  kernelized attention can honour it without forming T×T.
+      positional  b_ij depends on the positions only, but not on i - j alone (FIRE's normaliser
+                  reads i; any relative scheme under randomized positions reads p_i - p_j):
+                  offered as dense logits only.
+      content     b_ij depends on q_i and/or k_j as well (Transformer-XL, CoPE).
     """
 
     kind: BiasKind = "content"
@@ -61,14 +76,29 @@ class LogitBias:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class FarField:
+    """What a relative bias is beyond ``distance``: linear in |i − j| on each side,
+    b_o = b_{±distance} − slope · (|o| − distance) for |o| ≥ distance (+ for i − j > 0, − for i − j < 0).
+
+    A scheme that declares it lets kernelized attention weight far keys by decayed prefix sums instead of
+    a Toeplitz FFT (attention/kernelized.py, ``band_contract``). T5: its buckets are constant from
+    max_distance on (slope 0); ALiBi: −m_h·|i − j| from distance 0 (slope m_h).
+    """
+
+    distance: int
+    slope: Tensor  # (2, H): row 0 for i − j > 0 (past keys), row 1 for i − j < 0 (future keys)
+
+
 class RelativeBias(LogitBias):
     """b_ij = c[h, i - j + (Tk - 1)]: a schemes supplies the per-offset table only."""
 
     kind: BiasKind = "relative"
 
-    def __init__(self, table: Tensor, t_q: int, t_k: int):
+    def __init__(self, table: Tensor, t_q: int, t_k: int, far: FarField | None = None):
         self.table = table  # (H, Tq + Tk - 1); column o holds offset i - j = o - (Tk - 1)
         self.t_q, self.t_k = t_q, t_k
+        self.far = far  # None: no structure declared beyond the table itself
         self._dense: Tensor | None = None
 
     def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:
@@ -80,19 +110,99 @@ class RelativeBias(LogitBias):
         return self._dense
 
 
+class PositionalBias(LogitBias):
+    """A bias that depends on positions only, held densely: b_ij = values[0, h, i, j]."""
+
+    kind: BiasKind = "positional"
+
+    def __init__(self, values: Tensor):
+        self.values = values  # (1, H, Tq, Tk)
+
+    def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:
+        return self.values
+
+
 def relative_offsets(t_q: int, t_k: int, device=None) -> Tensor:
     """The offsets i - j covered by a RelativeBias table: -(Tk-1) … (Tq-1)."""
     return torch.arange(-(t_k - 1), t_q, device=device)
 
 
+def position_offsets(positions: Tensor) -> Tensor:
+    """The offsets p_i - p_j that sorted ``positions`` (T,) can produce: -(S-1) … S-1, S = p_last - p_first + 1.
+
+    For positions 0 … T-1 (S = T) this is ``relative_offsets(T, T)``, a RelativeBias table's columns."""
+    span = int(positions[-1] - positions[0]) + 1
+    return relative_offsets(span, span, positions.device)
+
+
+def bias_over_offsets(table: Tensor, positions: Tensor, far: FarField | None = None) -> LogitBias:
+    """b_ij = table[h, p_i - p_j + S - 1] for a table over ``position_offsets(positions)``, (H, 2S-1).
+
+    Consecutive positions give the Toeplitz ``RelativeBias``; sampled ones (randomized positions,
+    Ruoss et al. 2023) a ``PositionalBias``: p_i - p_j is no function of i - j there. ``far``: the
+    table's structure beyond the band (``FarField``), kept for the Toeplitz case only.
+    """
+    t, span = positions.numel(), (table.shape[-1] + 1) // 2
+    if span == t:  # sorted, distinct and spanning T positions: consecutive
+        return RelativeBias(table, t, t, far)
+    index = positions[:, None] - positions[None, :] + span - 1  # (T, T)
+    return PositionalBias(table[:, index].unsqueeze(0))  # (1, H, T, T)
+
+
+def randomized_positions(t: int, max_position: int) -> Tensor:
+    """T positions drawn without replacement from [0, max_position), sorted (Ruoss et al. 2023, §3).
+
+    Drawn on the CPU from torch's global generator, so a seeded run (and its resume, which restores
+    that generator) draws the same positions on any device. Shape (T,), long.
+    """
+    return torch.randperm(max_position)[:t].sort().values
+
+
 class PositionalScheme(nn.Module):
-    """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/pos."""
+    """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/pos.
+
+    Every scheme also takes the position-sampling options of Ruoss et al. 2023 (subclasses pass
+    them through as ``**sampling``):
+      randomize     at training time the T positions are a sorted sample without replacement from
+                    [0, max_position) (``randomized_positions``), one draw per forward shared by
+                    every hook and layer; evaluation always uses 0 … T-1
+      max_position  the range sampled from (≥ data.seq_len); a learned table is this long
+    A relative (Toeplitz) bias then depends on p_i - p_j: the instance declares ``positional``.
+    """
 
     bias_kind: BiasKind = "none"  # what ``logit_bias`` returns, declared for the compatibility check
+    # Why pos.randomize=true means nothing for this scheme (None: it reads positions, so it can)
+    randomize_refusal: ClassVar[str | None] = None
 
-    def __init__(self, shape: Shape):
+    def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None):
         super().__init__()
         self.shape = shape
+        self.randomize, self.max_position = _check_sampling(type(self), shape, randomize, max_position)
+        if randomize and self.bias_kind == "relative":
+            self.bias_kind = "positional"  # c[p_i − p_j] over sampled p is no Toeplitz matrix in (i, j)
+
+    @property
+    def position_range(self) -> int:
+        """How many distinct positions training can show: max_position if randomized, else data.seq_len."""
+        return self.max_position if self.randomize else self.shape.max_len
+
+    def offsets(self, positions: Tensor) -> Tensor:
+        """The offsets p_i - p_j a relative table over ``positions`` must cover (``position_offsets``).
+
+        Unless positions are randomized the model hands every hook 0 … T-1, so these are -(T-1) … T-1
+        and no position value is read (reading one would synchronise a GPU on every forward)."""
+        if self.randomize:
+            return position_offsets(positions)
+        return relative_offsets(positions.numel(), positions.numel(), positions.device)
+
+    def positions(self, t: int, device=None) -> Tensor:
+        """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
+        if self.randomize and self.training:
+            if t > self.max_position:
+                raise ConfigError(f"pos.max_position={self.max_position} < sequence length {t}: T distinct "
+                                  "positions cannot be drawn; raise pos.max_position")
+            return randomized_positions(t, self.max_position).to(device)
+        return torch.arange(t, device=device)
 
     @classmethod
     def config_name(cls) -> str:
@@ -133,3 +243,23 @@ class PositionalScheme(nn.Module):
     def artifacts(self) -> dict[str, str]:
         """Files (name -> text) attached to the MLflow run when training ends."""
         return {}
+
+
+def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool,
+                    max_position: int | None) -> tuple[bool, int | None]:
+    """Validate pos.randomize / pos.max_position before anything is built; one-line errors."""
+    name = cls.config_name()
+    if not isinstance(randomize, bool):
+        raise ConfigError(f"pos.randomize={randomize!r}: use true or false")
+    if not randomize:
+        if max_position is not None:
+            raise ConfigError(f"pos.max_position={max_position} only applies with pos.randomize=true; "
+                              "set pos.randomize=true or drop pos.max_position")
+        return False, None
+    if cls.randomize_refusal:
+        raise ConfigError(f"pos.randomize=true with pos={name}: {cls.randomize_refusal}; "
+                          "use pos.randomize=false or a scheme that reads positions")
+    if not isinstance(max_position, int) or max_position < shape.max_len:
+        raise ConfigError(f"pos.randomize=true needs pos.max_position ≥ data.seq_len={shape.max_len} "
+                          f"(got {max_position}); positions are drawn from [0, max_position)")
+    return True, max_position

@@ -10,3 +10,5 @@ from positional.base import PositionalScheme
 
 class NoPosition(PositionalScheme):
     """All three hooks stay no-ops."""
+
+    randomize_refusal = "pos=none reads no positions, so there is nothing to randomize"

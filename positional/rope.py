@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, Shape
+from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope_scaling import RopeScaling, ScaledFrequencies
 
 
@@ -47,17 +47,16 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     Written as the complex product (x_{2i} + i·x_{2i+1})·(cos + i·sin) of RoFormer Eq. 12: one
     elementwise pass each way instead of four products, a sum, a difference and a stack (profiled:
     RoPE cost 3.5× more on a d_model 512 step in the real form). Same arithmetic, so same rounding.
-    Dtypes without a complex counterpart here (bf16, fp16) take the real form.
+    Dtypes without a complex counterpart here (bf16, fp16) take the real form, written into one output.
     x: (..., T, R); cos, sin: (T, R/2). Returns (..., T, R).
     """
-    if x.dtype not in _COMPLEX:
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, R/2) each
-        rotated = torch.stack((x_even * cos - x_odd * sin, x_odd * cos + x_even * sin), dim=-1)
-        return rotated.flatten(-2)  # (..., T, R): pairs back in place
-    if not _pairs_viewable(x):
-        x = x.contiguous()
-    z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (..., T, R/2), a view: no copy
-    return torch.view_as_real(z * torch.complex(cos, sin)).flatten(-2)  # (..., T, R)
+    return _rotate(x, cos, sin, _turn_pairs)
+
+
+def apply_rope_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x_i, x_{i+R/2}) (GPT-NeoX layout): apply_rope conjugated by the permutation
+    that interleaves the two halves. x: (..., T, R); cos, sin: (T, R/2). Returns (..., T, R)."""
+    return _rotate(x, cos, sin, _turn_halves)
 
 
 _COMPLEX = (torch.float32, torch.float64)
@@ -68,11 +67,65 @@ def _pairs_viewable(x: Tensor) -> bool:
     return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
 
 
-def apply_rope_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x_i, x_{i+R/2}) (GPT-NeoX layout): apply_rope conjugated by the permutation
-    that interleaves the two halves. x: (..., T, R); cos, sin: (T, R/2). Returns (..., T, R)."""
+def _as_complex(x: Tensor) -> Tensor:
+    """(..., T, R) real -> (..., T, R/2) complex, a view whenever the strides allow (a q/k view of a
+    fused qkv projection does), else a copy."""
+    return torch.view_as_complex((x if _pairs_viewable(x) else x.contiguous()).unflatten(-1, (-1, 2)))
+
+
+def _turn_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The interleaved rotation, no autograd: (..., T, R) -> (..., T, R)."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous, whatever x's strides: the
+    # q/k views of a fused projection come out in (B, H, T, D) order, so the next matmul needs no copy
+    if x.dtype in _COMPLEX:
+        torch.mul(_as_complex(x), torch.complex(cos, sin), out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
+        return out
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, R/2) each, strided views
+    torch.mul(even, cos, out=out[..., 0::2]).addcmul_(odd, sin, value=-1)  # x_2i cos − x_2i+1 sin
+    torch.mul(odd, cos, out=out[..., 1::2]).addcmul_(even, sin)  # x_2i+1 cos + x_2i sin
+    return out
+
+
+def _turn_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The half-layout rotation, no autograd, written into one output (no cat): (..., T, R) -> (..., T, R)."""
     x1, x2 = x.chunk(2, dim=-1)  # (..., T, R/2) each
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    o1, o2 = out.chunk(2, dim=-1)
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=o2).addcmul_(x1, sin)
+    return out
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, turn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
+    if cos.requires_grad or sin.requires_grad:  # trainable θ: let autograd differentiate the angles too
+        return _differentiable_turn(x, cos, sin, turn)
+    return _Rotate.apply(x, cos, sin, turn)
+
+
+def _differentiable_turn(x: Tensor, cos: Tensor, sin: Tensor, turn) -> Tensor:
+    """The same maps in plain autograd-visible ops, for angles that need gradients."""
+    if turn is _turn_halves:
+        x1, x2 = x.chunk(2, dim=-1)  # (..., T, R/2) each
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, R/2) each
+    return torch.stack((x_even * cos - x_odd * sin, x_odd * cos + x_even * sin), dim=-1).flatten(-2)
+
+
+class _Rotate(torch.autograd.Function):
+    """y = R_θ x with fixed angles. A rotation's adjoint is the rotation by −θ, so backward is the same
+    one pass with sin negated, reading the incoming gradient where it lies (profiled: autograd's
+    view_as_real backward copied every q/k gradient to contiguous memory first, as long as the multiply)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, turn):
+        ctx.save_for_backward(cos, sin)
+        ctx.turn = turn
+        return turn(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return ctx.turn(grad, cos, -sin), None, None, None
 
 
 LAYOUTS = {"interleaved": apply_rope, "half": apply_rope_half}
@@ -84,7 +137,7 @@ def rotated_width(width: int, fraction: float) -> int:
 
 
 @dataclass(frozen=True)
-class Rotation:
+class Rotation(Rotary):
     cos: Tensor  # (T, R/2), times the attention scale
     sin: Tensor  # (T, R/2), times the attention scale
     at_width: Callable[[int], Rotation]  # the same scheme for a vector of width w (see module doc)
@@ -108,9 +161,10 @@ class Rotation:
 class Rope(PositionalScheme):
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved",
                  fraction: float = 1.0, scaling: str = "none", original_max_len: int | None = None,
-                 **scaling_options):
-        """``scaling_options``: the other RopeScaling keys of conf/pos/rope.yaml (factor, alpha, ...)."""
-        super().__init__(shape)
+                 randomize: bool = False, max_position: int | None = None, **scaling_options):
+        """``scaling_options``: the other RopeScaling keys of conf/pos/rope.yaml (factor, alpha, ...);
+        ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if layout not in LAYOUTS:
             raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
@@ -141,7 +195,22 @@ class Rope(PositionalScheme):
         # length scaling changes evaluation only; training always sees the plain angles
         f = ScaledFrequencies(theta, 1.0) if self.training else \
             self.scaling.frequencies(theta, int(positions.max()) + 1)
-        angles = rope_angles(positions, f.inv_freq)  # (T, R/2)
         s = f.attention_scale
-        return Rotation(angles.cos() * s, angles.sin() * s, apply=LAYOUTS[self.layout], scale=f.pass_through_scale,
+        cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each
+        return Rotation(cos, sin, apply=LAYOUTS[self.layout], scale=f.pass_through_scale,
                         at_width=lambda w: self._rotation(positions, w))
+
+    def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
+        """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions and
+        the scheme's own fixed θ are unchanged (profiled: float64 cos and sin were ~1/8 of RoPE's time in a
+        d512 step). Learned or rescaled θ is computed afresh."""
+        if inv_freq is not self.inv_freq or inv_freq.requires_grad:
+            angles = rope_angles(positions, inv_freq)  # (T, R/2)
+            return angles.cos() * s, angles.sin() * s
+        key = (positions.device, positions.numel(), inv_freq.dtype, inv_freq.data_ptr(), inv_freq._version, s)
+        hit = self.__dict__.get("_trig", {}).get(key)
+        if hit is None or not torch.equal(hit[0], positions):
+            angles = rope_angles(positions, inv_freq)
+            hit = (positions.clone(), angles.cos() * s, angles.sin() * s)
+            self.__dict__["_trig"] = {key: hit}  # one length at a time; not state (no buffer, no checkpoint)
+        return hit[1], hit[2]

@@ -29,8 +29,8 @@ def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tens
 
 
 class Sinusoidal(PositionalScheme):
-    def __init__(self, shape: Shape, base: float = 10000.0, scale_embeddings: bool = True):
-        super().__init__(shape)
+    def __init__(self, shape: Shape, base: float = 10000.0, scale_embeddings: bool = True, **sampling):
+        super().__init__(shape, **sampling)
         self.base = base
         self.embed_scale = math.sqrt(shape.d_model) if scale_embeddings else 1.0
 

@@ -8,7 +8,8 @@ each direction; causal (CLM) spends all of them on the past. The table is shared
 layers (as in T5) unless ``per_layer``. T5 adds it to unscaled logits; here it is added after
 softmax attention's 1/√D, which only changes what the learned scalars have to learn.
 
-Since b_ij depends on i − j only, the bias is a ``RelativeBias`` (a Toeplitz matrix per head).
+Since b_ij depends on i − j only, the bias is a ``RelativeBias`` (a Toeplitz matrix per head); with
+randomized positions (pos.randomize) it depends on p_i − p_j and is a ``PositionalBias``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, RelativeBias, Shape, relative_offsets
+from positional.base import FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
@@ -54,8 +55,8 @@ class T5Bias(PositionalScheme):
     bias_kind = "relative"
 
     def __init__(self, shape: Shape, num_buckets: int = 32, max_distance: int = 128, per_layer: bool = False,
-                 init_std: float = 0.02):
-        super().__init__(shape)
+                 init_std: float = 0.02, **sampling):
+        super().__init__(shape, **sampling)
         if num_buckets < 4 or num_buckets % 2:
             raise ConfigError(f"pos.num_buckets={num_buckets} must be even and ≥ 4 (half per direction for MLM)")
         if max_distance <= num_buckets // 2:
@@ -65,9 +66,10 @@ class T5Bias(PositionalScheme):
         n_tables = shape.n_layers if per_layer else 1
         self.bias = nn.Parameter(torch.randn(n_tables, shape.n_heads, num_buckets) * init_std)  # (L or 1, H, NB)
 
-    def logit_bias(self, positions: Tensor, layer: int) -> RelativeBias:
-        t = positions.numel()
-        offsets = relative_offsets(t, t, positions.device)  # (2T−1,) i − j
+    def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
+        offsets = self.offsets(positions)  # (2S−1,) p_i − p_j; S = T unless randomized
         buckets = relative_position_bucket(-offsets, not self.shape.causal, self.num_buckets, self.max_distance)
         table = self.bias[layer if self.per_layer else 0]  # (H, NB)
-        return RelativeBias(table[:, buckets], t, t)  # (H, 2T−1) over offsets −(T−1) … T−1
+        # from max_distance on, each direction has one bucket (relative_position_bucket): constant
+        far = FarField(self.max_distance, table.new_zeros(2, table.shape[0]).detach())
+        return bias_over_offsets(table[:, buckets], positions, far)  # table (H, 2S−1) over offsets −(S−1) … S−1

@@ -66,9 +66,11 @@ class XLBias(LogitBias):
 
 class TransformerXL(PositionalScheme):
     bias_kind = "content"
+    randomize_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which sampled "
+                         "positions are not")
 
-    def __init__(self, shape: Shape, init_std: float = 0.02):
-        super().__init__(shape)
+    def __init__(self, shape: Shape, init_std: float = 0.02, **sampling):
+        super().__init__(shape, **sampling)
         h, d, c = shape.n_heads, shape.head_dim, shape.d_model
         self.u = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers
         self.v = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers

@@ -147,7 +147,7 @@ def write_index(results_dir: Path) -> None:
         "",
         "Reports produced by posbench's own commands, each with the command that regenerates it; nothing here",
         "is hand-edited. Paper presets: `python run.py -m experiment=<preset>` then",
-        "`python -m results paper --preset <preset>`; benchmarks: `python -m harness.bench`.",
+        "`python -m results paper --preset <preset>`; benchmarks: `python -m harness.bench --out results/bench`.",
         "",
         "| report | what | verdict / summary |",
         "|---|---|---|",

@@ -32,7 +32,7 @@ QUICK = [*TINY, "trainer.max_steps=2"]
 # (id, overrides — "{files}" is a directory of prepared inputs, see `files` —, text the line must contain)
 RUN_CASES = [
     # ---- the first table (47 kinds)
-    ("unknown-pos", ["pos=foo"], "Could not find 'pos/foo'; use one of pos=alibi, learned"),
+    ("unknown-pos", ["pos=foo"], "Could not find 'pos/foo'; use one of pos=alibi, cope, fire, kerple, learned"),
     ("unknown-attn", ["attn=foo"], "Could not find 'attn/foo'; use one of attn=linear, local, performer, softmax"),
     ("unknown-task", ["task=foo"], "use one of task=associative_recall, clm, copy, missing_duplicate, mlm"),
     ("unknown-key", ["model.foo=1"], "Could not override 'model.foo'"),

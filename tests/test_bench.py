@@ -6,8 +6,10 @@ import statistics
 import pytest
 import torch
 
-import harness.bench as bench
-from harness.bench import PeakRss, Spec, build_posbench, count_flops, main, make_step, measure
+import harness.bench.pairing as bench
+from harness.bench.cells import Spec, build_posbench
+from harness.bench.cli import main
+from harness.bench.measure import PeakRss, count_flops, make_step, matmul_peak_flops, measure
 
 
 def test_flops_of_a_linear_step_match_the_analytic_count():
@@ -63,7 +65,7 @@ def test_paired_ratio_times_both_sides_alternately(monkeypatch):
 
 
 def test_peak_matmul_reports_the_size_that_reached_it():
-    peak, n = bench.matmul_peak_flops("cpu", sizes=(64, 128), seconds=0.05)
+    peak, n = matmul_peak_flops("cpu", sizes=(64, 128), seconds=0.05)
     assert n in (64, 128) and peak > 1e6
 
 

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -242,7 +243,7 @@ def test_bias_path_is_dense_up_to_the_element_budget_then_fft(monkeypatch):
     monkeypatch.setattr(kernelized, "DENSE_MAX_ELEMS", 2 * H * 64 - 1)
     assert not kernelized.dense_path(q, k, "auto")
     assert kernelized.dense_path(q, k, "dense") and not kernelized.dense_path(q, k, "fft")
-    with pytest.raises(ConfigError, match="use auto, fft or dense"):
+    with pytest.raises(ConfigError, match="use auto, fft, dense or band"):
         kernelized.dense_path(q, k, "sparse")
 
 
@@ -257,3 +258,101 @@ def test_numerator_precision_falls_back_to_float64_when_weights_span_too_much():
     assert numerator_fft_dtype(den, torch.float32) == torch.float32
     assert numerator_fft_dtype(torch.tensor([1.0, 1.0 / FFT_RTOL * 1e8]), torch.float32) == torch.float64
     assert numerator_fft_dtype(den.double(), torch.float64) == torch.float64
+
+
+def scheme_bias(name: str, causal: bool, t: int, heads: int = H):
+    """The real T5 / ALiBi bias at length t, far field declared (T5 with a short max_distance so that
+    small tests reach its constant buckets)."""
+    from positional.alibi import ALiBi
+    from positional.t5 import T5Bias
+
+    torch.manual_seed(5)
+    shape = Shape(D * heads, heads, 1, t, causal)
+    pos = T5Bias(shape, num_buckets=8, max_distance=6, init_std=0.5) if name == "t5" else ALiBi(shape)
+    return pos.double(), pos.logit_bias(torch.arange(t), 0)
+
+
+@pytest.mark.parametrize("scheme", ["t5", "alibi"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_declared_far_field_reproduces_the_bias_table(scheme, causal):
+    """b_o = b_{±d} − slope·(|o| − d) for every |o| ≥ d: the contract band_contract relies on."""
+    _, bias = scheme_bias(scheme, causal, 50)
+    table, far = bias.table.detach(), bias.far
+    offsets = torch.arange(-49, 50)
+    for side, sign in ((0, 1), (1, -1)):
+        beyond = offsets * sign >= far.distance
+        anchor = table[:, 49 + sign * far.distance][:, None]  # (H, 1)
+        expected = anchor - far.slope[side][:, None].to(table.dtype) * (offsets[beyond].abs() - far.distance)
+        assert_close(table[:, beyond], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+@pytest.mark.parametrize("scheme", ["t5", "alibi"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rope_mode", [None, "numerator"])
+def test_band_path_equals_explicit_quadratic_form(name, scheme, causal, rope_mode, monkeypatch):
+    """Near band + far field by decayed prefix sums is exact: T = 37 in chunks of 6 (T5) or 4 (ALiBi),
+    so most key pairs are in the far field, with padding on both sides."""
+    monkeypatch.setattr(kernelized, "BAND_MIN_CHUNK", 4)
+    attn = variant(name, causal, rope_mode or "pre_feature")
+    q, k, v = qkv(T=T, D=D, H=H, scale=0.5)
+    keep, rot = padding(2, T), rotation(T, D) if rope_mode else None
+    _, b = scheme_bias(scheme, causal, T)
+    assert kernelized.bias_path(q, k, b.far, "auto", causal) == "band"
+    out = attn(q, k, v, AttentionContext(rotary=rot, bias=b, causal=causal, key_padding_mask=keep))
+
+    phi_q, phi_k = attn.feature_map(q, is_query=True), attn.feature_map(k, is_query=False)
+    num_rot = rotation_matrices(*(lambda w: (w.cos, w.sin))(rot.at_width(phi_q.shape[-1]))) if rope_mode else None
+    ref = reference_kernelized(phi_q, phi_k, v, causal=causal, key_keep=keep, bias=b, num_rot=num_rot)
+    assert_close(out, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_band_path_gradients_reach_the_bias_parameters_exactly(causal, monkeypatch):
+    """Gradients wrt φ(q), φ(k), v and T5's bucket parameters equal autograd of the O(T²) form (the far
+    field reads the table at ±d only, which is exact for the parameters because the buckets are shared)."""
+    monkeypatch.setattr(kernelized, "BAND_MIN_CHUNK", 4)
+    g = torch.Generator().manual_seed(6)
+    t = 40
+    phi_q, phi_k = (torch.rand(2, H, t, 6, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, H, t, 4, generator=g, dtype=F64, requires_grad=True)
+    w = torch.randn(2, H, t, 4, generator=g, dtype=F64)
+    pos, b = scheme_bias("t5", causal, t)
+    out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal,
+                               relative_coefficients(b.table, t, causal), toeplitz="band", far=b.far)
+    grads = torch.autograd.grad((out * w).sum(), (phi_q, phi_k, v, pos.bias))
+    ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=pos.logit_bias(torch.arange(t), 0))
+    ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, pos.bias))
+    for a, r in zip(grads, ref_grads, strict=True):
+        assert_close(a, r, rtol=1e-9, atol=1e-9)
+
+
+def test_band_path_is_taken_only_for_a_declared_decaying_far_field():
+    q = torch.zeros(1, H, 1000, 3)
+    _, t5 = scheme_bias("t5", False, 1000)
+    assert kernelized.bias_path(q, q, t5.far, "auto") == "band"
+    assert kernelized.bias_path(q, q, None, "auto") in ("dense", "fft")
+    assert kernelized.bias_path(q[:, :, :100], q[:, :, :100], t5.far, "auto") != "band"  # T ≤ 3C: no far keys
+    grows = replace(t5.far, slope=-torch.ones(2, H))
+    assert kernelized.bias_path(q, q, grows, "auto") != "band"
+    with pytest.raises(ConfigError, match="declares its far field"):
+        kernelized.bias_path(q, q, None, "band")
+
+
+@pytest.mark.parametrize("is_query,eps", [(True, 1e-4), (False, 0.0), (False, 1e-4)])
+def test_favor_features_equal_performer_pytorch_softmax_kernel_with_gradients(is_query, eps):
+    """favor_features is softmax_kernel's φ (same numbers, float64) with a written-out backward."""
+    from performer_pytorch.performer_pytorch import softmax_kernel
+
+    from attention.performer import draw_projection, favor_features
+
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, H, 19, D, generator=g, dtype=F64, requires_grad=True)
+    w = draw_projection(12, D, seed=3).to(F64)
+    cotangent = torch.rand(2, H, 19, 12, generator=g, dtype=F64)
+    ours = favor_features(x, w, is_query, eps)
+    ref = softmax_kernel(x, projection_matrix=w, is_query=is_query, eps=eps)
+    assert_close(ours, ref, rtol=1e-12, atol=1e-14)
+    (d_ours,) = torch.autograd.grad((ours * cotangent).sum(), x)
+    (d_ref,) = torch.autograd.grad((ref * cotangent).sum(), x)
+    assert_close(d_ours, d_ref, rtol=1e-10, atol=1e-12)

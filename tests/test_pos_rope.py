@@ -114,3 +114,14 @@ def test_complex_form_equals_real_form_on_any_layout_and_dtype():
     half = qkv.detach()[..., :8].to(torch.bfloat16)
     torch.testing.assert_close(apply_rope(half, cos.to(half.dtype), sin.to(half.dtype)),
                                real_form(half.double()).to(torch.bfloat16), rtol=2e-2, atol=2e-2)
+
+
+def test_cos_sin_are_built_once_per_length_and_rebuilt_when_positions_or_theta_change():
+    rope = scheme()
+    first = rope.rotary(torch.arange(9))
+    assert rope.rotary(torch.arange(9)).cos is first.cos  # the same length: reused, not recomputed
+    shifted = rope.rotary(torch.arange(1, 10))
+    torch.testing.assert_close(shifted.cos, torch.cos(rope_angles(torch.arange(1, 10), rope.inv_freq)))
+    rope.inv_freq.mul_(0.5)  # θ changed in place (e.g. a loaded state): angles follow
+    torch.testing.assert_close(rope.rotary(torch.arange(9)).sin,
+                               torch.sin(rope_angles(torch.arange(9), rope.inv_freq)), rtol=0, atol=0)

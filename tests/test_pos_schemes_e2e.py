@@ -7,11 +7,15 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
+from harness.config.compat import compatibility
 from positional.base import PositionalScheme, Shape
 from tests.conftest import ROOT, compose
 
-SCHEMES = ["none", "sinusoidal", "learned", "t5", "xl", "rope", "rope_trainable", "alibi"]
-RELATIVE = ["t5", "xl", "alibi"]  # logit-bias schemes whose bias differs between MLM and CLM
+SCHEMES = ["none", "sinusoidal", "learned", "t5", "xl", "rope", "rope_trainable", "alibi",
+           "xpos", "kerple", "fire", "p_rope", "cope"]
+NEW = ["xpos", "kerple", "fire", "p_rope", "cope"]  # issue 18: 20 steps with every attention each one claims
+# schemes whose positional term differs between MLM and CLM (bias direction, xPos's growth to the future)
+RELATIVE = ["t5", "xl", "alibi", "kerple", "fire", "cope", "xpos"]
 
 
 def test_every_pos_config_is_tested_here():
@@ -57,6 +61,29 @@ def check_run(summary, client, name: str, bound: float):
 def test_scheme_trains_mlm_with_softmax(train_tiny, name, halfway):
     summary, client = train_tiny(f"pos={name}", "attn=softmax", *LEARN)
     check_run(summary, client, name, halfway)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", [c for c in compatibility() if c.pos in NEW and c.allowed],
+                         ids=lambda c: f"{c.pos}-{c.attn}")
+def test_new_scheme_trains_20_steps_with_every_attention_it_claims(train_tiny_shared, cell, halfway):
+    summary, client = train_tiny_shared(f"pos={cell.pos}", f"attn={cell.attn}", *LEARN, "optim.schedule.warmup_steps=4")
+    run = check_run(summary, client, cell.pos, halfway)
+    assert run.data.tags["attn"] == cell.attn and summary.step == 20
+    loss = [m.value for m in sorted(client.get_metric_history(summary.run_id, "train/loss"), key=lambda m: m.step)]
+    assert len(loss) == 20 and sum(loss[-5:]) < sum(loss[:5])  # it learns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sinusoidal", "learned", "t5", "rope", "alibi", "xpos", "kerple", "fire",
+                                  "p_rope"])
+def test_randomized_positions_train_and_evaluate_beyond_the_training_length(train_tiny_shared, name, halfway):
+    summary, client = train_tiny_shared(f"pos={name}", "pos.randomize=true", "pos.max_position=64",
+                                        "eval.lengths=[32,64]", *LEARN)
+    run = check_run(summary, client, name, halfway)
+    assert run.data.params["pos.randomize"] == "True" and run.data.params["pos.max_position"] == "64"
+    assert math.isfinite(run.data.metrics["val/loss_at_64"])  # learned too: its table holds max_position
+    assert not [t for t in run.data.tags if t.startswith("eval_skipped_at_")]
 
 
 @pytest.mark.slow

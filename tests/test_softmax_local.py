@@ -102,3 +102,73 @@ def test_sdpa_with_a_learned_bias_has_the_reference_gradients(causal, padded):
     assert_close(out, ref)
     for a, b in zip(grads, ref_grads, strict=True):
         assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def _fake_xformers(monkeypatch, call):
+    """Pretend CUDA and an installed xformers 0.0.35 whose kernel does ``call``; the probe runs on CPU."""
+    import sys
+    import types
+
+    from attention import softmax
+
+    xformers, ops = types.ModuleType("xformers"), types.ModuleType("xformers.ops")
+    xformers.__version__, xformers.ops, ops.memory_efficient_attention = "0.0.35", ops, call
+    monkeypatch.setitem(sys.modules, "xformers", xformers)
+    monkeypatch.setitem(sys.modules, "xformers.ops", ops)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(softmax, "PROBE_DEVICE", "cpu")
+    softmax.xformers_problem.cache_clear()
+
+
+@pytest.fixture
+def clean_probe():
+    from attention import softmax
+
+    softmax.xformers_problem.cache_clear()
+    yield
+    softmax.xformers_problem.cache_clear()
+
+
+def test_xformers_that_imports_but_cannot_run_is_refused_in_one_line_with_versions(monkeypatch, clean_probe):
+    """The GPU machine's failure: a wheel built for another torch/CUDA imports, then fails when called."""
+    def broken(q, k, v, **kw):
+        raise NotImplementedError("xFormers wasn't build with CUDA support\n  memory_efficient_attention ...")
+
+    _fake_xformers(monkeypatch, broken)
+    with pytest.raises(ConfigError) as err:
+        Softmax(SHAPE, backend="xformers")
+    message = str(err.value)
+    assert "\n" not in message
+    for needle in ("xFormers wasn't build with CUDA support", "xformers 0.0.35", f"torch {torch.__version__}",
+                   "CUDA ", "python -m xformers.info", "use attn.backend=sdpa"):
+        assert needle in message, (needle, message)
+    assert Softmax(SHAPE, backend="auto").candidates == ["sdpa"]  # auto leaves a broken xformers out
+
+
+def test_auto_offers_a_working_xformers_and_picks_the_fastest(monkeypatch, clean_probe):
+    _fake_xformers(monkeypatch, lambda q, k, v, **kw: q)
+    assert Softmax(SHAPE, backend="xformers").backend_used == "xformers"
+    auto = Softmax(SHAPE, backend="auto")
+    assert auto.candidates == ["sdpa", "xformers"] and auto.backend_used is None  # decided on the first input
+
+    import time
+
+    from attention.softmax import pick_fastest
+
+    def slow(*a):
+        time.sleep(0.02)
+
+    def broken(*a):
+        raise RuntimeError("no kernel")
+
+    candidates = {"slow": slow, "broken": broken, "fast": lambda *a: None}
+    assert pick_fastest(candidates, lambda backend: backend(None)) == "fast"
+    with pytest.raises(ConfigError, match="none of broken ran here"):
+        pick_fastest({"broken": broken}, lambda backend: backend(None))
+
+
+def test_auto_on_cpu_is_sdpa_and_says_so(clean_probe):
+    q, k, v = qkv(T=T, D=D, H=H)
+    auto = Softmax(SHAPE, backend="auto")
+    assert auto.backend_used == "sdpa"
+    assert_close(auto(q, k, v, AttentionContext()), Softmax(SHAPE)(q, k, v, AttentionContext()))

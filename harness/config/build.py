@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import lightning as L
 
 from harness.config.instantiate import instantiate
-from harness.data.windows import make_loaders
+from harness.data.loaders import make_loaders
 from harness.model.module import LanguageModel
 from harness.model.transformer import Transformer
 from harness.scaleout import BatchGeometry
@@ -36,18 +36,19 @@ class Built:
 
 def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
     """Seed, then model → Trainer (its world size sizes the data, its rank decides who logs) → loaders."""
-    cfg, data = checked.cfg, checked.data
+    cfg, data, task = checked.cfg, checked.data, checked.task
     L.seed_everything(checked.seed, verbose=False)
-    model = Transformer(checked.model, checked.tokenizer.vocab_size, data.seq_len, checked.task.causal,
+    model = Transformer(checked.model, checked.tokenizer.vocab_size, task.sequence_tokens(data.seq_len), task.causal,
                         pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
     if checked.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
     geometry = BatchGeometry.of(trainer, data.batch_size, cfg.optim.optimizer.lr)
-    train_dl, val_dl = make_loaders(corpus, checked.tokenizer, checked.task, data.seq_len, data.batch_size,
+    train_dl, val_dl = make_loaders(corpus, task, data.seq_len, data.batch_size,
                                     n_train=geometry.train_examples(checked.trainer.max_steps), seed=checked.seed,
                                     eval_batches=data.eval_batches, world_size=geometry.world_size,
                                     rank=trainer.global_rank, start=first_step * geometry.effective_batch)
     module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
-                           byte_level=checked.tokenizer.byte_level)
+                           byte_level=checked.tokenizer.byte_level and not task.scores_sequences,
+                           scores_sequences=task.scores_sequences)
     return Built(model, module, trainer, train_dl, val_dl, geometry)

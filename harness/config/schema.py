@@ -232,9 +232,12 @@ class CheckpointSettings:
 @dataclass(frozen=True)
 class ReportSettings:
     target_loss: float | None = None  # "steps to target" threshold, nats/token
+    min_order_gain: float = 0.05  # val/order_gain below it: "not yet using order" (conf/config.yaml says why)
 
     def __post_init__(self):
         _positive("report.target_loss", self.target_loss, allow_none=True, kind="number (nats per token)")
+        if self.min_order_gain < 0:
+            raise ConfigError(f"report.min_order_gain={self.min_order_gain} must be ≥ 0 (nats per token)")
 
 
 @dataclass(frozen=True)

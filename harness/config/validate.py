@@ -27,7 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import schema
 from harness.config.instantiate import instantiate
 from harness.config.resources import Footprint, check_memory
-from harness.data.corpus import check_train_split, check_val_split
 from harness.errors import ConfigError
 from harness.paths import CONF
 from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri
@@ -80,7 +79,8 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     model, footprint = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     _check_splits(source, task, tokenizer, data, lengths)
-    check_memory(footprint, data.batch_size, data.seq_len, lengths, on_gpu=trainer.accelerator in ("gpu", "cuda"))
+    check_memory(footprint, data.batch_size, task.sequence_tokens(data.seq_len), task.evaluation_tokens(lengths),
+                 on_gpu=trainer.accelerator in ("gpu", "cuda"))
     _check_device(trainer)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model, tokenizer, task, source, footprint.n_params, settings["progress"])
@@ -216,11 +216,11 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
 
     from harness.model.transformer import Transformer
 
-    model_cfg = instantiate(cfg.model)
-    check_memory(Footprint.of_blocks(model_cfg, tokenizer.vocab_size), data.batch_size, data.seq_len, [],
+    model_cfg, length = instantiate(cfg.model), task.sequence_tokens(data.seq_len)
+    check_memory(Footprint.of_blocks(model_cfg, tokenizer.vocab_size), data.batch_size, length, [],
                  on_gpu=False)  # before building even on meta: a huge model takes long to lay out
     with torch.device("meta"):
-        model = Transformer(model_cfg, tokenizer.vocab_size, data.seq_len, task.causal,
+        model = Transformer(model_cfg, tokenizer.vocab_size, length, task.causal,
                             pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
     variant = model.blocks[0].attn.variant
     footprint = Footprint(model.num_params(), model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers,
@@ -242,8 +242,10 @@ def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: l
     train, val = source.sizes()
     if not tokenizer.byte_level:  # token counts of other tokenizers are unknown until the text is read
         return
-    check_train_split(train, data.seq_len + task.extra_tokens)
-    check_val_split(val, task.extra_tokens)
+    task.check_corpus(train, val, data.seq_len)
+    if lengths and task.scores_sequences:
+        raise ConfigError(f"eval.lengths={lengths} scores text windows; a synthetic task evaluates at "
+                          "task.eval_lengths instead: drop eval.lengths, or set task.eval_lengths=[...]")
     too_long = [n for n in lengths if n > val]
     if too_long:
         raise ConfigError(f"eval.lengths: {too_long} exceed the validation split ({val} tokens), so a window would "

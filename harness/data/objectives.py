@@ -1,19 +1,53 @@
-"""Training objectives (conf/task): how a window of tokens becomes inputs and labels.
+"""Training objectives on text (conf/task mlm, clm): how a window of tokens becomes inputs and labels.
 
-Labels use -100 (PyTorch's ignore_index) wherever no prediction is scored.
+Every task — these two and the synthetic ones of harness/data/tasks/ — offers the same protocol to
+the pipeline (``TextObjective`` here, ``SyntheticTask`` there): ``causal``; ``sequence_tokens(seq_len)``,
+the longest training sequence (the model's max length); ``check_corpus(train_bytes, val_bytes)``;
+``training_data`` / ``validation_data`` (datasets) and ``collate``; ``scores_sequences`` (exact-match
+accuracy is meaningful). Labels use -100 (PyTorch's ignore_index) wherever no prediction is scored.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils.data import Dataset
 
+from harness.data.corpus import check_train_split, check_val_split
+from harness.data.windows import EvalWindows, TrainWindows
 from harness.errors import ConfigError
 
 IGNORE = -100
 
 
-class MaskedLM:
+class TextObjective:
+    """Windows of a corpus (harness/data/windows.py), scored per token."""
+
+    causal: bool = False
+    extra_tokens: int = 0
+    scores_sequences = False
+    collate = None  # torch's default collate: windows have one length
+
+    def sequence_tokens(self, seq_len: int) -> int:
+        return seq_len
+
+    def evaluation_tokens(self, eval_lengths: list[int]) -> list[int]:
+        """The sequence lengths the final evaluation scores (``eval.lengths``)."""
+        return list(eval_lengths)
+
+    def check_corpus(self, train_bytes: int, val_bytes: int, seq_len: int) -> None:
+        """The splits hold the windows (byte counts are token counts for the byte tokenizer)."""
+        check_train_split(train_bytes, seq_len + self.extra_tokens)
+        check_val_split(val_bytes, self.extra_tokens)
+
+    def training_data(self, corpus, seq_len: int, n: int, seed: int) -> Dataset:
+        return TrainWindows(self.tok.encode(corpus.train), seq_len + self.extra_tokens, n, seed, self)
+
+    def validation_data(self, corpus, seq_len: int) -> Dataset:
+        return EvalWindows(self.tok.encode(corpus.val), seq_len + self.extra_tokens, self, self.tok.pad_id)
+
+
+class MaskedLM(TextObjective):
     """BERT masked-LM (Devlin et al. 2019, §3.1 "Task #1" and Appendix A.1).
 
     Each real token is selected with probability ``mask_prob``; a selected token becomes
@@ -49,7 +83,7 @@ class MaskedLM:
         return {"input_ids": inputs, "labels": labels, "key_padding_mask": valid}
 
 
-class CausalLM:
+class CausalLM(TextObjective):
     """Next-token prediction with a causal mask; every real next token is scored."""
 
     name = "clm"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler
 
 from harness.data.corpus import check_train_split, check_val_split
 
@@ -78,26 +77,3 @@ class ContinueFrom(DistributedSampler):
     def __iter__(self):
         end = len(self) * self.num_replicas
         return iter(range(self.start + self.rank, end, self.num_replicas))
-
-
-def make_loaders(corpus, tokenizer, objective, seq_len: int, batch_size: int, n_train: int, seed: int,
-                 eval_batches: int | None = None, world_size: int = 1, rank: int = 0,
-                 start: int = 0) -> tuple[DataLoader, DataLoader]:
-    """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
-    eval_batches × batch_size × world_size windows, the same set a single process scores at the same
-    global batch, split into disjoint shards. ``start``: the first training example (resuming)."""
-    length = seq_len + objective.extra_tokens
-    train = TrainWindows(tokenizer.encode(corpus.train), length, n_train, seed, objective)
-    val = EvalWindows(tokenizer.encode(corpus.val), length, objective, tokenizer.pad_id)
-    if eval_batches is not None:
-        val = torch.utils.data.Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))
-    # Shards without DistributedSampler's padding repeats, so the summed val loss counts each window once.
-    val_sampler = UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) \
-        if world_size > 1 else None
-    # Each loader draws its iterator's base seed from its own generator: from the global one,
-    # every validation pass would shift the dropout stream, and a resumed run (which does not
-    # repeat the validation at its checkpoint step) would draw different dropout masks.
-    return (DataLoader(train, batch_size=batch_size, sampler=ContinueFrom(train, start, rank, world_size),
-                       generator=torch.Generator().manual_seed(seed)),
-            DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,
-                       generator=torch.Generator().manual_seed(seed)))

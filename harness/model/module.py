@@ -1,4 +1,10 @@
-"""The LightningModule: loss, logging, optimizer and schedule. Receives a built model."""
+"""The LightningModule: loss, validation, optimizer and schedule. Receives a built model.
+
+Validation scores each example twice, as written and with its token order permuted inside the window
+(harness/data/loaders.py): ``val/loss``, ``val/loss_shuffled`` and ``val/order_gain`` = their
+difference, in nats per scored token — how much the model uses word order (issue 16). A task scored
+per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accuracy.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +18,27 @@ import torch
 import torch.nn.functional as F
 
 from harness.data.objectives import IGNORE
+from harness.data.tasks import exact_match
 from harness.model.schedule import Schedule
 
 
 class LanguageModel(L.LightningModule):
-    def __init__(self, model: torch.nn.Module, optimizer: Callable, schedule: Schedule, byte_level: bool):
+    def __init__(self, model: torch.nn.Module, optimizer: Callable, schedule: Schedule, byte_level: bool,
+                 scores_sequences: bool = False):
         super().__init__()
         self.model, self.make_optimizer, self.schedule, self.byte_level = model, optimizer, schedule, byte_level
+        self.scores_sequences = scores_sequences
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
 
-    def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
         logits = self.model(batch["input_ids"], batch["key_padding_mask"])  # (B, T, V)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE,
                                reduction="sum")
-        return loss, (batch["labels"] != IGNORE).sum()
+        return loss, (batch["labels"] != IGNORE).sum(), logits
+
+    def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._scored(batch)[:2]
 
     def training_step(self, batch, batch_idx):
         loss_sum, n = self._loss_sum(batch)
@@ -46,21 +59,28 @@ class LanguageModel(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self):
-        self._val_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self._val_n = torch.zeros((), dtype=torch.float64, device=self.device)
+        # summed loss, scored tokens, shuffled summed loss, shuffled tokens, right sequences, sequences
+        self._val = torch.zeros(6, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch, batch_idx):
-        loss_sum, n = self._loss_sum(batch)
-        self._val_sum += loss_sum.double()
-        self._val_n += n
+        loss_sum, n, logits = self._scored(batch["plain"])
+        shuffled_sum, shuffled_n, _ = self._scored(batch["shuffled"])
+        right = exact_match(logits, batch["plain"]["labels"]).sum() if self.scores_sequences else 0
+        sequences = len(logits) if self.scores_sequences else 0
+        self._val += torch.stack([loss_sum.double(), n.double(), shuffled_sum.double(), shuffled_n.double(),
+                                  torch.as_tensor(right, dtype=torch.float64, device=self.device),
+                                  torch.as_tensor(sequences, dtype=torch.float64, device=self.device)])
 
     def on_validation_epoch_end(self):
-        total = self.trainer.strategy.reduce(self._val_sum, reduce_op="sum")
-        count = self.trainer.strategy.reduce(self._val_n, reduce_op="sum")
-        loss = (total / count).item()  # nats per predicted token, weighted by tokens, not batches
-        metrics = {"val/loss": loss}
+        sums = self.trainer.strategy.reduce(self._val, reduce_op="sum").tolist()
+        total, n, shuffled, shuffled_n, right, sequences = sums
+        loss = total / n  # nats per predicted token, weighted by tokens, not batches
+        metrics = {"val/loss": loss, "val/loss_shuffled": shuffled / shuffled_n,
+                   "val/order_gain": shuffled / shuffled_n - loss}
         if self.byte_level:
             metrics["val/bpc"] = loss / math.log(2)  # one token per byte
+        if self.scores_sequences:
+            metrics["val/acc"] = right / sequences
         self.log_dict(metrics, prog_bar=True)
         if not self.trainer.sanity_checking:
             self.val_results.append({"step": self.global_step, **metrics})

@@ -98,7 +98,7 @@ class Transformer(nn.Module):
         shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal)
         self.pos = pos(shape)
         variants = [attn(shape) for _ in range(cfg.n_layers)]
-        check_pairing(type(self.pos), type(variants[0]))
+        check_pairing(self.pos, type(variants[0]))  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, v) for v in variants)
@@ -112,7 +112,7 @@ class Transformer(nn.Module):
     def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """input_ids: (B, T) -> logits (B, T, V)."""
         T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device)
+        positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
         base = AttentionContext(rotary=self.pos.rotary(positions), causal=self.causal,
                                 key_padding_mask=key_padding_mask)

@@ -131,6 +131,8 @@ class SyntheticTask:
     name: ClassVar[str]
     forms: ClassVar[tuple[str, ...]] = FORMS
     needs_filler: ClassVar[bool] = False  # passkey hides its key in corpus text
+    scores_sequences: ClassVar[bool] = True  # exact match per sequence: val/acc, val/acc_at_<L>
+    extra_tokens: ClassVar[int] = 0
 
     def __init__(self, tokenizer=None, form: str | None = None, train_lengths=(1, 20),
                  eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
@@ -234,6 +236,35 @@ class SyntheticTask:
     def draw_length(self, gen: torch.Generator) -> int:
         lo, hi = self.train_lengths
         return lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
+
+    # --- the task protocol of the pipeline (harness/data/objectives.py) ------------------------
+
+    def sequence_tokens(self, seq_len: int) -> int:
+        """The longest training sequence, the model's max length (``data.seq_len`` is for text tasks)."""
+        return self.tokens_for(self.train_lengths[1])
+
+    def evaluation_tokens(self, eval_lengths: list[int]) -> list[int]:
+        """The sequence lengths the final evaluation scores: ``task.eval_lengths`` in tokens."""
+        return [self.tokens_for(n) for n in self.eval_lengths]
+
+    def check_corpus(self, train_bytes: int, val_bytes: int, seq_len: int) -> None:
+        """Only filler tasks read the corpus: each split must hold the longest filler they cut."""
+        if self.needs_filler:
+            longest = max(self.train_lengths[1], self.eval_lengths[-1])
+            if min(train_bytes, val_bytes) < longest:
+                raise ConfigError(f"task={self.name} cuts filler of up to {longest} bytes from each split, but the "
+                                  f"corpus splits hold {train_bytes} and {val_bytes}; use a larger corpus")
+
+    def training_data(self, corpus, seq_len: int, n: int, seed: int) -> TaskExamples:
+        return self.train_dataset(seed, n, filler=corpus.train if self.needs_filler else None)
+
+    def validation_data(self, corpus, seq_len: int) -> TaskExamples:
+        """The in-distribution evaluation set (lengths drawn from ``train_lengths``): ``val/acc``."""
+        return self.eval_dataset(None, filler=corpus.val if self.needs_filler else None)
+
+    def length_data(self, corpus, length: int) -> TaskExamples:
+        """The evaluation set at one length: ``val/acc_at_<length>``."""
+        return self.eval_dataset(length, filler=corpus.val if self.needs_filler else None)
 
     # --- datasets ----------------------------------------------------------------------------
 

@@ -1,0 +1,178 @@
+"""``python -m harness.bench``: parse and check the flags, run grid, peers and targets, write the report.
+
+Bad input is one line on stderr and exit 2 (nothing measured, nothing written): an unknown --pos/--attn
+(the line names the valid options), a malformed or non-positive number, --device cuda without CUDA.
+Exit 1 when a cell raised (its MLflow run is FAILED), 2 when nothing was measured (no report), else 0.
+The report goes to --out (default bench-out/, ignored by git); results/bench/ only when named there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.bench.cells import PEERS, Spec, available
+from harness.bench.internals import ROOT, git_sha, log_cell_run
+from harness.bench.measure import Peak, matmul_peak_flops
+from harness.bench.report import Report, write_report
+from harness.bench.session import Options, Result, Session
+from harness.bench.targets import compare_peer, targets_for
+
+
+class BadInput(ValueError):
+    """A flag the bench refuses: reported as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one line too, not usage + message
+        raise BadInput(message)
+
+
+@dataclass(frozen=True)
+class Args:
+    poses: list[str]
+    attns: list[str]
+    lengths: list[int]
+    tokens: int
+    model: str
+    warmup: int
+    repeats: int
+    cell_s: float
+    budget_s: float
+    peers: bool
+    targets: bool
+    device: str
+    out: Path
+    tracking_uri: str | None
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
+    # the grid's default is pos=none, so the default run fits in 10 minutes on 2 cores; RoPE's and T5's cost
+    # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
+    p.add_argument("--pos", default="none", help="comma list of conf/pos options")
+    p.add_argument("--attn", default="all", help="comma list of conf/attn options, or 'all'")
+    p.add_argument("--lengths", default="512,1024,2048,4096,8192")
+    p.add_argument("--tokens", type=int, default=None, help="tokens per step (batch = tokens / length); "
+                   "default 8192 on CPU, 65536 on CUDA")
+    p.add_argument("--model", default="small", help="conf/model preset")
+    p.add_argument("--warmup", type=int, default=0, help="untimed steps after the (untimed) FLOP-counting step")
+    p.add_argument("--repeats", type=int, default=3, help="most timed steps per cell")
+    p.add_argument("--cell-s", type=float, default=5.0, help="stop timing a cell once its timed steps add up "
+                   "to this many seconds (at least one)")
+    p.add_argument("--budget-s", type=float, default=12.0,
+                   help="skip longer lengths of a cell once one step takes longer than this")
+    p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--no-targets", action="store_true")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
+    p.add_argument("--out", default=str(ROOT / "bench-out"), help="report folder (default bench-out/; "
+                   "results/bench/ holds the committed report and is written only when named here)")
+    p.add_argument("--tracking-uri", default=None, help="default: as run.py ($MLFLOW_TRACKING_URI or ./mlflow.db)")
+    return p
+
+
+def parse(argv: list[str] | None) -> Args:
+    a = _parser().parse_args(argv)
+    for flag in ("tokens", "repeats", "cell_s", "budget_s"):
+        if getattr(a, flag) is not None and getattr(a, flag) <= 0:
+            raise BadInput(f"--{flag.replace('_', '-')}={getattr(a, flag)} must be positive")
+    if a.warmup < 0:
+        raise BadInput(f"--warmup={a.warmup} must be 0 or more")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise BadInput(f"--device cuda: no CUDA device here (torch {torch.__version__}, built for CUDA "
+                       f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch")
+    return Args(_options(a.pos, "pos"), available("attn") if a.attn == "all" else _options(a.attn, "attn"),
+                _lengths(a.lengths), a.tokens or (65536 if a.device == "cuda" else 8192), a.model, a.warmup,
+                a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, Path(a.out),
+                a.tracking_uri)
+
+
+def _options(text: str, group: str) -> list[str]:
+    chosen, valid = [x for x in text.split(",") if x], available(group)
+    unknown = [x for x in chosen if x not in valid]
+    if unknown or not chosen:
+        raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; "
+                       f"valid: {', '.join(valid)}")
+    return chosen
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise BadInput(f"--lengths {text!r}: use a comma list of positive integers, e.g. 512,1024") from None
+    if any(t <= 0 for t in lengths):
+        raise BadInput(f"--lengths {text!r}: every length must be positive")
+    return lengths
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse(argv)
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    command = " ".join(["python -m harness.bench", *(argv if argv is not None else sys.argv[1:])])
+    report = run(args, command)
+    rows = report.rows()
+    if not any(r.ok for r in rows):
+        print("error: nothing was measured (every cell was refused or failed); no report written", file=sys.stderr)
+        return 2
+    write_report(args.out, report)
+    log_results(args.tracking_uri, rows, report.peak, args.device)
+    errors = [r for r in rows if r.status == "error"]
+    print(f"done in {report.seconds:.0f} s; report in {args.out}"
+          + (f"; {len(errors)} cell(s) failed (see the report)" if errors else ""))
+    return 1 if errors else 0
+
+
+def run(args: Args, command: str) -> Report:
+    started = time.perf_counter()
+    peak = matmul_peak_flops(args.device, (4096, 8192) if args.device == "cuda" else (2048, 4096))
+    print(f"peak {'bf16' if args.device == 'cuda' else 'fp32'} matmul: {peak.flops / 1e9:,.1f} GFLOP/s at "
+          f"n={peak.n}; {torch.get_num_threads()} threads")
+    session = Session(Options(args.device, peak.flops, peak.n, args.warmup, args.repeats, args.cell_s))
+    grid = [r for pos in args.poses for attn in args.attns for r in _lengths_of(session, args, pos, attn)]
+    peers = [compare_peer(session, p, Spec(p.pos, p.attn, args.lengths[0], max(1, args.tokens // args.lengths[0]),
+                                           args.model)) for p in PEERS if args.peers]
+    for p in peers:
+        shown = f"{p.interval.estimate:.2f} [{p.interval.low:.2f}, {p.interval.high:.2f}]" if p.interval else "—"
+        print(f"  posbench ÷ {p.peer.name}: {shown}, {p.verdict}", flush=True)
+    targets = [t.evaluate(session) for t in targets_for(args.device, args.tokens) if args.targets]
+    for o in targets:
+        print(f"  target {o.label}: {o.verdict} ({o.method})", flush=True)
+    return Report(grid, peers, targets, peak, args.device, time.perf_counter() - started, command)
+
+
+def _lengths_of(session: Session, args: Args, pos: str, attn: str) -> list[Result]:
+    """One cell per length, shortest first; once one fails or exceeds --budget-s the longer are skipped."""
+    results: list[Result] = []
+    for T in args.lengths:
+        batch = max(1, args.tokens // T)
+        if results and (not results[-1].ok or results[-1].step_s > args.budget_s):
+            why = "a shorter length already failed or exceeded --budget-s"
+            results.append(Result("posbench", pos, attn, T, batch, status="skipped", reason=why))
+            continue
+        results.append(session.cell(Spec(pos, attn, T, batch, args.model)))
+    return results
+
+
+def log_results(uri: str | None, results: list[Result], peak: Peak, device: str) -> None:
+    """One MLflow run per measured cell in experiment ``bench``, tagged with a shared bench_id."""
+    import uuid
+
+    bench_id, sha = uuid.uuid4().hex[:12], git_sha()
+    for r in results:
+        if r.status == "skipped":
+            continue
+        tags = {"kind": "peer" if r.name != "posbench" else "posbench", "impl": r.name, "pos": r.pos,
+                "attn": r.attn, "bench_id": bench_id, "git_sha": sha, "device": device, "status": r.status}
+        params = {"seq_len": str(r.seq_len), "batch": str(r.batch), "peak_flops": f"{peak.flops:.4g}"}
+        metrics = {k: v for k, v in vars(r).items() if isinstance(v, float) and v == v}
+        log_cell_run(uri, f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}", tags, params, metrics,
+                     r.status, r.reason)

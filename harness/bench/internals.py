@@ -1,0 +1,64 @@
+"""The bench room's only door into the rest of the harness: config composition, the model, instantiation,
+MLflow tracking and the project root. Every other module of harness/bench imports these from here, so a
+move elsewhere in harness/ is fixed in this file alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from harness.paths import ROOT  # noqa: F401 — re-exported for the room
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def compose_cell(overrides: list[str]):
+    """The config ``python run.py <overrides>`` would see."""
+    from harness.config.compose import compose
+
+    return compose(overrides)
+
+
+def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> nn.Module:
+    """posbench's model for one composed config, built as harness.train builds it."""
+    from harness.config.instantiate import instantiate
+    from harness.model.transformer import Transformer
+
+    cfg = compose_cell(overrides)
+    return Transformer(instantiate(cfg.model), vocab_size, seq_len, causal,
+                       pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+
+
+def git_sha() -> str:
+    from harness.record.run import git_sha as sha
+
+    return sha()
+
+
+class CellFailed(Exception):
+    """Raised inside a cell's MLflow run so that the run ends FAILED with the cell's reason."""
+
+
+def log_cell_run(uri: str | None, name: str, tags: dict[str, str], params: dict[str, str],
+                 metrics: dict[str, float], status: str, reason: str) -> None:
+    """One MLflow run in experiment ``bench``: FINISHED for status ok, else FAILED with tags ``failure``
+    (incompatible for a refused cell, error for one that raised) and ``failure_reason``. The run's owner
+    (``TrackedRun``) sets its status from whether its body raised."""
+    from mlflow.entities import Metric
+
+    from harness.errors import IncompatiblePairing
+    from harness.record.run import TrackedRun
+    from harness.record.store import resolve_tracking_uri
+
+    now = int(time.time() * 1000)
+    try:
+        with TrackedRun(resolve_tracking_uri(uri), "bench", name).open(tags, params) as run:
+            run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
+            if status == "refused":
+                raise IncompatiblePairing(reason)
+            if status != "ok":
+                raise CellFailed(reason)
+    except (CellFailed, IncompatiblePairing):
+        pass  # on record: the run is FAILED with the reason; the bench's exit code reports errors

@@ -1,0 +1,83 @@
+"""Paired timing: two steps timed back to back in alternating order (A B, B A, …, "ABBA"), so drift in
+the machine's speed (other load, clock frequency) cancels within a round instead of landing on one side.
+
+``paired_rounds`` runs rounds until the 95 % interval of the ratio is on one side of the goal, or its
+round or time budget is spent (then the verdict is "unresolved": not measured precisely enough).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from harness.bench.cells import Built, Spec, build_posbench
+from harness.bench.measure import Step, make_step, time_call, trim
+from harness.bench.stats import Goal, Interval
+
+
+class Live(NamedTuple):
+    step: Step  # one call = one training step
+    module: torch.nn.Module
+
+
+def prepare(spec: Spec, build: Callable[[Spec], Built], device: str) -> Live:
+    """Build a cell's model on ``device`` with random token ids (bf16 autocast on CUDA)."""
+    module, forward = build(spec)
+    module.to(device).train()
+    ids = torch.randint(256, (spec.batch, spec.seq_len), device=device)
+    return Live(make_step(forward, module, ids, autocast=device == "cuda"), module)
+
+
+def training_step(spec: Spec, build: Callable[[Spec], Built], device: str) -> Step:
+    return prepare(spec, build, device).step
+
+
+def abba_round(num: Step, den: Step, i: int, device: str) -> float:
+    """Round i's ratio num/den: num first in even rounds, den first in odd ones."""
+    if i % 2 == 0:
+        t_num, t_den = time_call(num, device), time_call(den, device)
+    else:
+        t_den, t_num = time_call(den, device), time_call(num, device)
+    return t_num / t_den
+
+
+class PairedRatio(NamedTuple):
+    ratio: float  # median round
+    rounds: list[float]
+
+
+def paired_ratio(num: Spec, den: Spec, device: str, round_s: float = 20.0,
+                 builders: tuple[Callable, Callable] | None = None) -> PairedRatio:
+    """Median of step(num)/step(den) over 3 to 7 ABBA rounds, as many as fit ``round_s`` seconds, on
+    freshly built models (two untimed steps each first). ``builders``: how to build each side (default:
+    posbench for both; a peer's builder for peers)."""
+    steps = [training_step(spec, build, device)
+             for spec, build in zip((num, den), builders or (build_posbench, build_posbench), strict=True)]
+    for step in steps:  # first call: allocator, lazy init, kernel selection
+        step()
+    per_round = time_call(steps[0], device) + time_call(steps[1], device)  # a second warm-up, and a round's size
+    ratios = [abba_round(*steps, i, device) for i in range(max(3, min(7, int(round_s / per_round))))]
+    steps = None  # noqa: F841
+    trim()
+    return PairedRatio(statistics.median(ratios), ratios)
+
+
+def paired_rounds(num: Step, den: Step, device: str, goal: Goal | None = None,
+                  value: Callable[[float], float] = lambda r: r, min_rounds: int = 3, max_rounds: int = 40,
+                  budget_s: float = 30.0) -> Interval:
+    """The interval of step(num)/step(den) over ABBA rounds of two warm steps. After ``min_rounds``, stop
+    as soon as the interval of ``value(ratio)`` (increasing, e.g. r − 1 for an overhead) is on one side
+    of ``goal``, or after ``max_rounds`` rounds or ``budget_s`` seconds, whichever comes first."""
+    started, ratios = time.perf_counter(), []
+    while len(ratios) < max_rounds:
+        ratios.append(abba_round(num, den, len(ratios), device))
+        if len(ratios) < min_rounds:
+            continue
+        interval = Interval.of_ratios(ratios)
+        if (goal is not None and goal.resolved(interval.map(value))) or time.perf_counter() - started >= budget_s:
+            break
+    return Interval.of_ratios(ratios)

@@ -1,0 +1,168 @@
+"""Writes the benchmark report: README.md (grid, peers, targets with intervals), bench.csv and plots."""
+
+from __future__ import annotations
+
+import csv
+import platform
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+from harness.bench.internals import git_sha
+from harness.bench.measure import Peak
+from harness.bench.session import Result
+from harness.bench.stats import Interval
+from harness.bench.targets import Outcome, PeerOutcome
+
+
+@dataclass
+class Report:
+    grid: list[Result]
+    peers: list[PeerOutcome]
+    targets: list[Outcome]
+    peak: Peak
+    device: str
+    seconds: float
+    command: str
+
+    def rows(self) -> list[Result]:
+        """Each measured cell once, in first-seen order (a cell may appear in grid, peers and targets)."""
+        cells = [*self.grid, *(r for p in self.peers for r in (p.ours, p.theirs)),
+                 *(r for t in self.targets for r in t.cells.values())]
+        return list({id(r): r for r in cells}.values())
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
+    return f"{_cpu_name()}, {torch.get_num_threads()} threads"
+
+
+def _fmt(r: Result, key: str, scale: float = 1.0, spec: str = ",.1f") -> str:
+    v = getattr(r, key)
+    return "—" if not r.ok or v != v else format(v * scale, spec)
+
+
+def _interval(i: Interval | None, fmt) -> tuple[str, str]:
+    if i is None:
+        return "—", "—"
+    return fmt(i.estimate), (fmt(i.low) if i.low == i.high else f"[{fmt(i.low)}, {fmt(i.high)}]")
+
+
+def write_report(out: Path, report: Report) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = report.rows()
+    with open(out / "bench.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(Result)])
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in rows)
+    _plots(out, report.grid, report.device)
+    lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets)]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def _header(report: Report) -> list[str]:
+    kind = "bf16" if report.device == "cuda" else "fp32"
+    return [
+        "# Benchmark: cost of each scheme × attention cell", "",
+        f"Regenerate: `{report.command}` (took {report.seconds:.0f} s).", "",
+        f"Device: {device_name(report.device)}. torch {torch.__version__}, commit {git_sha()}. Measured peak "
+        f"(best {kind} square matmul, n = {report.peak.n}): {report.peak.flops / 1e9:,.1f} GFLOP/s.", "",
+        "Step = forward + backward with a cross-entropy loss, median of the timed repeats (up to --repeats, fewer "
+        "for long cells: the `repeats` column of bench.csv) after an untimed FLOP-counting step; tokens per step "
+        "held constant across lengths (batch = tokens / T). Memory = peak bytes of the tensors one step allocates "
+        "above those alive before it (CPU: torch.profiler's allocation events; GPU: max allocated), which does "
+        "not drift with the allocator; bench.csv also has the RSS increase (`rss_delta_mb`). FLOPs counted by "
+        "`torch.utils.flop_counter.FlopCounterMode` (matmul, bmm and SDPA ops from their shapes; elementwise "
+        "and FFT work not counted). MFU = FLOPs / step time / peak.", "",
+        "![step time](step_time.png) ![memory](memory.png)", "",
+    ]
+
+
+def _grid(grid: list[Result]) -> list[str]:
+    lines = ["## Grid", "",
+             "| pos | attn | T | batch | step (ms) | tokens/s | peak mem (MB) | GFLOP/step | MFU | status |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in grid:
+        status = r.status if r.ok else f"{r.status}: {r.reason[:80]}"
+        lines.append(f"| {r.pos} | {r.attn} | {r.seq_len} | {r.batch} | {_fmt(r, 'step_s', 1e3)} | "
+                     f"{_fmt(r, 'tokens_per_s', 1, ',.0f')} | {_fmt(r, 'peak_mem_mb')} | "
+                     f"{_fmt(r, 'flops', 1e-9, ',.2f')} | {_fmt(r, 'mfu', 100, '.1f')}{'%' if r.ok else ''} "
+                     f"| {status} |")
+    return lines
+
+
+def _peers(peers: list[PeerOutcome]) -> list[str]:
+    if not peers:
+        return []
+    lines = ["", f"## Peers (same shape, T = {peers[0].ours.seq_len}, same process)", "",
+             "posbench ÷ peer = peer step / posbench step, from ABBA rounds (the two timed back to back in "
+             "alternating order) until the 95 % interval is on one side of 1.2 or the rounds' budget is spent; "
+             "the verdict is met only when the whole interval is ≥ 1.2. GFLOP columns show where a peer does "
+             "different work at the same shape (notes below).", "",
+             "| peer | posbench cell | peer tokens/s | posbench tokens/s | peer / posbench GFLOP | posbench ÷ peer "
+             "| 95 % interval | goal ≥ 1.2 | rounds |", "|---|---|---:|---:|---:|---:|---|---|---:|"]
+    for p in peers:
+        value, interval = _interval(p.interval, lambda x: f"{x:.2f}")
+        verdict = p.verdict if p.interval is not None else f"not measured ({p.why})"
+        lines.append(f"| {p.peer.name} | pos={p.ours.pos} attn={p.ours.attn} | "
+                     f"{_fmt(p.theirs, 'tokens_per_s', 1, ',.0f')} | {_fmt(p.ours, 'tokens_per_s', 1, ',.0f')} | "
+                     f"{_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / "
+                     f"{_fmt(p.ours, 'flops', 1e-9, ',.1f')} | {value} | {interval} | {verdict} | "
+                     f"{len(p.interval.samples) if p.interval else '—'} |")
+    notes = [f"- {p.peer.name}: {p.peer.note}" for p in peers if p.peer.note]
+    return lines + (["", *notes] if notes else [])
+
+
+def _targets(targets: list[Outcome]) -> list[str]:
+    if not targets:
+        return []
+    lines = ["", "## Targets", "",
+             "Each target reports its 95 % interval; the verdict is met only when the whole interval satisfies "
+             "the goal, not met when none of it does, unresolved when it straddles the goal.", "",
+             "| target | goal | measured | 95 % interval | verdict | how | check |", "|---|---|---:|---|---|---|---|"]
+    for t in targets:
+        value, interval = _interval(t.interval, t.goal.format)
+        lines.append(f"| {t.label} | {t.goal} | {value} | {interval} | {t.verdict} | {t.method} | {t.check or '—'} |")
+    return lines
+
+
+def _plots(out: Path, grid: list[Result], device: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in grid if r.ok]
+    attns, poses = sorted({r.attn for r in ok}), sorted({r.pos for r in ok})
+    colours = dict(zip(attns, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    styles = dict(zip(poses, ["-", "--", ":", "-."] * 4, strict=False))
+    for key, label, fname in (("step_s", "step time (s, forward + backward)", "step_time.png"),
+                              ("peak_mem_mb", "peak allocated memory (MB)", "memory.png")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for attn in attns:
+            for pos in poses:
+                pts = sorted((r.seq_len, getattr(r, key)) for r in ok if r.attn == attn and r.pos == pos)
+                pts = [(x, y) for x, y in pts if y > 0]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), styles[pos], marker="o", color=colours[attn],
+                            label=f"{attn} · pos={pos}")
+        ax.set(xscale="log", yscale="log", xlabel="sequence length T (tokens; tokens per step held constant)",
+               ylabel=label, title=f"posbench: {label.split(' (')[0]} vs length ({device})")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=120)
+        plt.close(fig)

@@ -1,0 +1,89 @@
+"""Intervals and verdicts: a target is met only when its whole 95 % interval is on the right side of the goal.
+
+A ratio of step times is judged on the log scale: rounds r_1 … r_n give the geometric mean
+exp(mean log r) and the Student-t interval exp(mean ± t_{0.975, n−1} · sd / √n) (a paired-difference
+interval on log times; rounds are back-to-back pairs, so drift in the machine's speed cancels within one).
+A deterministic measure (bytes of allocated tensors) is a point: an interval of width 0.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Literal
+
+# two-sided 95 % quantiles of Student's t, df = 1 … 30 (beyond: the normal 1.96 within 2 %)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+Verdict = Literal["met", "not met", "unresolved", "not measured"]
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (df ≥ 1)."""
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its 95 % interval [low, high] and the samples behind it (empty for a point)."""
+
+    estimate: float
+    low: float
+    high: float
+    samples: tuple[float, ...] = ()
+
+    @classmethod
+    def point(cls, value: float) -> Interval:
+        return cls(value, value, value)
+
+    @classmethod
+    def of_ratios(cls, ratios: list[float]) -> Interval:
+        """Geometric mean of positive ratios with its t interval on the log scale (n ≥ 2)."""
+        logs = [math.log(r) for r in ratios]
+        mean = statistics.fmean(logs)
+        half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        return cls(math.exp(mean), math.exp(mean - half), math.exp(mean + half), tuple(ratios))
+
+    @classmethod
+    def of_values(cls, values: list[float]) -> Interval:
+        """Arithmetic mean with its t interval (n ≥ 2), for values that may be ≤ 0 (an overhead)."""
+        mean = statistics.fmean(values)
+        half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+        return cls(mean, mean - half, mean + half, tuple(values))
+
+    def map(self, f) -> Interval:
+        """The interval of an increasing function of the quantity (e.g. ratio − 1)."""
+        return Interval(f(self.estimate), f(self.low), f(self.high), self.samples)
+
+
+@dataclass(frozen=True)
+class Goal:
+    """``value op goal``: op "<=" (at most) or ">=" (at least); ``percent`` formats as a percentage."""
+
+    op: Literal["<=", ">="]
+    value: float
+    percent: bool = False
+
+    def __str__(self) -> str:
+        return f"{'≤' if self.op == '<=' else '≥'} {self.format(self.value)}"
+
+    def format(self, x: float) -> str:
+        return f"{x:.1%}" if self.percent else f"{x:.2f}"
+
+    def judge(self, interval: Interval | None) -> Verdict:
+        """met: the whole interval satisfies the goal; not met: none of it does; unresolved: it straddles."""
+        if interval is None:
+            return "not measured"
+        good, bad = (interval.high, interval.low) if self.op == "<=" else (interval.low, interval.high)
+        if self._holds(good):
+            return "met"
+        return "not met" if not self._holds(bad) else "unresolved"
+
+    def resolved(self, interval: Interval) -> bool:
+        return self.judge(interval) != "unresolved"
+
+    def _holds(self, x: float) -> bool:
+        return x <= self.value if self.op == "<=" else x >= self.value

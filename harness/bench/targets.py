@@ -1,0 +1,195 @@
+"""The targets of issues 19 and earlier: each states a goal and how it is measured, and reports a 95 %
+interval; the verdict is "met" only when the whole interval satisfies the goal (stats.Goal.judge).
+
+Kinds of measurement:
+  PairedTarget        a ratio of two cells' step times, by ABBA rounds until resolved (pairing.py)
+  OverheadTarget      a scheme's own ops as a share of the step, profiled inside it (profiled.py), with the
+                      end-to-end paired ratio beside it as a check
+  MfuTarget           FLOPs / step time / the run's matmul peak, over timed steps
+  MemoryPerTokenTarget peak allocated bytes per token, one length over another (deterministic: a point)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from harness.bench.cells import Peer, Spec
+from harness.bench.measure import time_call
+from harness.bench.pairing import paired_rounds
+from harness.bench.profiled import positional_share
+from harness.bench.session import Result, Session
+from harness.bench.stats import Goal, Interval, Verdict
+
+
+@dataclass
+class Outcome:
+    label: str
+    goal: Goal
+    cells: dict[str, Result]
+    interval: Interval | None
+    verdict: Verdict
+    method: str  # how it was measured, for the report
+    check: str = ""  # a second measure of the same quantity, or why there is no value
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    goal: Goal
+    cells: dict[str, Spec]
+    budget_s: float = 18.0  # time for the rounds that narrow the interval (bounds the run's length)
+
+    def evaluate(self, session: Session) -> Outcome:
+        results = {k: session.cell(s, keep=True) for k, s in self.cells.items()}
+        failed = {k: r for k, r in results.items() if not r.ok}
+        if failed:
+            session.release()
+            why = "; ".join(f"{k}: {r.status}: {r.reason[:80]}" for k, r in failed.items())
+            return Outcome(self.label, self.goal, results, None, "not measured", "—", why)
+        try:
+            interval, method, check = self.measure(session, results)
+        finally:
+            session.release()
+        return Outcome(self.label, self.goal, results, interval, self.goal.judge(interval), method, check)
+
+    def measure(self, session: Session, results: dict[str, Result]) -> tuple[Interval, str, str]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PairedTarget(Target):
+    num: str = ""  # the cells whose step times are divided
+    den: str = ""
+
+    def measure(self, session, results):
+        steps = (session.step(self.cells[self.num]), session.step(self.cells[self.den]))
+        ratio = paired_rounds(*steps, session.options.device, self.goal, budget_s=self.budget_s)
+        return ratio, f"paired ABBA, {len(ratio.samples)} rounds", ""
+
+
+@dataclass(frozen=True)
+class OverheadTarget(Target):
+    """cells: "with" (the scheme) and "without" (pos=none at the same shape). CPU: the profiled share of
+    the scheme's ops (noise ±10 % per end-to-end round hides a 2 % goal); CUDA: the paired ratio."""
+
+    profiled_steps: int = 4
+    check_s: float = 12.0  # the end-to-end check: a few rounds, it cannot resolve 2 % on a shared CPU
+
+    def measure(self, session, results):
+        device = session.options.device
+        steps = (session.step(self.cells["with"]), session.step(self.cells["without"]))
+        check = paired_rounds(*steps, device, None, budget_s=self.check_s).map(lambda r: r - 1)
+        paired = f"paired end-to-end {_fmt(check, self.goal)} over {len(check.samples)} rounds"
+        if device == "cuda":
+            return check, f"paired ABBA, {len(check.samples)} rounds", ""
+        scheme = session.model(self.cells["with"]).pos
+        shares = positional_share(scheme, steps[0], self.profiled_steps)
+        share = Interval.of_values([s.overhead for s in shares])
+        return share, f"its ops profiled inside {len(shares)} steps", paired
+
+
+@dataclass(frozen=True)
+class MfuTarget(Target):
+    """cells: "step". Rounds of one step and, right after it, the peak matmul (best of two n×n products at
+    the run's peak size): MFU = step FLOP/s ÷ that matmul's FLOP/s, so load that comes and goes during the
+    run moves both sides of a round alike (a peak timed once at the start flattered or hid MFU by 3×
+    on a shared machine). ≥ 3 rounds, more until resolved or the budget is spent."""
+
+    def measure(self, session, results):
+        r, o = results["step"], session.options
+        step, n = session.step(self.cells["step"]), session.options.peak_n
+        dtype = torch.bfloat16 if o.device == "cuda" else torch.float32
+        a = torch.randn(n, n, device=o.device, dtype=dtype)
+        matmul = partial(torch.matmul, a, a)
+        mfus, started = [], time.perf_counter()
+        while len(mfus) < 3 or (not self.goal.resolved(Interval.of_ratios(mfus))
+                                and time.perf_counter() - started < self.budget_s):
+            seconds = time_call(step, o.device)
+            peak = 2 * n**3 / min(time_call(matmul, o.device) for _ in range(2))
+            mfus.append(r.flops / seconds / peak)
+        return Interval.of_ratios(mfus), f"{len(mfus)} rounds of a step and the {n}² matmul peak", ""
+
+
+@dataclass(frozen=True)
+class MemoryPerTokenTarget(Target):
+    """cells: "num", "den". Peak allocated bytes per token: deterministic for a given computation."""
+
+    def measure(self, session, results):
+        per_token = {k: r.peak_mem_mb / (r.batch * r.seq_len) for k, r in results.items()}
+        ratio = per_token["num"] / per_token["den"]
+        total = results["num"].peak_mem_mb / results["den"].peak_mem_mb
+        return Interval.point(ratio), "peak allocated bytes (profiler) per token", f"total peak ratio {total:.2f}"
+
+
+def _fmt(interval: Interval, goal: Goal) -> str:
+    return f"{goal.format(interval.estimate)} [{goal.format(interval.low)}, {goal.format(interval.high)}]"
+
+
+def per_len(attn: str, seq_len: int, **kw) -> Spec:
+    """pos=none at batch 1: the length-scaling targets."""
+    return Spec("none", attn, seq_len, 1, **kw)
+
+
+def targets_for(device: str, tokens: int) -> list[Target]:
+    """The targets on ``device`` (MFU: d512 at T=512 on CPU, T=2048 on CUDA, as issue 19 sets them)."""
+    wide = dict(model="d512", seq_len=512, batch=max(1, tokens // 1024))  # d512 T=512, 8 rows at the default
+    local = ("attn.window=256",)
+    mfu = (Spec("none", "softmax", 2048, max(1, tokens // 2048), "d512") if device == "cuda"
+           else Spec("none", "softmax", **wide))
+    goal_mfu = Goal(">=", 0.45 if device == "cuda" else 0.50, percent=True)
+    return [
+        OverheadTarget("RoPE overhead vs pos=none (d512, T=512)", Goal("<=", 0.02, percent=True),
+                       {"with": Spec("rope", "softmax", **wide), "without": Spec("none", "softmax", **wide)}),
+        MfuTarget(f"MFU of a training step (d512, T={mfu.seq_len}, none+softmax)", goal_mfu, {"step": mfu}),
+        *[PairedTarget(f"{a}: step(16k) / step(1k), batch 1", Goal("<=", 20), {"16k": per_len(a, 16384),
+                       "1k": per_len(a, 1024)}, num="16k", den="1k") for a in ("performer", "linear")],
+        PairedTarget("linear: causal / bidirectional step at 16k", Goal("<=", 2),
+                     {"causal": per_len("linear", 16384, causal=True), "bi": per_len("linear", 16384)},
+                     num="causal", den="bi"),
+        MemoryPerTokenTarget("local (w=256): peak memory per token, 16k / 8k (linear memory: 1.0)", Goal("<=", 1.5),
+                             {"num": per_len("local", 16384, attn_overrides=local),
+                              "den": per_len("local", 8192, attn_overrides=local)}),
+        PairedTarget("local (w=256) speed-up over full softmax at 16k", Goal(">=", 5),
+                     {"softmax": per_len("softmax", 16384), "local": per_len("local", 16384, attn_overrides=local)},
+                     num="softmax", den="local", budget_s=36.0),
+        PairedTarget("T5 bias / plain softmax step (T=512)", Goal("<=", 1.3),
+                     {"t5": Spec("t5", "softmax", 512, tokens // 512), "none": Spec("none", "softmax", 512,
+                                                                                     tokens // 512)},
+                     num="t5", den="none"),
+        PairedTarget("T5 bias on Performer / plain Performer (T=4096)", Goal("<=", 3),
+                     {"t5": Spec("t5", "performer", 4096, max(1, tokens // 4096)),
+                      "none": Spec("none", "performer", 4096, max(1, tokens // 4096))}, num="t5", den="none"),
+    ]
+
+
+PEER_GOAL = Goal(">=", 1.2)  # posbench ÷ peer tokens/s at the same shape (issue 19)
+
+
+@dataclass
+class PeerOutcome:
+    peer: Peer
+    ours: Result
+    theirs: Result
+    interval: Interval | None  # posbench ÷ peer = peer step / posbench step
+    verdict: Verdict
+    why: str = ""  # why there is no interval
+
+
+def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.0) -> PeerOutcome:
+    """The peer and posbench at one shape, then ABBA rounds of the two warm steps until resolved."""
+    build = peer.builder()
+    ours, theirs = session.cell(spec, keep=True), session.cell(spec, peer.name, build, keep=True)
+    if not (ours.ok and theirs.ok):
+        why = "; ".join(f"{r.name} {r.status}: {r.reason[:60]}" for r in (ours, theirs) if not r.ok)
+        session.release()
+        return PeerOutcome(peer, ours, theirs, None, "not measured", why)
+    try:
+        ratio = paired_rounds(session.step(spec, peer.name), session.step(spec), session.options.device,
+                              PEER_GOAL, budget_s=budget_s)
+    finally:
+        session.release()
+    return PeerOutcome(peer, ours, theirs, ratio, PEER_GOAL.judge(ratio))

@@ -1,0 +1,69 @@
+"""The data loaders of a run, for any task: training examples in a resumable order, and validation
+examples paired with their shuffled twins (the position-usage check).
+
+A task (harness/data/objectives.py for text, harness/data/tasks/ for synthetic tasks) supplies the
+datasets and its collate; this module adds what every run shares: ``ContinueFrom`` (resume, DDP
+shards), the validation subset and shards, and ``WithShuffled``: each validation example comes with
+the same example with its token order permuted inside the window (harness/data/shuffle.py), from a
+generator seeded by the example's index, so every validation scores the same shuffled text and
+``val/order_gain`` = shuffled loss − plain loss measures how much the model uses word order.
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data.dataloader import default_collate
+
+from harness.data.shuffle import shuffle_within_window
+from harness.data.windows import ContinueFrom
+
+SHUFFLE_SEED = 7919  # the permutation of validation example i is drawn from SHUFFLE_SEED + i
+
+
+class WithShuffled(Dataset):
+    """{"plain": example i, "shuffled": example i with its real tokens permuted}."""
+
+    def __init__(self, dataset: Dataset, causal: bool):
+        self.dataset, self.causal = dataset, causal
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict:
+        example = self.dataset[index]
+        gen = torch.Generator().manual_seed(SHUFFLE_SEED + index)
+        return {"plain": example, "shuffled": shuffle_within_window(example, gen, causal=self.causal)}
+
+
+class PairCollate:
+    """Collates the plain and the shuffled halves of a validation batch apart (a class: picklable)."""
+
+    def __init__(self, collate):
+        self.collate = collate or default_collate
+
+    def __call__(self, items: list[dict]) -> dict:
+        return {part: self.collate([item[part] for item in items]) for part in ("plain", "shuffled")}
+
+
+def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed: int,
+                 eval_batches: int | None = None, world_size: int = 1, rank: int = 0,
+                 start: int = 0) -> tuple[DataLoader, DataLoader]:
+    """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
+    eval_batches × batch_size × world_size examples, the same set a single process scores at the same
+    global batch, split into disjoint shards. ``start``: the first training example (resuming)."""
+    train = task.training_data(corpus, seq_len, n_train, seed)
+    val: Dataset = WithShuffled(task.validation_data(corpus, seq_len), task.causal)
+    if eval_batches is not None:
+        val = Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))
+    # Shards without DistributedSampler's padding repeats, so the summed val loss counts each example once.
+    val_sampler = UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) \
+        if world_size > 1 else None
+    # Each loader draws its iterator's base seed from its own generator: from the global one,
+    # every validation pass would shift the dropout stream, and a resumed run (which does not
+    # repeat the validation at its checkpoint step) would draw different dropout masks.
+    return (DataLoader(train, batch_size=batch_size, sampler=ContinueFrom(train, start, rank, world_size),
+                       collate_fn=task.collate, generator=torch.Generator().manual_seed(seed)),
+            DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,
+                       collate_fn=PairCollate(task.collate), generator=torch.Generator().manual_seed(seed)))

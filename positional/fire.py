@@ -1,0 +1,94 @@
+"""FIRE, functional interpolation for relative positions (Li et al. 2023, "Functional Interpolation for
+Relative Positions Improves Long Context Transformers", §3, and the reference code in its appendix).
+
+The logit bias of query i and key j ≤ i is a learned function of a normalised distance:
+
+    b_ij = f_θ( ψ(i − j) / ψ(max(L, i)) ),     ψ(x) = log(c·x + 1),
+
+f_θ an MLP 1 → 32 (ReLU) → H, one output per head. The input lies in [0, 1] for any length (i − j ≤ i ≤
+max(L, i) and ψ increases), which is what lets FIRE extrapolate: longer inputs are interpolated into
+the trained range ("progressive interpolation"). As the reference code: c = |c_0| with c_0 learned,
+initialised 0.1; L = |m·L_0| with L_0 = 512 fixed and the multiplier m learned, initialised 1; ε = 1e-6
+added to the denominator. One MLP (with its c and L) for all layers by default; ``per_layer: true``
+gives each layer its own, as a module per attention layer in the reference code would.
+
+Bidirectional (MLM), not in the paper (FIRE is defined for causal attention; its code, run without a
+mask, would give keys after the query the same bias as keys before, and inputs > 1). Here:
+
+    b_ij = f_θ( sign(i − j) · ψ(|i − j|) / ψ(max(L, N_i)) ),   N_i = max(i, T_last − i),
+
+N_i the distance to the farther end of the input (T_last the last position), so the input stays in
+[−1, 1] and keys before and after the query are told apart. Causal inputs are unchanged (N_i = i there
+is the paper's normaliser, and the sign is +).
+
+The bias depends on i − j *and* i (through the normaliser): not a Toeplitz matrix, so FIRE declares a
+``positional`` bias, which kernelized and local attention refuse. While every position is ≤ L (the
+usual training case: L starts at 512) the normaliser is ψ(L) in every row, and the same values are
+computed on the offsets only and gathered (2T − 1 MLP evaluations instead of T²). Positions may be
+randomized (the formula takes the positions themselves).
+
+Notation: T positions, H heads, W MLP width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from harness.errors import ConfigError
+from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape, bias_over_offsets, position_offsets
+
+
+def fire_psi(x: Tensor, c: Tensor) -> Tensor:
+    """ψ(x) = log(c·x + 1) (Li et al. 2023, §3), elementwise, x ≥ 0, c > 0."""
+    return torch.log1p(c * x)
+
+
+def fire_input(offset: Tensor, reach: Tensor, c: Tensor, threshold: Tensor, eps: float = 1e-6) -> Tensor:
+    """sign(o)·ψ(|o|) / (ψ(max(L, N)) + ε) for offsets o and reaches N (broadcast together); L = ``threshold``."""
+    return torch.sign(offset) * fire_psi(offset.abs(), c) / (fire_psi(torch.maximum(reach, threshold), c) + eps)
+
+
+def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, eps: float = 1e-6) -> Tensor:
+    """The MLP's input per (i, j): sign(p_i − p_j)·ψ(|p_i − p_j|) / (ψ(max(L, N_i)) + ε). (T,) -> (T, T).
+
+    N_i = p_i (causal, the paper) or max(p_i, p_last − p_i) (bidirectional, see module doc).
+    """
+    p = positions.to(c.dtype)
+    reach = p if causal else torch.maximum(p, p[-1] - p)  # (T,) N_i
+    return fire_input(p[:, None] - p[None, :], reach[:, None], c, threshold, eps)  # (T, T)
+
+
+class Fire(PositionalScheme):
+    bias_kind = "positional"
+
+    def __init__(self, shape: Shape, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0,
+                 per_layer: bool = False, eps: float = 1e-6, **sampling):
+        super().__init__(shape, **sampling)
+        if mlp_width <= 0 or init_c <= 0 or init_L <= 0:
+            raise ConfigError(f"pos.mlp_width={mlp_width}, pos.init_c={init_c} and pos.init_L={init_L} "
+                              "must be positive")
+        self.per_layer, self.eps = per_layer, eps
+        self.bias_depends_on_layer = per_layer
+        n = shape.n_layers if per_layer else 1
+        self.mlps = nn.ModuleList(
+            nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, shape.n_heads)) for _ in range(n))
+        self.c = nn.Parameter(torch.full((n,), init_c))  # ψ's c per MLP, used as |c|
+        self.register_buffer("init_L", torch.tensor(init_L))  # L_0, fixed
+        self.L_multiplier = nn.Parameter(torch.ones(n))  # L = |m·L_0|, m learned
+
+    def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
+        at = layer if self.per_layer else 0
+        c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
+        if int(positions[-1]) <= float(threshold.detach()):
+            # every N_i ≤ p_last ≤ L: one normaliser ψ(L), so b is a function of p_i − p_j alone. The MLP runs
+            # on the 2S − 1 offsets instead of T² pairs and the table is gathered, as T5's (same values)
+            offsets = position_offsets(positions).to(c.dtype)  # (2S−1,)
+            return bias_over_offsets(mlp(fire_input(offsets, threshold, c, threshold, self.eps)[:, None]).T, positions)
+        x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T)
+        bias = mlp(x.unsqueeze(-1))  # (T, T, H)
+        return PositionalBias(bias.permute(2, 0, 1).unsqueeze(0))  # (1, H, T, T)
+
+    @torch.no_grad()
+    def diagnostics(self) -> dict[str, float]:
+        return {"fire_c": float(self.c.abs().mean()), "fire_L": float((self.L_multiplier * self.init_L).abs().mean())}

@@ -1,0 +1,231 @@
+"""The benchmark room's pieces: device-agnostic timing and memory (CUDA branches with a fake torch.cuda),
+intervals and verdicts, adaptive paired rounds, the profiled positional share, the CLI's bad input."""
+
+import math
+import statistics
+import time
+import types
+
+import pytest
+import torch
+
+from harness.bench import cli, measure
+from harness.bench.cells import Spec, build_posbench
+from harness.bench.pairing import paired_rounds, prepare
+from harness.bench.profiled import positional_share
+from harness.bench.session import Result
+from harness.bench.stats import Goal, Interval, t975
+from harness.bench.targets import MemoryPerTokenTarget
+
+
+class FakeCuda:
+    """torch.cuda's timing and memory calls, recording their order; the step 'allocates' 500 bytes."""
+
+    def __init__(self):
+        self.calls, self.allocated, self.peak = [], 100, 100
+
+    def Event(self, enable_timing):  # noqa: N802 — torch.cuda.Event
+        cuda = self
+
+        class Event:
+            def record(self):
+                cuda.calls.append("record")
+
+            def synchronize(self):
+                cuda.calls.append("event sync")
+
+            def elapsed_time(self, end):
+                return 250.0  # ms
+        return Event()
+
+    def synchronize(self):
+        self.calls.append("sync")
+
+    def reset_peak_memory_stats(self):
+        self.calls.append("reset")
+        self.peak = self.allocated
+
+    def memory_allocated(self):
+        return self.allocated
+
+    def max_memory_allocated(self):
+        return self.peak
+
+
+def test_cuda_timing_reads_events_around_the_call():
+    cuda, ran = FakeCuda(), []
+    seconds = measure.time_call(lambda: ran.append(cuda.calls.copy()), "cuda", cuda=cuda)
+    assert seconds == 0.25 and ran == [["record"]]  # the call runs between the two records
+    assert cuda.calls == ["record", "record", "event sync"]
+
+
+def test_cuda_memory_is_max_allocated_after_a_reset_minus_what_was_there():
+    cuda = FakeCuda()
+
+    def step():
+        cuda.peak = cuda.allocated + 500
+
+    assert measure.peak_allocated_bytes(step, "cuda", cuda=cuda) == 500
+    assert cuda.calls == ["sync", "reset", "sync"]
+
+
+def test_cpu_peak_allocated_bytes_counts_live_tensors_not_the_allocator():
+    def step():
+        a = torch.ones(2 * 2**20)  # 8 MiB
+        b = torch.ones(2**20)  # 4 MiB while a is alive: peak 12 MiB
+        del a, b
+        torch.ones(2**20)  # 4 MiB after both were freed: no new peak
+
+    peaks = [measure.peak_allocated_bytes(step, "cpu") for _ in range(2)]
+    assert peaks[0] == peaks[1] and 12 * 2**20 <= peaks[0] < 12 * 2**20 + 4096  # deterministic, exact to a page
+
+
+def test_cpu_timing_is_wall_time():
+    assert 0.02 <= measure.time_call(lambda: time.sleep(0.02), "cpu") < 0.5
+
+
+def test_interval_of_ratios_is_a_t_interval_on_the_log_scale():
+    ratios = [1.1, 0.9, 1.05, 0.98]
+    logs = [math.log(r) for r in ratios]
+    half = 3.182 * statistics.stdev(logs) / 2
+    i = Interval.of_ratios(ratios)
+    assert i.estimate == pytest.approx(math.exp(statistics.fmean(logs)))
+    assert (i.low, i.high) == pytest.approx((math.exp(statistics.fmean(logs) - half),
+                                             math.exp(statistics.fmean(logs) + half)))
+    assert t975(1) == 12.706 and t975(100) == 1.96
+
+
+@pytest.mark.parametrize("low,high,at_most,at_least", [(0.5, 0.9, "met", "not met"), (1.1, 1.5, "not met", "met"),
+                                                       (0.9, 1.1, "unresolved", "unresolved")])
+def test_a_goal_is_met_only_by_a_whole_interval(low, high, at_most, at_least):
+    interval = Interval(math.sqrt(low * high), low, high)
+    assert Goal("<=", 1.0).judge(interval) == at_most
+    assert Goal(">=", 1.0).judge(interval) == at_least
+    assert Goal("<=", 1.0).judge(None) == "not measured"
+    assert Goal("<=", 0.02, percent=True).judge(Interval.point(0.02)) == "met"
+
+
+def test_paired_rounds_stop_once_resolved_and_give_up_at_the_round_budget(monkeypatch):
+    """Scripted step times: a steady 2× ratio is resolved against ≤ 20 after the minimum 3 rounds; ratios
+    alternating 1.0 / 1.2 straddle a goal of 1.1 however many rounds, so every allowed round is used."""
+    from harness.bench import pairing
+
+    times = {"num": iter([]), "den": iter([])}
+    monkeypatch.setattr(pairing, "time_call", lambda step, device: next(times[step()]))
+    times.update(num=iter([2.0] * 10), den=iter([1.0] * 10))
+    clear = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 20), max_rounds=10)
+    assert len(clear.samples) == 3 and clear.estimate == pytest.approx(2.0)
+    times.update(num=iter([1.0, 1.2] * 5), den=iter([1.0] * 10))
+    straddling = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 1.1), max_rounds=5)
+    assert straddling.samples == pytest.approx((1.0, 1.2, 1.0, 1.2, 1.0))  # ABBA order, each side's own times
+    assert Goal("<=", 1.1).judge(straddling) == "unresolved"
+
+
+def test_positional_share_times_the_schemes_own_ops_and_restores_its_hooks():
+    torch.manual_seed(0)
+    rope = prepare(Spec("rope", "softmax", 64, 2), build_posbench, "cpu")
+    none = prepare(Spec("none", "softmax", 64, 2), build_posbench, "cpu")
+    rope.step(), none.step()
+    shares = positional_share(rope.module.pos, rope.step, 2)
+    assert all(0 < s.forward_s and 0 < s.backward_s and s.positional_s < s.step_s for s in shares)
+    assert [s.backward_s for s in positional_share(none.module.pos, none.step, 1)] == [0.0]  # its hooks make no nodes
+    assert not {"embed", "rotary", "logit_biases"} & set(vars(rope.module.pos))  # hooks are the class's again
+
+
+def test_local_attention_memory_per_token_does_not_grow_with_length():
+    """Issue 19 item 3: the O(T·w) band allocates nothing that grows faster than T (peak allocated bytes of
+    forward + backward, per token, at 2T over T)."""
+    from attention.local import banded_attention
+
+    def per_token(t: int) -> float:
+        q, k, v = (torch.randn(1, 2, t, 16, requires_grad=True) for _ in range(3))
+        step = lambda: banded_attention(q, k, v, 32, 32, 64).sum().backward()  # noqa: E731
+        return measure.peak_allocated_bytes(step, "cpu") / t
+
+    assert per_token(4096) / per_token(2048) <= 1.05
+
+
+def test_memory_per_token_target_is_a_point_from_the_cells():
+    cells = {"num": Result("posbench", "none", "local", 16384, 1, peak_mem_mb=300.0),
+             "den": Result("posbench", "none", "local", 8192, 1, peak_mem_mb=160.0)}
+    target = MemoryPerTokenTarget("mem", Goal("<=", 1.5), {})
+    interval, method, check = target.measure(None, cells)
+    assert interval == Interval.point(300 / 16384 / (160 / 8192)) and "total peak ratio 1.88" in check
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--pos", "rope,nope"], "--pos nope: not in conf/pos/; valid: alibi, learned, none"),
+    (["--attn", "flash"], "--attn flash: not in conf/attn/; valid: linear, local, performer, softmax"),
+    (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
+    (["--lengths", "0"], "every length must be positive"),
+    (["--tokens", "0"], "--tokens=0 must be positive"),
+    (["--tokens", "many"], "argument --tokens: invalid int value: 'many'"),
+    (["--cell-s", "-1"], "--cell-s=-1.0 must be positive"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(args, needle, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert cli.main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_cuda_without_a_device_is_refused(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["--device", "cuda", "--out", str(tmp_path / "r")]) == 2
+    assert "--device cuda: no CUDA device here" in capsys.readouterr().err
+
+
+def test_nothing_measured_writes_no_report(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "matmul_peak_flops", lambda device, sizes: measure.Peak(1e9, 64))
+    out = tmp_path / "report"
+    code = cli.main(["--pos", "xl", "--attn", "local", "--lengths", "32", "--tokens", "64", "--no-peers",
+                     "--no-targets", "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert "nothing was measured" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_failing_cell_is_a_failed_run_and_exit_1(monkeypatch, tmp_path, store):
+    from mlflow.tracking import MlflowClient
+
+    from harness.bench import cells
+
+    real = cells.build_transformer
+
+    def build(overrides, *rest):
+        if "pos=rope" in overrides:
+            raise RuntimeError("kernel exploded")
+        return real(overrides, *rest)
+
+    monkeypatch.setattr(cells, "build_transformer", build)
+    monkeypatch.setattr(cli, "matmul_peak_flops", lambda device, sizes: measure.Peak(1e9, 64))
+    code = cli.main(["--pos", "none,rope", "--attn", "softmax", "--lengths", "32", "--tokens", "64", "--repeats",
+                     "1", "--no-peers", "--no-targets", "--out", str(tmp_path)])
+    assert code == 1 and "error: RuntimeError: kernel exploded" in (tmp_path / "README.md").read_text()
+    client = MlflowClient(store)
+    runs = {r.data.tags["pos"]: r for r in client.search_runs([client.get_experiment_by_name("bench").experiment_id])}
+    assert runs["none"].info.status == "FINISHED" and runs["rope"].info.status == "FAILED"
+    tags = runs["rope"].data.tags
+    assert tags["failure"] == "error" and "kernel exploded" in tags["failure_reason"]
+
+
+def test_mfu_target_divides_each_steps_flop_rate_by_the_matmul_rate_timed_right_after_it(monkeypatch):
+    """Scripted times: a 1 s step of 5e8 FLOPs against a 64² matmul at 1e9 FLOP/s is 50 % MFU in every
+    round, so the interval is that point and three rounds resolve it."""
+    from harness.bench import targets
+
+    calls = []
+
+    def fake_time(fn, device):
+        calls.append("step" if fn == "step" else "matmul")
+        return 1.0 if fn == "step" else 2 * 64**3 / 1e9
+
+    monkeypatch.setattr(targets, "time_call", fake_time)
+    session = types.SimpleNamespace(options=types.SimpleNamespace(device="cpu", peak_n=64),
+                                    step=lambda spec: "step")
+    cells = {"step": Result("posbench", "none", "softmax", 512, 8, flops=5e8)}
+    target = targets.MfuTarget("mfu", Goal(">=", 0.45, percent=True), {"step": None})
+    interval, method, _ = target.measure(session, cells)
+    assert interval.estimate == pytest.approx(0.5) and interval.low == pytest.approx(0.5)
+    assert calls == ["step", "matmul", "matmul"] * 3 and "64² matmul" in method
