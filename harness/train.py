@@ -65,7 +65,8 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     built = build(checked, corpus, plan.step, logger, callbacks)
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
-    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags}
+    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags,
+            "order_signal": order_signal(built.model.pos, checked.task.causal)}
     with plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
         run.log_files({"config.yaml": OmegaConf.to_yaml(cfg, resolve=True)})
@@ -120,6 +121,13 @@ def depth_files(records: list[tuple[int, int, bool]], bins: int) -> dict[str, by
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_depth_table(records, Path(tmp), n_bins=bins)
         return {path.name: path.read_bytes() for path in paths}
+
+
+def order_signal(scheme, causal: bool) -> str:
+    """Where the model can learn word order from: its positional scheme, only the causal mask (NoPE,
+    Kazemnejad et al. 2023), or nowhere (NoPE, bidirectional: permutation-equivariant, so its order gain
+    is 0 by construction and "not yet using order" does not apply)."""
+    return "scheme" if scheme.hooks() else ("causal mask" if causal else "none")
 
 
 def run_name(choices: dict[str, str], seed) -> str:

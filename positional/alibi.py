@@ -33,8 +33,9 @@ class ALiBi(PositionalScheme):
     bias_kind = "relative"
     bias_depends_on_layer = False  # the same slopes in every layer (Press et al. 2022, §3)
 
-    def __init__(self, shape: Shape, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape: Shape, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         self.register_buffer("slopes", alibi_slopes(shape.n_heads), persistent=False)  # (H,) float64, cast by the mask
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:

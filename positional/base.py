@@ -161,8 +161,8 @@ def randomized_positions(t: int, max_position: int) -> Tensor:
 class PositionalScheme(nn.Module):
     """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/pos.
 
-    Every scheme also takes the position-sampling options of Ruoss et al. 2023 (subclasses pass
-    them through as ``**sampling``):
+    Every scheme also takes the position-sampling options of Ruoss et al. 2023 (subclasses name
+    them in their own signature, so the validation pass refuses a misspelt key):
       randomize     at training time the T positions are a sorted sample without replacement from
                     [0, max_position) (``randomized_positions``), one draw per forward shared by
                     every hook and layer; evaluation always uses 0 … T-1

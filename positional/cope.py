@@ -90,8 +90,9 @@ class CoPE(PositionalScheme):
     bias_kind = "content"
     randomize_refusal = "CoPE counts positions from its gates and reads no position index"
 
-    def __init__(self, shape: Shape, npos: int = 16, init_std: float = 0.0, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape: Shape, npos: int = 16, init_std: float = 0.0, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         if not isinstance(npos, int) or npos < 2:
             raise ConfigError(f"pos.npos={npos} must be an integer ≥ 2 (positions are capped at npos − 1)")
         self.npos = npos

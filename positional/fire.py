@@ -63,8 +63,9 @@ class Fire(PositionalScheme):
     bias_kind = "positional"
 
     def __init__(self, shape: Shape, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0,
-                 per_layer: bool = False, eps: float = 1e-6, **sampling):
-        super().__init__(shape, **sampling)
+                 per_layer: bool = False, eps: float = 1e-6, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         if mlp_width <= 0 or init_c <= 0 or init_L <= 0:
             raise ConfigError(f"pos.mlp_width={mlp_width}, pos.init_c={init_c} and pos.init_L={init_L} "
                               "must be positive")

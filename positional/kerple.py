@@ -48,8 +48,9 @@ KERNELS = {"log": kerple_log_bias, "power": kerple_power_bias}
 class Kerple(PositionalScheme):
     bias_kind = "relative"
 
-    def __init__(self, shape: Shape, variant: str = "log", per_layer: bool = False, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape: Shape, variant: str = "log", per_layer: bool = False, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         if variant not in KERNELS:
             raise ConfigError(f"pos.variant={variant!r}: use {' or '.join(KERNELS)}")
         self.variant, self.per_layer = variant, per_layer

@@ -16,8 +16,9 @@ from positional.base import PositionalScheme, Shape
 
 
 class Learned(PositionalScheme):
-    def __init__(self, shape: Shape, init_std: float = 0.02, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape: Shape, init_std: float = 0.02, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         self.table = nn.Embedding(self.position_range, shape.d_model)  # data.seq_len, or pos.max_position if randomized
         nn.init.normal_(self.table.weight, std=init_std)
 

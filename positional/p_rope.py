@@ -51,8 +51,9 @@ def p_rope_inv_freq(width: int, p: float, base: float, dtype=torch.float64, devi
 
 class PRope(PositionalScheme):
     def __init__(self, shape: Shape, p: float = 0.25, base: float = 10000.0, layout: str = "interleaved",
-                 **sampling):
-        super().__init__(shape, **sampling)
+                 randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         if layout not in LAYOUTS:
             raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 <= p <= 1:

@@ -29,8 +29,9 @@ def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tens
 
 
 class Sinusoidal(PositionalScheme):
-    def __init__(self, shape: Shape, base: float = 10000.0, scale_embeddings: bool = True, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape: Shape, base: float = 10000.0, scale_embeddings: bool = True, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         self.base = base
         self.embed_scale = math.sqrt(shape.d_model) if scale_embeddings else 1.0
 

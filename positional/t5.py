@@ -55,8 +55,9 @@ class T5Bias(PositionalScheme):
     bias_kind = "relative"
 
     def __init__(self, shape: Shape, num_buckets: int = 32, max_distance: int = 128, per_layer: bool = False,
-                 init_std: float = 0.02, **sampling):
-        super().__init__(shape, **sampling)
+                 init_std: float = 0.02, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         if num_buckets < 4 or num_buckets % 2:
             raise ConfigError(f"pos.num_buckets={num_buckets} must be even and ≥ 4 (half per direction for MLM)")
         if max_distance <= num_buckets // 2:

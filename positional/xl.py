@@ -69,8 +69,9 @@ class TransformerXL(PositionalScheme):
     randomize_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which sampled "
                          "positions are not")
 
-    def __init__(self, shape: Shape, init_std: float = 0.02, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape: Shape, init_std: float = 0.02, randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         h, d, c = shape.n_heads, shape.head_dim, shape.d_model
         self.u = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers
         self.v = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers

@@ -73,8 +73,9 @@ class XPosRotation(Rotary):
 
 class XPos(PositionalScheme):
     def __init__(self, shape: Shape, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0,
-                 layout: str = "interleaved", **sampling):
-        super().__init__(shape, **sampling)
+                 layout: str = "interleaved", randomize: bool = False,
+                 max_position: int | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position)
         if layout not in LAYOUTS:
             raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if shape.head_dim % 2:

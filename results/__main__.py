@@ -35,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
                         help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss")
     report.add_argument("--tracking-uri", default=None,
                         help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db")
+    report.add_argument("--min-order-gain", type=float, default=None,
+                        help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)")
     paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
     paper.add_argument("--scale", default="toy", choices=["toy", "paper"])
@@ -59,7 +61,10 @@ def report_command(args) -> int:
     out = writable_out(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
-    for path in generate(client, sweep, out, args.target):
+    from results.cells import MIN_ORDER_GAIN
+
+    gain = MIN_ORDER_GAIN if args.min_order_gain is None else args.min_order_gain
+    for path in generate(client, sweep, out, args.target, min_order_gain=gain):
         print(path)
     return 0
 

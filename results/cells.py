@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 LENGTH_METRIC = re.compile(r"^val/loss_at_(\d+)$")
 SKIPPED_TAG = re.compile(r"^eval_skipped_at_(\d+)$")
 GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; others form a variant
+MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; README "Does the model use order?")
 
 
 @dataclass
@@ -41,8 +42,26 @@ class Cell:
     at_length: dict[int, float] = field(default_factory=dict)
     skipped_lengths: dict[int, str] = field(default_factory=dict)
     job: int = 0
-    attn_distance: float | None = None  # diag/mean_distance (diagnostics=true): tokens
-    attn_entropy: float | None = None  # diag/entropy: nats
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric's last value
+    # where word order can come from: "scheme" (a positional scheme), "causal mask" (NoPE with a causal
+    # mask), "none" (NoPE, bidirectional: permutation-equivariant, its order gain is 0 by construction)
+    order_signal: str = "scheme"
+
+    @property
+    def order_gain(self) -> float | None:
+        return self.metrics.get("val/order_gain")
+
+    @property
+    def acc(self) -> float | None:
+        return self.metrics.get("val/acc")
+
+    @property
+    def attn_distance(self) -> float | None:
+        return self.metrics.get("diag/mean_distance")  # diagnostics=true: tokens
+
+    @property
+    def attn_entropy(self) -> float | None:
+        return self.metrics.get("diag/entropy")  # nats
 
     @property
     def finished(self) -> bool:
@@ -83,8 +102,20 @@ class Group:
     tokens_per_s: Stat
     n_params: int | None
     at_length: dict[int, Stat]
+    order_gain: Stat  # val/order_gain: nats/token lost when the order inside a window is shuffled
+    acc: Stat  # val/acc (synthetic tasks): exact match on in-distribution lengths
     attn_distance: Stat = Stat(None, None, 0)  # over the finished seeds that logged diagnostics
     attn_entropy: Stat = Stat(None, None, 0)
+
+    @property
+    def order_signal(self) -> str:
+        return self.cells[0].order_signal if self.cells else "scheme"
+
+    def using_order(self, min_gain: float) -> bool | None:
+        """Whether the model uses word order (None: it cannot, or nothing was measured)."""
+        if self.order_signal == "none" or self.order_gain.mean is None:
+            return None
+        return self.order_gain.mean >= min_gain
 
     @property
     def label(self) -> str:
@@ -142,6 +173,8 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         at_length={n: mean_std([c.at_length[n] for c in done if n in c.at_length]) for n in lengths},
         attn_distance=mean_std([c.attn_distance for c in done if c.attn_distance is not None]),
         attn_entropy=mean_std([c.attn_entropy for c in done if c.attn_entropy is not None]),
+        order_gain=mean_std([c.order_gain for c in done if c.order_gain is not None]),
+        acc=mean_std([c.acc for c in done if c.acc is not None]),
     )
 
 
@@ -153,6 +186,7 @@ class Report:
     target: float | None
     target_note: str
     header: list[str]  # lines under the title: experiment, sweep, how to regenerate
+    min_order_gain: float = MIN_ORDER_GAIN
 
     @property
     def lengths(self) -> list[int]:
@@ -160,8 +194,9 @@ class Report:
         return sorted(scored | {n for c in self.cells for n in c.skipped_lengths})
 
 
-def build_report(cells: list[Cell], title: str, header: list[str], target: float | None = None) -> Report:
+def build_report(cells: list[Cell], title: str, header: list[str], target: float | None = None,
+                 min_order_gain: float = MIN_ORDER_GAIN) -> Report:
     note = "configured (report.target_loss / --target)"
     if target is None:
         target, note = default_target(cells), "the worst finished cell's final val loss"
-    return Report(title, cells, group_cells(cells, target), target, note, header)
+    return Report(title, cells, group_cells(cells, target), target, note, header, min_order_gain)

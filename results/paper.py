@@ -6,9 +6,18 @@ claim, the command, the environment, each comparison's difference with a 95 % co
 interval, and a one-sentence verdict; then refreshes the index results/README.md.
 
 Statistics: arms are compared on the per-seed final value of a metric; Δ = mean(lower) −
-mean(than) with Welch's t interval (unequal variances). A comparison *supports* the claim when
-the whole interval lies on the claimed side of 0, *contradicts* it when it lies on the other
-side, and is *inconclusive* otherwise (always so with fewer than 2 seeds per arm).
+mean(than) (or mean(higher) − mean(than)) with Welch's t interval (unequal variances), and the
+minimum effect the seed count could have detected (80 % power). A comparison *supports* the claim
+when the whole interval lies on the claimed side of 0, *contradicts* it when it lies on the other
+side, is *inconclusive* otherwise (always so with fewer than 2 seeds per arm), and is *premature*
+when an arm's models are not ready to be compared: they do not yet use word order (order gain below
+``report.min_order_gain``; NoPE with bidirectional attention cannot, and is exempt), or, on a
+synthetic task, their in-distribution accuracy is below 0.99 (Kazemnejad et al. 2023 and Ruoss et
+al. 2023 compare length generalization only between models that solve the training lengths).
+
+Verdict: *not reproduced* if a comparison between ready arms contradicts the claim; else *premature
+— train longer* if any comparison is premature; else *reproduced* if all support it; else
+*inconclusive*.
 """
 
 from __future__ import annotations
@@ -16,22 +25,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from results.stats import welch_interval
+from results.cells import MIN_ORDER_GAIN
+from results.stats import minimum_detectable_effect, welch_interval
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+PREMATURE = "premature — train longer"
+MIN_ID_ACCURACY = 0.99
 
 
 @dataclass
 class Outcome:
     text: str  # one line for the table
-    verdict: str  # supports | contradicts | inconclusive
+    verdict: str  # supports | contradicts | inconclusive | premature
 
 
-def compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
-    """One claim comparison: ``{metric, lower, than}`` or ``{metric, below, cell}``.
+def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str, str] | None = None) -> Outcome:
+    """One claim comparison: ``{metric, lower, than}``, ``{metric, higher, than}`` or ``{metric, below, cell}``.
+    ``unready``: arm -> why its models are not ready to compare (``readiness``); such a comparison is
+    premature whatever its numbers say.
 
     A claim's ``comparisons`` decide its verdict; its optional ``also`` list holds secondary
     comparisons (e.g. a second paper's claim on the same runs) that are reported beside it."""
+    outcome = _compare(comparison, values)
+    arms = [comparison.get(k) for k in ("lower", "higher", "than", "cell")]
+    why = [f"{arm}: {(unready or {})[arm]}" for arm in arms if arm in (unready or {})]
+    if why:
+        return Outcome(f"{outcome.text} [{'; '.join(why)}]", "premature")
+    return outcome
+
+
+def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     metric = comparison["metric"]
     if "below" in comparison:
         xs, limit = values[comparison["cell"]], comparison["below"]
@@ -39,15 +64,18 @@ def compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
         verdict = ("supports" if xs and max(xs) < limit else
                    "contradicts" if xs and min(xs) >= limit else "inconclusive")
         return Outcome(f"{metric} of {comparison['cell']} < {limit}: per seed {shown}", verdict)
-    lower, than = values[comparison["lower"]], values[comparison["than"]]
-    ci = welch_interval(lower, than)
-    head = f"{metric}: {comparison['lower']} − {comparison['than']}"
+    side = "lower" if "lower" in comparison else "higher"
+    first, than = values[comparison[side]], values[comparison["than"]]
+    ci = welch_interval(first, than)
+    head = f"{metric}: {comparison[side]} − {comparison['than']}"
     if ci is None:
-        return Outcome(f"{head}: n = {len(lower)} vs {len(than)}, too few seeds for an interval", "inconclusive")
+        return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
     diff, low, high = ci
-    verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(lower)} vs {len(than)})",
-                   verdict)
+    claimed, against = (high < 0, low > 0) if side == "lower" else (low > 0, high < 0)
+    verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
+    mde = minimum_detectable_effect(first, than)
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)} vs {len(than)}; "
+                   f"detectable |Δ| ≥ {mde:.4f} at 80 % power)", verdict)
 
 
 def overall(outcomes: list[Outcome]) -> str:
@@ -55,7 +83,36 @@ def overall(outcomes: list[Outcome]) -> str:
         return "no claim to test"
     if any(o.verdict == "contradicts" for o in outcomes):
         return "not reproduced"
+    if any(o.verdict == "premature" for o in outcomes):
+        return PREMATURE
     return "reproduced" if all(o.verdict == "supports" for o in outcomes) else "inconclusive"
+
+
+def in_arm(cell, arm: str) -> bool:
+    """An arm is one override of the sweep (``pos=rope``) or several (``task=copy pos=rope``): all of them."""
+    return set(arm.split()) <= set(cell.label.split())
+
+
+def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]:
+    """Arm -> why its finished models are not ready to be compared (absent when they are)."""
+    unready: dict[str, str] = {}
+    for comparison in comparisons:
+        for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
+            members = [c for c in cells if arm and c.finished and in_arm(c, arm)]
+            why = _unready(members, min_gain)
+            if why:
+                unready[arm] = why
+    return unready
+
+
+def _unready(members, min_gain: float) -> str | None:
+    gains = [c.order_gain for c in members if c.order_gain is not None and c.order_signal != "none"]
+    if gains and sum(gains) / len(gains) < min_gain:
+        return f"not yet using word order (order gain {sum(gains) / len(gains):.3f} < {min_gain})"
+    accs = [c.acc for c in members if c.acc is not None]
+    if accs and sum(accs) / len(accs) < MIN_ID_ACCURACY:
+        return f"in-distribution accuracy {sum(accs) / len(accs):.3f} < {MIN_ID_ACCURACY}"
+    return None
 
 
 def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]:
@@ -63,10 +120,10 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
     Comparisons that share an arm must share a metric (the report passes one comparison at a time)."""
     values: dict[str, list[float]] = {}
     for comparison in comparisons:
-        for arm in (comparison.get(k) for k in ("lower", "than", "cell")):
+        for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
             if arm is None or arm in values:
                 continue
-            members = [c for c in cells if c.finished and arm in c.label.split()]
+            members = [c for c in cells if c.finished and in_arm(c, arm)]
             values[arm] = [_final(client, c, comparison["metric"]) for c in members]
             values[arm] = [v for v in values[arm] if v is not None]
     return values
@@ -84,10 +141,14 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     out.mkdir(parents=True, exist_ok=True)
     generate(client, sweep, out, shown_out=out)
     cells = cells_of(client, sweep)
-    outcomes = [compare(c, arm_values(client, cells, [c])) for c in claim["comparisons"]]
+    gain = claim.get("min_order_gain", MIN_ORDER_GAIN)
+
+    def judged(c: dict) -> Outcome:
+        return compare(c, arm_values(client, cells, [c]), readiness(cells, [c], gain))
+
+    outcomes = [judged(c) for c in claim["comparisons"]]
     verdict = overall(outcomes)
-    also = claim.get("also", [])  # secondary comparisons: shown, not part of the verdict
-    secondary = [compare(c, arm_values(client, cells, [c])) for c in also]
+    secondary = [judged(c) for c in claim.get("also", [])]  # shown, not part of the verdict
     tags = sweep.runs[0].data.tags if sweep.runs else {}
     lines = [
         f"# {preset} ({scale} scale)",
@@ -164,6 +225,7 @@ def main(args) -> int:
 
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale}"])
     claim = OmegaConf.to_container(cfg.claim, resolve=True)
+    claim.setdefault("min_order_gain", OmegaConf.select(cfg, "report.min_order_gain", default=MIN_ORDER_GAIN))
     uri, client = open_store(args.tracking_uri)
     try:
         sweep = find_sweep(client, cfg.logger.experiment, args.sweep)

@@ -32,16 +32,22 @@ def _seeds(g: Group) -> str:
 def markdown(r: Report, plots: list[str]) -> str:
     target = f"{r.target:.4f}" if r.target is not None else "—"
     variant = any(g.variant for g in r.groups)
+    accuracy = any(g.acc.mean is not None for g in r.groups)
     head = ["pos", "attn", *(["variant"] if variant else []), "seeds", "status", "final val loss",
-            "best val loss", f"steps to {target}", "tokens/s", "params"]
+            "best val loss", f"steps to {target}", "tokens/s", "params", "order gain",
+            *(["val acc"] if accuracy else [])]
     rows = [[g.pos, g.attn, *([g.variant] if variant else []), _seeds(g), g.status, g.final.fmt(), g.best.fmt(),
-             _steps(g), g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—", _num(g.n_params, 0)]
+             _steps(g), g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—", _num(g.n_params, 0),
+             order_gain(g, r.min_order_gain), *([g.acc.fmt(3)] if accuracy else [])]
             for g in r.groups]
     lines = [f"# {r.title}", "", *r.header, "",
              "## Scheme × attention", "",
              *_md_table(head, rows), "",
              f"Losses in nats/token (mean ± sample std over finished seeds). Target loss {target} nats/token: "
-             f"{r.target_note}. Steps are optimizer steps; tokens/s is training throughput.", ""]
+             f"{r.target_note}. Steps are optimizer steps; tokens/s is training throughput. Order gain: "
+             "val loss with the tokens of each window shuffled minus val loss, nats/token; below "
+             f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "
+             "resting on it says little about its positional scheme.", ""]
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
@@ -56,6 +62,15 @@ def markdown(r: Report, plots: list[str]) -> str:
     lines += ["## Cells", "", *_md_table(cell_head, cell_rows), ""]
     lines += [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def order_gain(g: Group, min_gain: float) -> str:
+    """The group's order gain, marked when the model does not (yet) use word order."""
+    using = g.using_order(min_gain)
+    if g.order_gain.mean is None:
+        return "—"
+    mark = {None: " (no order signal: NoPE, bidirectional)", True: "", False: " ⚠ not yet using order"}[using]
+    return g.order_gain.fmt(3) + mark
 
 
 def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
@@ -87,6 +102,7 @@ def to_csv(r: Report) -> str:
               "final_val_loss_mean", "final_val_loss_std", "best_val_loss_mean", "best_val_loss_std",
               "target_loss", "steps_to_target_mean", "steps_to_target_std", "seeds_reaching_target",
               "tokens_per_s_mean", "n_params", *(f"val_loss_at_{n}_mean" for n in lengths),
+              "order_gain_mean", "order_gain_std", "using_order", "val_acc_mean", "val_acc_std",
               "attn_distance_mean", "attn_entropy_mean"]
     writer = csv.writer(out)
     writer.writerow(fields)
@@ -97,6 +113,8 @@ def to_csv(r: Report) -> str:
                          opt(r.target), opt(g.steps.mean), opt(g.steps.std), g.steps.n,
                          opt(g.tokens_per_s.mean), opt(g.n_params),
                          *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
+                         opt(g.order_gain.mean), opt(g.order_gain.std), opt(g.using_order(r.min_order_gain)),
+                         opt(g.acc.mean), opt(g.acc.std),
                          opt(g.attn_distance.mean), opt(g.attn_entropy.mean)])
     return out.getvalue()
 

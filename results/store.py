@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
-from results.cells import GRID_KEYS, LENGTH_METRIC, SKIPPED_TAG, Cell
+from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, SKIPPED_TAG, Cell
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
 
@@ -99,8 +99,7 @@ def cell_of(client, run) -> Cell:
         at_length={int(m[1]): v for k, v in run.data.metrics.items() if (m := LENGTH_METRIC.match(k))},
         skipped_lengths={int(m[1]): v for k, v in tags.items() if (m := SKIPPED_TAG.match(k))},
         job=int(tags.get("sweep_job", 0)) if tags.get("sweep_job", "0").isdigit() else 0,
-        attn_distance=run.data.metrics.get("diag/mean_distance"),
-        attn_entropy=run.data.metrics.get("diag/entropy"),
+        metrics=dict(run.data.metrics), order_signal=tags.get("order_signal", "scheme"),
     )
 
 
@@ -139,7 +138,8 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
     return f"python -m results report --experiment {sweep.experiment}{flag} --out {shown}/"
 
 
-def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None) -> list:
+def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None,
+             min_order_gain: float = MIN_ORDER_GAIN) -> list:
     """Write the report of ``sweep`` into out_dir; the paths written. ``shown_out``: the directory its
     Regenerate line names (default results/<experiment>/, e.g. when out_dir is a temporary one)."""
     from pathlib import Path
@@ -153,5 +153,5 @@ def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_o
               + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "") + ".",
               "",
               f"Regenerate: `{regenerate_command(sweep, shown_out)}`"]
-    report = build_report(cells_of(client, sweep), sweep.title, header, target)
+    report = build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain)
     return write_report(report, Path(out_dir))

@@ -154,7 +154,7 @@ def test_memory_per_token_target_is_a_point_from_the_cells():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--pos", "rope,nope"], "--pos nope: not in conf/pos/; valid: alibi, learned, none"),
+    (["--pos", "rope,nope"], "--pos nope: not in conf/pos/; valid: alibi, cope, fire"),
     (["--attn", "flash"], "--attn flash: not in conf/attn/; valid: linear, local, performer, softmax"),
     (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
     (["--lengths", "0"], "every length must be positive"),

@@ -183,7 +183,8 @@ def test_report_compares_mean_attention_distance_across_schemes(tmp_path):
 
     def cell(pos, attn, seed, distance):
         return Cell(f"{pos}{attn}{seed}", "n", f"pos={pos} attn={attn} seed={seed}", pos, attn, str(seed), "finished",
-                    val=[(10, 3.0)], attn_distance=distance, attn_entropy=distance / 10, job=seed)
+                    val=[(10, 3.0)], job=seed,
+                    metrics={"diag/mean_distance": distance, "diag/entropy": distance / 10})
 
     cells = [cell("rope", "softmax", 0, 4.0), cell("rope", "softmax", 1, 6.0), cell("none", "softmax", 0, 9.0),
              cell("rope", "local", 0, 2.0), Cell("x", "n", "pos=alibi", "alibi", "softmax", "0", "finished",

@@ -4,7 +4,9 @@ import argparse
 
 import pytest
 
-from results.paper import Outcome, compare, overall, welch_interval
+from results.cells import Cell
+from results.paper import PREMATURE, Outcome, compare, overall, readiness, welch_interval
+from results.stats import minimum_detectable_effect
 
 
 def test_welch_interval_matches_the_textbook_formula():
@@ -27,6 +29,50 @@ def test_welch_interval_matches_the_textbook_formula():
 def test_comparison_verdicts(lower, than, verdict):
     c = {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}
     assert compare(c, {"pos=rope": lower, "pos=learned": than}).verdict == verdict
+
+
+def test_higher_is_better_comparisons():
+    c = {"metric": "val/acc_at_80", "higher": "pos=none", "than": "pos=rope"}
+    assert compare(c, {"pos=none": [0.9, 0.92, 0.91], "pos=rope": [0.1, 0.12, 0.11]}).verdict == "supports"
+    assert compare(c, {"pos=none": [0.1, 0.12, 0.11], "pos=rope": [0.9, 0.92, 0.91]}).verdict == "contradicts"
+
+
+def test_minimum_detectable_effect_matches_the_formula():
+    a, b = [1.0, 2.0, 3.0], [4.0, 6.0, 8.0, 10.0]  # se² = 2, Welch df as in the interval test above
+    from scipy import stats
+
+    df = 4 / ((1 / 3) ** 2 / 2 + (5 / 3) ** 2 / 3)
+    want = (stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * 2**0.5
+    assert minimum_detectable_effect(a, b) == pytest.approx(want, rel=1e-12)
+    assert minimum_detectable_effect([1.0], b) is None
+    c = {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}
+    text = compare(c, {"pos=rope": a, "pos=learned": b}).text
+    assert f"detectable |Δ| ≥ {want:.4f} at 80 % power" in text
+
+
+def cell(label: str, gain: float | None, acc: float | None = None, signal: str = "scheme") -> Cell:
+    metrics = {k: v for k, v in (("val/order_gain", gain), ("val/acc", acc)) if v is not None}
+    return Cell("id", label, label, "p", "a", "0", "finished", metrics=metrics, order_signal=signal)
+
+
+def test_models_not_using_order_make_a_comparison_premature_never_not_reproduced():
+    c = {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}
+    cells = [cell("pos=rope", 0.5), cell("pos=learned", 0.01), cell("pos=learned", 0.02)]
+    unready = readiness(cells, [c], min_gain=0.05)
+    assert set(unready) == {"pos=learned"} and "order gain 0.015 < 0.05" in unready["pos=learned"]
+    losing = {"pos=rope": [2.0, 2.1, 2.05], "pos=learned": [1.0, 1.1, 1.05]}  # would contradict the claim
+    assert compare(c, losing).verdict == "contradicts"
+    outcome = compare(c, losing, unready)
+    assert outcome.verdict == "premature" and "not yet using word order" in outcome.text
+    assert overall([outcome, Outcome("", "supports")]) == PREMATURE == "premature — train longer"
+    assert overall([outcome, Outcome("", "contradicts")]) == "not reproduced"  # a ready contradiction still counts
+
+
+def test_nope_bidirectional_is_exempt_and_low_accuracy_is_premature():
+    c = {"metric": "val/acc_at_80", "higher": "pos=none", "than": "pos=rope"}
+    cells = [cell("pos=none", 0.0, acc=1.0, signal="none"), cell("pos=rope", 0.4, acc=0.95)]
+    unready = readiness(cells, [c], min_gain=0.05)
+    assert set(unready) == {"pos=rope"} and "in-distribution accuracy 0.950 < 0.99" in unready["pos=rope"]
 
 
 def test_threshold_comparison_and_overall_rule():
@@ -71,6 +117,7 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
     class Cell:
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
+            self.order_gain, self.acc, self.order_signal = 1.0, None, "scheme"  # models that use order
 
     cells = [Cell(f"pos={p} seed={s}", loss) for p, losses in
              {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()

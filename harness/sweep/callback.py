@@ -147,6 +147,7 @@ class MlflowSweep(Callback):
             sys.exit(code)  # after all cells ran; Hydra's own exit would be 0
 
     def _finish(self, config: DictConfig) -> int:
+        from results.cells import MIN_ORDER_GAIN
         from results.report import cells_table
         from results.store import cells_of, find_sweep, generate
 
@@ -161,7 +162,8 @@ class MlflowSweep(Callback):
         code = exit_code([c.status for c in cells])
         print(f"\n{sweep.title} · {len(cells)} cells · exit {code}\n{cells_table(cells)}\n")
         with tempfile.TemporaryDirectory() as tmp:
-            generate(client, sweep, tmp, OmegaConf.select(config, "report.target_loss"))
+            generate(client, sweep, tmp, OmegaConf.select(config, "report.target_loss"),
+                     min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
             self.parent.log_dir(tmp)
             # the run description is rendered on the parent's page in the MLflow UI
             self.parent.set_tags({"mlflow.note.content": (Path(tmp) / "report.md").read_text()})
