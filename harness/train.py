@@ -109,7 +109,8 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
     if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 
-        diagnostics = attention_diagnostics(built.model, built.val_loader)
+        plain = (pair["plain"] for pair in built.val_loader)  # validation batches are (plain, shuffled) pairs
+        diagnostics = attention_diagnostics(built.model, plain)
         run.log_scalars(diagnostics.metrics(), step)
         run.log_files(diagnostics.files(), "diagnostics")
 
