@@ -143,6 +143,9 @@ def _composition(exc) -> str:
     near = _nearest_name(key) if key else None
     if near:
         return f"{text} (no such key); did you mean {near}?"
+    if key and "." in key and _parent_node(key) is not None:
+        return (f"{text} (no such key); to pass a key the config does not list (e.g. another argument of "
+                f"the class it builds) add it with +{key}=...")
     detail = f" ({cause.split(' full_key:')[0]})" if cause and cause not in text else ""
     return f"{text}{detail}; check the key's spelling in conf/ (python run.py --cfg job prints the whole config)"
 
@@ -153,18 +156,21 @@ def _quoted_key(text: str) -> str | None:
 
 
 def _options_with_key(key: str) -> list[str]:
-    """The options of ``key``'s group whose top level has ``key``'s next part (``data.path`` →
-    ``data=enwik8``, ``data=text``)."""
+    """The options of ``key``'s group that define the rest of ``key`` (``data.path`` → ``data=enwik8``,
+    ``data=text``): the user picked an option without it."""
     import yaml
 
     from harness.paths import CONF
 
     head, _, rest = key.partition(".")
-    name = rest.partition(".")[0]
-    if not name or not (CONF / head).is_dir():
+    if not rest or not (CONF / head).is_dir():
         return []
+
+    def defines(node, parts: list[str]) -> bool:
+        return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
+
     return [f"{head}={f.stem}" for f in sorted((CONF / head).glob("*.yaml"))
-            if name in (yaml.safe_load(f.read_text()) or {})]
+            if defines(yaml.safe_load(f.read_text()) or {}, rest.split("."))]
 
 
 def _nearest_name(key: str) -> str | None:
@@ -176,12 +182,22 @@ def _nearest_name(key: str) -> str | None:
     if not rest:
         near = difflib.get_close_matches(head, groups, n=1, cutoff=0.6)
         return f"{near[0]}=..." if near else None
+
+    *parents, last = key.split(".")
+    node = _parent_node(key)
+    keys = list(node.keys()) if node is not None else []
+    near = difflib.get_close_matches(last, keys, n=1, cutoff=0.6)
+    return f"{'.'.join(parents)}.{near[0]}=..." if near else None
+
+
+def _parent_node(key: str):
+    """The config node ``key`` would live in (``model.dmodel`` → ``model``), or None."""
     from harness.config.compose import compose
 
-    node = compose([]).get(head)
-    keys = list(node.keys()) if hasattr(node, "keys") else []
-    near = difflib.get_close_matches(rest, keys, n=1, cutoff=0.6)
-    return f"{head}.{near[0]}=..." if near else None
+    node = compose([])
+    for part in key.split(".")[:-1]:
+        node = node.get(part) if hasattr(node, "get") else None
+    return node if hasattr(node, "keys") else None
 
 
 def _missing_option(exc) -> str:
