@@ -186,6 +186,13 @@ RUN_CASES = [
     ("data-directory-not-utf8", ["data=text", "data.path={files}/mixed"], "is not UTF-8 (bad byte at offset"),
     ("data-empty-directory", ["data=text", "data.path={files}/nothing"], "holds 0 bytes; give at least 4 KiB"),
     ("enwik8-is-a-directory", ["data=enwik8", "data.path={files}/nothing"], "is a directory; point it at the enwik8"),
+    # ---- optim.tuned: a best.json of `python -m results tune`
+    ("tuned-missing-file", ["optim.tuned={files}/none.json"], "none.json: no such file"),
+    ("tuned-not-json", ["optim.tuned={files}/empty.txt"], "not a best.json of python -m results tune"),
+    ("tuned-unknown-cell", ["optim.tuned={files}/tuned.json"], "has no tuned values for pos=rope attn=softmax (it "
+                                                                "has: pos=t5 attn=softmax); tune it"),
+    ("tuned-unknown-key", ["pos=t5", "optim.tuned={files}/tuned.json"], "sets optim.optimizer.learning_rate, which "
+                                                                        "this config does not have"),
 ]
 
 # `python -m results ...` rows: (id, args, text the line must contain)
@@ -203,6 +210,8 @@ RESULTS_CASES = [
     ("results-target-word", ["report", "--out", "{tmp}/o", "--target", "abc"], "invalid float value: 'abc'"),
     ("results-unknown-command", ["nope"], "invalid choice: 'nope'"),
     ("results-no-command", [], "the following arguments are required: command"),
+    ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
+                                         "{store}"], "no experiment 'nope' in this store"),
 ]
 
 ROWS = [("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -222,6 +231,8 @@ def files(tmp_path_factory) -> Path:
     (d / "mixed" / "a.txt").write_bytes(b"plain English text. " * 400)
     (d / "mixed" / "b.txt").write_bytes("caf\u00e9 ".encode("latin-1") * 400)
     (d / "nothing").mkdir()
+    tuned = {"pos=t5 attn=softmax": {"values": {"optim.optimizer.learning_rate": 1e-3}}}  # a key adamw lacks
+    (d / "tuned.json").write_text(json.dumps({"cells": tuned}))
     return d
 
 
