@@ -87,6 +87,10 @@ def tune_command(args) -> int:
     regenerate = f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
     for path in tune.write(client, sweep, out, regenerate):
         print(path)
+    if out.parent == ROOT / "results":  # a committed report: refresh the index, as `paper` does
+        from results.paper import write_index
+
+        write_index(out.parent)
     return 0
 
 

@@ -64,8 +64,8 @@ def markdown(tuned: list[Tuned], source: dict[str, str], wall_min: float | None)
         best = searched_values(t.best) if t.best else {}
         worst = max((c.final_loss for c in t.finished), default=None)
         rows.append([t.key, f"{len(t.trials)} ({len(t.finished)})", *(_fmt(best.get(k)) for k in keys),
-                     _fmt(t.best.final_loss if t.best else None), _fmt(worst)])
-    trial_rows = [[t.key, str(i), *(_fmt(searched_values(c).get(k)) for k in keys), c.status, _fmt(c.final_loss)]
+                     _loss(t.best.final_loss if t.best else None), _loss(worst)])
+    trial_rows = [[t.key, str(i), *(_fmt(searched_values(c).get(k)) for k in keys), c.status, _loss(c.final_loss)]
                   for t in tuned for i, c in enumerate(t.trials)]
     wall = f"{wall_min:.1f} minutes" if wall_min is not None else "unknown (the sweep has not ended)"
     return "\n".join([
@@ -83,6 +83,10 @@ def _fmt(value) -> str:
     if value is None:
         return "—"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
