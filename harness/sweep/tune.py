@@ -30,6 +30,8 @@ from pathlib import Path
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from harness.errors import ConfigError
+
 log = logging.getLogger(__name__)
 RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes into the sweep dir per study
 
@@ -56,7 +58,11 @@ class CellwiseOptunaSweeper(Sweeper):
     ...), one study per grid cell. Registered as conf/hydra/sweeper/cellwise_optuna.yaml."""
 
     def __init__(self, params: DictConfig | None = None, **optuna_options) -> None:
-        from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+        try:
+            from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+        except ImportError:
+            raise ConfigError("hydra/sweeper=cellwise_optuna (experiment=tune_lr) needs hydra-optuna-sweeper; "
+                              "pip install -e '.[tune]'") from None
 
         self.params = dict(params or {})  # split here: the grid axes among them are not Optuna's
         self.study = OptunaSweeperImpl(params=None, **optuna_options)
