@@ -98,7 +98,8 @@ def paper_command(args) -> int:
     from results.paper import main as paper_main
     from results.store import writable_out
 
-    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+    # paper presets state a claim; a tuning preset (experiment=tune_lr) has none: `python -m results tune`
+    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:
         raise ConfigError(f"--preset {args.preset!r} is not a preset; use one of {', '.join(presets)}")
     args.out = writable_out(args.out or ROOT / "results" / args.preset)
