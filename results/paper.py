@@ -135,6 +135,18 @@ def _final(client, cell, metric: str) -> float | None:
     return client.get_run(cell.run_id).data.metrics.get(metric)
 
 
+def wall_time(sweep) -> str:
+    """The sweep's wall time: its parent run's start to end (the whole `run.py -m`, cells and report)."""
+    info = sweep.parent.info if sweep.parent else None
+    if info is None or not info.end_time:
+        return "Wall time: not recorded (no finished parent run)."
+    minutes = (info.end_time - info.start_time) / 60000
+    tags = sweep.parent.data.tags
+    launcher = f" with `{tags['hydra_overrides']}`" if tags.get("hydra_overrides") else ""
+    return (f"Wall time: {minutes:.1f} min for {len(sweep.runs)} runs{launcher} on host "
+            f"{tags.get('host', '(not recorded)')}.")
+
+
 def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out: Path) -> str:
     from results.store import cells_of, generate
 
@@ -160,6 +172,8 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         f"Command: `python run.py -m experiment={preset} scale={scale}`, then "
         f"`python -m results paper --preset {preset} --scale {scale}"
         + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.",
+        "",
+        wall_time(sweep),
         "",
         f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
         f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} (data={tags.get('data', '?')}).",

@@ -123,7 +123,9 @@ class MlflowSweep(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         self.parent = TrackedRun(uri, config.logger.experiment, name)
         self.parent.start({"sweep_role": "parent", "sweep_id": sweep_id, "sweep_dir": str(sweep_dir),
-                           "sweep_overrides": " ".join(overrides)[:5000], "git_sha": git_sha()}, {})
+                           "sweep_overrides": " ".join(overrides)[:5000], "git_sha": git_sha(),
+                           # the launcher (e.g. hydra/launcher=joblib hydra.launcher.n_jobs=2): what the wall time means
+                           "hydra_overrides": " ".join(config.hydra.overrides.hydra)[:5000]}, {})
         close_dead_runs(self.parent.store, config.logger.experiment, keep=self.parent.run_id)  # killed earlier
         self.record = SweepRecord(self.parent.run_id, sweep_id, uri, config.logger.experiment, swept)
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end
