@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.validate import Checked, validate
 from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
-from harness.record.store import dashboard_command
+from harness.record.store import dashboard_command, dashboard_url
 from harness.scaleout import job_ranks
 
 
@@ -41,6 +41,7 @@ class Summary:
     order_gain: float  # val/order_gain at the last validation: nats/token lost when word order is shuffled
     min_order_gain: float  # report.min_order_gain: below it the model is "not yet using order"
     val_acc: float | None = None  # exact match, synthetic tasks
+    experiment_id: str = ""
 
 
 def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = None) -> Summary:
@@ -77,7 +78,7 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     return Summary(run.run_id or "", run.name, checked.uri, checked.logger.experiment, final["val/loss"],
                    final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
                    time.perf_counter() - started, final["val/order_gain"], checked.report.min_order_gain,
-                   final.get("val/acc"))
+                   final.get("val/acc"), run.experiment_id if run.owner else "")
 
 
 def backend_tags(model) -> dict[str, str]:
@@ -166,5 +167,6 @@ def format_summary(s: Summary) -> str:
         f"  train tokens/s   {s.tokens_per_s:,.0f}",
         f"  MLflow run       {s.run_id} (experiment '{s.experiment}')",
         f"  dashboard        {dashboard_command(s.tracking_uri)}",
+        f"  this run         {dashboard_url(s.experiment_id, s.run_id)}",
         "",
     ])

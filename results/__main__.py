@@ -1,5 +1,6 @@
 """``python -m results report --experiment NAME [--sweep SWEEP_ID] --out results/NAME/``
 ``python -m results paper --preset NAME [--scale toy|paper] [--sweep SWEEP_ID]``
+``python -m results tune [--experiment tune_lr] [--sweep SWEEP_ID] --out results/tune_lr/``
 
 Rebuilds a sweep's comparison report (report.md, report.csv, PNG plots) from the MLflow
 store; without --sweep, the experiment's latest sweep (or all its runs if it has none).
@@ -43,13 +44,19 @@ def parser() -> argparse.ArgumentParser:
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
+    tune = commands.add_parser("tune", help="a tuning sweep's best values per cell (best.json, README.md)")
+    tune.add_argument("--experiment", default="tune_lr", help="MLflow experiment name (default: tune_lr)")
+    tune.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
+    tune.add_argument("--out", required=True, help="output directory, e.g. results/tune_lr/")
+    tune.add_argument("--tracking-uri", default=None)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return paper_command(args) if args.command == "paper" else report_command(args)
+        commands = {"paper": paper_command, "tune": tune_command, "report": report_command}
+        return commands[args.command](args)
     except (ConfigError, LookupError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
@@ -69,11 +76,30 @@ def report_command(args) -> int:
     return 0
 
 
+def tune_command(args) -> int:
+    from results import tune
+    from results.store import find_sweep, open_store, writable_out
+
+    out = writable_out(args.out)
+    uri, client = open_store(args.tracking_uri)
+    sweep = find_sweep(client, args.experiment, args.sweep)
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    regenerate = f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
+    for path in tune.write(client, sweep, out, regenerate):
+        print(path)
+    if out.parent == ROOT / "results":  # a committed report: refresh the index, as `paper` does
+        from results.paper import write_index
+
+        write_index(out.parent)
+    return 0
+
+
 def paper_command(args) -> int:
     from results.paper import main as paper_main
     from results.store import writable_out
 
-    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+    # paper presets state a claim; a tuning preset (experiment=tune_lr) has none: `python -m results tune`
+    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:
         raise ConfigError(f"--preset {args.preset!r} is not a preset; use one of {', '.join(presets)}")
     args.out = writable_out(args.out or ROOT / "results" / args.preset)

@@ -132,6 +132,18 @@ def cells_table(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
+def headline_metrics(cells: list[Cell]) -> dict[str, float]:
+    """What a sweep's parent run shows in the runs table: the best and worst cell's final val loss
+    (nats/token, finished cells) and how many cells finished, were refused (incompatible) or failed."""
+    finals = [c.final_loss for c in cells if c.finished and c.final_loss is not None]
+    refused = sum(c.status == "incompatible" for c in cells)
+    finished = sum(c.finished for c in cells)
+    counts = {"sweep/cells_finished": finished, "sweep/cells_refused": refused,
+              "sweep/cells_failed": len(cells) - finished - refused}
+    losses = {"sweep/best_val_loss": min(finals), "sweep/worst_val_loss": max(finals)} if finals else {}
+    return {**losses, **counts}
+
+
 def write_report(r: Report, out_dir: Path) -> list[Path]:
     """report.md, report.csv and the PNG plots into out_dir; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)

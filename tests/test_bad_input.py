@@ -203,6 +203,13 @@ RUN_CASES = [
     ("enwik8-empty", ["data=enwik8", "data.path={files}/empty.txt"], "holds 0 bytes, enwik8 holds 100,000,000"),
     ("enwik8-zip", ["data=enwik8", "data.path={files}/enwik8.zip"], "is the zip archive; unzip it"),
     ("enwik8-fifo", ["data=enwik8", "data.path={files}/fifo"], "is not a regular file"),
+    # ---- optim.tuned: a best.json of `python -m results tune`
+    ("tuned-missing-file", ["optim.tuned={files}/none.json"], "none.json: no such file"),
+    ("tuned-not-json", ["optim.tuned={files}/empty.txt"], "not a best.json of python -m results tune"),
+    ("tuned-unknown-cell", ["optim.tuned={files}/tuned.json"], "has no tuned values for pos=rope attn=softmax (it "
+                                                                "has: pos=t5 attn=softmax); tune it"),
+    ("tuned-unknown-key", ["pos=t5", "optim.tuned={files}/tuned.json"], "sets optim.optimizer.learning_rate, which "
+                                                                        "this config does not have"),
 ]
 
 # `python -m results ...` rows: (id, args, text the line must contain)
@@ -220,6 +227,8 @@ RESULTS_CASES = [
     ("results-target-word", ["report", "--out", "{tmp}/o", "--target", "abc"], "invalid float value: 'abc'"),
     ("results-unknown-command", ["nope"], "invalid choice: 'nope'"),
     ("results-no-command", [], "the following arguments are required: command"),
+    ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
+                                         "{store}"], "no experiment 'nope' in this store"),
 ]
 
 ROWS = [("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -250,6 +259,8 @@ def files(tmp_path_factory) -> Path:
         z.writestr("enwik8", b"x" * 1000)
     with open(d / "zeros", "wb") as f:  # enwik8's size, sparse: the sha256 check is what refuses it
         f.truncate(100_000_000)
+    tuned = {"pos=t5 attn=softmax": {"values": {"optim.optimizer.learning_rate": 1e-3}}}  # a key adamw lacks
+    (d / "tuned.json").write_text(json.dumps({"cells": tuned}))
     return d
 
 

@@ -30,8 +30,10 @@ def test_run_py_prints_summary_and_dashboard_command(store, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     [run] = runs_in(store)
     assert run.info.status == "FINISHED"
+    run_url = (f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+               "?workflowType=machine_learning")  # MLflow 3's Model training view, not its GenAI one
     for needle in ("final val loss", "val bits/byte", "train tokens/s", run.info.run_id,
-                   f"mlflow ui --backend-store-uri {store} --host 127.0.0.1"):
+                   f"mlflow ui --backend-store-uri {store} --host 127.0.0.1", f"this run         {run_url}"):
         assert needle in out.stdout
 
 

@@ -97,3 +97,29 @@ def test_dashboard_lists_children_and_parent_artifacts(tiny_sweep, mlflow_server
     chromium(tmp_path, artifacts_url, f"--screenshot={shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one or the loading skeleton
+
+
+def printed_urls(stdout: str, server: str) -> dict[str, str]:
+    """The sweep summary's `cells:` and `report:` URLs, pointed at this test's server."""
+    urls = {}
+    for line in stdout.splitlines():
+        key, _, url = line.strip().partition(":")
+        if key in ("cells", "report") and url.strip().startswith("http://127.0.0.1:5000/"):
+            urls[key] = url.strip().replace("http://127.0.0.1:5000", server)
+    return urls
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+                    reason=f"{CHROMIUM} not installed: run tools/ensure-chromium (as root) or apt-get install chromium")
+def test_printed_urls_open_the_model_training_view_of_this_sweep(tiny_sweep, mlflow_server, tmp_path):
+    urls = printed_urls(tiny_sweep.proc.stdout, mlflow_server)
+    assert set(urls) == {"cells", "report"}, tiny_sweep.proc.stdout[-2000:]
+    dom = chromium(tmp_path, urls["cells"], "--dump-dom")
+    for run in (tiny_sweep.parent, *tiny_sweep.children):
+        assert run.info.run_name in dom
+    # the Model training view's navigation, not the GenAI view's (Sessions, Judges), which the same page
+    # shows without workflowType=machine_learning (checked with MLflow 3.17.2)
+    assert "Model registry" in dom and "Judges" not in dom
+    dom = chromium(tmp_path, urls["report"], "--dump-dom")
+    assert tiny_sweep.parent.info.run_name in dom and "sweep/best_val_loss" in dom
+    assert "Model registry" in dom and "Judges" not in dom

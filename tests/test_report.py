@@ -114,3 +114,18 @@ def test_offline_report_reproduces_the_sweeps_own(tiny_sweep, tmp_path):
     logged = tiny_sweep.client.download_artifacts(tiny_sweep.parent.info.run_id, "report.md", str(tmp_path))
     assert (out / "report.md").read_text() == open(logged).read()
     assert (out / "val_loss_vs_length.png").stat().st_size > 10_000
+
+
+def test_headline_metrics_count_cells_and_take_finished_losses():
+    from results.cells import Cell
+    from results.report import headline_metrics
+
+    def cell(status, losses):
+        return Cell("id", "name", "label", "rope", "softmax", "0", status, val=list(enumerate(losses)))
+
+    cells = [cell("finished", [3.0, 2.5]), cell("finished", [3.0, 2.75]), cell("incompatible", []),
+             cell("diverged", [3.0, 1.0]), cell("error", [])]  # a diverged cell's last loss is not a result
+    assert headline_metrics(cells) == {"sweep/best_val_loss": 2.5, "sweep/worst_val_loss": 2.75,
+                                       "sweep/cells_finished": 2, "sweep/cells_refused": 1, "sweep/cells_failed": 2}
+    assert headline_metrics([cell("incompatible", [])]) == {"sweep/cells_finished": 0, "sweep/cells_refused": 1,
+                                                            "sweep/cells_failed": 0}

@@ -37,6 +37,21 @@ def test_sweep_is_one_parent_with_a_child_per_cell(tiny_sweep):
     assert any(line.startswith("pos=rope ") and "finished" in line for line in s.proc.stdout.splitlines())
 
 
+def test_parent_row_has_headline_metrics_and_the_summary_links_this_sweep(tiny_sweep):
+    s, parent = tiny_sweep, tiny_sweep.parent
+    finals = sorted(r.data.metrics["val/loss"] for r in s.children)
+    assert parent.data.metrics["sweep/best_val_loss"] == pytest.approx(finals[0], rel=1e-12)
+    assert parent.data.metrics["sweep/worst_val_loss"] == pytest.approx(finals[-1], rel=1e-12)
+    counts = {k: parent.data.metrics[f"sweep/cells_{k}"] for k in ("finished", "refused", "failed")}
+    assert counts == {"finished": 2, "refused": 0, "failed": 0}
+    exp, sweep_id = parent.info.experiment_id, parent.data.tags["sweep_id"]
+    base = f"http://127.0.0.1:5000/#/experiments/{exp}/runs"
+    assert f"mlflow ui --backend-store-uri {s.uri} --host 127.0.0.1 --port 5000" in s.proc.stdout
+    assert (f"{base}?searchFilter=tags.sweep_id%20%3D%20%27{sweep_id}%27&orderByKey=attributes.run_name"
+            "&orderByAsc=true&workflowType=machine_learning") in s.proc.stdout
+    assert f"{base}/{parent.info.run_id}?workflowType=machine_learning" in s.proc.stdout
+
+
 def test_eval_lengths_log_loss_at_length_and_skip_beyond_learned_table(tiny_sweep):
     rope, learned = tiny_sweep.child("rope"), tiny_sweep.child("learned")
     for n in (16, 64):
@@ -70,6 +85,9 @@ def test_failed_cells_are_recorded_and_the_others_finish(tmp_path):
     assert finished.info.status == "FINISHED" and "failure" not in finished.data.tags
     out = s.proc.stdout
     assert "diverged" in out and "error" in out and "exit 1" in out
+    counts = {k: s.parent.data.metrics[f"sweep/cells_{k}"] for k in ("finished", "refused", "failed")}
+    assert counts == {"finished": 1, "refused": 0, "failed": 2}  # refused counts incompatible pairings
+    assert s.parent.data.metrics["sweep/best_val_loss"] == finished.data.metrics["val/loss"]
     assert REPORT_FILES <= {a.path for a in s.client.list_artifacts(s.parent.info.run_id)}
 
 

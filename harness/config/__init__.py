@@ -2,8 +2,9 @@
 
 Owns: composing the Hydra config outside run.py (``compose``), the typed schema of every node
 (``schema``), the one validation pass that runs before anything is built or logged (``validate``),
-building the model, data and trainer from a checked config (``build``), and the pos × attn
-compatibility matrix (``compat``). Also the config resolvers (``${precision_for:...}``), registered
+building the model, data and trainer from a checked config (``build``), the pos × attn
+compatibility matrix (``compat``), and a cell's tuned values from a best.json (``tuned``, ``optim.tuned``).
+Also the config resolvers (``${precision_for:...}``), registered
 when this package is imported, before any config is resolved.
 
 May import: harness.data, harness.model, harness.record (its store checks), harness.scaleout,

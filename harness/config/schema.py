@@ -269,6 +269,7 @@ class ProgressSettings:
 class OptimSettings:
     optimizer: dict = field(default_factory=dict)
     schedule: dict = field(default_factory=dict)
+    tuned: str | None = None  # a best.json of `python -m results tune`: this cell's tuned values (config/tuned.py)
 
 
 ACCELERATORS = Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"]

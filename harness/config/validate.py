@@ -1,6 +1,7 @@
 """The one validation pass: every check that can run before anything is built, trained or logged.
 
 In order, cheapest first; each refusal is a one-line ConfigError naming the key and the fix:
+0. ``optim.tuned`` (harness/config/tuned.py): the file holds this cell, whose values replace the config's;
 1. every interpolation resolves;
 2. every node against its schema (harness/config/schema.py): unknown keys, types, finite numbers,
    ranges of the plain nodes, the Trainer's and the optimizer's;
@@ -28,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import schema
 from harness.config.instantiate import instantiate
 from harness.config.resources import Footprint, check_memory
+from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
 from harness.paths import CONF
 from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri
@@ -60,6 +62,7 @@ class Checked:
 
 def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     _check_preset(choices.get("experiment"))
+    apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
     values = resolved(cfg)
     check_nodes(values, choices)
     settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))

@@ -90,6 +90,10 @@ class TrackedRun:
         return Store.open(self.uri)
 
     @property
+    def experiment_id(self) -> str:
+        return self.store.experiment_id(self.experiment)
+
+    @property
     def opened(self) -> bool:
         return self.run_id is not None
 

@@ -15,7 +15,7 @@ import urllib.request
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlencode, urlparse
 
 from harness.errors import ConfigError
 from harness.paths import project_root
@@ -36,8 +36,22 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
+DASHBOARD = "http://127.0.0.1:5000"  # where dashboard_command serves the UI
+
+
 def dashboard_command(uri: str) -> str:
     return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def dashboard_url(experiment_id: str, run_id: str | None = None, search: str | None = None) -> str:
+    """The UI page of one run (``run_id``) or of the runs table filtered by ``search`` (sorted by name),
+    as ``dashboard_command`` serves it. MLflow 3's UI opens an experiment in its GenAI view (a traces
+    overview); ``workflowType=machine_learning`` opens its Model training view, where runs live."""
+    query = {"workflowType": "machine_learning"}
+    if run_id is None and search:
+        query = {"searchFilter": search, "orderByKey": "attributes.run_name", "orderByAsc": "true", **query}
+    page = f"runs/{run_id}" if run_id else "runs"
+    return f"{DASHBOARD}/#/experiments/{experiment_id}/{page}?{urlencode(query, quote_via=quote)}"
 
 
 # ---------------------------------------------------------------- checks before anything is opened

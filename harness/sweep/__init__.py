@@ -1,7 +1,8 @@
 """Room: sweeps — a Hydra multirun as one MLflow parent run with a child per cell.
 
 Owns: the Hydra callback that owns the parent run and writes the report at the end (``callback``),
-and what each job does with its cell (``cell``: train, adopt a finished run, or record a refusal).
+what each job does with its cell (``cell``: train, adopt a finished run, or record a refusal), and the
+tuning sweeper that gives every grid cell its own Optuna study (``tune``, ``experiment=tune_lr``).
 
 May import: harness.train, harness.record, harness.scaleout, results (the end-of-sweep report), and
 the ground.

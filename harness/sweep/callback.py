@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.record.reconcile import close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed
-from harness.record.store import resolve_tracking_uri
+from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 
 RECORD = "mlflow_sweep.json"
 OK_STATUSES = ("finished", "incompatible")
@@ -150,7 +150,7 @@ class MlflowSweep(Callback):
 
     def _finish(self, config: DictConfig) -> int:
         from results.cells import MIN_ORDER_GAIN
-        from results.report import cells_table
+        from results.report import cells_table, headline_metrics
         from results.store import cells_of, find_sweep, generate
 
         client = self.parent.store.client
@@ -163,6 +163,7 @@ class MlflowSweep(Callback):
         cells = cells_of(client, sweep)
         code = exit_code([c.status for c in cells])
         print(f"\n{sweep.title} · {len(cells)} cells · exit {code}\n{cells_table(cells)}\n")
+        self.parent.log_scalars(headline_metrics(cells), 0)  # numbers on the parent's row of the runs table
         with tempfile.TemporaryDirectory() as tmp:
             generate(client, sweep, tmp, OmegaConf.select(config, "report.target_loss"),
                      min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
@@ -170,7 +171,15 @@ class MlflowSweep(Callback):
             # the run description is rendered on the parent's page in the MLflow UI
             self.parent.set_tags({"mlflow.note.content": (Path(tmp) / "report.md").read_text()})
         print(f"report: artifacts of MLflow run {self.parent.run_id} (experiment '{self.record.experiment}')")
+        print(self.dashboard(sweep.experiment_id))
         return code
+
+    def dashboard(self, experiment_id: str) -> str:
+        """The command that serves the UI, and the pages of exactly this sweep: its cells and its parent."""
+        cells = dashboard_url(experiment_id, search=f"tags.sweep_id = '{self.record.sweep_id}'")
+        return "\n".join([f"dashboard:  {dashboard_command(self.record.tracking_uri)}",
+                          f"  cells:    {cells}",
+                          f"  report:   {dashboard_url(experiment_id, self.record.parent_run_id)}"])
 
     def _close(self, status: str, reason: str | None = None) -> None:
         if self.parent is None or self.parent.closed:

@@ -1,0 +1,50 @@
+"""``optim.tuned=<best.json>``: run each cell at the values its own tuning study found.
+
+A tuning sweep (``python run.py -m experiment=tune_lr``, harness/sweep/tune.py) and its report
+(``python -m results tune --out results/tune_lr/``) leave ``best.json``: per cell ``pos=<p> attn=<a>``
+the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). With ``optim.tuned`` set,
+the validation pass writes this cell's values into the config before checking it, so the rate used is
+the run's ``optim.optimizer.lr`` param like any other. A file that is missing or unreadable, a cell it
+does not hold, or a key the config does not have is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.errors import ConfigError
+
+
+def tuned_values(path: str, pos: str, attn: str) -> dict:
+    """The values best.json at ``path`` holds for the cell ``pos=<pos> attn=<attn>``."""
+    file = Path(path).expanduser().absolute()
+    try:
+        cells = json.loads(file.read_text())["cells"]
+    except FileNotFoundError:
+        raise ConfigError(f"optim.tuned={path}: no such file ({file}); run python -m results tune "
+                          "--out results/tune_lr/ after a tuning sweep, or drop optim.tuned") from None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"optim.tuned={path}: not a best.json of python -m results tune "
+                          f"({type(e).__name__}: {e}); point it at one, or drop optim.tuned") from None
+    key = f"pos={pos} attn={attn}"  # results/tune.py cell_key
+    if key not in cells:
+        raise ConfigError(f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "
+                          f"tune it (python run.py -m experiment=tune_lr pos={pos} attn={attn}) or drop optim.tuned")
+    return cells[key]["values"]
+
+
+def apply_tuned(cfg: DictConfig, choices: dict[str, str]) -> None:
+    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json."""
+    path = OmegaConf.select(cfg, "optim.tuned", default=None)
+    if path is None:
+        return
+    values = tuned_values(str(path), choices["pos"], choices["attn"])
+    for key, value in values.items():
+        if OmegaConf.select(cfg, key, default=None) is None:
+            raise ConfigError(f"optim.tuned={path} sets {key}, which this config does not have; "
+                              "use a best.json tuned with the same optim and schedule, or drop optim.tuned")
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=False)

@@ -1,0 +1,95 @@
+"""Tuning sweeps: one Optuna study per grid cell, through Hydra's Optuna sweeper.
+
+Hydra's Optuna sweeper (hydra-optuna-sweeper) runs one study over everything swept: ``pos=rope,t5``
+becomes a categorical dimension TPE samples like the learning rate, so a cell TPE dislikes early gets
+few trials and its "best" rate is a guess. A fair comparison needs each pos × attn cell's own best
+rate, so ``CellwiseOptunaSweeper`` keeps the Optuna sweeper's config interface and splits the sweep:
+
+- a plain comma list (``pos=rope,t5``, ``attn=softmax,local``) is a **grid axis**: one study per
+  combination, all in one Hydra multirun, so every trial is a child of the sweep's one MLflow parent
+  run (``harness.sweep.callback.MlflowSweep``);
+- ``interval(...)``, ``tag(log, interval(...))``, ``range(...)``, ``choice(...)`` (in ``params`` or on
+  the command line) are the **search space** of each cell's study.
+
+Each study starts from a copy of the configured sampler as it was built (TPE with a fixed seed), so
+a cell's trials do not depend on which cells ran before it. A trial that fails or is refused returns
+no loss: Optuna records it FAILED and the study goes on; a cell where no trial finished (a refused
+pairing) is reported and skipped. Pruning from intermediate val loss is not possible here: the
+sweeper launches each trial as a Hydra job and only sees its return value (no trial object reaches
+the training loop), and hydra-optuna-sweeper 1.3 offers no pruner.
+
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+from pathlib import Path
+
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+from harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
+RESULTS = "optimization_results.yaml"  # what hydra-optuna-sweeper writes into the sweep dir per study
+
+
+def split_grid(arguments: list[str]) -> tuple[list[list[str]], list[str]]:
+    """The sweep's overrides as grid cells (each a list of ``key=value``, the product of the plain comma
+    lists) and the rest (fixed values and search-space sweeps, handed to each cell's study)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    axes, rest = [], []
+    for override in OverridesParser.create().parse_overrides(arguments):
+        value = override.value()
+        if isinstance(value, ChoiceSweep) and value.simple_form:  # `a,b`, not `choice(a,b)`
+            key = override.get_key_element()
+            axes.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+        else:
+            rest.append(override.input_line)
+    return [list(cell) for cell in itertools.product(*axes)], rest
+
+
+class CellwiseOptunaSweeper(Sweeper):
+    """hydra-optuna-sweeper's options (``sampler``, ``direction``, ``n_trials``, ``n_jobs``, ``params``,
+    ...), one study per grid cell. Registered as conf/hydra/sweeper/cellwise_optuna.yaml."""
+
+    def __init__(self, params: DictConfig | None = None, **optuna_options) -> None:
+        try:
+            from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+        except ImportError:
+            raise ConfigError("hydra/sweeper=cellwise_optuna (experiment=tune_lr) needs hydra-optuna-sweeper; "
+                              "pip install -e '.[tune]'") from None
+
+        self.params = dict(params or {})  # split here: the grid axes among them are not Optuna's
+        self.study = OptunaSweeperImpl(params=None, **optuna_options)
+        self.sampler = copy.deepcopy(self.study.sampler)  # as built: every cell's study starts from it
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.config = config
+        self.study.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> None:
+        given = {a.split("=", 1)[0].lstrip("+~") for a in arguments}
+        preset = [f"{k}={v}" for k, v in self.params.items() if k not in given]  # the command line wins
+        cells, rest = split_grid([*preset, *arguments])
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        best = {}
+        for cell in cells:
+            label = " ".join(cell)
+            log.info(f"tuning {label or '(no grid axes)'}: {self.study.n_trials} trials")
+            self.study.sampler = copy.deepcopy(self.sampler)
+            try:
+                self.study.sweep([*rest, *cell])
+            except ValueError as e:  # optuna: "No trials are completed yet" -- every trial failed or was refused
+                if "No trials are completed" not in str(e):
+                    raise
+                print(f"tune: {label}: no trial finished (refused or failed; see the sweep's table)")
+                continue
+            results = OmegaConf.to_container(OmegaConf.load(sweep_dir / RESULTS))
+            best[label] = {"params": results["best_params"], "value": results["best_value"]}
+            print(f"tune: {label}: best {results['best_value']:.4f} at {results['best_params']}")
+        OmegaConf.save(OmegaConf.create(best), sweep_dir / RESULTS)  # every cell's, not only the last study's
