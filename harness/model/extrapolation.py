@@ -9,8 +9,8 @@ One trained model, scored at every ``eval.lengths`` entry under
     at finetune_length / training length, as position interpolation and YaRN evaluate their fine-tuned models),
 with non-overlapping windows, sliding ones (``eval.stride``: ``..._stride_<S>``) and the same final K tokens at
 every length (``eval.same_targets``: ``..._last_<K>``). Artifacts: ``loss_by_position.csv`` / ``.png`` (the
-non-overlapping windows' loss in ``eval.position_buckets`` buckets of position) and, with scalings,
-``loss_vs_length_by_scaling.png``.
+non-overlapping windows' loss in ``eval.position_buckets`` buckets of position), with scalings
+``loss_vs_length_by_scaling.png``, with a fine-tune ``finetune_loss.csv`` (its training loss per step).
 """
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ class Extrapolation:
         files = {"loss_by_position.csv": csv.encode(), "loss_by_position.png": by_position_png(rows)}
         if len(self.conditions) > 1:
             files["loss_vs_length_by_scaling.png"] = by_length_png(self.conditions)
+        if self.finetune_losses:  # the fine-tune's own training curve, per scaling
+            files["finetune_loss.csv"] = ("scaling,step,loss\n" + "".join(
+                f"{m},{i + 1},{v:.6f}\n" for m, losses in self.finetune_losses.items()
+                for i, v in enumerate(losses))).encode()
         return files
 
 
