@@ -239,7 +239,7 @@ class PositionalScheme(nn.Module):
     # The eval-time length scalings ``rescaled`` accepts (RoPE's: positional/rope_scaling.py); none here
     length_scalings: ClassVar[tuple[str, ...]] = ()
 
-    def rescaled(self, method: str, length: int, factor: float | None = None, in_training: bool = False):
+    def rescaled(self, method: str, length: int, in_training: bool = False):
         """A context manager under which the scheme applies length scaling ``method`` for inputs of
         ``length`` (eval.scalings, harness/model/extrapolation.py); schemes without one refuse."""
         raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; pos={self.config_name()} "

@@ -182,13 +182,12 @@ class Rope(PositionalScheme):
         self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
 
     @contextmanager
-    def rescaled(self, method: str, length: int, factor: float | None = None,
-                 in_training: bool = False) -> Iterator[RopeScaling]:
+    def rescaled(self, method: str, length: int, in_training: bool = False) -> Iterator[RopeScaling]:
         """Apply scaling ``method`` (at training time too if ``in_training``) for inputs of ``length``, then
-        restore the configured one: one trained model, scored under every scaling. s = ``factor`` if given,
-        else pos.factor where that is set (≠ 1), else max(1, length / original_max_len)."""
+        restore the configured one: one trained model, scored under every scaling. s = pos.factor where that
+        is set (≠ 1), else max(1, length / original_max_len)."""
         own = self.scaling
-        s = factor or (own.factor if own.factor != 1 else max(1.0, length / own.original_max_len))
+        s = own.factor if own.factor != 1 else max(1.0, length / own.original_max_len)
         self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
         try:
             yield self.scaling
@@ -210,7 +209,7 @@ class Rope(PositionalScheme):
 
     def _rotation(self, positions: Tensor, width: int) -> Rotation:
         theta = self.theta_at(rotated_width(width, self.fraction))
-        # length scaling changes evaluation only; training always sees the plain angles
+        # length scaling changes evaluation only (and a fine-tune under ``rescaled``); training sees plain angles
         f = ScaledFrequencies(theta, 1.0) if self.training and not self.scale_in_training else \
             self.scaling.frequencies(theta, int(positions.max()) + 1)
         s = f.attention_scale

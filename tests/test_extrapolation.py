@@ -130,6 +130,10 @@ def test_rescaled_swaps_the_scaling_and_restores_it():
     with pytest.raises(RuntimeError), pos.rescaled("linear", 64):
         raise RuntimeError("restored on the way out too")
     assert pos.scaling.method == "none"
+    fixed = Rope(module.model.pos.shape, scaling="linear", factor=4.0)  # pos.factor set: s = 4 at every length
+    with fixed.rescaled("ntk", 128) as scaling:
+        assert (scaling.method, scaling.factor) == ("ntk", 4.0)
+    assert (fixed.scaling.method, fixed.scaling.factor) == ("linear", 4.0)
 
 
 def test_rescaled_in_training_applies_the_scaling_to_training_forwards():
