@@ -135,6 +135,11 @@ def _composition(exc) -> str:
     text = one_line(exc).split(" To append to your config use")[0].split(" Key '")[0]
     cause = one_line(exc.__cause__) if exc.__cause__ else ""
     key = _quoted_key(text)
+    elsewhere = _options_with_key(key) if key else []
+    if elsewhere:  # e.g. data.path under data=embedded: a key of the group's other options
+        head = key.partition(".")[0]
+        return (f"{key} is not a key of the chosen {head}; {', '.join(elsewhere)} "
+                f"{'has' if len(elsewhere) == 1 else 'have'} it: add {elsewhere[0]} (or drop {key})")
     near = _nearest_name(key) if key else None
     if near:
         return f"{text} (no such key); did you mean {near}?"
@@ -145,6 +150,21 @@ def _composition(exc) -> str:
 def _quoted_key(text: str) -> str | None:
     parts = text.split("'")
     return parts[1] if len(parts) >= 3 else None
+
+
+def _options_with_key(key: str) -> list[str]:
+    """The options of ``key``'s group whose top level has ``key``'s next part (``data.path`` →
+    ``data=enwik8``, ``data=text``)."""
+    import yaml
+
+    from harness.paths import CONF
+
+    head, _, rest = key.partition(".")
+    name = rest.partition(".")[0]
+    if not name or not (CONF / head).is_dir():
+        return []
+    return [f"{head}={f.stem}" for f in sorted((CONF / head).glob("*.yaml"))
+            if name in (yaml.safe_load(f.read_text()) or {})]
 
 
 def _nearest_name(key: str) -> str | None:

@@ -71,12 +71,20 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
         plan.link(run.run_id)
         run.log_files({"config.yaml": OmegaConf.to_yaml(cfg, resolve=True)})
         final = fit(built, plan.ckpt)
+        run.set_tags(backend_tags(built.model))
         logger.flush()
         evaluate(built, checked, corpus, run, final["step"])
     return Summary(run.run_id or "", run.name, checked.uri, checked.logger.experiment, final["val/loss"],
                    final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
                    time.perf_counter() - started, final["val/order_gain"], checked.report.min_order_gain,
                    final.get("val/acc"))
+
+
+def backend_tags(model) -> dict[str, str]:
+    """``attn_backend``: the kernel(s) the attention actually ran (attn.backend=auto picks at the first
+    step; ``backend_used`` of attention/softmax.py), so timings compare like with like."""
+    used = sorted({m.backend_used for m in model.modules() if getattr(m, "backend_used", None)})
+    return {"attn_backend": ",".join(used)} if used else {}
 
 
 def fit(built, ckpt) -> dict:

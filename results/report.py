@@ -7,7 +7,7 @@ import csv
 import io
 from pathlib import Path
 
-from results import plots
+from results import plots, verdicts
 from results.cells import Cell, Group, Report
 
 # ---------------------------------------------------------------- text outputs
@@ -40,7 +40,8 @@ def markdown(r: Report, plots: list[str]) -> str:
              _steps(g), g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—", _num(g.n_params, 0),
              order_gain(g, r.min_order_gain), *([g.acc.fmt(3)] if accuracy else [])]
             for g in r.groups]
-    lines = [f"# {r.title}", "", *r.header, "",
+    found = verdicts.verdicts(r.groups, r.min_order_gain)
+    lines = [f"# {r.title}", "", *r.header, "", f"**{verdicts.headline(found, r.min_order_gain)}**", "",
              "## Scheme × attention", "",
              *_md_table(head, rows), "",
              f"Losses in nats/token (mean ± sample std over finished seeds). Target loss {target} nats/token: "
@@ -48,6 +49,7 @@ def markdown(r: Report, plots: list[str]) -> str:
              "val loss with the tokens of each window shuffled minus val loss, nats/token; below "
              f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "
              "resting on it says little about its positional scheme.", ""]
+    lines += verdicts.section(found, r.min_order_gain)
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]

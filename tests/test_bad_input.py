@@ -12,6 +12,7 @@ reruns a sample in fresh interpreters and checks they print the same line.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -67,7 +69,8 @@ RUN_CASES = [
     ("window-longer-than-corpus", ["data=text", "data.path={files}/small.txt", "data.seq_len=8192",
                                    "model.n_heads=2"], "not more than one window of 8192; lower data.seq_len"),
     ("no-validation-split", ["data=text", "data.path={files}/small.txt"], "the validation split has 0 tokens"),
-    ("enwik8-wrong-checksum", ["data=enwik8", "data.path={files}/small.txt"], "is not enwik8 (sha256"),
+    ("enwik8-wrong-size", ["data=enwik8", "data.path={files}/small.txt"], "holds 7,000 bytes, enwik8 holds 100,000,"),
+    ("enwik8-wrong-checksum", ["data=enwik8", "data.path={files}/zeros"], "is not enwik8 (sha256"),
     ("enwik8-missing-no-download", ["data=enwik8", "data.path={files}/nope", "data.download=false"],
      "not found; set data.path=/path/to/enwik8 or data.download=true"),
     ("tracking-uri-relative", ["logger.tracking_uri=sqlite:///rel.db"], "is not sqlite:////absolute/path.db"),
@@ -209,8 +212,22 @@ RUN_CASES = [
     ("batch-too-large", ["data.batch_size=100000000"], "training needs at least"),
     # ---- data paths
     ("data-directory-not-utf8", ["data=text", "data.path={files}/mixed"], "is not UTF-8 (bad byte at offset"),
-    ("data-empty-directory", ["data=text", "data.path={files}/nothing"], "holds 0 bytes; give at least 4 KiB"),
-    ("enwik8-is-a-directory", ["data=enwik8", "data.path={files}/nothing"], "is a directory; point it at the enwik8"),
+    ("data-empty-directory", ["data=text", "data.path={files}/nothing"], "is a directory with no files in it"),
+    ("data-only-hidden-files", ["data=text", "data.path={files}/hidden"], "is a directory with no files in it"),
+    ("data-utf16", ["data=text", "data.path={files}/utf16.txt"], "is UTF-16, not UTF-8 text; convert it (iconv"),
+    ("data-gzip", ["data=text", "data.path={files}/small.txt.gz"], "is gzip-compressed, not UTF-8 text; gunzip"),
+    ("data-fifo", ["data=text", "data.path={files}/fifo"], "is not a regular file; point data.path at the file"),
+    ("data-under-a-file", ["data=text", "data.path={files}/small.txt/x"], "does not exist; point it at a UTF-8"),
+    ("data-path-embedded", ["data.path={files}/small.txt"], "data.path is not a key of the chosen data; "
+     "data=enwik8, data=text have it"),
+    ("data-plus-path-embedded", ["+data.path={files}/small.txt"], "data=embedded does not read data.path"),
+    ("data-download-text", ["data=text", "data.path={files}/small.txt", "data.download=false"],
+     "data.download is not a key of the chosen data; data=enwik8 has it"),
+    ("enwik8-is-a-directory", ["data=enwik8", "data.path={files}/nothing"], "is a directory without an enwik8 file"),
+    ("enwik8-directory-holding-it", ["data=enwik8", "data.path={files}/e8"], "e8/enwik8 holds 1,000 bytes"),
+    ("enwik8-empty", ["data=enwik8", "data.path={files}/empty.txt"], "holds 0 bytes, enwik8 holds 100,000,000"),
+    ("enwik8-zip", ["data=enwik8", "data.path={files}/enwik8.zip"], "is the zip archive; unzip it"),
+    ("enwik8-fifo", ["data=enwik8", "data.path={files}/fifo"], "is not a regular file"),
 ]
 
 # `python -m results ...` rows: (id, args, text the line must contain)
@@ -247,6 +264,17 @@ def files(tmp_path_factory) -> Path:
     (d / "mixed" / "a.txt").write_bytes(b"plain English text. " * 400)
     (d / "mixed" / "b.txt").write_bytes("caf\u00e9 ".encode("latin-1") * 400)
     (d / "nothing").mkdir()
+    (d / "hidden" / ".git").mkdir(parents=True)  # only hidden files: nothing to read
+    (d / "hidden" / ".git" / "HEAD").write_bytes(b"ref: refs/heads/main\n" * 300)
+    (d / "utf16.txt").write_bytes("plain English text. ".encode("utf-16") * 400)
+    (d / "small.txt.gz").write_bytes(gzip.compress((d / "small.txt").read_bytes()))
+    os.mkfifo(d / "fifo")  # reading it would block: refused before anything opens it
+    (d / "e8").mkdir()
+    (d / "e8" / "enwik8").write_bytes(b"x" * 1000)
+    with zipfile.ZipFile(d / "enwik8.zip", "w") as z:
+        z.writestr("enwik8", b"x" * 1000)
+    with open(d / "zeros", "wb") as f:  # enwik8's size, sparse: the sha256 check is what refuses it
+        f.truncate(100_000_000)
     return d
 
 

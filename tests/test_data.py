@@ -49,6 +49,27 @@ def test_text_files_read_dir_and_refuse_bad_input(tmp_path):
         TextFiles(str(empty)).load()
 
 
+def test_a_directory_holding_the_file_reads_as_the_file_and_hidden_files_are_left_out(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("alpha beta " * 1000)
+    (tmp_path / "corpus" / ".cache").mkdir()
+    (tmp_path / "corpus" / ".cache" / "blob").write_bytes(b"\xff\xfe not text")  # would fail the UTF-8 check
+    as_file, as_dir = TextFiles(str(tmp_path / "corpus" / "a.txt")), TextFiles(str(tmp_path / "corpus"))
+    assert as_dir.sizes() == as_file.sizes()
+    assert as_dir.load().sha256 == as_file.load().sha256
+
+
+def test_unreadable_files_are_named_for_both_sources(tmp_path, monkeypatch):
+    """Root reads any file, so the permission is simulated: what the user sees is the message."""
+    (tmp_path / "enwik8").write_bytes(b"x" * 10)
+    (tmp_path / "a.txt").write_text("text " * 1000)
+    monkeypatch.setattr("harness.data.corpus.os.access", lambda path, mode: False)
+    with pytest.raises(ConfigError, match=r"a.txt is not readable; fix its permissions \(chmod \+r\)"):
+        TextFiles(str(tmp_path / "a.txt")).sizes()
+    with pytest.raises(ConfigError, match=r"enwik8 is not readable; fix its permissions"):
+        Enwik8(str(tmp_path)).sizes()  # the directory holding it
+
+
 def test_enwik8_refuses_wrong_file_and_missing_file_without_download(tmp_path):
     fake = tmp_path / "enwik8"
     fake.write_bytes(b"not enwik8")

@@ -33,7 +33,7 @@ def test_preset_composes_and_names_its_claim(preset, scale):
     assert cfg.claim.source and cfg.claim.statement
     assert cfg.hydra.sweeper.params, "a preset is a sweep"
     toy_steps = compose([f"experiment={preset}"]).trainer.max_steps
-    assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 300)
+    assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 600)  # CPU-sized
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
         for side in ("lower", "higher", "than", "cell"):  # lower_than_metric names a metric, not an arm

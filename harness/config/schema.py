@@ -205,6 +205,9 @@ class DataSettings:
             raise ConfigError(f"data.eval_batches={self.eval_batches} must be positive, or null for all")
 
 
+SOURCE_KEYS = ("path", "download")  # DataSettings keys only some sources read (validate refuses the others)
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     """``eval``: what the final model is scored on beyond the validation split (README "Length extrapolation").

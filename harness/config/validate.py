@@ -17,6 +17,7 @@ Nothing here imports Lightning or MLflow: a refusal costs the imports of torch a
 from __future__ import annotations
 
 import difflib
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     tokenizer = instantiate(cfg.tokenizer)
     task = instantiate(cfg.task, tokenizer=tokenizer)
     source = instantiate(cfg.data.source)
+    _check_source_reads(settings["data"], source, choices.get("data", "this data"))
     dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
@@ -85,6 +87,17 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     _check_device(trainer)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model, tokenizer, task, source, footprint.n_params, settings["progress"])
+
+
+def _check_source_reads(data: schema.DataSettings, source, name: str) -> None:
+    """A source-specific key (data.path, data.download) set for a source that does not read it would be
+    ignored: refused instead (e.g. ``+data.path=...`` with data=embedded)."""
+    reads = inspect.signature(type(source).__init__).parameters
+    defaults = schema.DataSettings()
+    for key in schema.SOURCE_KEYS:
+        if getattr(data, key) != getattr(defaults, key) and key not in reads:
+            raise ConfigError(f"data={name} does not read data.{key}; choose a data source that does "
+                              f"(data=text data.path=FILE_OR_DIR, data=enwik8) or drop data.{key}")
 
 
 def resolved(cfg: DictConfig) -> dict:

@@ -45,10 +45,37 @@ def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[by
     return train, val
 
 
+# Magic numbers of what users pass instead of text: (leading bytes, what it is, how to fix it).
+NOT_TEXT = (
+    (b"\xff\xfe\x00\x00", "UTF-32", "convert it (iconv -f UTF-32 -t UTF-8)"),  # before UTF-16 LE: same first two bytes
+    (b"\x00\x00\xfe\xff", "UTF-32", "convert it (iconv -f UTF-32 -t UTF-8)"),
+    (b"\xff\xfe", "UTF-16", "convert it (iconv -f UTF-16 -t UTF-8)"),
+    (b"\xfe\xff", "UTF-16", "convert it (iconv -f UTF-16 -t UTF-8)"),
+    (b"PK\x03\x04", "a zip archive", "unzip it"),
+    (b"\x1f\x8b", "gzip-compressed", "gunzip it"),
+    (b"BZh", "bzip2-compressed", "bunzip2 it"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz it"),
+)
+
+
+def check_readable(key: str, path: Path) -> None:
+    """``path`` is a regular file this process may read (a FIFO or device would block or never end)."""
+    if not path.is_file():
+        raise ConfigError(f"{key}: {path} is not a regular file; point {key} at the file itself")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{key}: {path} is not readable; fix its permissions (chmod +r) or point {key} elsewhere")
+
+
 def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
-    """The whole file decodes as UTF-8 (streamed: a large corpus is not held twice)."""
+    """The whole file decodes as UTF-8 (streamed: a large corpus is not held twice); a file in another
+    encoding or compressed is named by its leading bytes, with the command that converts it."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(path, "rb") as f:
+        head = f.read(8)
+        for magic, what, fix in NOT_TEXT:
+            if head.startswith(magic):
+                raise ConfigError(f"{path} is {what}, not UTF-8 text; {fix} and point data.path at the result")
+        f.seek(0)
         while True:
             block = f.read(chunk)
             pending = len(decoder.getstate()[0])  # bytes of a character split across blocks
@@ -56,7 +83,7 @@ def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
                 raise ConfigError(f"{path} is not UTF-8 (bad byte at offset {offset - pending + e.start}); "
-                                  "convert it, e.g. iconv -t UTF-8") from None
+                                  "convert it, e.g. iconv -f LATIN1 -t UTF-8 (name its real encoding)") from None
             if not block:
                 return
             offset += len(block)
@@ -170,16 +197,23 @@ class TextFiles:
         return split_sizes(total, self.val_every)
 
     def _files(self) -> list[Path]:
+        """The file, or the regular files under the directory (hidden ones, e.g. .git, left out), each
+        readable and UTF-8."""
         if not self.path:
             raise ConfigError("data=text needs a file or directory: add data.path=FILE_OR_DIR")
         root = Path(self.path).expanduser()
         if not root.exists():
             raise ConfigError(f"data.path={self.path} does not exist; point it at a UTF-8 text file or directory")
-        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        if root.is_dir():
+            files = sorted(p for p in root.rglob("*")
+                           if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+            if not files:
+                raise ConfigError(f"data.path={self.path} is a directory with no files in it; put text files "
+                                  "there or point data.path at a file")
+        else:
+            files = [root]
         for f in files:
-            if not os.access(f, os.R_OK):
-                raise ConfigError(f"data.path: {f} is not readable; fix its permissions (chmod +r) or point "
-                                  "data.path elsewhere")
+            check_readable("data.path", f)
             _check_utf8(f)
         return files
 
@@ -211,18 +245,29 @@ class Enwik8:
 
     def sizes(self) -> tuple[int, int]:
         """The standard split's sizes; a file that is there must be enwik8 (checked by size, then sha256)."""
+        if self.path.is_dir() and (self.path / "enwik8").exists():
+            self.path = self.path / "enwik8"  # the directory holding it
         if not self.path.exists():
             if not self.download:
                 raise ConfigError(f"{self.path} not found; set data.path=/path/to/enwik8 or data.download=true")
         elif self.path.is_dir():
-            raise ConfigError(f"data.path={self.path} is a directory; point it at the enwik8 file itself")
+            raise ConfigError(f"data.path={self.path} is a directory without an enwik8 file; point it at the "
+                              "unzipped enwik8 file")
         else:
+            check_readable("data.path", self.path)
+            if zipfile.is_zipfile(self.path):
+                raise ConfigError(f"{self.path} is the zip archive; unzip it and point data.path at the enwik8 "
+                                  "file inside")
+            if (size := self.path.stat().st_size) != ENWIK8_BYTES:
+                raise ConfigError(f"{self.path} holds {size:,} bytes, enwik8 holds {ENWIK8_BYTES:,}; point data.path "
+                                  f"at the enwik8 file (from {ENWIK8_URL})")
             self._verified(self.path.read_bytes())
         return 90_000_000, 5_000_000
 
     def load(self) -> Corpus:
+        if not self.path.exists() or self.path.is_dir():
+            self.sizes()  # resolves a directory holding enwik8; refuses when data.download=false
         if not self.path.exists():
-            self.sizes()  # refuses when data.download=false
             self._fetch()
         data = self.path.read_bytes()
         digest = self._verified(data)

@@ -1,0 +1,103 @@
+"""Every sweep report's answer: does each scheme beat the baseline beyond seed noise, and can the models tell?
+
+Within one attention (and variant: the other swept overrides, e.g. ``task=copy``), each scheme's
+per-seed final val loss is compared with a baseline's: ``pos=none`` when the sweep has it (what the
+scheme adds over no position information), else the group with the lowest mean loss. Each comparison
+gets one verdict:
+
+  premature   the scheme's models do not use word order yet (order gain < report.min_order_gain, see
+              results/cells.py): its loss says nothing about its positional scheme — train longer
+  lower / higher   the Welch 95 % interval of the difference excludes 0
+  tie         it does not; the minimum detectable effect (results.stats) says how large a difference
+              this seed count would have caught 80 % of the time, so a reader knows what the tie means
+  one seed    fewer than two finished seeds on a side: no interval (add seed=0,1,2)
+
+``headline`` condenses them into the sentence the report opens with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from results.cells import Group
+from results.stats import minimum_detectable_effect, welch_interval
+
+BASELINE = "none"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    group: Group
+    baseline: Group
+    verdict: str  # premature | lower | higher | tie | one seed
+    text: str  # the table's cell: numbers and the reason
+
+
+def _finals(g: Group) -> list[float]:
+    return [c.final_loss for c in g.cells if c.finished and c.final_loss is not None]
+
+
+def baseline_of(groups: list[Group]) -> Group | None:
+    """``pos=none`` among ``groups`` (one attention and variant), else the lowest mean final loss."""
+    finished = [g for g in groups if g.final.mean is not None]
+    none = [g for g in finished if g.pos == BASELINE]
+    return none[0] if none else min(finished, key=lambda g: g.final.mean, default=None)
+
+
+def judge(g: Group, base: Group, min_gain: float) -> Verdict:
+    if g.using_order(min_gain) is False:
+        return Verdict(g, base, "premature", f"premature — train longer: order gain {g.order_gain.mean:.3f} "
+                                             f"< {min_gain}, not yet using word order")
+    a, b = _finals(g), _finals(base)
+    ci = welch_interval(a, b)
+    if ci is None:
+        return Verdict(g, base, "one seed", f"n = {len(a)} vs {len(b)}: no interval; add seeds (seed=0,1,2)")
+    diff, low, high = ci
+    numbers = f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]"
+    if high < 0 or low > 0:
+        word = "lower" if high < 0 else "higher"
+        return Verdict(g, base, word, f"{numbers}: {word} loss beyond seed noise (n = {len(a)} vs {len(b)})")
+    mde = minimum_detectable_effect(a, b)
+    return Verdict(g, base, "tie", f"{numbers}: tie within seed noise; n = {len(a)} vs {len(b)} detects "
+                                   f"|Δ| ≥ {mde:.4f}")
+
+
+def verdicts(groups: list[Group], min_gain: float) -> list[Verdict]:
+    """One verdict per group that is not its (attention, variant)'s baseline."""
+    out = []
+    for key in dict.fromkeys((g.attn, g.variant) for g in groups):
+        members = [g for g in groups if (g.attn, g.variant) == key]
+        base = baseline_of(members)
+        out += [judge(g, base, min_gain) for g in members if base is not None and g is not base
+                and g.final.mean is not None]
+    return out
+
+
+def headline(found: list[Verdict], min_gain: float) -> str:
+    """One sentence: how many comparisons separate, how many are premature, what the ties could detect."""
+    if not found:
+        return "Verdict: nothing to compare (a comparison needs two finished schemes with the same attention)."
+    count = {v: sum(f.verdict == v for f in found) for v in ("lower", "higher", "tie", "premature", "one seed")}
+    parts = [f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise",
+             f"{count['tie']} ties"]
+    mdes = [minimum_detectable_effect(_finals(f.group), _finals(f.baseline)) for f in found if f.verdict == "tie"]
+    if mdes:
+        parts[-1] += f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)"
+    if count["premature"]:
+        parts.append(f"{count['premature']} premature (not yet using word order, order gain < {min_gain}: "
+                     "train longer)")
+    if count["one seed"]:
+        parts.append(f"{count['one seed']} with one seed (no interval)")
+    return f"Verdict on {len(found)} comparisons: " + "; ".join(parts) + "."
+
+
+def section(found: list[Verdict], min_gain: float) -> list[str]:
+    """The report's Verdicts section (markdown lines) for ``verdicts(...)``."""
+    if not found:
+        return []
+    rows = [f"| {f.group.label} | {f.group.attn} | {f.baseline.pos} | {f.verdict} | {f.text} |" for f in found]
+    return ["## Verdicts", "", headline(found, min_gain), "",
+            "Each scheme's per-seed final val loss against the baseline with the same attention (and the same "
+            f"other overrides): `pos={BASELINE}` when the sweep has it, else the lowest-loss scheme. Δ in "
+            "nats/token with its Welch 95 % interval.", "",
+            "| cell | attn | baseline | verdict | detail |", "|---|---|---|---|---|", *rows, ""]

@@ -1,0 +1,75 @@
+"""Every sweep report opens with a verdict: beyond seed noise, a tie with its detectable effect, or premature."""
+
+import pytest
+
+from results.cells import Cell, build_report
+from results.stats import minimum_detectable_effect, welch_interval
+from results.verdicts import headline, verdicts
+
+
+def cell(pos, seed, loss, gain=1.0, attn="softmax", variant="", signal="scheme", status="finished"):
+    metrics = {} if gain is None else {"val/order_gain": gain}
+    return Cell(f"{pos}{attn}{variant}{seed}", "n", f"pos={pos} {variant}".strip(), pos, attn, str(seed), status,
+                variant=variant, val=[(100, loss)], metrics=metrics, order_signal=signal)
+
+
+def report(cells):
+    return build_report(cells, "t", [])
+
+
+def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_detect():
+    none = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate([3.0, 3.1, 3.05])]
+    rope = [cell("rope", s, x) for s, x in enumerate([2.0, 2.1, 2.05])]  # far below none
+    learned = [cell("learned", s, x) for s, x in enumerate([3.0, 3.2, 2.9])]  # overlaps none
+    found = {v.group.pos: v for v in verdicts(report(none + rope + learned).groups, 0.05)}
+    assert set(found) == {"rope", "learned"} and {v.baseline.pos for v in found.values()} == {"none"}
+    assert found["rope"].verdict == "lower"
+    diff, low, high = welch_interval([3.0, 3.2, 2.9], [3.0, 3.1, 3.05])
+    assert found["learned"].verdict == "tie" and low < 0 < high
+    mde = minimum_detectable_effect([3.0, 3.2, 2.9], [3.0, 3.1, 3.05])
+    assert f"detects |Δ| ≥ {mde:.4f}" in found["learned"].text and f"{diff:+.4f}" in found["learned"].text
+    line = headline(list(found.values()), 0.05)
+    assert line.startswith("Verdict on 2 comparisons: 1 lower and 0 higher") and "1 ties" in line
+
+
+def test_a_scheme_whose_models_ignore_order_is_premature_whatever_its_loss():
+    none = [cell("none", s, 3.0 + s / 10, gain=0.0, signal="none") for s in range(3)]
+    learned = [cell("learned", s, 2.0 + s / 10, gain=0.01) for s in range(3)]  # lower, but order gain 0.01
+    [v] = verdicts(report(none + learned).groups, 0.05)
+    assert v.verdict == "premature" and "train longer" in v.text and "0.010 < 0.05" in v.text
+    assert "1 premature" in headline([v], 0.05)
+    [v] = verdicts(report(none + learned).groups, 0.005)  # the threshold is the user's (report.min_order_gain)
+    assert v.verdict == "lower"
+
+
+def test_without_pos_none_the_best_scheme_is_the_baseline_and_attentions_are_not_mixed():
+    cells = [cell("rope", s, 2.0 + s / 100) for s in range(2)] + [cell("t5", s, 2.5 + s / 100) for s in range(2)]
+    cells += [cell("rope", s, 1.0, attn="local") for s in range(2)]  # alone in its attention: nothing to compare
+    [v] = verdicts(report(cells).groups, 0.05)
+    assert (v.group.pos, v.baseline.pos, v.verdict) == ("t5", "rope", "higher")
+
+
+def test_variants_compare_within_themselves_and_one_seed_has_no_interval():
+    cells = [cell("none", 0, 3.0, gain=0.0, signal="none", variant="task=copy"),
+             cell("rope", 0, 2.0, variant="task=copy"),
+             cell("none", 0, 1.0, gain=0.0, signal="none", variant="task=reverse"),
+             cell("rope", 0, 1.5, variant="task=reverse")]
+    found = verdicts(report(cells).groups, 0.05)
+    assert [(v.group.variant, v.baseline.variant, v.verdict) for v in found] == [
+        ("task=copy", "task=copy", "one seed"), ("task=reverse", "task=reverse", "one seed")]
+    assert "add seeds" in found[0].text
+
+
+def test_failed_cells_are_left_out_and_nothing_to_compare_says_so():
+    cells = [cell("rope", 0, 2.0), cell("t5", 0, 0.0, status="error")]
+    assert verdicts(report(cells).groups, 0.05) == []
+    assert headline([], 0.05).startswith("Verdict: nothing to compare")
+
+
+@pytest.mark.parametrize("gain, expected", [(None, "lower"), (0.2, "lower")])
+def test_unmeasured_order_gain_is_not_premature(gain, expected):
+    """Runs logged before the order check existed (no val/order_gain) are judged on their losses."""
+    cells = [cell("none", s, 3.0 + s / 10, gain=0.0, signal="none") for s in range(3)]
+    cells += [cell("rope", s, 2.0 + s / 10, gain=gain) for s in range(3)]
+    [v] = verdicts(report(cells).groups, 0.05)
+    assert v.verdict == expected
