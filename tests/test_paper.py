@@ -56,6 +56,19 @@ def test_paired_interval_matches_the_textbook_formula():
     assert paired_interval([1.0], [2.0]) is None
 
 
+def test_paired_values_keep_each_seeds_two_metrics_together():
+    from types import SimpleNamespace
+
+    from results.paper import arm_values
+
+    metrics = {"r0": {"a": 1.0, "b": 2.0}, "r1": {"a": 3.0}, "r2": {"a": 5.0, "b": 4.0}, "r3": {"a": 0.0, "b": 0.0}}
+    client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
+    cells = [SimpleNamespace(run_id=rid, finished=rid != "r3", label=f"pos=rope seed={i}")
+             for i, rid in enumerate(metrics)]
+    c = {"metric": "a", "lower_than_metric": "b", "cell": "pos=rope"}
+    assert arm_values(client, cells, [c]) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
+
+
 def test_higher_is_better_comparisons():
     c = {"metric": "val/acc_at_80", "higher": "pos=none", "than": "pos=rope"}
     assert compare(c, {"pos=none": [0.9, 0.92, 0.91], "pos=rope": [0.1, 0.12, 0.11]}).verdict == "supports"
