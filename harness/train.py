@@ -111,9 +111,13 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         if results.depths:
             run.log_files(depth_files(results.depths, task.depth_bins))
     elif built.owner and lengths:
-        results = ev.evaluate_lengths(built.module, corpus, checked.tokenizer, task, checked.data, lengths)
-        run.log_scalars(ev.length_metrics(results, checked.tokenizer.byte_level), step)
+        from harness.model.extrapolation import evaluate_extrapolation  # lazy: matplotlib
+
+        results = evaluate_extrapolation(built.module, corpus, checked.tokenizer, task, checked.data, checked.eval,
+                                         checked.seed)
+        run.log_scalars(results.metrics(checked.tokenizer.byte_level), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
+        run.log_files(results.files(checked.eval.position_buckets))
     run.log_files(built.model.pos.artifacts())
     if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics

@@ -236,6 +236,15 @@ class PositionalScheme(nn.Module):
             return [self.logit_bias(positions, 0)] * n_layers
         return [self.logit_bias(positions, layer) for layer in range(n_layers)]
 
+    # The eval-time length scalings ``rescaled`` accepts (RoPE's: positional/rope_scaling.py); none here
+    length_scalings: ClassVar[tuple[str, ...]] = ()
+
+    def rescaled(self, method: str, length: int, in_training: bool = False):
+        """A context manager under which the scheme applies length scaling ``method`` for inputs of
+        ``length`` (eval.scalings, harness/model/extrapolation.py); schemes without one refuse."""
+        raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; pos={self.config_name()} "
+                          "has none (only RoPE's angles can be rescaled): drop eval.scalings or use pos=rope")
+
     def diagnostics(self) -> dict[str, float]:
         """Scalars logged as ``pos/<key>`` at every training log step (e.g. θ drift)."""
         return {}

@@ -20,7 +20,8 @@ Notation: T positions, D head dim, R rotated width, W width of the rotated vecto
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -28,7 +29,7 @@ from torch import Tensor
 
 from harness.errors import ConfigError
 from positional.base import PositionalScheme, Rotary, Shape
-from positional.rope_scaling import RopeScaling, ScaledFrequencies
+from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, scaling_for
 
 
 def rope_inv_freq(head_dim: int, base: float, dtype=torch.float32, device=None) -> Tensor:
@@ -159,6 +160,8 @@ class Rotation(Rotary):
 
 
 class Rope(PositionalScheme):
+    length_scalings = tuple(METHODS)
+
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved",
                  fraction: float = 1.0, scaling: str = "none", original_max_len: int | None = None,
                  randomize: bool = False, max_position: int | None = None, **scaling_options):
@@ -176,6 +179,20 @@ class Rope(PositionalScheme):
         self.scaling = RopeScaling.from_options(scaling, original_max_len or shape.max_len, base=base, rotated=r,
                                                 **scaling_options)
         self._register_theta(rope_inv_freq(self.rotated, base, torch.float64))
+        self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
+
+    @contextmanager
+    def rescaled(self, method: str, length: int, in_training: bool = False) -> Iterator[RopeScaling]:
+        """Apply scaling ``method`` (at training time too if ``in_training``) for inputs of ``length``, then
+        restore the configured one: one trained model, scored under every scaling. s = pos.factor where that
+        is set (≠ 1), else max(1, length / original_max_len)."""
+        own = self.scaling
+        s = own.factor if own.factor != 1 else max(1.0, length / own.original_max_len)
+        self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
+        try:
+            yield self.scaling
+        finally:
+            self.scaling, self.scale_in_training = own, False
 
     def _register_theta(self, theta0: Tensor) -> None:
         # float64 so angles m·θ stay accurate at long evaluation lengths; rotate() casts cos, sin
@@ -192,8 +209,8 @@ class Rope(PositionalScheme):
 
     def _rotation(self, positions: Tensor, width: int) -> Rotation:
         theta = self.theta_at(rotated_width(width, self.fraction))
-        # length scaling changes evaluation only; training always sees the plain angles
-        f = ScaledFrequencies(theta, 1.0) if self.training else \
+        # length scaling changes evaluation only (and a fine-tune under ``rescaled``); training sees plain angles
+        f = ScaledFrequencies(theta, 1.0) if self.training and not self.scale_in_training else \
             self.scaling.frequencies(theta, int(positions.max()) + 1)
         s = f.attention_scale
         cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each

@@ -204,6 +204,8 @@ OPTIONS_READ: dict[str, tuple[str, ...]] = {
     "llama3": ("low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "attention_factor"),
 }
+# Methods whose ``factor`` is s = eval length ÷ L (none takes no factor; dynamic_ntk reads s from the length)
+LENGTH_RATIO_METHODS = frozenset({"linear", "ntk", "yarn", "llama3", "longrope"})
 HF_YARN_OPTIONS = ("truncate", "mscale", "mscale_all_dim", "attention_factor")  # fields of HF's yarn, not the paper's
 
 
@@ -275,6 +277,16 @@ class RopeScaling:
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
         """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length)."""
         return METHODS[self.method](self, inv_freq, length)
+
+
+def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScaling:
+    """``method`` at factor s for the θ ``configured`` scales (its L, base and rotated width), with the options
+    ``method`` reads taken from ``configured`` and the others at their defaults (eval.scalings: one trained model,
+    every scaling). Methods that take no s (none, dynamic_ntk) get factor 1."""
+    kept = {name: getattr(configured, name) for name in OPTIONS_READ[method]}
+    return RopeScaling(method=method, factor=factor if method in LENGTH_RATIO_METHODS else 1.0,
+                       original_max_len=configured.original_max_len, base=configured.base,
+                       rotated=configured.rotated, **kept)
 
 
 def _default(name: str):

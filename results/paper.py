@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from results.cells import MIN_ORDER_GAIN
-from results.stats import minimum_detectable_effect, welch_interval
+from results.stats import minimum_detectable_effect, paired_detectable_effect, paired_interval, welch_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,9 @@ class Outcome:
 
 
 def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str, str] | None = None) -> Outcome:
-    """One claim comparison: ``{metric, lower, than}``, ``{metric, higher, than}`` or ``{metric, below, cell}``.
+    """One claim comparison: ``{metric, lower, than}``, ``{metric, higher, than}``, ``{metric, below, cell}`` or
+    ``{metric, lower_than_metric, cell}`` (two metrics of the same models, e.g. one RoPE model scored under two
+    scalings: the paired interval of the per-seed differences; ``values`` then holds each metric's list).
     ``unready``: arm -> why its models are not ready to compare (``readiness``); such a comparison is
     premature whatever its numbers say.
 
@@ -58,6 +60,8 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
 
 def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     metric = comparison["metric"]
+    if "lower_than_metric" in comparison:
+        return _compare_paired(comparison, values)
     if "below" in comparison:
         xs, limit = values[comparison["cell"]], comparison["below"]
         shown = ", ".join(f"{x:.4g}" for x in xs) or "no finished run"
@@ -75,6 +79,20 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
     mde = minimum_detectable_effect(first, than)
     return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)} vs {len(than)}; "
+                   f"detectable |Δ| ≥ {mde:.4f} at 80 % power)", verdict)
+
+
+def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome:
+    metric, other = comparison["metric"], comparison["lower_than_metric"]
+    first, than = values[metric], values[other]
+    head = f"{metric} − {other} on the same models ({comparison['cell']}, paired by seed)"
+    ci = paired_interval(first, than)
+    if ci is None:
+        return Outcome(f"{head}: n = {len(first)}, too few seeds for an interval", "inconclusive")
+    diff, low, high = ci
+    verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
+    mde = paired_detectable_effect(first, than)
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)}; "
                    f"detectable |Δ| ≥ {mde:.4f} at 80 % power)", verdict)
 
 
@@ -120,6 +138,13 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
     Comparisons that share an arm must share a metric (the report passes one comparison at a time)."""
     values: dict[str, list[float]] = {}
     for comparison in comparisons:
+        if "lower_than_metric" in comparison:  # two metrics of the same cells: keyed by metric, pairs kept together
+            metrics = (comparison["metric"], comparison["lower_than_metric"])
+            members = [c for c in cells if c.finished and in_arm(c, comparison["cell"])]
+            pairs = [tuple(_final(client, c, m) for m in metrics) for c in members]
+            pairs = [p for p in pairs if None not in p]
+            values.update({m: [p[i] for p in pairs] for i, m in enumerate(metrics)})
+            continue
         for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
             if arm is None or arm in values:
                 continue

@@ -22,7 +22,8 @@ def sweep_cells(cfg) -> list[list[str]]:
 
 def test_the_presets_exist():
     assert set(PRESETS) == {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta",
-                            "su_linear_rope", "alibi_extrapolation", "grid", "length_generalization"}
+                            "su_linear_rope", "alibi_extrapolation", "grid", "length_generalization",
+                            "rope_scaling"}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -36,7 +37,7 @@ def test_preset_composes_and_names_its_claim(preset, scale):
     assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 600)  # CPU-sized
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
-        for side in ("lower", "higher", "than", "cell"):
+        for side in ("lower", "higher", "than", "cell"):  # lower_than_metric names a metric, not an arm
             if side in comparison:  # an arm is one override of the sweep, or several (task=copy pos=rope)
                 for override in comparison[side].split():
                     assert override in labels, f"{override} is not a cell of the sweep"

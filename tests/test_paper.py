@@ -31,6 +31,44 @@ def test_comparison_verdicts(lower, than, verdict):
     assert compare(c, {"pos=rope": lower, "pos=learned": than}).verdict == verdict
 
 
+@pytest.mark.parametrize("first, other, verdict", [
+    ([1.0, 2.0, 3.0], [1.1, 2.12, 3.09], "supports"),  # a wide spread across seeds, a steady paired gap
+    ([1.1, 2.12, 3.09], [1.0, 2.0, 3.0], "contradicts"),
+    ([1.0, 2.0, 3.0], [1.1, 1.9, 3.0], "inconclusive"),
+])
+def test_paired_comparisons_of_two_metrics_of_the_same_models(first, other, verdict):
+    c = {"metric": "val/yarn/loss_at_256", "lower_than_metric": "val/ntk/loss_at_256", "cell": "pos=rope"}
+    outcome = compare(c, {"val/yarn/loss_at_256": first, "val/ntk/loss_at_256": other})
+    assert outcome.verdict == verdict and "paired by seed" in outcome.text
+    # Welch on the same numbers cannot see the steady gap under the spread between seeds
+    assert welch_interval(first, other)[1] < 0 < welch_interval(first, other)[2]
+
+
+def test_paired_interval_matches_the_textbook_formula():
+    from scipy import stats
+
+    from results.stats import paired_interval
+
+    a, b = [3.0, 5.0, 4.0, 6.0], [1.0, 2.0, 2.0, 3.0]  # d = 2, 3, 2, 3: mean 2.5, sd √(1/3)
+    diff, low, high = paired_interval(a, b)
+    half = stats.t.ppf(0.975, 3) * (1 / 3) ** 0.5 / 2
+    assert diff == 2.5 and low == pytest.approx(2.5 - half, abs=1e-12) and high == pytest.approx(2.5 + half, abs=1e-12)
+    assert paired_interval([1.0], [2.0]) is None
+
+
+def test_paired_values_keep_each_seeds_two_metrics_together():
+    from types import SimpleNamespace
+
+    from results.paper import arm_values
+
+    metrics = {"r0": {"a": 1.0, "b": 2.0}, "r1": {"a": 3.0}, "r2": {"a": 5.0, "b": 4.0}, "r3": {"a": 0.0, "b": 0.0}}
+    client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
+    cells = [SimpleNamespace(run_id=rid, finished=rid != "r3", label=f"pos=rope seed={i}")
+             for i, rid in enumerate(metrics)]
+    c = {"metric": "a", "lower_than_metric": "b", "cell": "pos=rope"}
+    assert arm_values(client, cells, [c]) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
+
+
 def test_higher_is_better_comparisons():
     c = {"metric": "val/acc_at_80", "higher": "pos=none", "than": "pos=rope"}
     assert compare(c, {"pos=none": [0.9, 0.92, 0.91], "pos=rope": [0.1, 0.12, 0.11]}).verdict == "supports"

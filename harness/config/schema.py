@@ -210,15 +210,46 @@ SOURCE_KEYS = ("path", "download")  # DataSettings keys only some sources read (
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """``eval``: what the final model is scored on beyond the validation split."""
+    """``eval``: what the final model is scored on beyond the validation split (README "Length extrapolation").
+    The keys beyond ``lengths`` are checked against the task and the scheme in validate.py."""
 
     lengths: list = field(default_factory=list)  # positive ints: score at each length -> val/loss_at_<L>
+    stride: int | None = None  # sliding windows advancing S tokens -> val/loss_at_<L>_stride_<S>
+    same_targets: int | None = None  # K: the same last K tokens at every length -> val/loss_at_<L>_last_<K>
+    position_buckets: int = 8  # loss_by_position.csv/.png: buckets per window
+    scalings: list = field(default_factory=list)  # RoPE scalings the trained model is scored under -> val/<s>/...
+    finetune_steps: int = 0  # > 0: fine-tune under each scaling, then score -> val/finetuned/<s>/...
+    finetune_length: int | None = None  # null: the longest eval length
+    finetune_lr: float = 1.0e-4
 
     def __post_init__(self):
         bad = [n for n in self.lengths if isinstance(n, bool) or not isinstance(n, int) or n <= 0]
         if bad:
             raise ConfigError(f"eval.lengths={self.lengths}: {bad} are not positive integers; "
                               "e.g. eval.lengths=[128,256]")
+        _positive("eval.stride", self.stride, allow_none=True)
+        _positive("eval.same_targets", self.same_targets, allow_none=True)
+        _positive("eval.position_buckets", self.position_buckets)
+        _positive("eval.finetune_length", self.finetune_length, allow_none=True)
+        _positive("eval.finetune_lr", self.finetune_lr, kind="number")
+        if self.finetune_steps < 0:
+            raise ConfigError(f"eval.finetune_steps={self.finetune_steps} must be ≥ 0 (0: no fine-tune)")
+        names = [n for n in self.scalings if not isinstance(n, str)]
+        if names or len(set(self.scalings)) != len(self.scalings):
+            raise ConfigError(f"eval.scalings={self.scalings}: list each scaling once by name; "
+                              "use e.g. eval.scalings=[none,linear,ntk,dynamic_ntk,yarn]")
+        if not self.lengths and (self.stride or self.same_targets or self.scalings or self.finetune_steps):
+            raise ConfigError("eval.stride, eval.same_targets, eval.scalings and eval.finetune_steps score the "
+                              "eval.lengths windows; set eval.lengths=[...] too")
+        if self.finetune_length is not None and not self.finetune_steps:
+            raise ConfigError(f"eval.finetune_length={self.finetune_length} is unused with eval.finetune_steps=0; "
+                              "set eval.finetune_steps or drop eval.finetune_length")
+        if self.finetune_steps and not self.scalings:
+            raise ConfigError("eval.finetune_steps fine-tunes under each eval.scalings entry; set eval.scalings "
+                              "(e.g. [none,yarn]) or eval.finetune_steps=0")
+        if self.lengths and min(self.lengths) < max(self.stride or 0, self.same_targets or 0):
+            raise ConfigError(f"eval.stride={self.stride} / eval.same_targets={self.same_targets} must not exceed "
+                              f"the shortest eval length {min(self.lengths)}: a window scores at most its length")
 
 
 @dataclass(frozen=True)

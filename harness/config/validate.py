@@ -81,8 +81,9 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
-    model, footprint = dry_model(cfg, tokenizer, task, settings["data"])
+    model, footprint, pos = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
+    check_extrapolation(settings["eval"], task, pos, choices.get("task", "this task"))
     _check_splits(source, task, tokenizer, data, lengths)
     check_memory(footprint, data.batch_size, task.sequence_tokens(data.seq_len), task.evaluation_tokens(lengths),
                  on_gpu=trainer.accelerator in ("gpu", "cuda"))
@@ -241,7 +242,34 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
     variant = model.blocks[0].attn.variant
     footprint = Footprint(model.num_params(), model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers,
                           model_cfg.n_heads, tokenizer.vocab_size, variant.dense_logits(type(model.pos).bias_kind))
-    return model_cfg, footprint
+    return model_cfg, footprint, model.pos
+
+
+def check_extrapolation(settings: schema.EvalSettings, task, pos, task_name: str) -> None:
+    """eval.stride and eval.same_targets read a causal model's next-token losses; eval.scalings names
+    length scalings the scheme declares (``length_scalings``), each built dry here at every length."""
+    for key in ("stride", "same_targets"):
+        if getattr(settings, key) and not task.causal:
+            raise ConfigError(f"eval.{key} scores tokens with only the context before them, which a bidirectional "
+                              f"task={task_name} does not have (it sees both sides); use task=clm or drop eval.{key}")
+    if not settings.scalings:
+        return
+    if not pos.length_scalings:
+        with pos.rescaled(settings.scalings[0], settings.lengths[0]):  # the scheme's own refusal, with its reason
+            pass
+    unknown = [m for m in settings.scalings if m not in pos.length_scalings]
+    if unknown:
+        raise ConfigError(f"eval.scalings: {unknown} are not length scalings of pos={pos.config_name()}; "
+                          f"use some of {', '.join(pos.length_scalings)}")
+    lengths = [*settings.lengths, *([settings.finetune_length] if settings.finetune_length else [])]
+    for method in settings.scalings:
+        for length in lengths:
+            try:
+                with pos.rescaled(method, length):
+                    pass
+            except ConfigError as e:  # the scheme's own refusal (e.g. longrope without its lists)
+                raise ConfigError(f"eval.scalings={method} at L={length}: {e}; set those pos options or "
+                                  f"drop {method} from eval.scalings") from None
 
 
 def _check_diagnosable(target: str, name: str) -> None:

@@ -14,10 +14,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from harness.data.corpus import check_train_split, check_val_split
-from harness.data.windows import EvalWindows, TrainWindows
+from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
-
-IGNORE = -100
 
 
 class TextObjective:

@@ -12,6 +12,8 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from harness.data.corpus import check_train_split, check_val_split
 
+IGNORE = -100  # PyTorch's ignore_index: no prediction scored here
+
 
 def _generator(seed: int, index: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
@@ -34,17 +36,49 @@ class TrainWindows(Dataset):
         return self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)
 
 
-class EvalWindows(Dataset):
-    """Consecutive windows covering the split once; the last one is padded.
+def window_starts(n_labels: int, length: int, stride: int) -> list[int]:
+    """Where windows of ``length`` scored positions start when each advances ``stride`` tokens, until
+    one reaches the last of ``n_labels`` labels (YaRN's eval/perplexity.py; Press et al. 2022, App. B's
+    sliding evaluation). stride = length gives the non-overlapping windows that cover the split once."""
+    starts = [0]
+    while starts[-1] + length < n_labels:
+        starts.append(starts[-1] + stride)
+    return starts
 
-    The masking seed is fixed per window, so every evaluation scores the same tokens.
+
+class EvalWindows(Dataset):
+    """Windows at fixed ``starts`` (default: consecutive, covering the split once; the last one padded).
+
+    ``score_from[k]``: window k scores only its labels from that index on (earlier ones are context):
+    a sliding window scores the tokens the previous one did not reach, a same-targets window only its
+    last K. The masking seed is fixed per window, so every evaluation scores the same tokens.
     """
 
-    def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345):
+    def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345,
+                 starts: list[int] | None = None, score_from: list[int] | None = None):
         check_val_split(len(ids), objective.extra_tokens)
         self.ids, self.length, self.objective, self.pad_id, self.seed = ids, length, objective, pad_id, seed
-        stride = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
-        self.starts = list(range(0, max(len(ids) - objective.extra_tokens, 1), stride))
+        labels = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
+        self.starts = starts if starts is not None else window_starts(len(ids) - objective.extra_tokens, labels,
+                                                                      labels)
+        self.score_from = score_from or [0] * len(self.starts)
+
+    @classmethod
+    def sliding(cls, ids: np.ndarray, length: int, stride: int, objective, pad_id: int) -> EvalWindows:
+        """Windows advancing ``stride`` tokens; each after the first scores only its last ``stride`` labels."""
+        labels = length - objective.extra_tokens
+        starts = window_starts(len(ids) - objective.extra_tokens, labels, stride)
+        score_from = [0] + [labels - stride] * (len(starts) - 1)  # window k > 0: its last S labels are new
+        return cls(ids, length, objective, pad_id, starts=starts, score_from=score_from)
+
+    @classmethod
+    def last_tokens(cls, ids: np.ndarray, length: int, ends: list[int], keep: int, objective,
+                    pad_id: int) -> EvalWindows:
+        """One window per sample ending at label index ``ends[j]`` (exclusive), scoring its last ``keep``
+        labels: at every context length the same targets (Kazemnejad et al. 2023, App. F.3)."""
+        labels = length - objective.extra_tokens
+        return cls(ids, length, objective, pad_id, starts=[e - labels for e in ends],
+                   score_from=[labels - keep] * len(ends))
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -54,7 +88,9 @@ class EvalWindows(Dataset):
         window = torch.full((self.length,), self.pad_id, dtype=torch.long)
         window[: len(chunk)] = chunk
         valid = torch.arange(self.length) < len(chunk)
-        return self.objective.make_example(window, valid, _generator(self.seed, index))
+        example = self.objective.make_example(window, valid, _generator(self.seed, index))
+        example["labels"][: self.score_from[index]] = IGNORE  # context only: scored by an earlier window
+        return example
 
 
 class ContinueFrom(DistributedSampler):

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
 from harness.data.tasks import exact_match
 from harness.data.windows import EvalWindows
@@ -29,43 +29,95 @@ from harness.errors import ConfigError
 
 @dataclass
 class LengthResults:
-    losses: dict[int, float] = field(default_factory=dict)  # nats per predicted token
+    losses: dict[int, float] = field(default_factory=dict)  # nats per predicted token, non-overlapping windows
     skipped: dict[int, str] = field(default_factory=dict)   # length -> why it was not scored
+    positions: dict[int, WindowScores] = field(default_factory=dict)  # the non-overlapping windows by position
+    sliding: dict[int, float] = field(default_factory=dict)  # eval.stride: each window scores its new tokens
+    last: dict[int, float] = field(default_factory=dict)  # eval.same_targets: the same final K tokens per sample
+    stride: int | None = None
+    keep: int | None = None
 
 
-def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[int]) -> LengthResults:
-    results = LengthResults()
+@dataclass(frozen=True)
+class WindowScores:
+    """Summed cross-entropy (nats) and scored-token count at each position of a window, float64, (T,) each."""
+
+    loss_sum: torch.Tensor
+    count: torch.Tensor
+
+    @property
+    def loss(self) -> float:
+        return float(self.loss_sum.sum() / self.count.sum().clamp(min=1))
+
+
+def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[int], stride: int | None = None,
+                     same_targets: int | None = None) -> LengthResults:
+    """Non-overlapping windows at each length; with ``stride``, sliding windows too; with ``same_targets``
+    K, the last K tokens of the same samples at every length (causal objectives: validate.py refuses others)."""
+    results = LengthResults(stride=stride, keep=same_targets)
     ids = tokenizer.encode(corpus.val)
+    ends = sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
     module.eval()
     for length in lengths:
         try:
-            results.losses[length] = _loss_at(module, ids, tokenizer, objective, data, length)
+            _score_length_windows(module, ids, tokenizer.pad_id, objective, data, length, ends, results)
         except ConfigError as e:  # the scheme's explicit refusal, not an index error
             results.skipped[length] = str(e)
             print(f"eval.lengths: skipped L={length}: {e}")
     return results
 
 
-def _loss_at(module, ids, tokenizer, objective, data, length: int) -> float:
-    windows = EvalWindows(ids, length + objective.extra_tokens, objective, tokenizer.pad_id)
-    # The same token budget at every length (data.eval_batches × batch × seq_len when that is
-    # set, else the whole split), so the numbers compare and long lengths stay affordable.
-    if data.eval_batches is not None:
-        budget = data.eval_batches * data.batch_size * data.seq_len
-        windows = Subset(windows, range(min(len(windows), max(1, budget // length))))
-    batch_size = max(1, data.batch_size * data.seq_len // length)  # constant tokens per batch
-    total, count = 0.0, 0
+def _score_length_windows(module, ids, pad_id: int, objective, data, length: int, ends: list[int],
+                          results: LengthResults) -> None:
+    tokens, batch = length + objective.extra_tokens, max(1, data.batch_size * data.seq_len // length)
+    ids_l = budget_prefix(ids, length, objective.extra_tokens, _budget(data))
+    scores = score_windows(module, EvalWindows(ids_l, tokens, objective, pad_id), batch)
+    results.positions[length], results.losses[length] = scores, scores.loss
+    if results.stride:
+        sliding = EvalWindows.sliding(ids_l, tokens, results.stride, objective, pad_id)
+        results.sliding[length] = score_windows(module, sliding, batch).loss
+    if results.keep:
+        last = EvalWindows.last_tokens(ids, tokens, ends, results.keep, objective, pad_id)
+        results.last[length] = score_windows(module, last, batch).loss
+
+
+def _budget(data) -> int | None:
+    """The same token budget at every length (data.eval_batches × batch × seq_len when that is set, else the
+    whole split), so the numbers compare and long lengths stay affordable."""
+    return None if data.eval_batches is None else data.eval_batches * data.batch_size * data.seq_len
+
+
+def budget_prefix(ids, length: int, extra: int, budget: int | None):
+    """The start of the split that ``budget // length`` non-overlapping windows of ``length`` labels cover
+    (at least one): sliding windows then score exactly the tokens the non-overlapping ones do."""
+    return ids if budget is None else ids[: max(1, budget // length) * length + extra]
+
+
+def sample_ends(n_labels: int, longest: int, budget: int | None) -> list[int]:
+    """Ends (exclusive label indices) of the same-targets samples: one every ``longest`` labels, so the
+    longest context of each fits in the split and no two samples share a target; at most budget ÷ longest."""
+    n = n_labels // longest if budget is None else min(n_labels // longest, max(1, budget // longest))
+    return [longest * (j + 1) for j in range(n)]
+
+
+def score_windows(module, windows, batch_size: int) -> WindowScores:
+    """Every scored token's cross-entropy, summed by its position in the window (float64)."""
+    loss_sum = count = 0
     with torch.no_grad():
         for batch in DataLoader(windows, batch_size=batch_size):
-            loss_sum, n = module._loss_sum({k: v.to(module.device) for k, v in batch.items()})
-            total, count = total + float(loss_sum), count + int(n)
-    return total / max(count, 1)
+            losses, scored = module.token_losses({k: v.to(module.device) for k, v in batch.items()})  # (B, T)
+            loss_sum = loss_sum + losses.double().sum(0).cpu()  # (T,)
+            count = count + scored.double().sum(0).cpu()
+    return WindowScores(loss_sum, count)
 
 
-def length_metrics(results: LengthResults, byte_level: bool) -> dict[str, float]:
-    """``val/loss_at_<L>`` (and ``val/bpc_at_<L>`` for byte-level tokenizers: one token per byte)."""
-    metrics = {f"val/loss_at_{n}": loss for n, loss in results.losses.items()}
-    if byte_level:
+def length_metrics(results: LengthResults, byte_level: bool, prefix: str = "") -> dict[str, float]:
+    """``val/<prefix>loss_at_<L>`` (and ``val/bpc_at_<L>`` for byte-level tokenizers, one token per byte,
+    without a prefix), ``..._stride_<S>`` for sliding windows and ``..._last_<K>`` for the same targets."""
+    metrics = {f"val/{prefix}loss_at_{n}": loss for n, loss in results.losses.items()}
+    metrics.update({f"val/{prefix}loss_at_{n}_stride_{results.stride}": v for n, v in results.sliding.items()})
+    metrics.update({f"val/{prefix}loss_at_{n}_last_{results.keep}": v for n, v in results.last.items()})
+    if byte_level and not prefix:
         metrics.update({f"val/bpc_at_{n}": loss / math.log(2) for n, loss in results.losses.items()})
     return metrics
 

@@ -37,6 +37,14 @@ class LanguageModel(L.LightningModule):
                                reduction="sum")
         return loss, (batch["labels"] != IGNORE).sum(), logits
 
+    def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each."""
+        logits = self.model(batch["input_ids"], batch["key_padding_mask"])  # (B, T, V)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, float64 kept
+        losses = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=IGNORE,
+                                 reduction="none")  # (B, V, T) in, (B, T) out
+        return losses, batch["labels"] != IGNORE
+
     def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         return self._scored(batch)[:2]
 
