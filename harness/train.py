@@ -42,6 +42,7 @@ class Summary:
     min_order_gain: float  # report.min_order_gain: below it the model is "not yet using order"
     val_acc: float | None = None  # exact match, synthetic tasks
     experiment_id: str = ""
+    order_signal: str = "scheme"  # where word order can come from (order_signal()); "none": it cannot
 
 
 def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = None) -> Summary:
@@ -66,8 +67,8 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     built = build(checked, corpus, plan.step, logger, callbacks)
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
-    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags,
-            "order_signal": order_signal(built.model.pos, checked.task.causal)}
+    signal = order_signal(built.model.pos, checked.task.causal)
+    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
     with plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
         run.log_files({"config.yaml": OmegaConf.to_yaml(cfg, resolve=True)})
@@ -78,7 +79,7 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     return Summary(run.run_id or "", run.name, checked.uri, checked.logger.experiment, final["val/loss"],
                    final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
                    time.perf_counter() - started, final["val/order_gain"], checked.report.min_order_gain,
-                   final.get("val/acc"), run.experiment_id if run.owner else "")
+                   final.get("val/acc"), run.experiment_id if run.owner else "", signal)
 
 
 def backend_tags(model) -> dict[str, str]:
@@ -158,7 +159,8 @@ def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
 
 def format_summary(s: Summary) -> str:
     bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (not byte-level text)"
-    using = ("uses word order" if s.order_gain >= s.min_order_gain else
+    using = ("cannot use word order (no positional scheme, bidirectional): 0 by construction"
+             if s.order_signal == "none" else "uses word order" if s.order_gain >= s.min_order_gain else
              f"NOT yet using word order (below report.min_order_gain={s.min_order_gain}): train longer")
     acc = [] if s.val_acc is None else [f"  val accuracy     {s.val_acc:.3f} (exact match, in-distribution lengths)"]
     return "\n".join([

@@ -62,3 +62,16 @@ def test_bad_config_is_one_line_exit_2_and_no_run(override, needle, store, tmp_p
     assert lines[-1].startswith("error: ") and needle in lines[-1]
     assert "Traceback" not in out.stderr
     assert runs_in(store) == []
+
+
+@pytest.mark.parametrize("gain, signal, says", [
+    (0.8, "scheme", "uses word order"),
+    (0.01, "scheme", "NOT yet using word order (below report.min_order_gain=0.05): train longer"),
+    (0.0, "none", "cannot use word order (no positional scheme, bidirectional)"),
+])
+def test_summary_says_whether_the_model_uses_word_order(gain, signal, says):
+    from harness.train import Summary, format_summary
+
+    s = Summary("r", "pos=x", "sqlite:///m.db", "e", 2.0, None, 300, 1000.0, 10, 1.0, gain, 0.05,
+                experiment_id="1", order_signal=signal)
+    assert f"order gain       {gain:+.4f} nats/token when word order is shuffled: {says}" in format_summary(s)
