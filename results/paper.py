@@ -162,11 +162,12 @@ def _final(client, cell, metric: str) -> float | None:
 
 def wall_time(sweep) -> str:
     """The sweep's wall time: its parent run's start to end (the whole `run.py -m`, cells and report)."""
-    info = sweep.parent.info if sweep.parent else None
+    parent = getattr(sweep, "parent", None)
+    info = parent.info if parent else None
     if info is None or not info.end_time:
         return "Wall time: not recorded (no finished parent run)."
     minutes = (info.end_time - info.start_time) / 60000
-    tags = sweep.parent.data.tags
+    tags = parent.data.tags
     launcher = f" with `{tags['hydra_overrides']}`" if tags.get("hydra_overrides") else ""
     return (f"Wall time: {minutes:.1f} min for {len(sweep.runs)} runs{launcher} on host "
             f"{tags.get('host', '(not recorded)')}.")

@@ -22,7 +22,8 @@ from typing import TextIO
 from lightning.pytorch.callbacks import Callback, ProgressBar, RichProgressBar, TQDMProgressBar
 
 # Where Lightning's rank_zero_info writes (lightning/{pytorch,fabric}/utilities/rank_zero.py).
-LIGHTNING_INFO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+LIGHTNING_INFO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
+                          "lightning.pytorch.trainer.connectors.checkpoint_connector")  # `weights_only` notes
 
 
 def progress_callbacks(mode: str, every: int, enabled: bool = True, stream: TextIO | None = None) -> list[Callback]:
