@@ -415,18 +415,7 @@ class KernelizedAttention(AttentionVariant):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         self.require_accepted(ctx.bias)
-        if ctx.rotary is not None and self.rope_mode == "pre_feature":
-            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
-        padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
-        if padded is not None:  # before φ too: a feature map may pool statistics over keys (FAVOR+ does)
-            k = k.masked_fill(padded, 0.0)
-        phi_q, phi_k = self.feature_map(q, is_query=True), self.feature_map(k, is_query=False)  # (B, H, T, M)
-        if padded is not None:
-            phi_k = phi_k.masked_fill(padded, 0.0)
-        f = Features(phi_q, phi_k, phi_q, phi_k)
-        if ctx.rotary is not None and self.rope_mode == "numerator":
-            rotation = self._rotation_at(ctx.rotary, phi_q.shape[-1])
-            f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
+        f = self.implied_features(q, k, ctx)  # (B, H, T, M) each
         coeffs = far = None
         if ctx.bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
             coeffs = relative_coefficients(ctx.bias.table.to(v.dtype), ctx.bias.t_k, ctx.causal)
@@ -457,11 +446,11 @@ class KernelizedAttention(AttentionVariant):
         return num / torch.where(den > 0, den, torch.inf)  # a query that sees no key: a zero row
 
     def implied_features(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Features:
-        """φ(q), φ(k) as ``forward`` forms them: RoPE before φ or in the numerator, padded keys zeroed."""
+        """φ(q), φ(k) as ``forward`` uses them: RoPE before φ or in the numerator, padded keys zeroed."""
         if ctx.rotary is not None and self.rope_mode == "pre_feature":
             q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
-        if padded is not None:
+        if padded is not None:  # before φ too: a feature map may pool statistics over keys (FAVOR+ does)
             k = k.masked_fill(padded, 0.0)
         phi_q, phi_k = self.feature_map(q, is_query=True), self.feature_map(k, is_query=False)  # (B, H, T, M)
         if padded is not None:

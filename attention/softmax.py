@@ -91,13 +91,7 @@ class _MaskGrad(torch.autograd.Function):
 
 def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
     """softmax(q kᵀ/√D + mask) v, Vaswani et al. 2017 Eq. 1, with the full (Tq, Tk) logits."""
-    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
-    if mask is not None:
-        logits = logits + mask
-    elif causal:
-        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
-        logits = logits.masked_fill(future, float("-inf"))
-    return F.dropout(masked_softmax(logits), p) @ v  # (B, H, Tq, D)
+    return F.dropout(softmax_weights(q, k, mask, causal), p) @ v  # (B, H, Tq, D)
 
 
 def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
