@@ -17,6 +17,10 @@ import re
 from dataclasses import dataclass, field
 
 LENGTH_METRIC = re.compile(r"^val/loss_at_(\d+)$")
+# every evaluation condition of harness/model/extrapolation.py: val/[finetuned/][<scaling>/]loss_at_<L>[_stride_<S>
+# | _last_<K>]
+CONDITION_METRIC = re.compile(r"^val/(?:(?P<prefix>(?:finetuned/)?[a-z0-9_]+)/)?loss_at_(?P<length>\d+)"
+                              r"(?:_stride_(?P<stride>\d+)|_last_(?P<last>\d+))?$")
 SKIPPED_TAG = re.compile(r"^eval_skipped_at_(\d+)$")
 GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; others form a variant
 MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; README "Does the model use order?")
@@ -106,6 +110,8 @@ class Group:
     acc: Stat  # val/acc (synthetic tasks): exact match on in-distribution lengths
     attn_distance: Stat = Stat(None, None, 0)  # over the finished seeds that logged diagnostics
     attn_entropy: Stat = Stat(None, None, 0)
+    # evaluation condition (condition_name) -> length -> loss over the finished seeds
+    conditions: dict[str, dict[int, Stat]] = field(default_factory=dict)
 
     @property
     def order_signal(self) -> str:
@@ -175,7 +181,29 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         attn_entropy=mean_std([c.attn_entropy for c in done if c.attn_entropy is not None]),
         order_gain=mean_std([c.order_gain for c in done if c.order_gain is not None]),
         acc=mean_std([c.acc for c in done if c.acc is not None]),
+        conditions=_conditions(done),
     )
+
+
+def condition_name(match: re.Match) -> str:
+    """How a CONDITION_METRIC was scored, in words: ``windows``, ``sliding, stride 16``, ``yarn``,
+    ``yarn, fine-tuned``, ``last 32 tokens``."""
+    prefix = match["prefix"] or ""
+    tuned = prefix.startswith("finetuned/")
+    scaling = prefix.removeprefix("finetuned/")
+    how = f"sliding, stride {match['stride']}" if match["stride"] else (
+        f"last {match['last']} tokens" if match["last"] else "")
+    words = [w for w in (scaling, how) if w] or ["windows"]
+    return ", ".join(words + (["fine-tuned"] if tuned else []))
+
+
+def _conditions(done: list[Cell]) -> dict[str, dict[int, Stat]]:
+    found: dict[str, dict[int, list[float]]] = {}
+    for c in done:
+        for key, value in c.metrics.items():
+            if m := CONDITION_METRIC.match(key):
+                found.setdefault(condition_name(m), {}).setdefault(int(m["length"]), []).append(value)
+    return {name: {n: mean_std(v) for n, v in sorted(by_len.items())} for name, by_len in found.items()}
 
 
 @dataclass

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from results.cells import MIN_ORDER_GAIN
+from results.cells import GRID_KEYS, MIN_ORDER_GAIN
 from results.stats import minimum_detectable_effect, paired_detectable_effect, paired_interval, welch_interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,8 +107,12 @@ def overall(outcomes: list[Outcome]) -> str:
 
 
 def in_arm(cell, arm: str) -> bool:
-    """An arm is one override of the sweep (``pos=rope``) or several (``task=copy pos=rope``): all of them."""
-    return set(arm.split()) <= set(cell.label.split())
+    """An arm is one override of the sweep (``pos=rope``) or several (``task=copy pos=rope``): all of them.
+    A cell's label names only the swept keys, so pos/attn/seed also match the cell's own tags: a preset that
+    fixes ``pos: rope`` and sweeps seeds has cells labelled ``seed=0`` that are still ``pos=rope``."""
+    label = set(cell.label.split())
+    own = {f"{key}={getattr(cell, key)}" for key in GRID_KEYS if hasattr(cell, key)}
+    return all(o in label or o in own for o in arm.split())
 
 
 def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]:
@@ -195,6 +199,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         "",
         f"**Verdict: {verdict} at {scale} scale.** " + " ".join(f"{o.text} → {o.verdict}." for o in outcomes),
         "",
+        *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
         f"Command: `python run.py -m experiment={preset} scale={scale}`, then "
         f"`python -m results paper --preset {preset} --scale {scale}"
         + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.",

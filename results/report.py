@@ -53,6 +53,14 @@ def markdown(r: Report, plots: list[str]) -> str:
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
+    if any(set(g.conditions) - {"windows"} for g in r.groups):
+        lines += ["## Loss vs length under each evaluation (nats/token)", "", *_md_table(*_condition_rows(r)), "",
+                  "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
+                  "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
+                  "the same trained model evaluated with that RoPE scaling (s = L ÷ training length); fine-tuned: "
+                  "after eval.finetune_steps at eval.finetune_length with that scaling applied; last K tokens: "
+                  "the same final K targets of each sample scored with L tokens of context. README "
+                  "\"Length extrapolation\".", ""]
     if any(g.attn_distance.mean is not None for g in r.groups):
         lines += ["## Attention (diagnostics=true)", "", *_md_table(*_attention_rows(r)), "",
                   "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "
@@ -82,6 +90,16 @@ def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
         skipped = {n for c in g.cells for n in c.skipped_lengths}
         row = [g.at_length[n].fmt() if n in g.at_length else ("n/a" if n in skipped else "—") for n in r.lengths]
         rows.append([g.label, g.attn, *row])
+    return head, rows
+
+
+def _condition_rows(r: Report) -> tuple[list[str], list[list[str]]]:
+    lengths = sorted({n for g in r.groups for by_len in g.conditions.values() for n in by_len})
+    head = ["pos", "attn", "evaluation", *(f"L={n}" for n in lengths)]
+    rows = []
+    for g in r.groups:
+        for name, by_len in sorted(g.conditions.items(), key=lambda kv: (kv[0] != "windows", "fine-tuned" in kv[0])):
+            rows.append([g.label, g.attn, name, *(by_len[n].fmt() if n in by_len else "—" for n in lengths)])
     return head, rows
 
 

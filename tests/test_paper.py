@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from results.cells import Cell
-from results.paper import PREMATURE, Outcome, compare, overall, readiness, welch_interval
+from results.paper import PREMATURE, Outcome, compare, in_arm, overall, readiness, welch_interval
 from results.stats import minimum_detectable_effect
 
 
@@ -233,3 +233,12 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
     assert "1 of 3 cells beat `pos=none` beyond seed noise, 1 are worse, 1 are within noise." in text
     assert "Refused (xl×linear): kernelized attention never forms the logit" in text
     assert (tmp_path / "grid_delta.png").stat().st_size > 5_000
+
+
+def test_an_arm_fixed_by_the_preset_matches_cells_labelled_by_seed_only():
+    """rope_scaling fixes pos: rope and sweeps seeds: its cells are labelled seed=N and are still pos=rope."""
+    fixed = Cell("id", "n", "seed=1", "rope", "softmax", "1", "finished")
+    assert in_arm(fixed, "pos=rope") and in_arm(fixed, "pos=rope attn=softmax") and in_arm(fixed, "seed=1")
+    assert not in_arm(fixed, "pos=t5") and not in_arm(fixed, "task=copy pos=rope")
+    swept = Cell("id", "n", "task=copy pos=rope seed=0", "rope", "softmax", "0", "finished")
+    assert in_arm(swept, "task=copy pos=rope") and not in_arm(swept, "task=reverse pos=rope")

@@ -118,3 +118,18 @@ def test_bad_scaling_options_are_refused_in_one_line(kw):
     with pytest.raises(ConfigError) as e:
         scheme(**kw)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("head_dim, length, kept, interpolated, ramped", [
+    (32, 64, 0, 11, 5),     # conf/experiment_scale/rope_scaling/toy.yaml: a 32-dim head trained at 64 tokens
+    (128, 4096, 21, 18, 25),  # LLaMA 2: 128-dim heads trained at 4096
+])
+def test_yarn_ramp_at_toy_and_llama_scale(head_dim, length, kept, interpolated, ramped):
+    """The counts the rope_scaling toy report quotes: pairs whose angle YaRN keeps (≥ β = 32 turns in the
+    training window), interpolates exactly as PI (< α = 1 turn) and ramps between (s = 4)."""
+    theta = rope_inv_freq(head_dim, BASE, F64)
+    ratio = yarn_inv_freq(theta, 4.0, length, 1.0, 32.0) / theta
+    turns = length * theta / (2 * math.pi)
+    assert int((ratio == 1).sum()) == int((turns >= 32).sum()) == kept
+    assert int((ratio == 0.25).sum()) == int((turns <= 1).sum()) == interpolated
+    assert int(((ratio > 0.25) & (ratio < 1)).sum()) == ramped

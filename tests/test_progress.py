@@ -123,3 +123,17 @@ def test_a_redirected_run_prints_a_few_plain_lines(tmp_path, _empty_store):
     for banner in ("GPU available", "TPU available", "Tip:", "max_steps=12` reached"):
         assert banner not in text and banner not in proc.stderr
     assert len(lines) <= 14, text  # 4 progress lines + the summary
+
+
+def test_lightnings_leafspec_warning_is_hidden_and_nothing_else():
+    """torch's LeafSpec FutureWarning raised from Lightning's _pytree goes; the same warning from elsewhere stays."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        progress.quiet_lightning_pytree()
+        text = "`isinstance(treespec, LeafSpec)` is deprecated, use ..."
+        warnings.warn_explicit(text, FutureWarning, "_pytree.py", 21, module="lightning.pytorch.utilities._pytree")
+        warnings.warn_explicit(text, FutureWarning, "mine.py", 1, module="mine")
+        warnings.warn_explicit("other", FutureWarning, "_pytree.py", 21, module="lightning.pytorch.utilities._pytree")
+    assert [str(w.message)[:5] for w in caught] == ["`isin", "other"]

@@ -129,3 +129,23 @@ def test_headline_metrics_count_cells_and_take_finished_losses():
                                        "sweep/cells_finished": 2, "sweep/cells_refused": 1, "sweep/cells_failed": 2}
     assert headline_metrics([cell("incompatible", [])]) == {"sweep/cells_finished": 0, "sweep/cells_refused": 1,
                                                             "sweep/cells_failed": 0}
+
+
+def test_every_evaluation_condition_gets_a_row_of_its_own():
+    """Scalings, fine-tunes, sliding windows and same-targets are tabled apart, mean ± std over seeds."""
+    from results.report import markdown
+
+    runs = [{"val/loss_at_64": 2.0 + s, "val/loss_at_128": 2.1 + s, "val/yarn/loss_at_128": 2.5 + s,
+             "val/finetuned/yarn/loss_at_128": 2.2 + s, "val/loss_at_128_stride_16": 2.05 + s,
+             "val/loss_at_128_last_32": 1.9 + s, "val/order_gain": 1.0} for s in (0.0, 0.2)]
+    cells = [make_cell("rope", i, [(10, 2.0)], metrics=m, at_length={64: m["val/loss_at_64"]}, job=i)
+             for i, m in enumerate(runs)]
+    group = build_report(cells, "t", []).groups[0]
+    assert set(group.conditions) == {"windows", "yarn", "yarn, fine-tuned", "sliding, stride 16", "last 32 tokens"}
+    assert group.conditions["yarn"][128].mean == pytest.approx(2.6)
+    assert group.conditions["yarn"][128].std == pytest.approx(0.2 / math.sqrt(2))
+    assert 64 not in group.conditions["yarn"] and group.conditions["windows"][64].mean == pytest.approx(2.1)
+    text = markdown(build_report(cells, "t", []), [])
+    assert "| rope | softmax | yarn, fine-tuned | — | 2.3000 ± 0.1414 |" in text
+    plain = [make_cell("rope", 0, [(10, 2.0)], metrics={"val/loss_at_64": 2.0}, at_length={64: 2.0})]
+    assert "under each evaluation" not in markdown(build_report(plain, "t", []), [])  # windows only: no extra table

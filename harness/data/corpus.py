@@ -241,12 +241,12 @@ class Enwik8:
 
     def __init__(self, path: str | None = None, download: bool = True):
         self.path = Path(path).expanduser() if path else CACHE / "enwik8"
+        if self.path.is_dir() and (self.path / "enwik8").exists():
+            self.path = self.path / "enwik8"  # the directory holding it
         self.download = download
 
     def sizes(self) -> tuple[int, int]:
         """The standard split's sizes; a file that is there must be enwik8 (checked by size, then sha256)."""
-        if self.path.is_dir() and (self.path / "enwik8").exists():
-            self.path = self.path / "enwik8"  # the directory holding it
         if not self.path.exists():
             if not self.download:
                 raise ConfigError(f"{self.path} not found; set data.path=/path/to/enwik8 or data.download=true")
@@ -266,7 +266,7 @@ class Enwik8:
 
     def load(self) -> Corpus:
         if not self.path.exists() or self.path.is_dir():
-            self.sizes()  # resolves a directory holding enwik8; refuses when data.download=false
+            self.sizes()  # refuses a directory without enwik8, or a missing file when data.download=false
         if not self.path.exists():
             self._fetch()
         data = self.path.read_bytes()

@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import sys
 import time
+import warnings
 from typing import TextIO
 
 from lightning.pytorch.callbacks import Callback, ProgressBar, RichProgressBar, TQDMProgressBar
@@ -30,6 +31,7 @@ def progress_callbacks(mode: str, every: int, enabled: bool = True, stream: Text
     """The progress callback for ``trainer.progress`` (auto | bar | lines), or none when
     ``trainer.enable_progress_bar`` is false. auto: a bar if ``stream`` (stdout) is a terminal, else lines."""
     stream = stream or sys.stdout
+    quiet_lightning_pytree()
     if not _isatty(stream):
         quiet_lightning_info()
     if not enabled:
@@ -49,6 +51,13 @@ def quiet_lightning_info() -> None:
     """Lightning's INFO lines off, WARNING and above kept (Lightning's docs: "Configure console logging")."""
     for name in LIGHTNING_INFO_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def quiet_lightning_pytree() -> None:
+    """Lightning 2.6 builds torch's deprecated ``LeafSpec`` on every batch transfer: a FutureWarning per process
+    that no posbench setting can act on (torch/utils/_pytree.py). Only that warning, only from that module."""
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning, module="lightning.pytorch.utilities._pytree")
 
 
 def _isatty(stream: TextIO) -> bool:
