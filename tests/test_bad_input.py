@@ -210,6 +210,11 @@ RUN_CASES = [
     ("eval-length-beyond-split", ["eval.lengths=[10000000]"], "exceed the validation split"),
     ("model-too-large", ["model.d_model=4096", "model.n_layers=2000", "model.n_heads=32"], "but"),
     ("batch-too-large", ["data.batch_size=100000000"], "training needs at least"),
+    ("finetune-beyond-train-split", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
+                                     "eval.finetune_length=10000000"], "exceeds the training split"),
+    ("finetune-too-large", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
+                            "eval.finetune_length=1000000", "model.d_model=1024", "model.n_heads=4"],
+     "fine-tuning at 1×1000000 tokens a step needs at least"),
     # ---- data paths
     ("data-directory-not-utf8", ["data=text", "data.path={files}/mixed"], "is not UTF-8 (bad byte at offset"),
     ("data-empty-directory", ["data=text", "data.path={files}/nothing"], "is a directory with no files in it"),

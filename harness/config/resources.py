@@ -61,8 +61,11 @@ def available_bytes() -> int | None:
     return None
 
 
-def check_memory(fp: Footprint, batch: int, seq_len: int, eval_lengths: list[int], on_gpu: bool) -> None:
-    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs)."""
+def check_memory(fp: Footprint, batch: int, seq_len: int, eval_lengths: list[int], on_gpu: bool,
+                 finetune_length: int | None = None) -> None:
+    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs). A fine-tune
+    before evaluation (eval.finetune_steps) trains at ``finetune_length`` with as many tokens per batch as
+    training (harness/model/extrapolation.py): attention's T² terms grow with it."""
     free = available_bytes()
     if on_gpu or free is None:
         return
@@ -71,6 +74,13 @@ def check_memory(fp: Footprint, batch: int, seq_len: int, eval_lengths: list[int
         raise ConfigError(f"training needs at least {_gib(need)} ({fp.n_params:,} parameters, {batch}×{seq_len} "
                           f"tokens a step) but {_gib(free)} is available; lower model.d_model, model.n_layers, "
                           "data.batch_size or data.seq_len")
+    if finetune_length:
+        tune_batch = max(1, batch * seq_len // finetune_length)
+        need = fp.training_bytes(tune_batch, finetune_length)
+        if need > free:
+            raise ConfigError(f"eval.finetune_length={finetune_length}: fine-tuning at {tune_batch}×{finetune_length} "
+                              f"tokens a step needs at least {_gib(need)} but {_gib(free)} is available; shorten "
+                              "eval.finetune_length or set eval.finetune_steps=0")
     for length in eval_lengths:
         eval_batch = max(1, batch * seq_len // length)  # harness/model/evaluate.py: constant tokens per batch
         need = fp.eval_bytes(eval_batch, length)

@@ -84,9 +84,11 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     model, footprint, pos = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     check_extrapolation(settings["eval"], task, pos, choices.get("task", "this task"))
-    _check_splits(source, task, tokenizer, data, lengths)
+    tune = settings["eval"]
+    tune_length = (tune.finetune_length or max(lengths)) if tune.finetune_steps and lengths else None
+    _check_splits(source, task, tokenizer, data, lengths, tune_length)
     check_memory(footprint, data.batch_size, task.sequence_tokens(data.seq_len), task.evaluation_tokens(lengths),
-                 on_gpu=trainer.accelerator in ("gpu", "cuda"))
+                 on_gpu=trainer.accelerator in ("gpu", "cuda"), finetune_length=tune_length)
     _check_device(trainer)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model, tokenizer, task, source, footprint.n_params, settings["progress"])
@@ -282,7 +284,8 @@ def _check_diagnosable(target: str, name: str) -> None:
 # ---------------------------------------------------------------- 5. resources
 
 
-def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: list[int]) -> None:
+def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: list[int],
+                  finetune_length: int | None = None) -> None:
     train, val = source.sizes()
     if not tokenizer.byte_level:  # token counts of other tokenizers are unknown until the text is read
         return
@@ -294,6 +297,9 @@ def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: l
     if too_long:
         raise ConfigError(f"eval.lengths: {too_long} exceed the validation split ({val} tokens), so a window would "
                           f"be mostly padding; use lengths up to {val}, or a larger corpus")
+    if finetune_length and finetune_length > train:
+        raise ConfigError(f"eval.finetune_length={finetune_length} exceeds the training split ({train} tokens); "
+                          f"fine-tune at most {train} tokens, or use a larger corpus")
 
 
 def _check_device(trainer: schema.TrainerSettings) -> None:
