@@ -26,7 +26,7 @@ from harness.errors import ConfigError
 
 CHECK_FLAG = "--check"
 MATRIX_FLAG = "--matrix"
-GROUP_KEYS = ("pos", "attn", "task", "data", "experiment")
+GROUP_KEYS = ("pos", "attn", "task", "data", "experiment", "scale")
 
 
 class _Mode:
@@ -92,7 +92,7 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
     d = checked.data
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
           f"data={choices['data']} · {checked.n_params:,} parameters · {checked.trainer.max_steps} steps of "
-          f"{d.batch_size}×{d.seq_len} tokens · store {checked.uri}")
+          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens · store {checked.uri}")
     return None
 
 FULL_ERROR = "HYDRA_FULL_ERROR"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from results.cells import MIN_ORDER_GAIN
 from results.stats import welch_interval
 
 BASELINE = "none"
@@ -36,6 +37,24 @@ def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | Non
         base = finals.get((BASELINE, attn), [])
         ci = welch_interval(xs, base) if base else None
         out[(pos, attn)] = (*ci, len(xs)) if ci is not None else None
+    return out
+
+
+def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], str]:
+    """(pos, attn) -> what its finished seeds learned: exact match (synthetic tasks) and the order gain,
+    flagged when below ``min_gain``; NoPE in a bidirectional model cannot use order at all."""
+    out = {}
+    for key in sorted({(c.pos, c.attn) for c in cells if c.finished}):
+        done = [c for c in cells if c.finished and (c.pos, c.attn) == key]
+        accs = [c.acc for c in done if c.acc is not None]
+        gains = [c.order_gain for c in done if c.order_gain is not None]
+        parts = [f"acc {sum(accs) / len(accs):.3f}"] if accs else []
+        if done[0].order_signal == "none":
+            parts.append("no order signal")
+        elif gains:
+            gain = sum(gains) / len(gains)
+            parts.append(f"gain {gain:.2f}" + (" ⚠ not yet using order" if gain < min_gain else ""))
+        out[key] = ", ".join(parts) or "—"
     return out
 
 
@@ -75,6 +94,18 @@ def grid_section(client, cells, out: Path) -> list[str]:
     worse = sum(v[1] > 0 for v in shown)
     lines += ["", f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise, {worse} are worse, "
               f"{len(shown) - better - worse} are within noise."]
+    what = learned(cells)
+    unready = [k for k, v in what.items() if "not yet" in v]
+    lines += ["", "What each cell learned: exact match on the training lengths (synthetic tasks; mean over seeds) and "
+              f"the order gain (nats/token lost when each window's order is shuffled; below {MIN_ORDER_GAIN}: not yet "
+              "using order, and its Δ says little about its scheme).", "",
+              "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |", "|---|" + "---|" * len(attns)]
+    for pos in [BASELINE, *poss]:
+        lines.append(f"| {pos} | " + " | ".join("refused" if (pos, a) in refused else what.get((pos, a), "—")
+                                                 for a in attns) + " |")
+    lines += ["", f"{len(what) - len(unready)} of {len(what)} trained cells use word order or cannot "
+              f"(pos={BASELINE}); {len(unready)} do not yet" + (": " + ", ".join(f"{p}×{a}" for p, a in unready)
+                                                                 if unready else "") + ".", ""]
     for reason in sorted(set(refused.values())):
         cells_refused = ", ".join(f"{p}×{a}" for (p, a), r in refused.items() if r == reason)
         lines.append(f"Refused ({cells_refused}): {reason}")

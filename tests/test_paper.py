@@ -242,3 +242,22 @@ def test_an_arm_fixed_by_the_preset_matches_cells_labelled_by_seed_only():
     assert not in_arm(fixed, "pos=t5") and not in_arm(fixed, "task=copy pos=rope")
     swept = Cell("id", "n", "task=copy pos=rope seed=0", "rope", "softmax", "0", "finished")
     assert in_arm(swept, "task=copy pos=rope") and not in_arm(swept, "task=reverse pos=rope")
+
+
+def test_grid_section_says_what_each_cell_learned_and_flags_cells_not_using_order(tmp_path):
+    from results.cells import Cell
+    from results.grid import grid_section
+
+    def one(pos, attn, s, gain, acc, signal="scheme"):
+        return Cell(f"r{pos}{attn}{s}", "n", f"pos={pos} attn={attn} seed={s}", pos, attn, str(s), "finished",
+                    val=[(100, 1.0 - gain / 10)], metrics={"val/order_gain": gain, "val/acc": acc},
+                    order_signal=signal)
+
+    cells = [one("none", "softmax", s, 0.0, 0.0, "none") for s in range(2)]
+    cells += [one("rope", "softmax", s, 2.0 + s, 1.0) for s in range(2)]
+    cells += [one("learned", "softmax", s, 0.01, 0.25) for s in range(2)]
+    text = "\n".join(grid_section(None, cells, tmp_path))
+    assert "| none | acc 0.000, no order signal |" in text
+    assert "| rope | acc 1.000, gain 2.50 |" in text
+    assert "| learned | acc 0.250, gain 0.01 ⚠ not yet using order |" in text
+    assert "2 of 3 trained cells use word order or cannot (pos=none); 1 do not yet: learned×softmax." in text

@@ -61,7 +61,7 @@ class Checked:
 
 
 def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
-    _check_preset(choices.get("experiment"))
+    _check_preset(choices.get("experiment"), choices.get("scale"))
     apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
     values = resolved(cfg)
     check_nodes(values, choices)
@@ -113,11 +113,18 @@ def resolved(cfg: DictConfig) -> dict:
                           "check the ${...} references you set (python run.py --cfg job prints the config)") from None
 
 
-def _check_preset(name: str | None) -> None:
-    """``experiment`` is an optional group, so Hydra skips an option that does not exist: refuse it."""
+def _check_preset(name: str | None, scale: str | None = None) -> None:
+    """``experiment`` and its ``experiment_scale`` are optional groups, so Hydra skips an option that does not
+    exist: refuse a preset that is not there, and a scale that preset has no sizes for (e.g. scale=smoke)."""
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-    if name not in (None, "null") and name not in presets:
+    if name in (None, "null"):
+        return
+    if name not in presets:
         raise ConfigError(f"experiment={name} is not a preset; use one of experiment={', '.join(presets)}")
+    scales = sorted(p.stem for p in (CONF / "experiment_scale" / name).glob("*.yaml"))
+    if scale and scale not in scales:
+        raise ConfigError(f"experiment={name} has no scale={scale} (conf/experiment_scale/{name}/); use one of "
+                          f"scale={', '.join(scales)}")
 
 
 # ---------------------------------------------------------------- 2. every node against its schema
