@@ -45,6 +45,8 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
     """One claim comparison: ``{metric, lower, than}``, ``{metric, higher, than}``, ``{metric, below, cell}`` or
     ``{metric, lower_than_metric, cell}`` (two metrics of the same models, e.g. one RoPE model scored under two
     scalings: the paired interval of the per-seed differences; ``values`` then holds each metric's list).
+    An arm comparison may add ``minus: <metric>``: each seed's ``metric − minus`` is compared instead (e.g. how
+    much a model's loss grows from its training length to 8×, apart from how well it trained).
     ``unready``: arm -> why its models are not ready to compare (``readiness``); such a comparison is
     premature whatever its numbers say.
 
@@ -71,7 +73,8 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     side = "lower" if "lower" in comparison else "higher"
     first, than = values[comparison[side]], values[comparison["than"]]
     ci = welch_interval(first, than)
-    head = f"{metric}: {comparison[side]} − {comparison['than']}"
+    shown_metric = f"({metric} − {comparison['minus']})" if comparison.get("minus") else metric
+    head = f"{shown_metric}: {comparison[side]} − {comparison['than']}"
     if ci is None:
         return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
     diff, low, high = ci
@@ -153,12 +156,15 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
             if arm is None or arm in values:
                 continue
             members = [c for c in cells if c.finished and in_arm(c, arm)]
-            values[arm] = [_final(client, c, comparison["metric"]) for c in members]
+            values[arm] = [_final(client, c, comparison["metric"], comparison.get("minus")) for c in members]
             values[arm] = [v for v in values[arm] if v is not None]
     return values
 
 
-def _final(client, cell, metric: str) -> float | None:
+def _final(client, cell, metric: str, minus: str | None = None) -> float | None:
+    if minus is not None:
+        value, base = _final(client, cell, metric), _final(client, cell, minus)
+        return None if value is None or base is None else value - base
     if metric == "val/loss":
         return cell.final_loss
     return client.get_run(cell.run_id).data.metrics.get(metric)

@@ -69,6 +69,24 @@ def test_paired_values_keep_each_seeds_two_metrics_together():
     assert arm_values(client, cells, [c]) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
 
 
+def test_minus_compares_each_seeds_growth_between_two_metrics():
+    """{metric, minus}: per seed metric − minus within each arm, then Welch across arms (e.g. loss growth 1×→8×)."""
+    from types import SimpleNamespace
+
+    from results.paper import arm_values
+
+    metrics = {"a0": {"long": 3.0, "short": 2.0}, "a1": {"long": 3.2, "short": 2.1},
+               "b0": {"long": 2.9, "short": 2.5}, "b1": {"long": 3.0, "short": 2.7}, "b2": {"long": 1.0}}
+    client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
+    cells = [SimpleNamespace(run_id=rid, finished=True, label=f"pos={rid[0]} seed={rid[1]}") for rid in metrics]
+    c = {"metric": "long", "minus": "short", "lower": "pos=b", "than": "pos=a"}
+    values = arm_values(client, cells, [c])
+    assert values["pos=a"] == pytest.approx([1.0, 1.1]) and values["pos=b"] == pytest.approx([0.4, 0.3])  # b2: no short
+    outcome = compare(c, values)
+    diff, low, high = welch_interval([0.4, 0.3], [1.0, 1.1])
+    assert outcome.text.startswith(f"(long − short): pos=b − pos=a = {diff:+.4f}") and outcome.verdict == "supports"
+
+
 def test_higher_is_better_comparisons():
     c = {"metric": "val/acc_at_80", "higher": "pos=none", "than": "pos=rope"}
     assert compare(c, {"pos=none": [0.9, 0.92, 0.91], "pos=rope": [0.1, 0.12, 0.11]}).verdict == "supports"
