@@ -58,3 +58,10 @@ def test_every_toy_cell_builds_its_model(preset):
         model = Transformer(instantiate(cfg.model), 258, cfg.data.seq_len, task.causal,
                             pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
         assert model.num_params() > 0
+
+
+def test_grid_smoke_is_one_seed_of_the_toy_grid_with_fewer_steps():
+    toy, smoke = compose(["experiment=grid"]), compose(["experiment=grid", "scale=smoke"])
+    assert str(smoke.hydra.sweeper.params.seed) == "0" and str(toy.hydra.sweeper.params.seed) == "0,1,2"
+    assert smoke.trainer.max_steps < toy.trainer.max_steps
+    assert smoke.model == toy.model and smoke.task == toy.task  # the same cells, only shorter
