@@ -83,3 +83,16 @@ def test_optim_tuned_runs_a_cell_at_its_tuned_values_and_logs_them(tuning, store
     assert run.data.params["optim.tuned"] == str(out / "best.json")
     lr = client.get_metric_history(run.info.run_id, "lr")  # the schedule peaks at the tuned rate
     assert max(m.value for m in lr) == pytest.approx(best["optim.optimizer.lr"], rel=1e-6)
+
+
+def test_a_checked_tune_sweep_says_it_trained_nothing():
+    """run.py --check drops the sweep callback; the tuner then reports checked trials, not failed ones."""
+    from omegaconf import OmegaConf
+
+    from harness.sweep.tune import CellwiseOptunaSweeper
+
+    tuner = CellwiseOptunaSweeper.__new__(CellwiseOptunaSweeper)
+    tuner.config = OmegaConf.create({"hydra": {"callbacks": {"mlflow_sweep": {"_target_": "x"}}}})
+    assert not tuner._checking()
+    tuner.config = OmegaConf.create({"hydra": {"callbacks": {}}})
+    assert tuner._checking()

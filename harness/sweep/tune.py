@@ -72,6 +72,10 @@ class CellwiseOptunaSweeper(Sweeper):
         self.config = config
         self.study.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
+    def _checking(self) -> bool:
+        """``run.py --check`` drops the sweep callback (harness/cli.py): every trial returns no loss."""
+        return "mlflow_sweep" not in (self.config.hydra.get("callbacks") or {})
+
     def sweep(self, arguments: list[str]) -> None:
         given = {a.split("=", 1)[0].lstrip("+~") for a in arguments}
         preset = [f"{k}={v}" for k, v in self.params.items() if k not in given]  # the command line wins
@@ -79,17 +83,21 @@ class CellwiseOptunaSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         best = {}
         for cell in cells:
-            label = " ".join(cell)
-            log.info(f"tuning {label or '(no grid axes)'}: {self.study.n_trials} trials")
+            key = " ".join(cell)  # best.json's key (harness/config/tuned.py)
+            label = key or "(no grid axes)"
+            log.info(f"tuning {label}: {self.study.n_trials} trials")
             self.study.sampler = copy.deepcopy(self.sampler)
             try:
                 self.study.sweep([*rest, *cell])
             except ValueError as e:  # optuna: "No trials are completed yet" -- every trial failed or was refused
                 if "No trials are completed" not in str(e):
                     raise
-                print(f"tune: {label}: no trial finished (refused or failed; see the sweep's table)")
+                if self._checking():
+                    print(f"tune: {label}: {self.study.n_trials} trials checked (--check trains nothing)")
+                else:
+                    print(f"tune: {label}: no trial finished (refused or failed; see the sweep's table)")
                 continue
             results = OmegaConf.to_container(OmegaConf.load(sweep_dir / RESULTS))
-            best[label] = {"params": results["best_params"], "value": results["best_value"]}
+            best[key] = {"params": results["best_params"], "value": results["best_value"]}
             print(f"tune: {label}: best {results['best_value']:.4f} at {results['best_params']}")
         OmegaConf.save(OmegaConf.create(best), sweep_dir / RESULTS)  # every cell's, not only the last study's
