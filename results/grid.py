@@ -72,7 +72,9 @@ def grid_section(client, cells, out: Path) -> list[str]:
     d = deltas(cells)
     poss = sorted({c.pos for c in cells} - {BASELINE})
     attns = sorted({c.attn for c in cells})
-    refused = {(c.pos, c.attn): c.reason for c in cells if c.status == "incompatible"}
+    # refused pairings, and cells whose config the validation pass refused (e.g. a window longer than the task)
+    refused = {(c.pos, c.attn): c.reason for c in cells if c.status in ("incompatible", "error") and c.reason
+               and not any(d.finished and (d.pos, d.attn) == (c.pos, c.attn) for d in cells)}
     lines = ["## Each scheme against no position encoding", "",
              f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
              "95 % Welch interval in brackets; **better** / **worse** when the interval excludes 0, "
