@@ -27,7 +27,7 @@ from torch import Tensor
 
 from attention.base import AttentionContext, AttentionVariant, additive_mask
 from attention.softmax import masked_softmax, softmax_weights
-from harness.errors import ConfigError
+from harness.errors import ConfigError, IncompatiblePairing
 from positional.base import Shape
 
 
@@ -83,7 +83,7 @@ class Local(AttentionVariant):
         if not isinstance(window, int) or window <= 0:
             raise ConfigError(f"attn.window={window} must be a positive integer")
         if window > shape.max_len:
-            raise ConfigError(f"attn.window={window} exceeds the longest sequence ({shape.max_len} tokens: "
+            raise IncompatiblePairing(f"attn.window={window} exceeds the longest sequence ({shape.max_len} tokens: "
                               "data.seq_len, or a task's longest example), so nothing is local; lower attn.window "
                               "or use attn=softmax")
         self.window = window

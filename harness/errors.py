@@ -6,4 +6,5 @@ class ConfigError(ValueError):
 
 
 class IncompatiblePairing(ConfigError):
-    """A scheme × attention cell the variant's declarations refuse; a sweep records it and goes on."""
+    """A cell whose options cannot run together: a scheme × attention pairing the variant's declarations refuse,
+    or an attention window wider than the sequences it would attend over. A sweep records it and goes on."""

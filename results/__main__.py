@@ -1,5 +1,5 @@
 """``python -m results report --experiment NAME [--sweep SWEEP_ID] --out results/NAME/``
-``python -m results paper --preset NAME [--scale toy|paper] [--sweep SWEEP_ID]``
+``python -m results paper --preset NAME [--scale toy|paper|smoke] [--sweep SWEEP_ID]``
 ``python -m results tune [--experiment tune_lr] [--sweep SWEEP_ID] --out results/tune_lr/``
 
 Rebuilds a sweep's comparison report (report.md, report.csv, PNG plots) from the MLflow
@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
                         help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)")
     paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
-    paper.add_argument("--scale", default="toy", choices=["toy", "paper"])
+    paper.add_argument("--scale", default="toy", choices=sorted(p.stem for p in (CONF / "scale").glob("*.yaml")))
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
@@ -102,6 +102,10 @@ def paper_command(args) -> int:
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:
         raise ConfigError(f"--preset {args.preset!r} is not a preset; use one of {', '.join(presets)}")
+    scales = sorted(p.stem for p in (CONF / "experiment_scale" / args.preset).glob("*.yaml"))
+    if args.scale not in scales:
+        raise ConfigError(f"--scale {args.scale}: preset {args.preset} has no such scale; use one of "
+                          f"{', '.join(scales)}")
     args.out = writable_out(args.out or ROOT / "results" / args.preset)
     return paper_main(args)
 

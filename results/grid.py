@@ -86,7 +86,9 @@ def grid_section(client, cells, out: Path) -> list[str]:
             if (pos, attn) in refused:
                 row.append("refused")
             elif d.get((pos, attn)) is None:
-                row.append("—")
+                finals, base = _finals(cells).get((pos, attn)), _finals(cells).get((BASELINE, attn))
+                row.append(f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
+                           if finals and base else "—")
             else:
                 diff, low, high, n = d[(pos, attn)]
                 row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] {_mark(low, high)} (n={n})")
@@ -95,7 +97,8 @@ def grid_section(client, cells, out: Path) -> list[str]:
     better = sum(v[2] < 0 for v in shown)
     worse = sum(v[1] > 0 for v in shown)
     lines += ["", f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise, {worse} are worse, "
-              f"{len(shown) - better - worse} are within noise."]
+              f"{len(shown) - better - worse} are within noise"
+              + (f"; {len(d) - len(shown)} have too few seeds for an interval." if len(d) > len(shown) else ".")]
     what = learned(cells)
     unready = [k for k, v in what.items() if "not yet" in v]
     lines += ["", "What each cell learned: exact match on the training lengths (synthetic tasks; mean over seeds) and "

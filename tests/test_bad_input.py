@@ -254,6 +254,8 @@ RESULTS_CASES = [
      "no experiment 'nope' in this store"),
     ("results-unknown-preset", ["paper", "--preset", "nope"], "--preset 'nope' is not a preset; use one of"),
     ("results-bad-scale", ["paper", "--preset", "grid", "--scale", "huge"], "invalid choice: 'huge'"),
+    ("results-scale-the-preset-lacks", ["paper", "--preset", "rope_scaling", "--scale", "smoke"],
+     "preset rope_scaling has no such scale; use one of paper, toy"),
     ("results-missing-out", ["report"], "the following arguments are required: --out"),
     ("results-target-word", ["report", "--out", "{tmp}/o", "--target", "abc"], "invalid float value: 'abc'"),
     ("results-unknown-command", ["nope"], "invalid choice: 'nope'"),

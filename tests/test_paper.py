@@ -279,3 +279,17 @@ def test_grid_section_says_what_each_cell_learned_and_flags_cells_not_using_orde
     assert "| rope | acc 1.000, gain 2.50 |" in text
     assert "| learned | acc 0.250, gain 0.01 ⚠ not yet using order |" in text
     assert "2 of 3 trained cells use word order or cannot (pos=none); 1 do not yet: learned×softmax." in text
+
+
+def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp_path):
+    """scale=smoke runs one seed: Δ is shown, marked as having no interval, and not counted as a separation."""
+    from results.cells import Cell
+    from results.grid import grid_section
+
+    cells = [Cell(f"r{p}", "n", f"pos={p} attn=softmax seed=0", p, "softmax", "0", "finished", val=[(100, x)])
+             for p, x in (("none", 0.5), ("rope", 0.2))]
+    cells.append(Cell("rl", "n", "pos=rope attn=local seed=0", "rope", "local", "0", "incompatible",
+                      reason="attn.window=32 exceeds the longest sequence"))
+    text = "\n".join(grid_section(None, cells, tmp_path))
+    assert "| rope | refused | -0.300 (no interval: one seed) |" in text
+    assert "0 of 0 cells beat `pos=none` beyond seed noise, 0 are worse, 0 are within noise; 1 have too few" in text
