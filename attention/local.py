@@ -83,9 +83,9 @@ class Local(AttentionVariant):
         if not isinstance(window, int) or window <= 0:
             raise ConfigError(f"attn.window={window} must be a positive integer")
         if window > shape.max_len:
-            raise IncompatiblePairing(f"attn.window={window} exceeds the longest sequence ({shape.max_len} tokens: "
-                              "data.seq_len, or a task's longest example), so nothing is local; lower attn.window "
-                              "or use attn=softmax")
+            raise IncompatiblePairing(f"attn.window={window} exceeds the longest sequence ({shape.max_len} "
+                                      "tokens: data.seq_len, or a task's longest example), so nothing is local; "
+                                      "lower attn.window or use attn=softmax")
         self.window = window
         self.block = max(window, 16)  # query block C ≈ w: K = C + band ≤ 2w + 16 keys per query
 

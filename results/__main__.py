@@ -102,7 +102,9 @@ def paper_command(args) -> int:
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:
         raise ConfigError(f"--preset {args.preset!r} is not a preset; use one of {', '.join(presets)}")
-    scales = sorted(p.stem for p in (CONF / "experiment_scale" / args.preset).glob("*.yaml"))
+    from harness.config.compose import preset_scales
+
+    scales = preset_scales(args.preset)
     if args.scale not in scales:
         raise ConfigError(f"--scale {args.scale}: preset {args.preset} has no such scale; use one of "
                           f"{', '.join(scales)}")

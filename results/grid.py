@@ -69,12 +69,13 @@ def grid_section(client, cells, out: Path) -> list[str]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    d = deltas(cells)
+    d, losses = deltas(cells), _finals(cells)
     poss = sorted({c.pos for c in cells} - {BASELINE})
     attns = sorted({c.attn for c in cells})
     # refused pairings, and cells whose config the validation pass refused (e.g. a window longer than the task)
-    refused = {(c.pos, c.attn): c.reason for c in cells if c.status in ("incompatible", "error") and c.reason
-               and not any(d.finished and (d.pos, d.attn) == (c.pos, c.attn) for d in cells)}
+    trained = {(c.pos, c.attn) for c in cells if c.finished}
+    refused = {(c.pos, c.attn): c.reason for c in cells
+               if c.status in ("incompatible", "error") and c.reason and (c.pos, c.attn) not in trained}
     lines = ["## Each scheme against no position encoding", "",
              f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
              "95 % Welch interval in brackets; **better** / **worse** when the interval excludes 0, "
@@ -86,7 +87,7 @@ def grid_section(client, cells, out: Path) -> list[str]:
             if (pos, attn) in refused:
                 row.append("refused")
             elif d.get((pos, attn)) is None:
-                finals, base = _finals(cells).get((pos, attn)), _finals(cells).get((BASELINE, attn))
+                finals, base = losses.get((pos, attn)), losses.get((BASELINE, attn))
                 row.append(f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
                            if finals and base else "—")
             else:

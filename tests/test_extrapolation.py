@@ -158,8 +158,10 @@ def test_a_scheme_without_length_scaling_refuses_with_a_reason():
 def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_the_weights():
     module = tiny_module()
     before = {k: v.clone() for k, v in module.model.state_dict().items()}
-    settings = SimpleNamespace(lengths=[16, 64], stride=8, same_targets=4, scalings=["none", "linear", "yarn"],
-                               finetune_steps=2, finetune_length=32, finetune_lr=1e-3)
+    from harness.config.schema import EvalSettings
+
+    settings = EvalSettings(lengths=[16, 64], stride=8, same_targets=4, scalings=["none", "linear", "yarn"],
+                            finetune_steps=2, finetune_length=32, finetune_lr=1e-3)
     out = evaluate_extrapolation(module, CORPUS, TOK, CausalLM(TOK), data(eval_batches=2), settings, seed=0)
     metrics = out.metrics(byte_level=True)
     for key in ("loss_at_16", "loss_at_64", "loss_at_64_stride_8", "loss_at_64_last_4"):

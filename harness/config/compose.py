@@ -5,6 +5,11 @@ from __future__ import annotations
 from harness.paths import CONF
 
 
+def preset_scales(preset: str) -> list[str]:
+    """The scales a preset has sizes for (conf/experiment_scale/<preset>/<scale>.yaml)."""
+    return sorted(p.stem for p in (CONF / "experiment_scale" / preset).glob("*.yaml"))
+
+
 def compose(overrides: list[str] = (), hydra: bool = False):
     """The config ``python run.py <overrides>`` would see (with ``hydra`` to keep its hydra node)."""
     from hydra import compose as hydra_compose

@@ -222,6 +222,11 @@ class EvalSettings:
     finetune_length: int | None = None  # null: the longest eval length
     finetune_lr: float = 1.0e-4
 
+    @property
+    def tune_length(self) -> int | None:
+        """The length the fine-tune trains at (eval.finetune_length, else the longest eval length); None: none."""
+        return (self.finetune_length or max(self.lengths)) if self.finetune_steps and self.lengths else None
+
     def __post_init__(self):
         bad = [n for n in self.lengths if isinstance(n, bool) or not isinstance(n, int) or n <= 0]
         if bad:

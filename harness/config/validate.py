@@ -27,6 +27,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import schema
+from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate
 from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
@@ -84,8 +85,7 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     model, footprint, pos = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     check_extrapolation(settings["eval"], task, pos, choices.get("task", "this task"))
-    tune = settings["eval"]
-    tune_length = (tune.finetune_length or max(lengths)) if tune.finetune_steps and lengths else None
+    tune_length = settings["eval"].tune_length
     _check_splits(source, task, tokenizer, data, lengths, tune_length)
     check_memory(footprint, data.batch_size, task.sequence_tokens(data.seq_len), task.evaluation_tokens(lengths),
                  on_gpu=trainer.accelerator in ("gpu", "cuda"), finetune_length=tune_length)
@@ -121,7 +121,7 @@ def _check_preset(name: str | None, scale: str | None = None) -> None:
         return
     if name not in presets:
         raise ConfigError(f"experiment={name} is not a preset; use one of experiment={', '.join(presets)}")
-    scales = sorted(p.stem for p in (CONF / "experiment_scale" / name).glob("*.yaml"))
+    scales = preset_scales(name)
     if scale and scale not in scales:
         raise ConfigError(f"experiment={name} has no scale={scale} (conf/experiment_scale/{name}/); use one of "
                           f"scale={', '.join(scales)}")

@@ -96,7 +96,7 @@ def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings,
     for method in settings.scalings:
         out.conditions[f"{method}/"] = score(lambda length, m=method: pos.rescaled(m, length))
     if settings.finetune_steps:
-        tune_length = settings.finetune_length or max(settings.lengths)
+        tune_length = settings.tune_length
         trained = {k: v.detach().clone() for k, v in module.model.state_dict().items()}
         for method in settings.scalings:
             with pos.rescaled(method, tune_length, in_training=True):
