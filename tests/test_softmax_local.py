@@ -104,6 +104,24 @@ def test_sdpa_with_a_learned_bias_has_the_reference_gradients(causal, padded):
         assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("mask_shape", [(1, H, T, T), (2, H, T, T), (1, 1, T, T), (2, 1, 1, T)])
+def test_learned_mask_gradients_in_head_slices_and_broadcast_masks(monkeypatch, mask_shape):
+    """The hand-written backward's slicing (one head per slice here) and its sum onto a mask broadcast over
+    batch, heads or query rows give autograd's gradients through the math backend, for q, k, v and the mask."""
+    from attention import softmax
+
+    monkeypatch.setattr(softmax, "SLICE_LOGITS", T * T)  # one head per slice
+    mask = torch.randn(mask_shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    w = torch.randn(2, H, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    grads = []
+    for backend in (softmax.sdpa_attention, softmax.math_attention):
+        inputs = [t.requires_grad_() for t in qkv(T=T, D=D, H=H)] + [mask.clone().requires_grad_()]
+        grads.append(torch.autograd.grad((backend(*inputs, False, 0.0) * w).sum(), inputs))
+    assert grads[0][-1].shape == mask.shape
+    for a, b in zip(*grads, strict=True):
+        assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 def _fake_xformers(monkeypatch, call):
     """Pretend CUDA and an installed xformers 0.0.35 whose kernel does ``call``; the probe runs on CPU."""
     import sys
