@@ -13,8 +13,8 @@ and associativity gives O(T) cost: φ(q_i)ᵀ (Σ_j φ(k_j) v_jᵀ)  (Eq. 5–6)
                             while B·H·T² is small (``DENSE_MAX_ELEMS``), as the exact O(T²) product
                             ((φ(Q)φ(K)ᵀ) ∘ C) V: 46× faster than the FFTs at T = 128, 2.7× at 2048;
                             or, when the bias declares a ``FarField`` (linear in |i − j| beyond a distance
-                            d: T5, ALiBi), exactly in O(T·(3C + M·E/C)) by ``band_contract``: a dense band
-                            of neighbouring chunks plus far keys through decayed prefix sums of chunk
+                            d: T5, ALiBi), exactly in O(T·(2K+1)C·(M+E) + N²·M·E) by ``band_contract``: a dense
+                            band of the K = ⌈d/C⌉ chunks on each side plus far keys through decayed sums of chunk
                             states Σ k_j v_jᵀ (the exp of a linear bias factorises, r^{i−j} = r^i·r^{−j}).
 Padded keys get φ(k_j) = 0, so they leave numerator *and* denominator.
 
@@ -31,7 +31,7 @@ the denominator's column of ones), N chunks of C positions, L FFT length.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,7 @@ FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (s
 # B·H·Tq·Tk up to which a Toeplitz bias takes the dense path (128 MiB per fp32 T×T tensor). Measured,
 # fwd + bwd, 4096 tokens, H 4, M 110, E 33, one thread: dense/FFT 47/2176 ms at T=128, 1033/2803 at 2048.
 DENSE_MAX_ELEMS = 1 << 25
-BAND_MIN_CHUNK = 64  # band_contract's chunk C = max(this, the far field's distance)
+BAND_CHUNK = 64  # band_contract's chunk C; the dense band reaches K = ⌈d/C⌉ chunks to each side
 ToeplitzPath = Literal["auto", "fft", "dense", "band"]
 
 
@@ -145,10 +145,22 @@ def dense_path(q: Tensor, k: Tensor, path: ToeplitzPath) -> bool:
     return path == "dense" or (path == "auto" and q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS)
 
 
-def band_chunk(far: FarField) -> int:
-    """band_contract's chunk C: at least the far field's distance, so that keys two chunks away or more
-    (|i − j| ≥ C + 1) are all in the far field."""
-    return max(BAND_MIN_CHUNK, far.distance)
+class BandLayout(NamedTuple):
+    """band_contract's chunks: C positions each; a query chunk takes the K = ⌈d/C⌉ chunks on each side
+    densely, so keys K + 1 chunks away or more (|i − j| ≥ K·C + 1 > d) are all in the far field.
+    Dense keys per query (2K + 1)·C ≥ 2d + C: a small C wastes less of the band on far offsets (T5 at
+    d = 128: 320 keys with C = 64, 384 with C = 128), a large one keeps the N² chunk carry small."""
+
+    chunk: int
+    reach: int  # K
+
+    @property
+    def width(self) -> int:
+        return (2 * self.reach + 1) * self.chunk
+
+
+def band_layout(far: FarField) -> BandLayout:
+    return BandLayout(BAND_CHUNK, -(-far.distance // BAND_CHUNK))
 
 
 def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, causal: bool = False) -> str:
@@ -158,7 +170,7 @@ def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, ca
         raise ConfigError("toeplitz path 'band' needs a bias that declares its far field; use auto, fft or dense")
     if far is not None and path in ("auto", "band"):
         used = far.slope[:1] if causal else far.slope  # causal ALiBi's future side grows, but is never read
-        if path == "band" or (k.shape[-2] > 3 * band_chunk(far) and bool((used >= 0).all())):
+        if path == "band" or (k.shape[-2] > band_layout(far).width and bool((used >= 0).all())):
             return "band"
     return "dense" if dense_path(q, k, path) else "fft"
 
@@ -183,63 +195,118 @@ def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) 
 
 
 def band_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField, causal: bool,
-                  chunk: int) -> Tensor:
+                  layout: BandLayout) -> Tensor:
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j, exactly, for coefficients geometric beyond the far field's distance d:
     c_o = c_{±d} · r±^{|o| − d}, r = exp(−slope) (Luo et al. 2021, Eq. 8, with the Toeplitz matrix split).
 
-    Chunks of C ≥ d positions; query chunk n takes chunks n−1 … n+1 densely with the exact c (offsets up to
-    2C − 1, any values), and chunks m ≤ n−2 (m ≥ n+2) through ``_far_keys``: there i − j ≥ C + 1 ≥ d,
-    so c factorises into a query weight, a key weight and r^{C·(chunk distance)}. Memory O(T·(3C + M·E/C)).
-    q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E).
+    Chunks of C positions, K = ⌈d/C⌉ (``BandLayout``); query chunk n takes chunks n−K … n+K densely with the
+    exact c (offsets up to (K+1)C − 1, any values), and chunks m ≤ n−K−1 (m ≥ n+K+1) through ``_far_keys``:
+    there |i − j| ≥ KC + 1 > d, so c factorises into a query weight, a key weight and r^{C·(chunk distance)}.
+    Memory O(T·((2K+1)C + M·E/C)). q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). -> (B, H, T, E).
     """
     B, H, T, M = q.shape
-    C = chunk
+    C, K = layout
     n = -(-T // C)
     q, k, v = (F.pad(t, (0, 0, 0, n * C - T)) for t in (q, k, v))  # zero rows: no weight, outputs cut below
-    out = _near_band(q, k, v, coeffs, C, T)  # (B, H, N, C, E)
-    if n >= 3 and far.distance <= T - 1:
+    out = _near_band(q, k, v, coeffs, layout, T)  # (B, H, N, C, E)
+    if n >= K + 2 and far.distance <= T - 1:
         qc, kc, vc = (t.view(B, H, n, C, t.shape[-1]) for t in (q, k, v))  # (B, H, N, C, ·)
-        out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 + far.distance], far.slope[0], C, far.distance)
+        out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 + far.distance], far.slope[0], layout, far.distance)
         if not causal:  # the future side is the past side of the reversed order: flip the chunk maths
-            out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], C, far.distance,
+            out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], layout, far.distance,
                                   future=True)
     return out.view(B, H, n * C, -1)[:, :, :T]
 
 
-def _near_band(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, C: int, T: int) -> Tensor:
-    """Each query chunk against the keys of its own and both neighbouring chunks, weighted by the exact c.
+def _near_band(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, layout: BandLayout, T: int) -> Tensor:
+    """Each query chunk against the keys of its own and the K chunks on each side, weighted by the exact c.
     q, k, v padded to N·C rows. Returns (B, H, N, C, E)."""
-    B, H, TC, _ = q.shape
-    n = TC // C
-    kw = F.pad(k, (0, 0, C, C)).unfold(2, 3 * C, C)  # (B, H, N, M, 3C): chunk n sees keys (n−1)C … (n+2)C−1
-    vw = F.pad(v, (0, 0, C, C)).unfold(2, 3 * C, C).transpose(-1, -2)  # (B, H, N, 3C, E)
+    (C, K), W = layout, layout.width
     a = torch.arange(C, device=q.device)[:, None]
-    b = torch.arange(3 * C, device=q.device)[None, :]
-    column = (a - b + C + T - 1).clamp(0, 2 * T - 2)  # (C, 3C): offset i − j = a − b + C (clamped: zero keys only)
-    weights = (q.view(B, H, n, C, -1) @ kw) * coeffs[:, column][None, :, None]  # (B, H, N, C, 3C)
-    return weights @ vw  # (B, H, N, C, E)
+    b = torch.arange(W, device=q.device)[None, :]
+    column = (a - b + K * C + T - 1).clamp(0, 2 * T - 2)  # (C, W): offset i − j = a − b + KC (clamped: zero keys)
+    return _NearBand.apply(q, F.pad(k, (0, 0, K * C, K * C)), F.pad(v, (0, 0, K * C, K * C)), coeffs[:, column], C)
 
 
-def _far_keys(qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, C: int, d: int,
-              future: bool = False) -> Tensor:
-    """Σ over keys two or more chunks back (ahead, ``future``) of c_d·r^{|i − j| − d} (q_iᵀ k_j) v_j.
+def _windows(x: Tensor, C: int, W: int) -> Tensor:
+    """(L, ·) rows of one (batch, head), padded by KC on both ends -> (N, W, ·): window n is rows nC … nC + W − 1,
+    an overlapping view (no copy; each window is a contiguous block of rows, as bmm wants)."""
+    n = (x.shape[0] - W) // C + 1
+    return x.as_strided((n, W, x.shape[1]), (C * x.stride(0), x.stride(0), x.stride(1)))
 
-    Past: query i = nC + a, key j = mC + b, m ≤ n − 2: |i − j| − d = (n − m − 2)C + a + (C − b) + (C − d),
-    every term ≥ 0, so r^· ≤ 1 throughout (no overflow): per chunk the state Σ_b r^{C−b} k_j v_jᵀ, carried
-    to chunk n with r^{(n−m−2)C}, read by r^a q_i. Future: the same with a ↦ C−1−a, C−b ↦ b+1, m ↔ n.
-    qc, kc: (B, H, N, C, M); vc: (B, H, N, C, E); c_d, slope: (H,). Returns (B, H, N, C, E).
+
+def _overlap_add(d_windows: Tensor, C: int) -> Tensor:
+    """The adjoint of ``_windows``: (N, W, ·) -> (L, ·), each row the sum over the windows that hold it."""
+    n, W, width = d_windows.shape
+    out = d_windows.new_zeros(n + W // C - 1, C, width)
+    for s in range(W // C):  # window n's block s is rows (n + s)C … (n + s + 1)C − 1
+        out[s:s + n] += d_windows[:, s * C:(s + 1) * C]
+    return out.view(-1, width)
+
+
+class _NearBand(torch.autograd.Function):
+    """out[n] = ((q_n k_wᵀ) ∘ c) v_w over each query chunk n and its key window w, one batch × head at a time.
+
+    Written out so that the key and value windows stay overlapping views of the padded rows (bmm reads
+    them in place) and their gradients are summed back by ``_overlap_add``: autograd through ``unfold``
+    copied each window for the products and scattered it back in backward (profiled, T5 on Performer at
+    T = 4096: copy and unfold_backward were 15 % of the step).
+    q: (B, H, N·C, M); k, v: (B, H, (N + 2K)·C, ·) padded; c: (H, C, W). Returns (B, H, N, C, E).
     """
-    n = qc.shape[2]
+
+    @staticmethod
+    def forward(ctx, q, k, v, c, C):
+        B, H, TC, M = q.shape
+        W, n = c.shape[-1], TC // C
+        out = q.new_empty(B, H, n, C, v.shape[-1])
+        scores = q.new_empty(B, H, n, C, W)  # q_n k_wᵀ, kept for the gradient of c
+        for b in range(B):
+            for h in range(H):
+                torch.bmm(q[b, h].reshape(n, C, M), _windows(k[b, h], C, W).mT, out=scores[b, h])
+                torch.bmm(scores[b, h] * c[h], _windows(v[b, h], C, W), out=out[b, h])
+        ctx.save_for_backward(q, k, v, c, scores)
+        ctx.C = C
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, c, scores = ctx.saved_tensors
+        C = ctx.C
+        B, H, n, _, W = scores.shape
+        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        d_c = torch.zeros_like(c)
+        for b in range(B):
+            for h in range(H):
+                k_w, v_w, q_n = _windows(k[b, h], C, W), _windows(v[b, h], C, W), q[b, h].reshape(n, C, -1)
+                d_weights = d_out[b, h] @ v_w.mT  # (N, C, W)
+                d_c[h] += (d_weights * scores[b, h]).sum(0)
+                d_v[b, h] = _overlap_add((scores[b, h] * c[h]).mT @ d_out[b, h], C)
+                d_scores = d_weights.mul_(c[h])
+                d_q[b, h] = (d_scores @ k_w).view(-1, q.shape[-1])
+                d_k[b, h] = _overlap_add(d_scores.mT @ q_n, C)
+        return d_q, d_k, d_v, d_c, None
+
+
+def _far_keys(qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, layout: BandLayout, d: int,
+              future: bool = False) -> Tensor:
+    """Σ over keys K + 1 or more chunks back (ahead, ``future``) of c_d·r^{|i − j| − d} (q_iᵀ k_j) v_j.
+
+    Past: query i = nC + a, key j = mC + b, m ≤ n − K − 1: |i − j| − d = (n − m − K − 1)C + a + (C − b) + (KC − d),
+    every term ≥ 0, so r^· ≤ 1 throughout (no overflow): per chunk the state Σ_b r^{C−b} k_j v_jᵀ, carried
+    to chunk n with r^{(n−m−K−1)C}, read by r^{a + KC − d} q_i. Future: the same with a ↦ C−1−a, C−b ↦ b+1,
+    m ↔ n. qc, kc: (B, H, N, C, M); vc: (B, H, N, C, E); c_d, slope: (H,). Returns (B, H, N, C, E).
+    """
+    n, (C, K) = qc.shape[2], layout
     pos = torch.arange(C, device=qc.device, dtype=slope.dtype)
     q_exp, k_exp = (C - 1 - pos, pos + 1) if future else (pos, C - pos)  # (C,) each
     decay = lambda e: torch.exp(-slope.view(-1, *[1] * e.dim()) * e).to(qc.dtype)  # noqa: E731 — (H, *e.shape)
     # the position weights go on the E-wide side (v, the output), not the M-wide features: M > E for FAVOR+
     states = kc.transpose(-1, -2) @ (vc * decay(k_exp)[None, :, None, :, None])  # (B, H, N, M, E)
     chunk = torch.arange(n, device=qc.device)
-    lag = (chunk[None, :] - chunk[:, None] if future else chunk[:, None] - chunk[None, :]) - 2  # (N, N): n−m−2
+    lag = (chunk[None, :] - chunk[:, None] if future else chunk[:, None] - chunk[None, :]) - K - 1  # (N, N)
     carry = decay(C * lag.clamp(min=0).to(slope.dtype)) * (lag >= 0)  # (H, N, N), 0 where m is near n
     carried = torch.einsum("hnm,bhmxe->bhnxe", carry, states)  # (B, H, N, M, E): Σ_m r^{C·lag} state_m
-    q_weight = c_d.to(qc.dtype)[:, None] * decay(q_exp + (C - d))  # (H, C): c_d r^{a + C − d}
+    q_weight = c_d.to(qc.dtype)[:, None] * decay(q_exp + (K * C - d))  # (H, C): c_d r^{a + KC − d}
     return (qc @ carried) * q_weight[None, :, None, :, None]  # (B, H, N, C, E)
 
 
@@ -361,7 +428,7 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     """
     path = None if coeffs is None else bias_path(f.q, f.k, far, toeplitz, causal)
     if path == "band":
-        contract = lambda q, k, x: band_contract(q, k, x, coeffs, far, causal, band_chunk(far))  # noqa: E731
+        contract = lambda q, k, x: band_contract(q, k, x, coeffs, far, causal, band_layout(far))  # noqa: E731
         num, den = _num_den(f, v, contract)
     elif path == "dense":
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)

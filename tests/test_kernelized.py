@@ -290,10 +290,12 @@ def test_declared_far_field_reproduces_the_bias_table(scheme, causal):
 @pytest.mark.parametrize("scheme", ["t5", "alibi"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("rope_mode", [None, "numerator"])
-def test_band_path_equals_explicit_quadratic_form(name, scheme, causal, rope_mode, monkeypatch):
-    """Near band + far field by decayed prefix sums is exact: T = 37 in chunks of 6 (T5) or 4 (ALiBi),
+@pytest.mark.parametrize("chunk", [3, 6])
+def test_band_path_equals_explicit_quadratic_form(name, scheme, causal, rope_mode, chunk, monkeypatch):
+    """Near band + far field by decayed prefix sums is exact: T = 37 in chunks of 3 or 6, so the dense band
+    reaches K = ⌈d/C⌉ = 2 or 1 chunks each side for T5 (d = 6), 0 for ALiBi (d = 0),
     so most key pairs are in the far field, with padding on both sides."""
-    monkeypatch.setattr(kernelized, "BAND_MIN_CHUNK", 4)
+    monkeypatch.setattr(kernelized, "BAND_CHUNK", chunk)
     attn = variant(name, causal, rope_mode or "pre_feature")
     q, k, v = qkv(T=T, D=D, H=H, scale=0.5)
     keep, rot = padding(2, T), rotation(T, D) if rope_mode else None
@@ -308,10 +310,11 @@ def test_band_path_equals_explicit_quadratic_form(name, scheme, causal, rope_mod
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_band_path_gradients_reach_the_bias_parameters_exactly(causal, monkeypatch):
+@pytest.mark.parametrize("chunk", [4, 6])
+def test_band_path_gradients_reach_the_bias_parameters_exactly(causal, chunk, monkeypatch):
     """Gradients wrt φ(q), φ(k), v and T5's bucket parameters equal autograd of the O(T²) form (the far
     field reads the table at ±d only, which is exact for the parameters because the buckets are shared)."""
-    monkeypatch.setattr(kernelized, "BAND_MIN_CHUNK", 4)
+    monkeypatch.setattr(kernelized, "BAND_CHUNK", chunk)
     g = torch.Generator().manual_seed(6)
     t = 40
     phi_q, phi_k = (torch.rand(2, H, t, 6, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
