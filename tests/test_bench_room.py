@@ -12,10 +12,10 @@ import torch
 from harness.bench import cli, measure
 from harness.bench.cells import Spec, build_posbench
 from harness.bench.pairing import paired_rounds, prepare
-from harness.bench.profiled import positional_share
+from harness.bench.profiled import kernel_share, positional_share
 from harness.bench.session import Result
 from harness.bench.stats import Goal, Interval, t975
-from harness.bench.targets import MemoryPerTokenTarget
+from harness.bench.targets import MemoryPerTokenTarget, PeerOutcome
 
 
 class FakeCuda:
@@ -130,6 +130,31 @@ def test_positional_share_times_the_schemes_own_ops_and_restores_its_hooks():
     assert all(0 < s.forward_s and 0 < s.backward_s and s.positional_s < s.step_s for s in shares)
     assert [s.backward_s for s in positional_share(none.module.pos, none.step, 1)] == [0.0]  # its hooks make no nodes
     assert not {"embed", "rotary", "logit_biases"} & set(vars(rope.module.pos))  # hooks are the class's again
+
+
+def test_kernel_share_is_the_matmul_and_attention_share_of_the_ops_time():
+    a, x = torch.randn(256, 256), torch.randn(1 << 18)
+    assert kernel_share(lambda: a @ a @ a) > 0.9
+    assert kernel_share(lambda: x.exp().sin()) == 0.0
+    mixed = kernel_share(lambda: (a @ a, x.exp().sin().cos()))
+    assert 0.0 < mixed < 1.0
+
+
+def test_peers_table_gives_the_ceiling_no_fusion_could_pass():
+    """Ceiling = posbench ÷ peer over the kernels' share: 1.05 at 84 % kernels is at most 1.25."""
+    from harness.bench.cells import PEERS
+    from harness.bench.report import _peers
+
+    bert = next(p for p in PEERS if p.name == "HF BERT")
+    ours, theirs = (Result(n, "learned", "softmax", 512, 16, tokens_per_s=t, flops=7.1e10)
+                    for n, t in (("posbench", 10_500), ("HF BERT", 10_000)))
+    outcome = PeerOutcome(bert, ours, theirs, Interval(1.05, 0.95, 1.16, (1.0, 1.1)), "unresolved",
+                          kernel_share=0.84)
+    assert outcome.ceiling == pytest.approx(1.25)
+    row = next(line for line in _peers([outcome]) if line.startswith("| HF BERT"))
+    assert row.endswith("| 1.25 (84% kernels) |")
+    no_share = PeerOutcome(bert, ours, theirs, outcome.interval, "unresolved")  # a CUDA run: not profiled
+    assert next(line for line in _peers([no_share]) if line.startswith("| HF BERT")).endswith("| — |")
 
 
 def test_local_attention_memory_per_token_does_not_grow_with_length():

@@ -1,4 +1,5 @@
-"""The positional scheme's own share of a training step, timed inside the step by torch.profiler.
+"""Shares of a training step, timed inside the step by torch.profiler: the positional scheme's own ops
+(``positional_share``), and the matrix-multiply and attention kernels (``kernel_share``).
 
 An end-to-end ratio (step with RoPE ÷ step without) on a shared 2-core machine spreads by ±10 % per
 round, far wider than a 2 % goal. Inside one step the profiler times exactly the scheme's ops: each of
@@ -106,3 +107,22 @@ def _positional_us(events) -> tuple[float, float]:
     backward = sum(e.cpu_time_total for e in events
                    if e.name.startswith("autograd::engine::evaluate_function") and e.sequence_nr in ours)
     return sum(r.cpu_time_total for r in ranges), backward
+
+
+# matrix products and fused attention: the kernels two implementations of one model at one shape share
+KERNEL_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+})
+
+
+def kernel_share(step, steps: int = 2) -> float:
+    """The share of a (warm, CPU) step's op time spent in ``KERNEL_OPS``: self time of those ops over the
+    self time of every op, over ``steps`` profiled steps. 1 / share bounds what removing every other op
+    (fusing all elementwise work, say) could gain: the peers table's ceiling."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    totals = prof.key_averages()
+    kernels = sum(e.self_cpu_time_total for e in totals if e.key in KERNEL_OPS)
+    return kernels / max(sum(e.self_cpu_time_total for e in totals), 1e-12)

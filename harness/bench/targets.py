@@ -20,7 +20,7 @@ import torch
 from harness.bench.cells import Peer, Spec
 from harness.bench.measure import time_call
 from harness.bench.pairing import paired_rounds
-from harness.bench.profiled import positional_share
+from harness.bench.profiled import kernel_share, positional_share
 from harness.bench.session import Result, Session
 from harness.bench.stats import Goal, Interval, Verdict
 
@@ -177,6 +177,14 @@ class PeerOutcome:
     interval: Interval | None  # posbench ÷ peer = peer step / posbench step
     verdict: Verdict
     why: str = ""  # why there is no interval
+    kernel_share: float | None = None  # posbench's step time in matmul/attention kernels (CPU), see ceiling
+
+    @property
+    def ceiling(self) -> float | None:
+        """posbench ÷ peer if every op of posbench's step other than its matmul and attention kernels were free."""
+        if self.interval is None or not self.kernel_share:
+            return None
+        return self.interval.estimate / self.kernel_share
 
 
 def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.0) -> PeerOutcome:
@@ -190,6 +198,7 @@ def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.
     try:
         ratio = paired_rounds(session.step(spec, peer.name), session.step(spec), session.options.device,
                               PEER_GOAL, budget_s=budget_s)
+        share = kernel_share(session.step(spec)) if session.options.device == "cpu" else None
     finally:
         session.release()
-    return PeerOutcome(peer, ours, theirs, ratio, PEER_GOAL.judge(ratio))
+    return PeerOutcome(peer, ours, theirs, ratio, PEER_GOAL.judge(ratio), kernel_share=share)
