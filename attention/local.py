@@ -47,10 +47,10 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
     C = block
     n = -(-T // C)
     K, tail = C + left + right, n * C - T
-    qb = F.pad(q, (0, 0, 0, tail)).view(B, H, n, C, D)  # (B, H, N, C, D)
+    qb = F.pad(q / math.sqrt(D), (0, 0, 0, tail)).view(B, H, n, C, D)  # (B, H, N, C, D); scaled here, not the logits
     kb = F.pad(k, (0, 0, left, right + tail)).unfold(2, K, C)  # (B, H, N, D, K): block b sees keys bC−left …
     vb = F.pad(v, (0, 0, left, right + tail)).unfold(2, K, C).transpose(-1, -2)  # (B, H, N, K, D)
-    logits = qb @ kb / math.sqrt(D)  # (B, H, N, C, K)
+    logits = qb @ kb  # (B, H, N, C, K)
 
     a = torch.arange(C, device=q.device)[:, None]  # query offset in its block
     b = torch.arange(K, device=q.device)[None, :]  # key offset in the block's key window
@@ -60,10 +60,12 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
     if key_keep is not None:
         real = F.pad(key_keep, (left, right + tail), value=False).unfold(1, K, C)  # (B, N, K)
         keep = keep & real[:, None, :, None, :]  # (B, 1, N, C, K)
+    # the mask as an additive −inf (its backward passes the gradient through; masked_fill's is another pass)
+    mask = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, float("-inf"))
     if table is not None:
-        column = (offset + T - 1).clamp(0, 2 * T - 2)  # out-of-band entries are masked below
-        logits = logits + table[:, column].to(q.dtype)[None, :, None]  # (1, H, 1, C, K)
-    logits = logits.masked_fill(~keep, float("-inf"))
+        column = (offset + T - 1).clamp(0, 2 * T - 2)  # out-of-band entries are masked
+        mask = mask + table[:, column].to(q.dtype)[:, None]  # (H, N, C, K) or, with padding, (B, H, N, C, K)
+    logits = logits + mask  # (B, H, N, C, K)
     # torch's fused softmax (profiled: masked_softmax's amax/sub/exp/sum/div passes were ~1/3 of a local
     # step at 16k) unless some row sees no key at all, which only masked_softmax turns into 0 instead of NaN
     every_row_sees_a_key = bool(keep.any(-1).all())
