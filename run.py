@@ -9,6 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from harness.allocator import keep_freed_memory
 from harness.cli import entry, run_job
 
 
@@ -18,4 +19,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # freed tensors reused by the next step, not page-faulted in again (harness/allocator.py)
     sys.exit(entry(sys.argv, main))  # Hydra's own errors, too, become one line naming the fix

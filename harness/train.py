@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness import allocator
 from harness.config.validate import Checked, validate
 from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
@@ -154,7 +155,7 @@ def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
     """The grid coordinates every run carries, known before anything is built."""
     return {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
             "seed": str(cfg.seed), "git_sha": git_sha(), "python": platform.python_version(),
-            "torch": torch.__version__}
+            "torch": torch.__version__, "malloc": allocator.setting()}
 
 
 def format_summary(s: Summary) -> str:

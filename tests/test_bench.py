@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import harness.bench.pairing as bench
+from harness import allocator
 from harness.bench.cells import Spec, build_posbench
 from harness.bench.cli import main
 from harness.bench.measure import PeakRss, count_flops, make_step, matmul_peak_flops, measure
@@ -88,7 +89,9 @@ def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store):
     assert all(r["status"] == "ok" and float(r["step_s"]) > 0 and float(r["flops"]) > 0 for r in rows)
     assert int(rows[0]["batch"]) * int(rows[0]["seq_len"]) == 128  # tokens per step held constant
     assert (tmp_path / "step_time.png").stat().st_size > 10_000 and (tmp_path / "memory.png").exists()
-    assert "| none | softmax | 32 |" in (tmp_path / "README.md").read_text()
+    report = (tmp_path / "README.md").read_text()
+    assert "| none | softmax | 32 |" in report
+    assert f"Allocator: {allocator.setting()} (harness/allocator.py)." in report
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("bench").experiment_id])
     assert len(runs) == 4 and all(r.data.metrics["tokens_per_s"] > 0 for r in runs)

@@ -1,6 +1,7 @@
 """run.py as a user runs it: a subprocess, a temporary store, read back with MlflowClient."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -30,6 +31,8 @@ def test_run_py_prints_summary_and_dashboard_command(store, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     [run] = runs_in(store)
     assert run.info.status == "FINISHED"
+    kept = platform.libc_ver()[0] == "glibc" and os.environ.get("POSBENCH_MALLOC", "").strip().lower() != "system"
+    assert run.data.tags["malloc"].startswith("glibc malloc, mmap off" if kept else "system malloc")  # run.py's
     run_url = (f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
                "?workflowType=machine_learning")  # MLflow 3's Model training view, not its GenAI one
     for needle in ("final val loss", "val bits/byte", "train tokens/s", run.info.run_id,

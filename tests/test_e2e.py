@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
+from harness import allocator
 from harness.data.corpus import CACHE
 
 pytestmark = pytest.mark.slow
@@ -21,6 +22,7 @@ def test_mlm_run_logs_contract(train_tiny):
     for tag in ("pos", "attn", "task", "data", "seed", "git_sha", "corpus_sha256"):
         assert run.data.tags[tag]
     assert run.data.tags["pos"] == "rope" and run.data.tags["task"] == "mlm"
+    assert run.data.tags["malloc"] == allocator.setting()  # this process left malloc alone; run.py turns mmap off
     assert run.data.tags["attn_backend"] == "sdpa"  # the kernel softmax attention ran (attn.backend=sdpa)
     assert (run.data.tags["data"], run.data.tags["seed"]) == ("embedded", "0")
     described = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from harness import allocator
 from harness.bench.internals import git_sha
 from harness.bench.measure import Peak
 from harness.bench.session import Result
@@ -78,7 +79,8 @@ def _header(report: Report) -> list[str]:
         "# Benchmark: cost of each scheme × attention cell", "",
         f"Regenerate: `{report.command}` (took {report.seconds:.0f} s).", "",
         f"Device: {device_name(report.device)}. torch {torch.__version__}, commit {git_sha()}. Measured peak "
-        f"(best {kind} square matmul, n = {report.peak.n}): {report.peak.flops / 1e9:,.1f} GFLOP/s.", "",
+        f"(best {kind} square matmul, n = {report.peak.n}): {report.peak.flops / 1e9:,.1f} GFLOP/s. "
+        f"Allocator: {allocator.setting()} (harness/allocator.py).", "",
         "Step = forward + backward with a cross-entropy loss, median of the timed repeats (up to --repeats, fewer "
         "for long cells: the `repeats` column of bench.csv) after an untimed FLOP-counting step; tokens per step "
         "held constant across lengths (batch = tokens / T). Memory = peak bytes of the tensors one step allocates "
