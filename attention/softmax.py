@@ -103,7 +103,6 @@ class _LearnedMaskAttention(torch.autograd.Function):
         empty_rows = bool(m.amax(-1).isneginf().any())  # every key masked: SDPA gives 0, so does its gradient
         heads = max(1, min(H, SLICE_LOGITS // (t_q * t_k)))
         work = q.new_empty(2, heads, t_q, t_k)  # reused by every slice: a fresh 4 MB tensor costs page faults
-        written = set()  # the entries of d_m written so far: the first write copies, later ones add
         for b in range(B):
             for hs in (slice(h, h + heads) for h in range(0, H, heads)):
                 n = min(heads, H - hs.start)
@@ -119,9 +118,9 @@ class _LearnedMaskAttention(torch.autograd.Function):
                 torch.ops.aten._softmax_backward_data.out(d_logits, weights, -1, weights.dtype, grad_input=d_logits)
                 torch.bmm(d_logits, k_s[b, hs], out=d_q[b, hs])
                 torch.bmm(d_logits.mT, q_s[b, hs], out=d_k[b, hs])
-                slot, key = _entry(d_m, b, hs), (b * (m.shape[0] > 1), hs.start * (m.shape[1] > 1))
-                (slot.add_ if key in written else slot.copy_)(d_logits.sum_to_size(slot.shape))
-                written.add(key)
+                first = (b == 0 or m.shape[0] > 1) and (hs.start == 0 or m.shape[1] > 1)  # slot not yet written
+                slot = _entry(d_m, b, hs)
+                (slot.copy_ if first else slot.add_)(d_logits.sum_to_size(slot.shape))
         return d_q, d_k, d_v, d_m.view(mask.shape).to(mask.dtype)
 
 
