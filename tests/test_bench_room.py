@@ -1,5 +1,6 @@
 """The benchmark room's pieces: device-agnostic timing and memory (CUDA branches with a fake torch.cuda),
-intervals and verdicts, adaptive paired rounds, the profiled positional share, the CLI's bad input."""
+intervals and verdicts, adaptive paired rounds, the profiled positional share, where a comparison not met
+loses its time, the CLI's bad input."""
 
 import math
 import statistics
@@ -12,7 +13,7 @@ import torch
 from harness.bench import cli, measure
 from harness.bench.cells import Spec, build_posbench
 from harness.bench.pairing import paired_rounds, prepare
-from harness.bench.profiled import kernel_share, positional_share
+from harness.bench.profiled import breakdown, kernel_share, op_times, positional_share
 from harness.bench.session import Result
 from harness.bench.stats import Goal, Interval, t975
 from harness.bench.targets import MemoryPerTokenTarget, PeerOutcome
@@ -134,10 +135,73 @@ def test_positional_share_times_the_schemes_own_ops_and_restores_its_hooks():
 
 def test_kernel_share_is_the_matmul_and_attention_share_of_the_ops_time():
     a, x = torch.randn(256, 256), torch.randn(1 << 18)
-    assert kernel_share(lambda: a @ a @ a) > 0.9
-    assert kernel_share(lambda: x.exp().sin()) == 0.0
-    mixed = kernel_share(lambda: (a @ a, x.exp().sin().cos()))
+    assert kernel_share(op_times(lambda: a @ a @ a)) > 0.9
+    assert kernel_share(op_times(lambda: x.exp().sin())) == 0.0
+    mixed = kernel_share(op_times(lambda: (a @ a, x.exp().sin().cos())))
     assert 0.0 < mixed < 1.0
+    assert kernel_share({"aten::mm": 3.0, "aten::gelu": 1.0}) == 0.75
+
+
+def test_op_times_are_self_seconds_per_call():
+    from torch.profiler import record_function
+
+    def step():
+        with record_function("nap"):
+            time.sleep(0.02)
+        torch.ones(8).exp()
+
+    times = op_times(step, steps=3)
+    assert 0.02 <= times["nap"] < 0.035  # per call of the step, not summed over the 3 calls
+    assert times["aten::exp"] > 0 and "aten::mm" not in times
+
+
+def test_breakdown_ranks_ops_by_difference_and_says_what_the_slow_side_must_lose():
+    num = {"aten::bmm": 0.30, "aten::mm": 0.50, "aten::softmax": 0.05, "aten::add": 0.01}
+    den = {"aten::mm": 0.50, "aten::_scaled_dot_product_flash_attention_for_cpu": 0.20, "aten::add": 0.02}
+    b = breakdown(num, den, ("t5", "none"), "<=", 1.1, top=2)
+    assert [(r.op, r.difference_s) for r in b.rows] == [
+        ("aten::bmm", pytest.approx(0.30)), ("aten::_scaled_dot_product_flash_attention_for_cpu", -0.20)]
+    assert (b.other.num_s, b.other.den_s) == (pytest.approx(0.56), pytest.approx(0.52))  # mm, softmax, add
+    assert (b.num_s, b.den_s) == (pytest.approx(0.86), pytest.approx(0.72))
+    assert b.side == "t5" and b.cut_s == pytest.approx(0.86 - 1.1 * 0.72)
+    # at least: the denominator must get faster (peer ÷ posbench ≥ 1.2)
+    peer = breakdown({"op": 1.08}, {"op": 1.0}, ("HF BERT", "posbench"), ">=", 1.2)
+    assert peer.side == "posbench" and peer.cut_s == pytest.approx(1.0 - 1.08 / 1.2)
+    assert breakdown({"op": 1.3}, {"op": 1.0}, ("a", "b"), ">=", 1.2).cut_s == 0.0  # met at these times
+
+
+def test_a_paired_target_not_met_is_profiled_op_by_op_and_reported():
+    """An unreachable goal (T5 ÷ none ≤ 0.5) on tiny cells: the verdict is not met, the breakdown ranks the
+    two live steps' ops by difference, and the report shows it (kernels marked as such)."""
+    from harness.bench.profiled import KERNEL_OPS
+    from harness.bench.report import _where
+    from harness.bench.session import Options, Session
+    from harness.bench.targets import PairedTarget
+
+    torch.manual_seed(0)
+    session = Session(Options("cpu", 1e9, 64, repeats=1), log=lambda line: None)
+    target = PairedTarget("T5 ÷ none", Goal("<=", 0.5), {"t5": Spec("t5", "softmax", 64, 2),
+                                                          "none": Spec("none", "softmax", 64, 2)},
+                          budget_s=0.0, num="t5", den="none")
+    outcome = target.evaluate(session)
+    assert outcome.verdict == "not met" and outcome.where is not None and not session._live  # released after
+    b = outcome.where
+    differences = [abs(r.difference_s) for r in b.rows]
+    assert len(b.rows) == 8 and differences == sorted(differences, reverse=True)
+    assert b.side == "t5" and b.cut_s == pytest.approx(b.num_s - 0.5 * b.den_s) and b.cut_s > 0
+    assert any(r.op == "aten::mm" for r in b.rows) or b.other.num_s > 0
+    report = types.SimpleNamespace(peers=[], targets=[outcome])
+    lines = _where(report)
+    assert "### T5 ÷ none: not met" in lines and "| op | kind | t5 (ms) | none (ms) | difference (ms) |" in lines
+    assert any(line.startswith("Profiled, t5 ÷ none = ") and "the t5 step must lose" in line for line in lines)
+    rows = [line.split(" | ") for line in lines if line.startswith("| `")]
+    assert len(rows) == 8 and all((kind == "kernel") == (op.strip("|` ") in KERNEL_OPS) for op, kind, *_ in rows)
+    assert lines[-1].startswith("| **step** | — | ")
+    met = PairedTarget("none ÷ none", Goal("<=", 100), {"a": Spec("none", "softmax", 64, 2),
+                                                        "b": Spec("none", "softmax", 64, 1)},
+                       budget_s=0.0, num="a", den="b").evaluate(session)
+    assert met.verdict == "met" and met.where is None
+    assert _where(types.SimpleNamespace(peers=[], targets=[met])) == []
 
 
 def test_peers_table_gives_the_ceiling_no_fusion_could_pass():
@@ -155,6 +219,26 @@ def test_peers_table_gives_the_ceiling_no_fusion_could_pass():
     assert row.endswith("| 1.25 (84% kernels) |")
     no_share = PeerOutcome(bert, ours, theirs, outcome.interval, "unresolved")  # a CUDA run: not profiled
     assert next(line for line in _peers([no_share]) if line.startswith("| HF BERT")).endswith("| — |")
+
+
+def test_a_peer_not_met_says_how_much_posbench_must_lose():
+    from harness.bench.cells import PEERS
+    from harness.bench.report import _where
+
+    bert = next(p for p in PEERS if p.name == "HF BERT")
+    ours, theirs = (Result(n, "learned", "softmax", 512, 16) for n in ("posbench", "HF BERT"))
+    where = breakdown({"aten::mm": 0.20, "aten::gelu_backward": 0.040}, {"aten::mm": 0.21, "aten::gelu_backward": 0.01},
+                      ("HF BERT", "posbench"), ">=", 1.2)
+    lines = _where(types.SimpleNamespace(peers=[PeerOutcome(bert, ours, theirs, Interval(1.0, 0.9, 1.1, (1.0,)),
+                                                            "not met", where=where)], targets=[]))
+    assert "### posbench ÷ HF BERT: not met" in lines
+    assert "Profiled, HF BERT ÷ posbench = 1.09; for ≥ 1.2 the posbench step must lose 20.0 ms of 220.0 (9%)." in lines
+    assert "| `aten::gelu_backward` | other | 40.0 | 10.0 | +30.0 |" in lines
+    assert "| `aten::mm` | kernel | 200.0 | 210.0 | -10.0 |" in lines
+    met_here = breakdown({"op": 1.3}, {"op": 1.0}, ("HF BERT", "posbench"), ">=", 1.2)
+    lines = _where(types.SimpleNamespace(peers=[PeerOutcome(bert, ours, theirs, Interval(1.0, 0.9, 1.1, (1.0,)),
+                                                            "unresolved", where=met_here)], targets=[]))
+    assert any("within ≥ 1.2 at these times" in line for line in lines)
 
 
 def test_local_attention_memory_per_token_does_not_grow_with_length():

@@ -1,5 +1,6 @@
 """Shares of a training step, timed inside the step by torch.profiler: the positional scheme's own ops
-(``positional_share``), and the matrix-multiply and attention kernels (``kernel_share``).
+(``positional_share``), the matrix-multiply and attention kernels (``kernel_share``), and two steps of
+a ratio side by side, op by op (``breakdown``: where a comparison that misses its goal loses its time).
 
 An end-to-end ratio (step with RoPE ÷ step without) on a shared 2-core machine spreads by ±10 % per
 round, far wider than a 2 % goal. Inside one step the profiler times exactly the scheme's ops: each of
@@ -116,13 +117,71 @@ KERNEL_OPS = frozenset({
 })
 
 
-def kernel_share(step, steps: int = 2) -> float:
-    """The share of a (warm, CPU) step's op time spent in ``KERNEL_OPS``: self time of those ops over the
-    self time of every op, over ``steps`` profiled steps. 1 / share bounds what removing every other op
-    (fusing all elementwise work, say) could gain: the peers table's ceiling."""
+def op_times(step, steps: int = 2) -> dict[str, float]:
+    """Self time of each op per call of ``step`` (seconds), over ``steps`` profiled calls (CPU)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
-    totals = prof.key_averages()
-    kernels = sum(e.self_cpu_time_total for e in totals if e.key in KERNEL_OPS)
-    return kernels / max(sum(e.self_cpu_time_total for e in totals), 1e-12)
+    return {e.key: e.self_cpu_time_total / 1e6 / steps for e in prof.key_averages() if e.self_cpu_time_total > 0}
+
+
+def kernel_share(times: dict[str, float]) -> float:
+    """The share of a (warm, CPU) step's op time spent in ``KERNEL_OPS`` (``times`` from ``op_times``).
+    1 / share bounds what removing every other op (fusing all elementwise work, say) could gain: the
+    peers table's ceiling."""
+    return sum(t for op, t in times.items() if op in KERNEL_OPS) / max(sum(times.values()), 1e-12)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    op: str
+    num_s: float  # self time per step on each side
+    den_s: float
+
+    @property
+    def difference_s(self) -> float:
+        return self.num_s - self.den_s
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where two steps of a ratio (num ÷ den) spend their time, op by op, and how much the side that
+    would have to get faster (num for an at-most goal, den for an at-least one) must lose to meet the
+    goal at these profiled times: the report's answer to "why is this not met, and what would close it"."""
+
+    num: str  # labels of the two sides
+    den: str
+    rows: tuple[OpRow, ...]  # the ops whose times differ most, largest first; the rest in ``other``
+    other: OpRow
+    goal_op: str  # the goal's "<=" or ">="
+    goal: float
+
+    @property
+    def num_s(self) -> float:
+        return sum(r.num_s for r in self.rows) + self.other.num_s
+
+    @property
+    def den_s(self) -> float:
+        return sum(r.den_s for r in self.rows) + self.other.den_s
+
+    @property
+    def side(self) -> str:
+        """The side whose step must get shorter to meet the goal."""
+        return self.num if self.goal_op == "<=" else self.den
+
+    @property
+    def cut_s(self) -> float:
+        """How much shorter ``side``'s step must be for num ÷ den to meet the goal (0 if it does)."""
+        if self.goal_op == "<=":
+            return max(0.0, self.num_s - self.goal * self.den_s)
+        return max(0.0, self.den_s - self.num_s / self.goal)
+
+
+def breakdown(num: dict[str, float], den: dict[str, float], labels: tuple[str, str], goal_op: str,
+              goal: float, top: int = 8) -> Breakdown:
+    """``num``, ``den``: ``op_times`` of the two steps; the ``top`` ops by |difference| get a row each."""
+    rows = sorted((OpRow(op, num.get(op, 0.0), den.get(op, 0.0)) for op in num.keys() | den.keys()),
+                  key=lambda r: (-abs(r.difference_s), r.op))
+    rest = rows[top:]
+    other = OpRow("all other ops", sum(r.num_s for r in rest), sum(r.den_s for r in rest))
+    return Breakdown(*labels, tuple(rows[:top]), other, goal_op, goal)

@@ -12,6 +12,7 @@ import torch
 from harness import allocator
 from harness.bench.internals import git_sha
 from harness.bench.measure import Peak
+from harness.bench.profiled import KERNEL_OPS, Breakdown
 from harness.bench.session import Result
 from harness.bench.stats import Interval
 from harness.bench.targets import Outcome, PeerOutcome
@@ -69,7 +70,8 @@ def write_report(out: Path, report: Report) -> None:
         writer.writeheader()
         writer.writerows(asdict(r) for r in rows)
     _plots(out, report.grid, report.device)
-    lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets)]
+    lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets),
+             *_where(report)]
     (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
@@ -142,6 +144,42 @@ def _targets(targets: list[Outcome]) -> list[str]:
         value, interval = _interval(t.interval, t.goal.format)
         lines.append(f"| {t.label} | {t.goal} | {value} | {interval} | {t.verdict} | {t.method} | {t.check or '—'} |")
     return lines
+
+
+def _where(report: Report) -> list[str]:
+    """For each peer or paired target not met: its two steps profiled op by op (CPU)."""
+    shown = [(f"posbench ÷ {p.peer.name}", p.verdict, p.where) for p in report.peers if p.where] + \
+            [(t.label, t.verdict, t.where) for t in report.targets if t.where]
+    if not shown:
+        return []
+    lines = ["", "## Where the time goes (what is not met)", "",
+             "Each comparison whose verdict is not met, its two warm steps profiled after the rounds "
+             "(torch.profiler, self time per step, 2 steps each): the ops whose times differ most, and how "
+             "much the side that has to get faster must lose to meet the goal at these times. Kernel = a "
+             "matrix-multiply or fused-attention op (the peers table's ceiling counts only these)."]
+    for label, verdict, b in shown:
+        lines += ["", f"### {label}: {verdict}", "", _cut(b), "",
+                  f"| op | kind | {b.num} (ms) | {b.den} (ms) | difference (ms) |", "|---|---|---:|---:|---:|"]
+        for r in b.rows:
+            kind = "kernel" if r.op in KERNEL_OPS else "other"
+            lines.append(f"| `{r.op}` | {kind} | {r.num_s * 1e3:.1f} | {r.den_s * 1e3:.1f} | "
+                         f"{r.difference_s * 1e3:+.1f} |")
+        o = b.other
+        lines += [f"| {o.op} | — | {o.num_s * 1e3:.1f} | {o.den_s * 1e3:.1f} | {o.difference_s * 1e3:+.1f} |",
+                  f"| **step** | — | {b.num_s * 1e3:.1f} | {b.den_s * 1e3:.1f} | "
+                  f"{(b.num_s - b.den_s) * 1e3:+.1f} |"]
+    return lines
+
+
+def _cut(b: Breakdown) -> str:
+    ratio = b.num_s / max(b.den_s, 1e-12)
+    side_s = b.num_s if b.side == b.num else b.den_s
+    goal = f"{'≤' if b.goal_op == '<=' else '≥'} {b.goal:g}"
+    if b.cut_s == 0:
+        return (f"Profiled, {b.num} ÷ {b.den} = {ratio:.2f}, within {goal} at these times: the paired rounds' "
+                "interval straddles the goal, so more rounds (a quieter machine) would decide it.")
+    return (f"Profiled, {b.num} ÷ {b.den} = {ratio:.2f}; for {goal} the {b.side} step must lose "
+            f"{b.cut_s * 1e3:.1f} ms of {side_s * 1e3:.1f} ({b.cut_s / side_s:.0%}).")
 
 
 def _plots(out: Path, grid: list[Result], device: str) -> None:

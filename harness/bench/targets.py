@@ -20,7 +20,7 @@ import torch
 from harness.bench.cells import Peer, Spec
 from harness.bench.measure import time_call
 from harness.bench.pairing import paired_rounds
-from harness.bench.profiled import kernel_share, positional_share
+from harness.bench.profiled import Breakdown, breakdown, kernel_share, op_times, positional_share
 from harness.bench.session import Result, Session
 from harness.bench.stats import Goal, Interval, Verdict
 
@@ -34,6 +34,7 @@ class Outcome:
     verdict: Verdict
     method: str  # how it was measured, for the report
     check: str = ""  # a second measure of the same quantity, or why there is no value
+    where: Breakdown | None = None  # where the time goes, when the verdict is not "met" (CPU, paired targets)
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,18 @@ class Target:
             return Outcome(self.label, self.goal, results, None, "not measured", "—", why)
         try:
             interval, method, check = self.measure(session, results)
+            verdict = self.goal.judge(interval)
+            where = self.explain(session) if verdict != "met" and session.options.device == "cpu" else None
         finally:
             session.release()
-        return Outcome(self.label, self.goal, results, interval, self.goal.judge(interval), method, check)
+        return Outcome(self.label, self.goal, results, interval, verdict, method, check, where)
 
     def measure(self, session: Session, results: dict[str, Result]) -> tuple[Interval, str, str]:
         raise NotImplementedError
+
+    def explain(self, session: Session) -> Breakdown | None:
+        """Where the time goes when the goal is not met (the kept steps are still live)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class PairedTarget(Target):
         steps = (session.step(self.cells[self.num]), session.step(self.cells[self.den]))
         ratio = paired_rounds(*steps, session.options.device, self.goal, budget_s=self.budget_s)
         return ratio, f"paired ABBA, {len(ratio.samples)} rounds", ""
+
+    def explain(self, session):
+        num, den = (op_times(session.step(self.cells[k])) for k in (self.num, self.den))
+        return breakdown(num, den, (self.num, self.den), self.goal.op, self.goal.value)
 
 
 @dataclass(frozen=True)
@@ -178,6 +189,7 @@ class PeerOutcome:
     verdict: Verdict
     why: str = ""  # why there is no interval
     kernel_share: float | None = None  # posbench's step time in matmul/attention kernels (CPU), see ceiling
+    where: Breakdown | None = None  # peer's step ÷ posbench's, op by op, when not met (CPU)
 
     @property
     def ceiling(self) -> float | None:
@@ -198,7 +210,13 @@ def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.
     try:
         ratio = paired_rounds(session.step(spec, peer.name), session.step(spec), session.options.device,
                               PEER_GOAL, budget_s=budget_s)
-        share = kernel_share(session.step(spec)) if session.options.device == "cpu" else None
+        verdict, share, where = PEER_GOAL.judge(ratio), None, None
+        if session.options.device == "cpu":
+            times = op_times(session.step(spec))
+            share = kernel_share(times)
+            if verdict != "met":
+                where = breakdown(op_times(session.step(spec, peer.name)), times, (peer.name, "posbench"),
+                                  PEER_GOAL.op, PEER_GOAL.value)
     finally:
         session.release()
-    return PeerOutcome(peer, ours, theirs, ratio, PEER_GOAL.judge(ratio), kernel_share=share)
+    return PeerOutcome(peer, ours, theirs, ratio, verdict, kernel_share=share, where=where)
