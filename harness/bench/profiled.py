@@ -14,6 +14,7 @@ Wrapping is generic (any scheme, any hook) and undone afterwards; the model is n
 
 from __future__ import annotations
 
+import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -123,6 +124,21 @@ def op_times(step, steps: int = 2) -> dict[str, float]:
         for _ in range(steps):
             step()
     return {e.key: e.self_cpu_time_total / 1e6 / steps for e in prof.key_averages() if e.self_cpu_time_total > 0}
+
+
+def paired_op_times(num, den, rounds: int = 4) -> tuple[dict[str, float], dict[str, float]]:
+    """``op_times`` of two steps, one profiled step at a time in ABBA order (as the paired rounds time
+    them), each op's median over the rounds: the machine's speed drifts by 10-30 % within a minute here,
+    and two steps profiled back to back on each side once showed 1.05 for a ratio the rounds put at 1.30."""
+    runs: tuple[list[dict[str, float]], list[dict[str, float]]] = ([], [])
+    for i in range(rounds):
+        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+            runs[side].append(op_times((num, den)[side], steps=1))
+    return _median_per_op(runs[0]), _median_per_op(runs[1])
+
+
+def _median_per_op(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {op: statistics.median(r.get(op, 0.0) for r in runs) for op in set().union(*runs)}
 
 
 def kernel_share(times: dict[str, float]) -> float:

@@ -154,7 +154,8 @@ def _where(report: Report) -> list[str]:
         return []
     lines = ["", "## Where the time goes (what is not met)", "",
              "Each comparison whose verdict is not met, its two warm steps profiled after the rounds "
-             "(torch.profiler, self time per step, 2 steps each): the ops whose times differ most, and how "
+             "(torch.profiler, self time per step; 4 steps each, one at a time in ABBA order, each op's median): "
+             "the ops whose times differ most, and how "
              "much the side that has to get faster must lose to meet the goal at these times. Kernel = a "
              "matrix-multiply or fused-attention op (the peers table's ceiling counts only these)."]
     for label, verdict, b in shown:

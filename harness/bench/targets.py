@@ -20,7 +20,7 @@ import torch
 from harness.bench.cells import Peer, Spec
 from harness.bench.measure import time_call
 from harness.bench.pairing import paired_rounds
-from harness.bench.profiled import Breakdown, breakdown, kernel_share, op_times, positional_share
+from harness.bench.profiled import Breakdown, breakdown, kernel_share, op_times, paired_op_times, positional_share
 from harness.bench.session import Result, Session
 from harness.bench.stats import Goal, Interval, Verdict
 
@@ -78,7 +78,7 @@ class PairedTarget(Target):
         return ratio, f"paired ABBA, {len(ratio.samples)} rounds", ""
 
     def explain(self, session):
-        num, den = (op_times(session.step(self.cells[k])) for k in (self.num, self.den))
+        num, den = paired_op_times(session.step(self.cells[self.num]), session.step(self.cells[self.den]))
         return breakdown(num, den, (self.num, self.den), self.goal.op, self.goal.value)
 
 
@@ -212,11 +212,10 @@ def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.
                               PEER_GOAL, budget_s=budget_s)
         verdict, share, where = PEER_GOAL.judge(ratio), None, None
         if session.options.device == "cpu":
-            times = op_times(session.step(spec))
-            share = kernel_share(times)
+            share = kernel_share(op_times(session.step(spec)))
             if verdict != "met":
-                where = breakdown(op_times(session.step(spec, peer.name)), times, (peer.name, "posbench"),
-                                  PEER_GOAL.op, PEER_GOAL.value)
+                theirs_s, ours_s = paired_op_times(session.step(spec, peer.name), session.step(spec))
+                where = breakdown(theirs_s, ours_s, (peer.name, "posbench"), PEER_GOAL.op, PEER_GOAL.value)
     finally:
         session.release()
     return PeerOutcome(peer, ours, theirs, ratio, verdict, kernel_share=share, where=where)
