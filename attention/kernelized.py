@@ -486,6 +486,10 @@ class KernelizedAttention(AttentionVariant):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         self.require_accepted(ctx.bias)
+        if torch.compiler.is_compiling():  # model.compile=true: the feature map's gradients of the strided q/k
+            # views of the fused projection otherwise reach its backward in a layout AOT autograd traced
+            # differently ("view size is not compatible" at run time, attn=linear); inductor fuses the copies
+            q, k = q.contiguous(), k.contiguous()
         f = self.implied_features(q, k, ctx)  # (B, H, T, M) each
         coeffs = far = None
         if ctx.bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field

@@ -98,7 +98,9 @@ def _turn_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, turn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
-    if cos.requires_grad or sin.requires_grad:  # trainable θ: let autograd differentiate the angles too
+    # trainable θ: autograd differentiates the angles too; under torch.compile (model.compile=true): plain
+    # ops, which inductor fuses, since dynamo cannot trace the eager kernels' out= views and complex views
+    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
         return _differentiable_turn(x, cos, sin, turn)
     return _Rotate.apply(x, cos, sin, turn)
 
