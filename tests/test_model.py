@@ -44,6 +44,22 @@ def test_padded_keys_do_not_change_real_positions():
     torch.testing.assert_close(model(x, keep)[0, :11], model(y, keep)[0, :11])
 
 
+def test_a_padding_mask_without_padding_reaches_attention_as_none_with_the_same_logits():
+    """A corpus batch of full windows: no mask for attention to build and apply (a T5 step 1.03-1.12x with
+    it); a batch with padding keeps its mask."""
+    from positional.t5 import T5Bias
+
+    torch.manual_seed(0)
+    model, seen = build(pos=T5Bias), []
+    model.blocks[0].attn.variant.register_forward_pre_hook(lambda m, args: seen.append(args[3].key_padding_mask))
+    x = torch.randint(256, (2, 16))
+    full, padded = torch.ones(2, 16, dtype=torch.bool), torch.arange(16).expand(2, 16) < 11
+    assert torch.equal(model(x, full), model(x)) and seen == [None, None]
+    model(x, padded)
+    assert torch.equal(seen[-1], padded)
+    assert not torch.allclose(model(x, padded)[:, :11], model(x)[:, :11])
+
+
 def test_without_positions_mlm_is_permutation_equivariant():
     torch.manual_seed(0)
     model = build(pos=NoPosition)

