@@ -139,15 +139,30 @@ def to_csv(r: Report) -> str:
     return out.getvalue()
 
 
-def cells_table(cells: list[Cell]) -> str:
-    """The console summary a sweep prints at its end: one line per cell."""
-    cells = sorted(cells, key=lambda c: c.job)
+def console_summary(r: Report) -> str:
+    """What a sweep prints at its end: one line per cell (its order gain marked when the model does not
+    use word order yet), then the report's verdicts, so the terminal gives the answer and not only numbers."""
+    cells = sorted(r.cells, key=lambda c: c.job)
     width = max([len("cell"), *(len(c.label) for c in cells)])
-    lines = [f"{'cell':<{width}}  {'status':<12}  {'val loss':>9}  {'tokens/s':>9}"]
+    lines = [f"{'cell':<{width}}  {'status':<12}  {'val loss':>9}  {'tokens/s':>9}  order gain"]
     for c in cells:
-        lines.append(f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}")
+        lines.append(f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
+                     f"  {_cell_order_gain(c, r.min_order_gain)}")
     lines += [f"  {c.label}: {c.reason}" for c in cells if c.reason]
+    found = verdicts.verdicts(r.groups, r.min_order_gain)
+    lines += ["", verdicts.headline(found, r.min_order_gain)]
+    for f in found:
+        text = f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}"
+        lines.append(f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): {text}")  # same variant
     return "\n".join(lines)
+
+
+def _cell_order_gain(c: Cell, min_gain: float) -> str:
+    if c.order_gain is None:
+        return "—"
+    if c.order_signal == "none":
+        return f"{c.order_gain:.3f} (NoPE, bidirectional: none by construction)"
+    return f"{c.order_gain:.3f}" + (" ⚠ not yet using order" if c.order_gain < min_gain else "")
 
 
 def headline_metrics(cells: list[Cell]) -> dict[str, float]:

@@ -138,14 +138,11 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
     return f"python -m results report --experiment {sweep.experiment}{flag} --out {shown}/"
 
 
-def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None,
-             min_order_gain: float = MIN_ORDER_GAIN) -> list:
-    """Write the report of ``sweep`` into out_dir; the paths written. ``shown_out``: the directory its
-    Regenerate line names (default results/<experiment>/, e.g. when out_dir is a temporary one)."""
-    from pathlib import Path
-
+def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=None,
+                 min_order_gain: float = MIN_ORDER_GAIN):
+    """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
+    (default results/<experiment>/, e.g. when it is written to a temporary one)."""
     from results.cells import build_report
-    from results.report import write_report
 
     header = [f"Experiment `{sweep.experiment}`"
               + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
@@ -153,5 +150,14 @@ def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_o
               + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "") + ".",
               "",
               f"Regenerate: `{regenerate_command(sweep, shown_out)}`"]
-    report = build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain)
-    return write_report(report, Path(out_dir))
+    return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain)
+
+
+def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None,
+             min_order_gain: float = MIN_ORDER_GAIN) -> list:
+    """Write the report of ``sweep`` into out_dir; the paths written."""
+    from pathlib import Path
+
+    from results.report import write_report
+
+    return write_report(sweep_report(client, sweep, target, shown_out, min_order_gain), Path(out_dir))

@@ -73,3 +73,23 @@ def test_unmeasured_order_gain_is_not_premature(gain, expected):
     cells += [cell("rope", s, 2.0 + s / 10, gain=gain) for s in range(3)]
     [v] = verdicts(report(cells).groups, 0.05)
     assert v.verdict == expected
+
+
+def test_the_console_summary_ends_with_the_verdicts_and_marks_cells_that_ignore_order():
+    from results.report import console_summary
+
+    none = [cell("none", s, 3.0 + s / 100, gain=0.0, signal="none") for s in range(3)]
+    rope = [cell("rope", s, 2.0 + s / 100, gain=1.4) for s in range(3)]
+    learned = [cell("learned", s, 3.0 + s / 100, gain=0.001) for s in range(3)]
+    lines = console_summary(report(none + rope + learned)).splitlines()
+    assert lines[0].split() == ["cell", "status", "val", "loss", "tokens/s", "order", "gain"]
+    by_cell = {ln.split()[0]: ln for ln in lines[1:10]}  # a line of each scheme (its seeds' gains are equal)
+    assert by_cell["pos=rope"].endswith("1.400")
+    assert by_cell["pos=learned"].endswith("0.001 ⚠ not yet using order")
+    assert by_cell["pos=none"].endswith("0.000 (NoPE, bidirectional: none by construction)")
+    found = verdicts(report(none + rope + learned).groups, 0.05)
+    assert lines[-3] == headline(found, 0.05)
+    rope_v = next(v for v in found if v.group.pos == "rope")
+    assert lines[-2] == f"  rope vs none (softmax): lower: {rope_v.text}"
+    assert lines[-1] == ("  learned vs none (softmax): premature — train longer: order gain 0.001 < 0.05, "
+                         "not yet using word order")

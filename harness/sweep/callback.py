@@ -150,8 +150,8 @@ class MlflowSweep(Callback):
 
     def _finish(self, config: DictConfig) -> int:
         from results.cells import MIN_ORDER_GAIN
-        from results.report import cells_table, headline_metrics
-        from results.store import cells_of, find_sweep, generate
+        from results.report import console_summary, headline_metrics, write_report
+        from results.store import find_sweep, sweep_report
 
         client = self.parent.store.client
         sweep = find_sweep(client, self.record.experiment, self.record.sweep_id)
@@ -160,13 +160,13 @@ class MlflowSweep(Callback):
             mark_failed(self.parent.store, run_id, "error", "the job ended without closing its run")
         if stray:
             sweep = find_sweep(client, self.record.experiment, self.record.sweep_id)
-        cells = cells_of(client, sweep)
-        code = exit_code([c.status for c in cells])
-        print(f"\n{sweep.title} · {len(cells)} cells · exit {code}\n{cells_table(cells)}\n")
-        self.parent.log_scalars(headline_metrics(cells), 0)  # numbers on the parent's row of the runs table
+        report = sweep_report(client, sweep, OmegaConf.select(config, "report.target_loss"),
+                              min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
+        code = exit_code([c.status for c in report.cells])
+        print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
+        self.parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table
         with tempfile.TemporaryDirectory() as tmp:
-            generate(client, sweep, tmp, OmegaConf.select(config, "report.target_loss"),
-                     min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
+            write_report(report, Path(tmp))
             self.parent.log_dir(tmp)
             # the run description is rendered on the parent's page in the MLflow UI
             self.parent.set_tags({"mlflow.note.content": (Path(tmp) / "report.md").read_text()})
