@@ -15,7 +15,7 @@ from harness.bench.cells import Spec, build_posbench
 from harness.bench.pairing import paired_rounds, prepare
 from harness.bench.profiled import breakdown, kernel_share, op_times, positional_share
 from harness.bench.session import Result
-from harness.bench.stats import Goal, Interval, t975
+from harness.bench.stats import MIN_ROUNDS, Goal, Interval, median_rank, t975
 from harness.bench.targets import MemoryPerTokenTarget, PeerOutcome
 
 
@@ -85,15 +85,30 @@ def test_cpu_timing_is_wall_time():
     assert 0.02 <= measure.time_call(lambda: time.sleep(0.02), "cpu") < 0.5
 
 
-def test_interval_of_ratios_is_a_t_interval_on_the_log_scale():
-    ratios = [1.1, 0.9, 1.05, 0.98]
-    logs = [math.log(r) for r in ratios]
-    half = 3.182 * statistics.stdev(logs) / 2
+def test_interval_of_ratios_is_the_median_with_its_order_statistic_interval():
+    ratios = [1.02, 0.99, 1.01, 2.4, 1.0, 1.03, 0.98, 1.6, 1.01]  # two rounds hit by a spike (one-sided noise)
     i = Interval.of_ratios(ratios)
-    assert i.estimate == pytest.approx(math.exp(statistics.fmean(logs)))
-    assert (i.low, i.high) == pytest.approx((math.exp(statistics.fmean(logs) - half),
-                                             math.exp(statistics.fmean(logs) + half)))
-    assert t975(1) == 12.706 and t975(100) == 1.96
+    ordered = sorted(ratios)
+    assert i.estimate == statistics.median(ratios) == 1.01  # the spikes do not move the estimate
+    assert (i.low, i.high) == (ordered[1], ordered[7]) == (0.99, 1.6)  # n = 9: the 2nd and 8th of the sorted 9
+    assert Interval.of_ratios([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]).low == 1.0  # n = 6: [min, max]
+    with pytest.raises(ValueError, match="6 or more"):
+        Interval.of_ratios([1.0] * 5)  # no 95 % interval of a median from 5 samples (1 − 2/2⁵ < 95 %)
+    assert t975(1) == 12.706 and t975(100) == 1.96  # Interval.of_values' t quantiles
+
+
+@pytest.mark.parametrize("n", range(1, 60))
+def test_median_rank_is_the_largest_rank_with_95_percent_coverage(n):
+    """Coverage of [x_(k), x_(n+1−k)] for the median of any continuous distribution: 1 − 2·P(Bin(n, ½) < k)."""
+    def coverage(k):
+        return 1 - 2 * sum(math.comb(n, j) for j in range(k)) / 2**n
+
+    k = median_rank(n)
+    assert (k == 0) == (n < MIN_ROUNDS)
+    if k:
+        assert coverage(k) >= 0.95 > coverage(k + 1)
+    else:
+        assert coverage(1) < 0.95
 
 
 @pytest.mark.parametrize("low,high,at_most,at_least", [(0.5, 0.9, "met", "not met"), (1.1, 1.5, "not met", "met"),
@@ -107,19 +122,22 @@ def test_a_goal_is_met_only_by_a_whole_interval(low, high, at_most, at_least):
 
 
 def test_paired_rounds_stop_once_resolved_and_give_up_at_the_round_budget(monkeypatch):
-    """Scripted step times: a steady 2× ratio is resolved against ≤ 20 after the minimum 3 rounds; ratios
-    alternating 1.0 / 1.2 straddle a goal of 1.1 however many rounds, so every allowed round is used."""
+    """Scripted step times: a steady 2× ratio is resolved against ≤ 20 after the minimum 6 rounds; ratios
+    alternating 1.0 / 1.2 straddle a goal of 1.1 however many rounds, so every allowed round is used (and
+    never fewer than 6, whatever max_rounds says: fewer have no interval)."""
     from harness.bench import pairing
 
     times = {"num": iter([]), "den": iter([])}
     monkeypatch.setattr(pairing, "time_call", lambda step, device: next(times[step()]))
     times.update(num=iter([2.0] * 10), den=iter([1.0] * 10))
     clear = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 20), max_rounds=10)
-    assert len(clear.samples) == 3 and clear.estimate == pytest.approx(2.0)
+    assert len(clear.samples) == MIN_ROUNDS == 6 and clear.estimate == pytest.approx(2.0)
     times.update(num=iter([1.0, 1.2] * 5), den=iter([1.0] * 10))
-    straddling = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 1.1), max_rounds=5)
-    assert straddling.samples == pytest.approx((1.0, 1.2, 1.0, 1.2, 1.0))  # ABBA order, each side's own times
+    straddling = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 1.1), max_rounds=8)
+    assert straddling.samples == pytest.approx((1.0, 1.2) * 4)  # ABBA order, each side's own times
     assert Goal("<=", 1.1).judge(straddling) == "unresolved"
+    times.update(num=iter([3.0] * 6), den=iter([1.0] * 6))
+    assert len(paired_rounds(lambda: "num", lambda: "den", "cpu", None, max_rounds=2).samples) == 6
 
 
 def test_positional_share_times_the_schemes_own_ops_and_restores_its_hooks():
@@ -321,7 +339,7 @@ def test_a_failing_cell_is_a_failed_run_and_exit_1(monkeypatch, tmp_path, store)
 
 def test_mfu_target_divides_each_steps_flop_rate_by_the_matmul_rate_timed_right_after_it(monkeypatch):
     """Scripted times: a 1 s step of 5e8 FLOPs against a 64² matmul at 1e9 FLOP/s is 50 % MFU in every
-    round, so the interval is that point and three rounds resolve it."""
+    round, so the interval is that point and the minimum 6 rounds resolve it."""
     from harness.bench import targets
 
     calls = []
@@ -337,4 +355,4 @@ def test_mfu_target_divides_each_steps_flop_rate_by_the_matmul_rate_timed_right_
     target = targets.MfuTarget("mfu", Goal(">=", 0.45, percent=True), {"step": None})
     interval, method, _ = target.measure(session, cells)
     assert interval.estimate == pytest.approx(0.5) and interval.low == pytest.approx(0.5)
-    assert calls == ["step", "matmul", "matmul"] * 3 and "64² matmul" in method
+    assert calls == ["step", "matmul", "matmul"] * MIN_ROUNDS and "64² matmul" in method

@@ -16,7 +16,7 @@ import torch
 
 from harness.bench.cells import Built, Spec, build_posbench
 from harness.bench.measure import Step, make_step, time_call, trim
-from harness.bench.stats import Goal, Interval
+from harness.bench.stats import MIN_ROUNDS, Goal, Interval
 
 
 class Live(NamedTuple):
@@ -67,13 +67,15 @@ def paired_ratio(num: Spec, den: Spec, device: str, round_s: float = 20.0,
 
 
 def paired_rounds(num: Step, den: Step, device: str, goal: Goal | None = None,
-                  value: Callable[[float], float] = lambda r: r, min_rounds: int = 3, max_rounds: int = 40,
+                  value: Callable[[float], float] = lambda r: r, min_rounds: int = MIN_ROUNDS, max_rounds: int = 40,
                   budget_s: float = 30.0) -> Interval:
-    """The interval of step(num)/step(den) over ABBA rounds of two warm steps. After ``min_rounds``, stop
-    as soon as the interval of ``value(ratio)`` (increasing, e.g. r − 1 for an overhead) is on one side
+    """The median of step(num)/step(den) over ABBA rounds of two warm steps, with its 95 % interval
+    (``Interval.of_ratios``). After ``min_rounds`` (at least ``MIN_ROUNDS``: fewer have no such interval),
+    stop as soon as the interval of ``value(ratio)`` (increasing, e.g. r − 1 for an overhead) is on one side
     of ``goal``, or after ``max_rounds`` rounds or ``budget_s`` seconds, whichever comes first."""
+    min_rounds = max(min_rounds, MIN_ROUNDS)
     started, ratios = time.perf_counter(), []
-    while len(ratios) < max_rounds:
+    while len(ratios) < max(max_rounds, min_rounds):
         ratios.append(abba_round(num, den, len(ratios), device))
         if len(ratios) < min_rounds:
             continue

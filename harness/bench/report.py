@@ -111,9 +111,12 @@ def _peers(peers: list[PeerOutcome]) -> list[str]:
     if not peers:
         return []
     lines = ["", f"## Peers (same shape, T = {peers[0].ours.seq_len}, same process)", "",
-             "posbench ÷ peer = peer step / posbench step, from ABBA rounds (the two timed back to back in "
-             "alternating order) until the 95 % interval is on one side of 1.2 or the rounds' budget is spent; "
-             "the verdict is met only when the whole interval is ≥ 1.2. GFLOP columns show where a peer does "
+             "posbench ÷ peer = peer step / posbench step: the median of ABBA rounds (the two timed back to back "
+             "in alternating order) with its distribution-free 95 % interval (order statistics, 6 rounds or more), "
+             "run until the interval is on one side of 1.2 or the rounds' budget is spent; the verdict is met only "
+             "when the whole interval is ≥ 1.2. The tokens/s columns are each cell's own timed steps, measured "
+             "apart before the rounds (a drifting machine moves them; the rounds cancel it). GFLOP columns show "
+             "where a peer does "
              "different work at the same shape (notes below). Ceiling: posbench ÷ peer if every op of posbench's "
              "step other than its matrix-multiply and fused-attention kernels took no time (their share of the "
              "step profiled after the rounds, CPU only); below 1.2, no fusion of the other ops can meet the goal "
@@ -137,8 +140,9 @@ def _targets(targets: list[Outcome]) -> list[str]:
     if not targets:
         return []
     lines = ["", "## Targets", "",
-             "Each target reports its 95 % interval; the verdict is met only when the whole interval satisfies "
-             "the goal, not met when none of it does, unresolved when it straddles the goal.", "",
+             "Each target reports its 95 % interval (paired step-time ratios and MFU: the median of the rounds "
+             "with its order-statistic interval, harness/bench/stats.py); the verdict is met only when the whole "
+             "interval satisfies the goal, not met when none of it does, unresolved when it straddles the goal.", "",
              "| target | goal | measured | 95 % interval | verdict | how | check |", "|---|---|---:|---|---|---|---|"]
     for t in targets:
         value, interval = _interval(t.interval, t.goal.format)

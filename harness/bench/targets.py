@@ -22,7 +22,7 @@ from harness.bench.measure import time_call
 from harness.bench.pairing import paired_rounds
 from harness.bench.profiled import Breakdown, breakdown, kernel_share, op_times, paired_op_times, positional_share
 from harness.bench.session import Result, Session
-from harness.bench.stats import Goal, Interval, Verdict
+from harness.bench.stats import MIN_ROUNDS, Goal, Interval, Verdict
 
 
 @dataclass
@@ -117,7 +117,7 @@ class MfuTarget(Target):
         a = torch.randn(n, n, device=o.device, dtype=dtype)
         matmul = partial(torch.matmul, a, a)
         mfus, started = [], time.perf_counter()
-        while len(mfus) < 3 or (not self.goal.resolved(Interval.of_ratios(mfus))
+        while len(mfus) < MIN_ROUNDS or (not self.goal.resolved(Interval.of_ratios(mfus))
                                 and time.perf_counter() - started < self.budget_s):
             seconds = time_call(step, o.device)
             peak = 2 * n**3 / min(time_call(matmul, o.device) for _ in range(2))
