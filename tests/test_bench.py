@@ -78,9 +78,15 @@ def test_peak_rss_sees_an_allocation():
 
 
 @pytest.mark.slow
-def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store):
+def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
+    from harness.bench import cli
+
+    # the commit is read once, when the run starts: writing into a tracked --out (results/bench) makes the
+    # tree dirty, and the report said "-dirty" of a clean commit
+    described = iter(["c0ffee", "c0ffee-dirty"])
+    monkeypatch.setattr(cli, "git_sha", lambda: next(described))
     code = main(["--pos", "none,rope", "--attn", "softmax", "--lengths", "32,64", "--tokens", "128",
                  "--repeats", "1", "--no-peers", "--no-targets", "--out", str(tmp_path)])
     assert code == 0
@@ -92,6 +98,8 @@ def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store):
     report = (tmp_path / "README.md").read_text()
     assert "| none | softmax | 32 |" in report
     assert f"Allocator: {allocator.setting()} (harness/allocator.py)." in report
+    assert f"torch {torch.__version__}, commit c0ffee. " in report
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("bench").experiment_id])
     assert len(runs) == 4 and all(r.data.metrics["tokens_per_s"] > 0 for r in runs)
+    assert {r.data.tags["git_sha"] for r in runs} == {"c0ffee"}

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: nothing was measured (every cell was refused or failed); no report written", file=sys.stderr)
         return 2
     write_report(args.out, report)
-    log_results(args.tracking_uri, rows, report.peak, args.device)
+    log_results(args.tracking_uri, rows, report.peak, args.device, report.commit)
     errors = [r for r in rows if r.status == "error"]
     print(f"done in {report.seconds:.0f} s; report in {args.out}"
           + (f"; {len(errors)} cell(s) failed (see the report)" if errors else ""))
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: Args, command: str) -> Report:
-    started = time.perf_counter()
+    started, commit = time.perf_counter(), git_sha()
     peak = matmul_peak_flops(args.device, (4096, 8192) if args.device == "cuda" else (2048, 4096))
     print(f"peak {'bf16' if args.device == 'cuda' else 'fp32'} matmul: {peak.flops / 1e9:,.1f} GFLOP/s at "
           f"n={peak.n}; {torch.get_num_threads()} threads")
@@ -146,7 +146,7 @@ def run(args: Args, command: str) -> Report:
     targets = [t.evaluate(session) for t in targets_for(args.device, args.tokens) if args.targets]
     for o in targets:
         print(f"  target {o.label}: {o.verdict} ({o.method})", flush=True)
-    return Report(grid, peers, targets, peak, args.device, time.perf_counter() - started, command)
+    return Report(grid, peers, targets, peak, args.device, time.perf_counter() - started, command, commit)
 
 
 def _lengths_of(session: Session, args: Args, pos: str, attn: str) -> list[Result]:
@@ -162,11 +162,12 @@ def _lengths_of(session: Session, args: Args, pos: str, attn: str) -> list[Resul
     return results
 
 
-def log_results(uri: str | None, results: list[Result], peak: Peak, device: str) -> None:
-    """One MLflow run per measured cell in experiment ``bench``, tagged with a shared bench_id."""
+def log_results(uri: str | None, results: list[Result], peak: Peak, device: str, sha: str) -> None:
+    """One MLflow run per measured cell in experiment ``bench``, tagged with a shared bench_id and the commit
+    measured (``sha``)."""
     import uuid
 
-    bench_id, sha = uuid.uuid4().hex[:12], git_sha()
+    bench_id = uuid.uuid4().hex[:12]
     for r in results:
         if r.status == "skipped":
             continue

@@ -10,7 +10,6 @@ from pathlib import Path
 import torch
 
 from harness import allocator
-from harness.bench.internals import git_sha
 from harness.bench.measure import Peak
 from harness.bench.profiled import KERNEL_OPS, Breakdown
 from harness.bench.session import Result
@@ -27,6 +26,7 @@ class Report:
     device: str
     seconds: float
     command: str
+    commit: str  # git describe when the run started (writing the report dirties a tracked --out)
 
     def rows(self) -> list[Result]:
         """Each measured cell once, in first-seen order (a cell may appear in grid, peers and targets)."""
@@ -80,7 +80,7 @@ def _header(report: Report) -> list[str]:
     return [
         "# Benchmark: cost of each scheme × attention cell", "",
         f"Regenerate: `{report.command}` (took {report.seconds:.0f} s).", "",
-        f"Device: {device_name(report.device)}. torch {torch.__version__}, commit {git_sha()}. Measured peak "
+        f"Device: {device_name(report.device)}. torch {torch.__version__}, commit {report.commit}. Measured peak "
         f"(best {kind} square matmul, n = {report.peak.n}): {report.peak.flops / 1e9:,.1f} GFLOP/s. "
         f"Allocator: {allocator.setting()} (harness/allocator.py).", "",
         "Step = forward + backward with a cross-entropy loss, median of the timed repeats (up to --repeats, fewer "
