@@ -74,13 +74,16 @@ def markdown(r: Report, plots: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# after an order gain: whether the model uses word order (None: it cannot — NoPE in a bidirectional model)
+ORDER_MARK = {None: " (NoPE, bidirectional: none by construction)", True: "", False: " ⚠ not yet using order"}
+
+
 def order_gain(g: Group, min_gain: float) -> str:
     """The group's order gain, marked when the model does not (yet) use word order."""
     using = g.using_order(min_gain)
     if g.order_gain.mean is None:
         return "—"
-    mark = {None: " (no order signal: NoPE, bidirectional)", True: "", False: " ⚠ not yet using order"}[using]
-    return g.order_gain.fmt(3) + mark
+    return g.order_gain.fmt(3) + ORDER_MARK[using]
 
 
 def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
@@ -160,9 +163,7 @@ def console_summary(r: Report) -> str:
 def _cell_order_gain(c: Cell, min_gain: float) -> str:
     if c.order_gain is None:
         return "—"
-    if c.order_signal == "none":
-        return f"{c.order_gain:.3f} (NoPE, bidirectional: none by construction)"
-    return f"{c.order_gain:.3f}" + (" ⚠ not yet using order" if c.order_gain < min_gain else "")
+    return f"{c.order_gain:.3f}" + ORDER_MARK[None if c.order_signal == "none" else c.order_gain >= min_gain]
 
 
 def headline_metrics(cells: list[Cell]) -> dict[str, float]:
