@@ -2,22 +2,12 @@
 
 ``python run.py --check [overrides]`` validates a config (or, with -m, every cell of a sweep) without
 training; ``python run.py --matrix`` (or ``--matrix=md``) prints which pos × attn pairings train.
+An installed copy (``pip install .``) has the same command as ``posbench``: both are harness/main.py.
 """
 
 import sys
 
-import hydra
-from omegaconf import DictConfig
-
-from harness.allocator import keep_freed_memory
-from harness.cli import entry, run_job
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> float | None:
-    return run_job(cfg)
-
+from harness.main import main
 
 if __name__ == "__main__":
-    keep_freed_memory()  # freed tensors reused by the next step, not page-faulted in again (harness/allocator.py)
-    sys.exit(entry(sys.argv, main))  # Hydra's own errors, too, become one line naming the fix
+    sys.exit(main())

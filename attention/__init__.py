@@ -5,3 +5,17 @@ variant (conf/attn/<name>.yaml ↔ attention/<name>.py), including the kernelize
 
 May import: positional (its interface types), and the ground (harness.errors).
 """
+
+from attention.base import AttentionContext, AttentionVariant, check_pairing
+from attention.kernelized import KernelizedAttention
+from attention.linear import Linear
+from attention.local import Local
+from attention.performer import Performer
+from attention.softmax import Softmax
+
+__all__ = [
+    # the interface (attention.base)
+    "AttentionVariant", "AttentionContext", "KernelizedAttention", "check_pairing",
+    # the variants, one per conf/attn/<name>.yaml
+    "Softmax", "Local", "Linear", "Performer",
+]

@@ -9,9 +9,10 @@ Rooms (each says in its ``__init__`` what it owns and which rooms it may import)
   sweep/     multirun: the sweep's parent run, one cell per job, the report at the end
   bench/     benchmarks (``python -m harness.bench``)
 
-and three modules: ``train`` (the pipeline of one run), ``cli`` (entry-point plumbing: one-line
-errors, ``--check``, ``--matrix``) and ``scaleout`` (DDP ranks in Hydra multiruns, batch geometry).
+and four modules: ``main`` (the ``posbench`` command, which ``python run.py`` also is), ``train`` (the
+pipeline of one run), ``cli`` (entry-point plumbing: one-line errors, ``--check``, ``--matrix``) and
+``scaleout`` (DDP ranks in Hydra multiruns, batch geometry).
 ``errors`` and ``paths`` are the ground every room may stand on. Imports flow one way:
-cli → sweep → train → config/record → model → data → errors/paths; ``tests/test_architecture.py``
+main → cli → sweep → train → config/record → model → data → errors/paths; ``tests/test_architecture.py``
 fails on any import circle.
 """

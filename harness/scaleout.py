@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
-from harness.paths import ROOT
+from harness.paths import ROOT, in_checkout
 
 # What a DDP job leaves behind in the process environment (Lightning's subprocess launcher and
 # seed_everything set these, plus OMP_NUM_THREADS when it was unset): restored after each job.
@@ -139,8 +139,7 @@ def _start_ranks(trainer) -> list[subprocess.Popen]:
 def rank_command(task_overrides: list[str], output_dir: str, config_name: str | None) -> list[str]:
     """``python run.py <the job's own overrides>`` as a single run into the job's output dir (not
     the sweep's argv, which sys.argv still holds in-process and a joblib worker does not hold at all)."""
-    script = ROOT / "run.py"
-    entry = [str(script)] if script.exists() else ["-m", "run"]  # an installed copy: the run module
+    entry = [str(ROOT / "run.py")] if in_checkout() else ["-m", "harness.main"]  # installed: posbench's module
     return [sys.executable, *entry, *([f"--config-name={config_name}"] if config_name else []), *task_overrides,
             f'hydra.run.dir="{output_dir}"',  # quoted: any path parses
             "hydra.output_subdir=null"]  # rank 0 wrote the job's .hydra/

@@ -5,3 +5,27 @@ every scheme (conf/pos/<name>.yaml ↔ positional/<name>.py), with their pure ma
 
 May import: nothing of the project but the ground (harness.errors).
 """
+
+from positional.alibi import ALiBi
+from positional.base import FarField, LogitBias, PositionalBias, PositionalScheme, RelativeBias, Rotary, Shape
+from positional.cope import CoPE
+from positional.fire import Fire
+from positional.kerple import Kerple
+from positional.learned import Learned
+from positional.none import NoPosition
+from positional.p_rope import PRope
+from positional.rope import Rope
+from positional.rope_scaling import RopeScaling
+from positional.rope_trainable import RopeTrainable
+from positional.sinusoidal import Sinusoidal
+from positional.t5 import T5Bias
+from positional.xl import TransformerXL
+from positional.xpos import XPos
+
+__all__ = [
+    # the interface (positional.base)
+    "PositionalScheme", "Shape", "Rotary", "LogitBias", "RelativeBias", "PositionalBias", "FarField",
+    # the schemes, one per conf/pos/<name>.yaml
+    "ALiBi", "CoPE", "Fire", "Kerple", "Learned", "NoPosition", "PRope", "Rope", "RopeScaling", "RopeTrainable",
+    "Sinusoidal", "T5Bias", "TransformerXL", "XPos",
+]

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from harness.errors import ConfigError
-from harness.paths import CONF, ROOT
+from harness.paths import CONF, project_root
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -83,11 +83,12 @@ def tune_command(args) -> int:
     out = writable_out(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
-    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    root = project_root()
+    shown = out.relative_to(root) if out.is_relative_to(root) else out
     regenerate = f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
     for path in tune.write(client, sweep, out, regenerate):
         print(path)
-    if out.parent == ROOT / "results":  # a committed report: refresh the index, as `paper` does
+    if out.parent == root / "results":  # a committed report: refresh the index, as `paper` does
         from results.paper import write_index
 
         write_index(out.parent)
@@ -108,7 +109,7 @@ def paper_command(args) -> int:
     if args.scale not in scales:
         raise ConfigError(f"--scale {args.scale}: preset {args.preset} has no such scale; use one of "
                           f"{', '.join(scales)}")
-    args.out = writable_out(args.out or ROOT / "results" / args.preset)
+    args.out = writable_out(args.out or project_root() / "results" / args.preset)
     return paper_main(args)
 
 

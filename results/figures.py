@@ -15,9 +15,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from harness.paths import project_root
 from positional.rope import rope_inv_freq
-
-RESULTS = Path(__file__).resolve().parent
 
 
 def rope_decay_bound(distances: Tensor, head_dim: int = 128, base: float = 10000.0) -> Tensor:
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("name", choices=sorted(FIGURES))
     parser.add_argument("--out", type=Path, default=None, help="output folder (default results/<name>)")
     args = parser.parse_args(argv)
-    out = args.out or RESULTS / args.name
+    out = args.out or project_root() / "results" / args.name
     FIGURES[args.name](out)
     print(f"wrote {out}")
 

@@ -128,10 +128,11 @@ def _variant(cell: str) -> str:
 
 def regenerate_command(sweep: Sweep, out_dir=None) -> str:
     """The command that rewrites this report where it is being written (relative to the project root
-    when inside it); without out_dir, results/<experiment>/."""
-    from pathlib import Path
+    when inside it: the checkout, or the working directory of an installed copy); without out_dir,
+    results/<experiment>/."""
+    from harness.paths import project_root
 
-    root = Path(__file__).resolve().parents[1]
+    root = project_root()
     out = Path(out_dir).resolve() if out_dir is not None else root / "results" / sweep.experiment
     shown = out.relative_to(root) if out.is_relative_to(root) else out
     flag = f" --sweep {sweep.sweep_id}" if sweep.sweep_id else ""

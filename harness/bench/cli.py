@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from harness.bench.cells import PEERS, Spec, available
-from harness.bench.internals import ROOT, git_sha, log_cell_run
+from harness.bench.internals import git_sha, log_cell_run, project_root
 from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
@@ -70,7 +70,7 @@ def _parser() -> _Parser:
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--no-targets", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
-    p.add_argument("--out", default=str(ROOT / "bench-out"), help="report folder (default bench-out/; "
+    p.add_argument("--out", default=str(project_root() / "bench-out"), help="report folder (default bench-out/; "
                    "results/bench/ holds the committed report and is written only when named here)")
     p.add_argument("--tracking-uri", default=None, help="default: as run.py ($MLFLOW_TRACKING_URI or ./mlflow.db)")
     return p

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.errors import IncompatiblePairing
-from harness.paths import ROOT
+from harness.paths import ROOT, in_checkout
 from harness.record.store import Store
 
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
@@ -53,6 +53,15 @@ def process_tags() -> dict[str, str]:
 
 
 def git_sha() -> str:
+    """The checkout's commit (``-dirty`` with local edits); an installed copy names its version instead: git run
+    from site-packages would describe whatever repository holds the virtual environment."""
+    if not in_checkout():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"installed {version('posbench')}"
+        except PackageNotFoundError:
+            return "unknown"
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
                              capture_output=True, text=True, timeout=10)

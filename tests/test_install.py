@@ -1,0 +1,161 @@
+"""posbench as a user installs it: a plain (non-editable) ``pip install .`` into a fresh virtual environment,
+then the ``posbench`` command and ``python -m results`` from a directory that is not the checkout.
+
+The environment sees the system's site-packages (torch, lightning, ... are reused: no network), which also
+hold the checkout's editable install; the first test checks that the copy imported is the installed one.
+pip builds in the source tree (build/, *.egg-info), so it installs a copy of the sources, never the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, TINY
+
+HEAVY = {"lightning", "pytorch_lightning", "mlflow", "hydra", "omegaconf"}
+HYDRA_FULL = "HYDRA_FULL_ERROR"
+
+
+def pyproject() -> dict:
+    from setuptools.config.pyprojecttoml import read_configuration  # tomllib is Python 3.11+
+
+    return read_configuration(ROOT / "pyproject.toml", expand=False)
+
+
+@dataclass
+class Installed:
+    python: Path  # the environment's interpreter
+    posbench: Path  # its console script
+    site: Path  # its site-packages
+    cwd: Path  # where the commands run: neither the checkout nor the environment
+
+    def run(self, *argv: str | Path, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI", HYDRA_FULL)}
+        return subprocess.run([str(a) for a in argv], cwd=self.cwd, env={**env, "OMP_NUM_THREADS": "1"},
+                              capture_output=True, text=True, timeout=timeout)
+
+
+def copy_sources(dest: Path) -> Path:
+    """pyproject.toml, README.md and the top-level folders its package list names, without build debris."""
+    config = pyproject()
+    tops = {name.split(".")[0] for name in config["tool"]["setuptools"]["packages"]["find"]["include"]}
+    dest.mkdir()
+    for name in ("pyproject.toml", config["project"]["readme"]):
+        shutil.copy2(ROOT / name, dest / name)
+    for top in sorted(tops):
+        shutil.copytree(ROOT / top, dest / top, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    base = tmp_path_factory.mktemp("install")
+    src = copy_sources(base / "src")
+    venv = base / "venv"
+    # no pip of its own: the system's pip and setuptools (seen through --system-site-packages) build and install
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--disable-pip-version-check", str(src)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    cwd = base / "elsewhere"
+    cwd.mkdir()
+    return Installed(python, venv / "bin" / "posbench", site, cwd)
+
+
+@pytest.fixture(scope="module")
+def trained(installed) -> Installed:
+    """A two-cell sweep, no store named: the store, outputs and multirun must land in the working directory.
+    (A single run starts the same way, through harness/main.py; tests/test_cli.py trains one.)"""
+    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0", "pos=rope,none")
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    return installed
+
+
+def test_import_positional_and_attention_without_the_harness_stack():
+    """The maths rooms are a library: importing them loads no Lightning, MLflow, Hydra or OmegaConf."""
+    code = ("import sys, positional, attention\n"
+            "from positional import Rope, ALiBi, T5Bias, PositionalScheme, Shape\n"
+            "from attention import Softmax, Local, Performer, Linear, AttentionVariant, AttentionContext\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not HEAVY & set(done.stdout.split())
+    import attention
+    import positional
+
+    for package in (positional, attention):
+        assert package.__doc__.startswith("Room:")
+        assert all(hasattr(package, name) for name in package.__all__)
+
+
+@pytest.mark.slow
+def test_the_installed_copy_is_imported_and_finds_its_conf(installed):
+    code = ("import harness, positional, attention, results, hydra_plugins.posbench_sweeper as plugin\n"
+            "from harness.paths import CONF, project_root\n"
+            "from hydra.core.plugins import Plugins\n"
+            "from hydra.plugins.sweeper import Sweeper\n"
+            "names = {p.__module__ for p in Plugins.instance().discover(Sweeper)}\n"
+            "for m in (harness, positional, attention, results, plugin): print(m.__file__)\n"
+            "print(CONF / 'config.yaml'); print(project_root()); print('hydra_plugins.posbench_sweeper' in names)")
+    done = installed.run(installed.python, "-c", code)
+    assert done.returncode == 0, done.stderr
+    *files, config, root, discovered = done.stdout.split("\n")[:-1]
+    for file in [*files, config]:
+        assert Path(file).is_relative_to(installed.site), file  # not the checkout's editable install
+    assert Path(config).is_file()
+    assert Path(root) == installed.cwd  # runs write here, not into site-packages
+    assert discovered == "True"  # Hydra finds the sweeper of experiment=tune_lr in the installed namespace
+
+
+@pytest.mark.slow
+def test_posbench_matrix_from_another_directory(installed):
+    done = installed.run(installed.posbench, "--matrix")
+    assert done.returncode == 0, done.stderr
+    assert "rope" in done.stdout and "softmax" in done.stdout
+
+
+@pytest.mark.slow
+def test_posbench_check_composes_from_the_installed_conf(installed):
+    done = installed.run(installed.posbench, "--check", "pos=t5", "attn=local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: pos=t5 attn=local" in done.stdout
+    assert f"store sqlite:///{installed.cwd / 'mlflow.db'}" in done.stdout
+    refused = installed.run(installed.posbench, "--check", "pos=nope")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: "), refused.stderr
+
+
+@pytest.mark.slow
+def test_posbench_trains_into_the_working_directory(trained):
+    from mlflow.tracking import MlflowClient
+
+    db = trained.cwd / "mlflow.db"
+    assert db.is_file() and (trained.cwd / "multirun").is_dir()
+    assert not (trained.site / "mlflow.db").exists() and not (trained.site / "multirun").exists()
+    client = MlflowClient(f"sqlite:///{db}")
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    cells = {r.data.tags["pos"]: r for r in runs if "pos" in r.data.tags}
+    assert set(cells) == {"rope", "none"}
+    assert {r.info.status for r in runs} == {"FINISHED"}  # both cells and the sweep's parent run
+    version = pyproject()["project"]["version"]
+    assert cells["rope"].data.tags["git_sha"] == f"installed {version}"  # not the commit of a repository around it
+
+
+@pytest.mark.slow
+def test_results_commands_read_the_store_of_the_working_directory(trained):
+    helped = trained.run(trained.python, "-m", "results", "--help")
+    assert helped.returncode == 0 and "report" in helped.stdout and "paper" in helped.stdout, helped.stderr
+    done = trained.run(trained.python, "-m", "results", "report", "--out", "results/posbench")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (trained.cwd / "results" / "posbench" / "report.md").read_text()
+    assert "pos=none" in report and "pos=rope" in report
+    assert "--out results/posbench/`" in report  # the regenerate line, relative to the working directory
