@@ -11,10 +11,8 @@ May import: harness.config, harness.record, harness.model, harness.data, harness
 from __future__ import annotations
 
 import platform
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -110,8 +108,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         results = ev.evaluate_task(built.module, task, corpus, checked.data.batch_size)
         run.log_scalars(ev.task_metrics(results), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
-        if results.depths:
-            run.log_files(depth_files(results.depths, task.depth_bins))
+        run.log_files(task.artifacts(results))  # the task's own files (harness/data/tasks/base.py)
     elif built.owner and lengths:
         from harness.model.extrapolation import evaluate_extrapolation  # lazy: matplotlib
 
@@ -128,15 +125,6 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         diagnostics = attention_diagnostics(built.model, plain)
         run.log_scalars(diagnostics.metrics(), step)
         run.log_files(diagnostics.files(), "diagnostics")
-
-
-def depth_files(records: list[tuple[int, int, bool]], bins: int) -> dict[str, bytes]:
-    """passkey_depth.csv and .png (accuracy by length × depth bin), as bytes for the run's artifacts."""
-    from harness.data.tasks import write_depth_table  # lazy: matplotlib, for passkey runs only
-
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = write_depth_table(records, Path(tmp), n_bins=bins)
-        return {path.name: path.read_bytes() for path in paths}
 
 
 def order_signal(scheme, causal: bool) -> str:

@@ -1,10 +1,12 @@
 """Synthetic tasks (harness/data/tasks) and the order-shuffling helper (harness/data/shuffle.py):
 deterministic from (seed, index), exact formats decoded literally, labels only where intended,
-exact match, padding, the passkey depth table, and a tiny model that learns copy."""
+exact match, padding, per-example outcomes, the passkey depth table and its artifacts hook, and a tiny
+model that learns copy."""
 
 from __future__ import annotations
 
 import csv
+import io
 import re
 
 import numpy as np
@@ -14,11 +16,15 @@ from torch import nn
 
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
 from harness.data.shuffle import real_permutation, shuffle_tokens, shuffle_within_window
-from harness.data.tasks import AssociativeRecall, Copy, MissingDuplicate, Passkey, Reverse, collate, exact_match
-from harness.data.tasks.passkey import NEEDLE, QUESTION, depth_table, write_depth_table
+from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, collate, exact_match
+from harness.data.tasks.associative_recall import AssociativeRecall
+from harness.data.tasks.copy import Copy
+from harness.data.tasks.missing_duplicate import MissingDuplicate
+from harness.data.tasks.passkey import NEEDLE, QUESTION, Passkey, depth_table, write_depth_table
+from harness.data.tasks.reverse import Reverse
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
-from tests.conftest import ROOT, compose
+from tests.helpers import ROOT, assert_figure, compose
 
 MASK, PAD = 257, 256
 # Filler without digits, so the key's digits are the only ones in a passkey example.
@@ -53,6 +59,10 @@ def all_tasks(filler=FILLER):
             (Passkey(form="encoder", train_lengths=[130, 160], eval_lengths=[140, 640]), filler)]
 
 
+def task_id(x) -> str:
+    return f"{x.config_name()}-{x.form}" if isinstance(x, SyntheticTask) else ""  # the filler: no id
+
+
 # --- configs ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", TASKS)
@@ -62,7 +72,8 @@ def test_each_config_builds_its_task(name):
     assert (ROOT / "conf" / "task" / f"{name}.yaml").exists()
     cfg = compose([f"task={name}"])
     task = instantiate(cfg.task, tokenizer=instantiate(cfg.tokenizer))
-    assert task.name == name and task.causal == (task.form == "causal")
+    assert task.config_name() == name and task.causal == (task.form == "causal")
+    assert type(task).__module__ == f"harness.data.tasks.{name}"  # conf/task/<name>.yaml ↔ tasks/<name>.py
     assert task.eval_lengths[-1] >= 4 * task.train_lengths[1]
     assert task.tokens_for(task.train_lengths[1]) > task.train_lengths[0]
 
@@ -95,7 +106,7 @@ def test_bad_arguments_are_refused_with_the_fix(build, message):
 
 # --- determinism, lengths, sizes --------------------------------------------------------------
 
-@pytest.mark.parametrize("task, filler", all_tasks(), ids=lambda x: getattr(x, "name", "") + getattr(x, "form", ""))
+@pytest.mark.parametrize("task, filler", all_tasks(), ids=task_id)
 def test_examples_are_pure_functions_of_seed_and_index(task, filler):
     ds = task.train_dataset(seed=3, n=12, filler=filler)
     backwards = [ds[i] for i in reversed(range(12))][::-1]
@@ -112,7 +123,7 @@ def test_examples_are_pure_functions_of_seed_and_index(task, filler):
     assert all(not torch.equal(e["input_ids"], ev[i]["input_ids"]) for i, e in enumerate(train_max))
 
 
-@pytest.mark.parametrize("task, filler", all_tasks(), ids=lambda x: getattr(x, "name", "") + getattr(x, "form", ""))
+@pytest.mark.parametrize("task, filler", all_tasks(), ids=task_id)
 def test_lengths_in_range_and_tokens_for_is_the_sequence_length(task, filler):
     lo, hi = task.train_lengths
     ds = task.train_dataset(seed=0, n=200, filler=filler)
@@ -271,13 +282,36 @@ def test_depth_table_and_files_hold_the_right_numbers(tmp_path):
     assert rows[15] == {"length": "400", "depth_lo": "50", "depth_hi": "60", "n": "2", "correct": "2",
                         "accuracy": "1.000000"}
     assert rows[3]["n"] == "0" and rows[3]["accuracy"] == ""
-    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    import matplotlib.image
-
-    assert matplotlib.image.imread(png_path).shape[0] > 100
+    image = assert_figure(png_path)
+    assert image.shape[0] > image.shape[1]  # 10 depth bins down, 2 lengths across: taller than wide
 
 
-# --- order shuffling (issue 16, item 1) -------------------------------------------------------
+def test_passkey_artifacts_hook_writes_the_depth_table_of_the_scored_examples(tmp_path):
+    records = [(100, 5, True), (100, 95, False), (400, 15, False), (400, 55, True)]
+    results = TaskResults(examples=[ScoredExample(n, c, {"depth": d}) for n, d, c in records])
+    files = Passkey(train_lengths=[130, 200], eval_lengths=[800], depth_bins=2).artifacts(results)
+    assert set(files) == {"passkey_depth.csv", "passkey_depth.png"}
+    rows = list(csv.DictReader(io.StringIO(files["passkey_depth.csv"].decode())))
+    assert [(r["length"], r["depth_lo"], r["n"], r["correct"]) for r in rows] == [
+        ("100", "0", "1", "1"), ("100", "50", "1", "0"), ("400", "0", "1", "0"), ("400", "50", "1", "1")]
+    assert_figure(files["passkey_depth.png"])
+    assert Passkey(train_lengths=[130, 200], eval_lengths=[800]).artifacts(TaskResults()) == {}  # all skipped
+    assert Copy().artifacts(results) == {}  # a task without files of its own
+
+
+def test_evaluation_keeps_each_examples_length_outcome_and_extras():
+    from harness.model.evaluate import scored_examples
+
+    task = Passkey(train_lengths=[130, 200], eval_lengths=[800])
+    examples = [task.eval_dataset(length, n=2, filler=FILLER)[i] for length in (130, 140) for i in range(2)]
+    got = scored_examples(task.collate(examples), torch.tensor([True, False, False, True]))
+    assert got == [ScoredExample(e["length"], c, {"depth": e["depth"]})
+                   for e, c in zip(examples, [True, False, False, True], strict=True)]
+    blank = MissingDuplicate().eval_dataset(5, n=1)[0]
+    assert scored_examples(collate([blank], PAD), torch.tensor([True]))[0].extras == {"blank": blank["blank"]}
+
+
+# --- order shuffling -------------------------------------------------------
 
 def test_real_permutation_moves_only_real_positions():
     valid = torch.tensor([True] * 6 + [False] * 3)

@@ -67,3 +67,18 @@ def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed
                        collate_fn=task.collate, generator=torch.Generator().manual_seed(seed)),
             DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,
                        collate_fn=PairCollate(task.collate), generator=torch.Generator().manual_seed(seed)))
+
+
+def without_full_masks(batch: dict) -> dict:
+    """``batch`` with a key_padding_mask that masks nothing replaced by None (validation's pairs of batches
+    too), decided where the batch is collated, on the host: the model never reads a tensor's value, which
+    on a GPU would wait for every queued kernel, and attention given no mask builds and applies none."""
+    if "key_padding_mask" not in batch:
+        return {k: without_full_masks(v) if isinstance(v, dict) else v for k, v in batch.items()}
+    mask = batch["key_padding_mask"]
+    return {**batch, "key_padding_mask": None} if mask is not None and bool(mask.all()) else batch
+
+
+def on_device(batch: dict, device) -> dict:
+    """A collated batch on ``device``, without a mask that masks nothing (``without_full_masks``)."""
+    return {k: None if v is None else v.to(device) for k, v in without_full_masks(batch).items()}

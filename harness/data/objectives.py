@@ -1,13 +1,14 @@
-"""Training objectives on text (conf/task mlm, clm): how a window of tokens becomes inputs and labels.
+"""What every task offers the pipeline (``Task``), and the training objectives on text (conf/task mlm, clm).
 
-Every task — these two and the synthetic ones of harness/data/tasks/ — offers the same protocol to
-the pipeline (``TextObjective`` here, ``SyntheticTask`` there): ``causal``; ``sequence_tokens(seq_len)``,
-the longest training sequence (the model's max length); ``check_corpus(train_bytes, val_bytes)``;
-``training_data`` / ``validation_data`` (datasets) and ``collate``; ``scores_sequences`` (exact-match
-accuracy is meaningful). Labels use -100 (PyTorch's ignore_index) wherever no prediction is scored.
+A task is what a conf/task/<name>.yaml builds: one of the two text objectives here, or a synthetic task
+of harness/data/tasks/ (which adds evaluation by exact match: ``ScoredTask`` in harness/data/tasks/base.py).
+Labels use -100 (PyTorch's ignore_index) wherever no prediction is scored.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -18,6 +19,35 @@ from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
 
 
+@runtime_checkable
+class Task(Protocol):
+    """What validation (harness/config/validate.py), the build (harness/config/build.py) and the loaders
+    (harness/data/loaders.py) call on a task; Hydra builds it with the run's tokenizer as ``tokenizer=``."""
+
+    causal: bool  # the attention mask the model needs
+    scores_sequences: bool  # True: a ScoredTask (exact match per sequence: val/acc, val/acc_at_<L>)
+    collate: Callable[[list[dict]], dict[str, Tensor]] | None  # None: torch's default collate
+
+    @classmethod
+    def config_name(cls) -> str:
+        """The option that builds it: conf/task/<name>.yaml."""
+
+    def sequence_tokens(self, seq_len: int) -> int:
+        """The longest training sequence: the model's max length."""
+
+    def evaluation_tokens(self, eval_lengths: list[int]) -> list[int]:
+        """The sequence lengths the final evaluation scores (memory check)."""
+
+    def check_corpus(self, train_bytes: int, val_bytes: int, seq_len: int) -> None:
+        """Refuses (ConfigError) a corpus too small for the datasets it cuts."""
+
+    def training_data(self, corpus, seq_len: int, n: int, seed: int) -> Dataset:
+        """``n`` training examples, example i a pure function of (seed, i)."""
+
+    def validation_data(self, corpus, seq_len: int) -> Dataset:
+        """The validation set, the same at every validation."""
+
+
 class TextObjective:
     """Windows of a corpus (harness/data/windows.py), scored per token."""
 
@@ -25,6 +55,13 @@ class TextObjective:
     extra_tokens: int = 0
     scores_sequences = False
     collate = None  # torch's default collate: windows have one length
+
+    name: str  # two objectives share this module, so each declares its option name
+
+    @classmethod
+    def config_name(cls) -> str:
+        """conf/task/<name>.yaml: ``mlm`` or ``clm``."""
+        return cls.name
 
     def sequence_tokens(self, seq_len: int) -> int:
         return seq_len

@@ -6,8 +6,9 @@ byte-level tokenizers) at the final step. MLflow metric names may not contain ``
 ``_at_``. The model runs in eval mode, so a scheme's eval-time scaling (if any) applies.
 
 A synthetic task (harness/data/tasks/) is scored at each ``task.eval_lengths`` entry by exact match:
-``val/acc_at_<L>`` (and ``val/loss_at_<L>``, nats per answer token); passkey adds its accuracy by
-(length, depth) as ``passkey_depth.csv`` and ``passkey_depth.png``.
+``val/acc_at_<L>`` (and ``val/loss_at_<L>``, nats per answer token). Every example's outcome is kept
+with its integer fields (its length and the task's extras) in ``TaskResults.examples``, which the
+task's ``artifacts`` hook turns into files of its own.
 
 Rule for lengths a scheme cannot represent: the scheme refuses with a ConfigError (e.g.
 pos=learned beyond its table, see positional/learned.py); that length is recorded as not
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader
 
-from harness.data.tasks import exact_match
+from harness.data.loaders import on_device
+from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
@@ -105,7 +107,7 @@ def score_windows(module, windows, batch_size: int) -> WindowScores:
     loss_sum = count = 0
     with torch.no_grad():
         for batch in DataLoader(windows, batch_size=batch_size):
-            losses, scored = module.token_losses({k: v.to(module.device) for k, v in batch.items()})  # (B, T)
+            losses, scored = module.token_losses(on_device(batch, module.device))  # (B, T)
             loss_sum = loss_sum + losses.double().sum(0).cpu()  # (T,)
             count = count + scored.double().sum(0).cpu()
     return WindowScores(loss_sum, count)
@@ -122,15 +124,7 @@ def length_metrics(results: LengthResults, byte_level: bool, prefix: str = "") -
     return metrics
 
 
-@dataclass
-class TaskResults:
-    accuracy: dict[int, float] = field(default_factory=dict)  # exact-match accuracy per task length
-    losses: dict[int, float] = field(default_factory=dict)  # nats per answer token
-    skipped: dict[int, str] = field(default_factory=dict)
-    depths: list[tuple[int, int, bool]] = field(default_factory=list)  # (length, depth %, right): passkey
-
-
-def evaluate_task(module, task, corpus, batch_size: int) -> TaskResults:
+def evaluate_task(module, task: ScoredTask, corpus, batch_size: int) -> TaskResults:
     """Exact match of the final model at each ``task.eval_lengths`` entry."""
     results = TaskResults()
     module.eval()
@@ -145,18 +139,24 @@ def evaluate_task(module, task, corpus, batch_size: int) -> TaskResults:
 
 
 def _score_length(module, loader, length: int, results: TaskResults) -> None:
-    total, count, right, sequences, depths = 0.0, 0, 0, 0, []
+    total, count, right, sequences, examples = 0.0, 0, 0, 0, []
     with torch.no_grad():
         for batch in loader:
-            batch = {k: v.to(module.device) for k, v in batch.items()}
+            batch = on_device(batch, module.device)
             loss_sum, n, logits = module._scored(batch)
             correct = exact_match(logits, batch["labels"])
             total, count = total + float(loss_sum), count + int(n)
             right, sequences = right + int(correct.sum()), sequences + len(correct)
-            if "depth" in batch:
-                depths += [(length, int(d), bool(c)) for d, c in zip(batch["depth"], correct, strict=True)]
+            examples += scored_examples(batch, correct)
     results.accuracy[length], results.losses[length] = right / sequences, total / max(count, 1)
-    results.depths += depths
+    results.examples += examples  # only once the whole length is scored: a refused length leaves none
+
+
+def scored_examples(batch: dict, correct: torch.Tensor) -> list[ScoredExample]:
+    """One per row: its ``length``, exact match, and the task's other integer fields ((B,) each) as extras."""
+    ints = {k: v.tolist() for k, v in batch.items() if k not in FORM_FIELDS}
+    return [ScoredExample(ints["length"][i], right, {k: v[i] for k, v in ints.items() if k != "length"})
+            for i, right in enumerate(correct.tolist())]
 
 
 def task_metrics(results: TaskResults) -> dict[str, float]:

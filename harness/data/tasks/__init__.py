@@ -1,15 +1,25 @@
 """Position-sensitive synthetic tasks (conf/task/<name>.yaml), generated from the seed, no download.
 
-Owns: each task's layout and forms (base.py), the string tasks copy / reverse / missing_duplicate
-(strings.py), multi-query associative recall (recall.py), passkey retrieval and its accuracy-by-depth
-table (passkey.py). Imports only harness.data (objectives, tokenizer) and harness.errors; the
-training pipeline imports this package, never the other way round.
+Owns: one module per task, named as its option (conf/task/<name>.yaml ↔ harness/data/tasks/<name>.py,
+``SyntheticTask.config_name()``), what every task shares (base.py: forms, datasets, exact match, the
+``ScoredTask`` protocol and its ``TaskResults``), and the string helpers of copy and reverse (strings.py).
+Adding a task is one module (associative_recall.py is the smallest to copy), one YAML naming its class as
+``_target_`` and its tests; nothing here lists the tasks. Imports only harness.data (objectives,
+tokenizer) and harness.errors; the training pipeline imports this package, never the other way round.
 """
 
-from harness.data.tasks.base import EVAL_SEED, Layout, SyntheticTask, TaskExamples, collate, exact_match
-from harness.data.tasks.passkey import Passkey, depth_table, write_depth_table
-from harness.data.tasks.recall import AssociativeRecall
-from harness.data.tasks.strings import Copy, MissingDuplicate, Reverse
+from harness.data.tasks.base import (
+    EVAL_SEED,
+    FORM_FIELDS,
+    Layout,
+    ScoredExample,
+    ScoredTask,
+    SyntheticTask,
+    TaskExamples,
+    TaskResults,
+    collate,
+    exact_match,
+)
 
-__all__ = ["EVAL_SEED", "AssociativeRecall", "Copy", "Layout", "MissingDuplicate", "Passkey", "Reverse",
-           "SyntheticTask", "TaskExamples", "collate", "depth_table", "exact_match", "write_depth_table"]
+__all__ = ["EVAL_SEED", "FORM_FIELDS", "Layout", "ScoredExample", "ScoredTask", "SyntheticTask", "TaskExamples",
+           "TaskResults", "collate", "exact_match"]

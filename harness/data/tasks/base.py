@@ -11,20 +11,24 @@ and its *form* turns it into model inputs and labels:
 Every example is a pure function of (seed, split, length, index) through its own torch.Generator,
 as in harness/data/windows.py: the same across runs, resumes and DDP ranks.
 
+The final evaluation (harness/model/evaluate.py) scores each ``eval_lengths`` entry and hands the
+per-example outcomes (``TaskResults``) to the task's ``artifacts`` hook: the files it attaches to the
+run (passkey's accuracy by depth). A task is one module here, named as its conf/task/<name>.yaml.
+
 Notation: N layout length, T model sequence length (N - 1 causal, N encoder), B batch, V vocab.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from harness.data.objectives import IGNORE
+from harness.data.objectives import IGNORE, Task
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
 
@@ -32,6 +36,7 @@ FORMS = ("causal", "encoder")
 PRINTABLE = range(0x21, 0x7F)  # printable ASCII without space: one byte, one token, readable when decoded
 EVAL_SEED = 12345  # one fixed evaluation set for every run, seed and cell, so accuracies compare
 TRAIN, EVAL = 0, 1  # generator streams: an evaluation example never repeats a training example's draws
+FORM_FIELDS = ("input_ids", "labels", "key_padding_mask")  # (T,) each; an example's other fields are ints
 
 
 def example_generator(seed: int, stream: int, length: int, index: int) -> torch.Generator:
@@ -85,7 +90,7 @@ def collate(examples: list[dict], pad_id: int) -> dict[str, Tensor]:
     """Right-pads variable-length examples (positions start at 0 on the left): input_ids with
     ``pad_id``, labels with -100, key_padding_mask False; integer fields become (B,) tensors."""
     T = max(len(e["input_ids"]) for e in examples)
-    fill = {"input_ids": pad_id, "labels": IGNORE, "key_padding_mask": False}
+    fill = dict(zip(FORM_FIELDS, (pad_id, IGNORE, False), strict=True))
     batch = {}
     for key, value in examples[0].items():
         if key in fill:
@@ -112,6 +117,39 @@ def exact_match(logits: Tensor, labels: Tensor) -> Tensor:
     return right.all(dim=1)
 
 
+@dataclass(frozen=True)
+class ScoredExample:
+    """One evaluation example's outcome."""
+
+    length: int  # the task's own length
+    correct: bool  # exact match
+    extras: dict[str, int]  # the task's per-example ints (``Layout.extras``, e.g. passkey's depth)
+
+
+@dataclass
+class TaskResults:
+    """The final model's evaluation at each ``eval_lengths`` entry."""
+
+    accuracy: dict[int, float] = field(default_factory=dict)  # exact-match accuracy per task length
+    losses: dict[int, float] = field(default_factory=dict)  # nats per answer token
+    skipped: dict[int, str] = field(default_factory=dict)  # length -> why it was not scored (the scheme refused)
+    examples: list[ScoredExample] = field(default_factory=list)  # every scored example, in evaluation order
+
+
+@runtime_checkable
+class ScoredTask(Task, Protocol):
+    """A task scored by exact match per sequence (``scores_sequences``): what harness/model/evaluate.py and
+    harness/train.py call on it beyond ``Task``. ``SyntheticTask`` implements it."""
+
+    eval_lengths: tuple[int, ...]
+
+    def length_data(self, corpus, length: int) -> Dataset:
+        """The evaluation set at one length: ``val/acc_at_<length>``."""
+
+    def artifacts(self, results: TaskResults) -> dict[str, bytes]:
+        """Files (name -> bytes) attached to the MLflow run when training ends, from the final evaluation."""
+
+
 def _int_list(key: str, value) -> list[int]:
     """A config list (list, tuple or OmegaConf ListConfig) of plain integers."""
     items = None if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") else list(value)
@@ -124,11 +162,11 @@ class SyntheticTask:
     """Base class. A task's *length* is its own size parameter (the string length |w|, the number of
     key–value pairs, the passkey context in tokens); ``tokens_for(length)`` converts it to tokens.
 
-    Subclasses set ``name``, ``forms`` (the forms their papers define; the first is the default),
-    and implement ``layout_size`` and ``layout``; ``min_length``/``max_length`` bound the lengths.
+    Subclasses set ``forms`` (the forms their papers define; the first is the default), and implement
+    ``layout_size`` and ``layout``; ``min_length``/``max_length`` bound the lengths; ``artifacts`` adds
+    files to the run. associative_recall.py is the smallest whole task to copy.
     """
 
-    name: ClassVar[str]
     forms: ClassVar[tuple[str, ...]] = FORMS
     needs_filler: ClassVar[bool] = False  # passkey hides its key in corpus text
     scores_sequences: ClassVar[bool] = True  # exact match per sequence: val/acc, val/acc_at_<L>
@@ -138,10 +176,10 @@ class SyntheticTask:
                  eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
         self.tok = tokenizer if tokenizer is not None else ByteTokenizer()
         if not getattr(self.tok, "byte_level", False):
-            raise ConfigError(f"task={self.name} writes its symbols as bytes; use tokenizer=byte")
+            raise ConfigError(f"task={self.config_name()} writes its symbols as bytes; use tokenizer=byte")
         form = self.forms[0] if form is None else form
         if form not in self.forms:
-            raise ConfigError(f"task.form={form!r} is not a form of task={self.name}; use "
+            raise ConfigError(f"task.form={form!r} is not a form of task={self.config_name()}; use "
                               f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note()}")
         self.form = form
         self.train_lengths = self._check_train(train_lengths)
@@ -149,6 +187,11 @@ class SyntheticTask:
         if isinstance(eval_examples, bool) or not isinstance(eval_examples, int) or eval_examples <= 0:
             raise ConfigError(f"task.eval_examples={eval_examples!r} must be a positive integer, e.g. 128")
         self.eval_examples = eval_examples
+
+    @classmethod
+    def config_name(cls) -> str:
+        """conf/task/<name>.yaml pairs with harness/data/tasks/<name>.py."""
+        return cls.__module__.rsplit(".", 1)[-1]
 
     @property
     def causal(self) -> bool:
@@ -180,7 +223,7 @@ class SyntheticTask:
         if not lengths or lengths != sorted(set(lengths)):
             raise ConfigError(f"task.eval_lengths={lengths} must be a non-empty increasing list, e.g. [10,20,40,80]")
         self.check_lengths("task.eval_lengths", lengths)
-        need = 4 * self.train_lengths[1]  # issue 16: evaluate up to ≥ 4× the longest training length
+        need = 4 * self.train_lengths[1]  # length generalization is judged at ≥ 4× the longest training length
         if lengths[-1] < need:
             raise ConfigError(f"task.eval_lengths={lengths} must reach 4 × the longest training length "
                               f"({need}); add {need} or lower task.train_lengths")
@@ -190,12 +233,12 @@ class SyntheticTask:
         """Lengths (sorted) within [min_length, max_length]."""
         low = [n for n in lengths if n < self.min_length()]
         if low:
-            raise ConfigError(f"{key}={lengths}: {low} below task={self.name}'s shortest length "
+            raise ConfigError(f"{key}={lengths}: {low} below task={self.config_name()}'s shortest length "
                               f"{self.min_length()}; raise them")
         top = self.max_length()
         if top is not None and lengths[-1] > top:
-            raise ConfigError(f"{key}={lengths}: {lengths[-1]} exceeds task={self.name}'s longest length {top} "
-                              f"({self.max_length_reason()}); lower it")
+            raise ConfigError(f"{key}={lengths}: {lengths[-1]} exceeds task={self.config_name()}'s longest length "
+                              f"{top} ({self.max_length_reason()}); lower it")
 
     def max_length_reason(self) -> str:
         return ""
@@ -203,7 +246,7 @@ class SyntheticTask:
     def check_filler(self, filler: Tensor | None, longest: int) -> None:
         """Tasks that need filler text refuse a dataset built without it."""
         if filler is None:
-            raise ConfigError(f"task={self.name} hides its answer in filler text: build its datasets with "
+            raise ConfigError(f"task={self.config_name()} hides its answer in filler text: build its datasets with "
                               "filler=corpus.train (training) or filler=corpus.val (evaluation)")
 
     # --- sizes and examples -----------------------------------------------------------------
@@ -237,7 +280,7 @@ class SyntheticTask:
         lo, hi = self.train_lengths
         return lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
 
-    # --- the task protocol of the pipeline (harness/data/objectives.py) ------------------------
+    # --- Task, the protocol of the pipeline (harness/data/objectives.py) -----------------------
 
     def sequence_tokens(self, seq_len: int) -> int:
         """The longest training sequence, the model's max length (``data.seq_len`` is for text tasks)."""
@@ -252,8 +295,8 @@ class SyntheticTask:
         if self.needs_filler:
             longest = max(self.train_lengths[1], self.eval_lengths[-1])
             if min(train_bytes, val_bytes) < longest:
-                raise ConfigError(f"task={self.name} cuts filler of up to {longest} bytes from each split, but the "
-                                  f"corpus splits hold {train_bytes} and {val_bytes}; use a larger corpus")
+                raise ConfigError(f"task={self.config_name()} cuts filler of up to {longest} bytes from each split, "
+                                  f"but the corpus splits hold {train_bytes} and {val_bytes}; use a larger corpus")
 
     def training_data(self, corpus, seq_len: int, n: int, seed: int) -> TaskExamples:
         return self.train_dataset(seed, n, filler=corpus.train if self.needs_filler else None)
@@ -280,6 +323,10 @@ class SyntheticTask:
 
     def collate(self, examples: list[dict]) -> dict[str, Tensor]:
         return collate(examples, self.tok.pad_id)
+
+    def artifacts(self, results: TaskResults) -> dict[str, bytes]:
+        """No files of its own unless a task overrides this (passkey.py: accuracy by depth)."""
+        return {}
 
 
 class TaskExamples(Dataset):

@@ -1,8 +1,10 @@
-"""Passkey retrieval: a 5-digit key hidden at a random depth in corpus text; accuracy by length and depth."""
+"""Passkey retrieval: a 5-digit key hidden at a random depth in corpus text; accuracy by length and depth
+(``passkey_depth.csv`` and ``.png``, the run's artifacts)."""
 
 from __future__ import annotations
 
 import csv
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data.tasks.base import Layout, SyntheticTask, ascii_ids
+from harness.data.tasks.base import Layout, SyntheticTask, TaskResults, ascii_ids
 from harness.errors import ConfigError
 
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
@@ -46,7 +48,6 @@ class Passkey(SyntheticTask):
     depth bin i mod ``depth_bins``, so every (length, depth bin) cell holds the same count.
     """
 
-    name = "passkey"
     needs_filler = True
 
     def __init__(self, tokenizer=None, form: str | None = None, train_lengths=(128, 256),
@@ -96,6 +97,16 @@ class Passkey(SyntheticTask):
         inside = points[depth_bin(100 * points // F, self.depth_bins) == index % self.depth_bins]
         lay = self.layout(length, gen, filler, depth_range=(int(inside[0]), int(inside[-1])))
         return self.finish(lay, length)
+
+    def artifacts(self, results: TaskResults) -> dict[str, bytes]:
+        """``passkey_depth.csv`` and ``passkey_depth.png``: exact match by length × depth bin (none when
+        every length was skipped)."""
+        records = [(e.length, e.extras["depth"], e.correct) for e in results.examples]
+        if not records:
+            return {}
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = write_depth_table(records, Path(tmp), n_bins=self.depth_bins)
+            return {path.name: path.read_bytes() for path in paths}
 
 
 # --- accuracy by (length, depth) ---------------------------------------------------------------

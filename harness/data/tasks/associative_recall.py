@@ -33,7 +33,6 @@ class AssociativeRecall(SyntheticTask):
     against gated convolutions, which Arora et al. 2024 ("Based") make for linear attention.
     """
 
-    name = "associative_recall"
     forms = ("causal",)
 
     def __init__(self, tokenizer=None, form: str | None = None, keys: str = KEYS, values: str = VALUES,
