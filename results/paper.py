@@ -28,9 +28,6 @@ from pathlib import Path
 from results.cells import GRID_KEYS, MIN_ORDER_GAIN
 from results.stats import minimum_detectable_effect, paired_detectable_effect, paired_interval, welch_interval
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
 

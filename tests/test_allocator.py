@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT
 from harness import allocator
+from tests.helpers import ROOT
 
 PAGES = 64 * 2**20 // 4096  # a 64 MiB tensor's 4 KiB pages
 

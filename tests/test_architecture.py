@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 PACKAGES = ("harness", "positional", "attention", "results")
 GROUND = {"harness.errors", "harness.paths", "harness.allocator"}

@@ -1,16 +1,15 @@
 """The benchmark harness: FLOP counting against an analytic count, and a tiny end-to-end grid."""
 
 import csv
-import statistics
 
 import pytest
 import torch
 
-import harness.bench.pairing as bench
 from harness import allocator
 from harness.bench.cells import Spec, build_posbench
 from harness.bench.cli import main
 from harness.bench.measure import PeakRss, count_flops, make_step, matmul_peak_flops, measure
+from tests.helpers import assert_figure
 
 
 def test_flops_of_a_linear_step_match_the_analytic_count():
@@ -47,24 +46,6 @@ def test_measure_stops_repeating_once_a_cell_has_used_its_time():
     assert measure(step, 10, "cpu", warmup=0, repeats=3, cell_s=0.0)["repeats"] == 1  # always at least one
 
 
-def test_paired_ratio_times_both_sides_alternately(monkeypatch):
-    """Fake 'models' whose step sleeps a known time: the ratio comes out near 40/20, every round is
-    reported, and the order alternates (A B, B A, ...) so drift cannot favour one side."""
-    import time
-
-    order = []
-    durations = {"slow": 0.04, "fast": 0.02}
-    monkeypatch.setattr(bench, "build_posbench", lambda spec: (torch.nn.Linear(1, 1), spec.pos))
-    monkeypatch.setattr(bench, "make_step", lambda forward, module, ids, autocast:
-                        lambda: (order.append(forward), time.sleep(durations[forward])))
-    ratio, rounds = bench.paired_ratio(Spec("slow", "softmax", 8, 1), Spec("fast", "softmax", 8, 1), "cpu",
-                                       round_s=0.3)
-    assert 3 <= len(rounds) <= 7 and ratio == statistics.median(rounds)
-    assert 1.4 < ratio < 2.6
-    timed = order[4:]  # after two warm-up steps each
-    assert timed[:4] == ["slow", "fast", "fast", "slow"]
-
-
 def test_peak_matmul_reports_the_size_that_reached_it():
     peak, n = matmul_peak_flops("cpu", sizes=(64, 128), seconds=0.05)
     assert n in (64, 128) and peak > 1e6
@@ -94,7 +75,8 @@ def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store, monkeypatch):
     assert {(r["pos"], r["seq_len"]) for r in rows} == {("none", "32"), ("none", "64"), ("rope", "32"), ("rope", "64")}
     assert all(r["status"] == "ok" and float(r["step_s"]) > 0 and float(r["flops"]) > 0 for r in rows)
     assert int(rows[0]["batch"]) * int(rows[0]["seq_len"]) == 128  # tokens per step held constant
-    assert (tmp_path / "step_time.png").stat().st_size > 10_000 and (tmp_path / "memory.png").exists()
+    assert_figure(tmp_path / "step_time.png")
+    assert_figure(tmp_path / "memory.png")
     report = (tmp_path / "README.md").read_text()
     assert "| none | softmax | 32 |" in report
     assert f"Allocator: {allocator.setting()} (harness/allocator.py)." in report

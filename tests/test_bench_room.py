@@ -260,7 +260,7 @@ def test_a_peer_not_met_says_how_much_posbench_must_lose():
 
 
 def test_local_attention_memory_per_token_does_not_grow_with_length():
-    """Issue 19 item 3: the O(T·w) band allocates nothing that grows faster than T (peak allocated bytes of
+    """The O(T·w) band allocates nothing that grows faster than T (peak allocated bytes of
     forward + backward, per token, at 2T over T)."""
     from attention.local import banded_attention
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, TINY
+from tests.helpers import ROOT, TINY
 
 pytestmark = pytest.mark.slow
 

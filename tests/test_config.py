@@ -4,11 +4,14 @@
 import pytest
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from attention.base import AttentionVariant
+from harness.data.objectives import Task
+from harness.data.tasks import ScoredTask
 from harness.model.transformer import ModelConfig
 from positional.base import PositionalScheme, Shape
-from tests.conftest import ROOT, compose
+from tests.helpers import ROOT, compose
 
 GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name not in ("experiment", "hydra"))
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((ROOT / "conf" / g).glob("*.yaml"))]
@@ -32,7 +35,9 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     elif group == "data":
         assert hasattr(instantiate(node.source), "load")
     elif group == "task":
-        assert instantiate(node, tokenizer=instantiate(cfg.tokenizer)).name == option
+        task = instantiate(node, tokenizer=instantiate(cfg.tokenizer))
+        assert type(task).config_name() == option  # conf/task/<name>.yaml names the class's own name
+        assert isinstance(task, ScoredTask if task.scores_sequences else Task)  # what the pipeline will call
     elif group == "optim":
         instantiate(node.schedule)
         assert callable(instantiate(node.optimizer))
@@ -42,5 +47,18 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         assert instantiate(node).max_steps == cfg.trainer.max_steps
     elif group == "logger":
         assert node.experiment
+    elif group == "tokenizer":
+        tok = instantiate(node)
+        assert tok.decode(tok.encode(b"posbench")) == "posbench"  # a round trip
+        assert len({tok.pad_id, tok.mask_id}) == 2 and max(tok.pad_id, tok.mask_id) < tok.vocab_size
+    elif group == "scale":
+        # a scale only picks conf/experiment_scale/<preset>/<scale>.yaml: without experiment=..., nothing moves
+        assert node == {} and without_hydra(cfg) == without_hydra(compose())
     else:
-        assert instantiate(node) is not None
+        pytest.fail(f"conf/{group}/ has no check here: say what its options must build")
+
+
+def without_hydra(cfg) -> dict:
+    out = OmegaConf.to_container(cfg)
+    del out["hydra"]
+    return out

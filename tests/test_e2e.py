@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
 from harness import allocator
 from harness.data.corpus import CACHE
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, compose
+from tests.helpers import ROOT, compose
 
 TUNING = {"tune_lr"}  # a tuning preset: no claim (tests/test_tune.py)
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") if p.stem not in TUNING)

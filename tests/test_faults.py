@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TINY
+from tests.helpers import ROOT, TINY
 
 
 def locked_error():
@@ -62,13 +62,25 @@ def test_retries_are_bounded_and_other_errors_are_not_retried():
     assert len(calls) == 1
 
 
-def test_client_methods_are_wrapped(store):
+def test_client_methods_are_wrapped(store, monkeypatch):
     from harness.record.retry import RetryingClient
     from harness.record.store import Store
 
     client = Store.open(store).client
     assert isinstance(client, RetryingClient)
-    assert client.search_experiments() is not None  # a call goes through to MLflow
+    # a call goes through to this store: a fresh one holds MLflow's Default experiment, id 0
+    assert [(e.experiment_id, e.name) for e in client.search_experiments()] == [("0", "Default")]
+    inner, calls = client._client, []
+    answer = inner.search_experiments
+
+    def locked_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise locked_error()
+        return answer(*args, **kwargs)
+
+    monkeypatch.setattr(inner, "search_experiments", locked_once)
+    assert [e.name for e in client.search_experiments()] == ["Default"] and len(calls) == 2  # retried once
 
 
 WRITER = """

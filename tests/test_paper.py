@@ -7,6 +7,7 @@ import pytest
 from results.cells import Cell
 from results.paper import PREMATURE, Outcome, compare, in_arm, overall, readiness, welch_interval
 from results.stats import minimum_detectable_effect
+from tests.helpers import assert_figure
 
 
 def test_welch_interval_matches_the_textbook_formula():
@@ -145,7 +146,7 @@ def test_threshold_comparison_and_overall_rule():
 def test_preset_sweep_then_paper_report(tmp_path):
     from results.paper import main
     from results.store import find_sweep
-    from tests.conftest import run_sweep
+    from tests.helpers import run_sweep
 
     s = run_sweep(tmp_path, "experiment=roformer_mlm", "seed=0,1")
     assert s.proc.returncode == 0, s.proc.stderr[-2000:]
@@ -204,7 +205,7 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
     import csv
 
     from results.paper import main
-    from tests.conftest import run_sweep
+    from tests.helpers import run_sweep
 
     s = run_sweep(tmp_path, "experiment=su_trainable_theta", "seed=0", "trainer.log_every_n_steps=1")
     assert s.proc.returncode == 0, s.proc.stderr[-2000:]
@@ -223,7 +224,8 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
     rows = list(csv.DictReader(open(out / "theta.csv")))
     assert len(rows) == 8 and float(rows[0]["theta0"]) == 1.0  # tiny model: head dim 16, 8 frequencies, θ₀ = 1 first
     assert all(float(r["ratio_seed0"]) != 0 for r in rows)
-    assert (out / "theta_ratio.png").stat().st_size > 10_000 and (out / "theta_drift.png").exists()
+    assert_figure(out / "theta_ratio.png")
+    assert_figure(out / "theta_drift.png")
 
 
 def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tmp_path):
@@ -250,7 +252,7 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
     assert "| xl | refused | — |" in text
     assert "1 of 3 cells beat `pos=none` beyond seed noise, 1 are worse, 1 are within noise." in text
     assert "Refused (xl×linear): kernelized attention never forms the logit" in text
-    assert (tmp_path / "grid_delta.png").stat().st_size > 5_000
+    assert_figure(tmp_path / "grid_delta.png")
 
 
 def test_an_arm_fixed_by_the_preset_matches_cells_labelled_by_seed_only():

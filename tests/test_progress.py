@@ -14,13 +14,13 @@ import pytest
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from omegaconf import open_dict
 
-from conftest import ROOT, TINY, choices_of
-from conftest import compose as compose_with_hydra
 from harness.config.schema import ProgressSettings
 from harness.config.validate import validate as validate_checked
 from harness.errors import ConfigError
 from harness.model import progress
 from harness.model.progress import LIGHTNING_INFO_LOGGERS, ProgressLines, clock, progress_callbacks
+from tests.helpers import ROOT, TINY, choices_of
+from tests.helpers import compose as compose_with_hydra
 
 
 def validate(overrides: list[str]):

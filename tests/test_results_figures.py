@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from results.figures import main, rope_decay_bound
+from tests.helpers import assert_figure
 
 
 def bound_by_hand(m: int, d: int = 128, base: float = 10000.0) -> float:
@@ -29,5 +30,5 @@ def test_command_writes_csv_png_and_readme(tmp_path):
     main(["rope_decay", "--out", str(tmp_path)])
     rows = (tmp_path / "rope_decay.csv").read_text().splitlines()
     assert rows[0] == "m,bound" and len(rows) == 1 + 257 and rows[1] == "0,32.500000"
-    assert (tmp_path / "rope_decay.png").read_bytes()[:4] == b"\x89PNG"
+    assert_figure(tmp_path / "rope_decay.png")
     assert "python -m results.figures rope_decay" in (tmp_path / "README.md").read_text()

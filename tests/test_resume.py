@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TINY, run_sweep
+from tests.helpers import ROOT, TINY, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from harness.config.validate import validate
 from harness.errors import ConfigError
 from harness.record.run import TrackedRun
 from harness.scaleout import BatchGeometry, rank_command
-from tests.conftest import ROOT, TINY, choices_of, compose, run_sweep
+from tests.helpers import ROOT, TINY, choices_of, compose, run_sweep
 
 DDP_CPU = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from conftest import choices_of, compose, run_sweep
+from tests.helpers import choices_of, compose, run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -149,8 +149,8 @@ def cell(module_store, sweep_callback):
     from mlflow.tracking import MlflowClient
     from omegaconf import open_dict
 
-    from conftest import TINY
     from harness.sweep.cell import train_cell
+    from tests.helpers import TINY
 
     def run(*overrides):
         cfg = compose([*TINY, *overrides])

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TINY, run_sweep
 from harness.sweep.tune import split_grid
+from tests.helpers import ROOT, TINY, run_sweep
 
 
 def test_comma_lists_are_cells_and_the_rest_is_searched_or_fixed():

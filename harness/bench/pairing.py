@@ -7,15 +7,14 @@ round or time budget is spent (then the verdict is "unresolved": not measured pr
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from harness.bench.cells import Built, Spec, build_posbench
-from harness.bench.measure import Step, make_step, time_call, trim
+from harness.bench.cells import Built, Spec
+from harness.bench.measure import Step, make_step, time_call
 from harness.bench.stats import MIN_ROUNDS, Goal, Interval
 
 
@@ -32,10 +31,6 @@ def prepare(spec: Spec, build: Callable[[Spec], Built], device: str) -> Live:
     return Live(make_step(forward, module, ids, autocast=device == "cuda"), module)
 
 
-def training_step(spec: Spec, build: Callable[[Spec], Built], device: str) -> Step:
-    return prepare(spec, build, device).step
-
-
 def abba_round(num: Step, den: Step, i: int, device: str) -> float:
     """Round i's ratio num/den: num first in even rounds, den first in odd ones."""
     if i % 2 == 0:
@@ -43,27 +38,6 @@ def abba_round(num: Step, den: Step, i: int, device: str) -> float:
     else:
         t_den, t_num = time_call(den, device), time_call(num, device)
     return t_num / t_den
-
-
-class PairedRatio(NamedTuple):
-    ratio: float  # median round
-    rounds: list[float]
-
-
-def paired_ratio(num: Spec, den: Spec, device: str, round_s: float = 20.0,
-                 builders: tuple[Callable, Callable] | None = None) -> PairedRatio:
-    """Median of step(num)/step(den) over 3 to 7 ABBA rounds, as many as fit ``round_s`` seconds, on
-    freshly built models (two untimed steps each first). ``builders``: how to build each side (default:
-    posbench for both; a peer's builder for peers)."""
-    steps = [training_step(spec, build, device)
-             for spec, build in zip((num, den), builders or (build_posbench, build_posbench), strict=True)]
-    for step in steps:  # first call: allocator, lazy init, kernel selection
-        step()
-    per_round = time_call(steps[0], device) + time_call(steps[1], device)  # a second warm-up, and a round's size
-    ratios = [abba_round(*steps, i, device) for i in range(max(3, min(7, int(round_s / per_round))))]
-    steps = None  # noqa: F841
-    trim()
-    return PairedRatio(statistics.median(ratios), ratios)
 
 
 def paired_rounds(num: Step, den: Step, device: str, goal: Goal | None = None,

@@ -86,10 +86,6 @@ class ResumePlan:
     def tags(self) -> dict[str, str]:
         return {"config_hash": self.config_hash, **({"resumed_from_step": str(self.step)} if self.ckpt else {})}
 
-    def first_example(self, effective_batch: int) -> int:
-        """The first training example after the checkpoint: step × batch × accumulation × ranks."""
-        return self.step * effective_batch
-
     @contextmanager
     def session(self, owner: bool = True) -> Iterator[ResumePlan]:
         """Hold the config's lock while training; a clean end deletes the checkpoints. Only the

@@ -1,0 +1,127 @@
+"""Helpers the tests share: the checkout's root, the tiny model settings, composing the real Hydra config,
+running a sweep in a subprocess, and decoding the PNG figures a run writes.
+
+A plain module, imported as ``tests.helpers`` by conftest.py and the test files alike: importing
+conftest from a test made pytest's ``conftest`` and ``tests.conftest`` two modules with their own state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Tiny but real: every end-to-end test trains through the same code path as run.py.
+TINY = [
+    "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.d_ff=64",
+    "data.seq_len=32", "data.batch_size=8", "data.eval_batches=2",
+    "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false", "optim.schedule.warmup_steps=2",
+]
+
+
+def compose(overrides: list[str] = ()):
+    """The composed config, hydra node included (tests read hydra.runtime.choices)."""
+    from harness.config.compose import compose as harness_compose
+
+    return harness_compose(overrides, hydra=True)
+
+
+def choices_of(cfg) -> dict[str, str]:
+    return {g: cfg.hydra.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
+
+
+def tiny_trainer(uri: str):
+    """train(*overrides) -> (Summary, MlflowClient): TINY plus ``overrides``, recorded in the store at ``uri``."""
+    from mlflow.tracking import MlflowClient
+    from omegaconf import open_dict
+
+    from harness.train import train
+
+    def run(*overrides: str):
+        cfg = compose([*TINY, *overrides])
+        choices = choices_of(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return train(cfg, choices), MlflowClient(tracking_uri=uri)
+
+    return run
+
+
+@dataclass
+class SweepResult:
+    """A `python run.py -m ...` subprocess run into its own store, read back from MLflow."""
+
+    uri: str
+    sweep_dir: Path
+    proc: subprocess.CompletedProcess
+    client: object  # MlflowClient
+    parent: object | None  # mlflow Run
+    children: list
+
+    def child(self, pos: str):
+        return next(r for r in self.children if r.data.tags["pos"] == pos)
+
+
+def run_sweep(tmp: Path, *overrides: str) -> SweepResult:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    sweep_dir = tmp / "multirun"
+    proc = subprocess.run([sys.executable, "run.py", "-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, capture_output=True,
+                          text=True, timeout=300)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("posbench")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    parent = next((r for r in runs if r.data.tags.get("sweep_role") == "parent"), None)
+    children = [r for r in runs if r is not parent]
+    return SweepResult(uri, sweep_dir, proc, client, parent, children)
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_figure(png: bytes | str | Path, min_size: tuple[int, int] = (100, 100), min_colours: int = 8,
+                  min_drawn: float = 0.005) -> np.ndarray:
+    """Decodes a PNG and checks it holds a drawn picture, not an empty canvas: at least ``min_size``
+    (height, width) pixels, ``min_colours`` distinct colours (a plot's lines, text and antialiasing make
+    dozens), and ``min_drawn`` of its pixels differing from the most common colour (the background).
+    Returns the (H, W, C) uint8 image for further checks."""
+    from PIL import Image  # matplotlib's own PNG dependency
+
+    data = png if isinstance(png, bytes) else Path(png).read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"not a PNG: starts {data[:8]!r}"
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()  # decodes every row: a truncated or corrupt file raises here
+        pixels = np.asarray(im.convert("RGBA"))  # (H, W, 4)
+    height, width = pixels.shape[:2]
+    assert height >= min_size[0] and width >= min_size[1], f"{width}×{height} px, want ≥ {min_size[1]}×{min_size[0]}"
+    colours, counts = np.unique(pixels.reshape(-1, 4), axis=0, return_counts=True)
+    assert len(colours) >= min_colours, f"{len(colours)} distinct colours: a blank or flat image"
+    drawn = 1 - counts.max() / counts.sum()
+    assert drawn >= min_drawn, f"only {drawn:.2%} of the pixels differ from the background"
+    return pixels
+
+
+def rope_args(scaling: str = "none", **kw) -> dict:
+    """Rope's (or RopeTrainable's) keyword arguments from the flat form the RoPE tests write,
+    ``scaling="yarn", factor=4.0, fraction=0.5``: the RopeScaling fields become one partial RopeScaling, as
+    conf/pos/scaling/<method>.yaml builds it, so its errors come worded as Rope's (``scaling.factor=…``)."""
+    from positional.rope_scaling import RopeScaling
+
+    fields = {f.name for f in dataclasses.fields(RopeScaling)}
+    options = {k: v for k, v in kw.items() if k in fields}
+    return {**{k: v for k, v in kw.items() if k not in fields},
+            "scaling": functools.partial(RopeScaling, method=scaling, **options)}
