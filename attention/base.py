@@ -46,6 +46,11 @@ class AttentionVariant(nn.Module):
         """q, k, v: (B, H, T, D) -> (B, H, T, D)."""
         raise NotImplementedError
 
+    def before_training_step(self, step: int) -> None:
+        """Called on the host before each training step's forward passes, with the optimizer steps taken so far
+        (0, 1, …; the same for every micro-batch of an accumulated step): for state that moves with training,
+        so that no forward reads a counter (Performer's feature redraw). Nothing by default."""
+
     def diagnostics(self) -> dict[str, float]:
         """Scalars logged as ``attn/<key>`` (from layer 0) at every training log step."""
         return {}

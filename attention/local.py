@@ -67,8 +67,11 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
         mask = mask + table[:, column].to(q.dtype)[:, None]  # (H, N, C, K) or, with padding, (B, H, N, C, K)
     logits = logits + mask  # (B, H, N, C, K)
     # torch's fused softmax (profiled: masked_softmax's amax/sub/exp/sum/div passes were ~1/3 of a local
-    # step at 16k) unless some row sees no key at all, which only masked_softmax turns into 0 instead of NaN
-    every_row_sees_a_key = bool(keep.any(-1).all())
+    # step at 16k) unless some row may see no key at all, which only masked_softmax turns into 0 instead of NaN.
+    # Decided from shapes, reading no tensor (that would wait for the GPU): without padding, row i sees keys
+    # max(0, i − left) … min(T − 1, i + right), none only for a padded tail row i ≥ T + left; with padding,
+    # which rows see a key depends on the data, so masked_softmax always
+    every_row_sees_a_key = key_keep is None and tail <= left
     weights = torch.softmax(logits, -1) if every_row_sees_a_key else masked_softmax(logits)  # (B, H, N, C, K)
     return (weights @ vb).reshape(B, H, n * C, D)[:, :, :T]  # (B, H, T, D)
 
@@ -83,11 +86,11 @@ class Local(AttentionVariant):
     def __init__(self, shape: Shape, window: int = 32):
         super().__init__(shape)
         if not isinstance(window, int) or window <= 0:
-            raise ConfigError(f"attn.window={window} must be a positive integer")
+            raise ConfigError(f"window={window} must be a positive integer")
         if window > shape.max_len:
-            raise IncompatiblePairing(f"attn.window={window} exceeds the longest sequence ({shape.max_len} "
-                                      "tokens: data.seq_len, or a task's longest example), so nothing is local; "
-                                      "lower attn.window or use attn=softmax")
+            raise IncompatiblePairing(f"window={window} exceeds the longest sequence ({shape.max_len} tokens: "
+                                      "max_len, i.e. data.seq_len or a task's longest example), so nothing is "
+                                      "local; lower window or use attn=softmax")
         self.window = window
         self.block = max(window, 16)  # query block C ≈ w: K = C + band ≤ 2w + 16 keys per query
 

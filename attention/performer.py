@@ -19,10 +19,12 @@ Two details of ``softmax_kernel`` we pin down:
     key could move a past output in causal mode, and a padded key any output);
   * padded keys are zeroed before φ (so that max ignores them) and φ(k) after (kernelized.py).
 
-Redraw: every ``redraw_interval`` training forward calls (= optimizer steps without gradient
-accumulation) the projection is redrawn from seed(base, n) where base is drawn once from the global
-RNG at construction — different per layer, and identical on every DDP rank because Lightning seeds
-every rank alike before the model is built — and n counts redraws. No broadcast is needed.
+Redraw: every ``redraw_interval`` optimizer steps the projection is redrawn from seed(base, n), n = step ÷
+redraw_interval, where base is drawn once from the global RNG at construction — different per layer, and
+identical on every DDP rank because Lightning seeds every rank alike before the model is built. No
+broadcast is needed, and a resumed run redraws what it had. The step comes from the training loop through
+``before_training_step``, on the host: the forward reads no counter (a read would wait for the GPU).
+performer-pytorch counts training forward calls instead: the same without gradient accumulation.
 
 Notation: B batch, H heads, T length, D head dim, M = nb_features.
 """
@@ -98,34 +100,31 @@ class Performer(KernelizedAttention):
         super().__init__(shape, rope_mode)
         m = default_nb_features(shape.head_dim) if nb_features is None else nb_features
         if not isinstance(m, int) or m <= 0:
-            raise ConfigError(f"attn.nb_features={m} must be a positive integer (or null for D·ln D)")
+            raise ConfigError(f"nb_features={m} must be a positive integer (or null for D·ln D)")
         if rope_mode == "numerator" and m % 2:
-            raise ConfigError(f"attn.nb_features={m} is odd but attn.rope_mode=numerator rotates feature "
+            raise ConfigError(f"nb_features={m} is odd but rope_mode=numerator rotates feature "
                               "pairs; make it even")
         if redraw_interval is not None and redraw_interval <= 0:
-            raise ConfigError(f"attn.redraw_interval={redraw_interval} must be positive, or null to never redraw")
+            raise ConfigError(f"redraw_interval={redraw_interval} must be positive, or null to never redraw")
         self.nb_features, self.redraw_interval = m, redraw_interval
         self.register_buffer("base_seed", torch.randint(1 << 62, (), device="cpu"))  # from the seeded global RNG
-        self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
+        self.redraws: int | None = None  # n of the projection in use, known on the host once a step has set it
         self.register_buffer("projection", draw_projection(m, shape.head_dim, redraw_seed(int(self.base_seed), 0)))
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc
         return favor_features(x, self.projection, is_query, eps)  # (B, H, T, M)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx) -> Tensor:
-        if self.training:
-            self._maybe_redraw()
-        return super().forward(q, k, v, ctx)
-
     @torch.no_grad()
-    def _maybe_redraw(self) -> None:
-        calls = int(self.train_calls)
-        if self.redraw_interval and calls and calls % self.redraw_interval == 0:
-            seed = redraw_seed(int(self.base_seed), calls // self.redraw_interval)
-            self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
-        self.train_calls += 1
+    def before_training_step(self, step: int) -> None:
+        if self.redraw_interval is None:
+            return
+        n = step // self.redraw_interval
+        if n != self.redraws:
+            if n or self.redraws is not None:  # draw 0 is the constructor's (or a checkpoint's, which holds n's)
+                seed = redraw_seed(int(self.base_seed), n)
+                self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
+            self.redraws = n
 
     def diagnostics(self) -> dict[str, float]:
-        n = int(self.train_calls) - 1
-        return {"feature_redraws": float(n // self.redraw_interval if self.redraw_interval and n > 0 else 0)}
+        return {"feature_redraws": float(self.redraws or 0)}

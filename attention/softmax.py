@@ -51,7 +51,10 @@ def masked_softmax(logits: Tensor) -> Tensor:
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
-    if mask is not None and mask.requires_grad and p == 0.0 and torch.is_grad_enabled() and q.device.type == "cpu":
+    # eager only: under torch.compile (model.compile=true) the graph differentiates SDPA itself, and the hand
+    # backward's branch on the mask's values would break it
+    if mask is not None and mask.requires_grad and p == 0.0 and torch.is_grad_enabled() and q.device.type == "cpu" \
+            and not torch.compiler.is_compiling():
         return _LearnedMaskAttention.apply(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                           is_causal=causal and mask is None)  # (B, H, Tq, D)
@@ -64,24 +67,20 @@ class _LearnedMaskAttention(torch.autograd.Function):
     """softmax(q kᵀ/√D + m) v (Vaswani et al. 2017, Eq. 1) whose float mask m is learned (T5, KERPLE, FIRE):
     torch's fused CPU kernel forward, the whole backward by hand.
 
-    Given a mask that requires grad, torch's CPU SDPA leaves its fused kernel for the unfused math path
-    (profiled: bmm, safe-softmax, isneginf/all/where; 1.6x a T5 step at T = 512, 2.5x at T = 2048),
-    although the fused kernel takes a float mask at no extra cost. So the forward runs the fused kernel on
-    the mask as a constant, and the backward forms the softmax backward for q, k, v and m together:
+    Given a mask that requires grad, torch's CPU SDPA leaves its fused kernel for the unfused math path (bmm,
+    safe-softmax, isneginf/all/where in the profile), although the fused kernel takes a float mask at no extra cost. So
+    the forward runs the fused kernel on the mask as a constant, and the backward forms the softmax backward for q,
+    k, v and m together:
 
         P = softmax(q kᵀ/√D + m),  ∂P = ∂O vᵀ,  ∂S = P ∘ (∂P − rowsum(∂P ∘ P))  (softmax's own backward),
         ∂v = Pᵀ ∂O,  ∂q = ∂S k/√D,  ∂k = ∂Sᵀ q/√D,  ∂m = ∂S summed over what m is broadcast over.
 
     It walks the batch (and, for long sequences, the heads) in slices of about ``SLICE_LOGITS`` logits, so
     each slice's P and ∂S stay in cache, in two work buffers reused by every slice (a fresh 4 MB tensor per
-    slice cost more in page faults than the softmax). Measured at the bench's T5 cell (B = 16, H = 4,
-    T = 512, D = 32), backward of one layer, median of 15 rounds against the fused backward of the same
-    attention without a mask: 1.33x it (here), 2.07x for the math path, 1.9x for the fused backward plus ∂m
-    formed separately on whole (B, H, T, T) tensors (a pass to memory per op) (AMD EPYC). On an Intel Xeon
-    (Ice Lake), forward + backward 1.7x the unmasked fused pair; forming ∂S in place with softmax's backward
-    kernel, and copying the first slice into ∂m instead of adding it to zeros, took 0.95-0.97x the time of
-    ∂S from a baddbmm on the broadcast rowsum(∂O ∘ O) then a multiply (3 runs of 40 paired rounds; with ∂S
-    in a third buffer instead of in place: 1.00-1.03x, the larger working set costing what the pass saved).
+    slice cost more in page faults than the softmax). ∂S is formed in place by softmax's own backward kernel
+    and the first slice copied into ∂m rather than added to zeros: one pass to memory fewer per op. Its cost
+    against the fused backward of the same attention without a mask is the bench's T5 / softmax target
+    (python -m harness.bench; results/bench/).
     """
 
     @staticmethod
@@ -151,8 +150,8 @@ def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cau
     import xformers.ops as xops
 
     if not q.is_cuda:
-        raise ConfigError("attn.backend=xformers needs CUDA tensors (xformers has no CPU kernels); "
-                          "use attn.backend=sdpa or train on a GPU")
+        raise ConfigError("backend=xformers needs CUDA tensors (xformers has no CPU kernels); "
+                          "use backend=sdpa or train on a GPU")
     bias = xops.LowerTriangularMask() if causal and mask is None else None
     if mask is not None:  # a dense bias: xformers wants it materialised with a 16-aligned last dim
         B, H, t_q, t_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
@@ -203,9 +202,9 @@ def require_xformers() -> None:
     """Refuse attn.backend=xformers at construction, in one line, when it cannot run here."""
     problem = xformers_problem()
     if problem:
-        raise ConfigError(f"attn.backend=xformers cannot run here: {problem} [{installed_versions()}]; install "
+        raise ConfigError(f"backend=xformers cannot run here: {problem} [{installed_versions()}]; install "
                           "an xformers build for this torch and CUDA (python -m xformers.info shows what one was "
-                          "built for) or use attn.backend=sdpa")
+                          "built for) or use backend=sdpa")
 
 
 def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None], repeats: int = 3) -> str:
@@ -221,7 +220,7 @@ def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None
         if seconds < best_s:
             best, best_s = name, seconds
     if best is None:
-        raise ConfigError(f"attn.backend=auto: none of {', '.join(candidates)} ran here; use attn.backend=sdpa")
+        raise ConfigError(f"backend=auto: none of {', '.join(candidates)} ran here; use backend=sdpa")
     return best
 
 
@@ -252,9 +251,9 @@ class Softmax(AttentionVariant):
     def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__(shape)
         if backend not in (*BACKENDS, "auto"):
-            raise ConfigError(f"attn.backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}, auto")
+            raise ConfigError(f"backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}, auto")
         if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"attn.dropout={dropout} must lie in [0, 1)")
+            raise ConfigError(f"dropout={dropout} must lie in [0, 1)")
         if backend == "xformers":
             require_xformers()
         self.dropout, self.backend = dropout, backend

@@ -22,10 +22,11 @@ N_i the distance to the farther end of the input (T_last the last position), so 
 is the paper's normaliser, and the sign is +).
 
 The bias depends on i − j *and* i (through the normaliser): not a Toeplitz matrix, so FIRE declares a
-``positional`` bias, which kernelized and local attention refuse. While every position is ≤ L (the
-usual training case: L starts at 512) the normaliser is ψ(L) in every row, and the same values are
-computed on the offsets only and gathered (2T − 1 MLP evaluations instead of T²). Positions may be
-randomized (the formula takes the positions themselves).
+``positional`` bias, which kernelized and local attention refuse. The MLP runs on every (i, j) pair, as
+in the reference code. (While every position is ≤ L one normaliser serves all rows and 2T − 1 offsets
+would do, but telling so means comparing a position with the learned L on the host, which waits for the
+GPU in every forward; the MLP's (T, T, W) is small beside the (B, H, T, T) logits it feeds.) Positions may
+be randomized (the formula takes the positions themselves).
 
 Notation: T positions, H heads, W MLP width.
 """
@@ -36,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape, bias_over_offsets, position_offsets
+from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape
 
 
 def fire_psi(x: Tensor, c: Tensor) -> Tensor:
@@ -67,7 +68,7 @@ class Fire(PositionalScheme):
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if mlp_width <= 0 or init_c <= 0 or init_L <= 0:
-            raise ConfigError(f"pos.mlp_width={mlp_width}, pos.init_c={init_c} and pos.init_L={init_L} "
+            raise ConfigError(f"mlp_width={mlp_width}, init_c={init_c} and init_L={init_L} "
                               "must be positive")
         self.per_layer, self.eps = per_layer, eps
         self.bias_depends_on_layer = per_layer
@@ -81,11 +82,6 @@ class Fire(PositionalScheme):
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
         at = layer if self.per_layer else 0
         c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
-        if int(positions[-1]) <= float(threshold.detach()):
-            # every N_i ≤ p_last ≤ L: one normaliser ψ(L), so b is a function of p_i − p_j alone. The MLP runs
-            # on the 2S − 1 offsets instead of T² pairs and the table is gathered, as T5's (same values)
-            offsets = position_offsets(positions).to(c.dtype)  # (2S−1,)
-            return bias_over_offsets(mlp(fire_input(offsets, threshold, c, threshold, self.eps)[:, None]).T, positions)
         x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T)
         bias = mlp(x.unsqueeze(-1))  # (T, T, H)
         return PositionalBias(bias.permute(2, 0, 1).unsqueeze(0))  # (1, H, T, T)

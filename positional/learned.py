@@ -9,6 +9,8 @@ length-extrapolation result.
 
 from __future__ import annotations
 
+import math
+
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
@@ -19,14 +21,18 @@ class Learned(PositionalScheme):
     def __init__(self, shape: Shape, init_std: float = 0.02, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
+        if not (isinstance(init_std, (int, float)) and math.isfinite(init_std) and init_std >= 0):
+            raise ConfigError(f"init_std={init_std} must be a finite number ≥ 0")
         self.table = nn.Embedding(self.position_range, shape.d_model)  # data.seq_len, or pos.max_position if randomized
         nn.init.normal_(self.table.weight, std=init_std)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        if int(positions.max()) >= self.table.num_embeddings:
+        # positions are 0 … T−1, or a sample from [0, max_position) (the table's length): T alone says whether
+        # the table covers them, and no position is read (reading one would wait for the GPU)
+        if positions.numel() > self.table.num_embeddings:
             raise ConfigError(
-                f"pos=learned has {self.table.num_embeddings} positions but the input needs "
-                f"{int(positions.max()) + 1}; train with a longer data.seq_len (or pos.randomize=true with a "
-                "larger pos.max_position) or use a relative scheme"
+                f"pos=learned has {self.table.num_embeddings} positions but the input needs {positions.numel()}; train "
+                "with a longer max_len (data.seq_len), or randomize=true with a larger max_position, or use a "
+                "relative scheme"
             )
         return x + self.table(positions)  # (B, T, C) + (T, C)

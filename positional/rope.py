@@ -8,7 +8,8 @@ only (Eq. 16). Options:
             half         pairs (x_i, x_{i+R/2}), GPT-NeoX; the same map up to a fixed permutation
   fraction  partial rotary (GPT-J / GPT-NeoX rotary_pct): only the first R = fraction·D dims
             turn, with θ over R; the other D − R dims pass through
-  scaling   eval-time length scaling (positional/rope_scaling.py); training uses plain angles.
+  scaling   eval-time length scaling (positional/rope_scaling.py; conf/pos/scaling/<method>.yaml, picked with
+            pos/scaling=<method>); training uses plain angles.
 
 ``Rotation.at_width(w)`` is "the same scheme for a vector of width w" (kernelized attention
 rotates φ(q), φ(k), RoFormer Eq. 19): same layout, base, scaling, and fraction, rotating the
@@ -22,14 +23,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
 from positional.base import PositionalScheme, Rotary, Shape
-from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, scaling_for
+from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, as_field_of, scaling_for
 
 
 def rope_inv_freq(head_dim: int, base: float, dtype=torch.float32, device=None) -> Tensor:
@@ -164,30 +165,34 @@ class Rotation(Rotary):
 class Rope(PositionalScheme):
     length_scalings = tuple(METHODS)
 
-    def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved",
-                 fraction: float = 1.0, scaling: str = "none", original_max_len: int | None = None,
-                 randomize: bool = False, max_position: int | None = None, **scaling_options):
-        """``scaling_options``: the other RopeScaling keys of conf/pos/rope.yaml (factor, alpha, ...);
+    def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
+                 scaling: RopeScaling | Callable[..., RopeScaling] | None = None, randomize: bool = False,
+                 max_position: int | None = None):
+        """``scaling``: the eval-time length scaling, ``RopeScaling("yarn", factor=4.0)``, or a callable that builds
+        one from ``base=`` and ``rotated=`` (conf/pos/scaling/<method>.yaml, a partial RopeScaling); either way
+        its ``base`` and ``rotated`` are this θ's, and its ``original_max_len`` defaults to ``shape.max_len``.
+        None: no scaling.
         ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
         super().__init__(shape, randomize=randomize, max_position=max_position)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
+        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
+            raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/R))")
         if layout not in LAYOUTS:
-            raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
+            raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 < fraction <= 1 or r == 0 or abs(r - fraction * d) > 1e-9:
-            raise ConfigError(f"pos={self.config_name()} rotates pairs of dims but pos.fraction × head dim = "
-                              f"{fraction} × {d} is not a positive even integer; make model.d_model / "
-                              "model.n_heads even or pick a fraction that gives one")
+            raise ConfigError(f"pos={self.config_name()} rotates pairs of dims but fraction × head dim = "
+                              f"{fraction} × {d} is not a positive even integer; make the head dim d_model / n_heads "
+                              "(model.d_model / model.n_heads) even or pick a fraction that gives one")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
-        self.scaling = RopeScaling.from_options(scaling, original_max_len or shape.max_len, base=base, rotated=r,
-                                                **scaling_options)
+        self.scaling = _complete(scaling or RopeScaling, base, r, shape.max_len)
         self._register_theta(rope_inv_freq(self.rotated, base, torch.float64))
         self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
 
     @contextmanager
     def rescaled(self, method: str, length: int, in_training: bool = False) -> Iterator[RopeScaling]:
         """Apply scaling ``method`` (at training time too if ``in_training``) for inputs of ``length``, then
-        restore the configured one: one trained model, scored under every scaling. s = pos.factor where that
-        is set (≠ 1), else max(1, length / original_max_len)."""
+        restore the configured one: one trained model, scored under every scaling. s = the configured scaling's
+        factor where that is set (≠ 1), else max(1, length / original_max_len)."""
         own = self.scaling
         s = own.factor if own.factor != 1 else max(1.0, length / own.original_max_len)
         self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
@@ -206,6 +211,17 @@ class Rope(PositionalScheme):
             return self.inv_freq
         return rope_inv_freq(rotated, self.base, self.inv_freq.dtype, self.inv_freq.device)
 
+    def positions(self, t: int, device=None) -> Tensor:
+        """0 … T−1 as one tensor per (T, device), handed to every forward: ``_cos_sin`` recognises it by identity
+        and reuses its cos, sin without reading a position (a comparison of values would wait for the GPU)."""
+        if (self.randomize and self.training) or torch.compiler.is_compiling():
+            return super().positions(t, device)
+        device = torch.device("cpu" if device is None else device)
+        own = self.__dict__.get("_positions")
+        if own is None or own.numel() != t or own.device != device or own._version:
+            own = self.__dict__["_positions"] = super().positions(t, device)  # not state: no buffer, no checkpoint
+        return own
+
     def rotary(self, positions: Tensor) -> Rotation:
         return self._rotation(positions, self.shape.head_dim)  # once per forward, shared by all layers
 
@@ -213,23 +229,46 @@ class Rope(PositionalScheme):
         theta = self.theta_at(rotated_width(width, self.fraction))
         # length scaling changes evaluation only (and a fine-tune under ``rescaled``); training sees plain angles
         f = ScaledFrequencies(theta, 1.0) if self.training and not self.scale_in_training else \
-            self.scaling.frequencies(theta, int(positions.max()) + 1)
+            self.scaling.frequencies(theta, self._length(positions))
         s = f.attention_scale
         cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each
         return Rotation(cos, sin, apply=LAYOUTS[self.layout], scale=f.pass_through_scale,
                         at_width=lambda w: self._rotation(positions, w))
 
+    def _length(self, positions: Tensor) -> int:
+        """T = the largest position + 1, which dynamic_ntk and longrope read: the count of positions 0 … T−1, so
+        no value is read, except for a sorted sample (pos.randomize=true) in a fine-tune under ``rescaled``."""
+        return int(positions[-1]) + 1 if self.randomize and self.training else positions.numel()
+
     def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
-        """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions and
-        the scheme's own fixed θ are unchanged (profiled: float64 cos and sin were ~1/8 of RoPE's time in a
-        d512 step). Learned or rescaled θ is computed afresh."""
-        if inv_freq is not self.inv_freq or inv_freq.requires_grad:
+        """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions are this
+        scheme's own (``positions``) and its fixed θ is unchanged (profiled: float64 cos and sin were ~1/8 of
+        RoPE's time in a d512 step). Other positions, learned or rescaled θ, and a compiled forward (whose
+        graph holds the computation) compute them afresh."""
+        fresh = inv_freq is not self.inv_freq or inv_freq.requires_grad or torch.compiler.is_compiling() or \
+            positions is not self.__dict__.get("_positions")
+        if fresh:
             angles = rope_angles(positions, inv_freq)  # (T, R/2)
             return angles.cos() * s, angles.sin() * s
-        key = (positions.device, positions.numel(), inv_freq.dtype, inv_freq.data_ptr(), inv_freq._version, s)
+        key = (positions.numel(), positions.device, positions._version, inv_freq.dtype, inv_freq.data_ptr(),
+               inv_freq._version, s)
         hit = self.__dict__.get("_trig", {}).get(key)
-        if hit is None or not torch.equal(hit[0], positions):
+        if hit is None or hit[0] is not positions:
             angles = rope_angles(positions, inv_freq)
-            hit = (positions.clone(), angles.cos() * s, angles.sin() * s)
+            hit = (positions, angles.cos() * s, angles.sin() * s)
             self.__dict__["_trig"] = {key: hit}  # one length at a time; not state (no buffer, no checkpoint)
         return hit[1], hit[2]
+
+
+def _complete(scaling: RopeScaling | Callable[..., RopeScaling], base: float, rotated: int,
+              max_len: int) -> RopeScaling:
+    """The scaling for this θ (base, rotated width), over the training length unless it names its own; its errors
+    worded as fields of Rope's ``scaling`` argument (``scaling.factor=0 …``)."""
+    try:
+        if isinstance(scaling, RopeScaling):
+            built = replace(scaling, base=base, rotated=rotated)
+        else:
+            built = scaling(base=base, rotated=rotated)
+        return built if built.original_max_len is not None else replace(built, original_max_len=max_len)
+    except ConfigError as e:
+        raise ConfigError(as_field_of("scaling", str(e))) from None

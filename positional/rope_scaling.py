@@ -24,6 +24,10 @@ dims keep their size; the paper divides all of q·k by t, §3.4), and dynamic_nt
 k ≥ 1 (s = k·T/L − (k − 1)). llama3 and longrope follow HF's convention. tests/test_hf_rope_parity.py
 compares every method with transformers' own functions.
 
+Configured as one file per method, holding that method's keys only: ``pos/scaling=yarn pos.scaling.factor=4``
+picks conf/pos/scaling/yarn.yaml, a partial RopeScaling that Rope completes with its θ (pos/scaling=none,
+the default, leaves ``pos.scaling`` null: no scaling).
+
 To evaluate one trained scheme under another scaling, assign ``scheme.scaling`` a new RopeScaling
 that keeps the scheme's ``original_max_len``, ``base`` and ``rotated`` (dataclasses.replace does):
 Rope holds no scaled state, every forward reads ``scheme.scaling``.
@@ -34,6 +38,7 @@ Notation: R rotated width (R/2 frequencies), L original training length, s scale
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -169,6 +174,9 @@ def _yarn_paper(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies
 
 
 def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
+    if c.base is None:
+        raise ConfigError("yarn_variant=hf places its ramp by the pair index of a base-b RoPE, but base=None; give "
+                          "it, or let the scheme that applies this scaling set it")
     scale = c.attention_factor if c.attention_factor is not None else \
         yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
     return ScaledFrequencies(yarn_hf_inv_freq(theta, c.factor, c.original_max_len, c.alpha, c.beta, c.base,
@@ -177,8 +185,8 @@ def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
 
 def _longrope(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
     if len(c.short_factor) != theta.numel():
-        raise ConfigError(f"pos.short_factor/long_factor have {len(c.short_factor)} entries but this rotation turns "
-                          f"{2 * theta.numel()} dims; pos.scaling=longrope needs one factor per frequency")
+        raise ConfigError(f"short_factor/long_factor have {len(c.short_factor)} entries but this rotation turns "
+                          f"{2 * theta.numel()} dims; method=longrope needs one factor per frequency")
     scale = c.attention_factor if c.attention_factor is not None else \
         longrope_attention_scale(c.factor, c.original_max_len)
     return ScaledFrequencies(longrope_inv_freq(theta, length, c.original_max_len, c.short_factor, c.long_factor),
@@ -198,6 +206,7 @@ METHODS: dict[str, Method] = {
     "longrope": _longrope,
 }
 # The options each method reads besides factor and original_max_len; any other must keep its default.
+# conf/pos/scaling/<method>.yaml holds exactly these (tests/test_pos_rope_scaling.py checks it).
 OPTIONS_READ: dict[str, tuple[str, ...]] = {
     "none": (), "linear": (), "ntk": (), "dynamic_ntk": ("yarn_variant",),
     "yarn": ("alpha", "beta", "yarn_variant", "truncate", "mscale", "mscale_all_dim", "attention_factor"),
@@ -206,23 +215,28 @@ OPTIONS_READ: dict[str, tuple[str, ...]] = {
 }
 # Methods whose ``factor`` is s = eval length ÷ L (none takes no factor; dynamic_ntk reads s from the length)
 LENGTH_RATIO_METHODS = frozenset({"linear", "ntk", "yarn", "llama3", "longrope"})
+READS_TRAINING_LENGTH = frozenset({"dynamic_ntk", "yarn", "llama3", "longrope"})  # the formulas with an L in them
 HF_YARN_OPTIONS = ("truncate", "mscale", "mscale_all_dim", "attention_factor")  # fields of HF's yarn, not the paper's
+_REALS = ("factor", "alpha", "beta", "mscale", "mscale_all_dim", "attention_factor", "low_freq_factor",
+          "high_freq_factor", "base")  # finite whenever set
 
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """conf/pos rope keys ``scaling`` (as ``method``), ``factor`` … ``long_factor``, validated.
+    """A length scaling ``method`` with its options (conf/pos/scaling/<method>.yaml, one file per method),
+    validated on construction; errors name these fields.
 
-    ``base`` and ``rotated`` describe the θ being scaled (Rope passes pos.base and its rotated
-    width R): yarn_variant=hf places its ramp by a base-b RoPE's pair index, and longrope's lists
-    need R/2 entries. Left None, the first is refused and the second checked when θ arrives.
+    ``original_max_len``, ``base`` and ``rotated`` describe the θ being scaled, and Rope sets them: its
+    training length (unless given), its base and its rotated width R (yarn_variant=hf places its ramp by a
+    base-b RoPE's pair index; longrope's lists need R/2 entries). Left None, the first two are refused
+    where they are needed and the width is checked when θ arrives.
     """
 
     method: str = "none"
     factor: float = 1.0
     alpha: float = 1.0
     beta: float = 32.0
-    original_max_len: int = 128
+    original_max_len: int | None = None
     yarn_variant: str = "paper"
     truncate: bool = True
     mscale: float | None = None
@@ -235,47 +249,48 @@ class RopeScaling:
     base: float | None = None
     rotated: int | None = None
 
-    @classmethod
-    def from_options(cls, method: str, original_max_len: int, **options) -> RopeScaling:
-        """From the conf/pos keys; a key that is no option is refused in one line."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ConfigError(f"pos.{unknown[0]} is not a RoPE option; see conf/pos/rope.yaml for the options")
-        return cls(method=method, original_max_len=original_max_len, **options)
-
     def __post_init__(self):
         for name in ("short_factor", "long_factor"):  # Hydra hands lists over as ListConfig: keep plain tuples
             object.__setattr__(self, name, _float_tuple(name, getattr(self, name)))
         if self.method not in METHODS:
-            raise ConfigError(f"pos.scaling={self.method!r}: use one of {', '.join(METHODS)}")
+            raise ConfigError(f"method={self.method!r}: use one of {', '.join(METHODS)}")
         if self.yarn_variant not in YARN_VARIANTS:
-            raise ConfigError(f"pos.yarn_variant={self.yarn_variant!r}: use {' or '.join(YARN_VARIANTS)}")
+            raise ConfigError(f"yarn_variant={self.yarn_variant!r}: use {' or '.join(YARN_VARIANTS)}")
         self._check_common()
         self._check_unread_options()
         CHECKS.get(self.method, lambda c: None)(self)
 
     def _check_common(self) -> None:
-        if self.factor < 1:
-            raise ConfigError(f"pos.factor={self.factor} must be ≥ 1 (eval length ÷ training length)")
+        for name in _REALS:
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{name}={value} must be a finite number")
+        if not self.factor >= 1:
+            raise ConfigError(f"factor={self.factor} must be ≥ 1 (eval length ÷ training length)")
         if not 0 <= self.alpha < self.beta:
-            raise ConfigError(f"pos.alpha={self.alpha}, pos.beta={self.beta}: need 0 ≤ alpha < beta")
-        if self.original_max_len <= 0:
-            raise ConfigError(f"pos.original_max_len={self.original_max_len} must be positive")
+            raise ConfigError(f"alpha={self.alpha}, beta={self.beta}: need 0 ≤ alpha < beta")
+        if self.original_max_len is not None and self.original_max_len <= 0:
+            raise ConfigError(f"original_max_len={self.original_max_len} must be a positive number of tokens")
         if self.attention_factor is not None and not self.attention_factor > 0:
-            raise ConfigError(f"pos.attention_factor={self.attention_factor} must be > 0, or null for the derived one")
+            raise ConfigError(f"attention_factor={self.attention_factor} must be > 0, or None for the derived one")
+        if self.base is not None and not self.base > 0:
+            raise ConfigError(f"base={self.base} must be positive (the θ being scaled is base^(−2i/R))")
         if self.rotated is not None and (self.rotated <= 0 or self.rotated % 2):
-            raise ConfigError(f"RopeScaling(rotated={self.rotated}): the rotated width must be a positive even number")
+            raise ConfigError(f"rotated={self.rotated}: the rotated width must be a positive even number")
 
     def _check_unread_options(self) -> None:
         for name in sorted({n for read in OPTIONS_READ.values() for n in read} - set(OPTIONS_READ[self.method])):
-            if getattr(self, name) != _default(name):
+            value = getattr(self, name)
+            if value != _default(name):
                 readers = "/".join(m for m, read in OPTIONS_READ.items() if name in read)
-                raise ConfigError(f"pos.{name} is unused by pos.scaling={self.method}; "
-                                  f"leave it at {_yaml(_default(name))} or set pos.scaling={readers}")
+                raise ConfigError(f"{name}={_show(value)} is unused by method={self.method}; drop it (or leave it "
+                                  f"at {_show(_default(name))}), or use method={readers}")
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
         """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length)."""
+        if self.original_max_len is None and self.method in READS_TRAINING_LENGTH:
+            raise ConfigError(f"method={self.method} scales from the training length, but original_max_len=None; "
+                              "give it, or let the scheme that applies this scaling set it")
         return METHODS[self.method](self, inv_freq, length)
 
 
@@ -289,15 +304,19 @@ def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScal
                        rotated=configured.rotated, **kept)
 
 
+def as_field_of(argument: str, message: str) -> str:
+    """A RopeScaling error worded as the field of a scheme's ``argument``: ``factor=0 …`` -> ``scaling.factor=0 …``,
+    the way a scheme's caller names it (and the harness, ``pos.scaling.factor=0 …``)."""
+    names = "|".join(f.name for f in fields(RopeScaling))
+    return re.sub(rf"(?<![\w.])({names})=", rf"{argument}.\1=", message)
+
+
 def _default(name: str):
     return next(f.default for f in fields(RopeScaling) if f.name == name)
 
 
-def _yaml(value) -> str:
-    """A default as conf/pos/rope.yaml spells it."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    return str(value)
+def _show(value) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _float_tuple(name: str, values) -> tuple[float, ...] | None:
@@ -306,57 +325,61 @@ def _float_tuple(name: str, values) -> tuple[float, ...] | None:
     try:
         return tuple(float(v) for v in values)
     except (TypeError, ValueError):
-        raise ConfigError(f"pos.{name}={values!r} must be a list of numbers, one per frequency") from None
+        raise ConfigError(f"{name}={values!r} must be a list of numbers, one per frequency") from None
 
 
 def _check_none(c: RopeScaling) -> None:
     if c.factor != 1:
-        raise ConfigError(f"pos.factor={c.factor} is unused by pos.scaling=none; set pos.factor=1 or pick a scaling")
+        raise ConfigError(f"factor={c.factor} is unused by method=none; use factor=1 or another method")
 
 
 def _check_dynamic_ntk(c: RopeScaling) -> None:
     if c.factor != 1 and c.yarn_variant == "paper":
-        raise ConfigError(f"pos.factor={c.factor} is unused by pos.scaling=dynamic_ntk as YaRN §3.3 defines it "
-                          "(s comes from the length); set pos.factor=1, or pos.yarn_variant=hf for HF's factor")
+        raise ConfigError(f"factor={c.factor} is unused by method=dynamic_ntk as YaRN §3.3 defines it (s comes from "
+                          "the length); use factor=1, or yarn_variant=hf for HF's factor")
 
 
 def _check_yarn(c: RopeScaling) -> None:
     if c.yarn_variant == "paper":
         for name in HF_YARN_OPTIONS:
             if getattr(c, name) != _default(name):
-                raise ConfigError(f"pos.{name} is a field of HF's YaRN; set pos.yarn_variant=hf or leave it at "
-                                  f"{_yaml(_default(name))}")
+                raise ConfigError(f"{name}={getattr(c, name)} is a field of HF's YaRN; use yarn_variant=hf or leave "
+                                  f"it at {_default(name)}")
         return
-    if c.base is None or not c.base > 1:
-        raise ConfigError(f"pos.yarn_variant=hf places its ramp by the pair index of a base-b RoPE, so it needs "
-                          f"base > 1 (got {c.base}); build RopeScaling with the scheme's pos.base")
+    if c.base is not None and not c.base > 1:
+        raise ConfigError(f"yarn_variant=hf places its ramp by the pair index of a base-b RoPE, so it needs a base "
+                          f"> 1 (got {c.base})")
     if not c.alpha > 0:
-        raise ConfigError("pos.alpha=0 with pos.yarn_variant=hf: HF reads beta_slow=0 as unset (1); set alpha > 0")
+        raise ConfigError("alpha=0 with yarn_variant=hf: HF reads beta_slow=0 as unset (1); use alpha > 0")
     pair = (c.mscale, c.mscale_all_dim)
     if (pair[0] is None) != (pair[1] is None) or any(m is not None and not m > 0 for m in pair):
-        raise ConfigError("pos.mscale and pos.mscale_all_dim go together (DeepSeek-V2's pair): set both > 0 or neither")
+        raise ConfigError(f"mscale={c.mscale} and mscale_all_dim={c.mscale_all_dim} go together (DeepSeek-V2's "
+                          "pair): set both > 0 or neither")
     if c.mscale is not None and c.attention_factor is not None:
-        raise ConfigError("pos.attention_factor replaces the scale pos.mscale/mscale_all_dim would give; set one")
+        raise ConfigError(f"attention_factor={c.attention_factor} replaces the scale mscale={c.mscale} and "
+                          f"mscale_all_dim={c.mscale_all_dim} would give; set one")
 
 
 def _check_llama3(c: RopeScaling) -> None:
     if not 0 < c.low_freq_factor < c.high_freq_factor:
-        raise ConfigError(f"pos.low_freq_factor={c.low_freq_factor}, pos.high_freq_factor={c.high_freq_factor}: "
+        raise ConfigError(f"low_freq_factor={c.low_freq_factor}, high_freq_factor={c.high_freq_factor}: "
                           "llama3 needs 0 < low_freq_factor < high_freq_factor")
 
 
 def _check_longrope(c: RopeScaling) -> None:
     if c.short_factor is None or c.long_factor is None:
-        raise ConfigError("pos.scaling=longrope needs pos.short_factor and pos.long_factor, one factor per frequency")
+        raise ConfigError(f"method=longrope needs short_factor=[...] and long_factor=[...], one factor per frequency "
+                          f"(got short_factor={c.short_factor}, long_factor={c.long_factor})")
     need = {len(c.long_factor)} if c.rotated is None else {c.rotated // 2}
     if {len(c.short_factor), len(c.long_factor)} != need:
         want = "as many as the other" if c.rotated is None else f"{c.rotated // 2} each (rotated dims ÷ 2)"
-        raise ConfigError(f"pos.short_factor has {len(c.short_factor)} entries and pos.long_factor "
-                          f"{len(c.long_factor)}: pos.scaling=longrope needs {want}, one per frequency")
-    if not all(v > 0 for v in c.short_factor + c.long_factor):
-        raise ConfigError("pos.short_factor/long_factor divide the frequencies: every entry must be > 0")
-    if c.original_max_len < 2:
-        raise ConfigError(f"pos.original_max_len={c.original_max_len}: longrope's attention factor needs ln L > 0")
+        raise ConfigError(f"short_factor has {len(c.short_factor)} entries and long_factor {len(c.long_factor)}: "
+                          f"method=longrope needs {want}, one per frequency")
+    if not all(v > 0 and math.isfinite(v) for v in c.short_factor + c.long_factor):
+        raise ConfigError(f"short_factor={list(c.short_factor)}, long_factor={list(c.long_factor)}: each entry "
+                          "divides a frequency, so every one must be a finite number > 0")
+    if c.original_max_len is not None and c.original_max_len < 2:
+        raise ConfigError(f"original_max_len={c.original_max_len}: longrope's attention factor needs ln L > 0")
 
 
 CHECKS: dict[str, Callable[[RopeScaling], None]] = {

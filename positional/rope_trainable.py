@@ -1,7 +1,7 @@
 """RoPE with trainable frequencies θ_i, initialised at base^(−2i/R) (RoFormer Eq. 15).
 
-Su reports that learned θ_i "did not update significantly" (the claim as quoted in issue 3;
-no equation to cite); the drift is logged so it can be checked on each run:
+Su reports that learned θ_i "did not update significantly" (no equation to cite); the drift is logged
+so it can be checked on each run:
   pos/theta_rel_change     ‖θ − θ₀‖ / ‖θ₀‖
   pos/theta_max_log_ratio  max_i |log(|θ_i| / θ₀_i)|
   pos/theta_sign_flips     how many θ_i crossed zero (a flip reverses that pair's rotation)

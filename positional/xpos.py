@@ -25,6 +25,7 @@ Notation: T positions, D head dim, W width of the rotated vector.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,9 +43,10 @@ def xpos_zeta(width: int, gamma: float, dtype=torch.float64, device=None) -> Ten
     return (two_i + gamma * width) / ((1 + gamma) * width)
 
 
-def xpos_centre(positions: Tensor) -> int:
-    """c = ⌊(n_first + n_last + 1)/2⌋ for sorted positions: ⌊T/2⌋ for 0 … T−1."""
-    return (int(positions[0]) + int(positions[-1]) + 1) // 2
+def xpos_centre(positions: Tensor) -> Tensor:
+    """c = ⌊(n_first + n_last + 1)/2⌋ for sorted positions: ⌊T/2⌋ for 0 … T−1. A 0-d tensor, so that no
+    position is read on the host (which would wait for the GPU)."""
+    return (positions[0] + positions[-1] + 1).div(2, rounding_mode="floor")
 
 
 def xpos_scale(positions: Tensor, zeta: Tensor, scale_base: float) -> Tensor:
@@ -77,12 +79,13 @@ class XPos(PositionalScheme):
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if layout not in LAYOUTS:
-            raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
+            raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if shape.head_dim % 2:
-            raise ConfigError(f"pos=xpos rotates pairs of dims but the head dim {shape.head_dim} is odd; "
-                              "make model.d_model / model.n_heads even")
-        if gamma <= 0 or scale_base <= 0:
-            raise ConfigError(f"pos.gamma={gamma} and pos.scale_base={scale_base} must be positive")
+            raise ConfigError(f"pos=xpos rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
+                              "d_model / n_heads (model.d_model / model.n_heads) even")
+        for name, value in (("base", base), ("gamma", gamma), ("scale_base", scale_base)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name}={value} must be a positive finite number")
         self.base, self.gamma, self.scale_base, self.layout = base, gamma, scale_base, layout
 
     def rotary(self, positions: Tensor) -> XPosRotation:

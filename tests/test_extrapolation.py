@@ -1,4 +1,4 @@
-"""Length extrapolation (issue 17): sliding windows, loss by position, same targets, eval-time scalings and
+"""Length extrapolation: sliding windows, loss by position, same targets, eval-time scalings and
 fine-tuning on one trained model (harness/model/extrapolation.py, harness/model/evaluate.py)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from harness.model.module import LanguageModel
 from harness.model.transformer import ModelConfig, Transformer
 from positional.alibi import ALiBi
 from positional.rope import Rope
+from tests.helpers import assert_figure, rope_args
 
 TEXT = bytes(range(32, 127)) * 8 + b"the quick brown fox jumps over the lazy dog. " * 20  # 1,660 bytes
 
@@ -130,7 +131,7 @@ def test_rescaled_swaps_the_scaling_and_restores_it():
     with pytest.raises(RuntimeError), pos.rescaled("linear", 64):
         raise RuntimeError("restored on the way out too")
     assert pos.scaling.method == "none"
-    fixed = Rope(module.model.pos.shape, scaling="linear", factor=4.0)  # pos.factor set: s = 4 at every length
+    fixed = Rope(module.model.pos.shape, **rope_args(scaling="linear", factor=4.0))  # a factor: s = 4 at every length
     with fixed.rescaled("ntk", 128) as scaling:
         assert (scaling.method, scaling.factor) == ("ntk", 4.0)
     assert (fixed.scaling.method, fixed.scaling.factor) == ("linear", 4.0)
@@ -176,7 +177,8 @@ def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_t
     rows = list(csv.DictReader(io.StringIO(files["loss_by_position.csv"].decode())))
     assert {r["condition"] for r in rows} == {"configured", "none", "linear", "yarn", "finetuned/none",
                                                "finetuned/linear", "finetuned/yarn"}
-    assert files["loss_by_position.png"][:4] == files["loss_vs_length_by_scaling.png"][:4] == b"\x89PNG"
+    assert_figure(files["loss_by_position.png"])
+    assert_figure(files["loss_vs_length_by_scaling.png"])
 
 
 def test_a_run_logs_every_condition_and_its_artifacts_to_mlflow(train_tiny):

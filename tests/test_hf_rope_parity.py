@@ -26,6 +26,7 @@ from transformers import PretrainedConfig
 from positional.base import Shape
 from positional.rope import Rope, rope_inv_freq, rotated_width
 from positional.rope_scaling import RopeScaling, ScaledFrequencies
+from tests.helpers import rope_args
 
 F64 = torch.float64
 RTOL = 1e-12
@@ -203,7 +204,7 @@ def e2e_cases(D: int, L: int):
 def test_rope_module_rotates_by_hfs_angles_and_leaves_pass_through_dims(case):
     D, L = 32, 64
     ours_options, rope, max_pos = e2e_cases(D, L)[case]
-    module = Rope(Shape(2 * D, 2, 2, L, causal=False), fraction=0.5, **ours_options).double().eval()
+    module = Rope(Shape(2 * D, 2, 2, L, causal=False), **rope_args(fraction=0.5, **ours_options)).double().eval()
     x = torch.randn(2, 3 * L, D, dtype=F64, generator=torch.Generator().manual_seed(case))
     for length in (L // 2, 3 * L):  # longrope's short and long sets, dynamic's plain and scaled θ
         positions = torch.arange(length)

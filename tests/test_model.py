@@ -44,9 +44,10 @@ def test_padded_keys_do_not_change_real_positions():
     torch.testing.assert_close(model(x, keep)[0, :11], model(y, keep)[0, :11])
 
 
-def test_a_padding_mask_without_padding_reaches_attention_as_none_with_the_same_logits():
-    """A corpus batch of full windows: no mask for attention to build and apply (a T5 step 1.03-1.12x with
-    it); a batch with padding keeps its mask."""
+def test_a_padding_mask_without_padding_is_dropped_on_the_host_with_the_same_logits():
+    """A corpus batch of full windows reaches the model with no mask (dropped where the batch is collated, so
+    the forward reads no value), and attention given none builds and applies none; padding keeps its mask."""
+    from harness.data.loaders import on_device, without_full_masks
     from positional.t5 import T5Bias
 
     torch.manual_seed(0)
@@ -54,7 +55,13 @@ def test_a_padding_mask_without_padding_reaches_attention_as_none_with_the_same_
     model.blocks[0].attn.variant.register_forward_pre_hook(lambda m, args: seen.append(args[3].key_padding_mask))
     x = torch.randint(256, (2, 16))
     full, padded = torch.ones(2, 16, dtype=torch.bool), torch.arange(16).expand(2, 16) < 11
-    assert torch.equal(model(x, full), model(x)) and seen == [None, None]
+    batch = without_full_masks({"input_ids": x, "key_padding_mask": full})
+    assert batch["key_padding_mask"] is None
+    pairs = without_full_masks({"plain": {"input_ids": x, "key_padding_mask": full},  # validation's pairs
+                                "shuffled": {"input_ids": x, "key_padding_mask": padded}})
+    assert pairs["plain"]["key_padding_mask"] is None and pairs["shuffled"]["key_padding_mask"] is padded
+    assert on_device({"input_ids": x, "key_padding_mask": full}, "cpu")["key_padding_mask"] is None
+    assert torch.equal(model(x, full), model(x)) and seen == [full, None]  # the model uses what it is given
     model(x, padded)
     assert torch.equal(seen[-1], padded)
     assert not torch.allclose(model(x, padded)[:, :11], model(x)[:, :11])

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
-from positional.base import PositionalBias, RelativeBias, Shape
+from positional.base import PositionalBias, Shape
 from positional.fire import Fire, fire_inputs
 from tests.attn_cases import F64
 
@@ -106,16 +106,15 @@ def test_layers_share_one_mlp_unless_per_layer():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("positions", [list(range(40)), [0, 3, 4, 9, 40, 41, 90]])
-def test_below_the_threshold_the_offset_table_gives_the_same_bias(causal, positions):
-    s = scheme(causal, init_L=100.0)  # every position ≤ L: one normaliser, a table over offsets
+def test_below_the_threshold_psi_of_L_normalises_every_row_and_L_learns(causal, positions):
+    s = scheme(causal, init_L=100.0)  # every position ≤ L: one normaliser, ψ(L)
     p = torch.tensor(positions)
     got = s.logit_bias(p, 0)
-    assert isinstance(got, RelativeBias if positions[-1] == len(positions) - 1 else PositionalBias)
     x = fire_inputs(p, s.c[0].abs(), s.init_L * s.L_multiplier[0], causal)  # (T, T): the general path
     want = s.mlps[0](x.unsqueeze(-1)).permute(2, 0, 1)  # (H, T, T)
     assert_close(got.dense()[0], want, rtol=1e-14, atol=1e-14)
     got.dense().square().sum().backward()
-    assert s.L_multiplier.grad.abs().item() > 0 and s.c.grad.abs().item() > 0  # ψ(L) still normalises
+    assert s.L_multiplier.grad.abs().item() > 0 and s.c.grad.abs().item() > 0
 
 
 def test_fire_is_a_positional_bias_that_only_softmax_applies():

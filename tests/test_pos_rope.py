@@ -117,11 +117,17 @@ def test_complex_form_equals_real_form_on_any_layout_and_dtype():
 
 
 def test_cos_sin_are_built_once_per_length_and_rebuilt_when_positions_or_theta_change():
+    """The cache keys on the scheme's own 0 … T−1 tensor by identity (no value is read to compare positions)."""
     rope = scheme()
-    first = rope.rotary(torch.arange(9))
-    assert rope.rotary(torch.arange(9)).cos is first.cos  # the same length: reused, not recomputed
+    own = rope.positions(9)
+    assert rope.positions(9) is own  # one tensor per (T, device), handed to every forward
+    first = rope.rotary(own)
+    assert rope.rotary(rope.positions(9)).cos is first.cos  # the same length: reused, not recomputed
+    fresh = rope.rotary(torch.arange(9))  # other positions (a caller's own): computed, never a stale hit
+    assert fresh.cos is not first.cos and torch.equal(fresh.cos, first.cos)
     shifted = rope.rotary(torch.arange(1, 10))
     torch.testing.assert_close(shifted.cos, torch.cos(rope_angles(torch.arange(1, 10), rope.inv_freq)))
     rope.inv_freq.mul_(0.5)  # θ changed in place (e.g. a loaded state): angles follow
-    torch.testing.assert_close(rope.rotary(torch.arange(9)).sin,
+    torch.testing.assert_close(rope.rotary(rope.positions(9)).sin,
                                torch.sin(rope_angles(torch.arange(9), rope.inv_freq)), rtol=0, atol=0)
+    assert rope.positions(12).numel() == 12 and torch.equal(rope.positions(12), torch.arange(12))

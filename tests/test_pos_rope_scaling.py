@@ -9,13 +9,14 @@ from harness.errors import ConfigError
 from positional.base import Shape
 from positional.rope import Rope, rope_inv_freq
 from positional.rope_scaling import dynamic_ntk_factor, ntk_inv_freq, yarn_attention_scale, yarn_inv_freq
+from tests.helpers import rope_args
 
 F64 = torch.float64
 D, L, BASE = 32, 64, 10000.0  # head dim, training length, base
 
 
 def scheme(**kw) -> Rope:
-    return Rope(Shape(2 * D, 2, 2, L, causal=False), **kw).double().eval()
+    return Rope(Shape(2 * D, 2, 2, L, causal=False), **rope_args(**kw)).double().eval()
 
 
 def cos_sin(rope: Rope, positions: torch.Tensor):

@@ -1,4 +1,4 @@
-"""RoPE length scaling in Hugging Face's forms (issue 17, item 6): llama3, longrope, yarn_variant=hf.
+"""RoPE length scaling in Hugging Face's forms: llama3, longrope, yarn_variant=hf.
 
 Each against its definition written out in float64, the pass-through convention of each variant,
 one-line refusals, and a scaling swapped onto a built scheme. Parity with transformers' own
@@ -15,6 +15,7 @@ from harness.errors import ConfigError
 from positional.base import Shape
 from positional.rope import Rope, rope_inv_freq
 from positional.rope_scaling import (
+    OPTIONS_READ,
     RopeScaling,
     dynamic_ntk_factor,
     llama3_inv_freq,
@@ -24,13 +25,14 @@ from positional.rope_scaling import (
     yarn_ramp_bounds,
 )
 from positional.rope_trainable import RopeTrainable
+from tests.helpers import rope_args
 
 F64 = torch.float64
 D, L, BASE = 32, 64, 10000.0  # head dim, training length, base
 
 
 def scheme(**kw) -> Rope:
-    return Rope(Shape(2 * D, 2, 2, L, causal=False), **kw).double().eval()
+    return Rope(Shape(2 * D, 2, 2, L, causal=False), **rope_args(**kw)).double().eval()
 
 
 def cos_sin(rope: Rope, positions: torch.Tensor):
@@ -153,7 +155,7 @@ def test_a_swapped_scaling_is_all_the_rope_module_reads():
 @pytest.mark.parametrize("kw", [dict(scaling="llama3", factor=4.0),
                                 dict(scaling="yarn", yarn_variant="hf", factor=4.0)])
 def test_hf_forms_scale_a_learned_theta(kw):
-    rope = RopeTrainable(Shape(2 * D, 2, 2, L, causal=False), **kw).double().eval()
+    rope = RopeTrainable(Shape(2 * D, 2, 2, L, causal=False), **rope_args(**kw)).double().eval()
     with torch.no_grad():
         rope.inv_freq.mul_(torch.linspace(0.8, 1.2, D // 2, dtype=F64))
     positions = torch.arange(2 * L)
@@ -184,17 +186,19 @@ LISTS = dict(short_factor=[1.0] * (D // 2), long_factor=[2.0] * (D // 2))
     dict(scaling="yarn", yarn_variant="hf", factor=2.0, alpha=0.0),  # HF would read beta_slow=0 as 1
     dict(scaling="longrope", factor=2.0, attention_factor=0.0, **LISTS),
     dict(scaling="dynamic_ntk", yarn_variant="hf", factor=0.5),
-    dict(scaling="yarn", factor=2.0, betta=16.0),  # not an option
 ])
 def test_bad_hf_options_are_refused_in_one_line(kw):
     with pytest.raises(ConfigError) as e:
         scheme(**kw)
-    assert "\n" not in str(e.value) and "pos." in str(e.value)
+    assert "\n" not in str(e.value) and str(e.value).split("=")[0].split()[-1].startswith("scaling.")
 
 
 def test_geometry_the_hf_forms_need_is_checked():
-    with pytest.raises(ConfigError):  # the index ramp needs the base: a swap must carry the scheme's
-        RopeScaling(method="yarn", yarn_variant="hf", factor=2.0)
+    loose = RopeScaling(method="yarn", yarn_variant="hf", factor=2.0, original_max_len=L)  # base unknown yet
+    with pytest.raises(ConfigError, match="base=None"):  # the index ramp needs the base: a swap carries the scheme's
+        loose.frequencies(rope_inv_freq(D, BASE, F64), L)
+    rope = Rope(Shape(2 * D, 2, 2, L, causal=False), base=BASE, scaling=loose)  # an instance, completed by Rope
+    assert rope.scaling.base == BASE and rope.scaling.rotated == D and rope.scaling.original_max_len == L
     loose = RopeScaling(method="longrope", short_factor=[1.0] * 4, long_factor=[1.0] * 4)  # width unknown yet
     with pytest.raises(ConfigError):
         loose.frequencies(rope_inv_freq(D, BASE, F64), L)
@@ -203,16 +207,32 @@ def test_geometry_the_hf_forms_need_is_checked():
         rope.rotary(torch.arange(L + 1)).at_width(2 * D)
 
 
-def test_every_option_is_a_pos_key_and_lists_compose_from_the_command_line():
+@pytest.mark.parametrize("method", [m for m in OPTIONS_READ if m != "none"])
+def test_each_scaling_file_holds_its_methods_options_and_builds_it(method):
+    """conf/pos/scaling/<method>.yaml composes under pos.scaling with exactly the fields its method reads, and
+    pos/scaling=none (the default) leaves pos.scaling null: the default run shows no scaling key."""
     from hydra.utils import instantiate
 
-    from tests.conftest import compose
+    from tests.helpers import compose
+
+    node = compose(["pos=rope", f"pos/scaling={method}"]).pos.scaling
+    assert set(node) == {"_target_", "_partial_", "method", "factor", "original_max_len", *OPTIONS_READ[method]}
+    assert node.method == method and compose(["pos=rope"]).pos.scaling is None
+    if method != "longrope":  # its lists are required
+        rope = instantiate(compose(["pos=rope", f"pos/scaling={method}"]).pos)(Shape(2 * D, 2, 2, L, causal=False))
+        assert rope.scaling.method == method and rope.scaling.base == BASE and rope.scaling.rotated == D
+
+
+def test_lists_compose_from_the_command_line():
+    from hydra.utils import instantiate
+
+    from tests.helpers import compose
 
     short = ",".join(["1.5"] * (D // 2))
-    cfg = compose(["pos=rope_trainable", "pos.scaling=longrope", "pos.factor=2", f"pos.short_factor=[{short}]",
-                   f"pos.long_factor=[{short}]", "pos.attention_factor=1.1"])
-    options = {f.name for f in dataclasses.fields(RopeScaling)} - {"method", "base", "rotated"}  # Rope passes these
-    assert options <= set(cfg.pos) and "scaling" in cfg.pos
+    cfg = compose(["pos=rope_trainable", "pos/scaling=longrope", "pos.scaling.factor=2",
+                   f"pos.scaling.short_factor=[{short}]", f"pos.scaling.long_factor=[{short}]",
+                   "pos.scaling.attention_factor=1.1"])
     rope = instantiate(cfg.pos)(Shape(2 * D, 2, 2, cfg.data.seq_len, causal=False))
     assert rope.scaling.short_factor == (1.5,) * (D // 2) and rope.scaling.base == cfg.pos.base
     assert rope.scaling.rotated == D and rope.scaling.attention_factor == 1.1
+    assert rope.scaling.original_max_len == cfg.data.seq_len

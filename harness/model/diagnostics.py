@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from harness.data.loaders import on_device
+
 WINDOWS = 16  # validation windows looked at
 CHUNK_ELEMS = 1 << 24  # B·H·T² weights formed at once per layer (64 MiB in fp32)
 
@@ -151,7 +153,8 @@ def attention_diagnostics(model, loader, windows: int = WINDOWS) -> Diagnostics:
         with torch.no_grad():
             for batch in _windows(loader, windows, model.cfg.n_heads):
                 # .forward, not __call__: a compiled model (model.compile=true) runs eagerly here, hooks and all
-                model.forward(batch["input_ids"].to(device), batch["key_padding_mask"].to(device))
+                batch = on_device(batch, device)
+                model.forward(batch["input_ids"], batch["key_padding_mask"])
     finally:
         for handle in handles:
             handle.remove()

@@ -1,9 +1,9 @@
-"""Length extrapolation as the papers measure it (issue 17; README "Length extrapolation").
+"""Length extrapolation as the papers measure it (docs/length-extrapolation.md).
 
 One trained model, scored at every ``eval.lengths`` entry under
   - the configured scheme (``val/loss_at_<L>``),
   - each ``eval.scalings`` entry, swapped in by the scheme's ``rescaled`` context manager, no retraining
-    (``val/<scaling>/loss_at_<L>``; s = L / training length unless pos.factor is set),
+    (``val/<scaling>/loss_at_<L>``; s = L / training length unless pos.scaling.factor is set),
   - each scaling again after ``eval.finetune_steps`` steps of training at ``eval.finetune_length`` with that
     scaling applied, from the same trained weights each time (``val/finetuned/<scaling>/loss_at_<L>``; s fixed
     at finetune_length / training length, as position interpolation and YaRN evaluate their fine-tuned models),
@@ -23,6 +23,7 @@ import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
+from harness.data.loaders import on_device
 from harness.model.evaluate import LengthResults, WindowScores, evaluate_lengths, length_metrics
 
 
@@ -116,7 +117,7 @@ def finetune(module, corpus, objective, data, settings, length: int, seed: int) 
     losses = []
     module.train()
     for batch in DataLoader(windows, batch_size=batch_size):
-        token_losses, scored = module.token_losses({k: v.to(module.device) for k, v in batch.items()})  # (B, T)
+        token_losses, scored = module.token_losses(on_device(batch, module.device))  # (B, T)
         loss = token_losses.sum() / scored.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

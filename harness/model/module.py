@@ -2,7 +2,7 @@
 
 Validation scores each example twice, as written and with its token order permuted inside the window
 (harness/data/loaders.py): ``val/loss``, ``val/loss_shuffled`` and ``val/order_gain`` = their
-difference, in nats per scored token — how much the model uses word order (issue 16). A task scored
+difference, in nats per scored token — how much the model uses word order. A task scored
 per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accuracy.
 """
 
@@ -17,6 +17,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from harness.data.loaders import without_full_masks
 from harness.data.objectives import IGNORE
 from harness.data.tasks import exact_match
 from harness.model.schedule import Schedule
@@ -29,6 +30,12 @@ class LanguageModel(L.LightningModule):
         self.model, self.make_optimizer, self.schedule, self.byte_level = model, optimizer, schedule, byte_level
         self.scores_sequences = scores_sequences
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        return without_full_masks(batch)  # on the host, so the forward reads no value (harness/data/loaders.py)
+
+    def on_train_batch_start(self, batch, batch_idx: int):
+        self.model.before_training_step(self.global_step)  # Performer's redraw, decided on the host
 
     def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""

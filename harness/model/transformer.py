@@ -110,12 +110,11 @@ class Transformer(nn.Module):
             part.apply(_init_weights)
 
     def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """input_ids: (B, T) -> logits (B, T, V). key_padding_mask: (B, T) bool, True at real tokens; one
-        with no padding is dropped (the same logits), so attention gets no mask to build and apply: a
-        corpus batch of full windows has none, and the mask made a T5 training step 1.03-1.12x, ALiBi's
-        1.05-1.07x (T = 128, B = 32, CPU)."""
-        if key_padding_mask is not None and bool(key_padding_mask.all()):
-            key_padding_mask = None
+        """input_ids: (B, T) -> logits (B, T, V). key_padding_mask: (B, T) bool, True at real tokens, or None
+        when nothing is padded. Nothing here reads a tensor's value (that would wait for the GPU): a batch of
+        full windows reaches the model with None, its all-true mask dropped on the host before the batch
+        moves (harness/data/loaders.py ``on_device``), so attention builds and applies no mask (an all-true one
+        still costs a bias scheme's step a mask pass)."""
         T = input_ids.shape[1]
         positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
@@ -125,6 +124,11 @@ class Transformer(nn.Module):
             x = block(x, replace(base, bias=bias))
         h = self.head(self.norm_f(x))  # (B, T, C)
         return F.linear(h, self.tok_emb.weight, self.head_bias)  # (B, T, V), tied decoder
+
+    def before_training_step(self, step: int) -> None:
+        """The training loop's per-step call (``AttentionVariant.before_training_step``), on the host."""
+        for block in self.blocks:
+            block.attn.variant.before_training_step(step)
 
     def diagnostics(self) -> dict[str, float]:
         """What the scheme and the first layer's variant report about themselves."""
