@@ -53,21 +53,6 @@ BAND_CHUNK = 64  # band_contract's chunk C; the dense band reaches K = ⌈d/C⌉
 ToeplitzPath = Literal["auto", "fft", "dense", "band"]
 
 
-def toeplitz_matmul(coeffs: Tensor, x: Tensor) -> Tensor:
-    """y_i = Σ_j coeffs[h, i − j + Tk − 1] · x_j: a per-head Toeplitz matrix times x, by FFT.
-
-    A Toeplitz matrix embeds in a circulant one, which the FFT diagonalises (Luo et al. 2021, §3.2), so
-    the product costs O((Tq + Tk) log(Tq + Tk)) per column instead of O(Tq·Tk).
-    coeffs: (H, Tq + Tk − 1), column o ↔ offset i − j = o − (Tk − 1); x: (B, H, Tk, E) -> (B, H, Tq, E).
-    """
-    t_k = x.shape[-2]
-    t_q = coeffs.shape[-1] - t_k + 1
-    dtype = fft_dtype(x.dtype)
-    spectrum = _spectrum(circulant_kernel(coeffs, t_k), dtype)  # (H, 1, L/2 + 1)
-    y = _conv(x.transpose(-1, -2).to(dtype), spectrum, _fft_size(coeffs.shape[-1]), t_q)  # (B, H, E, Tq)
-    return y.transpose(-1, -2).to(x.dtype)
-
-
 def _fft_size(n_off: int) -> int:
     # circular convolution of length L ≥ Tq + Tk − 1 keeps every offset −(Tk−1) … Tq−1 apart (no wrap-around)
     return 1 << (n_off - 1).bit_length()
@@ -112,12 +97,6 @@ def _spectrum(kernel: Tensor, dtype: torch.dtype) -> Tensor:
     # the kernel's own FFT in float64 (H transforms, cheap), rounded once to the working precision
     spectrum = torch.fft.rfft(kernel.to(torch.float64))  # (H, L/2 + 1)
     return spectrum.to(torch.complex128 if dtype == torch.float64 else torch.complex64)[:, None]  # (H, 1, L/2+1)
-
-
-def _conv(x: Tensor, spectrum: Tensor, size: int, t_out: int) -> Tensor:
-    """Circular convolution (length ``size``) of each row of x (B, H, N, Tk), time last, with the kernel
-    whose spectrum is given: the first Tout entries, (B, H, N, Tout)."""
-    return torch.fft.irfft(torch.fft.rfft(x, n=size).mul_(spectrum), n=size)[..., :t_out]
 
 
 def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
@@ -443,8 +422,8 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     elif causal:
         num, den = _num_den(f, v, lambda q, k, x: linear_contract(q, k, x, causal, None))
     elif f.q_num is f.q and f.k_num is f.k:  # Eq. 6 with a column of ones on v: the denominator rides along
-        # (paired at the bench's rope+performer cell: the step 1.09x faster than Σ_j φ(k_j) as its own product,
-        # whose matrix-vector forward and outer-product backward ran far below the matmul rate)
+        # (Σ_j φ(k_j) as its own product is a matrix-vector forward and an outer-product backward, both far
+        # below the matmul rate)
         num, den = _num_den(f, v, lambda q, k, x: q @ (k.transpose(-1, -2) @ x))
     else:  # numerator-mode RoPE: the denominator needs Σ_j φ(k_j) only
         num = f.q_num @ (f.k_num.transpose(-1, -2) @ v)  # (B, H, T, M) @ (B, H, M, D)
@@ -477,7 +456,7 @@ class KernelizedAttention(AttentionVariant):
     def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
         super().__init__(shape)
         if rope_mode not in ("pre_feature", "numerator"):
-            raise ConfigError(f"attn.rope_mode={rope_mode!r} is unknown; use pre_feature or numerator")
+            raise ConfigError(f"rope_mode={rope_mode!r} is unknown; use pre_feature or numerator")
         self.rope_mode = rope_mode
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
@@ -500,8 +479,8 @@ class KernelizedAttention(AttentionVariant):
     def _rotation_at(self, rotary, width: int):
         at_width = getattr(rotary, "at_width", None)
         if at_width is None:
-            raise ConfigError(f"attn.rope_mode=numerator needs a rotation that can act on {width}-wide "
-                              "features (at_width); use attn.rope_mode=pre_feature with this pos")
+            raise ConfigError(f"rope_mode=numerator needs a rotation that can act on {width}-wide "
+                              "features (at_width); use rope_mode=pre_feature with this positional scheme")
         return at_width(width)
 
     def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:

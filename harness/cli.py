@@ -26,6 +26,7 @@ from harness.errors import ConfigError
 
 CHECK_FLAG = "--check"
 MATRIX_FLAG = "--matrix"
+LIST_FLAG = "--list"
 GROUP_KEYS = ("pos", "attn", "task", "data", "experiment", "scale")
 
 
@@ -37,11 +38,15 @@ class _Mode:
 
 
 def entry(argv: list[str], main: Callable[[], object]) -> int:
-    """``python run.py ...``: --matrix before Hydra parses argv; --check taken out of it."""
+    """``python run.py ...``: --matrix and --list before Hydra parses argv; --check taken out of it."""
     if len(argv) > 1 and argv[1].split("=")[0] == MATRIX_FLAG:
         from harness.config.compat import print_matrix
 
-        return print_matrix(argv[1])
+        return _guarded(lambda: print_matrix(argv[1], argv[2:]))
+    if len(argv) > 1 and argv[1].split("=")[0] == LIST_FLAG:
+        from harness.config.catalog import print_catalogue
+
+        return _guarded(lambda: print_catalogue(argv[1], argv[2:]))
     if CHECK_FLAG in argv:
         argv.remove(CHECK_FLAG)
         argv.append("~hydra.callbacks.mlflow_sweep")  # a checked sweep trains nothing: no parent run
@@ -50,14 +55,26 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
     return 2 if code == 0 and _Mode.refused else code
 
 
+def _guarded(command: Callable[[], int]) -> int:
+    """A command outside Hydra (--matrix, --list): a user's mistake (a class that does not import) is one line."""
+    try:
+        return command()
+    except ConfigError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+
+
 def run_job(cfg: DictConfig) -> float | None:
     """The body of @hydra.main: check, train a single run, or train one cell of a sweep."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.config.catalog import retarget
+
     hydra_cfg = HydraConfig.get()
-    choices = {g: hydra_cfg.runtime.choices[g] for g in GROUP_KEYS}
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    choices = {g: hydra_cfg.runtime.choices[g] for g in GROUP_KEYS}
+    choices = retarget(cfg, choices, list(hydra_cfg.overrides.task))  # pos._target_=mypkg.MyScheme: its name
     if _Mode.check:
         return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
     from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
@@ -137,9 +154,20 @@ def _composition(exc) -> str:
     key = _quoted_key(text)
     elsewhere = _options_with_key(key) if key else []
     if elsewhere:  # e.g. data.path under data=embedded: a key of the group's other options
-        head = key.partition(".")[0]
+        head = elsewhere[0].partition("=")[0]
         return (f"{key} is not a key of the chosen {head}; {', '.join(elsewhere)} "
                 f"{'has' if len(elsewhere) == 1 else 'have'} it: add {elsewhere[0]} (or drop {key})")
+    if "No match in the defaults list" in text and key and "/" in key:  # pos/scaling=yarn under pos=alibi
+        holders = _groups_listing(key)
+        if holders:
+            return (f"{key} is a choice of {', '.join(holders)} only, not of the chosen "
+                    f"{key.rpartition('/')[0]}; pick one of those or drop {key}")
+    nested = _nested_options_with_key(key) if key else []
+    if nested:  # e.g. pos.factor: a key of conf/pos/scaling/<method>.yaml, composed under pos.scaling
+        group = nested[0].partition("=")[0]
+        names = ", ".join(n.partition("=")[2] for n in nested if n.startswith(f"{group}="))
+        return (f"{key} is not a key of the chosen {key.partition('.')[0]}; it belongs to {group}: pick one with "
+                f"{group}=<name> ({names}) and set {group.replace('/', '.')}.{key.partition('.')[2]}=...")
     near = _nearest_name(key) if key else None
     if near:
         return f"{text} (no such key); did you mean {near}?"
@@ -157,20 +185,56 @@ def _quoted_key(text: str) -> str | None:
 
 def _options_with_key(key: str) -> list[str]:
     """The options of ``key``'s group that define the rest of ``key`` (``data.path`` → ``data=enwik8``,
-    ``data=text``): the user picked an option without it."""
+    ``data=text``; ``pos.scaling.alpha`` → ``pos/scaling=yarn``): the user picked an option without it."""
+    import yaml
+
+    from harness.paths import CONF
+
+    parts = key.split(".")
+    at = next((i for i in range(len(parts) - 1, 0, -1) if (CONF / "/".join(parts[:i])).is_dir()), None)
+    if at is None:
+        return []
+    group, rest = "/".join(parts[:at]), parts[at:]
+
+    def defines(node, parts: list[str]) -> bool:
+        return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
+
+    return [f"{group}={f.stem}" for f in sorted((CONF / group).glob("*.yaml"))
+            if defines(yaml.safe_load(f.read_text()) or {}, rest)]
+
+
+def _groups_listing(group: str) -> list[str]:
+    """The options of ``group``'s parent whose defaults list hold the nested ``group`` (``pos/scaling`` →
+    ``pos=rope``, ``pos=rope_trainable``), directly or through an option they extend."""
+    import yaml
+
+    from harness.paths import CONF
+
+    parent, _, sub = group.rpartition("/")
+
+    def holds(name: str, seen: frozenset = frozenset()) -> bool:
+        path = CONF / parent / f"{name}.yaml"
+        if name in seen or not path.is_file():
+            return False
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
+        return any((isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
+                   for d in defaults)
+
+    return [f"{parent}={f.stem}" for f in sorted((CONF / parent).glob("*.yaml")) if holds(f.stem)]
+
+
+def _nested_options_with_key(key: str) -> list[str]:
+    """The options of a group nested in ``key``'s group that define ``key``'s last part (``pos.factor`` →
+    ``pos/scaling=linear``, …): the key moved into a node of its own."""
     import yaml
 
     from harness.paths import CONF
 
     head, _, rest = key.partition(".")
-    if not rest or not (CONF / head).is_dir():
+    if not rest or "." in rest or not (CONF / head).is_dir():
         return []
-
-    def defines(node, parts: list[str]) -> bool:
-        return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
-
-    return [f"{head}={f.stem}" for f in sorted((CONF / head).glob("*.yaml"))
-            if defines(yaml.safe_load(f.read_text()) or {}, rest.split("."))]
+    return [f"{head}/{sub.name}={f.stem}" for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
+            for f in sorted(sub.glob("*.yaml")) if rest in (yaml.safe_load(f.read_text()) or {})]
 
 
 def _nearest_name(key: str) -> str | None:

@@ -199,8 +199,8 @@ class PositionalScheme(nn.Module):
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
         if self.randomize and self.training:
             if t > self.max_position:
-                raise ConfigError(f"pos.max_position={self.max_position} < sequence length {t}: T distinct "
-                                  "positions cannot be drawn; raise pos.max_position")
+                raise ConfigError(f"max_position={self.max_position} < sequence length {t}: T distinct "
+                                  "positions cannot be drawn; raise max_position")
             return randomized_positions(t, self.max_position).to(device)
         return torch.arange(t, device=device)
 
@@ -259,16 +259,16 @@ def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool,
     """Validate pos.randomize / pos.max_position before anything is built; one-line errors."""
     name = cls.config_name()
     if not isinstance(randomize, bool):
-        raise ConfigError(f"pos.randomize={randomize!r}: use true or false")
+        raise ConfigError(f"randomize={randomize!r}: use true or false")
     if not randomize:
         if max_position is not None:
-            raise ConfigError(f"pos.max_position={max_position} only applies with pos.randomize=true; "
-                              "set pos.randomize=true or drop pos.max_position")
+            raise ConfigError(f"max_position={max_position} only applies with randomize=true; "
+                              "set randomize=true or drop max_position")
         return False, None
     if cls.randomize_refusal:
-        raise ConfigError(f"pos.randomize=true with pos={name}: {cls.randomize_refusal}; "
-                          "use pos.randomize=false or a scheme that reads positions")
+        raise ConfigError(f"randomize=true with pos={name}: {cls.randomize_refusal}; "
+                          "use randomize=false or a scheme that reads positions")
     if not isinstance(max_position, int) or max_position < shape.max_len:
-        raise ConfigError(f"pos.randomize=true needs pos.max_position ≥ data.seq_len={shape.max_len} "
+        raise ConfigError(f"randomize=true needs max_position ≥ the training length {shape.max_len} (data.seq_len) "
                           f"(got {max_position}); positions are drawn from [0, max_position)")
     return True, max_position

@@ -94,7 +94,7 @@ class CoPE(PositionalScheme):
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if not isinstance(npos, int) or npos < 2:
-            raise ConfigError(f"pos.npos={npos} must be an integer ≥ 2 (positions are capped at npos − 1)")
+            raise ConfigError(f"npos={npos} must be an integer ≥ 2 (positions are capped at npos − 1)")
         self.npos = npos
         tables = 1 if shape.causal else 2  # e, and e' for keys after the query (bidirectional)
         self.emb = nn.Parameter(torch.randn(shape.n_layers, tables * npos, shape.head_dim) * init_std)  # (L, P, D)

@@ -52,7 +52,7 @@ class Kerple(PositionalScheme):
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if variant not in KERNELS:
-            raise ConfigError(f"pos.variant={variant!r}: use {' or '.join(KERNELS)}")
+            raise ConfigError(f"variant={variant!r}: use {' or '.join(KERNELS)}")
         self.variant, self.per_layer = variant, per_layer
         self.bias_depends_on_layer = per_layer
         n, h = shape.n_layers if per_layer else 1, shape.n_heads

@@ -55,12 +55,14 @@ class PRope(PositionalScheme):
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if layout not in LAYOUTS:
-            raise ConfigError(f"pos.layout={layout!r}: use {' or '.join(LAYOUTS)}")
+            raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 <= p <= 1:
-            raise ConfigError(f"pos.p={p} must lie in [0, 1] (the fraction of RoPE's frequencies kept)")
+            raise ConfigError(f"p={p} must lie in [0, 1] (the fraction of RoPE's frequencies kept)")
+        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
+            raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/D))")
         if shape.head_dim % 2:
-            raise ConfigError(f"pos=p_rope rotates pairs of dims but the head dim {shape.head_dim} is odd; "
-                              "make model.d_model / model.n_heads even")
+            raise ConfigError(f"pos=p_rope rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
+                              "d_model / n_heads (model.d_model / model.n_heads) even")
         self.p, self.base, self.layout = p, base, layout
 
     def rotary(self, positions: Tensor) -> Rotation | None:

@@ -59,9 +59,9 @@ class T5Bias(PositionalScheme):
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if num_buckets < 4 or num_buckets % 2:
-            raise ConfigError(f"pos.num_buckets={num_buckets} must be even and ≥ 4 (half per direction for MLM)")
+            raise ConfigError(f"num_buckets={num_buckets} must be even and ≥ 4 (half per direction for MLM)")
         if max_distance <= num_buckets // 2:
-            raise ConfigError(f"pos.max_distance={max_distance} must exceed num_buckets/2 = {num_buckets // 2}")
+            raise ConfigError(f"max_distance={max_distance} must exceed num_buckets/2 = {num_buckets // 2}")
         self.num_buckets, self.max_distance, self.per_layer = num_buckets, max_distance, per_layer
         self.bias_depends_on_layer = per_layer  # one table shared by all layers otherwise, as in T5
         n_tables = shape.n_layers if per_layer else 1

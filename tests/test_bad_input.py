@@ -27,16 +27,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TINY
+from tests.helpers import ROOT, TINY
 
 QUICK = [*TINY, "trainer.max_steps=2"]
+
+
+def listed(group: str) -> str:
+    """How the error lists a group's options: every conf/<group>/*.yaml, in name order."""
+    return ", ".join(sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")))
+
 
 # (id, overrides — "{files}" is a directory of prepared inputs, see `files` —, text the line must contain)
 RUN_CASES = [
     # ---- the first table (47 kinds)
-    ("unknown-pos", ["pos=foo"], "Could not find 'pos/foo'; use one of pos=alibi, cope, fire, kerple, learned"),
-    ("unknown-attn", ["attn=foo"], "Could not find 'attn/foo'; use one of attn=linear, local, performer, softmax"),
-    ("unknown-task", ["task=foo"], "use one of task=associative_recall, clm, copy, missing_duplicate, mlm"),
+    ("unknown-pos", ["pos=foo"], f"Could not find 'pos/foo'; use one of pos={listed('pos')}"),
+    ("unknown-attn", ["attn=foo"], f"Could not find 'attn/foo'; use one of attn={listed('attn')}"),
+    ("unknown-task", ["task=foo"], f"use one of task={listed('task')}"),
     ("unknown-key", ["model.foo=1"], "Could not override 'model.foo'"),
     ("override-syntax", ["model.d_model=["], "cannot parse override 'model.d_model=['"),
     ("heads-divide-d_model", ["model.n_heads=3"], "not divisible by model.n_heads=3; change one"),
@@ -118,7 +124,7 @@ RUN_CASES = [
     ("eval-lengths-not-a-list", ["eval.lengths=abc"], "eval.lengths='abc' must be a list"),
     ("eval-lengths-fraction", ["eval.lengths=[1.5]"], "[1.5] are not positive integers"),
     ("eval-lengths-zero", ["eval.lengths=[0]"], "[0] are not positive integers"),
-    # ---- length extrapolation (issue 17)
+    # ---- length extrapolation
     ("eval-stride-zero", ["task=clm", "eval.lengths=[32]", "eval.stride=0"], "eval.stride=0 must be a positive"),
     ("eval-stride-word", ["eval.stride=abc"], "eval.stride='abc' must be an integer or null"),
     ("eval-stride-no-lengths", ["task=clm", "eval.stride=8"], "set eval.lengths=[...] too"),
@@ -136,7 +142,7 @@ RUN_CASES = [
     ("eval-scalings-not-rope", ["pos=alibi", "eval.lengths=[64]", "eval.scalings=[yarn]"],
      "pos=alibi has none (only RoPE's angles can be rescaled)"),
     ("eval-scalings-longrope-lists", ["eval.lengths=[64]", "eval.scalings=[longrope]"],
-     "needs pos.short_factor and pos.long_factor"),
+     "needs pos.scaling.short_factor=[...] and pos.scaling.long_factor=[...]"),
     ("eval-finetune-no-scalings", ["eval.lengths=[64]", "eval.finetune_steps=5"],
      "fine-tunes under each eval.scalings entry"),
     ("eval-finetune-negative", ["eval.finetune_steps=-1"], "eval.finetune_steps=-1 must be ≥ 0"),
@@ -158,8 +164,18 @@ RUN_CASES = [
     ("rope-base-word", ["pos.base=abc"], "pos.base='abc' must be a number"),
     ("rope-layout-unknown", ["pos.layout=foo"], "pos.layout='foo': use interleaved or half"),
     ("rope-fraction-zero", ["pos.fraction=0"], "0 × 16 is not a positive even integer"),
-    ("rope-scaling-unknown", ["pos.scaling=foo"], "pos.scaling='foo': use one of none, linear"),
-    ("rope-factor-below-one", ["pos.factor=0.5"], "pos.factor=0.5 must be ≥ 1"),
+    ("rope-scaling-word", ["pos.scaling=foo"], "pos.scaling='foo' must be a config node with _target_ or null; "
+     "pick one with pos/scaling=<name>: dynamic_ntk, linear"),
+    ("rope-scaling-unknown", ["pos/scaling=foo"], "use one of pos/scaling=dynamic_ntk, linear"),
+    ("rope-scaling-option-at-pos", ["pos.factor=2"], "pos.factor is not a key of the chosen pos; it belongs to "
+     "pos/scaling: pick one with pos/scaling=<name> (dynamic_ntk, linear, llama3, longrope, ntk, yarn) and set "
+     "pos.scaling.factor=..."),
+    ("rope-scaling-unread-option", ["pos/scaling=linear", "pos.scaling.alpha=2"],
+     "pos.scaling.alpha is not a key of the chosen pos/scaling; pos/scaling=yarn has it"),
+    ("rope-factor-below-one", ["pos/scaling=yarn", "pos.scaling.factor=0.5"], "pos.scaling.factor=0.5 must be ≥ 1"),
+    ("rope-factor-nan", ["pos/scaling=ntk", "pos.scaling.factor=nan"], "pos.scaling.factor=nan must be a finite"),
+    ("rope-scaling-not-rope", ["pos=alibi", "pos/scaling=yarn"], "pos/scaling is a choice of pos=rope, "
+     "pos=rope_trainable only"),
     ("t5-buckets-word", ["pos=t5", "pos.num_buckets=abc"], "pos.num_buckets='abc' must be an integer"),
     ("t5-max-distance-small", ["pos=t5", "pos.max_distance=1"], "pos.max_distance=1 must exceed num_buckets/2"),
     ("learned-init-word", ["pos=learned", "pos.init_std=abc"], "pos.init_std='abc' must be a number"),
@@ -192,7 +208,7 @@ RUN_CASES = [
     ("plus-typo-schedule", ["+optim.schedule.warmup=5"], "did you mean optim.schedule.warmup_steps?"),
     ("plus-unknown-top", ["+foo=1"], "foo is not a setting of the config"),
     ("plus-unknown-trainer-arg", ["+trainer.not_a_lightning_arg=1"], "trainer.not_a_lightning_arg is not a setting"),
-    ("plus-typo-rope", ["+pos.bas=1"], "pos.bas is not a RoPE option"),
+    ("plus-typo-rope", ["+pos.bas=1"], "pos.bas is not a setting of pos=rope; did you mean pos.base?"),
     ("group-typo", ["poss=rope"], "did you mean pos=...?"),
     ("key-without-plus", ["optim.optimizer.eps=0"], "Could not override 'optim.optimizer.eps'"),
     ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, text"),

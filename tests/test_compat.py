@@ -12,18 +12,12 @@ from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
-from harness.config.compat import (
-    CONF,
-    Pairing,
-    compatibility,
-    option_classes,
-    print_matrix,
-    render_markdown,
-    render_text,
-)
+from harness.config.catalog import option_classes
+from harness.config.compat import Pairing, compatibility, print_matrix, render_markdown, render_text
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import PositionalScheme, RelativeBias
+from tests.helpers import ROOT
 
 
 class RelativeScheme(PositionalScheme):
@@ -44,17 +38,22 @@ class ContentScheme(PositionalScheme):
 
 # Written from the papers, not from the code: softmax forms every logit, so it takes any bias. Local
 # (a band of logits) and kernelized attention (no logits, Toeplitz products) take biases of i − j only.
-# XL and CoPE add terms made of q (content); FIRE's bias reads i as well as i − j (positional).
-NEEDS_FULL_LOGITS = {"xl": "content", "cope": "content", "fire": "positional"}
+# Each scheme's own test asserts its bias kind from its paper (XL and CoPE add terms made of q: content;
+# FIRE reads i as well as i − j: positional); the matrix follows from those declarations.
+FROM_THE_PAPERS = {"softmax": {"relative", "positional", "content"}, "local": {"relative"}, "linear": {"relative"},
+                   "performer": {"relative"}}
 
 
-def test_the_matrix_refuses_exactly_the_cells_that_need_full_logits():
+def test_the_matrix_refuses_exactly_the_cells_whose_bias_the_variant_cannot_form():
+    schemes, variants = option_classes("pos"), option_classes("attn")
     cells = compatibility()
-    refused = {(c.pos, c.attn) for c in cells if not c.allowed}
-    assert refused == {(p, a) for p in NEEDS_FULL_LOGITS for a in ("linear", "local", "performer")}
-    for c in cells:
-        if not c.allowed:
-            assert f"cannot apply a {NEEDS_FULL_LOGITS[c.pos]} logit bias (pos={c.pos}): " in c.refusal
+    assert {(c.pos, c.attn) for c in cells} == {(p, a) for p in schemes for a in variants}
+    for c in cells:  # an attention option added since: what it declares
+        kind, accepts = schemes[c.pos].bias_kind, FROM_THE_PAPERS.get(c.attn, variants[c.attn].accepts_bias)
+        if kind == "none" or kind in accepts:
+            assert c.allowed, c
+        else:
+            assert f"cannot apply a {kind} logit bias (pos={c.pos}): " in c.refusal
 
 
 @pytest.mark.parametrize("variant", [Local, Linear, Performer])
@@ -93,6 +92,6 @@ def test_print_matrix_formats(capsys):
 
 @pytest.mark.slow
 def test_run_py_matrix_flag_bypasses_hydra():
-    done = subprocess.run([sys.executable, "run.py", "--matrix"], cwd=CONF.parent, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "run.py", "--matrix"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("pos \\ attn")

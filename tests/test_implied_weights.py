@@ -16,10 +16,11 @@ from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
-from harness.config.compat import CONF, option_classes
+from harness.config.catalog import option_classes
+from harness.paths import CONF
 from positional.base import Shape
 from tests.attn_cases import F64, ContentBias, allowed_pairs, padding, qkv, relative_bias, rotation, rotation_matrices
-from tests.conftest import compose
+from tests.helpers import compose
 
 T, D, H = 13, 8, 2
 
@@ -128,7 +129,6 @@ def test_a_variant_without_implied_weights_says_so():
             return v
 
     assert not Opaque.implies_weights()
-    assert all(cls.implies_weights() for cls in option_classes("attn").values())
     q, k, _ = qkv(B=1, H=1, T=4, D=2)
     with pytest.raises(NotImplementedError, match="implied_weights.*set diagnostics=false"):
         Opaque(Shape(2, 1, 1, 4, False)).implied_weights(q, k, AttentionContext())

@@ -105,10 +105,11 @@ def test_padded_keys_do_not_change_the_term_between_real_tokens(causal, pad):
 
 
 def test_cope_is_content_only_softmax_applies_it_and_positions_cannot_be_randomized():
+    assert CoPE.bias_kind == "content"  # its gates σ(q·k) count positions: the bias reads q and k
     for variant in (Local, Linear, Performer):
         reason = variant.refusal(CoPE)
         assert reason and "content logit bias (pos=cope)" in reason and "\n" not in reason
     with pytest.raises(ConfigError, match="reads no position index"):
         CoPE(Shape(16, 2, 1, 8, True), randomize=True, max_position=64)
-    with pytest.raises(ConfigError, match="pos.npos=1"):
+    with pytest.raises(ConfigError, match=r"^npos=1"):  # worded by argument: a library call, not a config
         CoPE(Shape(16, 2, 1, 8, True), npos=1)

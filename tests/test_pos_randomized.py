@@ -10,6 +10,7 @@ from torch.testing import assert_close
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
+from harness.config.catalog import option_classes
 from harness.errors import ConfigError, IncompatiblePairing
 from harness.model.transformer import ModelConfig, Transformer
 from positional.alibi import ALiBi, alibi_slopes
@@ -120,10 +121,10 @@ def test_a_randomized_relative_bias_is_refused_where_only_toeplitz_biases_are_ap
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(randomize=True), "needs pos.max_position ≥ data.seq_len=12"),
-    (dict(randomize=True, max_position=8), "needs pos.max_position ≥ data.seq_len=12"),
-    (dict(max_position=64), "pos.max_position=64 only applies with pos.randomize=true"),
-    (dict(randomize="yes", max_position=64), "pos.randomize='yes': use true or false"),
+    (dict(randomize=True), "needs max_position ≥ the training length 12"),
+    (dict(randomize=True, max_position=8), "needs max_position ≥ the training length 12"),
+    (dict(max_position=64), "^max_position=64 only applies with randomize=true"),
+    (dict(randomize="yes", max_position=64), "^randomize='yes': use true or false"),
 ])
 def test_bad_sampling_options_are_refused_in_one_line(kw, match):
     with pytest.raises(ConfigError, match=match) as e:
@@ -131,14 +132,14 @@ def test_bad_sampling_options_are_refused_in_one_line(kw, match):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["none", "xl", "cope"])
+@pytest.mark.parametrize("name", sorted(n for n, c in option_classes("pos").items() if c.randomize_refusal))
 def test_schemes_without_positions_refuse_randomize(name):
-    from hydra.utils import instantiate
+    """Built by the harness, the scheme's own error (worded by argument) names the config keys."""
+    from harness.config.instantiate import instantiate_option
+    from tests.helpers import compose
 
-    from tests.conftest import compose
-
-    pos = instantiate(compose([f"pos={name}", "pos.randomize=true", "pos.max_position=64"]).pos)
-    with pytest.raises(ConfigError, match=f"pos.randomize=true with pos={name}: .+; use pos.randomize=false"):
+    pos = instantiate_option(compose([f"pos={name}", "pos.randomize=true", "pos.max_position=64"]).pos, "pos")
+    with pytest.raises(ConfigError, match=f"^pos.randomize=true with pos={name}: .+; use pos.randomize=false"):
         pos(SHAPE)
 
 
@@ -146,7 +147,7 @@ def test_schemes_without_positions_refuse_randomize(name):
 def test_resume_of_a_randomized_run_is_exact(store, tmp_path, train_tiny):
     from mlflow.tracking import MlflowClient
 
-    from tests.conftest import TINY
+    from tests.helpers import TINY
     from tests.test_resume import LONG, history, kill_at
 
     previous = torch.get_default_dtype()

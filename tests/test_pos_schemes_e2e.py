@@ -1,25 +1,24 @@
 """Every scheme: its config composes and instantiates, and it trains end to end into MLflow."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hydra.utils import instantiate
 
+from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
 from positional.base import PositionalScheme, Shape
-from tests.conftest import ROOT, compose
+from tests.helpers import compose
 
-SCHEMES = ["none", "sinusoidal", "learned", "t5", "xl", "rope", "rope_trainable", "alibi",
-           "xpos", "kerple", "fire", "p_rope", "cope"]
-NEW = ["xpos", "kerple", "fire", "p_rope", "cope"]  # issue 18: 20 steps with every attention each one claims
-# schemes whose positional term differs between MLM and CLM (bias direction, xPos's growth to the future)
-RELATIVE = ["t5", "xl", "alibi", "kerple", "fire", "cope", "xpos"]
+SCHEMES = sorted(option_classes("pos"))  # every conf/pos option: a scheme added as one file + one YAML is here
+NEW = ["xpos", "kerple", "fire", "p_rope", "cope"]  # 20 steps with every attention each one claims (a sample)
+# schemes that read positions, so pos.randomize=true applies (the others declare why not)
+RANDOMIZABLE = [n for n in SCHEMES if option_classes("pos")[n].randomize_refusal is None]
 
 
-def test_every_pos_config_is_tested_here():
-    assert sorted(p.stem for p in Path(ROOT, "conf/pos").glob("*.yaml")) == sorted(SCHEMES)
+# schemes with a logit bias: the causal mask meets their bias (direction, a bias's far side), so CLM is run too
+RELATIVE = [n for n in SCHEMES if "logit_bias" in option_classes("pos")[n].hooks()]
 
 
 @pytest.mark.parametrize("name", SCHEMES)
@@ -75,8 +74,7 @@ def test_new_scheme_trains_20_steps_with_every_attention_it_claims(train_tiny_sh
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["sinusoidal", "learned", "t5", "rope", "alibi", "xpos", "kerple", "fire",
-                                  "p_rope"])
+@pytest.mark.parametrize("name", RANDOMIZABLE)
 def test_randomized_positions_train_and_evaluate_beyond_the_training_length(train_tiny_shared, name, halfway):
     summary, client = train_tiny_shared(f"pos={name}", "pos.randomize=true", "pos.max_position=64",
                                         "eval.lengths=[32,64]", *LEARN)
@@ -106,10 +104,10 @@ def test_rope_trainable_logs_theta_drift_and_artifact(train_tiny):
 def test_rope_length_scaling_trains_plain_and_validates_scaled(train_tiny, halfway):
     """Training uses the plain angles (the same train/loss, point for point, as plain RoPE at the same
     seed); validation uses the scaled ones (a different val/loss), as the logged numbers show."""
-    scaled, client = train_tiny("pos=rope", "pos.scaling=yarn", "pos.factor=2", "pos.fraction=0.5", *LEARN)
+    scaled, client = train_tiny("pos=rope", "pos/scaling=yarn", "pos.scaling.factor=2", "pos.fraction=0.5", *LEARN)
     plain, _ = train_tiny("pos=rope", "pos.fraction=0.5", *LEARN)
     run = check_run(scaled, client, "rope", halfway)
-    assert run.data.params["pos.scaling"] == "yarn" and run.data.params["pos.original_max_len"] == "32"
+    assert run.data.params["pos.scaling.method"] == "yarn" and run.data.params["pos.scaling.original_max_len"] == "32"
 
     def history(summary, key):
         return [m.value for m in sorted(client.get_metric_history(summary.run_id, key), key=lambda m: m.step)]

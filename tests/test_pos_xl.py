@@ -59,6 +59,11 @@ def test_offsets_span_both_directions_for_mlm_and_the_past_for_clm():
     assert xl_offsets(4, causal=True).tolist() == [3, 2, 1, 0]
 
 
+def test_the_bias_is_content_dai_eq_terms_b_and_d_read_the_query():
+    """(q+u)·k and (q+v)·W_R R_{i−j} are made of q: no table of offsets can hold them (Dai et al. 2019, §3.3)."""
+    assert TransformerXL.bias_kind == "content" and TransformerXL.hooks() == {"logit_bias"}
+
+
 def test_u_v_are_shared_and_w_r_is_per_layer():
     scheme = TransformerXL(Shape(24, 3, 4, 64, False))
     assert scheme.u.shape == scheme.v.shape == (3, 8)

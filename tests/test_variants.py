@@ -7,7 +7,8 @@ from omegaconf import OmegaConf
 from torch.testing import assert_close
 
 from attention.base import AttentionContext
-from harness.config.compat import CONF, option_classes
+from harness.config.catalog import option_classes
+from harness.paths import CONF
 from positional.base import Shape
 from tests.attn_cases import F64, padding, qkv, relative_bias, rotation
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from harness.paths import ROOT  # noqa: F401 — re-exported for the room
+from harness.paths import ROOT, project_root  # noqa: F401 — re-exported for the room
 
 if TYPE_CHECKING:
     from torch import nn
@@ -23,12 +23,12 @@ def compose_cell(overrides: list[str]):
 
 def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> nn.Module:
     """posbench's model for one composed config, built as harness.train builds it."""
-    from harness.config.instantiate import instantiate
+    from harness.config.instantiate import instantiate, instantiate_option
     from harness.model.transformer import Transformer
 
     cfg = compose_cell(overrides)
     return Transformer(instantiate(cfg.model), vocab_size, seq_len, causal,
-                       pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+                       pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
 
 
 def git_sha() -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import lightning as L
 
-from harness.config.instantiate import instantiate
+from harness.config.instantiate import instantiate, instantiate_option
 from harness.data.loaders import make_loaders
 from harness.model.module import LanguageModel
 from harness.model.transformer import Transformer
@@ -39,7 +39,7 @@ def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
     cfg, data, task = checked.cfg, checked.data, checked.task
     L.seed_everything(checked.seed, verbose=False)
     model = Transformer(checked.model, checked.tokenizer.vocab_size, task.sequence_tokens(data.seq_len), task.causal,
-                        pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+                        pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
     if checked.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)

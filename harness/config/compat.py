@@ -1,10 +1,11 @@
 """The pos × attn compatibility matrix, decided from declarations only.
 
-Every conf/pos/*.yaml and conf/attn/*.yaml names a class by ``_target_``; the class is imported
-(never instantiated) and ``AttentionVariant.refusal(scheme)`` decides the pairing. The same call is
+Every pos and attn option on the config search path (conf/ and the user's ``--config-dir``) names a class
+by ``_target_``; the class is imported (never instantiated) and ``AttentionVariant.refusal(scheme)``
+decides the pairing. The same call is
 what ``check_pairing`` makes when a model is built, so the matrix and the runs cannot disagree.
 
-``python run.py --matrix`` prints it as text, ``python run.py --matrix=md`` as markdown (docs/compat.md).
+``python run.py --matrix`` prints it as text, ``python run.py --matrix=md`` as markdown.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.paths import CONF
+from harness.config.catalog import locate, option_classes, option_name, target_overrides, user_config_dirs
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,14 @@ class Pairing:
         return self.refusal is None
 
 
-def option_classes(group: str, conf_dir: Path = CONF) -> dict[str, type]:
-    """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
-    from hydra.utils import get_class
-    from omegaconf import OmegaConf
-
-    return {p.stem: get_class(OmegaConf.load(p)["_target_"]) for p in sorted((conf_dir / group).glob("*.yaml"))}
-
-
-def compatibility(conf_dir: Path = CONF) -> list[Pairing]:
-    """One pairing per (pos, attn) option pair, pos-major, both in name order."""
-    schemes, variants = option_classes("pos", conf_dir), option_classes("attn", conf_dir)
+def compatibility(extra: list[str | Path] = (), targets: dict[str, str] | None = None) -> list[Pairing]:
+    """One pairing per (pos, attn) option pair, pos-major, both in name order. ``extra``: the user's config
+    directories; ``targets``: classes named on the command line (``pos._target_=mypkg.MyScheme``), added."""
+    schemes, variants = option_classes("pos", extra), option_classes("attn", extra)
+    for group, found in (("pos", schemes), ("attn", variants)):
+        if group in (targets or {}):
+            cls = locate(f"{group}._target_", targets[group])
+            found[option_name(cls)] = cls
     return [Pairing(p, a, variant.refusal(scheme)) for p, scheme in schemes.items() for a, variant in variants.items()]
 
 
@@ -72,12 +70,13 @@ def render_markdown(pairings: list[Pairing]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_matrix(flag: str) -> int:
-    """``--matrix`` (text) or ``--matrix=md``; returns the exit status."""
+def print_matrix(flag: str, argv: list[str] = ()) -> int:
+    """``--matrix`` (text) or ``--matrix=md``, over conf/, the ``--config-dir`` options and any
+    ``pos._target_=`` / ``attn._target_=`` class in ``argv``; returns the exit status."""
     fmt = flag.partition("=")[2] or "text"
     if fmt not in ("text", "md"):
         print(f"error: unknown matrix format {fmt!r}; use --matrix or --matrix=md")
         return 2
-    pairings = compatibility()
+    pairings = compatibility(user_config_dirs(argv), target_overrides(argv))
     print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")
     return 0

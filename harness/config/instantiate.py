@@ -20,3 +20,23 @@ def instantiate(node, **kwargs):
         if cause is None:
             raise
         raise cause from None
+
+
+def instantiate_option(node, path: str):
+    """A ``_partial_`` option (pos, attn): the constructor Hydra prepares, whose one-line errors name the
+    config keys. The classes word their errors by argument (``base=0 …``), as a library called directly
+    should; built from ``path``'s node, ``pos.base=0 …`` says what to change on the command line."""
+    import inspect
+
+    from harness.config.catalog import keyed
+
+    prepared = instantiate(node)
+    names = list(inspect.signature(prepared.func).parameters) if hasattr(prepared, "func") else []
+
+    def build(*args, **kwargs):
+        try:
+            return prepared(*args, **kwargs)
+        except ConfigError as e:
+            raise type(e)(keyed(str(e), path, names)) from None
+
+    return build

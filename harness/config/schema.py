@@ -62,9 +62,17 @@ def fits(value: Any, annotation: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if annotation is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is _abc_callable():
+        return False  # no plain YAML value is callable: an object comes as a node with _target_, checked as one
     if isinstance(annotation, type):
         return isinstance(value, annotation)
-    return True  # a typing construct we do not model (TypeVar, Callable): accept
+    return True  # a typing construct we do not model (TypeVar): accept
+
+
+def _abc_callable():
+    import collections.abc
+
+    return collections.abc.Callable
 
 
 def _abc_sequence():
@@ -89,6 +97,8 @@ def describe(annotation: Any, plural: bool = False) -> str:
         return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
+    if origin is _abc_callable():
+        return "config nodes with _target_" if plural else "a config node with _target_"
     if origin in (list, tuple) or origin is _abc_sequence():
         item = f" of {describe(args[0], plural=True)}" if args and args[-1] is not Ellipsis or len(args) == 2 else ""
         return ("lists" if plural else "a list") + item
@@ -210,7 +220,7 @@ SOURCE_KEYS = ("path", "download")  # DataSettings keys only some sources read (
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """``eval``: what the final model is scored on beyond the validation split (README "Length extrapolation").
+    """``eval``: what the final model is scored on beyond the validation split (docs/length-extrapolation.md).
     The keys beyond ``lengths`` are checked against the task and the scheme in validate.py."""
 
     lengths: list = field(default_factory=list)  # positive ints: score at each length -> val/loss_at_<L>
@@ -385,8 +395,9 @@ PLAIN: dict[str, type] = {"": RunSettings, "data": DataSettings, "eval": EvalSet
                           "optim": OptimSettings, "progress": ProgressSettings}
 GROUPS = ("pos", "attn", "model", "data", "tokenizer", "task", "optim", "trainer", "logger")
 # Parameters of a ``_target_`` the harness passes itself, by node.
-SUPPLIED: dict[str, tuple[str, ...]] = {"pos": ("shape",), "attn": ("shape",), "task": ("tokenizer",),
-                                        "optim.optimizer": ("params",), "trainer": ("logger", "callbacks")}
+SUPPLIED: dict[str, tuple[str, ...]] = {"pos": ("shape",), "pos.scaling": ("base", "rotated"), "attn": ("shape",),
+                                        "task": ("tokenizer",), "optim.optimizer": ("params",),
+                                        "trainer": ("logger", "callbacks")}
 
 
 def plain_fields(schema: type) -> dict[str, Any]:

@@ -28,12 +28,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import schema
 from harness.config.compose import preset_scales
-from harness.config.instantiate import instantiate
+from harness.config.instantiate import instantiate, instantiate_option
 from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
 from harness.paths import CONF
 from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri
+from positional.rope_scaling import as_field_of
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,13 @@ def _check_target(path: str, node: dict, choices: dict[str, str]) -> None:
     if not open_kwargs:
         schema.check_known(path, keys, list(fields), what)
     for key in keys:
-        schema.check_value(f"{path}.{key}", node[key], fields.get(key, Any))
+        if isinstance(node[key], dict) and "_target_" in node[key]:  # an object handed in (pos.scaling): its own keys
+            _check_target(f"{path}.{key}", node[key], choices)
+        else:
+            try:
+                schema.check_value(f"{path}.{key}", node[key], fields.get(key, Any))
+            except ConfigError as e:
+                raise ConfigError(f"{e}{_nested_group_hint(path, key)}") from None
     if path == "optim.optimizer":
         _check_optimizer_ranges(node)
 
@@ -247,7 +254,7 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
                  on_gpu=False)  # before building even on meta: a huge model takes long to lay out
     with torch.device("meta"):
         model = Transformer(model_cfg, tokenizer.vocab_size, length, task.causal,
-                            pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+                            pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
     variant = model.blocks[0].attn.variant
     footprint = Footprint(model.num_params(), model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers,
                           model_cfg.n_heads, tokenizer.vocab_size, variant.dense_logits(type(model.pos).bias_kind))
@@ -277,8 +284,15 @@ def check_extrapolation(settings: schema.EvalSettings, task, pos, task_name: str
                 with pos.rescaled(method, length):
                     pass
             except ConfigError as e:  # the scheme's own refusal (e.g. longrope without its lists)
-                raise ConfigError(f"eval.scalings={method} at L={length}: {e}; set those pos options or "
-                                  f"drop {method} from eval.scalings") from None
+                raise ConfigError(f"eval.scalings={method} at L={length}: {as_field_of('pos.scaling', str(e))}; set "
+                                  f"them with pos/scaling={method} pos.scaling.<option>=..., or drop {method} from "
+                                  "eval.scalings") from None
+
+
+def _nested_group_hint(path: str, key: str) -> str:
+    """Where ``path.key`` is a config group of its own (pos.scaling: conf/pos/scaling/), how to pick one."""
+    names = sorted(p.stem for p in (CONF / path / key).glob("*.yaml")) if path in ("pos", "attn", "task") else []
+    return f"; pick one with {path}/{key}=<name>: {', '.join(names)}" if names else ""
 
 
 def _check_diagnosable(target: str, name: str) -> None:

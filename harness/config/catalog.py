@@ -1,0 +1,202 @@
+"""What can be chosen: every option of the pos, attn and task groups, read from the config search path.
+
+An option is a YAML file ``<group>/<name>.yaml`` whose ``_target_`` names a class. The search path is
+the project's ``conf/`` followed by the user's own config directories (Hydra's ``--config-dir DIR`` or
+``hydra.searchpath=[DIR]``), so a scheme in the user's own package, named by a YAML of their own,
+is listed, paired and reported like a built-in. A class can also be named directly on the command line
+(``pos._target_=mypkg.MyScheme``): ``retarget`` then names the cell after the class, not after the
+option it replaced, and keeps from that option only the keys the new class takes.
+
+Nothing here is a list of options: every name comes from a file or a class.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import ConfigError
+from harness.paths import CONF
+
+GROUPS = ("pos", "attn", "task")  # the groups whose options are classes a user adds
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+
+
+@dataclass(frozen=True)
+class Option:
+    group: str
+    name: str
+    target: str  # the dotted path of the class its YAML names
+    path: Path
+
+    def load(self) -> type:
+        return locate(f"{self.group}._target_", self.target)
+
+
+def locate(key: str, target: str) -> type:
+    """The class a ``_target_`` names; a one-line ConfigError if it does not import."""
+    from hydra.utils import get_object
+
+    try:
+        return get_object(target)
+    except Exception as e:
+        cause = " ".join(str(e.__cause__ or e).split())
+        raise ConfigError(f"{key}={target!r} cannot be imported ({cause}); name a class importable here, e.g. "
+                          "positional.rope.Rope, or mypkg.MyScheme with mypkg on PYTHONPATH") from None
+
+
+def search_dirs(extra: list[str | Path] = ()) -> list[Path]:
+    """The project's conf/ followed by the user's config directories (first one wins a name)."""
+    return [CONF, *(Path(d).expanduser().absolute() for d in extra)]
+
+
+def options(group: str, extra: list[str | Path] = ()) -> dict[str, Option]:
+    """Every option of ``group`` on the search path, by name, in name order."""
+    import yaml
+
+    found: dict[str, Option] = {}
+    for root in search_dirs(extra):
+        for path in sorted((root / group).glob("*.yaml")):
+            node = yaml.safe_load(path.read_text()) or {}
+            if path.stem not in found and isinstance(node, dict) and "_target_" in node:
+                found[path.stem] = Option(group, path.stem, str(node["_target_"]), path)
+    return dict(sorted(found.items()))
+
+
+def option_classes(group: str, extra: list[str | Path] = ()) -> dict[str, type]:
+    """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
+    return {name: option.load() for name, option in options(group, extra).items()}
+
+
+def user_config_dirs(argv: list[str]) -> list[str]:
+    """The config directories a command line adds: ``--config-dir DIR``, ``-cd DIR``, ``--config-dir=DIR``
+    and ``hydra.searchpath=[file://DIR,...]`` (directories only: ``pkg://`` entries are not globbed)."""
+    dirs: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in CONFIG_DIR_FLAGS:
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            dirs += [value] if value else []
+        elif flag.lstrip("+") == "hydra.searchpath":
+            dirs += [p.strip().strip("'\"").removeprefix("file://") for p in value.strip("[]").split(",")
+                     if p.strip() and not p.strip().strip("'\"").startswith("pkg://")]
+    return dirs
+
+
+# ---------------------------------------------------------------- a class named on the command line
+
+
+def target_overrides(overrides: list[str]) -> dict[str, str]:
+    """``{group: class path}`` for each ``<group>._target_=...`` among ``overrides``."""
+    found = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        group, _, rest = key.lstrip("+~").partition(".")
+        if rest == "_target_" and group in GROUPS and value:
+            found[group] = value
+    return found
+
+
+def set_keys(overrides: list[str], group: str) -> set[str]:
+    """The keys of ``group`` the command line sets (``pos.base=…``, ``+pos.scale=…``)."""
+    keys = set()
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+")
+        head, _, rest = key.partition(".")
+        if head == group and rest:
+            keys.add(rest.split(".")[0])
+    return keys
+
+
+def retarget(cfg, choices: dict[str, str], overrides: list[str]) -> dict[str, str]:
+    """Apply ``<group>._target_=pkg.Class`` overrides: the cell takes the class's name (its module, as a
+    built-in's file names it), and of the replaced option's keys only those the class's constructor takes
+    stay (the others configured the class it replaced). Keys the command line sets always stay, so a key
+    the new class does not take is refused by the validation pass, not dropped; so is a class that does not
+    import (left as it is here). Returns the new choices."""
+    from omegaconf import open_dict
+
+    choices = dict(choices)
+    for group, target in target_overrides(overrides).items():
+        try:
+            cls = locate(f"{group}._target_", target)
+        except ConfigError:
+            continue
+        params = {n for n, p in inspect.signature(cls).parameters.items()
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        keep = params | set_keys(overrides, group)
+        with open_dict(cfg):
+            for key in [k for k in cfg[group] if not k.startswith("_") and k not in keep]:
+                del cfg[group][key]
+        choices[group] = option_name(cls)
+    return choices
+
+
+def option_name(cls: type) -> str:
+    """A class's option name: its own ``config_name()`` (schemes and variants: the module's last part)."""
+    name = getattr(cls, "config_name", None)
+    return name() if callable(name) else cls.__module__.rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- error messages worded as config keys
+
+
+def keyed(message: str, node: str, names: list[str]) -> str:
+    """A library error (``base=0 must be positive``) worded as the config key (``pos.base=0 …``): every
+    ``name=`` of a constructor argument not already part of a dotted key gets the node's prefix, and so does a
+    field of one (``scaling.factor=`` -> ``pos.scaling.factor=``)."""
+    for name in sorted(names, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w.]){re.escape(name)}(?==|\.\w+=)", f"{node}.{name}", message)
+    return message
+
+
+# ---------------------------------------------------------------- python run.py --list
+
+
+def summary_line(cls: type, group: str) -> str:
+    """The first line of the docstring that says what the option is: a scheme or variant file opens with its
+    paper (the module's docstring), a task class says what it asks (the class's own)."""
+    import sys
+
+    module, own = inspect.getdoc(sys.modules[cls.__module__]), cls.__dict__.get("__doc__")
+    doc = (inspect.cleandoc(own) if group == "task" and own else module) or inspect.getdoc(cls) or ""
+    first = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, on one line
+    return first if len(first) <= 110 else first[:109].rsplit(" ", 1)[0] + " …"
+
+
+def describe(group: str, cls: type) -> str:
+    """What the harness reads from a class's declarations: hooks and bias kind, or the biases it accepts."""
+    if group == "pos":
+        hooks = sorted(cls.hooks()) or ["none"]
+        return f"hooks: {', '.join(hooks)}; bias: {cls.bias_kind}"
+    if group == "attn":
+        return f"accepts bias: {', '.join(sorted(cls.accepts_bias)) or 'none'}"
+    return ""
+
+
+def render_catalogue(extra: list[str | Path] = (), markdown: bool = False) -> str:
+    lines = []
+    for group in GROUPS:
+        found = options(group, extra)
+        lines += [f"## {group}=" if markdown else f"{group}= ({len(found)} options)", ""]
+        if markdown:
+            lines += ["| option | what | declares |", "|---|---|---|"]
+        for name, option in found.items():
+            cls = option.load()
+            what, declares = summary_line(cls, group), describe(group, cls)
+            lines.append(f"| `{name}` | {what} | {declares} |" if markdown
+                         else f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else ""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def print_catalogue(flag: str, argv: list[str]) -> int:
+    """``--list`` (text) or ``--list=md``; returns the exit status."""
+    fmt = flag.partition("=")[2] or "text"
+    if fmt not in ("text", "md"):
+        print(f"error: unknown list format {fmt!r}; use --list or --list=md")
+        return 2
+    print(render_catalogue(user_config_dirs(argv), markdown=fmt == "md"), end="")
+    return 0
