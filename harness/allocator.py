@@ -3,9 +3,8 @@
 glibc's malloc serves a request above its mmap threshold (at most 32 MiB on 64-bit Linux) with a fresh
 ``mmap`` and gives it back with ``munmap`` when it is freed. A training step whose tensors exceed that
 (a long sequence's activations, local attention's (B, H, N, C, K) band) then page-faults all of them in
-again on every step, the kernel zeroing each 4 KiB page. Profiled on a 2-core Intel Xeon (local
-attention, w = 256, batch 1): every op of a 16k step took 2.7-3.6x its time at 8k for 2x the work, the
-step 3.1x (2.9 s against 0.95 s); with mmap off, 1.4 s against 0.72 s (2.0x, linear as it should be).
+again on every step, the kernel zeroing each 4 KiB page: a step's time then grows faster than its work
+with the sequence length (in the profile of a long local-attention step, every op was slowed alike).
 
 ``keep_freed_memory`` turns glibc's mmap off for this process (``mallopt(M_MMAP_MAX, 0)``) and raises its
 trim threshold, so freed tensors stay on malloc's heap and the next step reuses them (what jemalloc or

@@ -23,7 +23,7 @@ CONDITION_METRIC = re.compile(r"^val/(?:(?P<prefix>(?:finetuned/)?[a-z0-9_]+)/)?
                               r"(?:_stride_(?P<stride>\d+)|_last_(?P<last>\d+))?$")
 SKIPPED_TAG = re.compile(r"^eval_skipped_at_(\d+)$")
 GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; others form a variant
-MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; README "Does the model use order?")
+MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs/verdicts.md)
 
 
 @dataclass

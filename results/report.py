@@ -59,8 +59,8 @@ def markdown(r: Report, plots: list[str]) -> str:
                   "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
                   "the same trained model evaluated with that RoPE scaling (s = L ÷ training length); fine-tuned: "
                   "after eval.finetune_steps at eval.finetune_length with that scaling applied; last K tokens: "
-                  "the same final K targets of each sample scored with L tokens of context. README "
-                  "\"Length extrapolation\".", ""]
+                  "the same final K targets of each sample scored with L tokens of context. posbench's "
+                  "docs/length-extrapolation.md.", ""]
     if any(g.attn_distance.mean is not None for g in r.groups):
         lines += ["## Attention (diagnostics=true)", "", *_md_table(*_attention_rows(r)), "",
                   "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "

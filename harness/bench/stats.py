@@ -4,11 +4,8 @@ A ratio of step times is judged by its median over rounds r_1 … r_n (back-to-b
 machine's speed cancels within one), with the distribution-free 95 % interval [r_(k), r_(n+1−k)] of the
 sorted rounds, k the largest rank with P(Binomial(n, ½) < k) ≤ 2.5 % (order statistics: no assumption
 about the rounds' distribution, so at least ``MIN_ROUNDS`` = 6 rounds). Not the mean: noise on a shared
-machine is one-sided and heavy-tailed. Measured here (AMD EPYC, x-transformers rotary at the peers' shape,
-40 warm steps, twice): 3 and 4 steps took 1.1-1.4x the median while malloc's heap was still growing (5k-25k
-page faults each, resident memory 1.83 → 2.0 GB), and another tenant's load does the same; a t interval on
-log ratios took those rounds as spread and shift (x-transformers rotary ÷ posbench 1.28 [1.04, 1.59] over
-11 rounds, where a typical round was 1.03).
+machine is one-sided and heavy-tailed (a step while malloc's heap is still growing, another tenant's load:
+a few slow rounds, never fast ones), and a t interval on log ratios takes such rounds as spread and shift.
 A deterministic measure (bytes of allocated tensors) is a point: an interval of width 0.
 """
 

@@ -146,7 +146,7 @@ def per_len(attn: str, seq_len: int, **kw) -> Spec:
 
 
 def targets_for(device: str, tokens: int) -> list[Target]:
-    """The targets on ``device`` (MFU: d512 at T=512 on CPU, T=2048 on CUDA, as issue 19 sets them)."""
+    """The targets on ``device`` (MFU: d512 at T=512 on CPU, T=2048 on CUDA)."""
     wide = dict(model="d512", seq_len=512, batch=max(1, tokens // 1024))  # d512 T=512, 8 rows at the default
     local = ("attn.window=256",)
     mfu = (Spec("none", "softmax", 2048, max(1, tokens // 2048), "d512") if device == "cuda"
@@ -177,7 +177,7 @@ def targets_for(device: str, tokens: int) -> list[Target]:
     ]
 
 
-PEER_GOAL = Goal(">=", 1.2)  # posbench ÷ peer tokens/s at the same shape (issue 19)
+PEER_GOAL = Goal(">=", 1.2)  # posbench ÷ peer tokens/s at the same shape
 
 
 @dataclass

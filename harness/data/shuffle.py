@@ -1,4 +1,4 @@
-"""Token-order shuffling inside one example: the position-usage check of issue 16.
+"""Token-order shuffling inside one example: the check that a model uses positions at all.
 
 A model that uses word order loses accuracy when the order inside each validation window is
 permuted; the loss gap (``val/order_gain`` = shuffled − plain, nats per token) measures it. The
