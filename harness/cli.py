@@ -8,7 +8,10 @@ and a user who sets ``HYDRA_FULL_ERROR=1`` gets Hydra's full traces, as Hydra do
 
 ``python run.py --check <overrides>`` runs the validation pass only (harness/config/validate.py) and
 prints what would be trained; with ``-m`` it checks every cell of the sweep (one line each) and trains
-nothing. Exit 0 if all pass, 2 otherwise.
+nothing. Exit 0 if all pass, 2 otherwise. A sweep (``-m`` without ``--check``) runs that same pass first,
+quietly (``preflight``): bad input in any cell refuses the whole sweep, one line per cell, before its
+parent run opens or its first cell trains. An incompatible pairing passes: the sweep records it as a
+refused cell, as a grid means it to.
 
 May import: harness.config, harness.train, harness.sweep, harness.scaleout, and the ground.
 """
@@ -22,7 +25,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, IncompatiblePairing
 
 CHECK_FLAG = "--check"
 MATRIX_FLAG = "--matrix"
@@ -30,11 +33,20 @@ LIST_FLAG = "--list"
 GROUP_KEYS = ("pos", "attn", "task", "data", "experiment", "scale")
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+# Hydra settings the preflight replaces: it runs every cell in this process, logs nothing, writes nowhere
+PREFLIGHT_DROPS = ("hydra/launcher=", "hydra.launcher.", "hydra/hydra_logging=", "hydra/job_logging=",
+                   "hydra.sweep.dir=", "hydra.output_subdir=")
+
+
 class _Mode:
     """What the jobs of this process do: train (default) or only check; refusals seen when checking."""
 
     check = False
+    preflight = False  # checking a sweep before it launches: collect bad cells, print nothing
     refused = 0
+    bad_cells: list[tuple[str, str]] = []  # (cell, its one-line error)
+    cells: list[str] = []  # every cell the preflight checked, for naming a bad one by what it sweeps
 
 
 def entry(argv: list[str], main: Callable[[], object]) -> int:
@@ -51,8 +63,88 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
         argv.remove(CHECK_FLAG)
         argv.append("~hydra.callbacks.mlflow_sweep")  # a checked sweep trains nothing: no parent run
         _Mode.check = True
+    elif any(flag in argv for flag in MULTIRUN_FLAGS):
+        refused = preflight(argv, main)
+        if refused:
+            return refused
     code = run_cli(main)
     return 2 if code == 0 and _Mode.refused else code
+
+
+def preflight(argv: list[str], main: Callable[[], object]) -> int:
+    """Check every cell of the sweep ``argv`` describes before any trains: 0 if all may run (an incompatible
+    pairing may: the sweep records it), else 2 after one line per bad cell. ``argv`` is ``sys.argv``, which
+    Hydra reads: changed for the pass, then restored. The launcher's own settings are checked here, since
+    the pass runs every cell in this process, quietly, in a temporary sweep dir."""
+    import tempfile
+
+    launcher_error = _launcher_error(argv)
+    if launcher_error:
+        print(f"error: {launcher_error}", file=sys.stderr)
+        return 2
+    saved = list(argv)
+    with tempfile.TemporaryDirectory(prefix="posbench-preflight-") as scratch:
+        kept = [a for a in argv if not a.lstrip("+~").startswith(PREFLIGHT_DROPS)]
+        argv[:] = [*kept, "~hydra.callbacks.mlflow_sweep", "hydra/hydra_logging=disabled",
+                   "hydra/job_logging=disabled", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
+        _Mode.check, _Mode.preflight, _Mode.bad_cells, _Mode.cells = True, True, [], []
+        try:
+            with _quiet_stdout():
+                code = run_cli(main)  # a composition error (pos=foo) is one line here, as in the run itself
+        finally:
+            argv[:] = saved
+            _Mode.check, _Mode.preflight = False, False
+    if code:
+        return code
+    by_message: dict[str, list[str]] = {}
+    for cell, message in _Mode.bad_cells:
+        by_message.setdefault(message, []).append(cell)
+    for message, cells in by_message.items():  # one line per distinct mistake, each naming its fix
+        where = f"cell {_swept_part(cells[0], _Mode.cells)}: " if len(cells) == 1 else ""
+        every = f", in {len(cells)} cells" if len(cells) > 1 else ""
+        print(f"error: {where}{message} (the sweep trained nothing{every})", file=sys.stderr)
+    return 2 if by_message else 0
+
+
+def _swept_part(cell: str, every: list[str]) -> str:
+    """The overrides of ``cell`` whose values differ across the sweep's cells (``optim.optimizer.lr=-1``)."""
+    values: dict[str, set[str]] = {}
+    for one in every:
+        for override in one.split():
+            key, _, value = override.partition("=")
+            values.setdefault(key, set()).add(value)
+    swept = [o for o in cell.split() if len(values.get(o.partition("=")[0], ())) > 1]
+    return " ".join(swept) or cell
+
+
+def _launcher_error(argv: list[str]) -> str | None:
+    """hydra.launcher.n_jobs: a positive count of parallel jobs (joblib also takes -1, every core)."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == "hydra.launcher.n_jobs":
+            for one in value.split(","):
+                try:
+                    n = int(one)
+                except ValueError:
+                    n = 0
+                if n == 0 or n < -1:
+                    return (f"hydra.launcher.n_jobs={one} must be a positive number of parallel jobs (or -1 for "
+                            "one per core)")
+    return None
+
+
+class _quiet_stdout:
+    """What the checked cells print (their ok lines, a study's summary) goes nowhere; errors stay on stderr."""
+
+    def __enter__(self):
+        import contextlib
+        import io
+
+        self._redirect = contextlib.redirect_stdout(io.StringIO())
+        return self._redirect.__enter__()
+
+    def __exit__(self, *exc):
+        return self._redirect.__exit__(*exc)
 
 
 def _guarded(command: Callable[[], int]) -> int:
@@ -75,6 +167,12 @@ def run_job(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     choices = {g: hydra_cfg.runtime.choices[g] for g in GROUP_KEYS}
     choices = retarget(cfg, choices, list(hydra_cfg.overrides.task))  # pos._target_=mypkg.MyScheme: its name
+    pinned = {o.lstrip("+").partition("=")[0] for o in hydra_cfg.overrides.task}
+    axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a not in pinned]
+    if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
+        print(f"error: experiment={choices['experiment']} is a sweep over {', '.join(axes)}: add -m to run its "
+              f"cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run of it", file=sys.stderr)
+        sys.exit(2)
     if _Mode.check:
         return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
     from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
@@ -103,8 +201,16 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
         if cell is None:
             print(f"error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
+        if _Mode.preflight:
+            _Mode.cells.append(cell)
+            if not isinstance(e, IncompatiblePairing):  # a pairing the sweep will record as refused is no error
+                _Mode.bad_cells.append((cell, one_line(e)))
+            return None
         _Mode.refused += 1
         print(f"refused: {cell}: {one_line(e)}")
+        return None
+    if _Mode.preflight:
+        _Mode.cells.append(cell)
         return None
     d = checked.data
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "

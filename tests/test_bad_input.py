@@ -214,6 +214,13 @@ RUN_CASES = [
     ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, text"),
     ("unknown-experiment", ["experiment=foo"], "use one of experiment=alibi_extrapolation"),
     ("ambiguous-sweep-value", ["pos=rope,t5"], "Ambiguous value for argument 'pos=rope,t5'"),
+    # ---- a sweep is checked whole before its first cell trains (harness/cli.py preflight)
+    ("sweep-one-bad-cell", ["-m", "optim.optimizer.lr=1e-3,-1"], "cell optim.optimizer.lr=-1"),
+    ("sweep-unknown-option", ["-m", "pos=rope,foo"], "Could not find 'pos/foo'"),
+    ("sweep-bad-cell-of-a-preset", ["-m", "experiment=grid", "pos=rope", "attn=softmax", "seed=0",
+                                    "model.dropout=2"], "model.dropout=2 must lie in [0, 1)"),
+    ("sweep-launcher-jobs-zero", ["-m", "pos=rope", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 must be"),
+    ("preset-sweep-without-m", ["experiment=grid"], "experiment=grid is a sweep over pos, attn, seed: add -m"),
     # ---- tracking stores MLflow cannot open
     ("store-not-a-database", ["logger.tracking_uri=sqlite:///{files}/notdb.db"], "exists but is not an sqlite"),
     ("store-is-a-directory", ["logger.tracking_uri=sqlite:///{files}"], "names a directory; name a database file"),
@@ -226,7 +233,7 @@ RUN_CASES = [
     ("eval-length-beyond-split", ["eval.lengths=[10000000]"], "exceed the validation split"),
     ("model-too-large", ["model.d_model=4096", "model.n_layers=2000", "model.n_heads=32"], "but"),
     ("batch-too-large", ["data.batch_size=100000000"], "training needs at least"),
-    ("scale-the-preset-lacks", ["experiment=rope_scaling", "scale=smoke"], "has no scale=smoke"),
+    ("scale-the-preset-lacks", ["-m", "experiment=rope_scaling", "scale=smoke"], "has no scale=smoke"),
     ("finetune-beyond-train-split", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
                                      "eval.finetune_length=10000000"], "exceeds the training split"),
     ("finetune-too-large", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
@@ -350,8 +357,10 @@ def row_request(row, files: Path, empty_store: Path, tmp: Path) -> dict:
     fill = {"files": files, "tmp": tmp, "store": f"sqlite:///{store}"}
     args = [a.format(**fill) for a in args]
     env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
-    if entry == "run":
-        return {"argv": [*QUICK, f"hydra.run.dir={tmp}/run", *args], "cwd": str(tmp), "env": env, "timeout": 120}
+    if entry == "run":  # Hydra's flags (-m) before the overrides, as a user types them
+        flags = [a for a in args if a.startswith("-")]
+        argv = [*flags, *QUICK, f"hydra.run.dir={tmp}/run", *(a for a in args if not a.startswith("-"))]
+        return {"argv": argv, "cwd": str(tmp), "env": env, "timeout": 120}
     return {"argv": args, "module": entry, "cwd": str(tmp), "env": env, "timeout": 120}
 
 

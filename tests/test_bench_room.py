@@ -17,6 +17,7 @@ from harness.bench.profiled import breakdown, kernel_share, op_times, positional
 from harness.bench.session import Result
 from harness.bench.stats import MIN_ROUNDS, Goal, Interval, median_rank, t975
 from harness.bench.targets import MemoryPerTokenTarget, PeerOutcome
+from harness.config.catalog import option_classes
 
 
 class FakeCuda:
@@ -281,8 +282,8 @@ def test_memory_per_token_target_is_a_point_from_the_cells():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--pos", "rope,nope"], "--pos nope: not in conf/pos/; valid: alibi, cope, fire"),
-    (["--attn", "flash"], "--attn flash: not in conf/attn/; valid: linear, local, performer, softmax"),
+    (["--pos", "rope,nope"], f"--pos nope: not in conf/pos/; valid: {', '.join(option_classes('pos'))}"),
+    (["--attn", "flash"], f"--attn flash: not in conf/attn/; valid: {', '.join(option_classes('attn'))}"),
     (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
     (["--lengths", "0"], "every length must be positive"),
     (["--tokens", "0"], "--tokens=0 must be positive"),
