@@ -380,12 +380,31 @@ def _missing_option(exc) -> str:
     return f"{head}; see python run.py --help for the config groups and their options"
 
 
+def _stopped_line(code: int) -> str:
+    """One line for a run stopped by a signal: what happened to it and how to go on."""
+    from harness.signals import STOPPED_AT
+
+    how = "SIGTERM" if code == 143 else "Ctrl-C"
+    at = STOPPED_AT.get("step")
+    saved = f"its checkpoint holds step {at}" if at else "it goes on from its last checkpoint"
+    return (f"stopped by {how}: the run is closed KILLED and {saved}; resume with the same command plus "
+            "resume=true (a sweep: run it again, finished cells are kept)")
+
+
 def run_cli(main: Callable[[], object]) -> int:
     """Call the @hydra.main entry; 0 on success, 2 (after one line) on a user error."""
+    from harness.signals import exit_code
+
     user_wants_traces = os.environ.get(FULL_ERROR) == "1"
     os.environ[FULL_ERROR] = "1"  # Hydra re-raises instead of printing its multi-line report
     try:
         main()
+    except (SystemExit, KeyboardInterrupt) as e:
+        code = exit_code(e)
+        if code is None:
+            raise
+        print(f"error: {_stopped_line(code)}", file=sys.stderr)
+        return code
     except Exception as e:
         message = None if user_wants_traces else user_error(e)
         if message is None:

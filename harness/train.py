@@ -23,6 +23,7 @@ from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
 from harness.record.store import dashboard_command, dashboard_url
 from harness.scaleout import job_ranks
+from harness.signals import lightning_owns_sigterm, terminating
 
 
 @dataclass
@@ -68,7 +69,7 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
     signal = order_signal(built.model.pos, checked.task.causal)
     tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
-    with plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
+    with terminating(), plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
         run.log_files({"config.yaml": OmegaConf.to_yaml(cfg, resolve=True)})
         final = fit(built, plan.ckpt)
@@ -91,7 +92,7 @@ def backend_tags(model) -> dict[str, str]:
 def fit(built, ckpt) -> dict:
     """Train to max_steps; the last entry of the validation results is the final model's."""
     trainer, module = built.trainer, built.module
-    with job_ranks(trainer):
+    with job_ranks(trainer), lightning_owns_sigterm():  # a SIGTERM ends the step, then stops (harness/signals.py)
         trainer.fit(module, built.train_loader, built.val_loader, ckpt_path=ckpt)
         if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
             trainer.validate(module, built.val_loader, verbose=False)  # the summary reports the final model

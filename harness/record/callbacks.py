@@ -13,6 +13,8 @@ import lightning as L
 import numpy as np
 import torch
 
+from harness.signals import STOPPED_AT
+
 
 def resume_callbacks(directory: Path, every: int, flush: Callable[[], None]) -> list[L.Callback]:
     """RNG states always (dropout draws from them); checkpoints every ``every`` steps (0: never)."""
@@ -48,6 +50,7 @@ class CommittedCheckpoints(L.Callback):
         self.dir, self.every, self.flush = directory, every, flush
         self._saved_step = -1
         self._pending: int | None = None
+        self._committed = 0  # the step of the last committed checkpoint (0: none yet)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -66,12 +69,30 @@ class CommittedCheckpoints(L.Callback):
     def on_train_end(self, trainer, module) -> None:
         self._commit(trainer)
 
+    def on_exception(self, trainer, module, exception: BaseException) -> None:
+        """Stopped. SIGTERM: Lightning raises at the end of a step, a clean point, so that step is saved. Ctrl-C
+        may land anywhere (inside an optimizer step): only the last whole checkpoint is committed."""
+        if not isinstance(exception, (SystemExit, KeyboardInterrupt)):
+            return  # a crash: the last committed checkpoint stays the one to resume
+        step = trainer.global_step
+        if isinstance(exception, SystemExit) and step > 0 and step != self._saved_step:
+            self._saved_step = step
+            tmp = self.dir / "pending.ckpt.tmp"
+            trainer.save_checkpoint(tmp)
+            if trainer.is_global_zero:
+                os.replace(tmp, self.dir / "pending.ckpt")
+                self._pending = step
+        self._commit(trainer)
+        if self._committed:
+            STOPPED_AT["step"] = self._committed  # for the one line that says so
+
     def _commit(self, trainer) -> None:
         if self._pending is None or not trainer.is_global_zero:
             return
         self.flush()  # step k's points and its validation are in the store before step k is resumable
         final = self.dir / f"step-{self._pending}.ckpt"
         os.replace(self.dir / "pending.ckpt", final)
+        self._committed = self._pending
         for old in self.dir.glob("step-*.ckpt"):
             if old != final:
                 old.unlink(missing_ok=True)

@@ -1,0 +1,66 @@
+"""SIGTERM and Ctrl-C tell the truth: a stopped run exits non-zero (143 for SIGTERM, 130 for Ctrl-C), its MLflow
+run is closed KILLED with a checkpoint to resume from, and one line says how to resume.
+
+Inside ``trainer.fit`` / ``trainer.validate`` Lightning owns SIGTERM: it lets the current step finish (an
+exception raised mid-step could leave an optimizer half-updated) and raises its ``SIGTERMException`` — a
+``SystemExit`` with no code, which would exit 0 and make a preempted SLURM job look like success.
+``CommittedCheckpoints.on_exception`` saves a checkpoint at that step. Outside them (building, the final
+evaluation, the report) ``terminating()`` turns SIGTERM into ``Stopped(143)`` at once. Either way
+``exit_code`` names the status the process must exit with.
+
+Ground: imports nothing from the project.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+STOPPED_AT: dict[str, int] = {}  # "step": the step a stopped run's checkpoint holds (record/callbacks.py)
+
+
+class Stopped(SystemExit):
+    """The process was told to stop (SIGTERM outside Lightning's loops): exit 128 + the signal number."""
+
+
+class _State:
+    in_lightning = False  # Lightning's loop owns SIGTERM meanwhile and stops at the end of the step
+
+
+@contextmanager
+def terminating() -> Iterator[None]:
+    """SIGTERM raises ``Stopped(143)`` where the code is not inside a Lightning loop, which handles it itself
+    (its handler calls this one too: then it does nothing). The previous handler is restored after."""
+    def handler(signum, frame):
+        if not _State.in_lightning:
+            raise Stopped(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def lightning_owns_sigterm() -> Iterator[None]:
+    """Around ``trainer.fit`` / ``trainer.validate``: a SIGTERM lets the step finish (Lightning's handler)."""
+    _State.in_lightning = True
+    try:
+        yield
+    finally:
+        _State.in_lightning = False
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit status a stop means: 143 for SIGTERM (Lightning's SIGTERMException, or ``Stopped``), 130 for
+    Ctrl-C (Lightning exits 1 after a KeyboardInterrupt), None for anything else."""
+    if isinstance(exc, Stopped):
+        return int(exc.code)
+    if type(exc).__name__ == "SIGTERMException":
+        return 128 + signal.SIGTERM
+    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and
+                                              isinstance(exc.__context__, KeyboardInterrupt)):
+        return 128 + signal.SIGINT
+    return None

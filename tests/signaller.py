@@ -1,0 +1,46 @@
+"""``python tests/signaller.py SIGNAL PHASE TIMEFILE run.py-args…``: run.py, which sends itself SIGNAL (TERM or
+INT) in PHASE — ``fit`` (before optimizer step 3) or ``evaluation`` (as the final evaluation starts) — and
+writes the time it did to TIMEFILE, so a test can measure how long the process takes to exit after it.
+"""
+
+import os
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import harness.train as train  # noqa: E402
+from harness.model.module import LanguageModel  # noqa: E402
+
+number, phase, timefile = getattr(signal, f"SIG{sys.argv[1]}"), sys.argv[2], Path(sys.argv[3])
+
+
+def send() -> None:
+    timefile.write_text(repr(time.time()))
+    os.kill(os.getpid(), number)
+
+
+if phase == "fit":
+    original_step = LanguageModel.training_step
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == 3 and not timefile.exists():
+            send()
+        return original_step(self, batch, batch_idx)
+
+    LanguageModel.training_step = training_step
+else:
+    original_evaluate = train.evaluate
+
+    def evaluate(*args, **kwargs):
+        send()
+        time.sleep(0.5)  # the signal is handled here, in Python code outside Lightning's loops
+        return original_evaluate(*args, **kwargs)
+
+    train.evaluate = evaluate
+sys.argv = [str(ROOT / "run.py"), *sys.argv[4:]]
+runpy.run_path(str(ROOT / "run.py"), run_name="__main__")

@@ -1,0 +1,52 @@
+"""A stopped run tells the truth, as real processes: SIGTERM exits 143 and Ctrl-C (SIGINT) 130, in training
+and in the final evaluation, within seconds; the MLflow run is closed KILLED (never left RUNNING, never
+FINISHED); one line on stderr says how to resume; and resume=true then finishes the same run."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers import ROOT, TINY
+
+pytestmark = pytest.mark.slow
+STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
+
+
+def stopped_run(signal_name: str, phase: str, store: str, tmp_path) -> tuple[subprocess.CompletedProcess, float]:
+    timefile = tmp_path / "sent"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "signaller.py"), signal_name, phase, str(timefile),
+                           *TINY, *STEPS, f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, time.time() - float(timefile.read_text())
+
+
+@pytest.mark.parametrize("signal_name,code", [("TERM", 143), ("INT", 130)])
+@pytest.mark.parametrize("phase", ["fit", "evaluation"])
+def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, phase, tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc, seconds = stopped_run(signal_name, phase, store, tmp_path)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert seconds < 10, seconds  # from the signal to the process's end, the store closed included
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "resume with the same command plus resume=true" in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    assert run.info.status == "KILLED"
+    if phase == "fit":  # the signal came in step 4 (global_step 3), after step 3's checkpoint. SIGTERM: step 4
+        # ends and is saved then; Ctrl-C interrupts wherever it lands: the last whole checkpoint stays
+        assert f"checkpoint holds step {4 if signal_name == 'TERM' else 3}" in errors[0]
+
+    if signal_name == "INT":
+        return  # the resume of a KILLED run is the same either way: once per phase is enough (SIGTERM's)
+    resumed = subprocess.run([sys.executable, str(ROOT / "run.py"), *TINY, *STEPS, "resume=true",
+                              f"hydra.run.dir={tmp_path}/run2"], cwd=tmp_path, capture_output=True, text=True,
+                             env={**os.environ, "MLFLOW_TRACKING_URI": store}, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
