@@ -76,6 +76,8 @@ def preflight(argv: list[str], main: Callable[[], object]) -> int:
     pairing may: the sweep records it), else 2 after one line per bad cell. ``argv`` is ``sys.argv``, which
     Hydra reads: changed for the pass, then restored. The launcher's own settings are checked here, since
     the pass runs every cell in this process, quietly, in a temporary sweep dir."""
+    import contextlib
+    import io
     import tempfile
 
     launcher_error = _launcher_error(argv)
@@ -89,7 +91,7 @@ def preflight(argv: list[str], main: Callable[[], object]) -> int:
                    "hydra/job_logging=disabled", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
         _Mode.check, _Mode.preflight, _Mode.bad_cells, _Mode.cells = True, True, [], []
         try:
-            with _quiet_stdout():
+            with contextlib.redirect_stdout(io.StringIO()):  # the cells' ok lines, a study's summary
                 code = run_cli(main)  # a composition error (pos=foo) is one line here, as in the run itself
         finally:
             argv[:] = saved
@@ -131,20 +133,6 @@ def _launcher_error(argv: list[str]) -> str | None:
                     return (f"hydra.launcher.n_jobs={one} must be a positive number of parallel jobs (or -1 for "
                             "one per core)")
     return None
-
-
-class _quiet_stdout:
-    """What the checked cells print (their ok lines, a study's summary) goes nowhere; errors stay on stderr."""
-
-    def __enter__(self):
-        import contextlib
-        import io
-
-        self._redirect = contextlib.redirect_stdout(io.StringIO())
-        return self._redirect.__enter__()
-
-    def __exit__(self, *exc):
-        return self._redirect.__exit__(*exc)
 
 
 def _guarded(command: Callable[[], int]) -> int:
@@ -195,6 +183,8 @@ def run_job(cfg: DictConfig) -> float | None:
 def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
     from harness.config.validate import validate
 
+    if _Mode.preflight:
+        _Mode.cells.append(cell)
     try:
         checked = validate(cfg, choices)
     except ConfigError as e:
@@ -202,7 +192,6 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
             print(f"error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
         if _Mode.preflight:
-            _Mode.cells.append(cell)
             if not isinstance(e, IncompatiblePairing):  # a pairing the sweep will record as refused is no error
                 _Mode.bad_cells.append((cell, one_line(e)))
             return None
@@ -210,7 +199,6 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
         print(f"refused: {cell}: {one_line(e)}")
         return None
     if _Mode.preflight:
-        _Mode.cells.append(cell)
         return None
     d = checked.data
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
@@ -322,7 +310,7 @@ def _groups_listing(group: str) -> list[str]:
         path = CONF / parent / f"{name}.yaml"
         if name in seen or not path.is_file():
             return False
-        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", [])
         return any((isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
                    for d in defaults)
 

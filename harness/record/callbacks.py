@@ -56,12 +56,7 @@ class CommittedCheckpoints(L.Callback):
         step = trainer.global_step
         if step == 0 or step % self.every or step == self._saved_step:
             return  # not due, or a further micro-batch of gradient accumulation
-        self._saved_step = step
-        tmp = self.dir / "pending.ckpt.tmp"
-        trainer.save_checkpoint(tmp)  # every rank calls it; the strategy writes on rank 0
-        if trainer.is_global_zero:
-            os.replace(tmp, self.dir / "pending.ckpt")  # atomic: a kill mid-write leaves no torn file
-            self._pending = step
+        self._save(trainer, step)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
         self._commit(trainer)
@@ -76,15 +71,18 @@ class CommittedCheckpoints(L.Callback):
             return  # a crash: the last committed checkpoint stays the one to resume
         step = trainer.global_step
         if isinstance(exception, SystemExit) and step > 0 and step != self._saved_step:
-            self._saved_step = step
-            tmp = self.dir / "pending.ckpt.tmp"
-            trainer.save_checkpoint(tmp)
-            if trainer.is_global_zero:
-                os.replace(tmp, self.dir / "pending.ckpt")
-                self._pending = step
+            self._save(trainer, step)
         self._commit(trainer)
         if self._committed:
             STOPPED_AT["step"] = self._committed  # for the one line that says so
+
+    def _save(self, trainer, step: int) -> None:
+        self._saved_step = step
+        tmp = self.dir / "pending.ckpt.tmp"
+        trainer.save_checkpoint(tmp)  # every rank calls it; the strategy writes on rank 0
+        if trainer.is_global_zero:
+            os.replace(tmp, self.dir / "pending.ckpt")  # atomic: a kill mid-write leaves no torn file
+            self._pending = step
 
     def _commit(self, trainer) -> None:
         if self._pending is None or not trainer.is_global_zero:
