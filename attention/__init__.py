@@ -3,7 +3,7 @@
 Owns: the variant interface (``base``: the context, the declared bias kinds and refusals) and every
 variant (conf/attn/<name>.yaml ↔ attention/<name>.py), including the kernelized contractions.
 
-May import: positional (its interface types), and the ground (harness.errors).
+May import: positional (its interface types), and the ground (harness.errors, harness.ranges).
 """
 
 from attention.base import AttentionContext, AttentionVariant, check_pairing

@@ -67,11 +67,6 @@ class AttentionVariant(nn.Module):
         """Whether the variant says which weights it applies (``implied_weights``): diagnostics=true needs it."""
         return cls.implied_weights is not AttentionVariant.implied_weights
 
-    def dense_logits(self, bias_kind: BiasKind) -> bool:
-        """Whether this variant forms all B·H·T·T logits with a scheme of ``bias_kind`` (for the memory
-        estimate of harness/config/resources.py)."""
-        return False
-
     @classmethod
     def refusal(cls, scheme: type[PositionalScheme] | PositionalScheme) -> str | None:
         """Why this variant cannot honour ``scheme``, or None if it can. A built scheme may declare

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from attention.base import AttentionContext, AttentionVariant, additive_mask
 from attention.softmax import masked_softmax, softmax_weights
-from harness.errors import ConfigError, IncompatiblePairing
+from harness.errors import IncompatiblePairing
+from harness.ranges import PositiveInt, ranged
 from positional.base import Shape
 
 
@@ -83,10 +84,9 @@ class Local(AttentionVariant):
                      "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) is only "
                                    "offered as dense T×T logits, which the O(T·w) band never forms"}
 
-    def __init__(self, shape: Shape, window: int = 32):
+    @ranged
+    def __init__(self, shape: Shape, window: PositiveInt = 32):
         super().__init__(shape)
-        if not isinstance(window, int) or window <= 0:
-            raise ConfigError(f"window={window} must be a positive integer")
         if window > shape.max_len:
             raise IncompatiblePairing(f"window={window} exceeds the longest sequence ({shape.max_len} tokens: "
                                       "max_len, i.e. data.seq_len or a task's longest example), so nothing is "

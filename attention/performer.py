@@ -39,6 +39,7 @@ from torch import Tensor
 
 from attention.kernelized import KernelizedAttention, RopeMode
 from harness.errors import ConfigError
+from harness.ranges import PositiveInt, ranged
 from positional.base import Shape
 
 _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio): spreads (base, n) over seed space
@@ -52,8 +53,11 @@ def default_nb_features(head_dim: int) -> int:
 
 
 def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
-    """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device."""
-    with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # real numbers even in a meta-device build
+    """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device. Under a
+    meta-device build (the validation pass) only the shape is made: the draw takes O(M·D²) time."""
+    if torch.get_default_device().type == "meta":
+        return torch.empty(nb_features, head_dim)
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
         torch.manual_seed(seed)
         return gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
 
@@ -95,17 +99,15 @@ def redraw_seed(base: int, n: int) -> int:
 
 
 class Performer(KernelizedAttention):
-    def __init__(self, shape: Shape, nb_features: int | None = None, redraw_interval: int | None = 1000,
+    @ranged
+    def __init__(self, shape: Shape, nb_features: PositiveInt | None = None, redraw_interval: PositiveInt | None = 1000,
                  rope_mode: RopeMode = "pre_feature"):
+        """``nb_features``: null for D·ln D; ``redraw_interval``: null never redraws."""
         super().__init__(shape, rope_mode)
         m = default_nb_features(shape.head_dim) if nb_features is None else nb_features
-        if not isinstance(m, int) or m <= 0:
-            raise ConfigError(f"nb_features={m} must be a positive integer (or null for D·ln D)")
         if rope_mode == "numerator" and m % 2:
             raise ConfigError(f"nb_features={m} is odd but rope_mode=numerator rotates feature "
                               "pairs; make it even")
-        if redraw_interval is not None and redraw_interval <= 0:
-            raise ConfigError(f"redraw_interval={redraw_interval} must be positive, or null to never redraw")
         self.nb_features, self.redraw_interval = m, redraw_interval
         self.register_buffer("base_seed", torch.randint(1 << 62, (), device="cpu"))  # from the seeded global RNG
         self.redraws: int | None = None  # n of the projection in use, known on the host once a step has set it

@@ -261,9 +261,6 @@ class Softmax(AttentionVariant):
         self.candidates = ["sdpa", *([] if xformers_problem() else ["xformers"])] if backend == "auto" else [backend]
         self.backend_used: str | None = self.candidates[0] if len(self.candidates) == 1 else None
 
-    def dense_logits(self, bias_kind) -> bool:
-        return self.backend == "math" or bias_kind == "content"  # a content bias is offered as T×T logits
-
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         self.require_accepted(ctx.bias)
         mask = additive_mask(ctx, q, k)  # computed from the unrotated q, k (content biases use them)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
+from harness.ranges import NonNegative, ranged
 from positional.base import LogitBias, PositionalScheme, Shape
 
 
@@ -90,7 +91,8 @@ class CoPE(PositionalScheme):
     bias_kind = "content"
     randomize_refusal = "CoPE counts positions from its gates and reads no position index"
 
-    def __init__(self, shape: Shape, npos: int = 16, init_std: float = 0.0, randomize: bool = False,
+    @ranged
+    def __init__(self, shape: Shape, npos: int = 16, init_std: NonNegative = 0.0, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if not isinstance(npos, int) or npos < 2:

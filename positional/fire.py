@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
+from harness.ranges import Positive, PositiveInt, ranged
 from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape
 
 
@@ -63,13 +63,11 @@ def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, e
 class Fire(PositionalScheme):
     bias_kind = "positional"
 
-    def __init__(self, shape: Shape, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0,
-                 per_layer: bool = False, eps: float = 1e-6, randomize: bool = False,
+    @ranged
+    def __init__(self, shape: Shape, mlp_width: PositiveInt = 32, init_c: Positive = 0.1, init_L: Positive = 512.0,
+                 per_layer: bool = False, eps: Positive = 1e-6, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
-        if mlp_width <= 0 or init_c <= 0 or init_L <= 0:
-            raise ConfigError(f"mlp_width={mlp_width}, init_c={init_c} and init_L={init_L} "
-                              "must be positive")
         self.per_layer, self.eps = per_layer, eps
         self.bias_depends_on_layer = per_layer
         n = shape.n_layers if per_layer else 1

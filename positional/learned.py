@@ -9,20 +9,18 @@ length-extrapolation result.
 
 from __future__ import annotations
 
-import math
-
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
+from harness.ranges import NonNegative, ranged
 from positional.base import PositionalScheme, Shape
 
 
 class Learned(PositionalScheme):
-    def __init__(self, shape: Shape, init_std: float = 0.02, randomize: bool = False,
+    @ranged
+    def __init__(self, shape: Shape, init_std: NonNegative = 0.02, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
-        if not (isinstance(init_std, (int, float)) and math.isfinite(init_std) and init_std >= 0):
-            raise ConfigError(f"init_std={init_std} must be a finite number ≥ 0")
         self.table = nn.Embedding(self.position_range, shape.d_model)  # data.seq_len, or pos.max_position if randomized
         nn.init.normal_(self.table.weight, std=init_std)
 

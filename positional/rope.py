@@ -214,8 +214,8 @@ class Rope(PositionalScheme):
     def positions(self, t: int, device=None) -> Tensor:
         """0 … T−1 as one tensor per (T, device), handed to every forward: ``_cos_sin`` recognises it by identity
         and reuses its cos, sin without reading a position (a comparison of values would wait for the GPU)."""
-        if (self.randomize and self.training) or torch.compiler.is_compiling():
-            return super().positions(t, device)
+        if (self.randomize and self.training) or torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+            return super().positions(t, device)  # an inference tensor, kept, could not be saved for a backward
         device = torch.device("cpu" if device is None else device)
         own = self.__dict__.get("_positions")
         if own is None or own.numel() != t or own.device != device or own._version:

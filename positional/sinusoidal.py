@@ -17,6 +17,7 @@ import math
 import torch
 from torch import Tensor
 
+from harness.ranges import Positive, ranged
 from positional.base import PositionalScheme, Shape
 
 
@@ -29,7 +30,8 @@ def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tens
 
 
 class Sinusoidal(PositionalScheme):
-    def __init__(self, shape: Shape, base: float = 10000.0, scale_embeddings: bool = True, randomize: bool = False,
+    @ranged
+    def __init__(self, shape: Shape, base: Positive = 10000.0, scale_embeddings: bool = True, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         self.base = base

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
+from harness.ranges import NonNegative, ranged
 from positional.base import FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
@@ -54,8 +55,9 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num
 class T5Bias(PositionalScheme):
     bias_kind = "relative"
 
+    @ranged
     def __init__(self, shape: Shape, num_buckets: int = 32, max_distance: int = 128, per_layer: bool = False,
-                 init_std: float = 0.02, randomize: bool = False,
+                 init_std: NonNegative = 0.02, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         if num_buckets < 4 or num_buckets % 2:

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.ranges import NonNegative, ranged
 from positional.base import LogitBias, PositionalScheme, Shape
 from positional.sinusoidal import sinusoidal_table
 
@@ -69,7 +70,8 @@ class TransformerXL(PositionalScheme):
     randomize_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which sampled "
                          "positions are not")
 
-    def __init__(self, shape: Shape, init_std: float = 0.02, randomize: bool = False,
+    @ranged
+    def __init__(self, shape: Shape, init_std: NonNegative = 0.02, randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
         h, d, c = shape.n_heads, shape.head_dim, shape.d_model

@@ -25,7 +25,6 @@ Notation: T positions, D head dim, W width of the rotated vector.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
+from harness.ranges import Positive, ranged
 from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq
 
@@ -74,7 +74,8 @@ class XPosRotation(Rotary):
 
 
 class XPos(PositionalScheme):
-    def __init__(self, shape: Shape, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0,
+    @ranged
+    def __init__(self, shape: Shape, base: Positive = 10000.0, gamma: Positive = 0.4, scale_base: Positive = 512.0,
                  layout: str = "interleaved", randomize: bool = False,
                  max_position: int | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position)
@@ -83,9 +84,6 @@ class XPos(PositionalScheme):
         if shape.head_dim % 2:
             raise ConfigError(f"pos=xpos rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
                               "d_model / n_heads (model.d_model / model.n_heads) even")
-        for name, value in (("base", base), ("gamma", gamma), ("scale_base", scale_base)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name}={value} must be a positive finite number")
         self.base, self.gamma, self.scale_base, self.layout = base, gamma, scale_base, layout
 
     def rotary(self, positions: Tensor) -> XPosRotation:

@@ -131,3 +131,14 @@ def test_cos_sin_are_built_once_per_length_and_rebuilt_when_positions_or_theta_c
     torch.testing.assert_close(rope.rotary(rope.positions(9)).sin,
                                torch.sin(rope_angles(torch.arange(9), rope.inv_freq)), rtol=0, atol=0)
     assert rope.positions(12).numel() == 12 and torch.equal(rope.positions(12), torch.arange(12))
+
+
+def test_positions_made_under_inference_mode_are_not_kept_for_training():
+    """Lightning validates under torch.inference_mode: a new length there (a synthetic task's) made an inference
+    tensor the cache kept, and the next training forward failed reading its version counter."""
+    rope = scheme()
+    with torch.inference_mode():
+        rope.rotary(rope.positions(7))
+    q = torch.randn(1, 2, 7, rope.shape.head_dim, requires_grad=True)
+    rope.rotary(rope.positions(7)).rotate_q(q).sum().backward()
+    assert q.grad is not None and not rope.positions(7).is_inference()

@@ -1,12 +1,12 @@
-"""Will it fit? Memory a run needs, against memory this machine has — decided before anything is built.
+"""Will it fit? A first gate, by formula, before the model is even laid out on the meta device.
 
-The estimate is a *lower bound* on purpose (a refusal must never stop a run that would have fitted):
-fp32 weights, gradients and AdamW's two moments (16 bytes a parameter), the activations autograd
-keeps per layer for the tokens of one step (input, q, k, v, attention output, the two residual
-branches and the MLP's hidden and GELU: about 10·C + 2·F floats per token, Korthikanti et al. 2022
-§4.1 without the attention matrix), and the logits with their gradient (2·V floats per token). A
-variant that materialises the T×T logits (``needs_dense_logits``) adds B·H·T² floats per layer.
-Evaluation at length L keeps no activations but scores the same tokens per batch.
+A lower bound on purpose (a refusal must never stop a run that would have fitted): the transformer
+blocks' fp32 weights, gradients and AdamW's two moments (16 bytes a parameter), the activations
+autograd keeps per layer for the tokens of one step (input, q, k, v, attention output, the two
+residual branches and the MLP's hidden and GELU: about 10·C + 2·F floats per token, Korthikanti et
+al. 2022 §4.1 without the attention matrix), and the logits with their gradient (2·V floats per
+token). A model of 2,000 layers takes seconds to lay out even on meta; this refuses it at once.
+What a scheme or a variant makes large is measured after, by rehearsing the run (rehearsal.py).
 """
 
 from __future__ import annotations
@@ -26,27 +26,19 @@ class Footprint:
     n_layers: int
     n_heads: int
     vocab: int
-    dense_logits: bool  # the attention forms B·H·T·T logits (a content bias, the math backend)
 
     @classmethod
     def of_blocks(cls, model, vocab: int) -> Footprint:
-        """The transformer blocks and embeddings alone (a lower bound before the scheme's parameters):
-        per layer 4·C² + 2·C·F weights (attention, MLP), plus V·C embeddings."""
+        """The transformer blocks and embeddings alone: per layer 4·C² + 2·C·F weights (attention, MLP),
+        plus V·C embeddings."""
         c, f = model.d_model, model.d_ff
         params = model.n_layers * (4 * c * c + 2 * c * f) + vocab * c
-        return cls(params, c, f, model.n_layers, model.n_heads, vocab, dense_logits=False)
+        return cls(params, c, f, model.n_layers, model.n_heads, vocab)
 
     def training_bytes(self, batch: int, length: int) -> int:
         tokens = batch * length
-        per_layer = tokens * (10 * self.d_model + 2 * self.d_ff)
-        attention = batch * self.n_heads * length * length if self.dense_logits else 0
-        activations = self.n_layers * (per_layer + attention) + 2 * tokens * self.vocab
+        activations = self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff) + 2 * tokens * self.vocab
         return 16 * self.n_params + FLOAT * activations
-
-    def eval_bytes(self, batch: int, length: int) -> int:
-        tokens = batch * length
-        attention = batch * self.n_heads * length * length if self.dense_logits else 0
-        return 4 * self.n_params + FLOAT * (tokens * (2 * self.d_model + self.vocab) + attention)
 
 
 def available_bytes() -> int | None:
@@ -61,33 +53,21 @@ def available_bytes() -> int | None:
     return None
 
 
-def check_memory(fp: Footprint, batch: int, seq_len: int, eval_lengths: list[int], on_gpu: bool,
-                 finetune_length: int | None = None) -> None:
-    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs). A fine-tune
-    before evaluation (eval.finetune_steps) trains at ``finetune_length`` with as many tokens per batch as
-    training (harness/model/extrapolation.py): attention's T² terms grow with it."""
+def check_memory(fp: Footprint, batch: int, seq_len: int, on_gpu: bool) -> None:
+    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs), naming
+    the keys of the larger term: the weights' or the tokens'."""
     free = available_bytes()
     if on_gpu or free is None:
         return
     need = fp.training_bytes(batch, seq_len)
     if need > free:
-        raise ConfigError(f"training needs at least {_gib(need)} ({fp.n_params:,} parameters, {batch}×{seq_len} "
-                          f"tokens a step) but {_gib(free)} is available; lower model.d_model, model.n_layers, "
-                          "data.batch_size or data.seq_len")
-    if finetune_length:
-        tune_batch = max(1, batch * seq_len // finetune_length)
-        need = fp.training_bytes(tune_batch, finetune_length)
-        if need > free:
-            raise ConfigError(f"eval.finetune_length={finetune_length}: fine-tuning at {tune_batch}×{finetune_length} "
-                              f"tokens a step needs at least {_gib(need)} but {_gib(free)} is available; shorten "
-                              "eval.finetune_length or set eval.finetune_steps=0")
-    for length in eval_lengths:
-        eval_batch = max(1, batch * seq_len // length)  # harness/model/evaluate.py: constant tokens per batch
-        need = fp.eval_bytes(eval_batch, length)
-        if need > free:
-            raise ConfigError(f"eval.lengths: scoring at L={length} needs at least {_gib(need)} but {_gib(free)} "
-                              "is available; drop that length or shorten it")
+        weights = 16 * fp.n_params
+        fix = (f"lower model.d_model={fp.d_model}, model.n_layers={fp.n_layers} or model.d_ff={fp.d_ff}"
+               if weights > need - weights else f"lower data.batch_size={batch} or data.seq_len={seq_len}")
+        raise ConfigError(f"training needs at least {gib(need)} ({gib(weights)} for {fp.n_params:,} parameters with "
+                          f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
+                          f"a step) but {gib(free)} is available; {fix}")
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
     return f"{n / 2**30:,.1f} GiB"

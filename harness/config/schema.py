@@ -21,9 +21,10 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from harness.errors import ConfigError
+from harness.ranges import violated
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
 
@@ -41,10 +42,21 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
         raise ConfigError(f"{key}={_show(value)} must be {describe(annotation)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}={_show(value)} must be a finite number")
+    bad = violated(value, annotation)  # a range declared in the annotation (harness/ranges.py)
+    if bad:
+        none = " (or null)" if _allows_none(annotation) else ""
+        raise ConfigError(f"{key}={_show(value)} must be {bad.words}{none}")
+
+
+def _allows_none(annotation: Any) -> bool:
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return union and type(None) in typing.get_args(annotation)
 
 
 def fits(value: Any, annotation: Any) -> bool:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:  # a declared range (harness/ranges.py): the type is the first argument
+        return fits(value, args[0])
     if origin in (typing.Union, types.UnionType):
         return any(fits(value, a) for a in args)
     if origin is Literal:
@@ -92,6 +104,8 @@ def _items_fit(value, origin, args) -> bool:
 def describe(annotation: Any, plural: bool = False) -> str:
     """Words for what fits ``annotation``, e.g. "an integer or null", "a list of numbers"."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return describe(args[0], plural)
     if origin in (typing.Union, types.UnionType):
         shown = [describe(a, plural) for a in args if a is not type(None) and _yaml_type(a)]
         return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
@@ -141,10 +155,10 @@ def check_known(node: str, keys: list[str], known: list[str], what: str) -> None
 def signature_schema(target: Any, supplied: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
     """(parameter name -> annotation, accepts **kwargs) of what a ``_target_`` builds, minus the
     parameters the harness supplies itself (``shape``, ``tokenizer``, ``params`` …)."""
-    fn = target.__init__ if isinstance(target, type) else target
+    fn = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # through @ranged
     params = inspect.signature(fn).parameters
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)  # Annotated ranges kept
     except Exception:  # annotations that do not evaluate here: check names only
         hints = {}
     schema = {n: hints.get(n, p.annotation if isinstance(p.annotation, type) else Any)
@@ -401,5 +415,5 @@ SUPPLIED: dict[str, tuple[str, ...]] = {"pos": ("shape",), "pos.scaling": ("base
 
 
 def plain_fields(schema: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(schema)
+    hints = typing.get_type_hints(schema, include_extras=True)
     return {f.name: hints[f.name] for f in fields(schema)}

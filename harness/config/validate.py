@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import schema
 from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate, instantiate_option
+from harness.config.rehearsal import check_phases, rehearse
 from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
@@ -83,16 +85,33 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
-    model, footprint, pos = dry_model(cfg, tokenizer, task, settings["data"])
+    model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
-    check_extrapolation(settings["eval"], task, pos, choices.get("task", "this task"))
+    check_extrapolation(settings["eval"], task, model.pos, choices.get("task", "this task"))
     tune_length = settings["eval"].tune_length
     _check_splits(source, task, tokenizer, data, lengths, tune_length)
-    check_memory(footprint, data.batch_size, task.sequence_tokens(data.seq_len), task.evaluation_tokens(lengths),
-                 on_gpu=trainer.accelerator in ("gpu", "cuda"), finetune_length=tune_length)
     _check_device(trainer)
+    check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
+                          _evaluations(task, data, lengths), _finetune(data, tune_length)),
+                 on_gpu=trainer.accelerator in ("gpu", "cuda"))
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
-                   trainer, model, tokenizer, task, source, footprint.n_params, settings["progress"])
+                   trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"])
+
+
+def _evaluations(task, data: schema.DataSettings, lengths: list[int]) -> list[tuple[str, int, int, int]]:
+    """(the key that lists it, the length listed, the model's sequence length, the batch) of each final
+    evaluation: a synthetic task scores ``task.eval_lengths`` at data.batch_size, text windows keep the
+    training tokens per batch (harness/model/evaluate.py)."""
+    if task.scores_sequences:
+        return [("task.eval_lengths", n, tokens, data.batch_size)
+                for n, tokens in zip(task.eval_lengths, task.evaluation_tokens(lengths), strict=True)]
+    return [("eval.lengths", n, tokens, max(1, data.batch_size * data.seq_len // n))
+            for n, tokens in zip(lengths, task.evaluation_tokens(lengths), strict=True)]
+
+
+def _finetune(data: schema.DataSettings, length: int | None) -> tuple[int, int] | None:
+    """(batch, length) of a fine-tune step: as many tokens a batch as training (harness/model/extrapolation.py)."""
+    return (max(1, data.batch_size * data.seq_len // length), length) if length else None
 
 
 def _check_source_reads(data: schema.DataSettings, source, name: str) -> None:
@@ -250,15 +269,12 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
     from harness.model.transformer import Transformer
 
     model_cfg, length = instantiate(cfg.model), task.sequence_tokens(data.seq_len)
-    check_memory(Footprint.of_blocks(model_cfg, tokenizer.vocab_size), data.batch_size, length, [],
+    check_memory(Footprint.of_blocks(model_cfg, tokenizer.vocab_size), data.batch_size, length,
                  on_gpu=False)  # before building even on meta: a huge model takes long to lay out
     with torch.device("meta"):
         model = Transformer(model_cfg, tokenizer.vocab_size, length, task.causal,
                             pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
-    variant = model.blocks[0].attn.variant
-    footprint = Footprint(model.num_params(), model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers,
-                          model_cfg.n_heads, tokenizer.vocab_size, variant.dense_logits(type(model.pos).bias_kind))
-    return model_cfg, footprint, model.pos
+    return model_cfg, model
 
 
 def check_extrapolation(settings: schema.EvalSettings, task, pos, task_name: str) -> None:
@@ -324,9 +340,25 @@ def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: l
 
 
 def _check_device(trainer: schema.TrainerSettings) -> None:
-    if trainer.accelerator in ("gpu", "cuda"):
-        import torch
+    import torch
 
-        if not torch.cuda.is_available():
-            raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
-                              "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
+    if trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
+                          "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
+    on_cpu = trainer.accelerator == "cpu" or (trainer.accelerator == "auto" and not torch.cuda.is_available())
+    processes, cores = _device_count(trainer.devices), os.cpu_count() or 1
+    if on_cpu and processes and processes > cores:  # each CPU process computes on its own cores: more would thrash
+        raise ConfigError(f"trainer.devices={trainer.devices} starts {processes} training processes on this "
+                          f"machine's {cores} CPU cores; use trainer.devices={cores} at most (more machines: "
+                          "trainer.num_nodes=N)")
+
+
+def _device_count(devices) -> int | None:
+    """Processes this node starts for ``trainer.devices`` (a count, "N", a list of ids or "0,1"); None: auto/-1."""
+    if isinstance(devices, list):
+        return len(devices)
+    if isinstance(devices, str) and "," in devices:
+        return len([d for d in devices.split(",") if d.strip()])
+    if isinstance(devices, str):
+        return int(devices) if devices.strip().isdigit() else None
+    return devices if devices > 0 else None

@@ -1,0 +1,268 @@
+"""Will it fit? One training step and each evaluation, rehearsed on torch's ``meta`` device, measured
+tensor by tensor.
+
+resources.py's estimate is a formula over the model's width and depth: it cannot know what a scheme or
+a variant makes large (FIRE's MLP over every query-key pair, ``pos.max_position`` positions drawn from
+a permutation, a Performer's feature matrix). So the validation pass runs the real code instead, on
+tensors that have a shape and no storage: the model built on ``meta`` (its parameters and buffers),
+then a forward and backward over one training batch, a fine-tune step at ``eval.finetune_length``, and
+a forward at every evaluation length, each under ``Ledger``, which adds up the bytes of every tensor an
+op makes while Python holds it. The peak of a phase, plus the weights, gradients and AdamW's two
+moments, is what the phase needs; more than this machine has is refused, and the message names the
+key that made it large: the config value among the dimensions of the largest tensor (an evaluation
+length is named by the key that lists it).
+
+Nothing is allocated and no kernel runs, so a rehearsal costs milliseconds. A meta tensor has no
+values: code that reads one on the host (``.item()``, ``int(t)``) cannot run here, which is also what
+keeps a forward free of host synchronisation (tests/test_fullgraph.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from harness.config.resources import available_bytes, gib
+from harness.errors import ConfigError
+
+FLOAT = 4  # bytes; the CPU trains in fp32
+
+
+@dataclass(frozen=True)
+class Largest:
+    nbytes: int
+    shape: tuple[int, ...]
+    where: str  # the module that made it ("blocks.0.attn.variant"), or "backward"
+
+
+class Ledger(TorchDispatchMode):
+    """Every storage an op makes counts its bytes until Python frees the last tensor over it: ``peak`` is
+    the most held at once; ``largest`` the biggest single storage, with the shape and module that made it.
+    Storages that existed before (parameters, buffers, inputs) are counted apart."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.live = self.peak = 0
+        self.largest: Largest | None = None
+        self.holders: dict[int, int] = {}  # storage -> tensors over it still alive
+        self.stack: list[str] = []
+        self.hooks = [h for name, m in model.named_modules() for h in (
+            m.register_forward_pre_hook(lambda *_, n=name or "the model": self._enter(n)),
+            m.register_forward_hook(lambda *_: self._leave()))]
+
+    def _enter(self, name: str) -> None:
+        self.stack.append(name)
+
+    def _leave(self) -> None:  # a hook that returned a value would replace the module's output
+        self.stack.pop()
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
+            h.remove()
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:  # .item(), int(t): a meta tensor has no value
+            raise HostRead
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, Tensor):
+                self._hold(t)
+        return out
+
+    def _hold(self, t: Tensor) -> None:
+        """Count ``t``'s storage once, while any tensor over it lives (views and ``_unsafe_view`` share one)."""
+        storage = t.untyped_storage()
+        key, n = storage._cdata, storage.nbytes()
+        if key not in self.holders:
+            self.holders[key] = 0
+            self.live += n
+            self.peak = max(self.peak, self.live)
+            if self.largest is None or n > self.largest.nbytes:
+                self.largest = Largest(n, tuple(t.shape), self.stack[-1] if self.stack else "backward")
+        self.holders[key] += 1
+        weakref.finalize(t, self._free, key, n)
+
+    def _free(self, key: int, n: int) -> None:
+        self.holders[key] -= 1
+        if not self.holders[key]:
+            del self.holders[key]
+            self.live -= n
+
+
+class FusedAttention(TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` on meta tensors takes the kernel torch would take on the CPU. On meta
+    torch picks its math path, which stores the B·H·T·T weights; the CPU's fused (flash) kernel keeps
+    B·H·T log-sum-exps instead."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention and args[0].is_meta and _cpu_takes_flash(*args[:3], **kwargs):
+            q, k, v = args[:3]
+            mask, p = kwargs.get("attn_mask"), kwargs.get("dropout_p", 0.0)
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q, k, v, p, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale"))[0]
+        return func(*args, **kwargs)
+
+
+def _cpu_takes_flash(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                     is_causal: bool = False, scale: float | None = None, **_) -> bool:
+    """Whether torch's CPU dispatch would run this call on its flash kernel (asked on one-token CPU stand-ins)."""
+    def stand_in(t: Tensor) -> Tensor:
+        return torch.zeros(*t.shape[:-2], 1, t.shape[-1], dtype=t.dtype, device="cpu")
+
+    mask = None if attn_mask is None else torch.zeros(*attn_mask.shape[:-2], 1, 1, dtype=attn_mask.dtype)
+    with torch.device("cpu"):
+        choice = torch._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), mask, dropout_p, is_causal,
+                                         scale=scale)
+    return choice == 1  # SDPBackend.FLASH_ATTENTION
+
+
+class HostRead(Exception):
+    """The forward read a tensor's value on the host, which a meta tensor does not have."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    what: str  # "a training step", "scoring task.eval_lengths entry 100000"
+    needs: int  # bytes
+    largest: Largest | None
+    fix: str  # the keys that shrink it, when no key is among the largest tensor's dimensions
+    keys: dict[str, int]  # the config's integer values a dimension may come from, by key
+
+
+def rehearse(model: nn.Module, values: dict, batch: int, length: int, evaluations: list[tuple[str, int, int, int]],
+             finetune: tuple[int, int] | None) -> list[Phase]:
+    """The phases of a run of ``model`` (built on meta): training at ``batch`` × ``length``, a fine-tune
+    step at ``finetune`` = (batch, length), and each evaluation (the key that lists it, the length listed, the
+    model's sequence length, the batch) of ``evaluations``."""
+    keys = integer_keys(values)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    resident = weights + buffers + 2 * weights  # AdamW's two moments; gradients are counted as the step makes them
+    step = _step(model, batch, length)
+    phases = [Phase("a training step", resident + step.peak, step.largest,
+                    "lower model.d_model, model.n_layers, data.batch_size or data.seq_len", keys)]
+    if finetune:
+        tune_batch, tune_length = finetune
+        step = _step(model, tune_batch, tune_length)
+        phases.append(Phase(f"fine-tuning at eval.finetune_length={tune_length} ({tune_batch}×{tune_length} tokens)",
+                            resident + step.peak, step.largest,
+                            "shorten eval.finetune_length or set eval.finetune_steps=0", keys))
+    for key, listed, tokens, eval_batch in evaluations:
+        try:
+            scored = _forward(model, eval_batch, tokens)
+        except ConfigError:  # a length the scheme refuses (learned's table): evaluation records it as skipped
+            continue
+        phases.append(Phase(f"scoring {key} entry {listed} ({eval_batch}×{tokens} tokens a batch)",
+                            weights + buffers + scored.peak, scored.largest, f"drop {listed} from {key} or shorten it",
+                            {}))
+    return phases
+
+
+def _step(model: nn.Module, batch: int, length: int) -> Ledger:
+    """The ledger of a forward and backward over ``batch`` × ``length`` tokens (gradients included)."""
+    def run():
+        model(torch.zeros(batch, length, dtype=torch.long)).float().sum().backward()
+
+    model.train()
+    try:
+        return _measured(model, run)
+    finally:
+        model.zero_grad(set_to_none=True)
+
+
+def _forward(model: nn.Module, batch: int, length: int) -> Ledger:
+    """The ledger of an evaluation forward over ``batch`` × ``length`` tokens."""
+    model.eval()
+    with torch.no_grad():
+        return _measured(model, lambda: model(torch.zeros(batch, length, dtype=torch.long)))
+
+
+def _measured(model: nn.Module, run) -> Ledger:
+    """``run`` under a Ledger. A forward that reads a value on the host (randomized positions: a relative
+    table spans the positions drawn) is measured up to the read, then again with positions 0 … T−1, which
+    read nothing; the larger peak counts (the span's table is H·2S floats, small beside the rest)."""
+    try:
+        return _ledger_of(model, run)
+    except HostRead as read:
+        drawn = read.ledger
+    if not getattr(model.pos, "randomize", False):
+        return drawn
+    model.pos.randomize = False
+    try:
+        whole = _ledger_of(model, run)
+    except HostRead as read:
+        whole = read.ledger
+    finally:
+        model.pos.randomize = True
+    return max(drawn, whole, key=lambda ledger: ledger.peak)
+
+
+def _ledger_of(model: nn.Module, run) -> Ledger:
+    with torch.device("meta"), FusedAttention(), Ledger(model) as ledger:
+        try:
+            run()
+        except HostRead as read:
+            read.ledger = ledger
+            raise
+    return ledger
+
+
+def integer_keys(values: dict, prefix: str = "") -> dict[str, int]:
+    """Every integer leaf of the resolved config (``pos.mlp_width`` → 100000000), lists left out."""
+    found = {}
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            found.update(integer_keys(value, f"{path}."))
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            found[path] = value
+    return found
+
+
+def culprit(phase: Phase) -> str | None:
+    """The config key that sets the largest dimension of the phase's largest tensor: the key of that value,
+    or of a value up to 4× below it (CoPE's table holds 2·npos + 1 rows); then the same for the next dimension."""
+    if phase.largest is None:
+        return None
+    keys = {k: v for k, v in phase.keys.items() if not k.startswith(("hydra.", "trainer.", "seed"))}
+    for dim in sorted(set(phase.largest.shape), reverse=True):
+        named = sorted((k for k, v in keys.items() if v <= dim <= 4 * v + 1),
+                       key=lambda k: (keys[k] != dim, not _owns(k, phase.largest.where), -keys[k]))
+        if named:
+            return named[0]
+    return None
+
+
+def _owns(key: str, where: str) -> bool:
+    group = key.partition(".")[0]
+    return (group == "pos" and where.startswith("pos")) or (group == "attn" and ".variant" in where)
+
+
+# The measure against a real CPU step's peak (torch.profiler's allocations), every allowed pairing in
+# tests/test_rehearsal.py: 1.0–1.35× (a learned mask's hand-written backward keeps less than the meta path).
+# A run is refused only past this much over the memory available, so no run that fits is stopped.
+OVERCOUNT = 1.5
+
+
+def check_phases(phases: list[Phase], on_gpu: bool) -> None:
+    free = available_bytes()
+    if on_gpu or free is None:
+        return
+    for phase in phases:
+        if phase.needs <= OVERCOUNT * free:
+            continue
+        large = phase.largest
+        made = (f"; its largest tensor, {'×'.join(map(str, large.shape))} in {large.where}, holds {gib(large.nbytes)}"
+                if large else "")
+        key = culprit(phase)
+        fix = f"lower {key}={phase.keys[key]}, which sets that size" if key else phase.fix
+        raise ConfigError(f"{phase.what} needs {gib(phase.needs)}{made}, but {gib(free)} is available; {fix}")
