@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from harness.errors import ConfigError, IncompatiblePairing
+from harness.errors import ConfigError, Diverged, IncompatiblePairing
 
 CHECK_FLAG = "--check"
 MATRIX_FLAG = "--matrix"
@@ -64,6 +65,9 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
         argv.append("~hydra.callbacks.mlflow_sweep")  # a checked sweep trains nothing: no parent run
         _Mode.check = True
     elif any(flag in argv for flag in MULTIRUN_FLAGS):
+        flag = next(a for a in argv if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
+        argv.remove(flag)
+        argv.insert(1, flag)
         refused = preflight(argv, main)
         if refused:
             return refused
@@ -78,6 +82,7 @@ def preflight(argv: list[str], main: Callable[[], object]) -> int:
     the pass runs every cell in this process, quietly, in a temporary sweep dir."""
     import contextlib
     import io
+    import logging
     import tempfile
 
     launcher_error = _launcher_error(argv)
@@ -90,22 +95,25 @@ def preflight(argv: list[str], main: Callable[[], object]) -> int:
         argv[:] = [*kept, "~hydra.callbacks.mlflow_sweep", "hydra/hydra_logging=disabled",
                    "hydra/job_logging=disabled", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
         _Mode.check, _Mode.preflight, _Mode.bad_cells, _Mode.cells = True, True, [], []
+        logging.disable(logging.INFO)  # a plugin's own log lines (optuna's "A new study created")
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the cells' ok lines, a study's summary
                 code = run_cli(main)  # a composition error (pos=foo) is one line here, as in the run itself
         finally:
             argv[:] = saved
             _Mode.check, _Mode.preflight = False, False
+            logging.disable(logging.NOTSET)
     if code:
         return code
-    by_message: dict[str, list[str]] = {}
-    for cell, message in _Mode.bad_cells:
-        by_message.setdefault(message, []).append(cell)
-    for message, cells in by_message.items():  # one line per distinct mistake, each naming its fix
-        where = f"cell {_swept_part(cells[0], _Mode.cells)}: " if len(cells) == 1 else ""
-        every = f", in {len(cells)} cells" if len(cells) > 1 else ""
+    by_mistake: dict[str, list[tuple[str, str]]] = {}
+    for cell, message in _Mode.bad_cells:  # the same mistake at other values (a searched lr): one line
+        by_mistake.setdefault(re.sub(r"^(\S+?)=\S+", r"\1", message), []).append((cell, message))
+    for found in by_mistake.values():  # one line per distinct mistake, each naming its fix
+        (cell, message), n = found[0], len(found)
+        where = f"cell {_swept_part(cell, _Mode.cells)}: " if n == 1 else ""
+        every = f", in {n} cells" if n > 1 else ""
         print(f"error: {where}{message} (the sweep trained nothing{every})", file=sys.stderr)
-    return 2 if by_message else 0
+    return 2 if by_mistake else 0
 
 
 def _swept_part(cell: str, every: list[str]) -> str:
@@ -153,13 +161,23 @@ def run_job(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    choices = {g: hydra_cfg.runtime.choices[g] for g in GROUP_KEYS}
-    choices = retarget(cfg, choices, list(hydra_cfg.overrides.task))  # pos._target_=mypkg.MyScheme: its name
+    choices = {g: hydra_cfg.runtime.choices.get(g) for g in GROUP_KEYS}  # ~pos: none; validation refuses it
+    try:
+        choices = retarget(cfg, choices, list(hydra_cfg.overrides.task))  # pos._target_=mypkg.MyScheme: its name
+    except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
     pinned = {o.lstrip("+").partition("=")[0] for o in hydra_cfg.overrides.task}
     axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a not in pinned]
     if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
         print(f"error: experiment={choices['experiment']} is a sweep over {', '.join(axes)}: add -m to run its "
               f"cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run of it", file=sys.stderr)
+        sys.exit(2)
+    out = hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir
+    if not str(out).strip():  # an empty output dir is the working directory: runs would litter it
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        print(f"error: {key}='' names no directory; give one (e.g. {key}=outputs/mine) or leave it out",
+              file=sys.stderr)
         sys.exit(2)
     if _Mode.check:
         return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
@@ -176,6 +194,9 @@ def run_job(cfg: DictConfig) -> float | None:
     except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    except Diverged as e:  # the run is closed FAILED (failure=diverged); an outcome, not a crash: no traceback
+        print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
+        sys.exit(1)
     rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
     return summary.val_loss
 
@@ -231,8 +252,15 @@ def user_error(exc: BaseException) -> str | None:
                 "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'")
     if isinstance(exc, ConfigCompositionException):  # e.g. model.foo=1: an unknown key
         return _composition(exc)
+    if isinstance(exc, InstantiationException) and isinstance(exc.__cause__, ConfigError):  # a plugin's own check
+        return one_line(exc.__cause__)
     if isinstance(exc, InstantiationException):  # a constructor's own error, past the schema
         return f"{one_line(exc)}; check the values of that config node (python run.py --cfg job prints them)"
+    if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):  # pos=null
+        nulled = [a.partition("=")[0] for a in sys.argv[1:] if a.endswith(("=null", "=None", "=~"))]
+        group = nulled[0] if nulled else "a group"
+        return (f"{group}=null would remove a config group a run needs; pick one of its options "
+                f"(python run.py --list {group} lists them){', e.g. pos=none for no positions' * (group == 'pos')}")
     if isinstance(exc, OSError) and exc.filename:  # e.g. hydra.run.dir under /proc or a read-only disk
         return (f"cannot write {exc.filename} ({exc.strerror}); choose a writable place "
                 "(hydra.run.dir=, hydra.sweep.dir=, checkpoint.dir=, logger.tracking_uri=)")

@@ -8,3 +8,8 @@ class ConfigError(ValueError):
 class IncompatiblePairing(ConfigError):
     """A cell whose options cannot run together: a scheme × attention pairing the variant's declarations refuse,
     or an attention window wider than the sequences it would attend over. A sweep records it and goes on."""
+
+
+class Diverged(FloatingPointError):
+    """The training loss became NaN or infinite: the run is FAILED (``failure=diverged``), and one line says
+    at which step and what to change."""

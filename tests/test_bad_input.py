@@ -221,6 +221,21 @@ RUN_CASES = [
                                     "model.dropout=2"], "model.dropout=2 must lie in [0, 1)"),
     ("sweep-launcher-jobs-zero", ["-m", "pos=rope", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 must be"),
     ("preset-sweep-without-m", ["experiment=grid"], "experiment=grid is a sweep over pos, attn, seed: add -m"),
+    ("tune-trials-zero", ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=0"],
+     "hydra.sweeper.n_trials=0 must be a positive integer (trials per cell)"),
+    ("tune-trials-word", ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=abc"],
+     "hydra.sweeper.n_trials='abc' must be a positive integer"),
+    ("tune-jobs-zero", ["-m", "experiment=tune_lr", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be a"),
+    ("tune-interval-negative", ["-m", "experiment=tune_lr", "optim.optimizer.lr=interval(-1,-0.5)"],
+     "must be positive, e.g. optim.optimizer.lr=1e-3 (the sweep trained nothing, in 8 cells)"),
+    # ---- Hydra structure: a group removed, a class that is not one, an output dir that is none
+    ("group-removed", ["~pos"], "the config has no pos (a run needs every group"),
+    ("group-null", ["pos=null"], "pos=null would remove a config group a run needs; pick one of its options"),
+    ("target-not-a-variant", ["attn._target_=builtins.dict"], "attn._target_=builtins.dict is not an attention "
+     "variant: attn builds a subclass of attention.base.AttentionVariant"),
+    ("target-scheme-as-variant", ["attn._target_=positional.rope.Rope"], "is not an attention variant"),
+    ("trainer-key-removed", ["~trainer.max_steps"], "trainer.max_steps is missing (removed with ~trainer.max_steps?)"),
+    ("run-dir-empty", ["hydra.run.dir="], "hydra.run.dir='' names no directory"),
     # ---- tracking stores MLflow cannot open
     ("store-not-a-database", ["logger.tracking_uri=sqlite:///{files}/notdb.db"], "exists but is not an sqlite"),
     ("store-is-a-directory", ["logger.tracking_uri=sqlite:///{files}"], "names a directory; name a database file"),
@@ -501,3 +516,23 @@ def test_forked_rows_match_fresh_interpreters(row_id, replies, files, empty_stor
                           cwd=request["cwd"], env={**os.environ, **request["env"]}, timeout=120)
     assert time.perf_counter() - started < 60  # a hang guard; a fresh interpreter pays ~3-5 s of imports
     assert (proc.returncode, proc.stderr.strip()) == (2, replies[row_id]["stderr"].strip())
+
+
+@pytest.mark.slow
+def test_a_diverged_run_is_one_line_naming_the_step_and_the_fix(store, tmp_path):
+    """Not bad input (the run trained, and is recorded FAILED with failure=diverged), but the same promise:
+    one line, no traceback."""
+    proc, _ = run_py(["optim.optimizer.lr=1e10"], store, tmp_path)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1 and "training diverged: the loss is nan at step 1" in lines[0], lines
+    assert "lower optim.optimizer.lr" in lines[0] and lines[0].endswith("the run is closed FAILED")
+    (run,) = runs_in(store)
+    assert run.info.status == "FAILED" and run.data.tags["failure"] == "diverged"
+
+
+@pytest.mark.slow
+def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
+    """Hydra's parser takes -m before the overrides only; run.py moves it there (and checks the sweep)."""
+    proc, _ = run_py(["attn=softmax", "-m", "pos=rope,foo"], store, tmp_path)
+    assert_one_line_error(proc.returncode, proc.stderr, "Could not find 'pos/foo'")

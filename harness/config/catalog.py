@@ -21,6 +21,10 @@ from harness.errors import ConfigError
 from harness.paths import CONF
 
 GROUPS = ("pos", "attn", "task")  # the groups whose options are classes a user adds
+# What a class named by each group must be: (module, class, words)
+INTERFACES = {"pos": ("positional.base", "PositionalScheme", "a positional scheme"),
+              "attn": ("attention.base", "AttentionVariant", "an attention variant"),
+              "task": ("harness.data.objectives", "Task", "a task")}
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 
 
@@ -124,6 +128,7 @@ def retarget(cfg, choices: dict[str, str], overrides: list[str]) -> dict[str, st
             cls = locate(f"{group}._target_", target)
         except ConfigError:
             continue
+        check_interface(group, cls, target)
         params = {n for n, p in inspect.signature(cls).parameters.items()
                   if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         keep = params | set_keys(overrides, group)
@@ -132,6 +137,21 @@ def retarget(cfg, choices: dict[str, str], overrides: list[str]) -> dict[str, st
                 del cfg[group][key]
         choices[group] = option_name(cls)
     return choices
+
+
+def check_interface(group: str, cls: object, target: str) -> None:
+    """A class named for ``group`` implements its interface (``attn._target_=builtins.dict`` does not)."""
+    import importlib
+
+    module, name, words = INTERFACES[group]
+    interface = getattr(importlib.import_module(module), name)
+    try:
+        fits = isinstance(cls, type) and issubclass(cls, interface)
+    except TypeError:  # a Protocol with data members: issubclass cannot tell; its methods are checked on use
+        fits = isinstance(cls, type)
+    if not fits:
+        raise ConfigError(f"{group}._target_={target} is not {words}: {group} builds a subclass of {module}.{name}; "
+                          f"name one (CONTRIBUTING.md shows how to write one)")
 
 
 def option_name(cls: type) -> str:

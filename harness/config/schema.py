@@ -338,24 +338,27 @@ PRECISIONS = Literal["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"
                      "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainerSettings:
     """The ``lightning.Trainer`` keys of conf/trainer/*.yaml, with the ranges this harness needs.
-    Any other Trainer argument (``+trainer.profiler=simple``) is checked against Lightning's signature."""
+    Any other Trainer argument (``+trainer.profiler=simple``) is checked against Lightning's signature.
+    The keys conf/trainer/cpu.yaml sets have no default here: Lightning's own differ (``max_steps=-1`` trains
+    without end, ``enable_checkpointing=True`` writes checkpoints of its own), so removing one
+    (``~trainer.max_steps``) is refused, not handed to Lightning."""
 
-    accelerator: ACCELERATORS = "cpu"
-    devices: int | str | list[int] = 1
-    max_steps: int = 300
-    val_check_interval: int | float = 100
-    check_val_every_n_epoch: int | None = None
-    log_every_n_steps: int = 10
-    gradient_clip_val: int | float | None = 1.0
-    accumulate_grad_batches: int = 1
-    precision: PRECISIONS = "32-true"
-    num_sanity_val_steps: int = 0
-    enable_checkpointing: bool = False
-    enable_model_summary: bool = False
-    enable_progress_bar: bool = True
+    accelerator: ACCELERATORS
+    devices: int | str | list[int]
+    max_steps: int
+    val_check_interval: int | float
+    check_val_every_n_epoch: int | None
+    log_every_n_steps: int
+    gradient_clip_val: int | float | None
+    accumulate_grad_batches: int
+    precision: PRECISIONS
+    num_sanity_val_steps: int
+    enable_checkpointing: bool
+    enable_model_summary: bool
+    enable_progress_bar: bool
     strategy: str = "auto"
     num_nodes: int = 1
 

@@ -17,6 +17,7 @@ Nothing here imports Lightning or MLflow: a refusal costs the imports of torch a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import os
@@ -28,6 +29,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import schema
+from harness.config.catalog import INTERFACES, check_interface
 from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate, instantiate_option
 from harness.config.rehearsal import check_phases, rehearse
@@ -151,6 +153,12 @@ def _check_preset(name: str | None, scale: str | None = None) -> None:
 
 
 def check_nodes(values: dict, choices: dict[str, str]) -> None:
+    missing = [g for g in schema.GROUPS if not isinstance(values.get(g), dict)]
+    if missing:  # ~pos, pos=null, or a preset that drops one
+        group = missing[0]
+        raise ConfigError(f"the config has no {group} (a run needs every group: {', '.join(schema.GROUPS)}); "
+                          f"pick one with {group}=NAME (python run.py --list {group} lists them)"
+                          f"{', e.g. pos=none for no positions' if group == 'pos' else ''}")
     top = schema.plain_fields(schema.RunSettings)
     known = [*top, *schema.GROUPS, *(k for k in schema.PLAIN if k)]
     schema.check_known("", list(values), known, "the config")
@@ -190,6 +198,8 @@ def _check_target(path: str, node: dict, choices: dict[str, str]) -> None:
         fields, open_kwargs = _trainer_fields(keys), False
     else:
         target = _locate(path, node["_target_"])
+        if path in INTERFACES:
+            check_interface(path, target, node["_target_"])
         fields, open_kwargs = schema.signature_schema(target, schema.SUPPLIED.get(path, ()))
     if not open_kwargs:
         schema.check_known(path, keys, list(fields), what)
@@ -226,6 +236,12 @@ def _trainer_fields(keys: list[str]) -> dict[str, Any]:
 
 def _trainer_settings(node: dict) -> schema.TrainerSettings:
     known = schema.plain_fields(schema.TrainerSettings)
+    missing = [f.name for f in dataclasses.fields(schema.TrainerSettings)
+               if f.default is dataclasses.MISSING and f.name not in node]
+    if missing:
+        raise ConfigError(f"trainer.{missing[0]} is missing (removed with ~trainer.{missing[0]}?), and Lightning's "
+                          f"default is not this harness's; set trainer.{missing[0]}=VALUE (conf/trainer/cpu.yaml "
+                          "has the defaults)")
     return schema.TrainerSettings(**{k: v for k, v in node.items() if k in known})
 
 

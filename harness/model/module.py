@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from harness.data.loaders import without_full_masks
 from harness.data.objectives import IGNORE
 from harness.data.tasks import exact_match
+from harness.errors import Diverged
 from harness.model.schedule import Schedule
 
 
@@ -66,7 +67,10 @@ class LanguageModel(L.LightningModule):
         loss = loss_sum * self.trainer.world_size / global_n
         mean = global_sum / global_n  # the same on every rank, so all stop together on NaN
         if not torch.isfinite(mean):
-            raise FloatingPointError(f"training loss is {mean.item()} at step {self.global_step}")
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            raise Diverged(f"training diverged: the loss is {mean.item()} at step {self.global_step} (lr then "
+                           f"{lr:.3g}); lower optim.optimizer.lr, lengthen optim.schedule.warmup_steps or clip "
+                           "gradients with trainer.gradient_clip_val")
         self.log("train/loss", mean, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         if self.global_step % self.trainer.log_every_n_steps == 0:

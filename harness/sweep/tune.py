@@ -64,6 +64,11 @@ class CellwiseOptunaSweeper(Sweeper):
             raise ConfigError("hydra/sweeper=cellwise_optuna (experiment=tune_lr) needs hydra-optuna-sweeper; "
                               "pip install -e '.[tune]'") from None
 
+        for key in ("n_trials", "n_jobs"):
+            value = optuna_options.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"hydra.sweeper.{key}={value!r} must be a positive integer "
+                                  f"({'trials per cell' if key == 'n_trials' else 'trials run at once'})")
         self.params = dict(params or {})  # split here: the grid axes among them are not Optuna's
         self.study = OptunaSweeperImpl(params=None, **optuna_options)
         self.sampler = copy.deepcopy(self.study.sampler)  # as built: every cell's study starts from it
