@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.config.schema import ReportSettings, plain_fields
 from harness.errors import ConfigError
 from harness.paths import CONF, project_root
+from harness.record.preflight import number
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -32,11 +34,12 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--experiment", default="posbench", help="MLflow experiment name (default: posbench)")
     report.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
     report.add_argument("--out", required=True, help="output directory, e.g. results/posbench/")
-    report.add_argument("--target", type=float, default=None,
+    declared = plain_fields(ReportSettings)  # run.py's report.* ranges: one declaration for both
+    report.add_argument("--target", type=number(declared["target_loss"]), default=None,
                         help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss")
     report.add_argument("--tracking-uri", default=None,
                         help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db")
-    report.add_argument("--min-order-gain", type=float, default=None,
+    report.add_argument("--min-order-gain", type=number(declared["min_order_gain"]), default=None,
                         help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)")
     paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")

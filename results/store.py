@@ -6,37 +6,28 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import ConfigError
 from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, SKIPPED_TAG, Cell
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
 
 
 def open_store(tracking_uri: str | None):
-    """The store to read: it must exist already (reading never creates one)."""
-    from harness.record.store import Store, check_store, resolve_tracking_uri, sqlite_path
+    """The store to read: it must exist already (reading never creates one), whole (harness/record/preflight.py)."""
+    from harness.record.preflight import store_to_read
+    from harness.record.store import Store
 
-    uri = resolve_tracking_uri(tracking_uri)
-    db = sqlite_path(uri)
-    if db is not None and not db.is_file():
-        raise ConfigError(f"no MLflow store at {db}; pass --tracking-uri sqlite:////path/to/mlflow.db or set "
-                          "MLFLOW_TRACKING_URI to the store your runs went to")
-    check_store(uri)
+    uri = store_to_read(tracking_uri)
     return uri, Store.open(uri).client
 
 
 def writable_out(out: str | Path) -> Path:
-    """--out, checked creatable (nothing is created before the report is written)."""
-    path = Path(out).expanduser().absolute()
-    parent = next(p for p in (path, *path.parents) if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        why = "is not a directory" if not parent.is_dir() else "is not writable"
-        raise ConfigError(f"--out: cannot create {path} ({parent} {why}); choose a directory you can write")
-    return path
+    """--out, checked writable (harness/record/preflight.py; nothing is left there before the report)."""
+    from harness.record.preflight import output_dir
+
+    return output_dir(out, "--out")
 
 
 @dataclass

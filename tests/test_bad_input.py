@@ -313,14 +313,45 @@ RESULTS_CASES = [
     ("results-scale-the-preset-lacks", ["paper", "--preset", "rope_scaling", "--scale", "smoke"],
      "preset rope_scaling has no such scale; use one of paper, toy"),
     ("results-missing-out", ["report"], "the following arguments are required: --out"),
-    ("results-target-word", ["report", "--out", "{tmp}/o", "--target", "abc"], "invalid float value: 'abc'"),
+    ("results-target-word", ["report", "--out", "{tmp}/o", "--target", "abc"],
+     "argument --target: 'abc' is not a number"),
     ("results-unknown-command", ["nope"], "invalid choice: 'nope'"),
     ("results-no-command", [], "the following arguments are required: command"),
     ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
                                          "{store}"], "no experiment 'nope' in this store"),
 ]
 
-ROWS = [("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
+RESULTS_CASES += [  # the values run.py's report.* refuses, and where the report would go
+    ("results-min-order-gain-nan", ["report", "--out", "{tmp}/o", "--min-order-gain", "nan"], "nan must be a finite"),
+    ("results-min-order-gain-negative", ["report", "--out", "{tmp}/o", "--min-order-gain", "-1"],
+     "argument --min-order-gain: -1 must be a number ≥ 0"),
+    ("results-target-inf", ["report", "--out", "{tmp}/o", "--target", "inf"], "argument --target: inf must be a"),
+    ("results-out-empty", ["report", "--out", "", "--tracking-uri", "{store}"], "--out '' names no folder"),
+    ("results-out-proc", ["report", "--out", "/proc/posbench", "--tracking-uri", "{store}"],
+     "--out: cannot write /proc/posbench"),
+    ("results-store-truncated", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/truncated.db"],
+     "is a damaged sqlite database (truncated:"),
+    ("results-store-bad-uri", ["tune", "--out", "{tmp}/o", "--tracking-uri", "http://[bad"], "does not parse as a URI"),
+]
+
+# `python -m harness.bench ...` rows: refused before the first measurement (which takes minutes)
+BENCH_CASES = [
+    ("bench-cell-s-nan", ["--cell-s", "nan"], "argument --cell-s: nan must be a finite number"),
+    ("bench-warmup-negative", ["--warmup", "-1"], "argument --warmup: -1 must be a number ≥ 0"),
+    ("bench-out-proc", ["--out", "/proc/posbench"], "--out: cannot write /proc/posbench"),
+    ("bench-out-empty", ["--out", ""], "--out '' names no folder"),
+    ("bench-store-relative", ["--tracking-uri", "sqlite:///rel.db"], "is not sqlite:////absolute/path.db"),
+    ("bench-store-bad-uri", ["--tracking-uri", "http://[bad"], "does not parse as a URI"),
+    ("bench-store-not-there", ["--tracking-uri", "http://127.0.0.1:9"], "does not answer"),
+    ("bench-store-truncated", ["--tracking-uri", "sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
+]
+
+RUN_CASES += [
+    ("store-truncated", ["logger.tracking_uri=sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
+]
+
+ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
+        + [("harness.bench", *c) for c in BENCH_CASES])
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +381,17 @@ def files(tmp_path_factory) -> Path:
         f.truncate(100_000_000)
     tuned = {"pos=t5 attn=softmax": {"values": {"optim.optimizer.learning_rate": 1e-3}}}  # a key adamw lacks
     (d / "tuned.json").write_text(json.dumps({"cells": tuned}))
+    _truncated_store(d / "truncated.db")
     return d
+
+
+def _truncated_store(path: Path) -> None:
+    """A store with a run, cut to half its size: the header still counts every page."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{path}")
+    client.create_run(client.create_experiment("posbench"))
+    os.truncate(path, path.stat().st_size // 2)
 
 
 @pytest.fixture(scope="module")

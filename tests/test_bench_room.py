@@ -286,9 +286,9 @@ def test_memory_per_token_target_is_a_point_from_the_cells():
     (["--attn", "flash"], f"--attn flash: not in conf/attn/; valid: {', '.join(option_classes('attn'))}"),
     (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
     (["--lengths", "0"], "every length must be positive"),
-    (["--tokens", "0"], "--tokens=0 must be positive"),
-    (["--tokens", "many"], "argument --tokens: invalid int value: 'many'"),
-    (["--cell-s", "-1"], "--cell-s=-1.0 must be positive"),
+    (["--tokens", "0"], "argument --tokens: 0 must be a positive integer"),
+    (["--tokens", "many"], "argument --tokens: 'many' is not an integer"),
+    (["--cell-s", "-1"], "argument --cell-s: -1 must be a positive number"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(args, needle, tmp_path, capsys):

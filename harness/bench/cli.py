@@ -22,6 +22,9 @@ from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
+from harness.errors import ConfigError
+from harness.ranges import NonNegative, Positive, PositiveInt
+from harness.record.preflight import number, output_dir, store_to_write
 
 
 class BadInput(ValueError):
@@ -48,7 +51,7 @@ class Args:
     targets: bool
     device: str
     out: Path
-    tracking_uri: str | None
+    tracking_uri: str  # resolved and checked
 
 
 def _parser() -> _Parser:
@@ -58,14 +61,15 @@ def _parser() -> _Parser:
     p.add_argument("--pos", default="none", help="comma list of conf/pos options")
     p.add_argument("--attn", default="all", help="comma list of conf/attn options, or 'all'")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192")
-    p.add_argument("--tokens", type=int, default=None, help="tokens per step (batch = tokens / length); "
-                   "default 8192 on CPU, 65536 on CUDA")
+    p.add_argument("--tokens", type=number(PositiveInt, int), default=None,
+                   help="tokens per step (batch = tokens / length); default 8192 on CPU, 65536 on CUDA")
     p.add_argument("--model", default="small", help="conf/model preset")
-    p.add_argument("--warmup", type=int, default=0, help="untimed steps after the (untimed) FLOP-counting step")
-    p.add_argument("--repeats", type=int, default=3, help="most timed steps per cell")
-    p.add_argument("--cell-s", type=float, default=5.0, help="stop timing a cell once its timed steps add up "
-                   "to this many seconds (at least one)")
-    p.add_argument("--budget-s", type=float, default=12.0,
+    p.add_argument("--warmup", type=number(NonNegative, int), default=0,
+                   help="untimed steps after the (untimed) FLOP-counting step")
+    p.add_argument("--repeats", type=number(PositiveInt, int), default=3, help="most timed steps per cell")
+    p.add_argument("--cell-s", type=number(Positive), default=5.0,
+                   help="stop timing a cell once its timed steps add up to this many seconds (at least one)")
+    p.add_argument("--budget-s", type=number(Positive), default=12.0,
                    help="skip longer lengths of a cell once one step takes longer than this")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--no-targets", action="store_true")
@@ -78,18 +82,16 @@ def _parser() -> _Parser:
 
 def parse(argv: list[str] | None) -> Args:
     a = _parser().parse_args(argv)
-    for flag in ("tokens", "repeats", "cell_s", "budget_s"):
-        if getattr(a, flag) is not None and getattr(a, flag) <= 0:
-            raise BadInput(f"--{flag.replace('_', '-')}={getattr(a, flag)} must be positive")
-    if a.warmup < 0:
-        raise BadInput(f"--warmup={a.warmup} must be 0 or more")
+    try:  # where it writes, checked before minutes of measuring (harness/record/preflight.py)
+        out, uri = output_dir(a.out, "--out"), store_to_write(a.tracking_uri)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
     if a.device == "cuda" and not torch.cuda.is_available():
         raise BadInput(f"--device cuda: no CUDA device here (torch {torch.__version__}, built for CUDA "
                        f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch")
     return Args(_options(a.pos, "pos"), available("attn") if a.attn == "all" else _options(a.attn, "attn"),
                 _lengths(a.lengths), a.tokens or (65536 if a.device == "cuda" else 8192), a.model, a.warmup,
-                a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, Path(a.out),
-                a.tracking_uri)
+                a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, out, uri)
 
 
 def _options(text: str, group: str) -> list[str]:

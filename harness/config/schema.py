@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from harness.errors import ConfigError
-from harness.ranges import violated
+from harness.ranges import NonNegative, Positive, violated
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
 
@@ -294,13 +294,10 @@ class CheckpointSettings:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    target_loss: float | None = None  # "steps to target" threshold, nats/token
-    min_order_gain: float = 0.05  # val/order_gain below it: "not yet using order" (conf/config.yaml says why)
+    """``report``; the same declared ranges bound ``python -m results report --target / --min-order-gain``."""
 
-    def __post_init__(self):
-        _positive("report.target_loss", self.target_loss, allow_none=True, kind="number (nats per token)")
-        if self.min_order_gain < 0:
-            raise ConfigError(f"report.min_order_gain={self.min_order_gain} must be ≥ 0 (nats per token)")
+    target_loss: Positive | None = None  # "steps to target" threshold, nats/token
+    min_order_gain: NonNegative = 0.05  # val/order_gain below it: "not yet using order" (conf/config.yaml says why)
 
 
 @dataclass(frozen=True)

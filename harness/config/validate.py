@@ -37,7 +37,8 @@ from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
 from harness.paths import CONF
-from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri
+from harness.record.preflight import store_to_write
+from harness.record.store import check_writable_dir
 from positional.rope_scaling import as_field_of
 
 
@@ -77,8 +78,7 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     if settings["progress"].mode != "auto" and not trainer.enable_progress_bar:
         raise ConfigError(f"progress.mode={settings['progress'].mode} asks for progress but "
                           "trainer.enable_progress_bar=false turns it off; drop one of the two")
-    uri = resolve_tracking_uri(settings["logger"].tracking_uri)
-    check_store(uri)
+    uri = store_to_write(settings["logger"].tracking_uri, "logger.tracking_uri")
     _check_dirs(settings["checkpoint"])
     tokenizer = instantiate(cfg.tokenizer)
     task = instantiate(cfg.task, tokenizer=tokenizer)

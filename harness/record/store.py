@@ -94,9 +94,42 @@ def _check_database_file(db: Path, uri: str) -> None:
     if head and head != SQLITE_MAGIC:  # an empty file is a database sqlite will initialise
         raise ConfigError(f"tracking URI {uri!r}: {db} exists but is not an sqlite database; "
                           "point logger.tracking_uri at a new file or an MLflow store")
+    damage = _damage(db)
+    if damage:
+        raise ConfigError(f"tracking URI {uri!r}: {db} is a damaged sqlite database ({damage}); restore it from "
+                          "a backup, or point the tracking URI at a new file")
     if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
         raise ConfigError(f"tracking URI {uri!r}: {db} (or its directory) is not writable; "
                           "give a store you can write")
+
+
+QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: ~1 s per GB here
+
+
+def _damage(db: Path) -> str | None:
+    """What is wrong with an sqlite file, or None: its header's page count against its size (a truncated
+    copy), then, up to QUICK_CHECK_MAX_BYTES, sqlite's own ``PRAGMA quick_check``."""
+    import sqlite3
+
+    with open(db, "rb") as f:
+        header = f.read(100)
+    size = db.stat().st_size
+    if len(header) == 100:
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
+        if pages and counter == valid_for and size < pages * page_size:
+            return f"truncated: {size:,} bytes of the {pages * page_size:,} its header counts"
+    if size > QUICK_CHECK_MAX_BYTES or not header:
+        return None
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+    except sqlite3.OperationalError as e:
+        return None if "locked" in str(e) else str(e)  # a busy store is not a damaged one
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    return None if verdict == "ok" else verdict
 
 
 def _check_server(uri: str, parsed) -> None:
