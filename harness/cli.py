@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from harness.errors import ConfigError, Diverged, IncompatiblePairing
+from harness.errors import ConfigError, Diverged, IncompatiblePairing, write_failure
 
 CHECK_FLAG = "--check"
 MATRIX_FLAG = "--matrix"
@@ -196,6 +196,13 @@ def run_job(cfg: DictConfig) -> float | None:
         sys.exit(2)
     except Diverged as e:  # the run is closed FAILED (failure=diverged); an outcome, not a crash: no traceback
         print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:
+        why = write_failure(e)
+        if why is None:
+            raise
+        print(f"error: writing failed: {why}; free space (or raise the limit) and run the same command plus "
+              "resume=true: the run is closed FAILED where the store could still be written", file=sys.stderr)
         sys.exit(1)
     rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
     return summary.val_loss

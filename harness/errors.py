@@ -1,5 +1,7 @@
 """User-facing errors: each message is one line that names the problem and the fix."""
 
+import errno
+
 
 class ConfigError(ValueError):
     """Bad configuration or input, detected before (or instead of) training."""
@@ -13,3 +15,26 @@ class IncompatiblePairing(ConfigError):
 class Diverged(FloatingPointError):
     """The training loss became NaN or infinite: the run is FAILED (``failure=diverged``), and one line says
     at which step and what to change."""
+
+
+# Why a write failed, when the machine and not the code is the cause
+_WRITE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "a file-size limit (ulimit -f) was hit",
+                 errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
+                 errno.EIO: "an I/O error"}
+_SQLITE_WRITES = ("disk I/O error", "database or disk is full", "attempt to write a readonly database")
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """Why writing failed, if ``exc`` (or an exception it came from) is a full disk, a size limit, a read-only
+    or failing device — sqlite reports these as "disk I/O error" — else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+            return f"{_WRITE_ERRNOS[exc.errno]}{f' writing {exc.filename}' if exc.filename else ''}"
+        text = str(exc)
+        hit = next((m for m in _SQLITE_WRITES if m in text), None)
+        if hit and type(exc).__name__ in ("OperationalError", "DatabaseError", "MlflowException"):
+            return f"the tracking store could not be written ({hit}: a full disk or a file-size limit)"
+        exc = exc.__cause__ or exc.__context__
+    return None

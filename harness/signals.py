@@ -26,6 +26,12 @@ class Stopped(SystemExit):
 
 class _State:
     in_lightning = False  # Lightning's loop owns SIGTERM meanwhile and stops at the end of the step
+    stopped: int | None = None  # the exit status of a stop seen by ``exit_code`` (a sweep's parent reads it)
+
+
+def stopped() -> int | None:
+    """143 or 130 once this process has been stopped by SIGTERM or Ctrl-C, else None."""
+    return _State.stopped
 
 
 @contextmanager
@@ -56,11 +62,14 @@ def lightning_owns_sigterm() -> Iterator[None]:
 def exit_code(exc: BaseException) -> int | None:
     """The exit status a stop means: 143 for SIGTERM (Lightning's SIGTERMException, or ``Stopped``), 130 for
     Ctrl-C (Lightning exits 1 after a KeyboardInterrupt), None for anything else."""
+    code = None
     if isinstance(exc, Stopped):
-        return int(exc.code)
-    if type(exc).__name__ == "SIGTERMException":
-        return 128 + signal.SIGTERM
-    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and
-                                              isinstance(exc.__context__, KeyboardInterrupt)):
-        return 128 + signal.SIGINT
-    return None
+        code = int(exc.code)
+    elif type(exc).__name__ == "SIGTERMException":
+        code = 128 + signal.SIGTERM
+    elif isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and
+                                                isinstance(exc.__context__, KeyboardInterrupt)):
+        code = 128 + signal.SIGINT
+    if code is not None:
+        _State.stopped = code
+    return code

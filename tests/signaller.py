@@ -1,6 +1,7 @@
 """``python tests/signaller.py SIGNAL PHASE TIMEFILE run.py-args…``: run.py, which sends itself SIGNAL (TERM or
-INT) in PHASE — ``fit`` (before optimizer step 3) or ``evaluation`` (as the final evaluation starts) — and
-writes the time it did to TIMEFILE, so a test can measure how long the process takes to exit after it.
+INT) in PHASE — ``fit`` (before optimizer step 3), ``evaluation`` (as the final evaluation starts) or
+``report`` (as a sweep's report starts, its cells done) — and writes the time it did to TIMEFILE, so a test
+can measure how long the process takes to exit after it.
 """
 
 import os
@@ -33,6 +34,17 @@ if phase == "fit":
         return original_step(self, batch, batch_idx)
 
     LanguageModel.training_step = training_step
+elif phase == "report":
+    from harness.sweep.callback import MlflowSweep
+
+    original_finish = MlflowSweep._finish
+
+    def finish(self, config):
+        send()
+        time.sleep(0.5)
+        return original_finish(self, config)
+
+    MlflowSweep._finish = finish
 else:
     original_evaluate = train.evaluate
 

@@ -577,3 +577,24 @@ def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
     """Hydra's parser takes -m before the overrides only; run.py moves it there (and checks the sweep)."""
     proc, _ = run_py(["attn=softmax", "-m", "pos=rope,foo"], store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, "Could not find 'pos/foo'")
+
+
+@pytest.mark.slow
+def test_a_write_failure_mid_run_is_one_line(empty_store, tmp_path):
+    """A file-size limit (as a full disk would) stops the store's writes: one line saying what to free and how
+    to go on, exit 1, no traceback (it was 145 lines and 5 tracebacks)."""
+    import resource
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(empty_store, db)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (db.stat().st_size // 2, resource.RLIM_INFINITY))  # no page past it
+
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, preexec_fn=limit,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "INFO mlflow" not in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: writing failed: "), lines
+    assert "resume=true" in lines[0]

@@ -1,6 +1,7 @@
 """A stopped run tells the truth, as real processes: SIGTERM exits 143 and Ctrl-C (SIGINT) 130, in training
 and in the final evaluation, within seconds; the MLflow run is closed KILLED (never left RUNNING, never
-FINISHED); one line on stderr says how to resume; and resume=true then finishes the same run."""
+FINISHED); one line on stderr says how to resume; and resume=true then finishes the same run. A sweep
+stopped in a cell or in its report closes its parent KILLED too."""
 
 import os
 import subprocess
@@ -16,12 +17,13 @@ pytestmark = pytest.mark.slow
 STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
 
 
-def stopped_run(signal_name: str, phase: str, store: str, tmp_path) -> tuple[subprocess.CompletedProcess, float]:
+def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) -> tuple[subprocess.CompletedProcess,
+                                                                                          float]:
     timefile = tmp_path / "sent"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "signaller.py"), signal_name, phase, str(timefile),
-                           *TINY, *STEPS, f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+                           *args, *TINY, *STEPS, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     return proc, time.time() - float(timefile.read_text())
 
 
@@ -50,3 +52,21 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+
+
+@pytest.mark.parametrize("phase", ["fit", "report"])
+def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
+    """SIGTERM in a cell's training or in the sweep's report: exit 143, one line, the parent KILLED (not FAILED,
+    which says the sweep broke), the cell KILLED in training and FINISHED before the report."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc, seconds = stopped_run("TERM", phase, store, tmp_path, "-m", "pos=rope")
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert seconds < 10, seconds
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    [cell] = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
+    assert parent.info.status == "KILLED"
+    assert cell.info.status == ("KILLED" if phase == "fit" else "FINISHED")

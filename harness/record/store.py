@@ -199,9 +199,14 @@ class Store:
 
 @cache
 def _open(uri: str) -> Store:
+    import logging
+
     from mlflow.tracking import MlflowClient
 
     from harness.record.retry import RetryingClient
+
+    # MLflow logs each database error with its traceback, then raises it: the exception is what we report
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
     check_store(uri)
     db = sqlite_path(uri)

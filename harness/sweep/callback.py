@@ -32,6 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 from harness.record.reconcile import close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
+from harness.signals import Stopped, stopped
+from harness.signals import exit_code as stop_code
 
 RECORD = "mlflow_sweep.json"
 OK_STATUSES = ("finished", "incompatible")
@@ -130,7 +132,7 @@ class MlflowSweep(Callback):
         self.record = SweepRecord(self.parent.run_id, sweep_id, uri, config.logger.experiment, swept)
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # SIGTERM would skip atexit
-            self.previous_sigterm = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
+            self.previous_sigterm = signal.signal(signal.SIGTERM, _stop)
         self.record.save(sweep_dir)
         print(f"sweep {sweep_id}: MLflow parent run {self.parent.run_id} ({name!r})")
 
@@ -143,6 +145,10 @@ class MlflowSweep(Callback):
         except Exception:
             traceback.print_exc()
             print("error: the sweep's report failed (above); its cells are in MLflow", file=sys.stderr)
+        except BaseException as e:  # SIGTERM or Ctrl-C while the report is made
+            if stop_code(e) is not None:
+                self._close("KILLED", "stopped while making the report; python -m results report rebuilds it")
+            raise
         finally:
             self._close("FINISHED" if code == 0 else "FAILED")
         if code:
@@ -190,7 +196,15 @@ class MlflowSweep(Callback):
             self.previous_sigterm = None
 
     def _abort(self) -> None:
-        self._close("FAILED", "the sweep process exited before its end (interrupted or crashed)")
+        if stopped():  # SIGTERM or Ctrl-C (harness/signals.py): the sweep was stopped, not broken
+            self._close("KILLED", "stopped by a signal; run the same command again: finished cells are kept")
+        else:
+            self._close("FAILED", "the sweep process exited before its end (crashed)")
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM in the sweep's own process between cells: a stop (exit 143, the parent KILLED)."""
+    raise Stopped(128 + signum)
 
 
 def job_sweep_tags() -> dict[str, str]:
