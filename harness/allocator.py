@@ -34,7 +34,12 @@ def keep_freed_memory() -> str:
     """Turn off glibc malloc's mmap for large blocks in this process (once is enough; calling again is
     harmless). Returns ``setting()``."""
     global _setting
-    if os.environ.get(ENV, "").strip().lower() == "system":
+    chosen = os.environ.get(ENV, "").strip().lower()
+    if chosen not in ("", "system"):
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"{ENV}={os.environ[ENV]!r}: use {ENV}=system (leave malloc as it is), or unset it")
+    if chosen == "system":
         _setting = f"system malloc ({ENV}=system)"
     elif platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         _setting = "system malloc (not glibc)"

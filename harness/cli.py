@@ -255,8 +255,12 @@ def user_error(exc: BaseException) -> str | None:
     if isinstance(exc, MissingConfigException):  # pos=foo: Hydra lists the options one per line
         return _missing_option(exc)
     if isinstance(exc, OverrideParseException):
-        return (f"cannot parse override {exc.override!r}: {one_line(exc).split(' See https')[0]}; "
-                "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'")
+        key, _, value = str(exc.override).partition("=")
+        if value and not (value.isascii() and " " not in value) and not value.startswith(("'", '"')):
+            fix = f"quote the value for Hydra inside the shell's quotes: '{key}=\"{value}\"'"  # a path, a name
+        else:
+            fix = "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'"
+        return f"cannot parse override {exc.override!r}: {one_line(exc).split(' See https')[0]}; {fix}"
     if isinstance(exc, ConfigCompositionException):  # e.g. model.foo=1: an unknown key
         return _composition(exc)
     if isinstance(exc, InstantiationException) and isinstance(exc.__cause__, ConfigError):  # a plugin's own check
@@ -267,7 +271,7 @@ def user_error(exc: BaseException) -> str | None:
         nulled = [a.partition("=")[0] for a in sys.argv[1:] if a.endswith(("=null", "=None", "=~"))]
         group = nulled[0] if nulled else "a group"
         return (f"{group}=null would remove a config group a run needs; pick one of its options "
-                f"(python run.py --list {group} lists them){', e.g. pos=none for no positions' * (group == 'pos')}")
+                f"(python run.py --list lists them){', e.g. pos=none for no positions' * (group == 'pos')}")
     if isinstance(exc, OSError) and exc.filename:  # e.g. hydra.run.dir under /proc or a read-only disk
         return (f"cannot write {exc.filename} ({exc.strerror}); choose a writable place "
                 "(hydra.run.dir=, hydra.sweep.dir=, checkpoint.dir=, logger.tracking_uri=)")

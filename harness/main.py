@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from harness.allocator import keep_freed_memory
 from harness.cli import entry, run_job
+from harness.errors import ConfigError
 from harness.paths import CONF
 
 
@@ -26,7 +27,11 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 def main() -> int:
     """``posbench`` / ``python run.py`` with ``sys.argv``: exit status 0, or 2 after one line for a user's mistake."""
-    keep_freed_memory()  # freed tensors reused by the next step, not page-faulted in again (harness/allocator.py)
+    try:
+        keep_freed_memory()  # freed tensors reused by the next step, not page-faulted in again (harness/allocator.py)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return entry(sys.argv, hydra_main)  # Hydra's own errors, too, become one line naming the fix
 
 

@@ -90,6 +90,8 @@ RUN_CASES = [
     ("resume-without-checkpoint", ["resume=true"], "resume=true: no checkpoint for this config"),
     ("resume-missing-file", ["resume={files}/step-4.ckpt"], "no such checkpoint; use resume=true"),
     ("resume-foreign-checkpoint", ["resume={files}/foreign/step-4.ckpt"], "was written by another config"),
+    ("resume-corrupt-checkpoint", ["resume={files}/corrupt/step-4.ckpt"], "step-4.ckpt is corrupt or truncated ("),
+    ("resume-unlinked-checkpoint", ["resume={files}/unlinked/step-4.ckpt"], "no run.json beside it, so which"),
     ("resume-bad-value", ["resume=maybe"], "resume='maybe': use resume=true, resume=auto"),
 
     # ---- values of the wrong type or range, in every group
@@ -295,6 +297,10 @@ RUN_CASES = [
     ("tuned-not-json", ["optim.tuned={files}/empty.txt"], "not a best.json of python -m results tune"),
     ("tuned-unknown-cell", ["optim.tuned={files}/tuned.json"], "has no tuned values for pos=rope attn=softmax (it "
                                                                 "has: pos=t5 attn=softmax); tune it"),
+    ("tuned-bad-value", ["optim.tuned={files}/tuned_bad.json"], "optim.optimizer.lr=-1 must be positive, e.g. "
+     "optim.optimizer.lr=1e-3 (the value comes from optim.tuned="),
+    ("path-not-ascii-unquoted", ["data=text", "data.path={files}/my dir/fïle.txt"],
+     """quote the value for Hydra inside the shell's quotes: 'data.path="""),
     ("tuned-unknown-key", ["pos=t5", "optim.tuned={files}/tuned.json"], "sets optim.optimizer.learning_rate, which "
                                                                         "this config does not have"),
 ]
@@ -362,7 +368,13 @@ def files(tmp_path_factory) -> Path:
     (d / "small.txt").write_bytes(b"a small but valid UTF-8 text file. " * 200)  # 7 KB: one val block short
     (d / "notdb.db").write_text("this file is not an sqlite database")
     (d / "foreign").mkdir()
-    (d / "foreign" / "step-4.ckpt").write_bytes(b"not ours")
+    import torch
+
+    torch.save({"global_step": 4}, d / "foreign" / "step-4.ckpt")  # whole, but another config's
+    (d / "corrupt").mkdir()
+    (d / "corrupt" / "step-4.ckpt").write_bytes(b"PK\x03\x04 cut short")
+    (d / "unlinked").mkdir()
+    torch.save({"global_step": 4}, d / "unlinked" / "step-4.ckpt")
     (d / "foreign" / "run.json").write_text('{"run_id": "x", "config_hash": "0", "tracking_uri": "", "experiment": ""}')
     (d / "mixed").mkdir()  # a directory whose second file is not UTF-8
     (d / "mixed" / "a.txt").write_bytes(b"plain English text. " * 400)
@@ -372,6 +384,8 @@ def files(tmp_path_factory) -> Path:
     (d / "hidden" / ".git" / "HEAD").write_bytes(b"ref: refs/heads/main\n" * 300)
     (d / "utf16.txt").write_bytes("plain English text. ".encode("utf-16") * 400)
     (d / "small.txt.gz").write_bytes(gzip.compress((d / "small.txt").read_bytes()))
+    (d / "my dir").mkdir()
+    (d / "my dir" / "fïle.txt").write_bytes(b"plain English text. " * 400)
     os.mkfifo(d / "fifo")  # reading it would block: refused before anything opens it
     (d / "e8").mkdir()
     (d / "e8" / "enwik8").write_bytes(b"x" * 1000)
@@ -381,6 +395,8 @@ def files(tmp_path_factory) -> Path:
         f.truncate(100_000_000)
     tuned = {"pos=t5 attn=softmax": {"values": {"optim.optimizer.learning_rate": 1e-3}}}  # a key adamw lacks
     (d / "tuned.json").write_text(json.dumps({"cells": tuned}))
+    bad = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": -1}}}
+    (d / "tuned_bad.json").write_text(json.dumps({"cells": bad}))
     _truncated_store(d / "truncated.db")
     return d
 
@@ -598,3 +614,23 @@ def test_a_write_failure_mid_run_is_one_line(empty_store, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: writing failed: "), lines
     assert "resume=true" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, needle", [
+    (["--matrix=foo"], "unknown matrix format 'foo'; use --matrix or --matrix=md"),
+    (["--matrix", "model.d_model=abc"], "--matrix lists every option and takes no setting but"),
+    (["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
+    (["--matrix", "pos._target_=nope.X"], "pos._target_='nope.X' cannot be imported (No module named 'nope')"),
+], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target"])
+def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert_one_line_error(proc.returncode, proc.stderr, needle)
+    assert proc.stdout == ""
+
+
+@pytest.mark.slow
+def test_an_unknown_allocator_setting_is_refused(store, tmp_path):
+    proc, _ = run_py([], store, tmp_path, POSBENCH_MALLOC="jemalloc")
+    assert_one_line_error(proc.returncode, proc.stderr, "POSBENCH_MALLOC='jemalloc': use POSBENCH_MALLOC=system")

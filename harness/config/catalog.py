@@ -41,14 +41,39 @@ class Option:
 
 def locate(key: str, target: str) -> type:
     """The class a ``_target_`` names; a one-line ConfigError if it does not import."""
+    import logging
+
     from hydra.utils import get_object
 
+    hydra_log = logging.getLogger("hydra.utils")  # it logs the failure over several lines, then raises it
+    level, hydra_log.disabled = hydra_log.disabled, True
     try:
         return get_object(target)
     except Exception as e:
         cause = " ".join(str(e.__cause__ or e).split())
         raise ConfigError(f"{key}={target!r} cannot be imported ({cause}); name a class importable here, e.g. "
                           "positional.rope.Rope, or mypkg.MyScheme with mypkg on PYTHONPATH") from None
+    finally:
+        hydra_log.disabled = level
+
+
+def check_catalogue_args(flag: str, argv: list[str]) -> None:
+    """``--matrix`` and ``--list`` read the options of conf/ and of the ``--config-dir`` / ``hydra.searchpath``
+    dirs, and ``<group>._target_=`` classes: any other argument would be ignored, so it is refused."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name in CONFIG_DIR_FLAGS:
+            skip = not eq
+            continue
+        if name.lstrip("+") == "hydra.searchpath" or name.lstrip("+~") in {f"{g}._target_" for g in GROUPS}:
+            continue
+        raise ConfigError(f"{flag.partition('=')[0]} lists every option and takes no setting but --config-dir DIR, "
+                          f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}; "
+                          f"drop {arg}")
 
 
 def search_dirs(extra: list[str | Path] = ()) -> list[Path]:
@@ -216,7 +241,7 @@ def print_catalogue(flag: str, argv: list[str]) -> int:
     """``--list`` (text) or ``--list=md``; returns the exit status."""
     fmt = flag.partition("=")[2] or "text"
     if fmt not in ("text", "md"):
-        print(f"error: unknown list format {fmt!r}; use --list or --list=md")
-        return 2
+        raise ConfigError(f"unknown list format {fmt!r}; use --list or --list=md")
+    check_catalogue_args(flag, argv)
     print(render_catalogue(user_config_dirs(argv), markdown=fmt == "md"), end="")
     return 0

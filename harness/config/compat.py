@@ -13,7 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.catalog import locate, option_classes, option_name, target_overrides, user_config_dirs
+from harness.config.catalog import (
+    check_catalogue_args,
+    locate,
+    option_classes,
+    option_name,
+    target_overrides,
+    user_config_dirs,
+)
+from harness.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,8 @@ def print_matrix(flag: str, argv: list[str] = ()) -> int:
     ``pos._target_=`` / ``attn._target_=`` class in ``argv``; returns the exit status."""
     fmt = flag.partition("=")[2] or "text"
     if fmt not in ("text", "md"):
-        print(f"error: unknown matrix format {fmt!r}; use --matrix or --matrix=md")
-        return 2
+        raise ConfigError(f"unknown matrix format {fmt!r}; use --matrix or --matrix=md")
+    check_catalogue_args(flag, argv)
     pairings = compatibility(user_config_dirs(argv), target_overrides(argv))
     print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")
     return 0

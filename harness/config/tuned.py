@@ -36,11 +36,12 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     return cells[key]["values"]
 
 
-def apply_tuned(cfg: DictConfig, choices: dict[str, str]) -> None:
-    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json."""
+def apply_tuned(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
+    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json; returns the keys
+    written, each with the file it came from (a refusal of one of them names the file)."""
     path = OmegaConf.select(cfg, "optim.tuned", default=None)
     if path is None:
-        return
+        return {}
     values = tuned_values(str(path), choices["pos"], choices["attn"])
     for key, value in values.items():
         if OmegaConf.select(cfg, key, default=None) is None:
@@ -48,3 +49,4 @@ def apply_tuned(cfg: DictConfig, choices: dict[str, str]) -> None:
                               "use a best.json tuned with the same optim and schedule, or drop optim.tuned")
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=False)
+    return {key: str(path) for key in values}

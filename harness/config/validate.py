@@ -69,7 +69,17 @@ class Checked:
 
 def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     _check_preset(choices.get("experiment"), choices.get("scale"))
-    apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
+    tuned = apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
+    try:
+        return _validate(cfg, choices)
+    except ConfigError as e:
+        key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
+        if key is None:
+            raise
+        raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
+
+
+def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     values = resolved(cfg)
     check_nodes(values, choices)
     settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
@@ -157,7 +167,7 @@ def check_nodes(values: dict, choices: dict[str, str]) -> None:
     if missing:  # ~pos, pos=null, or a preset that drops one
         group = missing[0]
         raise ConfigError(f"the config has no {group} (a run needs every group: {', '.join(schema.GROUPS)}); "
-                          f"pick one with {group}=NAME (python run.py --list {group} lists them)"
+                          f"pick one with {group}=NAME (python run.py --list lists them)"
                           f"{', e.g. pos=none for no positions' if group == 'pos' else ''}")
     top = schema.plain_fields(schema.RunSettings)
     known = [*top, *schema.GROUPS, *(k for k in schema.PLAIN if k)]

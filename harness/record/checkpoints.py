@@ -73,8 +73,9 @@ def checkpoint_step(path: Path) -> int:
     try:
         return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
     except Exception as e:
-        raise ConfigError(f"resume: cannot read checkpoint {path} ({type(e).__name__}: {e}); "
-                          "delete it to resume from an earlier one, or drop resume=") from None
+        why = " ".join(str(e).split()).split(". ")[0]  # torch's first sentence; the rest is advice
+        raise ConfigError(f"resume: checkpoint {path} is corrupt or truncated ({type(e).__name__}: {why}); delete it "
+                          "to resume from an earlier one, or drop resume=") from None
 
 
 def remove_checkpoints(directory: Path) -> None:

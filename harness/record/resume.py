@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
 from harness.paths import project_root
-from harness.record.checkpoints import DirLock, RunLink, checkpoint_step, latest_checkpoint, remove_checkpoints
+from harness.record.checkpoints import LINK, DirLock, RunLink, checkpoint_step, latest_checkpoint, remove_checkpoints
 from harness.record.reconcile import close_dead_runs, close_stale_runs
 from harness.record.store import Store, check_writable_dir, sqlite_path
 
@@ -141,11 +141,14 @@ def _checkpoint_and_link(mode: str | Path, plan: ResumePlan) -> tuple[Path | Non
         return latest_checkpoint(plan.dir), RunLink.load(plan.dir)
     if not mode.is_file():
         raise ConfigError(f"resume={mode}: no such checkpoint; use resume=true for this config's latest one")
+    checkpoint_step(mode)  # a corrupt or truncated file is named so, whoever wrote it
     link = RunLink.load(mode.parent)
-    if link is None or link.config_hash != plan.config_hash:
-        raise ConfigError(f"resume={mode} was written by another config (hash "
-                          f"{link.config_hash if link else 'unknown'}, this one is {plan.config_hash}); "
-                          "resume with the overrides it was trained with")
+    if link is None:
+        raise ConfigError(f"resume={mode}: no {LINK} beside it, so which config wrote it is unknown; "
+                          "resume from the checkpoints/<hash>/ folder it was written in")
+    if link.config_hash != plan.config_hash:
+        raise ConfigError(f"resume={mode} was written by another config (hash {link.config_hash}, this one is "
+                          f"{plan.config_hash}); resume with the overrides it was trained with")
     return mode, link
 
 
