@@ -265,6 +265,8 @@ RUN_CASES = [
     ("cope-npos-huge", ["pos=cope", "pos.npos=100000000"], "lower pos.npos=100000000, which sets that size"),
     ("task-eval-length-huge", ["task=copy", "task.eval_lengths=[80,100000000]"],
      "drop 100000000 from task.eval_lengths or shorten it"),
+    ("task-eval-length-slow", ["task=copy", "task.eval_lengths=[80,400000]"],  # fits memory, computes for hours
+     "drop 400000 from task.eval_lengths or shorten it"),
     ("devices-beyond-cores", ["trainer.devices=64"], "trainer.devices=64 starts 64 training processes on this"),
     # ---- ranges declared in a constructor's signature (harness/ranges.py)
     ("t5-init-negative", ["pos=t5", "pos.init_std=-1"], "pos.init_std=-1 must be a number ≥ 0"),

@@ -125,3 +125,19 @@ def test_ranges_in_a_signature_are_checked_by_the_schema_with_the_full_key():
         check_value("pos.init_std", -0.5, fields["init_std"])
     with pytest.raises(ConfigError, match="must be a number"):
         check_value("pos.init_std", "abc", fields["init_std"])
+
+
+def test_matrix_products_are_counted_and_a_phase_that_computes_for_hours_is_refused(monkeypatch):
+    """A forward's FLOPs: at least the linear layers' 2·weights·tokens, and attention's T² term; a phase
+    estimated above STEP_HOURS at this CPU's rate is refused with the time and the fix."""
+    import harness.config.rehearsal as rehearsal
+
+    model = build_meta(["pos=rope", *SMALL])
+    short, long = _forward(model, 1, T).flops, _forward(model, 1, 8 * T).flops
+    linear = sum(p.numel() for n, p in model.named_parameters() if n.endswith("weight") and p.dim() == 2)
+    assert short >= 2 * linear * T and long > 8 * short  # the T² of attention
+    phase = Phase("scoring eval.lengths entry 64", 1, None, "drop 64 from eval.lengths or shorten it", {}, short)
+    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: short / 3600 / 2)  # two hours at this rate
+    with pytest.raises(ConfigError, match=r"computes .* FLOP, 2.0 h or more on this CPU .*; drop 64 from"):
+        rehearsal.check_phases([phase], on_gpu=False)
+    rehearsal.check_phases([phase], on_gpu=True)  # a GPU run is not timed by the CPU's rate

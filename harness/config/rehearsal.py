@@ -52,6 +52,7 @@ class Ledger(TorchDispatchMode):
         self.live = self.peak = 0
         self.largest: Largest | None = None
         self.holders: dict[int, int] = {}  # storage -> tensors over it still alive
+        self.flops = 0  # of the matrix products and attention kernels: the work that grows with the sizes
         self.stack: list[str] = []
         self.hooks = [h for name, m in model.named_modules() for h in (
             m.register_forward_pre_hook(lambda *_, n=name or "the model": self._enter(n)),
@@ -72,6 +73,7 @@ class Ledger(TorchDispatchMode):
         if func is torch.ops.aten._local_scalar_dense.default:  # .item(), int(t): a meta tensor has no value
             raise HostRead
         out = func(*args, **(kwargs or {}))
+        self.flops += _matmul_flops(func, args)
         for t in tree_leaves(out):
             if isinstance(t, Tensor):
                 self._hold(t)
@@ -125,6 +127,24 @@ def _cpu_takes_flash(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None =
     return choice == 1  # SDPBackend.FLASH_ATTENTION
 
 
+def _matmul_flops(func, args) -> int:
+    """2·M·N·K of a matrix product (batched or not) and the flash kernel's forward (4·B·H·T·S·D) and backward
+    (twice that); everything else is linear in the tensors' sizes, small beside these."""
+    aten = torch.ops.aten
+    if func in (aten.mm.default, aten.bmm.default):
+        a, b = args[0], args[1]
+    elif func in (aten.addmm.default, aten.baddbmm.default):
+        a, b = args[1], args[2]
+    elif func in (aten._scaled_dot_product_flash_attention_for_cpu.default,
+                  aten._scaled_dot_product_flash_attention_for_cpu_backward.default):
+        q, k = (args[1], args[2]) if "backward" in str(func) else (args[0], args[1])
+        per = 4 * q.shape[:-2].numel() * q.shape[-2] * k.shape[-2] * q.shape[-1]
+        return per * (2 if "backward" in str(func) else 1)
+    else:
+        return 0
+    return 2 * a.shape[:-1].numel() * a.shape[-1] * b.shape[-1]
+
+
 class HostRead(Exception):
     """The forward read a tensor's value on the host, which a meta tensor does not have."""
 
@@ -136,34 +156,35 @@ class Phase:
     largest: Largest | None
     fix: str  # the keys that shrink it, when no key is among the largest tensor's dimensions
     keys: dict[str, int]  # the config's integer values a dimension may come from, by key
+    flops: int = 0  # of the phase: one training step, or every batch of an evaluation (the time check)
 
 
-def rehearse(model: nn.Module, values: dict, batch: int, length: int, evaluations: list[tuple[str, int, int, int]],
+def rehearse(model: nn.Module, values: dict, batch: int, length: int, evaluations: list[tuple[str, int, int, int, int]],
              finetune: tuple[int, int] | None) -> list[Phase]:
     """The phases of a run of ``model`` (built on meta): training at ``batch`` × ``length``, a fine-tune
     step at ``finetune`` = (batch, length), and each evaluation (the key that lists it, the length listed, the
-    model's sequence length, the batch) of ``evaluations``."""
+    model's sequence length, the batch, how many batches) of ``evaluations``."""
     keys = integer_keys(values)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     resident = weights + buffers + 2 * weights  # AdamW's two moments; gradients are counted as the step makes them
     step = _step(model, batch, length)
     phases = [Phase("a training step", resident + step.peak, step.largest,
-                    "lower model.d_model, model.n_layers, data.batch_size or data.seq_len", keys)]
+                    "lower model.d_model, model.n_layers, data.batch_size or data.seq_len", keys, step.flops)]
     if finetune:
         tune_batch, tune_length = finetune
         step = _step(model, tune_batch, tune_length)
         phases.append(Phase(f"fine-tuning at eval.finetune_length={tune_length} ({tune_batch}×{tune_length} tokens)",
                             resident + step.peak, step.largest,
-                            "shorten eval.finetune_length or set eval.finetune_steps=0", keys))
-    for key, listed, tokens, eval_batch in evaluations:
+                            "shorten eval.finetune_length or set eval.finetune_steps=0", keys, step.flops))
+    for key, listed, tokens, eval_batch, batches in evaluations:
         try:
             scored = _forward(model, eval_batch, tokens)
         except ConfigError:  # a length the scheme refuses (learned's table): evaluation records it as skipped
             continue
-        phases.append(Phase(f"scoring {key} entry {listed} ({eval_batch}×{tokens} tokens a batch)",
+        phases.append(Phase(f"scoring {key} entry {listed} ({batches} × {eval_batch}×{tokens} tokens)",
                             weights + buffers + scored.peak, scored.largest, f"drop {listed} from {key} or shorten it",
-                            {}))
+                            {}, scored.flops * batches))
     return phases
 
 
@@ -253,10 +274,35 @@ def _owns(key: str, where: str) -> bool:
 OVERCOUNT = 1.5
 
 
+# A training step, or one evaluation length, estimated to compute longer than this on this CPU is refused: it
+# is a typo (task.eval_lengths=[80,100000]: hours for one length of a toy model), not an experiment for a CPU.
+STEP_HOURS = 1.0
+
+
+def cpu_flops_per_second() -> float:
+    """This CPU's fp32 matmul rate (~20 ms to measure). Only matrix products and attention kernels are
+    counted, at the rate of the fastest of them, so a time estimated from it is a lower bound."""
+    import time
+
+    a = torch.randn(384, 384)
+    a @ a
+    started = time.perf_counter()
+    for _ in range(8):
+        a @ a
+    return 8 * 2 * 384**3 / (time.perf_counter() - started)
+
+
 def check_phases(phases: list[Phase], on_gpu: bool) -> None:
     free = available_bytes()
     if on_gpu or free is None:
         return
+    rate = cpu_flops_per_second()
+    for phase in phases:
+        hours = phase.flops / rate / 3600
+        if hours > STEP_HOURS:
+            raise ConfigError(f"{phase.what} computes {phase.flops:.2g} FLOP, {hours:,.1f} h or more on this "
+                              f"CPU (at the {rate / 1e9:,.0f} GFLOP/s of its matrix products); {phase.fix}, or run "
+                              "it on a GPU")
     for phase in phases:
         if phase.needs <= OVERCOUNT * free:
             continue

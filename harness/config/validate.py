@@ -110,14 +110,16 @@ def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"])
 
 
-def _evaluations(task, data: schema.DataSettings, lengths: list[int]) -> list[tuple[str, int, int, int]]:
-    """(the key that lists it, the length listed, the model's sequence length, the batch) of each final
-    evaluation: a synthetic task scores ``task.eval_lengths`` at data.batch_size, text windows keep the
-    training tokens per batch (harness/model/evaluate.py)."""
+def _evaluations(task, data: schema.DataSettings, lengths: list[int]) -> list[tuple[str, int, int, int, int]]:
+    """(the key that lists it, the length listed, the model's sequence length, the batch, the batches) of each
+    final evaluation: a synthetic task scores ``task.eval_lengths`` at data.batch_size, task.eval_examples
+    examples each; text windows keep the training tokens per batch (harness/model/evaluate.py), counted
+    here as one batch (a lower bound of the work)."""
     if task.scores_sequences:
-        return [("task.eval_lengths", n, tokens, data.batch_size)
+        batches = -(-task.eval_examples // data.batch_size)
+        return [("task.eval_lengths", n, tokens, data.batch_size, batches)
                 for n, tokens in zip(task.eval_lengths, task.evaluation_tokens(lengths), strict=True)]
-    return [("eval.lengths", n, tokens, max(1, data.batch_size * data.seq_len // n))
+    return [("eval.lengths", n, tokens, max(1, data.batch_size * data.seq_len // n), 1)
             for n, tokens in zip(lengths, task.evaluation_tokens(lengths), strict=True)]
 
 
