@@ -6,11 +6,13 @@ a variant makes large (FIRE's MLP over every query-key pair, ``pos.max_position`
 a permutation, a Performer's feature matrix). So the validation pass runs the real code instead, on
 tensors that have a shape and no storage: the model built on ``meta`` (its parameters and buffers),
 then a forward and backward over one training batch, a fine-tune step at ``eval.finetune_length``, and
-a forward at every evaluation length, each under ``Ledger``, which adds up the bytes of every tensor an
-op makes while Python holds it. The peak of a phase, plus the weights, gradients and AdamW's two
-moments, is what the phase needs; more than this machine has is refused, and the message names the
-key that made it large: the config value among the dimensions of the largest tensor (an evaluation
-length is named by the key that lists it).
+a forward at every evaluation length, each under ``Ledger``, which adds up the bytes of every storage an
+op makes while Python holds it (SDPA takes the kernel the CPU would take: ``FusedAttention``). The peak
+of a phase, plus the weights and AdamW's two moments (gradients are made by the step, so counted in it),
+is what the phase needs; more than this machine has is refused, and the message names the key that
+made it large: the config value among the dimensions of the largest tensor (an evaluation length is
+named by the key that lists it). The ledger counts the FLOPs of matrix products and attention kernels
+too: a phase that would compute for hours on this CPU is refused (``STEP_HOURS``).
 
 Nothing is allocated and no kernel runs, so a rehearsal costs milliseconds. A meta tensor has no
 values: code that reads one on the host (``.item()``, ``int(t)``) cannot run here, which is also what
@@ -19,6 +21,7 @@ keeps a forward free of host synchronisation (tests/test_fullgraph.py).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -31,8 +34,6 @@ from torch.utils._pytree import tree_leaves
 
 from harness.config.resources import available_bytes, gib
 from harness.errors import ConfigError
-
-FLOAT = 4  # bytes; the CPU trains in fp32
 
 
 @dataclass(frozen=True)
@@ -279,36 +280,45 @@ OVERCOUNT = 1.5
 STEP_HOURS = 1.0
 
 
+@functools.cache
 def cpu_flops_per_second() -> float:
-    """This CPU's fp32 matmul rate (~20 ms to measure). Only matrix products and attention kernels are
-    counted, at the rate of the fastest of them, so a time estimated from it is a lower bound."""
+    """This CPU's fp32 matmul rate, the best of five short trials (~20 ms, once a process). Only matrix products
+    and attention kernels are counted, at the rate of the fastest of them: a time estimated from it is a lower
+    bound."""
     import time
 
-    a = torch.randn(384, 384)
+    a = torch.randn(256, 256)
     a @ a
-    started = time.perf_counter()
-    for _ in range(8):
-        a @ a
-    return 8 * 2 * 384**3 / (time.perf_counter() - started)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(4):
+            a @ a
+        best = min(best, time.perf_counter() - started)
+    return 4 * 2 * 256**3 / best
 
 
 def check_phases(phases: list[Phase], on_gpu: bool) -> None:
+    """Memory first (the harder limit), then time; each refusal names the key that set the size."""
     free = available_bytes()
     if on_gpu or free is None:
         return
+    for phase in phases:
+        if phase.needs > OVERCOUNT * free:
+            large = phase.largest
+            made = (f"; its largest tensor, {'×'.join(map(str, large.shape))} in {large.where}, holds "
+                    f"{gib(large.nbytes)}" if large else "")
+            raise ConfigError(f"{phase.what} needs {gib(phase.needs)}{made}, but {gib(free)} is available; "
+                              f"{_fix(phase)}")
     rate = cpu_flops_per_second()
     for phase in phases:
         hours = phase.flops / rate / 3600
         if hours > STEP_HOURS:
-            raise ConfigError(f"{phase.what} computes {phase.flops:.2g} FLOP, {hours:,.1f} h or more on this "
-                              f"CPU (at the {rate / 1e9:,.0f} GFLOP/s of its matrix products); {phase.fix}, or run "
+            raise ConfigError(f"{phase.what} computes {phase.flops:.2g} FLOP, {hours:,.1f} h or more on this CPU "
+                              f"(at the {rate / 1e9:,.0f} GFLOP/s of its matrix products); {_fix(phase)}, or run "
                               "it on a GPU")
-    for phase in phases:
-        if phase.needs <= OVERCOUNT * free:
-            continue
-        large = phase.largest
-        made = (f"; its largest tensor, {'×'.join(map(str, large.shape))} in {large.where}, holds {gib(large.nbytes)}"
-                if large else "")
-        key = culprit(phase)
-        fix = f"lower {key}={phase.keys[key]}, which sets that size" if key else phase.fix
-        raise ConfigError(f"{phase.what} needs {gib(phase.needs)}{made}, but {gib(free)} is available; {fix}")
+
+
+def _fix(phase: Phase) -> str:
+    key = culprit(phase)
+    return f"lower {key}={phase.keys[key]}, which sets that size" if key else phase.fix
