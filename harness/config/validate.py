@@ -3,15 +3,17 @@
 In order, cheapest first; each refusal is a one-line ConfigError naming the key and the fix:
 0. ``optim.tuned`` (harness/config/tuned.py): the file holds this cell, whose values replace the config's;
 1. every interpolation resolves;
-2. every node against its schema (harness/config/schema.py): unknown keys, types, finite numbers,
-   ranges of the plain nodes, the Trainer's and the optimizer's;
-3. the tracking store (parsed, an sqlite file or creatable, a server that answers) and the
+2. every node against its schema (harness/config/schema.py): every group present, unknown keys, types,
+   finite numbers, ranges (declared in the signatures, harness/ranges.py, and the plain nodes'), a
+   ``_target_`` that is its group's interface, the Trainer keys conf/trainer sets;
+3. the tracking store (parsed, whole, an sqlite file or creatable, a server that answers) and the
    directories a run writes;
 4. the run's objects built dry: tokenizer, task, data source, and the whole model on torch's
    ``meta`` device, so each constructor's own checks run (head dims, windows, the pos × attn
    pairing) and the parameter count is exact, with nothing allocated;
 5. resources: the corpus splits (sizes only; nothing read) hold the windows, evaluation lengths fit
-   the validation split, the run's memory fits this machine, a GPU is there when asked for.
+   the validation split, a GPU is there when asked for, CPU processes fit the cores, and the run
+   rehearsed on meta (harness/config/rehearsal.py) fits this machine's memory and an hour a step.
 Nothing here imports Lightning or MLflow: a refusal costs the imports of torch and Hydra only.
 """
 
@@ -32,7 +34,6 @@ from harness.config import schema
 from harness.config.catalog import INTERFACES, check_interface
 from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate, instantiate_option
-from harness.config.rehearsal import check_phases, rehearse
 from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
@@ -103,6 +104,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     tune_length = settings["eval"].tune_length
     _check_splits(source, task, tokenizer, data, lengths, tune_length)
     _check_device(trainer)
+    from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
+
     check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
                           _evaluations(task, data, lengths), _finetune(data, tune_length)),
                  on_gpu=trainer.accelerator in ("gpu", "cuda"))
