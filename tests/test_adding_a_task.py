@@ -90,6 +90,10 @@ def test_a_task_in_one_module_and_one_yaml_composes_validates_and_its_files_reac
     run = client.get_run(summary.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["task"] == "first_symbol"
     assert {"val/acc", "val/acc_at_2", "val/acc_at_16"} <= set(run.data.metrics)
+    # per-token accuracy beside exact match; one answer token here, so the two agree
+    assert {"val/token_acc", "val/token_acc_at_2", "val/token_acc_at_16"} <= set(run.data.metrics)
+    for length in (2, 16):
+        assert run.data.metrics[f"val/token_acc_at_{length}"] == run.data.metrics[f"val/acc_at_{length}"]
     names = {a.path for a in client.list_artifacts(summary.run_id)}
     assert "first_symbol.csv" in names
     rows = list(csv.DictReader(io.StringIO(Path(client.download_artifacts(summary.run_id, "first_symbol.csv"))

@@ -50,3 +50,14 @@ def test_other_widths_are_refused():
     rot = RopeTrainable(SHAPE).rotary(torch.arange(4))
     with pytest.raises(ConfigError):
         rot.at_width(64)
+
+
+def test_drift_is_logged_at_the_step_it_was_measured(train_tiny):
+    """Lightning writes a row when (steps taken + 1) is a multiple of log_every_n_steps; a value logged at
+    another step waited for the next row (9 steps late at the default 10): at the first row, after two
+    updates, θ has moved; the stale value was step 0's, exactly 0."""
+    summary, client = train_tiny("pos=rope_trainable", "trainer.log_every_n_steps=3")
+    drift = client.get_metric_history(summary.run_id, "pos/theta_rel_change")
+    loss = client.get_metric_history(summary.run_id, "train/loss")
+    assert [m.step for m in drift] == [m.step for m in loss] == [3, 6]
+    assert drift[0].value > 0 and drift[1].value > drift[0].value

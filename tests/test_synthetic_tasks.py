@@ -16,7 +16,7 @@ from torch import nn
 
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
 from harness.data.shuffle import real_permutation, shuffle_tokens, shuffle_within_window
-from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, collate, exact_match
+from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, collate, exact_match, token_hits
 from harness.data.tasks.associative_recall import AssociativeRecall
 from harness.data.tasks.copy import Copy
 from harness.data.tasks.missing_duplicate import MissingDuplicate
@@ -263,6 +263,16 @@ def test_exact_match_needs_every_scored_position():
     assert exact_match(logits, labels).tolist() == [True, False, True, False]
     with pytest.raises(ValueError, match="no scored position"):
         exact_match(logits[:1], torch.full((1, 3), IGNORE))
+
+
+def test_token_hits_count_the_scored_positions_argmax_gets_right():
+    """Per-token accuracy (Ruoss et al. 2023): right answer tokens ÷ answer tokens, over the batch; the rows
+    exact match calls wrong still count the tokens they got right."""
+    labels = torch.tensor([[IGNORE, 2, 3], [IGNORE, 2, 3], [1, IGNORE, 3], [IGNORE, 0, IGNORE]])
+    pred = torch.tensor([[0, 2, 3], [0, 2, 1], [1, 0, 3], [3, 1, 3]])
+    logits = torch.nn.functional.one_hot(pred, 4).float() * 5 - 1
+    right, scored = token_hits(logits, labels)
+    assert (int(right), int(scored)) == (2 + 1 + 2 + 0, 2 + 2 + 2 + 1)
 
 
 def test_depth_table_and_files_hold_the_right_numbers(tmp_path):

@@ -5,10 +5,11 @@ per length.
 byte-level tokenizers) at the final step. MLflow metric names may not contain ``@``, hence
 ``_at_``. The model runs in eval mode, so a scheme's eval-time scaling (if any) applies.
 
-A synthetic task (harness/data/tasks/) is scored at each ``task.eval_lengths`` entry by exact match:
-``val/acc_at_<L>`` (and ``val/loss_at_<L>``, nats per answer token). Every example's outcome is kept
-with its integer fields (its length and the task's extras) in ``TaskResults.examples``, which the
-task's ``artifacts`` hook turns into files of its own.
+A synthetic task (harness/data/tasks/) is scored at each ``task.eval_lengths`` entry by exact match,
+``val/acc_at_<L>`` (Kazemnejad et al. 2023), and by per-token accuracy over the answer tokens,
+``val/token_acc_at_<L>`` (Ruoss et al. 2023), with ``val/loss_at_<L>`` (nats per answer token). Every
+example's outcome is kept with its integer fields (its length and the task's extras) in
+``TaskResults.examples``, which the task's ``artifacts`` hook turns into files of its own.
 
 Rule for lengths a scheme cannot represent: the scheme refuses with a ConfigError (e.g.
 pos=learned beyond its table, see positional/learned.py); that length is recorded as not
@@ -24,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from harness.data.loaders import on_device
-from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match
+from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match, token_hits
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
@@ -139,7 +140,7 @@ def evaluate_task(module, task: ScoredTask, corpus, batch_size: int) -> TaskResu
 
 
 def _score_length(module, loader, length: int, results: TaskResults) -> None:
-    total, count, right, sequences, examples = 0.0, 0, 0, 0, []
+    total, count, right, sequences, tokens_right, examples = 0.0, 0, 0, 0, 0, []
     with torch.no_grad():
         for batch in loader:
             batch = on_device(batch, module.device)
@@ -147,8 +148,10 @@ def _score_length(module, loader, length: int, results: TaskResults) -> None:
             correct = exact_match(logits, batch["labels"])
             total, count = total + float(loss_sum), count + int(n)
             right, sequences = right + int(correct.sum()), sequences + len(correct)
+            tokens_right += int(token_hits(logits, batch["labels"])[0])  # of the n scored: n counts them
             examples += scored_examples(batch, correct)
     results.accuracy[length], results.losses[length] = right / sequences, total / max(count, 1)
+    results.token_accuracy[length] = tokens_right / max(count, 1)
     results.examples += examples  # only once the whole length is scored: a refused length leaves none
 
 
@@ -161,4 +164,5 @@ def scored_examples(batch: dict, correct: torch.Tensor) -> list[ScoredExample]:
 
 def task_metrics(results: TaskResults) -> dict[str, float]:
     return {**{f"val/acc_at_{n}": acc for n, acc in results.accuracy.items()},
+            **{f"val/token_acc_at_{n}": acc for n, acc in results.token_accuracy.items()},
             **{f"val/loss_at_{n}": loss for n, loss in results.losses.items()}}

@@ -3,7 +3,8 @@
 Validation scores each example twice, as written and with its token order permuted inside the window
 (harness/data/loaders.py): ``val/loss``, ``val/loss_shuffled`` and ``val/order_gain`` = their
 difference, in nats per scored token — how much the model uses word order. A task scored
-per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accuracy.
+per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accuracy, and
+``val/token_acc``, the per-token accuracy over answer tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 
 from harness.data.loaders import without_full_masks
 from harness.data.objectives import IGNORE
-from harness.data.tasks import exact_match
+from harness.data.tasks import exact_match, token_hits
 from harness.errors import Diverged
 from harness.model.schedule import Schedule
 
@@ -73,33 +74,36 @@ class LanguageModel(L.LightningModule):
                            "gradients with trainer.gradient_clip_val")
         self.log("train/loss", mean, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
-        if self.global_step % self.trainer.log_every_n_steps == 0:
-            self.log_dict(self.model.diagnostics())
+        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # the steps Lightning writes its rows at
+            self.log_dict(self.model.diagnostics())  # (its logger connector: batches stepped + 1); else 9 late
         return loss
 
     def on_validation_epoch_start(self):
-        # summed loss, scored tokens, shuffled summed loss, shuffled tokens, right sequences, sequences
-        self._val = torch.zeros(6, dtype=torch.float64, device=self.device)
+        # summed loss, scored tokens, shuffled summed loss, shuffled tokens, right sequences, sequences,
+        # right scored tokens
+        self._val = torch.zeros(7, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch, batch_idx):
         loss_sum, n, logits = self._scored(batch["plain"])
         shuffled_sum, shuffled_n, _ = self._scored(batch["shuffled"])
-        right = exact_match(logits, batch["plain"]["labels"]).sum() if self.scores_sequences else 0
+        labels = batch["plain"]["labels"]
+        right = exact_match(logits, labels).sum() if self.scores_sequences else 0
         sequences = len(logits) if self.scores_sequences else 0
+        tokens_right = token_hits(logits, labels)[0] if self.scores_sequences else 0
         self._val += torch.stack([loss_sum.double(), n.double(), shuffled_sum.double(), shuffled_n.double(),
-                                  torch.as_tensor(right, dtype=torch.float64, device=self.device),
-                                  torch.as_tensor(sequences, dtype=torch.float64, device=self.device)])
+                                  *(torch.as_tensor(x, dtype=torch.float64, device=self.device)
+                                    for x in (right, sequences, tokens_right))])
 
     def on_validation_epoch_end(self):
         sums = self.trainer.strategy.reduce(self._val, reduce_op="sum").tolist()
-        total, n, shuffled, shuffled_n, right, sequences = sums
+        total, n, shuffled, shuffled_n, right, sequences, tokens_right = sums
         loss = total / n  # nats per predicted token, weighted by tokens, not batches
         metrics = {"val/loss": loss, "val/loss_shuffled": shuffled / shuffled_n,
                    "val/order_gain": shuffled / shuffled_n - loss}
         if self.byte_level:
             metrics["val/bpc"] = loss / math.log(2)  # one token per byte
-        if self.scores_sequences:
-            metrics["val/acc"] = right / sequences
+        if self.scores_sequences:  # exact match per sequence, and per answer token (Ruoss et al. 2023)
+            metrics["val/acc"], metrics["val/token_acc"] = right / sequences, tokens_right / n
         self.log_dict(metrics, prog_bar=True)
         if not self.trainer.sanity_checking:
             self.val_results.append({"step": self.global_step, **metrics})

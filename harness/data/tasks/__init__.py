@@ -19,7 +19,8 @@ from harness.data.tasks.base import (
     TaskResults,
     collate,
     exact_match,
+    token_hits,
 )
 
 __all__ = ["EVAL_SEED", "FORM_FIELDS", "Layout", "ScoredExample", "ScoredTask", "SyntheticTask", "TaskExamples",
-           "TaskResults", "collate", "exact_match"]
+           "TaskResults", "collate", "exact_match", "token_hits"]

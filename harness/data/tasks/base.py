@@ -117,6 +117,15 @@ def exact_match(logits: Tensor, labels: Tensor) -> Tensor:
     return right.all(dim=1)
 
 
+def token_hits(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, T, V), (B, T) -> (right, scored): how many scored positions' argmax is the target, and how many
+    are scored, summed over the batch. Their ratio is per-token accuracy, the metric of Ruoss et al. 2023
+    (the mean over output tokens of argmax == target; DeepMind's neural_networks_chomsky_hierarchy
+    ``tasks/task.py`` accuracy_fn), which separates models whose exact match is 0 at every length."""
+    scored = labels != IGNORE
+    return ((logits.argmax(dim=-1) == labels) & scored).sum(), scored.sum()
+
+
 @dataclass(frozen=True)
 class ScoredExample:
     """One evaluation example's outcome."""
@@ -131,6 +140,7 @@ class TaskResults:
     """The final model's evaluation at each ``eval_lengths`` entry."""
 
     accuracy: dict[int, float] = field(default_factory=dict)  # exact-match accuracy per task length
+    token_accuracy: dict[int, float] = field(default_factory=dict)  # right answer tokens ÷ answer tokens
     losses: dict[int, float] = field(default_factory=dict)  # nats per answer token
     skipped: dict[int, str] = field(default_factory=dict)  # length -> why it was not scored (the scheme refused)
     examples: list[ScoredExample] = field(default_factory=list)  # every scored example, in evaluation order
