@@ -297,9 +297,12 @@ class RopeScaling:
 def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScaling:
     """``method`` at factor s for the θ ``configured`` scales (its L, base and rotated width), with the options
     ``method`` reads taken from ``configured`` and the others at their defaults (eval.scalings: one trained model,
-    every scaling). Methods that take no s (none, dynamic_ntk) get factor 1."""
+    every scaling). Methods that take no s (none, dynamic_ntk) get factor 1, except the configured method itself:
+    HF's dynamic NTK (yarn_variant=hf) reads its own k from ``factor``, which must reach the scaled model."""
     kept = {name: getattr(configured, name) for name in OPTIONS_READ[method]}
-    return RopeScaling(method=method, factor=factor if method in LENGTH_RATIO_METHODS else 1.0,
+    if method not in LENGTH_RATIO_METHODS:
+        factor = configured.factor if method == configured.method else 1.0
+    return RopeScaling(method=method, factor=factor,
                        original_max_len=configured.original_max_len, base=configured.base,
                        rotated=configured.rotated, **kept)
 

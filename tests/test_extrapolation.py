@@ -193,3 +193,4 @@ def test_a_run_logs_every_condition_and_its_artifacts_to_mlflow(train_tiny):
     assert metrics["val/loss_at_32_stride_16"] != metrics["val/loss_at_32"]
     names = {a.path for a in client.list_artifacts(summary.run_id)}
     assert {"loss_by_position.csv", "loss_by_position.png", "loss_vs_length_by_scaling.png"} <= names
+

@@ -134,3 +134,19 @@ def test_yarn_ramp_at_toy_and_llama_scale(head_dim, length, kept, interpolated, 
     assert int((ratio == 1).sum()) == int((turns >= 32).sum()) == kept
     assert int((ratio == 0.25).sum()) == int((turns <= 1).sum()) == interpolated
     assert int(((ratio > 0.25) & (ratio < 1)).sum()) == ramped
+
+
+def test_eval_scalings_keep_the_configured_dynamic_factor():
+    """eval.scalings=[dynamic_ntk] scores the model under the configured dynamic scaling: HF's variant reads
+    its k from ``factor`` (s = k·T/L − (k − 1)), which the rescaled model used to drop (k = 1)."""
+    rope = scheme(scaling="dynamic_ntk", yarn_variant="hf", factor=4.0)
+    long = torch.arange(3 * L)
+    configured = cos_sin(rope, long)
+    with rope.rescaled("dynamic_ntk", 3 * L) as scaling:
+        assert scaling.factor == 4.0 and scaling.yarn_variant == "hf"
+        for g, w in zip(cos_sin(rope, long), configured, strict=True):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    s = 4.0 * 3 - 3.0  # HF: k·T/L − (k − 1)
+    want = expected(long, rope_inv_freq(D, BASE * s ** (D / (D - 2)), F64))
+    for g, w in zip(configured, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-12)

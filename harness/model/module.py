@@ -9,6 +9,7 @@ per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accura
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -82,6 +83,11 @@ class LanguageModel(L.LightningModule):
         # summed loss, scored tokens, shuffled summed loss, shuffled tokens, right sequences, sequences,
         # right scored tokens
         self._val = torch.zeros(7, dtype=torch.float64, device=self.device)
+        # validation scores the model as trained: a configured length scaling (pos.scaling, RoPE's) is for the
+        # final evaluation's lengths, and at factor > 1 it would change val/loss at the training length too
+        self._unscaled = contextlib.ExitStack()
+        if "none" in self.model.pos.length_scalings:
+            self._unscaled.enter_context(self.model.pos.rescaled("none", 1))
 
     def validation_step(self, batch, batch_idx):
         loss_sum, n, logits = self._scored(batch["plain"])
@@ -95,6 +101,7 @@ class LanguageModel(L.LightningModule):
                                     for x in (right, sequences, tokens_right))])
 
     def on_validation_epoch_end(self):
+        self._unscaled.close()
         sums = self.trainer.strategy.reduce(self._val, reduce_op="sum").tolist()
         total, n, shuffled, shuffled_n, right, sequences, tokens_right = sums
         loss = total / n  # nats per predicted token, weighted by tokens, not batches
