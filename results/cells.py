@@ -60,6 +60,10 @@ class Cell:
         return self.metrics.get("val/acc")
 
     @property
+    def token_acc(self) -> float | None:
+        return self.metrics.get("val/token_acc")
+
+    @property
     def attn_distance(self) -> float | None:
         return self.metrics.get("diag/mean_distance")  # diagnostics=true: tokens
 

@@ -13,7 +13,8 @@ side, is *inconclusive* otherwise (always so with fewer than 2 seeds per arm), a
 when an arm's models are not ready to be compared: they do not yet use word order (order gain below
 ``report.min_order_gain``; NoPE with bidirectional attention cannot, and is exempt), or, on a
 synthetic task, their in-distribution accuracy is below 0.99 (Kazemnejad et al. 2023 and Ruoss et
-al. 2023 compare length generalization only between models that solve the training lengths).
+al. 2023 compare length generalization only between models that solve the training lengths) — exact
+match for a claim on exact match (``val/acc…``), per-token accuracy for a claim on it (``val/token_acc…``).
 
 Verdict: *not reproduced* if a comparison between ready arms contradicts the claim; else *premature
 — train longer* if any comparison is premature; else *reproduced* if all support it; else
@@ -116,24 +117,29 @@ def in_arm(cell, arm: str) -> bool:
 
 
 def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]:
-    """Arm -> why its finished models are not ready to be compared (absent when they are)."""
+    """Arm -> why its finished models are not ready to be compared (absent when they are). A comparison of
+    per-token accuracies (``val/token_acc…``, Ruoss et al. 2023) asks the same of in-distribution per-token
+    accuracy; any other asks it of exact match."""
     unready: dict[str, str] = {}
     for comparison in comparisons:
+        per_token = str(comparison["metric"]).startswith("val/token_acc")
         for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
             members = [c for c in cells if arm and c.finished and in_arm(c, arm)]
-            why = _unready(members, min_gain)
+            why = _unready(members, min_gain, per_token)
             if why:
                 unready[arm] = why
     return unready
 
 
-def _unready(members, min_gain: float) -> str | None:
+def _unready(members, min_gain: float, per_token: bool = False) -> str | None:
     gains = [c.order_gain for c in members if c.order_gain is not None and c.order_signal != "none"]
     if gains and sum(gains) / len(gains) < min_gain:
         return f"not yet using word order (order gain {sum(gains) / len(gains):.3f} < {min_gain})"
-    accs = [c.acc for c in members if c.acc is not None]
+    accs = [c.token_acc if per_token else c.acc for c in members]
+    accs = [a for a in accs if a is not None]
     if accs and sum(accs) / len(accs) < MIN_ID_ACCURACY:
-        return f"in-distribution accuracy {sum(accs) / len(accs):.3f} < {MIN_ID_ACCURACY}"
+        what = "per-token accuracy" if per_token else "accuracy"
+        return f"in-distribution {what} {sum(accs) / len(accs):.3f} < {MIN_ID_ACCURACY}"
     return None
 
 

@@ -107,8 +107,10 @@ def test_minimum_detectable_effect_matches_the_formula():
     assert f"detectable |Δ| ≥ {want:.4f} at 80 % power" in text
 
 
-def cell(label: str, gain: float | None, acc: float | None = None, signal: str = "scheme") -> Cell:
-    metrics = {k: v for k, v in (("val/order_gain", gain), ("val/acc", acc)) if v is not None}
+def cell(label: str, gain: float | None, acc: float | None = None, signal: str = "scheme",
+         token_acc: float | None = None) -> Cell:
+    metrics = {k: v for k, v in (("val/order_gain", gain), ("val/acc", acc), ("val/token_acc", token_acc))
+               if v is not None}
     return Cell("id", label, label, "p", "a", "0", "finished", metrics=metrics, order_signal=signal)
 
 
@@ -130,6 +132,18 @@ def test_nope_bidirectional_is_exempt_and_low_accuracy_is_premature():
     cells = [cell("pos=none", 0.0, acc=1.0, signal="none"), cell("pos=rope", 0.4, acc=0.95)]
     unready = readiness(cells, [c], min_gain=0.05)
     assert set(unready) == {"pos=rope"} and "in-distribution accuracy 0.950 < 0.99" in unready["pos=rope"]
+
+
+def test_a_claim_on_per_token_accuracy_asks_the_training_lengths_of_per_token_accuracy():
+    """Ruoss et al. 2023 score per output token: models that get 99.5 % of the training lengths' answer
+    tokens right are ready for a per-token claim, while their exact match (0.6) still makes an exact-match
+    claim premature."""
+    cells = [cell("pos=rope", 0.4, acc=0.6, token_acc=0.995), cell("pos=none", 0.4, acc=0.6, token_acc=0.98)]
+    per_token = {"metric": "val/token_acc_at_80", "higher": "pos=rope", "than": "pos=none"}
+    exact = {"metric": "val/acc_at_80", "higher": "pos=rope", "than": "pos=none"}
+    unready = readiness(cells, [per_token], min_gain=0.05)
+    assert set(unready) == {"pos=none"} and "in-distribution per-token accuracy 0.980 < 0.99" in unready["pos=none"]
+    assert set(readiness(cells, [exact], min_gain=0.05)) == {"pos=rope", "pos=none"}
 
 
 def test_threshold_comparison_and_overall_rule():
