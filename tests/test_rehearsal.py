@@ -136,8 +136,11 @@ def test_matrix_products_are_counted_and_a_phase_that_computes_for_hours_is_refu
     short, long = _forward(model, 1, T).flops, _forward(model, 1, 8 * T).flops
     linear = sum(p.numel() for n, p in model.named_parameters() if n.endswith("weight") and p.dim() == 2)
     assert short >= 2 * linear * T and long > 8 * short  # the T² of attention
-    phase = Phase("scoring eval.lengths entry 64", 1, None, "drop 64 from eval.lengths or shorten it", {}, short)
-    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: short / 3600 / 2)  # two hours at this rate
-    with pytest.raises(ConfigError, match=r"computes .* FLOP, 2.0 h or more on this CPU .*; drop 64 from"):
+    work = 1e16  # FLOP: past what the slowest CPU does in an hour, so the rate is measured (here: patched)
+    phase = Phase("scoring eval.lengths entry 64", 1, None, "drop 64 from eval.lengths or shorten it", {}, work)
+    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: work / 3600 / 2)  # two hours at this rate
+    with pytest.raises(ConfigError, match=r"computes 1e\+16 FLOP, 2.0 h or more on this CPU .*; drop 64 from"):
         rehearsal.check_phases([phase], on_gpu=False)
     rehearsal.check_phases([phase], on_gpu=True)  # a GPU run is not timed by the CPU's rate
+    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: pytest.fail("a toy phase measures no rate"))
+    rehearsal.check_phases([Phase("a training step", 1, None, "", {}, short)], on_gpu=False)

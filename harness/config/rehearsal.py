@@ -278,6 +278,7 @@ OVERCOUNT = 1.5
 # A training step, or one evaluation length, estimated to compute longer than this on this CPU is refused: it
 # is a typo (task.eval_lengths=[80,100000]: hours for one length of a toy model), not an experiment for a CPU.
 STEP_HOURS = 1.0
+SLOWEST_RATE = 1e9  # FLOP/s: below this much work a phase fits the hour on any CPU this runs on
 
 
 @functools.cache
@@ -310,6 +311,8 @@ def check_phases(phases: list[Phase], on_gpu: bool) -> None:
                     f"{gib(large.nbytes)}" if large else "")
             raise ConfigError(f"{phase.what} needs {gib(phase.needs)}{made}, but {gib(free)} is available; "
                               f"{_fix(phase)}")
+    if max(phase.flops for phase in phases) < SLOWEST_RATE * STEP_HOURS * 3600:
+        return  # an hour's work even on the slowest CPU: no rate to measure (a toy run is ~1e9 FLOP)
     rate = cpu_flops_per_second()
     for phase in phases:
         hours = phase.flops / rate / 3600
