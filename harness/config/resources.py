@@ -24,7 +24,6 @@ class Footprint:
     d_model: int
     d_ff: int
     n_layers: int
-    n_heads: int
     vocab: int
 
     @classmethod
@@ -33,7 +32,7 @@ class Footprint:
         plus V·C embeddings."""
         c, f = model.d_model, model.d_ff
         params = model.n_layers * (4 * c * c + 2 * c * f) + vocab * c
-        return cls(params, c, f, model.n_layers, model.n_heads, vocab)
+        return cls(params, c, f, model.n_layers, vocab)
 
     def training_bytes(self, batch: int, length: int) -> int:
         tokens = batch * length

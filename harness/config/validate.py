@@ -89,7 +89,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     if settings["progress"].mode != "auto" and not trainer.enable_progress_bar:
         raise ConfigError(f"progress.mode={settings['progress'].mode} asks for progress but "
                           "trainer.enable_progress_bar=false turns it off; drop one of the two")
-    uri = store_to_write(settings["logger"].tracking_uri, "logger.tracking_uri")
+    uri = store_to_write(settings["logger"].tracking_uri)
     _check_dirs(settings["checkpoint"])
     tokenizer = instantiate(cfg.tokenizer)
     task = instantiate(cfg.task, tokenizer=tokenizer)

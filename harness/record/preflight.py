@@ -26,10 +26,10 @@ from harness.ranges import violated
 from harness.record.store import check_store, resolve_tracking_uri, sqlite_path
 
 
-def store_to_write(configured: str | None, flag: str = "--tracking-uri") -> str:
+def store_to_write(configured: str | None) -> str:
     """The store a command will write (created when missing), checked; its resolved URI."""
     uri = resolve_tracking_uri(configured)
-    _checked(uri, flag)
+    check_store(uri)
     return uri
 
 
@@ -40,18 +40,8 @@ def store_to_read(configured: str | None, flag: str = "--tracking-uri") -> str:
     if db is not None and not db.is_file():
         raise ConfigError(f"no MLflow store at {db}; pass {flag} sqlite:////path/to/mlflow.db or set "
                           "MLFLOW_TRACKING_URI to the store your runs went to")
-    _checked(uri, flag)
+    check_store(uri)
     return uri
-
-
-def _checked(uri: str, flag: str) -> None:
-    try:
-        check_store(uri)
-    except ValueError as e:  # urllib's own parse errors (http://[bad): not a ConfigError
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(f"{flag} {uri!r} does not parse as a URI ({e}); use sqlite:////absolute/path.db or "
-                          "http://host:port") from None
 
 
 def output_dir(value: str | Path, flag: str = "--out") -> Path:

@@ -59,7 +59,10 @@ def dashboard_url(experiment_id: str, run_id: str | None = None, search: str | N
 
 def check_store(uri: str) -> None:
     """A store MLflow cannot open fails here, in under HTTP_TIMEOUT_S, with one line naming the fix."""
-    parsed = urlparse(uri)
+    try:
+        parsed = urlparse(uri)
+    except ValueError as e:  # e.g. http://[bad: "Invalid IPv6 URL"
+        raise ConfigError(f"tracking URI {uri!r} does not parse as a URI ({e}); {FIX}") from None
     if parsed.scheme not in SCHEMES:
         raise ConfigError(f"tracking URI {uri!r} has scheme {parsed.scheme!r}, which MLflow cannot open; {FIX}")
     if parsed.scheme == "sqlite":
