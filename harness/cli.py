@@ -92,7 +92,9 @@ def preflight(argv: list[str], main: Callable[[], object]) -> int:
     saved = list(argv)
     with tempfile.TemporaryDirectory(prefix="posbench-preflight-") as scratch:
         kept = [a for a in argv if not a.lstrip("+~").startswith(PREFLIGHT_DROPS)]
-        argv[:] = [*kept, "~hydra.callbacks.mlflow_sweep", "hydra/hydra_logging=disabled",
+        # hydra/launcher=basic: a preset may choose a launcher in its defaults (experiment=ablation: joblib),
+        # whose worker processes would not be in check mode and would train every cell
+        argv[:] = [*kept, "~hydra.callbacks.mlflow_sweep", "hydra/launcher=basic", "hydra/hydra_logging=disabled",
                    "hydra/job_logging=disabled", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
         _Mode.check, _Mode.preflight, _Mode.bad_cells, _Mode.cells = True, True, [], []
         logging.disable(logging.INFO)  # a plugin's own log lines (optuna's "A new study created")
