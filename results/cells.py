@@ -40,6 +40,7 @@ class Cell:
     reason: str = ""
     variant: str = ""  # swept overrides other than pos/attn/seed: grouped apart, not pooled
     val: list[tuple[int, float]] = field(default_factory=list)  # (optimizer step, val loss)
+    gains: list[tuple[int, float]] = field(default_factory=list)  # (optimizer step, val/order_gain)
     tokens_per_s: float | None = None
     n_params: int | None = None
     train_len: int | None = None
@@ -126,6 +127,12 @@ class Group:
         if self.order_signal == "none" or self.order_gain.mean is None:
             return None
         return self.order_gain.mean >= min_gain
+
+    def gain_curve(self) -> list[tuple[int, float]]:
+        """The mean val/order_gain over the finished seeds at each validation step they all logged."""
+        curves = [dict(c.gains) for c in self.cells if c.finished and c.gains]
+        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        return [(s, sum(c[s] for c in curves) / len(curves)) for s in steps]
 
     @property
     def label(self) -> str:

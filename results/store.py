@@ -78,11 +78,12 @@ def cell_of(client, run) -> Cell:
     status, reason = _status(run)
     history = client.get_metric_history(run.info.run_id, "val/loss") if status != "incompatible" else []
     throughput = client.get_metric_history(run.info.run_id, "train/tokens_per_s") if history else []
+    gains = client.get_metric_history(run.info.run_id, "val/order_gain") if history else []
     return Cell(
         run_id=run.info.run_id, name=run.info.run_name, label=tags.get("sweep_cell") or run.info.run_name,
         pos=tags.get("pos", "?"), attn=tags.get("attn", "?"), seed=tags.get("seed", "?"),
         status=status, reason=reason, variant=_variant(tags.get("sweep_cell", "")),
-        val=sorted((m.step, m.value) for m in history),
+        val=sorted((m.step, m.value) for m in history), gains=sorted((m.step, m.value) for m in gains),
         # mean of the logged windows: each covers the same number of training steps
         tokens_per_s=sum(m.value for m in throughput) / len(throughput) if throughput else None,
         n_params=int(params["model.n_params"]) if "model.n_params" in params else None,

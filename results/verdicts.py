@@ -6,7 +6,8 @@ scheme adds over no position information), else the group with the lowest mean l
 gets one verdict:
 
   premature   the scheme's models do not use word order yet (order gain < report.min_order_gain, see
-              results/cells.py): its loss says nothing about its positional scheme — train longer
+              results/cells.py): its loss says nothing about its positional scheme — train longer; how
+              much longer comes from its own order-gain curve (``trend``)
   lower / higher   the Welch 95 % interval of the difference excludes 0
   tie         it does not; the minimum detectable effect (results.stats) says how large a difference
               this seed count would have caught 80 % of the time, so a reader knows what the tie means
@@ -17,12 +18,15 @@ gets one verdict:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from results.cells import Group
 from results.stats import minimum_detectable_effect, welch_interval
 
 BASELINE = "none"
+# a rise between the last two validations smaller than this share of min_order_gain is read as flat (noise)
+RISING = 0.1
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ def baseline_of(groups: list[Group]) -> Group | None:
 def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     if g.using_order(min_gain) is False:
         return Verdict(g, base, "premature", f"premature — train longer: order gain {g.order_gain.mean:.3f} "
-                                             f"< {min_gain}, not yet using word order")
+                                             f"< {min_gain}, not yet using word order; {trend(g, min_gain)}")
     a, b = _finals(g), _finals(base)
     ci = welch_interval(a, b)
     if ci is None:
@@ -60,6 +64,25 @@ def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     mde = minimum_detectable_effect(a, b)
     return Verdict(g, base, "tie", f"{numbers}: tie within seed noise; n = {len(a)} vs {len(b)} detects "
                                    f"|Δ| ≥ {mde:.4f}")
+
+
+def trend(g: Group, min_gain: float) -> str:
+    """How many steps a premature scheme needs, from its own order-gain curve (the seeds' mean at each
+    validation): rising, the last two validations' rate carried on to ``min_gain``, a linear estimate (the
+    curves seen here rise faster once they start, so it errs long); flat, that no rise has been measured."""
+    curve = g.gain_curve()
+    if len(curve) < 2:
+        return "one validation: no trend measured (log more: trainer.val_check_interval)"
+    (s0, g0), (s1, g1) = curve[-2], curve[-1]
+    if g1 - g0 <= RISING * min_gain:
+        shown = ", ".join(f"{v:.3f}" for _, v in curve[-4:])
+        steps = ", ".join(str(s) for s, _ in curve[-4:])
+        return (f"flat ({shown} at steps {steps}): no rise measured yet, so it needs several times "
+                f"{s1:,} steps")
+    rate = (g1 - g0) / (s1 - s0)
+    needed = s1 + math.ceil((min_gain - g1) / rate)
+    return (f"rising {100 * rate:.3f} per 100 steps (steps {s0:,}–{s1:,}): at that rate it reaches {min_gain} "
+            f"near step {needed:,} (trainer.max_steps)")
 
 
 def verdicts(groups: list[Group], min_gain: float) -> list[Verdict]:

@@ -7,10 +7,12 @@ from results.stats import minimum_detectable_effect, welch_interval
 from results.verdicts import headline, verdicts
 
 
-def cell(pos, seed, loss, gain=1.0, attn="softmax", variant="", signal="scheme", status="finished"):
-    metrics = {} if gain is None else {"val/order_gain": gain}
+def cell(pos, seed, loss, gain=1.0, attn="softmax", variant="", signal="scheme", status="finished", gains=()):
+    """``gains``: the order gain's history as (step, value); its last value is ``gain``'s default."""
+    gains = list(gains) or ([] if gain is None else [(100, gain)])
+    metrics = {} if gain is None else {"val/order_gain": gains[-1][1]}
     return Cell(f"{pos}{attn}{variant}{seed}", "n", f"pos={pos} {variant}".strip(), pos, attn, str(seed), status,
-                variant=variant, val=[(100, loss)], metrics=metrics, order_signal=signal)
+                variant=variant, val=[(100, loss)], metrics=metrics, order_signal=signal, gains=gains)
 
 
 def report(cells):
@@ -66,6 +68,25 @@ def test_failed_cells_are_left_out_and_nothing_to_compare_says_so():
     assert headline([], 0.05).startswith("Verdict: nothing to compare")
 
 
+def test_a_premature_scheme_says_how_many_steps_it_needs_from_its_own_curve():
+    """Rising: the last two validations' rate (seeds' mean) carried on to min_order_gain; flat: no estimate."""
+    none = [cell("none", s, 3.0, gain=0.0, signal="none") for s in range(3)]
+    rising = [cell("rope", s, 2.9, gains=[(50, 0.0), (100, 0.01 + s / 1000), (150, 0.03 + s / 1000)])
+              for s in range(3)]  # mean 0.011 → 0.031 over 50 steps: 0.04 per 100; 0.05 is 0.019 away: 48 steps
+    [v] = verdicts(report(none + rising).groups, 0.05)
+    assert v.verdict == "premature"
+    assert v.text.endswith("rising 0.040 per 100 steps (steps 100–150): at that rate it reaches 0.05 near step 198 "
+                           "(trainer.max_steps)")
+    flat = [cell("learned", s, 3.0, gains=[(50, 0.0), (100, 0.001), (150, 0.004)]) for s in range(3)]  # +0.003
+    [v] = verdicts(report(none + flat).groups, 0.05)  # below a tenth of min_order_gain: noise, not a rise
+    assert v.text.endswith("flat (0.000, 0.001, 0.004 at steps 50, 100, 150): no rise measured yet, so it needs "
+                           "several times 150 steps")
+    ragged = [cell("learned", 0, 3.0, gains=[(50, 0.0), (100, 0.02)]),  # a seed without step 150: the steps all
+              cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.03), (150, 0.04)])]  # seeds logged count
+    [v] = verdicts(report(none + ragged).groups, 0.05)
+    assert "rising 0.050 per 100 steps (steps 50–100)" in v.text
+
+
 @pytest.mark.parametrize("gain, expected", [(None, "lower"), (0.2, "lower")])
 def test_unmeasured_order_gain_is_not_premature(gain, expected):
     """Runs logged before the order check existed (no val/order_gain) are judged on their losses."""
@@ -92,4 +113,5 @@ def test_the_console_summary_ends_with_the_verdicts_and_marks_cells_that_ignore_
     rope_v = next(v for v in found if v.group.pos == "rope")
     assert lines[-2] == f"  rope vs none (softmax): lower: {rope_v.text}"
     assert lines[-1] == ("  learned vs none (softmax): premature — train longer: order gain 0.001 < 0.05, "
-                         "not yet using word order")
+                         "not yet using word order; one validation: no trend measured (log more: "
+                         "trainer.val_check_interval)")
