@@ -10,8 +10,8 @@ install:
 	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
 	$(PY) -m pip install -q -e ".[test]"
 
-run: install  ## default ablation: none vs learned vs RoPE, masked LM on the embedded corpus
-	$(PY) run.py -m pos=none,learned,rope
+run: install  ## default ablation: none vs learned vs RoPE × 3 seeds, masked LM on the embedded corpus (conf/experiment/ablation.yaml)
+	$(PY) run.py -m experiment=ablation
 
 test: install
 	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
