@@ -80,7 +80,7 @@ def trend(g: Group, min_gain: float) -> str:
         return (f"flat ({shown} at steps {steps}): no rise measured yet, so it needs several times "
                 f"{s1:,} steps")
     rate = (g1 - g0) / (s1 - s0)
-    needed = s1 + math.ceil((min_gain - g1) / rate)
+    needed = s1 + max(1, math.ceil((min_gain - g1) / rate))  # ≥ 1: seeds without the last step may lift the curve
     return (f"rising {100 * rate:.3f} per 100 steps (steps {s0:,}–{s1:,}): at that rate it reaches {min_gain} "
             f"near step {needed:,} (trainer.max_steps)")
 

@@ -214,7 +214,7 @@ RUN_CASES = [
     ("group-typo", ["poss=rope"], "did you mean pos=...?"),
     ("key-without-plus", ["optim.optimizer.eps=0"], "Could not override 'optim.optimizer.eps'"),
     ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, text"),
-    ("unknown-experiment", ["experiment=foo"], "use one of experiment=alibi_extrapolation"),
+    ("unknown-experiment", ["experiment=foo"], "use one of experiment=ablation, alibi_extrapolation"),
     ("ambiguous-sweep-value", ["pos=rope,t5"], "Ambiguous value for argument 'pos=rope,t5'"),
     # ---- a sweep is checked whole before its first cell trains (harness/cli.py preflight)
     ("sweep-one-bad-cell", ["-m", "optim.optimizer.lr=1e-3,-1"], "cell optim.optimizer.lr=-1"),

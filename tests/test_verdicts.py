@@ -85,6 +85,10 @@ def test_a_premature_scheme_says_how_many_steps_it_needs_from_its_own_curve():
               cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.03), (150, 0.04)])]  # seeds logged count
     [v] = verdicts(report(none + ragged).groups, 0.05)
     assert "rising 0.050 per 100 steps (steps 50–100)" in v.text
+    past = [cell("learned", 0, 3.0, gains=[(50, 0.0), (100, 0.06)]),  # the shared steps' mean is past 0.05 while
+            cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.08), (150, 0.01)])]  # the finals' mean is not
+    [v] = verdicts(report(none + past).groups, 0.05)
+    assert v.verdict == "premature" and v.text.endswith("near step 101 (trainer.max_steps)")  # never at or before
 
 
 @pytest.mark.parametrize("gain, expected", [(None, "lower"), (0.2, "lower")])
