@@ -108,6 +108,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
     if built.owner and task.scores_sequences:
         results = ev.evaluate_task(built.module, task, corpus, checked.data.batch_size)
         run.log_scalars(ev.task_metrics(results), step)
+        print(ev.accuracy_table(results))
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
         run.log_files(task.artifacts(results))  # the task's own files (harness/data/tasks/base.py)
     elif built.owner and lengths:

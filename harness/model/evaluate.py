@@ -7,7 +7,9 @@ byte-level tokenizers) at the final step. MLflow metric names may not contain ``
 
 A synthetic task (harness/data/tasks/) is scored at each ``task.eval_lengths`` entry by exact match,
 ``val/acc_at_<L>`` (Kazemnejad et al. 2023), and by per-token accuracy over the answer tokens,
-``val/token_acc_at_<L>`` (Ruoss et al. 2023), with ``val/loss_at_<L>`` (nats per answer token). Every
+``val/token_acc_at_<L>`` (Ruoss et al. 2023), with ``val/loss_at_<L>`` (nats per answer token), and beside
+them what a position-blind rule scores on the same length, ``val/blind_acc_at_<L>`` and
+``val/blind_token_acc_at_<L>`` (harness/data/tasks/blind.py; encoder forms). Every
 example's outcome is kept with its integer fields (its length and the task's extras) in
 ``TaskResults.examples``, which the task's ``artifacts`` hook turns into files of its own.
 
@@ -26,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from harness.data.loaders import on_device
 from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match, token_hits
+from harness.data.tasks.blind import blind_baseline
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
@@ -130,6 +133,8 @@ def evaluate_task(module, task: ScoredTask, corpus, batch_size: int) -> TaskResu
     results = TaskResults()
     module.eval()
     for length in task.eval_lengths:
+        if (blind := blind_baseline(task, length)) is not None:  # what no use of positions can score
+            results.blind[length] = blind
         loader = DataLoader(task.length_data(corpus, length), batch_size=batch_size, collate_fn=task.collate)
         try:
             _score_length(module, loader, length, results)
@@ -165,4 +170,21 @@ def scored_examples(batch: dict, correct: torch.Tensor) -> list[ScoredExample]:
 def task_metrics(results: TaskResults) -> dict[str, float]:
     return {**{f"val/acc_at_{n}": acc for n, acc in results.accuracy.items()},
             **{f"val/token_acc_at_{n}": acc for n, acc in results.token_accuracy.items()},
-            **{f"val/loss_at_{n}": loss for n, loss in results.losses.items()}}
+            **{f"val/loss_at_{n}": loss for n, loss in results.losses.items()},
+            **{f"val/blind_acc_at_{n}": b.acc for n, b in results.blind.items()},
+            **{f"val/blind_token_acc_at_{n}": b.token_acc for n, b in results.blind.items()}}
+
+
+def accuracy_table(results: TaskResults) -> str:
+    """The final model's accuracies per length, each beside its position-blind baseline [in brackets]."""
+    blind = bool(results.blind)
+    lines = ["task accuracy by length" + (" [position-blind baseline, harness/data/tasks/blind.py]" if blind else "")]
+    for n in sorted({*results.accuracy, *results.skipped}):
+        if n in results.skipped:
+            lines.append(f"  L={n:<5} skipped: {results.skipped[n]}")
+            continue
+        b = results.blind.get(n)
+        token = f"{results.token_accuracy[n]:.3f}" + (f" [{b.token_acc:.3f}]" if b else "")
+        exact = f"{results.accuracy[n]:.3f}" + (f" [{b.acc:.3f}]" if b else "")
+        lines.append(f"  L={n:<5} per token {token:<15} exact match {exact}")
+    return "\n".join(lines)

@@ -144,6 +144,7 @@ class TaskResults:
     losses: dict[int, float] = field(default_factory=dict)  # nats per answer token
     skipped: dict[int, str] = field(default_factory=dict)  # length -> why it was not scored (the scheme refused)
     examples: list[ScoredExample] = field(default_factory=list)  # every scored example, in evaluation order
+    blind: dict = field(default_factory=dict)  # length -> the position-blind baseline (tasks/blind.py), if defined
 
 
 @runtime_checkable
