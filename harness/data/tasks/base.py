@@ -29,6 +29,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from harness.data.objectives import IGNORE, Task
+from harness.data.tasks.blind import Blind
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
 
@@ -144,7 +145,7 @@ class TaskResults:
     losses: dict[int, float] = field(default_factory=dict)  # nats per answer token
     skipped: dict[int, str] = field(default_factory=dict)  # length -> why it was not scored (the scheme refused)
     examples: list[ScoredExample] = field(default_factory=list)  # every scored example, in evaluation order
-    blind: dict = field(default_factory=dict)  # length -> the position-blind baseline (tasks/blind.py), if defined
+    blind: dict[int, Blind] = field(default_factory=dict)  # length -> the position-blind baseline, where defined
 
 
 @runtime_checkable
