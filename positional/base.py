@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from harness.errors import ConfigError
 
 BiasKind = Literal["none", "relative", "positional", "content"]
+EvalPositions = Literal["sampled", "ordered"]
 HOOKS = ("embed", "rotary", "logit_bias")
 
 
@@ -149,13 +150,16 @@ def bias_over_offsets(table: Tensor, positions: Tensor, far: FarField | None = N
     return PositionalBias(table[:, index].unsqueeze(0))  # (1, H, T, T)
 
 
-def randomized_positions(t: int, max_position: int) -> Tensor:
+def randomized_positions(t: int, max_position: int, generator: torch.Generator | None = None) -> Tensor:
     """T positions drawn without replacement from [0, max_position), sorted (Ruoss et al. 2023, §3).
 
-    Drawn on the CPU from torch's global generator, so a seeded run (and its resume, which restores
-    that generator) draws the same positions on any device. Shape (T,), long.
+    Drawn on the CPU from ``generator`` (torch's global one by default), so a seeded run (and its resume,
+    which restores that generator) draws the same positions on any device. Shape (T,), long.
     """
-    return torch.randperm(max_position)[:t].sort().values
+    return torch.randperm(max_position, generator=generator)[:t].sort().values
+
+
+EVAL_SEED = 0  # every evaluation pass of a randomized model starts its own draws from this seed
 
 
 class PositionalScheme(nn.Module):
@@ -163,10 +167,13 @@ class PositionalScheme(nn.Module):
 
     Every scheme also takes the position-sampling options of Ruoss et al. 2023 (subclasses name
     them in their own signature, so the validation pass refuses a misspelt key):
-      randomize     at training time the T positions are a sorted sample without replacement from
-                    [0, max_position) (``randomized_positions``), one draw per forward shared by
-                    every hook and layer; evaluation always uses 0 … T-1
-      max_position  the range sampled from (≥ data.seq_len); a learned table is this long
+      randomize       the T positions are a sorted sample without replacement from [0, max_position)
+                      (``randomized_positions``), one draw per forward shared by every hook and layer
+      max_position    the range sampled from (≥ data.seq_len); a learned table is this long
+      eval_positions  with randomize: ``sampled`` (the default, as the paper's reference code does:
+                      evaluation draws too, from its own generator, reseeded at every switch to
+                      evaluation, so validating neither moves the training draws nor depends on when it
+                      runs) or ``ordered`` (evaluation at 0 … T-1)
     A relative (Toeplitz) bias then depends on p_i - p_j: the instance declares ``positional``.
     """
 
@@ -174,12 +181,26 @@ class PositionalScheme(nn.Module):
     # Why pos.randomize=true means nothing for this scheme (None: it reads positions, so it can)
     randomize_refusal: ClassVar[str | None] = None
 
-    def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None):
+    def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None,
+                 eval_positions: EvalPositions | None = None):
         super().__init__()
         self.shape = shape
-        self.randomize, self.max_position = _check_sampling(type(self), shape, randomize, max_position)
+        self.randomize, self.max_position, self.eval_positions = _check_sampling(
+            type(self), shape, randomize, max_position, eval_positions)
         if randomize and self.bias_kind == "relative":
             self.bias_kind = "positional"  # c[p_i − p_j] over sampled p is no Toeplitz matrix in (i, j)
+        self._eval_draws = torch.Generator().manual_seed(EVAL_SEED)  # CPU, like the training draws
+
+    def train(self, mode: bool = True):
+        if not mode:  # each evaluation pass draws the same positions, whenever it runs
+            self._eval_draws.manual_seed(EVAL_SEED)
+        return super().train(mode)
+
+    @property
+    def sampling(self) -> bool:
+        """Whether this forward's positions are drawn: training under randomize, and evaluation too unless
+        eval_positions=ordered."""
+        return self.randomize and (self.training or self.eval_positions == "sampled")
 
     @property
     def position_range(self) -> int:
@@ -197,11 +218,13 @@ class PositionalScheme(nn.Module):
 
     def positions(self, t: int, device=None) -> Tensor:
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
-        if self.randomize and self.training:
+        if self.sampling:
             if t > self.max_position:
+                ordered = "" if self.training else " or set pos.eval_positions=ordered"
                 raise ConfigError(f"max_position={self.max_position} < sequence length {t}: T distinct "
-                                  "positions cannot be drawn; raise max_position")
-            return randomized_positions(t, self.max_position).to(device)
+                                  f"positions cannot be drawn; raise max_position{ordered}")
+            generator = None if self.training else self._eval_draws
+            return randomized_positions(t, self.max_position, generator).to(device)
         return torch.arange(t, device=device)
 
     @classmethod
@@ -254,21 +277,24 @@ class PositionalScheme(nn.Module):
         return {}
 
 
-def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool,
-                    max_position: int | None) -> tuple[bool, int | None]:
-    """Validate pos.randomize / pos.max_position before anything is built; one-line errors."""
+def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool, max_position: int | None,
+                    eval_positions: str | None) -> tuple[bool, int | None, str | None]:
+    """Validate pos.randomize / pos.max_position / pos.eval_positions before anything is built; one-line errors."""
     name = cls.config_name()
     if not isinstance(randomize, bool):
         raise ConfigError(f"randomize={randomize!r}: use true or false")
+    if eval_positions not in (None, "sampled", "ordered"):
+        raise ConfigError(f"eval_positions={eval_positions!r}: use sampled or ordered (or null: sampled)")
     if not randomize:
-        if max_position is not None:
-            raise ConfigError(f"max_position={max_position} only applies with randomize=true; "
-                              "set randomize=true or drop max_position")
-        return False, None
+        for key, value in (("max_position", max_position), ("eval_positions", eval_positions)):
+            if value is not None:
+                raise ConfigError(f"{key}={value} only applies with randomize=true; "
+                                  f"set randomize=true or drop {key}")
+        return False, None, None
     if cls.randomize_refusal:
         raise ConfigError(f"randomize=true with pos={name}: {cls.randomize_refusal}; "
                           "use randomize=false or a scheme that reads positions")
     if not isinstance(max_position, int) or max_position < shape.max_len:
         raise ConfigError(f"randomize=true needs max_position ≥ the training length {shape.max_len} (data.seq_len) "
                           f"(got {max_position}); positions are drawn from [0, max_position)")
-    return True, max_position
+    return True, max_position, eval_positions or "sampled"

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.ranges import Positive, PositiveInt, ranged
-from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape
+from positional.base import EvalPositions, LogitBias, PositionalBias, PositionalScheme, Shape
 
 
 def fire_psi(x: Tensor, c: Tensor) -> Tensor:
@@ -66,8 +66,10 @@ class Fire(PositionalScheme):
     @ranged
     def __init__(self, shape: Shape, mlp_width: PositiveInt = 32, init_c: Positive = 0.1, init_L: Positive = 512.0,
                  per_layer: bool = False, eps: Positive = 1e-6, randomize: bool = False,
-                 max_position: int | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position)
+                 max_position: int | None = None,
+                 eval_positions: EvalPositions | None = None):
+        super().__init__(shape, randomize=randomize, max_position=max_position,
+                         eval_positions=eval_positions)
         self.per_layer, self.eps = per_layer, eps
         self.bias_depends_on_layer = per_layer
         n = shape.n_layers if per_layer else 1

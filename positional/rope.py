@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, Rotary, Shape
+from positional.base import EvalPositions, PositionalScheme, Rotary, Shape
 from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, as_field_of, scaling_for
 
 
@@ -167,13 +167,15 @@ class Rope(PositionalScheme):
 
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
                  scaling: RopeScaling | Callable[..., RopeScaling] | None = None, randomize: bool = False,
-                 max_position: int | None = None):
+                 max_position: int | None = None,
+                 eval_positions: EvalPositions | None = None):
         """``scaling``: the eval-time length scaling, ``RopeScaling("yarn", factor=4.0)``, or a callable that builds
         one from ``base=`` and ``rotated=`` (conf/pos/scaling/<method>.yaml, a partial RopeScaling); either way
         its ``base`` and ``rotated`` are this θ's, and its ``original_max_len`` defaults to ``shape.max_len``.
         None: no scaling.
         ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
-        super().__init__(shape, randomize=randomize, max_position=max_position)
+        super().__init__(shape, randomize=randomize, max_position=max_position,
+                         eval_positions=eval_positions)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
             raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/R))")
@@ -214,7 +216,7 @@ class Rope(PositionalScheme):
     def positions(self, t: int, device=None) -> Tensor:
         """0 … T−1 as one tensor per (T, device), handed to every forward: ``_cos_sin`` recognises it by identity
         and reuses its cos, sin without reading a position (a comparison of values would wait for the GPU)."""
-        if (self.randomize and self.training) or torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+        if self.sampling or torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
             return super().positions(t, device)  # an inference tensor, kept, could not be saved for a backward
         device = torch.device("cpu" if device is None else device)
         own = self.__dict__.get("_positions")
@@ -237,8 +239,9 @@ class Rope(PositionalScheme):
 
     def _length(self, positions: Tensor) -> int:
         """T = the largest position + 1, which dynamic_ntk and longrope read: the count of positions 0 … T−1, so
-        no value is read, except for a sorted sample (pos.randomize=true) in a fine-tune under ``rescaled``."""
-        return int(positions[-1]) + 1 if self.randomize and self.training else positions.numel()
+        no value is read, except for a sorted sample (pos.randomize=true) under a scaling: a fine-tune under
+        ``rescaled``, or evaluation at sampled positions (pos.eval_positions=sampled)."""
+        return int(positions[-1]) + 1 if self.sampling else positions.numel()
 
     def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
         """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions are this

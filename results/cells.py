@@ -51,6 +51,10 @@ class Cell:
     # where word order can come from: "scheme" (a positional scheme), "causal mask" (NoPE with a causal
     # mask), "none" (NoPE, bidirectional: permutation-equivariant, its order gain is 0 by construction)
     order_signal: str = "scheme"
+    # where randomized positions (pos.randomize) were evaluated: "sampled" (from [0, max_position), the default)
+    # or "ordered" (0 … T−1); None for a cell without randomized positions
+    eval_positions: str | None = None
+    max_position: int | None = None
 
     @property
     def order_gain(self) -> float | None:

@@ -218,6 +218,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
         f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} (data={tags.get('data', '?')}).",
         "",
+        *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
         "## Sweep report",
@@ -227,6 +228,23 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return verdict
+
+
+def evaluation_positions(cells) -> list[str]:
+    """Where the cells with randomized positions (pos.randomize) were evaluated: at a fresh sample from
+    [0, max_position) per forward (the default, as Ruoss et al.'s reference code) or at 0 … T−1."""
+    ranges: dict[str, set[str]] = {}
+    for cell in cells:
+        if getattr(cell, "eval_positions", None):
+            ranges.setdefault(cell.eval_positions, set()).add(str(cell.max_position))
+    if not ranges:
+        return []
+    words = {"sampled": "at a fresh sorted sample of positions per forward (`pos.eval_positions=sampled`, as Ruoss "
+                        "et al.'s reference code)",
+             "ordered": "at positions 0 … T−1 (`pos.eval_positions=ordered`)"}
+    said = "; ".join(f"{words[m]}, max_position {', '.join(sorted(r))}" for m, r in sorted(ranges.items()))
+    return [f"Positions at evaluation: the cells with randomized positions (`pos.randomize=true`) are evaluated "
+            f"{said}; the others at 0 … T−1.", ""]
 
 
 def _comparisons_table(outcomes: list[Outcome], secondary: list[Outcome]) -> list[str]:

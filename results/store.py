@@ -92,7 +92,17 @@ def cell_of(client, run) -> Cell:
         skipped_lengths={int(m[1]): v for k, v in tags.items() if (m := SKIPPED_TAG.match(k))},
         job=int(tags.get("sweep_job", 0)) if tags.get("sweep_job", "0").isdigit() else 0,
         metrics=dict(run.data.metrics), order_signal=tags.get("order_signal", "scheme"),
+        **_sampling(params),
     )
+
+
+def _sampling(params: dict[str, str]) -> dict:
+    """A randomized cell's evaluation positions (pos.eval_positions: null means sampled) and range."""
+    if params.get("pos.randomize") != "True":
+        return {}
+    mode, top = params.get("pos.eval_positions", "None"), params.get("pos.max_position", "")
+    return {"eval_positions": "sampled" if mode == "None" else mode,
+            "max_position": int(top) if top.isdigit() else None}
 
 
 def cells_of(client, sweep: Sweep) -> list:

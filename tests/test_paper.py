@@ -309,3 +309,25 @@ def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp
     text = "\n".join(grid_section(None, cells, tmp_path))
     assert "| rope | refused | -0.300 (no interval: one seed) |" in text
     assert "0 of 0 cells beat `pos=none` beyond seed noise, 0 are worse, 0 are within noise; 1 have too few" in text
+
+
+def test_the_report_says_where_randomized_cells_were_evaluated():
+    from results.cells import Cell
+    from results.paper import evaluation_positions
+    from results.store import _sampling
+
+    assert _sampling({"pos.randomize": "False", "pos.eval_positions": "None"}) == {}
+    sampled = _sampling({"pos.randomize": "True", "pos.eval_positions": "None", "pos.max_position": "64"})
+    ordered = _sampling({"pos.randomize": "True", "pos.eval_positions": "ordered", "pos.max_position": "64"})
+    assert sampled == {"eval_positions": "sampled", "max_position": 64} and ordered["eval_positions"] == "ordered"
+
+    def cell(**sampling):
+        return Cell(run_id="r", name="n", label="l", pos="rope", attn="softmax", seed="0", status="finished",
+                    **sampling)
+
+    assert evaluation_positions([cell(), cell()]) == []  # nothing randomized: nothing to say
+    line = evaluation_positions([cell(), cell(**sampled)])[0]
+    assert "a fresh sorted sample of positions per forward (`pos.eval_positions=sampled`" in line \
+        and "max_position 64" in line and "the others at 0 … T−1" in line
+    both = evaluation_positions([cell(**sampled), cell(**ordered)])[0]
+    assert "`pos.eval_positions=ordered`" in both and "`pos.eval_positions=sampled`" in both

@@ -1,5 +1,6 @@
 """Randomized positions (Ruoss et al. 2023): the draw, one sample per forward for every hook, evaluation
-at 0 … T−1, the schemes that take it (relative biases turn positional), the refusals, and exact resume."""
+at a sample of its own (the paper's) or at 0 … T−1 (pos.eval_positions=ordered), the schemes that take it
+(relative biases turn positional), the refusals, and exact resume."""
 
 from functools import partial
 
@@ -17,6 +18,7 @@ from positional.alibi import ALiBi, alibi_slopes
 from positional.base import PositionalBias, PositionalScheme, RelativeBias, Shape, randomized_positions
 from positional.kerple import Kerple
 from positional.learned import Learned
+from positional.rope import Rope
 from positional.t5 import T5Bias, relative_position_bucket
 from tests.attn_cases import F64
 
@@ -60,21 +62,72 @@ class Probe(PositionalScheme):
         self.seen.append((f"bias{layer}", positions))
 
 
-def test_the_model_draws_once_per_training_forward_and_uses_0_to_t_in_evaluation():
+def _probe_model(**sampling) -> Transformer:
+    return Transformer(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_ff=16), 10, 12, True,
+                       pos=partial(Probe, randomize=True, max_position=100, **sampling), attn=partial(Softmax))
+
+
+def test_the_model_draws_once_per_training_forward():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_ff=16), 10, 12, True,
-                        pos=partial(Probe, randomize=True, max_position=100), attn=partial(Softmax))
-    ids = torch.zeros(3, 12, dtype=torch.long)
-    model.train()(ids)
+    model = _probe_model()
+    model.train()(torch.zeros(3, 12, dtype=torch.long))
     names, positions = zip(*model.pos.seen, strict=True)
     assert names == ("embed", "rotary", "bias0", "bias1")
     assert all(p is positions[0] for p in positions)  # one sample, shared by every hook and layer
     assert positions[0].max() < 100 and not torch.equal(positions[0], torch.arange(12))
+
+
+def _eval_draws(model: Transformer, forwards: int) -> list[torch.Tensor]:
+    """The positions of ``forwards`` evaluation forwards in one pass (one switch to evaluation)."""
     model.pos.seen.clear()
+    model.eval()
+    for _ in range(forwards):
+        model(torch.zeros(3, 12, dtype=torch.long))
+    return [p for name, p in model.pos.seen if name == "embed"]
+
+
+def test_evaluation_draws_its_own_sample_by_default_without_moving_the_training_draws():
+    """Ruoss et al.'s reference code samples positions at evaluation too: the default. Its draws come from a
+    generator of its own, reseeded at every switch to evaluation, so a validation leaves the training draws
+    (and a resume) as they were and scores the same positions whenever it runs."""
+    torch.manual_seed(0)
+    model = _probe_model()
+    assert model.pos.eval_positions == "sampled"
     state = torch.get_rng_state()
-    model.eval()(ids)
-    assert all(torch.equal(p, torch.arange(12)) for _, p in model.pos.seen)
-    assert torch.equal(torch.get_rng_state(), state)  # evaluation draws nothing: it cannot shift a resume
+    first = _eval_draws(model, 3)
+    assert torch.equal(torch.get_rng_state(), state)
+    for p in first:
+        assert (p.diff() > 0).all() and 0 <= p.min() and p.max() < 100 and not torch.equal(p, torch.arange(12))
+    assert not torch.equal(first[0], first[1])  # a fresh sample per forward
+    model.train()(torch.zeros(3, 12, dtype=torch.long))  # training in between: the next pass is the same
+    assert all(torch.equal(a, b) for a, b in zip(first, _eval_draws(model, 3), strict=True))
+
+
+def test_ordered_evaluation_uses_0_to_t_and_draws_nothing():
+    model = _probe_model(eval_positions="ordered")
+    state = torch.get_rng_state()
+    assert all(torch.equal(p, torch.arange(12)) for p in _eval_draws(model, 2))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_sampled_evaluation_longer_than_the_range_is_refused_with_the_way_out():
+    probe = Probe(SHAPE, randomize=True, max_position=20).eval()
+    with pytest.raises(ConfigError, match="max_position=20 < sequence length 21.+pos.eval_positions=ordered"):
+        probe.positions(21)
+    assert torch.equal(Probe(SHAPE, randomize=True, max_position=20, eval_positions="ordered").eval().positions(21),
+                       torch.arange(21))
+
+
+def test_rope_evaluated_at_sampled_positions_rotates_by_them():
+    """RoPE keeps one 0 … T−1 tensor (and its cos, sin) per length; a sampled evaluation must bypass it."""
+    rope = Rope(Shape(16, 2, 2, 12, causal=True), randomize=True, max_position=64).double().eval()
+    p = rope.positions(12)
+    assert not torch.equal(p, torch.arange(12))
+    q = torch.randn(1, 2, 12, 8, dtype=F64)
+    reference = Rope(Shape(16, 2, 2, 64, causal=True)).double().eval()
+    at_p = torch.zeros(1, 2, 64, 8, dtype=F64)
+    at_p[:, :, p] = q  # q's rows placed at positions p of a 0 … 63 input
+    assert_close(rope.rotary(p).rotate(q), reference.rotary(torch.arange(64)).rotate(at_p)[:, :, p], rtol=0, atol=1e-13)
 
 
 def test_learned_table_holds_max_position_and_serves_longer_evaluation():
@@ -125,6 +178,8 @@ def test_a_randomized_relative_bias_is_refused_where_only_toeplitz_biases_are_ap
     (dict(randomize=True, max_position=8), "needs max_position ≥ the training length 12"),
     (dict(max_position=64), "^max_position=64 only applies with randomize=true"),
     (dict(randomize="yes", max_position=64), "^randomize='yes': use true or false"),
+    (dict(eval_positions="ordered"), "^eval_positions=ordered only applies with randomize=true"),
+    (dict(randomize=True, max_position=64, eval_positions="random"), "^eval_positions='random': use sampled or"),
 ])
 def test_bad_sampling_options_are_refused_in_one_line(kw, match):
     with pytest.raises(ConfigError, match=match) as e:
