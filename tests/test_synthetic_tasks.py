@@ -22,6 +22,7 @@ from harness.data.tasks.copy import Copy
 from harness.data.tasks.missing_duplicate import MissingDuplicate
 from harness.data.tasks.passkey import NEEDLE, QUESTION, Passkey, depth_table, write_depth_table
 from harness.data.tasks.reverse import Reverse
+from harness.data.tasks.sort import Sort
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
 from tests.helpers import ROOT, assert_figure, compose
@@ -30,7 +31,7 @@ MASK, PAD = 257, 256
 # Filler without digits, so the key's digits are the only ones in a passkey example.
 FILLER = b"".join(b"Sentence %b of the filler text, with words and no numbers at all. " % w
                   for w in (b"one", b"two", b"three", b"four", b"five", b"six", b"seven", b"eight") * 8)
-TASKS = ["copy", "reverse", "missing_duplicate", "associative_recall", "passkey"]
+TASKS = ["copy", "reverse", "sort", "missing_duplicate", "associative_recall", "passkey"]
 
 
 def gen(i: int = 0) -> torch.Generator:
@@ -54,6 +55,7 @@ def scored(e: dict) -> str:
 def all_tasks(filler=FILLER):
     """(task, filler) for every task and form; passkey's lengths made short for speed."""
     return [(Copy(), None), (Copy(form="encoder"), None), (Reverse(), None), (Reverse(form="encoder"), None),
+            (Sort(), None), (Sort(form="encoder"), None),
             (MissingDuplicate(), None), (AssociativeRecall(), None),
             (Passkey(train_lengths=[130, 160], eval_lengths=[140, 640]), filler),
             (Passkey(form="encoder", train_lengths=[130, 160], eval_lengths=[140, 640]), filler)]
@@ -172,6 +174,21 @@ def test_copy_and_reverse_encoder_format(cls, f):
         assert s == w + "_" * n and set(w) <= {"0", "1"}  # binary, [MASK] output slots, no separator
         assert scored(e) == f(w)
         assert (e["labels"][:n] == IGNORE).all() and (e["input_ids"][n:] == MASK).all()
+
+
+@pytest.mark.parametrize("form, alphabet", [("causal", "0123456789"), ("encoder", "01234")])
+def test_sort_outputs_the_symbols_in_ascending_order(form, alphabet):
+    task = Sort(form=form)
+    seen = set()
+    for e in task.train_dataset(seed=2, n=40):
+        n = e["length"]
+        w = text(e["input_ids"])[:n]
+        assert scored(e) == "".join(sorted(w)) + ("." if form == "causal" else "") and set(w) <= set(alphabet)
+        seen |= set(w)
+    assert seen == set(alphabet)  # the paper's alphabet by default: digits, or bucket sort's five symbols
+    for e in Sort(form="encoder", alphabet="ba", train_lengths=[6, 8]).train_dataset(seed=0, n=10):
+        out = scored(e)  # by byte value, whatever order the alphabet is written in
+        assert out == "a" * out.count("a") + "b" * out.count("b")
 
 
 def test_missing_duplicate_blank_is_the_label():
