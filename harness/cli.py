@@ -35,9 +35,10 @@ GROUP_KEYS = ("pos", "attn", "task", "data", "experiment", "scale")
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+LAUNCHER_KEYS = ("hydra/launcher=", "hydra.launcher.")
 # Hydra settings the preflight replaces: it runs every cell in this process, logs nothing, writes nowhere
-PREFLIGHT_DROPS = ("hydra/launcher=", "hydra.launcher.", "hydra/hydra_logging=", "hydra/job_logging=",
-                   "hydra.sweep.dir=", "hydra.output_subdir=")
+PREFLIGHT_DROPS = (*LAUNCHER_KEYS, "hydra/hydra_logging=", "hydra/job_logging=", "hydra.sweep.dir=",
+                   "hydra.output_subdir=")
 
 
 class _Mode:
@@ -62,7 +63,14 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
         return _guarded(lambda: print_catalogue(argv[1], argv[2:]))
     if CHECK_FLAG in argv:
         argv.remove(CHECK_FLAG)
-        argv.append("~hydra.callbacks.mlflow_sweep")  # a checked sweep trains nothing: no parent run
+        launcher_error = _launcher_error(argv)
+        if launcher_error:
+            print(f"error: {launcher_error}", file=sys.stderr)
+            return 2
+        # every cell is checked in this process: a launcher's workers (a preset's joblib, a SLURM array) would
+        # not be in check mode and would train; a checked sweep trains nothing, so it opens no parent run either
+        argv[:] = [*(a for a in argv if not a.lstrip("+~").startswith(LAUNCHER_KEYS)),
+                   "hydra/launcher=basic", "~hydra.callbacks.mlflow_sweep"]
         _Mode.check = True
     elif any(flag in argv for flag in MULTIRUN_FLAGS):
         flag = next(a for a in argv if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only

@@ -89,3 +89,16 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
         numbers = re.search(r"Δ = (\S+) \[(\S+), (\S+)\]", v.text).groups()
         assert numbers == (f"{diff:+.4f}", f"{low:+.4f}", f"{high:+.4f}")
         assert v.verdict == ("lower" if high < 0 else "higher" if low > 0 else "tie")
+
+
+def test_a_checked_sweep_checks_every_cell_in_this_process_whatever_launcher_the_preset_picks(tmp_path):
+    """``--check -m experiment=ablation`` once handed the cells to the preset's joblib workers, which were not in
+    check mode and trained all nine (minutes, a store full of runs); now it answers in seconds, trains nothing."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for launcher in ([], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]):
+        proc = subprocess.run([sys.executable, "run.py", "-m", "--check", "experiment=ablation", *launcher,
+                               f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "MLFLOW_TRACKING_URI": uri}, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.count("ok: ") == 9, proc.stdout
+        assert not (tmp_path / "mlflow.db").exists()  # no cell trained: training opens the store first
