@@ -23,7 +23,7 @@ def sweep_cells(cfg) -> list[list[str]]:
 
 def test_the_presets_exist():
     assert set(PRESETS) == {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta",
-                            "su_linear_rope", "alibi_extrapolation", "grid", "length_generalization",
+                            "su_linear_rope", "alibi_extrapolation", "grid", "nope_length_generalization",
                             "rope_scaling"}
 
 
@@ -35,7 +35,7 @@ def test_preset_composes_and_names_its_claim(preset, scale):
     assert cfg.claim.source and cfg.claim.statement
     assert cfg.hydra.sweeper.params, "a preset is a sweep"
     toy_steps = compose([f"experiment={preset}"]).trainer.max_steps
-    assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 600)  # CPU-sized
+    assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 3000)  # CPU-sized
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
         for side in ("lower", "higher", "than", "cell"):  # lower_than_metric names a metric, not an arm
