@@ -24,7 +24,7 @@ def sweep_cells(cfg) -> list[list[str]]:
 def test_the_presets_exist():
     assert set(PRESETS) == {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta",
                             "su_linear_rope", "alibi_extrapolation", "grid", "nope_length_generalization",
-                            "rope_scaling"}
+                            "randomized_positions", "rope_scaling"}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
