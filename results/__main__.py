@@ -43,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
                         help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)")
     paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
-    paper.add_argument("--scale", default="toy", choices=sorted(p.stem for p in (CONF / "scale").glob("*.yaml")))
+    paper.add_argument("--scale", default="toy",
+                       help="the sweep's scale, or its scales comma-separated (scale=toy,toy2x,toy4x: a verdict each)")
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
@@ -109,10 +110,12 @@ def paper_command(args) -> int:
     from harness.config.compose import preset_scales
 
     scales = preset_scales(args.preset)
-    if args.scale not in scales:
-        raise ConfigError(f"--scale {args.scale}: preset {args.preset} has no such scale; use one of "
-                          f"{', '.join(scales)}")
-    args.out = writable_out(args.out or project_root() / "results" / args.preset)
+    for scale in args.scale.split(","):
+        if scale not in scales:
+            raise ConfigError(f"--scale {scale}: preset {args.preset} has no such scale; use one of "
+                              f"{', '.join(scales)} (several comma-separated for a sweep over scale)")
+    axis = "_scales" if "," in args.scale else ""  # a scale sweep's report beside the preset's own
+    args.out = writable_out(args.out or project_root() / "results" / f"{args.preset}{axis}")
     return paper_main(args)
 
 

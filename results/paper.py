@@ -19,6 +19,11 @@ match for a claim on exact match (``val/acc…``), per-token accuracy for a clai
 Verdict: *not reproduced* if a comparison between ready arms contradicts the claim; else *premature
 — train longer* if any comparison is premature; else *reproduced* if all support it; else
 *inconclusive*.
+
+Scale axis: a sweep over scale (``python run.py -m experiment=NAME scale=toy,toy2x,toy4x``, then ``--scale
+toy,toy2x,toy4x`` here) gets a verdict per scale, each from that scale's cells alone, and one line on where the
+claim starts to hold: "holds from scale X" (reproduced there and at every larger scale), "does not move with
+scale here" (one verdict at every scale), or each scale's verdict in order.
 """
 
 from __future__ import annotations
@@ -194,9 +199,14 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     cells = cells_of(client, sweep)
     gain = claim.get("min_order_gain", MIN_ORDER_GAIN)
 
-    def judged(c: dict) -> Outcome:
-        return compare(c, arm_values(client, cells, [c]), readiness(cells, [c], gain))
+    def judged(c: dict, among=cells) -> Outcome:
+        return compare(c, arm_values(client, among, [c]), readiness(among, [c], gain))
 
+    scales = scale.split(",")
+    if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
+        per_scale = {s: [judged(c, at) for c in claim["comparisons"]]
+                     for s in scales if (at := [c for c in cells if f"scale={s}" in c.label.split()])}
+        return _write_scales_report(client, sweep, preset, scales, claim, per_scale, out)
     outcomes = [judged(c) for c in claim["comparisons"]]
     verdict = overall(outcomes)
     secondary = [judged(c) for c in claim.get("also", [])]  # shown, not part of the verdict
@@ -228,6 +238,42 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return verdict
+
+
+def along_scale(verdicts: dict[str, str]) -> str:
+    """Where a claim starts to hold, from each scale's verdict (scales in increasing order)."""
+    names, said = list(verdicts), list(verdicts.values())
+    if len(set(said)) == 1:
+        return f"{said[0]} at every scale ({', '.join(names)}): does not move with scale here"
+    if said[-1] == "reproduced":
+        first = next(i for i in range(len(said)) if all(v == "reproduced" for v in said[i:]))
+        return f"holds from scale {names[first]} (" + "; ".join(f"{n}: {v}" for n, v in verdicts.items()) + ")"
+    return "changes with scale without holding: " + "; ".join(f"{n}: {v}" for n, v in verdicts.items())
+
+
+def _write_scales_report(client, sweep, preset: str, scales: list[str], claim: dict,
+                         per_scale: dict[str, list[Outcome]], out: Path) -> str:
+    """README.md of a sweep over scale: the line on where the claim holds, then each scale's comparisons."""
+    verdicts = {s: overall(outcomes) for s, outcomes in per_scale.items()}
+    summary = along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
+    tags = sweep.runs[0].data.tags if sweep.runs else {}
+    joined = ",".join(scales)
+    lines = [f"# {preset} (scales {', '.join(scales)})", "",
+             f"**Claim** ({claim['source']}): {claim['statement']}", "",
+             f"**Verdict: {summary}.**", "",
+             f"Command: `python run.py -m experiment={preset} scale={joined}`, then "
+             f"`python -m results paper --preset {preset} --scale {joined}"
+             + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.", "",
+             wall_time(sweep), "",
+             f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
+             f"{tags.get('git_sha', '?')}.", "",
+             "## Verdict per scale", "", "| scale | verdict | comparisons |", "|---|---|---|",
+             *[f"| {s} | {verdicts[s]} | " + "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes) + " |"
+               for s, outcomes in per_scale.items()], "",
+             "## Sweep report", "", (out / "report.md").read_text().split("\n", 1)[1].strip()]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    write_index(out.parent)
+    return summary
 
 
 def evaluation_positions(cells) -> list[str]:

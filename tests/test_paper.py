@@ -331,3 +331,42 @@ def test_the_report_says_where_randomized_cells_were_evaluated():
         and "max_position 64" in line and "the others at 0 … T−1" in line
     both = evaluation_positions([cell(**sampled), cell(**ordered)])[0]
     assert "`pos.eval_positions=ordered`" in both and "`pos.eval_positions=sampled`" in both
+
+
+def test_where_a_claim_starts_to_hold_along_the_scale_axis():
+    from results.paper import PREMATURE, along_scale
+
+    assert along_scale({"toy": PREMATURE, "toy2x": "inconclusive", "toy4x": "reproduced"}) == \
+        f"holds from scale toy4x (toy: {PREMATURE}; toy2x: inconclusive; toy4x: reproduced)"
+    assert along_scale({"toy": "reproduced", "toy2x": "inconclusive", "toy4x": "reproduced"}).startswith(
+        "holds from scale toy4x")  # held at toy, lost at 2×: it holds from where it holds at every larger scale
+    assert along_scale({"toy": "not reproduced", "toy2x": "not reproduced"}) == \
+        "not reproduced at every scale (toy, toy2x): does not move with scale here"
+    assert along_scale({"toy": "reproduced", "toy2x": "not reproduced"}) == \
+        "changes with scale without holding: toy: reproduced; toy2x: not reproduced"
+
+
+def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alone(tmp_path, monkeypatch):
+    import results.paper as paper
+    import results.store as store
+
+    class Cell:
+        def __init__(self, label, loss):
+            self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
+            self.order_gain, self.acc, self.order_signal = 1.0, None, "scheme"
+
+    losses = {("toy", "rope"): [2.0, 2.1, 2.05], ("toy", "learned"): [1.0, 1.1, 1.05],  # toy: the claim fails
+              ("toy2x", "rope"): [1.0, 1.1, 1.05], ("toy2x", "learned"): [2.0, 2.1, 2.05]}  # 2×: it holds
+    cells = [Cell(f"pos={p} seed={i} scale={s}", loss) for (s, p), seeds in losses.items()
+             for i, loss in enumerate(seeds)]
+    monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
+    monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
+    claim = {"source": "src", "statement": "st",
+             "comparisons": [{"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}]}
+    sweep = argparse.Namespace(runs=[], sweep_id="s1")
+    verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
+    assert verdict == "holds from scale toy2x (toy: not reproduced; toy2x: reproduced)"
+    readme = (tmp_path / "demo" / "README.md").read_text()
+    assert f"**Verdict: {verdict}.**" in readme and "scale=toy,toy2x`" in readme
+    assert "| toy | not reproduced | val/loss: pos=rope − pos=learned = +1.0000" in readme  # n = 3 vs 3 each
+    assert "| toy2x | reproduced | val/loss: pos=rope − pos=learned = -1.0000" in readme
