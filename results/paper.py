@@ -204,7 +204,10 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
 
     scales = scale.split(",")
     if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
-        per_scale = {s: [judged(c, at) for c in claim["comparisons"]]
+        # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
+        swept = [c for c in claim["comparisons"] if all(any(in_arm(cell, c[k]) for cell in cells)
+                                                        for k in ("lower", "higher", "than", "cell") if k in c)]
+        per_scale = {s: [judged(c, at) for c in swept]
                      for s in scales if (at := [c for c in cells if f"scale={s}" in c.label.split()])}
         return _write_scales_report(client, sweep, preset, scales, claim, per_scale, out)
     outcomes = [judged(c) for c in claim["comparisons"]]

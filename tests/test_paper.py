@@ -361,8 +361,9 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
              for i, loss in enumerate(seeds)]
     monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
-    claim = {"source": "src", "statement": "st",
-             "comparisons": [{"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}]}
+    claim = {"source": "src", "statement": "st",  # the second comparison's arm is not in this sweep: it drops out
+             "comparisons": [{"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"},
+                             {"metric": "val/loss", "lower": "pos=alibi", "than": "pos=learned"}]}
     sweep = argparse.Namespace(runs=[], sweep_id="s1")
     verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
     assert verdict == "holds from scale toy2x (toy: not reproduced; toy2x: reproduced)"
