@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from results import plots, verdicts
-from results.cells import Cell, Group, Report
+from results.cells import Cell, Group, Report, Stat, mean_std
+
+TOKEN_ACC = re.compile(r"^val/token_acc_at_(\d+)$")  # a synthetic task's per-token accuracy at length L
 
 # ---------------------------------------------------------------- text outputs
 
@@ -53,6 +56,13 @@ def markdown(r: Report, plots: list[str]) -> str:
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
+    accuracy = _accuracy_rows(r)
+    if accuracy:
+        lines += ["## Accuracy vs evaluation length (synthetic tasks)", "", *_md_table(*accuracy), "",
+                  "Per output token (`val/token_acc_at_<L>`, Ruoss et al. 2023; mean ± std over seeds), then exact "
+                  "match per sequence in parentheses (`val/acc_at_<L>`, Kazemnejad et al. 2023). The *position-blind* "
+                  "rows are what the best rule over the bag of input tokens scores on the same lengths "
+                  "(harness/data/tasks/blind.py; encoder forms): a score at or below it shows no use of positions.", ""]
     if any(set(g.conditions) - {"windows"} for g in r.groups):
         lines += ["## Loss vs length under each evaluation (nats/token)", "", *_md_table(*_condition_rows(r)), "",
                   "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
@@ -94,6 +104,31 @@ def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
         row = [g.at_length[n].fmt() if n in g.at_length else ("n/a" if n in skipped else "—") for n in r.lengths]
         rows.append([g.label, g.attn, *row])
     return head, rows
+
+
+def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
+    """Per group, per-token accuracy (mean ± std) and exact match (mean) at each evaluated task length, with each
+    task variant's position-blind baseline as a row of its own; None when no cell scored a task."""
+    def at(cells, name: str, n: int) -> Stat:
+        return mean_std([c.metrics[f"{name}_at_{n}"] for c in cells if c.finished and f"{name}_at_{n}" in c.metrics])
+
+    lengths = sorted({int(m[1]) for g in r.groups for c in g.cells for k in c.metrics if (m := TOKEN_ACC.match(k))})
+    if not lengths:
+        return None
+    rows, blind_done = [], set()
+    for g in r.groups:
+        rows.append([g.label, g.attn, *(f"{at(g.cells, 'val/token_acc', n).fmt(3)} ({at(g.cells, 'val/acc', n).fmt(3)})"
+                                         if at(g.cells, "val/token_acc", n).mean is not None else "—"
+                                         for n in lengths)])
+        blind = [at(g.cells, "val/blind_token_acc", n) for n in lengths]
+        task = " ".join(o for o in g.variant.split() if o.startswith("task=")) or g.variant  # one row per task
+        if task not in blind_done and any(b.mean is not None for b in blind):
+            blind_done.add(task)
+            exact = [at(g.cells, "val/blind_acc", n) for n in lengths]
+            shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
+                     for b, e in zip(blind, exact, strict=True)]
+            rows.append([f"position-blind {task}".strip(), "—", *shown])
+    return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
 
 def _condition_rows(r: Report) -> tuple[list[str], list[list[str]]]:

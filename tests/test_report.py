@@ -150,3 +150,22 @@ def test_every_evaluation_condition_gets_a_row_of_its_own():
     assert "| rope | softmax | yarn, fine-tuned | — | 2.3000 ± 0.1414 |" in text
     plain = [make_cell("rope", 0, [(10, 2.0)], metrics={"val/loss_at_64": 2.0}, at_length={64: 2.0})]
     assert "under each evaluation" not in markdown(build_report(plain, "t", []), [])  # windows only: no extra table
+
+
+def test_task_accuracies_by_length_sit_beside_each_tasks_position_blind_baseline():
+    """Per token (mean ± std) with exact match in parentheses, per task × scheme; one position-blind row per task."""
+    from results.report import markdown
+
+    def metrics(token, exact, blind):
+        return {"val/token_acc_at_8": token, "val/acc_at_8": exact, "val/token_acc_at_16": token / 2,
+                "val/acc_at_16": 0.0, "val/blind_token_acc_at_8": blind, "val/blind_acc_at_8": 0.01,
+                "val/blind_token_acc_at_16": blind - 0.1, "val/blind_acc_at_16": 0.0}
+
+    cells = [make_cell(pos, s, [(10, 1.0)], variant="task=reverse", metrics=metrics(t, e, 0.64), job=j)
+             for j, (pos, s, t, e) in enumerate([("rope", 0, 0.9, 0.5), ("rope", 1, 0.8, 0.3),
+                                                   ("alibi", 0, 0.7, 0.1), ("alibi", 1, 0.7, 0.1)])]
+    text = markdown(build_report(cells, "t", []), [])
+    assert "## Accuracy vs evaluation length (synthetic tasks)" in text
+    assert "| rope task=reverse | softmax | 0.850 ± 0.071 (0.400 ± 0.141) | 0.425 ± 0.035 (0.000 ± 0.000) |" in text
+    assert text.count("| position-blind task=reverse | — | 0.640 (0.010) | 0.540 (0.000) |") == 1  # once per task
+    assert "Accuracy vs evaluation length" not in markdown(build_report(CELLS, "t", []), [])  # no task: no table
