@@ -264,7 +264,7 @@ def _write_scales_report(client, sweep, preset: str, scales: list[str], claim: d
     lines = [f"# {preset} (scales {', '.join(scales)})", "",
              f"**Claim** ({claim['source']}): {claim['statement']}", "",
              f"**Verdict: {summary}.**", "",
-             f"Command: `python run.py -m experiment={preset} scale={joined}`, then "
+             f"Command: `python run.py -m {_overrides(sweep) or f'experiment={preset} scale={joined}'}`, then "
              f"`python -m results paper --preset {preset} --scale {joined}"
              + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.", "",
              wall_time(sweep), "",
@@ -277,6 +277,12 @@ def _write_scales_report(client, sweep, preset: str, scales: list[str], claim: d
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return summary
+
+
+def _overrides(sweep) -> str:
+    """The sweep's own command line (its parent run's ``sweep_overrides`` tag), empty when not recorded."""
+    parent = getattr(sweep, "parent", None)
+    return parent.data.tags.get("sweep_overrides", "") if parent else ""
 
 
 def evaluation_positions(cells) -> list[str]:
