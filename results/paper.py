@@ -204,7 +204,11 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
 
     scales = scale.split(",")
     if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
-        # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
+        # a scale sweep may narrow the preset (task=reverse pos=rope): those pinned overrides hold for every cell (its
+        # label names only what varies), and comparisons whose arms it did not train drop out
+        pinned = [o for o in _overrides(sweep).split() if "," not in o and not o.startswith(("experiment=", "scale="))]
+        for cell in cells:
+            cell.label = " ".join([*pinned, *(o for o in cell.label.split() if o not in pinned)])
         swept = [c for c in claim["comparisons"] if all(any(in_arm(cell, c[k]) for cell in cells)
                                                         for k in ("lower", "higher", "than", "cell") if k in c)]
         per_scale = {s: [judged(c, at) for c in swept]
@@ -350,7 +354,7 @@ def main(args) -> int:
     from harness.config.compose import compose
     from results.store import find_sweep, open_store
 
-    cfg = compose([f"experiment={args.preset}", f"scale={args.scale}"])
+    cfg = compose([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"])  # a scale axis: its first
     claim = OmegaConf.to_container(cfg.claim, resolve=True)
     claim.setdefault("min_order_gain", OmegaConf.select(cfg, "report.min_order_gain", default=MIN_ORDER_GAIN))
     uri, client = open_store(args.tracking_uri)

@@ -371,3 +371,31 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
     assert f"**Verdict: {verdict}.**" in readme and "scale=toy,toy2x`" in readme
     assert "| toy | not reproduced | val/loss: pos=rope − pos=learned = +1.0000" in readme  # n = 3 vs 3 each
     assert "| toy2x | reproduced | val/loss: pos=rope − pos=learned = -1.0000" in readme
+
+
+def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pinned_values(tmp_path, monkeypatch):
+    """``python run.py -m experiment=X task=reverse scale=toy,toy2x``: the cells' labels name only what varies
+    (``pos=rope seed=0 scale=toy``), yet the preset's arms say ``task=reverse pos=rope``."""
+    import results.paper as paper
+    import results.store as store
+
+    class Cell:
+        def __init__(self, label, loss):
+            self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
+            self.order_gain, self.acc, self.order_signal = 1.0, None, "scheme"
+
+    cells = [Cell(f"pos={p} seed={i} scale={s}", loss + i / 20) for s in ("toy", "toy2x")
+             for p, loss in (("rope", 1.0), ("learned", 2.0)) for i in range(3)]
+    monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
+    monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
+    claim = {"source": "src", "statement": "st", "comparisons": [
+        {"metric": "val/loss", "lower": "task=reverse pos=rope", "than": "task=reverse pos=learned"},
+        {"metric": "val/loss", "lower": "task=copy pos=rope", "than": "task=copy pos=learned"}]}  # not swept: drops
+    tags = {"sweep_overrides": "experiment=demo task=reverse pos=rope,learned scale=toy,toy2x"}
+    info = argparse.Namespace(start_time=0, end_time=None)
+    parent = argparse.Namespace(data=argparse.Namespace(tags=tags), info=info)
+    sweep = argparse.Namespace(runs=[], sweep_id="s1", parent=parent)
+    verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
+    assert verdict == "reproduced at every scale (toy, toy2x): does not move with scale here"
+    assert "Command: `python run.py -m experiment=demo task=reverse pos=rope,learned scale=toy,toy2x`" in \
+        (tmp_path / "demo" / "README.md").read_text()
