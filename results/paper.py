@@ -202,22 +202,18 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     def judged(c: dict, among=cells) -> Outcome:
         return compare(c, arm_values(client, among, [c]), readiness(among, [c], gain))
 
+    pin_overrides(cells, sweep)
     scales = scale.split(",")
     if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
-        # a scale sweep may narrow the preset (task=reverse pos=rope): those pinned overrides hold for every cell (its
-        # label names only what varies), and comparisons whose arms it did not train drop out
-        pinned = [o for o in _overrides(sweep).split() if "," not in o and not o.startswith(("experiment=", "scale="))]
-        for cell in cells:
-            cell.label = " ".join([*pinned, *(o for o in cell.label.split() if o not in pinned)])
+        # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
         swept = [c for c in claim["comparisons"] if all(any(in_arm(cell, c[k]) for cell in cells)
                                                         for k in ("lower", "higher", "than", "cell") if k in c)]
         per_scale = {s: [judged(c, at) for c in swept]
                      for s in scales if (at := [c for c in cells if f"scale={s}" in c.label.split()])}
-        return _write_scales_report(client, sweep, preset, scales, claim, per_scale, out)
+        return _write_scales_report(sweep, preset, scales, claim, per_scale, out)
     outcomes = [judged(c) for c in claim["comparisons"]]
     verdict = overall(outcomes)
     secondary = [judged(c) for c in claim.get("also", [])]  # shown, not part of the verdict
-    tags = sweep.runs[0].data.tags if sweep.runs else {}
     lines = [
         f"# {preset} ({scale} scale)",
         "",
@@ -226,21 +222,11 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         f"**Verdict: {verdict} at {scale} scale.** " + " ".join(f"{o.text} → {o.verdict}." for o in outcomes),
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
-        f"Command: `python run.py -m experiment={preset} scale={scale}`, then "
-        f"`python -m results paper --preset {preset} --scale {scale}"
-        + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.",
-        "",
-        wall_time(sweep),
-        "",
-        f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
-        f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} (data={tags.get('data', '?')}).",
-        "",
+        *_provenance(sweep, f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"),
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
-        "## Sweep report",
-        "",
-        (out / "report.md").read_text().split("\n", 1)[1].strip(),
+        *_sweep_report(out),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
@@ -258,29 +244,49 @@ def along_scale(verdicts: dict[str, str]) -> str:
     return "changes with scale without holding: " + "; ".join(f"{n}: {v}" for n, v in verdicts.items())
 
 
-def _write_scales_report(client, sweep, preset: str, scales: list[str], claim: dict,
+def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
                          per_scale: dict[str, list[Outcome]], out: Path) -> str:
     """README.md of a sweep over scale: the line on where the claim holds, then each scale's comparisons."""
     verdicts = {s: overall(outcomes) for s, outcomes in per_scale.items()}
     summary = along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
-    tags = sweep.runs[0].data.tags if sweep.runs else {}
     joined = ",".join(scales)
     lines = [f"# {preset} (scales {', '.join(scales)})", "",
              f"**Claim** ({claim['source']}): {claim['statement']}", "",
              f"**Verdict: {summary}.**", "",
-             f"Command: `python run.py -m {_overrides(sweep) or f'experiment={preset} scale={joined}'}`, then "
-             f"`python -m results paper --preset {preset} --scale {joined}"
-             + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.", "",
-             wall_time(sweep), "",
-             f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
-             f"{tags.get('git_sha', '?')}.", "",
+             *_provenance(sweep, _overrides(sweep) or f"experiment={preset} scale={joined}",
+                          f"--preset {preset} --scale {joined}"),
              "## Verdict per scale", "", "| scale | verdict | comparisons |", "|---|---|---|",
              *[f"| {s} | {verdicts[s]} | " + "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes) + " |"
                for s, outcomes in per_scale.items()], "",
-             "## Sweep report", "", (out / "report.md").read_text().split("\n", 1)[1].strip()]
+             *_sweep_report(out)]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return summary
+
+
+def _provenance(sweep, run_args: str, paper_args: str) -> list[str]:
+    """The commands that regenerate a report, the sweep's wall time and its environment."""
+    tags = sweep.runs[0].data.tags if sweep.runs else {}
+    return [f"Command: `python run.py -m {run_args}`, then `python -m results paper {paper_args}"
+            + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.", "",
+            wall_time(sweep), "",
+            f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
+            f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} "
+            f"(data={tags.get('data', '?')}).", ""]
+
+
+def _sweep_report(out: Path) -> list[str]:
+    """The sweep's own report.md, below its title."""
+    return ["## Sweep report", "", (out / "report.md").read_text().split("\n", 1)[1].strip()]
+
+
+def pin_overrides(cells, sweep) -> None:
+    """A cell's label names only the overrides that vary across the sweep; those the command line pinned for every
+    cell (``python run.py -m experiment=X task=reverse …``: its parent's ``sweep_overrides``) are part of every
+    cell too, so an arm that names them (``task=reverse pos=rope``) matches."""
+    pinned = [o for o in _overrides(sweep).split() if "," not in o and not o.startswith(("experiment=", "scale="))]
+    for cell in cells:
+        cell.label = " ".join([*pinned, *(o for o in cell.label.split() if o not in pinned)])
 
 
 def _overrides(sweep) -> str:

@@ -117,16 +117,17 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
         return None
     rows, blind_done = [], set()
     for g in r.groups:
-        rows.append([g.label, g.attn, *(f"{at(g.cells, 'val/token_acc', n).fmt(3)} ({at(g.cells, 'val/acc', n).fmt(3)})"
-                                         if at(g.cells, "val/token_acc", n).mean is not None else "—"
-                                         for n in lengths)])
+        token = [at(g.cells, "val/token_acc", n) for n in lengths]
+        exact = [at(g.cells, "val/acc", n) for n in lengths]
+        rows.append([g.label, g.attn, *(f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
+                                         for t, e in zip(token, exact, strict=True))])
         blind = [at(g.cells, "val/blind_token_acc", n) for n in lengths]
         task = " ".join(o for o in g.variant.split() if o.startswith("task=")) or g.variant  # one row per task
         if task not in blind_done and any(b.mean is not None for b in blind):
             blind_done.add(task)
-            exact = [at(g.cells, "val/blind_acc", n) for n in lengths]
+            blind_exact = [at(g.cells, "val/blind_acc", n) for n in lengths]
             shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
-                     for b, e in zip(blind, exact, strict=True)]
+                     for b, e in zip(blind, blind_exact, strict=True)]
             rows.append([f"position-blind {task}".strip(), "—", *shown])
     return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
