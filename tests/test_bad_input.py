@@ -637,3 +637,21 @@ def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path)
 def test_an_unknown_allocator_setting_is_refused(store, tmp_path):
     proc, _ = run_py([], store, tmp_path, POSBENCH_MALLOC="jemalloc")
     assert_one_line_error(proc.returncode, proc.stderr, "POSBENCH_MALLOC='jemalloc': use POSBENCH_MALLOC=system")
+
+
+def test_concurrent_checks_of_one_output_folder_all_pass_and_leave_nothing(tmp_path):
+    """Two benches with the default --out check the same folder at once. The check used to make that folder
+    and remove it again, so one command's removal failed the other's check ("… is not a directory"; seen in
+    CI when the bad-input rows ran side by side). Now each check writes only in a scratch folder of its own."""
+    from harness.record.preflight import output_dir
+
+    target, barrier = tmp_path / "bench-out", threading.Barrier(16)
+
+    def check(_):
+        barrier.wait()
+        return [output_dir(target) for _ in range(50)]
+
+    with ThreadPoolExecutor(16) as pool:
+        checked = [p for batch in pool.map(check, range(16)) for p in batch]
+    assert set(checked) == {target}
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing left

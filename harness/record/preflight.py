@@ -6,8 +6,8 @@ line, before anything is measured, read or written.
 - a store: the URI parses, names a scheme MLflow opens, an sqlite file that is a whole database (its
   header's page count against its size: a truncated copy is caught without reading it) or can be
   created, a server that answers (store.py's checks); one to read must exist;
-- an output folder: a non-empty path where a folder can be made and written (tried, then removed again:
-  ``/proc/x`` passes a permission test and fails on the first write);
+- an output folder: a non-empty path where a folder can be made and written (tried in a uniquely named scratch
+  folder, then removed again: ``/proc/x`` passes a permission test and fails on the first write);
 - a number: finite, within the range declared for it (harness/ranges.py), the same declaration run.py's
   schema reads (``--min-order-gain`` is ``report.min_order_gain``).
 """
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,27 +46,42 @@ def store_to_read(configured: str | None, flag: str = "--tracking-uri") -> str:
 
 
 def output_dir(value: str | Path, flag: str = "--out") -> Path:
-    """A folder the command may write, absolute. Whatever this check creates it removes again: nothing is
-    written before the command's own output."""
+    """A folder the command may write, absolute. The check writes only inside a scratch folder of a unique
+    name, removed again: it creates nothing under the path's own name, so two commands checking the same
+    folder at once (two benches with the default --out) never see each other's probe."""
     if not str(value).strip():
         raise ConfigError(f"{flag} '' names no folder; give one, e.g. {flag} results/mine/")
     path = Path(value).expanduser().absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
+    existing, missing, is_dir = _deepest_existing(path)
+    if not is_dir:
         raise ConfigError(f"{flag}: cannot create {path} ({existing} is not a directory); choose a folder you "
                           "can write")
-    made = [p for p in (path, *path.parents) if not p.exists()]
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".posbench-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        scratch = Path(tempfile.mkdtemp(prefix=".posbench-write-test-", dir=existing))
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot write {path} ({e.strerror}); choose a folder you can write") from None
+    try:  # the missing part of the path, made under the scratch folder: a name the file system refuses shows
+        probe = scratch.joinpath(*missing)
+        probe.mkdir(parents=True, exist_ok=True)
+        (probe / "probe").write_bytes(b"")
     except OSError as e:
         raise ConfigError(f"{flag}: cannot write {path} ({e.strerror}); choose a folder you can write") from None
     finally:
-        if made:
-            shutil.rmtree(made[-1], ignore_errors=True)  # the topmost folder this check made, and what is in it
+        shutil.rmtree(scratch, ignore_errors=True)
     return path
+
+
+def _deepest_existing(path: Path) -> tuple[Path, tuple[str, ...], bool]:
+    """The deepest ancestor of ``path`` (itself included) that exists, the names below it that do not, and
+    whether it is a folder: one ``stat`` per level, so a folder removed between two looks reads as missing,
+    never as a file."""
+    for depth, p in enumerate((path, *path.parents)):
+        try:
+            mode = p.stat().st_mode
+        except OSError:  # missing, below a file, a name too long: found higher up, refused by the probe
+            continue
+        return p, path.parts[len(path.parts) - depth:], stat.S_ISDIR(mode)
+    raise AssertionError("the root always exists")
 
 
 def number(annotation: Any, kind: type = float):
