@@ -178,7 +178,7 @@ def run_job(cfg: DictConfig) -> float | None:
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     pinned = {o.lstrip("+").partition("=")[0] for o in hydra_cfg.overrides.task}
-    axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a not in pinned]
+    axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +arm=… pins +arm
     if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
         print(f"error: experiment={choices['experiment']} is a sweep over {', '.join(axes)}: add -m to run its "
               f"cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run of it", file=sys.stderr)
