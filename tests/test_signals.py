@@ -70,3 +70,32 @@ def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
     [cell] = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
     assert parent.info.status == "KILLED"
     assert cell.info.status == ("KILLED" if phase == "fit" else "FINISHED")
+
+
+def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
+    """SIGTERM to the sweep's own process (``kill PID``), not to its joblib workers: the workers never see it and
+    the launcher tears them down, so the sweep closes the cells they were training KILLED itself — no run is left
+    RUNNING — and exits 143 with one line."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-m", "pos=rope,none", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=2", *TINY, "trainer.max_steps=100000",
+                             f"hydra.sweep.dir={tmp_path}/sweep"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    client, deadline = MlflowClient(store), time.time() + 240
+    while time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
+        exp = client.get_experiment_by_name("posbench") if (tmp_path / "mlflow.db").exists() else None
+        runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []
+        if any(r.data.tags.get("sweep_role") != "parent" and r.data.tags.get("pid") != str(proc.pid) for r in runs):
+            break
+        time.sleep(1)
+    proc.terminate()
+    stderr = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 143, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in stderr, stderr[-3000:]
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    cells = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
+    assert parent.info.status == "KILLED" and cells
+    assert {r.info.status for r in cells} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in cells]

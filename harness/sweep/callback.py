@@ -16,8 +16,11 @@ incompatible (and at least one finished), 2 when nothing could be trained, 1 oth
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
+import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -29,7 +32,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.record.reconcile import close_dead_runs
+from harness.record.reconcile import alive, close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 from harness.signals import Stopped, stopped
@@ -197,9 +200,38 @@ class MlflowSweep(Callback):
 
     def _abort(self) -> None:
         if stopped():  # SIGTERM or Ctrl-C (harness/signals.py): the sweep was stopped, not broken
+            self._stop_cells()
             self._close("KILLED", "stopped by a signal; run the same command again: finished cells are kept")
         else:
             self._close("FAILED", "the sweep process exited before its end (crashed)")
+
+
+    def _stop_cells(self, grace_s: float = 20.0) -> None:
+        """A stopped sweep stops its cells: a launcher's worker (joblib, submitit) does not see the signal sent
+        to the sweep's process. A cell still RUNNING whose process lives on this host is sent SIGTERM and
+        closes itself KILLED with its checkpoint, as a stopped run does; one whose process is gone (the
+        launcher tore its workers down) is closed KILLED here, so no cell is left RUNNING."""
+        if self.parent is None or self.record is None:
+            return
+        store, host = self.parent.store, socket.gethostname()
+        where = f"tags.sweep_id = '{self.record.sweep_id}' and attributes.status = 'RUNNING'"
+        try:
+            cells = [r for r in store.search(self.record.experiment, where) if r.info.run_id != self.parent.run_id]
+            pids = {int(r.data.tags["pid"]) for r in cells
+                    if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()}
+            for pid in pids - {os.getpid()}:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while any(alive(pid) for pid in pids - {os.getpid()}) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for run in store.search(self.record.experiment, where):
+                if run.info.run_id != self.parent.run_id:
+                    store.client.set_tag(run.info.run_id, "failure_reason", "its sweep was stopped by a signal; "
+                                         "run the sweep's command again: finished cells are kept")
+                    store.client.set_terminated(run.info.run_id, status="KILLED")
+        except Exception as e:  # the parent is closed KILLED all the same; a later start reconciles the cells
+            print(f"warning: could not close the sweep's cells ({type(e).__name__}: {e})", file=sys.stderr)
 
 
 def _stop(signum, frame) -> None:
