@@ -1,6 +1,7 @@
-"""PoPE, polar coordinate position embedding (Gopalakrishnan et al. 2025, "Decoupling the 'What' and 'Where'
-With Polar Coordinate Positional Embeddings", arXiv:2509.10534, §3): a_ts = Σ_c μ_q μ_k cos((s − t)θ_c + δ_c),
-μ = softplus.
+"""PoPE (Gopalakrishnan et al. 2025, §3): a_ts = Σ_c softplus(q_c) softplus(k_c) cos((s−t)θ_c + δ_c).
+
+Polar coordinate position embedding ("Decoupling the 'What' and 'Where' With Polar Coordinate Positional
+Embeddings", arXiv:2509.10534): a content magnitude and a position phase per component.
 
 Each of the D components of a query (position t) or key (position s) becomes a complex number whose
 magnitude is the content, μ = softplus(x_c) ≥ 0, and whose phase is the position alone, tθ_c (the key's
