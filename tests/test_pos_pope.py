@@ -36,14 +36,12 @@ def scheme(phase_bias=True, seed=0, **kw) -> PoPE:
 def explicit_scores(q, k, q_pos, k_pos, delta, base=10000.0):
     """a_ts = Σ_c softplus(q_tc) softplus(k_sc) cos((s − t)θ_c + δ_hc), θ_c = base^(−c/D), term by term."""
     B, nh, tq, d = q.shape
+    theta = torch.tensor([base ** (-c / d) for c in range(d)], dtype=F64)  # (D,)
     out = torch.zeros(B, nh, tq, k.shape[-2], dtype=F64)
-    for h in range(nh):
-        for a, t in enumerate(q_pos.tolist()):
-            for b, s in enumerate(k_pos.tolist()):
-                for c in range(d):
-                    theta = base ** (-c / d)
-                    out[:, h, a, b] += (F.softplus(q[:, h, a, c]) * F.softplus(k[:, h, b, c])
-                                        * math.cos((s - t) * theta + float(delta[h, c])))
+    for a, t in enumerate(q_pos.tolist()):
+        for b, s in enumerate(k_pos.tolist()):  # one (t, s) pair at a time, the sum over c written out
+            out[:, :, a, b] = (F.softplus(q[:, :, a]) * F.softplus(k[:, :, b])
+                               * torch.cos((s - t) * theta + delta)).sum(-1)  # (B, H)
     return out
 
 
