@@ -42,39 +42,8 @@ def pope_inv_freq(head_dim: int, base: float, dtype=torch.float64, device=None) 
 def polar_features(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """[μ cos φ | μ sin φ] with μ = softplus(x): the real and imaginary parts of μ·e^{iφ} (PoPE §3).
     x: (B, H, T, D); cos, sin of the phases φ: broadcastable to it. Returns (B, H, T, 2D)."""
-    if torch.compiler.is_compiling():  # model.compile=true: plain ops, which inductor fuses
-        mu = F.softplus(x)
-        return torch.cat((mu * cos, mu * sin), dim=-1)
-    return _Polar.apply(x, cos, sin)
-
-
-class _Polar(torch.autograd.Function):
-    """``polar_features`` written into one output, its backward from x and the tables alone: μ is recomputed, so
-    a step keeps neither μ nor the two products autograd would save (profiled: half the time of softplus, two
-    products and a cat, forward and backward). ∂x = softplus′(x)·(g_c cos + g_s sin); the tables' gradients
-    (the key's, through δ) are g_c μ and g_s μ summed over the dims they broadcast over."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        d = x.shape[-1]
-        mu = F.softplus(x)
-        out = torch.empty((*x.shape[:-1], 2 * d), dtype=x.dtype, device=x.device)  # (B, H, T, 2D)
-        torch.mul(mu, cos, out=out[..., :d])
-        torch.mul(mu, sin, out=out[..., d:])
-        ctx.save_for_backward(x, cos, sin)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, cos, sin = ctx.saved_tensors
-        d = x.shape[-1]
-        g_c, g_s = grad[..., :d], grad[..., d:]  # (B, H, T, D) each
-        d_x = torch.ops.aten.softplus_backward((g_c * cos).addcmul_(g_s, sin), x, 1.0, 20.0)  # F.softplus's own
-        d_cos = d_sin = None
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            mu = F.softplus(x)
-            d_cos, d_sin = (g_c * mu).sum_to_size(cos.shape), (g_s * mu).sum_to_size(sin.shape)
-        return d_x, d_cos, d_sin
+    mu = F.softplus(x)
+    return torch.cat((mu * cos, mu * sin), dim=-1)
 
 
 def polar_phases(positions: Tensor, theta: Tensor) -> Tensor:

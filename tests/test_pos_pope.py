@@ -17,7 +17,7 @@ from attention.softmax import Softmax
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import Shape
-from positional.pope import PoPE, polar_features, pope_inv_freq
+from positional.pope import PoPE, pope_inv_freq
 from tests.attn_cases import F64, qkv
 
 H, D = 3, 8
@@ -75,25 +75,6 @@ def test_features_are_twice_as_wide_and_the_query_carries_root_two():
     assert_close(fk[..., :D].hypot(fk[..., D:]), mu, rtol=0, atol=1e-14)
     with pytest.raises(TypeError, match="rotate_q / rotate_k"):
         rot.rotate(q)
-
-
-def test_features_and_their_gradients_equal_the_plain_autograd_form():
-    """The hand-written backward of polar_features against autograd through softplus, products and cat, for x
-    and for tables that need a gradient (the key's, through δ)."""
-    g = torch.Generator().manual_seed(9)
-    x = (4 * torch.randn(2, H, 6, D, generator=g, dtype=F64)).requires_grad_()  # past softplus's threshold 20 too
-    x.data[0, 0, 0, 0] = 25.0
-    cos, sin = (torch.randn(H, 6, D, generator=g, dtype=F64).requires_grad_() for _ in range(2))
-    grad = torch.randn(2, H, 6, 2 * D, generator=g, dtype=F64)
-    mine = polar_features(x, cos, sin)
-    mu = F.softplus(x)
-    plain = torch.cat((mu * cos, mu * sin), dim=-1)
-    assert torch.equal(mine, plain)
-    for a, b in zip(torch.autograd.grad(mine, (x, cos, sin), grad), torch.autograd.grad(plain, (x, cos, sin), grad),
-                    strict=True):
-        assert_close(a, b, rtol=0, atol=1e-12)
-    assert torch.autograd.gradcheck(polar_features, (x.detach()[:1, :1, :3].requires_grad_(), cos[:1, :3].detach()
-                                                     .requires_grad_(), sin[:1, :3].detach().requires_grad_()))
 
 
 def test_score_depends_only_on_the_offset():
