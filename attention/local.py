@@ -42,7 +42,7 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
     """softmax over the band −right ≤ i − j ≤ left, blockwise.
 
     q, k: (B, H, T, D); v: (B, H, T, Dv). table: (H, 2T − 1) relative bias, column o ↔ i − j = o − (T − 1).
-    key_keep: (B, T) bool, True at real keys. Returns (B, H, T, D).
+    key_keep: (B, T) bool, True at real keys. Returns (B, H, T, Dv).
     """
     B, H, T, D = q.shape
     C = block
