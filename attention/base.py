@@ -37,6 +37,10 @@ class AttentionVariant(nn.Module):
     accepts_bias: frozenset[BiasKind] = frozenset()  # bias kinds this variant computes exactly
     # Why a bias kind is not accepted, for the refusal message (kind -> short reason).
     bias_refusals: ClassVar[dict[str, str]] = {}
+    # Why q and k widened by the scheme's rotary (PositionalScheme.rotary_widens, PoPE's (B, H, T, 2D)) cannot be
+    # applied; None for a variant whose forward takes q̃ᵀk̃ at whatever width it is handed, scaled by √(that width)
+    wide_rotary_refusal: ClassVar[str | None] = ("it does not declare that it takes queries and keys wider than "
+                                                 "the head dim (wide_rotary_refusal = None)")
 
     def __init__(self, shape: Shape):
         super().__init__()
@@ -77,6 +81,9 @@ class AttentionVariant(nn.Module):
                 f"attn={cls.config_name()} cannot apply a {scheme.bias_kind} logit bias "
                 f"(pos={scheme.config_name()}){f': {why}' if why else ''}; choose another attn or pos"
             )
+        if scheme.rotary_widens and cls.wide_rotary_refusal:
+            return (f"attn={cls.config_name()} cannot apply queries and keys widened by pos={scheme.config_name()}: "
+                    f"{cls.wide_rotary_refusal}; choose another attn or pos")
         return None
 
     def require_accepted(self, bias: LogitBias | None) -> None:
@@ -86,6 +93,12 @@ class AttentionVariant(nn.Module):
                 f"attn={self.config_name()} got a {bias.kind} logit bias it cannot apply; "
                 "pair it with a scheme its refusal() allows"
             )
+
+    def require_rotary(self, rotary: Rotary | None) -> None:
+        """At forward time too: a widening rotary this variant cannot apply is an error, never run."""
+        if rotary is not None and rotary.widens and self.wide_rotary_refusal:
+            raise ConfigError(f"attn={self.config_name()} got queries and keys widened by the positional scheme: "
+                              f"{self.wide_rotary_refusal}; pair it with a scheme its refusal() allows")
 
     @classmethod
     def config_name(cls) -> str:

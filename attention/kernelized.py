@@ -452,6 +452,9 @@ class KernelizedAttention(AttentionVariant):
     bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to",
                      "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) has no "
                                    "Toeplitz form, which is how kernelized attention applies a bias"}
+    wide_rotary_refusal = ("kernelized attention never forms q̃ᵀk̃: its feature map takes head-dim queries and "
+                           "keys (FAVOR+'s projection is M × D), and rotating φ's features (rope_mode=numerator) "
+                           "is not the scheme's map")
 
     def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
         super().__init__(shape)
@@ -501,6 +504,7 @@ class KernelizedAttention(AttentionVariant):
 
     def implied_features(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Features:
         """φ(q), φ(k) as ``forward`` uses them: RoPE before φ or in the numerator, padded keys zeroed."""
+        self.require_rotary(ctx.rotary)
         if ctx.rotary is not None and self.rope_mode == "pre_feature":
             q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
         padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)

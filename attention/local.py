@@ -41,8 +41,8 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
                      table: Tensor | None = None, key_keep: Tensor | None = None) -> Tensor:
     """softmax over the band −right ≤ i − j ≤ left, blockwise.
 
-    q, k, v: (B, H, T, D). table: (H, 2T − 1) relative bias, column o ↔ i − j = o − (T − 1).
-    key_keep: (B, T) bool, True at real keys. Returns (B, H, T, D).
+    q, k: (B, H, T, D); v: (B, H, T, Dv). table: (H, 2T − 1) relative bias, column o ↔ i − j = o − (T − 1).
+    key_keep: (B, T) bool, True at real keys. Returns (B, H, T, Dv).
     """
     B, H, T, D = q.shape
     C = block
@@ -74,11 +74,12 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
     # which rows see a key depends on the data, so masked_softmax always
     every_row_sees_a_key = key_keep is None and tail <= left
     weights = torch.softmax(logits, -1) if every_row_sees_a_key else masked_softmax(logits)  # (B, H, N, C, K)
-    return (weights @ vb).reshape(B, H, n * C, D)[:, :, :T]  # (B, H, T, D)
+    return (weights @ vb).reshape(B, H, n * C, v.shape[-1])[:, :, :T]  # (B, H, T, Dv): v may be narrower than q
 
 
 class Local(AttentionVariant):
     accepts_bias = frozenset({"relative"})
+    wide_rotary_refusal = None  # the band's q̃ kᵀ/√(width of q) at any width; v keeps the head dim
     bias_refusals = {"content": "a content bias is only offered as dense T×T logits, which the "
                                 "O(T·w) band never forms",
                      "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) is only "

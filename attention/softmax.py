@@ -247,6 +247,7 @@ _AUTO_CHOICE: dict[tuple, str] = {}
 
 class Softmax(AttentionVariant):
     accepts_bias = frozenset({"relative", "positional", "content"})  # any bias: the full logit matrix exists
+    wide_rotary_refusal = None  # q̃ kᵀ/√(width of q) at any width; v keeps the head dim
 
     def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__(shape)

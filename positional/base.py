@@ -46,7 +46,11 @@ class Rotary:
 
     Attention variants call ``rotate_q`` on queries and ``rotate_k`` on keys. Both are ``rotate``
     unless a scheme maps them differently (xPos scales q by ζ^(n/B) and k by ζ^(−m/B)).
+    ``widens``: the maps return (B, H, T, W) with W > D, features whose dot product is the score
+    (PoPE); only variants that take q̃ᵀk̃ at any width apply them (``AttentionVariant.wide_rotary_refusal``).
     """
+
+    widens: bool = False
 
     def rotate(self, x: Tensor) -> Tensor:  # (B, H, T, D) -> (B, H, T, D)
         raise NotImplementedError
@@ -180,6 +184,8 @@ class PositionalScheme(nn.Module):
     bias_kind: BiasKind = "none"  # what ``logit_bias`` returns, declared for the compatibility check
     # Why pos.randomize=true means nothing for this scheme (None: it reads positions, so it can)
     randomize_refusal: ClassVar[str | None] = None
+    # True when ``rotary`` widens q and k (``Rotary.widens``): declared for the compatibility check
+    rotary_widens: ClassVar[bool] = False
 
     def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None,
                  eval_positions: EvalPositions | None = None):

@@ -10,6 +10,16 @@ only (Eq. 16). Options:
             turn, with θ over R; the other D − R dims pass through
   scaling   eval-time length scaling (positional/rope_scaling.py; conf/pos/scaling/<method>.yaml, picked with
             pos/scaling=<method>); training uses plain angles.
+  resonance Resonance RoPE (Wang et al. 2024, arXiv:2403.00071, Alg. 1): every wavelength λ_i = 2π/θ_i rounded
+            to the nearest integer, θ̃_i = 2π/round(λ_i), so each pair's angle repeats exactly every λ̃_i
+            positions and a position beyond the training length shows no angle training did not (for pairs with
+            λ̃_i ≤ L) — ``resonance_inv_freq``.
+  hope      HoPE (Chen et al. 2024, arXiv:2410.21216, §4): only the high frequencies stay, those completing at
+            least one full period within the training length L (2π/θ_i ≤ L); the others become position-
+            independent, θ_i = 0 (their pairs are not rotated) — ``hope_inv_freq``. L is data.seq_len, or
+            max_position under pos.randomize=true. Only this rule is applied: no band of the highest
+            frequencies is removed. With both options, HoPE selects and the kept θ are rounded.
+The two fix θ before training; an eval-time ``scaling`` rescales the θ they give.
 
 ``Rotation.at_width(w)`` is "the same scheme for a vector of width w" (kernelized attention
 rotates φ(q), φ(k), RoFormer Eq. 19): same layout, base, scaling, and fraction, rotating the
@@ -36,6 +46,19 @@ from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, as_
 def rope_inv_freq(head_dim: int, base: float, dtype=torch.float32, device=None) -> Tensor:
     """θ_i = base^(−2i/D) for i = 0 … D/2−1 (RoFormer Eq. 15). Shape (D/2,)."""
     return base ** (-torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim)
+
+
+def resonance_inv_freq(inv_freq: Tensor) -> Tensor:
+    """θ̃_i = 2π / round(2π/θ_i): each wavelength rounded to a whole number of positions (Resonance RoPE, Wang et
+    al. 2024, Alg. 1). A θ_i = 0 (no rotation) stays 0. Shape kept."""
+    wavelength = torch.round(2 * math.pi / inv_freq)  # θ = 0: an infinite wavelength, and 2π/∞ = 0 again
+    return torch.where(inv_freq > 0, 2 * math.pi / wavelength, inv_freq)
+
+
+def hope_inv_freq(inv_freq: Tensor, length: int) -> Tensor:
+    """θ_i where 2π/θ_i ≤ L (the pair turns at least once within the training length L), 0 elsewhere: HoPE's
+    high-frequency components, the rest made position-independent (Chen et al. 2024, §4). Shape kept."""
+    return torch.where(2 * math.pi / inv_freq <= length, inv_freq, 0.0)
 
 
 def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
@@ -166,13 +189,15 @@ class Rope(PositionalScheme):
     length_scalings = tuple(METHODS)
 
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
-                 scaling: RopeScaling | Callable[..., RopeScaling] | None = None, randomize: bool = False,
+                 scaling: RopeScaling | Callable[..., RopeScaling] | None = None, resonance: bool = False,
+                 hope: bool = False, randomize: bool = False,
                  max_position: int | None = None,
                  eval_positions: EvalPositions | None = None):
         """``scaling``: the eval-time length scaling, ``RopeScaling("yarn", factor=4.0)``, or a callable that builds
         one from ``base=`` and ``rotated=`` (conf/pos/scaling/<method>.yaml, a partial RopeScaling); either way
         its ``base`` and ``rotated`` are this θ's, and its ``original_max_len`` defaults to ``shape.max_len``.
         None: no scaling.
+        ``resonance``, ``hope``: Resonance RoPE's and HoPE's θ (module doc).
         ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
         super().__init__(shape, randomize=randomize, max_position=max_position,
                          eval_positions=eval_positions)
@@ -185,9 +210,17 @@ class Rope(PositionalScheme):
             raise ConfigError(f"pos={self.config_name()} rotates pairs of dims but fraction × head dim = "
                               f"{fraction} × {d} is not a positive even integer; make the head dim d_model / n_heads "
                               "(model.d_model / model.n_heads) even or pick a fraction that gives one")
+        for name, value in (("resonance", resonance), ("hope", hope)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}={value!r}: use true or false")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
+        self.resonance, self.hope = resonance, hope
+        if hope and not self.frequencies_at(r).any():
+            raise ConfigError(f"hope=true keeps the frequencies that turn at least once within the training length "
+                              f"{self.position_range}, and none does (the fastest turns once in 2π ≈ 6.3 positions); "
+                              "train on longer sequences or set hope=false")
         self.scaling = _complete(scaling or RopeScaling, base, r, shape.max_len)
-        self._register_theta(rope_inv_freq(self.rotated, base, torch.float64))
+        self._register_theta(self.frequencies_at(r))
         self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
 
     @contextmanager
@@ -207,11 +240,21 @@ class Rope(PositionalScheme):
         # float64 so angles m·θ stay accurate at long evaluation lengths; rotate() casts cos, sin
         self.register_buffer("inv_freq", theta0, persistent=False)
 
+    def frequencies_at(self, rotated: int, dtype=torch.float64, device=None) -> Tensor:
+        """θ_i = base^(−2i/R) over a rotated width R, then HoPE's selection and Resonance's rounding where set; with
+        neither, exactly ``rope_inv_freq``."""
+        theta = rope_inv_freq(rotated, self.base, dtype, device)
+        if self.hope:
+            theta = hope_inv_freq(theta, self.position_range)
+        if self.resonance:
+            theta = resonance_inv_freq(theta)
+        return theta
+
     def theta_at(self, rotated: int) -> Tensor:
-        """θ for a rotated width: the scheme's own θ at its width, base^(−2i/R_w) otherwise."""
+        """θ for a rotated width: the scheme's own θ at its width, ``frequencies_at`` that width otherwise."""
         if rotated == self.rotated:
             return self.inv_freq
-        return rope_inv_freq(rotated, self.base, self.inv_freq.dtype, self.inv_freq.device)
+        return self.frequencies_at(rotated, self.inv_freq.dtype, self.inv_freq.device)
 
     def positions(self, t: int, device=None) -> Tensor:
         """0 … T−1 as one tensor per (T, device), handed to every forward: ``_cos_sin`` recognises it by identity

@@ -42,18 +42,24 @@ class ContentScheme(PositionalScheme):
 # FIRE reads i as well as i − j: positional); the matrix follows from those declarations.
 FROM_THE_PAPERS = {"softmax": {"relative", "positional", "content"}, "local": {"relative"}, "linear": {"relative"},
                    "performer": {"relative"}}
+# Softmax and the band form q̃ᵀk̃ at whatever width the scheme hands them (PoPE's 2D); kernelized attention applies
+# a feature map built for the head dim instead.
+TAKES_WIDE_ROTARY = {"softmax": True, "local": True, "linear": False, "performer": False}
 
 
-def test_the_matrix_refuses_exactly_the_cells_whose_bias_the_variant_cannot_form():
+def test_the_matrix_refuses_exactly_the_cells_whose_bias_or_widened_queries_the_variant_cannot_take():
     schemes, variants = option_classes("pos"), option_classes("attn")
     cells = compatibility()
     assert {(c.pos, c.attn) for c in cells} == {(p, a) for p in schemes for a in variants}
     for c in cells:  # an attention option added since: what it declares
         kind, accepts = schemes[c.pos].bias_kind, FROM_THE_PAPERS.get(c.attn, variants[c.attn].accepts_bias)
-        if kind == "none" or kind in accepts:
-            assert c.allowed, c
-        else:
+        wide = TAKES_WIDE_ROTARY.get(c.attn, variants[c.attn].wide_rotary_refusal is None)
+        if kind != "none" and kind not in accepts:
             assert f"cannot apply a {kind} logit bias (pos={c.pos}): " in c.refusal
+        elif schemes[c.pos].rotary_widens and not wide:
+            assert f"cannot apply queries and keys widened by pos={c.pos}: " in c.refusal
+        else:
+            assert c.allowed, c
 
 
 @pytest.mark.parametrize("variant", [Local, Linear, Performer])

@@ -12,7 +12,7 @@ from positional.base import PositionalScheme, Shape
 from tests.helpers import compose
 
 SCHEMES = sorted(option_classes("pos"))  # every conf/pos option: a scheme added as one file + one YAML is here
-NEW = ["xpos", "kerple", "fire", "p_rope", "cope"]  # 20 steps with every attention each one claims (a sample)
+NEW = ["xpos", "kerple", "fire", "p_rope", "cope", "pope"]  # 20 steps with every attention each one claims (a sample)
 # schemes that read positions, so pos.randomize=true applies (the others declare why not)
 RANDOMIZABLE = [n for n in SCHEMES if option_classes("pos")[n].randomize_refusal is None]
 

@@ -215,9 +215,11 @@ def describe(group: str, cls: type) -> str:
     """What the harness reads from a class's declarations: hooks and bias kind, or the biases it accepts."""
     if group == "pos":
         hooks = sorted(cls.hooks()) or ["none"]
-        return f"hooks: {', '.join(hooks)}; bias: {cls.bias_kind}"
+        wide = "; rotary widens q, k" if getattr(cls, "rotary_widens", False) else ""
+        return f"hooks: {', '.join(hooks)}; bias: {cls.bias_kind}{wide}"
     if group == "attn":
-        return f"accepts bias: {', '.join(sorted(cls.accepts_bias)) or 'none'}"
+        wide = "" if getattr(cls, "wide_rotary_refusal", "") else "; takes widened q, k"
+        return f"accepts bias: {', '.join(sorted(cls.accepts_bias)) or 'none'}{wide}"
     return ""
 
 
