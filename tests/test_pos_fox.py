@@ -81,6 +81,22 @@ def test_bias_of_each_layer_equals_the_explicit_form(cls, causal):
     assert not torch.equal(s.gates[0].weight, s.gates[1].weight)
 
 
+@pytest.mark.parametrize("causal,pad", [(True, "right"), (True, "left"), (False, "left"), (False, "right")])
+def test_inputs_at_padded_positions_do_not_change_the_bias_between_real_tokens(causal, pad):
+    """Pads sit at the ends, so no gate between a real query and a real key is a pad's."""
+    torch.manual_seed(9)
+    s = DataDependentALiBi(Shape(C, H, 1, 32, causal), init_std=0.5).double()
+    real = torch.arange(3, T) if pad == "left" else torch.arange(T - 3)
+    x = inputs(10)
+    x2 = x.clone()
+    x2[:, [t for t in range(T) if t not in real.tolist()]] = 9.0
+    a, b = (s.logit_bias(torch.arange(T), 0).for_input(xx).dense(None, None)[..., real[:, None], real[None, :]]
+            for xx in (x, x2))
+    keep = torch.ones(len(real), len(real), dtype=torch.bool)
+    keep = keep.tril() if causal else keep
+    assert_close(a[..., keep], b[..., keep], rtol=0, atol=1e-12)  # differences of running sums: round-off only
+
+
 def test_the_bias_needs_the_layer_input():
     bias = ForgettingTransformer(Shape(C, H, 1, 32, True)).logit_bias(torch.arange(T), 0)
     with pytest.raises(RuntimeError, match="call for_input"):
