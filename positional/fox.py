@@ -31,8 +31,20 @@ from positional.base import EvalPositions, LogitBias, PositionalScheme, Shape
 def forget_bias(log_f: Tensor) -> Tensor:
     """D_ij = Σ_{l=j+1..i} log f_l = F_i − F_j with F_t = Σ_{l≤t} log f_l (Lin et al. 2025, §2), for every (i, j):
     the entries j > i are −D_ji, which the causal mask removes. log_f: (…, T) -> (…, T, T)."""
-    cum = log_f.cumsum(-1)  # (…, T): F
-    return cum[..., :, None] - cum[..., None, :]  # (…, T, T)
+    return _Differences.apply(log_f.cumsum(-1))  # F: (…, T)
+
+
+class _Differences(torch.autograd.Function):
+    """F_i − F_j over all (i, j), whose gradient is ∂F_t = Σ_j ∂D_tj − Σ_i ∂D_it: two reductions of ∂D
+    (B·H·T² entries per layer) instead of autograd's negated copy of it and the two reductions after."""
+
+    @staticmethod
+    def forward(ctx, cum: Tensor) -> Tensor:
+        return cum[..., :, None] - cum[..., None, :]  # (…, T, T)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        return grad.sum(-1) - grad.sum(-2)  # (…, T)
 
 
 def two_way_forget_bias(log_f: Tensor, log_g: Tensor) -> Tensor:

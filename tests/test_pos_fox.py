@@ -65,6 +65,16 @@ def test_forget_bias_sums_the_log_gates_between_key_and_query():
             assert_close(both[..., i, j], log_g[..., i + 1: j + 1].sum(-1), rtol=0, atol=1e-14)
 
 
+def test_forget_bias_gradient_is_autograds_of_the_plain_differences():
+    log_f = -torch.rand(2, 3, T, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(forget_bias, (log_f,))
+    weights = torch.randn(2, 3, T, T, dtype=F64)
+    cum = log_f.cumsum(-1)
+    want, = torch.autograd.grad(((cum[..., :, None] - cum[..., None, :]) * weights).sum(), log_f)
+    got, = torch.autograd.grad((forget_bias(log_f) * weights).sum(), log_f)
+    assert_close(got, want, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("cls,causal", [(ForgettingTransformer, True), (DataDependentALiBi, True),
                                         (DataDependentALiBi, False)])
 def test_bias_of_each_layer_equals_the_explicit_form(cls, causal):
