@@ -65,9 +65,10 @@ def test_forget_bias_sums_the_log_gates_between_key_and_query():
             assert_close(both[..., i, j], log_g[..., i + 1: j + 1].sum(-1), rtol=0, atol=1e-14)
 
 
-def test_forget_bias_gradient_is_autograds_of_the_plain_differences():
-    log_f = -torch.rand(2, 3, T, dtype=F64, requires_grad=True)
+def test_forget_bias_gradients_are_autograds_of_the_plain_differences():
+    log_f, log_g = (-torch.rand(2, 3, T, dtype=F64, requires_grad=True) for _ in range(2))
     assert torch.autograd.gradcheck(forget_bias, (log_f,))
+    assert torch.autograd.gradcheck(two_way_forget_bias, (log_f, log_g))
     weights = torch.randn(2, 3, T, T, dtype=F64)
     cum = log_f.cumsum(-1)
     want, = torch.autograd.grad(((cum[..., :, None] - cum[..., None, :]) * weights).sum(), log_f)
