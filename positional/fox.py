@@ -7,8 +7,8 @@ key j decays by every gate after it up to the query, so a head that keeps f ≈ 
 with small f attends locally. x_t is the attention input of the layer, the tensor q, k and v are projected from
 (after the pre-LN norm, as the paper's RMSNorm-then-attention block; the layer's input under post-LN).
 One gate projection (w_f, b_f) per layer, H outputs; initialised as the paper's code does, w_f ~ N(0, 0.02)
-and b_f = 0 (``init_std``, ``bias_init``): f starts near ½. The logsigmoid and the cumulative sum run in float32
-at least (F is a sum of T terms; the paper's code does the same).
+and b_f = 0 (``init_std``, ``bias_init``): f starts near ½. log f and its cumulative sum are float32 at least
+(F is a sum of T terms; the paper's code does the same).
 
 Causal only: the paper defines D for j ≤ i (F_i − F_j for j > i would *raise* later keys by the gates between),
 so a bidirectional task is refused; pos=dd_alibi (x-transformers' form) adds a second, backward gate for it.
@@ -56,10 +56,10 @@ def two_way_forget_bias(log_f: Tensor, log_g: Tensor) -> Tensor:
 
 
 def log_gates(x: Tensor, gate: nn.Linear, scale: float = 1.0) -> Tensor:
-    """scale · log σ(W x_t + b) per gate output, in float32 at least. x: (B, T, C) -> (B, G, T)."""
-    work = torch.promote_types(x.dtype, torch.float32)
-    logits = F.linear(x.to(work), gate.weight.to(work), gate.bias.to(work))  # (B, T, G)
-    return F.logsigmoid(logits).transpose(1, 2) * scale  # (B, G, T)
+    """scale · log σ(W x_t + b) per gate output, x: (B, T, C) -> (B, G, T). The projection runs in the model's
+    (autocast) dtype and log σ in float32 at least, as the paper's code does: the cumulative sum adds T of them."""
+    logits = gate(x)  # (B, T, G)
+    return F.logsigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).transpose(1, 2) * scale
 
 
 class ForgetGateBias(LogitBias):

@@ -108,6 +108,13 @@ def test_inputs_at_padded_positions_do_not_change_the_bias_between_real_tokens(c
     assert_close(a[..., keep], b[..., keep], rtol=0, atol=1e-12)  # differences of running sums: round-off only
 
 
+def test_log_gates_and_their_sums_are_float32_under_bf16_autocast():
+    s = ForgettingTransformer(Shape(C, H, 1, 32, True))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bias = s.logit_bias(torch.arange(T), 0).for_input(torch.randn(B, T, C))
+        assert bias.log_f.dtype == torch.float32 and bias.dense(None, None).dtype == torch.float32
+
+
 def test_the_bias_needs_the_layer_input():
     bias = ForgettingTransformer(Shape(C, H, 1, 32, True)).logit_bias(torch.arange(T), 0)
     with pytest.raises(RuntimeError, match="call for_input"):
