@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, IncompatiblePairing
 
 BiasKind = Literal["none", "relative", "positional", "content"]
 EvalPositions = Literal["sampled", "ordered"]
@@ -71,10 +71,17 @@ class LogitBias:
       positional  b_ij depends on the positions only, but not on i - j alone (FIRE's normaliser
                   reads i; any relative scheme under randomized positions reads p_i - p_j):
                   offered as dense logits only.
-      content     b_ij depends on q_i and/or k_j as well (Transformer-XL, CoPE).
+      content     b_ij depends on q_i and/or k_j as well (Transformer-XL, CoPE), or on the layer's input
+                  (FoX's forget gates, read through ``for_input``).
     """
 
     kind: BiasKind = "content"
+
+    def for_input(self, x: Tensor) -> LogitBias:
+        """The bias of a layer whose attention input is x (B, T, C), the tensor q, k and v are projected from;
+        the model calls it in every layer before attention. A bias that reads positions or q, k only is
+        itself; one made of the input (FoX's gates σ(W x_t + b)) returns a bias holding what it read."""
+        return self
 
     def dense(self, q: Tensor, k: Tensor) -> Tensor:
         """The full bias, broadcastable to (B, H, Tq, Tk)."""
@@ -186,11 +193,18 @@ class PositionalScheme(nn.Module):
     randomize_refusal: ClassVar[str | None] = None
     # True when ``rotary`` widens q and k (``Rotary.widens``): declared for the compatibility check
     rotary_widens: ClassVar[bool] = False
+    # Why the scheme is defined for causal attention only (None: bidirectional tasks too); a bidirectional
+    # task (task=mlm, an encoder form) is then refused as an incompatible pairing, with this reason
+    bidirectional_refusal: ClassVar[str | None] = None
 
     def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None,
                  eval_positions: EvalPositions | None = None):
         super().__init__()
         self.shape = shape
+        if self.bidirectional_refusal and not shape.causal:
+            raise IncompatiblePairing(f"incompatible pairing: pos={self.config_name()} with a bidirectional task: "
+                                      f"{self.bidirectional_refusal}; use a causal task (task=clm, or "
+                                      "task.form=causal) or another pos")
         self.randomize, self.max_position, self.eval_positions = _check_sampling(
             type(self), shape, randomize, max_position, eval_positions)
         if randomize and self.bias_kind == "relative":

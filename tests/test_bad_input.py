@@ -68,6 +68,7 @@ RUN_CASES = [
     ("eval-lengths-negative", ["eval.lengths=[128,-5]"], "[-5] are not positive integers"),
     ("eval-lengths-not-numbers", ["eval.lengths=[abc]"], "['abc'] are not positive integers"),
     ("incompatible-pairing", ["pos=xl", "attn=local"], "incompatible pairing: attn=local cannot apply a content"),
+    ("causal-only-scheme-mlm", ["pos=fox"], "incompatible pairing: pos=fox with a bidirectional task: FoX's forget"),
     ("text-without-path", ["data=text"], "data=text needs a file or directory: add data.path="),
     ("missing-corpus", ["data=text", "data.path={files}/nope.txt"], "does not exist; point it at a UTF-8 text"),
     ("empty-corpus", ["data=text", "data.path={files}/empty.txt"], "holds 0 bytes; give at least 4 KiB"),

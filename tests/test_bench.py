@@ -85,3 +85,20 @@ def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store, monkeypatch):
     runs = client.search_runs([client.get_experiment_by_name("bench").experiment_id])
     assert len(runs) == 4 and all(r.data.metrics["tokens_per_s"] > 0 for r in runs)
     assert {r.data.tags["git_sha"] for r in runs} == {"c0ffee"}
+
+
+
+def test_causal_cells_bench_a_causal_only_scheme(tmp_path):
+    """--causal builds the grid's cells as causal LMs: pos=fox (defined causal only) is refused without it."""
+    from dataclasses import replace
+
+    from harness.bench.cli import _lengths_of, parse
+    from harness.bench.session import Options, Session
+
+    args = parse(["--pos", "fox", "--attn", "softmax", "--lengths", "16", "--tokens", "32", "--causal",
+                  "--out", str(tmp_path), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"])
+    session = Session(Options("cpu", 1e9, repeats=1, cell_s=0.1))
+    [causal] = _lengths_of(session, args, "fox", "softmax")
+    assert args.causal and causal.status == "ok" and causal.step_s > 0
+    [bidirectional] = _lengths_of(session, replace(args, causal=False), "fox", "softmax")
+    assert bidirectional.status == "refused" and "pos=fox with a bidirectional task" in bidirectional.reason

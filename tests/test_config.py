@@ -1,9 +1,10 @@
 """Every option of every config group composes and instantiates."""
 
+from dataclasses import replace
 
 import pytest
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from attention.base import AttentionVariant
@@ -27,7 +28,9 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     cfg = compose([f"{group}={option}"])
     node = cfg[group]
     if group in ("pos", "attn"):
-        built = instantiate(node)(SHAPE)
+        target = get_class(node._target_)
+        causal = getattr(target, "bidirectional_refusal", None) is not None  # FoX: defined for causal attention only
+        built = instantiate(node)(replace(SHAPE, causal=causal))
         assert isinstance(built, PositionalScheme if group == "pos" else AttentionVariant)
         assert type(built).config_name() == option  # conf/<g>/<name>.yaml pairs with <g>/<name>.py
     elif group == "model":

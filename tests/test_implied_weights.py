@@ -154,13 +154,18 @@ def pairings():
 def test_every_scheme_with_every_variant_applies_its_implied_weights(pos, attn, causal):
     """With the scheme's own hooks (rotation, per-layer bias), as the model hands them over."""
     torch.manual_seed(0)
+    if not causal and option_classes("pos")[pos].bidirectional_refusal:
+        pytest.skip(option_classes("pos")[pos].bidirectional_refusal)  # FoX: defined for causal attention only
     shape = Shape(D * H, H, 1, 32, causal)
     scheme, variant = (instantiate(node(group, name))(shape).double().eval() for group, name in
                        (("pos", pos), ("attn", attn)))
     if variant.refusal(type(scheme)):
         pytest.skip(variant.refusal(type(scheme)))
     positions = torch.arange(T)
+    x = torch.randn(2, T, D * H, dtype=torch.float64)  # the layer input a bias may read (FoX's gates)
     bias = scheme.logit_biases(positions, 1)[0]
+    if bias is not None:  # what the model's attention does before calling the variant
+        bias = bias.for_input(x)
     if bias is not None and bias.kind == "relative":
         bias.table = bias.table.double()
     q, k, v = qkv(B=2, H=H, T=T, D=D, scale=0.7)

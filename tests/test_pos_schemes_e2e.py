@@ -1,6 +1,7 @@
 """Every scheme: its config composes and instantiates, and it trains end to end into MLflow."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hydra.utils import instantiate
 
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
+from harness.errors import IncompatiblePairing
 from positional.base import PositionalScheme, Shape
 from tests.helpers import compose
 
@@ -23,7 +25,8 @@ RELATIVE = [n for n in SCHEMES if "logit_bias" in option_classes("pos")[n].hooks
 
 @pytest.mark.parametrize("name", SCHEMES)
 def test_config_composes_and_names_its_module(name):
-    scheme = instantiate(compose([f"pos={name}"]).pos)(Shape(64, 4, 2, 32, causal=False))
+    causal = option_classes("pos")[name].bidirectional_refusal is not None  # defined for causal attention only
+    scheme = instantiate(compose([f"pos={name}"]).pos)(Shape(64, 4, 2, 32, causal=causal))
     assert isinstance(scheme, PositionalScheme) and scheme.config_name() == name
     assert bool(scheme.hooks()) == (name != "none")  # NoPE aside, a scheme overrides at least one hook
     assert (scheme.bias_kind != "none") == ("logit_bias" in scheme.hooks())
@@ -58,6 +61,11 @@ def check_run(summary, client, name: str, bound: float):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCHEMES)
 def test_scheme_trains_mlm_with_softmax(train_tiny, name, halfway):
+    reason = option_classes("pos")[name].bidirectional_refusal
+    if reason:  # defined for causal attention only (FoX): refused before training, with its reason
+        with pytest.raises(IncompatiblePairing, match=re.escape(f"pos={name} with a bidirectional task: {reason}")):
+            train_tiny(f"pos={name}", "attn=softmax", *LEARN)
+        return
     summary, client = train_tiny(f"pos={name}", "attn=softmax", *LEARN)
     check_run(summary, client, name, halfway)
 

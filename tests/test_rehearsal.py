@@ -11,6 +11,7 @@ import torch
 
 from harness.bench.internals import build_transformer
 from harness.bench.measure import cpu_peak_allocated_bytes
+from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
 from harness.config.rehearsal import OVERCOUNT, Largest, Phase, _forward, _step, culprit, integer_keys
 from harness.errors import ConfigError
@@ -30,7 +31,8 @@ def test_a_rehearsed_step_holds_what_the_real_step_holds(pos, attn):
     """Forward and backward on meta against the same step on the CPU (torch.profiler's allocation peak):
     never below it by more than noise, never above it past OVERCOUNT, the slack check_phases allows."""
     torch.manual_seed(0)
-    real = build_transformer(_overrides(pos, attn), VOCAB, T, causal=False).train()
+    causal = option_classes("pos")[pos].bidirectional_refusal is not None  # FoX: defined causal only
+    real = build_transformer(_overrides(pos, attn), VOCAB, T, causal=causal).train()
     ids = torch.randint(256, (B, T))
 
     def step():
@@ -40,7 +42,7 @@ def test_a_rehearsed_step_holds_what_the_real_step_holds(pos, attn):
     real.zero_grad(set_to_none=True)
     peak = cpu_peak_allocated_bytes(step)
     with torch.device("meta"):
-        meta = build_transformer(_overrides(pos, attn), VOCAB, T, causal=False)
+        meta = build_transformer(_overrides(pos, attn), VOCAB, T, causal=causal)
     measured = _step(meta, B, T).peak
     assert 0.95 * peak <= measured <= OVERCOUNT * peak, f"meta {measured:,} B vs real {peak:,} B"
 

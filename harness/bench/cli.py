@@ -52,6 +52,7 @@ class Args:
     device: str
     out: Path
     tracking_uri: str  # resolved and checked
+    causal: bool = False  # the grid's cells with a causal mask (a causal-only scheme, FoX, refuses the other)
 
 
 def _parser() -> _Parser:
@@ -71,6 +72,8 @@ def _parser() -> _Parser:
                    help="stop timing a cell once its timed steps add up to this many seconds (at least one)")
     p.add_argument("--budget-s", type=number(Positive), default=12.0,
                    help="skip longer lengths of a cell once one step takes longer than this")
+    p.add_argument("--causal", action="store_true",
+                   help="the grid's cells as causal LMs (the default is bidirectional, as task=mlm)")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--no-targets", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
@@ -91,7 +94,7 @@ def parse(argv: list[str] | None) -> Args:
                        f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch")
     return Args(_options(a.pos, "pos"), available("attn") if a.attn == "all" else _options(a.attn, "attn"),
                 _lengths(a.lengths), a.tokens or (65536 if a.device == "cuda" else 8192), a.model, a.warmup,
-                a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, out, uri)
+                a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, out, uri, a.causal)
 
 
 def _options(text: str, group: str) -> list[str]:
@@ -160,7 +163,7 @@ def _lengths_of(session: Session, args: Args, pos: str, attn: str) -> list[Resul
             why = "a shorter length already failed or exceeded --budget-s"
             results.append(Result("posbench", pos, attn, T, batch, status="skipped", reason=why))
             continue
-        results.append(session.cell(Spec(pos, attn, T, batch, args.model)))
+        results.append(session.cell(Spec(pos, attn, T, batch, args.model, causal=args.causal)))
     return results
 
 

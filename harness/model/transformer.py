@@ -65,6 +65,8 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # 3 × (B, T, C)
         q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        if ctx.bias is not None:  # a bias may read the input q, k, v come from (FoX's forget gates)
+            ctx = replace(ctx, bias=ctx.bias.for_input(x))
         y = self.variant(q, k, v, ctx)  # (B, H, T, D)
         return self.out(y.transpose(1, 2).reshape(B, T, C))
 
