@@ -1,0 +1,82 @@
+"""``pos.layers`` and ``attn.layers``: a per-layer pattern of options, from the config to a ``LayerPattern``.
+
+``pos=rope +pos.layers=[rope,rope,rope,none]`` (a list, or one string ``rope,rope,rope,none`` in a YAML file):
+the layers named like the chosen option (here rope) are built from the ``pos`` node, so ``pos.base=…`` and
+every other key set on it applies to them; the other names are options of the same group (conf/pos/<name>.yaml)
+at their YAML's values. The unit repeats over model.n_layers (harness/model/layers.py). The cell is named by
+the pattern (``rope×3+none``), in tags, run names and reports.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from harness.errors import ConfigError
+
+KEY = "layers"  # the key on a pos or attn node
+GROUPS = ("pos", "attn")
+EXAMPLES = {"pos": "[rope,rope,rope,none]", "attn": "[local,local,local,local,local,softmax]"}
+
+
+def pattern_unit(value, path: str) -> tuple[str, ...]:
+    """``pos.layers`` as a tuple of option names: a list, or a comma-separated string."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    if isinstance(value, ListConfig):
+        value = list(value)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{path}.{KEY}={value!r} must be a list of {path} option names, one per layer of the "
+                          f"repeating unit, e.g. +{path}.{KEY}={EXAMPLES[path]}")
+    return tuple(value)
+
+
+def has_pattern(node) -> bool:
+    return isinstance(node, (dict, DictConfig)) and node.get(KEY) is not None
+
+
+def option_node(group: str, name: str, path: str) -> DictConfig:
+    """conf/<group>/<name>.yaml as a node, its same-group ``defaults`` (rope_trainable's ``rope``) merged
+    under it. A sub-group default (rope's ``scaling: none``) sets nothing: the option's own keys hold its
+    values (pos.scaling: null)."""
+    from harness.config.catalog import options
+
+    found = options(group)
+    if name not in found:
+        raise ConfigError(f"{path}.{KEY} names {name!r}, which is no {group} option; use names of conf/{group}/: "
+                          f"{', '.join(found)}")
+    node = OmegaConf.load(found[name].path)
+    merged = OmegaConf.create()
+    for parent in node.pop("defaults", None) or []:
+        if isinstance(parent, str) and parent != "_self_":
+            merged = OmegaConf.merge(merged, option_node(group, parent, path))
+    return OmegaConf.merge(merged, node)
+
+
+def layer_pattern(node, path: str, build):
+    """The ``LayerPattern`` of a node with a ``layers`` key; ``build(node, path)`` makes one option's
+    constructor (``instantiate_option``)."""
+    from harness.config.catalog import locate, option_name
+    from harness.model.layers import LayerPattern
+
+    unit = pattern_unit(node[KEY], path)
+    own_node = OmegaConf.masked_copy(node, [k for k in node if k != KEY]) if isinstance(node, DictConfig) else \
+        {k: v for k, v in node.items() if k != KEY}
+    own = option_name(locate(f"{path}._target_", own_node["_target_"]))
+    if own not in unit:
+        raise ConfigError(f"{path}.{KEY}={list(unit)} names no {own} layer, so the {path}={own} settings would "
+                          f"be unused; put {own} in the pattern, or pick {path}=<one of its names>")
+    factories = {name: build(own_node if name == own else option_node(path, name, path), path)
+                 for name in dict.fromkeys(unit)}
+    return LayerPattern(f"{path}.{KEY}", unit, factories)
+
+
+def named_by_pattern(cfg, choices: dict[str, str]) -> dict[str, str]:
+    """A cell whose pos (attn) has a pattern is named by it: ``rope×3+none``."""
+    from harness.model.layers import pattern_label
+
+    choices = dict(choices)
+    for group in GROUPS:
+        node = cfg.get(group)
+        if has_pattern(node):
+            choices[group] = pattern_label(pattern_unit(node[KEY], group))
+    return choices

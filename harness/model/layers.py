@@ -1,0 +1,151 @@
+"""Per-layer patterns: a positional scheme or an attention variant chosen layer by layer.
+
+``pos.layers=[rope,rope,rope,none]`` gives layers 0-2 RoPE and layer 3 no position, repeated to model.n_layers
+(Llama 4's iRoPE; Yang et al. 2025, "Rope to Nope and Back Again", RNoPE; SmolLM3's ``no_rope_layers``);
+``attn.layers=[local,local,local,local,local,softmax]`` five sliding-window layers to one global (Gemma 2/3's
+local:global ratio; Cohere Command A pairs it with ``pos.layers=[rope,rope,rope,none]`` for RoPE on local
+layers only). A pattern is named by its repeating unit, run-length coded: ``rope×3+none``, ``local×5+softmax``;
+that name is the cell's pos (attn) in tags, reports and the matrix.
+
+The model asks a scheme for one rotation and one bias per layer (``PositionalScheme.rotaries``,
+``logit_biases``); ``LayeredScheme`` answers with each layer's own scheme. Every distinct scheme of a pattern is
+built once and shared by the layers that name it (T5's table stays one table, as with a single scheme). The
+(scheme, variant) pair of every layer is checked with the variants' own ``refusal`` before anything is built
+beyond the modules (``check_layers``): a refusal names the layer.
+
+Notation: T sequence length, L layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from attention.base import AttentionVariant, check_pairing
+from harness.errors import ConfigError, IncompatiblePairing
+from positional.base import LogitBias, PositionalScheme, Rotary, Shape
+
+
+def layer_names(unit: Sequence[str], n_layers: int, key: str = "pos.layers") -> list[str]:
+    """The repeating ``unit`` tiled to ``n_layers`` names: one per layer. Its length must divide n_layers."""
+    if not unit:
+        raise ConfigError(f"{key}=[] names no layer; give one name per layer of a repeating unit, e.g. "
+                          f"{key}=[rope,rope,rope,none]")
+    if n_layers % len(unit):
+        raise ConfigError(f"{key} has {len(unit)} entries, which does not divide model.n_layers={n_layers}; give a "
+                          f"unit whose length divides it (it repeats over the layers) or one name per layer")
+    return list(unit) * (n_layers // len(unit))
+
+
+def pattern_label(unit: Sequence[str]) -> str:
+    """The name of a pattern: its unit with runs written name×count, joined by +, e.g. ``rope×3+none``."""
+    runs: list[list] = []
+    for name in unit:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return "+".join(name if count == 1 else f"{name}×{count}" for name, count in runs)
+
+
+@dataclass(frozen=True)
+class LayerPattern:
+    """What ``pos.layers`` / ``attn.layers`` describe: the repeating unit of option names and a constructor
+    (``Shape -> module``) for each distinct name. The model builds from it as it builds from one constructor."""
+
+    key: str  # pos.layers or attn.layers, for messages
+    unit: tuple[str, ...]
+    factories: Mapping[str, Callable[[Shape], nn.Module]]
+
+    @property
+    def label(self) -> str:
+        return pattern_label(self.unit)
+
+    def names(self, n_layers: int) -> list[str]:
+        return layer_names(self.unit, n_layers, self.key)
+
+    def variants(self, shape: Shape) -> list[AttentionVariant]:
+        """One attention variant per layer (each layer owns its module, as with a single variant)."""
+        return [self.factories[name](shape) for name in self.names(shape.n_layers)]
+
+
+class LayeredScheme(PositionalScheme):
+    """The positional scheme of a ``pos.layers`` pattern: layer l uses the scheme its name picks.
+
+    Its layers' schemes act inside attention (a rotation, a logit bias); one that adds to the token
+    embeddings acts below every layer at once, so it is refused here. Positions are 0 … T−1 for every layer
+    (randomized positions are drawn once per forward for a whole model: refused in a pattern).
+    """
+
+    def __init__(self, shape: Shape, pattern: LayerPattern):
+        super().__init__(shape)
+        self.label, self.layer_names = pattern.label, pattern.names(shape.n_layers)
+        self.schemes = nn.ModuleDict({name: pattern.factories[name](shape) for name in dict.fromkeys(pattern.unit)})
+        for name, scheme in self.schemes.items():
+            if "embed" in scheme.hooks():
+                raise ConfigError(f"{pattern.key}: pos={name} adds to the token embeddings, below every layer, so "
+                                  "it cannot be one layer's scheme; use it alone (pos=" + name + ") or pattern "
+                                  "schemes that act in attention (a rotation or a logit bias)")
+            if scheme.randomize:
+                raise ConfigError(f"{pattern.key}: pos={name} has randomize=true, but the layers of a pattern share "
+                                  "the positions 0 … T−1; drop randomize or the pattern")
+        # the positions a rotary scheme hands out itself: RoPE reuses its cos, sin when it sees its own tensor
+        rotary = [s for s in self.schemes.values() if "rotary" in s.hooks()]
+        self._positions_from = (rotary or list(self.schemes.values()))[0]
+        self.length_scalings = tuple(dict.fromkeys(
+            m for s in self.schemes.values() for m in s.length_scalings))
+
+    def layer_scheme(self, layer: int) -> PositionalScheme:
+        return self.schemes[self.layer_names[layer]]
+
+    def hooks(self) -> frozenset[str]:
+        return frozenset().union(*(s.hooks() for s in self.schemes.values()))
+
+    def positions(self, t: int, device=None) -> Tensor:
+        return self._positions_from.positions(t, device)
+
+    def rotaries(self, positions: Tensor, n_layers: int) -> list[Rotary | None]:
+        return self._per_layer({name: s.rotaries(positions, n_layers) for name, s in self.schemes.items()})
+
+    def logit_biases(self, positions: Tensor, n_layers: int) -> list[LogitBias | None]:
+        return self._per_layer({name: s.logit_biases(positions, n_layers) for name, s in self.schemes.items()})
+
+    def _per_layer(self, by_scheme: dict[str, list]) -> list:
+        """Layer l's entry of its own scheme's per-layer list (a per-layer table is indexed by the model's layer)."""
+        return [by_scheme[name][layer] for layer, name in enumerate(self.layer_names)]
+
+    @contextmanager
+    def rescaled(self, method: str, length: int, in_training: bool = False):
+        """Each scheme that has length scaling ``method`` applies it; the others are unchanged."""
+        if method not in self.length_scalings:
+            raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; no scheme of "
+                              f"pos={self.label} has {method!r}: drop eval.scalings or use pos=rope")
+        with ExitStack() as stack:
+            for s in self.schemes.values():
+                if method in s.length_scalings:
+                    stack.enter_context(s.rescaled(method, length, in_training))
+            yield
+
+    def diagnostics(self) -> dict[str, float]:
+        return {f"{name}/{k}": v for name, s in self.schemes.items() for k, v in s.diagnostics().items()}
+
+    def artifacts(self) -> dict[str, str]:
+        return {f"{name}_{k}": v for name, s in self.schemes.items() for k, v in s.artifacts().items()}
+
+
+def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) -> None:
+    """Every layer's (scheme, variant) pair through the variants' ``refusal``. Without a pattern on either
+    side this is the one pairing check of a model; with one, a refusal names its layer."""
+    layered = isinstance(pos, LayeredScheme)
+    if not layered and len({type(v) for v in variants}) == 1:
+        check_pairing(pos, type(variants[0]))
+        return
+    for layer, variant in enumerate(variants):
+        scheme = pos.layer_scheme(layer) if layered else pos
+        reason = type(variant).refusal(scheme)
+        if reason:
+            raise IncompatiblePairing(f"incompatible pairing at layer {layer} (pos={scheme.config_name()}, "
+                                      f"attn={variant.config_name()}): {reason}")
