@@ -199,6 +199,35 @@ def test_every_option_without_an_embedding_can_be_a_layer():
     assert [s.config_name() for s in scheme.schemes.values()] == ["rope", *layered]
 
 
+# ---------------------------------------------------------------- the matrix
+
+
+def test_the_matrix_adds_a_row_and_a_column_per_pattern_refusing_where_any_layer_is_refused():
+    from harness.config.compat import compatibility, render_text
+
+    cells = {(c.pos, c.attn): c for c in compatibility(patterns={"pos": ("none", "xl"), "attn": ("local", "softmax")})}
+    assert cells["none+xl", "softmax"].allowed and cells["none+xl", "local+softmax"].allowed  # xl on softmax layers
+    assert cells["none+xl", "local"].refusal.startswith("layer 1: attn=local cannot apply a content logit bias")
+    assert cells["xl", "local+softmax"].refusal.startswith("layer 0: attn=local cannot apply a content")
+    assert cells["rope", "local+softmax"].allowed and cells["xl", "softmax"].refusal is None
+    plain = {(c.pos, c.attn): c.refusal for c in compatibility()}
+    assert all(cells[key].refusal == refusal for key, refusal in plain.items())  # the options' cells are unchanged
+    assert len(cells) == len(plain) + len({p for p, _ in plain}) + len({a for _, a in plain}) + 1
+    rows = render_text(list(cells.values())).splitlines()
+    assert rows[0].split()[-1] == "local+softmax" and any(r.startswith("none+xl ") for r in rows)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["pos.layers=[rope,sinusoidal]"], "pos=sinusoidal adds to the token embeddings"),
+    (["+attn.layers=[local,flash]"], "attn.layers names 'flash', which is no attn option"),
+])
+def test_the_matrix_refuses_a_bad_pattern_in_one_line(argv, needle):
+    from harness.config.compat import print_matrix
+
+    with pytest.raises(ConfigError, match=needle):
+        print_matrix("--matrix", argv)
+
+
 # ---------------------------------------------------------------- rotate_heads
 
 

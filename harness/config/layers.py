@@ -41,15 +41,30 @@ def option_node(group: str, name: str, path: str) -> DictConfig:
     from harness.config.catalog import options
 
     found = options(group)
-    if name not in found:
-        raise ConfigError(f"{path}.{KEY} names {name!r}, which is no {group} option; use names of conf/{group}/: "
-                          f"{', '.join(found)}")
+    check_option_name(path, name, list(found))
     node = OmegaConf.load(found[name].path)
     merged = OmegaConf.create()
     for parent in node.pop("defaults", None) or []:
         if isinstance(parent, str) and parent != "_self_":
             merged = OmegaConf.merge(merged, option_node(group, parent, path))
     return OmegaConf.merge(merged, node)
+
+
+def check_option_name(group: str, name: str, names: list[str]) -> None:
+    if name not in names:
+        raise ConfigError(f"{group}.{KEY} names {name!r}, which is no {group} option; use names of conf/{group}/: "
+                          f"{', '.join(names)}")
+
+
+def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
+    """``{group: unit}`` for each ``pos.layers=[…]`` / ``+attn.layers=[…]`` among command-line ``argv``."""
+    found = {}
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        group, _, rest = key.lstrip("+").partition(".")
+        if eq and group in GROUPS and rest == KEY:
+            found[group] = pattern_unit(value.strip().removeprefix("[").removesuffix("]"), group)
+    return found
 
 
 def layer_pattern(node, path: str, build):

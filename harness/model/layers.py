@@ -85,10 +85,7 @@ class LayeredScheme(PositionalScheme):
         self.label, self.layer_names = pattern.label, pattern.names(shape.n_layers)
         self.schemes = nn.ModuleDict({name: pattern.factories[name](shape) for name in dict.fromkeys(pattern.unit)})
         for name, scheme in self.schemes.items():
-            if "embed" in scheme.hooks():
-                raise ConfigError(f"{pattern.key}: pos={name} adds to the token embeddings, below every layer, so "
-                                  "it cannot be one layer's scheme; use it alone (pos=" + name + ") or pattern "
-                                  "schemes that act in attention (a rotation or a logit bias)")
+            check_layerable(name, scheme, pattern.key)
             if scheme.randomize:
                 raise ConfigError(f"{pattern.key}: pos={name} has randomize=true, but the layers of a pattern share "
                                   "the positions 0 … T−1; drop randomize or the pattern")
@@ -134,6 +131,14 @@ class LayeredScheme(PositionalScheme):
 
     def artifacts(self) -> dict[str, str]:
         return {f"{name}_{k}": v for name, s in self.schemes.items() for k, v in s.artifacts().items()}
+
+
+def check_layerable(name: str, scheme: type[PositionalScheme] | PositionalScheme, key: str = "pos.layers") -> None:
+    """A layer's scheme acts in attention: one that adds to the token embeddings acts below every layer at once."""
+    if "embed" in scheme.hooks():
+        raise ConfigError(f"{key}: pos={name} adds to the token embeddings, below every layer, so it cannot be one "
+                          f"layer's scheme; use it alone (pos={name}) or pattern schemes that act in attention "
+                          "(a rotation or a logit bias)")
 
 
 def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) -> None:
