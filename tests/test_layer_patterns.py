@@ -19,7 +19,7 @@ from attention.local import Local
 from attention.softmax import Softmax
 from harness.config.catalog import option_classes
 from harness.errors import ConfigError, IncompatiblePairing
-from harness.model.layers import LayeredScheme, LayerPattern, layer_names, pattern_label
+from harness.model.layers import LayeredScheme, LayerPattern, layer_names, pattern_label, unit_of_label
 from harness.model.transformer import ModelConfig, Transformer
 from positional.alibi import ALiBi
 from positional.none import NoPosition
@@ -117,6 +117,20 @@ def test_names_show_the_pattern():
     assert pattern_label(["local"] * 5 + ["softmax"]) == "local×5+softmax"
     assert pattern_label(["rope", "none", "rope"]) == "rope+none+rope"
     assert layer_names(["a", "b"], 6) == ["a", "b"] * 3
+    for unit in (["rope", "rope", "rope", "none"], ["local"] * 5 + ["softmax"], ["a", "b", "a"], ["rope"]):
+        assert unit_of_label(pattern_label(unit)) == tuple(unit)  # a name spells its pattern back (bench --pos)
+    assert unit_of_label("rope*3+none") == ("rope", "rope", "rope", "none")
+    for bad in ("rope×0+none", "rope×x", "+none", "rope×"):
+        with pytest.raises(ConfigError, match="is no pattern name: write option names joined by \\+"):
+            unit_of_label(bad)
+
+
+def test_bench_builds_a_pattern_from_its_name():
+    from harness.bench.internals import option_overrides
+
+    assert option_overrides("pos", "rope") == ["pos=rope"]
+    assert option_overrides("pos", "rope×3+none") == ["pos=rope", "+pos.layers=[rope,rope,rope,none]"]
+    assert option_overrides("attn", "local*2+softmax") == ["attn=local", "+attn.layers=[local,local,softmax]"]
 
 
 @pytest.mark.parametrize("unit,n_layers,needle", [

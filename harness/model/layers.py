@@ -51,6 +51,19 @@ def pattern_label(unit: Sequence[str]) -> str:
     return "+".join(name if count == 1 else f"{name}×{count}" for name, count in runs)
 
 
+def unit_of_label(label: str) -> tuple[str, ...]:
+    """The unit a pattern's name spells (``pattern_label``'s inverse; ``*`` may stand for ``×``): ``rope×3+none``
+    -> (rope, rope, rope, none). A plain option name is a unit of one."""
+    unit: list[str] = []
+    for part in label.split("+"):
+        name, times, count = part.replace("*", "×").partition("×")
+        if not name or (times and not (count.isdigit() and int(count) > 0)):
+            raise ConfigError(f"{label!r} is no pattern name: write option names joined by +, a run as name×count "
+                              "(or name*count), e.g. rope×3+none")
+        unit += [name] * (int(count) if count else 1)
+    return tuple(unit)
+
+
 @dataclass(frozen=True)
 class LayerPattern:
     """What ``pos.layers`` / ``attn.layers`` describe: the repeating unit of option names and a constructor
