@@ -1,11 +1,12 @@
 """Per-layer patterns: a positional scheme or an attention variant chosen layer by layer.
 
 ``pos.layers=[rope,rope,rope,none]`` gives layers 0-2 RoPE and layer 3 no position, repeated to model.n_layers
-(Llama 4's iRoPE; Yang et al. 2025, "Rope to Nope and Back Again", RNoPE; SmolLM3's ``no_rope_layers``);
-``attn.layers=[local,local,local,local,local,softmax]`` five sliding-window layers to one global (Gemma 2/3's
-local:global ratio; Cohere Command A pairs it with ``pos.layers=[rope,rope,rope,none]`` for RoPE on local
-layers only). A pattern is named by its repeating unit, run-length coded: ``rope×3+none``, ``local×5+softmax``;
-that name is the cell's pos (attn) in tags, reports and the matrix.
+(Llama 4's iRoPE; SmolLM3's ``no_rope_layers``); ``attn.layers=[local,local,local,local,local,softmax]`` five
+sliding-window layers to one global (Gemma 2/3's local:global ratio). Both together,
+``attn.layers=[local,local,local,softmax]`` with ``pos.layers=[rope,rope,rope,none]``, is RNoPE-SWA (Yang et al.
+2025, "Rope to Nope and Back Again", arXiv:2501.18795; Cohere Command A): RoPE on the sliding-window layers only.
+A pattern is named by its repeating unit, run-length coded: ``rope×3+none``, ``local×5+softmax``; that name is
+the cell's pos (attn) in tags, reports and the matrix.
 
 The model asks a scheme for one rotation and one bias per layer (``PositionalScheme.rotaries``,
 ``logit_biases``); ``LayeredScheme`` answers with each layer's own scheme. Every distinct scheme of a pattern is
