@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from functools import partial
 
 import pytest
@@ -28,7 +29,7 @@ from positional.t5 import T5Bias
 
 F64 = torch.float64
 SCHEMES = {"rope": partial(Rope, base=100.0), "none": NoPosition, "t5": partial(T5Bias, per_layer=True),
-           "alibi": ALiBi}
+           "alibi": ALiBi, "rope(base=10000)": Rope}
 VARIANTS = {"softmax": partial(Softmax, backend="math"), "local": partial(Local, window=4)}
 
 
@@ -45,7 +46,7 @@ def model(pos, attn, n_layers=4, causal=False, seed=0):
 def by_hand(m: Transformer, pos_names, attn_names, ids, causal):
     """The same weights, each layer given its own scheme's rotation and bias and its own variant, written out."""
     T, shape = ids.shape[1], m.pos.shape
-    schemes = {n: m.pos.schemes[n] for n in set(pos_names)}  # the pattern's modules: learned tables included
+    schemes = {n: m.pos.scheme(n) for n in set(pos_names)}  # the pattern's modules: learned tables included
     positions = torch.arange(T)
     x = m.tok_emb(ids)
     for layer, (block, p, a) in enumerate(zip(m.blocks, pos_names, attn_names, strict=True)):
@@ -62,6 +63,7 @@ def by_hand(m: Transformer, pos_names, attn_names, ids, causal):
     (["rope", "rope", "rope", "none"], ["local", "local", "local", "softmax"], 4, False),  # iRoPE × local:global
     (["rope", "none"], ["softmax"], 4, True),  # a unit of two, repeated twice
     (["t5", "none", "alibi"], ["local", "softmax"], 6, True),  # a per-layer table is indexed by the model's layer
+    (["rope", "rope(base=10000)"], ["local", "softmax"], 4, True),  # Gemma: one θ on local layers, another global
 ])
 def test_a_pattern_equals_its_layers_wired_by_hand(unit, attn_unit, n_layers, causal):
     m = model(pattern("pos.layers", unit, SCHEMES), pattern("attn.layers", attn_unit, VARIANTS), n_layers, causal)
@@ -107,7 +109,7 @@ def test_a_nope_layer_sees_no_positions(unit):
 
 def test_each_distinct_scheme_is_built_once_and_shared_by_its_layers():
     m = model(pattern("pos.layers", ["t5", "none"], {**SCHEMES, "t5": T5Bias}), VARIANTS["softmax"])
-    assert isinstance(m.pos, LayeredScheme) and list(m.pos.schemes) == ["t5", "none"]
+    assert isinstance(m.pos, LayeredScheme) and m.pos.names == ["t5", "none"] and len(m.pos.schemes) == 2
     assert sum(p.numel() for p in m.pos.parameters()) == sum(p.numel() for p in T5Bias(m.pos.shape).parameters())
     assert m.pos.hooks() == {"logit_bias"} and m.pos.layer_names == ["t5", "none", "t5", "none"]
 
@@ -120,6 +122,7 @@ def test_names_show_the_pattern():
     for unit in (["rope", "rope", "rope", "none"], ["local"] * 5 + ["softmax"], ["a", "b", "a"], ["rope"]):
         assert unit_of_label(pattern_label(unit)) == tuple(unit)  # a name spells its pattern back (bench --pos)
     assert unit_of_label("rope*3+none") == ("rope", "rope", "rope", "none")
+    assert unit_of_label("rope×5+rope(base=1e+6)") == ("rope",) * 5 + ("rope(base=1e+6)",)
     for bad in ("rope×0+none", "rope×x", "+none", "rope×"):
         with pytest.raises(ConfigError, match="is no pattern name: write option names joined by \\+"):
             unit_of_label(bad)
@@ -131,6 +134,7 @@ def test_bench_builds_a_pattern_from_its_name():
     assert option_overrides("pos", "rope") == ["pos=rope"]
     assert option_overrides("pos", "rope×3+none") == ["pos=rope", "+pos.layers=[rope,rope,rope,none]"]
     assert option_overrides("attn", "local*2+softmax") == ["attn=local", "+attn.layers=[local,local,softmax]"]
+    assert option_overrides("pos", "rope+rope(base=1e6)") == ["pos=rope", "+pos.layers=[rope,'rope(base=1e6)']"]
 
 
 @pytest.mark.parametrize("unit,n_layers,needle", [
@@ -181,8 +185,8 @@ def test_the_config_builds_the_pattern_from_the_node_and_the_other_options():
     assert named_by_pattern(cfg, choices) == {**choices, "pos": "rope×3+none", "attn": "local+softmax"}
     pos, attn = instantiate_option(cfg.pos, "pos"), instantiate_option(cfg.attn, "attn")
     m = Transformer(ModelConfig(n_layers=4, d_model=32, n_heads=2, d_ff=64), 40, 32, False, pos=pos, attn=attn)
-    assert m.pos.schemes["rope"].base == 500  # the node's own keys reach its layers
-    assert isinstance(m.pos.schemes["none"], NoPosition)
+    assert m.pos.scheme("rope").base == 500  # the node's own keys reach its layers
+    assert isinstance(m.pos.scheme("none"), NoPosition)
     assert [type(b.attn.variant) for b in m.blocks] == [Local, Softmax] * 2
     assert m.blocks[0].attn.variant.window == cfg.attn.window
 
@@ -210,7 +214,35 @@ def test_every_option_without_an_embedding_can_be_a_layer():
     cfg, _ = config("pos=rope", f"+pos.layers=[rope,{','.join(layered)}]")
     shape = Shape(32, 2, len(layered) + 1, 32, True)
     scheme = LayeredScheme(shape, instantiate_option(cfg.pos, "pos"))
-    assert [s.config_name() for s in scheme.schemes.values()] == ["rope", *layered]
+    assert [s.config_name() for s in scheme.schemes] == ["rope", *layered]
+
+
+def test_an_entry_with_settings_of_its_own_is_its_own_scheme():
+    """Gemma 2/3: local layers θ = 10k, global layers θ = 1M; the other keys are the node's."""
+    from harness.config.instantiate import instantiate_option
+    from harness.config.layers import named_by_pattern
+    from positional.base import Shape
+
+    cfg, choices = config("pos=rope", "pos.layout=half", "+pos.layers=[rope,rope,'rope(base=1e6, layout=interleaved)']")
+    assert named_by_pattern(cfg, choices)["pos"] == "rope×2+rope(base=1e6, layout=interleaved)"
+    scheme = LayeredScheme(Shape(32, 2, 3, 32, True), instantiate_option(cfg.pos, "pos"))
+    local, wide = scheme.layer_scheme(0), scheme.layer_scheme(2)
+    assert (local.base, local.layout, wide.base, wide.layout) == (10000.0, "half", 1e6, "interleaved")
+    assert scheme.layer_scheme(1) is local
+
+
+@pytest.mark.parametrize("entry,needle", [
+    ("rope(bse=2)", "pos.layers: rope(bse=2) sets bse, which is not a key of pos=rope; use some of base, layout"),
+    ("rope(base)", "pos.layers: 'rope(base)' is no layer entry; write an option name, or one with settings"),
+    ("rope(base=0)", "pos.base=0 must be a positive finite number"),
+])
+def test_a_bad_entry_is_a_one_line_error(entry, needle):
+    from harness.config.instantiate import instantiate_option
+    from positional.base import Shape
+
+    cfg, _ = config("pos=rope", f"+pos.layers=[rope,'{entry}']")
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        LayeredScheme(Shape(32, 2, 2, 32, True), instantiate_option(cfg.pos, "pos"))
 
 
 # ---------------------------------------------------------------- the matrix

@@ -98,7 +98,7 @@ def parse(argv: list[str] | None) -> Args:
 def _options(text: str, group: str) -> list[str]:
     """Option names, or per-layer patterns by name (``rope×3+none``: harness/model/layers.py)."""
     chosen, valid = [x for x in text.split(",") if x], available(group)
-    unknown = [x for x in chosen if not set(_unit(x)) <= set(valid)]
+    unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in _unit(x)} <= set(valid)]
     if unknown or not chosen:
         raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; "
                        f"valid: {', '.join(valid)}")

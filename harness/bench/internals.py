@@ -32,7 +32,11 @@ def option_overrides(group: str, name: str) -> list[str]:
     """``pos=rope``; for a per-layer pattern's name (``rope×3+none``) its first option and the pattern,
     ``pos=rope +pos.layers=[rope,rope,rope,none]`` (harness/model/layers.py)."""
     unit = pattern_unit(name)
-    return [f"{group}={name}"] if len(unit) == 1 else [f"{group}={unit[0]}", f"+{group}.layers=[{','.join(unit)}]"]
+    if len(unit) == 1 and "(" not in name:
+        return [f"{group}={name}"]
+    first = unit[0].partition("(")[0]
+    quoted = [f"'{entry}'" if "(" in entry else entry for entry in unit]  # Hydra's grammar: settings in quotes
+    return [f"{group}={first}", f"+{group}.layers=[{','.join(quoted)}]"]
 
 
 def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> nn.Module:

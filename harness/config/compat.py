@@ -60,13 +60,14 @@ def compatibility(extra: list[str | Path] = (), targets: dict[str, str] | None =
 
 def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[str, tuple[tuple[str, type], ...]]:
     from harness.config.layers import check_option_name
-    from harness.model.layers import check_layerable, pattern_label
+    from harness.model.layers import check_layerable, parse_entry, pattern_label
 
-    for name in unit:
+    names = [parse_entry(entry, f"{group}.layers")[0] for entry in unit]  # an entry's settings keep its class
+    for name in names:
         check_option_name(group, name, list(found))
         if group == "pos":
             check_layerable(name, found[name], f"{group}.layers")
-    return {pattern_label(unit): tuple((name, found[name]) for name in unit)}
+    return {pattern_label(unit): tuple((entry, found[name]) for entry, name in zip(unit, names, strict=True))}
 
 
 def _refusal(schemes: tuple[tuple[str, type], ...], variants: tuple[tuple[str, type], ...]) -> str | None:

@@ -1,10 +1,11 @@
 """``pos.layers`` and ``attn.layers``: a per-layer pattern of options, from the config to a ``LayerPattern``.
 
-``pos=rope +pos.layers=[rope,rope,rope,none]`` (a list, or one string ``rope,rope,rope,none`` in a YAML file):
-the layers named like the chosen option (here rope) are built from the ``pos`` node, so ``pos.base=…`` and
-every other key set on it applies to them; the other names are options of the same group (conf/pos/<name>.yaml)
-at their YAML's values. The unit repeats over model.n_layers (harness/model/layers.py). The cell is named by
-the pattern (``rope×3+none``), in tags, run names and reports.
+``pos=rope +pos.layers=[rope,rope,rope,none]`` (a list, or one string ``rope,rope,rope,none`` in a YAML file): the
+layers named like the chosen option (here rope) are built from the ``pos`` node, so ``pos.base=…`` and every other
+key set on it applies to them; the other names are options of the same group (conf/pos/<name>.yaml) at their YAML's
+values. An entry may carry settings of its own, ``rope(base=1e6)`` (Gemma 3's global layers), which replace that
+option's keys for its layers only. The unit repeats over model.n_layers (harness/model/layers.py). The cell is
+named by the pattern (``rope×3+none``), in tags, run names and reports.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ EXAMPLES = {"pos": "[rope,rope,rope,none]", "attn": "[local,local,local,local,lo
 
 
 def pattern_unit(value, path: str) -> tuple[str, ...]:
-    """``pos.layers`` as a tuple of option names: a list, or a comma-separated string."""
+    """``pos.layers`` as a tuple of entries (option names, or ``rope(base=1000000)``): a list, or a
+    comma-separated string."""
+    from harness.model.layers import split_entries
+
     if isinstance(value, str):
-        value = [v.strip() for v in value.split(",")]
+        value = split_entries(value)
     if isinstance(value, ListConfig):
         value = list(value)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
@@ -63,7 +67,7 @@ def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
         key, eq, value = arg.partition("=")
         group, _, rest = key.lstrip("+").partition(".")
         if eq and group in GROUPS and rest == KEY:
-            found[group] = pattern_unit(value.strip().removeprefix("[").removesuffix("]"), group)
+            found[group] = pattern_unit(value.strip().removeprefix("[").removesuffix("]").replace("'", ""), group)
     return found
 
 
@@ -71,17 +75,25 @@ def layer_pattern(node, path: str, build):
     """The ``LayerPattern`` of a node with a ``layers`` key; ``build(node, path)`` makes one option's
     constructor (``instantiate_option``)."""
     from harness.config.catalog import locate, option_name
-    from harness.model.layers import LayerPattern
+    from harness.model.layers import LayerPattern, parse_entry
 
     unit = pattern_unit(node[KEY], path)
     own_node = OmegaConf.masked_copy(node, [k for k in node if k != KEY]) if isinstance(node, DictConfig) else \
-        {k: v for k, v in node.items() if k != KEY}
+        OmegaConf.create({k: v for k, v in node.items() if k != KEY})
     own = option_name(locate(f"{path}._target_", own_node["_target_"]))
-    if own not in unit:
+    entries = {entry: parse_entry(entry, f"{path}.{KEY}") for entry in dict.fromkeys(unit)}
+    if own not in {name for name, _ in entries.values()}:
         raise ConfigError(f"{path}.{KEY}={list(unit)} names no {own} layer, so the {path}={own} settings would "
                           f"be unused; put {own} in the pattern, or pick {path}=<one of its names>")
-    factories = {name: build(own_node if name == own else option_node(path, name, path), path)
-                 for name in dict.fromkeys(unit)}
+    factories = {}
+    for entry, (name, settings) in entries.items():
+        base = own_node if name == own else option_node(path, name, path)
+        unknown = [k for k in settings if k.startswith("_") or k not in base]
+        if unknown:
+            keys = ", ".join(k for k in base if not k.startswith("_"))
+            raise ConfigError(f"{path}.{KEY}: {entry} sets {unknown[0]}, which is not a key of {path}={name}; "
+                              f"use some of {keys}")
+        factories[entry] = build(OmegaConf.merge(base, settings) if settings else base, path)
     return LayerPattern(f"{path}.{KEY}", unit, factories)
 
 

@@ -19,6 +19,7 @@ Notation: T sequence length, L layers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,40 @@ from torch import Tensor, nn
 from attention.base import AttentionVariant, check_pairing
 from harness.errors import ConfigError, IncompatiblePairing
 from positional.base import LogitBias, PositionalScheme, Rotary, Shape
+
+ENTRY = re.compile(r"([A-Za-z_][\w-]*)(?:\((.*)\))?")
+
+
+def parse_entry(entry: str, key: str = "pos.layers") -> tuple[str, dict[str, object]]:
+    """One layer's entry: an option name, or a name with settings of its own, ``rope(base=1000000)`` (Gemma's
+    global layers: θ = 1M where the local ones keep 10k). Returns (name, settings)."""
+    match = ENTRY.fullmatch(entry.strip())
+    pairs = [p.partition("=") for p in split_entries(match.group(2))] if match and match.group(2) else []
+    if not match or any(not k.strip() or not eq or not v.strip() for k, eq, v in pairs):
+        raise ConfigError(f"{key}: {entry!r} is no layer entry; write an option name, or one with settings of its "
+                          "own, e.g. rope(base=1000000)")
+    return match.group(1), {k.strip(): _scalar(v.strip()) for k, _, v in pairs}
+
+
+def split_entries(text: str) -> list[str]:
+    """``a,b(x=1,y=2),c`` -> [a, b(x=1,y=2), c]: commas inside parentheses belong to their entry."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [*parts, text[start:].strip()]
+
+
+def _scalar(text: str):
+    """A setting's value as the config would read it: an int, a float, true/false/null, or the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "null": None}.get(text.lower(), text.strip("'\""))
 
 
 def layer_names(unit: Sequence[str], n_layers: int, key: str = "pos.layers") -> list[str]:
@@ -56,13 +91,19 @@ def unit_of_label(label: str) -> tuple[str, ...]:
     """The unit a pattern's name spells (``pattern_label``'s inverse; ``*`` may stand for ``×``): ``rope×3+none``
     -> (rope, rope, rope, none). A plain option name is a unit of one."""
     unit: list[str] = []
-    for part in label.split("+"):
+    for part in _split_runs(label):
         name, times, count = part.replace("*", "×").partition("×")
         if not name or (times and not (count.isdigit() and int(count) > 0)):
             raise ConfigError(f"{label!r} is no pattern name: write option names joined by +, a run as name×count "
                               "(or name*count), e.g. rope×3+none")
         unit += [name] * (int(count) if count else 1)
     return tuple(unit)
+
+
+def _split_runs(label: str) -> list[str]:
+    """A pattern's name split at the + between its runs (not at one inside an entry's settings)."""
+    return [p.replace("\0", "+") for p in
+            re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")]
 
 
 @dataclass(frozen=True)
@@ -97,32 +138,38 @@ class LayeredScheme(PositionalScheme):
     def __init__(self, shape: Shape, pattern: LayerPattern):
         super().__init__(shape)
         self.label, self.layer_names = pattern.label, pattern.names(shape.n_layers)
-        self.schemes = nn.ModuleDict({name: pattern.factories[name](shape) for name in dict.fromkeys(pattern.unit)})
-        for name, scheme in self.schemes.items():
+        self.names = list(dict.fromkeys(pattern.unit))  # the distinct entries, each built once
+        self.schemes = nn.ModuleList(pattern.factories[name](shape) for name in self.names)
+        for name, scheme in self.named():
             check_layerable(name, scheme, pattern.key)
             if scheme.randomize:
                 raise ConfigError(f"{pattern.key}: pos={name} has randomize=true, but the layers of a pattern share "
                                   "the positions 0 … T−1; drop randomize or the pattern")
         # the positions a rotary scheme hands out itself: RoPE reuses its cos, sin when it sees its own tensor
-        rotary = [s for s in self.schemes.values() if "rotary" in s.hooks()]
-        self._positions_from = (rotary or list(self.schemes.values()))[0]
-        self.length_scalings = tuple(dict.fromkeys(
-            m for s in self.schemes.values() for m in s.length_scalings))
+        rotary = [s for s in self.schemes if "rotary" in s.hooks()]
+        self._positions_from = (rotary or list(self.schemes))[0]
+        self.length_scalings = tuple(dict.fromkeys(m for s in self.schemes for m in s.length_scalings))
+
+    def named(self) -> list[tuple[str, PositionalScheme]]:
+        return list(zip(self.names, self.schemes, strict=True))
+
+    def scheme(self, name: str) -> PositionalScheme:
+        return self.schemes[self.names.index(name)]
 
     def layer_scheme(self, layer: int) -> PositionalScheme:
-        return self.schemes[self.layer_names[layer]]
+        return self.scheme(self.layer_names[layer])
 
     def hooks(self) -> frozenset[str]:
-        return frozenset().union(*(s.hooks() for s in self.schemes.values()))
+        return frozenset().union(*(s.hooks() for s in self.schemes))
 
     def positions(self, t: int, device=None) -> Tensor:
         return self._positions_from.positions(t, device)
 
     def rotaries(self, positions: Tensor, n_layers: int) -> list[Rotary | None]:
-        return self._per_layer({name: s.rotaries(positions, n_layers) for name, s in self.schemes.items()})
+        return self._per_layer({name: s.rotaries(positions, n_layers) for name, s in self.named()})
 
     def logit_biases(self, positions: Tensor, n_layers: int) -> list[LogitBias | None]:
-        return self._per_layer({name: s.logit_biases(positions, n_layers) for name, s in self.schemes.items()})
+        return self._per_layer({name: s.logit_biases(positions, n_layers) for name, s in self.named()})
 
     def _per_layer(self, by_scheme: dict[str, list]) -> list:
         """Layer l's entry of its own scheme's per-layer list (a per-layer table is indexed by the model's layer)."""
@@ -135,16 +182,16 @@ class LayeredScheme(PositionalScheme):
             raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; no scheme of "
                               f"pos={self.label} has {method!r}: drop eval.scalings or use pos=rope")
         with ExitStack() as stack:
-            for s in self.schemes.values():
+            for s in self.schemes:
                 if method in s.length_scalings:
                     stack.enter_context(s.rescaled(method, length, in_training))
             yield
 
     def diagnostics(self) -> dict[str, float]:
-        return {f"{name}/{k}": v for name, s in self.schemes.items() for k, v in s.diagnostics().items()}
+        return {f"{name}/{k}": v for name, s in self.named() for k, v in s.diagnostics().items()}
 
     def artifacts(self) -> dict[str, str]:
-        return {f"{name}_{k}": v for name, s in self.schemes.items() for k, v in s.artifacts().items()}
+        return {f"{name}_{k}": v for name, s in self.named() for k, v in s.artifacts().items()}
 
 
 def check_layerable(name: str, scheme: type[PositionalScheme] | PositionalScheme, key: str = "pos.layers") -> None:
@@ -166,5 +213,6 @@ def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) ->
         scheme = pos.layer_scheme(layer) if layered else pos
         reason = type(variant).refusal(scheme)
         if reason:
-            raise IncompatiblePairing(f"incompatible pairing at layer {layer} (pos={scheme.config_name()}, "
+            name = pos.layer_names[layer] if layered else scheme.config_name()
+            raise IncompatiblePairing(f"incompatible pairing at layer {layer} (pos={name}, "
                                       f"attn={variant.config_name()}): {reason}")
