@@ -332,12 +332,19 @@ def test_rotate_heads_matches_x_transformers_rotate_num_heads(k):
 # ---------------------------------------------------------------- end to end
 
 
+# every attention variant once: local and softmax through an attention pattern, the kernelized ones whole
+E2E = [("[local,softmax]", "local+softmax", ["attn=local", "attn.window=8"]), (None, "linear", ["attn=linear"]),
+       (None, "performer", ["attn=performer"])]
+
+
 @pytest.mark.slow
-def test_a_pattern_trains_end_to_end_into_mlflow(train_tiny):
-    summary, client = train_tiny("pos=rope", "+pos.layers=[rope,none]", "attn=local", "attn.window=8",
-                                 "+attn.layers=[local,softmax]", "task=clm", "trainer.max_steps=8")
+@pytest.mark.parametrize("attn_layers,attn,overrides", E2E, ids=[a for _, a, _ in E2E])
+def test_a_pattern_trains_end_to_end_into_mlflow(train_tiny_shared, attn_layers, attn, overrides):
+    layers = [f"+attn.layers={attn_layers}"] if attn_layers else []
+    summary, client = train_tiny_shared("pos=rope", "+pos.layers=[rope,none]", *overrides, *layers, "task=clm",
+                                        "trainer.max_steps=8", "trainer.val_check_interval=4")
     run = client.get_run(summary.run_id)
-    assert run.info.status == "FINISHED"
-    assert run.data.tags["pos"] == "rope+none" and run.data.tags["attn"] == "local+softmax"
+    assert run.info.status == "FINISHED" and summary.step == 8
+    assert run.data.tags["pos"] == "rope+none" and run.data.tags["attn"] == attn
     loss = [m.value for m in client.get_metric_history(summary.run_id, "val/loss")]
-    assert loss and all(math.isfinite(v) for v in loss)
+    assert len(loss) == 2 and all(math.isfinite(v) for v in loss)
