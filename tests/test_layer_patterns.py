@@ -114,6 +114,21 @@ def test_each_distinct_scheme_is_built_once_and_shared_by_its_layers():
     assert m.pos.hooks() == {"logit_bias"} and m.pos.layer_names == ["t5", "none", "t5", "none"]
 
 
+def test_length_scaling_rescales_the_layers_whose_scheme_has_it():
+    m = model(pattern("pos.layers", ["rope", "none"], SCHEMES), VARIANTS["softmax"])
+    x, positions = torch.randn(1, 2, 12, 8, dtype=F64), torch.arange(12)
+    plain = [r.rotate(x) if r else None for r in m.pos.rotaries(positions, 4)]
+    assert "linear" in m.pos.length_scalings
+    want = m.pos.scheme("rope").rotary(positions / 4).rotate(x)  # position interpolation, m → m/s, by hand
+    with m.pos.rescaled("linear", 48):  # s = 48 / 12 on the RoPE layers, nothing on the others
+        scaled = m.pos.rotaries(positions, 4)
+    torch.testing.assert_close(scaled[0].rotate(x), want, rtol=0, atol=1e-12)
+    assert scaled[1] is None and scaled[3] is None and (scaled[2].rotate(x) - plain[2]).abs().max() > 1e-3
+    with pytest.raises(ConfigError, match="no scheme of pos=t5\\+none has 'linear'"):
+        with model(pattern("pos.layers", ["t5", "none"], SCHEMES), VARIANTS["softmax"]).pos.rescaled("linear", 48):
+            pass
+
+
 def test_names_show_the_pattern():
     assert pattern_label(["rope", "rope", "rope", "none"]) == "rope×3+none"
     assert pattern_label(["local"] * 5 + ["softmax"]) == "local×5+softmax"

@@ -119,12 +119,13 @@ class LayerPattern:
     def label(self) -> str:
         return pattern_label(self.unit)
 
-    def names(self, n_layers: int) -> list[str]:
+    def per_layer(self, n_layers: int) -> list[str]:
+        """Each layer's entry: the unit tiled to n_layers."""
         return layer_names(self.unit, n_layers, self.key)
 
     def variants(self, shape: Shape) -> list[AttentionVariant]:
         """One attention variant per layer (each layer owns its module, as with a single variant)."""
-        return [self.factories[name](shape) for name in self.names(shape.n_layers)]
+        return [self.factories[name](shape) for name in self.per_layer(shape.n_layers)]
 
 
 class LayeredScheme(PositionalScheme):
@@ -137,7 +138,7 @@ class LayeredScheme(PositionalScheme):
 
     def __init__(self, shape: Shape, pattern: LayerPattern):
         super().__init__(shape)
-        self.label, self.layer_names = pattern.label, pattern.names(shape.n_layers)
+        self.label, self.layer_names = pattern.label, pattern.per_layer(shape.n_layers)
         self.names = list(dict.fromkeys(pattern.unit))  # the distinct entries, each built once
         self.schemes = nn.ModuleList(pattern.factories[name](shape) for name in self.names)
         for name, scheme in self.named():
