@@ -33,8 +33,7 @@ class Spec:
     @property
     def overrides(self) -> list[str]:
         return [*option_overrides("pos", self.pos), *option_overrides("attn", self.attn), f"model={self.model}",
-                "model.dropout=0.0",
-                f"data.seq_len={self.seq_len}", *self.attn_overrides]
+                "model.dropout=0.0", f"data.seq_len={self.seq_len}", *self.attn_overrides]
 
     @property
     def tokens(self) -> int:
