@@ -30,81 +30,6 @@ from attention.base import AttentionVariant, check_pairing
 from harness.errors import ConfigError, IncompatiblePairing
 from positional.base import LogitBias, PositionalScheme, Rotary, Shape
 
-ENTRY = re.compile(r"([A-Za-z_][\w-]*)(?:\((.*)\))?")
-
-
-def parse_entry(entry: str, key: str = "pos.layers") -> tuple[str, dict[str, object]]:
-    """One layer's entry: an option name, or a name with settings of its own, ``rope(base=1000000)`` (Gemma's
-    global layers: θ = 1M where the local ones keep 10k). Returns (name, settings)."""
-    match = ENTRY.fullmatch(entry.strip())
-    pairs = [p.partition("=") for p in split_entries(match.group(2))] if match and match.group(2) else []
-    if not match or any(not k.strip() or not eq or not v.strip() for k, eq, v in pairs):
-        raise ConfigError(f"{key}: {entry!r} is no layer entry; write an option name, or one with settings of its "
-                          "own, e.g. rope(base=1000000)")
-    return match.group(1), {k.strip(): _scalar(v.strip()) for k, _, v in pairs}
-
-
-def split_entries(text: str) -> list[str]:
-    """``a,b(x=1,y=2),c`` -> [a, b(x=1,y=2), c]: commas inside parentheses belong to their entry."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    return [*parts, text[start:].strip()]
-
-
-def _scalar(text: str):
-    """A setting's value as the config would read it: an int, a float, true/false/null, or the text."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "null": None}.get(text.lower(), text.strip("'\""))
-
-
-def layer_names(unit: Sequence[str], n_layers: int, key: str = "pos.layers") -> list[str]:
-    """The repeating ``unit`` tiled to ``n_layers`` names: one per layer. Its length must divide n_layers."""
-    if not unit:
-        raise ConfigError(f"{key}=[] names no layer; give one name per layer of a repeating unit, e.g. "
-                          f"{key}=[rope,rope,rope,none]")
-    if n_layers % len(unit):
-        raise ConfigError(f"{key} has {len(unit)} entries, which does not divide model.n_layers={n_layers}; give a "
-                          f"unit whose length divides it (it repeats over the layers) or one name per layer")
-    return list(unit) * (n_layers // len(unit))
-
-
-def pattern_label(unit: Sequence[str]) -> str:
-    """The name of a pattern: its unit with runs written name×count, joined by +, e.g. ``rope×3+none``."""
-    runs: list[list] = []
-    for name in unit:
-        if runs and runs[-1][0] == name:
-            runs[-1][1] += 1
-        else:
-            runs.append([name, 1])
-    return "+".join(name if count == 1 else f"{name}×{count}" for name, count in runs)
-
-
-def unit_of_label(label: str) -> tuple[str, ...]:
-    """The unit a pattern's name spells (``pattern_label``'s inverse; ``*`` may stand for ``×``): ``rope×3+none``
-    -> (rope, rope, rope, none). A plain option name is a unit of one."""
-    unit: list[str] = []
-    for part in _split_runs(label):
-        name, times, count = part.replace("*", "×").partition("×")
-        if not name or (times and not (count.isdigit() and int(count) > 0)):
-            raise ConfigError(f"{label!r} is no pattern name: write option names joined by +, a run as name×count "
-                              "(or name*count), e.g. rope×3+none")
-        unit += [name] * (int(count) if count else 1)
-    return tuple(unit)
-
-
-def _split_runs(label: str) -> list[str]:
-    """A pattern's name split at the + between its runs (not at one inside an entry's settings)."""
-    return [p.replace("\0", "+") for p in
-            re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")]
-
 
 @dataclass(frozen=True)
 class LayerPattern:
@@ -217,3 +142,82 @@ def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) ->
             name = pos.layer_names[layer] if layered else scheme.config_name()
             raise IncompatiblePairing(f"incompatible pairing at layer {layer} (pos={name}, "
                                       f"attn={variant.config_name()}): {reason}")
+
+
+# ---------------------------------------------------------------- names: a unit, its layers, its label
+
+
+def layer_names(unit: Sequence[str], n_layers: int, key: str = "pos.layers") -> list[str]:
+    """The repeating ``unit`` tiled to ``n_layers`` names: one per layer. Its length must divide n_layers."""
+    if not unit:
+        raise ConfigError(f"{key}=[] names no layer; give one name per layer of a repeating unit, e.g. "
+                          f"{key}=[rope,rope,rope,none]")
+    if n_layers % len(unit):
+        raise ConfigError(f"{key} has {len(unit)} entries, which does not divide model.n_layers={n_layers}; give a "
+                          f"unit whose length divides it (it repeats over the layers) or one name per layer")
+    return list(unit) * (n_layers // len(unit))
+
+
+def pattern_label(unit: Sequence[str]) -> str:
+    """The name of a pattern: its unit with runs written name×count, joined by +, e.g. ``rope×3+none``."""
+    runs: list[list] = []
+    for name in unit:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return "+".join(name if count == 1 else f"{name}×{count}" for name, count in runs)
+
+
+def unit_of_label(label: str) -> tuple[str, ...]:
+    """The unit a pattern's name spells (``pattern_label``'s inverse; ``*`` may stand for ``×``): ``rope×3+none``
+    -> (rope, rope, rope, none). A plain option name is a unit of one."""
+    unit: list[str] = []
+    for part in _split_runs(label):
+        name, times, count = part.replace("*", "×").partition("×")
+        if not name or (times and not (count.isdigit() and int(count) > 0)):
+            raise ConfigError(f"{label!r} is no pattern name: write option names joined by +, a run as name×count "
+                              "(or name*count), e.g. rope×3+none")
+        unit += [name] * (int(count) if count else 1)
+    return tuple(unit)
+
+
+def _split_runs(label: str) -> list[str]:
+    """A pattern's name split at the + between its runs (not at one inside an entry's settings)."""
+    return [p.replace("\0", "+") for p in
+            re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")]
+
+
+ENTRY = re.compile(r"([A-Za-z_][\w-]*)(?:\((.*)\))?")
+
+
+def parse_entry(entry: str, key: str = "pos.layers") -> tuple[str, dict[str, object]]:
+    """One layer's entry: an option name, or a name with settings of its own, ``rope(base=1000000)`` (Gemma's
+    global layers: θ = 1M where the local ones keep 10k). Returns (name, settings)."""
+    match = ENTRY.fullmatch(entry.strip())
+    pairs = [p.partition("=") for p in split_entries(match.group(2))] if match and match.group(2) else []
+    if not match or any(not k.strip() or not eq or not v.strip() for k, eq, v in pairs):
+        raise ConfigError(f"{key}: {entry!r} is no layer entry; write an option name, or one with settings of its "
+                          "own, e.g. rope(base=1000000)")
+    return match.group(1), {k.strip(): _scalar(v.strip()) for k, _, v in pairs}
+
+
+def split_entries(text: str) -> list[str]:
+    """``a,b(x=1,y=2),c`` -> [a, b(x=1,y=2), c]: commas inside parentheses belong to their entry."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [*parts, text[start:].strip()]
+
+
+def _scalar(text: str):
+    """A setting's value as the config would read it: an int, a float, true/false/null, or the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "null": None}.get(text.lower(), text.strip("'\""))
