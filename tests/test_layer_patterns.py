@@ -206,6 +206,20 @@ def test_the_config_builds_the_pattern_from_the_node_and_the_other_options():
     assert m.blocks[0].attn.variant.window == cfg.attn.window
 
 
+def test_diagnostics_need_the_weights_of_every_variant_a_pattern_names(monkeypatch):
+    from attention.base import AttentionVariant
+    from harness.config.validate import validate
+
+    monkeypatch.setattr(Local, "implied_weights", AttentionVariant.implied_weights)  # as a variant without them
+    from omegaconf import open_dict
+
+    cfg, choices = config("diagnostics=true", "+attn.layers=[softmax,local]", "attn.backend=math")
+    with open_dict(cfg):
+        del cfg["hydra"]  # as a run sees its config
+    with pytest.raises(ConfigError, match="diagnostics=true needs the attention weights, which attn=local does not"):
+        validate(cfg, choices)
+
+
 @pytest.mark.parametrize("overrides,needle", [
     (["+pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of conf/pos/"),
     (["+pos.layers=[none,alibi]"], "names no rope layer, so the pos=rope settings would be unused"),

@@ -97,6 +97,18 @@ def layer_pattern(node, path: str, build):
     return LayerPattern(f"{path}.{KEY}", unit, factories)
 
 
+def layer_targets(node, path: str) -> dict[str, str]:
+    """The class each option of a node's pattern builds (its ``_target_``), by name; {} without a pattern."""
+    from harness.config.catalog import options
+    from harness.model.layers import parse_entry
+
+    if not has_pattern(node):
+        return {}
+    found = options(path)
+    names = dict.fromkeys(parse_entry(e, f"{path}.{KEY}")[0] for e in pattern_unit(node[KEY], path))
+    return {name: found[name].target for name in names if name in found}
+
+
 def named_by_pattern(cfg, choices: dict[str, str]) -> dict[str, str]:
     """A cell whose pos (attn) has a pattern is named by it: ``rope×3+none``."""
     from harness.model.layers import pattern_label

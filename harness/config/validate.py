@@ -36,7 +36,7 @@ from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate, instantiate_option
 from harness.config.layers import GROUPS as LAYERED
 from harness.config.layers import KEY as LAYERS
-from harness.config.layers import pattern_unit
+from harness.config.layers import layer_targets, pattern_unit
 from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
@@ -101,6 +101,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
+        for name, target in layer_targets(cfg.attn, "attn").items():  # attn.layers: every variant it names
+            _check_diagnosable(target, name)
     model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     check_extrapolation(settings["eval"], task, model.pos, choices.get("task", "this task"))
