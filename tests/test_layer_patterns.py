@@ -206,6 +206,24 @@ def test_the_config_builds_the_pattern_from_the_node_and_the_other_options():
     assert m.blocks[0].attn.variant.window == cfg.attn.window
 
 
+@pytest.mark.slow
+def test_a_pattern_names_an_option_of_the_users_config_dir(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT, TINY
+
+    (tmp_path / "conf" / "pos").mkdir(parents=True)
+    (tmp_path / "conf" / "pos" / "mybias.yaml").write_text("_target_: positional.alibi.ALiBi\n_partial_: true\n")
+    run = [sys.executable, str(ROOT / "run.py"), "--config-dir", str(tmp_path / "conf"), "--check", *TINY,
+           f"hydra.run.dir={tmp_path}/run"]
+    done = subprocess.run([*run, "+pos.layers=[rope,mybias]"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and "ok: pos=rope+mybias " in done.stdout, done.stderr[-2000:]
+    done = subprocess.run([*run, "+pos.layers=[rope,mybiass]"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "names 'mybiass', which is no pos option; use names of conf/pos/: " \
+        "alibi" in done.stderr and "mybias" in done.stderr.split("use names")[1]
+
+
 def test_diagnostics_need_the_weights_of_every_variant_a_pattern_names(monkeypatch):
     from attention.base import AttentionVariant
     from harness.config.validate import validate

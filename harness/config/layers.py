@@ -44,7 +44,7 @@ def option_node(group: str, name: str, path: str) -> DictConfig:
     values (pos.scaling: null)."""
     from harness.config.catalog import options
 
-    found = options(group)
+    found = options(group, user_dirs())
     check_option_name(path, name, list(found))
     node = OmegaConf.load(found[name].path)
     merged = OmegaConf.create()
@@ -52,6 +52,16 @@ def option_node(group: str, name: str, path: str) -> DictConfig:
         if isinstance(parent, str) and parent != "_self_":
             merged = OmegaConf.merge(merged, option_node(group, parent, path))
     return OmegaConf.merge(merged, node)
+
+
+def user_dirs() -> list[str]:
+    """The running job's own config directories (``--config-dir``, ``hydra.searchpath``), whose options a pattern
+    may name too; none outside a Hydra job (tests, the bench: conf/ only)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return [s.path for s in HydraConfig.get().runtime.config_sources if s.schema == "file" and s.provider != "main"]
 
 
 def check_option_name(group: str, name: str, names: list[str]) -> None:
