@@ -69,7 +69,7 @@ def test_a_pattern_equals_its_layers_wired_by_hand(unit, attn_unit, n_layers, ca
     m = model(pattern("pos.layers", unit, SCHEMES), pattern("attn.layers", attn_unit, VARIANTS), n_layers, causal)
     ids = torch.randint(0, 40, (3, 12), generator=torch.Generator().manual_seed(1))
     want = by_hand(m, layer_names(unit, n_layers), layer_names(attn_unit, n_layers), ids, causal)
-    torch.testing.assert_close(m(ids), want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(m(ids), want, rtol=0, atol=0)  # the same operations: bit for bit
     assert [type(b.attn.variant).__name__ for b in m.blocks] == \
         [type(VARIANTS[a](m.pos.shape)).__name__ for a in layer_names(attn_unit, n_layers)]
 
