@@ -168,12 +168,14 @@ def run_job(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
     from harness.config.catalog import retarget
+    from harness.config.layers import named_by_pattern
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     choices = {g: hydra_cfg.runtime.choices.get(g) for g in GROUP_KEYS}  # ~pos: none; validation refuses it
     try:
         choices = retarget(cfg, choices, list(hydra_cfg.overrides.task))  # pos._target_=mypkg.MyScheme: its name
+        choices = named_by_pattern(cfg, choices)  # pos.layers=[rope,rope,rope,none]: rope×3+none
     except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)

@@ -262,8 +262,13 @@ class PositionalScheme(nn.Module):
         return x
 
     def rotary(self, positions: Tensor) -> Rotary | None:
-        """Called once per forward; the result is shared by every layer."""
+        """The rotation every layer applies (called through ``rotaries``)."""
         return None
+
+    def rotaries(self, positions: Tensor, n_layers: int) -> list[Rotary | None]:
+        """Called once per forward: one rotation per layer, the same object for all unless a per-layer pattern
+        (harness/model/layers.py) gives its layers different schemes."""
+        return [self.rotary(positions)] * n_layers
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias | None:
         """The bias of one layer (called through ``logit_biases``)."""

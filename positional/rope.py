@@ -19,6 +19,8 @@ only (Eq. 16). Options:
             independent, θ_i = 0 (their pairs are not rotated) — ``hope_inv_freq``. L is data.seq_len, or
             max_position under pos.randomize=true. Only this rule is applied: no band of the highest
             frequencies is removed. With both options, HoPE selects and the kept θ are rounded.
+  rotate_heads  rotate the last k of the H heads only; the first H − k see no position (x-transformers'
+            ``rotate_num_heads``, the decoupled RoPE heads of DeepSeek-V2's multi-head latent attention). null: all.
 The two fix θ before training; an eval-time ``scaling`` rescales the θ they give.
 
 ``Rotation.at_width(w)`` is "the same scheme for a vector of width w" (kernelized attention
@@ -170,11 +172,19 @@ class Rotation(Rotary):
     at_width: Callable[[int], Rotation]  # the same scheme for a vector of width w (see module doc)
     apply: Callable[[Tensor, Tensor, Tensor], Tensor] = apply_rope
     scale: float = 1.0  # on the pass-through dims: YaRN paper's √(1/t) (all of q·k ÷ t), 1 in HF's convention
+    heads: int | None = None  # rotate the last ``heads`` heads of a (B, H, T, W) input only; None: every head
     # cos, sin cast to a dtype once per forward, not once per layer and per q and k (dtype -> (cos, sin))
     _cast: dict = field(default_factory=dict, repr=False, compare=False)
 
     def rotate(self, x: Tensor) -> Tensor:
-        """x: (..., T, W) with W ≥ R; the first R dims turn, the rest are only scaled."""
+        """x: (..., T, W) with W ≥ R; the first R dims turn, the rest are only scaled. With ``heads``, x is
+        (B, H, T, W) and its first H − heads heads pass through unchanged."""
+        if self.heads is not None and self.heads < x.shape[-3]:
+            kept = x.shape[-3] - self.heads
+            return torch.cat((x[..., :kept, :, :], self._turn(x[..., kept:, :, :])), dim=-3)  # (B, H, T, W)
+        return self._turn(x)
+
+    def _turn(self, x: Tensor) -> Tensor:
         r = 2 * self.cos.shape[-1]
         if x.dtype not in self._cast:
             self._cast[x.dtype] = (self.cos.to(x.dtype), self.sin.to(x.dtype))
@@ -190,7 +200,7 @@ class Rope(PositionalScheme):
 
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
                  scaling: RopeScaling | Callable[..., RopeScaling] | None = None, resonance: bool = False,
-                 hope: bool = False, randomize: bool = False,
+                 hope: bool = False, rotate_heads: int | None = None, randomize: bool = False,
                  max_position: int | None = None,
                  eval_positions: EvalPositions | None = None):
         """``scaling``: the eval-time length scaling, ``RopeScaling("yarn", factor=4.0)``, or a callable that builds
@@ -198,6 +208,7 @@ class Rope(PositionalScheme):
         its ``base`` and ``rotated`` are this θ's, and its ``original_max_len`` defaults to ``shape.max_len``.
         None: no scaling.
         ``resonance``, ``hope``: Resonance RoPE's and HoPE's θ (module doc).
+        ``rotate_heads``: rotate the last k heads only (None: every head).
         ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
         super().__init__(shape, randomize=randomize, max_position=max_position,
                          eval_positions=eval_positions)
@@ -210,6 +221,9 @@ class Rope(PositionalScheme):
             raise ConfigError(f"pos={self.config_name()} rotates pairs of dims but fraction × head dim = "
                               f"{fraction} × {d} is not a positive even integer; make the head dim d_model / n_heads "
                               "(model.d_model / model.n_heads) even or pick a fraction that gives one")
+        if rotate_heads is not None and not (isinstance(rotate_heads, int) and 1 <= rotate_heads <= shape.n_heads):
+            raise ConfigError(f"rotate_heads={rotate_heads} must be a whole number of heads in 1 … model.n_heads="
+                              f"{shape.n_heads} (null: rotate every head)")
         for name, value in (("resonance", resonance), ("hope", hope)):
             if not isinstance(value, bool):
                 raise ConfigError(f"{name}={value!r}: use true or false")
@@ -219,6 +233,7 @@ class Rope(PositionalScheme):
             raise ConfigError(f"hope=true keeps the frequencies that turn at least once within the training length "
                               f"{self.position_range}, and none does (the fastest turns once in 2π ≈ 6.3 positions); "
                               "train on longer sequences or set hope=false")
+        self.rotate_heads = rotate_heads
         self.scaling = _complete(scaling or RopeScaling, base, r, shape.max_len)
         self._register_theta(self.frequencies_at(r))
         self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
@@ -277,7 +292,7 @@ class Rope(PositionalScheme):
             self.scaling.frequencies(theta, self._length(positions))
         s = f.attention_scale
         cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each
-        return Rotation(cos, sin, apply=LAYOUTS[self.layout], scale=f.pass_through_scale,
+        return Rotation(cos, sin, apply=LAYOUTS[self.layout], scale=f.pass_through_scale, heads=self.rotate_heads,
                         at_width=lambda w: self._rotation(positions, w))
 
     def _length(self, positions: Tensor) -> int:

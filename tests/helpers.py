@@ -45,11 +45,12 @@ def tiny_trainer(uri: str):
     from mlflow.tracking import MlflowClient
     from omegaconf import open_dict
 
+    from harness.config.layers import named_by_pattern
     from harness.train import train
 
     def run(*overrides: str):
         cfg = compose([*TINY, *overrides])
-        choices = choices_of(cfg)
+        choices = named_by_pattern(cfg, choices_of(cfg))  # as run.py names a cell: pos.layers=[rope,none] is rope+none
         with open_dict(cfg):
             del cfg["hydra"]
         return train(cfg, choices), MlflowClient(tracking_uri=uri)

@@ -185,6 +185,16 @@ RUN_CASES = [
     ("sinusoidal-flag-word", ["pos=sinusoidal", "pos.scale_embeddings=maybe"], "must be true or false"),
     ("window-word", ["attn=local", "attn.window=abc"], "attn.window='abc' must be an integer"),
     ("softmax-dropout-over-one", ["attn.dropout=1.5"], "attn.dropout=1.5 must lie in [0, 1)"),
+    ("layers-unknown-name", ["+pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use"),
+    ("layers-not-dividing", ["+pos.layers=[rope,rope,none]"], "pos.layers has 3 entries, which does not divide "
+     "model.n_layers=2"),
+    ("layers-embedding-scheme", ["+pos.layers=[rope,sinusoidal]"], "pos=sinusoidal adds to the token embeddings"),
+    ("layers-without-the-option", ["+pos.layers=[none,alibi]"], "names no rope layer, so the pos=rope settings"),
+    ("layers-not-a-list", ["+attn.layers=5"], "attn.layers=5 must be a list of attn option names"),
+    ("layers-refused-layer", ["pos=xl", "+attn.layers=[softmax,local]"],
+     "incompatible pairing at layer 1 (pos=xl, attn=local): attn=local cannot apply a content logit bias"),
+    ("rope-rotate-heads-over", ["pos.rotate_heads=3"], "pos.rotate_heads=3 must be a whole number of heads in 1 … "
+     "model.n_heads=2"),
     ("performer-features-zero", ["attn=performer", "attn.nb_features=0"], "attn.nb_features=0 must be a positive"),
     ("performer-redraw-zero", ["attn=performer", "attn.redraw_interval=0"], "attn.redraw_interval=0 must be"),
     ("rope-mode-unknown", ["attn=linear", "attn.rope_mode=foo"], "attn.rope_mode='foo': use pre_feature or numerator"),
@@ -626,7 +636,8 @@ def test_a_write_failure_mid_run_is_one_line(empty_store, tmp_path):
     (["--matrix", "model.d_model=abc"], "--matrix lists every option and takes no setting but"),
     (["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
     (["--matrix", "pos._target_=nope.X"], "pos._target_='nope.X' cannot be imported (No module named 'nope')"),
-], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target"])
+    (["--matrix", "pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of"),
+], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target", "matrix-pattern"])
 def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)

@@ -284,6 +284,8 @@ def test_memory_per_token_target_is_a_point_from_the_cells():
 @pytest.mark.parametrize("args,needle", [
     (["--pos", "rope,nope"], f"--pos nope: not in conf/pos/; valid: {', '.join(option_classes('pos'))}"),
     (["--attn", "flash"], f"--attn flash: not in conf/attn/; valid: {', '.join(option_classes('attn'))}"),
+    (["--pos", "rope×3+nope"], "--pos rope×3+nope: not in conf/pos/; valid: "),  # a pattern by its name
+    (["--attn", "local×0+softmax"], "'local×0+softmax' is no pattern name: write option names joined by +"),
     (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
     (["--lengths", "0"], "every length must be positive"),
     (["--tokens", "0"], "argument --tokens: 0 must be a positive integer"),

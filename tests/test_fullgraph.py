@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.bench.internals import build_transformer, compose_cell
+from harness.bench.internals import build_transformer, compose_cell, option_overrides
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
 from harness.config.instantiate import instantiate
@@ -83,8 +83,23 @@ HOST_READS = ("item", "tolist", torch.ops.aten._local_scalar_dense.default, torc
 
 @pytest.mark.parametrize("pos,attn,task", CELLS, ids=[f"{p}-{a}-{t}" for p, a, t in CELLS])
 def test_training_step_traces_as_one_graph(pos, attn, task):
-    overrides = _overrides(pos, attn, task)
-    causal = _is_causal(task)
+    _traces_as_one_graph(_overrides(pos, attn, task), _is_causal(task))
+
+
+# Per-layer patterns (harness/model/layers.py): each layer's rotation and bias are picked by the pattern, from
+# shapes; a rotation on some layers only (RNoPE-SWA's, two layers for speed), a bias table, two variants in one model
+PATTERNS = [("rope+none", "local+softmax", "clm"), ("t5+none", "softmax", "mlm"), ("alibi+rope", "linear", "clm")]
+
+
+@pytest.mark.parametrize("pos,attn,task", PATTERNS, ids=[f"{p}-{a}-{t}" for p, a, t in PATTERNS])
+def test_a_per_layer_pattern_traces_as_one_graph(pos, attn, task):
+    tiny = [o for o in TINY if not o.startswith("model.n_layers")]
+    window = [f"attn.window={T // 2}"] if attn.startswith("local") else []
+    _traces_as_one_graph([*option_overrides("pos", pos), *option_overrides("attn", attn), f"task={task}", *tiny,
+                          "model.n_layers=2", *window], _is_causal(task))
+
+
+def _traces_as_one_graph(overrides: list[str], causal: bool) -> None:
     torch.manual_seed(0)
     model = build_transformer(overrides, VOCAB, T, causal).train()
     ids, labels = torch.randint(256, (2, T)), torch.randint(256, (2, T))

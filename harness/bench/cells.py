@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from harness.bench.internals import ROOT, build_transformer, compose_cell
+from harness.bench.internals import ROOT, build_transformer, compose_cell, option_overrides
 
 VOCAB = 258  # the byte tokenizer: 256 bytes + [PAD] + [MASK]
 
@@ -32,8 +32,8 @@ class Spec:
 
     @property
     def overrides(self) -> list[str]:
-        return [f"pos={self.pos}", f"attn={self.attn}", f"model={self.model}", "model.dropout=0.0",
-                f"data.seq_len={self.seq_len}", *self.attn_overrides]
+        return [*option_overrides("pos", self.pos), *option_overrides("attn", self.attn), f"model={self.model}",
+                "model.dropout=0.0", f"data.seq_len={self.seq_len}", *self.attn_overrides]
 
     @property
     def tokens(self) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from harness.bench.cells import PEERS, Spec, available
-from harness.bench.internals import git_sha, log_cell_run, project_root
+from harness.bench.internals import git_sha, log_cell_run, pattern_unit, project_root
 from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
@@ -59,8 +59,9 @@ def _parser() -> _Parser:
     p = _Parser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
     # the grid's default is pos=none, so the default run fits in 10 minutes on 2 cores; RoPE's and T5's cost
     # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
-    p.add_argument("--pos", default="none", help="comma list of conf/pos options")
-    p.add_argument("--attn", default="all", help="comma list of conf/attn options, or 'all'")
+    p.add_argument("--pos", default="none", help="comma list of conf/pos options or per-layer patterns (rope×3+none)")
+    p.add_argument("--attn", default="all", help="comma list of conf/attn options or patterns (local×3+softmax), "
+                   "or 'all'")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192")
     p.add_argument("--tokens", type=number(PositiveInt, int), default=None,
                    help="tokens per step (batch = tokens / length); default 8192 on CPU, 65536 on CUDA")
@@ -98,12 +99,20 @@ def parse(argv: list[str] | None) -> Args:
 
 
 def _options(text: str, group: str) -> list[str]:
+    """Option names, or per-layer patterns by name (``rope×3+none``: harness/model/layers.py)."""
     chosen, valid = [x for x in text.split(",") if x], available(group)
-    unknown = [x for x in chosen if x not in valid]
+    unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in _unit(x)} <= set(valid)]
     if unknown or not chosen:
         raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; "
                        f"valid: {', '.join(valid)}")
     return chosen
+
+
+def _unit(name: str) -> tuple[str, ...]:
+    try:
+        return pattern_unit(name)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
 
 
 def _lengths(text: str) -> list[int]:

@@ -21,6 +21,24 @@ def compose_cell(overrides: list[str]):
     return compose(overrides)
 
 
+def pattern_unit(name: str) -> tuple[str, ...]:
+    """The option names a pattern's name spells, one per layer of its unit; a ConfigError if it spells none."""
+    from harness.model.layers import unit_of_label
+
+    return unit_of_label(name)
+
+
+def option_overrides(group: str, name: str) -> list[str]:
+    """``pos=rope``; for a per-layer pattern's name (``rope×3+none``) its first option and the pattern,
+    ``pos=rope +pos.layers=[rope,rope,rope,none]`` (harness/model/layers.py)."""
+    unit = pattern_unit(name)
+    if len(unit) == 1 and "(" not in name:
+        return [f"{group}={name}"]
+    first = unit[0].partition("(")[0]
+    quoted = [f"'{entry}'" if "(" in entry else entry for entry in unit]  # Hydra's grammar: settings in quotes
+    return [f"{group}={first}", f"+{group}.layers=[{','.join(quoted)}]"]
+
+
 def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> nn.Module:
     """posbench's model for one composed config, built as harness.train builds it."""
     from harness.config.instantiate import instantiate, instantiate_option

@@ -1,11 +1,11 @@
 """Room: building. From overrides to a checked config and the objects it describes.
 
-Owns: composing the Hydra config outside run.py (``compose``), the typed schema of every node
-(``schema``), the one validation pass that runs before anything is built or logged (``validate``),
-building the model, data and trainer from a checked config (``build``), the pos × attn
-compatibility matrix (``compat``), and a cell's tuned values from a best.json (``tuned``, ``optim.tuned``).
-Also the config resolvers (``${precision_for:...}``), registered
-when this package is imported, before any config is resolved.
+Owns: composing the Hydra config outside run.py (``compose``), the typed schema of every node (``schema``),
+the one validation pass that runs before anything is built or logged (``validate``), building the model, data
+and trainer from a checked config (``build``), the pos × attn compatibility matrix (``compat``), the per-layer
+patterns pos.layers / attn.layers (``layers``), and a cell's tuned values from a best.json (``tuned``,
+``optim.tuned``). Also the config resolvers (``${precision_for:...}``), registered when this package is
+imported, before any config is resolved.
 
 May import: harness.data, harness.model, harness.record (its store checks), harness.scaleout,
 positional, attention, and the ground.

@@ -71,8 +71,12 @@ def check_catalogue_args(flag: str, argv: list[str]) -> None:
             continue
         if name.lstrip("+") == "hydra.searchpath" or name.lstrip("+~") in {f"{g}._target_" for g in GROUPS}:
             continue
+        matrix = flag.startswith("--matrix")
+        if matrix and name.lstrip("+") in ("pos.layers", "attn.layers"):  # a per-layer pattern's row (column)
+            continue
+        patterns = ", pos.layers=[...], attn.layers=[...]" if matrix else ""
         raise ConfigError(f"{flag.partition('=')[0]} lists every option and takes no setting but --config-dir DIR, "
-                          f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}; "
+                          f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}{patterns}; "
                           f"drop {arg}")
 
 

@@ -5,11 +5,14 @@ by ``_target_``; the class is imported (never instantiated) and ``AttentionVaria
 decides the pairing. The same call is
 what ``check_pairing`` makes when a model is built, so the matrix and the runs cannot disagree.
 
-``python run.py --matrix`` prints it as text, ``python run.py --matrix=md`` as markdown.
+``python run.py --matrix`` prints it as text, ``python run.py --matrix=md`` as markdown. A per-layer pattern
+named on its command line (``pos.layers=[rope,rope,rope,none]``, ``attn.layers=[local,softmax]``) adds its row
+(column), named by the pattern (``rope×3+none``): a pairing is refused where any layer's is, naming the layer.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from harness.config.catalog import (
     target_overrides,
     user_config_dirs,
 )
+from harness.config.layers import pattern_overrides
 from harness.errors import ConfigError
 
 
@@ -35,15 +39,46 @@ class Pairing:
         return self.refusal is None
 
 
-def compatibility(extra: list[str | Path] = (), targets: dict[str, str] | None = None) -> list[Pairing]:
+def compatibility(extra: list[str | Path] = (), targets: dict[str, str] | None = None,
+                  patterns: dict[str, tuple[str, ...]] | None = None) -> list[Pairing]:
     """One pairing per (pos, attn) option pair, pos-major, both in name order. ``extra``: the user's config
-    directories; ``targets``: classes named on the command line (``pos._target_=mypkg.MyScheme``), added."""
+    directories; ``targets``: classes named on the command line (``pos._target_=mypkg.MyScheme``), added;
+    ``patterns``: per-layer patterns (``{"pos": ("rope", "rope", "rope", "none")}``), added last."""
     schemes, variants = option_classes("pos", extra), option_classes("attn", extra)
     for group, found in (("pos", schemes), ("attn", variants)):
         if group in (targets or {}):
             cls = locate(f"{group}._target_", targets[group])
             found[option_name(cls)] = cls
-    return [Pairing(p, a, variant.refusal(scheme)) for p, scheme in schemes.items() for a, variant in variants.items()]
+    rows = {p: ((p, scheme),) for p, scheme in schemes.items()}
+    columns = {a: ((a, variant),) for a, variant in variants.items()}
+    for group, found, into in (("pos", schemes, rows), ("attn", variants, columns)):
+        if group in (patterns or {}):
+            into.update(_pattern(group, patterns[group], found))
+    return [Pairing(p, a, _refusal(layers, per_layer)) for p, layers in rows.items()
+            for a, per_layer in columns.items()]
+
+
+def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[str, tuple[tuple[str, type], ...]]:
+    from harness.config.layers import check_option_name
+    from harness.model.layers import check_layerable, parse_entry, pattern_label
+
+    names = [parse_entry(entry, f"{group}.layers")[0] for entry in unit]  # an entry's settings keep its class
+    for name in names:
+        check_option_name(group, name, list(found))
+        if group == "pos":
+            check_layerable(name, found[name], f"{group}.layers")
+    return {pattern_label(unit): tuple((entry, found[name]) for entry, name in zip(unit, names, strict=True))}
+
+
+def _refusal(schemes: tuple[tuple[str, type], ...], variants: tuple[tuple[str, type], ...]) -> str | None:
+    """The first layer whose variant refuses its scheme; a pattern repeats, so lcm(unit lengths) layers decide."""
+    n = math.lcm(len(schemes), len(variants))
+    for layer in range(n):
+        (_, scheme), (_, variant) = schemes[layer % len(schemes)], variants[layer % len(variants)]
+        reason = variant.refusal(scheme)
+        if reason:
+            return reason if n == 1 else f"layer {layer}: {reason}"
+    return None
 
 
 def _grid(pairings: list[Pairing]) -> tuple[list[str], list[str], dict[tuple[str, str], Pairing], list[str]]:
@@ -79,12 +114,13 @@ def render_markdown(pairings: list[Pairing]) -> str:
 
 
 def print_matrix(flag: str, argv: list[str] = ()) -> int:
-    """``--matrix`` (text) or ``--matrix=md``, over conf/, the ``--config-dir`` options and any
-    ``pos._target_=`` / ``attn._target_=`` class in ``argv``; returns the exit status."""
+    """``--matrix`` (text) or ``--matrix=md``, over conf/, the ``--config-dir`` options, any
+    ``pos._target_=`` / ``attn._target_=`` class and any ``pos.layers=`` / ``attn.layers=`` pattern in ``argv``;
+    returns the exit status."""
     fmt = flag.partition("=")[2] or "text"
     if fmt not in ("text", "md"):
         raise ConfigError(f"unknown matrix format {fmt!r}; use --matrix or --matrix=md")
     check_catalogue_args(flag, argv)
-    pairings = compatibility(user_config_dirs(argv), target_overrides(argv))
+    pairings = compatibility(user_config_dirs(argv), target_overrides(argv), pattern_overrides(argv))
     print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")
     return 0

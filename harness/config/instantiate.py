@@ -25,11 +25,15 @@ def instantiate(node, **kwargs):
 def instantiate_option(node, path: str):
     """A ``_partial_`` option (pos, attn): the constructor Hydra prepares, whose one-line errors name the
     config keys. The classes word their errors by argument (``base=0 …``), as a library called directly
-    should; built from ``path``'s node, ``pos.base=0 …`` says what to change on the command line."""
+    should; built from ``path``'s node, ``pos.base=0 …`` says what to change on the command line.
+    A node with ``layers`` (``pos.layers=[rope,none]``) gives a per-layer pattern (harness/config/layers.py)."""
     import inspect
 
     from harness.config.catalog import keyed
+    from harness.config.layers import has_pattern, layer_pattern
 
+    if path in ("pos", "attn") and has_pattern(node):  # pos.layers / attn.layers: a LayerPattern
+        return layer_pattern(node, path, instantiate_option)
     prepared = instantiate(node)
     names = list(inspect.signature(prepared.func).parameters) if hasattr(prepared, "func") else []
 

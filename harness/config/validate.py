@@ -34,6 +34,9 @@ from harness.config import schema
 from harness.config.catalog import INTERFACES, check_interface
 from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate, instantiate_option
+from harness.config.layers import GROUPS as LAYERED
+from harness.config.layers import KEY as LAYERS
+from harness.config.layers import layer_targets, pattern_unit
 from harness.config.resources import Footprint, check_memory
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
@@ -98,6 +101,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
     dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
+        for name, target in layer_targets(cfg.attn, "attn").items():  # attn.layers: every variant it names
+            _check_diagnosable(target, name)
     model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"])
     data, lengths = settings["data"], settings["eval"].lengths
     check_extrapolation(settings["eval"], task, model.pos, choices.get("task", "this task"))
@@ -209,6 +214,9 @@ def check_node(path: str, node: dict, choices: dict[str, str]) -> None:
 def _check_target(path: str, node: dict, choices: dict[str, str]) -> None:
     what = f"{path}={choices[path]}" if path in choices else f"{path} ({node['_target_']})"
     keys = [k for k in node if not k.startswith("_")]
+    if path in LAYERED and LAYERS in keys:  # pos.layers: read by the harness (harness/config/layers.py)
+        pattern_unit(node[LAYERS], path)
+        keys.remove(LAYERS)
     if path == "trainer":  # typed by TrainerSettings: importing Lightning to read its signature takes seconds
         fields, open_kwargs = _trainer_fields(keys), False
     else:

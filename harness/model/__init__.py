@@ -1,12 +1,12 @@
 """Room: model — the network, how it learns, and how it is scored.
 
-Owns: the transformer that calls a positional scheme's hooks and an attention variant
-(``transformer``), the LightningModule with its loss, optimizer groups and throughput
-(``module``), the learning-rate schedule (``schedule``), evaluation beyond the validation split
-(``evaluate``: lengths; ``extrapolation``: sliding windows, loss by position, same targets, the same
-model under every RoPE scaling, a short fine-tune), how training shows progress (``progress``: a bar,
-or lines in a log), and the attention diagnostics of a trained model (``diagnostics``, its figures
-in ``attention_figures``).
+Owns: the transformer that calls a positional scheme's hooks and an attention variant (``transformer``),
+per-layer patterns of schemes and variants (``layers``: pos.layers, attn.layers), the LightningModule with its
+loss, optimizer groups and throughput (``module``), the learning-rate schedule (``schedule``), evaluation
+beyond the validation split (``evaluate``: lengths; ``extrapolation``: sliding windows, loss by position, same
+targets, the same model under every RoPE scaling, a short fine-tune), how training shows progress
+(``progress``: a bar, or lines in a log), and the attention diagnostics of a trained model (``diagnostics``,
+its figures in ``attention_figures``).
 
 May import: positional, attention, harness.data, and the ground.
 """

@@ -1,8 +1,9 @@
 """The transformer: embeddings → blocks (attention, feed-forward) → tied LM head.
 
 The positional scheme and the attention variant are handed in as factories
-(``Shape -> module``); the model calls the scheme's three hooks and passes what they
-return to the variant. It never asks which scheme or variant it holds.
+(``Shape -> module``), or as per-layer patterns of them (``LayerPattern``, harness/model/layers.py);
+the model calls the scheme's three hooks and passes what they return to each layer's variant. It never
+asks which scheme or variant it holds.
 
 Notation: B batch, T sequence length, C model width, H heads, D = C / H head dim, V vocab.
 """
@@ -17,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.base import AttentionContext, AttentionVariant, check_pairing
+from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
+from harness.model.layers import LayeredScheme, LayerPattern, check_layers
 from positional.base import PositionalScheme, Shape
 
 
@@ -94,13 +96,15 @@ class Block(nn.Module):
 
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, max_len: int, causal: bool,
-                 pos: Callable[[Shape], PositionalScheme], attn: Callable[[Shape], AttentionVariant]):
+                 pos: Callable[[Shape], PositionalScheme] | LayerPattern,
+                 attn: Callable[[Shape], AttentionVariant] | LayerPattern):
         super().__init__()
         self.cfg, self.causal = cfg, causal
         shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal)
-        self.pos = pos(shape)
-        variants = [attn(shape) for _ in range(cfg.n_layers)]
-        check_pairing(self.pos, type(variants[0]))  # the built scheme: its options may change its declaration
+        self.pos = LayeredScheme(shape, pos) if isinstance(pos, LayerPattern) else pos(shape)
+        per_layer = isinstance(attn, LayerPattern)
+        variants = attn.variants(shape) if per_layer else [attn(shape) for _ in range(cfg.n_layers)]
+        check_layers(self.pos, variants)  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, v) for v in variants)
@@ -120,10 +124,11 @@ class Transformer(nn.Module):
         T = input_ids.shape[1]
         positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
-        base = AttentionContext(rotary=self.pos.rotary(positions), causal=self.causal,
-                                key_padding_mask=key_padding_mask)
-        for block, bias in zip(self.blocks, self.pos.logit_biases(positions, len(self.blocks)), strict=True):
-            x = block(x, replace(base, bias=bias))
+        base = AttentionContext(causal=self.causal, key_padding_mask=key_padding_mask)
+        n = len(self.blocks)
+        rotaries, biases = self.pos.rotaries(positions, n), self.pos.logit_biases(positions, n)  # one per layer
+        for block, rotary, bias in zip(self.blocks, rotaries, biases, strict=True):
+            x = block(x, replace(base, rotary=rotary, bias=bias))
         h = self.head(self.norm_f(x))  # (B, T, C)
         return F.linear(h, self.tok_emb.weight, self.head_bias)  # (B, T, V), tied decoder
 
