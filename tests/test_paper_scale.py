@@ -125,6 +125,34 @@ def test_a_learned_bias_adds_its_tables_and_the_kernels_gradient():
     assert per_layer.activations - alibi.activations == 4 * pairs  # a second layer's own table
 
 
+def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
+    """Performer's random features (roformer_performer at paper scale) are measured on meta tensors and added at
+    bf16's width; softmax in its fused kernel adds nothing."""
+    from harness.config.validate import variant_bytes_per_layer
+
+    cfg, choices = _composed(["experiment=roformer_performer", "scale=paper", "pos=rope", "seed=0"])
+    checked = validate(cfg, choices, GPU)
+    extra = variant_bytes_per_layer(cfg, _built(checked), checked.model, 258, checked.task, checked.data)
+    assert extra > 0
+    plain = gpu_estimate("x", "y", checked.n_params, checked.model, 258, 64, 1024, "bf16-mixed", SchemeTerms(True))
+    assert checked.gpu.activations == plain.activations + 12 * extra * 2 // 4
+    assert checked.gpu.total <= GPU.memory  # 64 a pass, 2 accumulated: the paper's 128 (conf/experiment_scale)
+    assert checked.trainer.accumulate_grad_batches * checked.data.batch_size == 128
+    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    checked = validate(cfg, choices, GPU)
+    assert variant_bytes_per_layer(cfg, _built(checked), checked.model, 258, checked.task, checked.data) == 0
+
+
+def _built(checked):
+    from harness.config.instantiate import instantiate_option
+    from harness.model.transformer import Transformer
+
+    with torch.device("meta"):
+        return Transformer(checked.model, 258, checked.data.seq_len, checked.task.causal,
+                           pos=instantiate_option(checked.cfg.pos, "pos"), attn=instantiate_option(checked.cfg.attn,
+                                                                                                  "attn"))
+
+
 @pytest.mark.parametrize("pos,dropout", [("rope", 0.0), ("none", 0.1)])
 def test_the_fp32_estimate_agrees_with_the_meta_rehearsal(pos, dropout):
     """In fp32 the formula counts what the real model keeps: the rehearsal (harness/config/rehearsal.py) runs

@@ -179,7 +179,7 @@ PLAIN = SchemeTerms()  # no rotation, no bias: the blocks alone
 
 
 def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch: int, length: int,
-                 precision: str, scheme: SchemeTerms = PLAIN) -> GpuEstimate:
+                 precision: str, scheme: SchemeTerms = PLAIN, variant_fp32: int = 0) -> GpuEstimate:
     """The memory of one training step of ``model`` (a ModelConfig: C = d_model, F = d_ff, H = n_heads, L =
     n_layers) with ``n_params`` parameters on ``batch`` × ``length`` tokens at ``precision``, attention in a fused
     kernel (torch's SDPA takes one on a GPU: it keeps a log-sum-exp per head, not the T×T weights).
@@ -200,9 +200,10 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
     fp32 log-softmax cross-entropy keeps). A logit bias, per step: its dense (1, H, T, T) table in fp32 (4·H·T²,
     once, or once per layer if each layer has its own), the additive mask each layer hands the kernel
     (a·H·T² a layer), and for a learned bias the gradient the kernel writes for every batch row (a·B·H·T², one
-    layer at a time). Attention is counted as softmax's fused kernel keeps it: what another variant keeps
-    (Performer's random features, linear attention's prefix sums), and a scheme's own intermediates (FIRE's MLP
-    over every pair of positions), are not in the formula.
+    layer at a time). Attention is counted as softmax's fused kernel keeps it; another variant (Performer's
+    random features, linear attention's prefix sums) adds ``variant_fp32``, the bytes a layer of it keeps beyond
+    softmax's in fp32 (measured on meta tensors: ``variant_bytes_per_layer``), at a/4 of that. A scheme's own
+    intermediates (FIRE's MLP over every pair of positions) are not in the formula.
     """
     try:
         p = PRECISIONS[str(precision)]
@@ -220,7 +221,8 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
         bias = 4 * pairs * (n if scheme.bias_per_layer else 1) + a * pairs * n
         bias += a * batch * pairs if scheme.bias == "learned" else 0
     states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
-    return GpuEstimate(what, (batch, length), shrink, states, tokens * (n * per_layer + head) + bias,
+    variant = n * variant_fp32 * a // 4
+    return GpuEstimate(what, (batch, length), shrink, states, tokens * (n * per_layer + head) + bias + variant,
                        tokens * vocab * (a + 8))
 
 

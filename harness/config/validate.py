@@ -122,7 +122,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     _check_device(trainer, for_named_gpu=gpu is not None)
     estimate = None
     if for_gpu:
-        estimate = check_gpu(for_gpu(model.num_params(), model_cfg, SchemeTerms.of(model.pos)), gpu)
+        variant = variant_bytes_per_layer(cfg, model, model_cfg, tokenizer.vocab_size, task, data)
+        estimate = check_gpu(for_gpu(model.num_params(), model_cfg, SchemeTerms.of(model.pos), variant), gpu)
     elif not on_gpu:  # the rehearsal measures this machine (a GPU's kernels, autocast, are not on meta)
         from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
 
@@ -143,10 +144,36 @@ def _gpu_phases(trainer: schema.TrainerSettings, vocab: int, data: schema.DataSe
         phases.append((f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}",
                        batch, tokens))
 
-    def estimates(n_params: int, model_cfg, scheme: SchemeTerms = PLAIN) -> list[GpuEstimate]:
-        return [gpu_estimate(what, shrink, n_params, model_cfg, vocab, b, t, trainer.precision, scheme)
+    def estimates(n_params: int, model_cfg, scheme: SchemeTerms = PLAIN, variant: int = 0) -> list[GpuEstimate]:
+        return [gpu_estimate(what, shrink, n_params, model_cfg, vocab, b, t, trainer.precision, scheme,
+                             variant * b * t // (data.batch_size * length))  # measured at the training step's tokens
                 for what, shrink, b, t in phases]
     return estimates
+
+
+def variant_bytes_per_layer(cfg: DictConfig, model, model_cfg, vocab: int, task, data: schema.DataSettings) -> int:
+    """What one layer of the run's attention variant keeps for a training step beyond softmax in a fused kernel,
+    in fp32 bytes: the meta rehearsal's peak of the model at 2 layers minus at 1, for the variant and for softmax
+    (what accumulates layer by layer, not what one layer holds for a moment). 0 for softmax itself."""
+    from attention.softmax import Softmax
+    from harness.config.rehearsal import rehearse
+    from harness.model.transformer import Transformer
+
+    variant = model.blocks[0].attn.variant
+    if isinstance(variant, Softmax) and variant.backend != "math":
+        return 0
+    import torch
+
+    values, length = resolved(cfg), task.sequence_tokens(data.seq_len)
+
+    def peak(attn, layers: int) -> int:
+        with torch.device("meta"):
+            small = Transformer(dataclasses.replace(model_cfg, n_layers=layers), vocab, length, task.causal,
+                                pos=instantiate_option(cfg.pos, "pos"), attn=attn)
+        return rehearse(small, values, data.batch_size, length, [], None)[0].needs
+
+    own, fused = instantiate_option(cfg.attn, "attn"), Softmax
+    return max(0, (peak(own, 2) - peak(own, 1)) - (peak(fused, 2) - peak(fused, 1)))
 
 
 def _evaluations(task, data: schema.DataSettings, lengths: list[int]) -> list[tuple[str, int, int, int, int]]:
