@@ -22,6 +22,8 @@ from positional.rope import Rope
 
 
 class RopeTrainable(Rope):
+    float64_state = ("inv_freq", "theta0")  # the learned θ and the reference its drift is measured against
+
     def _register_theta(self, theta0: Tensor) -> None:
         self.register_buffer("theta0", theta0.clone())  # (R/2,) float64, the reference for the drift
         self.inv_freq = nn.Parameter(theta0.clone())  # (R/2,) θ, learned; float64 like pos=rope's θ

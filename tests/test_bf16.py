@@ -20,8 +20,9 @@ fp32); the elementwise work between them (norms, softmax, the positional maths) 
      Not per parameter: one whose exact gradient is 0 (a bias added to every logit of a row, which softmax
      ignores: FIRE's last MLP bias) holds only rounding noise in fp32 and in bf16 alike.
 2. Rotary angles at positions ≥ 8192 (every scheme with a ``rotary`` hook, and pos=rope under each length
-   scaling): bf16 holds 8192…8192+T only to a multiple of 32, and m·θ_0 = m rad, so an angle computed in bf16
-   there is off by radians. Each scheme's queries and keys, rounded to bf16 as autocast hands them over, are
+   scaling; and in a model converted to bf16, trainer.precision=bf16-true): bf16 holds 8192…8192+T only to a
+   multiple of 32, and m·θ_0 = m rad, so an angle computed in bf16 there is off by radians. Each scheme's
+   queries and keys, rounded to bf16 as autocast hands them over, are
    rotated under autocast at 8192…8192+T and their scores compared with the same scores in float64 at
    0…T−1: RoFormer's Eq. 16 (xPos: its scales too) makes q_m·k_n depend on m − n only. The rotated vectors
    are bf16 (cos and sin rounded once, each product and sum once), so a score is off by at most ~4u·‖q‖‖k‖;
@@ -157,19 +158,33 @@ def _scores(scheme, q: torch.Tensor, k: torch.Tensor, start: int, width: int | N
     return rq @ rk.T, rq.norm(dim=-1), rk.norm(dim=-1)
 
 
-def _far_error(scheme, width: int | None = None) -> float:
-    """max |score at 8192+ under autocast − score at 0+ in float64| / (‖q‖‖k‖), in units of u."""
+def _far_error(scheme, width: int | None = None, cast: bool = False) -> float:
+    """max |score at 8192+ under autocast − score at 0+ in float64| / (‖q‖‖k‖), in units of u. ``cast``: the scheme
+    converted to bf16 first (trainer.precision=bf16-true: the whole model in bf16, no autocast)."""
     gen = torch.Generator().manual_seed(0)
     w = width or HEAD_DIM
     q, k = (torch.randn(T_FAR, w, generator=gen).bfloat16() for _ in range(2))  # as an autocast linear returns
     near, q_norm, k_norm = _scores(scheme, q, k, 0, width, bf16=False)
-    far, _, _ = _scores(scheme, q, k, FAR, width, bf16=True)
+    far, _, _ = _scores(scheme.to(torch.bfloat16) if cast else scheme, q, k, FAR, width, bf16=True)
     return float(((far - near).abs() / (q_norm[:, None] * k_norm[None, :])).max() / U)
 
 
 @pytest.mark.parametrize("name", ROTARY)
 def test_rotary_scores_at_position_8192_under_autocast_match_float64(name):
     assert _far_error(_rotary_scheme(name)) <= FAR_TOL
+
+
+@pytest.mark.parametrize("name", ROTARY)
+def test_rotary_scores_at_position_8192_in_a_bf16_model_match_float64(name):
+    """trainer.precision=bf16-true casts every floating tensor of the model to bf16: RoPE's θ buffer (and
+    rope_trainable's learned θ) keep float64 (positional/rope.py ``_apply``), or m·θ would be off by radians."""
+    assert _far_error(_rotary_scheme(name), cast=True) <= FAR_TOL
+
+
+def test_a_bf16_model_keeps_theta_in_float64_and_moves_it():
+    scheme = _rotary_scheme("rope_trainable").to(torch.bfloat16).to("meta")
+    assert {n: (t.dtype, t.device.type) for n, t in [*scheme.named_parameters(), *scheme.named_buffers()]} == \
+        {"inv_freq": (torch.float64, "meta"), "theta0": (torch.float64, "meta")}
 
 
 @pytest.mark.parametrize("scaling", SCALINGS)
