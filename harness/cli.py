@@ -278,6 +278,7 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
           f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens · store {checked.uri}{_gpu_line(checked)}")
     return None
 
+
 def _gpu_line(checked) -> str:
     """`` · GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (…), fits``: a run checked for one."""
     from harness.config.resources import gib
