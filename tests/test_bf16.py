@@ -28,10 +28,13 @@ fp32); the elementwise work between them (norms, softmax, the positional maths) 
    are bf16 (cos and sin rounded once, each product and sum once), so a score is off by at most ~4u·‖q‖‖k‖;
    angles in fp32 would add ~0.1u at 8192 (m·2⁻²⁴ rad), angles in bf16 tens of u: a control computes RoPE's
    angles in bf16 and must fail the check by 10×.
+3. A logit bias at positions ≥ 8192 in a model cast to bf16 (bf16-true): FIRE subtracts positions, which bf16
+   holds 32 apart there; the bias is compared with the same bf16 weights evaluated in float64.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
@@ -132,7 +135,7 @@ LONGROPE_LISTS = {"short_factor": [1.0] * (HEAD_DIM // 2), "long_factor": [float
 SCALINGS = [m for m in METHODS if m != "none"]
 
 
-def _rotary_scheme(name: str, scaling: str | None = None):
+def _scheme(name: str, scaling: str | None = None):
     """conf/pos/<name>.yaml's scheme for one head of width 64, trained at 16 positions (so a scaling applies)."""
     overrides = [f"pos={name}"]
     if scaling:
@@ -171,31 +174,31 @@ def _far_error(scheme, width: int | None = None, cast: bool = False) -> float:
 
 @pytest.mark.parametrize("name", ROTARY)
 def test_rotary_scores_at_position_8192_under_autocast_match_float64(name):
-    assert _far_error(_rotary_scheme(name)) <= FAR_TOL
+    assert _far_error(_scheme(name)) <= FAR_TOL
 
 
 @pytest.mark.parametrize("name", ROTARY)
 def test_rotary_scores_at_position_8192_in_a_bf16_model_match_float64(name):
     """trainer.precision=bf16-true casts every floating tensor of the model to bf16: RoPE's θ buffer (and
     rope_trainable's learned θ) keep float64 (positional/rope.py ``_apply``), or m·θ would be off by radians."""
-    assert _far_error(_rotary_scheme(name), cast=True) <= FAR_TOL
+    assert _far_error(_scheme(name), cast=True) <= FAR_TOL
 
 
 def test_a_bf16_model_keeps_theta_in_float64_and_moves_it():
-    scheme = _rotary_scheme("rope_trainable").to(torch.bfloat16).to("meta")
+    scheme = _scheme("rope_trainable").to(torch.bfloat16).to("meta")
     assert {n: (t.dtype, t.device.type) for n, t in [*scheme.named_parameters(), *scheme.named_buffers()]} == \
         {"inv_freq": (torch.float64, "meta"), "theta0": (torch.float64, "meta")}
 
 
 @pytest.mark.parametrize("scaling", SCALINGS)
 def test_rope_scaled_scores_at_position_8192_under_autocast_match_float64(scaling):
-    assert _far_error(_rotary_scheme("rope", scaling)) <= FAR_TOL
+    assert _far_error(_scheme("rope", scaling)) <= FAR_TOL
 
 
 @pytest.mark.parametrize("name", ROTARY)
 def test_rotary_at_a_feature_width_at_position_8192_matches_float64(name):
     """The rotation kernelized attention applies to φ(q), φ(k) (RoFormer Eq. 19) at twice the head width."""
-    scheme = _rotary_scheme(name)
+    scheme = _scheme(name)
     try:
         scheme.rotary(torch.arange(T_FAR)).at_width(2 * HEAD_DIM)
     except ConfigError as e:  # pos=rope_trainable learned θ for the head width alone, and says so
@@ -211,12 +214,29 @@ def test_angles_computed_in_bf16_fail_the_check(monkeypatch):
 
     exact = rope.rope_angles
     monkeypatch.setattr(rope, "rope_angles", lambda p, th: exact(p.bfloat16(), th.bfloat16()).to(th.dtype))
-    assert _far_error(_rotary_scheme("rope")) > 10 * FAR_TOL
+    assert _far_error(_scheme("rope")) > 10 * FAR_TOL
+
+
+BIASED = sorted(name for name, cls in option_classes("pos").items()
+                if "logit_bias" in cls.hooks() and cls.bias_kind != "content")  # a content bias reads q and k too
+
+
+@pytest.mark.parametrize("name", BIASED)
+def test_logit_bias_at_position_8192_in_a_bf16_model_matches_float64(name):
+    """trainer.precision=bf16-true casts the scheme's parameters to bf16: a bias computed from positions must keep
+    their spacing (FIRE reads p_i − p_j, and bf16 spaces integers past 256 two or more apart). Against the same
+    bf16 weights evaluated in float64, so only the arithmetic differs: within 4u of the bias's largest value."""
+    low = _scheme(name).to(torch.bfloat16)
+    ref = copy.deepcopy(low).double()
+    positions = torch.arange(FAR, FAR + T_FAR)
+    b16, b64 = (scheme.logit_bias(positions, 0).dense().detach().double() for scheme in (low, ref))
+    assert b64.abs().max() > 0
+    assert (b16 - b64).abs().max() <= FAR_TOL * U * b64.abs().max()
 
 
 def test_sinusoidal_table_at_position_8192_under_autocast_matches_float64():
     """The absolute table too: PE(m, 2i) = sin(m / 10000^(2i/C)) at m ≥ 8192, added in the embeddings' fp32."""
-    scheme = _rotary_scheme("sinusoidal")
+    scheme = _scheme("sinusoidal")
     positions = torch.arange(FAR, FAR + T_FAR)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         table = scheme.embed(torch.zeros(1, T_FAR, HEAD_DIM), positions)[0]  # (T, C)
