@@ -13,6 +13,11 @@ quietly (``preflight``): bad input in any cell refuses the whole sweep, one line
 parent run opens or its first cell trains. An incompatible pairing passes: the sweep records it as a
 refused cell, as a grid means it to.
 
+A run for a GPU (``trainer.accelerator=gpu``, every ``scale=paper`` preset) is checked for a GPU of a named size,
+``--gpu-memory 80GB`` (the default; GiB, MB, TB too), which this machine need not have: the ok line gives the
+estimate of its largest step (weights, gradients and AdamW state, activations, logits) and that it fits, and a
+step that does not fit is refused with the figure (harness/config/resources.py ``gpu_estimate``).
+
 May import: harness.config, harness.train, harness.sweep, harness.scaleout, and the ground.
 """
 
@@ -29,6 +34,7 @@ from omegaconf import DictConfig
 from harness.errors import ConfigError, Diverged, IncompatiblePairing, write_failure
 
 CHECK_FLAG = "--check"
+GPU_MEMORY_FLAG = "--gpu-memory"
 MATRIX_FLAG = "--matrix"
 LIST_FLAG = "--list"
 GROUP_KEYS = ("pos", "attn", "task", "data", "experiment", "scale")
@@ -48,6 +54,7 @@ class _Mode:
     preflight = False  # checking a sweep before it launches: collect bad cells, print nothing
     refused = 0
     bad_cells: list[tuple[str, str]] = []  # (cell, its one-line error)
+    gpu = None  # --check: the GPU a GPU run is checked for (harness.config.resources.NamedGpu)
     cells: list[str] = []  # every cell the preflight checked, for naming a bad one by what it sweeps
 
 
@@ -61,8 +68,20 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
         from harness.config.catalog import print_catalogue
 
         return _guarded(lambda: print_catalogue(argv[1], argv[2:]))
+    try:
+        gpu_memory = _take_gpu_memory(argv)
+    except ConfigError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     if CHECK_FLAG in argv:
+        from harness.config.resources import DEFAULT_GPU_MEMORY, NamedGpu
+
         argv.remove(CHECK_FLAG)
+        try:
+            _Mode.gpu = NamedGpu.parse(gpu_memory or DEFAULT_GPU_MEMORY)
+        except ConfigError as e:
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            return 2
         launcher_error = _launcher_error(argv)
         if launcher_error:
             print(f"error: {launcher_error}", file=sys.stderr)
@@ -81,6 +100,21 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
             return refused
     code = run_cli(main)
     return 2 if code == 0 and _Mode.refused else code
+
+
+def _take_gpu_memory(argv: list[str]) -> str | None:
+    """``--gpu-memory SIZE`` or ``--gpu-memory=SIZE``, taken out of argv (Hydra would read it as an override)."""
+    for i, arg in enumerate(argv):
+        if arg == GPU_MEMORY_FLAG or arg.startswith(f"{GPU_MEMORY_FLAG}="):
+            value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            del argv[i:i + (1 if "=" in arg else 2)]
+            if CHECK_FLAG not in argv:
+                raise ConfigError(f"{GPU_MEMORY_FLAG} sizes the GPU that --check checks a run for; add --check "
+                                  f"(python run.py --check {GPU_MEMORY_FLAG} {value or '80GB'} ...)")
+            if not value or value.startswith("-"):
+                raise ConfigError(f"{GPU_MEMORY_FLAG} needs a size; give one, e.g. {GPU_MEMORY_FLAG} 80GB")
+            return value
+    return None
 
 
 def preflight(argv: list[str], main: Callable[[], object]) -> int:
@@ -226,7 +260,7 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
     if _Mode.preflight:
         _Mode.cells.append(cell)
     try:
-        checked = validate(cfg, choices)
+        checked = validate(cfg, choices, _Mode.gpu)
     except ConfigError as e:
         if cell is None:
             print(f"error: {one_line(e)}", file=sys.stderr)
@@ -243,8 +277,19 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
     d = checked.data
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
           f"data={choices['data']} · {checked.n_params:,} parameters · {checked.trainer.max_steps} steps of "
-          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens · store {checked.uri}")
+          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens · store {checked.uri}{_gpu_line(checked)}")
     return None
+
+
+def _gpu_line(checked) -> str:
+    """`` · GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (…), fits``: a run checked for one."""
+    from harness.config.resources import gib
+
+    est, gpu = checked.gpu, _Mode.gpu
+    if est is None:
+        return ""
+    return f" · GPU of {gpu.named} ({gib(gpu.memory)}): {est.what} needs about {est.summary()}, fits"
+
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 

@@ -53,9 +53,12 @@ def fire_input(offset: Tensor, reach: Tensor, c: Tensor, threshold: Tensor, eps:
 def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, eps: float = 1e-6) -> Tensor:
     """The MLP's input per (i, j): sign(p_i − p_j)·ψ(|p_i − p_j|) / (ψ(max(L, N_i)) + ε). (T,) -> (T, T).
 
-    N_i = p_i (causal, the paper) or max(p_i, p_last − p_i) (bidirectional, see module doc).
+    N_i = p_i (causal, the paper) or max(p_i, p_last − p_i) (bidirectional, see module doc). In fp32 at least, as
+    c's dtype is bf16 in a model cast to bf16 (trainer.precision=bf16-true): bf16 spaces integers past 256 2 or more
+    apart, so p_i − p_j would be 0 for neighbours at position 8192.
     """
-    p = positions.to(c.dtype)
+    work = torch.promote_types(c.dtype, torch.float32)
+    p, c, threshold = positions.to(work), c.to(work), threshold.to(work)
     reach = p if causal else torch.maximum(p, p[-1] - p)  # (T,) N_i
     return fire_input(p[:, None] - p[None, :], reach[:, None], c, threshold, eps)  # (T, T)
 
@@ -82,8 +85,8 @@ class Fire(PositionalScheme):
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
         at = layer if self.per_layer else 0
         c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
-        x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T)
-        bias = mlp(x.unsqueeze(-1))  # (T, T, H)
+        x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T), fp32 or wider
+        bias = mlp(x.unsqueeze(-1).to(mlp[0].weight.dtype))  # (T, T, H)
         return PositionalBias(bias.permute(2, 0, 1).unsqueeze(0))  # (1, H, T, T)
 
     @torch.no_grad()

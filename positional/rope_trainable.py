@@ -22,6 +22,8 @@ from positional.rope import Rope
 
 
 class RopeTrainable(Rope):
+    float64_state = ("inv_freq", "theta0")  # the learned θ and the reference its drift is measured against
+
     def _register_theta(self, theta0: Tensor) -> None:
         for name in ("resonance", "hope"):
             if getattr(self, name):

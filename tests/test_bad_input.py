@@ -368,6 +368,14 @@ BENCH_CASES = [
 
 RUN_CASES += [
     ("store-truncated", ["logger.tracking_uri=sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
+    # ---- --check for a GPU of a named size (harness/config/resources.py gpu_estimate)
+    ("gpu-memory-without-check", ["--gpu-memory=80GB"], "--gpu-memory sizes the GPU that --check checks a run for; "
+     "add --check"),
+    ("gpu-memory-no-unit", ["--check", "--gpu-memory=80", "trainer=gpu"], "--gpu-memory='80' is not a memory size; "
+     "give a number and a unit"),
+    ("gpu-memory-no-value", ["--check", "--gpu-memory=", "trainer=gpu"], "--gpu-memory needs a size"),
+    ("gpu-too-small", ["--check", "--gpu-memory=0.5MB", "trainer=gpu"], "on a GPU of 0.5MB (0.0 GiB) a training step "
+     "does not fit: it needs at least"),
 ]
 
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]

@@ -13,7 +13,9 @@ In order, cheapest first; each refusal is a one-line ConfigError naming the key 
    pairing) and the parameter count is exact, with nothing allocated;
 5. resources: the corpus splits (sizes only; nothing read) hold the windows, evaluation lengths fit
    the validation split, a GPU is there when asked for, CPU processes fit the cores, and the run
-   rehearsed on meta (harness/config/rehearsal.py) fits this machine's memory and an hour a step.
+   rehearsed on meta (harness/config/rehearsal.py) fits this machine's memory and an hour a step; a run
+   for a GPU, checked for a GPU of a named size (``--check --gpu-memory 80GB``), is estimated for that GPU
+   instead (harness/config/resources.py ``gpu_estimate``), and needs no GPU here.
 Nothing here imports Lightning or MLflow: a refusal costs the imports of torch and Hydra only.
 """
 
@@ -37,7 +39,16 @@ from harness.config.instantiate import instantiate, instantiate_option
 from harness.config.layers import GROUPS as LAYERED
 from harness.config.layers import KEY as LAYERS
 from harness.config.layers import layer_targets, pattern_unit
-from harness.config.resources import Footprint, check_memory
+from harness.config.resources import (
+    PLAIN,
+    Footprint,
+    GpuEstimate,
+    NamedGpu,
+    SchemeTerms,
+    check_gpu,
+    check_memory,
+    gpu_estimate,
+)
 from harness.config.tuned import apply_tuned
 from harness.errors import ConfigError
 from harness.paths import CONF
@@ -65,17 +76,19 @@ class Checked:
     source: Any  # the corpus source, not loaded
     n_params: int
     progress: schema.ProgressSettings = schema.ProgressSettings()
+    gpu: GpuEstimate | None = None  # a GPU run checked for a named GPU: its largest step's estimate
 
     @property
     def seed(self) -> int:
         return self.run.seed
 
 
-def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
+def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = None) -> Checked:
+    """``gpu``: check a GPU run for a GPU of that size (``--check --gpu-memory``) rather than for this machine."""
     _check_preset(choices.get("experiment"), choices.get("scale"))
     tuned = apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
     try:
-        return _validate(cfg, choices)
+        return _validate(cfg, choices, gpu)
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
@@ -83,7 +96,7 @@ def validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
         raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
 
 
-def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
+def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) -> Checked:
     values = resolved(cfg)
     check_nodes(values, choices)
     settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
@@ -103,19 +116,69 @@ def _validate(cfg: DictConfig, choices: dict[str, str]) -> Checked:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
         for name, target in layer_targets(cfg.attn, "attn").items():  # attn.layers: every variant it names
             _check_diagnosable(target, name)
-    model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"])
+    on_gpu = trainer.accelerator in ("gpu", "cuda")
+    for_gpu = _gpu_phases(trainer, tokenizer.vocab_size, settings["data"], task, settings["eval"].tune_length) \
+        if on_gpu and gpu else None
+    model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
     data, lengths = settings["data"], settings["eval"].lengths
     check_extrapolation(settings["eval"], task, model.pos, choices.get("task", "this task"))
     tune_length = settings["eval"].tune_length
     _check_splits(source, task, tokenizer, data, lengths, tune_length)
-    _check_device(trainer)
-    from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
+    _check_device(trainer, for_named_gpu=gpu is not None)
+    estimate = None
+    if for_gpu:
+        variant = variant_bytes_per_layer(cfg, model, model_cfg, tokenizer.vocab_size, task, data)
+        estimate = check_gpu(for_gpu(model.num_params(), model_cfg, SchemeTerms.of(model.pos), variant), gpu)
+    elif not on_gpu:  # the rehearsal measures this machine (a GPU's kernels, autocast, are not on meta)
+        from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
 
-    check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
-                          _evaluations(task, data, lengths), _finetune(data, tune_length)),
-                 on_gpu=trainer.accelerator in ("gpu", "cuda"))
+        check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
+                              _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
-                   trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"])
+                   trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate)
+
+
+def _gpu_phases(trainer: schema.TrainerSettings, vocab: int, data: schema.DataSettings, task,
+                tune_length: int | None):
+    """(parameters, model config, scheme terms) -> the GPU estimates of a training step and a fine-tune step."""
+    length = task.sequence_tokens(data.seq_len)
+    phases = [("a training step", f"data.batch_size={data.batch_size} or data.seq_len={data.seq_len}",
+               data.batch_size, length)]
+    if tune_length:
+        batch, tokens = _finetune(data, tune_length)
+        phases.append((f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}",
+                       batch, tokens))
+
+    def estimates(n_params: int, model_cfg, scheme: SchemeTerms = PLAIN, variant: int = 0) -> list[GpuEstimate]:
+        return [gpu_estimate(what, shrink, n_params, model_cfg, vocab, b, t, trainer.precision, scheme,
+                             variant * b * t // (data.batch_size * length))  # measured at the training step's tokens
+                for what, shrink, b, t in phases]
+    return estimates
+
+
+def variant_bytes_per_layer(cfg: DictConfig, model, model_cfg, vocab: int, task, data: schema.DataSettings) -> int:
+    """What one layer of the run's attention variant keeps for a training step beyond softmax in a fused kernel,
+    in fp32 bytes: the meta rehearsal's peak of the model at 2 layers minus at 1, for the variant and for softmax
+    (what accumulates layer by layer, not what one layer holds for a moment). 0 for softmax itself."""
+    from attention.softmax import Softmax
+    from harness.config.rehearsal import rehearse
+    from harness.model.transformer import Transformer
+
+    variant = model.blocks[0].attn.variant
+    if isinstance(variant, Softmax) and variant.backend != "math":
+        return 0
+    import torch
+
+    values, length = resolved(cfg), task.sequence_tokens(data.seq_len)
+
+    def peak(attn, layers: int) -> int:
+        with torch.device("meta"):
+            small = Transformer(dataclasses.replace(model_cfg, n_layers=layers), vocab, length, task.causal,
+                                pos=instantiate_option(cfg.pos, "pos"), attn=attn)
+        return rehearse(small, values, data.batch_size, length, [], None)[0].needs
+
+    own, fused = instantiate_option(cfg.attn, "attn"), Softmax
+    return max(0, (peak(own, 2) - peak(own, 1)) - (peak(fused, 2) - peak(fused, 1)))
 
 
 def _evaluations(task, data: schema.DataSettings, lengths: list[int]) -> list[tuple[str, int, int, int, int]]:
@@ -301,15 +364,21 @@ def dry_optimizer(cfg: DictConfig) -> None:
         raise ConfigError(f"optim.optimizer: {' '.join(str(e).split())}; fix that value of optim.optimizer") from None
 
 
-def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings):
-    """The model built on torch's meta device: every constructor check runs, nothing is allocated."""
+def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings, gpu: NamedGpu | None = None,
+              for_gpu=None):
+    """The model built on torch's meta device: every constructor check runs, nothing is allocated. First, since
+    a huge model takes long to lay out even on meta, the blocks' footprint (a lower bound) against this
+    machine's memory, or, for a GPU run checked for a named GPU (``for_gpu``: ``_gpu_phases``), against it."""
     import torch
 
     from harness.model.transformer import Transformer
 
     model_cfg, length = instantiate(cfg.model), task.sequence_tokens(data.seq_len)
-    check_memory(Footprint.of_blocks(model_cfg, tokenizer.vocab_size), data.batch_size, length,
-                 on_gpu=False)  # before building even on meta: a huge model takes long to lay out
+    blocks = Footprint.of_blocks(model_cfg, tokenizer.vocab_size)
+    if for_gpu:
+        check_gpu(for_gpu(blocks.n_params, model_cfg), gpu, lower_bound=True)
+    else:
+        check_memory(blocks, data.batch_size, length, on_gpu=False)
     with torch.device("meta"):
         model = Transformer(model_cfg, tokenizer.vocab_size, length, task.causal,
                             pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
@@ -378,10 +447,11 @@ def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: l
                           f"fine-tune at most {train} tokens, or use a larger corpus")
 
 
-def _check_device(trainer: schema.TrainerSettings) -> None:
+def _check_device(trainer: schema.TrainerSettings, for_named_gpu: bool = False) -> None:
+    """``for_named_gpu``: checked for a GPU of a named size (``--gpu-memory``), which this machine need not have."""
     import torch
 
-    if trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available() and not for_named_gpu:
         raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
                           "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
     on_cpu = trainer.accelerator == "cpu" or (trainer.accelerator == "auto" and not torch.cuda.is_available())

@@ -1,0 +1,247 @@
+"""The scale=paper presets (conf/experiment_scale/*/paper.yaml, enumerated): each passes ``--check`` for a GPU of
+a named size (80 GB by default) with its memory estimate; the estimate against a hand computation and, in
+fp32, against the meta rehearsal of the real model; and three optimizer steps of each preset on this CPU with
+its model and batch shrunk (2 sequences) but its corpus, sequence length, tokenizer, objective and precision as the
+preset has them.
+
+Data: a preset reads the corpus its defaults name (data=embedded, the corpus shipped in the package, for
+every preset here); the presets that say "pass data=text data.path=..." or "data=enwik8" want a corpus that
+is not available offline, so their data is tested as the embedded corpus stands in for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from omegaconf import OmegaConf, open_dict
+
+from harness.config.compose import compose
+from harness.config.resources import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu_estimate, parse_size
+from harness.config.validate import validate
+from harness.errors import ConfigError, IncompatiblePairing
+from tests.helpers import ROOT
+
+PAPER = sorted(p.parent.name for p in (ROOT / "conf" / "experiment_scale").glob("*/paper.yaml"))
+GPU = NamedGpu.parse("80GB")
+GROUPS = ("pos", "attn", "task", "data", "experiment", "scale")
+
+
+def _cells(preset: str):
+    """The preset's sweep cells at seed 0, in order (a glob axis: every option of its group; a searched axis,
+    tune_lr's learning rate: left at the config's value)."""
+    params = compose([f"experiment={preset}", "scale=paper"], hydra=True).hydra.sweeper.params
+    axes = []
+    for key, values in params.items():
+        values = str(values)
+        if key == "seed":
+            axes.append([f"{key}=0"])
+        elif values.startswith("glob("):
+            axes.append([f"{key}={p.stem}" for p in sorted((ROOT / "conf" / key).glob("*.yaml"))])
+        elif "(" not in values:
+            axes.append([f"{key}={v}" for v in values.split(",")])
+    return [list(c) for c in itertools.product(*axes)]
+
+
+def _composed(overrides: list[str]):
+    cfg = compose(overrides, hydra=True)
+    choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+def _first_cell(preset: str) -> tuple[list[str], object]:
+    """The first cell the validation pass lets train (a grid's refused pairings are recorded, not trained)."""
+    for cell in _cells(preset):
+        cfg, choices = _composed([f"experiment={preset}", "scale=paper", *cell])
+        try:
+            return cell, validate(cfg, choices, GPU)
+        except IncompatiblePairing:
+            continue
+    raise AssertionError(f"no cell of {preset} passes")
+
+
+def test_the_paper_presets_are_enumerated():
+    assert {"roformer_mlm", "alibi_extrapolation", "eleuther_rotary", "rope_scaling"} <= set(PAPER)
+
+
+@pytest.mark.parametrize("preset", PAPER)
+def test_every_paper_preset_passes_check_for_an_80gb_gpu(preset):
+    cell, checked = _first_cell(preset)
+    if checked.trainer.accelerator not in ("gpu", "cuda"):  # tune_lr's paper scale sets no GPU: a CPU check
+        assert checked.gpu is None
+        return
+    assert checked.gpu is not None, "a GPU run checked for a named GPU carries its estimate"
+    est = checked.gpu
+    assert 0 < est.total <= GPU.memory
+    assert est.states >= 16 * checked.n_params  # fp32 weights, gradients and AdamW's two moments at least
+    assert est.tokens == (checked.data.batch_size, checked.task.sequence_tokens(checked.data.seq_len))
+
+
+def test_the_estimate_equals_a_hand_computation():
+    """roformer_mlm at paper scale, pos=rope: BERT-base's shape (12 layers, C = 768, F = 3072, H = 12), the byte
+    tokenizer's V = 258, 64 × 512 tokens, bf16-mixed, dropout 0.1, post-norm."""
+    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    checked = validate(cfg, choices, GPU)
+    C, F, H, L, V = 768, 3072, 12, 12, 258
+    block = (3 * C * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C) + 2 * 2 * C  # qkv, out, MLP, 2 LayerNorms
+    head = V * C + (C * C + C) + 2 * C + V  # tied embedding, dense, LayerNorm, decoder bias (post-norm: no norm_f)
+    params = L * block + head
+    assert checked.n_params == params == 85_844_994
+    states = params * (4 + 4 + 2 * 4 + 2)  # fp32 weight, gradient, two AdamW moments; bf16 copy for the products
+    a, r = 2, 4  # bf16 activations, fp32 residual stream
+    per_layer = (2 * r * C  # the two LayerNorms' inputs
+                 + 2 * a * C  # their outputs as the projections take them
+                 + 3 * a * C  # q, k, v
+                 + 2 * a * C  # q, k rotated
+                 + 2 * a * C  # attention output and its copy
+                 + 2 * a * F  # MLP hidden before and after GELU
+                 + 4 * H  # log-sum-exp
+                 + 2 * C)  # two dropout masks
+    assert per_layer == 33_840
+    tokens = 64 * 512
+    activations = tokens * (L * per_layer + 2 * r * C + 3 * a * C)
+    logits = tokens * V * (a + 4 + 4)
+    est = checked.gpu
+    assert (est.states, est.activations, est.logits) == (states, activations, logits)
+    assert est.total == 15_288_502_308
+    assert gib(est.total) == "14.2 GiB"
+
+
+def test_a_learned_bias_adds_its_tables_and_the_kernels_gradient():
+    """T5's bias: the dense (1, H, T, T) fp32 table once (shared by the layers), each layer's additive mask in
+    bf16, and the gradient the kernel writes for every batch row, one layer at a time."""
+    model = OmegaConf.create({"d_model": 64, "d_ff": 256, "n_heads": 4, "n_layers": 2, "dropout": 0.0})
+    plain = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed")
+    t5 = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="learned"))
+    alibi = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="fixed"))
+    pairs = 4 * 32 * 32
+    assert t5.activations - plain.activations == 4 * pairs + 2 * pairs * 2 + 2 * 8 * pairs
+    assert alibi.activations - plain.activations == 4 * pairs + 2 * pairs * 2
+    per_layer = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="fixed",
+                                                                                          bias_per_layer=True))
+    assert per_layer.activations - alibi.activations == 4 * pairs  # a second layer's own table
+
+
+def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
+    """Performer's random features (roformer_performer at paper scale) are measured on meta tensors and added at
+    bf16's width; softmax in its fused kernel adds nothing."""
+    from harness.config.validate import variant_bytes_per_layer
+
+    cfg, choices = _composed(["experiment=roformer_performer", "scale=paper", "pos=rope", "seed=0"])
+    checked = validate(cfg, choices, GPU)
+    extra = variant_bytes_per_layer(cfg, _built(checked), checked.model, 258, checked.task, checked.data)
+    assert extra > 0
+    plain = gpu_estimate("x", "y", checked.n_params, checked.model, 258, 64, 1024, "bf16-mixed", SchemeTerms(True))
+    assert checked.gpu.activations == plain.activations + 12 * extra * 2 // 4
+    assert checked.gpu.total <= GPU.memory  # 64 a pass, 2 accumulated: the paper's 128 (conf/experiment_scale)
+    assert checked.trainer.accumulate_grad_batches * checked.data.batch_size == 128
+    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    checked = validate(cfg, choices, GPU)
+    assert variant_bytes_per_layer(cfg, _built(checked), checked.model, 258, checked.task, checked.data) == 0
+
+
+def _built(checked):
+    from harness.config.instantiate import instantiate_option
+    from harness.model.transformer import Transformer
+
+    with torch.device("meta"):
+        return Transformer(checked.model, 258, checked.data.seq_len, checked.task.causal,
+                           pos=instantiate_option(checked.cfg.pos, "pos"), attn=instantiate_option(checked.cfg.attn,
+                                                                                                  "attn"))
+
+
+@pytest.mark.parametrize("pos,dropout", [("rope", 0.0), ("none", 0.1)])
+def test_the_fp32_estimate_agrees_with_the_meta_rehearsal(pos, dropout):
+    """In fp32 the formula counts what the real model keeps: the rehearsal (harness/config/rehearsal.py) runs
+    the model's own forward and backward on meta tensors and adds up every storage; the two agree within
+    15 % where the formula's assumption holds (softmax attention in a fused kernel, no T×T bias)."""
+    from harness.config.instantiate import instantiate, instantiate_option
+    from harness.config.rehearsal import rehearse
+    from harness.model.transformer import Transformer
+
+    B, T = 4, 256
+    cfg, _ = _composed([f"pos={pos}", "model.n_layers=2", "model.d_model=128", "model.n_heads=4",
+                        "model.d_ff=512", f"model.dropout={dropout}", f"data.seq_len={T}", "task=clm"])
+    model_cfg = instantiate(cfg.model)
+    with torch.device("meta"):
+        model = Transformer(model_cfg, 258, T, True, pos=instantiate_option(cfg.pos, "pos"),
+                            attn=instantiate_option(cfg.attn, "attn"))
+    measured = rehearse(model, OmegaConf.to_container(cfg, resolve=True), B, T, [], None)[0].needs
+    est = gpu_estimate("x", "y", model.num_params(), model_cfg, 258, B, T, "32-true", SchemeTerms.of(model.pos))
+    assert 0.85 <= est.total / measured <= 1.15, f"formula {est.total:,} vs rehearsal {measured:,}"
+
+
+def test_every_precision_lightning_accepts_has_an_estimate():
+    from harness.config import schema
+
+    assert {str(p) for p in schema.PRECISIONS.__args__} == set(PRECISIONS)
+
+
+@pytest.mark.parametrize("text,bytes_", [("80GB", 80 * 10**9), ("80GiB", 80 * 2**30), ("40gb", 40 * 10**9),
+                                         ("0.5MB", 500_000), ("1.5TiB", int(1.5 * 2**40))])
+def test_gpu_sizes_parse(text, bytes_):
+    assert parse_size(text) == bytes_
+
+
+@pytest.mark.parametrize("text", ["80", "GB", "-1GB", "0GB", "eightyGB", "80PB", "nanGB", "infGB"])
+def test_a_size_without_a_unit_or_a_positive_number_is_refused(text):
+    with pytest.raises(ConfigError, match=r"--gpu-memory=.* is not a memory size; give a number and a unit"):
+        parse_size(text)
+
+
+def test_check_prints_the_estimate_and_that_it_fits(capsys, monkeypatch):
+    from harness import cli
+
+    monkeypatch.setattr(cli._Mode, "gpu", GPU)
+    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    cli._check(cfg, choices, None)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("ok: pos=rope attn=softmax task=mlm")
+    assert line.endswith("GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (1.4 GiB weights, gradients "
+                         "and AdamW state, 12.7 GiB activations and 0.1 GiB logits for 64×512 tokens), fits")
+
+
+def test_a_step_that_does_not_fit_is_refused_with_its_figure():
+    """Refused with the built model's estimate; a GPU even the blocks alone overflow, before the model is laid out
+    (a huge one takes long even on meta), with that lower bound."""
+    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    with pytest.raises(ConfigError) as e:
+        validate(cfg, choices, NamedGpu.parse("14GiB"))
+    assert str(e.value) == ("on a GPU of 14GiB (14.0 GiB) a training step does not fit: it needs about 14.2 GiB (1.4 "
+                            "GiB weights, gradients and AdamW state, 12.7 GiB activations and 0.1 GiB logits for "
+                            "64×512 tokens); lower data.batch_size=64 or data.seq_len=512, or name a larger GPU "
+                            "with --gpu-memory")
+    with pytest.raises(ConfigError, match=r"on a GPU of 8GiB \(8.0 GiB\) a training step does not fit: it needs at "
+                                          r"least 13.1 GiB"):
+        validate(cfg, choices, NamedGpu.parse("8GiB"))
+
+
+# ---------------------------------------------------------------- three optimizer steps on this CPU
+
+SHRUNK = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.batch_size=2"]
+ON_CPU = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.max_steps=3", "trainer.val_check_interval=3",
+          "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "optim.schedule.warmup_steps=1",
+          "data.eval_batches=1", "checkpoint.every_n_steps=0"]
+# the final evaluation kept cheap: sliding windows every 64 tokens at 8× the length are minutes of a CPU, and a
+# fine-tune of 400 steps per scaling would be 2000 steps; one step of each shows the path runs
+CHEAP_EVAL = {"alibi_extrapolation": ["eval.stride=null"], "rope_scaling": ["eval.finetune_steps=1"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", PAPER)
+def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
+    from harness.train import train
+
+    cell, checked = _first_cell(preset)
+    cfg, choices = _composed([f"experiment={preset}", "scale=paper", *cell, *SHRUNK, *ON_CPU,
+                              *CHEAP_EVAL.get(preset, [])])
+    paper = checked.cfg
+    assert cfg.task == paper.task and cfg.tokenizer == paper.tokenizer
+    assert cfg.data == {**paper.data, "batch_size": 2, "eval_batches": 1}  # the corpus and seq_len as the preset's
+    assert cfg.trainer.precision == paper.trainer.precision  # bf16-mixed runs as CPU autocast here
+    summary = train(cfg, choices)
+    assert summary.step == 3
+    assert summary.val_loss is not None and torch.isfinite(torch.tensor(summary.val_loss))
