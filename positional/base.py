@@ -196,6 +196,8 @@ class PositionalScheme(nn.Module):
     # Why the scheme is defined for causal attention only (None: bidirectional tasks too); a bidirectional
     # task (task=mlm, an encoder form) is then refused as an incompatible pairing, with this reason
     bidirectional_refusal: ClassVar[str | None] = None
+    # Position tables kept in float64 when the model is cast to another dtype (``_apply``): angles m·θ at long m
+    float64_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None,
                  eval_positions: EvalPositions | None = None):
@@ -210,6 +212,21 @@ class PositionalScheme(nn.Module):
         if randomize and self.bias_kind == "relative":
             self.bias_kind = "positional"  # c[p_i − p_j] over sampled p is no Toeplitz matrix in (i, j)
         self._eval_draws = torch.Generator().manual_seed(EVAL_SEED)  # CPU, like the training draws
+
+    def _apply(self, fn, recurse: bool = True):
+        """``model.to(torch.bfloat16)`` (trainer.precision=bf16-true) casts every floating tensor; the tensors named
+        in ``float64_state`` keep float64 and only move device. In bf16, RoPE's θ_0·m at m = 8192 would be off by
+        radians (tests/test_bf16.py)."""
+        kept = {name: getattr(self, name).detach().clone() for name in self.float64_state}
+        super()._apply(fn, recurse)
+        for name, value in kept.items():
+            now = getattr(self, name)
+            if now.dtype != value.dtype:
+                if isinstance(now, nn.Parameter):
+                    now.data = value.to(now.device)
+                else:
+                    self._buffers[name] = value.to(now.device)
+        return self
 
     def train(self, mode: bool = True):
         if not mode:  # each evaluation pass draws the same positions, whenever it runs

@@ -83,6 +83,7 @@ class PolarRotary(Rotary):
 
 class PoPE(PositionalScheme):
     rotary_widens = True
+    float64_state = ("inv_freq",)  # θ_c: the phases tθ_c stay float64-exact in a bf16 model
 
     def __init__(self, shape: Shape, base: float = 10000.0, phase_bias: bool = True, randomize: bool = False,
                  max_position: int | None = None,

@@ -265,21 +265,7 @@ class Rope(PositionalScheme):
             theta = resonance_inv_freq(theta)
         return theta
 
-    float64_state: tuple[str, ...] = ("inv_freq",)  # θ: kept in float64 whatever dtype the model is cast to
-
-    def _apply(self, fn, recurse: bool = True):
-        """``model.to(torch.bfloat16)`` (trainer.precision=bf16-true) casts every floating tensor; θ keeps float64
-        and only moves device. In bf16 θ_0·m at m = 8192 would be off by radians (tests/test_bf16.py)."""
-        kept = {name: getattr(self, name).detach().clone() for name in self.float64_state}
-        super()._apply(fn, recurse)
-        for name, value in kept.items():
-            now = getattr(self, name)
-            if now.dtype != value.dtype:
-                if isinstance(now, torch.nn.Parameter):
-                    now.data = value.to(now.device)
-                else:
-                    self._buffers[name] = value.to(now.device)
-        return self
+    float64_state = ("inv_freq",)  # θ: kept in float64 whatever dtype the model is cast to
 
     def theta_at(self, rotated: int) -> Tensor:
         """θ for a rotated width: the scheme's own θ at its width, ``frequencies_at`` that width otherwise."""

@@ -57,7 +57,9 @@ TINY = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.d_ff=6
         f"data.seq_len={T}"]
 ALLOWED = [(c.pos, c.attn) for c in compatibility() if c.allowed]
 CAUSAL_ATTN = "softmax"  # every scheme pairs with it
-CELLS = [(pos, attn, False) for pos, attn in ALLOWED] + \
+# a scheme defined for causal attention only (bidirectional_refusal: FoX) refuses the bidirectional cells
+BIDIRECTIONAL = [(pos, attn) for pos, attn in ALLOWED if option_classes("pos")[pos].bidirectional_refusal is None]
+CELLS = [(pos, attn, False) for pos, attn in BIDIRECTIONAL] + \
         [(pos, CAUSAL_ATTN, True) for pos in dict.fromkeys(p for p, _ in ALLOWED)]
 
 
@@ -121,7 +123,7 @@ def test_training_step_under_bf16_autocast_matches_fp32(pos, attn, causal):
 
 def test_every_allowed_pairing_and_every_scheme_causally_is_a_cell():
     """A new YAML in conf/pos or conf/attn adds its cells here."""
-    assert {(p, a) for p, a, c in CELLS if not c} == set(ALLOWED)
+    assert {(p, a) for p, a, c in CELLS if not c} == set(BIDIRECTIONAL)
     assert {p for p, a, c in CELLS if c} == set(option_classes("pos"))
 
 
@@ -157,7 +159,7 @@ def _scores(scheme, q: torch.Tensor, k: torch.Tensor, start: int, width: int | N
             rotary = rotary.at_width(width)
         x = (lambda t: t) if bf16 else (lambda t: t.double())
         rq, rk = rotary.rotate_q(x(q)), rotary.rotate_k(x(k))
-    rq, rk = rq.detach().double(), rk.detach().double()  # (T, W) each
+    rq, rk = (r.detach().double().reshape(q.shape[-2], -1) for r in (rq, rk))  # (T, W) each (PoPE: (T, 2W))
     return rq @ rk.T, rq.norm(dim=-1), rk.norm(dim=-1)
 
 
@@ -195,7 +197,7 @@ def test_rope_scaled_scores_at_position_8192_under_autocast_match_float64(scalin
     assert _far_error(_scheme("rope", scaling)) <= FAR_TOL
 
 
-@pytest.mark.parametrize("name", ROTARY)
+@pytest.mark.parametrize("name", [n for n in ROTARY if not option_classes("pos")[n].rotary_widens])  # PoPE: refused
 def test_rotary_at_a_feature_width_at_position_8192_matches_float64(name):
     """The rotation kernelized attention applies to φ(q), φ(k) (RoFormer Eq. 19) at twice the head width."""
     scheme = _scheme(name)

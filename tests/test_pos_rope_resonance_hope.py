@@ -115,7 +115,7 @@ def test_at_another_width_the_same_rule_applies():
 def test_with_both_off_rope_is_bit_identical():
     rope = Rope(Shape(2 * D, 2, 2, L, False))
     assert torch.equal(rope.inv_freq, rope_inv_freq(D, 10000.0, F64))
-    assert torch.equal(rope.float().theta_at(12), rope_inv_freq(12, 10000.0, torch.float32))
+    assert torch.equal(rope.float().theta_at(12), rope_inv_freq(12, 10000.0, F64))  # θ stays float64 (float64_state)
     x = torch.randn(2, 2, 40, D)
     angles = rope_angles(torch.arange(40), rope_inv_freq(D, 10000.0, F64))
     want = apply_rope(x, angles.cos().float(), angles.sin().float())
