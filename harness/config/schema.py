@@ -218,8 +218,15 @@ class DataSettings:
     seq_len: int = 128
     batch_size: int = 32
     eval_batches: int | None = None  # None: the whole validation split
-    path: str | None = None  # data=text, data=enwik8
+    path: str | None = None  # data=text, data=enwik8, data=hf, data=tokens
     download: bool = True  # data=enwik8
+    name: str | None = None  # data=hf: the hub dataset (the four below too)
+    config: str | None = None
+    split: str = "train"
+    val_split: str | None = None  # null: every data.source.val_every-th block of the training text
+    text_column: str = "text"
+    streaming: bool = False
+    max_bytes: int | None = None  # null: the whole split
     source: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -229,7 +236,8 @@ class DataSettings:
             raise ConfigError(f"data.eval_batches={self.eval_batches} must be positive, or null for all")
 
 
-SOURCE_KEYS = ("path", "download")  # DataSettings keys only some sources read (validate refuses the others)
+SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "text_column", "streaming",
+               "max_bytes")  # DataSettings keys only some sources read (validate refuses the others)
 
 
 @dataclass(frozen=True)

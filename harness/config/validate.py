@@ -139,7 +139,7 @@ def _check_source_reads(data: schema.DataSettings, source, name: str) -> None:
     for key in schema.SOURCE_KEYS:
         if getattr(data, key) != getattr(defaults, key) and key not in reads:
             raise ConfigError(f"data={name} does not read data.{key}; choose a data source that does "
-                              f"(data=text data.path=FILE_OR_DIR, data=enwik8) or drop data.{key}")
+                              f"(data=text data.path=FILE_OR_DIR, data=enwik8, data=hf) or drop data.{key}")
 
 
 def resolved(cfg: DictConfig) -> dict:
