@@ -88,27 +88,48 @@ class MaskedLM(TextObjective):
     Each real token is selected with probability ``mask_prob``; a selected token becomes
     [MASK] with probability ``p_mask`` (0.8), a uniformly random regular token with
     ``p_random`` (0.1) and stays unchanged otherwise (0.1). Loss only on selected tokens.
+    The [MASK] id and the regular ids (every id but the specials) are the vocabulary's own.
+
+    ``whole_word``: whole-word masking (BERT's 2019-05-31 release, google-research/bert README): each
+    word is selected with probability ``mask_prob`` and all its tokens with it, so the expected share of
+    selected tokens stays ``mask_prob``; the 80/10/10 choice stays per token. Word boundaries are the
+    tokenizer's (``word_continues``: WordPiece's ``##``, else a token starting with a letter or digit
+    right after one ending with one).
     """
 
     name = "mlm"
     causal = False
     extra_tokens = 0  # a window of T tokens gives T inputs
 
-    def __init__(self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1):
+    def __init__(self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1,
+                 whole_word: bool = False):
         if not 0.0 < mask_prob < 1.0:
             raise ConfigError(f"task.mask_prob={mask_prob} must lie in (0, 1); BERT uses 0.15")
         if p_mask < 0 or p_random < 0 or p_mask + p_random > 1:
             raise ConfigError(f"task.p_mask={p_mask} + task.p_random={p_random} must be ≥ 0 and sum to ≤ 1")
+        if getattr(tokenizer, "mask_id", None) is None:
+            raise ConfigError("task=mlm replaces tokens by [MASK], which this tokenizer's vocabulary has none of "
+                              "(e.g. gpt2); use task=clm, or a tokenizer with a mask token (bert-base-uncased, "
+                              "tokenizer=wordpiece, tokenizer=bpe)")
         self.tok = tokenizer
-        self.mask_prob, self.p_mask, self.p_random = mask_prob, p_mask, p_random
+        self.mask_prob, self.p_mask, self.p_random, self.whole_word = mask_prob, p_mask, p_random, whole_word
 
     def make_example(self, window: Tensor, valid: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
         """window: (T,) long ids; valid: (T,) bool (False at padding)."""
         u_select, u_action = torch.rand(2, window.shape[0], generator=gen)
-        selected = (u_select < self.mask_prob) & valid
-        if not selected.any():  # score at least one token per sequence
-            selected[int(torch.randint(int(valid.sum()), (1,), generator=gen))] = True
-        random_ids = torch.randint(self.tok.n_regular, window.shape, generator=gen)
+        if self.whole_word:  # word k's tokens share draw k
+            word = torch.cumsum(~self.tok.word_continues(window), 0) - 1  # (T,) the word each token is in
+            selected = (u_select[word] < self.mask_prob) & valid
+        else:
+            selected = (u_select < self.mask_prob) & valid
+        if not selected.any():  # score at least one token (word) per sequence
+            pick = int(torch.randint(int(valid.sum()), (1,), generator=gen))
+            if self.whole_word:
+                selected = (word == word[pick]) & valid
+            else:
+                selected[pick] = True
+        regular = self.tok.regular_ids()
+        random_ids = regular[torch.randint(len(regular), window.shape, generator=gen)]
         inputs = window.clone()
         to_mask = selected & (u_action < self.p_mask)
         to_random = selected & (u_action >= self.p_mask) & (u_action < self.p_mask + self.p_random)
