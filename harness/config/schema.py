@@ -227,6 +227,7 @@ class DataSettings:
     text_column: str = "text"
     streaming: bool = False
     max_bytes: int | None = None  # null: the whole split
+    windows: str = "random"  # data=tokens: random | sequential training windows
     source: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -237,7 +238,7 @@ class DataSettings:
 
 
 SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "text_column", "streaming",
-               "max_bytes")  # DataSettings keys only some sources read (validate refuses the others)
+               "max_bytes", "windows")  # DataSettings keys only some sources read (validate refuses the others)
 
 
 @dataclass(frozen=True)

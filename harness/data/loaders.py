@@ -53,7 +53,8 @@ def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed
     """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
     eval_batches × batch_size × world_size examples, the same set a single process scores at the same
     global batch, split into disjoint shards. ``start``: the first training example (resuming)."""
-    train = task.training_data(corpus, seq_len, n_train, seed)
+    per_rank = {"world_size": world_size} if getattr(corpus, "per_rank", False) else {}  # shards: a slice per rank
+    train = task.training_data(corpus, seq_len, n_train, seed, **per_rank)
     val: Dataset = WithShuffled(task.validation_data(corpus, seq_len), task.causal)
     if eval_batches is not None:
         val = Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))

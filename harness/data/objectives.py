@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from harness.data.corpus import check_train_split, check_val_split
+from harness.data.tokenizer import split_ids
 from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
 
@@ -75,11 +76,18 @@ class TextObjective:
         check_train_split(train_bytes, seq_len + self.extra_tokens)
         check_val_split(val_bytes, self.extra_tokens)
 
-    def training_data(self, corpus, seq_len: int, n: int, seed: int) -> Dataset:
+    def training_data(self, corpus, seq_len: int, n: int, seed: int, world_size: int = 1) -> Dataset:
+        """Random windows of the text; of pre-tokenized shards (harness/data/shards.py), random or
+        sequential windows in each rank's own slice (``world_size``: the loaders pass it for those)."""
+        if hasattr(corpus, "train_ids"):
+            from harness.data.shards import SlicedWindows
+
+            return SlicedWindows(corpus.train_ids, seq_len + self.extra_tokens, n, seed, self, corpus.windows,
+                                 world_size, stride=seq_len)  # sequential CLM windows share the shifted token
         return TrainWindows(self.tok.encode(corpus.train), seq_len + self.extra_tokens, n, seed, self)
 
     def validation_data(self, corpus, seq_len: int) -> Dataset:
-        return EvalWindows(self.tok.encode(corpus.val), seq_len + self.extra_tokens, self, self.tok.pad_id)
+        return EvalWindows(split_ids(corpus, self.tok, "val"), seq_len + self.extra_tokens, self, self.tok.pad_id)
 
 
 class MaskedLM(TextObjective):

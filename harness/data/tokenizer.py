@@ -56,3 +56,11 @@ def bytes_per_token(corpus, tokenizer) -> float:
     if known is not None:
         return known
     return len(corpus.val) / max(1, len(tokenizer.encode(corpus.val)))
+
+
+def split_ids(corpus, tokenizer, split: str):
+    """The token ids of ``split`` ("train" or "val"): pre-tokenized shards' own (harness/data/shards.py), else
+    the tokenizer's encoding of the text."""
+    if hasattr(corpus, "ids"):
+        return corpus.ids(split)
+    return tokenizer.encode(getattr(corpus, split))

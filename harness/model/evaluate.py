@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 from harness.data.loaders import on_device
 from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match, token_hits
 from harness.data.tasks.blind import blind_baseline
+from harness.data.tokenizer import split_ids
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
@@ -61,7 +62,7 @@ def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[i
     """Non-overlapping windows at each length; with ``stride``, sliding windows too; with ``same_targets``
     K, the last K tokens of the same samples at every length (causal objectives: validate.py refuses others)."""
     results = LengthResults(stride=stride, keep=same_targets)
-    ids = tokenizer.encode(corpus.val)
+    ids = split_ids(corpus, tokenizer, "val")
     ends = sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
     module.eval()
     for length in lengths:
