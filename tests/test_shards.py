@@ -198,3 +198,17 @@ def test_a_truncated_shard_is_refused(byte_shards, tmp_path):
         TokenShards(str(copy)).sizes()
     with pytest.raises(ConfigError, match="already holds prepared shards"):
         prepare(copy, ["data=text", "data.path=/nonexistent"])
+
+
+def test_workers_make_the_same_batches_and_shards_pickle_as_their_files(byte_shards):
+    import pickle
+
+    from harness.data.loaders import make_loaders
+
+    corpus = TokenShards(str(byte_shards)).load()
+    again = pickle.loads(pickle.dumps(corpus.train_ids))
+    assert len(pickle.dumps(corpus.train_ids)) < 2000  # file names, not the ids
+    assert np.array_equal(again[100:30_000], corpus.train_ids[100:30_000])
+    task = MaskedLM(ByteTokenizer())
+    batches = [list(make_loaders(corpus, task, 32, 4, n_train=24, seed=1, num_workers=w)[0]) for w in (0, 2)]
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(*batches, strict=True) for k in a)

@@ -48,7 +48,8 @@ def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
     train_dl, val_dl = make_loaders(corpus, task, data.seq_len, data.batch_size,
                                     n_train=geometry.train_examples(checked.trainer.max_steps), seed=checked.seed,
                                     eval_batches=data.eval_batches, world_size=geometry.world_size,
-                                    rank=trainer.global_rank, start=first_step * geometry.effective_batch)
+                                    rank=trainer.global_rank, start=first_step * geometry.effective_batch,
+                                    num_workers=data.num_workers)
     per_token = None if task.scores_sequences else bytes_per_token(corpus, checked.tokenizer)  # → bits/byte
     module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
                            bytes_per_token=per_token, scores_sequences=task.scores_sequences)

@@ -218,6 +218,7 @@ class DataSettings:
     seq_len: int = 128
     batch_size: int = 32
     eval_batches: int | None = None  # None: the whole validation split
+    num_workers: int = 0  # training DataLoader worker processes (examples are pure functions of their index)
     path: str | None = None  # data=text, data=enwik8, data=hf, data=tokens
     download: bool = True  # data=enwik8
     name: str | None = None  # data=hf: the hub dataset (the four below too)
@@ -235,6 +236,9 @@ class DataSettings:
         _positive("data.batch_size", self.batch_size)
         if self.eval_batches is not None and self.eval_batches <= 0:
             raise ConfigError(f"data.eval_batches={self.eval_batches} must be positive, or null for all")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers} must be ≥ 0 (0: examples made in the training "
+                              "process)")
 
 
 SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "text_column", "streaming",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -123,28 +124,42 @@ class MaskedLM(TextObjective):
         self.mask_prob, self.p_mask, self.p_random, self.whole_word = mask_prob, p_mask, p_random, whole_word
 
     def make_example(self, window: Tensor, valid: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
-        """window: (T,) long ids; valid: (T,) bool (False at padding)."""
-        u_select, u_action = torch.rand(2, window.shape[0], generator=gen)
+        """window: (T,) long ids; valid: (T,) bool (False at padding). Draws, in order: 2·T uniforms (selection,
+        action), the fallback token when none was selected, T random regular ids."""
+        # The logic runs in numpy (views of the tensors): on a few hundred tokens torch's per-op overhead made
+        # masking the data loader's bottleneck (harness/data/bench_loader.py).
+        u_select, u_action = torch.rand(2, window.shape[0], generator=gen).numpy()
+        ids, real = window.numpy(), valid.numpy()
         if self.whole_word:  # word k's tokens share draw k
-            word = torch.cumsum(~self.tok.word_continues(window), 0) - 1  # (T,) the word each token is in
-            selected = (u_select[word] < self.mask_prob) & valid
+            word = np.cumsum(~self.tok.word_continues(window).numpy()) - 1  # (T,) the word each token is in
+            selected = (u_select[word] < self.mask_prob) & real
         else:
-            selected = (u_select < self.mask_prob) & valid
+            selected = (u_select < self.mask_prob) & real
         if not selected.any():  # score at least one token (word) per sequence
-            pick = int(torch.randint(int(valid.sum()), (1,), generator=gen))
+            pick = int(torch.randint(int(real.sum()), (1,), generator=gen))
             if self.whole_word:
-                selected = (word == word[pick]) & valid
+                selected = (word == word[pick]) & real
             else:
                 selected[pick] = True
-        regular = self.tok.regular_ids()
-        random_ids = regular[torch.randint(len(regular), window.shape, generator=gen)]
-        inputs = window.clone()
-        to_mask = selected & (u_action < self.p_mask)
+        random_ids = self._random_ids(window.shape, gen).numpy()
+        inputs = np.where(selected & (u_action < self.p_mask), self.tok.mask_id, ids)
         to_random = selected & (u_action >= self.p_mask) & (u_action < self.p_mask + self.p_random)
-        inputs[to_mask] = self.tok.mask_id
-        inputs[to_random] = random_ids[to_random]
-        labels = torch.where(selected, window, torch.full_like(window, IGNORE))
-        return {"input_ids": inputs, "labels": labels, "key_padding_mask": valid}
+        inputs = np.where(to_random, random_ids, inputs)
+        labels = np.where(selected, ids, IGNORE)
+        return {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels), "key_padding_mask": valid}
+
+    def _random_ids(self, shape, gen: torch.Generator) -> Tensor:
+        """Uniform draws from the regular ids: the k-th regular id for k uniform; when they are one run of ids
+        (the byte tokenizer's 0–255, a trained vocabulary's 5–V−1) the same draw without the lookup."""
+        if not hasattr(self, "_regular"):
+            regular = self.tok.regular_ids()
+            contiguous = len(regular) and int(regular[-1]) - int(regular[0]) == len(regular) - 1
+            self._regular = (int(regular[0]), len(regular)) if contiguous else regular
+        if isinstance(self._regular, tuple):
+            low, n = self._regular
+            draw = torch.randint(n, shape, generator=gen)
+            return draw + low if low else draw
+        return self._regular[torch.randint(len(self._regular), shape, generator=gen)]
 
 
 class CausalLM(TextObjective):

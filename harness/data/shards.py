@@ -53,6 +53,12 @@ class ShardedIds:
         self.ends = np.cumsum([len(a) for a in self.arrays]).tolist()
         self.dtype = arrays[0].dtype if arrays else np.dtype(np.uint16)
 
+    def __reduce__(self):
+        """Pickled (a spawned DataLoader worker) as its files, mapped again: a memmap would pickle its data."""
+        if all(isinstance(a, np.memmap) and a.filename for a in self.arrays):
+            return _reopen, ([a.filename for a in self.arrays], self.dtype.str)
+        return ShardedIds, (self.arrays,)
+
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
 
@@ -70,6 +76,10 @@ class ShardedIds:
         if len(pieces) == 1:
             return pieces[0]
         return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
+
+
+def _reopen(files: list[str], dtype: str) -> ShardedIds:
+    return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files])
 
 
 @dataclass(frozen=True)
