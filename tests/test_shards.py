@@ -212,3 +212,23 @@ def test_workers_make_the_same_batches_and_shards_pickle_as_their_files(byte_sha
     task = MaskedLM(ByteTokenizer())
     batches = [list(make_loaders(corpus, task, 32, 4, n_train=24, seed=1, num_workers=w)[0]) for w in (0, 2)]
     assert all(torch.equal(a[k], b[k]) for a, b in zip(*batches, strict=True) for k in a)
+
+
+def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys):
+    assert main([str(tmp_path / "out"), "data=text", f"data.path={tmp_path / 'missing.txt'}"]) == 2
+    assert main([str(tmp_path / "out"), "data=nope"]) == 2
+    assert main([str(tmp_path / "out"), "--shard-tokens", "0"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("error: data.path=") and "does not exist" in lines[0]
+    assert lines[1].startswith("error: In 'config': Could not find 'data/nope' Available options in 'data': ")
+    assert lines[2] == "error: --shard-tokens=0 must be a positive number of token ids" and len(lines) == 3
+    assert not (tmp_path / "out").exists()
+
+
+def test_loader_bench_flops_and_shapes():
+    from harness.data.bench_loader import paper_shapes, train_flops_per_token
+
+    shapes = paper_shapes("grid")
+    assert shapes == {"n_layers": 12, "d_model": 768, "d_ff": 3072, "seq_len": 512, "batch_size": 64}
+    # 6·N + 6·L·T·d with N = 12·(4·768² + 2·768·3072) + 768·258 = 85,132,800 (Kaplan et al. 2020, Table 1)
+    assert train_flops_per_token(shapes, 258) == 6 * 85_132_800 + 6 * 12 * 512 * 768

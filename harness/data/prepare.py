@@ -82,23 +82,20 @@ def pieces(data: bytes, size: int = PIECE) -> Iterator[bytes]:
 
 def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHARD_TOKENS) -> dict:
     """Write the shards and the manifest of the corpus and tokenizer ``overrides`` pick; returns the manifest."""
-    from harness.config.compose import compose
-    from harness.config.instantiate import instantiate
-
-    cfg = compose(list(overrides))
-    source, tokenizer = instantiate(cfg.data.source), instantiate(cfg.tokenizer)
+    source, tokenizer = _source_and_tokenizer(list(overrides))
     if hasattr(source, "check_tokenizer"):
         raise ConfigError("data=tokens is token ids already; prepare reads text: pick data=embedded, text, enwik8, hf")
     folder = Path(out).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
     if (folder / "manifest.json").exists():
         raise ConfigError(f"{folder} already holds prepared shards (manifest.json); remove it or choose another DIR")
+    streaming = getattr(source, "streaming", False)
+    corpus = None if streaming else source.load()  # its checks before anything is written
+    folder.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(tokenizer.vocab_size)
     writers = {split: ShardWriter(folder, split, dtype, shard_tokens) for split in ("train", "val")}
-    if getattr(source, "streaming", False):
+    if streaming:
         corpus_meta = _stream(source, tokenizer, writers)
     else:
-        corpus = source.load()
         tokenizer.fit(corpus)
         for split in ("train", "val"):
             for piece in pieces(getattr(corpus, split)):
@@ -120,6 +117,31 @@ def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHAR
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(folder / "manifest.json")  # written last: a folder with a manifest is whole
     return manifest
+
+
+def _source_and_tokenizer(overrides: list[str]):
+    """The data source and the tokenizer of the project's config with ``overrides``, composed with Hydra itself:
+    this room may not import harness.config (which imports it), and needs nothing of a run's but these two.
+    A constructor's ConfigError is kept whole (Hydra wraps it)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, InstantiationException
+    from hydra.utils import instantiate
+
+    from harness.paths import CONF
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        return instantiate(cfg.data.source), instantiate(cfg.tokenizer)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise cause from None
+    except HydraException as e:  # an override that names no option or key
+        raise ConfigError(" ".join(str(e).split("Config search path")[0].split())) from None
 
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
