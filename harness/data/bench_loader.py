@@ -1,9 +1,10 @@
 """Can the data keep up? ``python -m harness.data.bench_loader``: the training loader's throughput from prepared
 shards against what the model consumes at a preset's paper shapes, and the start-up time of a 1 GB corpus.
 
-- Loader: tokens/s of the training DataLoader a run builds (``make_loaders``' settings: one process, no
-  workers) over ``data=tokens`` shards, per objective (MLM masking, CLM shift) and window order, at the
-  preset's ``data.batch_size`` × ``data.seq_len`` (conf/experiment_scale/<preset>/paper.yaml).
+- Loader: tokens/s of the training DataLoader a run builds (``make_loaders``, ``data.num_workers`` from
+  ``--workers``) over ``data=tokens`` shards, per objective (MLM masking, CLM shift) and window order, at the
+  preset's ``data.batch_size`` × ``data.seq_len`` (conf/experiment_scale/<preset>/paper.yaml); the fastest of
+  ``--repeats`` timings.
 - Model: tokens/s one GPU trains at, *estimated* from FLOPs, not measured: a training step costs
   6·N + 6·n_layers·T·d_model FLOPs a token (Kaplan et al. 2020, Table 1: forward 2·N + 2·n_layer·n_ctx·d_attn,
   backward twice that), N = n_layers·(4·d² + 2·d·d_ff) + d·V (blocks and the output layer), at ``--tflops``
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed")
     parser.add_argument("--vocab", type=int, default=258, help="vocabulary size for the output layer's FLOPs")
     parser.add_argument("--workers", default="0", help="comma-separated data.num_workers to time, e.g. 0,2,4")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per row; the fastest is reported (the "
+                        "others lost time to other processes)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
 
@@ -142,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             for objective in ("mlm", "clm"):
                 for windows in ("random", "sequential"):
                     for workers in map(int, args.workers.split(",")):
-                        tps = loader_tokens_per_s(folder, objective, windows, shapes, args.batches, workers)
+                        tps = max(loader_tokens_per_s(folder, objective, windows, shapes, args.batches, workers)
+                                  for _ in range(args.repeats))
                         rows.append({"preset": preset, **shapes, "objective": objective, "windows": windows,
                                      "workers": workers, "loader_tokens_per_s": tps, "model_tokens_per_s": model,
                                      "ratio": tps / model})
