@@ -285,7 +285,7 @@ RUN_CASES = [
     ("data-fifo", ["data=text", "data.path={files}/fifo"], "is not a regular file; point data.path at the file"),
     ("data-under-a-file", ["data=text", "data.path={files}/small.txt/x"], "does not exist; point it at a UTF-8"),
     ("data-path-embedded", ["data.path={files}/small.txt"], "data.path is not a key of the chosen data; "
-     "data=enwik8, data=text have it"),
+     "data=enwik8, data=hf, data=text, data=tokens have it"),
     ("data-plus-path-embedded", ["+data.path={files}/small.txt"], "data=embedded does not read data.path"),
     ("data-download-text", ["data=text", "data.path={files}/small.txt", "data.download=false"],
      "data.download is not a key of the chosen data; data=enwik8 has it"),

@@ -91,8 +91,9 @@ class Subword:
                 self._encoded.clear()
             text = data.decode("utf-8", errors="replace")
             encodings = self.tokenizer.encode_batch(text_chunks(text), add_special_tokens=False)
-            ids = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64)
-            self._encoded[data] = ids.astype(np.uint16 if self.vocab_size < 65536 else np.uint32)
+            dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
+            self._encoded[data] = np.concatenate([np.asarray(e.ids, dtype=dtype) for e in encodings] or
+                                                 [np.empty(0, dtype)])
         return self._encoded[data]
 
     def decode(self, ids) -> str:
