@@ -213,7 +213,7 @@ RUN_CASES = [
     ("plus-typo-rope", ["+pos.bas=1"], "pos.bas is not a setting of pos=rope; did you mean pos.base?"),
     ("group-typo", ["poss=rope"], "did you mean pos=...?"),
     ("key-without-plus", ["optim.optimizer.eps=0"], "Could not override 'optim.optimizer.eps'"),
-    ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, text"),
+    ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, hf, text, tokens"),
     ("unknown-experiment", ["experiment=foo"], "use one of experiment=ablation, alibi_extrapolation"),
     ("ambiguous-sweep-value", ["pos=rope,t5"], "Ambiguous value for argument 'pos=rope,t5'"),
     # ---- a sweep is checked whole before its first cell trains (harness/cli.py preflight)
