@@ -23,7 +23,7 @@ def test_groups_present():
 
 
 @pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_option_composes_and_instantiates(group, option, tmp_path):
+def test_option_composes_and_instantiates(group, option, tmp_path, monkeypatch):
     cfg = compose([f"{group}={option}"])
     node = cfg[group]
     if group in ("pos", "attn"):
@@ -48,6 +48,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     elif group == "logger":
         assert node.experiment
     elif group == "tokenizer":
+        monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")  # a trained vocabulary's cache
         tok = tokenizer_option(option, tmp_path)
         assert tok.decode(tok.encode(b"posbench")) == "posbench"  # a round trip
         assert len({tok.pad_id, tok.mask_id}) == 2 and max(tok.pad_id, tok.mask_id) < tok.vocab_size
