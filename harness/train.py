@@ -53,6 +53,7 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
     plan = plan_resume(cfg, checked.uri, checked.run.resume_mode)  # a bad resume= is refused here
     corpus = checked.source.load()
+    checked.tokenizer.fit(corpus)  # a subword vocabulary: trained on the training split, or loaded (cached)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build
     from harness.model.module import Throughput
@@ -116,7 +117,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
 
         results = evaluate_extrapolation(built.module, corpus, checked.tokenizer, task, checked.data, checked.eval,
                                          checked.seed)
-        run.log_scalars(results.metrics(checked.tokenizer.byte_level), step)
+        run.log_scalars(results.metrics(built.module.bytes_per_token), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
         run.log_files(results.files(checked.eval.position_buckets))
     run.log_files(built.model.pos.artifacts())
@@ -149,7 +150,7 @@ def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
 
 
 def format_summary(s: Summary) -> str:
-    bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (not byte-level text)"
+    bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (no text: a synthetic task)"
     using = ("cannot use word order (no positional scheme, bidirectional): 0 by construction"
              if s.order_signal == "none" else "uses word order" if s.order_gain >= s.min_order_gain else
              f"NOT yet using word order (below report.min_order_gain={s.min_order_gain}): train longer")

@@ -224,7 +224,7 @@ RUN_CASES = [
     ("plus-typo-rope", ["+pos.bas=1"], "pos.bas is not a setting of pos=rope; did you mean pos.base?"),
     ("group-typo", ["poss=rope"], "did you mean pos=...?"),
     ("key-without-plus", ["optim.optimizer.eps=0"], "Could not override 'optim.optimizer.eps'"),
-    ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, text"),
+    ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, hf, text, tokens"),
     ("unknown-experiment", ["experiment=foo"], "use one of experiment=ablation, alibi_extrapolation"),
     ("ambiguous-sweep-value", ["pos=rope,t5"], "Ambiguous value for argument 'pos=rope,t5'"),
     # ---- a sweep is checked whole before its first cell trains (harness/cli.py preflight)
@@ -296,7 +296,7 @@ RUN_CASES = [
     ("data-fifo", ["data=text", "data.path={files}/fifo"], "is not a regular file; point data.path at the file"),
     ("data-under-a-file", ["data=text", "data.path={files}/small.txt/x"], "does not exist; point it at a UTF-8"),
     ("data-path-embedded", ["data.path={files}/small.txt"], "data.path is not a key of the chosen data; "
-     "data=enwik8, data=text have it"),
+     "data=enwik8, data=hf, data=text, data=tokens have it"),
     ("data-plus-path-embedded", ["+data.path={files}/small.txt"], "data=embedded does not read data.path"),
     ("data-download-text", ["data=text", "data.path={files}/small.txt", "data.download=false"],
      "data.download is not a key of the chosen data; data=enwik8 has it"),

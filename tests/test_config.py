@@ -24,7 +24,7 @@ def test_groups_present():
 
 
 @pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_option_composes_and_instantiates(group, option, tmp_path):
+def test_option_composes_and_instantiates(group, option, tmp_path, monkeypatch):
     cfg = compose([f"{group}={option}"])
     node = cfg[group]
     if group in ("pos", "attn"):
@@ -51,7 +51,8 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     elif group == "logger":
         assert node.experiment
     elif group == "tokenizer":
-        tok = instantiate(node)
+        monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")  # a trained vocabulary's cache
+        tok = tokenizer_option(option, tmp_path)
         assert tok.decode(tok.encode(b"posbench")) == "posbench"  # a round trip
         assert len({tok.pad_id, tok.mask_id}) == 2 and max(tok.pad_id, tok.mask_id) < tok.vocab_size
     elif group == "scale":
@@ -59,6 +60,27 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         assert node == {} and without_hydra(cfg) == without_hydra(compose())
     else:
         pytest.fail(f"conf/{group}/ has no check here: say what its options must build")
+
+
+def tokenizer_option(option: str, tmp_path):
+    """The tokenizer ``option`` builds, given what it needs offline: a corpus to train on (bpe, wordpiece),
+    a folder a tokenizer was saved to (hf)."""
+    from types import SimpleNamespace
+
+    from harness.data.subword import train_tokenizer
+
+    text = b"posbench compares position encodings; every scheme trains on the same text.\n" * 200
+    if option == "hf":
+        from transformers import PreTrainedTokenizerFast
+
+        core = train_tokenizer("wordpiece", text, 300, 1)
+        PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", mask_token="[MASK]",
+                                unk_token="[UNK]").save_pretrained(str(tmp_path / "saved"))
+        return instantiate(compose(["tokenizer=hf", f"tokenizer.name={tmp_path / 'saved'}"]).tokenizer)
+    tok = instantiate(compose([f"tokenizer={option}", "tokenizer.vocab_size=300"]).tokenizer
+                      if option in ("bpe", "wordpiece") else compose([f"tokenizer={option}"]).tokenizer)
+    tok.fit(SimpleNamespace(train=text, val=text))
+    return tok
 
 
 def without_hydra(cfg) -> dict:

@@ -32,7 +32,7 @@ def tiny_module(pos=Rope, max_len: int = 16) -> LanguageModel:
     torch.manual_seed(0)
     cfg = ModelConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0)
     model = Transformer(cfg, vocab_size=258, max_len=max_len, causal=True, pos=pos, attn=Softmax).double()
-    return LanguageModel(model, optimizer=None, schedule=None, byte_level=True).eval()
+    return LanguageModel(model, optimizer=None, schedule=None, bytes_per_token=1.0).eval()
 
 
 def data(eval_batches=None, batch_size=4, seq_len=16):
@@ -164,7 +164,7 @@ def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_t
     settings = EvalSettings(lengths=[16, 64], stride=8, same_targets=4, scalings=["none", "linear", "yarn"],
                             finetune_steps=2, finetune_length=32, finetune_lr=1e-3)
     out = evaluate_extrapolation(module, CORPUS, TOK, CausalLM(TOK), data(eval_batches=2), settings, seed=0)
-    metrics = out.metrics(byte_level=True)
+    metrics = out.metrics(bytes_per_token=1.0)
     for key in ("loss_at_16", "loss_at_64", "loss_at_64_stride_8", "loss_at_64_last_4"):
         assert metrics[f"val/none/{key}"] == metrics[f"val/{key}"]
     assert metrics["val/linear/loss_at_16"] == metrics["val/loss_at_16"]  # s = 1 at the training length

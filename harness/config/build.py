@@ -13,6 +13,7 @@ import lightning as L
 
 from harness.config.instantiate import instantiate, instantiate_option
 from harness.data.loaders import make_loaders
+from harness.data.tokenizer import bytes_per_token
 from harness.model.module import LanguageModel
 from harness.model.transformer import Transformer
 from harness.scaleout import BatchGeometry
@@ -47,8 +48,9 @@ def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
     train_dl, val_dl = make_loaders(corpus, task, data.seq_len, data.batch_size,
                                     n_train=geometry.train_examples(checked.trainer.max_steps), seed=checked.seed,
                                     eval_batches=data.eval_batches, world_size=geometry.world_size,
-                                    rank=trainer.global_rank, start=first_step * geometry.effective_batch)
+                                    rank=trainer.global_rank, start=first_step * geometry.effective_batch,
+                                    num_workers=data.num_workers)
+    per_token = None if task.scores_sequences else bytes_per_token(corpus, checked.tokenizer)  # → bits/byte
     module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
-                           byte_level=checked.tokenizer.byte_level and not task.scores_sequences,
-                           scores_sequences=task.scores_sequences)
+                           bytes_per_token=per_token, scores_sequences=task.scores_sequences)
     return Built(model, module, trainer, train_dl, val_dl, geometry)

@@ -218,8 +218,17 @@ class DataSettings:
     seq_len: int = 128
     batch_size: int = 32
     eval_batches: int | None = None  # None: the whole validation split
-    path: str | None = None  # data=text, data=enwik8
+    num_workers: int = 0  # training DataLoader worker processes (examples are pure functions of their index)
+    path: str | None = None  # data=text, data=enwik8, data=hf, data=tokens
     download: bool = True  # data=enwik8
+    name: str | None = None  # data=hf: the hub dataset (the four below too)
+    config: str | None = None
+    split: str = "train"
+    val_split: str | None = None  # null: every data.source.val_every-th block of the training text
+    text_column: str = "text"
+    streaming: bool = False
+    max_bytes: int | None = None  # null: the whole split
+    windows: str = "random"  # data=tokens: random | sequential training windows
     source: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -227,9 +236,13 @@ class DataSettings:
         _positive("data.batch_size", self.batch_size)
         if self.eval_batches is not None and self.eval_batches <= 0:
             raise ConfigError(f"data.eval_batches={self.eval_batches} must be positive, or null for all")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers} must be ≥ 0 (0: examples made in the training "
+                              "process)")
 
 
-SOURCE_KEYS = ("path", "download")  # DataSettings keys only some sources read (validate refuses the others)
+SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "text_column", "streaming",
+               "max_bytes", "windows")  # DataSettings keys only some sources read (validate refuses the others)
 
 
 @dataclass(frozen=True)

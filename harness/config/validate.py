@@ -111,6 +111,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     task = instantiate(cfg.task, tokenizer=tokenizer)
     source = instantiate(cfg.data.source)
     _check_source_reads(settings["data"], source, choices.get("data", "this data"))
+    _check_token_source(source, tokenizer, task, choices)
     dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
@@ -207,7 +208,19 @@ def _check_source_reads(data: schema.DataSettings, source, name: str) -> None:
     for key in schema.SOURCE_KEYS:
         if getattr(data, key) != getattr(defaults, key) and key not in reads:
             raise ConfigError(f"data={name} does not read data.{key}; choose a data source that does "
-                              f"(data=text data.path=FILE_OR_DIR, data=enwik8) or drop data.{key}")
+                              f"(data=text data.path=FILE_OR_DIR, data=enwik8, data=hf) or drop data.{key}")
+
+
+def _check_token_source(source, tokenizer, task, choices: dict[str, str]) -> None:
+    """Pre-tokenized shards (data=tokens) hold text windows' ids, written with one tokenizer: refuse another, and
+    a synthetic task (which makes its own examples)."""
+    if not hasattr(source, "check_tokenizer"):
+        return
+    if task.scores_sequences:
+        task_name = choices.get("task", type(task).config_name())
+        raise ConfigError(f"data={choices.get('data', 'tokens')} holds token ids of text for task=mlm or task=clm; "
+                          f"task={task_name} makes its own examples: drop data=tokens")
+    source.check_tokenizer(tokenizer, type(tokenizer).config_name())
 
 
 def resolved(cfg: DictConfig) -> dict:

@@ -49,11 +49,14 @@ class PairCollate:
 
 def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed: int,
                  eval_batches: int | None = None, world_size: int = 1, rank: int = 0,
-                 start: int = 0) -> tuple[DataLoader, DataLoader]:
+                 start: int = 0, num_workers: int = 0) -> tuple[DataLoader, DataLoader]:
     """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
     eval_batches × batch_size × world_size examples, the same set a single process scores at the same
-    global batch, split into disjoint shards. ``start``: the first training example (resuming)."""
-    train = task.training_data(corpus, seq_len, n_train, seed)
+    global batch, split into disjoint shards. ``start``: the first training example (resuming).
+    ``num_workers``: training worker processes; an example is a pure function of its index, so they change
+    how fast examples come, not which."""
+    per_rank = {"world_size": world_size} if getattr(corpus, "per_rank", False) else {}  # shards: a slice per rank
+    train = task.training_data(corpus, seq_len, n_train, seed, **per_rank)
     val: Dataset = WithShuffled(task.validation_data(corpus, seq_len), task.causal)
     if eval_batches is not None:
         val = Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))
@@ -64,7 +67,8 @@ def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed
     # every validation pass would shift the dropout stream, and a resumed run (which does not
     # repeat the validation at its checkpoint step) would draw different dropout masks.
     return (DataLoader(train, batch_size=batch_size, sampler=ContinueFrom(train, start, rank, world_size),
-                       collate_fn=task.collate, generator=torch.Generator().manual_seed(seed)),
+                       collate_fn=task.collate, generator=torch.Generator().manual_seed(seed),
+                       num_workers=num_workers, persistent_workers=num_workers > 0),
             DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,
                        collate_fn=PairCollate(task.collate), generator=torch.Generator().manual_seed(seed)))
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
 from harness.data.corpus import check_train_split, check_val_split
+from harness.data.tokenizer import split_ids
 from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
 
@@ -75,11 +77,18 @@ class TextObjective:
         check_train_split(train_bytes, seq_len + self.extra_tokens)
         check_val_split(val_bytes, self.extra_tokens)
 
-    def training_data(self, corpus, seq_len: int, n: int, seed: int) -> Dataset:
+    def training_data(self, corpus, seq_len: int, n: int, seed: int, world_size: int = 1) -> Dataset:
+        """Random windows of the text; of pre-tokenized shards (harness/data/shards.py), random or
+        sequential windows in each rank's own slice (``world_size``: the loaders pass it for those)."""
+        if hasattr(corpus, "train_ids"):
+            from harness.data.shards import SlicedWindows
+
+            return SlicedWindows(corpus.train_ids, seq_len + self.extra_tokens, n, seed, self, corpus.windows,
+                                 world_size, stride=seq_len)  # sequential CLM windows share the shifted token
         return TrainWindows(self.tok.encode(corpus.train), seq_len + self.extra_tokens, n, seed, self)
 
     def validation_data(self, corpus, seq_len: int) -> Dataset:
-        return EvalWindows(self.tok.encode(corpus.val), seq_len + self.extra_tokens, self, self.tok.pad_id)
+        return EvalWindows(split_ids(corpus, self.tok, "val"), seq_len + self.extra_tokens, self, self.tok.pad_id)
 
 
 class MaskedLM(TextObjective):
@@ -88,34 +97,69 @@ class MaskedLM(TextObjective):
     Each real token is selected with probability ``mask_prob``; a selected token becomes
     [MASK] with probability ``p_mask`` (0.8), a uniformly random regular token with
     ``p_random`` (0.1) and stays unchanged otherwise (0.1). Loss only on selected tokens.
+    The [MASK] id and the regular ids (every id but the specials) are the vocabulary's own.
+
+    ``whole_word``: whole-word masking (BERT's 2019-05-31 release, google-research/bert README): each
+    word is selected with probability ``mask_prob`` and all its tokens with it, so the expected share of
+    selected tokens stays ``mask_prob``; the 80/10/10 choice stays per token. Word boundaries are the
+    tokenizer's (``word_continues``: WordPiece's ``##``, else a token starting with a letter or digit
+    right after one ending with one).
     """
 
     name = "mlm"
     causal = False
     extra_tokens = 0  # a window of T tokens gives T inputs
 
-    def __init__(self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1):
+    def __init__(self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1,
+                 whole_word: bool = False):
         if not 0.0 < mask_prob < 1.0:
             raise ConfigError(f"task.mask_prob={mask_prob} must lie in (0, 1); BERT uses 0.15")
         if p_mask < 0 or p_random < 0 or p_mask + p_random > 1:
             raise ConfigError(f"task.p_mask={p_mask} + task.p_random={p_random} must be ≥ 0 and sum to ≤ 1")
+        if getattr(tokenizer, "mask_id", None) is None:
+            raise ConfigError("task=mlm replaces tokens by [MASK], which this tokenizer's vocabulary has none of "
+                              "(e.g. gpt2); use task=clm, or a tokenizer with a mask token (bert-base-uncased, "
+                              "tokenizer=wordpiece, tokenizer=bpe)")
         self.tok = tokenizer
-        self.mask_prob, self.p_mask, self.p_random = mask_prob, p_mask, p_random
+        self.mask_prob, self.p_mask, self.p_random, self.whole_word = mask_prob, p_mask, p_random, whole_word
 
     def make_example(self, window: Tensor, valid: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
-        """window: (T,) long ids; valid: (T,) bool (False at padding)."""
-        u_select, u_action = torch.rand(2, window.shape[0], generator=gen)
-        selected = (u_select < self.mask_prob) & valid
-        if not selected.any():  # score at least one token per sequence
-            selected[int(torch.randint(int(valid.sum()), (1,), generator=gen))] = True
-        random_ids = torch.randint(self.tok.n_regular, window.shape, generator=gen)
-        inputs = window.clone()
-        to_mask = selected & (u_action < self.p_mask)
+        """window: (T,) long ids; valid: (T,) bool (False at padding). Draws, in order: 2·T uniforms (selection,
+        action), the fallback token when none was selected, T random regular ids."""
+        # The logic runs in numpy (views of the tensors): on a few hundred tokens torch's per-op overhead made
+        # masking the data loader's bottleneck (harness/data/bench_loader.py).
+        u_select, u_action = torch.rand(2, window.shape[0], generator=gen).numpy()
+        ids, real = window.numpy(), valid.numpy()
+        if self.whole_word:  # word k's tokens share draw k
+            word = np.cumsum(~self.tok.word_continues(window).numpy()) - 1  # (T,) the word each token is in
+            selected = (u_select[word] < self.mask_prob) & real
+        else:
+            selected = (u_select < self.mask_prob) & real
+        if not selected.any():  # score at least one token (word) per sequence
+            pick = int(torch.randint(int(real.sum()), (1,), generator=gen))
+            if self.whole_word:
+                selected = (word == word[pick]) & real
+            else:
+                selected[pick] = True
+        random_ids = self._random_ids(window.shape, gen).numpy()
+        inputs = np.where(selected & (u_action < self.p_mask), self.tok.mask_id, ids)
         to_random = selected & (u_action >= self.p_mask) & (u_action < self.p_mask + self.p_random)
-        inputs[to_mask] = self.tok.mask_id
-        inputs[to_random] = random_ids[to_random]
-        labels = torch.where(selected, window, torch.full_like(window, IGNORE))
-        return {"input_ids": inputs, "labels": labels, "key_padding_mask": valid}
+        inputs = np.where(to_random, random_ids, inputs)
+        labels = np.where(selected, ids, IGNORE)
+        return {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels), "key_padding_mask": valid}
+
+    def _random_ids(self, shape, gen: torch.Generator) -> Tensor:
+        """Uniform draws from the regular ids: the k-th regular id for k uniform; when they are one run of ids
+        (the byte tokenizer's 0–255, a trained vocabulary's 5–V−1) the same draw without the lookup."""
+        if not hasattr(self, "_regular"):
+            regular = self.tok.regular_ids()
+            contiguous = len(regular) and int(regular[-1]) - int(regular[0]) == len(regular) - 1
+            self._regular = (int(regular[0]), len(regular)) if contiguous else regular
+        if isinstance(self._regular, tuple):
+            low, n = self._regular
+            draw = torch.randint(n, shape, generator=gen)
+            return draw + low if low else draw
+        return self._regular[torch.randint(len(self._regular), shape, generator=gen)]
 
 
 class CausalLM(TextObjective):

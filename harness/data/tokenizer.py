@@ -1,8 +1,15 @@
-"""Tokenizers (conf/tokenizer). Byte-level by default: ids 0–255 are bytes, then specials."""
+"""Tokenizers (conf/tokenizer). Byte-level by default: ids 0–255 are bytes, then specials. The subword ones
+(bpe, wordpiece, hf) are in harness/data/subword.py and offer the same methods."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
+import torch
+from torch import Tensor
+
+from harness.data.subword import continues_word, word_byte
 
 
 class ByteTokenizer:
@@ -15,9 +22,45 @@ class ByteTokenizer:
         self.mask_id = 257
         self.vocab_size = 258
         self.n_regular = 256  # ids a random replacement may draw (BERT's 10 % random tokens)
+        words = torch.tensor([word_byte(b) for b in range(256)] + [False, False])
+        self._word_tables = (words, words)  # a byte continues a word when it and the one before are word bytes
+
+    @classmethod
+    def config_name(cls) -> str:
+        return "byte"
+
+    def fit(self, corpus) -> None:
+        """Nothing to learn."""
 
     def encode(self, data: bytes) -> np.ndarray:
         return np.frombuffer(data, dtype=np.uint8)
 
     def decode(self, ids) -> str:
         return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
+
+    def regular_ids(self) -> Tensor:
+        return torch.arange(self.n_regular)
+
+    def word_continues(self, ids: Tensor) -> Tensor:
+        """(T,) bool: byte t continues the word of byte t − 1 (both letters, digits, '_' or non-ASCII)."""
+        return continues_word(ids, *self._word_tables)
+
+    def digest(self) -> str:
+        return hashlib.sha256(b"posbench byte tokenizer: ids 0-255 bytes, 256 [PAD], 257 [MASK]").hexdigest()
+
+
+def bytes_per_token(corpus, tokenizer) -> float:
+    """Bytes of validation text per token (1 for the byte tokenizer): bits/byte = nats/token ÷ (this × ln 2)
+    is then comparable across vocabularies. Pre-tokenized shards carry it in their manifest."""
+    known = getattr(corpus, "val_bytes_per_token", None)
+    if known is not None:
+        return known
+    return len(corpus.val) / max(1, len(tokenizer.encode(corpus.val)))
+
+
+def split_ids(corpus, tokenizer, split: str):
+    """The token ids of ``split`` ("train" or "val"): pre-tokenized shards' own (harness/data/shards.py), else
+    the tokenizer's encoding of the text."""
+    if hasattr(corpus, "ids"):
+        return corpus.ids(split)
+    return tokenizer.encode(getattr(corpus, split))

@@ -1,8 +1,8 @@
 """Evaluation beyond the validation split: text windows of other lengths, and synthetic tasks' accuracy
 per length.
 
-``eval.lengths=[128,256,512,1024]`` logs ``val/loss_at_<L>`` (and ``val/bpc_at_<L>`` for
-byte-level tokenizers) at the final step. MLflow metric names may not contain ``@``, hence
+``eval.lengths=[128,256,512,1024]`` logs ``val/loss_at_<L>`` (and ``val/bpc_at_<L>``, bits per byte)
+at the final step. MLflow metric names may not contain ``@``, hence
 ``_at_``. The model runs in eval mode, so a scheme's eval-time scaling (if any) applies.
 
 A synthetic task (harness/data/tasks/) is scored at each ``task.eval_lengths`` entry by exact match,
@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 from harness.data.loaders import on_device
 from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match, token_hits
 from harness.data.tasks.blind import blind_baseline
+from harness.data.tokenizer import split_ids
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
@@ -61,7 +62,7 @@ def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[i
     """Non-overlapping windows at each length; with ``stride``, sliding windows too; with ``same_targets``
     K, the last K tokens of the same samples at every length (causal objectives: validate.py refuses others)."""
     results = LengthResults(stride=stride, keep=same_targets)
-    ids = tokenizer.encode(corpus.val)
+    ids = split_ids(corpus, tokenizer, "val")
     ends = sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
     module.eval()
     for length in lengths:
@@ -117,14 +118,15 @@ def score_windows(module, windows, batch_size: int) -> WindowScores:
     return WindowScores(loss_sum, count)
 
 
-def length_metrics(results: LengthResults, byte_level: bool, prefix: str = "") -> dict[str, float]:
-    """``val/<prefix>loss_at_<L>`` (and ``val/bpc_at_<L>`` for byte-level tokenizers, one token per byte,
-    without a prefix), ``..._stride_<S>`` for sliding windows and ``..._last_<K>`` for the same targets."""
+def length_metrics(results: LengthResults, bytes_per_token: float | None, prefix: str = "") -> dict[str, float]:
+    """``val/<prefix>loss_at_<L>`` (and ``val/bpc_at_<L>``, bits per byte, without a prefix, given the
+    text's bytes per token), ``..._stride_<S>`` for sliding windows and ``..._last_<K>`` for the same targets."""
     metrics = {f"val/{prefix}loss_at_{n}": loss for n, loss in results.losses.items()}
     metrics.update({f"val/{prefix}loss_at_{n}_stride_{results.stride}": v for n, v in results.sliding.items()})
     metrics.update({f"val/{prefix}loss_at_{n}_last_{results.keep}": v for n, v in results.last.items()})
-    if byte_level and not prefix:
-        metrics.update({f"val/bpc_at_{n}": loss / math.log(2) for n, loss in results.losses.items()})
+    if bytes_per_token and not prefix:
+        bits = bytes_per_token * math.log(2)  # nats/token → bits/byte
+        metrics.update({f"val/bpc_at_{n}": loss / bits for n, loss in results.losses.items()})
     return metrics
 
 

@@ -58,10 +58,10 @@ class Extrapolation:
     def skipped(self) -> dict[int, str]:
         return self.conditions[""].skipped
 
-    def metrics(self, byte_level: bool) -> dict[str, float]:
+    def metrics(self, bytes_per_token: float | None) -> dict[str, float]:
         out = {}
         for prefix, results in self.conditions.items():
-            out.update(length_metrics(results, byte_level, prefix))
+            out.update(length_metrics(results, bytes_per_token, prefix))
         return out
 
     def files(self, n_buckets: int) -> dict[str, bytes]:

@@ -4,7 +4,8 @@ Validation scores each example twice, as written and with its token order permut
 (harness/data/loaders.py): ``val/loss``, ``val/loss_shuffled`` and ``val/order_gain`` = their
 difference, in nats per scored token — how much the model uses word order. A task scored
 per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accuracy, and
-``val/token_acc``, the per-token accuracy over answer tokens.
+``val/token_acc``, the per-token accuracy over answer tokens. Text logs ``val/bpc``, bits per byte of the
+text the tokens cover (nats/token × tokens/byte ÷ ln 2), comparable across tokenizers.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from harness.model.schedule import Schedule
 
 
 class LanguageModel(L.LightningModule):
-    def __init__(self, model: torch.nn.Module, optimizer: Callable, schedule: Schedule, byte_level: bool,
-                 scores_sequences: bool = False):
+    def __init__(self, model: torch.nn.Module, optimizer: Callable, schedule: Schedule,
+                 bytes_per_token: float | None, scores_sequences: bool = False):
+        """``bytes_per_token``: bytes of validation text per token (harness/data/tokenizer.py), turning
+        nats/token into bits/byte (``val/bpc``); None: no bits/byte (a synthetic task's answers are no text)."""
         super().__init__()
-        self.model, self.make_optimizer, self.schedule, self.byte_level = model, optimizer, schedule, byte_level
+        self.model, self.make_optimizer, self.schedule = model, optimizer, schedule
+        self.bytes_per_token = bytes_per_token
         self.scores_sequences = scores_sequences
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
 
@@ -107,8 +111,8 @@ class LanguageModel(L.LightningModule):
         loss = total / n  # nats per predicted token, weighted by tokens, not batches
         metrics = {"val/loss": loss, "val/loss_shuffled": shuffled / shuffled_n,
                    "val/order_gain": shuffled / shuffled_n - loss}
-        if self.byte_level:
-            metrics["val/bpc"] = loss / math.log(2)  # one token per byte
+        if self.bytes_per_token:
+            metrics["val/bpc"] = bits_per_byte(loss, self.bytes_per_token)
         if self.scores_sequences:  # exact match per sequence, and per answer token (Ruoss et al. 2023)
             metrics["val/acc"], metrics["val/token_acc"] = right / sequences, tokens_right / n
         self.log_dict(metrics, prog_bar=True)
@@ -122,6 +126,12 @@ class LanguageModel(L.LightningModule):
         total = self.trainer.max_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(self.schedule.factor, total_steps=total))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
+    """nats/token → bits/byte: × tokens/byte ÷ ln 2 (the byte tokenizer: one token per byte, so ÷ ln 2), so
+    tokenizers with different vocabularies compare on the same text."""
+    return nats_per_token / (bytes_per_token * math.log(2))
 
 
 class Throughput(L.Callback):

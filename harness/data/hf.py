@@ -1,0 +1,204 @@
+"""Hugging Face ``datasets`` as a corpus: ``data=hf`` (conf/data/hf.yaml).
+
+One text column of a dataset becomes the corpus's text, rows joined by blank lines (as ``TextFiles`` joins
+files). The dataset comes from the Hub by name (``data.name``, ``data.config``, ``data.split``: needs a network
+or the datasets cache) or from a local path (``data.path``): a ``save_to_disk`` folder, or ``.parquet``,
+``.json``/``.jsonl``, ``.csv``, ``.txt`` files (one file, or every such file under a folder, sorted).
+
+Validation is the ``data.val_split`` split when it is named (e.g. ``validation``), else every
+``data.source.val_every``-th 4 KiB block of the training text (``block_split``, as every other source).
+
+``data.streaming=true`` reads rows lazily (``datasets``' streaming mode: a hub corpus is not downloaded
+whole) and stops at ``data.max_bytes`` of text per split; a corpus larger than memory is tokenized once into
+memory-mapped shards by ``python -m harness.data.prepare`` (which streams rows the same way) and trained
+from with ``data=tokens``.
+
+``datasets`` is imported only when a dataset is opened (it takes about a second).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.data.corpus import Corpus, _check_val_every, block_split
+from harness.errors import ConfigError
+
+# file suffix -> the ``datasets`` builder that reads it
+BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
+            ".text": "text", ".arrow": "arrow"}
+SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
+
+
+class HFDataset:
+    """A ``datasets`` dataset's ``text_column`` as a corpus. Checks run on the first ``sizes``/``load``;
+    the corpus read then is kept, so validation and training read the dataset once."""
+
+    def __init__(self, path: str | None = None, name: str | None = None, config: str | None = None,
+                 split: str = "train", val_split: str | None = None, text_column: str = "text",
+                 streaming: bool = False, max_bytes: int | None = None, val_every: int = 20):
+        _check_val_every(val_every)
+        if max_bytes is not None and max_bytes < 4096:
+            raise ConfigError(f"data.max_bytes={max_bytes} must be ≥ 4096 (4 KiB), or null for the whole split")
+        self.path, self.name, self.config, self.split, self.val_split = path, name, config, split, val_split
+        self.text_column, self.streaming, self.max_bytes, self.val_every = text_column, streaming, max_bytes, val_every
+        self._corpus: Corpus | None = None
+
+    # --- what the harness calls
+
+    def sizes(self) -> tuple[int, int]:
+        corpus = self.load()
+        return len(corpus.train), len(corpus.val)
+
+    def load(self) -> Corpus:
+        if self._corpus is None:
+            train = _join(self.texts(self.split), self.max_bytes)
+            if self.val_split:
+                val = _join(self.texts(self.val_split), self.max_bytes)
+                data = train + SEPARATOR + val
+            else:
+                data = train
+                train, val = block_split(data, self.val_every)
+            if len(data) < 4096:
+                raise ConfigError(f"{self.describe()} holds {len(data)} bytes of text in column "
+                                  f"{self.text_column!r}; give at least 4 KiB")
+            self._corpus = Corpus(f"hf:{self.describe()}", train, val, hashlib.sha256(data).hexdigest(), len(data))
+        return self._corpus
+
+    def describe(self) -> str:
+        if self.path:
+            return Path(self.path).expanduser().name
+        return "/".join(p for p in (self.name, self.config) if p)
+
+    def texts(self, split: str) -> Iterator[str]:
+        """The rows' text of ``split``, in order (lazily when streaming); each checked to be a string."""
+        dataset = self.open(split)
+        columns = dataset.column_names  # None for some streamed datasets: checked on the first batch
+        if columns is not None and self.text_column not in columns:
+            raise ConfigError(f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
+                              f"(split {split}); its columns are {', '.join(columns)}: set data.text_column=NAME")
+        row = 0
+        for batch in dataset.iter(batch_size=1024):
+            if self.text_column not in batch:  # a streamed dataset may not know its columns up front
+                raise ConfigError(f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
+                                  f"(split {split}); its columns are {', '.join(batch)}: set data.text_column=NAME")
+            for text in batch[self.text_column]:
+                if text is not None and not isinstance(text, str):
+                    raise ConfigError(f"data.text_column={self.text_column!r} of {self.describe()} holds "
+                                      f"{type(text).__name__} values (row {row}), not text; name a column of strings")
+                row += 1
+                if text is not None:  # a missing value: no text
+                    yield text
+
+    def open(self, split: str):
+        """The ``datasets`` Dataset (or IterableDataset when streaming) of ``split``."""
+        if bool(self.path) == bool(self.name):
+            raise ConfigError("data=hf needs one of data.name=HUB_NAME (with a network) or data.path=DIR_OR_FILE "
+                              "(a save_to_disk folder, parquet, json or text files)"
+                              + ("; not both" if self.path else ""))
+        if self.path:
+            return self._open_local(split)
+        return self._open_hub(split)
+
+    # --- the two ways in
+
+    def _open_hub(self, split: str):
+        datasets = _datasets()
+
+        try:
+            return datasets.load_dataset(self.name, self.config, split=split, streaming=self.streaming)
+        except (ConnectionError, TimeoutError) as e:
+            raise ConfigError(
+                f"data.name={self.name}: cannot reach the Hugging Face Hub and it is not in the datasets cache "
+                f"({_first_line(e)}); where there is a network run datasets.load_dataset({self.name!r}"
+                f"{f', {self.config!r}' if self.config else ''}).save_to_disk(DIR) and set data.path=DIR "
+                "instead of data.name") from None
+        except ValueError as e:  # an unknown split or config: the library names the ones there are
+            key = "data.split" if "split" in str(e).lower() else "data.config"
+            raise ConfigError(f"{key}: {_first_line(e)}") from None
+        except FileNotFoundError as e:  # DatasetNotFoundError is one
+            raise ConfigError(f"data.name={self.name} is not a dataset on the Hub ({_first_line(e)}); check "
+                              "the name, or use data.path=DIR_OR_FILE for a local one") from None
+
+    def _open_local(self, split: str):
+        datasets = _datasets()
+
+        root = Path(self.path).expanduser()
+        if not root.exists():
+            raise ConfigError(f"data.path={self.path} does not exist; point it at a save_to_disk folder or at "
+                              "parquet, json, csv or text files")
+        if self.name or self.config:
+            raise ConfigError("data.config names a hub configuration; drop it with data.path")
+        if root.is_dir() and ((root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists()
+                              or (root / "state.json").exists()):
+            loaded = datasets.load_from_disk(str(root))
+            if isinstance(loaded, datasets.DatasetDict):
+                if split not in loaded:
+                    raise ConfigError(f"data.split={split} is not a split of {self.path}; it has "
+                                      f"{', '.join(loaded)}: set data.split (and data.val_split) to one of them")
+                loaded = loaded[split]
+            elif split != "train":
+                raise ConfigError(f"{self.path} is a single dataset (no splits): drop data.split / data.val_split "
+                                  "(validation is then every data.source.val_every-th block)")
+            return loaded.to_iterable_dataset() if self.streaming else loaded
+        files = self._data_files(root)
+        if split != "train":
+            raise ConfigError(f"data.path={self.path} is plain data files, one split: drop data.split / "
+                              "data.val_split (validation is then every data.source.val_every-th block)")
+        builders = {BUILDERS[f.suffix.lower()] for f in files}
+        if len(builders) > 1:
+            raise ConfigError(f"data.path={self.path} mixes file kinds ({', '.join(sorted(builders))}); point it "
+                              "at files of one kind")
+        try:
+            return datasets.load_dataset(builders.pop(), data_files=[str(f) for f in files], split="train",
+                                         streaming=self.streaming)
+        except Exception as e:  # a malformed file: the library's reason, on one line
+            raise ConfigError(f"data.path={self.path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
+                              f" ({type(e).__name__}: {_first_line(e)}); fix the file or convert it") from None
+
+    def _data_files(self, root: Path) -> list[Path]:
+        if root.is_file():
+            files = [root]
+        else:
+            files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in BUILDERS
+                           and not any(part.startswith(".") for part in p.relative_to(root).parts))
+            if not files:
+                raise ConfigError(f"data.path={self.path} holds no save_to_disk dataset and no "
+                                  f"{', '.join(sorted(BUILDERS))} files; point it at one")
+        unknown = [f for f in files if f.suffix.lower() not in BUILDERS]
+        if unknown:
+            raise ConfigError(f"data.path={unknown[0]}: a {unknown[0].suffix or 'suffix-less'} file is no data file "
+                              f"datasets reads here; use {', '.join(sorted(BUILDERS))}, or data=text for plain text")
+        return files
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError("data=hf reads Hugging Face datasets, which is not installed: pip install datasets "
+                          "(or pip install -e '.[hf]')") from None
+    return datasets
+
+
+def _join(texts: Iterator[str], max_bytes: int | None) -> bytes:
+    """Rows joined by blank lines; with ``max_bytes``, stop reading once that much is held (then cut there)."""
+    parts, total = [], 0
+    for text in texts:
+        data = text.encode("utf-8")
+        parts.append(data)
+        total += len(data) + len(SEPARATOR)
+        if max_bytes is not None and total >= max_bytes:
+            break
+    joined = SEPARATOR.join(parts)
+    return joined if max_bytes is None else _cut_utf8(joined, max_bytes)
+
+
+def _cut_utf8(data: bytes, n: int) -> bytes:
+    """The first ``n`` bytes, less a character the cut would split."""
+    return data[:n].decode("utf-8", errors="ignore").encode("utf-8") if len(data) > n else data
+
+
+def _first_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300]

@@ -1,0 +1,237 @@
+"""Tokenize a corpus once into memory-mapped shards: ``python -m harness.data.prepare DIR [overrides]``.
+
+    python -m harness.data.prepare ~/tok/wiki data=hf data.path=~/wiki tokenizer=bpe tokenizer.vocab_size=16384
+    python run.py data=tokens data.path=~/tok/wiki tokenizer=bpe tokenizer.vocab_size=16384 task=clm
+
+The overrides pick the data source and the tokenizer as for a run (a trained vocabulary is trained on the
+training split, or loaded from its cache). DIR receives the shards, ``manifest.json`` and, for a subword
+vocabulary, ``tokenizer.json`` (harness/data/shards.py describes the format). Text is encoded in pieces of about
+``PIECE`` bytes cut at line ends, so memory stays bounded by a piece's ids, not the corpus's.
+
+``data=hf data.streaming=true`` streams rows without holding the corpus: the 4 KiB blocks of the joined rows
+are split train/val as they pass (every ``val_every``-th to validation, as ``block_split`` does in memory), so
+a corpus larger than memory is prepared; its tokenizer must not need training (tokenizer=byte, hf, or
+``tokenizer.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from harness.data.shards import FORMAT, token_dtype
+from harness.errors import ConfigError
+
+PIECE = 1 << 24  # bytes of text encoded at a time
+SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
+
+
+class ShardWriter:
+    """Appends token ids to ``<split>-NNNNN.bin`` files of at most ``shard_tokens`` ids each."""
+
+    def __init__(self, folder: Path, split: str, dtype: np.dtype, shard_tokens: int = SHARD_TOKENS):
+        self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
+        self.shards: list[dict] = []
+        self.tokens, self.bytes = 0, 0
+        self._file = None
+
+    def write(self, ids: np.ndarray, n_bytes: int = 0) -> None:
+        self.bytes += n_bytes
+        ids = np.asarray(ids).astype(self.dtype, copy=False)
+        while len(ids):
+            if self._file is None or self.shards[-1]["tokens"] == self.shard_tokens:
+                self._open()
+            room = self.shard_tokens - self.shards[-1]["tokens"]
+            head, ids = ids[:room], ids[room:]
+            self._file.write(head.tobytes())
+            self.shards[-1]["tokens"] += len(head)
+            self.tokens += len(head)
+
+    def _open(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        name = f"{self.split}-{len(self.shards):05d}.bin"
+        self._file = open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
+        self.shards.append({"file": name, "tokens": 0})
+
+    def close(self) -> dict:
+        if self._file is not None:
+            self._file.close()
+        if not self.shards:  # an empty split still has its (empty) shard
+            (self.folder / f"{self.split}-00000.bin").write_bytes(b"")
+            self.shards.append({"file": f"{self.split}-00000.bin", "tokens": 0})
+        return {"tokens": self.tokens, "bytes": self.bytes, "shards": self.shards}
+
+
+def pieces(data: bytes, size: int = PIECE) -> Iterator[bytes]:
+    """``data`` in pieces of about ``size`` bytes, each cut after a line end (or at the end)."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start + size)
+        end = len(data) if end < 0 else end + 1
+        yield data[start:end]
+        start = end
+
+
+def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHARD_TOKENS) -> dict:
+    """Write the shards and the manifest of the corpus and tokenizer ``overrides`` pick; returns the manifest."""
+    source, tokenizer = _source_and_tokenizer(list(overrides))
+    if hasattr(source, "check_tokenizer"):
+        raise ConfigError("data=tokens is token ids already; prepare reads text: pick data=embedded, text, enwik8, hf")
+    folder = Path(out).expanduser()
+    if (folder / "manifest.json").exists():
+        raise ConfigError(f"{folder} already holds prepared shards (manifest.json); remove it or choose another DIR")
+    streaming = getattr(source, "streaming", False)
+    corpus = None if streaming else source.load()  # its checks before anything is written
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = token_dtype(tokenizer.vocab_size)
+    writers = {split: ShardWriter(folder, split, dtype, shard_tokens) for split in ("train", "val")}
+    if streaming:
+        corpus_meta = _stream(source, tokenizer, writers)
+    else:
+        tokenizer.fit(corpus)
+        for split in ("train", "val"):
+            for piece in pieces(getattr(corpus, split)):
+                writers[split].write(tokenizer.encode(piece), len(piece))
+        corpus_meta = {"name": corpus.name, "sha256": corpus.sha256, "bytes": corpus.size,
+                       "train_sha256": hashlib.sha256(corpus.train).hexdigest()}
+    splits = {split: writer.close() for split, writer in writers.items()}
+    core = getattr(tokenizer, "_tok", None)
+    if core is not None:
+        core.save(str(folder / "tokenizer.json"))
+    manifest = {
+        "format": FORMAT, "corpus": corpus_meta,
+        "tokenizer": {"config": type(tokenizer).config_name(), "digest": tokenizer.digest(),
+                      "vocab_size": tokenizer.vocab_size,
+                      "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None},
+        "dtype": dtype.name, "splits": splits,
+    }
+    tmp = folder / f"manifest.json.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    tmp.replace(folder / "manifest.json")  # written last: a folder with a manifest is whole
+    return manifest
+
+
+def _source_and_tokenizer(overrides: list[str]):
+    """The data source and the tokenizer of the project's config with ``overrides``, composed with Hydra itself:
+    this room may not import harness.config (which imports it), and needs nothing of a run's but these two.
+    A constructor's ConfigError is kept whole (Hydra wraps it)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, InstantiationException
+    from hydra.utils import instantiate
+
+    from harness.paths import CONF
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        return instantiate(cfg.data.source), instantiate(cfg.tokenizer)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise cause from None
+    except HydraException as e:  # an override that names no option or key
+        raise ConfigError(" ".join(str(e).split("Config search path")[0].split())) from None
+
+
+def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
+    """Rows read lazily, split by 4 KiB blocks as ``block_split`` would split their join, encoded piece by piece."""
+    from harness.data.hf import SEPARATOR, _cut_utf8
+
+    if hasattr(tokenizer, "recipe") and getattr(tokenizer, "_tok", None) is None:
+        raise ConfigError("a streamed corpus is tokenized as it is read, so tokenizer=bpe/wordpiece cannot be trained "
+                          "on it: give tokenizer.path=…/tokenizer.json, or use tokenizer=byte or tokenizer=hf")
+    whole, train_hash = hashlib.sha256(), hashlib.sha256()
+    buffers = {"train": bytearray(), "val": bytearray()}
+    pending, n_block, total, block, val_every = bytearray(), 0, 0, 4096, source.val_every
+
+    def flush(split: str, final: bool = False) -> None:
+        buf = buffers[split]
+        cut = len(buf) if final else buf.rfind(b"\n") + 1
+        if cut:
+            writers[split].write(tokenizer.encode(bytes(buf[:cut])), cut)
+            del buf[:cut]
+
+    def feed(data: bytes) -> None:
+        nonlocal n_block
+        pending.extend(data)
+        while len(pending) >= block:
+            split = "val" if n_block % val_every == val_every - 1 else "train"
+            chunk = bytes(pending[:block])
+            del pending[:block]
+            if split == "train":
+                train_hash.update(chunk)
+            buffers[split].extend(chunk)
+            n_block += 1
+            if len(buffers[split]) >= PIECE:
+                flush(split)
+
+    def rows(split: str) -> Iterator[bytes]:
+        """The split's rows joined by blank lines, in pieces; at most ``max_bytes`` (cut at a character)."""
+        held = 0
+        for i, text in enumerate(source.texts(split)):
+            data = (SEPARATOR if i else b"") + text.encode("utf-8")
+            if source.max_bytes is not None and held + len(data) >= source.max_bytes:
+                yield _cut_utf8(data, source.max_bytes - held)
+                return
+            held += len(data)
+            yield data
+
+    if source.val_split:  # a named split is validation whole: no blocks
+        val_every = sys.maxsize
+    for data in rows(source.split):
+        whole.update(data)
+        total += len(data)
+        feed(data)
+    split = "val" if n_block % val_every == val_every - 1 else "train"  # the last, partial block
+    if split == "train":
+        train_hash.update(pending)
+    buffers[split].extend(pending)
+    if source.val_split:
+        whole.update(SEPARATOR)
+        total += len(SEPARATOR)
+        for data in rows(source.val_split):
+            whole.update(data)
+            total += len(data)
+            buffers["val"].extend(data)
+            if len(buffers["val"]) >= PIECE:
+                flush("val")
+    for split in ("train", "val"):
+        flush(split, final=True)
+    return {"name": f"hf:{source.describe()}", "sha256": whole.hexdigest(), "bytes": total,
+            "train_sha256": train_hash.hexdigest()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.data.prepare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="the folder to write (new, or without a manifest.json)")
+    parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
+    parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
+    args = parser.parse_args(argv)
+    if args.shard_tokens <= 0:
+        print(f"error: --shard-tokens={args.shard_tokens} must be a positive number of token ids", file=sys.stderr)
+        return 2
+    try:
+        manifest = prepare(args.out, args.overrides, args.shard_tokens)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    splits = manifest["splits"]
+    print(f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "
+          f"({manifest['dtype']}, tokenizer={manifest['tokenizer']['config']}), from {manifest['corpus']['bytes']:,} "
+          f"bytes of {manifest['corpus']['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

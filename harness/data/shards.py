@@ -1,0 +1,216 @@
+"""Pre-tokenized corpora: token ids written once as memory-mapped shards (``python -m harness.data.prepare``),
+trained from with ``data=tokens data.path=DIR`` (conf/data/tokens.yaml).
+
+A folder holds ``manifest.json`` and the shards, raw little-endian arrays of ``dtype`` (uint16 when the
+vocabulary has fewer than 65,536 ids, else uint32), ``train-00000.bin``, ``train-00001.bin``, …, ``val-00000.bin``.
+The manifest records the corpus (name, sha256 and size of the text, the training split's sha256), the
+tokenizer (its option, ``digest()``, vocabulary size, and for a trained vocabulary its recipe; the vocabulary
+itself is saved beside the shards as ``tokenizer.json``), the dtype, and each split's tokens, bytes and shards.
+A run whose configured tokenizer does not hash to the manifest's is refused before it trains.
+
+Training windows (``data.windows``): ``random`` (a uniform start, as for text) or ``sequential`` (consecutive
+windows, overlapping by the one shifted token of a causal objective, wrapping around). Either way each DDP rank
+reads only its own contiguous slice of the training tokens (``rank_slice``): example g belongs to rank g mod W
+(harness/data/windows.py ``ContinueFrom``) and lies in that rank's slice. With one process the random windows
+are exactly those of ``TrainWindows`` on the same ids; with W ranks which windows are read depends on W.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from harness.data.corpus import check_train_split
+from harness.data.windows import _generator
+from harness.errors import ConfigError
+
+FORMAT = "posbench-tokens-1"
+WINDOWS = ("random", "sequential")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size < 65536 else np.uint32)
+
+
+def rank_slice(n_tokens: int, rank: int, world_size: int) -> tuple[int, int]:
+    """[start, end) of the training tokens rank ``rank`` of ``world_size`` reads: W contiguous, disjoint slices
+    covering all ``n_tokens``, their sizes differing by at most one token."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not one of {world_size} ranks")
+    return n_tokens * rank // world_size, n_tokens * (rank + 1) // world_size
+
+
+class ShardedIds:
+    """Shards read as one array of token ids: ``len`` and ``[a:b]`` (a slice may cross shards) are all windows need."""
+
+    def __init__(self, arrays: list[np.ndarray]):
+        self.arrays = [a for a in arrays if len(a)]
+        self.ends = np.cumsum([len(a) for a in self.arrays]).tolist()
+        self.dtype = arrays[0].dtype if arrays else np.dtype(np.uint16)
+
+    def __reduce__(self):
+        """Pickled (a spawned DataLoader worker) as its files, mapped again: a memmap would pickle its data."""
+        if all(isinstance(a, np.memmap) and a.filename for a in self.arrays):
+            return _reopen, ([a.filename for a in self.arrays], self.dtype.str)
+        return ShardedIds, (self.arrays,)
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def __getitem__(self, index):
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("ShardedIds takes contiguous slices [a:b]")
+        start, stop, _ = index.indices(len(self))
+        pieces = []
+        for array, end in zip(self.arrays, self.ends, strict=True):
+            begin = end - len(array)
+            if stop <= begin:
+                break
+            if start < end:
+                pieces.append(array[max(start, begin) - begin: min(stop, end) - begin])
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
+
+
+def _reopen(files: list[str], dtype: str) -> ShardedIds:
+    return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files])
+
+
+@dataclass(frozen=True)
+class TokenCorpus:
+    """A prepared corpus: what train.py logs of a text corpus (name, sha256, size), and the ids themselves."""
+
+    name: str
+    sha256: str  # of the text, before splitting
+    size: int  # bytes of text
+    train_sha256: str
+    train_ids: ShardedIds
+    val_ids: ShardedIds
+    val_bytes_per_token: float  # bits/byte of the validation split (harness/data/tokenizer.py)
+    windows: str
+    folder: Path
+    manifest: dict
+    per_rank = True  # the loaders pass the world size: each rank reads its own slice (make_loaders)
+
+    def ids(self, split: str):
+        return self.train_ids if split == "train" else self.val_ids
+
+    def fitted_tokenizer(self, tokenizer):
+        """The vocabulary the shards were written with, for a trained tokenizer (``Trained.fit``) with the
+        manifest's recipe: the folder's tokenizer.json (``TokenShards.check_tokenizer`` refused others)."""
+        from harness.data.subword import load_file
+
+        return load_file(str(self.folder / "tokenizer.json"))
+
+
+class TokenShards:
+    """The ``data.source`` of ``data=tokens``: a folder ``python -m harness.data.prepare`` wrote."""
+
+    def __init__(self, path: str | None = None, windows: str = "random"):
+        if windows not in WINDOWS:
+            raise ConfigError(f"data.windows={windows!r}: use data.windows=random or data.windows=sequential")
+        self.path, self.windows = path, windows
+
+    def manifest(self) -> dict:
+        if not self.path:
+            raise ConfigError("data=tokens needs the folder python -m harness.data.prepare wrote: add data.path=DIR")
+        folder = Path(self.path).expanduser()
+        file = folder / "manifest.json"
+        if not file.is_file():
+            raise ConfigError(f"data.path={self.path} has no manifest.json; write one with python -m "
+                              "harness.data.prepare DIR data=... tokenizer=...")
+        try:
+            manifest = json.loads(file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{file} is not JSON ({e}); write the folder again with python -m harness.data.prepare") \
+                from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with python -m "
+                              "harness.data.prepare")
+        for split in ("train", "val"):
+            for shard in manifest["splits"][split]["shards"]:
+                size = (folder / shard["file"]).stat().st_size if (folder / shard["file"]).is_file() else None
+                expected = shard["tokens"] * np.dtype(manifest["dtype"]).itemsize
+                if size != expected:
+                    raise ConfigError(f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
+                                      f"the manifest says {expected}; write the folder again with python -m "
+                                      "harness.data.prepare")
+        return manifest
+
+    def sizes(self) -> tuple[int, int]:
+        """(train, val) tokens; validation compares them with byte counts only for the byte tokenizer, whose
+        tokens are bytes."""
+        splits = self.manifest()["splits"]
+        return splits["train"]["tokens"], splits["val"]["tokens"]
+
+    def check_tokenizer(self, tokenizer, name: str) -> None:
+        """The configured tokenizer is the one the shards were written with (by digest; a tokenizer trained on
+        the corpus: by its recipe, then it loads the folder's vocabulary)."""
+        recorded = self.manifest()["tokenizer"]
+        recipe = getattr(tokenizer, "recipe", None)
+        if recipe is not None and getattr(tokenizer, "_tok", None) is None:  # trained, not yet: the recipe decides
+            if recorded.get("recipe") != recipe():
+                raise ConfigError(f"data.path={self.path} was tokenized with tokenizer={recorded['config']} "
+                                  f"{recorded.get('recipe')}, not tokenizer={name} {recipe()}; set the tokenizer it "
+                                  "was written with, or run python -m harness.data.prepare again with this one")
+            return
+        digest = tokenizer.digest()
+        if digest != recorded["digest"]:
+            raise ConfigError(f"data.path={self.path} was tokenized with tokenizer={recorded['config']} (digest "
+                              f"{recorded['digest'][:12]}…), not with the configured tokenizer={name} (digest "
+                              f"{digest[:12]}…); set the tokenizer it was written with, or run python -m "
+                              "harness.data.prepare again with this one")
+
+    def load(self) -> TokenCorpus:
+        manifest, folder = self.manifest(), Path(self.path).expanduser()
+        dtype = np.dtype(manifest["dtype"])
+
+        def ids(split: str) -> ShardedIds:
+            return ShardedIds([np.memmap(folder / s["file"], dtype=dtype, mode="r") if s["tokens"] else
+                               np.empty(0, dtype) for s in manifest["splits"][split]["shards"]])
+
+        corpus, val = manifest["corpus"], manifest["splits"]["val"]
+        return TokenCorpus(corpus["name"], corpus["sha256"], corpus["bytes"], corpus["train_sha256"], ids("train"),
+                           ids("val"), val["bytes"] / max(1, val["tokens"]), self.windows, folder, manifest)
+
+
+class SlicedWindows(Dataset):
+    """``n`` training windows of ``length`` tokens; example g lies in rank (g mod W)'s ``rank_slice``.
+
+    random: a uniform start in the slice, drawn from (seed, g) as ``TrainWindows`` draws it; sequential: the
+    (g div W)-th window of the slice, windows advancing ``stride`` tokens and wrapping around.
+    """
+
+    def __init__(self, ids, length: int, n: int, seed: int, objective, windows: str = "random",
+                 world_size: int = 1, stride: int | None = None):
+        self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
+        self.windows, self.world_size, self.stride = windows, world_size, stride or length
+        self.slices = [rank_slice(len(ids), r, world_size) for r in range(world_size)]
+        smallest = min(end - start for start, end in self.slices)
+        check_train_split(smallest, length)  # every rank's slice holds more than one window
+        if world_size > 1 and smallest <= length:
+            raise ConfigError(f"each of the {world_size} ranks reads {smallest} training tokens, not more than one "
+                              f"window of {length}; lower data.seq_len or prepare a larger corpus")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def start(self, index: int, gen: torch.Generator) -> int:
+        """Where example ``index`` starts (random: drawn from ``gen``, which then goes on to the objective)."""
+        lo, hi = self.slices[index % self.world_size]
+        if self.windows == "random":
+            return lo + int(torch.randint(hi - lo - self.length + 1, (1,), generator=gen))
+        per_slice = (hi - lo - self.length) // self.stride + 1
+        return lo + (index // self.world_size) % per_slice * self.stride
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        gen = _generator(self.seed, index)
+        start = self.start(index, gen)
+        window = torch.from_numpy(np.asarray(self.ids[start:start + self.length]).astype(np.int64))
+        return self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)

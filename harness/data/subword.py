@@ -1,0 +1,338 @@
+"""Subword tokenizers (conf/tokenizer bpe, wordpiece, hf), each a ``tokenizers.Tokenizer`` underneath.
+
+- ``BPE``: byte-level BPE (GPT-2's: every byte is in the alphabet, so no text is unknown), trained with the
+  ``tokenizers`` library on the corpus's training split to ``tokenizer.vocab_size`` ids;
+- ``WordPiece``: BERT's (lower-cased, accents stripped, split at whitespace and punctuation, ``##``
+  continuations), trained the same way;
+- ``Pretrained``: a Hugging Face tokenizer by name (``gpt2``, ``bert-base-uncased``) or from a local folder
+  (``save_pretrained``), through ``transformers.AutoTokenizer`` (a fast tokenizer: its ``tokenizers`` core).
+
+A trained vocabulary is cached under ``$POSBENCH_CACHE/tokenizers``, keyed by the training split's sha256 and
+the settings, so a second run on the same corpus loads it instead of training; ``tokenizer.path=…/tokenizer.json``
+loads a saved one instead of training. Trained vocabularies start with the specials [PAD] [UNK] [CLS] [SEP]
+[MASK] (ids 0–4), so their ids are known before training.
+
+What the rest of the harness reads (as on ``ByteTokenizer``): ``vocab_size``, ``pad_id``, ``mask_id`` (None
+when the vocabulary has no mask token: masked LM is refused), ``encode(bytes)``, ``decode(ids)``,
+``regular_ids()`` (what BERT's 10 % random replacement draws from: every id but the specials),
+``word_continues(ids)`` (whole-word masking) and ``digest()`` (identifies the vocabulary: pre-tokenized
+shards record it). ``fit(corpus)`` trains or loads before the first ``encode``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from harness.errors import ConfigError
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0–4 of a trained vocabulary
+DEFAULT_VOCAB = 8192
+CHUNK = 1 << 16  # characters encoded at a time (cut at line ends): a long text is one batch, not one sequence
+
+
+def word_byte(b: int) -> bool:
+    """A byte that is part of a word: ASCII letters, digits, '_', or any byte of a multi-byte UTF-8 character."""
+    return b >= 0x80 or chr(b).isalnum() or b == ord("_")
+
+
+def continues_word(ids: Tensor, starts_inside: Tensor, ends_inside: Tensor) -> Tensor:
+    """(T,) bool: token t continues the word token t − 1 is in. ``starts_inside[id]``: the token begins
+    inside a word (a word byte, or a ``##`` continuation); ``ends_inside[id]``: it ends inside one."""
+    out = starts_inside[ids].clone()
+    out[1:] &= ends_inside[ids[:-1]]
+    out[:1] = False
+    return out
+
+
+def text_chunks(text: str, size: int = CHUNK) -> list[str]:
+    """``text`` cut into pieces of about ``size`` characters, each ending at a line end (or the text's end)."""
+    chunks, start = [], 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end < 0 else end + 1
+        chunks.append(text[start:end])
+        start = end
+    return chunks
+
+
+class Subword:
+    """A ``tokenizers.Tokenizer`` as the harness's tokenizer (see the module docstring)."""
+
+    byte_level = False
+
+    def __init__(self):
+        self._tok = None  # tokenizers.Tokenizer, once fitted or loaded
+        self._encoded: dict[bytes, np.ndarray] = {}  # the splits already encoded (train, val)
+        self._regular: Tensor | None = None
+        self._word_tables: tuple[Tensor, Tensor] | None = None
+
+    # --- what the harness calls
+
+    def fit(self, corpus) -> None:
+        """Ready to encode ``corpus`` (trained tokenizers train or load here; loaded ones need nothing)."""
+
+    @property
+    def tokenizer(self):
+        if self._tok is None:
+            raise RuntimeError(f"{type(self).__name__}: call fit(corpus) before encoding (train.py does)")
+        return self._tok
+
+    def encode(self, data: bytes) -> np.ndarray:
+        """Token ids of UTF-8 text, uint16 when the vocabulary allows, else uint32 (as prepared shards)."""
+        if data not in self._encoded:
+            if len(self._encoded) >= 2:
+                self._encoded.clear()
+            text = data.decode("utf-8", errors="replace")
+            encodings = self.tokenizer.encode_batch(text_chunks(text), add_special_tokens=False)
+            dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
+            self._encoded[data] = np.concatenate([np.asarray(e.ids, dtype=dtype) for e in encodings] or
+                                                 [np.empty(0, dtype)])
+        return self._encoded[data]
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def digest(self) -> str:
+        """sha256 of the vocabulary and its pipeline (the tokenizer's JSON)."""
+        return hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()
+
+    @property
+    def special_ids(self) -> list[int]:
+        return sorted(i for t in self.special_tokens if (i := self.tokenizer.token_to_id(t)) is not None)
+
+    special_tokens: tuple[str, ...] = SPECIALS
+
+    def regular_ids(self) -> Tensor:
+        """The ids a random replacement draws from: every id of the vocabulary but the specials."""
+        if self._regular is None:
+            keep = torch.ones(self.tokenizer.get_vocab_size(with_added_tokens=True), dtype=torch.bool)
+            keep[self.special_ids] = False
+            self._regular = keep.nonzero().squeeze(1)
+        return self._regular
+
+    def word_continues(self, ids: Tensor) -> Tensor:
+        """(T,) bool: token t continues the word of token t − 1 (whole-word masking)."""
+        if self._word_tables is None:
+            self._word_tables = self._tables()
+        return continues_word(ids, *self._word_tables)
+
+    def _tables(self) -> tuple[Tensor, Tensor]:
+        """(starts_inside, ends_inside) per id, read from each token's surface form."""
+        tok, n = self.tokenizer, self.vocab_size
+        starts, ends = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+        specials = set(self.special_ids)
+        prefix, byte_level = _wordpiece_prefix(tok), _is_byte_level(tok)
+        for token, i in tok.get_vocab(with_added_tokens=True).items():
+            if i >= n or i in specials:
+                continue
+            if prefix is not None:  # WordPiece: a continuation says so; pre-tokenization split everything else
+                starts[i], ends[i] = token.startswith(prefix), True
+            else:
+                surface = _surface(token, byte_level)
+                if surface:
+                    starts[i], ends[i] = word_byte(surface[0]), word_byte(surface[-1])
+        return starts, ends
+
+
+def _wordpiece_prefix(tok) -> str | None:
+    model = json.loads(tok.to_str())["model"]
+    return model.get("continuing_subword_prefix", "##") if model["type"] == "WordPiece" else None
+
+
+_BYTE_DECODER: dict[str, int] | None = None
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's printable stand-in of each byte (the ByteLevel pre-tokenizer's alphabet) → the byte."""
+    global _BYTE_DECODER
+    if _BYTE_DECODER is None:
+        keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+        table, extra = {}, 0
+        for b in range(256):
+            if b in keep:
+                table[chr(b)] = b
+            else:
+                table[chr(256 + extra)] = b
+                extra += 1
+        _BYTE_DECODER = table
+    return _BYTE_DECODER
+
+
+def _surface(token: str, byte_level: bool) -> bytes:
+    """The bytes a vocabulary entry stands for: byte-level tokens through GPT-2's byte map, SentencePiece's
+    ▁ as a space, others as written."""
+    decoder = _byte_decoder()
+    if byte_level and all(c in decoder for c in token):
+        return bytes(decoder[c] for c in token)
+    return token.replace("▁", " ").encode("utf-8")
+
+
+def _is_byte_level(tok) -> bool:
+    pipeline = json.loads(tok.to_str())
+    return any("ByteLevel" in json.dumps(pipeline.get(part)) for part in ("pre_tokenizer", "decoder"))
+
+
+# --------------------------------------------------------------------------- trained on the corpus
+
+
+class Trained(Subword):
+    """Trained on the training split by the ``tokenizers`` library (or loaded from ``path``)."""
+
+    kind: str
+
+    def __init__(self, vocab_size: int | None = None, path: str | None = None, min_frequency: int = 2):
+        super().__init__()
+        if vocab_size is not None and not len(SPECIALS) + 256 <= vocab_size <= 2**32 - 1:
+            raise ConfigError(f"vocab_size={vocab_size} must be at least {len(SPECIALS) + 256} (the specials and "
+                              f"the byte alphabet), e.g. tokenizer.vocab_size={DEFAULT_VOCAB}")
+        if min_frequency < 1:
+            raise ConfigError(f"min_frequency={min_frequency} must be ≥ 1")
+        self.path, self.min_frequency = path, min_frequency
+        if path:
+            self._tok = load_file(path)
+            size = self._tok.get_vocab_size(with_added_tokens=True)
+            if vocab_size is not None and vocab_size != size:
+                raise ConfigError(f"tokenizer.vocab_size={vocab_size} but tokenizer.path={path} holds {size} ids; "
+                                  "drop tokenizer.vocab_size (the file decides) or train one without tokenizer.path")
+            self.vocab_size = size
+            self.pad_id, self.mask_id = _special_id(self._tok, ("[PAD]", "<pad>")), \
+                _special_id(self._tok, ("[MASK]", "<mask>"))
+            if self.pad_id is None:
+                raise ConfigError(f"tokenizer.path={path} has no [PAD] or <pad> token; add one to it")
+            self.special_tokens = tuple(t["content"] for t in json.loads(self._tok.to_str())["added_tokens"]
+                                        if t.get("special"))
+        else:
+            self.vocab_size = vocab_size or DEFAULT_VOCAB
+            self.pad_id, self.mask_id = SPECIALS.index("[PAD]"), SPECIALS.index("[MASK]")
+
+    @classmethod
+    def config_name(cls) -> str:
+        return cls.kind
+
+    def fit(self, corpus) -> None:
+        if self._tok is not None:
+            return
+        fitted = getattr(corpus, "fitted_tokenizer", None)
+        if fitted is not None:  # pre-tokenized shards: the vocabulary they were written with (prepare.py)
+            self._tok = fitted(self)
+            return
+        cache = self.cache_path(hashlib.sha256(corpus.train).hexdigest())
+        if cache.exists():
+            self._tok = load_file(str(cache))
+            return
+        self._tok = train_tokenizer(self.kind, corpus.train, self.vocab_size, self.min_frequency)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp{os.getpid()}")
+        self._tok.save(str(tmp))
+        tmp.replace(cache)  # atomic: two runs training at once never read half a file
+
+    def recipe(self) -> dict:
+        """What decides a trained vocabulary besides the text (pre-tokenized shards record it)."""
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "min_frequency": self.min_frequency}
+
+    def cache_path(self, train_sha256: str) -> Path:
+        from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
+
+        return (corpus_module.CACHE / "tokenizers" /
+                f"{self.kind}-v{self.vocab_size}-f{self.min_frequency}-{train_sha256[:20]}.json")
+
+
+class BPE(Trained):
+    """Byte-level BPE (Sennrich et al. 2016 with GPT-2's byte alphabet), trained on the training split."""
+
+    kind = "bpe"
+
+
+class WordPiece(Trained):
+    """BERT's WordPiece (Wu et al. 2016; Devlin et al. 2019): lower-cased, ``##`` continuations."""
+
+    kind = "wordpiece"
+
+
+def train_tokenizer(kind: str, train: bytes, vocab_size: int, min_frequency: int):
+    """A ``tokenizers.Tokenizer`` trained on ``train`` (UTF-8), the specials first."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    else:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=list(SPECIALS), show_progress=False)
+    tok.train_from_iterator(text_chunks(train.decode("utf-8", errors="replace")), trainer)
+    return tok
+
+
+def load_file(path: str):
+    from tokenizers import Tokenizer
+
+    file = Path(path).expanduser()
+    if file.is_dir() and (file / "tokenizer.json").is_file():
+        file = file / "tokenizer.json"
+    if not file.is_file():
+        raise ConfigError(f"tokenizer.path={path} does not exist; point it at a tokenizer.json (or drop it to train "
+                          "one on the corpus)")
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as e:
+        raise ConfigError(f"tokenizer.path={path} is not a tokenizers JSON file ({' '.join(str(e).split())[:200]}); "
+                          "point it at the tokenizer.json a tokenizer saved") from None
+
+
+def _special_id(tok, names: tuple[str, ...]) -> int | None:
+    return next((i for name in names if (i := tok.token_to_id(name)) is not None), None)
+
+
+# --------------------------------------------------------------------------- Hugging Face, by name
+
+
+class Pretrained(Subword):
+    """A Hugging Face tokenizer: ``tokenizer.name=gpt2``, ``bert-base-uncased`` or a ``save_pretrained`` folder."""
+
+    def __init__(self, name: str | None = None):
+        super().__init__()
+        if not name:
+            raise ConfigError("tokenizer=hf needs tokenizer.name=gpt2, bert-base-uncased or a folder a tokenizer "
+                              "was saved to (save_pretrained)")
+        self.name = name
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise ConfigError("tokenizer=hf loads through transformers, which is not installed: "
+                              "pip install transformers") from None
+        try:
+            hf = AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError) as e:
+            why = (f"cannot load a tokenizer from this folder ({' '.join(str(e).split())[:160]})"
+                   if Path(name).expanduser().exists() else
+                   "not in the Hugging Face cache and the Hub cannot be reached")
+            save = f"AutoTokenizer.from_pretrained('{name}').save_pretrained('DIR')"
+            raise ConfigError(f"tokenizer.name={name}: {why}; where there is a network run python -c \"from "
+                              f"transformers import AutoTokenizer; {save}\" and set tokenizer.name=DIR") from None
+        if not getattr(hf, "is_fast", False):
+            raise ConfigError(f"tokenizer.name={name} has no fast (tokenizers) version; use one that does")
+        self._tok = hf.backend_tokenizer
+        self.vocab_size = len(hf)
+        self.mask_id = hf.mask_token_id
+        self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
+        if self.pad_id is None:
+            raise ConfigError(f"tokenizer.name={name} has neither a pad nor an end-of-text token to pad windows with")
+        self.special_tokens = tuple(hf.all_special_tokens)
+
+    @classmethod
+    def config_name(cls) -> str:
+        return "hf"

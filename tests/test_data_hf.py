@@ -1,0 +1,92 @@
+"""data=hf: Hugging Face datasets saved locally (save_to_disk, parquet, json) read as the text they hold,
+trained from, streamed; bad input refused with one line before training. Offline: nothing leaves the machine."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from omegaconf import open_dict
+
+datasets = pytest.importorskip("datasets")
+
+from harness.config.validate import validate  # noqa: E402
+from harness.data.corpus import block_split  # noqa: E402
+from harness.data.hf import HFDataset  # noqa: E402
+from harness.errors import ConfigError  # noqa: E402
+from tests.helpers import TINY, choices_of, compose  # noqa: E402
+
+ROWS = [f"Row {i}: the {'quick' if i % 3 else 'slow'} brown fox jumps over {i % 7} lazy dogs." for i in range(1600)]
+TEXT = "\n\n".join(ROWS).encode()  # rows joined by blank lines
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One dataset (a text column and an int column) saved in each local form datasets reads."""
+    root = tmp_path_factory.mktemp("hf")
+    ds = datasets.Dataset.from_dict({"text": ROWS, "n": list(range(len(ROWS)))})
+    ds.save_to_disk(str(root / "disk"))
+    (root / "parquet").mkdir()
+    ds.select(range(800)).to_parquet(str(root / "parquet" / "a.parquet"))  # two files, read in name order
+    ds.select(range(800, 1600)).to_parquet(str(root / "parquet" / "b.parquet"))
+    ds.to_json(str(root / "rows.jsonl"))
+    datasets.DatasetDict(train=ds, validation=ds.select(range(40))).save_to_disk(str(root / "dict"))
+    return root
+
+
+@pytest.mark.parametrize("form", ["disk", "parquet", "rows.jsonl"])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_each_local_form_reads_the_rows_text(saved, form, streaming):
+    corpus = HFDataset(path=str(saved / form), streaming=streaming).load()
+    assert (corpus.train, corpus.val) == block_split(TEXT, 20) and corpus.size == len(TEXT)
+
+
+def test_named_validation_split_and_max_bytes(saved):
+    corpus = HFDataset(path=str(saved / "dict"), val_split="validation").load()
+    assert corpus.train == TEXT and corpus.val == "\n\n".join(ROWS[:40]).encode()
+    head = HFDataset(path=str(saved / "disk"), streaming=True, max_bytes=5000).load()
+    assert head.size == 5000 and TEXT.startswith(head.train[:4096])  # a prefix of the stream, nothing more read
+
+
+@pytest.mark.parametrize("form", ["disk", "parquet", "rows.jsonl"])
+def test_train_a_few_steps_from_each_form(saved, form, train_tiny_shared):
+    summary, client = train_tiny_shared("data=hf", f"data.path={saved / form}", "trainer.max_steps=2",
+                                        "trainer.val_check_interval=2")
+    run = client.get_run(summary.run_id)
+    assert run.data.tags["corpus_sha256"] == hashlib.sha256(TEXT).hexdigest()  # the exact text of the rows
+    assert run.data.params["corpus.bytes"] == str(len(TEXT)) and summary.step == 2
+
+
+def checked(*overrides):
+    cfg = compose([*TINY, *overrides])
+    choices = choices_of(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return validate(cfg, choices)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data=hf"], "data=hf needs one of data.name=HUB_NAME (with a network) or data.path="),
+    (["data=hf", "data.path={root}/missing"], "data.path={root}/missing does not exist"),
+    (["data=hf", "data.path={root}/disk", "data.text_column=body"],
+     "data.text_column='body' is not a column of disk (split train); its columns are text, n"),
+    (["data=hf", "data.path={root}/disk", "data.text_column=n"], "holds int values (row 0), not text"),
+    (["data=hf", "data.path={root}/dict", "data.split=test"], "data.split=test is not a split of"),
+    (["data=hf", "data.path={root}/disk", "data.max_bytes=10"], "data.max_bytes=10 must be ≥ 4096"),
+    (["+data.text_column=body"], "data=embedded does not read data.text_column"),
+])
+def test_bad_input_is_one_line_before_training(saved, overrides, message):
+    with pytest.raises(ConfigError) as e:
+        checked(*(o.format(root=saved) for o in overrides))
+    assert message.format(root=saved) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_hub_name_without_network_names_the_fix(monkeypatch):
+    """Offline mode stands in for no network (a real unreachable Hub retries for ~20 s)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match=r"data.name=posbench-no-such/corpus: cannot reach the Hugging Face Hub .*"
+                                          r"save_to_disk\(DIR\) and set data.path=DIR"):
+        checked("data=hf", "data.name=posbench-no-such/corpus")

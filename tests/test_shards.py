@@ -1,0 +1,234 @@
+"""Pre-tokenized shards: prepare writes the ids once (+ manifest), data=tokens trains from them with random or
+sequential windows, each DDP rank in its own slice; a manifest of another tokenizer is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import open_dict
+
+from harness.config.validate import validate
+from harness.data.corpus import TextFiles
+from harness.data.objectives import CausalLM, MaskedLM
+from harness.data.prepare import main, prepare
+from harness.data.shards import ShardedIds, SlicedWindows, TokenShards, rank_slice, token_dtype
+from harness.data.subword import BPE
+from harness.data.tokenizer import ByteTokenizer
+from harness.data.windows import ContinueFrom, TrainWindows
+from harness.errors import ConfigError
+from tests.helpers import TINY, choices_of, compose
+
+
+def text(n_lines: int = 1500) -> bytes:
+    return "".join(f"Line {i}: positions {i % 13} and attention {i % 7} in a transformer.\n"
+                   for i in range(n_lines)).encode()
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "corpus.txt"
+    path.write_bytes(text())
+    return path
+
+
+@pytest.fixture(scope="module")
+def byte_shards(corpus_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("shards") / "byte"
+    prepare(out, ["data=text", f"data.path={corpus_file}"], shard_tokens=10_000)
+    return out
+
+
+def test_rank_slices_partition_the_tokens_as_a_function_of_rank_and_world_size():
+    for n in (0, 1, 7, 100, 1001, 2**20 + 3):
+        for world in (1, 2, 3, 8):
+            slices = [rank_slice(n, r, world) for r in range(world)]
+            assert slices[0][0] == 0 and slices[-1][1] == n  # they cover every token …
+            assert all(a[1] == b[0] for a, b in zip(slices, slices[1:], strict=False))  # … once, in rank order
+            sizes = [end - start for start, end in slices]
+            assert max(sizes) - min(sizes) <= 1
+            assert slices == [rank_slice(n, r, world) for r in range(world)]  # pure
+    assert rank_slice(10, 1, 2) == (5, 10)
+    with pytest.raises(ValueError):
+        rank_slice(10, 2, 2)
+
+
+def test_sharded_ids_slice_across_shards_as_one_array():
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 60000, n, dtype=np.uint16) for n in (5, 0, 17, 1, 9)]
+    whole, ids = np.concatenate(parts), ShardedIds(parts)
+    assert len(ids) == len(whole)
+    for a in range(len(whole) + 1):
+        for b in range(a, len(whole) + 2):
+            assert np.array_equal(ids[a:b], whole[a:b])
+
+
+def test_prepare_writes_the_ids_once_with_a_manifest(byte_shards, corpus_file):
+    manifest = json.loads((byte_shards / "manifest.json").read_text())
+    corpus = TextFiles(str(corpus_file)).load()
+    assert manifest["dtype"] == "uint16" and manifest["corpus"]["sha256"] == corpus.sha256
+    assert manifest["tokenizer"]["digest"] == ByteTokenizer().digest() and manifest["tokenizer"]["recipe"] is None
+    train = manifest["splits"]["train"]
+    assert train["tokens"] == train["bytes"] == len(corpus.train) and len(train["shards"]) > 1  # 10,000 ids a shard
+    loaded = TokenShards(str(byte_shards)).load()
+    assert bytes(np.asarray(loaded.train_ids[0:len(loaded.train_ids)]).astype(np.uint8)) == corpus.train
+    assert bytes(np.asarray(loaded.val_ids[0:len(loaded.val_ids)]).astype(np.uint8)) == corpus.val
+    assert loaded.val_bytes_per_token == 1.0
+    assert token_dtype(65535) == np.uint16 and token_dtype(65536) == np.uint32
+
+
+def test_random_windows_of_one_process_are_those_of_the_text(byte_shards, corpus_file):
+    ids = TokenShards(str(byte_shards)).load().train_ids
+    plain = np.frombuffer(TextFiles(str(corpus_file)).load().train, dtype=np.uint8)
+    for objective in (CausalLM(ByteTokenizer()), MaskedLM(ByteTokenizer())):
+        ours = SlicedWindows(ids, 65, 20, 3, objective)
+        theirs = TrainWindows(plain, 65, 20, 3, objective)
+        for i in range(20):
+            assert all(torch.equal(ours[i][k], theirs[i][k]) for k in ("input_ids", "labels", "key_padding_mask"))
+
+
+@pytest.mark.parametrize("windows", ["random", "sequential"])
+def test_each_rank_reads_only_its_own_slice(windows):
+    ids = np.arange(10_000, dtype=np.uint32)  # a token's id is its position
+    world = 4
+    data = SlicedWindows(ids, 33, 400, 0, CausalLM(ByteTokenizer()), windows, world_size=world, stride=32)
+    for rank in range(world):
+        lo, hi = rank_slice(len(ids), rank, world)
+        starts = [int(data[g]["input_ids"][0]) for g in ContinueFrom(data, 0, rank, world)]
+        assert starts and all(lo <= s and s + 33 <= hi for s in starts)
+        if windows == "sequential":  # consecutive, sharing the shifted token: every next token is a target once
+            assert starts[:5] == [lo + 32 * k for k in range(5)]
+
+
+def test_sequential_windows_wrap_around_the_slice():
+    ids = np.arange(100, dtype=np.uint16)
+    data = SlicedWindows(ids, 30, 10, 0, CausalLM(ByteTokenizer()), "sequential", stride=30)
+    assert [int(data[g]["input_ids"][0]) for g in range(5)] == [0, 30, 60, 0, 30]
+
+
+def run(train_tiny, *overrides):
+    summary, client = train_tiny(*overrides, "trainer.max_steps=3", "trainer.val_check_interval=3")
+    return summary, client.get_run(summary.run_id)
+
+
+def test_training_from_shards_equals_training_from_the_text(byte_shards, corpus_file, train_tiny_shared):
+    """The byte tokenizer's shards hold the text's bytes: the same seed reads the same windows, so the run is
+    the same run (loss, bits/byte, corpus identity)."""
+    from_text, text_run = run(train_tiny_shared, "data=text", f"data.path={corpus_file}", "task=clm")
+    from_ids, ids_run = run(train_tiny_shared, "data=tokens", f"data.path={byte_shards}", "task=clm")
+    assert from_ids.val_loss == pytest.approx(from_text.val_loss, rel=1e-6)
+    assert from_ids.val_bpc == pytest.approx(from_text.val_bpc, rel=1e-6)
+    assert ids_run.data.tags["corpus_sha256"] == text_run.data.tags["corpus_sha256"]
+    sequential, _ = run(train_tiny_shared, "data=tokens", f"data.path={byte_shards}", "data.windows=sequential")
+    assert np.isfinite(sequential.val_loss)
+
+
+def test_a_trained_vocabulary_is_read_back_and_another_tokenizer_refused(corpus_file, tmp_path, monkeypatch,
+                                                                         train_tiny_shared):
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    out = tmp_path / "bpe"
+    assert main([str(out), "data=text", f"data.path={corpus_file}", "tokenizer=bpe", "tokenizer.vocab_size=300"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    corpus = TextFiles(str(corpus_file)).load()
+    tok = BPE(vocab_size=300)
+    tok.fit(corpus)
+    assert manifest["tokenizer"]["digest"] == tok.digest()
+    loaded = TokenShards(str(out)).load()
+    assert np.array_equal(np.asarray(loaded.val_ids[0:len(loaded.val_ids)]), tok.encode(corpus.val))
+    assert loaded.val_bytes_per_token == len(corpus.val) / len(tok.encode(corpus.val))
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "empty-cache")  # another machine: no cache
+    summary, _ = run(train_tiny_shared, "data=tokens", f"data.path={out}", "tokenizer=bpe", "tokenizer.vocab_size=300",
+                     "task=clm")
+    assert summary.val_bpc == pytest.approx(summary.val_loss / (loaded.val_bytes_per_token * np.log(2)))
+    with pytest.raises(ConfigError, match=r"was tokenized with tokenizer=bpe \{.*\}, not tokenizer=bpe .*'vocab_size'"
+                                          r": 512"):
+        checked("data=tokens", f"data.path={out}", "tokenizer=bpe", "tokenizer.vocab_size=512")
+    with pytest.raises(ConfigError, match=r"was tokenized with tokenizer=bpe \(digest .*\), not with the configured "
+                                          r"tokenizer=byte"):
+        checked("data=tokens", f"data.path={out}")
+    tok.tokenizer.save(str(tmp_path / "tokenizer.json"))  # the same vocabulary, by path: its digest matches
+    checked("data=tokens", f"data.path={out}", "tokenizer=bpe", f"tokenizer.path={tmp_path / 'tokenizer.json'}")
+
+
+def checked(*overrides):
+    cfg = compose([*TINY, *overrides])
+    choices = choices_of(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return validate(cfg, choices)
+
+
+def test_streamed_prepare_writes_what_the_in_memory_one_does(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = [f"Row {i} of a streamed corpus, é and ü in it: {'x' * (i % 50)}" for i in range(3000)]
+    datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
+    common = ["data=hf", f"data.path={tmp_path / 'ds'}"]
+    memory = prepare(tmp_path / "memory", common)
+    stream = prepare(tmp_path / "stream", [*common, "data.streaming=true"])
+    assert memory == stream  # same corpus hashes, token and byte counts
+    for split in ("train", "val"):
+        a, b = (TokenShards(str(tmp_path / kind)).load().ids(split) for kind in ("memory", "stream"))
+        assert np.array_equal(a[0:len(a)], b[0:len(b)]) and len(a) > 0
+    with pytest.raises(ConfigError, match="cannot be trained on it: give tokenizer.path"):
+        prepare(tmp_path / "bpe", [*common, "data.streaming=true", "tokenizer=bpe"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data=tokens"], "data=tokens needs the folder python -m harness.data.prepare wrote: add data.path=DIR"),
+    (["data=tokens", "data.path={tmp}"], "has no manifest.json; write one with python -m harness.data.prepare"),
+    (["data=tokens", "data.path={shards}", "data.windows=shuffled"], "data.windows='shuffled': use data.windows="),
+    (["data=tokens", "data.path={shards}", "task=copy"], "data=tokens holds token ids of text for task=mlm or task="),
+    (["+data.windows=sequential"], "data=embedded does not read data.windows"),
+])
+def test_bad_input_is_one_line(overrides, message, byte_shards, tmp_path):
+    with pytest.raises(ConfigError) as e:
+        checked(*(o.format(tmp=tmp_path, shards=byte_shards) for o in overrides))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_truncated_shard_is_refused(byte_shards, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(byte_shards, copy)
+    (copy / "train-00001.bin").write_bytes(b"\0" * 10)
+    with pytest.raises(ConfigError, match=r"train-00001.bin is 10 bytes, the manifest says 20000"):
+        TokenShards(str(copy)).sizes()
+    with pytest.raises(ConfigError, match="already holds prepared shards"):
+        prepare(copy, ["data=text", "data.path=/nonexistent"])
+
+
+def test_workers_make_the_same_batches_and_shards_pickle_as_their_files(byte_shards):
+    import pickle
+
+    from harness.data.loaders import make_loaders
+
+    corpus = TokenShards(str(byte_shards)).load()
+    again = pickle.loads(pickle.dumps(corpus.train_ids))
+    assert len(pickle.dumps(corpus.train_ids)) < 2000  # file names, not the ids
+    assert np.array_equal(again[100:30_000], corpus.train_ids[100:30_000])
+    task = MaskedLM(ByteTokenizer())
+    batches = [list(make_loaders(corpus, task, 32, 4, n_train=24, seed=1, num_workers=w)[0]) for w in (0, 2)]
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(*batches, strict=True) for k in a)
+
+
+def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys):
+    assert main([str(tmp_path / "out"), "data=text", f"data.path={tmp_path / 'missing.txt'}"]) == 2
+    assert main([str(tmp_path / "out"), "data=nope"]) == 2
+    assert main([str(tmp_path / "out"), "--shard-tokens", "0"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("error: data.path=") and "does not exist" in lines[0]
+    assert lines[1].startswith("error: In 'config': Could not find 'data/nope' Available options in 'data': ")
+    assert lines[2] == "error: --shard-tokens=0 must be a positive number of token ids" and len(lines) == 3
+    assert not (tmp_path / "out").exists()
+
+
+def test_loader_bench_flops_and_shapes():
+    from harness.data.bench_loader import paper_shapes, train_flops_per_token
+
+    shapes = paper_shapes("grid")
+    assert shapes == {"n_layers": 12, "d_model": 768, "d_ff": 3072, "seq_len": 512, "batch_size": 64}
+    # 6·N + 6·L·T·d with N = 12·(4·768² + 2·768·3072) + 768·258 = 85,132,800 (Kaplan et al. 2020, Table 1)
+    assert train_flops_per_token(shapes, 258) == 6 * 85_132_800 + 6 * 12 * 512 * 768
