@@ -214,7 +214,7 @@ def test_the_optimizer_steps_the_gates_and_a_checkpoint_restores_them(tmp_path):
         torch.manual_seed(seed)
         optim = compose(["pos=fox", "task=clm"]).optim
         return LanguageModel(tiny_model(ForgettingTransformer, n_layers=2), instantiate(optim.optimizer),
-                             instantiate(optim.schedule), byte_level=False)
+                             instantiate(optim.schedule), bytes_per_token=None)
 
     trained = module(6)
     before = [g.weight.detach().clone() for g in trained.model.pos.gates]

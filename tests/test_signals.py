@@ -4,6 +4,7 @@ FINISHED); one line on stderr says how to resume; and resume=true then finishes 
 stopped in a cell or in its report closes its parent KILLED too."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,8 +24,15 @@ def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) 
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "signaller.py"), signal_name, phase, str(timefile),
                            *args, *TINY, *STEPS, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=default_sigint)
     return proc, time.time() - float(timefile.read_text())
+
+
+def default_sigint() -> None:
+    """Ctrl-C's default disposition in the child, as a terminal gives it: a non-interactive shell starts a
+    background job (``make test &``) with SIGINT ignored, which the child would inherit and never see."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("signal_name,code", [("TERM", 143), ("INT", 130)])
