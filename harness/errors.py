@@ -38,3 +38,12 @@ def write_failure(exc: BaseException) -> str | None:
             return f"the tracking store could not be written ({hit}: a full disk or a file-size limit)"
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def config_error_cause(exc: BaseException) -> ConfigError | None:
+    """The ConfigError in ``exc``'s cause chain, if any: Hydra wraps a constructor's exception in an
+    InstantiationException, which would hide its one-line message."""
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, ConfigError):
+        cause = cause.__cause__
+    return cause

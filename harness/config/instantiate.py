@@ -5,7 +5,7 @@ from __future__ import annotations
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate as hydra_instantiate
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, config_error_cause
 
 
 def instantiate(node, **kwargs):
@@ -14,9 +14,7 @@ def instantiate(node, **kwargs):
     try:
         return hydra_instantiate(node, **kwargs)
     except InstantiationException as e:
-        cause = e.__cause__
-        while cause is not None and not isinstance(cause, ConfigError):
-            cause = cause.__cause__
+        cause = config_error_cause(e)
         if cause is None:
             raise
         raise cause from None

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.shards import FORMAT, token_dtype
-from harness.errors import ConfigError
+from harness.errors import ConfigError, config_error_cause
 
 PIECE = 1 << 24  # bytes of text encoded at a time
 SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
@@ -134,9 +134,7 @@ def _source_and_tokenizer(overrides: list[str]):
             cfg = compose(config_name="config", overrides=overrides)
         return instantiate(cfg.data.source), instantiate(cfg.tokenizer)
     except InstantiationException as e:
-        cause = e.__cause__
-        while cause is not None and not isinstance(cause, ConfigError):
-            cause = cause.__cause__
+        cause = config_error_cause(e)
         if cause is None:
             raise
         raise cause from None
