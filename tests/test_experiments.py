@@ -36,6 +36,9 @@ def test_preset_composes_and_names_its_claim(preset, scale):
     assert cfg.hydra.sweeper.params, "a preset is a sweep"
     toy_steps = compose([f"experiment={preset}"]).trainer.max_steps
     assert (cfg.trainer.max_steps > toy_steps) if scale == "paper" else (cfg.trainer.max_steps <= 3000)  # CPU-sized
+    if scale == "toy":  # every cell CPU-sized, a task's own budget (conf/experiment_task) included
+        tasks = str(cfg.hydra.sweeper.params.get("task", cfg.hydra.runtime.choices.task)).split(",")
+        assert all(compose([f"experiment={preset}", f"task={t}"]).trainer.max_steps <= 3000 for t in tasks)
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
         for side in ("lower", "higher", "than", "cell"):  # lower_than_metric names a metric, not an arm
@@ -66,3 +69,34 @@ def test_grid_smoke_is_one_seed_of_the_toy_grid_with_fewer_steps():
     assert str(smoke.hydra.sweeper.params.seed) == "0" and str(toy.hydra.sweeper.params.seed) == "0,1,2"
     assert smoke.trainer.max_steps < toy.trainer.max_steps
     assert smoke.model == toy.model and smoke.task == toy.task  # the same cells, only shorter
+
+
+TASK_BUDGETS = sorted((ROOT / "conf" / "experiment_task").glob("*/*/*.yaml"))
+
+
+def test_a_task_budget_names_a_preset_scale_and_task_that_exist():
+    """conf/experiment_task/<preset>/<scale>/<task>.yaml is an optional group: a misspelt file would be skipped
+    in silence, so each must name a preset, one of its scales and a task the preset sweeps."""
+    assert TASK_BUDGETS, "no preset has a per-task budget"
+    for path in TASK_BUDGETS:
+        preset, scale, task = path.parent.parent.name, path.parent.name, path.stem
+        assert (ROOT / "conf" / "experiment" / f"{preset}.yaml").exists(), path
+        assert (ROOT / "conf" / "experiment_scale" / preset / f"{scale}.yaml").exists(), path
+        swept = str(compose([f"experiment={preset}", f"scale={scale}"]).hydra.sweeper.params.task).split(",")
+        assert task in swept, f"{path}: task={task} is not swept by experiment={preset}"
+
+
+@pytest.mark.parametrize("path", TASK_BUDGETS, ids=lambda p: "/".join(p.parts[-3:]))
+def test_a_task_budget_moves_its_own_cells_only(path):
+    preset, scale, task = path.parent.parent.name, path.parent.name, path.stem
+    budget = OmegaConf.load(path).trainer.max_steps
+    scale_steps = OmegaConf.load(ROOT / "conf" / "experiment_scale" / preset / f"{scale}.yaml").trainer.max_steps
+    assert budget != scale_steps, f"{path} repeats the scale's steps"
+    assert compose([f"experiment={preset}", f"scale={scale}", f"task={task}"]).trainer.max_steps == budget
+    swept = str(compose([f"experiment={preset}", f"scale={scale}"]).hydra.sweeper.params.task).split(",")
+    for other in (t for t in swept if not (path.parent / f"{t}.yaml").exists()):  # no file: the scale's steps
+        assert compose([f"experiment={preset}", f"scale={scale}", f"task={other}"]).trainer.max_steps == scale_steps
+    # the command line still wins over the preset's budget, and without experiment= nothing moves
+    assert compose([f"experiment={preset}", f"scale={scale}", f"task={task}", "trainer.max_steps=7"]) \
+        .trainer.max_steps == 7
+    assert compose([f"task={task}"]).trainer.max_steps == compose([]).trainer.max_steps
