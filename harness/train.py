@@ -112,6 +112,10 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         print(ev.accuracy_table(results))
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
         run.log_files(task.artifacts(results))  # the task's own files (harness/data/tasks/base.py)
+        parts, tables = ev.evaluate_parts(built.module, task, corpus, checked.data.batch_size)  # task=mixture
+        run.log_scalars(parts, step)
+        if tables:
+            print(tables)
     elif built.owner and lengths:
         from harness.model.extrapolation import evaluate_extrapolation  # lazy: matplotlib
 

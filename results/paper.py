@@ -28,6 +28,7 @@ scale here" (one verdict at every scale), or each scale's verdict in order.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,29 +123,38 @@ def in_arm(cell, arm: str) -> bool:
 
 
 def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]:
-    """Arm -> why its finished models are not ready to be compared (absent when they are). A comparison of
-    per-token accuracies (``val/token_acc…``, Ruoss et al. 2023) asks the same of in-distribution per-token
-    accuracy; any other asks it of exact match."""
+    """Arm -> why its finished models are not ready to be compared (absent when they are). A comparison asks
+    its arms' in-distribution accuracy in its own terms (``in_distribution_metric``): per token for a comparison
+    of per-token accuracies (``val/token_acc…``, Ruoss et al. 2023), a mixture part's own for a part's metric,
+    else exact match."""
     unready: dict[str, str] = {}
     for comparison in comparisons:
-        per_token = str(comparison["metric"]).startswith("val/token_acc")
+        metric = in_distribution_metric(str(comparison["metric"]))
         for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
             members = [c for c in cells if arm and c.finished and in_arm(c, arm)]
-            why = _unready(members, min_gain, per_token)
+            why = _unready(members, min_gain, metric)
             if why:
                 unready[arm] = why
     return unready
 
 
-def _unready(members, min_gain: float, per_token: bool = False) -> str | None:
+def in_distribution_metric(metric: str) -> str:
+    """What a comparison of ``metric`` asks of its arms at the training lengths: the same accuracy without its
+    length (``val/token_acc_at_16`` → ``val/token_acc``; a mixture part's ``val/reverse/acc_at_16`` →
+    ``val/reverse/acc``, harness/data/tasks/mixture.py), exact match (``val/acc``) for any other metric."""
+    found = re.fullmatch(r"(val/(?:[A-Za-z_]\w*/)?(?:token_)?acc)_at_\d+", metric)
+    return found.group(1) if found else "val/acc"
+
+
+def _unready(members, min_gain: float, metric: str = "val/acc") -> str | None:
     gains = [c.order_gain for c in members if c.order_gain is not None and c.order_signal != "none"]
     if gains and sum(gains) / len(gains) < min_gain:
         return f"not yet using word order (order gain {sum(gains) / len(gains):.3f} < {min_gain})"
-    accs = [c.token_acc if per_token else c.acc for c in members]
-    accs = [a for a in accs if a is not None]
+    accs = [a for a in (c.metrics.get(metric) for c in members) if a is not None]
     if accs and sum(accs) / len(accs) < MIN_ID_ACCURACY:
-        what = "per-token accuracy" if per_token else "accuracy"
-        return f"in-distribution {what} {sum(accs) / len(accs):.3f} < {MIN_ID_ACCURACY}"
+        part = metric.split("/")[1] + " " if metric.count("/") == 2 else ""
+        what = "per-token accuracy" if metric.endswith("token_acc") else "accuracy"
+        return f"in-distribution {part}{what} {sum(accs) / len(accs):.3f} < {MIN_ID_ACCURACY}"
     return None
 
 

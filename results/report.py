@@ -12,6 +12,7 @@ from results import plots, verdicts
 from results.cells import Cell, Group, Report, Stat, mean_std
 
 TOKEN_ACC = re.compile(r"^val/token_acc_at_(\d+)$")  # a synthetic task's per-token accuracy at length L
+PART_TOKEN_ACC = re.compile(r"^val/(\w+)/token_acc_at_(\d+)$")  # a mixture part's (harness/data/tasks/mixture.py)
 
 # ---------------------------------------------------------------- text outputs
 
@@ -108,27 +109,34 @@ def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
 
 def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     """Per group, per-token accuracy (mean ± std) and exact match (mean) at each evaluated task length, with each
-    task variant's position-blind baseline as a row of its own; None when no cell scored a task."""
+    task variant's position-blind baseline as a row of its own; a mixture's parts (task=mixture) each get their
+    rows under the pooled one. None when no cell scored a task."""
     def at(cells, name: str, n: int) -> Stat:
         return mean_std([c.metrics[f"{name}_at_{n}"] for c in cells if c.finished and f"{name}_at_{n}" in c.metrics])
 
-    lengths = sorted({int(m[1]) for g in r.groups for c in g.cells for k in c.metrics if (m := TOKEN_ACC.match(k))})
+    keys = {k for g in r.groups for c in g.cells for k in c.metrics}
+    lengths = sorted({int(m[1]) for k in keys if (m := TOKEN_ACC.match(k))})
     if not lengths:
         return None
+    parts = sorted({m[1] for k in keys if (m := PART_TOKEN_ACC.match(k))})
     rows, blind_done = [], set()
     for g in r.groups:
-        token = [at(g.cells, "val/token_acc", n) for n in lengths]
-        exact = [at(g.cells, "val/acc", n) for n in lengths]
-        rows.append([g.label, g.attn, *(f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
-                                         for t, e in zip(token, exact, strict=True))])
-        blind = [at(g.cells, "val/blind_token_acc", n) for n in lengths]
-        task = " ".join(o for o in g.variant.split() if o.startswith("task=")) or g.variant  # one row per task
-        if task not in blind_done and any(b.mean is not None for b in blind):
-            blind_done.add(task)
-            blind_exact = [at(g.cells, "val/blind_acc", n) for n in lengths]
-            shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
-                     for b, e in zip(blind, blind_exact, strict=True)]
-            rows.append([f"position-blind {task}".strip(), "—", *shown])
+        for part in (None, *parts):
+            prefix = "val/" if part is None else f"val/{part}/"
+            token = [at(g.cells, f"{prefix}token_acc", n) for n in lengths]
+            exact = [at(g.cells, f"{prefix}acc", n) for n in lengths]
+            label = g.label if part is None else f"{g.label} · {part}"
+            rows.append([label, g.attn, *(f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
+                                          for t, e in zip(token, exact, strict=True))])
+            blind = [at(g.cells, f"{prefix}blind_token_acc", n) for n in lengths]
+            task = " ".join(o for o in g.variant.split() if o.startswith("task=")) or g.variant  # one row per task
+            task = task if part is None else f"{task} {part}".strip()
+            if task not in blind_done and any(b.mean is not None for b in blind):
+                blind_done.add(task)
+                blind_exact = [at(g.cells, f"{prefix}blind_acc", n) for n in lengths]
+                shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
+                         for b, e in zip(blind, blind_exact, strict=True)]
+                rows.append([f"position-blind {task}".strip(), "—", *shown])
     return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
 

@@ -5,7 +5,16 @@ import argparse
 import pytest
 
 from results.cells import Cell
-from results.paper import PREMATURE, Outcome, compare, in_arm, overall, readiness, welch_interval
+from results.paper import (
+    PREMATURE,
+    Outcome,
+    compare,
+    in_arm,
+    in_distribution_metric,
+    overall,
+    readiness,
+    welch_interval,
+)
 from results.stats import minimum_detectable_effect
 from tests.helpers import assert_figure
 
@@ -146,6 +155,31 @@ def test_a_claim_on_per_token_accuracy_asks_the_training_lengths_of_per_token_ac
     assert set(readiness(cells, [exact], min_gain=0.05)) == {"pos=rope", "pos=none"}
 
 
+def test_a_claim_on_a_mixture_part_asks_that_part_its_training_lengths():
+    """task=mixture trains several tasks in one run: a claim on reverse (val/reverse/token_acc_at_16) asks the
+    arms' reverse at the training lengths (val/reverse/token_acc), not the pooled val/token_acc nor copy's."""
+    def part_cell(label, reverse, copy):
+        return Cell("id", label, label, "p", "a", "0", "finished", order_signal="scheme",
+                    metrics={"val/order_gain": 0.4, "val/token_acc": 0.999, "val/reverse/token_acc": reverse,
+                             "val/copy/token_acc": copy, "val/reverse/acc": 0.5})
+    cells = [part_cell("pos=rope", 0.995, 0.90), part_cell("pos=none", 0.97, 1.0)]
+    on_reverse = {"metric": "val/reverse/token_acc_at_16", "higher": "pos=rope", "than": "pos=none"}
+    on_copy = {"metric": "val/copy/token_acc_at_16", "higher": "pos=rope", "than": "pos=none"}
+    unready = readiness(cells, [on_reverse], min_gain=0.05)
+    assert set(unready) == {"pos=none"} and "in-distribution reverse per-token accuracy 0.970" in unready["pos=none"]
+    assert set(readiness(cells, [on_copy], min_gain=0.05)) == {"pos=rope"}
+    assert set(readiness(cells, [dict(on_reverse, metric="val/reverse/acc_at_16")], min_gain=0.05)) == \
+        {"pos=rope", "pos=none"}  # exact match of the part: 0.5
+
+
+@pytest.mark.parametrize(("metric", "asked"), [
+    ("val/acc_at_16", "val/acc"), ("val/token_acc_at_80", "val/token_acc"), ("val/sort/acc_at_12", "val/sort/acc"),
+    ("val/missing_duplicate/token_acc_at_24", "val/missing_duplicate/token_acc"), ("val/loss", "val/acc"),
+    ("val/blind_token_acc_at_16", "val/acc"), ("val/loss_at_16", "val/acc")])
+def test_the_in_distribution_metric_of_a_comparison(metric, asked):
+    assert in_distribution_metric(metric) == asked
+
+
 def test_threshold_comparison_and_overall_rule():
     c = {"metric": "pos/theta_rel_change", "below": 0.05, "cell": "pos=rope_trainable"}
     assert compare(c, {"pos=rope_trainable": [0.01, 0.02]}).verdict == "supports"
@@ -192,7 +226,7 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
     class Cell:
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
-            self.order_gain, self.acc, self.order_signal = 1.0, None, "scheme"  # models that use order
+            self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"  # models that use order
 
     cells = [Cell(f"pos={p} seed={s}", loss) for p, losses in
              {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()
@@ -353,7 +387,7 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
     class Cell:
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
-            self.order_gain, self.acc, self.order_signal = 1.0, None, "scheme"
+            self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"
 
     losses = {("toy", "rope"): [2.0, 2.1, 2.05], ("toy", "learned"): [1.0, 1.1, 1.05],  # toy: the claim fails
               ("toy2x", "rope"): [1.0, 1.1, 1.05], ("toy2x", "learned"): [2.0, 2.1, 2.05]}  # 2×: it holds
@@ -382,7 +416,7 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
     class Cell:
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
-            self.order_gain, self.acc, self.order_signal = 1.0, None, "scheme"
+            self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"
 
     cells = [Cell(f"pos={p} seed={i} scale={s}", loss + i / 20) for s in ("toy", "toy2x")
              for p, loss in (("rope", 1.0), ("learned", 2.0)) for i in range(3)]

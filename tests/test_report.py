@@ -169,3 +169,22 @@ def test_task_accuracies_by_length_sit_beside_each_tasks_position_blind_baseline
     assert "| rope task=reverse | softmax | 0.850 ± 0.071 (0.400 ± 0.141) | 0.425 ± 0.035 (0.000 ± 0.000) |" in text
     assert text.count("| position-blind task=reverse | — | 0.640 (0.010) | 0.540 (0.000) |") == 1  # once per task
     assert "Accuracy vs evaluation length" not in markdown(build_report(CELLS, "t", []), [])  # no task: no table
+
+
+def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
+    """task=mixture logs val/<part>/token_acc_at_<L> per part: each part has its own row per scheme and its own
+    position-blind row, once."""
+    from results.report import markdown
+
+    def metrics(reverse):
+        return {"val/token_acc_at_8": 0.8, "val/acc_at_8": 0.2, "val/reverse/token_acc_at_8": reverse,
+                "val/reverse/acc_at_8": 0.1, "val/sort/token_acc_at_8": 0.95, "val/sort/acc_at_8": 0.6,
+                "val/reverse/blind_token_acc_at_8": 0.6, "val/reverse/blind_acc_at_8": 0.01}
+
+    cells = [make_cell(pos, s, [(10, 1.0)], variant="task=mixture", metrics=metrics(r), job=j)
+             for j, (pos, s, r) in enumerate([("rope", 0, 0.7), ("rope", 1, 0.9), ("alibi", 0, 0.5)])]
+    text = markdown(build_report(cells, "t", []), [])
+    assert "| rope task=mixture | softmax | 0.800 ± 0.000 (0.200 ± 0.000) |" in text
+    assert "| rope task=mixture · reverse | softmax | 0.800 ± 0.141 (0.100 ± 0.000) |" in text
+    assert "| alibi task=mixture · sort | softmax | 0.950 (0.600) |" in text
+    assert text.count("| position-blind task=mixture reverse | — | 0.600 (0.010) |") == 1

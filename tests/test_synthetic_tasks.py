@@ -31,7 +31,7 @@ MASK, PAD = 257, 256
 # Filler without digits, so the key's digits are the only ones in a passkey example.
 FILLER = b"".join(b"Sentence %b of the filler text, with words and no numbers at all. " % w
                   for w in (b"one", b"two", b"three", b"four", b"five", b"six", b"seven", b"eight") * 8)
-TASKS = ["copy", "reverse", "sort", "missing_duplicate", "associative_recall", "passkey"]
+TASKS = ["copy", "reverse", "sort", "missing_duplicate", "associative_recall", "passkey", "mixture"]
 
 
 def gen(i: int = 0) -> torch.Generator:

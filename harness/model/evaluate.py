@@ -177,6 +177,23 @@ def task_metrics(results: TaskResults) -> dict[str, float]:
             **{f"val/blind_token_acc_at_{n}": b.token_acc for n, b in results.blind.items()}}
 
 
+def evaluate_parts(module, task, corpus, batch_size: int) -> tuple[dict[str, float], str]:
+    """A mixture's parts (harness/data/tasks/mixture.py), each scored on its own evaluation sets as if it had
+    trained alone: ``val/<part>/acc`` and ``val/<part>/token_acc`` at the training lengths, and every
+    ``task_metrics`` entry per length as ``val/<part>/…``; with their accuracy tables. Nothing for other tasks."""
+    metrics, tables = {}, []
+    for name, part in getattr(task, "parts", {}).items():
+        results = evaluate_task(module, part, corpus, batch_size)
+        metrics.update({key.replace("val/", f"val/{name}/", 1): v for key, v in task_metrics(results).items()})
+        trained = TaskResults()  # lengths drawn from train_lengths, as val/acc: key 0 stands for them
+        _score_length(module, DataLoader(part.validation_data(corpus, 0), batch_size=batch_size,
+                                         collate_fn=part.collate), 0, trained)
+        metrics[f"val/{name}/acc"], metrics[f"val/{name}/token_acc"] = trained.accuracy[0], trained.token_accuracy[0]
+        tables.append(f"{name} (training lengths: per token {trained.token_accuracy[0]:.3f}, exact match "
+                      f"{trained.accuracy[0]:.3f}): " + accuracy_table(results))
+    return metrics, "\n".join(tables)
+
+
 def accuracy_table(results: TaskResults) -> str:
     """The final model's accuracies per length, each beside its position-blind baseline [in brackets]."""
     blind = bool(results.blind)
