@@ -37,13 +37,15 @@ def test_preset_composes_and_names_its_claim(preset, scale):
     toy_steps = compose([f"experiment={preset}"]).trainer.max_steps
     if scale == "paper":
         assert cfg.trainer.max_steps > toy_steps
-    if scale == "toy":  # CPU-sized: the sweep's trainings, a task's own budget (conf/experiment_task) included, sum
+    if scale == "toy":  # CPU-sized: the sweep's trainings, a task's or a scheme's own budget included, sum
         # to ≤ 120,000 steps (nope_length_generalization's 97,500 at its 4-layer toy took 24.4 min on 2 cores)
-        steps = {t: compose([f"experiment={preset}", f"task={t}"]).trainer.max_steps
-                 for t in str(cfg.hydra.sweeper.params.get("task", cfg.hydra.runtime.choices.task)).split(",")}
         cells = sweep_cells(cfg)
-        total = sum(steps.get(next((o[5:] for o in c if o.startswith("task=")), None), cfg.trainer.max_steps)
-                    for c in cells)
+        budget = {}  # the steps of each (task, pos) the sweep trains, budgets per task and per scheme included
+        for c in cells:
+            key = tuple(o for o in c if o.startswith(("task=", "pos=")))
+            if key not in budget:
+                budget[key] = compose([f"experiment={preset}", *key]).trainer.max_steps
+        total = sum(budget[tuple(o for o in c if o.startswith(("task=", "pos=")))] for c in cells)
         assert total <= 120_000, f"{len(cells)} trainings, {total} steps"
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
@@ -77,32 +79,37 @@ def test_grid_smoke_is_one_seed_of_the_toy_grid_with_fewer_steps():
     assert smoke.model == toy.model and smoke.task == toy.task  # the same cells, only shorter
 
 
-TASK_BUDGETS = sorted((ROOT / "conf" / "experiment_task").glob("*/*/*.yaml"))
+# a preset's budget per task or per scheme: conf/experiment_<axis>/<preset>/<scale>/<option>.yaml
+BUDGETS = sorted((p, axis) for axis in ("task", "pos")
+                 for p in (ROOT / "conf" / f"experiment_{axis}").glob("*/*/*.yaml"))
 
 
-def test_a_task_budget_names_a_preset_scale_and_task_that_exist():
-    """conf/experiment_task/<preset>/<scale>/<task>.yaml is an optional group: a misspelt file would be skipped
-    in silence, so each must name a preset, one of its scales and a task the preset sweeps."""
-    assert TASK_BUDGETS, "no preset has a per-task budget"
-    for path in TASK_BUDGETS:
-        preset, scale, task = path.parent.parent.name, path.parent.name, path.stem
+def swept(preset: str, scale: str, axis: str) -> list[str]:
+    cfg = compose([f"experiment={preset}", f"scale={scale}"])
+    return str(cfg.hydra.sweeper.params.get(axis, cfg.hydra.runtime.choices[axis])).split(",")
+
+
+def test_a_budget_names_a_preset_scale_and_option_the_preset_sweeps():
+    """conf/experiment_<axis>/<preset>/<scale>/<option>.yaml is an optional group: a misspelt file would be skipped
+    in silence, so each must name a preset, one of its scales and a task (or scheme) the preset sweeps."""
+    assert {axis for _, axis in BUDGETS} == {"task", "pos"}, "no preset has a per-task or per-scheme budget"
+    for path, axis in BUDGETS:
+        preset, scale, option = path.parent.parent.name, path.parent.name, path.stem
         assert (ROOT / "conf" / "experiment" / f"{preset}.yaml").exists(), path
         assert (ROOT / "conf" / "experiment_scale" / preset / f"{scale}.yaml").exists(), path
-        swept = str(compose([f"experiment={preset}", f"scale={scale}"]).hydra.sweeper.params.task).split(",")
-        assert task in swept, f"{path}: task={task} is not swept by experiment={preset}"
+        assert option in swept(preset, scale, axis), f"{path}: {axis}={option} is not swept by experiment={preset}"
 
 
-@pytest.mark.parametrize("path", TASK_BUDGETS, ids=lambda p: "/".join(p.parts[-3:]))
-def test_a_task_budget_moves_its_own_cells_only(path):
-    preset, scale, task = path.parent.parent.name, path.parent.name, path.stem
+@pytest.mark.parametrize(("path", "axis"), BUDGETS, ids=lambda x: "/".join(x.parts[-4:]) if hasattr(x, "parts") else x)
+def test_a_budget_moves_its_own_cells_only(path, axis):
+    preset, scale, option = path.parent.parent.name, path.parent.name, path.stem
     budget = OmegaConf.load(path).trainer.max_steps
     scale_steps = OmegaConf.load(ROOT / "conf" / "experiment_scale" / preset / f"{scale}.yaml").trainer.max_steps
     assert budget != scale_steps, f"{path} repeats the scale's steps"
-    assert compose([f"experiment={preset}", f"scale={scale}", f"task={task}"]).trainer.max_steps == budget
-    swept = str(compose([f"experiment={preset}", f"scale={scale}"]).hydra.sweeper.params.task).split(",")
-    for other in (t for t in swept if not (path.parent / f"{t}.yaml").exists()):  # no file: the scale's steps
-        assert compose([f"experiment={preset}", f"scale={scale}", f"task={other}"]).trainer.max_steps == scale_steps
+    assert compose([f"experiment={preset}", f"scale={scale}", f"{axis}={option}"]).trainer.max_steps == budget
+    for other in (o for o in swept(preset, scale, axis) if not (path.parent / f"{o}.yaml").exists()):
+        assert compose([f"experiment={preset}", f"scale={scale}", f"{axis}={other}"]).trainer.max_steps == scale_steps
     # the command line still wins over the preset's budget, and without experiment= nothing moves
-    assert compose([f"experiment={preset}", f"scale={scale}", f"task={task}", "trainer.max_steps=7"]) \
+    assert compose([f"experiment={preset}", f"scale={scale}", f"{axis}={option}", "trainer.max_steps=7"]) \
         .trainer.max_steps == 7
-    assert compose([f"task={task}"]).trainer.max_steps == compose([]).trainer.max_steps
+    assert compose([f"{axis}={option}"]).trainer.max_steps == compose([]).trainer.max_steps
