@@ -38,7 +38,8 @@ def test_preset_composes_and_names_its_claim(preset, scale):
     if scale == "paper":
         assert cfg.trainer.max_steps > toy_steps
     if scale == "toy":  # CPU-sized: the sweep's trainings, a task's or a scheme's own budget included, sum
-        # to ≤ 120,000 steps (nope_length_generalization's 97,500 at its 4-layer toy took 24.4 min on 2 cores)
+        # to ≤ 125,000 steps (nope_length_generalization's 97,500 took 24.4 min on 2 cores, randomized_positions'
+        # 114,000 25.7 min)
         cells = sweep_cells(cfg)
         budget = {}  # the steps of each (task, pos) the sweep trains, budgets per task and per scheme included
         for c in cells:
@@ -46,7 +47,7 @@ def test_preset_composes_and_names_its_claim(preset, scale):
             if key not in budget:
                 budget[key] = compose([f"experiment={preset}", *key]).trainer.max_steps
         total = sum(budget[tuple(o for o in c if o.startswith(("task=", "pos=")))] for c in cells)
-        assert total <= 120_000, f"{len(cells)} trainings, {total} steps"
+        assert total <= 125_000, f"{len(cells)} trainings, {total} steps"
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
         for side in ("lower", "higher", "than", "cell"):  # lower_than_metric names a metric, not an arm
