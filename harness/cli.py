@@ -341,6 +341,14 @@ def _composition(exc) -> str:
         return one_line(exc)
     text = one_line(exc).split(" To append to your config use")[0].split(" Key '")[0]
     cause = one_line(exc.__cause__) if exc.__cause__ else ""
+    if text.startswith("Error resolving interpolation '${"):  # a defaults entry (conf/config.yaml) names a group
+        from harness.config.validate import missing_group  # the ~pos removed: its own line, as validation gives it
+
+        named = re.findall(r"\$\{(\w+)\}", text.split("'")[1])
+        known = text.partition("possible interpolation keys:")[2]
+        gone = [g for g in named if not re.search(rf"\b{g}\b", known)]
+        if gone:
+            return missing_group(gone[0])
     key = _quoted_key(text)
     elsewhere = _options_with_key(key) if key else []
     if elsewhere:  # e.g. data.path under data=embedded: a key of the group's other options

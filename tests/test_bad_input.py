@@ -243,6 +243,7 @@ RUN_CASES = [
      "must be positive, e.g. optim.optimizer.lr=1e-3 (the sweep trained nothing, in 8 cells)"),
     # ---- Hydra structure: a group removed, a class that is not one, an output dir that is none
     ("group-removed", ["~pos"], "the config has no pos (a run needs every group"),
+    ("task-removed", ["~task"], "the config has no task (a run needs every group"),  # a ${task} defaults entry
     ("group-null", ["pos=null"], "pos=null would remove a config group a run needs; pick one of its options"),
     ("target-not-a-variant", ["attn._target_=builtins.dict"], "attn._target_=builtins.dict is not an attention "
      "variant: attn builds a subclass of attention.base.AttentionVariant"),

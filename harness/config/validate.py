@@ -248,13 +248,17 @@ def _check_preset(name: str | None, scale: str | None = None) -> None:
 # ---------------------------------------------------------------- 2. every node against its schema
 
 
+def missing_group(group: str) -> str:
+    """The line for a run without one of the groups it needs (``~pos``, ``pos=null``, a preset that drops one)."""
+    return (f"the config has no {group} (a run needs every group: {', '.join(schema.GROUPS)}); "
+            f"pick one with {group}=NAME (python run.py --list lists them)"
+            f"{', e.g. pos=none for no positions' if group == 'pos' else ''}")
+
+
 def check_nodes(values: dict, choices: dict[str, str]) -> None:
     missing = [g for g in schema.GROUPS if not isinstance(values.get(g), dict)]
     if missing:  # ~pos, pos=null, or a preset that drops one
-        group = missing[0]
-        raise ConfigError(f"the config has no {group} (a run needs every group: {', '.join(schema.GROUPS)}); "
-                          f"pick one with {group}=NAME (python run.py --list lists them)"
-                          f"{', e.g. pos=none for no positions' if group == 'pos' else ''}")
+        raise ConfigError(missing_group(missing[0]))
     top = schema.plain_fields(schema.RunSettings)
     known = [*top, *schema.GROUPS, *(k for k in schema.PLAIN if k)]
     schema.check_known("", list(values), known, "the config")
