@@ -82,13 +82,8 @@ class Mixture(SyntheticTask):
         if len(forms) != 1:
             raise ConfigError(f"task.parts: the parts take different forms by default ({sorted(forms)}); "
                               "set task.form")
-        self.names = list(self.parts)
-        first = self.parts[self.names[0]]
-        super().__init__(tokenizer, first.form, train_lengths, eval_lengths, eval_examples)
-
-    @property
-    def forms(self) -> tuple[str, ...]:  # the parts' forms were checked by each part
-        return (self.parts[self.names[0]].form,) if hasattr(self, "parts") else ()
+        self.forms = (forms.pop(),)  # each part checked the form against its own
+        super().__init__(tokenizer, self.forms[0], train_lengths, eval_lengths, eval_examples)
 
     def min_length(self) -> int:
         return max(p.min_length() for p in self.parts.values())
@@ -97,6 +92,6 @@ class Mixture(SyntheticTask):
         return max(p.layout_size(length) for p in self.parts.values())
 
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
-        k = int(torch.randint(len(self.names), (1,), generator=gen))
-        lay = self.parts[self.names[k]].layout(length, gen)
+        k = int(torch.randint(len(self.parts), (1,), generator=gen))
+        lay = list(self.parts.values())[k].layout(length, gen)
         return Layout(lay.tokens, lay.answer, {"part": k})  # a part's own extras differ from the others'
