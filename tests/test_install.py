@@ -1,9 +1,13 @@
 """posbench as a user installs it: a plain (non-editable) ``pip install .`` into a fresh virtual environment,
 then the ``posbench`` command and ``python -m results`` from a directory that is not the checkout.
 
-The environment sees the system's site-packages (torch, lightning, ... are reused: no network), which also
-hold the checkout's editable install; the first test checks that the copy imported is the installed one.
-pip builds in the source tree (build/, *.egg-info), so it installs a copy of the sources, never the checkout.
+The fresh environment reuses the packages of the environment running the tests (torch, lightning, ...: no
+network) through a ``.pth`` file that adds that environment's site directories after its own. Not
+``--system-site-packages``: a venv made from inside another venv sees the *base* interpreter's packages, not
+the outer venv's (../shared/FACTS.md), so the test passed where packages were installed into the machine's
+interpreter and failed in every newcomer's venv. Those directories also hold the checkout's editable install;
+the first test checks that the copy imported is the installed one. The outer environment's pip and setuptools
+(the ``test`` extra's) build and install it; pip builds in a copy of the sources, never in the checkout.
 """
 
 from __future__ import annotations
@@ -54,16 +58,32 @@ def copy_sources(dest: Path) -> Path:
     return dest
 
 
+def fresh_venv(venv: Path) -> Path:
+    """A venv with no packages of its own that sees this environment's, after its own site-packages; its python."""
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    own = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True).stdout.strip())
+    outer = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    # addsitedir, not a bare path: the outer .pth files (the checkout's editable install among them) apply too
+    (own / "zz_outer_environment.pth").write_text(
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in dict.fromkeys(outer) if Path(d).is_dir()))
+    return python
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Installed:
     base = tmp_path_factory.mktemp("install")
     src = copy_sources(base / "src")
     venv = base / "venv"
-    # no pip of its own: the system's pip and setuptools (seen through --system-site-packages) build and install
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--disable-pip-version-check", str(src)], capture_output=True, text=True, timeout=300)
+    python = fresh_venv(venv)
+    # the outer pip and setuptools, seen through the .pth, build and install into the fresh venv (sys.prefix);
+    # --ignore-installed: the checkout's editable posbench, seen the same way, is not the venv's to uninstall
+    done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--ignore-installed", "--disable-pip-version-check", str(src)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
