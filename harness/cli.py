@@ -59,15 +59,16 @@ class _Mode:
 
 
 def entry(argv: list[str], main: Callable[[], object]) -> int:
-    """``python run.py ...``: --matrix and --list before Hydra parses argv; --check taken out of it."""
-    if len(argv) > 1 and argv[1].split("=")[0] == MATRIX_FLAG:
-        from harness.config.compat import print_matrix
-
-        return _guarded(lambda: print_matrix(argv[1], argv[2:]))
-    if len(argv) > 1 and argv[1].split("=")[0] == LIST_FLAG:
-        from harness.config.catalog import print_catalogue
-
-        return _guarded(lambda: print_catalogue(argv[1], argv[2:]))
+    """``python run.py ...``: --matrix and --list (anywhere in argv) before Hydra parses it; --check taken out."""
+    listing = [i for i, a in enumerate(argv[1:], 1) if a.split("=")[0] in (MATRIX_FLAG, LIST_FLAG)]
+    if listing:  # the rest (--config-dir DIR, pos._target_=...) is the command's to check, in any order
+        at = listing[0]
+        flag, rest = argv[at], argv[1:at] + argv[at + 1:]
+        if flag.split("=")[0] == MATRIX_FLAG:
+            from harness.config.compat import print_matrix as command
+        else:
+            from harness.config.catalog import print_catalogue as command
+        return _guarded(lambda: command(flag, rest))
     try:
         gpu_memory = _take_gpu_memory(argv)
     except ConfigError as e:

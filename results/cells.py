@@ -23,6 +23,9 @@ CONDITION_METRIC = re.compile(r"^val/(?:(?P<prefix>(?:finetuned/)?[a-z0-9_]+)/)?
                               r"(?:_stride_(?P<stride>\d+)|_last_(?P<last>\d+))?$")
 SKIPPED_TAG = re.compile(r"^eval_skipped_at_(\d+)$")
 GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; others form a variant
+# overrides that choose the pos or attn column's value (its tag: a class's own name, a per-layer pattern's),
+# so a sweep over them is a sweep over that column: pos._target_=positional.rope.Rope,mypkg.decay.Decay
+NAMING_KEYS = ("pos._target_", "attn._target_", "pos.layers", "attn.layers")
 MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs/verdicts.md)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, SKIPPED_TAG, Cell
+from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, NAMING_KEYS, SKIPPED_TAG, Cell
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
 
@@ -124,8 +124,8 @@ def _status(run) -> tuple[str, str]:
 
 
 def _variant(cell: str) -> str:
-    """The swept overrides of a cell other than pos/attn/seed, e.g. ``optim.optimizer.lr=1e-4``."""
-    return " ".join(o for o in cell.split() if o.split("=", 1)[0].lstrip("+~") not in GRID_KEYS)
+    """The swept overrides of a cell other than those naming its pos/attn/seed, e.g. ``optim.optimizer.lr=1e-4``."""
+    return " ".join(o for o in cell.split() if o.split("=", 1)[0].lstrip("+~") not in (*GRID_KEYS, *NAMING_KEYS))
 
 
 def regenerate_command(sweep: Sweep, out_dir=None) -> str:

@@ -15,45 +15,16 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ROOT, TINY
+from tests.user_package import SCHEME, write_user_package, yaml_for
 
 pytestmark = pytest.mark.slow
 
 NAME = "byodecay"  # a name no other test id contains, so -k selects exactly the tests it joins
-
-SCHEME = '''
-"""Learned linear decay: b_ij = −softplus(w_h)·|i − j|, per head (a throwaway scheme for tests)."""
-
-import math
-
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from harness.errors import ConfigError
-from positional.base import PositionalScheme, bias_over_offsets
-
-
-class Decay(PositionalScheme):
-    bias_kind = "relative"
-    bias_depends_on_layer = False
-
-    def __init__(self, shape, init: float = 0.5, randomize: bool = False, max_position: int | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position)
-        if not init > 0:
-            raise ConfigError(f"init={init} must be positive")
-        self.w = nn.Parameter(torch.full((shape.n_heads,), math.log(math.expm1(init))))  # softplus(w) = init
-
-    def logit_bias(self, positions, layer):
-        offsets = self.offsets(positions).to(self.w.dtype)  # (2S-1,) i - j
-        distance = offsets if self.shape.causal else offsets.abs()
-        return bias_over_offsets(-F.softplus(self.w)[:, None] * distance[None, :], positions)  # table (H, 2S-1)
-'''
 
 OWN_TEST = f'''
 """The throwaway scheme's own test: its bias against the explicit O(T²) form, in float64."""
@@ -73,17 +44,6 @@ def test_bias_is_minus_softplus_w_times_distance():
 '''
 
 
-def yaml_for(target: str) -> str:
-    return textwrap.dedent(f"""\
-        # Learned linear decay (a throwaway scheme): b_ij = −softplus(w_h)·|i − j|.
-        _target_: {target}
-        _partial_: true
-        init: 0.5
-        randomize: false
-        max_position: null
-        """)
-
-
 def run(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None, timeout: int = 300):
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, capture_output=True,
@@ -93,12 +53,7 @@ def run(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None, tim
 @pytest.fixture(scope="module")
 def user(tmp_path_factory):
     """A user's own package (mypkg/decay.py) and config directory (myconf/pos/decay.yaml), outside the repo."""
-    home = tmp_path_factory.mktemp("user")
-    (home / "mypkg").mkdir()
-    (home / "mypkg" / "__init__.py").write_text("")
-    (home / "mypkg" / "decay.py").write_text(SCHEME)
-    (home / "myconf" / "pos").mkdir(parents=True)
-    (home / "myconf" / "pos" / "decay.yaml").write_text(yaml_for("mypkg.decay.Decay"))
+    home = write_user_package(tmp_path_factory.mktemp("user"))
     env = {"PYTHONPATH": os.pathsep.join([str(home), os.environ.get("PYTHONPATH", "")]),
            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
     return home, env

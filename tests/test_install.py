@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, TINY
+from tests.user_package import write_user_package
 
 HEAVY = {"lightning", "pytorch_lightning", "mlflow", "hydra", "omegaconf"}
 HYDRA_FULL = "HYDRA_FULL_ERROR"
@@ -39,11 +40,18 @@ class Installed:
     posbench: Path  # its console script
     site: Path  # its site-packages
     cwd: Path  # where the commands run: neither the checkout nor the environment
+    sweep_output: str = ""  # what the trained fixture's sweep printed
 
-    def run(self, *argv: str | Path, timeout: float = 300) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI", HYDRA_FULL)}
-        return subprocess.run([str(a) for a in argv], cwd=self.cwd, env={**env, "OMP_NUM_THREADS": "1"},
+    def run(self, *argv: str | Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+        """``argv`` in ``cwd``, with none of the checkout's settings; ``env``: the user's own (PYTHONPATH)."""
+        kept = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI", HYDRA_FULL)}
+        return subprocess.run([str(a) for a in argv], cwd=self.cwd, env={**kept, "OMP_NUM_THREADS": "1", **env},
                               capture_output=True, text=True, timeout=timeout)
+
+    @property
+    def user(self) -> dict[str, str]:
+        """The environment of a user whose package (mypkg, tests/user_package.py) is on PYTHONPATH."""
+        return {"PYTHONPATH": str(self.cwd)}
 
 
 def copy_sources(dest: Path) -> Path:
@@ -87,17 +95,20 @@ def installed(tmp_path_factory) -> Installed:
     assert done.returncode == 0, done.stdout + done.stderr
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    cwd = base / "elsewhere"
-    cwd.mkdir()
+    cwd = write_user_package(base / "elsewhere")  # the user's own package and config dir are where they work
     return Installed(python, venv / "bin" / "posbench", site, cwd)
 
 
 @pytest.fixture(scope="module")
 def trained(installed) -> Installed:
     """A two-cell sweep, no store named: the store, outputs and multirun must land in the working directory.
+    Its axis is a class of the user's package beside a built-in's, named by ``pos._target_`` (README, "Your own
+    scheme"): the cells must be named after the classes and compared like any two options.
     (A single run starts the same way, through harness/main.py; tests/test_cli.py trains one.)"""
-    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0", "pos=rope,none")
+    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0",
+                          "pos._target_=positional.rope.Rope,mypkg.decay.Decay", **installed.user)
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    installed.sweep_output = sweep.stdout + sweep.stderr
     return installed
 
 
@@ -164,7 +175,7 @@ def test_posbench_trains_into_the_working_directory(trained):
     client = MlflowClient(f"sqlite:///{db}")
     runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
     cells = {r.data.tags["pos"]: r for r in runs if "pos" in r.data.tags}
-    assert set(cells) == {"rope", "none"}
+    assert set(cells) == {"rope", "decay"}
     assert {r.info.status for r in runs} == {"FINISHED"}  # both cells and the sweep's parent run
     version = pyproject()["project"]["version"]
     assert cells["rope"].data.tags["git_sha"] == f"installed {version}"  # not the commit of a repository around it
@@ -177,5 +188,91 @@ def test_results_commands_read_the_store_of_the_working_directory(trained):
     done = trained.run(trained.python, "-m", "results", "report", "--out", "results/posbench")
     assert done.returncode == 0, done.stdout + done.stderr
     report = (trained.cwd / "results" / "posbench" / "report.md").read_text()
-    assert "pos=none" in report and "pos=rope" in report
+    assert "pos=decay" in report and "pos=rope" in report
     assert "--out results/posbench/`" in report  # the regenerate line, relative to the working directory
+
+
+# ---------------------------------------------------------------- every documented route, from the installed copy
+
+
+@pytest.mark.slow
+def test_a_class_named_by_target_is_compared_with_a_built_in_in_its_sweep(trained):
+    """pos._target_ cells are one axis (the class's name), not two variants with nothing to compare."""
+    assert "nothing to compare" not in trained.sweep_output
+    verdicts = [line.strip() for line in trained.sweep_output.splitlines()
+                if line.strip().startswith(("decay vs rope (softmax)", "rope vs decay (softmax)"))]
+    assert len(verdicts) == 1, trained.sweep_output[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [
+    ["--config-dir", "{conf}", "--matrix"],  # CONTRIBUTING's own command
+    ["--matrix", "--config-dir", "{conf}"],
+    ["--config-dir={conf}", "--matrix=md"],
+    ["--config-dir", "{conf}", "--list"],
+    ["-cd", "{conf}", "--list=md"],
+    ["--list", "hydra.searchpath=[file://{conf}]"],
+], ids=["cd-matrix", "matrix-cd", "cd=-matrix=md", "cd-list", "cd-short-list=md", "list-searchpath"])
+def test_matrix_and_list_take_the_users_config_dir_in_any_position(installed, argv):
+    done = installed.run(installed.posbench, *(a.format(conf=installed.cwd / "myconf") for a in argv),
+                         **installed.user)
+    assert done.returncode == 0, done.stderr
+    assert any(line.lstrip("| `").startswith("decay") for line in done.stdout.splitlines()), done.stdout
+
+
+@pytest.mark.slow
+def test_list_and_matrix_show_a_class_named_by_target(installed):
+    listed = installed.run(installed.posbench, "--list", "pos._target_=mypkg.decay.Decay", **installed.user)
+    assert listed.returncode == 0, listed.stderr
+    assert "Learned linear decay" in listed.stdout and "bias: relative" in listed.stdout
+    paired = installed.run(installed.posbench, "pos._target_=mypkg.decay.Decay", "--matrix", **installed.user)
+    assert paired.returncode == 0 and any(line.startswith("decay ") for line in paired.stdout.splitlines())
+
+
+@pytest.mark.slow
+def test_check_takes_the_users_config_dir_and_class(installed):
+    conf = ["--config-dir", str(installed.cwd / "myconf")]
+    done = installed.run(installed.posbench, "--check", *conf, "pos=decay", "attn=performer", **installed.user)
+    assert done.returncode == 0 and "ok: pos=decay attn=performer" in done.stdout, done.stderr
+    done = installed.run(installed.posbench, *conf, "--check", "pos._target_=mypkg.decay.Decay", **installed.user)
+    assert done.returncode == 0 and "ok: pos=decay attn=softmax" in done.stdout, done.stderr
+
+
+@pytest.mark.slow
+def test_an_option_whose_package_is_missing_is_refused_in_one_line(installed):
+    """tokenizer=bpe without tokenizers (blocked as Python blocks a module): one line naming the extra, exit 2."""
+    code = ("import sys; sys.modules['tokenizers'] = None\n"
+            "from harness.main import main\n"
+            "sys.argv = ['posbench', '--check', 'tokenizer=bpe', 'task=clm']\n"
+            "sys.exit(main())")
+    done = installed.run(installed.python, "-c", code)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == ("error: tokenizer=bpe needs tokenizers, which is not installed here; "
+                           "pip install 'posbench[hf]' (in a checkout: pip install -e '.[hf]')\n")
+
+
+@pytest.mark.slow
+def test_a_hub_tokenizer_without_network_is_refused_at_once(installed, tmp_path):
+    """The README's GPU recipe (tokenizer=hf tokenizer.name=gpt2) where the Hub cannot be reached (here: a refused
+    port as its endpoint, an empty cache): one line in seconds, not ~45 s of the libraries' retries."""
+    import time
+
+    start = time.perf_counter()
+    done = installed.run(installed.posbench, "--check", "task=clm", "tokenizer=hf", "tokenizer.name=gpt2",
+                         HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
+    took = time.perf_counter() - start
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "the Hub was not asked (http://127.0.0.1:9 cannot be reached" in done.stderr
+    assert took < 20, took
+
+
+@pytest.mark.slow
+def test_prepare_writes_shards_that_the_installed_copy_trains_on(installed):
+    """README: python -m harness.data.prepare DIR ...; then data=tokens data.path=DIR (byte ids of a local file)."""
+    text = installed.cwd / "corpus.txt"
+    text.write_text("A line of text for the shards, with some words in it.\n" * 2000)
+    done = installed.run(installed.python, "-m", "harness.data.prepare", "shards", "data=text", f"data.path={text}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (installed.cwd / "shards" / "manifest.json").is_file()
+    done = installed.run(installed.posbench, "--check", "data=tokens", "data.path=shards", *TINY)
+    assert done.returncode == 0 and "data=tokens" in done.stdout, done.stdout + done.stderr

@@ -133,14 +133,25 @@ def test_a_vocabulary_without_a_mask_token_refuses_mlm_and_pads_clm_with_end_of_
     CausalLM(tok)
 
 
-def test_hf_tokenizer_offline_names_the_fix(monkeypatch):
+@pytest.mark.parametrize("hub_offline", ["0", "1"])
+def test_hf_tokenizer_offline_names_the_fix_at_once(monkeypatch, hub_offline):
+    """An unreachable Hub (a refused port) is found in one connection attempt, not ~45 s of retries; the user's
+    HF_HUB_OFFLINE=1 is taken as it is."""
+    import time
+
     import huggingface_hub.constants
 
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", hub_offline)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", hub_offline == "1")
+    start = time.perf_counter()
     with pytest.raises(ConfigError) as e:
         Pretrained("posbench-no-such-org/no-such-tokenizer")
+    assert time.perf_counter() - start < 10
     message = str(e.value)
     assert "\n" not in message and message.startswith("tokenizer.name=posbench-no-such-org/no-such-tokenizer: ")
+    why = "HF_HUB_OFFLINE is set" if hub_offline == "1" else "http://127.0.0.1:9 cannot be reached"
+    assert f"the Hub was not asked ({why}" in message
     assert "save_pretrained('DIR')" in message and "set tokenizer.name=DIR" in message
     with pytest.raises(ConfigError, match="tokenizer=hf needs tokenizer.name=gpt2, bert-base-uncased or a folder"):
         Pretrained(None)

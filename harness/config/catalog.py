@@ -227,15 +227,21 @@ def describe(group: str, cls: type) -> str:
     return ""
 
 
-def render_catalogue(extra: list[str | Path] = (), markdown: bool = False) -> str:
+def render_catalogue(extra: list[str | Path] = (), markdown: bool = False,
+                     targets: dict[str, str] | None = None) -> str:
+    """Every option of each group, and each class ``targets`` names for a group (``pos._target_=pkg.Class``),
+    listed under the name a run gives its cell (``option_name``)."""
     lines = []
     for group in GROUPS:
-        found = options(group, extra)
+        found = {name: option.load() for name, option in options(group, extra).items()}
+        if group in (targets or {}):
+            cls = locate(f"{group}._target_", targets[group])
+            check_interface(group, cls, targets[group])
+            found = dict(sorted({**found, option_name(cls): cls}.items()))
         lines += [f"## {group}=" if markdown else f"{group}= ({len(found)} options)", ""]
         if markdown:
             lines += ["| option | what | declares |", "|---|---|---|"]
-        for name, option in found.items():
-            cls = option.load()
+        for name, cls in found.items():
             what, declares = summary_line(cls, group), describe(group, cls)
             lines.append(f"| `{name}` | {what} | {declares} |" if markdown
                          else f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else ""))
@@ -249,5 +255,5 @@ def print_catalogue(flag: str, argv: list[str]) -> int:
     if fmt not in ("text", "md"):
         raise ConfigError(f"unknown list format {fmt!r}; use --list or --list=md")
     check_catalogue_args(flag, argv)
-    print(render_catalogue(user_config_dirs(argv), markdown=fmt == "md"), end="")
+    print(render_catalogue(user_config_dirs(argv), markdown=fmt == "md", targets=target_overrides(argv)), end="")
     return 0

@@ -6,11 +6,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate as hydra_instantiate
 
 from harness.errors import ConfigError, config_error_cause
+from harness.extras import check_requires
 
 
 def instantiate(node, **kwargs):
     """hydra.utils.instantiate, but a ConfigError raised by a constructor stays a ConfigError
-    (Hydra wraps it in an InstantiationException, which would hide the one-line message)."""
+    (Hydra wraps it in an InstantiationException, which would hide the one-line message), and a class whose
+    declared packages (``requires``) are not installed is refused in one line before it is built."""
+    check_requires(node)  # harness/extras.py
     try:
         return hydra_instantiate(node, **kwargs)
     except InstantiationException as e:

@@ -22,6 +22,7 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.data import hub
 from harness.data.corpus import Corpus, _check_val_every, block_split
 from harness.errors import ConfigError
 
@@ -34,6 +35,8 @@ SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
 class HFDataset:
     """A ``datasets`` dataset's ``text_column`` as a corpus. Checks run on the first ``sizes``/``load``;
     the corpus read then is kept, so validation and training read the dataset once."""
+
+    requires = ("datasets",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
     def __init__(self, path: str | None = None, name: str | None = None, config: str | None = None,
                  split: str = "train", val_split: str | None = None, text_column: str = "text",
@@ -104,14 +107,17 @@ class HFDataset:
     # --- the two ways in
 
     def _open_hub(self, split: str):
+        offline = hub.offline()  # no network: the cache at once, not 25 s of retries (harness/data/hub.py)
         datasets = _datasets()
 
         try:
             return datasets.load_dataset(self.name, self.config, split=split, streaming=self.streaming)
         except (ConnectionError, TimeoutError) as e:
+            hub_said = (f"the Hub was not asked ({offline})" if offline else
+                        f"the Hub cannot be reached ({_first_line(e)})")
             raise ConfigError(
-                f"data.name={self.name}: cannot reach the Hugging Face Hub and it is not in the datasets cache "
-                f"({_first_line(e)}); where there is a network run datasets.load_dataset({self.name!r}"
+                f"data.name={self.name}: not in the datasets cache, and {hub_said}; where there is a network run "
+                f"datasets.load_dataset({self.name!r}"
                 f"{f', {self.config!r}' if self.config else ''}).save_to_disk(DIR) and set data.path=DIR "
                 "instead of data.name") from None
         except ValueError as e:  # an unknown split or config: the library names the ones there are

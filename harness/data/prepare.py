@@ -28,6 +28,7 @@ import numpy as np
 
 from harness.data.shards import FORMAT, token_dtype
 from harness.errors import ConfigError, config_error_cause
+from harness.extras import check_requires
 
 PIECE = 1 << 24  # bytes of text encoded at a time
 SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
@@ -132,6 +133,8 @@ def _source_and_tokenizer(overrides: list[str]):
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
+        for node in (cfg.data.source, cfg.tokenizer):
+            check_requires(node)  # data=hf without datasets: one line, before anything is read
         return instantiate(cfg.data.source), instantiate(cfg.tokenizer)
     except InstantiationException as e:
         cause = config_error_cause(e)

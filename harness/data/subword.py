@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from harness.data import hub
 from harness.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0–4 of a trained vocabulary
@@ -186,6 +187,7 @@ class Trained(Subword):
     """Trained on the training split by the ``tokenizers`` library (or loaded from ``path``)."""
 
     kind: str
+    requires = ("tokenizers",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
     def __init__(self, vocab_size: int | None = None, path: str | None = None, min_frequency: int = 2):
         super().__init__()
@@ -303,22 +305,23 @@ def _special_id(tok, names: tuple[str, ...]) -> int | None:
 class Pretrained(Subword):
     """A Hugging Face tokenizer: ``tokenizer.name=gpt2``, ``bert-base-uncased`` or a ``save_pretrained`` folder."""
 
+    requires = ("transformers", "tokenizers")
+
     def __init__(self, name: str | None = None):
         super().__init__()
         if not name:
             raise ConfigError("tokenizer=hf needs tokenizer.name=gpt2, bert-base-uncased or a folder a tokenizer "
                               "was saved to (save_pretrained)")
         self.name = name
-        try:
-            from transformers import AutoTokenizer
-        except ImportError:
-            raise ConfigError("tokenizer=hf loads through transformers, which is not installed: "
-                              "pip install transformers") from None
+        local = Path(name).expanduser().exists()
+        offline = None if local else hub.offline()  # asked before transformers is imported: it reads the setting then
+        from transformers import AutoTokenizer  # declared in requires: checked before this class is built
+
         try:
             hf = AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as e:
-            why = (f"cannot load a tokenizer from this folder ({' '.join(str(e).split())[:160]})"
-                   if Path(name).expanduser().exists() else
+            why = (f"cannot load a tokenizer from this folder ({' '.join(str(e).split())[:160]})" if local else
+                   f"not in the Hugging Face cache, and the Hub was not asked ({offline})" if offline else
                    "not in the Hugging Face cache and the Hub cannot be reached")
             save = f"AutoTokenizer.from_pretrained('{name}').save_pretrained('DIR')"
             raise ConfigError(f"tokenizer.name={name}: {why}; where there is a network run python -c \"from "
