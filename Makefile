@@ -4,7 +4,7 @@ PY ?= python3
 # e.g. `make run TORCH=torch==2.13.0+cu128` or TORCH= to keep the torch you have.
 TORCH ?= torch==2.13.0
 
-.PHONY: install run test lint
+.PHONY: install run test test-fast lint
 
 install:
 	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
@@ -17,5 +17,9 @@ test: install
 	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
 	$(PY) -m pytest -q
 
-lint:  ## ruff (rules E, F, I, B, UP; 120 columns; configured in pyproject.toml), installed by `make install`
+test-fast:  ## the unit level for your own loop (no end-to-end runs, no install step): about 2.5 min on 2 cores
+	$(PY) -m pytest -q -m "not slow"
+
+lint:  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
 	$(PY) -m ruff check .
+	$(PY) -m mypy

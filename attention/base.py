@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError, IncompatiblePairing
-from positional.base import BiasKind, LogitBias, PositionalScheme, Rotary, Shape
+from positional.base import BiasKind, LogitBias, PositionalScheme, RelativeBias, Rotary, Shape
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,15 @@ class AttentionVariant(nn.Module):
                 f"attn={self.config_name()} got a {bias.kind} logit bias it cannot apply; "
                 "pair it with a scheme its refusal() allows"
             )
+
+    def require_relative(self, bias: LogitBias | None) -> RelativeBias | None:
+        """``require_accepted`` for a variant that accepts relative biases only: the bias as the per-offset table
+        it reads (``table``, ``t_k``, ``far``), or None."""
+        self.require_accepted(bias)
+        if bias is not None and not isinstance(bias, RelativeBias):
+            raise ConfigError(f"attn={self.config_name()} got a {bias.kind} logit bias that is no per-offset table; "
+                              "pair it with a scheme its refusal() allows")
+        return bias
 
     def require_rotary(self, rotary: Rotary | None) -> None:
         """At forward time too: a widening rotary this variant cannot apply is an error, never run."""

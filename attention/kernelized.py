@@ -336,7 +336,7 @@ class _ToeplitzContract(torch.autograd.Function):
         size, t_k, t_q = kernel.shape[-1], k.shape[-2], q.shape[-2]
         q_t, k_t, v_t, g_t = (t.transpose(-1, -2) for t in (q, k, v, grad))  # (B, H, ·, T)
         conj = spectrum.conj().resolve_conj()[:, None]  # (H, 1, 1, L/2 + 1): Cᵀ in frequency
-        B, H, M, E = *q.shape[:2], q.shape[-1], v.shape[-1]
+        B, H, M, E = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
         padded = _zero_padded(q_t, (B, H, min(feature_block(B, H, E, size), M), E), size)
         dq_t, dk_t, dv_t = q_t.new_zeros(q_t.shape), k_t.new_zeros(k_t.shape), v_t.new_zeros(v_t.shape)
         d_spec = spectrum.new_zeros(spectrum.shape[0], spectrum.shape[-1]) if ctx.needs_input_grad[3] else None
@@ -407,9 +407,12 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     """
     path = None if coeffs is None else bias_path(f.q, f.k, far, toeplitz, causal)
     if path == "band":
-        contract = lambda q, k, x: band_contract(q, k, x, coeffs, far, causal, band_layout(far))  # noqa: E731
+        assert far is not None and coeffs is not None  # bias_path chooses the band for a declared far field only
+        layout = band_layout(far)
+        contract = lambda q, k, x: band_contract(q, k, x, coeffs, far, causal, layout)  # noqa: E731
         num, den = _num_den(f, v, contract)
     elif path == "dense":
+        assert coeffs is not None  # a path is chosen for a bias only
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
         weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
         den = weights.sum(-1, keepdim=True)
@@ -417,6 +420,7 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
             weights = (f.q_num @ f.k_num.transpose(-1, -2)) * c
         num = weights @ v
     elif path == "fft":
+        assert coeffs is not None
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
     elif causal:
@@ -428,7 +432,7 @@ def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | 
     else:  # numerator-mode RoPE: the denominator needs Σ_j φ(k_j) only
         num = f.q_num @ (f.k_num.transpose(-1, -2) @ v)  # (B, H, T, M) @ (B, H, M, D)
         den = f.q @ f.k.sum(-2).unsqueeze(-1)  # (B, H, T, M) @ (B, H, M, 1)
-    floor = 0.0
+    floor: float | Tensor = 0.0
     if path == "fft":
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)
     # an unseeing row divides by +inf: 0, with zero gradients, in one pass over num (not two wheres and a divide)
@@ -467,16 +471,16 @@ class KernelizedAttention(AttentionVariant):
         raise NotImplementedError
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        self.require_accepted(ctx.bias)
+        bias = self.require_relative(ctx.bias)
         if torch.compiler.is_compiling():  # model.compile=true: the feature map's gradients of the strided q/k
             # views of the fused projection otherwise reach its backward in a layout AOT autograd traced
             # differently ("view size is not compatible" at run time, attn=linear); inductor fuses the copies
             q, k = q.contiguous(), k.contiguous()
         f = self.implied_features(q, k, ctx)  # (B, H, T, M) each
         coeffs = far = None
-        if ctx.bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
-            coeffs = relative_coefficients(ctx.bias.table.to(v.dtype), ctx.bias.t_k, ctx.causal)
-            far = getattr(ctx.bias, "far", None)
+        if bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
+            coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, ctx.causal)
+            far = bias.far
         return kernelized_attention(f, v, ctx.causal, coeffs, far=far)  # (B, H, T, D)
 
     def _rotation_at(self, rotary, width: int):
@@ -490,11 +494,11 @@ class KernelizedAttention(AttentionVariant):
         """w_ij = c_ij φ_num(q_i)ᵀφ_num(k_j) / Σ_j c_ij φ(q_i)ᵀφ(k_j) (Katharopoulos et al. 2020, Eq. 4), with
         c_ij = exp(b_{i−j}) (Luo et al. 2021, Eq. 7) times the causal mask, and φ_num the numerator's features
         (rotated there in rope_mode=numerator, RoFormer Eq. 19, so rows need not sum to 1 nor stay ≥ 0)."""
-        self.require_accepted(ctx.bias)
+        bias = self.require_relative(ctx.bias)
         f = self.implied_features(q, k, ctx)
         t_q, t_k = q.shape[-2], k.shape[-2]
-        if ctx.bias is not None:  # causality is already in the coefficients, as in forward
-            c = toeplitz_dense(relative_coefficients(ctx.bias.table.to(q.dtype), ctx.bias.t_k, ctx.causal), t_q, t_k)
+        if bias is not None:  # causality is already in the coefficients, as in forward
+            c = toeplitz_dense(relative_coefficients(bias.table.to(q.dtype), bias.t_k, ctx.causal), t_q, t_k)
         else:
             c = q.new_ones(t_q, t_k)
             c = c.tril() if ctx.causal else c  # (Tq, Tk), or (H, Tq, Tk) with a bias

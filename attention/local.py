@@ -96,11 +96,11 @@ class Local(AttentionVariant):
         self.block = max(window, 16)  # query block C ≈ w: K = C + band ≤ 2w + 16 keys per query
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        self.require_accepted(ctx.bias)
+        bias = self.require_relative(ctx.bias)  # kind "relative" only (accepts_bias)
         left, right = band_limits(self.window, ctx.causal)
         if ctx.rotary is not None:
             q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
-        table = ctx.bias.table if ctx.bias is not None else None  # kind "relative" only (accepts_bias)
+        table = bias.table if bias is not None else None
         return banded_attention(q, k, v, left, right, min(self.block, q.shape[-2]), table,
                                 ctx.key_padding_mask)  # (B, H, T, D)
 

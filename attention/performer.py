@@ -99,6 +99,8 @@ def redraw_seed(base: int, n: int) -> int:
 
 
 class Performer(KernelizedAttention):
+    base_seed: Tensor  # () the seed of every redraw, a buffer (kept in checkpoints)
+    projection: Tensor  # (M, D) the projection in use, a buffer
     @ranged
     def __init__(self, shape: Shape, nb_features: PositiveInt | None = None, redraw_interval: PositiveInt | None = 1000,
                  rope_mode: RopeMode = "pre_feature"):

@@ -214,7 +214,7 @@ def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None
     for name, backend in candidates.items():
         try:
             trial(backend)
-            seconds = min(_timed(lambda b=backend: trial(b)) for _ in range(repeats))
+            seconds = min(_timed(functools.partial(trial, backend)) for _ in range(repeats))
         except Exception:
             continue
         if seconds < best_s:

@@ -30,6 +30,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 
 class ALiBi(PositionalScheme):
+    slopes: Tensor  # (H,) m_h, a buffer
     bias_kind = "relative"
     bias_depends_on_layer = False  # the same slopes in every layer (Press et al. 2022, §3)
 

@@ -242,7 +242,7 @@ class PositionalScheme(nn.Module):
     @property
     def position_range(self) -> int:
         """How many distinct positions training can show: max_position if randomized, else data.seq_len."""
-        return self.max_position if self.randomize else self.shape.max_len
+        return self.max_position if self.max_position is not None else self.shape.max_len  # set iff randomize
 
     def offsets(self, positions: Tensor) -> Tensor:
         """The offsets p_i - p_j a relative table over ``positions`` must cover (``position_offsets``).
@@ -255,7 +255,7 @@ class PositionalScheme(nn.Module):
 
     def positions(self, t: int, device=None) -> Tensor:
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
-        if self.sampling:
+        if self.sampling and self.max_position is not None:  # sampling implies randomize, which sets max_position
             if t > self.max_position:
                 ordered = "" if self.training else " or set pos.eval_positions=ordered"
                 raise ConfigError(f"max_position={self.max_position} < sequence length {t}: T distinct "
@@ -302,7 +302,7 @@ class PositionalScheme(nn.Module):
         return [self.logit_bias(positions, layer) for layer in range(n_layers)]
 
     # The eval-time length scalings ``rescaled`` accepts (RoPE's: positional/rope_scaling.py); none here
-    length_scalings: ClassVar[tuple[str, ...]] = ()
+    length_scalings: tuple[str, ...] = ()  # a class's; a per-layer pattern's is its layers' (harness/model/layers.py)
 
     def rescaled(self, method: str, length: int, in_training: bool = False):
         """A context manager under which the scheme applies length scaling ``method`` for inputs of

@@ -64,6 +64,7 @@ def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, e
 
 
 class Fire(PositionalScheme):
+    init_L: Tensor  # () L_0, a buffer
     bias_kind = "positional"
 
     @ranged
@@ -86,7 +87,7 @@ class Fire(PositionalScheme):
         at = layer if self.per_layer else 0
         c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
         x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T), fp32 or wider
-        bias = mlp(x.unsqueeze(-1).to(mlp[0].weight.dtype))  # (T, T, H)
+        bias = mlp(x.unsqueeze(-1).to(next(mlp.parameters()).dtype))  # (T, T, H); the first Linear's dtype
         return PositionalBias(bias.permute(2, 0, 1).unsqueeze(0))  # (1, H, T, T)
 
     @torch.no_grad()

@@ -20,6 +20,8 @@ Notation: B batch, H heads, T length, C model width, G gate outputs per layer (H
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -55,7 +57,7 @@ def two_way_forget_bias(log_f: Tensor, log_g: Tensor) -> Tensor:
     return torch.where(ahead, forget_bias(log_g).transpose(-1, -2), forget_bias(log_f))
 
 
-def log_gates(x: Tensor, gate: nn.Linear, scale: float = 1.0) -> Tensor:
+def log_gates(x: Tensor, gate: nn.Module, scale: float = 1.0) -> Tensor:
     """scale · log σ(W x_t + b) per gate output, x: (B, T, C) -> (B, G, T). The projection runs in the model's
     (autocast) dtype and log σ in float32 at least, as the paper's code does: the cumulative sum adds T of them."""
     logits = gate(x)  # (B, T, G)
@@ -67,7 +69,7 @@ class ForgetGateBias(LogitBias):
 
     kind = "content"
 
-    def __init__(self, gate: nn.Linear, causal: bool, scale: float = 1.0, log_f: Tensor | None = None):
+    def __init__(self, gate: nn.Module, causal: bool, scale: float = 1.0, log_f: Tensor | None = None):
         self.gate, self.causal, self.scale = gate, causal, scale
         self.log_f = log_f  # (B, G, T) once read from the input
 
@@ -87,8 +89,9 @@ class ForgetGateBias(LogitBias):
 class ForgettingTransformer(PositionalScheme):
     bias_kind = "content"
     randomize_refusal = "FoX reads no position index: its decay is counted by its forget gates"
-    bidirectional_refusal = ("FoX's forget gates decay keys before the query only (Lin et al. 2025 define D for "
-                             "j ≤ i); pos=dd_alibi adds backward gates for keys after it")
+    bidirectional_refusal: ClassVar[str | None] = (
+        "FoX's forget gates decay keys before the query only (Lin et al. 2025 define D for j ≤ i); pos=dd_alibi adds "
+        "backward gates for keys after it")
 
     @ranged
     def __init__(self, shape: Shape, init_std: NonNegative | None = 0.02, bias_init: float = 0.0,
@@ -97,11 +100,12 @@ class ForgettingTransformer(PositionalScheme):
         super().__init__(shape, randomize=randomize, max_position=max_position,
                          eval_positions=eval_positions)
         outputs = shape.n_heads * (1 if shape.causal else 2)  # bidirectional (dd_alibi): forward, then backward gates
-        self.gates = nn.ModuleList(nn.Linear(shape.d_model, outputs) for _ in range(shape.n_layers))  # (w_f, b_f)
-        for gate in self.gates:
+        gates = [nn.Linear(shape.d_model, outputs) for _ in range(shape.n_layers)]  # (w_f, b_f) per layer
+        for gate in gates:
             if init_std is not None:  # None: torch's default Linear init (as x-transformers leaves it)
                 nn.init.normal_(gate.weight, std=init_std)
             nn.init.constant_(gate.bias, bias_init)
+        self.gates = nn.ModuleList(gates)
 
     post_log_scale: float = 1.0  # a multiplier on log f: 1 in the paper (pos=dd_alibi takes it as an option)
 

@@ -82,6 +82,7 @@ class PolarRotary(Rotary):
 
 
 class PoPE(PositionalScheme):
+    inv_freq: Tensor  # (D,) θ_c, a buffer
     rotary_widens = True
     float64_state = ("inv_freq",)  # θ_c: the phases tθ_c stay float64-exact in a bf16 model
 

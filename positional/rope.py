@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -196,6 +197,7 @@ class Rotation(Rotary):
 
 
 class Rope(PositionalScheme):
+    inv_freq: Tensor  # (R/2,) θ, a buffer (a Parameter in pos=rope_trainable)
     length_scalings = tuple(METHODS)
 
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
@@ -244,7 +246,7 @@ class Rope(PositionalScheme):
         restore the configured one: one trained model, scored under every scaling. s = the configured scaling's
         factor where that is set (≠ 1), else max(1, length / original_max_len)."""
         own = self.scaling
-        s = own.factor if own.factor != 1 else max(1.0, length / own.original_max_len)
+        s = own.factor if own.factor != 1 else max(1.0, length / own.training_length)
         self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
         try:
             yield self.scaling
@@ -265,7 +267,7 @@ class Rope(PositionalScheme):
             theta = resonance_inv_freq(theta)
         return theta
 
-    float64_state = ("inv_freq",)  # θ: kept in float64 whatever dtype the model is cast to
+    float64_state: ClassVar[tuple[str, ...]] = ("inv_freq",)  # θ: kept in float64 whatever dtype the model is cast to
 
     def theta_at(self, rotated: int) -> Tensor:
         """θ for a rotated width: the scheme's own θ at its width, ``frequencies_at`` that width otherwise."""

@@ -124,8 +124,9 @@ def yarn_hf_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, alpha: f
 
 def yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: float | None) -> float:
     """HF's YaRN attention factor: √(1/t) of YaRN §3.4, or DeepSeek-V2's ratio
-    (0.1·m·ln s + 1)/(0.1·m_all·ln s + 1) when both ``mscale`` m and ``mscale_all_dim`` m_all are given."""
-    if mscale is None:
+    (0.1·m·ln s + 1)/(0.1·m_all·ln s + 1) when both ``mscale`` m and ``mscale_all_dim`` m_all are given and
+    non-zero (HF tests ``if mscale and mscale_all_dim``)."""
+    if not (mscale and mscale_all_dim):
         return yarn_attention_scale(s)
     return yarn_attention_scale(s, mscale) / yarn_attention_scale(s, mscale_all_dim)
 
@@ -170,7 +171,7 @@ Method = Callable[["RopeScaling", Tensor, int], ScaledFrequencies]
 
 def _yarn_paper(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
     s = yarn_attention_scale(c.factor)  # on the pass-through dims too: all of q·k is divided by t (§3.4)
-    return ScaledFrequencies(yarn_inv_freq(theta, c.factor, c.original_max_len, c.alpha, c.beta), s, s)
+    return ScaledFrequencies(yarn_inv_freq(theta, c.factor, c.training_length, c.alpha, c.beta), s, s)
 
 
 def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
@@ -179,17 +180,18 @@ def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
                           "it, or let the scheme that applies this scaling set it")
     scale = c.attention_factor if c.attention_factor is not None else \
         yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
-    return ScaledFrequencies(yarn_hf_inv_freq(theta, c.factor, c.original_max_len, c.alpha, c.beta, c.base,
+    return ScaledFrequencies(yarn_hf_inv_freq(theta, c.factor, c.training_length, c.alpha, c.beta, c.base,
                                               c.truncate), scale)
 
 
 def _longrope(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
-    if len(c.short_factor) != theta.numel():
-        raise ConfigError(f"short_factor/long_factor have {len(c.short_factor)} entries but this rotation turns "
+    short, long = c.factor_lists
+    if len(short) != theta.numel():
+        raise ConfigError(f"short_factor/long_factor have {len(short)} entries but this rotation turns "
                           f"{2 * theta.numel()} dims; method=longrope needs one factor per frequency")
     scale = c.attention_factor if c.attention_factor is not None else \
-        longrope_attention_scale(c.factor, c.original_max_len)
-    return ScaledFrequencies(longrope_inv_freq(theta, length, c.original_max_len, c.short_factor, c.long_factor),
+        longrope_attention_scale(c.factor, c.training_length)
+    return ScaledFrequencies(longrope_inv_freq(theta, length, c.training_length, short, long),
                              scale)
 
 
@@ -199,10 +201,10 @@ METHODS: dict[str, Method] = {
     "linear": lambda c, th, t: ScaledFrequencies(th / c.factor, 1.0),
     "ntk": lambda c, th, t: ScaledFrequencies(ntk_inv_freq(th, c.factor), 1.0),
     "dynamic_ntk": lambda c, th, t: ScaledFrequencies(
-        ntk_inv_freq(th, dynamic_ntk_factor(t, c.original_max_len, c.factor)), 1.0),
+        ntk_inv_freq(th, dynamic_ntk_factor(t, c.training_length, c.factor)), 1.0),
     "yarn": lambda c, th, t: YARN_VARIANTS[c.yarn_variant](c, th, t),
     "llama3": lambda c, th, t: ScaledFrequencies(
-        llama3_inv_freq(th, c.factor, c.original_max_len, c.low_freq_factor, c.high_freq_factor), 1.0),
+        llama3_inv_freq(th, c.factor, c.training_length, c.low_freq_factor, c.high_freq_factor), 1.0),
     "longrope": _longrope,
 }
 # The options each method reads besides factor and original_max_len; any other must keep its default.
@@ -288,10 +290,24 @@ class RopeScaling:
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
         """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length)."""
-        if self.original_max_len is None and self.method in READS_TRAINING_LENGTH:
+        if self.method in READS_TRAINING_LENGTH:
+            self.training_length  # noqa: B018  refused here, before any formula runs, when it is unknown
+        return METHODS[self.method](self, inv_freq, length)
+
+    @property
+    def training_length(self) -> int:
+        """L, ``original_max_len``, which the formulas with an L in them read (Rope sets it)."""
+        if self.original_max_len is None:
             raise ConfigError(f"method={self.method} scales from the training length, but original_max_len=None; "
                               "give it, or let the scheme that applies this scaling set it")
-        return METHODS[self.method](self, inv_freq, length)
+        return self.original_max_len
+
+    @property
+    def factor_lists(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """LongRoPE's (short_factor, long_factor), which method=longrope's check requires on construction."""
+        if self.short_factor is None or self.long_factor is None:
+            raise ConfigError(f"method={self.method} has no short_factor/long_factor lists; use method=longrope")
+        return self.short_factor, self.long_factor
 
 
 def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScaling:

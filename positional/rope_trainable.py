@@ -22,6 +22,7 @@ from positional.rope import Rope
 
 
 class RopeTrainable(Rope):
+    theta0: Tensor  # (R/2,) the starting θ, a buffer
     float64_state = ("inv_freq", "theta0")  # the learned θ and the reference its drift is measured against
 
     def _register_theta(self, theta0: Tensor) -> None:

@@ -79,9 +79,10 @@ class TransformerXL(PositionalScheme):
         h, d, c = shape.n_heads, shape.head_dim, shape.d_model
         self.u = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers
         self.v = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers
-        self.w_r = nn.ModuleList(nn.Linear(c, c, bias=False) for _ in range(shape.n_layers))  # W_{k,R} per layer
-        for w in self.w_r:
+        w_r = [nn.Linear(c, c, bias=False) for _ in range(shape.n_layers)]  # W_{k,R} per layer
+        for w in w_r:
             nn.init.normal_(w.weight, std=init_std)
+        self.w_r = nn.ModuleList(w_r)
 
     def logit_bias(self, positions: Tensor, layer: int) -> XLBias:
         offsets = xl_offsets(positions.numel(), self.shape.causal, positions.device)  # (O,)

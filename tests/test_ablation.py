@@ -43,6 +43,7 @@ def shortened(tmp_path_factory):
     return proc, MlflowClient(tracking_uri=uri)
 
 
+@pytest.mark.slow
 def test_every_cell_trains_once_as_a_child_of_the_sweep(shortened):
     """The preflight checks the cells in this process whatever launcher the preset picks: with the preset's
     joblib workers it once trained all nine before the sweep began, then the sweep adopted them as finished."""
@@ -60,6 +61,7 @@ def test_every_cell_trains_once_as_a_child_of_the_sweep(shortened):
         assert [m.step for m in client.get_metric_history(r.info.run_id, "val/loss")] == [20, 40, 60]
 
 
+@pytest.mark.slow
 def test_the_printed_verdicts_are_the_stores_numbers(shortened):
     from results.cells import MIN_ORDER_GAIN
     from results.report import console_summary
@@ -91,6 +93,7 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
         assert v.verdict == ("lower" if high < 0 else "higher" if low > 0 else "tie")
 
 
+@pytest.mark.slow
 def test_a_checked_sweep_checks_every_cell_in_this_process_whatever_launcher_the_preset_picks(tmp_path):
     """``--check -m experiment=ablation`` once handed the cells to the preset's joblib workers, which were not in
     check mode and trained all nine (minutes, a store full of runs); now it answers in seconds, trains nothing."""

@@ -519,6 +519,7 @@ def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
     assert any(w in lines[0] for w in ("; ", " use ", " must ", " add "))  # it says what to change
 
 
+@pytest.mark.slow  # the rows are real processes, all forked in the replies fixture (~1 min on 2 cores)
 @pytest.mark.parametrize("row", ROWS, ids=[r[1] for r in ROWS])
 def test_bad_input_is_one_line_exit_2_and_no_run(row, replies):
     reply = replies[row[1]]

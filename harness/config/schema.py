@@ -155,7 +155,8 @@ def check_known(node: str, keys: list[str], known: list[str], what: str) -> None
 def signature_schema(target: Any, supplied: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
     """(parameter name -> annotation, accepts **kwargs) of what a ``_target_`` builds, minus the
     parameters the harness supplies itself (``shape``, ``tokenizer``, ``params`` …)."""
-    fn = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # through @ranged
+    # through @ranged; mypy calls reading a class's __init__ unsound (a subclass may differ): that one is wanted
+    fn = inspect.unwrap(target.__init__ if isinstance(target, type) else target)  # type: ignore[misc]
     params = inspect.signature(fn).parameters
     try:
         hints = typing.get_type_hints(fn, include_extras=True)  # Annotated ranges kept
@@ -399,6 +400,8 @@ def trainer_arguments() -> list[str]:
     import importlib.util
 
     spec = importlib.util.find_spec("lightning")  # a top-level spec: nothing is imported
+    if spec is None or spec.origin is None:
+        raise ConfigError("lightning is not installed; pip install posbench (it requires lightning)")
     source = Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.ClassDef) and node.name == "Trainer":

@@ -18,9 +18,9 @@ SIGNED_NOTE = "|w| renormalised per query: numerator-mode RoPE applies signed we
 
 def draw(diag) -> dict[str, bytes]:
     """``diag``: a ``Diagnostics``. Returns attention_{distance,entropy,by_offset,maps}.png."""
-    distance = torch.stack([s.mean_distance for s in diag.layers]).numpy()  # (L, H)
-    entropy = torch.stack([s.mean_entropy for s in diag.layers]).numpy()
-    T = (diag.layers[0].pairs.numel() + 1) // 2
+    distance = torch.stack([s.mean_distance for s in diag.measured()]).numpy()  # (L, H)
+    entropy = torch.stack([s.mean_entropy for s in diag.measured()]).numpy()
+    T = (diag.measured()[0].pairs.numel() + 1) // 2
     note = [SIGNED_NOTE] if diag.signed else []
     return {
         "attention_distance.png": heatmap(distance, ["Mean attention distance Σ_j w_ij |i − j| (tokens)",
@@ -55,7 +55,7 @@ def by_offset(diag, T: int, note: list[str]) -> bytes:
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.subplots()
     offsets = np.arange(-(T - 1), T)
-    for layer, s in enumerate(diag.layers):
+    for layer, s in enumerate(diag.measured()):
         profile = np.nanmean(s.offset_profile.numpy(), axis=0)  # (2T − 1,)
         ax.plot(offsets, np.where(profile > 0, profile, np.nan), label=f"layer {layer}", lw=1.2)
     ax.axhline(1 / T, color="grey", ls=":", label=f"uniform over {T} keys")

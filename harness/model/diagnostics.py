@@ -108,10 +108,17 @@ class Diagnostics:
     signed: bool = False  # some weights were negative (numerator-mode RoPE): |w| was used
     weights_error: float = 0.0  # max |w @ v − output| / max |output|
 
+    def measured(self) -> list[AttentionStats]:
+        """Every layer's statistics: by the time they are read, the hooks have measured each layer."""
+        missing = [i for i, s in enumerate(self.layers) if s is None]
+        if missing:
+            raise RuntimeError(f"layers {missing} were not measured: run the model with the diagnostics hooks first")
+        return [s for s in self.layers if s is not None]
+
     def metrics(self) -> dict[str, float]:
         """``diag/mean_distance`` (tokens) and ``diag/entropy`` (nats), averaged over layers and heads."""
-        distance = torch.stack([s.mean_distance for s in self.layers])  # (L, H)
-        entropy = torch.stack([s.mean_entropy for s in self.layers])
+        distance = torch.stack([s.mean_distance for s in self.measured()])  # (L, H)
+        entropy = torch.stack([s.mean_entropy for s in self.measured()])
         return {"diag/mean_distance": float(distance.mean()), "diag/entropy": float(entropy.mean()),
                 "diag/weights_error": self.weights_error}
 
@@ -125,7 +132,7 @@ class Diagnostics:
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["layer", "head", "mean_distance", "entropy", "queries"])
-        for layer, s in enumerate(self.layers):
+        for layer, s in enumerate(self.measured()):
             for head, (d, e) in enumerate(zip(s.mean_distance.tolist(), s.mean_entropy.tolist(), strict=True)):
                 writer.writerow([layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)])
         return out.getvalue()
@@ -134,7 +141,7 @@ class Diagnostics:
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["layer", "head", "offset", "mean_weight"])
-        for layer, s in enumerate(self.layers):
+        for layer, s in enumerate(self.measured()):
             T = (s.pairs.numel() + 1) // 2
             for head, row in enumerate(s.offset_profile.tolist()):
                 writer.writerows([layer, head, o - (T - 1), f"{x:.6g}"] for o, x in enumerate(row) if not math.isnan(x))

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 from torch.utils.data import DataLoader
 
 from harness.data.loaders import on_device
@@ -109,12 +110,15 @@ def sample_ends(n_labels: int, longest: int, budget: int | None) -> list[int]:
 
 def score_windows(module, windows, batch_size: int) -> WindowScores:
     """Every scored token's cross-entropy, summed by its position in the window (float64)."""
-    loss_sum = count = 0
+    loss_sum: Tensor | None = None
+    count: Tensor | None = None
     with torch.no_grad():
         for batch in DataLoader(windows, batch_size=batch_size):
             losses, scored = module.token_losses(on_device(batch, module.device))  # (B, T)
-            loss_sum = loss_sum + losses.double().sum(0).cpu()  # (T,)
-            count = count + scored.double().sum(0).cpu()
+            loss_sum = losses.double().sum(0).cpu() + (0 if loss_sum is None else loss_sum)  # (T,)
+            count = scored.double().sum(0).cpu() + (0 if count is None else count)
+    if loss_sum is None or count is None:
+        raise ValueError("score_windows got no windows to score")
     return WindowScores(loss_sum, count)
 
 

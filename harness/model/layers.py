@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -38,7 +39,7 @@ class LayerPattern:
 
     key: str  # pos.layers or attn.layers, for messages
     unit: tuple[str, ...]
-    factories: Mapping[str, Callable[[Shape], nn.Module]]
+    factories: Mapping[str, Callable[[Shape], Any]]  # a scheme's or a variant's, by entry name
 
     @property
     def label(self) -> str:
@@ -65,28 +66,30 @@ class LayeredScheme(PositionalScheme):
         super().__init__(shape)
         self.label, self.layer_names = pattern.label, pattern.per_layer(shape.n_layers)
         self.names = list(dict.fromkeys(pattern.unit))  # the distinct entries, each built once
-        self.schemes = nn.ModuleList(pattern.factories[name](shape) for name in self.names)
+        built: list[PositionalScheme] = [pattern.factories[name](shape) for name in self.names]
+        self.schemes = nn.ModuleList(built)  # registered as submodules (state_dict keys schemes.<i>.…)
+        self._built = built  # the same modules, typed
         for name, scheme in self.named():
             check_layerable(name, scheme, pattern.key)
             if scheme.randomize:
                 raise ConfigError(f"{pattern.key}: pos={name} has randomize=true, but the layers of a pattern share "
                                   "the positions 0 … T−1; drop randomize or the pattern")
         # the positions a rotary scheme hands out itself: RoPE reuses its cos, sin when it sees its own tensor
-        rotary = [s for s in self.schemes if "rotary" in s.hooks()]
-        self._positions_from = (rotary or list(self.schemes))[0]
-        self.length_scalings = tuple(dict.fromkeys(m for s in self.schemes for m in s.length_scalings))
+        rotary = [s for s in built if "rotary" in s.hooks()]
+        self._positions_from = (rotary or built)[0]
+        self.length_scalings = tuple(dict.fromkeys(m for s in built for m in s.length_scalings))
 
     def named(self) -> list[tuple[str, PositionalScheme]]:
-        return list(zip(self.names, self.schemes, strict=True))
+        return list(zip(self.names, self._built, strict=True))
 
     def scheme(self, name: str) -> PositionalScheme:
-        return self.schemes[self.names.index(name)]
+        return self._built[self.names.index(name)]
 
     def layer_scheme(self, layer: int) -> PositionalScheme:
         return self.scheme(self.layer_names[layer])
 
-    def hooks(self) -> frozenset[str]:
-        return frozenset().union(*(s.hooks() for s in self.schemes))
+    def hooks(self) -> frozenset[str]:  # type: ignore[override]  # its layers' schemes': known per instance only
+        return frozenset().union(*(s.hooks() for s in self._built))
 
     def positions(self, t: int, device=None) -> Tensor:
         return self._positions_from.positions(t, device)
@@ -108,7 +111,7 @@ class LayeredScheme(PositionalScheme):
             raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; no scheme of "
                               f"pos={self.label} has {method!r}: drop eval.scalings or use pos=rope")
         with ExitStack() as stack:
-            for s in self.schemes:
+            for s in self._built:
                 if method in s.length_scalings:
                     stack.enter_context(s.rescaled(method, length, in_training))
             yield
@@ -131,15 +134,14 @@ def check_layerable(name: str, scheme: type[PositionalScheme] | PositionalScheme
 def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) -> None:
     """Every layer's (scheme, variant) pair through the variants' ``refusal``. Without a pattern on either
     side this is the one pairing check of a model; with one, a refusal names its layer."""
-    layered = isinstance(pos, LayeredScheme)
-    if not layered and len({type(v) for v in variants}) == 1:
+    if not isinstance(pos, LayeredScheme) and len({type(v) for v in variants}) == 1:
         check_pairing(pos, type(variants[0]))
         return
     for layer, variant in enumerate(variants):
-        scheme = pos.layer_scheme(layer) if layered else pos
+        scheme = pos.layer_scheme(layer) if isinstance(pos, LayeredScheme) else pos
         reason = type(variant).refusal(scheme)
         if reason:
-            name = pos.layer_names[layer] if layered else scheme.config_name()
+            name = pos.layer_names[layer] if isinstance(pos, LayeredScheme) else scheme.config_name()
             raise IncompatiblePairing(f"incompatible pairing at layer {layer} (pos={name}, "
                                       f"attn={variant.config_name()}): {reason}")
 

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import lightning as L
 import torch
@@ -26,9 +27,12 @@ from harness.data.tasks import exact_match, token_hits
 from harness.errors import Diverged
 from harness.model.schedule import Schedule
 
+if TYPE_CHECKING:  # the model it trains; imported for the annotation only
+    from harness.model.transformer import Transformer
+
 
 class LanguageModel(L.LightningModule):
-    def __init__(self, model: torch.nn.Module, optimizer: Callable, schedule: Schedule,
+    def __init__(self, model: Transformer, optimizer: Callable, schedule: Schedule,
                  bytes_per_token: float | None, scores_sequences: bool = False):
         """``bytes_per_token``: bytes of validation text per token (harness/data/tokenizer.py), turning
         nats/token into bits/byte (``val/bpc``); None: no bits/byte (a synthetic task's answers are no text)."""

@@ -102,12 +102,13 @@ class Transformer(nn.Module):
         self.cfg, self.causal = cfg, causal
         shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal)
         self.pos = LayeredScheme(shape, pos) if isinstance(pos, LayerPattern) else pos(shape)
-        per_layer = isinstance(attn, LayerPattern)
-        variants = attn.variants(shape) if per_layer else [attn(shape) for _ in range(cfg.n_layers)]
+        variants = (attn.variants(shape) if isinstance(attn, LayerPattern) else
+                    [attn(shape) for _ in range(cfg.n_layers)])
         check_layers(self.pos, variants)  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, v) for v in variants)
+        self.variants = variants  # each block's, typed (the blocks hold and register them)
         self.norm_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         # MLM head as in BERT: transform (dense, GELU, LN), then decode with the tied embedding
         self.head = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.GELU(), nn.LayerNorm(cfg.d_model))
@@ -134,13 +135,13 @@ class Transformer(nn.Module):
 
     def before_training_step(self, step: int) -> None:
         """The training loop's per-step call (``AttentionVariant.before_training_step``), on the host."""
-        for block in self.blocks:
-            block.attn.variant.before_training_step(step)
+        for variant in self.variants:
+            variant.before_training_step(step)
 
     def diagnostics(self) -> dict[str, float]:
         """What the scheme and the first layer's variant report about themselves."""
         pos = {f"pos/{k}": v for k, v in self.pos.diagnostics().items()}
-        attn = {f"attn/{k}": v for k, v in self.blocks[0].attn.variant.diagnostics().items()}
+        attn = {f"attn/{k}": v for k, v in self.variants[0].diagnostics().items()}
         return {**pos, **attn}
 
     def num_params(self) -> int:
