@@ -13,12 +13,16 @@ install:
 run: install  ## default ablation: none vs learned vs RoPE × 3 seeds, masked LM on the embedded corpus (conf/experiment/ablation.yaml)
 	$(PY) run.py -m experiment=ablation
 
+# Test files are spread over this many worker processes (pytest-xdist), each file's tests on one worker, so
+# module fixtures are built once: the suite keeps a core busy per worker (alone, it used one of two cores).
+WORKERS ?= 2
+
 test: install
 	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 
-test-fast:  ## the unit level for your own loop (no end-to-end runs, no install step): about 2.5 min on 2 cores
-	$(PY) -m pytest -q -m "not slow"
+test-fast:  ## the unit level for your own loop (no end-to-end runs, no install step)
+	$(PY) -m pytest -q -m "not slow" -n $(WORKERS) --dist loadfile
 
 lint:  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
 	$(PY) -m ruff check .

@@ -1,9 +1,9 @@
-"""Bring your own scheme: one file and one YAML, inside the repo or in the user's own package.
+"""Bring your own scheme: one file and one YAML inside the repo.
 
-A throwaway scheme — a learned linear distance penalty, b_ij = −softplus(w_h)·|i − j| — is written
-  - outside the repo, as a package on PYTHONPATH, named either by a YAML in the user's config directory
-    (``--config-dir``) or directly by ``pos._target_=``: it goes through ``--check``, ``--matrix``,
-    ``--list`` and a 2-cell sweep whose report names it, as a built-in would;
+A throwaway scheme — a learned linear distance penalty, b_ij = −softplus(w_h)·|i − j| (tests/user_package.py) — is
+written
+  - outside the repo, as the user's own package: tests/test_install.py runs it through an installed copy's
+    ``--check``, ``--matrix``, ``--list`` and a sweep, named by ``--config-dir`` or by ``pos._target_=``;
   - inside a copy of the repo as ``positional/<name>.py`` + ``conf/pos/<name>.yaml`` + its own test, and
     every test that enumerates the schemes (composition, training, the grid, implied weights, the matrix,
     full-graph compilation, the bad-input table) runs it and passes with no other file touched.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, TINY
-from tests.user_package import SCHEME, write_user_package, yaml_for
+from tests.helpers import ROOT
+from tests.user_package import SCHEME, yaml_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,63 +42,6 @@ def test_bias_is_minus_softplus_w_times_distance():
     want = -F.softplus(scheme.w)[:, None, None] * (i - j).abs()
     torch.testing.assert_close(scheme.logit_bias(torch.arange(6), 0).dense()[0], want, rtol=0, atol=1e-12)
 '''
-
-
-def run(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None, timeout: int = 300):
-    env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def user(tmp_path_factory):
-    """A user's own package (mypkg/decay.py) and config directory (myconf/pos/decay.yaml), outside the repo."""
-    home = write_user_package(tmp_path_factory.mktemp("user"))
-    env = {"PYTHONPATH": os.pathsep.join([str(home), os.environ.get("PYTHONPATH", "")]),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
-    return home, env
-
-
-def test_a_scheme_in_the_users_config_dir_is_checked_listed_and_paired(user):
-    home, env = user
-    cd = ["--config-dir", str(home / "myconf")]
-    done = run(["--check", *cd, "pos=decay", "attn=performer", *TINY], home, env)
-    assert done.returncode == 0 and "ok: pos=decay attn=performer" in done.stdout, done.stderr
-    done = run(["--matrix", *cd], home, env)
-    row = next(line for line in done.stdout.splitlines() if line.startswith("decay "))
-    assert done.returncode == 0 and row.split()[1:] == ["ok"] * 4  # a relative bias: every variant takes it
-    done = run(["--list", *cd], home, env)
-    assert "decay" in done.stdout and "Learned linear decay" in done.stdout and "bias: relative" in done.stdout
-    done = run(["--check", *cd, "pos=decay", "pos.init=-1", *TINY], home, env)  # its own error, as a config key
-    assert done.returncode == 2 and done.stderr.strip() == "error: pos.init=-1 must be positive", done.stderr
-
-
-def test_a_class_named_by_target_is_named_after_its_module_and_refuses_bad_keys(user):
-    home, env = user
-    done = run(["--check", "pos._target_=mypkg.decay.Decay", *TINY], home, env)  # from the default pos=rope
-    assert done.returncode == 0 and "ok: pos=decay attn=softmax" in done.stdout, done.stderr
-    done = run(["--matrix", "pos._target_=mypkg.decay.Decay"], home, env)
-    assert any(line.startswith("decay ") for line in done.stdout.splitlines())
-    done = run(["--check", "pos._target_=mypkg.decay.Decay", "+pos.nope=1", *TINY], home, env)
-    assert done.returncode == 2 and "pos.nope is not a setting of pos=decay" in done.stderr, done.stderr
-    done = run(["--check", "pos._target_=mypkg.nothere.Decay", *TINY], home, env)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot be imported" in done.stderr
-
-
-def test_a_two_cell_sweep_reports_the_users_scheme_beside_a_built_in(user):
-    from mlflow.tracking import MlflowClient
-
-    home, env = user
-    done = run(["-m", "--config-dir", str(home / "myconf"), "pos=none,decay", *TINY], home, env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
-    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
-    parent = next(r for r in runs if r.data.tags.get("sweep_role") == "parent")
-    children = {r.data.tags["pos"]: r for r in runs if r is not parent}
-    assert set(children) == {"none", "decay"} and all(r.info.status == "FINISHED" for r in children.values())
-    assert children["decay"].data.params["pos._target_"] == "mypkg.decay.Decay"
-    report = Path(client.download_artifacts(parent.info.run_id, "report.md", str(home))).read_text()
-    assert "decay" in report and "none" in report
 
 
 def repo_copy(dest: Path) -> Path:

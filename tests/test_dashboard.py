@@ -30,8 +30,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def mlflow_server(tiny_sweep, tmp_path):
+@pytest.fixture(scope="module")
+def mlflow_server(tiny_sweep, tmp_path_factory):
+    """One server for the module's tests: they only read the sweep (a start takes ~6-15 s)."""
+    tmp_path = tmp_path_factory.mktemp("mlflow_server")
     port = free_port()
     # its own process group: mlflow server also starts a job consumer that outlives a plain kill
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tiny_sweep.uri,

@@ -176,6 +176,7 @@ def test_posbench_trains_into_the_working_directory(trained):
     runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
     cells = {r.data.tags["pos"]: r for r in runs if "pos" in r.data.tags}
     assert set(cells) == {"rope", "decay"}
+    assert cells["decay"].data.params["pos._target_"] == "mypkg.decay.Decay"
     assert {r.info.status for r in runs} == {"FINISHED"}  # both cells and the sweep's parent run
     version = pyproject()["project"]["version"]
     assert cells["rope"].data.tags["git_sha"] == f"installed {version}"  # not the commit of a repository around it
@@ -226,7 +227,8 @@ def test_list_and_matrix_show_a_class_named_by_target(installed):
     assert listed.returncode == 0, listed.stderr
     assert "Learned linear decay" in listed.stdout and "bias: relative" in listed.stdout
     paired = installed.run(installed.posbench, "pos._target_=mypkg.decay.Decay", "--matrix", **installed.user)
-    assert paired.returncode == 0 and any(line.startswith("decay ") for line in paired.stdout.splitlines())
+    row = next(line for line in paired.stdout.splitlines() if line.startswith("decay "))
+    assert paired.returncode == 0 and row.split()[1:] == ["ok"] * 4  # a relative bias: every variant takes it
 
 
 @pytest.mark.slow
@@ -234,8 +236,22 @@ def test_check_takes_the_users_config_dir_and_class(installed):
     conf = ["--config-dir", str(installed.cwd / "myconf")]
     done = installed.run(installed.posbench, "--check", *conf, "pos=decay", "attn=performer", **installed.user)
     assert done.returncode == 0 and "ok: pos=decay attn=performer" in done.stdout, done.stderr
+    done = installed.run(installed.posbench, *conf, "--check", "-m", "pos=none,decay", *TINY, **installed.user)
+    assert done.returncode == 0 and "ok: pos=none" in done.stdout and "ok: pos=decay" in done.stdout, done.stderr
     done = installed.run(installed.posbench, *conf, "--check", "pos._target_=mypkg.decay.Decay", **installed.user)
     assert done.returncode == 0 and "ok: pos=decay attn=softmax" in done.stdout, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, line", [
+    (["--config-dir", "{conf}", "pos=decay", "pos.init=-1"], "error: pos.init=-1 must be positive"),  # as a key
+    (["pos._target_=mypkg.decay.Decay", "+pos.nope=1"], "pos.nope is not a setting of pos=decay"),
+    (["pos._target_=mypkg.nothere.Decay"], "pos._target_='mypkg.nothere.Decay' cannot be imported"),
+], ids=["own-error-as-key", "unknown-key-of-class", "class-not-importable"])
+def test_the_users_scheme_is_refused_in_one_line_like_a_built_in(installed, argv, line):
+    done = installed.run(installed.posbench, "--check", *(a.format(conf=installed.cwd / "myconf") for a in argv),
+                         *TINY, **installed.user)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and line in done.stderr, done.stderr
 
 
 @pytest.mark.slow
