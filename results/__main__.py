@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
                         help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db")
     report.add_argument("--min-order-gain", type=number(declared["min_order_gain"]), default=None,
                         help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)")
+    report.add_argument("--baseline", default=None, metavar="POS",
+                        help="the pos to compare every scheme with; default: the sweep's report.baseline, recorded "
+                             "before it ran (else pos=none). A baseline given here is named as given after the run")
     paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
     paper.add_argument("--scale", default="toy",
@@ -75,7 +78,7 @@ def report_command(args) -> int:
     from results.cells import MIN_ORDER_GAIN
 
     gain = MIN_ORDER_GAIN if args.min_order_gain is None else args.min_order_gain
-    for path in generate(client, sweep, out, args.target, min_order_gain=gain):
+    for path in generate(client, sweep, out, args.target, min_order_gain=gain, baseline=args.baseline):
         print(path)
     return 0
 

@@ -27,6 +27,15 @@ GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; ot
 # so a sweep over them is a sweep over that column: pos._target_=positional.rope.Rope,mypkg.decay.Decay
 NAMING_KEYS = ("pos._target_", "attn._target_", "pos.layers", "attn.layers")
 MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs/verdicts.md)
+BASELINE_TAG = "report_baseline"  # the sweep's parent run: report.baseline as declared when the sweep started
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The pos each scheme of a report is compared with, and when it was named (before the results, or not)."""
+
+    pos: str
+    when: str  # "declared before the sweep ran (report.baseline)", …
 
 
 @dataclass
@@ -233,6 +242,7 @@ class Report:
     target_note: str
     header: list[str]  # lines under the title: experiment, sweep, how to regenerate
     min_order_gain: float = MIN_ORDER_GAIN
+    baseline: Declared | None = None  # the pos each scheme is compared with, and when it was named
 
     @property
     def lengths(self) -> list[int]:
@@ -241,8 +251,8 @@ class Report:
 
 
 def build_report(cells: list[Cell], title: str, header: list[str], target: float | None = None,
-                 min_order_gain: float = MIN_ORDER_GAIN) -> Report:
+                 min_order_gain: float = MIN_ORDER_GAIN, baseline: Declared | None = None) -> Report:
     note = "configured (report.target_loss / --target)"
     if target is None:
         target, note = default_target(cells), "the worst finished cell's final val loss"
-    return Report(title, cells, group_cells(cells, target), target, note, header, min_order_gain)
+    return Report(title, cells, group_cells(cells, target), target, note, header, min_order_gain, baseline)

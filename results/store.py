@@ -142,10 +142,11 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
 
 
 def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=None,
-                 min_order_gain: float = MIN_ORDER_GAIN):
+                 min_order_gain: float = MIN_ORDER_GAIN, baseline: str | None = None):
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
-    (default results/<experiment>/, e.g. when it is written to a temporary one)."""
-    from results.cells import build_report
+    (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
+    sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
+    from results.cells import BASELINE_TAG, Declared, build_report
 
     header = [f"Experiment `{sweep.experiment}`"
               + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
@@ -153,14 +154,17 @@ def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=No
               + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "") + ".",
               "",
               f"Regenerate: `{regenerate_command(sweep, shown_out)}`"]
-    return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain)
+    recorded = sweep.parent.data.tags.get(BASELINE_TAG) if sweep.parent else None
+    declared = (Declared(baseline, "given to the report after the sweep ran (--baseline)") if baseline else
+                Declared(recorded, "declared before the sweep ran (report.baseline)") if recorded else None)
+    return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain, declared)
 
 
 def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None,
-             min_order_gain: float = MIN_ORDER_GAIN) -> list:
+             min_order_gain: float = MIN_ORDER_GAIN, baseline: str | None = None) -> list:
     """Write the report of ``sweep`` into out_dir; the paths written."""
     from pathlib import Path
 
     from results.report import write_report
 
-    return write_report(sweep_report(client, sweep, target, shown_out, min_order_gain), Path(out_dir))
+    return write_report(sweep_report(client, sweep, target, shown_out, min_order_gain, baseline), Path(out_dir))

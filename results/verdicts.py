@@ -1,9 +1,11 @@
 """Every sweep report's answer: does each scheme beat the baseline beyond seed noise, and can the models tell?
 
 Within one attention (and variant: the other swept overrides, e.g. ``task=copy``), each scheme's
-per-seed final val loss is compared with a baseline's: ``pos=none`` when the sweep has it (what the
-scheme adds over no position information), else the group with the lowest mean loss. Each comparison
-gets one verdict:
+per-seed final val loss is compared with a baseline's, named before the results are seen: ``report.baseline``
+(recorded on the sweep's parent run when it starts), else ``pos=none`` when the sweep has it (what the scheme adds
+over no position information). Never the best-looking scheme: a baseline picked from the results compares every
+scheme with the winner, and the direction of each comparison would flip with the outcome. A sweep with neither
+gets no verdict, and one line asking for ``report.baseline``. Each comparison gets one verdict:
 
   premature   the scheme's models do not use word order yet (order gain < report.min_order_gain, see
               results/cells.py): its loss says nothing about its positional scheme — train longer; how
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from results.cells import Group
+from results.cells import Declared, Group
 from results.stats import minimum_detectable_effect, welch_interval
 
 BASELINE = "none"
@@ -41,11 +43,29 @@ def _finals(g: Group) -> list[float]:
     return [c.final_loss for c in g.cells if c.finished and c.final_loss is not None]
 
 
-def baseline_of(groups: list[Group]) -> Group | None:
-    """``pos=none`` among ``groups`` (one attention and variant), else the lowest mean final loss."""
-    finished = [g for g in groups if g.final.mean is not None]
-    none = [g for g in finished if g.pos == BASELINE]
-    return none[0] if none else min(finished, key=lambda g: g.final.mean, default=None)
+def baseline_of(groups: list[Group], declared: Declared | None = None) -> Group | None:
+    """The finished group of ``groups`` (one attention and variant) whose pos is the declared baseline, else
+    ``pos=none``'s; None when there is none of them (never the best-looking group)."""
+    want = declared.pos if declared else BASELINE
+    return next((g for g in groups if g.pos == want and g.final.mean is not None), None)
+
+
+def missing_baseline(groups: list[Group], declared: Declared | None = None) -> str | None:
+    """One line when some attention (and variant) has schemes to compare but not its baseline: what to declare."""
+    keys = dict.fromkeys((g.attn, g.variant) for g in groups)
+    unmatched = [key for key in keys
+                 if sum(g.final.mean is not None for g in groups if (g.attn, g.variant) == key) >= 2
+                 and baseline_of([g for g in groups if (g.attn, g.variant) == key], declared) is None]
+    if not unmatched:
+        return None
+    names = sorted({g.pos for g in groups if (g.attn, g.variant) in unmatched and g.final.mean is not None})
+    where = ", ".join(f"attn={a}{f' {v}' if v else ''}" for a, v in unmatched)
+    if declared:
+        return (f"No verdict for {where}: report.baseline={declared.pos} is not among its finished schemes "
+                f"({', '.join(names)}); declare one of them.")
+    return (f"No verdict for {where}: no baseline was declared and there is no pos={BASELINE} to compare with; "
+            f"run the sweep with report.baseline=<pos>, one of {', '.join(names)}, named before the results "
+            "(the table shows every scheme; none is picked as the winner).")
 
 
 def judge(g: Group, base: Group, min_gain: float) -> Verdict:
@@ -85,21 +105,27 @@ def trend(g: Group, min_gain: float) -> str:
             f"near step {needed:,} (trainer.max_steps)")
 
 
-def verdicts(groups: list[Group], min_gain: float) -> list[Verdict]:
+def verdicts(groups: list[Group], min_gain: float, declared: Declared | None = None) -> list[Verdict]:
     """One verdict per group that is not its (attention, variant)'s baseline."""
     out = []
     for key in dict.fromkeys((g.attn, g.variant) for g in groups):
         members = [g for g in groups if (g.attn, g.variant) == key]
-        base = baseline_of(members)
+        base = baseline_of(members, declared)
         out += [judge(g, base, min_gain) for g in members if base is not None and g is not base
                 and g.final.mean is not None]
     return out
 
 
-def headline(found: list[Verdict], min_gain: float) -> str:
-    """One sentence: how many comparisons separate, how many are premature, what the ties could detect."""
+def headline(found: list[Verdict], min_gain: float, missing: str | None = None) -> str:
+    """One sentence: how many comparisons separate, how many are premature, what the ties could detect; then
+    ``missing`` (``missing_baseline``), where some schemes had no declared baseline to be compared with."""
     if not found:
-        return "Verdict: nothing to compare (a comparison needs two finished schemes with the same attention)."
+        return missing or ("Verdict: nothing to compare (a comparison needs two finished schemes with the same "
+                           "attention).")
+    return _counted(found, min_gain) + (f" {missing}" if missing else "")
+
+
+def _counted(found: list[Verdict], min_gain: float) -> str:
     count = {v: sum(f.verdict == v for f in found) for v in ("lower", "higher", "tie", "premature", "one seed")}
     parts = [f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise",
              f"{count['tie']} ties"]
@@ -114,13 +140,15 @@ def headline(found: list[Verdict], min_gain: float) -> str:
     return f"Verdict on {len(found)} comparisons: " + "; ".join(parts) + "."
 
 
-def section(found: list[Verdict], min_gain: float) -> list[str]:
+def section(found: list[Verdict], min_gain: float, declared: Declared | None = None,
+            missing: str | None = None) -> list[str]:
     """The report's Verdicts section (markdown lines) for ``verdicts(...)``."""
     if not found:
-        return []
+        return ["## Verdicts", "", missing, ""] if missing else []
+    named = (f"`pos={declared.pos}`, {declared.when}" if declared else
+             f"`pos={BASELINE}` (no report.baseline was declared)")
     rows = [f"| {f.group.label} | {f.group.attn} | {f.baseline.pos} | {f.verdict} | {f.text} |" for f in found]
-    return ["## Verdicts", "", headline(found, min_gain), "",
+    return ["## Verdicts", "", headline(found, min_gain, missing), "",
             "Each scheme's per-seed final val loss against the baseline with the same attention (and the same "
-            f"other overrides): `pos={BASELINE}` when the sweep has it, else the lowest-loss scheme. Δ in "
-            "nats/token with its Welch 95 % interval.", "",
+            f"other overrides): {named}. Δ in nats/token with its Welch 95 % interval.", "",
             "| cell | attn | baseline | verdict | detail |", "|---|---|---|---|---|", *rows, ""]

@@ -105,7 +105,7 @@ def trained(installed) -> Installed:
     Its axis is a class of the user's package beside a built-in's, named by ``pos._target_`` (README, "Your own
     scheme"): the cells must be named after the classes and compared like any two options.
     (A single run starts the same way, through harness/main.py; tests/test_cli.py trains one.)"""
-    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0",
+    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0", "report.baseline=rope",
                           "pos._target_=positional.rope.Rope,mypkg.decay.Decay", **installed.user)
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     installed.sweep_output = sweep.stdout + sweep.stderr
@@ -190,6 +190,7 @@ def test_results_commands_read_the_store_of_the_working_directory(trained):
     assert done.returncode == 0, done.stdout + done.stderr
     report = (trained.cwd / "results" / "posbench" / "report.md").read_text()
     assert "pos=decay" in report and "pos=rope" in report
+    assert "`pos=rope`, declared before the sweep ran (report.baseline)" in report  # read back from the parent run
     assert "--out results/posbench/`" in report  # the regenerate line, relative to the working directory
 
 
@@ -198,11 +199,11 @@ def test_results_commands_read_the_store_of_the_working_directory(trained):
 
 @pytest.mark.slow
 def test_a_class_named_by_target_is_compared_with_a_built_in_in_its_sweep(trained):
-    """pos._target_ cells are one axis (the class's name), not two variants with nothing to compare."""
-    assert "nothing to compare" not in trained.sweep_output
-    verdicts = [line.strip() for line in trained.sweep_output.splitlines()
-                if line.strip().startswith(("decay vs rope (softmax)", "rope vs decay (softmax)"))]
-    assert len(verdicts) == 1, trained.sweep_output[-3000:]
+    """pos._target_ cells are one axis (the class's name), not two variants with nothing to compare; the user's
+    class is compared with the baseline the sweep declared (report.baseline=rope), whichever trained better."""
+    assert "nothing to compare" not in trained.sweep_output and "No verdict" not in trained.sweep_output
+    verdicts = [line.strip() for line in trained.sweep_output.splitlines() if " vs " in line]
+    assert len(verdicts) == 1 and verdicts[0].startswith("decay vs rope (softmax): "), trained.sweep_output[-3000:]
 
 
 @pytest.mark.slow
@@ -292,3 +293,51 @@ def test_prepare_writes_shards_that_the_installed_copy_trains_on(installed):
     assert (installed.cwd / "shards" / "manifest.json").is_file()
     done = installed.run(installed.posbench, "--check", "data=tokens", "data.path=shards", *TINY)
     assert done.returncode == 0 and "data=tokens" in done.stdout, done.stdout + done.stderr
+
+
+def readme_use_lines() -> list[str]:
+    """The lines of the README's "Use" block: each a command, a comment after `` #``."""
+    block = (ROOT / "README.md").read_text().split("\n## Use\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def readme_files(installed) -> dict[str, str]:
+    """What the README's lines point at (``~/books/``, ``~/corpus/``), made small in the working directory."""
+    import datasets
+
+    books, corpus = installed.cwd / "books", installed.cwd / "corpus"
+    books.mkdir()
+    rows = [f"Line {i} of a small book, with the {('quick', 'slow')[i % 2]} fox and {i % 9} dogs." for i in range(3000)]
+    (books / "a.txt").write_text("\n".join(rows) + "\n")
+    corpus.mkdir()
+    datasets.Dataset.from_dict({"text": rows}).to_parquet(str(corpus / "part.parquet"))
+    return {"~/books/": str(books), "~/corpus/": str(corpus), " DIR ": " readme-shards "}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line", readme_use_lines(), ids=lambda line: line.partition(" #")[0].strip())
+def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(installed, readme_files, line,
+                                                                                   tmp_path):
+    """Each command of the README's "Use" block, as a user types it against an installed copy: validated with
+    --check (a training line) or run as it is (--list, --matrix, --check, prepare), from another directory. A line
+    the README shows refused ("the one line a bad config gets") must give exactly that: one line, exit 2."""
+    import shlex
+
+    command, _, comment = line.partition(" #")
+    for shown, real in readme_files.items():
+        command = command.replace(shown, real)
+    words = shlex.split(command)
+    args = words[2:] if words[0] == "python" else words[1:]
+    if words[:2] == ["python", "-m"]:
+        argv = [installed.python, *words[1:]]
+    else:
+        own = {a.split("=")[0] for a in args} & {"--list", "--matrix", "--check"}
+        argv = [installed.posbench, *([] if own else ["--check"]), *args]
+    done = installed.run(*argv, POSBENCH_CACHE=str(tmp_path / "cache"))
+    if "bad config" in comment:
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, line
+        return
+    assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    if "--check" in argv and "-m" not in args:
+        assert done.stdout.startswith("ok: "), done.stdout

@@ -2,9 +2,9 @@
 
 import pytest
 
-from results.cells import Cell, build_report
+from results.cells import Cell, Declared, build_report
 from results.stats import minimum_detectable_effect, welch_interval
-from results.verdicts import headline, verdicts
+from results.verdicts import headline, missing_baseline, verdicts
 
 
 def cell(pos, seed, loss, gain=1.0, attn="softmax", variant="", signal="scheme", status="finished", gains=()):
@@ -44,11 +44,40 @@ def test_a_scheme_whose_models_ignore_order_is_premature_whatever_its_loss():
     assert v.verdict == "lower"
 
 
-def test_without_pos_none_the_best_scheme_is_the_baseline_and_attentions_are_not_mixed():
+def test_without_pos_none_or_a_declared_baseline_no_winner_is_picked_after_the_results():
+    """The old rule (the lowest-loss scheme as baseline) compared every scheme with the winner, and its direction
+    flipped with the outcome: rope vs t5 here, t5 vs rope had the losses been the other way round."""
     cells = [cell("rope", s, 2.0 + s / 100) for s in range(2)] + [cell("t5", s, 2.5 + s / 100) for s in range(2)]
     cells += [cell("rope", s, 1.0, attn="local") for s in range(2)]  # alone in its attention: nothing to compare
-    [v] = verdicts(report(cells).groups, 0.05)
-    assert (v.group.pos, v.baseline.pos, v.verdict) == ("t5", "rope", "higher")
+    groups = report(cells).groups
+    assert verdicts(groups, 0.05) == []
+    missing = missing_baseline(groups)
+    assert missing.startswith("No verdict for attn=softmax: no baseline was declared and there is no pos=none")
+    assert "report.baseline=<pos>, one of rope, t5" in missing and "local" not in missing
+    assert headline([], 0.05, missing) == missing
+
+
+@pytest.mark.parametrize("declared, losses", [("rope", (2.0, 2.5)), ("rope", (2.5, 2.0)), ("t5", (2.0, 2.5))])
+def test_a_declared_baseline_is_the_baseline_whatever_the_results(declared, losses):
+    rope, t5 = losses
+    cells = [cell("rope", s, rope + s / 100) for s in range(2)] + [cell("t5", s, t5 + s / 100) for s in range(2)]
+    cells += [cell("none", s, 3.0 + s / 100, gain=0.0, signal="none") for s in range(2)]  # declared beats none
+    named = Declared(declared, "declared before the sweep ran (report.baseline)")
+    found = verdicts(report(cells).groups, 0.05, named)
+    assert {v.baseline.pos for v in found} == {declared} and {v.group.pos for v in found} == {"rope", "t5", "none"} - {
+        declared}
+    other = next(v for v in found if v.group.pos != "none")
+    assert other.verdict == ("lower" if (t5 < rope) == (declared == "rope") else "higher")
+    assert missing_baseline(report(cells).groups, named) is None
+
+
+def test_a_declared_baseline_absent_from_the_sweep_is_said_not_replaced():
+    cells = [cell("rope", s, 2.0 + s / 100) for s in range(2)] + [cell("t5", s, 2.5 + s / 100) for s in range(2)]
+    named = Declared("alibi", "declared before the sweep ran (report.baseline)")
+    assert verdicts(report(cells).groups, 0.05, named) == []
+    assert missing_baseline(report(cells).groups, named) == (
+        "No verdict for attn=softmax: report.baseline=alibi is not among its finished schemes (rope, t5); "
+        "declare one of them.")
 
 
 def test_variants_compare_within_themselves_and_one_seed_has_no_interval():

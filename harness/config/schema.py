@@ -312,6 +312,7 @@ class ReportSettings:
 
     target_loss: Positive | None = None  # "steps to target" threshold, nats/token
     min_order_gain: NonNegative = 0.05  # val/order_gain below it: "not yet using order" (conf/config.yaml says why)
+    baseline: str | None = None  # the pos the report compares every other scheme with (results/verdicts.py)
 
 
 @dataclass(frozen=True)

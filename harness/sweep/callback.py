@@ -118,6 +118,8 @@ class MlflowSweep(Callback):
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
+        from results.cells import BASELINE_TAG
+
         overrides = list(config.hydra.overrides.task)
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
         params = config.hydra.sweeper.get("params") or {}
@@ -130,7 +132,9 @@ class MlflowSweep(Callback):
         self.parent.start({"sweep_role": "parent", "sweep_id": sweep_id, "sweep_dir": str(sweep_dir),
                            "sweep_overrides": " ".join(overrides)[:5000], "git_sha": git_sha(),
                            # the launcher (e.g. hydra/launcher=joblib hydra.launcher.n_jobs=2): what the wall time means
-                           "hydra_overrides": " ".join(config.hydra.overrides.hydra)[:5000]}, {})
+                           "hydra_overrides": " ".join(config.hydra.overrides.hydra)[:5000],
+                           # the comparison, declared before any cell trains (results/verdicts.py reads it back)
+                           BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or "")}, {})
         close_dead_runs(self.parent.store, config.logger.experiment, keep=self.parent.run_id)  # killed earlier
         self.record = SweepRecord(self.parent.run_id, sweep_id, uri, config.logger.experiment, swept)
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end
@@ -171,6 +175,7 @@ class MlflowSweep(Callback):
             sweep = find_sweep(client, self.record.experiment, self.record.sweep_id)
         report = sweep_report(client, sweep, OmegaConf.select(config, "report.target_loss"),
                               min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
+        # the baseline is the one the parent run recorded when the sweep started (sweep_report reads it there)
         code = exit_code([c.status for c in report.cells])
         print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
         self.parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table
