@@ -62,13 +62,7 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
     """``python run.py ...``: --matrix and --list (anywhere in argv) before Hydra parses it; --check taken out."""
     listing = [i for i, a in enumerate(argv[1:], 1) if a.split("=")[0] in (MATRIX_FLAG, LIST_FLAG)]
     if listing:  # the rest (--config-dir DIR, pos._target_=...) is the command's to check, in any order
-        at = listing[0]
-        flag, rest = argv[at], argv[1:at] + argv[at + 1:]
-        if flag.split("=")[0] == MATRIX_FLAG:
-            from harness.config.compat import print_matrix as command
-        else:
-            from harness.config.catalog import print_catalogue as command
-        return _guarded(lambda: command(flag, rest))
+        return _listing(argv[listing[0]], argv[1:listing[0]] + argv[listing[0] + 1:])
     try:
         gpu_memory = _take_gpu_memory(argv)
     except ConfigError as e:
@@ -101,6 +95,15 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
             return refused
     code = run_cli(main)
     return 2 if code == 0 and _Mode.refused else code
+
+
+def _listing(flag: str, rest: list[str]) -> int:
+    """``--matrix[=md]`` or ``--list[=md]`` with the rest of the command line (its own to check)."""
+    if flag.split("=")[0] == MATRIX_FLAG:
+        from harness.config.compat import print_matrix as command
+    else:
+        from harness.config.catalog import print_catalogue as command
+    return _guarded(lambda: command(flag, rest))
 
 
 def _take_gpu_memory(argv: list[str]) -> str | None:
