@@ -1,6 +1,7 @@
 """``python -m results report --experiment NAME [--sweep SWEEP_ID] --out results/NAME/``
 ``python -m results paper --preset NAME [--scale toy|paper|smoke] [--sweep SWEEP_ID]``
 ``python -m results tune [--experiment tune_lr] [--sweep SWEEP_ID] --out results/tune_lr/``
+``python -m results index [--dir results/]``: results/README.md from the reports' own verdict lines
 
 Rebuilds a sweep's comparison report (report.md, report.csv, PNG plots) from the MLflow
 store; without --sweep, the experiment's latest sweep (or all its runs if it has none).
@@ -56,13 +57,15 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
     tune.add_argument("--out", required=True, help="output directory, e.g. results/tune_lr/")
     tune.add_argument("--tracking-uri", default=None)
+    index = commands.add_parser("index", help="rewrite results/README.md from the reports' verdict lines")
+    index.add_argument("--dir", default=None, help="the reports' folder (default: <project>/results)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        commands = {"paper": paper_command, "tune": tune_command, "report": report_command}
+        commands = {"paper": paper_command, "tune": tune_command, "report": report_command, "index": index_command}
         return commands[args.command](args)
     except (ConfigError, LookupError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -99,6 +102,19 @@ def tune_command(args) -> int:
         from results.paper import write_index
 
         write_index(out.parent)
+    return 0
+
+
+def index_command(args) -> int:
+    from pathlib import Path
+
+    from results.paper import write_index
+
+    folder = Path(args.dir) if args.dir else project_root() / "results"
+    if not folder.is_dir():
+        raise ConfigError(f"--dir {folder} is not a folder of reports; point it at one (default: results/)")
+    write_index(folder)
+    print(folder / "README.md")
     return 0
 
 

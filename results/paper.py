@@ -343,24 +343,30 @@ def _sections(client, cells, claim: dict, out: Path) -> list[str]:
 
 
 def write_index(results_dir: Path) -> None:
-    """results/README.md: one line per preset report, with its verdict line."""
+    """results/README.md (``render_index``), rewritten whenever a committed report is."""
+    (results_dir / "README.md").write_text(render_index(results_dir))
+
+
+def render_index(results_dir: Path) -> str:
+    """The index of ``results_dir``: one line per report folder, with the verdict line its README opens with."""
     rows = []
     for readme in sorted(results_dir.glob("*/README.md")):
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
         rows.append(f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
                     f"{verdict.split('**')[1] if verdict else '—'} |")
-    (results_dir / "README.md").write_text("\n".join([
+    return "\n".join([
         "# results/",
         "",
         "Reports produced by posbench's own commands, each with the command that regenerates it; nothing here",
         "is hand-edited. Paper presets: `python run.py -m experiment=<preset>` then",
         "`python -m results paper --preset <preset>`; benchmarks: `python -m harness.bench --out results/bench`.",
+        "This index: `python -m results index` (tests/test_paper.py fails when it disagrees with the reports).",
         "",
         "| report | what | verdict / summary |",
         "|---|---|---|",
         *rows,
-    ]) + "\n")
+    ]) + "\n"
 
 
 def main(args) -> int:

@@ -433,3 +433,24 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
     assert verdict == "reproduced at every scale (toy, toy2x): does not move with scale here"
     assert "Command: `python run.py -m experiment=demo task=reverse pos=rope,learned scale=toy,toy2x`" in \
         (tmp_path / "demo" / "README.md").read_text()
+
+
+def test_the_committed_index_is_what_the_reports_say(tmp_path):
+    """results/README.md is generated (python -m results index): it must name each committed report's own verdict
+    line. A report copied in without regenerating the index left it saying "premature" where the report said
+    "inconclusive"."""
+    import shutil
+
+    from results.paper import render_index
+    from tests.helpers import ROOT
+
+    committed = ROOT / "results"
+    assert (committed / "README.md").read_text() == render_index(committed), "run: python -m results index"
+    copy = tmp_path / "results"  # and a report's verdict line reaches the index: change one, the index follows
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns("*.png", "*.csv", "*.json", "*.db"))
+    report = copy / "roformer_mlm" / "README.md"
+    lines = report.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("**Verdict"))
+    lines[at] = "**Verdict: inconclusive at toy scale.** (edited)"
+    report.write_text("\n".join(lines) + "\n")
+    assert "| Verdict: inconclusive at toy scale. |" in render_index(copy).split("[roformer_mlm]")[1].splitlines()[0]
