@@ -37,12 +37,15 @@ from results.stats import minimum_detectable_effect, paired_detectable_effect, p
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
+# a comparison whose arms cannot differ here: every seed of both at the same bound (an accuracy of 0 or 1), or with
+# no spread at all. Named, and left out of the claim's verdict: it says nothing either way.
+DEGENERATE = ("floor", "ceiling", "no spread")
 
 
 @dataclass
 class Outcome:
     text: str  # one line for the table
-    verdict: str  # supports | contradicts | inconclusive | premature
+    verdict: str  # supports | contradicts | inconclusive | premature | floor | ceiling | no spread
 
 
 def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str, str] | None = None) -> Outcome:
@@ -81,12 +84,34 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     head = f"{shown_metric}: {comparison[side]} − {comparison['than']}"
     if ci is None:
         return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
+    degenerate = _degenerate(metric, first, than)
+    if degenerate:
+        return Outcome(f"{head}: {degenerate[1]} (n = {len(first)} vs {len(than)})", degenerate[0])
     diff, low, high = ci
     claimed, against = (high < 0, low > 0) if side == "lower" else (low > 0, high < 0)
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
     mde = minimum_detectable_effect(first, than)
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)} vs {len(than)}; "
-                   f"detectable |Δ| ≥ {mde:.4f} at 80 % power)", verdict)
+    power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)} vs {len(than)}"
+                   f"{power})", verdict)
+
+
+def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str, str] | None:
+    """(verdict, why) when both arms hold one value, the same: an accuracy every seed has at 0 (a floor: no arm
+    solves this) or 1 (a ceiling: every arm does), or any other metric with no spread at all. The interval is a
+    point and the power figure 0, which would read as a precise tie; it is no evidence either way."""
+    values = set(first) | set(than)
+    if len(values) != 1:
+        return None
+    value = values.pop()
+    bounded = "acc" in metric.rsplit("/", 1)[-1]  # exact match and per-token accuracy lie in [0, 1]
+    if bounded and value == 0:
+        return "floor", ("every seed of both arms is 0 — a floor: no arm solves this, so the comparison cannot "
+                         "discriminate here; left out of the verdict")
+    if bounded and value == 1:
+        return "ceiling", ("every seed of both arms is 1 — a ceiling: every arm solves this, so the comparison "
+                           "cannot discriminate here; left out of the verdict")
+    return "no spread", f"every seed of both arms is {value:.6g}: no spread to compare; left out of the verdict"
 
 
 def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome:
@@ -96,16 +121,24 @@ def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome
     ci = paired_interval(first, than)
     if ci is None:
         return Outcome(f"{head}: n = {len(first)}, too few seeds for an interval", "inconclusive")
+    degenerate = _degenerate(metric, first, than)
+    if degenerate:
+        return Outcome(f"{head}: {degenerate[1]} (n = {len(first)})", degenerate[0])
     diff, low, high = ci
     verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
     mde = paired_detectable_effect(first, than)
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)}; "
-                   f"detectable |Δ| ≥ {mde:.4f} at 80 % power)", verdict)
+    power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread of the differences
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)}{power})", verdict)
 
 
 def overall(outcomes: list[Outcome]) -> str:
+    """The claim's verdict from its comparisons; those at a floor, a ceiling or with no spread say nothing and are
+    left out (all of them so: inconclusive)."""
     if not outcomes:
         return "no claim to test"
+    outcomes = [o for o in outcomes if o.verdict not in DEGENERATE]
+    if not outcomes:
+        return "inconclusive"
     if any(o.verdict == "contradicts" for o in outcomes):
         return "not reproduced"
     if any(o.verdict == "premature" for o in outcomes):

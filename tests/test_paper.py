@@ -454,3 +454,25 @@ def test_the_committed_index_is_what_the_reports_say(tmp_path):
     lines[at] = "**Verdict: inconclusive at toy scale.** (edited)"
     report.write_text("\n".join(lines) + "\n")
     assert "| Verdict: inconclusive at toy scale. |" in render_index(copy).split("[roformer_mlm]")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize("metric, a, b, verdict, said", [
+    ("val/acc_at_12", [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "floor", "every seed of both arms is 0 — a floor"),
+    ("val/copy/token_acc_at_12", [1.0, 1.0], [1.0, 1.0], "ceiling", "every seed of both arms is 1 — a ceiling"),
+    ("val/loss_at_64", [2.5, 2.5], [2.5, 2.5], "no spread", "every seed of both arms is 2.5: no spread"),
+])
+def test_a_comparison_that_cannot_discriminate_is_named_and_left_out_of_the_verdict(metric, a, b, verdict, said):
+    """The committed nope_length_generalization report called "+0.0000 (95 % CI +0.0000 … +0.0000; detectable
+    |Δ| ≥ 0.0000 at 80 % power)" inconclusive: every arm was 0 exact match at 2×, a floor."""
+    found = compare({"metric": metric, "higher": "pos=none", "than": "pos=rope"}, {"pos=none": a, "pos=rope": b})
+    assert found.verdict == verdict and said in found.text and "detectable" not in found.text
+    assert "left out of the verdict" in found.text
+    supports = Outcome("", "supports")
+    assert overall([supports, found]) == "reproduced"  # judged on the comparisons that can discriminate
+    assert overall([found, found]) == "inconclusive"
+
+
+def test_arms_without_spread_but_apart_keep_their_verdict_without_a_power_figure():
+    found = compare({"metric": "val/acc_at_12", "higher": "pos=none", "than": "pos=rope"},
+                    {"pos=none": [1.0, 1.0], "pos=rope": [0.0, 0.0]})
+    assert found.verdict == "supports" and "detectable" not in found.text
