@@ -42,6 +42,7 @@ NonNegative = Annotated[float, Range("a number ≥ 0", ge=0)]
 PositiveInt = Annotated[int, Range("a positive integer", ge=1)]
 UnitInterval = Annotated[float, Range("a number in [0, 1]", ge=0, le=1)]
 DropoutRate = Annotated[float, Range("a number in [0, 1)", ge=0, lt=1)]
+SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
 
 
 def violated(value: Any, annotation: Any) -> Range | None:

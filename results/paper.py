@@ -33,10 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from results.cells import GRID_KEYS, MIN_ORDER_GAIN
-from results.stats import minimum_detectable_effect, paired_detectable_effect, paired_interval, welch_interval
+from results.stats import (
+    holm,
+    minimum_detectable_effect,
+    paired_detectable_effect,
+    paired_interval,
+    paired_p_value,
+    welch_interval,
+    welch_p_value,
+)
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
+ALPHA = 0.05  # report.alpha's default: a claim's comparisons, Holm-corrected at this family-wise level
 # a comparison whose arms cannot differ here: every seed of both at the same bound (an accuracy of 0 or 1), or with
 # no spread at all. Named, and left out of the claim's verdict: it says nothing either way.
 DEGENERATE = ("floor", "ceiling", "no spread")
@@ -46,6 +55,8 @@ DEGENERATE = ("floor", "ceiling", "no spread")
 class Outcome:
     text: str  # one line for the table
     verdict: str  # supports | contradicts | inconclusive | premature | floor | ceiling | no spread
+    p: float | None = None  # two-sided p of the comparison's own test (an arm or paired comparison)
+    claimed: bool | None = None  # the difference lies in the claimed direction
 
 
 def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str, str] | None = None) -> Outcome:
@@ -90,10 +101,10 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     diff, low, high = ci
     claimed, against = (high < 0, low > 0) if side == "lower" else (low > 0, high < 0)
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
-    mde = minimum_detectable_effect(first, than)
+    mde, p = minimum_detectable_effect(first, than), welch_p_value(first, than)
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)} vs {len(than)}"
-                   f"{power})", verdict)
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs "
+                   f"{len(than)}{power})", verdict, p, (diff < 0) == (side == "lower") and diff != 0)
 
 
 def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str, str] | None:
@@ -126,9 +137,35 @@ def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome
         return Outcome(f"{head}: {degenerate[1]} (n = {len(first)})", degenerate[0])
     diff, low, high = ci
     verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
-    mde = paired_detectable_effect(first, than)
+    mde, p = paired_detectable_effect(first, than), paired_p_value(first, than)
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread of the differences
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; n = {len(first)}{power})", verdict)
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)}{power})",
+                   verdict, p, diff < 0)
+
+
+def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
+    """The comparisons of one family decided together: a comparison with a p-value supports the claim only when
+    Holm's procedure over the family's m p-values (``holm``) rejects it at family-wise level ``alpha`` and its
+    difference lies in the claimed direction, contradicts when rejected the other way, else is inconclusive. One
+    95 % interval each would let m comparisons reach a verdict by chance m times as often. Premature, floor,
+    ceiling and threshold comparisons keep their verdicts and are not in the family."""
+    family = [i for i, o in enumerate(outcomes) if o.p is not None and o.verdict not in ("premature", *DEGENERATE)]
+    rejected = holm([outcomes[i].p or 0.0 for i in family], alpha)  # p is set for every member
+    decided = list(outcomes)
+    for i, reject in zip(family, rejected, strict=True):
+        o = outcomes[i]
+        verdict = ("supports" if o.claimed else "contradicts") if reject else "inconclusive"
+        decided[i] = Outcome(o.text, verdict, o.p, o.claimed)
+    return decided
+
+
+def family_line(outcomes: list[Outcome], alpha: float) -> str:
+    """What the report says of its correction: the family's size and the procedure and level used."""
+    m = sum(o.p is not None and o.verdict not in ("premature", *DEGENERATE) for o in outcomes)
+    return (f"Corrected for {m} comparison{'s' * (m != 1)}: Holm–Bonferroni at family-wise α = {alpha:g} "
+            "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
+            "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "
+            "and ceiling comparisons are not in the family.")
 
 
 def overall(outcomes: list[Outcome]) -> str:
@@ -251,12 +288,13 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
         swept = [c for c in claim["comparisons"] if all(any(in_arm(cell, c[k]) for cell in cells)
                                                         for k in ("lower", "higher", "than", "cell") if k in c)]
-        per_scale = {s: [judged(c, at) for c in swept]
+        per_scale = {s: corrected([judged(c, at) for c in swept], claim.get("alpha", ALPHA))
                      for s in scales if (at := [c for c in cells if f"scale={s}" in c.label.split()])}
         return _write_scales_report(sweep, preset, scales, claim, per_scale, out)
-    outcomes = [judged(c) for c in claim["comparisons"]]
+    alpha = claim.get("alpha", ALPHA)
+    outcomes = corrected([judged(c) for c in claim["comparisons"]], alpha)
     verdict = overall(outcomes)
-    secondary = [judged(c) for c in claim.get("also", [])]  # shown, not part of the verdict
+    secondary = corrected([judged(c) for c in claim.get("also", [])], alpha)  # a family of its own, not the verdict
     lines = [
         f"# {preset} ({scale} scale)",
         "",
@@ -265,6 +303,8 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         f"**Verdict: {verdict} at {scale} scale.** " + " ".join(f"{o.text} → {o.verdict}." for o in outcomes),
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
+        family_line(outcomes, alpha),
+        "",
         *_provenance(sweep, f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"),
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
@@ -412,6 +452,7 @@ def main(args) -> int:
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"])  # a scale axis: its first
     claim = OmegaConf.to_container(cfg.claim, resolve=True)
     claim.setdefault("min_order_gain", OmegaConf.select(cfg, "report.min_order_gain", default=MIN_ORDER_GAIN))
+    claim.setdefault("alpha", OmegaConf.select(cfg, "report.alpha", default=ALPHA))
     uri, client = open_store(args.tracking_uri)
     try:
         sweep = find_sweep(client, cfg.logger.experiment, args.sweep)

@@ -41,6 +41,47 @@ def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.9
     return (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * se
 
 
+def welch_p_value(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p of Welch's t test of mean(a) = mean(b) (the test ``welch_interval`` inverts), or None when either
+    arm has < 2 values. No spread on either side: 0 if the means differ, else 1."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy import stats
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff, se = statistics.fmean(a) - statistics.fmean(b), math.sqrt(va + vb)
+    if se == 0:
+        return 0.0 if diff else 1.0
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return float(2 * stats.t.sf(abs(diff) / se, df))
+
+
+def paired_p_value(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p of the paired t test of mean(a − b) = 0 (the test ``paired_interval`` inverts); None if n < 2."""
+    if len(a) < 2:
+        return None
+    from scipy import stats
+
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    mean, sd = statistics.fmean(d), statistics.stdev(d)
+    if sd == 0:
+        return 0.0 if mean else 1.0
+    return float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(len(d))), len(d) - 1))
+
+
+def holm(pvalues: list[float], alpha: float) -> list[bool]:
+    """Which hypotheses of a family Holm's step-down procedure rejects at family-wise level ``alpha`` (Holm 1979):
+    with the p-values in ascending order p_(1) ≤ … ≤ p_(m), reject H_(k) while p_(k) ≤ α / (m − k + 1), and stop at
+    the first that is not. Returned in the input's order."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    rejected = [False] * len(pvalues)
+    for k, i in enumerate(order):
+        if pvalues[i] > alpha / (len(pvalues) - k):
+            break
+        rejected[i] = True
+    return rejected
+
+
 def paired_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
     """(Δ, low, high) for the mean of d_i = a_i − b_i, pairs measured on the same model (seed i): Student's
     one-sample t interval mean(d) ± t_{1−α/2, n−1}·s_d/√n (e.g. Wasserman 2004, §10.2). None when n < 2."""

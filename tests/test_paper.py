@@ -476,3 +476,40 @@ def test_arms_without_spread_but_apart_keep_their_verdict_without_a_power_figure
     found = compare({"metric": "val/acc_at_12", "higher": "pos=none", "than": "pos=rope"},
                     {"pos=none": [1.0, 1.0], "pos=rope": [0.0, 0.0]})
     assert found.verdict == "supports" and "detectable" not in found.text
+
+
+def test_welch_and_paired_p_values_match_scipys_tests():
+    from scipy import stats
+
+    from results.stats import paired_p_value, welch_p_value
+
+    a, b = [2.1, 2.4, 1.9, 2.2], [2.6, 2.5, 2.9]
+    assert welch_p_value(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
+    c = [2.0, 2.6, 1.7, 2.5]
+    assert paired_p_value(a, c) == pytest.approx(stats.ttest_rel(a, c).pvalue, rel=1e-12)
+    assert welch_p_value([1.0], b) is None and welch_p_value([1.0, 1.0], [0.0, 0.0]) == 0.0
+
+
+def test_holm_rejects_step_down_and_stops_at_the_first_that_fails():
+    from results.stats import holm
+
+    # sorted 0.005 ≤ 0.05/4, 0.01 ≤ 0.05/3, then 0.03 > 0.05/2: stop (0.04 is not reached)
+    assert holm([0.01, 0.04, 0.03, 0.005], 0.05) == [True, False, False, True]
+    assert holm([0.01, 0.04, 0.03, 0.005], 0.01) == [False] * 4  # 0.005 > 0.01/4
+    assert holm([0.001, 0.04], 0.05) == [True, True] and holm([0.001, 0.04], 0.01) == [True, False]  # stricter
+    assert holm([], 0.05) == []
+
+
+def test_a_family_of_comparisons_is_decided_together():
+    """Two comparisons at p = 0.03 and 0.04 each 'support' at 95 % alone; as a family of two, Holm rejects
+    neither at α = 0.05 (0.03 > 0.025), so the claim is inconclusive, not reproduced by chance."""
+    from results.paper import corrected, family_line
+
+    found = [Outcome("a", "supports", 0.03, True), Outcome("b", "supports", 0.04, True),
+             Outcome("c", "premature", 0.001, True), Outcome("d", "floor")]
+    decided = corrected(found, 0.05)
+    assert [o.verdict for o in decided] == ["inconclusive", "inconclusive", "premature", "floor"]
+    assert overall(decided) == PREMATURE
+    decided = corrected([Outcome("a", "supports", 0.001, True), Outcome("b", "inconclusive", 0.02, False)], 0.05)
+    assert [o.verdict for o in decided] == ["supports", "contradicts"]  # 0.02 ≤ 0.05/1 after the first
+    assert "Corrected for 2 comparisons: Holm–Bonferroni at family-wise α = 0.05" in family_line(decided, 0.05)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from harness.errors import ConfigError
-from harness.ranges import NonNegative, Positive, violated
+from harness.ranges import NonNegative, Positive, SignificanceLevel, violated
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
 
@@ -313,6 +313,7 @@ class ReportSettings:
     target_loss: Positive | None = None  # "steps to target" threshold, nats/token
     min_order_gain: NonNegative = 0.05  # val/order_gain below it: "not yet using order" (conf/config.yaml says why)
     baseline: str | None = None  # the pos the report compares every other scheme with (results/verdicts.py)
+    alpha: SignificanceLevel = 0.05  # a paper claim's family-wise level, Holm-corrected (results/paper.py)
 
 
 @dataclass(frozen=True)
