@@ -39,6 +39,7 @@ from results.stats import (
     paired_detectable_effect,
     paired_interval,
     paired_p_value,
+    seeds_needed,
     welch_interval,
     welch_p_value,
 )
@@ -103,6 +104,10 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
     mde, p = minimum_detectable_effect(first, than), welch_p_value(first, than)
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
+    if verdict == "inconclusive":  # what would settle it, if the effect is as measured
+        n = seeds_needed(first, than, diff)
+        power += (f"; n ≥ {n} per arm would detect |Δ| = {abs(diff):.4f}" if n else
+                  f"; more than 1000 seeds per arm would be needed for |Δ| = {abs(diff):.4f}" if diff else "")
     return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs "
                    f"{len(than)}{power})", verdict, p, (diff < 0) == (side == "lower") and diff != 0)
 

@@ -41,6 +41,26 @@ def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.9
     return (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * se
 
 
+def seeds_needed(a: list[float], b: list[float], effect: float, level: float = 0.95, power: float = 0.8,
+                 most: int = 1000) -> int | None:
+    """The seeds per arm (the same n on both sides) at which a Welch test at ``level`` would detect a difference of
+    ``effect`` with probability ``power``, if the seeds spread as these do: the least n with
+    (t_{1−α/2, ν} + t_{power, ν})·√((s_a² + s_b²)/n) ≤ |effect|, ν = 2(n − 1) (``minimum_detectable_effect`` solved
+    for n). None when either arm has < 2 values, there is no spread or no effect, or more than ``most`` are needed."""
+    if len(a) < 2 or len(b) < 2 or not effect:
+        return None
+    from scipy import stats
+
+    spread = statistics.variance(a) + statistics.variance(b)
+    if spread == 0:
+        return None
+    for n in range(2, most + 1):
+        df = 2 * (n - 1)
+        if (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * math.sqrt(spread / n) <= abs(effect):
+            return n
+    return None
+
+
 def welch_p_value(a: list[float], b: list[float]) -> float | None:
     """Two-sided p of Welch's t test of mean(a) = mean(b) (the test ``welch_interval`` inverts), or None when either
     arm has < 2 values. No spread on either side: 0 if the means differ, else 1."""

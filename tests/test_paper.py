@@ -513,3 +513,27 @@ def test_a_family_of_comparisons_is_decided_together():
     decided = corrected([Outcome("a", "supports", 0.001, True), Outcome("b", "inconclusive", 0.02, False)], 0.05)
     assert [o.verdict for o in decided] == ["supports", "contradicts"]  # 0.02 ≤ 0.05/1 after the first
     assert "Corrected for 2 comparisons: Holm–Bonferroni at family-wise α = 0.05" in family_line(decided, 0.05)
+
+
+def test_seeds_needed_is_the_least_n_whose_detectable_effect_reaches_the_difference():
+    """minimum_detectable_effect solved for n: (t_{.975, 2n−2} + t_{.8, 2n−2})·√((s_a² + s_b²)/n) ≤ |Δ|."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    from results.stats import seeds_needed
+
+    a, b = [2.00, 2.10, 1.95], [2.05, 2.20, 2.02]
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    n = seeds_needed(a, b, diff)
+
+    def detectable(k: int) -> float:
+        return (stats.t.ppf(0.975, 2 * k - 2) + stats.t.ppf(0.8, 2 * k - 2)) * math.sqrt(
+            (statistics.variance(a) + statistics.variance(b)) / k)
+
+    assert n is not None and detectable(n) <= abs(diff) < detectable(n - 1)
+    assert seeds_needed(a, b, 0.0) is None and seeds_needed([1.0, 1.0], [1.0, 1.0], 0.5) is None
+    assert seeds_needed(a, b, 1e-6) is None  # more than 1000 per arm
+    found = compare({"metric": "val/loss", "lower": "pos=rope", "than": "pos=none"}, {"pos=rope": a, "pos=none": b})
+    assert found.verdict == "inconclusive" and f"n ≥ {n} per arm would detect |Δ| = {abs(diff):.4f}" in found.text

@@ -3,7 +3,7 @@
 import pytest
 
 from results.cells import Cell, Declared, build_report
-from results.stats import minimum_detectable_effect, welch_interval
+from results.stats import minimum_detectable_effect, seeds_needed, welch_interval
 from results.verdicts import headline, missing_baseline, verdicts
 
 
@@ -30,6 +30,8 @@ def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_dete
     assert found["learned"].verdict == "tie" and low < 0 < high
     mde = minimum_detectable_effect([3.0, 3.2, 2.9], [3.0, 3.1, 3.05])
     assert f"detects |Δ| ≥ {mde:.4f}" in found["learned"].text and f"{diff:+.4f}" in found["learned"].text
+    n = seeds_needed([3.0, 3.2, 2.9], [3.0, 3.1, 3.05], diff)  # what would settle the tie, were Δ as measured
+    assert (f"n ≥ {n} per scheme would detect" if n else "more than 1000 seeds per scheme") in found["learned"].text
     line = headline(list(found.values()), 0.05)
     assert line.startswith("Verdict on 2 comparisons: 1 lower and 0 higher") and "1 ties" in line
 
