@@ -24,6 +24,6 @@ test: install
 test-fast:  ## the unit level for your own loop (no end-to-end runs, no install step)
 	$(PY) -m pytest -q -m "not slow" -n $(WORKERS) --dist loadfile
 
-lint:  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
+lint: install  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
 	$(PY) -m ruff check .
 	$(PY) -m mypy
