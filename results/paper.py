@@ -39,9 +39,9 @@ from results.stats import (
     paired_detectable_effect,
     paired_interval,
     paired_p_value,
-    seeds_needed,
     welch_interval,
     welch_p_value,
+    what_settles,
 )
 
 PREMATURE = "premature — train longer"
@@ -105,9 +105,7 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     mde, p = minimum_detectable_effect(first, than), welch_p_value(first, than)
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
     if verdict == "inconclusive":  # what would settle it, if the effect is as measured
-        n = seeds_needed(first, than, diff)
-        power += (f"; n ≥ {n} per arm would detect |Δ| = {abs(diff):.4f}" if n else
-                  f"; more than 1000 seeds per arm would be needed for |Δ| = {abs(diff):.4f}" if diff else "")
+        power += what_settles(first, than, diff)
     return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs "
                    f"{len(than)}{power})", verdict, p, (diff < 0) == (side == "lower") and diff != 0)
 
@@ -148,13 +146,18 @@ def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome
                    verdict, p, diff < 0)
 
 
+def in_family(o: Outcome) -> bool:
+    """A comparison the correction counts: one with a p-value that is neither premature nor at a floor/ceiling."""
+    return o.p is not None and o.verdict not in ("premature", *DEGENERATE)
+
+
 def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
     """The comparisons of one family decided together: a comparison with a p-value supports the claim only when
     Holm's procedure over the family's m p-values (``holm``) rejects it at family-wise level ``alpha`` and its
     difference lies in the claimed direction, contradicts when rejected the other way, else is inconclusive. One
     95 % interval each would let m comparisons reach a verdict by chance m times as often. Premature, floor,
     ceiling and threshold comparisons keep their verdicts and are not in the family."""
-    family = [i for i, o in enumerate(outcomes) if o.p is not None and o.verdict not in ("premature", *DEGENERATE)]
+    family = [i for i, o in enumerate(outcomes) if in_family(o)]
     rejected = holm([outcomes[i].p or 0.0 for i in family], alpha)  # p is set for every member
     decided = list(outcomes)
     for i, reject in zip(family, rejected, strict=True):
@@ -166,7 +169,7 @@ def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
 
 def family_line(outcomes: list[Outcome], alpha: float) -> str:
     """What the report says of its correction: the family's size and the procedure and level used."""
-    m = sum(o.p is not None and o.verdict not in ("premature", *DEGENERATE) for o in outcomes)
+    m = sum(in_family(o) for o in outcomes)
     return (f"Corrected for {m} comparison{'s' * (m != 1)}: Holm–Bonferroni at family-wise α = {alpha:g} "
             "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
             "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "

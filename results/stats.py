@@ -61,6 +61,16 @@ def seeds_needed(a: list[float], b: list[float], effect: float, level: float = 0
     return None
 
 
+def what_settles(a: list[float], b: list[float], diff: float, per: str = "arm") -> str:
+    """``; n ≥ K per arm would detect |Δ| = …`` (``seeds_needed``), for a comparison that did not settle; "" when
+    there is no difference to detect."""
+    if not diff:
+        return ""
+    n = seeds_needed(a, b, diff)
+    return (f"; n ≥ {n} per {per} would detect |Δ| = {abs(diff):.4f}" if n else
+            f"; more than 1000 seeds per {per} would be needed for |Δ| = {abs(diff):.4f}")
+
+
 def welch_p_value(a: list[float], b: list[float]) -> float | None:
     """Two-sided p of Welch's t test of mean(a) = mean(b) (the test ``welch_interval`` inverts), or None when either
     arm has < 2 values. No spread on either side: 0 if the means differ, else 1."""

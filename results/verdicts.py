@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from results.cells import Declared, Group
-from results.stats import minimum_detectable_effect, seeds_needed, welch_interval
+from results.stats import minimum_detectable_effect, welch_interval, what_settles
 
 BASELINE = "none"
 # a rise between the last two validations smaller than this share of min_order_gain is read as flat (noise)
@@ -81,11 +81,9 @@ def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     if high < 0 or low > 0:
         word = "lower" if high < 0 else "higher"
         return Verdict(g, base, word, f"{numbers}: {word} loss beyond seed noise (n = {len(a)} vs {len(b)})")
-    mde, n = minimum_detectable_effect(a, b), seeds_needed(a, b, diff)
-    settle = (f"; n ≥ {n} per scheme would detect |Δ| = {abs(diff):.4f}" if n else
-              f"; more than 1000 seeds per scheme would be needed for |Δ| = {abs(diff):.4f}" if diff else "")
+    mde = minimum_detectable_effect(a, b)
     return Verdict(g, base, "tie", f"{numbers}: tie within seed noise; n = {len(a)} vs {len(b)} detects "
-                                   f"|Δ| ≥ {mde:.4f}{settle}")
+                                   f"|Δ| ≥ {mde:.4f}{what_settles(a, b, diff, per='scheme')}")
 
 
 def trend(g: Group, min_gain: float) -> str:

@@ -40,6 +40,19 @@ def choices_of(cfg) -> dict[str, str]:
     return {g: cfg.hydra.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
 
 
+def validated(*overrides: str):
+    """The validation pass (harness.config.validate) over TINY plus ``overrides``, as a run starts: its Checked."""
+    from omegaconf import open_dict
+
+    from harness.config.validate import validate
+
+    cfg = compose([*TINY, *overrides])
+    choices = choices_of(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return validate(cfg, choices)
+
+
 def tiny_trainer(uri: str):
     """train(*overrides) -> (Summary, MlflowClient): TINY plus ``overrides``, recorded in the store at ``uri``."""
     from mlflow.tracking import MlflowClient

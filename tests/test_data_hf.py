@@ -6,15 +6,13 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from omegaconf import open_dict
 
 datasets = pytest.importorskip("datasets")
 
-from harness.config.validate import validate  # noqa: E402
 from harness.data.corpus import block_split  # noqa: E402
 from harness.data.hf import HFDataset  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
-from tests.helpers import TINY, choices_of, compose  # noqa: E402
+from tests.helpers import validated  # noqa: E402
 
 ROWS = [f"Row {i}: the {'quick' if i % 3 else 'slow'} brown fox jumps over {i % 7} lazy dogs." for i in range(1600)]
 TEXT = "\n\n".join(ROWS).encode()  # rows joined by blank lines
@@ -57,14 +55,6 @@ def test_train_a_few_steps_from_each_form(saved, form, train_tiny_shared):
     assert run.data.params["corpus.bytes"] == str(len(TEXT)) and summary.step == 2
 
 
-def checked(*overrides):
-    cfg = compose([*TINY, *overrides])
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return validate(cfg, choices)
-
-
 @pytest.mark.parametrize("overrides, message", [
     (["data=hf"], "data=hf needs one of data.name=HUB_NAME (with a network) or data.path="),
     (["data=hf", "data.path={root}/missing"], "data.path={root}/missing does not exist"),
@@ -77,7 +67,7 @@ def checked(*overrides):
 ])
 def test_bad_input_is_one_line_before_training(saved, overrides, message):
     with pytest.raises(ConfigError) as e:
-        checked(*(o.format(root=saved) for o in overrides))
+        validated(*(o.format(root=saved) for o in overrides))
     assert message.format(root=saved) in str(e.value) and "\n" not in str(e.value)
 
 
@@ -102,5 +92,5 @@ def test_a_hub_name_without_network_names_the_fix_at_once(monkeypatch, env, why)
     start = time.perf_counter()
     with pytest.raises(ConfigError, match=r"data.name=posbench-no-such/corpus: not in the datasets cache, and the Hub "
                                           rf"was not asked \({why}.*save_to_disk\(DIR\) and set data.path=DIR"):
-        checked("data=hf", "data.name=posbench-no-such/corpus")
+        validated("data=hf", "data.name=posbench-no-such/corpus")
     assert time.perf_counter() - start < 10

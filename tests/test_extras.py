@@ -12,13 +12,11 @@ import sys
 
 import pytest
 import yaml
-from omegaconf import open_dict
 
-from harness.config.validate import validate
 from harness.errors import ConfigError
 from harness.extras import extra_for, require
 from harness.paths import CONF
-from tests.helpers import ROOT, TINY, choices_of, compose
+from tests.helpers import ROOT, compose, validated
 
 
 def declared_targets() -> dict[str, str]:
@@ -66,14 +64,6 @@ def test_every_declared_package_is_in_a_user_extra_and_the_hf_options_declare_th
     assert {"datasets", "tokenizers", "transformers"} <= extras["hf"]
 
 
-def checked(*overrides: str):
-    cfg = compose([*TINY, *overrides])
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return validate(cfg, choices)
-
-
 @pytest.mark.parametrize("overrides, module, owner", [
     (["tokenizer=bpe", "task=clm"], "tokenizers", "tokenizer=bpe"),
     (["tokenizer=wordpiece"], "tokenizers", "tokenizer=wordpiece"),
@@ -83,7 +73,7 @@ def checked(*overrides: str):
 def test_a_missing_package_is_refused_in_one_line_naming_the_extra(store, monkeypatch, overrides, module, owner):
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ConfigError) as e:
-        checked(*overrides)
+        validated(*overrides)
     fix = f"pip install 'posbench[{extra_for(module)}]'" if extra_for(module) else f"pip install {module}"
     assert str(e.value).startswith(f"{owner} needs {module}, which is not installed here; {fix}"), e.value
     assert "\n" not in str(e.value)
