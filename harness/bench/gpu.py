@@ -1,0 +1,365 @@
+"""``python -m harness.bench.gpu --out results/bench_gpu``: what one GPU says about posbench, in one run.
+
+Written for a GPU lent for minutes (issue 48): every section has a share of ``--deadline-s`` and is skipped,
+said so in the report, once the time is spent. In order of value:
+
+1. **memory** — ``--check --gpu-memory``'s figure (``harness.config.resources.gpu_estimate``, called with what
+   ``validate`` passes it) beside ``torch.cuda.max_memory_allocated`` over 20 training steps (bf16-mixed
+   autocast, the preset's AdamW, the harness's loss: fp32 cross-entropy of every position's logits) for the
+   paper cells of eleuther_rotary (GPT-3 Small, T = 2048, GPT-2's 50,257-token vocabulary) and roformer_mlm
+   (BERT-base, T = 512, BERT's 30,522 WordPiece vocabulary) at several batch sizes. Random token ids: memory
+   does not depend on the text.
+2. **steps** — tokens/s and MFU of a training step (forward + backward, bf16 autocast: harness.bench's cell)
+   for none / rope / t5 / alibi with softmax and rope with the other attentions at d768, 12 layers, T = 2048;
+   MFU against the run's own measured bf16 matmul peak and against the datasheet's dense bf16 peak.
+3. **peers** — the same step of x-transformers and Hugging Face models at the same shape, paired ABBA rounds
+   with a 95 % interval of the ratio (harness.bench.targets.compare_peer).
+4. **flex** — bias schemes (T5, ALiBi, KERPLE, FIRE) through flex_attention (harness/bench/flex.py): forward
+   and gradient parity with the dense path in fp32, then the attention call's forward + backward against
+   plain SDPA without a bias (goal ≤ 1.1×), paired.
+
+No MLflow here: the GPU machine this was written for has no mlflow, and the committed report is the record.
+Each section writes its CSV as soon as it ends, so a run stopped early still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from harness.bench.cells import PEERS, Spec
+from harness.bench.gpu_report import render
+from harness.bench.internals import compose_cell, git_sha
+from harness.bench.measure import matmul_peak_flops
+from harness.bench.pairing import paired_rounds
+from harness.bench.session import Options, Session
+from harness.bench.stats import Goal
+from harness.bench.targets import compare_peer
+
+D768 = ("model.n_layers=12", "model.d_model=768", "model.n_heads=12", "model.d_ff=3072")
+DATASHEET_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM, TFLOP/s
+FLEX_GOAL = Goal("<=", 1.1)  # flex step ÷ plain SDPA step
+
+
+@dataclass(frozen=True)
+class MemoryCell:
+    preset: str
+    pos: str
+    causal: bool
+    vocab: int
+    vocabulary: str  # what the vocabulary is, for the report
+    batches: tuple[int, ...]
+    extra: tuple[str, ...] = ()  # more overrides (the tests' small shapes)
+
+    def overrides(self, batch: int) -> list[str]:
+        return [f"experiment={self.preset}", "scale=paper", f"pos={self.pos}", f"data.batch_size={batch}", *self.extra]
+
+
+MEMORY_CELLS = (
+    MemoryCell("eleuther_rotary", "rope", True, 50257, "GPT-2 BPE, 50,257", (8, 16, 24, 32)),
+    MemoryCell("roformer_mlm", "rope", False, 30522, "BERT WordPiece, 30,522", (32, 64, 128)),
+)
+
+
+@dataclass
+class MemoryRow:
+    preset: str
+    pos: str
+    batch: int
+    seq_len: int
+    vocab: int
+    n_params: int
+    estimate_gib: float
+    states_gib: float
+    activations_gib: float
+    logits_gib: float
+    measured_gib: float = float("nan")
+    measured_over_estimate: float = float("nan")
+    tokens_per_s: float = float("nan")
+    status: str = "ok"
+
+
+def estimate(cell: MemoryCell, batch: int):
+    """(config, model config, the estimate ``--check --gpu-memory`` prints, parameters): the model laid out on
+    the meta device and ``gpu_estimate`` called as ``validate`` calls it for a softmax cell."""
+    from harness.config.instantiate import instantiate, instantiate_option
+    from harness.config.resources import SchemeTerms, gpu_estimate
+    from harness.model.transformer import Transformer
+
+    cfg = compose_cell(cell.overrides(batch))
+    model_cfg, t = instantiate(cfg.model), int(cfg.data.seq_len)
+    with torch.device("meta"):
+        model = Transformer(model_cfg, cell.vocab, t, cell.causal, pos=instantiate_option(cfg.pos, "pos"),
+                            attn=instantiate_option(cfg.attn, "attn"))
+    est = gpu_estimate("a training step", f"data.batch_size={batch}", model.num_params(), model_cfg, cell.vocab,
+                       batch, t, str(cfg.trainer.precision), SchemeTerms.of(model.pos))
+    return cfg, model_cfg, est, model.num_params()
+
+
+def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryRow:
+    """The estimate ``--check --gpu-memory`` prints for this cell, and the measured peak of ``steps`` steps."""
+    from harness.config.instantiate import instantiate_option
+    from harness.model.transformer import Transformer
+
+    cfg, model_cfg, est, n_params = estimate(cell, batch)
+    t = int(cfg.data.seq_len)
+    row = MemoryRow(cell.preset, cell.pos, batch, t, cell.vocab, n_params, est.total / 2**30,
+                    est.states / 2**30, est.activations / 2**30, est.logits / 2**30)
+    _release(device)
+    base = torch.cuda.memory_allocated() if device == "cuda" else 0
+    try:
+        model = Transformer(model_cfg, cell.vocab, t, cell.causal, pos=instantiate_option(cfg.pos, "pos"),
+                            attn=instantiate_option(cfg.attn, "attn")).to(device).train()
+        seconds = _train(model, cfg, batch, t, cell, device, steps)
+        if device == "cuda":
+            row.measured_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
+            row.measured_over_estimate = row.measured_gib / row.estimate_gib
+        row.tokens_per_s = batch * t * (steps - 1) / seconds
+    except torch.OutOfMemoryError:
+        row.status = "out of memory"
+        if device == "cuda":
+            row.measured_gib = torch.cuda.max_memory_allocated() / 2**30  # the peak reached before it failed
+    model = None
+    _release(device)
+    return row
+
+
+def _train(model, cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
+    """``steps`` optimizer steps as harness.model.module trains (autocast bf16 on CUDA, the preset's AdamW with
+    no decay on biases and norms, fp32 cross-entropy over every logit); the seconds of all but the first."""
+    from harness.config.instantiate import instantiate
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = instantiate(cfg.optim.optimizer)([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+    ids = torch.randint(cell.vocab, (batch, t), device=device)
+    labels = ids.roll(-1, dims=1) if cell.causal else torch.where(torch.rand(batch, t, device=device) < 0.15, ids, -100)
+    started = 0.0
+    for i in range(steps):
+        if i == 1:
+            _sync(device)
+            started = time.perf_counter()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits = model(ids)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    return time.perf_counter() - started
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _release(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+# ---------------------------------------------------------------- steps and peers
+
+STEP_CELLS = (("none", "softmax"), ("rope", "softmax"), ("t5", "softmax"), ("alibi", "softmax"),
+              ("rope", "local"), ("rope", "performer"), ("rope", "linear"))
+PEER_NAMES = ("x-transformers rotary", "x-transformers T5 bias", "x-transformers ALiBi", "HF RoFormer", "HF BERT")
+
+
+def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) -> list[dict]:
+    rows = []
+    for pos, attn in STEP_CELLS:
+        r = session.cell(Spec(pos, attn, t, max(1, tokens // t), causal=True, attn_overrides=D768))
+        rows.append({**asdict(r), "mfu_datasheet": r.flops / r.step_s / datasheet if datasheet and r.ok else None})
+    return rows
+
+
+def peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[dict]:
+    rows = []
+    for peer in (p for p in PEERS if p.name in PEER_NAMES):
+        o = compare_peer(session, peer, Spec(peer.pos, peer.attn, t, max(1, tokens // t), causal=True,
+                                             attn_overrides=D768), budget_s=budget_s)
+        i = o.interval
+        rows.append({"peer": peer.name, "pos": peer.pos, "attn": peer.attn,
+                     "peer_tokens_per_s": o.theirs.tokens_per_s, "posbench_tokens_per_s": o.ours.tokens_per_s,
+                     "posbench_over_peer": i.estimate if i else None, "low": i.low if i else None,
+                     "high": i.high if i else None, "rounds": len(i.samples) if i else 0, "note": o.why or peer.note})
+    return rows
+
+
+# ---------------------------------------------------------------- flex_attention
+
+FLEX_SCHEMES = ("t5", "alibi", "kerple", "fire")
+
+
+def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from harness.bench.flex import attention_steps, parity
+    from harness.bench.internals import build_transformer
+
+    compiled = torch.compile(flex_attention, dynamic=False)
+    rows = []
+    for name in FLEX_SCHEMES:
+        row: dict = {"scheme": name}
+        try:
+            overrides = [f"pos={name}", *D768, "model.n_layers=1", "model.dropout=0.0", f"data.seq_len={t}"]
+            scheme = build_transformer(overrides, 258, t, True).pos.to(device)
+            q, k, v = (torch.randn(1, 12, t, 64, device=device) for _ in range(3))
+            p = parity(name, scheme, q, k, v, True, compiled, create_block_mask)
+            row |= {"fp32_out_max_abs_err": p.out_err,
+                    "fp32_grad_max_rel_err": max(p.grad_err.values()),
+                    "grads_compared": " ".join(sorted(p.grad_err)), "note": p.note}
+            steps = attention_steps(scheme, batch, 12, t, 64, device, compiled, create_block_mask)
+            for fn in steps.values():  # compile and warm each path once
+                fn()
+            for path in ("flex", "dense"):
+                i = paired_rounds(steps[path], steps["sdpa"], device, FLEX_GOAL, budget_s=budget_s / 2)
+                row |= {f"{path}_over_sdpa": i.estimate, f"{path}_low": i.low, f"{path}_high": i.high,
+                        f"{path}_rounds": len(i.samples), f"{path}_verdict": FLEX_GOAL.judge(i)}
+        except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
+            row["note"] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        rows.append(row)
+        _release(device)
+    return rows
+
+
+# ---------------------------------------------------------------- CUDA-only checks
+
+BF16_SCHEMES = ("rope", "t5", "alibi", "fire", "xpos")
+
+
+def cuda_rows(device: str) -> list[dict]:
+    """What only a CUDA machine can check: ``attn.backend=xformers`` refused in one line when its wheel does
+    not run here, and a training step under bf16 autocast against fp32 (same weights, same batch) per scheme."""
+    from attention.softmax import Softmax
+    from harness.bench.internals import build_transformer
+    from harness.errors import ConfigError
+    from positional.base import Shape
+
+    rows: list[dict] = []
+    try:
+        Softmax(Shape(64, 4, 1, 128, True), backend="xformers")
+        rows.append({"check": "attn.backend=xformers", "result": "built: xformers runs here"})
+    except ConfigError as e:
+        one_line = "\n" not in str(e)
+        rows.append({"check": "attn.backend=xformers", "result": f"refused in {'one line' if one_line else 'lines'}",
+                     "ok": one_line, "detail": str(e)})
+    for pos in BF16_SCHEMES:
+        torch.manual_seed(0)
+        model = build_transformer([f"pos={pos}", "model.dropout=0.0", "data.seq_len=512"], 258, 512, True)
+        model.to(device).train()
+        ids = torch.randint(258, (8, 512), device=device)
+        losses, grads = [], []
+        for bf16 in (False, True):
+            model.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(ids)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids.roll(-1, 1).flatten())
+            loss.backward()
+            losses.append(loss.item())
+            grads.append(torch.cat([p.grad.flatten().double() for p in model.parameters() if p.grad is not None]))
+        cos = float(F.cosine_similarity(grads[0], grads[1], dim=0))
+        rows.append({"check": f"bf16 autocast step, pos={pos}", "result": f"loss {losses[1]:.5f} vs fp32 "
+                     f"{losses[0]:.5f} (rel {abs(losses[1] - losses[0]) / losses[0]:.1e}); gradient cosine {cos:.5f}",
+                     "ok": abs(losses[1] - losses[0]) / losses[0] < 1e-2 and cos > 0.99})
+    return rows
+
+
+# ---------------------------------------------------------------- the run
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:  # an empty section writes no file
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def device_line(device: str) -> tuple[str, float | None]:
+    if device != "cuda":
+        return f"CPU ({platform.processor() or platform.machine()}), torch {torch.__version__}", None
+    name = torch.cuda.get_device_name()
+    props = torch.cuda.get_device_properties(0)
+    peak = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
+    return (f"{name}, {props.total_memory / 2**30:.1f} GiB, {props.multi_processor_count} SMs; torch "
+            f"{torch.__version__}, CUDA {torch.version.cuda}"), peak
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.bench.gpu", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--deadline-s", type=float, default=420.0, help="skip sections once this much time is spent")
+    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--steps", type=int, default=20, help="training steps per memory cell")
+    p.add_argument("--length", type=int, default=2048)
+    p.add_argument("--tokens", type=int, default=32768, help="tokens per step of the step/peer cells")
+    p.add_argument("--render", action="store_true", help="only rewrite README.md from the folder's CSVs")
+    a = p.parse_args(argv)
+    if a.render:
+        render(a.out)
+        return 0
+    unknown = set(a.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        print(f"error: --sections {','.join(sorted(unknown))}: use some of {','.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a.out.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])
+    started = time.perf_counter()
+    where, datasheet = device_line(device)
+    peak = matmul_peak_flops(device, (4096, 8192) if device == "cuda" else (256,), seconds=1.0)
+    log = [f"device: {where}", f"commit: {git_sha()}", f"command: {command}",
+           f"measured bf16 matmul peak: {peak.flops / 1e12:.1f} TFLOP/s at n={peak.n}",
+           f"datasheet dense bf16 peak: {datasheet / 1e12:.1f} TFLOP/s" if datasheet else "datasheet peak: unknown"]
+    print("\n".join(log), flush=True)
+    session = Session(Options(device, peak.flops, peak.n, warmup=2, repeats=10, cell_s=2.0))
+    bodies = {
+        "memory": lambda budget: [asdict(memory_row(c, b, device, a.steps)) for c in MEMORY_CELLS for b in c.batches],
+        "steps": lambda budget: step_rows(session, a.length, a.tokens, datasheet),
+        "peers": lambda budget: peer_rows(session, a.length, a.tokens, budget_s=min(10.0, budget / 6)),
+        "flex": lambda budget: flex_rows(device, a.length, 8, budget_s=min(16.0, budget / 5)),
+        "cuda": lambda budget: cuda_rows(device),
+    }
+    for name in SECTIONS:
+        left = a.deadline_s - (time.perf_counter() - started)
+        if name not in a.sections.split(","):
+            continue
+        if left < 20:
+            log.append(f"{name}: skipped, the deadline ({a.deadline_s:.0f} s) was spent")
+            continue
+        t0 = time.perf_counter()
+        try:
+            rows = bodies[name](left)
+        except Exception as e:  # one broken section must not lose the others' figures
+            rows, _ = [], log.append(f"{name}: failed: {' '.join(f'{type(e).__name__}: {e}'.split())[:300]}")
+        session.release()
+        write_csv(a.out / f"{name}.csv", rows)
+        log.append(f"{name}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
+        print(log[-1], flush=True)
+    log.append(f"total: {time.perf_counter() - started:.0f} s")
+    (a.out / "run.log").write_text("\n".join(log) + "\n")
+    render(a.out)
+    print(log[-1])
+    return 0
+
+
+SECTIONS = ("memory", "steps", "peers", "flex", "cuda")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
