@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20, help="training steps per memory cell")
     p.add_argument("--length", type=int, default=2048)
     p.add_argument("--tokens", type=int, default=32768, help="tokens per step of the step/peer cells")
+    p.add_argument("--commit", default=None, help="the commit measured, where the copy run has no git history")
     p.add_argument("--render", action="store_true", help="only rewrite README.md from the folder's CSVs")
     a = p.parse_args(argv)
     if a.render:
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     where, datasheet = device_line(device)
     peak = matmul_peak_flops(device, (4096, 8192) if device == "cuda" else (256,), seconds=1.0)
-    log = [f"device: {where}", f"commit: {git_sha()}", f"command: {command}",
+    log = [f"device: {where}", f"commit: {a.commit or git_sha()}", f"command: {command}",
            f"measured bf16 matmul peak: {peak.flops / 1e12:.1f} TFLOP/s at n={peak.n}",
            f"datasheet dense bf16 peak: {datasheet / 1e12:.1f} TFLOP/s" if datasheet else "datasheet peak: unknown"]
     print("\n".join(log), flush=True)
