@@ -207,7 +207,7 @@ FLEX_SCHEMES = ("t5", "alibi", "kerple", "fire")
 def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from harness.bench.flex import attention_steps, parity
+    from harness.bench.flex import parity
     from harness.bench.internals import build_transformer
 
     compiled = torch.compile(flex_attention, dynamic=False)
@@ -222,18 +222,42 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
             row |= {"fp32_out_max_abs_err": p.out_err,
                     "fp32_grad_max_rel_err": max(p.grad_err.values()),
                     "grads_compared": " ".join(sorted(p.grad_err)), "note": p.note}
-            steps = attention_steps(scheme, batch, 12, t, 64, device, compiled, create_block_mask)
-            for fn in steps.values():  # compile and warm each path once
-                fn()
-            for path in ("flex", "dense"):
-                i = paired_rounds(steps[path], steps["sdpa"], device, FLEX_GOAL, budget_s=budget_s / 2)
-                row |= {f"{path}_over_sdpa": i.estimate, f"{path}_low": i.low, f"{path}_high": i.high,
-                        f"{path}_rounds": len(i.samples), f"{path}_verdict": FLEX_GOAL.judge(i)}
+            row["grad_errors"] = " ".join(f"{n}={e:.1e}" for n, e in sorted(p.grad_err.items()))
+            row |= _timed(scheme, compiled, create_block_mask, device, t, batch, budget_s)
         except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
             row["note"] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         rows.append(row)
         _release(device)
     return rows
+
+
+# the kernel's tile sizes, tried in turn: torch's defaults first; smaller tiles where the defaults need more
+# shared memory than the device has (torch 2.11's bf16 backward on an H200 did: 245,760 > 232,448 bytes)
+KERNEL_OPTIONS = (None, {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 2},
+                  {"BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 1})
+
+
+def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int, budget_s: float) -> dict:
+    from harness.bench.flex import attention_steps
+
+    failures = []
+    for options in KERNEL_OPTIONS:
+        def flex(*args, options=options, **kwargs):
+            return compiled(*args, **kwargs, kernel_options=options)
+        try:
+            steps = attention_steps(scheme, batch, 12, t, 64, device, flex, create_block_mask)
+            for fn in steps.values():  # compile and warm each path once
+                fn()
+        except Exception as e:
+            failures.append(f"{options}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        row: dict = {"kernel_options": str(options or "default"), "kernel_failures": " | ".join(failures)}
+        for path in ("flex", "dense"):
+            i = paired_rounds(steps[path], steps["sdpa"], device, FLEX_GOAL, budget_s=budget_s / 2)
+            row |= {f"{path}_over_sdpa": i.estimate, f"{path}_low": i.low, f"{path}_high": i.high,
+                    f"{path}_rounds": len(i.samples), f"{path}_verdict": FLEX_GOAL.judge(i)}
+        return row
+    return {"kernel_failures": " | ".join(failures)}
 
 
 # ---------------------------------------------------------------- CUDA-only checks
