@@ -80,11 +80,14 @@ class Peer:
         return lambda spec: self.build(peer_shape(spec))
 
 
-def _x_transformers(kind: str) -> Callable[[Shape], Built]:
+def x_transformers(kind: str, flash: bool = False) -> Callable[[Shape], Built]:
+    """x-transformers with its defaults (``attn_flash=False``: its own attention, the T × T weights
+    materialised), or with ``attn_flash=True`` (torch's SDPA, a bias passed to it as a mask)."""
     def build(s: Shape) -> Built:
         from x_transformers import Decoder, Encoder, TransformerWrapper
 
-        options = {kind: True, **({"rotary_emb_dim": s.C // s.H} if kind == "rotary_pos_emb" else {})}  # full rotary
+        options = {kind: True, **({"rotary_emb_dim": s.C // s.H} if kind == "rotary_pos_emb" else {}),  # full rotary
+                   **({"attn_flash": True} if flash else {})}
         layers = (Decoder if s.causal else Encoder)(dim=s.C, depth=s.L, heads=s.H, attn_dim_head=s.C // s.H,
                                                    ff_mult=s.F // s.C, **options)
         model = TransformerWrapper(num_tokens=s.V, max_seq_len=s.T, attn_layers=layers, use_abs_pos_emb=False,
@@ -120,9 +123,9 @@ def _performer_lm(s: Shape) -> Built:
 
 
 PEERS: tuple[Peer, ...] = (
-    Peer("x-transformers rotary", "rope", "softmax", _x_transformers("rotary_pos_emb")),
-    Peer("x-transformers T5 bias", "t5", "softmax", _x_transformers("rel_pos_bias")),
-    Peer("x-transformers ALiBi", "alibi", "softmax", _x_transformers("alibi_pos_bias")),
+    Peer("x-transformers rotary", "rope", "softmax", x_transformers("rotary_pos_emb")),
+    Peer("x-transformers T5 bias", "t5", "softmax", x_transformers("rel_pos_bias")),
+    Peer("x-transformers ALiBi", "alibi", "softmax", x_transformers("alibi_pos_bias")),
     Peer("HF RoFormer", "rope", "softmax", _hf("roformer")),
     Peer("HF BERT", "learned", "softmax", _hf("bert"),
          "BERT adds token-type embeddings and an embedding LayerNorm (a little more work than posbench)"),

@@ -114,9 +114,10 @@ def parity(name: str, scheme, q: Tensor, k: Tensor, v: Tensor, is_causal: bool, 
 
 def attention_steps(scheme, batch: int, heads: int, t: int, head_dim: int, device: str, flex_attention,
                     create_block_mask, dtype=torch.bfloat16) -> dict[str, Callable[[], None]]:
-    """Forward + backward of one attention call, three ways, at (B, H, T, D) in ``dtype`` (causal):
+    """Forward + backward of one attention call, four ways, at (B, H, T, D) in ``dtype`` (causal):
     ``sdpa`` with no bias (the flash/cuDNN kernels), ``dense`` (posbench's path: SDPA with the additive mask,
-    the bias gathered from the scheme's parameters) and ``flex`` (the bias as a score_mod)."""
+    the bias gathered from the scheme's parameters), ``flex`` (the bias as a score_mod) and ``flex_plain``
+    (flex with no bias: what the kernel itself costs against SDPA's)."""
     q, k, v = (torch.randn(batch, heads, t, head_dim, device=device, dtype=dtype, requires_grad=True)
                for _ in range(3))
     positions = scheme.positions(t, device)
@@ -133,4 +134,7 @@ def attention_steps(scheme, batch: int, heads: int, t: int, head_dim: int, devic
         bias = scheme.logit_bias(positions, 0)
         flex_attention(q, k, v, score_mod=score_mod_of(bias), block_mask=block).sum().backward()
 
-    return {"sdpa": sdpa, "dense": dense, "flex": flex}
+    def flex_plain():
+        flex_attention(q, k, v, block_mask=block).sum().backward()
+
+    return {"sdpa": sdpa, "dense": dense, "flex": flex, "flex_plain": flex_plain}

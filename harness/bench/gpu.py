@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from harness.bench.cells import PEERS, Spec
+from harness.bench.cells import PEERS, Peer, Spec, x_transformers
 from harness.bench.gpu_report import render
 from harness.bench.internals import compose_cell, git_sha
 from harness.bench.measure import matmul_peak_flops
@@ -176,6 +176,11 @@ def _release(device: str) -> None:
 STEP_CELLS = (("none", "softmax"), ("rope", "softmax"), ("t5", "softmax"), ("alibi", "softmax"),
               ("rope", "local"), ("rope", "performer"), ("rope", "linear"))
 PEER_NAMES = ("x-transformers rotary", "x-transformers T5 bias", "x-transformers ALiBi", "HF RoFormer", "HF BERT")
+FLASH_PEERS = (  # x-transformers on torch's SDPA: its defaults materialise the T × T weights (it refuses flash
+    # with its T5 bias: "flash attention not compatible with t5 relative positional bias")
+    Peer("x-transformers rotary, attn_flash", "rope", "softmax", x_transformers("rotary_pos_emb", flash=True)),
+    Peer("x-transformers ALiBi, attn_flash", "alibi", "softmax", x_transformers("alibi_pos_bias", flash=True)),
+)
 
 
 def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) -> list[dict]:
@@ -188,7 +193,7 @@ def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) ->
 
 def peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[dict]:
     rows = []
-    for peer in (p for p in PEERS if p.name in PEER_NAMES):
+    for peer in [*(p for p in PEERS if p.name in PEER_NAMES), *FLASH_PEERS]:
         o = compare_peer(session, peer, Spec(peer.pos, peer.attn, t, max(1, tokens // t), causal=True,
                                              attn_overrides=D768), budget_s=budget_s)
         i = o.interval
@@ -249,11 +254,11 @@ def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int,
             for fn in steps.values():  # compile and warm each path once
                 fn()
         except Exception as e:
-            failures.append(f"{options}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            failures.append(f"{options}: {type(e).__name__}: {str(e).splitlines()[0][:240]}")
             continue
         row: dict = {"kernel_options": str(options or "default"), "kernel_failures": " | ".join(failures)}
-        for path in ("flex", "dense"):
-            i = paired_rounds(steps[path], steps["sdpa"], device, FLEX_GOAL, budget_s=budget_s / 2)
+        for path in ("flex", "flex_plain", "dense"):
+            i = paired_rounds(steps[path], steps["sdpa"], device, FLEX_GOAL, budget_s=budget_s / 3)
             row |= {f"{path}_over_sdpa": i.estimate, f"{path}_low": i.low, f"{path}_high": i.high,
                     f"{path}_rounds": len(i.samples), f"{path}_verdict": FLEX_GOAL.judge(i)}
         return row

@@ -145,7 +145,7 @@ class GpuEstimate:
     shrink: str  # the keys that shrink the tokens' part: "data.batch_size=32 or data.seq_len=512"
     states: int  # weights, gradients, AdamW's moments, autocast's weight copies
     activations: int  # kept by the blocks and the head for the backward
-    logits: int  # the logits, their fp32 copy and cross-entropy's log-softmax
+    logits: int  # the logits, their fp32 copy, cross-entropy's log-softmax and its gradient
 
     @property
     def total(self) -> int:
@@ -196,8 +196,11 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
       4·H      the fused kernel's log-sum-exp (fp32)
       2·C      the two dropout masks (one byte a value), if model.dropout > 0
     The head, per token: 2·r·C (its two LayerNorms' inputs) + 3·a·C (the dense layer's input, GELU's input,
-    the decoder's input); the logits: V·(a + 4 + 4) (as the decoder returns them, their fp32 copy and the
-    fp32 log-softmax cross-entropy keeps). A logit bias, per step: its dense (1, H, T, T) table in fp32 (4·H·T²,
+    the decoder's input); the logits: V·(a + 4 + 4 + 4) (as the decoder returns them, their fp32 copy — none
+    when a = 4, ``.float()`` then returns the same tensor —, the fp32 log-softmax cross-entropy keeps, and the
+    fp32 gradient backward writes into it while all of these are still held: measured on an H200, bf16-mixed,
+    this last term was the whole of what the estimate missed, 11–20 % of the peak; results/bench_gpu/).
+    A logit bias, per step: its dense (1, H, T, T) table in fp32 (4·H·T²,
     once, or once per layer if each layer has its own), the additive mask each layer hands the kernel
     (a·H·T² a layer), and for a learned bias the gradient the kernel writes for every batch row (a·B·H·T², one
     layer at a time). Attention is counted as softmax's fused kernel keeps it; another variant (Performer's
@@ -223,7 +226,7 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
     states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
     variant = n * variant_fp32 * a // 4
     return GpuEstimate(what, (batch, length), shrink, states, tokens * (n * per_layer + head) + bias + variant,
-                       tokens * vocab * (a + 8))
+                       tokens * vocab * (a + (4 if a != 4 else 0) + 4 + 4))
 
 
 def check_gpu(estimates: list[GpuEstimate], gpu: NamedGpu, lower_bound: bool = False) -> GpuEstimate:
