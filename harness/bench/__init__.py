@@ -4,9 +4,13 @@ and whether the speed targets are met (``python -m harness.bench``, cli.py).
 Owns: measuring a step (``measure``: time, allocated memory, FLOPs, matmul peak; ``profiled``: a
 scheme's own share of a step), paired timing (``pairing``), intervals and verdicts (``stats``), the
 cells and peers (``cells``), the targets (``targets``), a run's bookkeeping (``session``) and the
-report (``report``). The peers (x-transformers, transformers, performer-pytorch) are imported only
-inside ``cells``'s builders. Nothing outside this room imports it.
+report (``report``); and the GPU check, one prepared run for a GPU lent for minutes (``python -m
+harness.bench.gpu``: ``gpu``, the memory estimate against the measured peak in ``gpu_memory``, bias schemes
+through flex_attention in ``flex``, its report in ``gpu_report``; results/bench_gpu/). The peers
+(x-transformers, transformers, performer-pytorch) are imported only inside ``cells``'s builders. Nothing
+outside this room imports it.
 
-May import: harness.config, harness.model and harness.record, all through
+May import: harness.config, harness.model, harness.record, attention and positional (the softmax variant's
+xformers refusal), all through
 ``internals`` alone (so a move elsewhere in harness/ is fixed in that one file), and the ground.
 """

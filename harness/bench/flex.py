@@ -23,22 +23,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from positional.base import LogitBias, PositionalBias, RelativeBias
-
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
-def score_mod_of(bias: LogitBias, dtype: torch.dtype = torch.float32) -> ScoreMod:
+def score_mod_of(bias, dtype: torch.dtype = torch.float32) -> ScoreMod:
     """The bias as a flex ``score_mod``: a lookup into the scheme's own table, nothing materialised T × T
     for a relative bias. ``dtype``: the table's, as the kernel adds it to its scores (fp32 in flex's kernels;
     ALiBi keeps its slopes in fp64)."""
-    if isinstance(bias, RelativeBias):
+    if bias.kind == "relative":  # positional.base.RelativeBias
         table, last = bias.table.to(dtype), bias.t_k - 1  # column o holds offset i − j = o − (Tk − 1)
 
         def relative(score, b, h, q, kv):
             return score + table[h, q - kv + last]
         return relative
-    if isinstance(bias, PositionalBias):
+    if bias.kind == "positional":  # positional.base.PositionalBias
         values = (bias.values[0] if bias.values.dim() == 4 else bias.values).to(dtype)  # (H, Tq, Tk)
 
         def positional(score, b, h, q, kv):
@@ -51,7 +49,7 @@ def causal(b, h, q, kv):
     return q >= kv
 
 
-def dense_mask(bias: LogitBias, t: int, is_causal: bool, dtype: torch.dtype) -> Tensor:
+def dense_mask(bias, t: int, is_causal: bool, dtype: torch.dtype) -> Tensor:
     """What posbench's softmax variant hands SDPA: the dense bias plus −inf above the diagonal."""
     mask = bias.dense().to(dtype)  # (1, H, T, T)
     if is_causal:

@@ -29,15 +29,16 @@ import csv
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from harness.bench.cells import PEERS, Peer, Spec, x_transformers
+from harness.bench.gpu_memory import MEMORY_CELLS, memory_row, release
 from harness.bench.gpu_report import render
-from harness.bench.internals import compose_cell, git_sha
+from harness.bench.internals import build_transformer, git_sha, xformers_refusal
 from harness.bench.measure import matmul_peak_flops
 from harness.bench.pairing import paired_rounds
 from harness.bench.session import Options, Session
@@ -47,128 +48,6 @@ from harness.bench.targets import compare_peer
 D768 = ("model.n_layers=12", "model.d_model=768", "model.n_heads=12", "model.d_ff=3072")
 DATASHEET_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM, TFLOP/s
 FLEX_GOAL = Goal("<=", 1.1)  # flex step ÷ plain SDPA step
-
-
-@dataclass(frozen=True)
-class MemoryCell:
-    preset: str
-    pos: str
-    causal: bool
-    vocab: int
-    vocabulary: str  # what the vocabulary is, for the report
-    batches: tuple[int, ...]
-    extra: tuple[str, ...] = ()  # more overrides (the tests' small shapes)
-
-    def overrides(self, batch: int) -> list[str]:
-        return [f"experiment={self.preset}", "scale=paper", f"pos={self.pos}", f"data.batch_size={batch}", *self.extra]
-
-
-MEMORY_CELLS = (
-    MemoryCell("eleuther_rotary", "rope", True, 50257, "GPT-2 BPE, 50,257", (8, 16, 24, 32)),
-    MemoryCell("roformer_mlm", "rope", False, 30522, "BERT WordPiece, 30,522", (32, 64, 128)),
-)
-
-
-@dataclass
-class MemoryRow:
-    preset: str
-    pos: str
-    batch: int
-    seq_len: int
-    vocab: int
-    n_params: int
-    estimate_gib: float
-    states_gib: float
-    activations_gib: float
-    logits_gib: float
-    measured_gib: float = float("nan")
-    measured_over_estimate: float = float("nan")
-    tokens_per_s: float = float("nan")
-    status: str = "ok"
-
-
-def estimate(cell: MemoryCell, batch: int):
-    """(config, model config, the estimate ``--check --gpu-memory`` prints, parameters): the model laid out on
-    the meta device and ``gpu_estimate`` called as ``validate`` calls it for a softmax cell."""
-    from harness.config.instantiate import instantiate, instantiate_option
-    from harness.config.resources import SchemeTerms, gpu_estimate
-    from harness.model.transformer import Transformer
-
-    cfg = compose_cell(cell.overrides(batch))
-    model_cfg, t = instantiate(cfg.model), int(cfg.data.seq_len)
-    with torch.device("meta"):
-        model = Transformer(model_cfg, cell.vocab, t, cell.causal, pos=instantiate_option(cfg.pos, "pos"),
-                            attn=instantiate_option(cfg.attn, "attn"))
-    est = gpu_estimate("a training step", f"data.batch_size={batch}", model.num_params(), model_cfg, cell.vocab,
-                       batch, t, str(cfg.trainer.precision), SchemeTerms.of(model.pos))
-    return cfg, model_cfg, est, model.num_params()
-
-
-def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryRow:
-    """The estimate ``--check --gpu-memory`` prints for this cell, and the measured peak of ``steps`` steps."""
-    from harness.config.instantiate import instantiate_option
-    from harness.model.transformer import Transformer
-
-    cfg, model_cfg, est, n_params = estimate(cell, batch)
-    t = int(cfg.data.seq_len)
-    row = MemoryRow(cell.preset, cell.pos, batch, t, cell.vocab, n_params, est.total / 2**30,
-                    est.states / 2**30, est.activations / 2**30, est.logits / 2**30)
-    _release(device)
-    base = torch.cuda.memory_allocated() if device == "cuda" else 0
-    try:
-        model = Transformer(model_cfg, cell.vocab, t, cell.causal, pos=instantiate_option(cfg.pos, "pos"),
-                            attn=instantiate_option(cfg.attn, "attn")).to(device).train()
-        seconds = _train(model, cfg, batch, t, cell, device, steps)
-        if device == "cuda":
-            row.measured_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
-            row.measured_over_estimate = row.measured_gib / row.estimate_gib
-        row.tokens_per_s = batch * t * (steps - 1) / seconds
-    except torch.OutOfMemoryError:
-        row.status = "out of memory"
-        if device == "cuda":
-            row.measured_gib = torch.cuda.max_memory_allocated() / 2**30  # the peak reached before it failed
-    model = None
-    _release(device)
-    return row
-
-
-def _train(model, cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
-    """``steps`` optimizer steps as harness.model.module trains (autocast bf16 on CUDA, the preset's AdamW with
-    no decay on biases and norms, fp32 cross-entropy over every logit); the seconds of all but the first."""
-    from harness.config.instantiate import instantiate
-
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = instantiate(cfg.optim.optimizer)([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
-    ids = torch.randint(cell.vocab, (batch, t), device=device)
-    labels = ids.roll(-1, dims=1) if cell.causal else torch.where(torch.rand(batch, t, device=device) < 0.15, ids, -100)
-    started = 0.0
-    for i in range(steps):
-        if i == 1:
-            _sync(device)
-            started = time.perf_counter()
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            logits = model(ids)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    _sync(device)
-    return time.perf_counter() - started
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _release(device: str) -> None:
-    import gc
-
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
 
 
 # ---------------------------------------------------------------- steps and peers
@@ -213,7 +92,6 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from harness.bench.flex import parity
-    from harness.bench.internals import build_transformer
 
     compiled = torch.compile(flex_attention, dynamic=False)
     rows = []
@@ -232,7 +110,7 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
         except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
             row["note"] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         rows.append(row)
-        _release(device)
+        release(device)
     return rows
 
 
@@ -273,19 +151,13 @@ BF16_SCHEMES = ("rope", "t5", "alibi", "fire", "xpos")
 def cuda_rows(device: str) -> list[dict]:
     """What only a CUDA machine can check: ``attn.backend=xformers`` refused in one line when its wheel does
     not run here, and a training step under bf16 autocast against fp32 (same weights, same batch) per scheme."""
-    from attention.softmax import Softmax
-    from harness.bench.internals import build_transformer
-    from harness.errors import ConfigError
-    from positional.base import Shape
-
-    rows: list[dict] = []
-    try:
-        Softmax(Shape(64, 4, 1, 128, True), backend="xformers")
-        rows.append({"check": "attn.backend=xformers", "result": "built: xformers runs here"})
-    except ConfigError as e:
-        one_line = "\n" not in str(e)
-        rows.append({"check": "attn.backend=xformers", "result": f"refused in {'one line' if one_line else 'lines'}",
-                     "ok": one_line, "detail": str(e)})
+    refusal = xformers_refusal()
+    if refusal is None:
+        rows: list[dict] = [{"check": "attn.backend=xformers", "result": "built: xformers runs here"}]
+    else:
+        one_line = "\n" not in refusal
+        rows = [{"check": "attn.backend=xformers", "result": f"refused in {'one line' if one_line else 'lines'}",
+                 "ok": one_line, "detail": refusal}]
     for pos in BF16_SCHEMES:
         torch.manual_seed(0)
         model = build_transformer([f"pos={pos}", "model.dropout=0.0", "data.seq_len=512"], 258, 512, True)

@@ -58,10 +58,10 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
 
 def _estimate_now(row: dict[str, str]) -> float:
     """The estimate ``--check --gpu-memory`` gives for the row's cell at the code's current commit (GiB)."""
-    from harness.bench.gpu import MEMORY_CELLS, estimate
+    from harness.bench.gpu_memory import MEMORY_CELLS, estimate
 
     cell = next(c for c in MEMORY_CELLS if c.preset == row["preset"] and c.pos == row["pos"])
-    return estimate(cell, int(row["batch"]))[2].total / 2**30
+    return estimate(cell, int(row["batch"]))[1].total / 2**30
 
 
 def _spread(when: str, ratios: list[float]) -> str:

@@ -49,6 +49,51 @@ def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causa
                        pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
 
 
+def composed_model(cfg, vocab_size: int, causal: bool, device: str = "meta") -> nn.Module:
+    """posbench's model for a composed config at its ``data.seq_len``, as harness.train builds it, on ``device``
+    (``meta``: laid out, no memory)."""
+    import torch
+
+    from harness.config.instantiate import instantiate, instantiate_option
+    from harness.model.transformer import Transformer
+
+    with torch.device(device):
+        return Transformer(instantiate(cfg.model), vocab_size, int(cfg.data.seq_len), causal,
+                           pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
+
+
+def step_estimate(cfg, model, vocab_size: int, batch: int):
+    """A training step's GPU memory as ``--check --gpu-memory`` estimates it for a softmax cell
+    (harness/config/validate.py: the built model's parameters and its scheme's terms)."""
+    from harness.config.instantiate import instantiate
+    from harness.config.resources import SchemeTerms, gpu_estimate
+
+    return gpu_estimate("a training step", f"data.batch_size={batch}", model.num_params(), instantiate(cfg.model),
+                        vocab_size, batch, int(cfg.data.seq_len), str(cfg.trainer.precision), SchemeTerms.of(model.pos))
+
+
+def optimizer_for(cfg, model):
+    """The config's optimizer over ``model`` as harness.model.module makes it: no decay on biases and norms."""
+    from harness.config.instantiate import instantiate
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return instantiate(cfg.optim.optimizer)([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+
+
+def xformers_refusal() -> str | None:
+    """What ``attn.backend=xformers`` says where it cannot run (None where it builds)."""
+    from attention.softmax import Softmax
+    from harness.errors import ConfigError
+    from positional.base import Shape
+
+    try:
+        Softmax(Shape(64, 4, 1, 128, True), backend="xformers")
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def git_sha() -> str:
     from harness.record.run import git_sha as sha
 

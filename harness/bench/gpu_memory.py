@@ -1,0 +1,125 @@
+"""Section 1 of the GPU check (``python -m harness.bench.gpu``): ``--check --gpu-memory``'s estimate beside
+the peak a GPU measures.
+
+The estimate is computed as ``validate`` computes it (``internals.step_estimate``: the model laid out on the
+meta device, its scheme's terms); the peak is ``torch.cuda.max_memory_allocated`` over ``steps`` optimizer
+steps trained as harness.model.module trains (bf16 autocast, the preset's AdamW with no decay on biases and
+norms, fp32 cross-entropy over every position's logits), on random token ids at the paper's vocabulary size
+(memory does not depend on the text). A test holds the estimate equal to the figure ``--check`` prints.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from harness.bench.internals import compose_cell, composed_model, optimizer_for, step_estimate
+
+
+@dataclass(frozen=True)
+class MemoryCell:
+    preset: str
+    pos: str
+    causal: bool
+    vocab: int
+    vocabulary: str  # what the vocabulary is, for the report
+    batches: tuple[int, ...]
+    extra: tuple[str, ...] = ()  # more overrides (the tests' small shapes)
+
+    def overrides(self, batch: int) -> list[str]:
+        return [f"experiment={self.preset}", "scale=paper", f"pos={self.pos}", f"data.batch_size={batch}", *self.extra]
+
+
+MEMORY_CELLS = (
+    MemoryCell("eleuther_rotary", "rope", True, 50257, "GPT-2 BPE, 50,257", (8, 16, 24, 32)),
+    MemoryCell("roformer_mlm", "rope", False, 30522, "BERT WordPiece, 30,522", (32, 64, 128)),
+)
+
+
+@dataclass
+class MemoryRow:
+    preset: str
+    pos: str
+    batch: int
+    seq_len: int
+    vocab: int
+    n_params: int
+    estimate_gib: float
+    states_gib: float
+    activations_gib: float
+    logits_gib: float
+    measured_gib: float = float("nan")
+    measured_over_estimate: float = float("nan")
+    tokens_per_s: float = float("nan")
+    status: str = "ok"
+
+
+def estimate(cell: MemoryCell, batch: int):
+    """(config, the estimate ``--check --gpu-memory`` prints, parameters): the model laid out on the meta device
+    and the estimate computed as ``validate`` computes it for a softmax cell."""
+    cfg = compose_cell(cell.overrides(batch))
+    model = composed_model(cfg, cell.vocab, cell.causal, "meta")
+    return cfg, step_estimate(cfg, model, cell.vocab, batch), model.num_params()
+
+
+def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryRow:
+    """The estimate ``--check --gpu-memory`` prints for this cell, and the measured peak of ``steps`` steps."""
+    cfg, est, n_params = estimate(cell, batch)
+    t = int(cfg.data.seq_len)
+    row = MemoryRow(cell.preset, cell.pos, batch, t, cell.vocab, n_params, est.total / 2**30,
+                    est.states / 2**30, est.activations / 2**30, est.logits / 2**30)
+    release(device)
+    base = torch.cuda.memory_allocated() if device == "cuda" else 0
+    try:
+        model = composed_model(cfg, cell.vocab, cell.causal, device).train()
+        seconds = _train(model, cfg, batch, t, cell, device, steps)
+        if device == "cuda":
+            row.measured_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
+            row.measured_over_estimate = row.measured_gib / row.estimate_gib
+        row.tokens_per_s = batch * t * (steps - 1) / seconds
+    except torch.OutOfMemoryError:
+        row.status = "out of memory"
+        if device == "cuda":
+            row.measured_gib = torch.cuda.max_memory_allocated() / 2**30  # the peak reached before it failed
+    model = None
+    release(device)
+    return row
+
+
+def _train(model, cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
+    """``steps`` optimizer steps as harness.model.module trains (autocast bf16 on CUDA, the preset's AdamW with
+    no decay on biases and norms, fp32 cross-entropy over every logit); the seconds of all but the first."""
+    optimizer = optimizer_for(cfg, model)
+    ids = torch.randint(cell.vocab, (batch, t), device=device)
+    labels = ids.roll(-1, dims=1) if cell.causal else torch.where(torch.rand(batch, t, device=device) < 0.15, ids, -100)
+    started = 0.0
+    for i in range(steps):
+        if i == 1:
+            _sync(device)
+            started = time.perf_counter()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits = model(ids)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    return time.perf_counter() - started
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def release(device: str) -> None:
+    """Free what the last cell left (Python garbage, the CUDA cache) and restart the peak count."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
