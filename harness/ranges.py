@@ -43,6 +43,7 @@ PositiveInt = Annotated[int, Range("a positive integer", ge=1)]
 UnitInterval = Annotated[float, Range("a number in [0, 1]", ge=0, le=1)]
 DropoutRate = Annotated[float, Range("a number in [0, 1)", ge=0, lt=1)]
 SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
+Fraction = Annotated[float, Range("a number in (0, 1]", gt=0, le=1)]
 
 
 def violated(value: Any, annotation: Any) -> Range | None:

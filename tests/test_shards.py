@@ -226,7 +226,7 @@ def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, caps
 
 
 def test_loader_bench_flops_and_shapes():
-    from harness.data.bench_loader import paper_shapes, train_flops_per_token
+    from harness.bench.loader import paper_shapes, train_flops_per_token
 
     shapes = paper_shapes("grid")
     assert shapes == {"n_layers": 12, "d_model": 768, "d_ff": 3072, "seq_len": 512, "batch_size": 64}

@@ -31,7 +31,7 @@ class BadInput(ValueError):
     """A flag the bench refuses: reported as one line, exit 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors: one line too, not usage + message
         raise BadInput(message)
 
@@ -55,8 +55,8 @@ class Args:
     causal: bool = False  # the grid's cells with a causal mask (a causal-only scheme, FoX, refuses the other)
 
 
-def _parser() -> _Parser:
-    p = _Parser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
+def _parser() -> Parser:
+    p = Parser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
     # the grid's default is pos=none, so the default run fits in 10 minutes on 2 cores; RoPE's and T5's cost
     # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
     p.add_argument("--pos", default="none", help="comma list of conf/pos options or per-layer patterns (rope×3+none)")

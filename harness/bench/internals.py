@@ -94,6 +94,52 @@ def xformers_refusal() -> str | None:
     return None
 
 
+def write_random_shards(folder, n_tokens: int, vocab: int = 258, seed: int = 0) -> None:
+    """Random uint16 ids in one training shard (and a small validation one), with a byte-tokenizer manifest: a
+    ``data=tokens`` folder of ``n_tokens`` ids (the loader bench's corpus)."""
+    import json
+
+    import numpy as np
+
+    from harness.data.prepare import ShardWriter
+    from harness.data.shards import FORMAT
+    from harness.data.tokenizer import ByteTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    writers = {"train": ShardWriter(folder, "train", np.dtype(np.uint16), n_tokens),
+               "val": ShardWriter(folder, "val", np.dtype(np.uint16), n_tokens)}
+    step = 1 << 26
+    for start in range(0, n_tokens, step):
+        ids = rng.integers(0, 256, min(step, n_tokens - start), dtype=np.uint16)
+        writers["train"].write(ids, len(ids))
+    writers["val"].write(rng.integers(0, 256, 1 << 16, dtype=np.uint16), 1 << 16)
+    splits = {k: w.close() for k, w in writers.items()}
+    manifest = {"format": FORMAT, "corpus": {"name": "random", "sha256": "0" * 64, "bytes": n_tokens,
+                                             "train_sha256": "0" * 64},
+                "tokenizer": {"config": "byte", "digest": ByteTokenizer().digest(), "vocab_size": 258,
+                              "recipe": None},
+                "dtype": "uint16", "splits": splits}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size: int, n_batches: int,
+                 workers: int = 0):
+    """The training DataLoader a run builds over a shard folder (``make_loaders``), byte tokenizer."""
+    from harness.data.loaders import make_loaders
+    from harness.data.objectives import CausalLM, MaskedLM
+    from harness.data.shards import TokenShards
+    from harness.data.tokenizer import ByteTokenizer
+
+    source = TokenShards(str(folder), windows)
+    source.sizes()  # what validation checks: the manifest and every shard's size
+    corpus = source.load()
+    task = (MaskedLM if objective == "mlm" else CausalLM)(ByteTokenizer())
+    train, _ = make_loaders(corpus, task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0,
+                            num_workers=workers)
+    return train
+
+
 def git_sha() -> str:
     from harness.record.run import git_sha as sha
 

@@ -127,7 +127,7 @@ class MaskedLM(TextObjective):
         """window: (T,) long ids; valid: (T,) bool (False at padding). Draws, in order: 2·T uniforms (selection,
         action), the fallback token when none was selected, T random regular ids."""
         # The logic runs in numpy (views of the tensors): on a few hundred tokens torch's per-op overhead made
-        # masking the data loader's bottleneck (harness/data/bench_loader.py).
+        # masking the data loader's bottleneck (harness/bench/loader.py).
         u_select, u_action = torch.rand(2, window.shape[0], generator=gen).numpy()
         ids, real = window.numpy(), valid.numpy()
         if self.whole_word:  # word k's tokens share draw k

@@ -1,8 +1,8 @@
 """Forward+backward time of every attention variant on this machine (not a test).
 
-    python scripts/bench_attention.py                 # variants × T = 512, 2048, 8192, both masks
-    python scripts/bench_attention.py --toeplitz      # kernelized with vs without a relative bias, T = 2048
-    python scripts/bench_attention.py --memory        # peak RSS per variant at T = 8192 (one process each)
+    python -m harness.bench.attention                 # variants × T = 512, 2048, 8192, both masks
+    python -m harness.bench.attention --toeplitz      # kernelized with vs without a relative bias, T = 2048
+    python -m harness.bench.attention --memory        # peak RSS per variant at T = 8192 (one process each)
 
 B = 1, H = 4, D = 32 (the default model: d_model 128 / 4 heads), float32; median of ``--repeats``
 after one warm-up. Prints a markdown table.
@@ -18,18 +18,15 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from attention.base import AttentionContext  # noqa: E402
-from attention.linear import Linear  # noqa: E402
-from attention.local import Local  # noqa: E402
-from attention.performer import Performer  # noqa: E402
-from attention.softmax import Softmax  # noqa: E402
-from positional.base import RelativeBias, Shape  # noqa: E402
+from attention.base import AttentionContext
+from attention.linear import Linear
+from attention.local import Local
+from attention.performer import Performer
+from attention.softmax import Softmax
+from positional.base import RelativeBias, Shape
 
 B, H, D = 1, 4, 32
 VARIANTS = {
@@ -100,8 +97,8 @@ def main_memory(args) -> None:
         cells = {}
         for causal in (False, True):
             for relative in ((False, True) if name in ("linear", "performer (M=110)") else (False,)):
-                cmd = [sys.executable, __file__, "--one", json.dumps([name, T, causal, relative]),
-                       "--threads", str(torch.get_num_threads())]
+                cmd = [sys.executable, "-m", "harness.bench.attention", "--one",
+                       json.dumps([name, T, causal, relative]), "--threads", str(torch.get_num_threads())]
                 peak = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
                 cells[f"{'causal' if causal else 'bidir'}{' +rel' if relative else ''}"] = f"{peak:.0f}"
         rows.append((name, cells))

@@ -1,6 +1,6 @@
 """How to train several seeds fastest on this CPU: the measurement behind experiment=ablation's launcher.
 
-    python tools/seeds_per_minute.py            # ~2 min on 2 cores; prints seed-steps per second of each way
+    python -m harness.bench.seeds            # ~2 min on 2 cores; prints seed-steps per second of each way
 
 Three ways to train S seeds of the ablation's model (conf/experiment_scale/ablation/toy.yaml: 2 layers,
 width 128, 32 windows of 128 tokens, AdamW, gradients clipped per seed), each timed over the same steps after
@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import time
-from functools import partial
 
 STEPS, WARMUP, ROUNDS = 8, 2, 3
 B, T, V = 32, 128, 258
@@ -31,15 +30,14 @@ B, T, V = 32, 128, 258
 def _models(seeds: int):
     import torch
 
-    from attention.softmax import Softmax
-    from harness.model.transformer import ModelConfig, Transformer
-    from positional.none import NoPosition
+    from harness.bench.internals import build_transformer
 
-    cfg = ModelConfig(n_layers=2, d_model=128, n_heads=4, d_ff=512)
+    overrides = ["pos=none", "attn=softmax", "model.n_layers=2", "model.d_model=128", "model.n_heads=4",
+                 "model.d_ff=512", "model.dropout=0.1", f"data.seq_len={T}"]
     out = []
     for s in range(seeds):
         torch.manual_seed(s)
-        out.append(Transformer(cfg, V, T, False, pos=partial(NoPosition), attn=partial(Softmax)).train())
+        out.append(build_transformer(overrides, V, T, False).train())
     return out
 
 
@@ -104,9 +102,8 @@ def timed(way: str, seeds: int, threads: int) -> float:
 
 
 def in_child(way: str, seeds: int, threads: int) -> subprocess.Popen:
-    code = f"from tools.seeds_per_minute import timed; print(timed({way!r}, {seeds}, {threads}))"
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = f"from harness.bench.seeds import timed; print(timed({way!r}, {seeds}, {threads}))"
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
 def seed_steps_per_s(way: str, cores: int, seeds: int) -> float:

@@ -1,0 +1,66 @@
+"""python -m harness.bench.loader: every flag checked before anything is written (one line, exit 2), the shard
+sized as asked and said so, and deleted after."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench import loader
+
+
+def _refused(argv: list[str], capsys) -> str:
+    assert loader.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+BAD = [
+    (["--gb", "0"], "--gb: 0 must be a positive number"),
+    (["--gb", "-1"], "must be a positive number"),
+    (["--gb", "nan"], "must be a finite number"),
+    (["--gb", "abc"], "'abc' is not a number"),
+    (["--gb", "1e-9"], "holds less than one batch of the largest preset"),
+    (["--gb", "1e9"], "GB free; give --gb"),
+    (["--workers", "1000000"], "give a comma list of worker counts from 0 to"),
+    (["--workers", "-1"], "give a comma list of worker counts"),
+    (["--workers", "two"], "give a comma list of worker counts"),
+    (["--workers", ""], "give a comma list of worker counts"),
+    (["--presets", "nope"], "--presets nope: no paper scale"),
+    (["--presets", ","], "no paper scale"),
+    (["--batches", "0"], "must be a positive integer"),
+    (["--repeats", "1.5"], "is not an integer"),
+    (["--mfu", "0"], "must be a number in (0, 1]"),
+    (["--mfu", "2"], "must be a number in (0, 1]"),
+    (["--tflops", "-5"], "must be a positive number"),
+    (["--vocab", "0"], "must be a positive integer"),
+    (["--dir", "/nonexistent/deeper"], "not a folder this user can write"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+]
+
+
+@pytest.mark.parametrize("argv,words", BAD, ids=[" ".join(a) or "empty" for a, _ in BAD])
+def test_a_bad_flag_is_one_line_and_writes_nothing(argv, words, tmp_path, capsys):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    args = argv if "--dir" in argv else [*argv, "--dir", str(scratch)]
+    assert words in _refused(args, capsys)
+    assert not list(scratch.iterdir())
+
+
+def test_a_file_is_no_dir_and_a_folder_no_json(tmp_path, capsys):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    assert "not a folder this user can write" in _refused(["--dir", str(a_file)], capsys)
+    assert "give a file path in a writable folder" in _refused(["--dir", str(tmp_path), "--json", str(tmp_path)],
+                                                                capsys)
+
+
+def test_a_small_run_says_its_size_and_deletes_its_shard(tmp_path, capsys):
+    out = tmp_path / "figures.json"
+    assert loader.main(["--presets", "grid", "--gb", "0.001", "--batches", "2", "--repeats", "1", "--dir",
+                        str(tmp_path), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("0.001 GB shard (1,000,000 bytes): written in")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]  # the shard folder is gone
+    assert out.read_text().count('"preset": "grid"') == 4  # mlm/clm × random/sequential
