@@ -151,14 +151,18 @@ def preflight(argv: list[str], main: Callable[[], object]) -> int:
             argv[:] = saved
             _Mode.check, _Mode.preflight = False, False
             logging.disable(logging.NOTSET)
-    if code:
-        return code
+    return code or _report_bad_cells(_Mode.bad_cells, _Mode.cells)
+
+
+def _report_bad_cells(bad_cells: list[tuple[str, str]], cells: list[str]) -> int:
+    """One line per distinct mistake, each naming its fix (the same mistake at other values of a searched
+    setting is one line); 2 if there was any."""
     by_mistake: dict[str, list[tuple[str, str]]] = {}
-    for cell, message in _Mode.bad_cells:  # the same mistake at other values (a searched lr): one line
+    for cell, message in bad_cells:
         by_mistake.setdefault(re.sub(r"^(\S+?)=\S+", r"\1", message), []).append((cell, message))
-    for found in by_mistake.values():  # one line per distinct mistake, each naming its fix
+    for found in by_mistake.values():
         (cell, message), n = found[0], len(found)
-        where = f"cell {_swept_part(cell, _Mode.cells)}: " if n == 1 else ""
+        where = f"cell {_swept_part(cell, cells)}: " if n == 1 else ""
         every = f", in {n} cells" if n > 1 else ""
         print(f"error: {where}{message} (the sweep trained nothing{every})", file=sys.stderr)
     return 2 if by_mistake else 0
@@ -217,6 +221,24 @@ def run_job(cfg: DictConfig) -> float | None:
     except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    _refuse_unrunnable(hydra_cfg, choices, multirun)
+    if _Mode.check:
+        return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
+    from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
+    from harness.train import format_summary
+
+    if multirun:  # a cell of a sweep: record any failure, never stop the sweep
+        from harness.sweep.callback import job_sweep_tags
+        from harness.sweep.cell import train_cell
+
+        return train_cell(cfg, choices, job_sweep_tags())
+    summary = _train_one(cfg, choices)
+    rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
+    return summary.val_loss
+
+
+def _refuse_unrunnable(hydra_cfg, choices: dict[str, str], multirun: bool) -> None:
+    """A preset that is a sweep, run without -m; an empty output folder: one line, exit 2."""
     pinned = {o.lstrip("+").partition("=")[0] for o in hydra_cfg.overrides.task}
     axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +arm=… pins +arm
     if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
@@ -229,16 +251,12 @@ def run_job(cfg: DictConfig) -> float | None:
         print(f"error: {key}='' names no directory; give one (e.g. {key}=outputs/mine) or leave it out",
               file=sys.stderr)
         sys.exit(2)
-    if _Mode.check:
-        return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
-    from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
-    from harness.train import format_summary, train
 
-    if multirun:  # a cell of a sweep: record any failure, never stop the sweep
-        from harness.sweep.callback import job_sweep_tags
-        from harness.sweep.cell import train_cell
 
-        return train_cell(cfg, choices, job_sweep_tags())
+def _train_one(cfg: DictConfig, choices: dict[str, str]):
+    """A single run's summary; its user errors, divergence and full disks each one line (exit 2, 1, 1)."""
+    from harness.train import train
+
     try:
         summary = train(cfg, choices)
     except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
@@ -254,8 +272,7 @@ def run_job(cfg: DictConfig) -> float | None:
         print(f"error: writing failed: {why}; free space (or raise the limit) and run the same command plus "
               "resume=true: the run is closed FAILED where the store could still be written", file=sys.stderr)
         sys.exit(1)
-    rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
-    return summary.val_loss
+    return summary
 
 
 def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:

@@ -201,7 +201,7 @@ def device_line(device: str) -> tuple[str, float | None]:
             f"{torch.__version__}, CUDA {torch.version.cuda}"), peak
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.bench.gpu", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--deadline-s", type=float, default=420.0, help="skip sections once this much time is spent")
@@ -211,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32768, help="tokens per step of the step/peer cells")
     p.add_argument("--commit", default=None, help="the commit measured, where the copy run has no git history")
     p.add_argument("--render", action="store_true", help="only rewrite README.md from the folder's CSVs")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     if a.render:
         render(a.out)
         return 0
@@ -222,7 +226,6 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a.out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])
-    started = time.perf_counter()
     where, datasheet = device_line(device)
     peak = matmul_peak_flops(device, (4096, 8192) if device == "cuda" else (256,), seconds=1.0)
     log = [f"device: {where}", f"commit: {a.commit or git_sha()}", f"command: {command}",
@@ -237,12 +240,20 @@ def main(argv: list[str] | None = None) -> int:
         "flex": lambda budget: flex_rows(device, a.length, 8, budget_s=min(16.0, budget / 5)),
         "cuda": lambda budget: cuda_rows(device),
     }
-    for name in SECTIONS:
-        left = a.deadline_s - (time.perf_counter() - started)
-        if name not in a.sections.split(","):
-            continue
+    _run_sections(bodies, a.sections.split(","), a.deadline_s, a.out, session, log)
+    (a.out / "run.log").write_text("\n".join(log) + "\n")
+    render(a.out)
+    return 0
+
+
+def _run_sections(bodies: dict, chosen: list[str], deadline_s: float, out: Path, session: Session,
+                  log: list[str]) -> None:
+    """Each chosen section in order, given the time left; its CSV written as it ends; a failure logged."""
+    started = time.perf_counter()
+    for name in (s for s in SECTIONS if s in chosen):
+        left = deadline_s - (time.perf_counter() - started)
         if left < 20:
-            log.append(f"{name}: skipped, the deadline ({a.deadline_s:.0f} s) was spent")
+            log.append(f"{name}: skipped, the deadline ({deadline_s:.0f} s) was spent")
             continue
         t0 = time.perf_counter()
         try:
@@ -250,14 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # one broken section must not lose the others' figures
             rows, _ = [], log.append(f"{name}: failed: {' '.join(f'{type(e).__name__}: {e}'.split())[:300]}")
         session.release()
-        write_csv(a.out / f"{name}.csv", rows)
+        write_csv(out / f"{name}.csv", rows)
         log.append(f"{name}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
         print(log[-1], flush=True)
     log.append(f"total: {time.perf_counter() - started:.0f} s")
-    (a.out / "run.log").write_text("\n".join(log) + "\n")
-    render(a.out)
     print(log[-1])
-    return 0
 
 
 SECTIONS = ("memory", "steps", "peers", "flex", "cuda")

@@ -185,8 +185,27 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
     kernel (torch's SDPA takes one on a GPU: it keeps a log-sum-exp per head, not the T×T weights).
 
     Per parameter: weight + gradient + AdamW's two moments + autocast's copy (16 + 2 bytes in bf16-mixed).
-    Per token and layer (Korthikanti et al. 2022, §4.1, without the T×T terms), with a = activation bytes and
-    r = residual bytes (``Precision``):
+    Per token: what the blocks and the head keep for backward (``_token_bytes``) and the logits (``_logit_bytes``);
+    per step, a logit bias's tables and masks (``_bias_bytes``). Attention is counted as softmax's fused kernel
+    keeps it; another variant (Performer's random features, linear attention's prefix sums) adds ``variant_fp32``,
+    the bytes a layer of it keeps beyond softmax's in fp32 (measured on meta tensors: ``variant_bytes_per_layer``),
+    at a/4 of that. A scheme's own intermediates (FIRE's MLP over every pair of positions) are not in the formula.
+    """
+    try:
+        p = PRECISIONS[str(precision)]
+    except KeyError:
+        raise ConfigError(f"trainer.precision={precision} has no memory estimate; use one of "
+                          f"{', '.join(PRECISIONS)}") from None
+    tokens = batch * length
+    states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
+    variant = model.n_layers * variant_fp32 * p.activation // 4
+    activations = tokens * _token_bytes(model, p, scheme) + _bias_bytes(model, p, scheme, batch, length) + variant
+    return GpuEstimate(what, (batch, length), shrink, states, activations, tokens * _logit_bytes(vocab, p))
+
+
+def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
+    """Bytes a token keeps for backward in the blocks and the head. Per layer (Korthikanti et al. 2022, §4.1,
+    without the T×T terms), with a = activation bytes and r = residual bytes (``Precision``):
       2·r·C    the inputs of the two LayerNorms (the residual stream)
       2·a·C    the two LayerNorms' outputs as the projections take them
       3·a·C    q, k, v (one projection's output, kept whole while v is)
@@ -195,38 +214,31 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
       2·a·F    the MLP's hidden layer before and after GELU
       4·H      the fused kernel's log-sum-exp (fp32)
       2·C      the two dropout masks (one byte a value), if model.dropout > 0
-    The head, per token: 2·r·C (its two LayerNorms' inputs) + 3·a·C (the dense layer's input, GELU's input,
-    the decoder's input); the logits: V·(a + 4 + 4 + 4) (as the decoder returns them, their fp32 copy — none
-    when a = 4, ``.float()`` then returns the same tensor —, the fp32 log-softmax cross-entropy keeps, and the
-    fp32 gradient backward writes into it while all of these are still held: measured on an H200, bf16-mixed,
-    this last term was the whole of what the estimate missed, 11–20 % of the peak; results/bench_gpu/).
-    A logit bias, per step: its dense (1, H, T, T) table in fp32 (4·H·T²,
-    once, or once per layer if each layer has its own), the additive mask each layer hands the kernel
-    (a·H·T² a layer), and for a learned bias the gradient the kernel writes for every batch row (a·B·H·T², one
-    layer at a time). Attention is counted as softmax's fused kernel keeps it; another variant (Performer's
-    random features, linear attention's prefix sums) adds ``variant_fp32``, the bytes a layer of it keeps beyond
-    softmax's in fp32 (measured on meta tensors: ``variant_bytes_per_layer``), at a/4 of that. A scheme's own
-    intermediates (FIRE's MLP over every pair of positions) are not in the formula.
-    """
-    try:
-        p = PRECISIONS[str(precision)]
-    except KeyError:
-        raise ConfigError(f"trainer.precision={precision} has no memory estimate; use one of "
-                          f"{', '.join(PRECISIONS)}") from None
-    c, f, h, a, r, n = model.d_model, model.d_ff, model.n_heads, p.activation, p.residual, model.n_layers
+    The head: 2·r·C (its two LayerNorms' inputs) + 3·a·C (the dense layer's input, GELU's input, the decoder's)."""
+    c, f, a, r = model.d_model, model.d_ff, p.activation, p.residual
     rotated = 2 * c if scheme.rotary else 0
-    per_layer = 2 * r * c + a * (7 * c + rotated + 2 * f) + 4 * h + (2 * c if model.dropout else 0)
-    head = 2 * r * c + 3 * a * c
-    tokens = batch * length
-    bias = 0
-    if scheme.bias:
-        pairs = h * length * length
-        bias = 4 * pairs * (n if scheme.bias_per_layer else 1) + a * pairs * n
-        bias += a * batch * pairs if scheme.bias == "learned" else 0
-    states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
-    variant = n * variant_fp32 * a // 4
-    return GpuEstimate(what, (batch, length), shrink, states, tokens * (n * per_layer + head) + bias + variant,
-                       tokens * vocab * (a + (4 if a != 4 else 0) + 4 + 4))
+    per_layer = 2 * r * c + a * (7 * c + rotated + 2 * f) + 4 * model.n_heads + (2 * c if model.dropout else 0)
+    return model.n_layers * per_layer + 2 * r * c + 3 * a * c
+
+
+def _logit_bytes(vocab: int, p: Precision) -> int:
+    """V·(a + 4 + 4 + 4) a token: the logits as the decoder returns them, their fp32 copy (none when a = 4:
+    ``.float()`` then returns the same tensor), the fp32 log-softmax cross-entropy keeps, and the fp32 gradient
+    backward writes into it while all of these are still held. Measured on an H200, bf16-mixed, this last term
+    was the whole of what the estimate missed, 11–20 % of the peak (results/bench_gpu/)."""
+    a = p.activation
+    return vocab * (a + (4 if a != 4 else 0) + 4 + 4)
+
+
+def _bias_bytes(model, p: Precision, scheme: SchemeTerms, batch: int, length: int) -> int:
+    """A logit bias, per step: its dense (1, H, T, T) table in fp32 (4·H·T², once, or once per layer if each
+    layer has its own), the additive mask each layer hands the kernel (a·H·T² a layer), and for a learned bias
+    the gradient the kernel writes for every batch row (a·B·H·T², one layer at a time)."""
+    if not scheme.bias:
+        return 0
+    pairs, n, a = model.n_heads * length * length, model.n_layers, p.activation
+    bias = 4 * pairs * (n if scheme.bias_per_layer else 1) + a * pairs * n
+    return bias + (a * batch * pairs if scheme.bias == "learned" else 0)
 
 
 def check_gpu(estimates: list[GpuEstimate], gpu: NamedGpu, lower_bound: bool = False) -> GpuEstimate:

@@ -99,12 +99,7 @@ def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = No
 def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) -> Checked:
     values = resolved(cfg)
     check_nodes(values, choices)
-    settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
-                for path, cls in schema.PLAIN.items()}
-    trainer = _trainer_settings(values["trainer"])
-    if settings["progress"].mode != "auto" and not trainer.enable_progress_bar:
-        raise ConfigError(f"progress.mode={settings['progress'].mode} asks for progress but "
-                          "trainer.enable_progress_bar=false turns it off; drop one of the two")
+    settings, trainer = _settings(values)
     uri = store_to_write(settings["logger"].tracking_uri)
     _check_dirs(settings["checkpoint"])
     tokenizer = instantiate(cfg.tokenizer)
@@ -137,6 +132,17 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
                               _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate)
+
+
+def _settings(values: dict) -> tuple[dict, schema.TrainerSettings]:
+    """The plain schema nodes (data, eval, report, …, "" for the top level) and the trainer's, cross-checked."""
+    settings = {path: cls(**(values.get(path, {}) if path else _plain_top(values)))
+                for path, cls in schema.PLAIN.items()}
+    trainer = _trainer_settings(values["trainer"])
+    if settings["progress"].mode != "auto" and not trainer.enable_progress_bar:
+        raise ConfigError(f"progress.mode={settings['progress'].mode} asks for progress but "
+                          "trainer.enable_progress_bar=false turns it off; drop one of the two")
+    return settings, trainer
 
 
 def _gpu_phases(trainer: schema.TrainerSettings, vocab: int, data: schema.DataSettings, task,

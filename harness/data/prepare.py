@@ -147,70 +147,96 @@ def _source_and_tokenizer(overrides: list[str]):
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
     """Rows read lazily, split by 4 KiB blocks as ``block_split`` would split their join, encoded piece by piece."""
-    from harness.data.hf import SEPARATOR, _cut_utf8
+    from harness.data.hf import SEPARATOR
 
     if hasattr(tokenizer, "recipe") and getattr(tokenizer, "_tok", None) is None:
         raise ConfigError("a streamed corpus is tokenized as it is read, so tokenizer=bpe/wordpiece cannot be trained "
                           "on it: give tokenizer.path=…/tokenizer.json, or use tokenizer=byte or tokenizer=hf")
-    whole, train_hash = hashlib.sha256(), hashlib.sha256()
-    buffers = {"train": bytearray(), "val": bytearray()}
-    pending, n_block, total, block, val_every = bytearray(), 0, 0, 4096, source.val_every
-
-    def flush(split: str, final: bool = False) -> None:
-        buf = buffers[split]
-        cut = len(buf) if final else buf.rfind(b"\n") + 1
-        if cut:
-            writers[split].write(tokenizer.encode(bytes(buf[:cut])), cut)
-            del buf[:cut]
-
-    def feed(data: bytes) -> None:
-        nonlocal n_block
-        pending.extend(data)
-        while len(pending) >= block:
-            split = "val" if n_block % val_every == val_every - 1 else "train"
-            chunk = bytes(pending[:block])
-            del pending[:block]
-            if split == "train":
-                train_hash.update(chunk)
-            buffers[split].extend(chunk)
-            n_block += 1
-            if len(buffers[split]) >= PIECE:
-                flush(split)
-
-    def rows(split: str) -> Iterator[bytes]:
-        """The split's rows joined by blank lines, in pieces; at most ``max_bytes`` (cut at a character)."""
-        held = 0
-        for i, text in enumerate(source.texts(split)):
-            data = (SEPARATOR if i else b"") + text.encode("utf-8")
-            if source.max_bytes is not None and held + len(data) >= source.max_bytes:
-                yield _cut_utf8(data, source.max_bytes - held)
-                return
-            held += len(data)
-            yield data
-
-    if source.val_split:  # a named split is validation whole: no blocks
-        val_every = sys.maxsize
-    for data in rows(source.split):
+    # a named validation split is validation whole: no block of the training split goes there
+    splitter = _Splitter(tokenizer, writers, sys.maxsize if source.val_split else source.val_every)
+    whole, total = hashlib.sha256(), 0
+    for data in _rows(source, source.split):
         whole.update(data)
         total += len(data)
-        feed(data)
-    split = "val" if n_block % val_every == val_every - 1 else "train"  # the last, partial block
-    if split == "train":
-        train_hash.update(pending)
-    buffers[split].extend(pending)
+        splitter.feed(data)
+    splitter.end_blocks()
     if source.val_split:
         whole.update(SEPARATOR)
         total += len(SEPARATOR)
-        for data in rows(source.val_split):
+        for data in _rows(source, source.val_split):
             whole.update(data)
             total += len(data)
-            buffers["val"].extend(data)
-            if len(buffers["val"]) >= PIECE:
-                flush("val")
-    for split in ("train", "val"):
-        flush(split, final=True)
+            splitter.add("val", data)
+    splitter.finish()
     return {"name": f"hf:{source.describe()}", "sha256": whole.hexdigest(), "bytes": total,
-            "train_sha256": train_hash.hexdigest()}
+            "train_sha256": splitter.train_hash.hexdigest()}
+
+
+def _rows(source, split: str) -> Iterator[bytes]:
+    """The split's rows joined by blank lines, in pieces; at most ``max_bytes`` (cut at a character)."""
+    from harness.data.hf import SEPARATOR, _cut_utf8
+
+    held = 0
+    for i, text in enumerate(source.texts(split)):
+        data = (SEPARATOR if i else b"") + text.encode("utf-8")
+        if source.max_bytes is not None and held + len(data) >= source.max_bytes:
+            yield _cut_utf8(data, source.max_bytes - held)
+            return
+        held += len(data)
+        yield data
+
+
+class _Splitter:
+    """A byte stream cut into 4 KiB blocks, every ``val_every``-th block to validation (``block_split``'s rule);
+    each split's bytes are encoded in pieces that end at a newline (``PIECE`` bytes or more) as they fill."""
+
+    BLOCK = 4096
+
+    def __init__(self, tokenizer, writers: dict[str, ShardWriter], val_every: int):
+        self.tokenizer, self.writers, self.val_every = tokenizer, writers, val_every
+        self.buffers = {"train": bytearray(), "val": bytearray()}
+        self.pending, self.n_block, self.train_hash = bytearray(), 0, hashlib.sha256()
+
+    def _split(self) -> str:
+        return "val" if self.n_block % self.val_every == self.val_every - 1 else "train"
+
+    def feed(self, data: bytes) -> None:
+        self.pending.extend(data)
+        while len(self.pending) >= self.BLOCK:
+            chunk = bytes(self.pending[:self.BLOCK])
+            del self.pending[:self.BLOCK]
+            self._to(self._split(), chunk)
+            self.n_block += 1
+
+    def end_blocks(self) -> None:
+        """The last, partial block to the split its index falls in (encoded by ``finish``)."""
+        split = self._split()
+        if split == "train":
+            self.train_hash.update(self.pending)
+        self.buffers[split].extend(self.pending)
+        self.pending.clear()
+
+    def add(self, split: str, data: bytes) -> None:
+        """Bytes straight to a split (a named validation split's rows)."""
+        self.buffers[split].extend(data)
+        if len(self.buffers[split]) >= PIECE:
+            self._flush(split)
+
+    def finish(self) -> None:
+        for split in ("train", "val"):
+            self._flush(split, final=True)
+
+    def _to(self, split: str, chunk: bytes) -> None:
+        if split == "train":
+            self.train_hash.update(chunk)
+        self.add(split, chunk)
+
+    def _flush(self, split: str, final: bool = False) -> None:
+        buf = self.buffers[split]
+        cut = len(buf) if final else buf.rfind(b"\n") + 1
+        if cut:
+            self.writers[split].write(self.tokenizer.encode(bytes(buf[:cut])), cut)
+            del buf[:cut]
 
 
 def main(argv: list[str] | None = None) -> int:
