@@ -173,7 +173,8 @@ def family_line(outcomes: list[Outcome], alpha: float) -> str:
     return (f"Corrected for {m} comparison{'s' * (m != 1)}: Holm–Bonferroni at family-wise α = {alpha:g} "
             "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
             "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "
-            "and ceiling comparisons are not in the family.")
+            "and ceiling comparisons are not in the family. Arms that share a seed trained on the same batches in "
+            "the same order (an example is a function of the seed and its index: tests/test_token_stream.py).")
 
 
 def overall(outcomes: list[Outcome]) -> str:
