@@ -77,6 +77,11 @@ class Cell:
         return self.metrics.get("val/acc")
 
     @property
+    def bpc(self) -> float | None:
+        """The last val/bpc: bits per byte of text (a text task's val loss, tokenizer-independent)."""
+        return self.metrics.get("val/bpc")
+
+    @property
     def token_acc(self) -> float | None:
         return self.metrics.get("val/token_acc")
 
@@ -130,6 +135,7 @@ class Group:
     order_gain: Stat  # val/order_gain: nats/token lost when the order inside a window is shuffled
     acc: Stat  # val/acc (synthetic tasks): exact match on in-distribution lengths
     attn_distance: Stat = Stat(None, None, 0)  # over the finished seeds that logged diagnostics
+    bpc: Stat = Stat(None, None, 0)  # val/bpc at the end: bits per byte (text tasks)
     attn_entropy: Stat = Stat(None, None, 0)
     # evaluation condition (condition_name) -> length -> loss over the finished seeds
     conditions: dict[str, dict[int, Stat]] = field(default_factory=dict)
@@ -208,6 +214,7 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         attn_entropy=mean_std([c.attn_entropy for c in done if c.attn_entropy is not None]),
         order_gain=mean_std([c.order_gain for c in done if c.order_gain is not None]),
         acc=mean_std([c.acc for c in done if c.acc is not None]),
+        bpc=mean_std([c.bpc for c in done if c.bpc is not None]),
         conditions=_conditions(done),
     )
 

@@ -318,7 +318,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
-        *_sweep_report(out),
+        *_sweep_report(out, _claim_metrics(claim)),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
@@ -350,7 +350,7 @@ def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
              "## Verdict per scale", "", "| scale | verdict | comparisons |", "|---|---|---|",
              *[f"| {s} | {verdicts[s]} | " + "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes) + " |"
                for s, outcomes in per_scale.items()], "",
-             *_sweep_report(out)]
+             *_sweep_report(out, _claim_metrics(claim))]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return summary
@@ -367,9 +367,22 @@ def _provenance(sweep, run_args: str, paper_args: str) -> list[str]:
             f"(data={tags.get('data', '?')}).", ""]
 
 
-def _sweep_report(out: Path) -> list[str]:
-    """The sweep's own report.md, below its title."""
-    return ["## Sweep report", "", (out / "report.md").read_text().split("\n", 1)[1].strip()]
+def _sweep_report(out: Path, claim_metrics: set[str]) -> list[str]:
+    """The sweep's own report.md, below its title, with one verdict per report: the claim's. The sweep's headline
+    (its loss-vs-baseline count) is dropped, and its Verdicts section kept only where the claim is judged on
+    val/loss, retitled as what it is."""
+    body = (out / "report.md").read_text().split("\n", 1)[1].strip()
+    body = re.sub(r"^\*\*(Verdict on |No verdict |Verdict: )[^\n]*\*\*\n\n", "", body, count=1, flags=re.M)
+    verdicts = re.search(r"^## Verdicts\n.*?(?=^## |\Z)", body, flags=re.S | re.M)
+    if verdicts:
+        kept = ("### Final val loss against the sweep's baseline (not the claim's verdict)\n"
+                + verdicts.group(0).split("\n", 1)[1]) if "val/loss" in claim_metrics else ""
+        body = body.replace(verdicts.group(0), kept)
+    return ["## Sweep report", "", body]
+
+
+def _claim_metrics(claim: dict) -> set[str]:
+    return {c.get("metric", "val/loss") for c in [*claim.get("comparisons", []), *claim.get("also", [])]}
 
 
 def pin_overrides(cells, sweep) -> None:

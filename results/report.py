@@ -37,10 +37,12 @@ def markdown(r: Report, plots: list[str]) -> str:
     target = f"{r.target:.4f}" if r.target is not None else "—"
     variant = any(g.variant for g in r.groups)
     accuracy = any(g.acc.mean is not None for g in r.groups)
+    bits = any(g.bpc.mean is not None for g in r.groups)
     head = ["pos", "attn", *(["variant"] if variant else []), "seeds", "status", "final val loss",
-            "best val loss", f"steps to {target}", "tokens/s", "params", "order gain",
-            *(["val acc"] if accuracy else [])]
-    rows = [[g.pos, g.attn, *([g.variant] if variant else []), _seeds(g), g.status, g.final.fmt(), g.best.fmt(),
+            *(["final bits/byte"] if bits else []), "best val loss", f"steps to {target}", "tokens/s", "params",
+            "order gain", *(["val acc"] if accuracy else [])]
+    rows = [[g.pos, g.attn, *([g.variant] if variant else []), _seeds(g), g.status, g.final.fmt(),
+             *([g.bpc.fmt() if g.bpc.mean is not None else "—"] if bits else []), g.best.fmt(),
              _steps(g), g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—", _num(g.n_params, 0),
              order_gain(g, r.min_order_gain), *([g.acc.fmt(3)] if accuracy else [])]
             for g in r.groups]
@@ -49,7 +51,9 @@ def markdown(r: Report, plots: list[str]) -> str:
     lines = [f"# {r.title}", "", *r.header, "", f"**{verdicts.headline(found, r.min_order_gain, missing)}**", "",
              "## Scheme × attention", "",
              *_md_table(head, rows), "",
-             f"Losses in nats/token (mean ± sample std over finished seeds). Target loss {target} nats/token: "
+             "Losses in nats/token (mean ± sample std over finished seeds)"
+             + ("; bits/byte: the final val loss per byte of text (val/bpc: nats/token × tokens/byte ÷ ln 2, "
+                "comparable across tokenizers)" if bits else "") + f". Target loss {target} nats/token: "
              f"{r.target_note}. Steps are optimizer steps; tokens/s is training throughput. Order gain: "
              "val loss with the tokens of each window shuffled minus val loss, nats/token; below "
              f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "

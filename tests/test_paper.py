@@ -207,7 +207,10 @@ def test_preset_sweep_then_paper_report(tmp_path):
     readme = (out / "README.md").read_text()
     assert "Su et al. 2021" in readme and "val/loss: pos=rope − pos=learned" in readme \
         and "pos=rope − pos=sinusoidal" in readme
-    assert any(line.startswith("**Verdict: ") for line in readme.splitlines())
+    assert [line for line in readme.splitlines() if line.startswith("**Verdict")] == \
+        [line for line in readme.splitlines() if line.startswith("**Verdict: ")] != []  # one verdict: the claim's
+    assert "### Final val loss against the sweep's baseline (not the claim's verdict)" in readme  # claim on val/loss
+    assert "| final bits/byte |" in readme  # a text task: loss per byte beside nats per token
     assert f"--sweep {sweep.sweep_id}" in readme and "torch 2." in readme
     minutes = (sweep.parent.info.end_time - sweep.parent.info.start_time) / 60000  # the parent run's span
     launcher = sweep.parent.data.tags["hydra_overrides"]  # run_sweep's hydra.* overrides, e.g. the sweep dir
@@ -244,6 +247,42 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
     assert verdict == "reproduced"
     assert "val/loss: pos=none − pos=rope = +2.0000" in readme
     assert "(secondary: not part of the verdict) | contradicts |" in readme
+
+
+SWEEP_REPORT = ("# sweep\nExperiment `e`.\n\n**Verdict on 2 comparisons: 1 lower and 0 higher than their baseline "
+                "beyond seed noise; 1 ties.**\n\n## Scheme × attention\n\n| table |\n\n## Verdicts\n\nVerdict on 2 "
+                "comparisons: …\n\n| cell | verdict |\n\n## Cells\n\n| cells |\n")
+
+
+@pytest.mark.parametrize("metric,kept", [("val/acc_at_12", False), ("val/loss", True)])
+def test_a_paper_report_has_one_verdict_the_claims(metric, kept, tmp_path, monkeypatch):
+    """The sweep's own loss-vs-baseline headline never appears beside the claim's verdict; its Verdicts section
+    stays only where the claim is judged on val/loss, titled as what it is."""
+    import results.paper as paper
+    import results.store as store
+
+    class Cell:
+        def __init__(self, label, value):
+            self.label, self.finished, self.final_loss, self.run_id = label, True, value, label
+            self.order_gain, self.metrics, self.order_signal = 1.0, {metric: value}, "scheme"
+
+    values = {"rope": [0.1, 0.12, 0.11], "none": [0.9, 0.92, 0.91]}
+    cells = [Cell(f"pos={p} seed={s}", v) for p, vs in values.items() for s, v in enumerate(vs)]
+    by_id = {c.run_id: c for c in cells}
+    client = argparse.Namespace(get_run=lambda rid: argparse.Namespace(data=argparse.Namespace(
+        metrics=by_id[rid].metrics)))
+    monkeypatch.setattr(store, "generate", lambda c, sweep, out, **kw: (out / "report.md").write_text(SWEEP_REPORT))
+    monkeypatch.setattr(store, "cells_of", lambda c, sweep: cells)
+    monkeypatch.setattr(paper, "readiness", lambda *a, **kw: {})
+    claim = {"source": "src", "statement": "st",
+             "comparisons": [{"metric": metric, "lower": "pos=rope", "than": "pos=none"}]}
+    paper.write_paper_report(client, argparse.Namespace(runs=[], sweep_id="s1"), "demo", "toy", claim, tmp_path / "d")
+    readme = (tmp_path / "d" / "README.md").read_text()
+    assert [line for line in readme.splitlines() if "Verdict" in line and line.startswith("**")] == \
+        [line for line in readme.splitlines() if line.startswith("**Verdict: ")]
+    assert "## Scheme × attention" in readme and "## Cells" in readme
+    assert ("### Final val loss against the sweep's baseline (not the claim's verdict)" in readme) == kept
+    assert "## Verdicts" not in readme
 
 
 @pytest.mark.slow
