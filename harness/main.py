@@ -1,21 +1,35 @@
-"""The ``posbench`` command (and ``python run.py``): Hydra's entry over conf/, then harness.cli's plumbing.
+"""The ``posbench`` command (and ``python run.py``): subcommands, then Hydra's entry over conf/ for the ones that
+compose a run.
 
-``posbench [overrides]``, ``posbench -m pos=rope,learned``, ``posbench --check ...`` and ``posbench --matrix``
-behave as ``python run.py ...`` does in a checkout. conf/ is found beside this package (harness/paths.py),
+    posbench run [-m] [overrides]             train one run, or a sweep with -m (python run.py [-m] …)
+    posbench check [--gpu-memory SIZE] [-m] [overrides]
+                                              validate without training (python run.py --check …)
+    posbench list [--md] [overrides]          every pos/attn/task option (python run.py --list)
+    posbench matrix [--md] [overrides]        which pos × attn pairings train (python run.py --matrix)
+    posbench report|paper|tune|index …        a sweep's report, a paper preset's verdict, tuned rates, the
+                                              results index (python -m results …)
+    posbench bench [gpu|loader|attention|seeds] …   the benchmarks (python -m harness.bench[.…] …)
+    posbench prepare …                        pre-tokenized shards (python -m harness.data.prepare …)
+
+Without a subcommand the arguments are ``python run.py``'s (overrides, ``-m``, ``--check``, ``--matrix``,
+``--list``), so every older command line keeps working. conf/ is found beside this package (harness/paths.py),
 so an installed copy composes from any working directory.
 
-May import: harness.cli, and the ground.
+May import: harness.cli, harness.bench, harness.data, results (the commands it dispatches to, each imported
+only when named), and the ground.
 """
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Callable
 
 import hydra
 from omegaconf import DictConfig
 
 from harness.allocator import keep_freed_memory
-from harness.cli import entry, run_job
+from harness.cli import CHECK_FLAG, LIST_FLAG, MATRIX_FLAG, entry, run_job
 from harness.errors import ConfigError
 from harness.paths import CONF
 
@@ -32,7 +46,71 @@ def main() -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command in ("help", "-h", "--help") and len(sys.argv) == 2:
+        print(__doc__.split("\n\n")[1])
+        return 0
+    if command in COMMANDS:
+        return COMMANDS[command](sys.argv[2:])
+    if command and command.isidentifier():  # a bare word is no override (those are key=value, +key=, ~key)
+        near = difflib.get_close_matches(command, COMMANDS, n=1)
+        print(f"error: {command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
+              f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)", file=sys.stderr)
+        return 2
     return entry(sys.argv, hydra_main)  # Hydra's own errors, too, become one line naming the fix
+
+
+def _hydra(*flags: str) -> Callable[[list[str]], int]:
+    """A subcommand that composes a run: Hydra reads ``sys.argv``, so it becomes the legacy command line."""
+    def run(rest: list[str]) -> int:
+        sys.argv[1:] = [*flags, *rest]
+        return entry(sys.argv, hydra_main)
+    return run
+
+
+def _listing(flag: str) -> Callable[[list[str]], int]:
+    """``list`` and ``matrix``: ``--md`` for a markdown table, the rest overrides (--config-dir too)."""
+    def run(rest: list[str]) -> int:
+        md = "--md" in rest
+        return _hydra(f"{flag}=md" if md else flag)([a for a in rest if a != "--md"])
+    return run
+
+
+def _results(command: str) -> Callable[[list[str]], int]:
+    def run(rest: list[str]) -> int:
+        from results.__main__ import main as results_main
+
+        return results_main([command, *rest])
+    return run
+
+
+def _bench(rest: list[str]) -> int:
+    """``posbench bench [gpu|loader|attention|seeds] …``: harness.bench's grid when no part is named."""
+    part, args = (rest[0], rest[1:]) if rest and rest[0] in ("gpu", "loader", "attention", "seeds") else ("", rest)
+    if part == "gpu":
+        from harness.bench.gpu import main as bench_main
+    elif part == "loader":
+        from harness.bench.loader import main as bench_main
+    elif part == "attention":
+        from harness.bench.attention import main as bench_main
+    elif part == "seeds":
+        from harness.bench.seeds import main as bench_main
+    else:
+        from harness.bench.cli import main as bench_main
+    return bench_main(args)
+
+
+def _prepare(rest: list[str]) -> int:
+    from harness.data.prepare import main as prepare_main
+
+    return prepare_main(rest)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "run": _hydra(), "check": _hydra(CHECK_FLAG), "list": _listing(LIST_FLAG), "matrix": _listing(MATRIX_FLAG),
+    "report": _results("report"), "paper": _results("paper"), "tune": _results("tune"), "index": _results("index"),
+    "bench": _bench, "prepare": _prepare,
+}
 
 
 if __name__ == "__main__":  # python -m harness.main: the DDP ranks of an installed copy (harness/scaleout.py)

@@ -331,6 +331,8 @@ def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_cop
     args = words[2:] if words[0] == "python" else words[1:]
     if words[:2] == ["python", "-m"]:
         argv = [installed.python, *words[1:]]
+    elif words[0] == "posbench" and args[:1] in (["run"], ["check"], ["list"], ["matrix"]):  # a subcommand
+        argv = [installed.posbench, "check" if args[0] == "run" else args[0], *args[1:]]
     else:
         own = {a.split("=")[0] for a in args} & {"--list", "--matrix", "--check"}
         argv = [installed.posbench, *([] if own else ["--check"]), *args]
@@ -339,5 +341,5 @@ def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_cop
         assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, line
         return
     assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-    if "--check" in argv and "-m" not in args:
+    if ("--check" in argv or "check" in argv[1:2]) and "-m" not in args:
         assert done.stdout.startswith("ok: "), done.stdout

@@ -113,14 +113,14 @@ def main_one(spec: str) -> None:
     print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024))
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.attention", description=__doc__.splitlines()[0])
     parser.add_argument("--toeplitz", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}",
@@ -133,3 +133,8 @@ if __name__ == "__main__":
         main_memory(args)
     else:
         main_times(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

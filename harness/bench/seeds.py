@@ -113,7 +113,10 @@ def seed_steps_per_s(way: str, cores: int, seeds: int) -> float:
     return seeds / float(in_child(way, seeds, cores).communicate()[0])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    if argv:
+        print(f"error: python -m harness.bench.seeds takes no arguments (got {' '.join(argv)})", file=sys.stderr)
+        return 2
     cores, seeds = os.cpu_count() or 1, 3
     ways = ["one", "processes", "stacked"]
     rates: dict[str, list[float]] = {w: [] for w in ways}
@@ -127,7 +130,8 @@ def main() -> None:
     for way in ways:
         m = statistics.median(rates[way])
         print(f"  {names[way]:<26} {m:6.2f}  ({min(rates[way]):.2f} … {max(rates[way]):.2f})  {m / base:.2f}×")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
