@@ -56,6 +56,8 @@ RUN_CASES = [
     ("steps-not-a-number", ["trainer.max_steps=abc"], "trainer.max_steps='abc' must be an integer"),
     ("batch-zero", ["data.batch_size=0"], "data.batch_size=0 must be a positive integer"),
     ("batch-negative", ["data.batch_size=-8"], "data.batch_size=-8 must be a positive integer"),
+    ("workers-negative", ["data.num_workers=-1"], "data.num_workers=-1 must be ≥ 0"),
+    ("workers-unbounded", ["data.num_workers=1000000"], "data.num_workers=1000000 exceeds"),
     ("seq-len-zero", ["data.seq_len=0"], "data.seq_len=0 must be a positive integer"),
     ("seed-not-a-number", ["seed=abc"], "seed='abc' must be an integer"),
     ("mask-prob-zero", ["task.mask_prob=0"], "task.mask_prob=0 must lie in (0, 1)"),

@@ -232,3 +232,17 @@ def test_loader_bench_flops_and_shapes():
     assert shapes == {"n_layers": 12, "d_model": 768, "d_ff": 3072, "seq_len": 512, "batch_size": 64}
     # 6·N + 6·L·T·d with N = 12·(4·768² + 2·768·3072) + 768·258 = 85,132,800 (Kaplan et al. 2020, Table 1)
     assert train_flops_per_token(shapes, 258) == 6 * 85_132_800 + 6 * 12 * 512 * 768
+
+
+@pytest.mark.parametrize("out,words", [("", "DIR '' names no folder; give one"),
+                                       ("/proc/posbench-shards", "cannot create /proc/posbench-shards ("),
+                                       ("{file}/sub", "is a file, not a folder; choose another DIR")])
+def test_prepare_refuses_a_folder_it_cannot_write_before_reading_the_corpus(out, words, tmp_path, capsys,
+                                                                           monkeypatch):
+    """issue 44: DIR '' wrote shards into the working directory; a file or /proc gave a raw OSError."""
+    (tmp_path / "file").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    assert main([out.format(file=tmp_path / "file"), "data=embedded"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written here

@@ -140,6 +140,14 @@ def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size:
     return train
 
 
+def max_workers() -> tuple[int, int]:
+    """(the most data loader workers a run may ask for here, how many per core): ``data.num_workers``'s bound."""
+    from harness.config.schema import WORKERS_PER_CORE
+    from harness.config.schema import max_workers as bound
+
+    return bound(), WORKERS_PER_CORE
+
+
 def git_sha() -> str:
     from harness.record.run import git_sha as sha
 

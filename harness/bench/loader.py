@@ -18,7 +18,7 @@ The goal: the loader at ≥ 10 × the model's tokens/s, so data never stalls a s
 
 Every flag is checked before anything is written (one line naming the fix, exit 2): a shard smaller than one
 batch of the largest preset, or larger than the free space at ``--dir`` (less a margin), is refused; worker
-counts are bounded by the cores (``MAX_WORKERS_PER_CORE``); the shard is always deleted after.
+counts are bounded as ``data.num_workers`` is (``internals.max_workers``); the shard is always deleted after.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from harness.bench.cli import BadInput, Parser
-from harness.bench.internals import shard_loader, write_random_shards
+from harness.bench.internals import max_workers, shard_loader, write_random_shards
 from harness.paths import CONF
 from harness.ranges import Fraction, Positive, PositiveInt
 from harness.record.preflight import number
@@ -86,7 +86,6 @@ def startup_seconds(folder: Path, shapes: dict) -> float:
     return time.perf_counter() - start
 
 
-MAX_WORKERS_PER_CORE = 4  # data.num_workers beyond this many per core only fork memory, not throughput
 MARGIN = 0.9  # of the free space at --dir a shard may take
 
 
@@ -150,14 +149,14 @@ def parse(argv: list[str] | None) -> Args:
 
 
 def _workers(text: str) -> list[int]:
-    bound = MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+    bound, per_core = max_workers()
     try:
         workers = [int(x) for x in text.split(",")]
     except ValueError:
         workers = []
     if not workers or any(w < 0 or w > bound for w in workers):
         raise BadInput(f"--workers {text!r}: give a comma list of worker counts from 0 to {bound} "
-                       f"({MAX_WORKERS_PER_CORE} per core here), e.g. 0,2,4")
+                       f"({per_core} per core here, as data.num_workers), e.g. 0,2,4")
     return workers
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -240,6 +241,18 @@ class DataSettings:
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers} must be ≥ 0 (0: examples made in the training "
                               "process)")
+        if self.num_workers > max_workers():
+            raise ConfigError(f"data.num_workers={self.num_workers} exceeds {max_workers()} ({WORKERS_PER_CORE} per "
+                              f"core of this machine's {os.cpu_count() or 1}): each worker is a process with its own "
+                              f"copy of the dataset, and more only fork memory; use at most {max_workers()}")
+
+
+WORKERS_PER_CORE = 4  # data loader processes: beyond this many per core they add memory, not throughput
+
+
+def max_workers() -> int:
+    """The most data loader worker processes a run may ask for on this machine."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
 SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "text_column", "streaming",

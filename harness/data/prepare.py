@@ -81,17 +81,33 @@ def pieces(data: bytes, size: int = PIECE) -> Iterator[bytes]:
         start = end
 
 
+def _out_folder(out: str | Path) -> Path:
+    """DIR, absolute, checked before the corpus is read: a name, under a folder (not a file) this user can write."""
+    if not str(out).strip():
+        raise ConfigError("DIR '' names no folder; give one, e.g. python -m harness.data.prepare shards/ data=...")
+    folder = Path(out).expanduser().absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"cannot create {folder}: {existing} is a file, not a folder; choose another DIR")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write under {existing} (permission denied); choose a folder you can write")
+    return folder
+
+
 def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHARD_TOKENS) -> dict:
     """Write the shards and the manifest of the corpus and tokenizer ``overrides`` pick; returns the manifest."""
     source, tokenizer = _source_and_tokenizer(list(overrides))
     if hasattr(source, "check_tokenizer"):
         raise ConfigError("data=tokens is token ids already; prepare reads text: pick data=embedded, text, enwik8, hf")
-    folder = Path(out).expanduser()
+    folder = _out_folder(out)
     if (folder / "manifest.json").exists():
         raise ConfigError(f"{folder} already holds prepared shards (manifest.json); remove it or choose another DIR")
     streaming = getattr(source, "streaming", False)
     corpus = None if streaming else source.load()  # its checks before anything is written
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create {folder} ({e.strerror}); choose a folder you can write") from None
     dtype = token_dtype(tokenizer.vocab_size)
     writers = {split: ShardWriter(folder, split, dtype, shard_tokens) for split in ("train", "val")}
     if streaming:

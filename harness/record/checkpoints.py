@@ -2,13 +2,16 @@
 
 Layout: ``<checkpoint root>/<config_hash>/`` holds ``run.json`` (the MLflow run training this config,
 a ``RunLink``), ``lock`` (a ``DirLock``, held while a process trains it) and ``step-<k>.ckpt`` (the
-last committed checkpoint, written by harness/record/callbacks.py). Why a resumed run equals an
+last committed checkpoint, written by harness/record/callbacks.py) with ``step-<k>.ckpt.sha256``, its digest
+taken as it was written: a checkpoint whose bytes changed since (a bad disk, a copy cut short, an edit) is refused
+at resume instead of resumed (one without a digest, from before digests, is read as it is). Why a resumed run equals an
 uninterrupted one, and why no metric point is written twice or lost, is in harness/record/resume.py.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -69,7 +72,42 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
+DIGEST = ".sha256"
+
+
+def digest_path(ckpt: Path) -> Path:
+    return ckpt.with_name(ckpt.name + DIGEST)
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_digest(ckpt: Path) -> None:
+    """``<ckpt>.sha256`` beside a checkpoint just written, itself written whole or not at all."""
+    tmp = ckpt.with_name(ckpt.name + DIGEST + ".tmp")
+    tmp.write_text(file_digest(ckpt) + "\n")
+    os.replace(tmp, digest_path(ckpt))
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Refuse a checkpoint whose bytes are not those its digest recorded."""
+    recorded = digest_path(path)
+    if not recorded.is_file():
+        return
+    want, got = recorded.read_text().strip(), file_digest(path)
+    if got != want:
+        raise ConfigError(f"resume: checkpoint {path} is damaged (its sha256 {got[:12]}… is not the {want[:12]}… "
+                          "recorded when it was written); delete it and its .sha256 to resume from an earlier one, "
+                          "or drop resume=")
+
+
 def checkpoint_step(path: Path) -> int:
+    verify_checkpoint(path)
     try:
         return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
     except Exception as e:
@@ -79,5 +117,6 @@ def checkpoint_step(path: Path) -> int:
 
 
 def remove_checkpoints(directory: Path) -> None:
-    for path in [*directory.glob("step-*.ckpt"), *directory.glob("pending.ckpt*")]:
+    for path in [*directory.glob("step-*.ckpt"), *directory.glob(f"step-*.ckpt{DIGEST}"),
+                 *directory.glob("pending.ckpt*")]:
         path.unlink(missing_ok=True)

@@ -1,0 +1,78 @@
+"""A committed checkpoint carries the sha256 of its bytes as written; resume refuses one whose bytes changed
+since (issue 44: a checkpoint with 400 flipped bytes was silently resumed), in one line naming the fix, and reads
+one from before digests as it is."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from harness.errors import ConfigError
+from harness.record.callbacks import CommittedCheckpoints
+from harness.record.checkpoints import checkpoint_step, digest_path, latest_checkpoint, remove_checkpoints
+
+
+class Trainer:
+    """What CommittedCheckpoints reads of Lightning's trainer: the step, the rank, save_checkpoint."""
+
+    is_global_zero = True
+
+    def __init__(self):
+        self.global_step = 0
+
+    def save_checkpoint(self, path):
+        torch.save({"global_step": self.global_step, "weights": torch.arange(20_000.0)}, path)
+
+
+def _commit_steps(directory, *steps: int) -> None:
+    cb, trainer = CommittedCheckpoints(directory, every=2, flush=lambda: None), Trainer()
+    for step in steps:
+        trainer.global_step = step
+        cb.on_train_batch_end(trainer, None, None, None, 0)  # saved as pending, with its digest
+        cb.on_train_batch_start(trainer, None, None, 0)  # committed at the next step's start
+
+
+def _flip(path, n: int = 400) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + n] = bytes(b ^ 0xFF for b in data[middle:middle + n])
+    path.write_bytes(bytes(data))
+
+
+def test_a_committed_checkpoint_has_its_digest_and_the_older_ones_go(tmp_path):
+    _commit_steps(tmp_path, 2, 4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-4.ckpt", "step-4.ckpt.sha256"]
+    assert checkpoint_step(latest_checkpoint(tmp_path)) == 4
+    remove_checkpoints(tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_flipped_bytes_are_refused_at_resume_though_torch_still_loads_them(tmp_path):
+    _commit_steps(tmp_path, 2)
+    ckpt = latest_checkpoint(tmp_path)
+    _flip(ckpt)
+    assert torch.load(ckpt, weights_only=False)["global_step"] == 2  # what was resumed before: damage unseen
+    with pytest.raises(ConfigError) as e:
+        checkpoint_step(ckpt)
+    assert str(e.value).startswith(f"resume: checkpoint {ckpt} is damaged (its sha256 ")
+    assert str(e.value).endswith("delete it and its .sha256 to resume from an earlier one, or drop resume=")
+
+
+def test_a_checkpoint_from_before_digests_is_read_as_it_is(tmp_path):
+    _commit_steps(tmp_path, 2)
+    ckpt = latest_checkpoint(tmp_path)
+    digest_path(ckpt).unlink()
+    assert checkpoint_step(ckpt) == 2
+
+
+def test_the_resume_path_checks_the_digest(tmp_path, monkeypatch):
+    """resume=PATH: the refusal comes before the link file is read."""
+    from harness.record import resume
+
+    _commit_steps(tmp_path, 2)
+    ckpt = latest_checkpoint(tmp_path)
+    _flip(ckpt)
+    with pytest.raises(ConfigError, match="is damaged"):
+        resume._checkpoint_and_link(ckpt, types.SimpleNamespace(dir=tmp_path, config_hash="h"))
