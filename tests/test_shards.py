@@ -246,3 +246,55 @@ def test_prepare_refuses_a_folder_it_cannot_write_before_reading_the_corpus(out,
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written here
+
+
+def _copy(folder, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    return Path(shutil.copytree(folder, tmp_path / "copy"))
+
+
+def test_a_shard_overwritten_with_other_bytes_is_refused_when_a_window_reaches_them(byte_shards, tmp_path):
+    """issue 44: random bytes of the right size trained into a 150-line IndexError in the embedding."""
+    folder = _copy(byte_shards, tmp_path)
+    shard = folder / "train-00000.bin"
+    shard.write_bytes(np.random.default_rng(0).integers(0, 2**16, shard.stat().st_size // 2, dtype=np.uint16)
+                      .tobytes())
+    TokenShards(str(folder)).sizes()  # the sizes still agree with the manifest
+    corpus = TokenShards(str(folder)).load()
+    with pytest.raises(ConfigError) as e:
+        corpus.train_ids[0:64]
+    assert str(e.value).startswith(f"{shard} holds token id ") and "not below the vocabulary size 258" in str(e.value)
+    assert np.asarray(corpus.val_ids[0:64]).max() < 258  # the intact shards still read
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda m: m["splits"]["train"].pop("bytes"), "(KeyError: no 'bytes')"),
+    (lambda m: m["tokenizer"].update(vocab_size="abc"), "(ValueError: invalid literal for int()"),
+    (lambda m: m["splits"]["val"]["shards"][0].update(file="../../etc/passwd"), "(ValueError: shard '../../etc"),
+    (lambda m: m.update(splits=[]), "(TypeError: list indices must be integers"),
+])
+def test_an_edited_manifest_is_one_line(edit, words, byte_shards, tmp_path):
+    """issue 44: an edited manifest.json gave 78–115-line tracebacks."""
+    folder = _copy(byte_shards, tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError) as e:
+        TokenShards(str(folder)).sizes()
+    assert str(e.value).startswith(f"{folder / 'manifest.json'} is damaged ") and words in str(e.value)
+    assert str(e.value).endswith("write the folder again with python -m harness.data.prepare")
+
+
+def test_a_swapped_vocabulary_beside_the_shards_is_refused(corpus_file, tmp_path, monkeypatch):
+    """issue 44: another valid tokenizer.json in the shard folder was used silently."""
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    out = tmp_path / "bpe"
+    prepare(out, ["data=text", f"data.path={corpus_file}", "tokenizer=bpe", "tokenizer.vocab_size=300"])
+    other = BPE(vocab_size=290)
+    other.fit(TextFiles(str(corpus_file)).load())
+    other.tokenizer.save(str(out / "tokenizer.json"))
+    with pytest.raises(ConfigError, match=r"tokenizer.json is not the vocabulary the shards were written with "
+                                          r"\(sha256 .*, the manifest records .*\); restore it"):
+        BPE(vocab_size=300).fit(TokenShards(str(out)).load())

@@ -17,6 +17,7 @@ are exactly those of ``TrainWindows`` on the same ids; with W ranks which window
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,18 +47,21 @@ def rank_slice(n_tokens: int, rank: int, world_size: int) -> tuple[int, int]:
 
 
 class ShardedIds:
-    """Shards read as one array of token ids: ``len`` and ``[a:b]`` (a slice may cross shards) are all windows need."""
+    """Shards read as one array of token ids: ``len`` and ``[a:b]`` (a slice may cross shards) are all windows need.
+    ``vocab_size``: every id read is checked below it (a shard overwritten with other bytes of the same size is
+    refused in one line when a window reaches them, instead of failing deep in the embedding)."""
 
-    def __init__(self, arrays: list[np.ndarray]):
+    def __init__(self, arrays: list[np.ndarray], vocab_size: int | None = None):
         self.arrays = [a for a in arrays if len(a)]
         self.ends = np.cumsum([len(a) for a in self.arrays]).tolist()
         self.dtype = arrays[0].dtype if arrays else np.dtype(np.uint16)
+        self.vocab_size = vocab_size
 
     def __reduce__(self):
         """Pickled (a spawned DataLoader worker) as its files, mapped again: a memmap would pickle its data."""
         if all(isinstance(a, np.memmap) and a.filename for a in self.arrays):
-            return _reopen, ([a.filename for a in self.arrays], self.dtype.str)
-        return ShardedIds, (self.arrays,)
+            return _reopen, ([a.filename for a in self.arrays], self.dtype.str, self.vocab_size)
+        return ShardedIds, (self.arrays, self.vocab_size)
 
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
@@ -72,14 +76,23 @@ class ShardedIds:
             if stop <= begin:
                 break
             if start < end:
-                pieces.append(array[max(start, begin) - begin: min(stop, end) - begin])
+                pieces.append(self._checked(array, array[max(start, begin) - begin: min(stop, end) - begin]))
         if len(pieces) == 1:
             return pieces[0]
         return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
 
 
-def _reopen(files: list[str], dtype: str) -> ShardedIds:
-    return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files])
+    def _checked(self, array: np.ndarray, piece: np.ndarray) -> np.ndarray:
+        if self.vocab_size is not None and len(piece) and int(piece.max()) >= self.vocab_size:
+            where = getattr(array, "filename", None) or "a shard"
+            raise ConfigError(f"{where} holds token id {int(piece.max())}, not below the vocabulary size "
+                              f"{self.vocab_size} its manifest records: the shard is damaged; write the folder again "
+                              "with python -m harness.data.prepare")
+        return piece
+
+
+def _reopen(files: list[str], dtype: str, vocab_size: int | None = None) -> ShardedIds:
+    return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files], vocab_size)
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,32 @@ class TokenCorpus:
         manifest's recipe: the folder's tokenizer.json (``TokenShards.check_tokenizer`` refused others)."""
         from harness.data.subword import load_file
 
-        return load_file(str(self.folder / "tokenizer.json"))
+        loaded = load_file(str(self.folder / "tokenizer.json"))
+        digest, recorded = hashlib.sha256(loaded.to_str().encode()).hexdigest(), self.manifest["tokenizer"]["digest"]
+        if digest != recorded:  # the digest is Trained.digest(): sha256 of the vocabulary's JSON
+            raise ConfigError(f"{self.folder / 'tokenizer.json'} is not the vocabulary the shards were written with "
+                              f"(sha256 {digest[:12]}…, the manifest records {recorded[:12]}…); restore it, or write "
+                              "the folder again with python -m harness.data.prepare")
+        return loaded
+
+
+def _check_structure(manifest: dict, file: Path) -> None:
+    """Every key and type a run reads from the manifest, so an edited one is one line, not a KeyError later."""
+    try:
+        for split in ("train", "val"):
+            entry = manifest["splits"][split]
+            int(entry["tokens"]), int(entry["bytes"])
+            for shard in entry["shards"]:
+                if Path(shard["file"]).name != shard["file"] or int(shard["tokens"]) < 0:
+                    raise ValueError(f"shard {shard['file']!r}")
+        np.dtype(manifest["dtype"])
+        tokenizer, corpus = manifest["tokenizer"], manifest["corpus"]
+        str(tokenizer["config"]), str(tokenizer["digest"]), int(tokenizer["vocab_size"])
+        str(corpus["name"]), str(corpus["sha256"]), int(corpus["bytes"]), str(corpus["train_sha256"])
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        what = f"no {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:80]
+        raise ConfigError(f"{file} is damaged ({type(e).__name__}: {what}); write the folder again with python -m "
+                          "harness.data.prepare") from None
 
 
 class TokenShards:
@@ -133,6 +171,7 @@ class TokenShards:
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with python -m "
                               "harness.data.prepare")
+        _check_structure(manifest, file)
         for split in ("train", "val"):
             for shard in manifest["splits"][split]["shards"]:
                 size = (folder / shard["file"]).stat().st_size if (folder / shard["file"]).is_file() else None
@@ -173,7 +212,8 @@ class TokenShards:
 
         def ids(split: str) -> ShardedIds:
             return ShardedIds([np.memmap(folder / s["file"], dtype=dtype, mode="r") if s["tokens"] else
-                               np.empty(0, dtype) for s in manifest["splits"][split]["shards"]])
+                               np.empty(0, dtype) for s in manifest["splits"][split]["shards"]],
+                              manifest["tokenizer"]["vocab_size"])
 
         corpus, val = manifest["corpus"], manifest["splits"]["val"]
         return TokenCorpus(corpus["name"], corpus["sha256"], corpus["bytes"], corpus["train_sha256"], ids("train"),
