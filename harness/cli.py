@@ -298,7 +298,8 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
     d = checked.data
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
           f"data={choices['data']} · {checked.n_params:,} parameters · {checked.trainer.max_steps} steps of "
-          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens · store {checked.uri}{_gpu_line(checked)}")
+          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens{checked.budget.line()} · store "
+          f"{checked.uri}{_gpu_line(checked)}")
     return None
 
 

@@ -6,7 +6,9 @@ preset has them.
 
 Data: a preset reads the corpus its defaults name (data=embedded, the corpus shipped in the package, for
 every preset here); the presets that say "pass data=text data.path=..." or "data=enwik8" want a corpus that
-is not available offline, so their data is tested as the embedded corpus stands in for it.
+is not available offline, so their data is tested as the embedded corpus stands in for it — on purpose, as a
+user would say so: ``~paper`` (the paper's vocabulary not required) and ``budget.max_epochs=null`` (a 2 MB
+corpus read thousands of times). Without them every paper preset is refused in one line (tested below).
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ def _cells(preset: str):
     return [list(c) for c in itertools.product(*axes)]
 
 
-def _composed(overrides: list[str]):
+def _composed(overrides: list[str], stand_in: bool = True):
+    """The config of ``overrides``; ``stand_in``: the embedded corpus and the byte vocabulary standing in for the
+    paper's on purpose (``~paper budget.max_epochs=null``, as a user would write them)."""
     cfg = compose(overrides, hydra=True)
+    if stand_in:
+        on_purpose = ["budget.max_epochs=null", *(["~paper"] if "paper" in cfg else [])]
+        cfg = compose([*overrides, *on_purpose], hydra=True)
     choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
     with open_dict(cfg):
         del cfg["hydra"]
@@ -61,6 +68,52 @@ def _first_cell(preset: str) -> tuple[list[str], object]:
         except IncompatiblePairing:
             continue
     raise AssertionError(f"no cell of {preset} passes")
+
+
+# what each paper preset's first cell gets on the embedded corpus with the byte vocabulary: the paper's vocabulary
+# asked for (a preset that states one), or too many passes over 1.9M training tokens; a synthetic task draws fresh
+# examples (no epochs), and tune_lr's paper scale reads the corpus 4.4 times
+ON_THE_EMBEDDED_CORPUS = {"eleuther_rotary": "paper", "roformer_mlm": "paper", "alibi_extrapolation": "epochs",
+                          "roformer_performer": "epochs", "rope_scaling": "epochs", "su_linear_rope": "epochs",
+                          "su_trainable_theta": "epochs", "grid": "ok", "nope_length_generalization": "ok",
+                          "randomized_positions": "ok", "tune_lr": "ok"}
+
+
+@pytest.mark.parametrize("preset", PAPER)
+def test_every_paper_preset_on_the_embedded_corpus_is_refused_with_the_fix(preset):
+    """issue 45: scale=paper on the 2 MB corpus and a byte vocabulary said "ok" for 3.3B tokens."""
+    cfg, choices = _composed([f"experiment={preset}", "scale=paper", *_cells(preset)[0]], stand_in=False)
+    expected = ON_THE_EMBEDDED_CORPUS[preset]
+    if expected == "ok":
+        assert validate(cfg, choices, GPU).budget.tokens > 0
+        return
+    with pytest.raises(ConfigError) as e:
+        validate(cfg, choices, GPU)
+    said = str(e.value)
+    if expected == "paper":
+        assert said.startswith("this scale=paper setting is the paper's model on ") and said.endswith(
+            "or ~paper to train this substitute on purpose")
+    else:
+        assert "beyond budget.max_epochs=100" in said and said.endswith("budget.max_epochs=null to train it anyway")
+
+
+def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys, monkeypatch):
+    from harness import cli
+
+    monkeypatch.setattr(cli._Mode, "gpu", GPU)
+    cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0",
+                              "budget.max_epochs=null"], stand_in=False)
+    with pytest.raises(ConfigError, match=r"GPT-2's BPE \(50,257 tokens\); this tokenizer's 258 make it 85.8M"):
+        validate(cfg, choices, GPU)
+    cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0"])
+    cli._check(cfg, choices, None)
+    line = capsys.readouterr().out
+    # 50,000 steps × 32 × 2048 tokens; 6·N + 6·L·T·C FLOPs a token; hours at 989 TFLOP/s × 0.4
+    tokens = 50_000 * 32 * 2048
+    n = 12 * (4 * 768**2 + 2 * 768 * 3072) + 768 * 258
+    flops = tokens * (6 * n + 6 * 12 * 2048 * 768)
+    assert f" · 3.3B tokens (1,740.0 epochs) · {flops:.1e} FLOPs ≈ {flops / (989e12 * 0.4) / 3600:,.1f} GPU-hours" \
+        in line
 
 
 def test_the_paper_presets_are_enumerated():

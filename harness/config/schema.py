@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from harness.errors import ConfigError
-from harness.ranges import NonNegative, Positive, SignificanceLevel, violated
+from harness.ranges import Fraction, NonNegative, Positive, SignificanceLevel, violated
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
 
@@ -186,6 +186,7 @@ class RunSettings:
     seed: int = 0
     resume: Any = None  # null/false: a new run; true: resume; auto; or a checkpoint path (``resume_mode``)
     claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
+    paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/budget.py)
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
     diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
 
@@ -435,7 +436,16 @@ OPTIMIZER_RANGES: dict[str, tuple[str, typing.Callable[[Any], bool]]] = {
 }
 
 # Plain (target-less) nodes by path; "" is the top level, whose group children are nodes of their own.
-PLAIN: dict[str, type] = {"": RunSettings, "data": DataSettings, "eval": EvalSettings,
+@dataclass(frozen=True)
+class BudgetSettings:
+    """conf/config.yaml ``budget``: the epochs a run may make, and what its GPU-hours are counted at."""
+
+    max_epochs: Positive | None = 100.0  # passes over the training split (None: no limit)
+    gpu_tflops: Positive = 989.0  # the GPU's dense bf16 peak (an H100 SXM)
+    mfu: Fraction = 0.4  # the model FLOPs utilisation assumed (ranges checked on the config path: check_value)
+
+
+PLAIN: dict[str, type] = {"": RunSettings, "budget": BudgetSettings, "data": DataSettings, "eval": EvalSettings,
                           "checkpoint": CheckpointSettings, "report": ReportSettings, "logger": LoggerSettings,
                           "optim": OptimSettings, "progress": ProgressSettings}
 GROUPS = ("pos", "attn", "model", "data", "tokenizer", "task", "optim", "trainer", "logger")

@@ -33,6 +33,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import schema
+from harness.config.budget import Budget, budget_of
 from harness.config.catalog import INTERFACES, check_interface
 from harness.config.compose import preset_scales
 from harness.config.instantiate import instantiate, instantiate_option
@@ -77,6 +78,7 @@ class Checked:
     n_params: int
     progress: schema.ProgressSettings = schema.ProgressSettings()
     gpu: GpuEstimate | None = None  # a GPU run checked for a named GPU: its largest step's estimate
+    budget: Budget | None = None  # tokens, epochs, FLOPs and GPU-hours (harness/config/budget.py)
 
     @property
     def seed(self) -> int:
@@ -119,7 +121,9 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     data, lengths = settings["data"], settings["eval"].lengths
     check_extrapolation(settings["eval"], task, model.pos, choices.get("task", "this task"))
     tune_length = settings["eval"].tune_length
-    _check_splits(source, task, tokenizer, data, lengths, tune_length)
+    train_tokens = _check_splits(source, task, tokenizer, data, lengths, tune_length)
+    budget = budget_of(settings["budget"], trainer, data, task, model_cfg, tokenizer.vocab_size, model.num_params(),
+                       train_tokens, settings[""].paper)
     _check_device(trainer, for_named_gpu=gpu is not None)
     estimate = None
     if for_gpu:
@@ -131,7 +135,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
         check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
                               _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
-                   trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate)
+                   trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
+                   budget)
 
 
 def _settings(values: dict) -> tuple[dict, schema.TrainerSettings]:
@@ -453,10 +458,12 @@ def _check_diagnosable(target: str, name: str) -> None:
 
 
 def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: list[int],
-                  finetune_length: int | None = None) -> None:
+                  finetune_length: int | None = None) -> int | None:
+    """The training split's tokens where they are known before tokenizing (bytes, or shards' ids), checked
+    against the windows and lengths asked for; None where they are not."""
     train, val = source.sizes()
     if not tokenizer.byte_level:  # token counts of other tokenizers are unknown until the text is read
-        return
+        return train if hasattr(source, "check_tokenizer") else None  # shards: their sizes are token counts
     task.check_corpus(train, val, data.seq_len)
     if lengths and task.scores_sequences:
         raise ConfigError(f"eval.lengths={lengths} scores text windows; a synthetic task evaluates at "
@@ -468,6 +475,7 @@ def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: l
     if finetune_length and finetune_length > train:
         raise ConfigError(f"eval.finetune_length={finetune_length} exceeds the training split ({train} tokens); "
                           f"fine-tune at most {train} tokens, or use a larger corpus")
+    return train
 
 
 def _check_device(trainer: schema.TrainerSettings, for_named_gpu: bool = False) -> None:
