@@ -255,6 +255,8 @@ RUN_CASES = [
     # ---- tracking stores MLflow cannot open
     ("store-not-a-database", ["logger.tracking_uri=sqlite:///{files}/notdb.db"], "exists but is not an sqlite"),
     ("store-is-a-directory", ["logger.tracking_uri=sqlite:///{files}"], "names a directory; name a database file"),
+    ("store-dangling-link", ["logger.tracking_uri=sqlite:///{files}/dangling.db"], "which does not exist; point the "
+                                                                                  "link at the store"),
     ("store-file-scheme", ["logger.tracking_uri=file:///{files}/mlruns"], "MLflow's file store, which MLflow 3"),
     ("store-relative-two-slashes", ["logger.tracking_uri=sqlite://rel.db"], "is not sqlite:////absolute/path.db"),
     ("store-server-not-there", ["logger.tracking_uri=http://127.0.0.1:9"], "does not answer"),
@@ -392,6 +394,7 @@ def files(tmp_path_factory) -> Path:
     (d / "latin1.txt").write_bytes("caf\u00e9 cr\u00e8me br\u00fbl\u00e9e ".encode("latin-1") * 500)
     (d / "small.txt").write_bytes(b"a small but valid UTF-8 text file. " * 200)  # 7 KB: one val block short
     (d / "notdb.db").write_text("this file is not an sqlite database")
+    (d / "dangling.db").symlink_to(d / "gone" / "mlflow.db")  # a store link whose target was removed
     (d / "foreign").mkdir()
     import torch
 

@@ -81,6 +81,9 @@ def _check_sqlite(uri: str) -> None:
     if db.is_dir():
         raise ConfigError(f"tracking URI {uri!r} names a directory; name a database file inside it, "
                           f"e.g. sqlite:///{db / 'mlflow.db'}")
+    if db.is_symlink() and not db.exists():  # sqlite would create nothing there and MLflow retry for minutes
+        raise ConfigError(f"tracking URI {uri!r} is a link to {os.readlink(db)}, which does not exist; point the "
+                          "link at the store, or logger.tracking_uri at the store's real path")
     if db.exists():
         _check_database_file(db, uri)
     else:
