@@ -1,0 +1,9 @@
+"""Room: pretrained — posbench's positional schemes applied to a Hugging Face causal LM's own weights (issue 47).
+
+Owns: reading a model's RoPE from its config (``rotary``: base, rotated width, and its ``rope_parameters`` as a
+posbench ``RopeScaling``) and swapping the model's rotary module for one that takes posbench's frequencies, so
+every length scaling posbench implements (PI, NTK, dynamic NTK, YaRN, Llama 3, LongRoPE) runs on pretrained
+weights exactly as on posbench's own models. transformers is never imported here: the model is duck-typed.
+
+May import: positional, and the ground.
+"""
