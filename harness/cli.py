@@ -327,10 +327,18 @@ def user_error(exc: BaseException) -> str | None:
         InstantiationException,
         MissingConfigException,
         OverrideParseException,
+        SearchPathException,
     )
 
     if isinstance(exc, ConfigError):
         return one_line(exc)
+    if isinstance(exc, SearchPathException):  # --config-dir that is not a folder: said where that flag is read
+        from harness.config.catalog import user_config_dirs
+
+        try:
+            user_config_dirs(sys.argv[1:])
+        except ConfigError as e:
+            return one_line(e)
     if isinstance(exc, MissingConfigException):  # pos=foo: Hydra lists the options one per line
         return _missing_option(exc)
     if isinstance(exc, OverrideParseException):

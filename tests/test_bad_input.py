@@ -381,6 +381,11 @@ RUN_CASES += [
     ("gpu-memory-no-value", ["--check", "--gpu-memory=", "trainer=gpu"], "--gpu-memory needs a size"),
     ("gpu-too-small", ["--check", "--gpu-memory=0.5MB", "trainer=gpu"], "on a GPU of 0.5MB (0.0 GiB) a training step "
      "does not fit: it needs at least"),
+    # ---- round 4 (issue 44): overflows, a --config-dir that is no folder
+    ("gpu-memory-overflow", ["--check", "--gpu-memory=1e300TB", "trainer=gpu"], "is larger than any GPU"),
+    ("steps-overflow", ["trainer.max_steps=99999999999999999999"], "is more steps than any run takes"),
+    ("config-dir-missing", ["--config-dir={files}/nope"], "nope' not found; --config-dir (-cd) takes an existing"),
+    ("config-dir-a-file", ["--config-dir={files}/small.txt"], "small.txt' not found; --config-dir (-cd) takes"),
 ]
 
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -652,7 +657,8 @@ def test_a_write_failure_mid_run_is_one_line(empty_store, tmp_path):
     (["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
     (["--matrix", "pos._target_=nope.X"], "pos._target_='nope.X' cannot be imported (No module named 'nope')"),
     (["--matrix", "pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of"),
-], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target", "matrix-pattern"])
+    (["--list", "--config-dir", "/nonexistent/conf"], "'/nonexistent/conf' not found; --config-dir (-cd) takes an"),
+], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target", "matrix-pattern", "list-config-dir"])
 def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)

@@ -84,6 +84,9 @@ DEFAULT_GPU_MEMORY = "80GB"  # an A100 / H100 80 GB
 _UNITS = {"GB": 10**9, "GIB": 2**30, "MB": 10**6, "MIB": 2**20, "TB": 10**12, "TIB": 2**40}
 
 
+MAX_GPU_BYTES = 10**15  # a petabyte: far above any accelerator's memory, far below float overflow
+
+
 def parse_size(text: str, key: str = "--gpu-memory") -> int:
     """'80GB' (10⁹ bytes a GB, as GPU sizes are sold: a conservative reading of '80 GB'), '80GiB' (2³⁰),
     MB/MiB, TB/TiB; the unit is required."""
@@ -96,6 +99,9 @@ def parse_size(text: str, key: str = "--gpu-memory") -> int:
     if unit not in _UNITS or not value > 0 or value == float("inf"):
         raise ConfigError(f"{key}={text!r} is not a memory size; give a number and a unit, e.g. {key} 80GB "
                           f"(or 80GiB, 40GB, 24GiB)")
+    if value * _UNITS[unit] > MAX_GPU_BYTES:
+        raise ConfigError(f"{key}={text!r} is larger than any GPU (at most {MAX_GPU_BYTES // 10**12:,} TB here); "
+                          f"give the GPU's size, e.g. {key} 80GB")
     return int(value * _UNITS[unit])
 
 

@@ -28,6 +28,7 @@ from harness.errors import ConfigError
 from harness.ranges import Fraction, NonNegative, Positive, SignificanceLevel, violated
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
+MAX_STEPS = 10**12  # trainer.max_steps: a trillion optimizer steps, beyond any run
 
 
 # ---------------------------------------------------------------- one value against one annotation
@@ -392,6 +393,9 @@ class TrainerSettings:
     def __post_init__(self):
         for key in ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_nodes"):
             _positive(f"trainer.{key}", getattr(self, key))
+        if self.max_steps > MAX_STEPS:  # the loaders' example count (steps × batch) must stay an index-sized integer
+            raise ConfigError(f"trainer.max_steps={self.max_steps} is more steps than any run takes; use at most "
+                              f"{MAX_STEPS:,}")
         _positive("trainer.val_check_interval", self.val_check_interval,
                   kind="integer (steps) or a fraction of an epoch")
         if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
