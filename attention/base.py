@@ -59,6 +59,12 @@ class AttentionVariant(nn.Module):
         """Scalars logged as ``attn/<key>`` (from layer 0) at every training log step."""
         return {}
 
+    def keys_attended(self, t: int, ctx: AttentionContext, device=None) -> Tensor:
+        """n_i, how many keys query i attends (length-scaled temperature reads it, harness/model/temperature.py):
+        (T,), or (B, 1, T) where padding makes it differ by row. All keys up to and including i under a causal
+        mask, every unpadded key without one; a variant that attends fewer (a window) counts its own."""
+        return count_keys(t, ctx, (t, t), device)
+
     def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
         """The weights w (B, H, Tq, Tk) this variant applies to v: ``forward(q, k, v, ctx) = w @ v`` in eval
         mode, formed explicitly (T×T) for attention diagnostics on short samples (harness/model/diagnostics.py).
@@ -139,3 +145,16 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
         future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(1)
         mask = mask.masked_fill(future, float("-inf"))
     return mask
+
+
+def count_keys(t: int, ctx: AttentionContext, band: tuple[int, int], device=None) -> Tensor:
+    """n_i for query i seeing keys j with −right ≤ i − j ≤ left (``band`` = (left, right); right is 0 under a
+    causal mask): (T,), or (B, 1, T) counting only unpadded keys when there is a padding mask and no causal one
+    (a causal model's padding follows its real tokens, so a real query's prefix holds no padded key)."""
+    left, right = band[0], 0 if ctx.causal else band[1]
+    i = torch.arange(t, device=device)
+    if ctx.key_padding_mask is None or ctx.causal:
+        return i.clamp(max=left) + (t - 1 - i).clamp(max=right) + 1
+    j = torch.arange(t, device=device)
+    seen = ((i[:, None] - j[None, :]) <= left) & ((j[None, :] - i[:, None]) <= right)  # (T, T)
+    return (seen[None] & ctx.key_padding_mask[:, None, :]).sum(-1).clamp(min=1)[:, None, :]  # (B, 1, T)

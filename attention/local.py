@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import AttentionContext, AttentionVariant, additive_mask
+from attention.base import AttentionContext, AttentionVariant, additive_mask, count_keys
 from attention.softmax import masked_softmax, softmax_weights
 from harness.errors import IncompatiblePairing
 from harness.ranges import PositiveInt, ranged
@@ -94,6 +94,9 @@ class Local(AttentionVariant):
                                       "local; lower window or use attn=softmax")
         self.window = window
         self.block = max(window, 16)  # query block C ≈ w: K = C + band ≤ 2w + 16 keys per query
+
+    def keys_attended(self, t: int, ctx: AttentionContext, device=None) -> Tensor:
+        return count_keys(t, ctx, band_limits(self.window, ctx.causal), device)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         bias = self.require_relative(ctx.bias)  # kind "relative" only (accepts_bias)

@@ -23,6 +23,7 @@ from harness.config.compose import compose
 from harness.config.resources import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu_estimate, parse_size
 from harness.config.validate import validate
 from harness.errors import ConfigError, IncompatiblePairing
+from harness.model.transformer import ModelConfig
 from tests.helpers import ROOT
 
 PAPER = sorted(p.parent.name for p in (ROOT / "conf" / "experiment_scale").glob("*/paper.yaml"))
@@ -166,7 +167,7 @@ def test_the_estimate_equals_a_hand_computation():
 def test_a_learned_bias_adds_its_tables_and_the_kernels_gradient():
     """T5's bias: the dense (1, H, T, T) fp32 table once (shared by the layers), each layer's additive mask in
     bf16, and the gradient the kernel writes for every batch row, one layer at a time."""
-    model = OmegaConf.create({"d_model": 64, "d_ff": 256, "n_heads": 4, "n_layers": 2, "dropout": 0.0})
+    model = ModelConfig(d_model=64, d_ff=256, n_heads=4, n_layers=2, dropout=0.0)
     plain = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed")
     t5 = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="learned"))
     alibi = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="fixed"))

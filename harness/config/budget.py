@@ -48,9 +48,9 @@ def _count(n: float) -> str:
 
 
 def flops_per_token(model, vocab: int, length: int) -> float:
-    """6·N + 6·L·T·C, N = L·(4·C² + 2·C·F) + C·V (module docstring)."""
+    """6·N + 6·L·T·C, N = L·(4·C² + m·C·F) + C·V, m = 2 MLP matrices (GELU) or 3 (SwiGLU) (module docstring)."""
     c, layers = model.d_model, model.n_layers
-    n = layers * (4 * c * c + 2 * c * model.d_ff) + c * vocab
+    n = layers * (4 * c * c + model.mlp_matrices * c * model.d_ff) + c * vocab
     return 6 * n + 6 * layers * length * c
 
 

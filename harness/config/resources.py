@@ -34,10 +34,10 @@ class Footprint:
 
     @classmethod
     def of_blocks(cls, model, vocab: int) -> Footprint:
-        """The transformer blocks and embeddings alone: per layer 4·C² + 2·C·F weights (attention, MLP),
-        plus V·C embeddings."""
+        """The transformer blocks and embeddings alone: per layer 4·C² + m·C·F weights (attention, MLP: m = 2
+        for GELU, 3 for SwiGLU), plus V·C embeddings."""
         c, f = model.d_model, model.d_ff
-        params = model.n_layers * (4 * c * c + 2 * c * f) + vocab * c
+        params = model.n_layers * (4 * c * c + model.mlp_matrices * c * f) + vocab * c
         return cls(params, c, f, model.n_layers, vocab)
 
     def training_bytes(self, batch: int, length: int) -> int:
@@ -217,13 +217,14 @@ def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
       3·a·C    q, k, v (one projection's output, kept whole while v is)
       2·a·C    q and k rotated, if the scheme rotates them (rotary hook)
       2·a·C    the attention output and its (B, T, C) copy for the output projection
-      2·a·F    the MLP's hidden layer before and after GELU
+      2·a·F    the MLP's hidden layer before and after GELU (SwiGLU: 3·a·F, the gate, the up and their product)
       4·H      the fused kernel's log-sum-exp (fp32)
       2·C      the two dropout masks (one byte a value), if model.dropout > 0
     The head: 2·r·C (its two LayerNorms' inputs) + 3·a·C (the dense layer's input, GELU's input, the decoder's)."""
     c, f, a, r = model.d_model, model.d_ff, p.activation, p.residual
     rotated = 2 * c if scheme.rotary else 0
-    per_layer = 2 * r * c + a * (7 * c + rotated + 2 * f) + 4 * model.n_heads + (2 * c if model.dropout else 0)
+    dropout = 2 * c if model.dropout else 0
+    per_layer = 2 * r * c + a * (7 * c + rotated + model.mlp_matrices * f) + 4 * model.n_heads + dropout
     return model.n_layers * per_layer + 2 * r * c + 3 * a * c
 
 

@@ -1,4 +1,14 @@
-"""The transformer: embeddings → blocks (attention, feed-forward) → tied LM head.
+"""The transformer: embeddings → blocks (attention, feed-forward) → LM head.
+
+Two blocks, chosen per run by conf/model (every part is its own key, so an ablation can move one at a time):
+  classic  BERT / GPT-2 (model=small): LayerNorm, GELU MLP, biases, BERT's MLM head (dense, GELU, LayerNorm)
+           decoding with the tied token embedding.
+  modern   Llama / Qwen3 (model=modern): RMSNorm (Zhang & Sennrich 2019), SwiGLU MLP (Shazeer 2020, "GLU Variants
+           Improve Transformer", Eq. 6: (Swish(xW) ⊙ xV) W₂), no biases, an untied output layer after the final
+           norm, optionally QK-norm (model.qk_norm: RMSNorm over each head's q and k before the rotation, as
+           Qwen3 and OLMo 2 do; Dehghani et al. 2023 introduced it with LayerNorm). RoPE in the half layout is the
+           scheme's own option (pos.layout=half), set by the presets that use this block.
+An option of any block: a length-scaled attention temperature (model.temperature, harness/model/temperature.py).
 
 The positional scheme and the attention variant are handed in as factories
 (``Shape -> module``), or as per-layer patterns of them (``LayerPattern``, harness/model/layers.py);
@@ -10,6 +20,7 @@ Notation: B batch, T sequence length, C model width, H heads, D = C / H head dim
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -21,6 +32,7 @@ from torch import Tensor, nn
 from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
 from harness.model.layers import LayeredScheme, LayerPattern, check_layers
+from harness.model.temperature import KINDS, LengthTemperature
 from positional.base import PositionalScheme, Shape
 
 
@@ -35,6 +47,19 @@ class ModelConfig:
     dropout: float = 0.1
     norm: Literal["pre", "post"] = "pre"  # pre-LN (GPT-2, default) or post-LN (BERT, RoFormer)
     compile: bool = False  # torch.compile the forward (applied by harness.train)
+    norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
+    mlp: Literal["gelu", "swiglu"] = "gelu"  # swiglu: three d_model × d_ff matrices (gelu: two)
+    bias: bool = True  # biases of the linear layers and of LayerNorm
+    qk_norm: bool = False  # RMSNorm over each head's q and k, before the rotation
+    head: Literal["bert", "tied", "untied"] = "bert"  # BERT's MLM head | final norm → token embeddingᵀ | own layer
+    temperature: Literal["none", "ssmax", "llama4"] = "none"  # length-scaled attention temperature
+    temperature_layers: Literal["all", "nope"] = "all"  # nope: only layers whose scheme acts nowhere in attention
+    temperature_init: float | None = None  # ssmax: s at the start (null: 1 / log of the training length)
+    temperature_floor: int = 8192  # llama4: F in 1 + β·log(1 + ⌊(i+1)/F⌋)
+    temperature_scale: float = 0.1  # llama4: β
+
+    CHOICES = {"norm": ("pre", "post"), "norm_type": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu"),
+               "head": ("bert", "tied", "untied"), "temperature": KINDS, "temperature_layers": ("all", "nope")}
 
     def __post_init__(self):
         for key in ("n_layers", "d_model", "n_heads", "d_ff"):
@@ -47,26 +72,50 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must lie in [0, 1)")
-        if self.norm not in ("pre", "post"):
-            raise ConfigError(f"model.norm={self.norm!r}: use 'pre' or 'post'")
-        if not isinstance(self.compile, bool):
-            raise ConfigError(f"model.compile={self.compile!r}: use true or false")
+        for key, choices in self.CHOICES.items():
+            if getattr(self, key) not in choices:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r}: use {' or '.join(map(repr, choices))}")
+        for key in ("compile", "bias", "qk_norm"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"model.{key}={getattr(self, key)!r}: use true or false")
+        if self.temperature_floor <= 0 or not math.isfinite(self.temperature_scale):
+            raise ConfigError(f"model.temperature_floor={self.temperature_floor} must be a positive integer and "
+                              f"model.temperature_scale={self.temperature_scale} a finite number")
+        if self.temperature_init is not None and not math.isfinite(self.temperature_init):
+            raise ConfigError(f"model.temperature_init={self.temperature_init} must be a finite number or null")
+
+    @property
+    def mlp_matrices(self) -> int:
+        """d_model × d_ff matrices in one MLP: 2 (GELU), 3 (SwiGLU's gate, up and down)."""
+        return 3 if self.mlp == "swiglu" else 2
+
+    def norm_layer(self, width: int) -> nn.Module:
+        if self.norm_type == "rmsnorm":
+            return nn.RMSNorm(width, eps=1e-6)
+        return nn.LayerNorm(width, bias=self.bias)
 
 
 class Attention(nn.Module):
-    """Projections and head splitting; the variant does the rest."""
+    """Projections and head splitting (QK-norm, temperature where configured); the variant does the rest."""
 
-    def __init__(self, cfg: ModelConfig, variant: AttentionVariant):
+    def __init__(self, cfg: ModelConfig, variant: AttentionVariant, temperature: LengthTemperature | None = None):
         super().__init__()
         self.n_heads = cfg.n_heads
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.variant = variant
+        head_dim = cfg.d_model // cfg.n_heads
+        self.q_norm: nn.Module = nn.RMSNorm(head_dim, eps=1e-6) if cfg.qk_norm else nn.Identity()
+        self.k_norm: nn.Module = nn.RMSNorm(head_dim, eps=1e-6) if cfg.qk_norm else nn.Identity()
+        self.temperature = temperature
 
     def forward(self, x: Tensor, ctx: AttentionContext) -> Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # 3 × (B, T, C)
         q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if self.temperature is not None:  # τ_i·q_i; the variant's rotation is linear, so before or after is one
+            q = self.temperature(q, self.variant.keys_attended(T, ctx, x.device))
         if ctx.bias is not None:  # a bias may read the input q, k, v come from (FoX's forget gates)
             ctx = replace(ctx, bias=ctx.bias.for_input(x))
         y = self.variant(q, k, v, ctx)  # (B, H, T, D)
@@ -75,15 +124,30 @@ class Attention(nn.Module):
 
 class FeedForward(nn.Sequential):
     def __init__(self, cfg: ModelConfig):
-        super().__init__(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
+        super().__init__(nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias), nn.GELU(),
+                         nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias))
+
+
+class SwiGLU(nn.Module):
+    """(Swish(x W) ⊙ x V) W₂, Shazeer 2020 Eq. 6 (Swish = SiLU, β = 1): W, V fused into one C → 2F layer."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=cfg.bias)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # 2 × (B, T, F)
+        return self.down(F.silu(gate) * up)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, variant: AttentionVariant):
+    def __init__(self, cfg: ModelConfig, variant: AttentionVariant, temperature: LengthTemperature | None = None):
         super().__init__()
         self.pre = cfg.norm == "pre"
-        self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.attn, self.ff = Attention(cfg, variant), FeedForward(cfg)
+        self.norm1, self.norm2 = cfg.norm_layer(cfg.d_model), cfg.norm_layer(cfg.d_model)
+        self.attn = Attention(cfg, variant, temperature)
+        self.ff = SwiGLU(cfg) if cfg.mlp == "swiglu" else FeedForward(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, ctx: AttentionContext) -> Tensor:
@@ -107,14 +171,22 @@ class Transformer(nn.Module):
         check_layers(self.pos, variants)  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, v) for v in variants)
+        self.blocks = nn.ModuleList(Block(cfg, v, _temperature(cfg, self.pos, layer, max_len))
+                                    for layer, v in enumerate(variants))
         self.variants = variants  # each block's, typed (the blocks hold and register them)
-        self.norm_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        # MLM head as in BERT: transform (dense, GELU, LN), then decode with the tied embedding
-        self.head = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.GELU(), nn.LayerNorm(cfg.d_model))
-        self.head_bias = nn.Parameter(torch.zeros(vocab_size))
-        for part in (self.tok_emb, self.blocks, self.head):  # the scheme keeps its own init
-            part.apply(_init_weights)
+        self.norm_f = cfg.norm_layer(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.head: nn.Module = nn.Identity()
+        self.head_bias: nn.Parameter | None = None
+        self.decoder: nn.Linear | None = None
+        if cfg.head == "bert":  # MLM head as in BERT: transform (dense, GELU, LN), then decode with the tied embedding
+            self.head = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias), nn.GELU(),
+                                      cfg.norm_layer(cfg.d_model))
+            self.head_bias = nn.Parameter(torch.zeros(vocab_size)) if cfg.bias else None
+        elif cfg.head == "untied":  # its own output layer (Llama's lm_head)
+            self.decoder = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        for part in (self.tok_emb, self.blocks, self.head, self.decoder):  # the scheme keeps its own init
+            if part is not None:
+                part.apply(_init_weights)
 
     def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """input_ids: (B, T) -> logits (B, T, V). key_padding_mask: (B, T) bool, True at real tokens, or None
@@ -131,7 +203,8 @@ class Transformer(nn.Module):
         for block, rotary, bias in zip(self.blocks, rotaries, biases, strict=True):
             x = block(x, replace(base, rotary=rotary, bias=bias))
         h = self.head(self.norm_f(x))  # (B, T, C)
-        return F.linear(h, self.tok_emb.weight, self.head_bias)  # (B, T, V), tied decoder
+        weight = self.tok_emb.weight if self.decoder is None else self.decoder.weight
+        return F.linear(h, weight, self.head_bias)  # (B, T, V)
 
     def before_training_step(self, step: int) -> None:
         """The training loop's per-step call (``AttentionVariant.before_training_step``), on the host."""
@@ -146,6 +219,19 @@ class Transformer(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _temperature(cfg: ModelConfig, pos: PositionalScheme, layer: int, max_len: int) -> LengthTemperature | None:
+    """Layer ``layer``'s length temperature, if model.temperature asks for one there (``temperature_layers=nope``:
+    only where the layer's scheme neither rotates nor biases, Llama 4's NoPE layers)."""
+    if cfg.temperature == "none":
+        return None
+    if cfg.temperature_layers == "nope":
+        scheme = pos.layer_scheme(layer) if isinstance(pos, LayeredScheme) else pos
+        if scheme.hooks() & {"rotary", "logit_bias"}:
+            return None
+    return LengthTemperature(cfg.temperature, cfg.n_heads, max_len, cfg.temperature_init, cfg.temperature_floor,
+                             cfg.temperature_scale)
 
 
 def _init_weights(m: nn.Module) -> None:
