@@ -16,6 +16,10 @@ synthetic task, their in-distribution accuracy is below 0.99 (Kazemnejad et al. 
 al. 2023 compare length generalization only between models that solve the training lengths) — exact
 match for a claim on exact match (``val/acc…``), per-token accuracy for a claim on it (``val/token_acc…``).
 
+An equivalence claim ("A converges like B") is ``{metric, close: A, to: B, within: m}``, the margin m declared in
+the preset before the results: two one-sided Welch tests (TOST) where |Δ| ≤ m, a one-sided test of Δ beyond m
+where it is not; it supports the claim when the difference is shown inside ±m, contradicts it when shown outside.
+
 Verdict: *not reproduced* if a comparison between ready arms contradicts the claim; else *premature
 — train longer* if any comparison is premature; else *reproduced* if all support it; else
 *inconclusive*.
@@ -35,10 +39,12 @@ from pathlib import Path
 from results.cells import GRID_KEYS, MIN_ORDER_GAIN
 from results.stats import (
     holm,
+    margin_p_value,
     minimum_detectable_effect,
     paired_detectable_effect,
     paired_interval,
     paired_p_value,
+    seeds_needed,
     welch_interval,
     welch_p_value,
     what_settles,
@@ -50,6 +56,7 @@ ALPHA = 0.05  # report.alpha's default: a claim's comparisons, Holm-corrected at
 # a comparison whose arms cannot differ here: every seed of both at the same bound (an accuracy of 0 or 1), or with
 # no spread at all. Named, and left out of the claim's verdict: it says nothing either way.
 DEGENERATE = ("floor", "ceiling", "no spread")
+ARM_KEYS = ("lower", "higher", "than", "cell", "close", "to")  # the comparison keys that name an arm
 
 
 @dataclass
@@ -72,7 +79,7 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
     A claim's ``comparisons`` decide its verdict; its optional ``also`` list holds secondary
     comparisons (e.g. a second paper's claim on the same runs) that are reported beside it."""
     outcome = _compare(comparison, values)
-    arms = [comparison.get(k) for k in ("lower", "higher", "than", "cell")]
+    arms = [comparison.get(k) for k in ARM_KEYS]
     why = [f"{arm}: {(unready or {})[arm]}" for arm in arms if arm in (unready or {})]
     if why:
         return Outcome(f"{outcome.text} [{'; '.join(why)}]", "premature")
@@ -83,6 +90,8 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     metric = comparison["metric"]
     if "lower_than_metric" in comparison:
         return _compare_paired(comparison, values)
+    if "close" in comparison:
+        return _compare_close(comparison, values)
     if "below" in comparison:
         xs, limit = values[comparison["cell"]], comparison["below"]
         shown = ", ".join(f"{x:.4g}" for x in xs) or "no finished run"
@@ -108,6 +117,28 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
         power += what_settles(first, than, diff)
     return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs "
                    f"{len(than)}{power})", verdict, p, (diff < 0) == (side == "lower") and diff != 0)
+
+
+def _compare_close(comparison: dict, values: dict[str, list[float]]) -> Outcome:
+    """``{metric, close: A, to: B, within: m}``: the claim that A's metric is B's within ±m (an equivalence claim,
+    e.g. "RoPE on 10 % of the dimensions converges like full RoPE"). Its p (``margin_p_value``) tests the side the
+    measured difference is on: inside the margin, a rejection supports the claim; outside, it contradicts it."""
+    metric, margin = comparison["metric"], float(comparison["within"])
+    first, than = values[comparison["close"]], values[comparison["to"]]
+    head = f"{metric}: {comparison['close']} − {comparison['to']} within ±{margin:g}"
+    ci, tested = welch_interval(first, than), margin_p_value(first, than, margin)
+    if ci is None or tested is None:
+        return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
+    degenerate = _degenerate(metric, first, than)
+    if degenerate:
+        return Outcome(f"{head}: {degenerate[1]} (n = {len(first)} vs {len(than)})", degenerate[0])
+    (diff, low, high), (p, within) = ci, tested
+    side = "inside the margin (two one-sided tests)" if within else "beyond the margin (one-sided)"
+    verdict = ("supports" if within else "contradicts") if p <= ALPHA else "inconclusive"  # before the correction
+    n = seeds_needed(first, than, abs(abs(diff) - margin))  # the distance to the margin, as a difference to detect
+    settle = (f"; n ≥ {n} per arm would settle it if the difference is as measured" if n else "")
+    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g} {side}; n = {len(first)} "
+                   f"vs {len(than)}{settle if verdict == 'inconclusive' else ''})", verdict, p, within)
 
 
 def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str, str] | None:
@@ -209,7 +240,7 @@ def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]
     unready: dict[str, str] = {}
     for comparison in comparisons:
         metric = in_distribution_metric(str(comparison["metric"]))
-        for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
+        for arm in (comparison.get(k) for k in ARM_KEYS):
             members = [c for c in cells if arm and c.finished and in_arm(c, arm)]
             why = _unready(members, min_gain, metric)
             if why:
@@ -249,7 +280,7 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
             pairs = [p for p in pairs if None not in p]
             values.update({m: [p[i] for p in pairs] for i, m in enumerate(metrics)})
             continue
-        for arm in (comparison.get(k) for k in ("lower", "higher", "than", "cell")):
+        for arm in (comparison.get(k) for k in ARM_KEYS):
             if arm is None or arm in values:
                 continue
             members = [c for c in cells if c.finished and in_arm(c, arm)]
@@ -296,7 +327,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
         # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
         swept = [c for c in claim["comparisons"] if all(any(in_arm(cell, c[k]) for cell in cells)
-                                                        for k in ("lower", "higher", "than", "cell") if k in c)]
+                                                        for k in ARM_KEYS if k in c)]
         per_scale = {s: corrected([judged(c, at) for c in swept], claim.get("alpha", ALPHA))
                      for s in scales if (at := [c for c in cells if f"scale={s}" in c.label.split()])}
         return _write_scales_report(sweep, preset, scales, claim, per_scale, out)

@@ -6,6 +6,7 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
+from results.paper import ARM_KEYS
 from tests.helpers import ROOT, compose
 
 # presets that reproduce no paper, so make no claim: tuning (tests/test_tune.py), make run's (tests/test_ablation.py)
@@ -24,7 +25,7 @@ def sweep_cells(cfg) -> list[list[str]]:
 def test_the_presets_exist():
     assert set(PRESETS) == {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta",
                             "su_linear_rope", "alibi_extrapolation", "grid", "nope_length_generalization",
-                            "randomized_positions", "rope_scaling"}
+                            "randomized_positions", "rope_scaling", "partial_rope"}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -50,7 +51,7 @@ def test_preset_composes_and_names_its_claim(preset, scale):
         assert total <= 125_000, f"{len(cells)} trainings, {total} steps"
     labels = {o for cell in sweep_cells(cfg) for o in cell}
     for comparison in OmegaConf.to_container(cfg.claim.comparisons, resolve=True):
-        for side in ("lower", "higher", "than", "cell"):  # lower_than_metric names a metric, not an arm
+        for side in ARM_KEYS:  # lower_than_metric names a metric, not an arm
             if side in comparison:  # an arm is one override of the sweep, or several (task=copy pos=rope)
                 for override in comparison[side].split():
                     assert override in labels, f"{override} is not a cell of the sweep"

@@ -576,3 +576,39 @@ def test_seeds_needed_is_the_least_n_whose_detectable_effect_reaches_the_differe
     assert seeds_needed(a, b, 1e-6) is None  # more than 1000 per arm
     found = compare({"metric": "val/loss", "lower": "pos=rope", "than": "pos=none"}, {"pos=rope": a, "pos=none": b})
     assert found.verdict == "inconclusive" and f"n ≥ {n} per arm would detect |Δ| = {abs(diff):.4f}" in found.text
+
+
+def test_the_margin_p_value_is_two_one_sided_welch_tests_inside_and_one_outside():
+    """An equivalence claim, ``close: A, to: B, within: m``: inside the margin p is TOST's (Schuirmann 1987), the
+    larger of the one-sided Welch p-values of Δ > −m and Δ < m (scipy's ``ttest_ind`` on shifted arms); outside,
+    the one-sided p of Δ beyond m on its side."""
+    from scipy import stats
+
+    from results.stats import margin_p_value
+
+    a, b, m = [2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], 0.05
+
+    def one_sided(shift: float, side: str) -> float:
+        return stats.ttest_ind(a, [x + shift for x in b], equal_var=False, alternative=side).pvalue
+
+    p, within = margin_p_value(a, b, m)
+    assert within and p == pytest.approx(max(one_sided(-m, "greater"), one_sided(m, "less")), rel=1e-12)
+    far = [x + 0.2 for x in b]  # Δ ≈ −0.19: beyond −m
+    p, within = margin_p_value(a, far, m)
+    expected = stats.ttest_ind(a, [x - m for x in far], equal_var=False, alternative="less").pvalue
+    assert not within and p == pytest.approx(expected, rel=1e-12)
+    assert margin_p_value([1.0], b, m) is None and margin_p_value([1.0, 1.0], [1.02, 1.02], m) == (0.0, True)
+
+
+@pytest.mark.parametrize("a, b, verdict", [([2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], "supports"),
+                                           ([2.01, 2.05, 1.98, 2.03], [2.22, 2.20, 2.24], "contradicts"),
+                                           ([2.01, 2.35, 1.70, 2.03], [2.02, 2.00, 2.04], "inconclusive")])
+def test_an_equivalence_comparison_supports_inside_the_margin_and_contradicts_beyond_it(a, b, verdict):
+    from results.paper import corrected
+
+    comparison = {"metric": "val/loss", "close": "pos=rope_10", "to": "pos=rope", "within": 0.05}
+    found = compare(comparison, {"pos=rope_10": a, "pos=rope": b})
+    decided = corrected([found], 0.05)[0]
+    assert decided.verdict == verdict, found.text
+    assert "within ±0.05" in found.text and "p = " in found.text
+    assert ("would settle it" in found.text) == (verdict == "inconclusive")
