@@ -10,13 +10,15 @@ compose a run.
                                               results index (python -m results …)
     posbench bench [gpu|loader|attention|seeds] …   the benchmarks (python -m harness.bench[.…] …)
     posbench prepare …                        pre-tokenized shards (python -m harness.data.prepare …)
+    posbench hf-rope CONFIG                   the overrides that build a transformers model's RoPE per layer
+                                              (its config.json's rope_parameters, flat or per layer type)
 
 Without a subcommand the arguments are ``python run.py``'s (overrides, ``-m``, ``--check``, ``--matrix``,
 ``--list``), so every older command line keeps working. conf/ is found beside this package (harness/paths.py),
 so an installed copy composes from any working directory.
 
-May import: harness.cli, harness.bench, harness.data, results (the commands it dispatches to, each imported
-only when named), and the ground.
+May import: harness.cli, harness.bench, harness.data, harness.pretrained, results (the commands it dispatches to,
+each imported only when named), and the ground.
 """
 
 from __future__ import annotations
@@ -106,10 +108,29 @@ def _prepare(rest: list[str]) -> int:
     return prepare_main(rest)
 
 
+def _hf_rope(rest: list[str]) -> int:
+    """``posbench hf-rope CONFIG``: the overrides, shell-quoted, for ``posbench run`` (harness/pretrained/
+    rope_parameters.py)."""
+    import shlex
+
+    from harness.pretrained.rope_parameters import read_config
+
+    if len(rest) != 1 or rest[0].startswith("-"):
+        print("error: posbench hf-rope takes one argument, a transformers config.json or its folder", file=sys.stderr)
+        return 2
+    try:
+        layers = read_config(rest[0])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(" ".join(shlex.quote(o) for o in layers.overrides()))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": _hydra(), "check": _hydra(CHECK_FLAG), "list": _listing(LIST_FLAG), "matrix": _listing(MATRIX_FLAG),
     "report": _results("report"), "paper": _results("paper"), "tune": _results("tune"), "index": _results("index"),
-    "bench": _bench, "prepare": _prepare,
+    "bench": _bench, "prepare": _prepare, "hf-rope": _hf_rope,
 }
 
 

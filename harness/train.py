@@ -5,7 +5,8 @@
 (``TrackedRun``, harness/record/run.py) is opened once and closed in its own ``finally``, FINISHED or
 FAILED with the reason; the resume plan (harness/record/resume.py) holds the config's lock meanwhile.
 
-May import: harness.config, harness.record, harness.model, harness.data, harness.scaleout, and the ground.
+May import: harness.config, harness.record, harness.model, harness.data, harness.scaleout, harness.pretrained, and the
+ground.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
         run.log_files(results.files(checked.eval.position_buckets))
     run.log_files(built.model.pos.artifacts())
+    run.log_files(rope_parameters_file(built.model))
     if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 
@@ -132,6 +134,21 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         diagnostics = attention_diagnostics(built.model, plain)
         run.log_scalars(diagnostics.metrics(), step)
         run.log_files(diagnostics.files(), "diagnostics")
+
+
+def rope_parameters_file(model) -> dict[str, str]:
+    """``rope_parameters.json``: the trained model's RoPE as transformers v5 states it, with its layer types
+    (harness/pretrained/rope_parameters.py); nothing for a model that format cannot hold (ALiBi, Performer, …)."""
+    import json
+
+    from harness.errors import ConfigError
+    from harness.pretrained.rope_parameters import write
+
+    try:
+        params, types = write(model.layers())
+    except ConfigError:
+        return {}
+    return {"rope_parameters.json": json.dumps({"rope_parameters": params, "layer_types": types}, indent=2) + "\n"}
 
 
 def order_signal(scheme, causal: bool) -> str:

@@ -4,6 +4,7 @@ formulas by hand, and a run of each read back from MLflow."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -245,3 +246,6 @@ def test_the_modern_block_with_qk_norm_and_ssmax_trains_into_mlflow(train_tiny):
                                                                    "half")
     loss = client.get_metric_history(summary.run_id, "val/loss")
     assert loss and all(math.isfinite(m.value) for m in loss) and loss[-1].value < math.log(258)
+    written = json.loads(open(client.download_artifacts(summary.run_id, "rope_parameters.json")).read())
+    assert written == {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+                       "layer_types": ["full_attention"] * 2}  # transformers' form of the trained RoPE

@@ -217,6 +217,11 @@ class Transformer(nn.Module):
         attn = {f"attn/{k}": v for k, v in self.variants[0].diagnostics().items()}
         return {**pos, **attn}
 
+    def layers(self) -> list[tuple[PositionalScheme, AttentionVariant]]:
+        """Each layer's (positional scheme, attention variant): a pattern's own scheme for its layer."""
+        return [(self.pos.layer_scheme(i) if isinstance(self.pos, LayeredScheme) else self.pos, v)
+                for i, v in enumerate(self.variants)]
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

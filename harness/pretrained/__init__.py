@@ -3,7 +3,9 @@
 Owns: reading a model's RoPE from its config (``rotary``: base, rotated width, and its ``rope_parameters`` as a
 posbench ``RopeScaling``) and swapping the model's rotary module for one that takes posbench's frequencies, so
 every length scaling posbench implements (PI, NTK, dynamic NTK, YaRN, Llama 3, LongRoPE) runs on pretrained
-weights exactly as on posbench's own models. transformers is never imported here: the model is duck-typed.
+weights exactly as on posbench's own models; and transformers v5's ``rope_parameters`` (flat or per layer type) read
+into posbench's per-layer patterns and written from a posbench model (``rope_parameters``). transformers is never
+imported here: the model is duck-typed.
 
 May import: positional, and the ground.
 """

@@ -1,0 +1,168 @@
+"""transformers v5's ``rope_parameters``, read into posbench's per-layer patterns and written from a posbench model.
+
+transformers v5 keeps a model's RoPE settings in ``config.rope_parameters``: one dict for every layer (flat,
+``{"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}``) or one per layer type (nested,
+keyed by the names of ``config.layer_types``: ``{"full_attention": {...}, "sliding_attention": {...}}``, Gemma 3's
+θ = 1M on global layers and 10k on local ones; a layer type mapped to None has no RoPE). posbench says the same
+with per-layer patterns, ``pos.layers`` beside ``attn.layers`` (harness/model/layers.py), one entry per layer:
+
+    transformers                          posbench
+    rope_theta                            rope's base
+    partial_rotary_factor                 rope's fraction (the first R = fraction·D dims of each head rotate)
+    rope_type "default"                   rope. The other rope types (linear, dynamic, yarn, llama3, longrope)
+                                          are length scalings, which posbench applies at evaluation (pos.scaling,
+                                          eval.scalings) and to pretrained models (harness/pretrained/rotary.py),
+                                          not per layer in training: refused here
+    a layer type's None                   none (NoPE)
+    "full_attention" / "sliding_attention"  attn softmax / local (window = config.sliding_window)
+
+transformers rotates the pairs (x_i, x_{i+R/2}) (``rotate_half``), so a model read from its dict takes
+``layout=half``; written, the dict does not say which layout posbench trained with (the two differ by a fixed
+permutation of each head's q and k weights, which an export of the weights would apply).
+
+Nothing here imports transformers: a config is a dict (config.json) or any object with these attributes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+ATTN_OF_TYPE = {"full_attention": "softmax", "sliding_attention": "local"}
+TYPE_OF_ATTN = {v: k for k, v in ATTN_OF_TYPE.items()}
+READ_KEYS = {"rope_type", "rope_theta", "partial_rotary_factor"}
+
+
+@dataclass(frozen=True)
+class Layers:
+    """Per layer: posbench's pos entry (``rope(base=…,fraction=…,layout=half)`` or ``none``) and attn entry."""
+
+    pos: tuple[str, ...]
+    attn: tuple[str, ...]
+
+    def overrides(self) -> list[str]:
+        """The command-line overrides that build these layers (a uniform model needs no pattern)."""
+        pos = [f"pos={_name(self.pos[0])}"]
+        pos += [f"+pos.layers={_listed(self.pos)}"] if len(set(self.pos)) > 1 else _flat(self.pos[0])
+        attn = ([f"attn={_name(self.attn[0])}", f"+attn.layers={_listed(self.attn)}"] if len(set(self.attn)) > 1
+                else [f"attn={_name(self.attn[0])}", *_flat(self.attn[0], "attn")])
+        rope = next((e for e in self.pos if e != "none"), None)
+        if rope is not None and len(set(self.pos)) > 1:  # the pattern needs a layer named like pos=
+            pos[0] = "pos=rope"
+        return [*pos, f"model.n_layers={len(self.pos)}", *attn]
+
+
+def _listed(entries: tuple[str, ...]) -> str:
+    """A Hydra list of entries, those with settings quoted (Hydra would read ``rope(…)`` as a function call)."""
+    return "[" + ",".join(f"'{e}'" if "(" in e else e for e in entries) + "]"
+
+
+def _name(entry: str) -> str:
+    return entry.partition("(")[0]
+
+
+def _flat(entry: str, group: str = "pos") -> list[str]:
+    """``rope(base=1,fraction=0.5)`` -> [pos.base=1, pos.fraction=0.5]."""
+    inside = entry.partition("(")[2].rstrip(")")
+    return [f"{group}.{pair}" for pair in inside.split(",") if pair]
+
+
+def read(rope_parameters: dict, layer_types: list[str] | None, n_layers: int,
+         sliding_window: int | None = None) -> Layers:
+    """posbench's layers for a model with these ``rope_parameters`` (flat or nested by layer type) and
+    ``layer_types`` (one per layer; None: every layer full attention)."""
+    types = list(layer_types) if layer_types else ["full_attention"] * n_layers
+    if len(types) != n_layers:
+        raise ConfigError(f"layer_types has {len(types)} entries for {n_layers} layers; give one per layer")
+    unknown = sorted(set(types) - set(ATTN_OF_TYPE))
+    if unknown:
+        raise ConfigError(f"layer type {unknown[0]!r} has no posbench attention; known: {', '.join(ATTN_OF_TYPE)}")
+    nested = bool(rope_parameters) and all(k in types or k in ATTN_OF_TYPE for k in rope_parameters)
+    pos = []
+    for t in types:
+        if nested and t not in rope_parameters:
+            raise ConfigError(f"rope_parameters is nested by layer type but has no entry for {t!r}; give one "
+                              "(None for a layer type without RoPE)")
+        pos.append(_entry(rope_parameters[t] if nested else rope_parameters, t))
+    if "sliding_attention" in types and not sliding_window:
+        raise ConfigError("sliding_attention layers need the config's sliding_window (the window they attend)")
+    attn = tuple(f"local(window={sliding_window})" if t == "sliding_attention" else "softmax" for t in types)
+    return Layers(tuple(pos), attn)
+
+
+def _entry(params: dict | None, layer_type: str) -> str:
+    if params is None:
+        return "none"
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise ConfigError(f"{layer_type}: rope_type={rope_type!r} is a length scaling; posbench applies scalings at "
+                          "evaluation (pos.scaling, eval.scalings), not per layer in training: read the model with "
+                          "rope_type default, then pos/scaling=<method> for its evaluation")
+    extra = sorted(set(params) - READ_KEYS - {"type"})
+    if extra:
+        raise ConfigError(f"{layer_type}: rope_parameters key {extra[0]!r} has no posbench form for rope_type default")
+    base, fraction = float(params.get("rope_theta", 10000.0)), float(params.get("partial_rotary_factor", 1.0))
+    return f"rope(base={base!r},{f'fraction={fraction!r},' if fraction != 1 else ''}layout=half)"
+
+
+def read_config(config) -> Layers:
+    """``read`` for a transformers config: a config.json path, a folder holding one, a dict, or a config object."""
+    if isinstance(config, (str, Path)):
+        path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path}: cannot read a transformers config.json ({e}); give its path or folder") \
+                from None
+        config = config.get("text_config", config)  # a multimodal config keeps the language model's inside
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    params = get("rope_parameters")
+    if params is None:  # v4: rope_theta (+ rope_scaling, refused by _entry unless default)
+        params = {"rope_theta": get("rope_theta", 10000.0), **(get("rope_scaling") or {})}
+        if get("partial_rotary_factor") is not None:
+            params["partial_rotary_factor"] = get("partial_rotary_factor")
+    if get("num_hidden_layers") is None:
+        raise ConfigError("the config has no num_hidden_layers; give a transformers decoder's config.json")
+    return read(dict(params), get("layer_types"), int(get("num_hidden_layers")), get("sliding_window"))
+
+
+def write(layers: list[tuple[object, object]]) -> tuple[dict, list[str]]:
+    """(rope_parameters, layer_types) of a posbench model from its layers' (scheme, variant) pairs: flat when every
+    layer's RoPE is the same, else nested by layer type. The RoPE trained with is written; an evaluation-time
+    scaling (pos.scaling) is not part of the model. Schemes other than RoPE and NoPE, RoPE options the format
+    has no key for, and variants other than softmax and local are refused with the reason."""
+    per_type: dict[str, dict | None] = {}
+    types, params = [], []
+    for i, (scheme, variant) in enumerate(layers):
+        layer_type = TYPE_OF_ATTN.get(variant.config_name())  # type: ignore[attr-defined]
+        if layer_type is None:
+            raise ConfigError(f"layer {i}: attn={variant.config_name()} has no transformers layer type "  # type: ignore
+                              f"(known: {', '.join(TYPE_OF_ATTN)})")
+        p = _params(scheme, i)
+        if layer_type in per_type and per_type[layer_type] != p:
+            raise ConfigError(f"layer {i}: two {layer_type} layers with different RoPE settings; rope_parameters "
+                              "holds one per layer type")
+        per_type[layer_type] = p
+        types.append(layer_type)
+        params.append(p)
+    if all(p == params[0] for p in params) and params[0] is not None:
+        return dict(params[0]), types
+    return per_type, types
+
+
+def _params(scheme, layer: int) -> dict | None:
+    name = scheme.config_name()
+    if name == "none":
+        return None
+    if name != "rope":
+        raise ConfigError(f"layer {layer}: pos={name} has no transformers rope_parameters form (rope and none do)")
+    refused = [k for k in ("resonance", "hope", "randomize", "rotate_heads") if getattr(scheme, k, None)]
+    if refused:
+        raise ConfigError(f"layer {layer}: pos.{refused[0]} has no key in transformers' rope_parameters")
+    out = {"rope_type": "default", "rope_theta": float(scheme.base)}
+    if scheme.fraction != 1.0:
+        out["partial_rotary_factor"] = float(scheme.fraction)
+    return out

@@ -1,0 +1,142 @@
+"""transformers v5's ``rope_parameters`` (flat and nested per layer type) read into posbench's per-layer patterns and
+written back from a posbench model: the frequencies and rotations of each layer against transformers' own rotary
+modules (GPT-NeoX for a flat dict with partial rotary, Gemma 3 for one nested by layer type)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.errors import ConfigError
+from harness.pretrained.rope_parameters import read, read_config, write
+from tests.helpers import ROOT, TINY, compose
+
+transformers = pytest.importorskip("transformers")
+
+HEAD_DIM = 16  # TINY: d_model 32, 2 heads
+
+
+def built(overrides: list[str]):
+    """The posbench model the overrides describe (TINY's size), causal, on the CPU."""
+    from harness.config.instantiate import instantiate, instantiate_option
+    from harness.model.transformer import Transformer
+
+    cfg = compose([*TINY, "task=clm", *overrides])
+    return Transformer(instantiate(cfg.model), 258, 32, True, pos=instantiate_option(cfg.pos, "pos"),
+                       attn=instantiate_option(cfg.attn, "attn"))
+
+
+def layers_of(model):
+    return model.layers()
+
+
+def gemma3():
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                            num_attention_heads=2, num_key_value_heads=2, head_dim=HEAD_DIM, sliding_window=16,
+                            layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                                             "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0}})
+
+
+def test_a_nested_dict_per_layer_type_reads_into_patterns_with_transformers_frequencies_per_layer():
+    """Gemma 3: three sliding-window layers at θ = 10k, one global layer at θ = 1M. Each posbench layer's θ_i is
+    transformers' ``<type>_inv_freq`` and its rotation of q is transformers' ``apply_rotary_pos_emb`` with the
+    cos, sin of ``Gemma3RotaryEmbedding(x, position_ids, layer_type)``."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding, apply_rotary_pos_emb
+
+    config = gemma3()
+    layers = read_config(config)
+    assert layers.attn == ("local(window=16)",) * 3 + ("softmax",)
+    model = built(layers.overrides())
+    hf = Gemma3RotaryEmbedding(config)
+    q = torch.randn(1, 2, 32, HEAD_DIM)
+    positions = torch.arange(32)[None]
+    for i, (scheme, variant) in enumerate(layers_of(model)):
+        layer_type = config.layer_types[i]
+        assert variant.config_name() == {"sliding_attention": "local", "full_attention": "softmax"}[layer_type]
+        assert getattr(variant, "window", 16) == 16
+        theirs = getattr(hf, f"{layer_type}_inv_freq").double()
+        torch.testing.assert_close(scheme.inv_freq, theirs, rtol=1e-6, atol=0)
+        cos, sin = hf(q, positions, layer_type)
+        want = apply_rotary_pos_emb(q, q, cos, sin)[0]
+        rotation = scheme.rotaries(torch.arange(32), 4)[i]
+        torch.testing.assert_close(rotation.rotate_q(q), want, rtol=1e-5, atol=1e-5)
+    params, types = write(layers_of(model))
+    assert types == config.layer_types
+    assert params == {t: {k: config.rope_parameters[t][k] for k in ("rope_type", "rope_theta")}
+                      for t in ("sliding_attention", "full_attention")}
+
+
+def test_a_flat_dict_with_partial_rotary_reads_into_one_scheme_and_writes_back_flat():
+    """GPT-NeoX: one dict for every layer, RoPE on a quarter of each head (partial_rotary_factor 0.25)."""
+    from transformers import GPTNeoXConfig
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
+
+    config = GPTNeoXConfig(vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500.0,
+                                                                   "partial_rotary_factor": 0.25})
+    layers = read_config(config)
+    assert layers.overrides() == ["pos=rope", "pos.base=500.0", "pos.fraction=0.25", "pos.layout=half",
+                                  "model.n_layers=2", "attn=softmax"]
+    model = built(layers.overrides())
+    theirs = GPTNeoXRotaryEmbedding(config).inv_freq.double()
+    assert theirs.shape == (2,)  # R/2 for R = 0.25 · 16
+    torch.testing.assert_close(model.pos.inv_freq, theirs, rtol=1e-6, atol=0)
+    assert write(layers_of(model)) == ({"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+                                       ["full_attention", "full_attention"])
+
+
+def test_a_layer_type_without_rope_is_nope_and_nope_is_written_as_none():
+    layers = read({"full_attention": None, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                  ["sliding_attention", "full_attention"], 2, sliding_window=8)
+    assert layers.pos == ("rope(base=10000.0,layout=half)", "none")
+    model = built(layers.overrides())
+    assert [s.config_name() for s, _ in layers_of(model)] == ["rope", "none"]
+    params, types = write(layers_of(model))
+    assert params == {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}, "full_attention": None}
+    assert types == ["sliding_attention", "full_attention"]
+
+
+@pytest.mark.parametrize("params, types, needle", [
+    ({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}, None, "rope_type='yarn' is a length scaling"),
+    ({"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1]}, None, "key 'mrope_section' has no posbench"),
+    ({"full_attention": {"rope_type": "default"}}, ["chunked_attention", "full_attention"], "'chunked_attention'"),
+    ({"full_attention": {"rope_type": "default"}}, ["sliding_attention", "full_attention"], "no entry for"),
+    ({"rope_type": "default"}, ["sliding_attention", "full_attention"], "need the config's sliding_window"),
+    ({"rope_type": "default"}, ["full_attention"], "layer_types has 1 entries for 2 layers"),
+])
+def test_what_has_no_posbench_form_is_refused_naming_it(params, types, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        read(params, types, 2)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["pos=alibi"], "pos=alibi has no transformers rope_parameters form"),
+    (["pos=rope", "pos.resonance=true"], "pos.resonance has no key"),
+    (["attn=performer"], "attn=performer has no transformers layer type"),
+    (["pos=rope", "model.n_layers=2", "+pos.layers=[rope,'rope(base=500)']", "attn=softmax"],
+     "two full_attention layers with different RoPE settings"),
+])
+def test_a_model_the_format_cannot_hold_is_refused_naming_why(overrides, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        write(layers_of(built(overrides)))
+
+
+def test_the_command_prints_the_overrides_of_a_config_json(tmp_path):
+    """``posbench hf-rope CONFIG`` reads a config.json (or its folder) and prints the overrides, shell-quoted."""
+    (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
+    out = subprocess.run([sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "'+attn.layers=['\"'\"'local(window=16)'\"'\"'," in out.stdout and "model.n_layers=4" in out.stdout
+    bad = subprocess.run([sys.executable, "run.py", "hf-rope", str(tmp_path / "missing.json")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "cannot read a transformers config.json" in bad.stderr
