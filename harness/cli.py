@@ -402,6 +402,12 @@ def _composition(exc) -> str:
     if key and "." in key and _parent_node(key) is not None:
         return (f"{text} (no such key); to pass a key the config does not list (e.g. another argument of "
                 f"the class it builds) add it with +{key}=...")
+    shapes = re.search(r"Cannot merge (\w+)Config with (\w+)Config", f"{text} {cause}")
+    if shapes and text.startswith("Error merging override "):  # phases={at: 3}: a mapping where a list is
+        override = text.removeprefix("Error merging override ")
+        given, wanted = ("a mapping", "a list") if shapes.group(1) == "Dict" else ("a list", "a mapping")
+        return (f"{override} gives {given} where the config holds {wanted}; write it as {wanted}, e.g. "
+                f"{'[...]' if wanted == 'a list' else '{key: value}'}")
     detail = f" ({cause.split(' full_key:')[0]})" if cause and cause not in text else ""
     return f"{text}{detail}; check the key's spelling in conf/ (python run.py --cfg job prints the whole config)"
 

@@ -66,11 +66,17 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     progress = progress_callbacks(checked.progress.mode, checked.progress.every_n_steps,
                                   checked.trainer.enable_progress_bar)  # a bar in a terminal, else lines
     callbacks = [clock, throughput, *progress, *resume_callbacks(plan.dir, plan.every, logger.flush)]
+    if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
+        from harness.model.phases import PositionPhases, describe
+
+        callbacks.append(PositionPhases(list(checked.phases)))
     built = build(checked, corpus, plan.step, logger, callbacks)
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
     signal = order_signal(built.model.pos, checked.task.causal)
     tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
+    if checked.phases:
+        tags["phases"] = describe(list(checked.phases), choices["pos"])
     with terminating(), plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
         run.log_files({"config.yaml": OmegaConf.to_yaml(cfg, resolve=True)})

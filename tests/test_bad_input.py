@@ -127,6 +127,12 @@ RUN_CASES = [
     ("sanity-steps-negative", ["trainer.num_sanity_val_steps=-3"], "trainer.num_sanity_val_steps=-3 must be ≥ 0"),
     ("progress-bar-word", ["trainer.enable_progress_bar=maybe"], "enable_progress_bar='maybe' must be true or false"),
     ("eval-lengths-not-a-list", ["eval.lengths=abc"], "eval.lengths='abc' must be a list"),
+    # (braces doubled: a row's arguments are format strings, {tmp} and {files} filled in)
+    ("eval-lengths-a-mapping", ["eval.lengths={{a:1}}"], "gives a mapping where the config holds a list"),
+    ("phases-a-mapping", ["phases={{at:3,pos:none}}"], "gives a mapping where the config holds a list"),
+    ("phases-trainable-scheme", ["task=clm", "phases=[{{at:1,pos:t5}}]"], "phases[0].pos=t5 has trained parameters"),
+    ("phases-past-the-end", ["task=clm", "phases=[{{at:99,pos:none}}]"], "before trainer.max_steps"),
+    ("phases-typo", ["task=clm", "phases=[{{at:3,pso:none}}]"], "phases[0].pso is no phase key"),
     ("eval-lengths-fraction", ["eval.lengths=[1.5]"], "[1.5] are not positive integers"),
     ("eval-lengths-zero", ["eval.lengths=[0]"], "[0] are not positive integers"),
     # ---- length extrapolation

@@ -190,6 +190,7 @@ class RunSettings:
     paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/budget.py)
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
     diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
+    phases: list = field(default_factory=list)  # positional phases, checked in harness/config/phases.py
 
     def __post_init__(self):
         if not 0 <= self.seed <= NUMERIC_SEED_MAX:

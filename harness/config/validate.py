@@ -40,6 +40,7 @@ from harness.config.instantiate import instantiate, instantiate_option
 from harness.config.layers import GROUPS as LAYERED
 from harness.config.layers import KEY as LAYERS
 from harness.config.layers import layer_targets, pattern_unit
+from harness.config.phases import checked_phases, final_scheme
 from harness.config.resources import (
     PLAIN,
     Footprint,
@@ -79,6 +80,7 @@ class Checked:
     progress: schema.ProgressSettings = schema.ProgressSettings()
     gpu: GpuEstimate | None = None  # a GPU run checked for a named GPU: its largest step's estimate
     budget: Budget | None = None  # tokens, epochs, FLOPs and GPU-hours (harness/config/budget.py)
+    phases: tuple = ()  # harness.model.phases.Phase: the run's positional phases (harness/config/phases.py)
 
     @property
     def seed(self) -> int:
@@ -119,7 +121,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
         if on_gpu and gpu else None
     model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
     data, lengths = settings["data"], settings["eval"].lengths
-    check_extrapolation(settings["eval"], task, model.pos, choices.get("task", "this task"))
+    phases = checked_phases(cfg, model, task, data, trainer.max_steps)  # each phase's scheme built dry
+    check_extrapolation(settings["eval"], task, final_scheme(phases, model), choices.get("task", "this task"))
     tune_length = settings["eval"].tune_length
     train_tokens = _check_splits(source, task, tokenizer, data, lengths, tune_length)
     budget = budget_of(settings["budget"], trainer, data, task, model_cfg, tokenizer.vocab_size, model.num_params(),
@@ -136,7 +139,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
                               _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
-                   budget)
+                   budget, tuple(phases))
 
 
 def _settings(values: dict) -> tuple[dict, schema.TrainerSettings]:

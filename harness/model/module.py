@@ -41,6 +41,7 @@ class LanguageModel(L.LightningModule):
         self.bytes_per_token = bytes_per_token
         self.scores_sequences = scores_sequences
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
+        self.scaled_in_training = False  # a phase trains with a length scaling (harness/model/phases.py)
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
         return without_full_masks(batch)  # on the host, so the forward reads no value (harness/data/loaders.py)
@@ -93,8 +94,8 @@ class LanguageModel(L.LightningModule):
         self._val = torch.zeros(7, dtype=torch.float64, device=self.device)
         # validation scores the model as trained: a configured length scaling (pos.scaling, RoPE's) is for the
         # final evaluation's lengths, and at factor > 1 it would change val/loss at the training length too
-        self._unscaled = contextlib.ExitStack()
-        if "none" in self.model.pos.length_scalings:
+        self._unscaled = contextlib.ExitStack()  # (a phase that trains with a scaling is validated with it)
+        if "none" in self.model.pos.length_scalings and not self.scaled_in_training:
             self._unscaled.enter_context(self.model.pos.rescaled("none", 1))
 
     def validation_step(self, batch, batch_idx):
