@@ -71,7 +71,9 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
     """One claim comparison: ``{metric, lower, than}``, ``{metric, higher, than}``, ``{metric, below, cell}`` or
     ``{metric, lower_than_metric, cell}`` (two metrics of the same models, e.g. one RoPE model scored under two
     scalings: the paired interval of the per-seed differences; ``values`` then holds each metric's list).
-    An arm comparison may add ``minus: <metric>``: each seed's ``metric − minus`` is compared instead (e.g. how
+    An arm comparison may add ``than_metric: <metric>``: the reference arm (``than``, ``to``) is read on that metric
+    instead (DroPE's model at 4× against the RoPE model under YaRN at 4×, ``val/yarn/loss_at_256``); and
+    ``minus: <metric>``: each seed's ``metric − minus`` is compared instead (e.g. how
     much a model's loss grows from its training length to 8×, apart from how well it trained).
     ``unready``: arm -> why its models are not ready to compare (``readiness``); such a comparison is
     premature whatever its numbers say.
@@ -102,7 +104,7 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     first, than = values[comparison[side]], values[comparison["than"]]
     ci = welch_interval(first, than)
     shown_metric = f"({metric} − {comparison['minus']})" if comparison.get("minus") else metric
-    head = f"{shown_metric}: {comparison[side]} − {comparison['than']}"
+    head = f"{shown_metric}: {comparison[side]} − {comparison['than']}{_as_read(comparison)}"
     if ci is None:
         return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
     degenerate = _degenerate(metric, first, than)
@@ -119,13 +121,19 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
                    f"{len(than)}{power})", verdict, p, (diff < 0) == (side == "lower") and diff != 0)
 
 
+def _as_read(comparison: dict) -> str:
+    """`` (its val/yarn/loss_at_256)``: the reference arm's own metric, where the comparison names one
+    (``than_metric``: e.g. a model without RoPE at 4× against a RoPE model under YaRN at 4×)."""
+    return f" (its {comparison['than_metric']})" if comparison.get("than_metric") else ""
+
+
 def _compare_close(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     """``{metric, close: A, to: B, within: m}``: the claim that A's metric is B's within ±m (an equivalence claim,
     e.g. "RoPE on 10 % of the dimensions converges like full RoPE"). Its p (``margin_p_value``) tests the side the
     measured difference is on: inside the margin, a rejection supports the claim; outside, it contradicts it."""
     metric, margin = comparison["metric"], float(comparison["within"])
     first, than = values[comparison["close"]], values[comparison["to"]]
-    head = f"{metric}: {comparison['close']} − {comparison['to']} within ±{margin:g}"
+    head = f"{metric}: {comparison['close']} − {comparison['to']}{_as_read(comparison)} within ±{margin:g}"
     ci, tested = welch_interval(first, than), margin_p_value(first, than, margin)
     if ci is None or tested is None:
         return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
@@ -280,11 +288,14 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
             pairs = [p for p in pairs if None not in p]
             values.update({m: [p[i] for p in pairs] for i, m in enumerate(metrics)})
             continue
-        for arm in (comparison.get(k) for k in ARM_KEYS):
+        for side in ARM_KEYS:
+            arm = comparison.get(side)
             if arm is None or arm in values:
                 continue
+            metric = comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else \
+                comparison["metric"]
             members = [c for c in cells if c.finished and in_arm(c, arm)]
-            values[arm] = [_final(client, c, comparison["metric"], comparison.get("minus")) for c in members]
+            values[arm] = [_final(client, c, metric, comparison.get("minus")) for c in members]
             values[arm] = [v for v in values[arm] if v is not None]
     return values
 

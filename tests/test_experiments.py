@@ -25,7 +25,7 @@ def sweep_cells(cfg) -> list[list[str]]:
 def test_the_presets_exist():
     assert set(PRESETS) == {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta",
                             "su_linear_rope", "alibi_extrapolation", "grid", "nope_length_generalization",
-                            "randomized_positions", "rope_scaling", "partial_rope"}
+                            "randomized_positions", "rope_scaling", "partial_rope", "drope"}
 
 
 @pytest.mark.parametrize("preset", PRESETS)

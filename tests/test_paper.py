@@ -612,3 +612,22 @@ def test_an_equivalence_comparison_supports_inside_the_margin_and_contradicts_be
     assert decided.verdict == verdict, found.text
     assert "within ±0.05" in found.text and "p = " in found.text
     assert ("would settle it" in found.text) == (verdict == "inconclusive")
+
+
+def test_than_metric_reads_the_reference_arm_on_its_own_metric():
+    """DroPE's protocol: the model without RoPE at 4× against the RoPE model under YaRN at 4× — one metric per arm."""
+    from types import SimpleNamespace
+
+    from results.paper import arm_values
+
+    metrics = {"d0": {"val/loss_at_256": 2.0, "val/yarn/loss_at_256": 9.0},
+               "d1": {"val/loss_at_256": 2.1},
+               "r0": {"val/loss_at_256": 1.0, "val/yarn/loss_at_256": 2.5},
+               "r1": {"val/loss_at_256": 1.1, "val/yarn/loss_at_256": 2.7}}
+    client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
+    cells = [SimpleNamespace(run_id=rid, finished=True, label=f"+arm={rid[0]} seed={rid[1]}") for rid in metrics]
+    c = {"metric": "val/loss_at_256", "lower": "+arm=d", "than": "+arm=r", "than_metric": "val/yarn/loss_at_256"}
+    values = arm_values(client, cells, [c])
+    assert values == {"+arm=d": [2.0, 2.1], "+arm=r": [2.5, 2.7]}
+    outcome = compare(c, values)
+    assert outcome.text.startswith("val/loss_at_256: +arm=d − +arm=r (its val/yarn/loss_at_256) = -0.5500")
