@@ -133,6 +133,11 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.log_files(results.files(checked.eval.position_buckets))
     run.log_files(built.model.pos.artifacts())
     run.log_files(rope_parameters_file(built.model))
+    if checked.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
+        from harness.pretrained.export import hf_files
+
+        run.log_files(hf_files(built.model, checked.tokenizer.vocab_size, built.model.pos.shape.max_len,
+                               task.causal), "hf_model")
     if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 

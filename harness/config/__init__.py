@@ -7,8 +7,8 @@ patterns pos.layers / attn.layers (``layers``), and a cell's tuned values from a
 ``optim.tuned``). Also the config resolvers (``${precision_for:...}``), registered when this package is
 imported, before any config is resolved.
 
-May import: harness.data, harness.model, harness.record (its store checks), harness.scaleout,
-positional, attention, and the ground.
+May import: harness.data, harness.model, harness.record (its store checks), harness.scaleout, harness.pretrained
+(whether a model has transformers' form), positional, attention, and the ground.
 """
 
 from __future__ import annotations

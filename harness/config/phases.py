@@ -134,6 +134,19 @@ def final_scheme(phases: list, model):
         return phases[state.pos_from].pos(model.pos.shape)
 
 
+def final_model(phases: list, model):
+    """``model`` with the scheme it ends training with (built dry; the same model when nothing is phased)."""
+    scheme = final_scheme(phases, model)
+    if scheme is model.pos:
+        return model
+    import copy
+
+    ended = copy.copy(model)  # a shallow copy: the same modules, only its scheme replaced
+    ended._modules = dict(model._modules)
+    ended._modules["pos"] = scheme
+    return ended
+
+
 def _check_trainable(scheme, what: str) -> None:
     if any(True for _ in scheme.parameters()):
         raise ConfigError(f"{what} has trained parameters; a phase switches between schemes without any (rope, "

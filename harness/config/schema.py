@@ -191,6 +191,7 @@ class RunSettings:
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
     diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
     phases: list = field(default_factory=list)  # positional phases, checked in harness/config/phases.py
+    export: Literal["hf"] | None = None  # hf: the final model in transformers' format (harness/pretrained/export.py)
 
     def __post_init__(self):
         if not 0 <= self.seed <= NUMERIC_SEED_MAX:

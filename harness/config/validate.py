@@ -40,7 +40,7 @@ from harness.config.instantiate import instantiate, instantiate_option
 from harness.config.layers import GROUPS as LAYERED
 from harness.config.layers import KEY as LAYERS
 from harness.config.layers import layer_targets, pattern_unit
-from harness.config.phases import checked_phases, final_scheme
+from harness.config.phases import checked_phases, final_model, final_scheme
 from harness.config.resources import (
     PLAIN,
     Footprint,
@@ -122,6 +122,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
     data, lengths = settings["data"], settings["eval"].lengths
     phases = checked_phases(cfg, model, task, data, trainer.max_steps)  # each phase's scheme built dry
+    if settings[""].export == "hf":
+        _check_exportable(final_model(phases, model), task)
     check_extrapolation(settings["eval"], task, final_scheme(phases, model), choices.get("task", "this task"))
     tune_length = settings["eval"].tune_length
     train_tokens = _check_splits(source, task, tokenizer, data, lengths, tune_length)
@@ -140,6 +142,20 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
                    budget, tuple(phases))
+
+
+def _check_exportable(model, task) -> None:
+    """export=hf: the final model must have transformers' form, and safetensors must be there to write it."""
+    import importlib.util
+
+    from harness.pretrained.export import refusal
+
+    why = refusal(model, task.causal)
+    if why:
+        raise ConfigError(f"export=hf: {why}; drop export or change the model")
+    if importlib.util.find_spec("safetensors") is None:
+        raise ConfigError("export=hf writes model.safetensors, and safetensors is not installed: "
+                          "pip install 'posbench[hf]' (or drop export)")
 
 
 def _settings(values: dict) -> tuple[dict, schema.TrainerSettings]:

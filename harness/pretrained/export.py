@@ -1,0 +1,111 @@
+"""A posbench model in Hugging Face transformers' format: ``config.json`` and ``model.safetensors`` that
+``AutoModelForCausalLM.from_pretrained(folder)`` loads as LlamaForCausalLM (or Qwen3ForCausalLM with QK-norm).
+
+What maps (checked by ``refusal`` before a run trains, so a run asked to export never finds out at its end):
+  the modern block (model=modern: RMSNorm, SwiGLU, no biases, pre-norm), a causal task, softmax attention on
+  every layer, one RoPE scheme (no pattern, no partial rotary, no randomized positions, no Resonance/HoPE)
+  → LlamaForCausalLM; with model.qk_norm=true → Qwen3ForCausalLM (its q_norm, k_norm per head before RoPE).
+  model.head=tied → tie_word_embeddings. The rotation: transformers rotates the pairs (x_i, x_{i+D/2}); a model
+  trained with pos.layout=interleaved (pairs (x_{2i}, x_{2i+1})) is written with each head's q and k rows (and
+  QK-norm weights) permuted evens-then-odds, which maps one layout onto the other exactly: q·k is unchanged
+  when q and k are permuted alike, and the permuted pairs are the half layout's.
+Names follow transformers' Llama: model.embed_tokens, model.layers.<i>.self_attn.{q,k,v,o}_proj,
+mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm, model.norm, lm_head.
+
+Nothing here imports transformers (config.json is written by hand); safetensors writes the weights.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from torch import Tensor
+
+from harness.errors import ConfigError
+
+
+def refusal(model, causal: bool) -> str | None:
+    """Why ``model`` (a posbench Transformer) has no transformers form, or None."""
+    cfg = model.cfg
+    block = [f"model.{k}={v}" for k, v, want in (("norm_type", cfg.norm_type, "rmsnorm"), ("mlp", cfg.mlp, "swiglu"),
+                                                 ("bias", cfg.bias, False), ("norm", cfg.norm, "pre"))
+             if v != want]
+    if block:
+        return f"{block[0]}: transformers' Llama has the modern block (model=modern)"
+    if cfg.head == "bert":
+        return "model.head=bert: Llama's head is the final norm then a linear layer (model.head=untied or tied)"
+    if cfg.temperature != "none":
+        return f"model.temperature={cfg.temperature} has no key in LlamaConfig"
+    if not causal:
+        return "a bidirectional task: LlamaForCausalLM is a causal LM (task=clm)"
+    names = {v.config_name() for v in model.variants}
+    if names != {"softmax"}:
+        return f"attn={'+'.join(sorted(names))}: Llama's attention is full softmax attention on every layer"
+    schemes = {id(s): s for s, _ in model.layers()}
+    if len(schemes) != 1:
+        return "a per-layer pattern (pos.layers): LlamaForCausalLM has one RoPE for every layer"
+    scheme = next(iter(schemes.values()))
+    if scheme.config_name() != "rope":
+        return f"pos={scheme.config_name()}: LlamaForCausalLM applies RoPE (pos=rope)"
+    for key in ("resonance", "hope", "randomize", "rotate_heads"):
+        if getattr(scheme, key, None):
+            return f"pos.{key}: LlamaForCausalLM has no such RoPE option"
+    if scheme.fraction != 1.0:
+        return f"pos.fraction={scheme.fraction}: LlamaForCausalLM rotates every dimension of a head"
+    return None
+
+
+def hf_config(model, vocab_size: int, max_len: int) -> dict:
+    cfg, scheme = model.cfg, model.layers()[0][0]
+    qk = bool(cfg.qk_norm)
+    return {"architectures": ["Qwen3ForCausalLM" if qk else "LlamaForCausalLM"],
+            "model_type": "qwen3" if qk else "llama",
+            "vocab_size": vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.d_ff,
+            "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_heads,
+            "head_dim": cfg.d_model // cfg.n_heads, "max_position_embeddings": max_len, "rms_norm_eps": 1e-6,
+            "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+            "tie_word_embeddings": cfg.head == "tied", "torch_dtype": "float32",
+            "rope_parameters": {"rope_type": "default", "rope_theta": float(scheme.base)}}
+
+
+def half_order(head_dim: int) -> Tensor:
+    """The permutation taking the interleaved layout's dims to the half layout's: evens, then odds."""
+    return torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+
+
+def hf_state_dict(model) -> dict[str, Tensor]:
+    """transformers' tensors, by name, from a posbench model that ``refusal`` passes."""
+    cfg, scheme = model.cfg, model.layers()[0][0]
+    c, h = cfg.d_model, cfg.n_heads
+    d = c // h
+    order = half_order(d) if scheme.layout == "interleaved" else torch.arange(d)
+    rows = (torch.arange(h)[:, None] * d + order[None]).flatten()  # each head's rows in the half layout's order
+    out = {"model.embed_tokens.weight": model.tok_emb.weight, "model.norm.weight": model.norm_f.weight}
+    for i, block in enumerate(model.blocks):
+        q, k, v = block.attn.qkv.weight.split(c)
+        gate, up = block.ff.gate_up.weight.split(cfg.d_ff)
+        p = f"model.layers.{i}."
+        out |= {p + "self_attn.q_proj.weight": q[rows], p + "self_attn.k_proj.weight": k[rows],
+                p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": block.attn.out.weight,
+                p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                p + "mlp.down_proj.weight": block.ff.down.weight,
+                p + "input_layernorm.weight": block.norm1.weight,
+                p + "post_attention_layernorm.weight": block.norm2.weight}
+        if cfg.qk_norm:
+            out |= {p + "self_attn.q_norm.weight": block.attn.q_norm.weight[order],
+                    p + "self_attn.k_norm.weight": block.attn.k_norm.weight[order]}
+    if model.decoder is not None:
+        out["lm_head.weight"] = model.decoder.weight
+    return {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in out.items()}
+
+
+def hf_files(model, vocab_size: int, max_len: int, causal: bool) -> dict[str, str | bytes]:
+    """``config.json`` and ``model.safetensors`` of ``model``; a one-line ConfigError where it has no such form."""
+    why = refusal(model, causal)
+    if why:
+        raise ConfigError(f"export=hf: {why}")
+    from safetensors.torch import save
+
+    return {"config.json": json.dumps(hf_config(model, vocab_size, max_len), indent=2) + "\n",
+            "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"})}
