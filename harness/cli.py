@@ -28,6 +28,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -320,6 +321,52 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def users_code_failed(exc: BaseException) -> str | None:
+    """Where the error was raised in the user's own code (a ``pos._target_`` class, a task of theirs): its class
+    named and only its frames shown — not Hydra's, Lightning's and posbench's 60 lines around them. None when the
+    innermost frame is not the user's (a crash of posbench or a library keeps its whole traceback)."""
+    import traceback
+
+    inner = exc
+    while (inner.__cause__ or inner.__context__) is not None:
+        inner = inner.__cause__ or inner.__context__  # type: ignore[assignment]
+    frames = traceback.extract_tb(inner.__traceback__)
+    if not frames or not _users_file(frames[-1].filename):
+        return None
+    theirs = [f for f in frames if _users_file(f.filename)]
+    shown = "".join(traceback.format_list(theirs)).rstrip()
+    tb = inner.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    self = tb.tb_frame.f_locals.get("self") if tb is not None else None  # the user's class, if a method raised
+    name = f"{type(self).__module__}.{type(self).__qualname__}.{frames[-1].name}" if self is not None else \
+        frames[-1].name
+    owner = f"{name}, {frames[-1].filename}"
+    return (f"error: your code raised {type(inner).__name__}: {inner} ({owner}, line {frames[-1].lineno}); its "
+            f"frames (posbench's and its libraries' left out; HYDRA_FULL_ERROR=1 shows them all):\n{shown}")
+
+
+def _users_file(filename: str) -> bool:
+    """A file that is neither posbench's nor Python's nor an installed library's."""
+    import sysconfig
+
+    from harness.paths import ROOT
+
+    path = Path(filename).resolve() if not filename.startswith("<") else None
+    if path is None:
+        return False
+    ours = [ROOT / d for d in ("harness", "positional", "attention", "results", "run.py", "hydra_plugins")]
+    libraries = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    return not any(path.is_relative_to(d) for d in [*ours, *libraries])
+
+
+def _is_yaml_error(exc: BaseException) -> bool:
+    import yaml
+
+    return isinstance(exc, yaml.YAMLError)
+
+
 def user_error(exc: BaseException) -> str | None:
     """The one-line message for a user's mistake, or None for a crash that needs its traceback."""
     from hydra.errors import (
@@ -332,6 +379,11 @@ def user_error(exc: BaseException) -> str | None:
 
     if isinstance(exc, ConfigError):
         return one_line(exc)
+    if _is_yaml_error(exc):  # a config file (conf/ or a --config-dir) that does not parse: where, and what
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
+        what = " ".join(str(getattr(exc, "problem", None) or one_line(exc)).split())
+        return f"{where} is not valid YAML ({what}); fix that file (each option of a config group is one YAML file)"
     if isinstance(exc, SearchPathException):  # --config-dir that is not a folder: said where that flag is read
         from harness.config.catalog import user_config_dirs
 
@@ -536,7 +588,11 @@ def run_cli(main: Callable[[], object]) -> int:
     except Exception as e:
         message = None if user_wants_traces else user_error(e)
         if message is None:
-            raise
+            report = None if user_wants_traces else users_code_failed(e)
+            if report is None:
+                raise
+            print(report, file=sys.stderr)
+            return 1
         print(f"error: {message}", file=sys.stderr)
         return 2
     finally:

@@ -392,6 +392,8 @@ RUN_CASES += [
     ("steps-overflow", ["trainer.max_steps=99999999999999999999"], "is more steps than any run takes"),
     ("config-dir-missing", ["--config-dir={files}/nope"], "nope' not found; --config-dir (-cd) takes an existing"),
     ("config-dir-a-file", ["--config-dir={files}/small.txt"], "small.txt' not found; --config-dir (-cd) takes"),
+    ("config-dir-bad-yaml", ["--config-dir={files}/userconf", "pos=broken"],
+     "pos/broken.yaml, line 4, column 1 is not valid YAML (expected ',' or ']', but got '<stream end>')"),
 ]
 
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -418,6 +420,9 @@ def files(tmp_path_factory) -> Path:
     (d / "mixed").mkdir()  # a directory whose second file is not UTF-8
     (d / "mixed" / "a.txt").write_bytes(b"plain English text. " * 400)
     (d / "mixed" / "b.txt").write_bytes("caf\u00e9 ".encode("latin-1") * 400)
+    (d / "userconf" / "pos").mkdir(parents=True)  # a user's option whose YAML does not parse
+    (d / "userconf" / "pos" / "broken.yaml").write_text("_target_: positional.rope.Rope\n_partial_: true\n"
+                                                         "base: [1, 2\n")
     (d / "nothing").mkdir()
     (d / "hidden" / ".git").mkdir(parents=True)  # only hidden files: nothing to read
     (d / "hidden" / ".git" / "HEAD").write_bytes(b"ref: refs/heads/main\n" * 300)
