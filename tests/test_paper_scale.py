@@ -77,7 +77,7 @@ def _first_cell(preset: str) -> tuple[list[str], object]:
 ON_THE_EMBEDDED_CORPUS = {"eleuther_rotary": "paper", "roformer_mlm": "paper", "alibi_extrapolation": "epochs",
                           "roformer_performer": "epochs", "rope_scaling": "epochs", "su_linear_rope": "epochs",
                           "su_trainable_theta": "epochs", "grid": "ok", "nope_length_generalization": "ok",
-                          "randomized_positions": "ok", "tune_lr": "ok"}
+                          "randomized_positions": "ok", "tune_lr": "ok", "drope": "epochs", "partial_rope": "epochs"}
 
 
 @pytest.mark.parametrize("preset", PAPER)
