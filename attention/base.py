@@ -29,6 +29,7 @@ class AttentionContext:
     bias: LogitBias | None = None
     causal: bool = False
     key_padding_mask: Tensor | None = None  # (B, T) bool, True where the key is a real token
+    document_ids: Tensor | None = None  # (B, T): with model.document_mask, query i sees key j only if they are equal
 
 
 class AttentionVariant(nn.Module):
@@ -41,10 +42,17 @@ class AttentionVariant(nn.Module):
     # applied; None for a variant whose forward takes q̃ᵀk̃ at whatever width it is handed, scaled by √(that width)
     wide_rotary_refusal: ClassVar[str | None] = ("it does not declare that it takes queries and keys wider than "
                                                  "the head dim (wide_rotary_refusal = None)")
+    # Why attention across packed documents cannot be masked (model.document_mask=true); None: the forward folds
+    # ``AttentionContext.document_ids`` into its mask (``additive_mask`` does)
+    document_mask_refusal: ClassVar[str | None] = ("it does not declare that it masks attention across documents "
+                                                   "(document_mask_refusal = None)")
 
     def __init__(self, shape: Shape):
         super().__init__()
         self.shape = shape
+        if shape.document_mask and self.document_mask_refusal:
+            raise IncompatiblePairing(f"incompatible pairing: model.document_mask=true with attn={self.config_name()}: "
+                                      f"{self.document_mask_refusal}; use attn=softmax or model.document_mask=false")
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         """q, k, v: (B, H, T, D) -> (B, H, T, D)."""
@@ -133,7 +141,7 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
     Returns None when there is nothing to add (so a fused kernel can use is_causal).
     Shape broadcastable to (B, H, Tq, Tk); masked entries are -inf.
     """
-    has_extra = ctx.bias is not None or ctx.key_padding_mask is not None
+    has_extra = ctx.bias is not None or ctx.key_padding_mask is not None or ctx.document_ids is not None
     if not has_extra:
         return None
     t_q, t_k = q.shape[-2], k.shape[-2]
@@ -141,6 +149,9 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
     if ctx.key_padding_mask is not None:
         keep = ctx.key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
         mask = mask.masked_fill(~keep, float("-inf"))
+    if ctx.document_ids is not None:  # no attention across packed documents (model.document_mask)
+        other = ctx.document_ids[:, None, :, None] != ctx.document_ids[:, None, None, :]  # (B, 1, Tq, Tk)
+        mask = mask.masked_fill(other, float("-inf"))
     if ctx.causal:
         future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(1)
         mask = mask.masked_fill(future, float("-inf"))
@@ -153,6 +164,13 @@ def count_keys(t: int, ctx: AttentionContext, band: tuple[int, int], device=None
     (a causal model's padding follows its real tokens, so a real query's prefix holds no padded key)."""
     left, right = band[0], 0 if ctx.causal else band[1]
     i = torch.arange(t, device=device)
+    if ctx.document_ids is not None:  # keys of the query's own document only (model.document_mask)
+        j = i
+        seen = ((i[:, None] - j[None, :]) <= left) & ((j[None, :] - i[:, None]) <= right)  # (T, T)
+        seen = seen[None] & (ctx.document_ids[:, :, None] == ctx.document_ids[:, None, :])  # (B, T, T)
+        if ctx.key_padding_mask is not None and not ctx.causal:
+            seen = seen & ctx.key_padding_mask[:, None, :]
+        return seen.sum(-1).clamp(min=1)[:, None, :]  # (B, 1, T)
     if ctx.key_padding_mask is None or ctx.causal:
         return i.clamp(max=left) + (t - 1 - i).clamp(max=right) + 1
     j = torch.arange(t, device=device)

@@ -452,6 +452,8 @@ def _num_den(f: Features, v: Tensor, contract) -> tuple[Tensor, Tensor]:
 class KernelizedAttention(AttentionVariant):
     """Base for variants defined by a feature map φ; subclasses implement ``feature_map``."""
 
+    document_mask_refusal = ("it sums φ(k)vᵀ over keys without forming the T × T matrix, and no attention "
+                             "across documents would need those sums restarted at each document (not written)")
     accepts_bias = frozenset({"relative"})
     bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to",
                      "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) has no "

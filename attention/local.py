@@ -79,6 +79,7 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
 
 class Local(AttentionVariant):
     accepts_bias = frozenset({"relative"})
+    document_mask_refusal = "its blocks of C queries take the causal and padding masks, not one across documents"
     wide_rotary_refusal = None  # the band's q̃ kᵀ/√(width of q) at any width; v keeps the head dim
     bias_refusals = {"content": "a content bias is only offered as dense T×T logits, which the "
                                 "O(T·w) band never forms",

@@ -248,6 +248,7 @@ _AUTO_CHOICE: dict[tuple, str] = {}
 class Softmax(AttentionVariant):
     accepts_bias = frozenset({"relative", "positional", "content"})  # any bias: the full logit matrix exists
     wide_rotary_refusal = None  # q̃ kᵀ/√(width of q) at any width; v keeps the head dim
+    document_mask_refusal = None  # additive_mask folds document_ids in, for every backend
 
     def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__(shape)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import allocator
 from harness.config.validate import Checked, validate
+from harness.data.corpus import with_documents
 from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
 from harness.record.store import dashboard_command, dashboard_url
@@ -54,6 +55,8 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
     plan = plan_resume(cfg, checked.uri, checked.run.resume_mode)  # a bad resume= is refused here
     corpus = checked.source.load()
+    if checked.documents:  # model.restart_positions / document_mask on a text task: windows carry document_ids
+        corpus = with_documents(corpus, checked.source)
     checked.tokenizer.fit(corpus)  # a subword vocabulary: trained on the training split, or loaded (cached)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build

@@ -35,6 +35,10 @@ class Shape:
     n_layers: int
     max_len: int  # longest sequence seen in training (learned tables are this long)
     causal: bool
+    # Packed documents (model.restart_positions, model.document_mask): positions restart at each document's first
+    # token, (B, T) per row (``document_positions``); attention stops at document boundaries
+    restart_positions: bool = False
+    document_mask: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -128,7 +132,7 @@ class PositionalBias(LogitBias):
     kind: BiasKind = "positional"
 
     def __init__(self, values: Tensor):
-        self.values = values  # (1, H, Tq, Tk)
+        self.values = values  # (1, H, Tq, Tk), or (B, H, Tq, Tk) for positions per row
 
     def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:
         return self.values
@@ -137,6 +141,16 @@ class PositionalBias(LogitBias):
 def relative_offsets(t_q: int, t_k: int, device=None) -> Tensor:
     """The offsets i - j covered by a RelativeBias table: -(Tk-1) … (Tq-1)."""
     return torch.arange(-(t_k - 1), t_q, device=device)
+
+
+def document_positions(document_ids: Tensor) -> Tensor:
+    """Positions that restart at each packed document: p_t = t − (the index of the first token of t's document).
+    ``document_ids``: (B, T), equal within a document, changing where one starts. Returns (B, T) long; a row
+    holding one document gets 0 … T−1. Nothing is read on the host (cummax, no .item())."""
+    t = torch.arange(document_ids.shape[-1], device=document_ids.device).expand_as(document_ids)  # (B, T)
+    first = torch.ones_like(document_ids, dtype=torch.bool)
+    first[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]  # (B, T) True at each document's first token
+    return t - torch.where(first, t, torch.zeros_like(t)).cummax(dim=-1).values
 
 
 def position_offsets(positions: Tensor) -> Tensor:
@@ -152,9 +166,13 @@ def bias_over_offsets(table: Tensor, positions: Tensor, far: FarField | None = N
 
     Consecutive positions give the Toeplitz ``RelativeBias``; sampled ones (randomized positions,
     Ruoss et al. 2023) a ``PositionalBias``: p_i - p_j is no function of i - j there. ``far``: the
-    table's structure beyond the band (``FarField``), kept for the Toeplitz case only.
+    table's structure beyond the band (``FarField``), kept for the Toeplitz case only. Positions per row
+    (B, T), restarting at packed documents (``document_positions``), give a (B, H, T, T) ``PositionalBias``.
     """
-    t, span = positions.numel(), (table.shape[-1] + 1) // 2
+    t, span = positions.shape[-1], (table.shape[-1] + 1) // 2
+    if positions.dim() == 2:  # per row: offsets p_i − p_j of restarted positions lie in −(T−1) … T−1
+        index = positions[:, :, None] - positions[:, None, :] + span - 1  # (B, T, T)
+        return PositionalBias(table[:, index].transpose(0, 1))  # (B, H, T, T)
     if span == t:  # sorted, distinct and spanning T positions: consecutive
         return RelativeBias(table, t, t, far)
     index = positions[:, None] - positions[None, :] + span - 1  # (T, T)
@@ -198,6 +216,9 @@ class PositionalScheme(nn.Module):
     bidirectional_refusal: ClassVar[str | None] = None
     # Position tables kept in float64 when the model is cast to another dtype (``_apply``): angles m·θ at long m
     float64_state: ClassVar[tuple[str, ...]] = ()
+    # Why positions cannot restart at packed documents (model.restart_positions; None: the hooks take positions
+    # per row, (B, T)). A scheme that reads no position index (none, CoPE, FoX) has nothing to restart and accepts it
+    restart_refusal: ClassVar[str | None] = None
 
     def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None,
                  eval_positions: EvalPositions | None = None):
@@ -209,8 +230,10 @@ class PositionalScheme(nn.Module):
                                       "task.form=causal) or another pos")
         self.randomize, self.max_position, self.eval_positions = _check_sampling(
             type(self), shape, randomize, max_position, eval_positions)
-        if randomize and self.bias_kind == "relative":
-            self.bias_kind = "positional"  # c[p_i − p_j] over sampled p is no Toeplitz matrix in (i, j)
+        if shape.restart_positions:
+            _check_restart(type(self), self.randomize)
+        if (randomize or shape.restart_positions) and self.bias_kind == "relative":
+            self.bias_kind = "positional"  # c[p_i − p_j] over sampled or restarted p is no Toeplitz matrix in (i, j)
         self._eval_draws = torch.Generator().manual_seed(EVAL_SEED)  # CPU, like the training draws
 
     def _apply(self, fn, recurse: bool = True):
@@ -251,7 +274,8 @@ class PositionalScheme(nn.Module):
         and no position value is read (reading one would synchronise a GPU on every forward)."""
         if self.randomize:
             return position_offsets(positions)
-        return relative_offsets(positions.numel(), positions.numel(), positions.device)
+        t = positions.shape[-1]  # positions restarted per document (B, T) lie in 0 … T−1 too
+        return relative_offsets(t, t, positions.device)
 
     def positions(self, t: int, device=None) -> Tensor:
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
@@ -275,7 +299,8 @@ class PositionalScheme(nn.Module):
         return frozenset(h for h in HOOKS if getattr(cls, h) is not getattr(PositionalScheme, h))
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x: (B, T, C) token embeddings; positions: (T,) long. Returns (B, T, C)."""
+        """x: (B, T, C) token embeddings; positions: (T,) long, or (B, T) restarted per packed document
+        (``document_positions``; every hook takes either). Returns (B, T, C)."""
         return x
 
     def rotary(self, positions: Tensor) -> Rotary | None:
@@ -317,6 +342,16 @@ class PositionalScheme(nn.Module):
     def artifacts(self) -> dict[str, str]:
         """Files (name -> text) attached to the MLflow run when training ends."""
         return {}
+
+
+def _check_restart(cls: type[PositionalScheme], randomize: bool) -> None:
+    """model.restart_positions=true: refused where this scheme cannot take positions per row."""
+    if cls.restart_refusal:
+        raise IncompatiblePairing(f"incompatible pairing: model.restart_positions=true with pos={cls.config_name()}: "
+                                  f"{cls.restart_refusal}; set model.restart_positions=false or use another pos")
+    if randomize:
+        raise ConfigError("model.restart_positions=true with pos.randomize=true: randomized positions are drawn once "
+                          "per window, not per document; drop one of the two")
 
 
 def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool, max_position: int | None,

@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from harness.errors import IncompatiblePairing
 from harness.ranges import Positive, PositiveInt, ranged
 from positional.base import EvalPositions, LogitBias, PositionalBias, PositionalScheme, Shape
 
@@ -51,7 +52,8 @@ def fire_input(offset: Tensor, reach: Tensor, c: Tensor, threshold: Tensor, eps:
 
 
 def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, eps: float = 1e-6) -> Tensor:
-    """The MLP's input per (i, j): sign(p_i − p_j)·ψ(|p_i − p_j|) / (ψ(max(L, N_i)) + ε). (T,) -> (T, T).
+    """The MLP's input per (i, j): sign(p_i − p_j)·ψ(|p_i − p_j|) / (ψ(max(L, N_i)) + ε). (T,) -> (T, T), or
+    positions per row (B, T) -> (B, T, T) (causal only: the bidirectional N_i reads the last position).
 
     N_i = p_i (causal, the paper) or max(p_i, p_last − p_i) (bidirectional, see module doc). In fp32 at least, as
     c's dtype is bf16 in a model cast to bf16 (trainer.precision=bf16-true): bf16 spaces integers past 256 2 or more
@@ -60,7 +62,7 @@ def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, e
     work = torch.promote_types(c.dtype, torch.float32)
     p, c, threshold = positions.to(work), c.to(work), threshold.to(work)
     reach = p if causal else torch.maximum(p, p[-1] - p)  # (T,) N_i
-    return fire_input(p[:, None] - p[None, :], reach[:, None], c, threshold, eps)  # (T, T)
+    return fire_input(p[..., :, None] - p[..., None, :], reach[..., :, None], c, threshold, eps)  # (T, T)
 
 
 class Fire(PositionalScheme):
@@ -74,6 +76,11 @@ class Fire(PositionalScheme):
                  eval_positions: EvalPositions | None = None):
         super().__init__(shape, randomize=randomize, max_position=max_position,
                          eval_positions=eval_positions)
+        if shape.restart_positions and not shape.causal:
+            raise IncompatiblePairing("incompatible pairing: model.restart_positions=true with pos=fire on a "
+                                      "bidirectional task: FIRE's N_i = max(p_i, p_last − p_i) reads the last position "
+                                      "of the sequence, not of each document; use a causal task or "
+                                      "model.restart_positions=false")
         self.per_layer, self.eps = per_layer, eps
         self.bias_depends_on_layer = per_layer
         n = shape.n_layers if per_layer else 1
@@ -86,9 +93,10 @@ class Fire(PositionalScheme):
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
         at = layer if self.per_layer else 0
         c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
-        x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T), fp32 or wider
-        bias = mlp(x.unsqueeze(-1).to(next(mlp.parameters()).dtype))  # (T, T, H); the first Linear's dtype
-        return PositionalBias(bias.permute(2, 0, 1).unsqueeze(0))  # (1, H, T, T)
+        x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T) or (B, T, T), fp32 or wider
+        bias = mlp(x.unsqueeze(-1).to(next(mlp.parameters()).dtype))  # (…, T, T, H); the first Linear's dtype
+        bias = bias.movedim(-1, -3)  # (…, H, T, T)
+        return PositionalBias(bias if bias.dim() == 4 else bias.unsqueeze(0))  # (1 or B, H, T, T)
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

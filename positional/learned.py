@@ -29,10 +29,10 @@ class Learned(PositionalScheme):
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         # positions are 0 … T−1, or a sample from [0, max_position) (the table's length): T alone says whether
         # the table covers them, and no position is read (reading one would wait for the GPU)
-        if positions.numel() > self.table.num_embeddings:
+        if positions.shape[-1] > self.table.num_embeddings:  # restarted per document (B, T): below T too
             raise ConfigError(
-                f"pos=learned has {self.table.num_embeddings} positions but the input needs {positions.numel()}; train "
-                "with a longer max_len (data.seq_len), or randomize=true with a larger max_position, or use a "
+                f"pos=learned has {self.table.num_embeddings} positions but the input needs {positions.shape[-1]}; "
+                "train with a longer max_len (data.seq_len), or randomize=true with a larger max_position, or use a "
                 "relative scheme"
             )
-        return x + self.table(positions)  # (B, T, C) + (T, C)
+        return x + self.table(positions)  # (B, T, C) + (T, C) or (B, T, C)

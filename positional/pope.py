@@ -47,8 +47,10 @@ def polar_features(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def polar_phases(positions: Tensor, theta: Tensor) -> Tensor:
-    """tθ_c for every position t and frequency c. Shape (T, D)."""
-    return positions.to(theta.dtype)[:, None] * theta[None, :]
+    """tθ_c for every position t and frequency c. Shape (T, D); positions per row (B, T) give (B, 1, T, D), which
+    broadcasts over the heads."""
+    phases = positions.to(theta.dtype)[..., None] * theta  # (..., T, D)
+    return phases if positions.dim() == 1 else phases.unsqueeze(-3)
 
 
 class PolarRotary(Rotary):

@@ -65,8 +65,10 @@ def hope_inv_freq(inv_freq: Tensor, length: int) -> Tensor:
 
 
 def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """m·θ_i for every position m and frequency i. Shape (T, D/2)."""
-    return positions.to(inv_freq.dtype)[:, None] * inv_freq[None, :]
+    """m·θ_i for every position m and frequency i. Shape (T, D/2); positions per row (B, T) give (B, 1, T, D/2),
+    one rotation per row that broadcasts over the heads of (B, H, T, D)."""
+    angles = positions.to(inv_freq.dtype)[..., None] * inv_freq  # (..., T, D/2)
+    return angles if positions.dim() == 1 else angles.unsqueeze(-3)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -303,7 +305,7 @@ class Rope(PositionalScheme):
         """T = the largest position + 1, which dynamic_ntk and longrope read: the count of positions 0 … T−1, so
         no value is read, except for a sorted sample (pos.randomize=true) under a scaling: a fine-tune under
         ``rescaled``, or evaluation at sampled positions (pos.eval_positions=sampled)."""
-        return int(positions[-1]) + 1 if self.sampling else positions.numel()
+        return int(positions[-1]) + 1 if self.sampling else positions.shape[-1]  # restarted per document: T too
 
     def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
         """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions are this

@@ -22,11 +22,11 @@ from positional.base import EvalPositions, PositionalScheme, Shape
 
 
 def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    """(T,) positions -> (T, dim) table; even columns sin, odd columns cos."""
+    """(T,) positions -> (T, dim) table ((B, T) -> (B, T, dim)); even columns sin, odd columns cos."""
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # (T, dim/2)
+    angles = positions.to(torch.float64)[..., None] * inv_freq  # (T, dim/2)
     table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (T, dim): sin, cos interleaved
-    return table[:, :dim]
+    return table[..., :dim]
 
 
 class Sinusoidal(PositionalScheme):
@@ -40,5 +40,5 @@ class Sinusoidal(PositionalScheme):
         self.embed_scale = math.sqrt(shape.d_model) if scale_embeddings else 1.0
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        table = sinusoidal_table(positions, x.shape[-1], self.base).to(x.dtype)  # (T, C)
+        table = sinusoidal_table(positions, x.shape[-1], self.base).to(x.dtype)  # (T, C) or (B, T, C)
         return x * self.embed_scale + table  # (B, T, C)

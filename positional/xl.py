@@ -69,6 +69,9 @@ class TransformerXL(PositionalScheme):
     bias_kind = "content"
     randomize_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which sampled "
                          "positions are not")
+    restart_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which positions restarted "
+                       "per document are not (its scores read i − j only: with model.document_mask=true and no "
+                       "restart, every score it keeps is already the one inside the document)")
 
     @ranged
     def __init__(self, shape: Shape, init_std: NonNegative = 0.02, randomize: bool = False,

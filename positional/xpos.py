@@ -45,14 +45,19 @@ def xpos_zeta(width: int, gamma: float, dtype=torch.float64, device=None) -> Ten
 
 def xpos_centre(positions: Tensor) -> Tensor:
     """c = ⌊(n_first + n_last + 1)/2⌋ for sorted positions: ⌊T/2⌋ for 0 … T−1. A 0-d tensor, so that no
-    position is read on the host (which would wait for the GPU)."""
+    position is read on the host (which would wait for the GPU); positions per row (B, T) (restarted per
+    document) take ⌊T/2⌋ for every row: q·k scales by ζ^((n − m)/B) whatever the centre q and k share."""
+    if positions.dim() == 2:
+        return torch.tensor(positions.shape[-1] // 2, device=positions.device)
     return (positions[0] + positions[-1] + 1).div(2, rounding_mode="floor")
 
 
 def xpos_scale(positions: Tensor, zeta: Tensor, scale_base: float) -> Tensor:
-    """ζ_i^((n − c)/B) for every position n and frequency i (centre c: ``xpos_centre``). Shape (T, W/2)."""
-    power = (positions - xpos_centre(positions)).to(zeta.dtype) / scale_base  # (T,)
-    return zeta[None, :] ** power[:, None]
+    """ζ_i^((n − c)/B) for every position n and frequency i (centre c: ``xpos_centre``). Shape (T, W/2), or
+    (B, 1, T, W/2) for positions per row (broadcast over heads, as ``rope_angles``)."""
+    power = (positions - xpos_centre(positions)).to(zeta.dtype) / scale_base  # (T,) or (B, T)
+    scale = zeta ** power[..., None]
+    return scale if positions.dim() == 1 else scale.unsqueeze(-3)
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ class Checked:
     gpu: GpuEstimate | None = None  # a GPU run checked for a named GPU: its largest step's estimate
     budget: Budget | None = None  # tokens, epochs, FLOPs and GPU-hours (harness/config/budget.py)
     phases: tuple = ()  # harness.model.phases.Phase: the run's positional phases (harness/config/phases.py)
+    documents: bool = False  # the text windows carry document_ids (``_check_documents``)
 
     @property
     def seed(self) -> int:
@@ -121,6 +122,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
         if on_gpu and gpu else None
     model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
     data, lengths = settings["data"], settings["eval"].lengths
+    documents = _check_documents(model_cfg, source, tokenizer, task, choices)
     phases = checked_phases(cfg, model, task, data, trainer.max_steps)  # each phase's scheme built dry
     if settings[""].export == "hf":
         _check_exportable(final_model(phases, model), task)
@@ -141,7 +143,26 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
                               _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
-                   budget, tuple(phases))
+                   budget, tuple(phases), documents)
+
+
+def _check_documents(model_cfg, source, tokenizer, task, choices: dict[str, str]) -> bool:
+    """Whether the run's text windows must carry document_ids (model.restart_positions, model.document_mask): then
+    the source must know where its documents start and the tokenizer keep byte offsets. A synthetic task's
+    example is one document (positions 0 … T−1, nothing to mask): nothing to pass."""
+    keys = [k for k in ("restart_positions", "document_mask") if getattr(model_cfg, k)]
+    if not keys or task.scores_sequences:
+        return False
+    asked = f"model.{keys[0]}=true"
+    if not hasattr(source, "document_starts"):
+        raise ConfigError(f"{asked} needs a data source that passes where its documents start, and "
+                          f"data={choices.get('data', 'this source')} does not (data=embedded: each docstring and "
+                          f"pydoc topic; data=text: each file); use one of those or drop {asked}")
+    if tokenizer.config_name() != "byte":
+        raise ConfigError(f"{asked} maps document starts from bytes to tokens one to one, which only "
+                          f"tokenizer=byte does (tokenizer={tokenizer.config_name()} encodes the split whole); "
+                          "use tokenizer=byte or drop it")
+    return True
 
 
 def _check_exportable(model, task) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import dataclasses
 import hashlib
 import io
 import os
@@ -19,6 +20,8 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from harness.errors import ConfigError
 
@@ -32,6 +35,14 @@ class Corpus:
     val: bytes
     sha256: str  # of the whole corpus before splitting
     size: int  # bytes, before splitting
+    # Where packed documents start, byte offsets into (train, val) (``split_starts``); None: not asked for, or a
+    # source that does not know (model.restart_positions / model.document_mask ask: ``with_documents``)
+    starts: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def with_documents(corpus: Corpus, source) -> Corpus:
+    """``corpus`` carrying its documents' starts, from a source that passes them (``document_starts``)."""
+    return dataclasses.replace(corpus, starts=source.document_starts())
 
 
 def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[bytes, bytes]:
@@ -43,6 +54,24 @@ def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[by
     val = b"".join(b for n, b in enumerate(blocks) if n % val_every == val_every - 1)
     train = b"".join(b for n, b in enumerate(blocks) if n % val_every != val_every - 1)
     return train, val
+
+
+def split_starts(starts: np.ndarray, size: int, val_every: int = 20, block: int = 4096) -> tuple[np.ndarray,
+                                                                                              np.ndarray]:
+    """Document starts (byte offsets, sorted) of the whole text, in each split's bytes after ``block_split``: a
+    start moves with its block; a block whose predecessor went to the other split starts a document too (the
+    text jumps there). Returns (train, val) int64 offsets, each from 0."""
+    starts = np.asarray(starts, dtype=np.int64)
+    n = starts // block  # the block each start is in
+    val_before = n // val_every  # val blocks before block n (they are the blocks k·val_every + val_every − 1)
+    is_val = n % val_every == val_every - 1
+    inner = starts % block
+    blocks = -(-size // block)
+    seams_train = [(m - m // val_every) * block for m in range(val_every, blocks, val_every)]  # after a val block
+    seams_val = [k * block for k in range(blocks // val_every)]  # val blocks are never adjacent (val_every ≥ 2)
+    train = np.union1d((n - val_before)[~is_val] * block + inner[~is_val], [0, *seams_train])
+    val = np.union1d(val_before[is_val] * block + inner[is_val], seams_val or [0])
+    return train.astype(np.int64), val.astype(np.int64)
 
 
 # Magic numbers of what users pass instead of text: (leading bytes, what it is, how to fix it).
@@ -128,7 +157,17 @@ _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__p
 
 
 def stdlib_prose() -> str:
-    """pydoc topics (sorted by key) then stdlib docstrings (files sorted by path)."""
+    """pydoc topics (sorted by key) then stdlib docstrings (files sorted by path), joined by blank lines."""
+    return "\n\n".join(stdlib_parts())
+
+
+def joined_starts(sizes: list[int], separator: int = 2) -> np.ndarray:
+    """Byte offsets where each of the parts of ``sizes`` bytes starts once joined by a ``separator``-byte gap."""
+    return np.concatenate(([0], np.cumsum(np.asarray(sizes[:-1], dtype=np.int64) + separator))).astype(np.int64)
+
+
+def stdlib_parts() -> list[str]:
+    """The embedded corpus's documents: each pydoc topic, each docstring."""
     import pydoc_data.topics
 
     parts = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
@@ -145,7 +184,7 @@ def stdlib_prose() -> str:
                 doc = ast.get_docstring(node)
                 if doc:
                     parts.append(doc)
-    return "\n\n".join(parts)
+    return parts
 
 
 class Embedded:
@@ -162,6 +201,18 @@ class Embedded:
     def load(self) -> Corpus:
         data = self._cached().read_bytes()
         return _corpus(f"embedded-python{_version()}", data, *block_split(data, self.val_every))
+
+    def document_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each pydoc topic and docstring a document: (train, val) byte offsets (``split_starts``), cached beside
+        the text."""
+        text = self._cached()
+        cache = text.with_suffix(".starts.npy")
+        if not cache.exists():
+            starts = joined_starts([len(p.encode("utf-8")) for p in stdlib_parts()])
+            tmp = cache.with_suffix(f".tmp{os.getpid()}.npy")
+            np.save(tmp, starts)
+            tmp.replace(cache)  # atomic, as the text
+        return split_starts(np.load(cache), text.stat().st_size, self.val_every)
 
     @staticmethod
     def _cached() -> Path:
@@ -223,6 +274,11 @@ class TextFiles:
         if len(data) < 4096:
             raise ConfigError(f"data.path={self.path} holds {len(data)} bytes; give at least 4 KiB of text")
         return _corpus(f"text:{Path(self.path).expanduser().name}", data, *block_split(data, self.val_every))
+
+    def document_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each file a document: (train, val) byte offsets (``split_starts``)."""
+        sizes = [f.stat().st_size for f in self._files()]
+        return split_starts(joined_starts(sizes), sum(sizes) + 2 * (len(sizes) - 1), self.val_every)
 
 
 # --- enwik8 ---------------------------------------------------------------------------

@@ -79,8 +79,12 @@ def without_full_masks(batch: dict) -> dict:
     on a GPU would wait for every queued kernel, and attention given no mask builds and applies none."""
     if "key_padding_mask" not in batch:
         return {k: without_full_masks(v) if isinstance(v, dict) else v for k, v in batch.items()}
-    mask = batch["key_padding_mask"]
-    return {**batch, "key_padding_mask": None} if mask is not None and bool(mask.all()) else batch
+    mask, documents = batch["key_padding_mask"], batch.get("document_ids")
+    if mask is not None and bool(mask.all()):
+        batch = {**batch, "key_padding_mask": None}
+    if documents is not None and bool((documents == documents[:, :1]).all()):  # one document a row: nothing to do
+        batch = {**batch, "document_ids": None}
+    return batch
 
 
 def on_device(batch: dict, device) -> dict:

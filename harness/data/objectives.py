@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from harness.data.corpus import check_train_split, check_val_split
-from harness.data.tokenizer import split_ids
+from harness.data.tokenizer import document_firsts, split_ids
 from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
 
@@ -85,10 +85,12 @@ class TextObjective:
 
             return SlicedWindows(corpus.train_ids, seq_len + self.extra_tokens, n, seed, self, corpus.windows,
                                  world_size, stride=seq_len)  # sequential CLM windows share the shifted token
-        return TrainWindows(self.tok.encode(corpus.train), seq_len + self.extra_tokens, n, seed, self)
+        return TrainWindows(self.tok.encode(corpus.train), seq_len + self.extra_tokens, n, seed, self,
+                            document_firsts(corpus, self.tok, "train"))
 
     def validation_data(self, corpus, seq_len: int) -> Dataset:
-        return EvalWindows(split_ids(corpus, self.tok, "val"), seq_len + self.extra_tokens, self, self.tok.pad_id)
+        return EvalWindows(split_ids(corpus, self.tok, "val"), seq_len + self.extra_tokens, self, self.tok.pad_id,
+                           firsts=document_firsts(corpus, self.tok, "val"))
 
 
 class MaskedLM(TextObjective):

@@ -58,6 +58,18 @@ def bytes_per_token(corpus, tokenizer) -> float:
     return len(corpus.val) / max(1, len(tokenizer.encode(corpus.val)))
 
 
+def document_firsts(corpus, tokenizer, split: str) -> np.ndarray | None:
+    """True at the first token of each document of ``split`` (the corpus's ``starts``, byte offsets, which are token
+    indices for the byte tokenizer: validation refuses documents with another), or None when the corpus carries
+    none."""
+    if getattr(corpus, "starts", None) is None:
+        return None
+    offsets = corpus.starts[0 if split == "train" else 1]
+    firsts = np.zeros(len(getattr(corpus, split)), dtype=bool)
+    firsts[offsets[offsets < len(firsts)]] = True
+    return firsts
+
+
 def split_ids(corpus, tokenizer, split: str):
     """The token ids of ``split`` ("train" or "val"): pre-tokenized shards' own (harness/data/shards.py), else
     the tokenizer's encoding of the text."""

@@ -19,12 +19,29 @@ def _generator(seed: int, index: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
 
 
+def with_document_ids(example: dict[str, torch.Tensor], firsts: np.ndarray | None, start: int,
+                      length: int) -> dict[str, torch.Tensor]:
+    """``example`` with ``document_ids`` (T,) when the source passes documents: ``firsts`` (bool, one per token of
+    the split) is True at each document's first token. The window's first token is in document 0 whatever it is;
+    padding beyond the split continues the last document (masked anyway). None: the example as it was."""
+    if firsts is None:
+        return example
+    window = np.zeros(length, dtype=np.int64)
+    chunk = firsts[start : start + length]
+    window[: len(chunk)] = chunk
+    window[0] = 0
+    ids = torch.from_numpy(np.cumsum(window))
+    return {**example, "document_ids": ids[: example["input_ids"].shape[0]]}  # CLM: its inputs are window[:-1]
+
+
 class TrainWindows(Dataset):
     """``n`` windows of ``length`` tokens at uniformly random offsets."""
 
-    def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective):
+    def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective, firsts: np.ndarray | None = None):
+        """``firsts``: True at each document's first token (``with_document_ids``), or None."""
         check_train_split(len(ids), length)
         self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
+        self.firsts = firsts
 
     def __len__(self) -> int:
         return self.n
@@ -33,7 +50,8 @@ class TrainWindows(Dataset):
         gen = _generator(self.seed, index)
         start = int(torch.randint(len(self.ids) - self.length + 1, (1,), generator=gen))
         window = torch.from_numpy(self.ids[start : start + self.length].astype(np.int64))
-        return self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)
+        example = self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)
+        return with_document_ids(example, self.firsts, start, self.length)
 
 
 def window_starts(n_labels: int, length: int, stride: int) -> list[int]:
@@ -55,30 +73,33 @@ class EvalWindows(Dataset):
     """
 
     def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345,
-                 starts: list[int] | None = None, score_from: list[int] | None = None):
+                 starts: list[int] | None = None, score_from: list[int] | None = None,
+                 firsts: np.ndarray | None = None):
         check_val_split(len(ids), objective.extra_tokens)
         self.ids, self.length, self.objective, self.pad_id, self.seed = ids, length, objective, pad_id, seed
+        self.firsts = firsts  # True at each document's first token (``with_document_ids``), or None
         labels = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
         self.starts = starts if starts is not None else window_starts(len(ids) - objective.extra_tokens, labels,
                                                                       labels)
         self.score_from = score_from or [0] * len(self.starts)
 
     @classmethod
-    def sliding(cls, ids: np.ndarray, length: int, stride: int, objective, pad_id: int) -> EvalWindows:
+    def sliding(cls, ids: np.ndarray, length: int, stride: int, objective, pad_id: int,
+                firsts: np.ndarray | None = None) -> EvalWindows:
         """Windows advancing ``stride`` tokens; each after the first scores only its last ``stride`` labels."""
         labels = length - objective.extra_tokens
         starts = window_starts(len(ids) - objective.extra_tokens, labels, stride)
         score_from = [0] + [labels - stride] * (len(starts) - 1)  # window k > 0: its last S labels are new
-        return cls(ids, length, objective, pad_id, starts=starts, score_from=score_from)
+        return cls(ids, length, objective, pad_id, starts=starts, score_from=score_from, firsts=firsts)
 
     @classmethod
     def last_tokens(cls, ids: np.ndarray, length: int, ends: list[int], keep: int, objective,
-                    pad_id: int) -> EvalWindows:
+                    pad_id: int, firsts: np.ndarray | None = None) -> EvalWindows:
         """One window per sample ending at label index ``ends[j]`` (exclusive), scoring its last ``keep``
         labels: at every context length the same targets (Kazemnejad et al. 2023, App. F.3)."""
         labels = length - objective.extra_tokens
         return cls(ids, length, objective, pad_id, starts=[e - labels for e in ends],
-                   score_from=[labels - keep] * len(ends))
+                   score_from=[labels - keep] * len(ends), firsts=firsts)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -90,7 +111,7 @@ class EvalWindows(Dataset):
         valid = torch.arange(self.length) < len(chunk)
         example = self.objective.make_example(window, valid, _generator(self.seed, index))
         example["labels"][: self.score_from[index]] = IGNORE  # context only: scored by an earlier window
-        return example
+        return with_document_ids(example, self.firsts, self.starts[index], self.length)
 
 
 class ContinueFrom(DistributedSampler):

@@ -161,7 +161,7 @@ def attention_diagnostics(model, loader, windows: int = WINDOWS) -> Diagnostics:
             for batch in _windows(loader, windows, model.cfg.n_heads):
                 # .forward, not __call__: a compiled model (model.compile=true) runs eagerly here, hooks and all
                 batch = on_device(batch, device)
-                model.forward(batch["input_ids"], batch["key_padding_mask"])
+                model.forward(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))
     finally:
         for handle in handles:
             handle.remove()

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from harness.data.loaders import on_device
 from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match, token_hits
 from harness.data.tasks.blind import blind_baseline
-from harness.data.tokenizer import split_ids
+from harness.data.tokenizer import document_firsts, split_ids
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
 
@@ -64,11 +64,12 @@ def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[i
     K, the last K tokens of the same samples at every length (causal objectives: validate.py refuses others)."""
     results = LengthResults(stride=stride, keep=same_targets)
     ids = split_ids(corpus, tokenizer, "val")
+    firsts = document_firsts(corpus, tokenizer, "val")  # packed documents' first tokens, when the run asks for them
     ends = sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
     module.eval()
     for length in lengths:
         try:
-            _score_length_windows(module, ids, tokenizer.pad_id, objective, data, length, ends, results)
+            _score_length_windows(module, ids, tokenizer.pad_id, objective, data, length, ends, results, firsts)
         except ConfigError as e:  # the scheme's explicit refusal, not an index error
             results.skipped[length] = str(e)
             print(f"eval.lengths: skipped L={length}: {e}")
@@ -76,16 +77,17 @@ def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[i
 
 
 def _score_length_windows(module, ids, pad_id: int, objective, data, length: int, ends: list[int],
-                          results: LengthResults) -> None:
+                          results: LengthResults, firsts=None) -> None:
     tokens, batch = length + objective.extra_tokens, max(1, data.batch_size * data.seq_len // length)
     ids_l = budget_prefix(ids, length, objective.extra_tokens, _budget(data))
-    scores = score_windows(module, EvalWindows(ids_l, tokens, objective, pad_id), batch)
+    firsts_l = None if firsts is None else firsts[: len(ids_l)]
+    scores = score_windows(module, EvalWindows(ids_l, tokens, objective, pad_id, firsts=firsts_l), batch)
     results.positions[length], results.losses[length] = scores, scores.loss
     if results.stride:
-        sliding = EvalWindows.sliding(ids_l, tokens, results.stride, objective, pad_id)
+        sliding = EvalWindows.sliding(ids_l, tokens, results.stride, objective, pad_id, firsts_l)
         results.sliding[length] = score_windows(module, sliding, batch).loss
     if results.keep:
-        last = EvalWindows.last_tokens(ids, tokens, ends, results.keep, objective, pad_id)
+        last = EvalWindows.last_tokens(ids, tokens, ends, results.keep, objective, pad_id, firsts)
         results.last[length] = score_windows(module, last, batch).loss
 
 

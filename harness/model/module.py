@@ -51,14 +51,14 @@ class LanguageModel(L.LightningModule):
 
     def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
-        logits = self.model(batch["input_ids"], batch["key_padding_mask"])  # (B, T, V)
+        logits = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE,
                                reduction="sum")
         return loss, (batch["labels"] != IGNORE).sum(), logits
 
     def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each."""
-        logits = self.model(batch["input_ids"], batch["key_padding_mask"])  # (B, T, V)
+        logits = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, float64 kept
         losses = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=IGNORE,
                                  reduction="none")  # (B, V, T) in, (B, T) out

@@ -33,7 +33,7 @@ from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
 from harness.model.layers import LayeredScheme, LayerPattern, check_layers
 from harness.model.temperature import KINDS, LengthTemperature
-from positional.base import PositionalScheme, Shape
+from positional.base import PositionalScheme, Shape, document_positions
 
 
 @dataclass
@@ -57,6 +57,10 @@ class ModelConfig:
     temperature_init: float | None = None  # ssmax: s at the start (null: 1 / log of the training length)
     temperature_floor: int = 8192  # llama4: F in 1 + β·log(1 + ⌊(i+1)/F⌋)
     temperature_scale: float = 0.1  # llama4: β
+    # Packed documents (the data source passes where each starts, ``document_ids``): positions restart at each
+    # document's first token; attention stays inside each document (softmax attention)
+    restart_positions: bool = False
+    document_mask: bool = False
 
     CHOICES = {"norm": ("pre", "post"), "norm_type": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu"),
                "head": ("bert", "tied", "untied"), "temperature": KINDS, "temperature_layers": ("all", "nope")}
@@ -75,7 +79,7 @@ class ModelConfig:
         for key, choices in self.CHOICES.items():
             if getattr(self, key) not in choices:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: use {' or '.join(map(repr, choices))}")
-        for key in ("compile", "bias", "qk_norm"):
+        for key in ("compile", "bias", "qk_norm", "restart_positions", "document_mask"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"model.{key}={getattr(self, key)!r}: use true or false")
         if self.temperature_floor <= 0 or not math.isfinite(self.temperature_scale):
@@ -164,7 +168,8 @@ class Transformer(nn.Module):
                  attn: Callable[[Shape], AttentionVariant] | LayerPattern):
         super().__init__()
         self.cfg, self.causal = cfg, causal
-        shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal)
+        shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal, cfg.restart_positions,
+                      cfg.document_mask)
         self.pos = LayeredScheme(shape, pos) if isinstance(pos, LayerPattern) else pos(shape)
         variants = (attn.variants(shape) if isinstance(attn, LayerPattern) else
                     [attn(shape) for _ in range(cfg.n_layers)])
@@ -188,16 +193,23 @@ class Transformer(nn.Module):
             if part is not None:
                 part.apply(_init_weights)
 
-    def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None,
+                document_ids: Tensor | None = None) -> Tensor:
         """input_ids: (B, T) -> logits (B, T, V). key_padding_mask: (B, T) bool, True at real tokens, or None
         when nothing is padded. Nothing here reads a tensor's value (that would wait for the GPU): a batch of
         full windows reaches the model with None, its all-true mask dropped on the host before the batch
         moves (harness/data/loaders.py ``on_device``), so attention builds and applies no mask (an all-true one
-        still costs a bias scheme's step a mask pass)."""
+        still costs a bias scheme's step a mask pass).
+        document_ids: (B, T), equal within each packed document, or None (each row one document): read only under
+        model.restart_positions (positions restart per document, (B, T)) and model.document_mask."""
         T = input_ids.shape[1]
-        positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
+        if document_ids is not None and self.pos.shape.restart_positions:
+            positions = document_positions(document_ids)  # (B, T): each document's tokens at 0, 1, …
+        else:
+            positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
-        base = AttentionContext(causal=self.causal, key_padding_mask=key_padding_mask)
+        isolate = document_ids if self.pos.shape.document_mask else None
+        base = AttentionContext(causal=self.causal, key_padding_mask=key_padding_mask, document_ids=isolate)
         n = len(self.blocks)
         rotaries, biases = self.pos.rotaries(positions, n), self.pos.logit_biases(positions, n)  # one per layer
         for block, rotary, bias in zip(self.blocks, rotaries, biases, strict=True):
