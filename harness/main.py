@@ -12,6 +12,8 @@ compose a run.
     posbench prepare …                        pre-tokenized shards (python -m harness.data.prepare …)
     posbench hf-rope CONFIG                   the overrides that build a transformers model's RoPE per layer
                                               (its config.json's rope_parameters, flat or per layer type)
+    posbench hf-eval MODEL_DIR [--scalings …]  a pretrained causal LM under each RoPE scaling × factor: perplexity
+                                              by length, passkey by depth (harness/pretrained/evaluate.py)
 
 Without a subcommand the arguments are ``python run.py``'s (overrides, ``-m``, ``--check``, ``--matrix``,
 ``--list``), so every older command line keeps working. conf/ is found beside this package (harness/paths.py),
@@ -127,10 +129,16 @@ def _hf_rope(rest: list[str]) -> int:
     return 0
 
 
+def _hf_eval(rest: list[str]) -> int:
+    from harness.pretrained.evaluate import main as hf_eval_main
+
+    return hf_eval_main(rest)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": _hydra(), "check": _hydra(CHECK_FLAG), "list": _listing(LIST_FLAG), "matrix": _listing(MATRIX_FLAG),
     "report": _results("report"), "paper": _results("paper"), "tune": _results("tune"), "index": _results("index"),
-    "bench": _bench, "prepare": _prepare, "hf-rope": _hf_rope,
+    "bench": _bench, "prepare": _prepare, "hf-rope": _hf_rope, "hf-eval": _hf_eval,
 }
 
 

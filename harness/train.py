@@ -140,7 +140,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         from harness.pretrained.export import hf_files
 
         run.log_files(hf_files(built.model, checked.tokenizer.vocab_size, built.model.pos.shape.max_len,
-                               task.causal), "hf_model")
+                               task.causal, checked.tokenizer.config_name()), "hf_model")
     if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 

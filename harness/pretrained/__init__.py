@@ -7,5 +7,10 @@ weights exactly as on posbench's own models; and transformers v5's ``rope_parame
 into posbench's per-layer patterns and written from a posbench model (``rope_parameters``). transformers is never
 imported here: the model is duck-typed.
 
-May import: positional, and the ground.
+Also: evaluating such a model under each scaling and factor, as the PI / NTK / YaRN papers did (``evaluate``:
+perplexity by context length with sliding windows, passkey retrieval by depth × length), one MLflow run per cell
+under one parent (``posbench hf-eval``).
+
+May import: positional, harness.data (the evaluation text), harness.record (the evaluation's MLflow runs), and the
+ground.
 """

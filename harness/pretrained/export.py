@@ -56,7 +56,9 @@ def refusal(model, causal: bool) -> str | None:
     return None
 
 
-def hf_config(model, vocab_size: int, max_len: int) -> dict:
+def hf_config(model, vocab_size: int, max_len: int, tokenizer: str | None = None) -> dict:
+    """transformers' config.json of ``model``; ``tokenizer``: posbench's tokenizer option the ids are of, kept as
+    ``posbench_tokenizer`` so that ``posbench hf-eval`` encodes text as training did (byte: the bytes themselves)."""
     cfg, scheme = model.cfg, model.layers()[0][0]
     qk = bool(cfg.qk_norm)
     return {"architectures": ["Qwen3ForCausalLM" if qk else "LlamaForCausalLM"],
@@ -66,7 +68,8 @@ def hf_config(model, vocab_size: int, max_len: int) -> dict:
             "head_dim": cfg.d_model // cfg.n_heads, "max_position_embeddings": max_len, "rms_norm_eps": 1e-6,
             "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
             "tie_word_embeddings": cfg.head == "tied", "torch_dtype": "float32",
-            "rope_parameters": {"rope_type": "default", "rope_theta": float(scheme.base)}}
+            "rope_parameters": {"rope_type": "default", "rope_theta": float(scheme.base)},
+            **({"posbench_tokenizer": tokenizer} if tokenizer else {})}
 
 
 def half_order(head_dim: int) -> Tensor:
@@ -100,12 +103,13 @@ def hf_state_dict(model) -> dict[str, Tensor]:
     return {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in out.items()}
 
 
-def hf_files(model, vocab_size: int, max_len: int, causal: bool) -> dict[str, str | bytes]:
+def hf_files(model, vocab_size: int, max_len: int, causal: bool,
+             tokenizer: str | None = None) -> dict[str, str | bytes]:
     """``config.json`` and ``model.safetensors`` of ``model``; a one-line ConfigError where it has no such form."""
     why = refusal(model, causal)
     if why:
         raise ConfigError(f"export=hf: {why}")
     from safetensors.torch import save
 
-    return {"config.json": json.dumps(hf_config(model, vocab_size, max_len), indent=2) + "\n",
+    return {"config.json": json.dumps(hf_config(model, vocab_size, max_len, tokenizer), indent=2) + "\n",
             "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"})}
