@@ -51,6 +51,7 @@ class EvalSpec:
     experiment: str = "hf-eval"
     tracking_uri: str | None = None
     seed: int = 0
+    check_only: bool = False  # --check: the options and the folder checked, nothing loaded
 
     def cells(self) -> list[tuple[str, float]]:
         """(scaling, factor) per run: ``none`` once (the model as trained), every other scaling at every factor."""
@@ -73,10 +74,11 @@ def parse(argv: list[str]) -> EvalSpec:
     p.add_argument("--experiment", default="hf-eval", help="the MLflow experiment")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else <root>/mlflow.db")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--check", action="store_true", help="check the options and the folder only; load nothing")
     a = p.parse_args(argv)
     spec = EvalSpec(Path(a.model).expanduser(), _names(a.scalings), _numbers("--factors", a.factors, float),
                     _numbers("--lengths", a.lengths, int), a.stride, a.budget, a.passkey_trials,
-                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed)
+                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check)
     check(spec)
     return spec
 
@@ -253,6 +255,10 @@ def main(argv: list[str]) -> int:
 
     try:
         spec = parse(argv)
+        if spec.check_only:
+            print(f"ok: {len(spec.cells())} cells (scaling × factor) at lengths {', '.join(map(str, spec.lengths))} "
+                  f"on {spec.model}; nothing loaded")
+            return 0
         parent, results = run(spec)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
