@@ -1,7 +1,7 @@
 """The grid section of a paper report: does each scheme help, per attention variant, beyond seed noise?
 
 For every (pos, attn) cell with finished seeds, the difference of its mean final val loss from
-``pos=none`` with the same attention, with a Welch 95 % interval (results.stats.welch_interval):
+``pos=none`` with the same attention, with a Welch 95 % interval (harness.stats.welch_interval):
   grid_delta.png   the differences as a heatmap centred at 0 (blue: lower loss than none); a cell
                    whose interval contains 0 is marked "≈" (within seed noise)
   a table          the same numbers, refused pairings with their reason
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.stats import welch_interval
 from results.cells import MIN_ORDER_GAIN
-from results.stats import welch_interval
 
 BASELINE = "none"
 

@@ -36,8 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from results.cells import GRID_KEYS, MIN_ORDER_GAIN
-from results.stats import (
+from harness.stats import (
     holm,
     margin_p_value,
     minimum_detectable_effect,
@@ -49,6 +48,7 @@ from results.stats import (
     welch_p_value,
     what_settles,
 )
+from results.cells import GRID_KEYS, MIN_ORDER_GAIN
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99

@@ -11,7 +11,7 @@ gets no verdict, and one line asking for ``report.baseline``. Each comparison ge
               results/cells.py): its loss says nothing about its positional scheme — train longer; how
               much longer comes from its own order-gain curve (``trend``)
   lower / higher   the Welch 95 % interval of the difference excludes 0
-  tie         it does not; the minimum detectable effect (results.stats) says how large a difference
+  tie         it does not; the minimum detectable effect (harness.stats) says how large a difference
               this seed count would have caught 80 % of the time, so a reader knows what the tie means
   one seed    fewer than two finished seeds on a side: no interval (add seed=0,1,2)
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.stats import minimum_detectable_effect, welch_interval, what_settles
 from results.cells import Declared, Group
-from results.stats import minimum_detectable_effect, welch_interval, what_settles
 
 BASELINE = "none"
 # a rise between the last two validations smaller than this share of min_order_gain is read as flat (noise)

@@ -63,9 +63,9 @@ def test_every_cell_trains_once_as_a_child_of_the_sweep(shortened):
 
 @pytest.mark.slow
 def test_the_printed_verdicts_are_the_stores_numbers(shortened):
+    from harness.stats import welch_interval
     from results.cells import MIN_ORDER_GAIN
     from results.report import console_summary
-    from results.stats import welch_interval
     from results.store import find_sweep, sweep_report
     from results.verdicts import headline, verdicts
 

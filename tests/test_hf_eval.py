@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.pretrained.evaluate import EvalSpec, check, loss_by_length, parse, passkey_retrieved
+from harness.pretrained.evaluate import EvalSpec, check, parse
+from harness.pretrained.measures import key_tokens, loss_by_length, passkey_retrieved
 
 pytest.importorskip("transformers")
 
@@ -116,3 +117,299 @@ def test_train_export_extend_evaluate_offline_read_back_from_mlflow(train_tiny, 
     report = Path(client.download_artifacts(parent.info.run_id, "hf_eval.md")).read_text()
     assert "| none | 1 |" in report and "| yarn | 2 |" in report
     assert "parent run" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- LongPPL's key tokens (issue 47, item 1)
+
+
+class Repeater(torch.nn.Module):
+    """Puts probability p on the token K positions back *within its input* (uniform over V otherwise): on a text
+    of period K it is right exactly where its window reaches K − 1 tokens back, so the key tokens are known."""
+
+    def __init__(self, period: int, vocab: int = 16, p: float = 0.9):
+        super().__init__()
+        self.period, self.vocab, self.p = period, vocab, p
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        probs = torch.full((*input_ids.shape, self.vocab), 1 / self.vocab, dtype=torch.float64)
+        for i in range(self.period - 1, t):  # position i predicts token i + 1 = token i + 1 − K
+            probs[0, i] = (1 - self.p) / (self.vocab - 1)
+            probs[0, i, input_ids[0, i + 1 - self.period]] = self.p
+        return type("Out", (), {"logits": probs.log()})
+
+
+def test_key_tokens_follow_longppls_two_thresholds():
+    long = torch.tensor([0.1, 0.1, 2.5, 0.1, 1.9])
+    short = torch.tensor([2.2, 2.0, 5.0, 0.1, 4.0])  # LSD: 2.1, 1.9, 2.5, 0, 2.1; LCL: −0.1, −0.1, −2.5, −0.1, −1.9
+    assert key_tokens(long, short).tolist() == [True, False, False, False, True]
+
+
+def test_key_tokens_are_the_labels_only_the_long_context_predicts():
+    """With period K beyond the short context (s + w < K − 1) and the long windows' scored labels at least K − 1
+    into their window (stride L/2 ≥ K − 1), the key tokens are exactly labels K − 1 … ; LongPPL = 1/p."""
+    from harness.pretrained.evaluate import find_key_tokens, measure
+
+    period, budget = 24, 300
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 16, (period,), generator=g).repeat(20)[: budget + 129]
+    spec = EvalSpec(Path("."), lengths=(64, 128), budget=budget, key_short=8, passkey_trials=0)
+    model = Repeater(period)
+    apply = pytest.MonkeyPatch()
+    apply.setattr("harness.pretrained.rotary.apply_scaling", lambda *a, **k: None)
+    try:
+        keys = find_key_tokens(model, ids, spec)
+    finally:
+        apply.undo()
+    for n in (64, 128):
+        assert keys[n].nonzero().flatten().tolist() == list(range(period - 1, budget))
+    metrics, losses = measure(model, None, ids, spec, keys)
+    assert metrics["key/ppl_at_128"] == pytest.approx(1 / 0.9, rel=1e-12)
+    assert metrics["val/loss_at_64"] == pytest.approx(float(losses[64].mean()), rel=1e-12)
+    assert metrics["cost/seconds_per_1k_tokens_at_64"] > 0
+
+
+# ---------------------------------------------------------------- the claim: paired tests, Holm, a margin
+
+
+def _losses(diffs: dict[str, float], noise: float = 0.01, blocks: int = 8, stride: int = 16):
+    """Per-label losses at L = 64 for each scaling at factor 2: a common base + the scaling's shift + noise."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.rand(blocks * stride, generator=g, dtype=torch.float64) * 3
+    return {(m, 2.0): {64: base + shift + noise * torch.randn(blocks * stride, generator=g, dtype=torch.float64)}
+            for m, shift in diffs.items()}
+
+
+@pytest.mark.parametrize("diffs, decisions, verdict", [
+    ({"yarn": 0.0, "ntk": 0.2, "linear": 0.5}, ["supports", "supports"], "supported"),
+    ({"yarn": 0.0, "ntk": 0.2, "linear": 0.1}, ["supports", "contradicts"], "contradicted"),
+    ({"yarn": 0.0, "ntk": 0.003, "linear": 0.5}, ["negligible (below 0.01 nats)", "supports"], "inconclusive"),
+])
+def test_the_claim_is_judged_pair_by_pair_with_holm(diffs, decisions, verdict):
+    from harness.pretrained.report import judge
+    from harness.pretrained.report import verdict as overall
+
+    spec = EvalSpec(Path("."), scalings=("yarn", "ntk", "linear"), factors=(2.0,), lengths=(32, 64), stride=16,
+                    claim=("yarn", "ntk", "linear"), margin=0.01)
+    rows = judge(spec, 48, _losses(diffs, noise=0.001))
+    assert [(r["length"], r["a"], r["b"], r["blocks"]) for r in rows] == \
+        [(64, "yarn", "ntk", 8), (64, "ntk", "linear", 8)]
+    assert [r["decision"] for r in rows] == decisions
+    assert overall(rows) == verdict
+
+
+def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
+    """p of each comparison equals scipy's paired t test over the blocks' mean losses; Holm rejects the smallest p
+    at α/2 and the next at α, so a p between them is rejected only after the first is."""
+    from scipy import stats
+
+    from harness.pretrained.report import judge
+
+    losses = _losses({"yarn": 0.0, "ntk": 0.004, "linear": 0.03}, noise=0.02)
+    spec = EvalSpec(Path("."), scalings=("yarn", "ntk", "linear"), factors=(2.0,), lengths=(64,), stride=16,
+                    claim=("yarn", "ntk", "linear"), margin=0.0, level=0.05)
+    rows = judge(spec, 48, losses)
+    for row in rows:
+        a = [float(b.mean()) for b in losses[row["a"], 2.0][64].split(16)]
+        b = [float(b.mean()) for b in losses[row["b"], 2.0][64].split(16)]
+        assert row["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-9)
+    small, large = sorted(r["p"] for r in rows)
+    assert [r["decision"] != "inconclusive" for r in rows] == \
+        [small <= 0.025 and (r["p"] == small or large <= 0.05) for r in rows]
+
+
+# ---------------------------------------------------------------- what it costs, before loading (item 5)
+
+LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("family, extra", [
+    ("llama", {}), ("llama", {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
+    ("mistral", {"head_dim": 24}), ("qwen2", {"tie_word_embeddings": True}), ("gpt_neox", {"rotary_pct": 0.25}),
+])
+def test_the_parameter_count_from_config_json_is_transformers_exact(family, extra):
+    import transformers
+
+    from harness.pretrained.budget import parameter_count
+
+    config = transformers.AutoConfig.for_model(family, vocab_size=97, hidden_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                                               **extra)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    assert parameter_count(config.to_dict()) == sum(p.numel() for p in model.parameters())
+
+
+def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path):
+    import json
+
+    from harness.pretrained.budget import parameter_count
+
+    assert parameter_count(LLAMA2_7B) == 6_738_415_616  # Llama 2 7B's published count
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
+    figure = r"at L=32768 needs ≈ \d+\.\d GiB \(weights 25\.10, .*\) > 24\.0 GiB available"
+    with pytest.raises(ConfigError, match=figure):
+        parse([str(tmp_path), "--lengths", "4096,32768", "--budget", "32768", "--memory", "24"])
+    spec = parse([str(tmp_path), "--lengths", "512", "--budget", "1024", "--memory", "80", "--check"])
+    assert "6,738,415,616 parameters" in __import__("harness.pretrained.evaluate", fromlist=["plan"]).plan(spec)
+
+
+def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
+    from harness.pretrained.evaluate import costs
+
+    spec = EvalSpec(Path("."), lengths=(512,), budget=1024)
+    peak, flops = costs(spec, LLAMA2_7B)
+    longer_peak, longer = costs(EvalSpec(Path("."), lengths=(512, 2048), budget=4096), LLAMA2_7B)
+    tuned_peak, tuned = costs(EvalSpec(Path("."), lengths=(512,), budget=1024, finetune_steps=10), LLAMA2_7B)
+    assert sum(longer_peak.values()) > sum(peak.values()) and longer > flops
+    assert sum(tuned_peak.values()) > 4 * sum(peak.values()) and tuned > flops  # 16 bytes per parameter + a copy
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--claim", "yarn<foo"], "--claim=yarn<foo: order two or more distinct scalings of --scalings"),
+    (["--claim", "yarn"], "--claim=yarn: order two or more"),
+    (["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "64"], "judged beyond the trained context (64 tokens"),
+    (["--key-short", "5000"], "--key-short=5000: LongPPL's short context lies in 1"),
+    (["--margin", "-1"], "--margin=-1.0 ≥ 0"),
+    (["--finetune-lr", "0"], "--finetune-lr=0.0 > 0"),
+    (["--finetune-length", "1"], "--finetune-length=1: at least 2 tokens"),
+    (["--evaluator", "/nonexistent/model"], "--evaluator /nonexistent/model is not a model folder"),
+])
+def test_a_bad_claim_evaluator_or_finetune_option_is_one_line(tmp_path, argv, needle):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA2_7B, "hidden_size": 64, "num_hidden_layers": 1,
+                                                      "intermediate_size": 64, "max_position_embeddings": 64}))
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("+", r"\+")):
+        parse([str(tmp_path), *argv])
+
+
+# ---------------------------------------------------------------- a short fine-tune at the new length (item 3)
+
+
+def _tiny_llama(folder: Path, seed: int = 0) -> Path:
+    import json
+
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    on_disk = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**on_disk, "posbench_tokenizer": "byte"}))
+    return folder
+
+
+def test_pis_finetune_lowers_the_loss_at_the_new_length():
+    import transformers
+
+    from harness.pretrained.finetune import finetune
+    from harness.pretrained.rotary import apply_scaling
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=32)).eval()
+    apply_scaling(model, method="linear", factor=2.0)
+    ids = torch.arange(32).repeat(20)  # a counting text: learnable at once
+    before = loss_by_length(model, ids, 64, 32, 256)
+    curve = finetune(model, ids, 64, steps=40, lr=3e-3)
+    assert len(curve) == 40 and not model.training
+    assert loss_by_length(model, ids, 64, 32, 256) < before - 0.5
+
+
+@pytest.mark.slow
+def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tmp_path, store):
+    """A tiny Llama under none, linear and YaRN at 2×, fine-tuned 3 steps per cell first: each child holds its
+    fine-tuning curve, the parent the key-token counts and the claim's verdict; --out has the report; the folder's
+    weights are never changed (a plain run after it gives the plain run's loss exactly)."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.pretrained.evaluate import main
+
+    folder = _tiny_llama(tmp_path / "tiny")
+    common = [str(folder), "--scalings", "none,linear,yarn", "--factors", "2", "--lengths", "32,128", "--budget",
+              "256", "--passkey-trials", "0", "--key-short", "8", "--tracking-uri", store]
+    assert main([*common, "--claim", "yarn<linear", "--finetune-steps", "3", "--out", str(tmp_path / "out")]) == 0
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("hf-eval").experiment_id])
+    parent = next(r for r in runs if r.data.tags.get("kind") == "hf-eval")
+    assert parent.data.tags["claim_verdict"] in ("supported", "contradicted", "inconclusive")
+    assert {"key/count_at_32", "key/count_at_128"} <= set(parent.data.metrics)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 3
+    for child in children:
+        assert len(client.get_metric_history(child.info.run_id, "finetune/loss")) == 3
+    report = (tmp_path / "out" / "README.md").read_text()
+    assert "## Claim: yarn < linear" in report and "| 2 | 128 | yarn − linear |" in report
+    assert (tmp_path / "out" / "hf_eval_loss.png").read_bytes()[:4] == b"\x89PNG"
+    none_tuned = next(r for r in children if r.data.tags["scaling"] == "none").data.metrics["val/loss_at_32"]
+    assert main([*common, "--scalings", "none", "--experiment", "plain"]) == 0
+    plain = client.search_runs([client.get_experiment_by_name("plain").experiment_id],
+                               "tags.kind = 'hf-eval-cell'")[0].data.metrics["val/loss_at_32"]
+    assert none_tuned != plain  # the fine-tune reached the none cell's weights …
+    assert main([*common, "--scalings", "none", "--experiment", "again"]) == 0
+    again = client.search_runs([client.get_experiment_by_name("again").experiment_id],
+                               "tags.kind = 'hf-eval-cell'")[0].data.metrics["val/loss_at_32"]
+    assert again == plain  # … and never the folder's: evaluation alone is deterministic
+
+
+PROBE = """
+import sys, torch, transformers
+from harness.pretrained.budget import evaluation_bytes, finetune_bytes, parameter_count
+from harness.pretrained.finetune import finetune
+from harness.pretrained.measures import token_losses
+def peak():  # this address space's high-water mark (ru_maxrss would keep the forking parent's across exec)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+mode, L, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.manual_seed(0)
+config = transformers.LlamaConfig(vocab_size=V, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=4, intermediate_size=512, max_position_embeddings=L,
+                                  attn_implementation="sdpa", use_cache=False)
+model = transformers.LlamaForCausalLM(config)
+before = peak()  # the weights are in already
+ids = torch.randint(0, V, (4 * L,))
+if mode == "eval":
+    token_losses(model.eval(), ids, L, L, L)
+    estimate = sum(evaluation_bytes(config.to_dict(), L).values()) - 4 * parameter_count(config.to_dict())
+else:
+    finetune(model, ids, L, steps=2)
+    estimate = sum(finetune_bytes(config.to_dict(), L).values()) - 4 * parameter_count(config.to_dict())
+print(peak() - before, estimate)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the high-water mark from Linux's /proc")
+@pytest.mark.parametrize("mode, length, vocab", [("eval", 2048, 32000), ("finetune", 4096, 8000)])
+def test_the_memory_estimate_holds_against_the_measured_peak(mode, length, vocab):
+    """budget.py's estimate beside the peak resident memory a fresh process adds above its weights, ±15 %."""
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    done = subprocess.run([sys.executable, "-c", PROBE, mode, str(length), str(vocab)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    measured, estimate = map(float, done.stdout.split())
+    assert estimate == pytest.approx(measured, rel=0.15), (measured / 2**20, estimate / 2**20)
+
+
+def test_posbenchs_own_theta_is_a_scaling_suffix_and_hope_needs_a_turning_frequency(tmp_path):
+    spec = parse([str(_tiny_llama(tmp_path / "m")), "--scalings", "none+hope,yarn+resonance+hope", "--factors", "2",
+                  "--lengths", "32", "--budget", "64"])
+    assert spec.cells() == [("none+hope", 1.0), ("yarn+resonance+hope", 2.0)]
+    with pytest.raises(ConfigError, match="--scalings=yarn\\+foo: yarn\\+foo unknown; use some of"):
+        parse([str(tmp_path / "m"), "--scalings", "yarn+foo"])
+    import transformers
+
+    from harness.pretrained.rotary import apply_scaling
+
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=4))  # no θ turns within 4 tokens: the fastest, θ_0 = 1, takes 2π ≈ 6.3
+    with pytest.raises(ConfigError, match="\\+hope keeps the frequencies that turn within the trained context"):
+        apply_scaling(model, method="none", hope=True)

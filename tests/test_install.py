@@ -12,6 +12,7 @@ the first test checks that the copy imported is the installed one. The outer env
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -301,6 +302,11 @@ def readme_use_lines() -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
+SMOLLM_135M = {"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+               "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+               "max_position_embeddings": 2048, "tie_word_embeddings": True, "rope_theta": 10000.0}
+
+
 @pytest.fixture(scope="module")
 def readme_files(installed) -> dict[str, str]:
     """What the README's lines point at (``~/books/``, ``~/corpus/``), made small in the working directory."""
@@ -314,7 +320,7 @@ def readme_files(installed) -> dict[str, str]:
     datasets.Dataset.from_dict({"text": rows}).to_parquet(str(corpus / "part.parquet"))
     model = installed.cwd / "SmolLM-135M"  # hf-eval's line is checked (--check): a folder with a config.json
     model.mkdir()
-    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "config.json").write_text(json.dumps(SMOLLM_135M))  # its config.json: --check budgets from it
     return {"~/books/": str(books), "~/corpus/": str(corpus), " DIR ": " readme-shards ",
             "~/models/SmolLM-135M": str(model)}
 

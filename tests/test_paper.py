@@ -4,6 +4,7 @@ import argparse
 
 import pytest
 
+from harness.stats import minimum_detectable_effect
 from results.cells import Cell
 from results.paper import (
     PREMATURE,
@@ -15,7 +16,6 @@ from results.paper import (
     readiness,
     welch_interval,
 )
-from results.stats import minimum_detectable_effect
 from tests.helpers import assert_figure
 
 
@@ -57,7 +57,7 @@ def test_paired_comparisons_of_two_metrics_of_the_same_models(first, other, verd
 def test_paired_interval_matches_the_textbook_formula():
     from scipy import stats
 
-    from results.stats import paired_interval
+    from harness.stats import paired_interval
 
     a, b = [3.0, 5.0, 4.0, 6.0], [1.0, 2.0, 2.0, 3.0]  # d = 2, 3, 2, 3: mean 2.5, sd √(1/3)
     diff, low, high = paired_interval(a, b)
@@ -520,7 +520,7 @@ def test_arms_without_spread_but_apart_keep_their_verdict_without_a_power_figure
 def test_welch_and_paired_p_values_match_scipys_tests():
     from scipy import stats
 
-    from results.stats import paired_p_value, welch_p_value
+    from harness.stats import paired_p_value, welch_p_value
 
     a, b = [2.1, 2.4, 1.9, 2.2], [2.6, 2.5, 2.9]
     assert welch_p_value(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
@@ -530,7 +530,7 @@ def test_welch_and_paired_p_values_match_scipys_tests():
 
 
 def test_holm_rejects_step_down_and_stops_at_the_first_that_fails():
-    from results.stats import holm
+    from harness.stats import holm
 
     # sorted 0.005 ≤ 0.05/4, 0.01 ≤ 0.05/3, then 0.03 > 0.05/2: stop (0.04 is not reached)
     assert holm([0.01, 0.04, 0.03, 0.005], 0.05) == [True, False, False, True]
@@ -561,7 +561,7 @@ def test_seeds_needed_is_the_least_n_whose_detectable_effect_reaches_the_differe
 
     from scipy import stats
 
-    from results.stats import seeds_needed
+    from harness.stats import seeds_needed
 
     a, b = [2.00, 2.10, 1.95], [2.05, 2.20, 2.02]
     diff = statistics.fmean(a) - statistics.fmean(b)
@@ -584,7 +584,7 @@ def test_the_margin_p_value_is_two_one_sided_welch_tests_inside_and_one_outside(
     the one-sided p of Δ beyond m on its side."""
     from scipy import stats
 
-    from results.stats import margin_p_value
+    from harness.stats import margin_p_value
 
     a, b, m = [2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], 0.05
 

@@ -95,3 +95,19 @@ def test_a_model_without_rope_and_per_layer_type_parameters_are_refused():
                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e6}}
     with pytest.raises(ConfigError, match="rope_parameters per layer type"):
         rope_parameters(config)
+
+
+@pytest.mark.parametrize("options", [{"resonance": True}, {"hope": True}, {"resonance": True, "hope": True}])
+def test_posbenchs_own_theta_beyond_transformers_reaches_the_pretrained_model(options):
+    """Resonance RoPE's and HoPE's θ, as posbench's RoPE scheme computes them for a model trained at L, written into
+    transformers' own rotary module, give the logits posbench's swap gives (item 2: schemes beyond HF's)."""
+    from positional.base import Shape
+    from positional.rope import Rope
+
+    hf, ours = tiny("llama"), tiny("llama")
+    theta = Rope(Shape(64, 4, 2, L, True), **options).frequencies_at(16)  # the tiny Llama: head dim 16; HoPE at L
+    assert not torch.equal(theta, Rope(Shape(64, 4, 2, L, True)).frequencies_at(16))  # it is another θ
+    hf.model.rotary_emb.inv_freq.copy_(theta.float())
+    apply_scaling(ours, method="none", **options)
+    for length in (L // 2, 3 * L):
+        torch.testing.assert_close(logits(ours, length), logits(hf, length), rtol=0, atol=1e-5)

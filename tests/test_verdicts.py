@@ -2,8 +2,8 @@
 
 import pytest
 
+from harness.stats import minimum_detectable_effect, seeds_needed, welch_interval
 from results.cells import Cell, Declared, build_report
-from results.stats import minimum_detectable_effect, seeds_needed, welch_interval
 from results.verdicts import headline, missing_baseline, verdicts
 
 

@@ -7,9 +7,11 @@ weights exactly as on posbench's own models; and transformers v5's ``rope_parame
 into posbench's per-layer patterns and written from a posbench model (``rope_parameters``). transformers is never
 imported here: the model is duck-typed.
 
-Also: evaluating such a model under each scaling and factor, as the PI / NTK / YaRN papers did (``evaluate``:
-perplexity by context length with sliding windows, passkey retrieval by depth × length), one MLflow run per cell
-under one parent (``posbench hf-eval``).
+Also: evaluating such a model under each scaling and factor, as the PI / NTK / YaRN / LongPPL papers did
+(``posbench hf-eval``): the command, its checks and the MLflow runs (``evaluate``), what is measured (``measures``:
+perplexity by length with sliding windows, LongPPL's key tokens, passkey retrieval), what it will cost before a
+weight is read (``budget``), PI's short fine-tune (``finetune``) and the report with the claim's verdict
+(``report``).
 
 May import: positional, harness.data (the evaluation text), harness.record (the evaluation's MLflow runs), and the
 ground.

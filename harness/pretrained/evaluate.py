@@ -1,18 +1,28 @@
 """``posbench hf-eval MODEL_DIR``: a pretrained causal LM under each RoPE scaling and factor, measured as the PI,
-NTK and YaRN papers measured theirs, one MLflow run per (scaling, factor) under one parent run.
+NTK, YaRN and LongPPL papers measured theirs, one MLflow run per (scaling, factor) under one parent run.
 
-Per cell:
-  - perplexity by context length L with sliding windows (YaRN's eval/perplexity.py; Press et al. 2022, App. B):
-    windows of L tokens advancing ``stride``, each scoring the tokens the previous one did not reach, over the
-    same first ``budget`` tokens of the text at every L -> ``val/loss_at_<L>`` (nats/token), ``val/ppl_at_<L>``;
-  - passkey retrieval (Mohtashami & Jaggi 2023, as PI §3.2 runs it): a five-digit key in filler text at depth d
-    of a prompt of L tokens, then "What is the pass key? The pass key is" — retrieved when greedy decoding gives
-    the key, i.e. when every key token is the argmax given the prompt and the key tokens before it (one forward,
-    the same answer as decoding) -> ``passkey/acc_at_<L>``, ``passkey/acc_at_<L>_depth_<d>``.
+Per cell (harness/pretrained/measures.py defines each):
+  - perplexity by context length L with sliding windows over the same first ``budget`` tokens at every L ->
+    ``val/loss_at_<L>`` (nats/token), ``val/ppl_at_<L>``, and what it cost: ``cost/seconds_per_1k_tokens_at_<L>``
+    (wall seconds per 1,000 tokens forwarded);
+  - LongPPL at L: the loss on the key tokens — those whose loss an evaluator model improves by > 2 nats with the
+    long context over a short one — ``key/loss_at_<L>``, ``key/ppl_at_<L>``; the key tokens are found once per L by
+    one fixed evaluator (``--evaluator``: another folder with the same tokenizer, as the paper's; default the
+    model as trained) so every cell is scored on the same tokens, ``key/count_at_<L>`` on the parent;
+  - passkey retrieval by depth and length -> ``passkey/acc_at_<L>``, ``passkey/acc_at_<L>_depth_<d>``;
+  - with ``--finetune-steps N``: first N AdamW steps at ``--finetune-length`` under the cell's scaling (PI's
+    protocol, harness/pretrained/finetune.py), the weights put back after the cell -> ``finetune/loss`` by step.
 
-The scaling is posbench's own (harness/pretrained/rotary.py ``apply_scaling``: equal to transformers' through its
-``rope_parameters``, tests/test_hf_rope_parity.py), applied to the model's plain θ at each factor; the model is read
-from a local directory (``save_pretrained``'s format, or posbench's ``export=hf``): nothing is fetched.
+A claim (``--claim yarn<ntk<linear``, declared before anything runs) is judged on the loss at every length beyond the
+model's trained context, at every factor: each adjacent pair of the ordering is a paired t test over blocks of
+``stride`` labels (the same tokens under both cells), the family corrected by Holm at ``--level``; supported when
+every comparison rejects in the claimed direction, contradicted when one rejects against it, else inconclusive.
+
+Before a weight is read, the model's config.json gives its parameters, the peak memory at the longest length (and of
+a fine-tuning step) and the sweep's FLOPs (harness/pretrained/budget.py); a peak above the memory available is
+refused with the figure. The scaling is posbench's own (rotary.py ``apply_scaling``, equal to transformers' through
+its ``rope_parameters``). Nothing is fetched: the model is a local ``save_pretrained`` folder or posbench's
+``export=hf``.
 
 Notation: L context length, S stride, d depth (0: the key first, 1: last).
 """
@@ -29,10 +39,9 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError
+from harness.pretrained import budget, report
+from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
 from positional.rope_scaling import METHODS
-
-NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
-QUESTION = "What is the pass key? The pass key is "
 
 
 @dataclass(frozen=True)
@@ -51,19 +60,39 @@ class EvalSpec:
     experiment: str = "hf-eval"
     tracking_uri: str | None = None
     seed: int = 0
-    check_only: bool = False  # --check: the options and the folder checked, nothing loaded
+    check_only: bool = False  # --check: the options, the folder and the budget checked, no weight loaded
+    key_short: int | None = None  # LongPPL's short context; None: half the shortest length; 0: no key tokens
+    evaluator: Path | None = None  # LongPPL's evaluator model; None: the model as trained
+    claim: tuple[str, ...] = ()  # an ordering of scalings by loss, best first: ("yarn", "ntk", "linear")
+    level: float = 0.05  # the claim's family-wise level (Holm)
+    margin: float = 0.01  # nats: a significant |Δ| below it is negligible, neither for nor against the claim
+    finetune_steps: int = 0
+    finetune_length: int | None = None  # None: the longest length
+    finetune_lr: float = 2e-5
+    finetune_batch: int = 1
+    memory_gib: float | None = None  # None: what the device has available now
+    gflops: float = 100.0  # the sustained rate the time estimate assumes
+    out: Path | None = None  # also write the report there (README.md + report.csv)
 
     def cells(self) -> list[tuple[str, float]]:
-        """(scaling, factor) per run: ``none`` once (the model as trained), every other scaling at every factor."""
-        return [(m, 1.0) for m in self.scalings if m == "none"] + \
-            [(m, f) for m in self.scalings if m != "none" for f in self.factors]
+        """(scaling, factor) per run: ``none`` (and ``none+…``) once, every other scaling at every factor."""
+        return [(m, 1.0) for m in self.scalings if unscaled(m)] + \
+            [(m, f) for m in self.scalings if not unscaled(m) for f in self.factors]
+
+    @property
+    def short(self) -> int:
+        return min(self.lengths) // 2 if self.key_short is None else self.key_short
+
+    def stride_at(self, length: int) -> int:
+        return self.stride or max(1, length // 2)
 
 
 def parse(argv: list[str]) -> EvalSpec:
     """The command line as an ``EvalSpec``; a bad value is a ConfigError naming the fix."""
     p = argparse.ArgumentParser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
-    p.add_argument("--scalings", default="none,linear,ntk,yarn", help=f"comma-separated, of {', '.join(METHODS)}")
+    p.add_argument("--scalings", default="none,linear,ntk,yarn",
+                   help=f"comma-separated, of {', '.join(METHODS)}; +resonance, +hope: posbench's θ (yarn+hope)")
     p.add_argument("--factors", default="2,4", help="comma-separated scaling factors s (each scaling but none)")
     p.add_argument("--lengths", default="256,512,1024", help="comma-separated context lengths L, in tokens")
     p.add_argument("--stride", type=int, default=None, help="sliding-window stride S (default L/2)")
@@ -71,24 +100,52 @@ def parse(argv: list[str]) -> EvalSpec:
     p.add_argument("--passkey-trials", type=int, default=5, help="passkey prompts per length and depth (0: none)")
     p.add_argument("--depths", default="0,0.5,1", help="comma-separated passkey depths in [0, 1]")
     p.add_argument("--text", default="embedded", help="embedded (the stdlib prose's validation split) or a file")
+    p.add_argument("--key-short", type=int, default=None,
+                   help="LongPPL's short context in tokens (default half the shortest length; 0: no key tokens)")
+    p.add_argument("--evaluator", default=None, help="LongPPL's evaluator: a model folder with the same tokenizer "
+                   "(default: the model as trained)")
+    p.add_argument("--claim", default="", help="an ordering by loss beyond the trained context, best first: "
+                   "yarn<ntk<linear")
+    p.add_argument("--level", type=float, default=0.05, help="the claim's family-wise level, Holm-corrected")
+    p.add_argument("--margin", type=float, default=0.01, help="nats: a smaller |Δ| is negligible for the claim")
+    p.add_argument("--finetune-steps", type=int, default=0, help="PI's short fine-tune per cell first (0: none)")
+    p.add_argument("--finetune-length", type=int, default=None, help="its window (default the longest length)")
+    p.add_argument("--finetune-lr", type=float, default=2e-5)
+    p.add_argument("--finetune-batch", type=int, default=1)
+    p.add_argument("--memory", type=float, default=None, help="GiB the run may use (default: available now)")
+    p.add_argument("--gflops", type=float, default=100.0, help="the sustained GFLOP/s the time estimate assumes")
+    p.add_argument("--out", default=None, help="also write the report to this folder (README.md, report.csv)")
     p.add_argument("--experiment", default="hf-eval", help="the MLflow experiment")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else <root>/mlflow.db")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--check", action="store_true", help="check the options and the folder only; load nothing")
+    p.add_argument("--check", action="store_true", help="check the options, folder and budget; load nothing")
     a = p.parse_args(argv)
+    claim = tuple(n.strip() for n in a.claim.split("<") if n.strip()) if a.claim else ()
     spec = EvalSpec(Path(a.model).expanduser(), _names(a.scalings), _numbers("--factors", a.factors, float),
                     _numbers("--lengths", a.lengths, int), a.stride, a.budget, a.passkey_trials,
-                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check)
+                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check,
+                    a.key_short, Path(a.evaluator).expanduser() if a.evaluator else None, claim, a.level,
+                    a.margin,
+                    a.finetune_steps, a.finetune_length, a.finetune_lr, a.finetune_batch, a.memory, a.gflops,
+                    Path(a.out) if a.out else None)
     check(spec)
     return spec
 
 
+MODIFIERS = ("resonance", "hope")  # posbench's θ beyond transformers': yarn+resonance, none+hope
+
+
+def unscaled(name: str) -> bool:
+    return name.split("+")[0] == "none"
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in METHODS]
+    unknown = [n for n in names if n.split("+")[0] not in METHODS or
+               any(m not in MODIFIERS for m in n.split("+")[1:]) or len(set(n.split("+"))) < len(n.split("+"))]
     if unknown or not names:
         raise ConfigError(f"--scalings={text}: {', '.join(unknown) or 'none given'} unknown; use some of "
-                          f"{', '.join(METHODS)}")
+                          f"{', '.join(METHODS)}, each optionally +resonance and/or +hope (yarn+resonance)")
     return names
 
 
@@ -100,7 +157,7 @@ def _numbers(flag: str, text: str, kind) -> tuple:
 
 
 def check(spec: EvalSpec) -> None:
-    """Every value's range, and the model directory, before anything is loaded."""
+    """Every value's range, the model directory and what the run will cost, before any weight is loaded."""
     if not spec.lengths or any(n < 2 for n in spec.lengths):
         raise ConfigError(f"--lengths={','.join(map(str, spec.lengths))}: give context lengths of at least 2 tokens")
     if any(not (math.isfinite(f) and f >= 1) for f in spec.factors):
@@ -112,24 +169,128 @@ def check(spec: EvalSpec) -> None:
     if spec.budget < max(spec.lengths) or spec.passkey_trials < 0:
         raise ConfigError(f"--budget={spec.budget} must cover the longest length {max(spec.lengths)} and "
                           f"--passkey-trials={spec.passkey_trials} be ≥ 0")
-    if not (spec.model / "config.json").is_file():
-        hint = " (a Hub name? nothing is downloaded: save the model with save_pretrained and give its folder)" \
-            if not spec.model.exists() and "/" in str(spec.model) and not str(spec.model).startswith((".", "/")) else ""
-        raise ConfigError(f"{spec.model} is not a model folder with a config.json{hint}")
+    if spec.key_short is not None and not 0 <= spec.key_short < max(spec.lengths):
+        raise ConfigError(f"--key-short={spec.key_short}: LongPPL's short context lies in 1 … the longest length − 1 "
+                          f"({max(spec.lengths) - 1}), or 0 for no key tokens")
+    positive = spec.gflops > 0 and (spec.memory_gib is None or spec.memory_gib > 0)
+    if not (0 < spec.level < 1 and spec.margin >= 0 and positive):
+        raise ConfigError(f"--level={spec.level} lies in (0, 1), --margin={spec.margin} ≥ 0; --gflops={spec.gflops} "
+                          f"and --memory={spec.memory_gib} are positive")
+    if spec.finetune_steps < 0 or spec.finetune_batch < 1 or not (math.isfinite(spec.finetune_lr)
+                                                                  and spec.finetune_lr > 0):
+        raise ConfigError(f"--finetune-steps={spec.finetune_steps} ≥ 0, --finetune-batch={spec.finetune_batch} ≥ 1 "
+                          f"and --finetune-lr={spec.finetune_lr} > 0")
+    if spec.finetune_length is not None and spec.finetune_length < 2:
+        raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
+    for folder, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
+        if folder is not None and not (folder / "config.json").is_file():
+            hub = not folder.exists() and "/" in str(folder) and not str(folder).startswith((".", "/", "~"))
+            hint = " (a Hub name? nothing is downloaded: save the model with save_pretrained and give its folder)" \
+                if hub else ""
+            raise ConfigError(f"{flag} {folder} is not a model folder with a config.json{hint}")
     if spec.text != "embedded" and not Path(spec.text).expanduser().is_file():
         raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
+    _check_claim(spec)
+    _check_budget(spec)
+
+
+def read_config(folder: Path) -> dict:
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{folder}/config.json is not readable JSON ({type(e).__name__}); re-save the model") \
+            from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{folder}/config.json holds no object; re-save the model with save_pretrained")
+    return config
+
+
+def trained_context(config: dict) -> int | None:
+    """The context the model was trained at: its rope parameters' original length, else max_position_embeddings."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    n = (rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None) or \
+        config.get("max_position_embeddings")
+    return int(n) if isinstance(n, int | float) and n > 0 else None
+
+
+def _check_claim(spec: EvalSpec) -> None:
+    if not spec.claim:
+        return
+    if len(spec.claim) < 2 or len(set(spec.claim)) < len(spec.claim) or any(m not in spec.scalings for m in spec.claim):
+        raise ConfigError(f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
+                          f"({','.join(spec.scalings)}), best first: yarn<ntk<linear")
+    context = trained_context(read_config(spec.model))
+    if context is None or not any(n > context for n in spec.lengths):
+        raise ConfigError(f"--claim is judged beyond the trained context ({context or 'unknown'} tokens, "
+                          f"max_position_embeddings): add a --lengths value above it")
+
+
+SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+
+def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
+    """(the peak's parts in bytes, the sweep's FLOPs) from config.json alone."""
+    longest = max(spec.lengths)
+    tune = spec.finetune_length or longest
+    peak = budget.evaluation_bytes(config, longest)
+    if spec.finetune_steps:
+        peak = max(peak, budget.finetune_bytes(config, tune), key=lambda parts: sum(parts.values()))
+    if spec.evaluator is not None:
+        peak = {**peak, "evaluator weights": 4.0 * budget.parameter_count(read_config(spec.evaluator))}
+    if spec.finetune_steps:
+        peak = {**peak, "pretrained weights kept": 4.0 * budget.parameter_count(config)}
+    from harness.data.windows import window_starts
+
+    per_cell = 0.0
+    for n in spec.lengths:
+        windows = len(window_starts(spec.budget, n, spec.stride_at(n)))
+        per_cell += windows * budget.forward_flops(config, n) + \
+            spec.passkey_trials * len(spec.depths) * budget.forward_flops(config, n)
+    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * budget.forward_flops(config, tune)
+    return peak, per_cell * len(spec.cells())
+
+
+def _check_budget(spec: EvalSpec) -> None:
+    config = read_config(spec.model)
+    missing = [k for k in SIZES if k not in config]
+    if missing:
+        raise ConfigError(f"{spec.model}/config.json lacks {', '.join(missing)}: not a decoder transformers "
+                          "describes that way; re-save it with save_pretrained")
+    peak, _ = costs(spec, config)
+    have = spec.memory_gib * budget.GIB if spec.memory_gib else budget.available_bytes()
+    if sum(peak.values()) > have:
+        raise ConfigError(f"{spec.model.name} at L={max(spec.lengths)} needs ≈ {budget.describe(peak)} > "
+                          f"{have / budget.GIB:.1f} GiB available: shorter --lengths, a smaller model, or --memory "
+                          "if more is free")
+
+
+def plan(spec: EvalSpec) -> str:
+    """What ``--check`` prints: cells, parameters, peak memory, FLOPs and time at ``--gflops``."""
+    config = read_config(spec.model)
+    peak, flops = costs(spec, config)
+    return (f"ok: {len(spec.cells())} cells (scaling × factor) at lengths {', '.join(map(str, spec.lengths))} on "
+            f"{spec.model}: {budget.parameter_count(config):,} parameters, peak ≈ {budget.describe(peak)}; "
+            f"≈ {flops / 1e12:,.2f} TFLOP, {budget.hours(flops, spec.gflops)} at {spec.gflops:g} GFLOP/s "
+            "(--gflops); nothing loaded")
 
 
 # ---------------------------------------------------------------- the model and its text
 
 
 def load(folder: Path):
-    """(model in fp32, eval mode; encode: str -> list of ids) from a local folder."""
+    """(model in fp32, eval mode, no KV cache; encode: str -> list of ids) from a local folder."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    try:  # SDPA: no L × L matrix, the memory budget.py counts
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True,
+                                                     attn_implementation="sdpa").eval()
+    except ValueError:  # a family without SDPA: its default (eager) attention, beyond the estimate
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    model.config.use_cache = False  # one forward per window: a cache would only hold memory
+    if torch.cuda.is_available():
+        model = model.cuda()
     own = json.loads((folder / "config.json").read_text()).get("posbench_tokenizer")
     if own == "byte":  # posbench's export of a byte-level model: the ids are the UTF-8 bytes
         return model, lambda text: list(text.encode("utf-8"))
@@ -140,74 +301,71 @@ def load(folder: Path):
     return model, lambda text: tok.encode(text, add_special_tokens=False)
 
 
-def evaluation_text(text: str) -> str:
+def evaluation_text(text: str, split: str = "val") -> str:
     if text == "embedded":
         from harness.data.corpus import Embedded
 
-        return Embedded().load().val.decode("utf-8", errors="replace")
+        data = Embedded().load()
+        return (data.val if split == "val" else data.train).decode("utf-8", errors="replace")
     return Path(text).expanduser().read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- the measurements
 
 
-@torch.no_grad()
-def loss_by_length(model, ids: torch.Tensor, length: int, stride: int, budget: int) -> float:
-    """Nats per token over the first ``budget`` labels of ``ids`` (1-D), with windows of ``length`` tokens
-    advancing ``stride``, each scoring the labels the previous one did not (harness/data/windows.py's rule)."""
-    from harness.data.windows import window_starts
+def find_key_tokens(evaluator, ids: torch.Tensor, spec: EvalSpec) -> dict[int, torch.Tensor]:
+    """LongPPL's key-token mask per length > the short context, from the one evaluator (measures.py)."""
+    from harness.pretrained.rotary import apply_scaling
 
-    labels = min(budget, len(ids) - 1)
-    total, count = 0.0, 0
-    for k, start in enumerate(window_starts(labels, length, stride)):
-        window = ids[start : start + length + 1]
-        logits = model(input_ids=window[None, :-1]).logits[0].double()  # (L, V)
-        nll = torch.nn.functional.cross_entropy(logits, window[1:], reduction="none")  # (L,)
-        new = nll[0 if k == 0 else length - stride:][: labels - start - (0 if k == 0 else length - stride)]
-        total, count = total + float(new.sum()), count + len(new)
-    return total / count
+    if not spec.short:
+        return {}
+    apply_scaling(evaluator, method="none")
+    short = short_context_losses(evaluator, ids, spec.short, spec.budget)
+    return {n: key_tokens(token_losses(evaluator, ids, n, spec.stride_at(n), spec.budget), short)
+            for n in spec.lengths if n > spec.short + max(1, spec.short // 4)}
 
 
-@torch.no_grad()
-def passkey_retrieved(model, encode, filler: list[int], length: int, depth: float, key: int) -> bool | None:
-    """Whether greedy decoding after a prompt of ``length`` tokens, the key at ``depth`` of the filler, gives the key
-    (every key token the argmax given the ones before it); None: the needle and question do not fit in ``length``."""
-    needle, question, answer = encode(NEEDLE.format(key=key)), encode(QUESTION), encode(str(key))
-    room = length - len(needle) - len(question) - len(answer) + 1  # the last answer token is predicted, not input
-    if room < 0:
-        return None
-    at = round(depth * room)
-    prompt = filler[:at] + needle + filler[at:room] + question
-    ids = torch.tensor(prompt + answer[:-1])[None]  # (1, ≤ L)
-    predicted = model(input_ids=ids).logits[0, len(prompt) - 1 :].argmax(-1)  # (len(answer),)
-    return predicted.tolist() == answer
-
-
-def measure(model, encode, ids: torch.Tensor, spec: EvalSpec) -> dict[str, float]:
-    """One cell's metrics: loss and perplexity by length, passkey accuracy by length and depth."""
+def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, torch.Tensor] | None = None
+            ) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
+    """One cell's metrics (loss, perplexity and cost by length; LongPPL where ``keys`` has key tokens; passkey
+    accuracy by length and depth), and its per-label losses by length."""
     out: dict[str, float] = {}
+    losses: dict[int, torch.Tensor] = {}
     for length in spec.lengths:
-        loss = loss_by_length(model, ids, length, spec.stride or max(1, length // 2), spec.budget)
+        started = time.perf_counter()
+        losses[length] = nll = token_losses(model, ids, length, spec.stride_at(length), spec.budget)
+        from harness.data.windows import window_starts
+
+        forwarded = sum(min(length, len(ids) - 1 - s) for s in window_starts(len(nll), length,
+                                                                            spec.stride_at(length)))
+        out[f"cost/seconds_per_1k_tokens_at_{length}"] = (time.perf_counter() - started) / forwarded * 1000
+        loss = float(nll.mean())
         out[f"val/loss_at_{length}"], out[f"val/ppl_at_{length}"] = loss, math.exp(min(loss, 700.0))
+        mask = (keys or {}).get(length)
+        if mask is not None and mask.any():
+            key = float(nll[mask].mean())
+            out[f"key/loss_at_{length}"], out[f"key/ppl_at_{length}"] = key, math.exp(min(key, 700.0))
     if spec.passkey_trials:
         filler = ids.tolist()
         g = torch.Generator().manual_seed(spec.seed)
-        keys = torch.randint(10_000, 100_000, (spec.passkey_trials,), generator=g).tolist()
+        keys_ = torch.randint(10_000, 100_000, (spec.passkey_trials,), generator=g).tolist()
         for length in spec.lengths:
-            hits = {d: [passkey_retrieved(model, encode, filler, length, d, key) for key in keys] for d in spec.depths}
+            hits = {d: [passkey_retrieved(model, encode, filler, length, d, k) for k in keys_] for d in spec.depths}
             if any(h is None for trials in hits.values() for h in trials):
                 continue  # the prompt does not fit: no figure rather than a wrong one
             for d, trials in hits.items():
                 out[f"passkey/acc_at_{length}_depth_{d:g}"] = sum(trials) / len(trials)
             out[f"passkey/acc_at_{length}"] = sum(sum(t) for t in hits.values()) / sum(len(t) for t in hits.values())
-    return out
+    return out, losses
 
 
 # ---------------------------------------------------------------- the sweep, in MLflow
 
 
-def run(spec: EvalSpec) -> tuple[str, dict[tuple[str, float], dict[str, float]]]:
-    """Every cell as a child run of one parent run; returns (the parent's run id, metrics by cell)."""
+def run(spec: EvalSpec) -> tuple[str, dict[tuple[str, float], dict[str, float]], list[dict], str]:
+    """Every cell as a child run of one parent run; returns (the parent's run id, metrics by cell, the claim's
+    comparisons, the report)."""
+    from harness.pretrained.finetune import finetune
     from harness.pretrained.rotary import apply_scaling
     from harness.record.run import TrackedRun
     from harness.record.store import resolve_tracking_uri
@@ -216,38 +374,64 @@ def run(spec: EvalSpec) -> tuple[str, dict[tuple[str, float], dict[str, float]]]
     ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1])
     if len(ids) < max(spec.lengths) + 1:
         raise ConfigError(f"--text={spec.text} holds {len(ids)} tokens, fewer than the longest length + 1")
+    train_ids = tune_length = None
+    if spec.finetune_steps:
+        tune_length = spec.finetune_length or max(spec.lengths)
+        split = "train" if spec.text == "embedded" else "val"  # a user's file: the text itself, said in the report
+        train_ids = torch.tensor(encode(evaluation_text(spec.text, split)))
+        if len(train_ids) < tune_length + 2:
+            raise ConfigError(f"the fine-tuning text holds {len(train_ids)} tokens, fewer than --finetune-length + 2")
+    evaluator = model
+    if spec.evaluator is not None:
+        evaluator, encode_evaluator = load(spec.evaluator)
+        if encode_evaluator(evaluation_text(spec.text)[:2000]) != encode(evaluation_text(spec.text)[:2000]):
+            raise ConfigError(f"--evaluator {spec.evaluator} tokenizes the text differently: LongPPL's key tokens need "
+                              "the evaluated model's tokenizer (give an evaluator of the same family)")
+    keys = find_key_tokens(evaluator, ids.to(next(evaluator.parameters()).device), spec)
+    context = trained_context(model.config.to_dict()) or 0
     uri = resolve_tracking_uri(spec.tracking_uri)
     params = {"model": str(spec.model), "lengths": ",".join(map(str, spec.lengths)), "stride": str(spec.stride),
               "budget": str(spec.budget), "passkey_trials": str(spec.passkey_trials),
               "depths": ",".join(f"{d:g}" for d in spec.depths), "text": spec.text, "seed": str(spec.seed),
-              "max_position_embeddings": str(model.config.max_position_embeddings)}
+              "max_position_embeddings": str(model.config.max_position_embeddings), "trained_context": str(context),
+              "key_short": str(spec.short), "evaluator": str(spec.evaluator or "the model as trained"),
+              "claim": "<".join(spec.claim), "level": str(spec.level), "margin": str(spec.margin),
+              "finetune_steps": str(spec.finetune_steps),
+              "finetune_length": str(tune_length), "finetune_lr": str(spec.finetune_lr),
+              "finetune_batch": str(spec.finetune_batch)}
     parent = TrackedRun(uri, spec.experiment, f"hf-eval {spec.model.name}")
     results: dict[tuple[str, float], dict[str, float]] = {}
+    losses: dict[tuple[str, float], dict[int, torch.Tensor]] = {}
+    pretrained = {k: v.detach().clone() for k, v in model.state_dict().items()} if spec.finetune_steps else None
+    device_ids = ids.to(next(model.parameters()).device)
     with parent.open({"kind": "hf-eval"}, params):
+        parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
             started = time.perf_counter()
             child = TrackedRun(uri, spec.experiment, f"{method} x{factor:g}",
                                {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"})
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
-                apply_scaling(model, method=method, factor=factor)
-                results[method, factor] = measure(model, encode, ids, spec)
+                base, *mods = method.split("+")
+                apply_scaling(model, method=base, factor=factor, resonance="resonance" in mods, hope="hope" in mods)
+                if spec.finetune_steps:
+                    curve = finetune(model, train_ids.to(device_ids.device), tune_length, spec.finetune_steps,
+                                     spec.finetune_lr, spec.finetune_batch, spec.seed)
+                    for step, value in enumerate(curve):
+                        child.log_scalars({"finetune/loss": value}, step)
+                results[method, factor], losses[method, factor] = measure(model, encode, device_ids, spec, keys)
                 child.log_scalars({**results[method, factor], "seconds": time.perf_counter() - started}, 0)
+                if pretrained is not None:
+                    model.load_state_dict(pretrained)
             print(f"{method} x{factor:g}: " + ", ".join(f"{k}={v:.4g}" for k, v in results[method, factor].items()
                                                         if k.startswith("val/loss")))
-        parent.log_files({"hf_eval.md": table(spec, results)})
-    return parent.run_id or "", results
-
-
-def table(spec: EvalSpec, results: dict[tuple[str, float], dict[str, float]]) -> str:
-    """Perplexity (and passkey accuracy) by length, one row per cell: the report the parent run carries."""
-    head = "| scaling | factor | " + " | ".join(f"ppl at {n}" for n in spec.lengths) + " | " + \
-        " | ".join(f"passkey at {n}" for n in spec.lengths) + " |"
-    rows = [head, "|" + "---|" * (2 + 2 * len(spec.lengths))]
-    for (method, factor), m in results.items():
-        ppl = [f"{m[f'val/ppl_at_{n}']:.3f}" for n in spec.lengths]
-        key = [f"{m[f'passkey/acc_at_{n}']:.2f}" if f"passkey/acc_at_{n}" in m else "—" for n in spec.lengths]
-        rows.append(f"| {method} | {factor:g} | " + " | ".join(ppl + key) + " |")
-    return "\n".join(rows) + "\n"
+        rows = report.judge(spec, context, losses) if spec.claim else []
+        if rows:
+            parent.set_tags({"claim_verdict": report.verdict(rows)})
+        files = report.files(spec, results, rows, keys, context)
+        parent.log_files(files)
+        if spec.out is not None:
+            report.write(spec.out, files)
+    return parent.run_id or "", results, rows, str(files["hf_eval.md"])
 
 
 def main(argv: list[str]) -> int:
@@ -256,13 +440,13 @@ def main(argv: list[str]) -> int:
     try:
         spec = parse(argv)
         if spec.check_only:
-            print(f"ok: {len(spec.cells())} cells (scaling × factor) at lengths {', '.join(map(str, spec.lengths))} "
-                  f"on {spec.model}; nothing loaded")
+            print(plan(spec))
             return 0
-        parent, results = run(spec)
+        parent, _, _, text = run(spec)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(table(spec, results), end="")
-    print(f"parent run {parent} in experiment {spec.experiment}")
+    print(text, end="")
+    where = f" and {spec.out}/README.md" if spec.out else ""
+    print(f"parent run {parent} in experiment {spec.experiment}: hf_eval.md, hf_eval.csv, hf_eval_loss.png{where}")
     return 0

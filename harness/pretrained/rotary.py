@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.rope import rope_inv_freq
+from positional.rope import hope_inv_freq, resonance_inv_freq, rope_inv_freq
 from positional.rope_scaling import RopeScaling
 
 HF_METHODS = {"default": "none", "linear": "linear", "dynamic": "dynamic_ntk", "yarn": "yarn", "llama3": "llama3",
@@ -79,18 +79,31 @@ def scaling_of(config, method: str | None = None, factor: float | None = None, *
 
 
 class ScaledRotary(nn.Module):
-    """A drop-in for transformers' ``<Model>RotaryEmbedding``: (cos, sin) of (B, T, R) from posbench's θ'."""
+    """A drop-in for transformers' ``<Model>RotaryEmbedding``: (cos, sin) of (B, T, R) from posbench's θ'.
 
-    def __init__(self, scaling: RopeScaling):
+    ``resonance``, ``hope``: posbench's schemes beyond transformers', on the pretrained θ as positional/rope.py
+    applies them (HoPE's selection at the trained context ``hope``, then Resonance's rounding, then the scaling)."""
+
+    def __init__(self, scaling: RopeScaling, resonance: bool = False, hope: int | None = None):
         super().__init__()
         if scaling.base is None or scaling.rotated is None:
             raise ConfigError("ScaledRotary needs the scaling's base and rotated width (scaling_of sets them)")
         self.scaling = scaling  # θ is derived in fp64 at each call: no buffer a model.to(bfloat16) would round
+        self.resonance, self.hope = resonance, hope
+        if hope and not self.theta().any():
+            raise ConfigError(f"+hope keeps the frequencies that turn within the trained context ({hope} tokens): "
+                              "none does here; drop +hope")
+
+    def theta(self, device=None) -> Tensor:
+        """The unscaled θ (R/2,), fp64: the model's, then HoPE's selection and Resonance's rounding where set."""
+        theta = rope_inv_freq(self.scaling.rotated, self.scaling.base, torch.float64, device)
+        if self.hope:
+            theta = hope_inv_freq(theta, self.hope)
+        return resonance_inv_freq(theta) if self.resonance else theta
 
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         length = int(position_ids.max()) + 1
-        theta = rope_inv_freq(self.scaling.rotated, self.scaling.base, torch.float64, x.device)  # (R/2,)
-        scaled = self.scaling.frequencies(theta, length)
+        scaled = self.scaling.frequencies(self.theta(x.device), length)
         angles = position_ids[..., None].double() * scaled.inv_freq  # (B, T, R/2), fp64
         emb = angles.repeat(1, 1, 2)  # (B, T, R): [θ, θ] as transformers lays them out
         return (emb.cos() * scaled.attention_scale).to(x.dtype), (emb.sin() * scaled.attention_scale).to(x.dtype)
@@ -106,10 +119,13 @@ def rotary_modules(model) -> list[tuple[nn.Module, str]]:
     return found
 
 
-def apply_scaling(model, scaling: RopeScaling | None = None, **how) -> RopeScaling:
+def apply_scaling(model, scaling: RopeScaling | None = None, resonance: bool = False, hope: bool = False,
+                  **how) -> RopeScaling:
     """Swap ``model``'s rotary module(s) for posbench's: ``scaling``, or ``scaling_of(model.config, **how)``
-    (``method=``, ``factor=``, options). Returns the scaling applied."""
+    (``method=``, ``factor=``, options); ``resonance``, ``hope``: Resonance RoPE's and HoPE's θ on top (HoPE keeps
+    the frequencies that turn within the trained context). Returns the scaling applied."""
     scaling = scaling or scaling_of(model.config, **how)
+    context = scaling.original_max_len or model.config.max_position_embeddings
     for parent, name in rotary_modules(model):
-        setattr(parent, name, ScaledRotary(scaling))
+        setattr(parent, name, ScaledRotary(scaling, resonance, context if hope else None))
     return scaling

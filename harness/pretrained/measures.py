@@ -1,0 +1,78 @@
+"""What ``posbench hf-eval`` measures on a causal LM, each as its paper defines it; the model is anything whose
+``forward(input_ids=(1, T))`` returns ``.logits`` (1, T, V) — a transformers model, or a hand-made one in the tests.
+
+- ``token_losses``: the negative log-likelihood of every label with sliding windows of L tokens advancing S (YaRN's
+  eval/perplexity.py; Press et al. 2022, App. B): each window scores the labels the previous one did not reach, so
+  label j is scored once, with the context its first window gives it. Perplexity at L is exp(mean).
+- ``key_tokens``: LongPPL's key tokens (Fang et al. 2025, "What is wrong with perplexity for long-context language
+  modeling?", §3.2, Eq. 3–5): with an evaluator model, the long-short difference LSD(x_j) = log P(x_j | long) −
+  log P(x_j | short) and the long-context likelihood LCL(x_j) = log P(x_j | long); x_j is key when LSD > α and
+  LCL > β (α = 2, β = −2 as the paper's code). Short contexts are the paper's: the last ``short`` … ``short + w``
+  tokens (windows of short + w advancing w; w = short / 4). LongPPL = exp(mean NLL over the key tokens).
+- ``passkey_retrieved``: passkey retrieval (Mohtashami & Jaggi 2023, as PI §3.2 runs it), teacher-forced greedy.
+
+Notation: L context length, S stride, V vocabulary, j a label's index in the text (it predicts ids[j + 1]).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.data.windows import window_starts
+
+NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
+QUESTION = "What is the pass key? The pass key is "
+LSD_ALPHA, LCL_BETA = 2.0, -2.0  # LongPPL's thresholds (nats), its code's defaults
+
+
+@torch.no_grad()
+def token_losses(model, ids: torch.Tensor, length: int, stride: int, budget: int) -> torch.Tensor:
+    """NLL (nats, fp64) of each of the first ``budget`` labels of ``ids`` (1-D), windows of ``length`` tokens
+    advancing ``stride``, each scoring the labels the previous one did not (harness/data/windows.py's rule).
+    Shape (labels,), labels = min(budget, len(ids) − 1)."""
+    labels = min(budget, len(ids) - 1)
+    out = torch.empty(labels, dtype=torch.float64)
+    for k, start in enumerate(window_starts(labels, length, stride)):
+        window = ids[start : start + length + 1]
+        logits = model(input_ids=window[None, :-1]).logits[0]  # (≤ L, V)
+        first = 0 if k == 0 else length - stride  # the window's first label no earlier window scored
+        stop = min(len(window) - 1, labels - start)
+        scores = logits[first:stop]
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # bf16 up to fp32; no fp64 (L, V) copy
+        nll = torch.nn.functional.cross_entropy(scores, window[first + 1 : stop + 1], reduction="none")
+        out[start + first : start + stop] = nll.double()
+    return out
+
+
+def loss_by_length(model, ids: torch.Tensor, length: int, stride: int, budget: int) -> float:
+    """Nats per token over the first ``budget`` labels, sliding windows of ``length`` advancing ``stride``."""
+    return float(token_losses(model, ids, length, stride, budget).mean())
+
+
+def key_tokens(long: torch.Tensor, short: torch.Tensor, alpha: float = LSD_ALPHA,
+               beta: float = LCL_BETA) -> torch.Tensor:
+    """LongPPL's key-token mask from an evaluator's per-label NLL with the long and the short context
+    (``token_losses`` at L and at short + w): LSD = short − long > α and LCL = −long > β. Shape of ``long``, bool.
+    A label whose long context is no longer than its short one has LSD = 0: never key."""
+    return ((short - long) > alpha) & (-long > beta)
+
+
+def short_context_losses(model, ids: torch.Tensor, short: int, budget: int) -> torch.Tensor:
+    """The evaluator's NLL of each label given only the last ``short`` … ``short + w`` tokens (w = short / 4)."""
+    step = max(1, short // 4)
+    return token_losses(model, ids, short + step, step, budget)
+
+
+@torch.no_grad()
+def passkey_retrieved(model, encode, filler: list[int], length: int, depth: float, key: int) -> bool | None:
+    """Whether greedy decoding after a prompt of ``length`` tokens, the key at ``depth`` of the filler, gives the key
+    (every key token the argmax given the ones before it); None: the needle and question do not fit in ``length``."""
+    needle, question, answer = encode(NEEDLE.format(key=key)), encode(QUESTION), encode(str(key))
+    room = length - len(needle) - len(question) - len(answer) + 1  # the last answer token is predicted, not input
+    if room < 0:
+        return None
+    at = round(depth * room)
+    prompt = filler[:at] + needle + filler[at:room] + question
+    ids = torch.tensor(prompt + answer[:-1])[None]  # (1, ≤ L)
+    predicted = model(input_ids=ids).logits[0, len(prompt) - 1 :].argmax(-1)  # (len(answer),)
+    return predicted.tolist() == answer
