@@ -413,3 +413,34 @@ def test_posbenchs_own_theta_is_a_scaling_suffix_and_hope_needs_a_turning_freque
         max_position_embeddings=4))  # no θ turns within 4 tokens: the fastest, θ_0 = 1, takes 2π ≈ 6.3
     with pytest.raises(ConfigError, match="\\+hope keeps the frequencies that turn within the trained context"):
         apply_scaling(model, method="none", hope=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2", "gpt_neox"])
+def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp_path, store, family):
+    """A user's model as save_pretrained leaves it — weights, config.json and a tokenizer.json (here a tiny BPE
+    trained on the embedded text) — under none and YaRN: finite losses, and YaRN reaches the rotary module."""
+    import transformers
+    from mlflow.tracking import MlflowClient
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from harness.pretrained.evaluate import evaluation_text, main
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel()
+    bpe.train_from_iterator([evaluation_text("embedded", "train")[:200_000]],
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"]))
+    folder = tmp_path / family
+    transformers.PreTrainedTokenizerFast(tokenizer_object=bpe).save_pretrained(folder)
+    config = transformers.AutoConfig.for_model(family, vocab_size=300, hidden_size=32, num_hidden_layers=1,
+                                               num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                               max_position_embeddings=32)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    assert main([str(folder), "--scalings", "none,yarn", "--factors", "4", "--lengths", "32,96", "--budget", "192",
+                 "--passkey-trials", "1", "--depths", "0.5", "--tracking-uri", store]) == 0
+    client = MlflowClient(store)
+    cells = {r.data.tags["scaling"]: r.data.metrics for r in client.search_runs(
+        [client.get_experiment_by_name("hf-eval").experiment_id], "tags.kind = 'hf-eval-cell'")}
+    assert all(math.isfinite(m["val/loss_at_96"]) and m["val/loss_at_96"] > 0 for m in cells.values())
+    assert cells["yarn"]["val/loss_at_96"] != cells["none"]["val/loss_at_96"]

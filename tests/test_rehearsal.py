@@ -130,19 +130,23 @@ def test_ranges_in_a_signature_are_checked_by_the_schema_with_the_full_key():
 
 
 def test_matrix_products_are_counted_and_a_phase_that_computes_for_hours_is_refused(monkeypatch):
-    """A forward's FLOPs: at least the linear layers' 2·weights·tokens, and attention's T² term; a phase
-    estimated above STEP_HOURS at this CPU's rate is refused with the time and the fix."""
+    """A forward's FLOPs: at least the linear layers' 2·weights·tokens, and attention's T² term; a phase that
+    computes more than STEP_HOURS even at FAST_CPU_RATE is refused with the figure and the fix — decided by FLOPs
+    alone, so a busy machine and an idle one (this CPU's measured rate 35× apart) give the same answer."""
     import harness.config.rehearsal as rehearsal
 
     model = build_meta(["pos=rope", *SMALL])
     short, long = _forward(model, 1, T).flops, _forward(model, 1, 8 * T).flops
     linear = sum(p.numel() for n, p in model.named_parameters() if n.endswith("weight") and p.dim() == 2)
     assert short >= 2 * linear * T and long > 8 * short  # the T² of attention
-    work = 1e16  # FLOP: past what the slowest CPU does in an hour, so the rate is measured (here: patched)
-    phase = Phase("scoring eval.lengths entry 64", 1, None, "drop 64 from eval.lengths or shorten it", {}, work)
-    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: work / 3600 / 2)  # two hours at this rate
-    with pytest.raises(ConfigError, match=r"computes 1e\+16 FLOP, 2.0 h or more on this CPU .*; drop 64 from"):
-        rehearsal.check_phases([phase], on_gpu=False)
-    rehearsal.check_phases([phase], on_gpu=True)  # a GPU run is not timed by the CPU's rate
-    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: pytest.fail("a toy phase measures no rate"))
-    rehearsal.check_phases([Phase("a training step", 1, None, "", {}, short)], on_gpu=False)
+    limit = rehearsal.FAST_CPU_RATE * rehearsal.STEP_HOURS * 3600
+    phase = Phase("scoring eval.lengths entry 64", 1, None, "drop 64 from eval.lengths or shorten it", {}, 2 * limit)
+    for rate in (1e9, 35e9):  # a loaded machine, an idle one: the same refusal
+        monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda rate=rate: rate)
+        with pytest.raises(ConfigError, match=r"computes 7\.2e\+14 FLOP, more than 1 h even at 100 GFLOP/s \(≈ "
+                                              r"[\d,.]+ h on this CPU now\); drop 64 from"):
+            rehearsal.check_phases([phase], on_gpu=False)
+    rehearsal.check_phases([phase], on_gpu=True)  # a GPU run is not timed by a CPU's rate
+    monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: pytest.fail("an accepted phase reads no clock"))
+    rehearsal.check_phases([Phase("a training step", 1, None, "", {}, short),
+                            Phase("one length", 1, None, "", {}, 0.99 * limit)], on_gpu=False)

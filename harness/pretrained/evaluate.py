@@ -362,9 +362,10 @@ def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, to
 # ---------------------------------------------------------------- the sweep, in MLflow
 
 
-def run(spec: EvalSpec) -> tuple[str, dict[tuple[str, float], dict[str, float]], list[dict], str]:
+def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float], dict[str, float]], list[dict], str]:
     """Every cell as a child run of one parent run; returns (the parent's run id, metrics by cell, the claim's
-    comparisons, the report)."""
+    comparisons, the report). ``command``: the command line, quoted in the report with the wall time."""
+    began = time.perf_counter()
     from harness.pretrained.finetune import finetune
     from harness.pretrained.rotary import apply_scaling
     from harness.record.run import TrackedRun
@@ -427,7 +428,10 @@ def run(spec: EvalSpec) -> tuple[str, dict[tuple[str, float], dict[str, float]],
         rows = report.judge(spec, context, losses) if spec.claim else []
         if rows:
             parent.set_tags({"claim_verdict": report.verdict(rows)})
-        files = report.files(spec, results, rows, keys, context)
+        header = f"# hf-eval: {spec.model.name}\n\n" + (f"Command: `{command}` " if command else "") + \
+            f"(wall time {(time.perf_counter() - began) / 60:.1f} min; MLflow parent run `{parent.run_id}`, " \
+            f"experiment `{spec.experiment}`).\n\n"
+        files = report.files(spec, results, rows, keys, context, header)
         parent.log_files(files)
         if spec.out is not None:
             report.write(spec.out, files)
@@ -435,6 +439,7 @@ def run(spec: EvalSpec) -> tuple[str, dict[tuple[str, float], dict[str, float]],
 
 
 def main(argv: list[str]) -> int:
+    import shlex
     import sys
 
     try:
@@ -442,7 +447,7 @@ def main(argv: list[str]) -> int:
         if spec.check_only:
             print(plan(spec))
             return 0
-        parent, _, _, text = run(spec)
+        parent, _, _, text = run(spec, " ".join(["posbench", "hf-eval", *(shlex.quote(a) for a in argv)]))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

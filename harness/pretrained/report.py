@@ -63,6 +63,11 @@ def table(spec, results: dict[tuple[str, float], dict[str, float]], rows: list[d
                   f"{spec.short} tokens, found by {spec.evaluator or 'the model as trained'}): " +
                   (", ".join(f"{int(m.sum())} of {len(m)} at {x}" for x, m in keys.items()) or
                    "none — no length exceeds the short context") + "; — where none was found."]
+    cost = {x: [m[f"cost/seconds_per_1k_tokens_at_{x}"] for m in results.values()
+                if f"cost/seconds_per_1k_tokens_at_{x}" in m] for x in n}
+    if all(cost.values()):
+        lines += ["", "Cost on this device, wall seconds per 1,000 tokens forwarded (median over cells): " +
+                  ", ".join(f"{sorted(c)[len(c) // 2]:.3g} at {x}" for x, c in cost.items()) + "."]
     if rows:
         lines += ["", f"## Claim: {' < '.join(spec.claim)} in loss beyond the trained context ({context} tokens)", "",
                   f"**Verdict: {verdict(rows)}** — {len(rows)} comparisons, paired t tests over blocks of the stride's "
@@ -104,8 +109,9 @@ def curves(spec, results: dict[tuple[str, float], dict[str, float]]) -> bytes:
     return buf.getvalue()
 
 
-def files(spec, results, rows, keys, context) -> dict[str, str | bytes]:
-    return {"hf_eval.md": table(spec, results, rows, keys, context), "hf_eval.csv": csv(results),
+def files(spec, results, rows, keys, context, header: str = "") -> dict[str, str | bytes]:
+    """The report's files; ``header`` (the command and its wall time) opens the markdown."""
+    return {"hf_eval.md": header + table(spec, results, rows, keys, context), "hf_eval.csv": csv(results),
             "hf_eval_loss.png": curves(spec, results)}
 
 
