@@ -302,7 +302,9 @@ def _tiny_llama(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def test_pis_finetune_lowers_the_loss_at_the_new_length():
+@pytest.mark.parametrize("bf16", [False, True])
+def test_pis_finetune_lowers_the_loss_at_the_new_length(bf16):
+    """fp32 (a CPU's default) and bf16 autocast (a GPU's, run here on the CPU's bf16 kernels) both learn."""
     import transformers
 
     from harness.pretrained.finetune import finetune
@@ -315,8 +317,8 @@ def test_pis_finetune_lowers_the_loss_at_the_new_length():
     apply_scaling(model, method="linear", factor=2.0)
     ids = torch.arange(32).repeat(20)  # a counting text: learnable at once
     before = loss_by_length(model, ids, 64, 32, 256)
-    curve = finetune(model, ids, 64, steps=40, lr=3e-3)
-    assert len(curve) == 40 and not model.training
+    curve = finetune(model, ids, 64, steps=40, lr=3e-3, bf16=bf16)
+    assert len(curve) == 40 and not model.training and next(model.parameters()).dtype == torch.float32
     assert loss_by_length(model, ids, 64, 32, 256) < before - 0.5
 
 

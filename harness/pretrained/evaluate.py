@@ -428,7 +428,9 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
         rows = report.judge(spec, context, losses) if spec.claim else []
         if rows:
             parent.set_tags({"claim_verdict": report.verdict(rows)})
-        header = f"# hf-eval: {spec.model.name}\n\n" + (f"Command: `{command}` " if command else "") + \
+        how = f"after {spec.finetune_steps} fine-tuning steps at {tune_length} tokens" if spec.finetune_steps \
+            else "zero-shot"
+        header = f"# hf-eval: {spec.model.name}, {how}\n\n" + (f"Command: `{command}` " if command else "") + \
             f"(wall time {(time.perf_counter() - began) / 60:.1f} min; MLflow parent run `{parent.run_id}`, " \
             f"experiment `{spec.experiment}`).\n\n"
         files = report.files(spec, results, rows, keys, context, header)

@@ -59,10 +59,15 @@ def table(spec, results: dict[tuple[str, float], dict[str, float]], rows: list[d
         hit = [f"{m[f'passkey/acc_at_{x}']:.2f}" if f"passkey/acc_at_{x}" in m else "—" for x in n]
         lines.append(f"| {method} | {factor:g} | " + " | ".join(ppl + key + hit) + " |")
     if keys is not None:
+        own = "" if spec.evaluator else (" With the model as its own evaluator the key tokens are those it predicts "
+                                         "well unscaled (LCL > −2), so the `none` cell's LongPPL is low by "
+                                         "construction: compare the scaled cells with each other, or give "
+                                         "--evaluator a stronger model with the same tokenizer.")
         lines += ["", "LongPPL's key tokens (LSD > 2 nats and LCL > −2 with the short context of "
                   f"{spec.short} tokens, found by {spec.evaluator or 'the model as trained'}): " +
                   (", ".join(f"{int(m.sum())} of {len(m)} at {x}" for x, m in keys.items()) or
-                   "none — no length exceeds the short context") + "; — where none was found."]
+                   "none — no length exceeds the short context") + "; — where none was found." + own]
+    lines += _passkey_bounds(results, n)
     cost = {x: [m[f"cost/seconds_per_1k_tokens_at_{x}"] for m in results.values()
                 if f"cost/seconds_per_1k_tokens_at_{x}" in m] for x in n}
     if all(cost.values()):
@@ -80,6 +85,19 @@ def table(spec, results: dict[tuple[str, float], dict[str, float]], rows: list[d
                   f"{r['low']:+.4f} … {r['high']:+.4f} | {r['p']:.2g} | {r['blocks']} | {r['decision']} |"
                   for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def _passkey_bounds(results: dict[tuple[str, float], dict[str, float]], lengths) -> list[str]:
+    """A floor or ceiling named: every cell 0 (or 1) at a length cannot tell the scalings apart there."""
+    said = []
+    for x in lengths:
+        values = [m[f"passkey/acc_at_{x}"] for m in results.values() if f"passkey/acc_at_{x}" in m]
+        if values and max(values) == 0:
+            said.append(f"{x}: every cell 0 — a floor")
+        elif values and min(values) == 1:
+            said.append(f"{x}: every cell 1 — a ceiling")
+    return ["", "Passkey retrieval cannot discriminate at " + "; ".join(said) + " (the model retrieves the key at no "
+            "depth, or at every one, whatever the scaling)."] if said else []
 
 
 def csv(results: dict[tuple[str, float], dict[str, float]]) -> str:
