@@ -29,6 +29,12 @@ def saved(tmp_path_factory):
     ds.select(range(800, 1600)).to_parquet(str(root / "parquet" / "b.parquet"))
     ds.to_json(str(root / "rows.jsonl"))
     datasets.DatasetDict(train=ds, validation=ds.select(range(40))).save_to_disk(str(root / "dict"))
+    (root / "named").mkdir()  # files named by split, as the Hub names them
+    ds.to_parquet(str(root / "named" / "train-00000-of-00001.parquet"))
+    ds.select(range(40)).to_parquet(str(root / "named" / "validation.parquet"))
+    for split, rows in (("train", range(1600)), ("validation", range(40))):  # or folders named by split
+        (root / "folders" / split).mkdir(parents=True)
+        ds.select(rows).to_json(str(root / "folders" / split / "part.jsonl"))
     return root
 
 
@@ -44,6 +50,28 @@ def test_named_validation_split_and_max_bytes(saved):
     assert corpus.train == TEXT and corpus.val == "\n\n".join(ROWS[:40]).encode()
     head = HFDataset(path=str(saved / "disk"), streaming=True, max_bytes=5000).load()
     assert head.size == 5000 and TEXT.startswith(head.train[:4096])  # a prefix of the stream, nothing more read
+
+
+@pytest.mark.parametrize("form", ["named", "folders"])
+def test_local_files_named_by_split_carry_a_validation_split(saved, form):
+    """train.parquet + validation.parquet (or train/ and validation/ folders): data.val_split=validation reads the
+    validation files, the training split holds only the training files; without val_split, blocks of train."""
+    corpus = HFDataset(path=str(saved / form), val_split="validation").load()
+    assert corpus.train == TEXT and corpus.val == "\n\n".join(ROWS[:40]).encode()
+    assert HFDataset(path=str(saved / form)).load().train == block_split(TEXT, 20)[0]
+
+
+def test_split_names_are_read_from_file_and_folder_names(tmp_path):
+    from harness.data.hf import split_files
+
+    files = [tmp_path / n for n in ("train-00000-of-00002.parquet", "train-00001-of-00002.parquet",
+                                    "validation.parquet", "test_a.parquet")]
+    assert split_files(files, tmp_path, "d") == {"train": files[:2], "validation": [files[2]], "test": [files[3]]}
+    plain = [tmp_path / "a.parquet", tmp_path / "training.parquet", tmp_path / "testing.parquet"]
+    assert split_files(plain, tmp_path, "d") == {"train": plain}  # "training" is no split name
+    with pytest.raises(ConfigError, match="data.path=d: a.parquet names no split while other files do "
+                                          r"\(train\); name it by its split"):
+        split_files([tmp_path / "train.parquet", tmp_path / "a.parquet"], tmp_path, "d")
 
 
 @pytest.mark.parametrize("form", ["disk", "parquet", "rows.jsonl"])
@@ -63,6 +91,10 @@ def test_train_a_few_steps_from_each_form(saved, form, train_tiny_shared):
     (["data=hf", "data.path={root}/disk", "data.text_column=n"], "holds int values (row 0), not text"),
     (["data=hf", "data.path={root}/dict", "data.split=test"], "data.split=test is not a split of"),
     (["data=hf", "data.path={root}/disk", "data.max_bytes=10"], "data.max_bytes=10 must be ≥ 4096"),
+    (["data=hf", "data.path={root}/named", "data.val_split=dev"],
+     "data.val_split=dev is not a split of {root}/named; its files name train, validation"),
+    (["data=hf", "data.path={root}/parquet", "data.val_split=validation"],
+     "is plain data files, one split: drop data.val_split=validation"),
     (["+data.text_column=body"], "data=embedded does not read data.text_column"),
 ])
 def test_bad_input_is_one_line_before_training(saved, overrides, message):

@@ -5,7 +5,8 @@ files). The dataset comes from the Hub by name (``data.name``, ``data.config``, 
 or the datasets cache) or from a local path (``data.path``): a ``save_to_disk`` folder, or ``.parquet``,
 ``.json``/``.jsonl``, ``.csv``, ``.txt`` files (one file, or every such file under a folder, sorted).
 
-Validation is the ``data.val_split`` split when it is named (e.g. ``validation``), else every
+Validation is the ``data.val_split`` split when it is named (e.g. ``validation``: a split of a save_to_disk folder or
+of the Hub, or the local files named by it, ``split_files``), else every
 ``data.source.val_every``-th 4 KiB block of the training text (``block_split``, as every other source).
 
 ``data.streaming=true`` reads rows lazily (``datasets``' streaming mode: a hub corpus is not downloaded
@@ -148,10 +149,16 @@ class HFDataset:
                 raise ConfigError(f"{self.path} is a single dataset (no splits): drop data.split / data.val_split "
                                   "(validation is then every data.source.val_every-th block)")
             return loaded.to_iterable_dataset() if self.streaming else loaded
-        files = self._data_files(root)
-        if split != "train":
-            raise ConfigError(f"data.path={self.path} is plain data files, one split: drop data.split / "
-                              "data.val_split (validation is then every data.source.val_every-th block)")
+        splits = split_files(self._data_files(root), root, self.path)
+        if split not in splits:
+            key = "data.val_split" if split == self.val_split else "data.split"
+            if list(splits) == ["train"]:
+                raise ConfigError(f"data.path={self.path} is plain data files, one split: drop {key}={split} "
+                                  "(validation is then every data.source.val_every-th block), or name the files by "
+                                  "split (train.parquet, validation.parquet)")
+            raise ConfigError(f"{key}={split} is not a split of {self.path}; its files name {', '.join(splits)}: set "
+                              f"{key} to one of them")
+        files = splits[split]
         builders = {BUILDERS[f.suffix.lower()] for f in files}
         if len(builders) > 1:
             raise ConfigError(f"data.path={self.path} mixes file kinds ({', '.join(sorted(builders))}); point it "
@@ -177,6 +184,29 @@ class HFDataset:
             raise ConfigError(f"data.path={unknown[0]}: a {unknown[0].suffix or 'suffix-less'} file is no data file "
                               f"datasets reads here; use {', '.join(sorted(BUILDERS))}, or data=text for plain text")
         return files
+
+
+SPLIT_NAMES = ("train", "validation", "valid", "val", "dev", "test")
+
+
+def split_files(files: list[Path], root: Path, path: str) -> dict[str, list[Path]]:
+    """Local data files by split, named as the Hub names them: a file whose name, or a folder above it under
+    ``root``, is a split name or starts with one and a separator (train.parquet, validation-00000-of-00001.parquet,
+    test/a.jsonl). No file named so: every file is ``train``. Some named and some not: refused, naming the file."""
+    def split_of(f: Path) -> str | None:
+        parts = [*f.relative_to(root).parent.parts, f.stem] if root.is_dir() else [f.stem]
+        return next((name for part in parts for name in SPLIT_NAMES
+                     if part == name or (part.startswith(name) and part[len(name)] in "-_.")), None)
+
+    named = {f: split_of(f) for f in files}
+    if not any(named.values()):
+        return {"train": files}
+    unnamed = [f for f, name in named.items() if name is None]
+    if unnamed:
+        raise ConfigError(f"data.path={path}: {unnamed[0].name} names no split while other files do "
+                          f"({', '.join(sorted({n for n in named.values() if n}))}); name it by its split "
+                          "(train…, validation…) or move it out")
+    return {name: [f for f in files if named[f] == name] for name in dict.fromkeys(n for n in named.values() if n)}
 
 
 def _datasets():
