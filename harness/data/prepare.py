@@ -10,8 +10,9 @@ vocabulary, ``tokenizer.json`` (harness/data/shards.py describes the format). Te
 
 ``data=hf data.streaming=true`` streams rows without holding the corpus: the 4 KiB blocks of the joined rows
 are split train/val as they pass (every ``val_every``-th to validation, as ``block_split`` does in memory), so
-a corpus larger than memory is prepared; its tokenizer must not need training (tokenizer=byte, hf, or
-``tokenizer.path``).
+a corpus larger than memory is prepared. A vocabulary to train (tokenizer=bpe, wordpiece) is trained in a first pass
+over the stream from the training blocks' text as it passes (the same vocabulary as in memory), then the second pass
+encodes.
 """
 
 from __future__ import annotations
@@ -165,9 +166,8 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
     """Rows read lazily, split by 4 KiB blocks as ``block_split`` would split their join, encoded piece by piece."""
     from harness.data.hf import SEPARATOR
 
-    if hasattr(tokenizer, "recipe") and getattr(tokenizer, "_tok", None) is None:
-        raise ConfigError("a streamed corpus is tokenized as it is read, so tokenizer=bpe/wordpiece cannot be trained "
-                          "on it: give tokenizer.path=…/tokenizer.json, or use tokenizer=byte or tokenizer=hf")
+    if hasattr(tokenizer, "fit_stream") and getattr(tokenizer, "_tok", None) is None:
+        tokenizer.fit_stream(_train_text(source))  # a first pass over the stream: the vocabulary, nothing held
     # a named validation split is validation whole: no block of the training split goes there
     splitter = _Splitter(tokenizer, writers, sys.maxsize if source.val_split else source.val_every)
     whole, total = hashlib.sha256(), 0
@@ -186,6 +186,25 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
     splitter.finish()
     return {"name": f"hf:{source.describe()}", "sha256": whole.hexdigest(), "bytes": total,
             "train_sha256": splitter.train_hash.hexdigest()}
+
+
+def _train_text(source) -> Iterator[str]:
+    """The training split's text as the stream passes (the blocks ``_Splitter`` sends to train, decoded
+    incrementally: a character a block boundary cuts decodes as the whole split's decode would)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    val_every = sys.maxsize if source.val_split else source.val_every
+    pending, n_block = bytearray(), 0
+    for data in _rows(source, source.split):
+        pending.extend(data)
+        while len(pending) >= _Splitter.BLOCK:
+            if n_block % val_every != val_every - 1:
+                yield decoder.decode(bytes(pending[: _Splitter.BLOCK]))
+            del pending[: _Splitter.BLOCK]
+            n_block += 1
+    last = bytes(pending) if n_block % val_every != val_every - 1 else b""
+    yield decoder.decode(last, final=True)
 
 
 def _rows(source, split: str) -> Iterator[bytes]:

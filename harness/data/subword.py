@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,19 @@ def continues_word(ids: Tensor, starts_inside: Tensor, ends_inside: Tensor) -> T
     out[1:] &= ends_inside[ids[:-1]]
     out[:1] = False
     return out
+
+
+def stream_chunks(pieces: Iterable[str], size: int = CHUNK) -> Iterator[str]:
+    """``text_chunks`` of the pieces' join, yielded as the pieces arrive: the same chunks, with at most one chunk
+    and one piece held (a vocabulary trained from a stream sees what the in-memory training sees)."""
+    carry = ""
+    for piece in pieces:
+        carry += piece
+        while (end := carry.find("\n", size)) >= 0:
+            yield carry[: end + 1]
+            carry = carry[end + 1 :]
+    if carry:
+        yield carry
 
 
 def text_chunks(text: str, size: int = CHUNK) -> list[str]:
@@ -235,6 +249,12 @@ class Trained(Subword):
         self._tok.save(str(tmp))
         tmp.replace(cache)  # atomic: two runs training at once never read half a file
 
+    def fit_stream(self, texts: Iterable[str]) -> None:
+        """Train on the training split's text as it streams (``prepare`` of a streamed corpus): ``texts`` in order;
+        the same vocabulary ``fit`` trains on their join, without holding it."""
+        if self._tok is None:
+            self._tok = train_tokenizer(self.kind, stream_chunks(texts), self.vocab_size, self.min_frequency)
+
     def recipe(self) -> dict:
         """What decides a trained vocabulary besides the text (pre-tokenized shards record it)."""
         return {"kind": self.kind, "vocab_size": self.vocab_size, "min_frequency": self.min_frequency}
@@ -258,8 +278,9 @@ class WordPiece(Trained):
     kind = "wordpiece"
 
 
-def train_tokenizer(kind: str, train: bytes, vocab_size: int, min_frequency: int):
-    """A ``tokenizers.Tokenizer`` trained on ``train`` (UTF-8), the specials first."""
+def train_tokenizer(kind: str, train: bytes | Iterator[str], vocab_size: int, min_frequency: int):
+    """A ``tokenizers.Tokenizer`` trained on ``train`` (UTF-8 bytes, or its ``text_chunks`` as they stream), the
+    specials first."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if kind == "bpe":
@@ -275,7 +296,8 @@ def train_tokenizer(kind: str, train: bytes, vocab_size: int, min_frequency: int
         tok.decoder = decoders.WordPiece()
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                             special_tokens=list(SPECIALS), show_progress=False)
-    tok.train_from_iterator(text_chunks(train.decode("utf-8", errors="replace")), trainer)
+    chunks = text_chunks(train.decode("utf-8", errors="replace")) if isinstance(train, bytes) else train
+    tok.train_from_iterator(chunks, trainer)
     return tok
 
 
