@@ -265,3 +265,16 @@ def test_bits_per_byte_of_a_run_is_nats_times_tokens_over_bytes_ln2(tokenizer, t
 
 def test_bits_per_byte_of_the_byte_tokenizer_is_nats_over_ln2(corpus):
     assert bytes_per_token(corpus, ByteTokenizer()) == 1.0
+
+
+def test_a_wordpiece_vocabulary_is_the_same_file_each_time_it_is_trained():
+    """tokenizers' WordPiece trainer numbers the same tokens in another order run to run; posbench fixes one order
+    (specials first, then by token), so two trainings on one text give one file and the same ids."""
+    pytest.importorskip("tokenizers")
+    from harness.data.subword import SPECIALS, train_tokenizer
+
+    text = "\n\n".join(f"Row {i}: the {'quick' if i % 3 else 'slow'} fox, {i % 11} dogs." for i in range(3000)).encode()
+    first, second = (train_tokenizer("wordpiece", text, 400, 2) for _ in range(2))
+    assert first.to_str() == second.to_str()
+    assert [first.token_to_id(t) for t in SPECIALS] == list(range(len(SPECIALS)))
+    assert first.decode(first.encode("Row 12: the quick fox").ids) == "row 12 : the quick fox"

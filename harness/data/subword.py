@@ -298,6 +298,10 @@ def train_tokenizer(kind: str, train: bytes | Iterator[str], vocab_size: int, mi
                                             special_tokens=list(SPECIALS), show_progress=False)
     chunks = text_chunks(train.decode("utf-8", errors="replace")) if isinstance(train, bytes) else train
     tok.train_from_iterator(chunks, trainer)
+    if kind == "wordpiece":  # its trainer numbers the same tokens in another order run to run: fix one order
+        vocab = tok.get_vocab()
+        order = sorted(vocab, key=lambda t: (vocab[t], "") if vocab[t] < len(SPECIALS) else (len(SPECIALS), t))
+        tok.model = models.WordPiece({t: i for i, t in enumerate(order)}, unk_token="[UNK]")
     return tok
 
 
