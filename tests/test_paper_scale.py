@@ -299,3 +299,57 @@ def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
     summary = train(cfg, choices)
     assert summary.step == 3
     assert summary.val_loss is not None and torch.isfinite(torch.tensor(summary.val_loss))
+
+
+# ---------------------------------------------------------------- the dress rehearsal (issue 45, item 6)
+
+
+@pytest.mark.slow
+def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_path):
+    """What a researcher runs before paying for a GPU, at the paper's depth (12 layers) and vocabulary (GPT-2's
+    50,257) at width 32: local train/validation parquet files -> a BPE vocabulary trained on them -> shards ->
+    `-m experiment=eleuther_rotary scale=paper data=tokens` (learned, T5, rotary) -> `results paper`. A broken paper
+    path fails here, not on a GPU allocation."""
+    import os
+    import subprocess
+    import sys
+
+    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("tokenizers")
+    from harness.data.corpus import Embedded
+    from harness.data.prepare import prepare
+
+    docs = [d for d in Embedded().load().train.decode("utf-8", errors="replace").split("\n\n") if d.strip()]
+    (tmp_path / "owt").mkdir()
+    datasets.Dataset.from_dict({"text": docs[:1500]}).to_parquet(str(tmp_path / "owt" / "train.parquet"))
+    datasets.Dataset.from_dict({"text": docs[-150:]}).to_parquet(str(tmp_path / "owt" / "validation.parquet"))
+    vocab = ["tokenizer=bpe", "tokenizer.vocab_size=50257"]
+    manifest = prepare(tmp_path / "shards", ["data=hf", f"data.path={tmp_path / 'owt'}", "data.val_split=validation",
+                                             *vocab])
+    assert manifest["tokenizer"]["vocab_size"] == 50257 and manifest["splits"]["val"]["tokens"] > 0
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "POSBENCH_CACHE":
+           str(tmp_path / "cache")}
+    small = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.seq_len=64", "data.batch_size=1",
+             "data.eval_batches=1", "trainer.max_steps=1", "trainer.val_check_interval=1", "trainer.accelerator=cpu",
+             "trainer.precision=32", "trainer.enable_progress_bar=false", "seed=0"]
+    sweep = subprocess.run([sys.executable, "run.py", "-m", "experiment=eleuther_rotary", "scale=paper", "data=tokens",
+                            f"data.path={tmp_path / 'shards'}", *vocab, *small,
+                            f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    report = subprocess.run([sys.executable, "-m", "results", "paper", "--preset", "eleuther_rotary", "--scale",
+                             "paper", "--out", str(tmp_path / "report")], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-2000:]
+    text = (tmp_path / "report" / "README.md").read_text()
+    assert text.startswith("# eleuther_rotary (paper scale)") and "**Verdict:" in text
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("paper-eleuther_rotary").experiment_id])
+    cells = {r.data.tags["pos"]: r for r in runs if r.data.tags.get("sweep_role") != "parent"}
+    assert sorted(cells) == ["learned", "rope", "t5"]
+    for run in cells.values():
+        assert run.info.status == "FINISHED" and run.data.params["model.n_layers"] == "12"
+        assert run.data.params["tokenizer.vocab_size"] == "50257" and run.data.params["data.path"] == \
+            str(tmp_path / "shards")
