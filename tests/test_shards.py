@@ -330,3 +330,25 @@ def test_a_swapped_vocabulary_beside_the_shards_is_refused(corpus_file, tmp_path
     with pytest.raises(ConfigError, match=r"tokenizer.json is not the vocabulary the shards were written with "
                                           r"\(sha256 .*, the manifest records .*\); restore it"):
         BPE(vocab_size=300).fit(TokenShards(str(out)).load())
+
+
+def test_a_vocabulary_trained_on_a_bounded_sample_is_the_same_streamed_or_not(tmp_path, monkeypatch):
+    """tokenizer.train_bytes=N trains on the training split's first N bytes (a cut inside a character included):
+    streamed (the stream read no further for the vocabulary) and in memory give one tokenizer.json, another than
+    the whole split's, and the recipe records N."""
+    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("tokenizers")
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    rows = [f"Row {i}: é{'ü' * (i % 9)} and {'word%d ' % (i % 97) * (i % 13)}" for i in range(4000)]
+    datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
+    common = ["data=hf", f"data.path={tmp_path / 'ds'}", "tokenizer=bpe", "tokenizer.vocab_size=400"]
+    sample = [*common, "tokenizer.train_bytes=20001"]  # odd: a cut inside a two-byte character
+    memory = prepare(tmp_path / "memory", sample)
+    stream = prepare(tmp_path / "stream", [*sample, "data.streaming=true"])
+    whole = prepare(tmp_path / "whole", common)
+    assert memory == stream and memory["tokenizer"]["recipe"]["train_bytes"] == 20001
+    read = {k: (tmp_path / k / "tokenizer.json").read_text() for k in ("memory", "stream", "whole")}
+    assert read["memory"] == read["stream"] != read["whole"]
+    assert "train_bytes" not in whole["tokenizer"]["recipe"]  # shards written before the option still match
+    with pytest.raises(ConfigError, match="tokenizer.train_bytes=100 must be a whole number ≥ 4096"):
+        prepare(tmp_path / "bad", [*common, "tokenizer.train_bytes=100"])

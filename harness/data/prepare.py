@@ -167,7 +167,8 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
     from harness.data.hf import SEPARATOR
 
     if hasattr(tokenizer, "fit_stream") and getattr(tokenizer, "_tok", None) is None:
-        tokenizer.fit_stream(_train_text(source))  # a first pass over the stream: the vocabulary, nothing held
+        # a first pass over the stream: the vocabulary, nothing held (only the first train_bytes, when set)
+        tokenizer.fit_stream(_train_text(source, getattr(tokenizer, "train_bytes", None)))
     # a named validation split is validation whole: no block of the training split goes there
     splitter = _Splitter(tokenizer, writers, sys.maxsize if source.val_split else source.val_every)
     whole, total = hashlib.sha256(), 0
@@ -188,23 +189,31 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
             "train_sha256": splitter.train_hash.hexdigest()}
 
 
-def _train_text(source) -> Iterator[str]:
+def _train_text(source, limit: int | None = None) -> Iterator[str]:
     """The training split's text as the stream passes (the blocks ``_Splitter`` sends to train, decoded
-    incrementally: a character a block boundary cuts decodes as the whole split's decode would)."""
+    incrementally: a character a block boundary cuts decodes as the whole split's decode would), its first
+    ``limit`` bytes when given (the stream is read no further)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     val_every = sys.maxsize if source.val_split else source.val_every
-    pending, n_block = bytearray(), 0
+    pending, n_block, left = bytearray(), 0, sys.maxsize if limit is None else limit
+
+    def take(block: bytes) -> str:
+        nonlocal left
+        block, left = block[:left], left - min(left, len(block))
+        return decoder.decode(block, final=left == 0)
+
     for data in _rows(source, source.split):
         pending.extend(data)
         while len(pending) >= _Splitter.BLOCK:
             if n_block % val_every != val_every - 1:
-                yield decoder.decode(bytes(pending[: _Splitter.BLOCK]))
+                yield take(bytes(pending[: _Splitter.BLOCK]))
+                if not left:
+                    return
             del pending[: _Splitter.BLOCK]
             n_block += 1
-    last = bytes(pending) if n_block % val_every != val_every - 1 else b""
-    yield decoder.decode(last, final=True)
+    yield take(bytes(pending) if n_block % val_every != val_every - 1 else b"") + decoder.decode(b"", final=True)
 
 
 def _rows(source, split: str) -> Iterator[bytes]:

@@ -203,8 +203,18 @@ class Trained(Subword):
     kind: str
     requires = ("tokenizers",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
-    def __init__(self, vocab_size: int | None = None, path: str | None = None, min_frequency: int = 2):
+    def __init__(self, vocab_size: int | None = None, path: str | None = None, min_frequency: int = 2,
+                 train_bytes: int | None = None):
+        """``train_bytes``: train on the training split's first this many bytes (a bounded sample of a large
+        corpus; None: all of it)."""
         super().__init__()
+        if train_bytes is not None and not (isinstance(train_bytes, int) and train_bytes >= 4096):
+            raise ConfigError(f"tokenizer.train_bytes={train_bytes} must be a whole number ≥ 4096, or null for the "
+                              "whole training split")
+        if train_bytes is not None and path:
+            raise ConfigError("tokenizer.train_bytes sizes the sample a vocabulary is trained on; tokenizer.path "
+                              "loads a trained one: drop one of them")
+        self.train_bytes = train_bytes
         if vocab_size is not None and not len(SPECIALS) + 256 <= vocab_size <= 2**32 - 1:
             raise ConfigError(f"vocab_size={vocab_size} must be at least {len(SPECIALS) + 256} (the specials and "
                               f"the byte alphabet), e.g. tokenizer.vocab_size={DEFAULT_VOCAB}")
@@ -239,31 +249,33 @@ class Trained(Subword):
         if fitted is not None:  # pre-tokenized shards: the vocabulary they were written with (prepare.py)
             self._tok = fitted(self)
             return
-        cache = self.cache_path(hashlib.sha256(corpus.train).hexdigest())
+        sample = corpus.train[: self.train_bytes]  # None: all of it
+        cache = self.cache_path(hashlib.sha256(sample).hexdigest())
         if cache.exists():
             self._tok = load_file(str(cache))
             return
-        self._tok = train_tokenizer(self.kind, corpus.train, self.vocab_size, self.min_frequency)
+        self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
         self._tok.save(str(tmp))
         tmp.replace(cache)  # atomic: two runs training at once never read half a file
 
     def fit_stream(self, texts: Iterable[str]) -> None:
-        """Train on the training split's text as it streams (``prepare`` of a streamed corpus): ``texts`` in order;
-        the same vocabulary ``fit`` trains on their join, without holding it."""
+        """Train on the training split's text as it streams (``prepare`` of a streamed corpus): ``texts`` in order,
+        cut by the caller at ``train_bytes``; the same vocabulary ``fit`` trains on their join, without holding it."""
         if self._tok is None:
             self._tok = train_tokenizer(self.kind, stream_chunks(texts), self.vocab_size, self.min_frequency)
 
     def recipe(self) -> dict:
         """What decides a trained vocabulary besides the text (pre-tokenized shards record it)."""
-        return {"kind": self.kind, "vocab_size": self.vocab_size, "min_frequency": self.min_frequency}
+        sample = {"train_bytes": self.train_bytes} if self.train_bytes is not None else {}
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "min_frequency": self.min_frequency, **sample}
 
     def cache_path(self, train_sha256: str) -> Path:
         from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
 
         return (corpus_module.CACHE / "tokenizers" /
-                f"{self.kind}-v{self.vocab_size}-f{self.min_frequency}-{train_sha256[:20]}.json")
+                f"{self.kind}-v{self.vocab_size}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
 
 
 class BPE(Trained):
