@@ -339,7 +339,7 @@ def test_a_vocabulary_trained_on_a_bounded_sample_is_the_same_streamed_or_not(tm
     datasets = pytest.importorskip("datasets")
     pytest.importorskip("tokenizers")
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
-    rows = [f"Row {i}: é{'ü' * (i % 9)} and {'word%d ' % (i % 97) * (i % 13)}" for i in range(4000)]
+    rows = [f"Row {i}: é{'ü' * (i % 9)} and {f'word{i % 97} ' * (i % 13)}" for i in range(4000)]
     datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
     common = ["data=hf", f"data.path={tmp_path / 'ds'}", "tokenizer=bpe", "tokenizer.vocab_size=400"]
     sample = [*common, "tokenizer.train_bytes=20001"]  # odd: a cut inside a two-byte character

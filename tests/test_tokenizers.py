@@ -278,3 +278,24 @@ def test_a_wordpiece_vocabulary_is_the_same_file_each_time_it_is_trained():
     assert first.to_str() == second.to_str()
     assert [first.token_to_id(t) for t in SPECIALS] == list(range(len(SPECIALS)))
     assert first.decode(first.encode("Row 12: the quick fox").ids) == "row 12 : the quick fox"
+
+
+def test_a_cached_vocabulary_swapped_or_damaged_is_refused_and_an_unsealed_one_retrained(corpus, cache):
+    """The cache keeps each vocabulary's sha256 beside it: another valid vocabulary put in its place, or a flipped
+    byte, is one line naming the file; a cache written before the seal is trained again and sealed."""
+    BPE(vocab_size=300).fit(corpus)
+    (file,) = (cache / "tokenizers").glob("bpe-v300-*.json")
+    good = file.read_bytes()
+    BPE(vocab_size=280).fit(corpus)
+    file.write_bytes(next((cache / "tokenizers").glob("bpe-v280-*.json")).read_bytes())  # valid, but another
+    with pytest.raises(ConfigError, match=r"the cached vocabulary .*bpe-v300-.*\.json is not the file posbench wrote "
+                                          r"\(sha256 .*\): damaged or replaced; delete it"):
+        BPE(vocab_size=300).fit(corpus)
+    file.write_bytes(good[:100] + bytes([good[100] ^ 1]) + good[101:])
+    with pytest.raises(ConfigError, match="damaged or replaced"):
+        BPE(vocab_size=300).fit(corpus)
+    file.write_bytes(good)
+    seal = file.with_name(file.name + ".sha256")
+    seal.unlink()  # an older cache, unsealed: trained again, then sealed
+    BPE(vocab_size=300).fit(corpus)
+    assert file.read_bytes() == good and seal.read_text().strip() == hashlib.sha256(good).hexdigest()

@@ -251,13 +251,16 @@ class Trained(Subword):
             return
         sample = corpus.train[: self.train_bytes]  # None: all of it
         cache = self.cache_path(hashlib.sha256(sample).hexdigest())
-        if cache.exists():
+        if cache.exists() and _verified(cache):
             self._tok = load_file(str(cache))
             return
         self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
         self._tok.save(str(tmp))
+        seal = _seal(cache).with_suffix(f".tmp{os.getpid()}")
+        seal.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
+        seal.replace(_seal(cache))
         tmp.replace(cache)  # atomic: two runs training at once never read half a file
 
     def fit_stream(self, texts: Iterable[str]) -> None:
@@ -276,6 +279,25 @@ class Trained(Subword):
 
         return (corpus_module.CACHE / "tokenizers" /
                 f"{self.kind}-v{self.vocab_size}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
+
+
+def _seal(cache: Path) -> Path:
+    return cache.with_name(cache.name + ".sha256")
+
+
+def _verified(cache: Path) -> bool:
+    """Whether a cached vocabulary is the file that was written (its sha256 beside it). A cache from before the
+    seal has none: False, and the caller trains it again (and seals it). A file that differs from its seal —
+    damaged, or swapped for another vocabulary — is refused naming the file: used silently it would change every
+    id of the run."""
+    seal = _seal(cache)
+    if not seal.exists():
+        return False
+    actual, written = hashlib.sha256(cache.read_bytes()).hexdigest(), seal.read_text().strip()
+    if actual != written:
+        raise ConfigError(f"the cached vocabulary {cache} is not the file posbench wrote (sha256 {actual[:12]}…, "
+                          f"written as {written[:12]}…): damaged or replaced; delete it and the run trains it again")
+    return True
 
 
 class BPE(Trained):
