@@ -271,10 +271,15 @@ def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
     (["--claim", "yarn"], "--claim=yarn: order two or more"),
     (["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "64"], "judged beyond the trained context (64 tokens"),
     (["--key-short", "5000"], "--key-short=5000: LongPPL's short context lies in 1"),
-    (["--margin", "-1"], "--margin=-1.0 ≥ 0"),
+    (["--margin", "-1"], "--margin=-1.0: it is ≥ 0"),
     (["--finetune-lr", "0"], "--finetune-lr=0.0 > 0"),
     (["--finetune-length", "1"], "--finetune-length=1: at least 2 tokens"),
     (["--evaluator", "/nonexistent/model"], "--evaluator /nonexistent/model is not a model folder"),
+    (["--memory", "abc"], "argument --memory: invalid float value: 'abc'; see posbench hf-eval --help"),
+    (["--bogus"], "unrecognized arguments: --bogus; see posbench hf-eval --help"),
+    (["--gflops", "0"], "--gflops=0.0: it is a positive rate"),
+    (["--level", "nan"], "--level=nan: it lies in (0, 1"),
+    (["--out", "/proc/posbench"], "--out /proc/posbench: cannot write in /proc"),
 ])
 def test_a_bad_claim_evaluator_or_finetune_option_is_one_line(tmp_path, argv, needle):
     import json
@@ -283,6 +288,15 @@ def test_a_bad_claim_evaluator_or_finetune_option_is_one_line(tmp_path, argv, ne
                                                       "intermediate_size": 64, "max_position_embeddings": 64}))
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("+", r"\+")):
         parse([str(tmp_path), *argv])
+
+
+def test_a_model_without_rope_sizes_is_named_with_its_type(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "vocab_size": 50}))
+    with pytest.raises(ConfigError, match=r"\(model_type 'gpt2'\) lacks hidden_size, num_hidden_layers, "
+                                          "num_attention_heads: hf-eval reads RoPE decoders"):
+        parse([str(tmp_path)])
 
 
 # ---------------------------------------------------------------- a short fine-tune at the new length (item 3)

@@ -89,7 +89,7 @@ class EvalSpec:
 
 def parse(argv: list[str]) -> EvalSpec:
     """The command line as an ``EvalSpec``; a bad value is a ConfigError naming the fix."""
-    p = argparse.ArgumentParser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
     p.add_argument("--scalings", default="none,linear,ntk,yarn",
                    help=f"comma-separated, of {', '.join(METHODS)}; +resonance, +hope: posbench's θ (yarn+hope)")
@@ -139,6 +139,13 @@ def unscaled(name: str) -> bool:
     return name.split("+")[0] == "none"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are the project's one line (exit 2 by the caller), not a usage block."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message}; see posbench hf-eval --help")
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n.split("+")[0] not in METHODS or
@@ -172,10 +179,13 @@ def check(spec: EvalSpec) -> None:
     if spec.key_short is not None and not 0 <= spec.key_short < max(spec.lengths):
         raise ConfigError(f"--key-short={spec.key_short}: LongPPL's short context lies in 1 … the longest length − 1 "
                           f"({max(spec.lengths) - 1}), or 0 for no key tokens")
-    positive = spec.gflops > 0 and (spec.memory_gib is None or spec.memory_gib > 0)
-    if not (0 < spec.level < 1 and spec.margin >= 0 and positive):
-        raise ConfigError(f"--level={spec.level} lies in (0, 1), --margin={spec.margin} ≥ 0; --gflops={spec.gflops} "
-                          f"and --memory={spec.memory_gib} are positive")
+    for flag, value, ok, rule in (("--level", spec.level, 0 < spec.level < 1, "lies in (0, 1)"),
+                                  ("--margin", spec.margin, spec.margin >= 0, "is ≥ 0 (nats)"),
+                                  ("--gflops", spec.gflops, spec.gflops > 0, "is a positive rate"),
+                                  ("--memory", spec.memory_gib, spec.memory_gib is None or spec.memory_gib > 0,
+                                   "is a positive number of GiB")):
+        if not (ok and math.isfinite(value if value is not None else 0.0)):
+            raise ConfigError(f"{flag}={value}: it {rule}")
     if spec.finetune_steps < 0 or spec.finetune_batch < 1 or not (math.isfinite(spec.finetune_lr)
                                                                   and spec.finetune_lr > 0):
         raise ConfigError(f"--finetune-steps={spec.finetune_steps} ≥ 0, --finetune-batch={spec.finetune_batch} ≥ 1 "
@@ -190,8 +200,22 @@ def check(spec: EvalSpec) -> None:
             raise ConfigError(f"{flag} {folder} is not a model folder with a config.json{hint}")
     if spec.text != "embedded" and not Path(spec.text).expanduser().is_file():
         raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
+    if spec.out is not None:
+        _check_out(spec.out)
     _check_claim(spec)
     _check_budget(spec)
+
+
+def _check_out(out: Path) -> None:
+    """--out is a folder the report can be written into (checked before the sweep, not after it)."""
+    import tempfile
+
+    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    try:  # a probe, not a permission bit: root may "write" /proc, whose mkdir still fails
+        Path(tempfile.mkdtemp(dir=existing, prefix=".posbench-probe-")).rmdir()
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot write in {existing} ({e.strerror or type(e).__name__}); give a "
+                          "writable folder") from None
 
 
 def read_config(folder: Path) -> dict:
@@ -254,8 +278,9 @@ def _check_budget(spec: EvalSpec) -> None:
     config = read_config(spec.model)
     missing = [k for k in SIZES if k not in config]
     if missing:
-        raise ConfigError(f"{spec.model}/config.json lacks {', '.join(missing)}: not a decoder transformers "
-                          "describes that way; re-save it with save_pretrained")
+        raise ConfigError(f"{spec.model}/config.json (model_type {config.get('model_type')!r}) lacks "
+                          f"{', '.join(missing)}: hf-eval reads RoPE decoders as transformers describes Llama, "
+                          "Mistral, Qwen2 or GPT-NeoX; give such a model")
     peak, _ = costs(spec, config)
     have = spec.memory_gib * budget.GIB if spec.memory_gib else budget.available_bytes()
     if sum(peak.values()) > have:
