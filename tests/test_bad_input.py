@@ -281,6 +281,13 @@ RUN_CASES = [
     ("eval-length-beyond-split", ["eval.lengths=[10000000]"], "exceed the validation split"),
     ("model-too-large", ["model.d_model=4096", "model.n_layers=2000", "model.n_heads=32"], "but"),
     ("batch-too-large", ["data.batch_size=100000000"], "training needs at least"),
+    # the fix names what is too large: depth whatever the batch, the vocabulary's embeddings, or the logits
+    ("depth-alone-too-large", ["model.n_layers=3000", "model.d_model=1024", "model.n_heads=8", "model.d_ff=4096"],
+     "the parameters alone do not fit, whatever the batch: lower model.n_layers=3000"),
+    ("vocabulary-alone-too-large", ["tokenizer=bpe", "tokenizer.vocab_size=400000000"],
+     "mostly the embeddings: lower tokenizer.vocab_size=400000000"),
+    ("logits-too-large", ["tokenizer=bpe", "tokenizer.vocab_size=4000000", "data.batch_size=64", "data.seq_len=512"],
+     "the logits hold most of a step: lower tokenizer.vocab_size=4000000"),
     ("scale-the-preset-lacks", ["-m", "experiment=rope_scaling", "scale=smoke"], "has no scale=smoke"),
     ("finetune-beyond-train-split", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
                                      "eval.finetune_length=10000000"], "exceeds the training split"),

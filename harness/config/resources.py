@@ -67,11 +67,29 @@ def check_memory(fp: Footprint, batch: int, seq_len: int, on_gpu: bool) -> None:
     need = fp.training_bytes(batch, seq_len)
     if need > free:
         weights = 16 * fp.n_params
-        fix = (f"lower model.d_model={fp.d_model}, model.n_layers={fp.n_layers} or model.d_ff={fp.d_ff}"
-               if weights > need - weights else f"lower data.batch_size={batch} or data.seq_len={seq_len}")
+        fix = _memory_fix(fp, batch, seq_len, weights, free)
         raise ConfigError(f"training needs at least {gib(need)} ({gib(weights)} for {fp.n_params:,} parameters with "
                           f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
                           f"a step) but {gib(free)} is available; {fix}")
+
+
+def _memory_fix(fp: Footprint, batch: int, seq_len: int, weights: int, free: int) -> str:
+    """The keys that can make it fit, by what is too large: the parameters alone (then no batch fits: the
+    vocabulary's embeddings or the layers, whichever holds more), else the tokens a step (their logits when the
+    vocabulary makes most of them)."""
+    vocab = f"tokenizer.vocab_size={fp.vocab}"
+    if weights > free:
+        embeddings = fp.vocab * fp.d_model
+        if embeddings > fp.n_params - embeddings:
+            return (f"the parameters alone do not fit, mostly the embeddings: lower {vocab} or "
+                    f"model.d_model={fp.d_model}")
+        return (f"the parameters alone do not fit, whatever the batch: lower model.n_layers={fp.n_layers}, "
+                f"model.d_model={fp.d_model} or model.d_ff={fp.d_ff}")
+    tokens = batch * seq_len
+    logits = 2 * tokens * fp.vocab
+    if logits > fp.n_layers * tokens * (10 * fp.d_model + 2 * fp.d_ff):
+        return f"the logits hold most of a step: lower {vocab}, data.batch_size={batch} or data.seq_len={seq_len}"
+    return f"lower data.batch_size={batch} or data.seq_len={seq_len}"
 
 
 def gib(n: int) -> str:
