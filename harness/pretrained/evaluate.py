@@ -339,12 +339,13 @@ def evaluation_text(text: str, split: str = "val") -> str:
 
 
 def find_key_tokens(evaluator, ids: torch.Tensor, spec: EvalSpec) -> dict[int, torch.Tensor]:
-    """LongPPL's key-token mask per length > the short context, from the one evaluator (measures.py)."""
+    """LongPPL's key-token mask per length > the short context, from the one evaluator (measures.py), with the RoPE
+    its own config gives it (a long-context evaluator keeps its own scaling; the model itself is taken as trained)."""
     from harness.pretrained.rotary import apply_scaling
 
     if not spec.short:
         return {}
-    apply_scaling(evaluator, method="none")
+    apply_scaling(evaluator)  # its own rope_parameters: transformers' own rotary, to ≤ 1e-5 (test_pretrained.py)
     short = short_context_losses(evaluator, ids, spec.short, spec.budget)
     return {n: key_tokens(token_losses(evaluator, ids, n, spec.stride_at(n), spec.budget), short)
             for n in spec.lengths if n > spec.short + max(1, spec.short // 4)}
