@@ -460,3 +460,34 @@ def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp
         [client.get_experiment_by_name("hf-eval").experiment_id], "tags.kind = 'hf-eval-cell'")}
     assert all(math.isfinite(m["val/loss_at_96"]) and m["val/loss_at_96"] > 0 for m in cells.values())
     assert cells["yarn"]["val/loss_at_96"] != cells["none"]["val/loss_at_96"]
+
+
+def test_the_own_cell_is_the_model_as_its_config_scales_it(tmp_path):
+    """`own`: the model's own rope_parameters (a Llama 3.1's llama3, a YaRN-extended model's yarn) as transformers
+    runs them, at factor 1 — the logits of the model as loaded; `none` is the plain θ under it."""
+    import transformers
+
+
+    spec = parse([str(_tiny_llama(tmp_path / "m")), "--scalings", "own,none,yarn", "--factors", "2", "--lengths",
+                  "32", "--budget", "64"])
+    assert spec.cells() == [("own", 1.0), ("none", 1.0), ("yarn", 2.0)]
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                      intermediate_size=64, max_position_embeddings=128,
+                                      rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                       "original_max_position_embeddings": 32})
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = (torch.arange(96) * 7 % 64)[None]
+
+    def logits():
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+
+    from harness.pretrained.rotary import apply_scaling
+
+    loaded = logits()  # transformers' own YaRN
+    apply_scaling(model)  # what the `own` cell applies
+    own = logits()
+    apply_scaling(model, method="none")
+    torch.testing.assert_close(own, loaded, rtol=0, atol=1e-5)
+    assert (logits() - own).abs().max() > 1e-4  # the plain θ is another model (random weights: a small change)

@@ -92,7 +92,7 @@ def parse(argv: list[str]) -> EvalSpec:
     p = _Parser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
     p.add_argument("--scalings", default="none,linear,ntk,yarn",
-                   help=f"comma-separated, of {', '.join(METHODS)}; +resonance, +hope: posbench's θ (yarn+hope)")
+                   help=f"comma-separated, of {', '.join(METHODS)}, own; +resonance, +hope: posbench's θ (yarn+hope)")
     p.add_argument("--factors", default="2,4", help="comma-separated scaling factors s (each scaling but none)")
     p.add_argument("--lengths", default="256,512,1024", help="comma-separated context lengths L, in tokens")
     p.add_argument("--stride", type=int, default=None, help="sliding-window stride S (default L/2)")
@@ -133,10 +133,12 @@ def parse(argv: list[str]) -> EvalSpec:
 
 
 MODIFIERS = ("resonance", "hope")  # posbench's θ beyond transformers': yarn+resonance, none+hope
+OWN = "own"  # the model's own rope_parameters (Llama 3.1's llama3, a YaRN-extended yarn), as transformers runs it
 
 
 def unscaled(name: str) -> bool:
-    return name.split("+")[0] == "none"
+    """A cell at factor 1: the plain θ (``none``) or the model's own scaling (``own``)."""
+    return name.split("+")[0] in ("none", OWN)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -148,11 +150,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n.split("+")[0] not in METHODS or
+    unknown = [n for n in names if n.split("+")[0] not in (*METHODS, OWN) or
                any(m not in MODIFIERS for m in n.split("+")[1:]) or len(set(n.split("+"))) < len(n.split("+"))]
     if unknown or not names:
         raise ConfigError(f"--scalings={text}: {', '.join(unknown) or 'none given'} unknown; use some of "
-                          f"{', '.join(METHODS)}, each optionally +resonance and/or +hope (yarn+resonance)")
+                          f"{', '.join(METHODS)} or own (the model's own rope_parameters), each optionally "
+                          "+resonance and/or +hope (yarn+resonance)")
     return names
 
 
@@ -439,7 +442,8 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
                                {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"})
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
                 base, *mods = method.split("+")
-                apply_scaling(model, method=base, factor=factor, resonance="resonance" in mods, hope="hope" in mods)
+                how = {} if base == OWN else {"method": base, "factor": factor}
+                apply_scaling(model, resonance="resonance" in mods, hope="hope" in mods, **how)
                 if spec.finetune_steps:
                     curve = finetune(model, train_ids.to(device_ids.device), tune_length, spec.finetune_steps,
                                      spec.finetune_lr, spec.finetune_batch, spec.seed)

@@ -20,7 +20,7 @@ def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Te
 
     rows = []
     for factor in spec.factors:
-        arms = [(m, 1.0 if m.split("+")[0] == "none" else factor) for m in spec.claim]
+        arms = [(m, 1.0 if m.split("+")[0] in ("none", "own") else factor) for m in spec.claim]
         for length in (n for n in spec.lengths if n > context):
             block = spec.stride_at(length)
             means = {arm: [float(b.mean()) for b in losses[arm][length].split(block) if len(b) == block]
