@@ -55,7 +55,7 @@ MIN_ID_ACCURACY = 0.99
 ALPHA = 0.05  # report.alpha's default: a claim's comparisons, Holm-corrected at this family-wise level
 # a comparison whose arms cannot differ here: every seed of both at the same bound (an accuracy of 0 or 1), or with
 # no spread at all. Named, and left out of the claim's verdict: it says nothing either way.
-DEGENERATE = ("floor", "ceiling", "no spread")
+DEGENERATE = ("floor", "ceiling", "no spread", "not measured")  # "not measured": no run of either arm logged it
 ARM_KEYS = ("lower", "higher", "than", "cell", "close", "to")  # the comparison keys that name an arm
 
 
@@ -105,6 +105,8 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     ci = welch_interval(first, than)
     shown_metric = f"({metric} − {comparison['minus']})" if comparison.get("minus") else metric
     head = f"{shown_metric}: {comparison[side]} − {comparison['than']}{_as_read(comparison)}"
+    if not first and not than:  # e.g. a task override that renames the metric: say so, not "too few seeds"
+        return Outcome(f"{head}: not measured — no finished run of either arm logged {metric}", "not measured")
     if ci is None:
         return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
     degenerate = _degenerate(metric, first, than)
@@ -221,6 +223,8 @@ def overall(outcomes: list[Outcome]) -> str:
     left out (all of them so: inconclusive)."""
     if not outcomes:
         return "no claim to test"
+    if all(o.verdict == "not measured" for o in outcomes):
+        return "not measured"
     outcomes = [o for o in outcomes if o.verdict not in DEGENERATE]
     if not outcomes:
         return "inconclusive"

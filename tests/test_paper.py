@@ -631,3 +631,16 @@ def test_than_metric_reads_the_reference_arm_on_its_own_metric():
     assert values == {"+arm=d": [2.0, 2.1], "+arm=r": [2.5, 2.7]}
     outcome = compare(c, values)
     assert outcome.text.startswith("val/loss_at_256: +arm=d − +arm=r (its val/yarn/loss_at_256) = -0.5500")
+
+
+def test_a_metric_no_run_logged_is_not_measured_and_leaves_the_verdict():
+    """A task override can rename a claim's metric (task=reverse logs val/token_acc_at_12, the mixture's claim reads
+    val/reverse/token_acc_at_12): both arms empty is 'not measured', named, left out of the family — never 'too few
+    seeds'; a claim none of whose comparisons was measured is 'not measured'."""
+    comparison = {"metric": "val/reverse/token_acc_at_12", "higher": "+arm=r", "than": "+arm=o"}
+    outcome = compare(comparison, {"+arm=r": [], "+arm=o": []})
+    assert outcome.verdict == "not measured" and "no finished run of either arm logged val/reverse/token_acc" in \
+        outcome.text
+    assert overall([outcome, outcome]) == "not measured"
+    measured = compare({**comparison, "metric": "val/acc"}, {"+arm=r": [0.9, 0.95, 0.92], "+arm=o": [0.5, 0.4, 0.45]})
+    assert overall([outcome, measured]) == overall([measured]) == "reproduced"
