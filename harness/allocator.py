@@ -55,3 +55,15 @@ def keep_freed_memory() -> str:
 def setting() -> str:
     """What holds in this process: glibc with mmap off, or the system's malloc and why."""
     return _setting
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (what can be allocated without swapping); None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

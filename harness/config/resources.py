@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.allocator import available_bytes
 from harness.errors import ConfigError
 
 FLOAT = 4  # bytes; the CPU trains in fp32
@@ -44,18 +45,6 @@ class Footprint:
         tokens = batch * length
         activations = self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff) + 2 * tokens * self.vocab
         return 16 * self.n_params + FLOAT * activations
-
-
-def available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (what can be allocated without swapping); None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def check_memory(fp: Footprint, batch: int, seq_len: int, on_gpu: bool) -> None:

@@ -23,6 +23,8 @@ import math
 import os
 from dataclasses import dataclass
 
+from harness import allocator
+
 GIB = 2.0**30
 UNGATED = frozenset({"gpt_neox", "gpt2", "gptj", "falcon", "phi"})  # MLP of two matrices; the rest gate (three)
 
@@ -94,19 +96,14 @@ def forward_flops(config: dict, length: int) -> float:
 
 
 def available_bytes(device: str = "cpu") -> float:
-    """What the device can give now: CUDA's free memory, else the kernel's MemAvailable (Linux), else physical RAM."""
+    """What the device can give now: CUDA's free memory, else the kernel's MemAvailable (harness.allocator), else
+    physical RAM."""
     if device == "cuda":
         import torch
 
         return float(torch.cuda.mem_get_info()[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    free = allocator.available_bytes()
+    return float(free if free is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def describe(parts: dict[str, float]) -> str:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from harness.data.windows import window_starts
 from harness.errors import ConfigError
 from harness.pretrained import budget, report
 from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
@@ -266,8 +267,6 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
         peak = {**peak, "evaluator weights": 4.0 * budget.parameter_count(read_config(spec.evaluator))}
     if spec.finetune_steps:
         peak = {**peak, "pretrained weights kept": 4.0 * budget.parameter_count(config)}
-    from harness.data.windows import window_starts
-
     per_cell = 0.0
     for n in spec.lengths:
         windows = len(window_starts(spec.budget, n, spec.stride_at(n)))
@@ -285,7 +284,8 @@ def _check_budget(spec: EvalSpec) -> None:
                           f"{', '.join(missing)}: hf-eval reads RoPE decoders as transformers describes Llama, "
                           "Mistral, Qwen2 or GPT-NeoX; give such a model")
     peak, _ = costs(spec, config)
-    have = spec.memory_gib * budget.GIB if spec.memory_gib else budget.available_bytes()
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where load() puts the model
+    have = spec.memory_gib * budget.GIB if spec.memory_gib else budget.available_bytes(device)
     if sum(peak.values()) > have:
         raise ConfigError(f"{spec.model.name} at L={max(spec.lengths)} needs ≈ {budget.describe(peak)} > "
                           f"{have / budget.GIB:.1f} GiB available: shorter --lengths, a smaller model, or --memory "
@@ -363,8 +363,6 @@ def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, to
     for length in spec.lengths:
         started = time.perf_counter()
         losses[length] = nll = token_losses(model, ids, length, spec.stride_at(length), spec.budget)
-        from harness.data.windows import window_starts
-
         forwarded = sum(min(length, len(ids) - 1 - s) for s in window_starts(len(nll), length,
                                                                             spec.stride_at(length)))
         out[f"cost/seconds_per_1k_tokens_at_{length}"] = (time.perf_counter() - started) / forwarded * 1000
