@@ -67,6 +67,7 @@ class Cell:
     # or "ordered" (0 … T−1); None for a cell without randomized positions
     eval_positions: str | None = None
     max_position: int | None = None
+    task: str = ""  # the run's task (tag ``task``): ``mixture`` or one task's name
 
     @property
     def order_gain(self) -> float | None:
@@ -238,6 +239,14 @@ def _conditions(done: list[Cell]) -> dict[str, dict[int, Stat]]:
             if m := CONDITION_METRIC.match(key):
                 found.setdefault(condition_name(m), {}).setdefault(int(m["length"]), []).append(value)
     return {name: {n: mean_std(v) for n, v in sorted(by_len.items())} for name, by_len in found.items()}
+
+
+def own_metric(cell: Cell, metric: str) -> str:
+    """The name ``cell``'s run logged ``metric`` under. A claim names a mixture part's metric
+    (``val/reverse/token_acc_at_12``, harness/data/tasks/mixture.py); a run trained on that task alone
+    (``task=reverse``) logs the same measure unprefixed (``val/token_acc_at_12``), so that is what is read."""
+    found = re.fullmatch(r"val/([A-Za-z_]\w*)/(.+)", metric)
+    return f"val/{found[2]}" if found and found[1] == cell.task else metric
 
 
 @dataclass

@@ -48,7 +48,7 @@ from harness.stats import (
     welch_p_value,
     what_settles,
 )
-from results.cells import GRID_KEYS, MIN_ORDER_GAIN
+from results.cells import GRID_KEYS, MIN_ORDER_GAIN, own_metric
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
@@ -272,7 +272,7 @@ def _unready(members, min_gain: float, metric: str = "val/acc") -> str | None:
     gains = [c.order_gain for c in members if c.order_gain is not None and c.order_signal != "none"]
     if gains and sum(gains) / len(gains) < min_gain:
         return f"not yet using word order (order gain {sum(gains) / len(gains):.3f} < {min_gain})"
-    accs = [a for a in (c.metrics.get(metric) for c in members) if a is not None]
+    accs = [a for a in (c.metrics.get(own_metric(c, metric)) for c in members) if a is not None]
     if accs and sum(accs) / len(accs) < MIN_ID_ACCURACY:
         part = metric.split("/")[1] + " " if metric.count("/") == 2 else ""
         what = "per-token accuracy" if metric.endswith("token_acc") else "accuracy"
@@ -310,7 +310,7 @@ def _final(client, cell, metric: str, minus: str | None = None) -> float | None:
         return None if value is None or base is None else value - base
     if metric == "val/loss":
         return cell.final_loss
-    return client.get_run(cell.run_id).data.metrics.get(metric)
+    return client.get_run(cell.run_id).data.metrics.get(own_metric(cell, metric))
 
 
 def wall_time(sweep) -> str:
@@ -387,10 +387,13 @@ def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
     """README.md of a sweep over scale: the line on where the claim holds, then each scale's comparisons."""
     verdicts = {s: overall(outcomes) for s, outcomes in per_scale.items()}
     summary = along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
+    summary += _coverage(per_scale, len(claim["comparisons"]))
     joined = ",".join(scales)
+    alpha = claim.get("alpha", ALPHA)
     lines = [f"# {preset} (scales {', '.join(scales)})", "",
              f"**Claim** ({claim['source']}): {claim['statement']}", "",
              f"**Verdict: {summary}.**", "",
+             "Per scale, c" + family_line(next(iter(per_scale.values()), []), alpha).removeprefix("C"), "",
              *_provenance(sweep, _overrides(sweep) or f"experiment={preset} scale={joined}",
                           f"--preset {preset} --scale {joined}"),
              "## Verdict per scale", "", "| scale | verdict | comparisons |", "|---|---|---|",
@@ -400,6 +403,18 @@ def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
     (out / "README.md").write_text("\n".join(lines) + "\n")
     write_index(out.parent)
     return summary
+
+
+def _coverage(per_scale: dict[str, list[Outcome]], declared: int) -> str:
+    """What part of the claim a scale sweep tested: a sweep that narrows the preset (``task=reverse pos=rope``)
+    measures some of its primary comparisons (each scale lists the same ones, in order); its verdict is about
+    those, and says so."""
+    rows = list(zip(*per_scale.values(), strict=True))  # one row per comparison, across the scales
+    measured = sum(any(o.verdict != "not measured" for o in row) for row in rows)
+    if not per_scale or measured == declared:
+        return ""
+    return (f", on {measured} of the claim's {declared} primary comparisons (the others' arms or metrics were not "
+            "trained in this sweep)")
 
 
 def _provenance(sweep, run_args: str, paper_args: str) -> list[str]:

@@ -91,7 +91,7 @@ def cell_of(client, run) -> Cell:
         at_length={int(m[1]): v for k, v in run.data.metrics.items() if (m := LENGTH_METRIC.match(k))},
         skipped_lengths={int(m[1]): v for k, v in tags.items() if (m := SKIPPED_TAG.match(k))},
         job=int(tags.get("sweep_job", 0)) if tags.get("sweep_job", "0").isdigit() else 0,
-        metrics=dict(run.data.metrics), order_signal=tags.get("order_signal", "scheme"),
+        metrics=dict(run.data.metrics), order_signal=tags.get("order_signal", "scheme"), task=tags.get("task", ""),
         **_sampling(params),
     )
 

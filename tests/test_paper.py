@@ -73,10 +73,42 @@ def test_paired_values_keep_each_seeds_two_metrics_together():
 
     metrics = {"r0": {"a": 1.0, "b": 2.0}, "r1": {"a": 3.0}, "r2": {"a": 5.0, "b": 4.0}, "r3": {"a": 0.0, "b": 0.0}}
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
-    cells = [SimpleNamespace(run_id=rid, finished=rid != "r3", label=f"pos=rope seed={i}")
+    cells = [SimpleNamespace(run_id=rid, task="", finished=rid != "r3", label=f"pos=rope seed={i}")
              for i, rid in enumerate(metrics)]
     c = {"metric": "a", "lower_than_metric": "b", "cell": "pos=rope"}
     assert arm_values(client, cells, [c]) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
+
+
+def test_a_mixture_parts_metric_is_read_from_a_run_trained_on_that_task_alone():
+    """The claim of randomized_positions names ``val/reverse/token_acc_at_12`` (its task=mixture's part); the same
+    preset swept with ``task=reverse`` logs ``val/token_acc_at_12``. Read before as "not measured" by any run
+    (results/randomized_positions_scales at f758ef9), now the run's own name for the same measure; a run of
+    another task still has none of it, and a mixture's run keeps its prefixed name."""
+    from types import SimpleNamespace
+
+    from results.cells import Cell, own_metric
+    from results.paper import arm_values, readiness
+
+    def cell(rid, task, arm):
+        return Cell(run_id=rid, name=rid, label=f"{arm} seed={rid[-1]}", pos="rope", attn="softmax",
+                    seed=rid[-1], status="finished", task=task, metrics=metrics[rid])
+
+    metrics = {"a0": {"val/token_acc_at_12": 0.5, "val/token_acc": 0.3},
+               "a1": {"val/token_acc_at_12": 0.6, "val/token_acc": 0.4},
+               "b0": {"val/token_acc_at_12": 0.2, "val/token_acc": 1.0, "val/reverse/token_acc_at_12": 9.0},
+               "c0": {"val/reverse/token_acc_at_12": 0.7, "val/reverse/token_acc": 1.0}}
+    cells = [cell("a0", "reverse", "+arm=r"), cell("a1", "reverse", "+arm=r"), cell("b0", "copy", "+arm=o"),
+             cell("c0", "mixture", "+arm=m")]
+    assert own_metric(cells[0], "val/reverse/token_acc_at_12") == "val/token_acc_at_12"
+    assert own_metric(cells[0], "val/copy/token_acc_at_12") == "val/copy/token_acc_at_12"
+    assert own_metric(cells[0], "val/loss") == "val/loss"
+    assert own_metric(cells[3], "val/reverse/acc") == "val/reverse/acc"
+    client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
+    c = {"metric": "val/reverse/token_acc_at_12", "higher": "+arm=r", "than": "+arm=o"}
+    assert arm_values(client, cells, [c]) == {"+arm=r": [0.5, 0.6], "+arm=o": [9.0]}  # b0 is copy's: its own key
+    assert arm_values(client, cells, [dict(c, higher="+arm=m")])["+arm=m"] == [0.7]
+    # readiness asks the same run's in-distribution per-token accuracy under its own name: 0.35 < 0.99
+    assert "in-distribution reverse per-token accuracy 0.350" in readiness(cells, [c], 0.0)["+arm=r"]
 
 
 def test_minus_compares_each_seeds_growth_between_two_metrics():
@@ -88,7 +120,8 @@ def test_minus_compares_each_seeds_growth_between_two_metrics():
     metrics = {"a0": {"long": 3.0, "short": 2.0}, "a1": {"long": 3.2, "short": 2.1},
                "b0": {"long": 2.9, "short": 2.5}, "b1": {"long": 3.0, "short": 2.7}, "b2": {"long": 1.0}}
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
-    cells = [SimpleNamespace(run_id=rid, finished=True, label=f"pos={rid[0]} seed={rid[1]}") for rid in metrics]
+    cells = [SimpleNamespace(run_id=rid, task="", finished=True, label=f"pos={rid[0]} seed={rid[1]}")
+             for rid in metrics]
     c = {"metric": "long", "minus": "short", "lower": "pos=b", "than": "pos=a"}
     values = arm_values(client, cells, [c])
     assert values["pos=a"] == pytest.approx([1.0, 1.1]) and values["pos=b"] == pytest.approx([0.4, 0.3])  # b2: no short
@@ -230,6 +263,7 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
             self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"  # models that use order
+            self.task = ""
 
     cells = [Cell(f"pos={p} seed={s}", loss) for p, losses in
              {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()
@@ -264,7 +298,7 @@ def test_a_paper_report_has_one_verdict_the_claims(metric, kept, tmp_path, monke
     class Cell:
         def __init__(self, label, value):
             self.label, self.finished, self.final_loss, self.run_id = label, True, value, label
-            self.order_gain, self.metrics, self.order_signal = 1.0, {metric: value}, "scheme"
+            self.order_gain, self.metrics, self.order_signal, self.task = 1.0, {metric: value}, "scheme", ""
 
     values = {"rope": [0.1, 0.12, 0.11], "none": [0.9, 0.92, 0.91]}
     cells = [Cell(f"pos={p} seed={s}", v) for p, vs in values.items() for s, v in enumerate(vs)]
@@ -426,7 +460,7 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
     class Cell:
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
-            self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"
+            self.order_gain, self.metrics, self.order_signal, self.task = 1.0, {}, "scheme", ""
 
     losses = {("toy", "rope"): [2.0, 2.1, 2.05], ("toy", "learned"): [1.0, 1.1, 1.05],  # toy: the claim fails
               ("toy2x", "rope"): [1.0, 1.1, 1.05], ("toy2x", "learned"): [2.0, 2.1, 2.05]}  # 2×: it holds
@@ -439,7 +473,8 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
                              {"metric": "val/loss", "lower": "pos=alibi", "than": "pos=learned"}]}
     sweep = argparse.Namespace(runs=[], sweep_id="s1")
     verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
-    assert verdict == "holds from scale toy2x (toy: not reproduced; toy2x: reproduced)"
+    assert verdict == ("holds from scale toy2x (toy: not reproduced; toy2x: reproduced), on 1 of the claim's 2 "
+                       "primary comparisons (the others' arms or metrics were not trained in this sweep)")
     readme = (tmp_path / "demo" / "README.md").read_text()
     assert f"**Verdict: {verdict}.**" in readme and "scale=toy,toy2x`" in readme
     assert "| toy | not reproduced | val/loss: pos=rope − pos=learned = +1.0000" in readme  # n = 3 vs 3 each
@@ -455,7 +490,7 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
     class Cell:
         def __init__(self, label, loss):
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
-            self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"
+            self.order_gain, self.metrics, self.order_signal, self.task = 1.0, {}, "scheme", ""
 
     cells = [Cell(f"pos={p} seed={i} scale={s}", loss + i / 20) for s in ("toy", "toy2x")
              for p, loss in (("rope", 1.0), ("learned", 2.0)) for i in range(3)]
@@ -469,7 +504,8 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
     parent = argparse.Namespace(data=argparse.Namespace(tags=tags), info=info)
     sweep = argparse.Namespace(runs=[], sweep_id="s1", parent=parent)
     verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
-    assert verdict == "reproduced at every scale (toy, toy2x): does not move with scale here"
+    assert verdict == ("reproduced at every scale (toy, toy2x): does not move with scale here, on 1 of the claim's "
+                       "2 primary comparisons (the others' arms or metrics were not trained in this sweep)")
     assert "Command: `python run.py -m experiment=demo task=reverse pos=rope,learned scale=toy,toy2x`" in \
         (tmp_path / "demo" / "README.md").read_text()
 
@@ -625,7 +661,8 @@ def test_than_metric_reads_the_reference_arm_on_its_own_metric():
                "r0": {"val/loss_at_256": 1.0, "val/yarn/loss_at_256": 2.5},
                "r1": {"val/loss_at_256": 1.1, "val/yarn/loss_at_256": 2.7}}
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
-    cells = [SimpleNamespace(run_id=rid, finished=True, label=f"+arm={rid[0]} seed={rid[1]}") for rid in metrics]
+    cells = [SimpleNamespace(run_id=rid, task="", finished=True, label=f"+arm={rid[0]} seed={rid[1]}")
+             for rid in metrics]
     c = {"metric": "val/loss_at_256", "lower": "+arm=d", "than": "+arm=r", "than_metric": "val/yarn/loss_at_256"}
     values = arm_values(client, cells, [c])
     assert values == {"+arm=d": [2.0, 2.1], "+arm=r": [2.5, 2.7]}
