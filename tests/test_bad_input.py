@@ -177,6 +177,8 @@ RUN_CASES = [
     ("d-model-word", ["model.d_model=abc"], "model.d_model='abc' must be an integer"),
     ("layers-zero", ["model.n_layers=0"], "model.n_layers=0 must be a positive integer"),
     ("d-ff-zero", ["model.d_ff=0"], "model.d_ff=0 must be a positive integer"),
+    ("loss-chunk-zero", ["model.loss_chunk=0"], "model.loss_chunk=0 must be a positive number of tokens or null"),
+    ("loss-chunk-fraction", ["model.loss_chunk=1.5"], "model.loss_chunk=1.5 must be an integer or null"),
     ("dropout-nan", ["model.dropout=nan"], "model.dropout=nan must be a finite number"),
     ("dropout-negative", ["model.dropout=-0.1"], "model.dropout=-0.1 must lie in [0, 1)"),
     ("norm-unknown", ["model.norm=mid"], "model.norm='mid': use pre or post"),

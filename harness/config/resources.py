@@ -32,6 +32,7 @@ class Footprint:
     d_ff: int
     n_layers: int
     vocab: int
+    loss_chunk: int | None = None  # model.loss_chunk: the tokens whose logits exist at once (None: all of a step)
 
     @classmethod
     def of_blocks(cls, model, vocab: int) -> Footprint:
@@ -39,11 +40,15 @@ class Footprint:
         for GELU, 3 for SwiGLU), plus V·C embeddings."""
         c, f = model.d_model, model.d_ff
         params = model.n_layers * (4 * c * c + model.mlp_matrices * c * f) + vocab * c
-        return cls(params, c, f, model.n_layers, vocab)
+        return cls(params, c, f, model.n_layers, vocab, model.loss_chunk)
+
+    def logit_tokens(self, tokens: int) -> int:
+        return min(tokens, self.loss_chunk or tokens)
 
     def training_bytes(self, batch: int, length: int) -> int:
         tokens = batch * length
-        activations = self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff) + 2 * tokens * self.vocab
+        activations = (self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff)
+                       + 2 * self.logit_tokens(tokens) * self.vocab)
         return 16 * self.n_params + FLOAT * activations
 
 
@@ -75,10 +80,19 @@ def _memory_fix(fp: Footprint, batch: int, seq_len: int, weights: int, free: int
         return (f"the parameters alone do not fit, whatever the batch: lower model.n_layers={fp.n_layers}, "
                 f"model.d_model={fp.d_model} or model.d_ff={fp.d_ff}")
     tokens = batch * seq_len
-    logits = 2 * tokens * fp.vocab
-    if logits > fp.n_layers * tokens * (10 * fp.d_model + 2 * fp.d_ff):
-        return f"the logits hold most of a step: lower {vocab}, data.batch_size={batch} or data.seq_len={seq_len}"
+    logits = FLOAT * 2 * fp.logit_tokens(tokens) * fp.vocab
+    if logits > FLOAT * fp.n_layers * tokens * (10 * fp.d_model + 2 * fp.d_ff):
+        fix = f"the logits hold most of a step: lower {vocab}, data.batch_size={batch} or data.seq_len={seq_len}"
+        chunk = _fitting_chunk(free - (fp.training_bytes(batch, seq_len) - logits), FLOAT * 2 * fp.vocab)
+        if chunk and chunk < fp.logit_tokens(tokens):
+            fix += f", or make them {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
+        return fix
     return f"lower data.batch_size={batch} or data.seq_len={seq_len}"
+
+
+def _fitting_chunk(room: int, per_token: int) -> int | None:
+    """The largest power of two of tokens whose logits fit ``room`` bytes at ``per_token`` bytes a token."""
+    return 2 ** (room // per_token).bit_length() // 2 if room >= per_token else None
 
 
 def gib(n: int) -> str:
@@ -159,6 +173,7 @@ class GpuEstimate:
     states: int  # weights, gradients, AdamW's moments, autocast's weight copies
     activations: int  # kept by the blocks and the head for the backward
     logits: int  # the logits, their fp32 copy, cross-entropy's log-softmax and its gradient
+    loss_chunk: int | None = None  # model.loss_chunk: the logits are one chunk's, not the whole step's
 
     @property
     def total(self) -> int:
@@ -166,8 +181,9 @@ class GpuEstimate:
 
     def summary(self) -> str:
         b, t = self.tokens
+        chunked = f" ({min(self.loss_chunk, b * t)} at a time)" if self.loss_chunk else ""
         return (f"{gib(self.total)} ({gib(self.states)} weights, gradients and AdamW state, {gib(self.activations)} "
-                f"activations and {gib(self.logits)} logits for {b}×{t} tokens)")
+                f"activations and {gib(self.logits)} logits for {b}×{t} tokens{chunked})")
 
 
 @dataclass(frozen=True)
@@ -213,7 +229,9 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
     states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
     variant = model.n_layers * variant_fp32 * p.activation // 4
     activations = tokens * _token_bytes(model, p, scheme) + _bias_bytes(model, p, scheme, batch, length) + variant
-    return GpuEstimate(what, (batch, length), shrink, states, activations, tokens * _logit_bytes(vocab, p))
+    logit_tokens = min(tokens, model.loss_chunk or tokens)  # model.loss_chunk: one chunk's (harness/model/loss.py)
+    return GpuEstimate(what, (batch, length), shrink, states, activations, logit_tokens * _logit_bytes(vocab, p),
+                       model.loss_chunk)
 
 
 def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
@@ -262,6 +280,11 @@ def check_gpu(estimates: list[GpuEstimate], gpu: NamedGpu, lower_bound: bool = F
     if worst.total > gpu.memory:
         fix = (f"lower {worst.shrink}" if worst.activations + worst.logits > worst.states else
                "lower model.d_model, model.n_layers or model.d_ff")
+        b, t = worst.tokens
+        per_token = worst.logits // min(b * t, worst.loss_chunk or b * t)
+        chunk = _fitting_chunk(gpu.memory - (worst.total - worst.logits), per_token)
+        if worst.logits > worst.activations and chunk and chunk < min(b * t, worst.loss_chunk or b * t):
+            fix += f", or make the logits {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
         needs = "at least" if lower_bound else "about"
         raise ConfigError(f"on a GPU of {gpu.named} ({gib(gpu.memory)}) {worst.what} does not fit: it needs {needs} "
                           f"{worst.summary()}; {fix}, or name a larger GPU with --gpu-memory")

@@ -117,8 +117,8 @@ def finetune(module, corpus, objective, data, settings, length: int, seed: int) 
     losses = []
     module.train()
     for batch in DataLoader(windows, batch_size=batch_size):
-        token_losses, scored = module.token_losses(on_device(batch, module.device))  # (B, T)
-        loss = token_losses.sum() / scored.sum().clamp(min=1)
+        loss_sum, n = module._loss_sum(on_device(batch, module.device))  # model.loss_chunk's chunks, if set
+        loss = loss_sum / n.clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.model.parameters(), 1.0)

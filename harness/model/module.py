@@ -25,6 +25,7 @@ from harness.data.loaders import without_full_masks
 from harness.data.objectives import IGNORE
 from harness.data.tasks import exact_match, token_hits
 from harness.errors import Diverged
+from harness.model.loss import summed_cross_entropy
 from harness.model.schedule import Schedule
 
 if TYPE_CHECKING:  # the model it trains; imported for the annotation only
@@ -49,12 +50,21 @@ class LanguageModel(L.LightningModule):
     def on_train_batch_start(self, batch, batch_idx: int):
         self.model.before_training_step(self.global_step)  # Performer's redraw, decided on the host
 
-    def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
-        logits = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE,
-                               reduction="sum")
-        return loss, (batch["labels"] != IGNORE).sum(), logits
+    def _scored(self, batch, logits: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V)). ``logits=False``
+        with ``model.loss_chunk`` set: the loss from that many tokens' logits at a time (harness/model/loss.py),
+        the whole batch's never held, and None for them."""
+        n = (batch["labels"] != IGNORE).sum()
+        chunk = self.model.cfg.loss_chunk
+        if chunk is not None and not logits:
+            h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
+            loss = summed_cross_entropy(h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(),
+                                        chunk, IGNORE)
+            return loss, n, None
+        out = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
+        wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
+        loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
+        return loss, n, out
 
     def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each."""
@@ -65,7 +75,7 @@ class LanguageModel(L.LightningModule):
         return losses, batch["labels"] != IGNORE
 
     def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._scored(batch)[:2]
+        return self._scored(batch, logits=False)[:2]
 
     def training_step(self, batch, batch_idx):
         loss_sum, n = self._loss_sum(batch)
@@ -99,11 +109,11 @@ class LanguageModel(L.LightningModule):
             self._unscaled.enter_context(self.model.pos.rescaled("none", 1))
 
     def validation_step(self, batch, batch_idx):
-        loss_sum, n, logits = self._scored(batch["plain"])
-        shuffled_sum, shuffled_n, _ = self._scored(batch["shuffled"])
+        loss_sum, n, logits = self._scored(batch["plain"], logits=self.scores_sequences)
+        shuffled_sum, shuffled_n, _ = self._scored(batch["shuffled"], logits=False)
         labels = batch["plain"]["labels"]
         right = exact_match(logits, labels).sum() if self.scores_sequences else 0
-        sequences = len(logits) if self.scores_sequences else 0
+        sequences = len(labels) if self.scores_sequences else 0
         tokens_right = token_hits(logits, labels)[0] if self.scores_sequences else 0
         self._val += torch.stack([loss_sum.double(), n.double(), shuffled_sum.double(), shuffled_n.double(),
                                   *(torch.as_tensor(x, dtype=torch.float64, device=self.device)

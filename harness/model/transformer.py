@@ -61,6 +61,9 @@ class ModelConfig:
     # document's first token; attention stays inside each document (softmax attention)
     restart_positions: bool = False
     document_mask: bool = False
+    # The training loss's logits ``loss_chunk`` tokens at a time, made again in the backward (harness/model/loss.py):
+    # null holds the whole batch's (B·T, V) logits four times over (16 bytes a token and vocabulary entry)
+    loss_chunk: int | None = None
 
     CHOICES = {"norm": ("pre", "post"), "norm_type": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu"),
                "head": ("bert", "tied", "untied"), "temperature": KINDS, "temperature_layers": ("all", "nope")}
@@ -85,6 +88,10 @@ class ModelConfig:
         if self.temperature_floor <= 0 or not math.isfinite(self.temperature_scale):
             raise ConfigError(f"model.temperature_floor={self.temperature_floor} must be a positive integer and "
                               f"model.temperature_scale={self.temperature_scale} a finite number")
+        if self.loss_chunk is not None and (isinstance(self.loss_chunk, bool) or not isinstance(self.loss_chunk, int)
+                                            or self.loss_chunk <= 0):
+            raise ConfigError(f"model.loss_chunk={self.loss_chunk!r} must be a positive number of tokens or null "
+                              "(the whole batch's logits at once)")
         if self.temperature_init is not None and not math.isfinite(self.temperature_init):
             raise ConfigError(f"model.temperature_init={self.temperature_init} must be a finite number or null")
 
@@ -194,10 +201,22 @@ class Transformer(nn.Module):
                 part.apply(_init_weights)
 
     def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None,
-                document_ids: Tensor | None = None) -> Tensor:
-        """input_ids: (B, T) -> logits (B, T, V). key_padding_mask: (B, T) bool, True at real tokens, or None
-        when nothing is padded. Nothing here reads a tensor's value (that would wait for the GPU): a batch of
-        full windows reaches the model with None, its all-true mask dropped on the host before the batch
+                document_ids: Tensor | None = None, decode: bool = True) -> Tensor:
+        """input_ids: (B, T) -> logits (B, T, V): the decoder (``output_layer``) over ``hidden``; ``decode=False``:
+        the decoder's input (B, T, C), for a loss that applies the decoder itself (harness/model/loss.py) — through
+        ``__call__``, so a compiled model (model.compile) runs compiled either way."""
+        h = self.hidden(input_ids, key_padding_mask, document_ids)
+        return F.linear(h, *self.output_layer()) if decode else h
+
+    def output_layer(self) -> tuple[Tensor, Tensor | None]:
+        """The decoder's (weight (V, C), bias (V,) or None): the token embedding's when tied (BERT's head, ``tied``)."""
+        return (self.tok_emb.weight if self.decoder is None else self.decoder.weight), self.head_bias
+
+    def hidden(self, input_ids: Tensor, key_padding_mask: Tensor | None = None,
+               document_ids: Tensor | None = None) -> Tensor:
+        """input_ids: (B, T) -> the decoder's input (B, T, C). key_padding_mask: (B, T) bool, True at real
+        tokens, or None when nothing is padded. Nothing here reads a tensor's value (that would wait for the GPU):
+        a batch of full windows reaches the model with None, its all-true mask dropped on the host before the batch
         moves (harness/data/loaders.py ``on_device``), so attention builds and applies no mask (an all-true one
         still costs a bias scheme's step a mask pass).
         document_ids: (B, T), equal within each packed document, or None (each row one document): read only under
@@ -214,9 +233,7 @@ class Transformer(nn.Module):
         rotaries, biases = self.pos.rotaries(positions, n), self.pos.logit_biases(positions, n)  # one per layer
         for block, rotary, bias in zip(self.blocks, rotaries, biases, strict=True):
             x = block(x, replace(base, rotary=rotary, bias=bias))
-        h = self.head(self.norm_f(x))  # (B, T, C)
-        weight = self.tok_emb.weight if self.decoder is None else self.decoder.weight
-        return F.linear(h, weight, self.head_bias)  # (B, T, V)
+        return self.head(self.norm_f(x))  # (B, T, C)
 
     def before_training_step(self, step: int) -> None:
         """The training loop's per-step call (``AttentionVariant.before_training_step``), on the host."""
