@@ -296,10 +296,11 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
         return None
     if _Mode.preflight:
         return None
-    d = checked.data
+    d, accumulated = checked.data, checked.trainer.accumulate_grad_batches
+    times = f" × {accumulated} accumulated" if accumulated > 1 else ""
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
           f"data={choices['data']} · {checked.n_params:,} parameters · {checked.trainer.max_steps} steps of "
-          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens{checked.budget.line()} · store "
+          f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens{times}{checked.budget.line()} · store "
           f"{checked.uri}{_gpu_line(checked)}")
     return None
 

@@ -95,3 +95,36 @@ def test_the_estimate_counts_one_chunks_logits_and_a_refusal_names_the_chunk_tha
     assert chunk == 16384
     assert f"or make the logits {chunk} tokens at a time with model.loss_chunk={chunk}" in str(e.value)
     check_gpu([estimate(chunk)], NamedGpu.parse("40GB"))  # and it does fit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape,precision", [(0, "bf16-mixed"), (2, "32-true")])
+def test_the_estimate_is_within_ten_percent_of_the_tensors_peak_on_this_cpu(shape, precision):
+    """The formula against a real step (harness/bench/cpu_memory.py, a fresh process each): the blocks-dominated
+    shape under bf16 autocast, and the 32k-vocabulary shape with its logits 256 tokens at a time. All ten rows:
+    results/bench_cpu_memory/."""
+    from harness.bench.cpu_memory import TENSORS, TOLERANCE, _child
+
+    row = _child(shape, precision, TENSORS)
+    assert abs(row.ratio - 1) <= TOLERANCE, f"measured {row.measured_mib:.0f} MiB vs estimate {row.estimate_mib:.0f}"
+
+
+def test_the_committed_cpu_memory_table_is_the_benchmarks_own():
+    """results/bench_cpu_memory/README.md is what the bench renders from its memory.csv, and its rows are the
+    shapes and precisions the bench measures now."""
+    import csv
+    import math
+    import re
+    from pathlib import Path
+
+    from harness.bench.cpu_memory import PRECISIONS, SHAPES, Row, render
+
+    folder = Path(__file__).resolve().parents[1] / "results" / "bench_cpu_memory"
+    with (folder / "memory.csv").open() as f:
+        rows = [Row(**{k: (v if k in ("shape", "precision") else float(v) if "." in v or "nan" in v else int(v))
+                       for k, v in r.items()}) for r in csv.DictReader(f)]
+    assert [(r.shape, r.precision) for r in rows] == [(s[0], p) for s in SHAPES for p in PRECISIONS]
+    text = (folder / "README.md").read_text()
+    command, seconds = re.search(r"Command: `([^`]*)` \((\d+) s", text).groups()
+    assert render(rows, command, float(seconds)) == text
+    assert all(not math.isnan(r.resident_ratio) for r in rows)

@@ -109,12 +109,39 @@ def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys, monkeypatc
     cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0"])
     cli._check(cfg, choices, None)
     line = capsys.readouterr().out
-    # 50,000 steps × 32 × 2048 tokens; 6·N + 6·L·T·C FLOPs a token; hours at 989 TFLOP/s × 0.4
-    tokens = 50_000 * 32 * 2048
+    # 55,000 steps × 32 × 2048 tokens × 8 accumulated (GPT-3 Small's 0.5M); 6·N + 6·L·T·C FLOPs a token; hours at
+    # 989 TFLOP/s × 0.4
+    tokens = 55_000 * 32 * 2048 * 8
     n = 12 * (4 * 768**2 + 2 * 768 * 3072) + 768 * 258
     flops = tokens * (6 * n + 6 * 12 * 2048 * 768)
-    assert f" · 3.3B tokens (1,740.0 epochs) · {flops:.1e} FLOPs ≈ {flops / (989e12 * 0.4) / 3600:,.1f} GPU-hours" \
-        in line
+    assert " · 55000 steps of 32×2048 tokens × 8 accumulated · 28.8B tokens (15,312.2 epochs) · " \
+        f"{flops:.1e} FLOPs ≈ {flops / (989e12 * 0.4) / 3600:,.1f} GPU-hours" in line
+
+
+def test_the_1b4_setting_is_the_blogs_pile_model_at_gpt3_xls_batch():
+    """eleuther_rotary scale=paper_1b4: with GPT-2's 50,257 ids the model is the blog's 1.4B (1.41B), a step
+    is GPT-3 XL's 1M tokens (64 accumulated batches of 8 × 2,048), and one batch fits an 80 GB GPU."""
+    from harness.config.instantiate import instantiate
+
+    cfg, _ = _composed(["experiment=eleuther_rotary", "scale=paper_1b4", "pos=rope", "seed=0"], stand_in=False)
+    paper, vocab = cfg.paper, int(cfg.paper.vocab_size)
+    assert (paper.data, vocab) == ("the Pile", 50257)
+    model = _built_with(cfg, vocab)
+    assert 1.41e9 < model.num_params() < 1.42e9  # 1,414,455,296: the blog rounds to 1.4B
+    step = cfg.data.batch_size * cfg.data.seq_len * cfg.trainer.accumulate_grad_batches
+    assert step == 1_048_576 and abs(step / paper.batch_tokens - 1) < 0.05
+    est = gpu_estimate("x", "y", model.num_params(), instantiate(cfg.model), vocab, cfg.data.batch_size,
+                       cfg.data.seq_len, cfg.trainer.precision, SchemeTerms.of(model.pos))
+    assert est.total <= GPU.memory and est.logits == 8192 * vocab * (2 + 4 + 4 + 4)  # model.loss_chunk=8192
+
+
+def _built_with(cfg, vocab: int):
+    from harness.config.instantiate import instantiate, instantiate_option
+    from harness.model.transformer import Transformer
+
+    with torch.device("meta"):
+        return Transformer(instantiate(cfg.model), vocab, cfg.data.seq_len, True,
+                           pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
 
 
 def test_the_paper_presets_are_enumerated():
