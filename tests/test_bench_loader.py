@@ -64,3 +64,39 @@ def test_a_small_run_says_its_size_and_deletes_its_shard(tmp_path, capsys):
     assert printed.startswith("0.001 GB shard (1,000,000 bytes): written in")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]  # the shard folder is gone
     assert out.read_text().count('"preset": "grid"') == 4  # mlm/clm × random/sequential
+
+
+def test_a_prepared_folder_is_timed_as_it_is_and_left_in_place(tmp_path, capsys):
+    """--shards DIR: the folder prepare wrote from the embedded corpus (real ids) is timed, not written or
+    deleted; the model's FLOPs take its vocabulary (258 bytes) unless --vocab says otherwise."""
+    import json
+
+    from harness.data.prepare import prepare
+
+    shards = tmp_path / "shards"
+    manifest = prepare(shards, ["data=embedded"])
+    size = sum(f.stat().st_size for f in shards.glob("train-*.bin"))
+    assert size == 2 * manifest["splits"]["train"]["tokens"]
+    before = sorted(p.name for p in shards.iterdir())
+    out = tmp_path / "figures.json"
+    assert loader.main(["--shards", str(shards), "--presets", "grid", "--batches", "2", "--repeats", "1",
+                        "--json", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"shards at {shards} ({size:,} bytes of training ids, vocabulary 258)")
+    assert sorted(p.name for p in shards.iterdir()) == before
+    figures = json.loads(out.read_text())
+    assert figures["vocab"] == 258 and figures["shards"] == str(shards) and len(figures["rows"]) == 4
+    assert loader.main(["--shards", str(shards), "--presets", "grid", "--batches", "2", "--repeats", "1",
+                        "--vocab", "50257", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["vocab"] == 50257
+
+
+def test_a_bad_shard_folder_is_one_line(tmp_path, capsys):
+    from harness.bench.internals import write_random_shards
+
+    assert "--shards /nonexistent: data.path=/nonexistent has no manifest.json" in \
+        _refused(["--shards", "/nonexistent"], capsys)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_random_shards(shards, 1000)
+    assert "less than one batch of the largest preset" in _refused(["--shards", str(shards)], capsys)
+    assert "give one of them" in _refused(["--shards", str(shards), "--gb", "1"], capsys)

@@ -13,6 +13,9 @@ shards against what the model consumes at a preset's paper shapes, and the start
 - Start-up: a shard of ``--gb`` GB of random ids (uint16) is written under ``--dir``, then timed from the source's
   checks (manifest, shard sizes) through the memory maps to the first training batch; the shard is deleted after.
   The file was just written, so its pages are in the page cache (a memory map reads only the windows drawn).
+- ``--shards DIR`` times a folder ``python -m harness.data.prepare`` wrote instead (your corpus's real ids, its
+  shards as they lie on your disk, cold or cached as they are): nothing is written or deleted, and the model's FLOPs
+  take the manifest's vocabulary unless ``--vocab`` says otherwise.
 
 The goal: the loader at ≥ 10 × the model's tokens/s, so data never stalls a step.
 
@@ -92,7 +95,7 @@ MARGIN = 0.9  # of the free space at --dir a shard may take
 @dataclass(frozen=True)
 class Args:
     presets: list[str]
-    gb: float
+    gb: float | None  # None: --shards
     dir: Path
     batches: int
     tflops: float
@@ -101,19 +104,23 @@ class Args:
     workers: list[int]
     repeats: int
     json: Path | None
+    shards: Path | None = None  # a prepared folder to time instead of random shards
 
 
 def _parser() -> Parser:
     p = Parser(prog="python -m harness.bench.loader", description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", default=",".join(TEXT_PRESETS), help="comma-separated presets with a paper scale")
-    p.add_argument("--gb", type=number(Positive), default=1.0, help="size of the generated shard, GB (10^9 bytes)")
+    p.add_argument("--gb", type=number(Positive), default=None,
+                   help="size of the generated shard, GB (10^9 bytes; default 1)")
+    p.add_argument("--shards", help="time this prepared shard folder (python -m harness.data.prepare) instead of "
+                   "writing random shards; nothing is written or deleted")
     p.add_argument("--dir", default=tempfile.gettempdir(), help="where the shard is written (then deleted)")
     p.add_argument("--batches", type=number(PositiveInt, int), default=30, help="batches timed per loader")
     p.add_argument("--tflops", type=number(Positive), default=989.0,
                    help="GPU peak, TFLOP/s (H100 SXM dense bf16: 989)")
     p.add_argument("--mfu", type=number(Fraction), default=0.4, help="model FLOPs utilisation assumed, in (0, 1]")
-    p.add_argument("--vocab", type=number(PositiveInt, int), default=258,
-                   help="vocabulary size for the output layer's FLOPs")
+    p.add_argument("--vocab", type=number(PositiveInt, int), default=None,
+                   help="vocabulary size for the output layer's FLOPs (default: the shards' own, else 258)")
     p.add_argument("--workers", default="0", help="comma-separated data.num_workers to time, e.g. 0,2,4")
     p.add_argument("--repeats", type=number(PositiveInt, int), default=3, help="timings per row; the fastest is "
                    "reported (the others lost time to other processes)")
@@ -131,21 +138,47 @@ def parse(argv: list[str] | None) -> Args:
         raise BadInput(f"--presets {','.join(unknown) or repr(a.presets)}: no paper scale "
                        f"(conf/experiment_scale/<preset>/paper.yaml); use some of {', '.join(have)}")
     workers = _workers(a.workers)
-    folder = _writable_dir(a.dir)
     need = max(paper_shapes(p)["batch_size"] * (paper_shapes(p)["seq_len"] + 1) for p in presets) * 2  # uint16
-    if a.gb * 1e9 < need:
-        raise BadInput(f"--gb {a.gb:g} holds less than one batch of the largest preset ({need:,} bytes); "
-                       f"give at least --gb {math.ceil(need / 1e7) / 100:g}")
-    free = shutil.disk_usage(folder).free
-    if a.gb * 1e9 > MARGIN * free:
-        raise BadInput(f"--gb {a.gb:g} needs {a.gb:g} GB at {folder}, which has {free / 1e9:.1f} GB free; "
-                       f"give --gb {MARGIN * free / 1e9:.1f} or less, or --dir a folder with more room")
+    if a.shards is not None:
+        if a.gb is not None:
+            raise BadInput("--gb sizes the random shard written when --shards is not given; give one of them")
+        shards, vocab = _prepared(a.shards, need // 2)
+        folder, gb = shards, None
+    else:
+        folder, gb, shards, vocab = _writable_dir(a.dir), 1.0 if a.gb is None else a.gb, None, 258
+        if gb * 1e9 < need:
+            raise BadInput(f"--gb {gb:g} holds less than one batch of the largest preset ({need:,} bytes); "
+                           f"give at least --gb {math.ceil(need / 1e7) / 100:g}")
+        free = shutil.disk_usage(folder).free
+        if gb * 1e9 > MARGIN * free:
+            raise BadInput(f"--gb {gb:g} needs {gb:g} GB at {folder}, which has {free / 1e9:.1f} GB free; "
+                           f"give --gb {MARGIN * free / 1e9:.1f} or less, or --dir a folder with more room")
     out = None
     if a.json is not None:
         out = Path(a.json).expanduser().absolute()
         if out.is_dir() or not os.access(_writable_dir(str(out.parent), "--json"), os.W_OK):
             raise BadInput(f"--json {a.json}: give a file path in a writable folder")
-    return Args(presets, a.gb, folder, a.batches, a.tflops, a.mfu, a.vocab, workers, a.repeats, out)
+    return Args(presets, gb, folder, a.batches, a.tflops, a.mfu, vocab if a.vocab is None else a.vocab, workers,
+                a.repeats, out, shards)
+
+
+def _prepared(text: str, tokens: int) -> tuple[Path, int]:
+    """(the folder, its vocabulary) of a prepared shard folder whose training split holds a batch of ``tokens``
+    ids, checked as ``data=tokens`` checks it (manifest, every shard's size)."""
+    from harness.data.shards import TokenShards
+    from harness.errors import ConfigError
+
+    folder = Path(text).expanduser().absolute()
+    try:
+        source = TokenShards(str(folder))
+        train, _ = source.sizes()
+        vocab = int(source.manifest()["tokenizer"]["vocab_size"])
+    except ConfigError as e:
+        raise BadInput(f"--shards {text}: {e}") from None
+    if train < tokens:
+        raise BadInput(f"--shards {text}: its training split holds {train:,} ids, less than one batch of the "
+                       f"largest preset ({tokens:,}); give a larger folder or --presets with smaller batches")
+    return folder, vocab
 
 
 def _workers(text: str) -> list[int]:
@@ -168,14 +201,22 @@ def _writable_dir(text: str, flag: str = "--dir") -> Path:
 
 
 def measure(args: Args) -> dict:
-    """Write the shard, time the start-up and every loader; the shard is deleted whatever happens."""
-    folder = Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
-    rows, figures = [], {"gpu_tflops": args.tflops, "mfu": args.mfu, "vocab": args.vocab, "gb": args.gb}
+    """Write the shard (or take --shards' folder), time the start-up and every loader; a written shard is deleted
+    whatever happens, a given folder left as it is."""
+    own = args.shards is not None
+    folder = args.shards if own else Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
+    rows = []
+    figures = {"gpu_tflops": args.tflops, "mfu": args.mfu, "vocab": args.vocab, "gb": args.gb,
+               "shards": str(folder) if own else None}
     try:
-        start = time.perf_counter()
-        write_random_shards(folder, int(args.gb * 1e9) // 2)
-        figures["write_seconds"] = time.perf_counter() - start
-        figures["shard_bytes"] = (folder / "train-00000.bin").stat().st_size
+        if own:
+            figures["write_seconds"] = None
+            figures["shard_bytes"] = sum(f.stat().st_size for f in folder.glob("train-*.bin"))
+        else:
+            start = time.perf_counter()
+            write_random_shards(folder, int(args.gb * 1e9) // 2)
+            figures["write_seconds"] = time.perf_counter() - start
+            figures["shard_bytes"] = (folder / "train-00000.bin").stat().st_size
         figures["startup_seconds"] = startup_seconds(folder, paper_shapes(args.presets[0]))
         for preset in args.presets:
             shapes = paper_shapes(preset)
@@ -188,13 +229,19 @@ def measure(args: Args) -> dict:
                              "workers": workers, "loader_tokens_per_s": tps, "model_tokens_per_s": model,
                              "ratio": tps / model})
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if not own:
+            shutil.rmtree(folder, ignore_errors=True)
     return {**figures, "rows": rows}
 
 
 def show(figures: dict) -> None:
-    print(f"{figures['gb']:g} GB shard ({figures['shard_bytes']:,} bytes): written in {figures['write_seconds']:.1f} "
-          f"s; start-up to the first batch {figures['startup_seconds'] * 1e3:.1f} ms")
+    if figures["shards"]:
+        print(f"shards at {figures['shards']} ({figures['shard_bytes']:,} bytes of training ids, vocabulary "
+              f"{figures['vocab']:,}): start-up to the first batch {figures['startup_seconds'] * 1e3:.1f} ms")
+    else:
+        print(f"{figures['gb']:g} GB shard ({figures['shard_bytes']:,} bytes): written in "
+              f"{figures['write_seconds']:.1f} s; start-up to the first batch "
+              f"{figures['startup_seconds'] * 1e3:.1f} ms")
     print(f"model tokens/s: estimated at {figures['gpu_tflops']:g} TFLOP/s × MFU {figures['mfu']:g} "
           "(6N + 6·L·T·d FLOPs a token)")
     print(f"{'preset':<22}{'L×d':>9}{'B×T':>10}{'task':>6}{'windows':>12}{'workers':>8}{'loader tok/s':>15}"
