@@ -41,15 +41,45 @@ def saved(tmp_path_factory):
 @pytest.mark.parametrize("form", ["disk", "parquet", "rows.jsonl"])
 @pytest.mark.parametrize("streaming", [False, True])
 def test_each_local_form_reads_the_rows_text(saved, form, streaming):
-    corpus = HFDataset(path=str(saved / form), streaming=streaming).load()
+    corpus = HFDataset(path=str(saved / form), streaming=streaming, val_by="block").load()
     assert (corpus.train, corpus.val) == block_split(TEXT, 20) and corpus.size == len(TEXT)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_without_a_validation_split_every_20th_row_is_validation_whole(saved, streaming):
+    """data.val_by=document (the default): rows 19, 39, … to validation, each whole, the others to training;
+    no row is cut between the two (a 4 KiB block split cuts one at nearly every block edge), and the corpus
+    hash is the whole text's, as before."""
+    corpus = HFDataset(path=str(saved / "disk"), streaming=streaming).load()
+    val_rows = [r for i, r in enumerate(ROWS) if i % 20 == 19]
+    assert corpus.val == "\n\n".join(val_rows).encode() and len(val_rows) == 80
+    assert corpus.train == "\n\n".join(r for i, r in enumerate(ROWS) if i % 20 != 19).encode()
+    assert corpus.sha256 == hashlib.sha256(TEXT).hexdigest() and corpus.size == len(TEXT)
+    train_rows = set(corpus.train.decode().split("\n\n"))
+    assert all(r not in train_rows for r in corpus.val.decode().split("\n\n"))  # every document on one side
+    block_train, block_val = block_split(TEXT, 20)
+    cut = [r for r in ROWS if r.encode() not in block_train.split(b"\n\n") and r.encode() not in
+           block_val.split(b"\n\n")]
+    assert len(cut) == 2  # the block split of the same rows: its one validation block cuts a row at each edge
+
+
+def test_a_document_split_that_leaves_a_side_empty_is_one_line(tmp_path):
+    datasets.Dataset.from_dict({"text": ["x" * 5000] * 10}).save_to_disk(str(tmp_path / "few"))
+    with pytest.raises(ConfigError, match=r"few has 10 rows: every data.source.val_every=20-th row whole to "
+                                          r"validation leaves validation empty; give more rows"):
+        HFDataset(path=str(tmp_path / "few")).load()
+    assert HFDataset(path=str(tmp_path / "few"), val_every=5).load().val == b"\n\n".join([b"x" * 5000] * 2)
+    with pytest.raises(ConfigError, match=r"data.val_by='rows': use document"):
+        HFDataset(path=str(tmp_path / "few"), val_by="rows")
 
 
 def test_named_validation_split_and_max_bytes(saved):
     corpus = HFDataset(path=str(saved / "dict"), val_split="validation").load()
     assert corpus.train == TEXT and corpus.val == "\n\n".join(ROWS[:40]).encode()
-    head = HFDataset(path=str(saved / "disk"), streaming=True, max_bytes=5000).load()
+    head = HFDataset(path=str(saved / "disk"), streaming=True, max_bytes=5000, val_by="block").load()
     assert head.size == 5000 and TEXT.startswith(head.train[:4096])  # a prefix of the stream, nothing more read
+    rows = HFDataset(path=str(saved / "disk"), streaming=True, max_bytes=5000).load()  # whole rows: the same bytes
+    assert rows.size == 5000 and rows.train.startswith("\n\n".join(ROWS[:19]).encode())
 
 
 @pytest.mark.parametrize("form", ["named", "folders"])
@@ -58,7 +88,7 @@ def test_local_files_named_by_split_carry_a_validation_split(saved, form):
     validation files, the training split holds only the training files; without val_split, blocks of train."""
     corpus = HFDataset(path=str(saved / form), val_split="validation").load()
     assert corpus.train == TEXT and corpus.val == "\n\n".join(ROWS[:40]).encode()
-    assert HFDataset(path=str(saved / form)).load().train == block_split(TEXT, 20)[0]
+    assert HFDataset(path=str(saved / form), val_by="block").load().train == block_split(TEXT, 20)[0]
 
 
 def test_split_names_are_read_from_file_and_folder_names(tmp_path):
@@ -96,6 +126,9 @@ def test_train_a_few_steps_from_each_form(saved, form, train_tiny_shared):
     (["data=hf", "data.path={root}/parquet", "data.val_split=validation"],
      "is plain data files, one split: drop data.val_split=validation"),
     (["+data.text_column=body"], "data=embedded does not read data.text_column"),
+    (["data=hf", "data.path={root}/disk", "data.val_by=rows"], "data.val_by='rows': use document"),
+    (["data=hf", "data.path={root}/disk", "data.source.val_every=5000"],
+     "has 1600 rows: every data.source.val_every=5000-th row whole to validation leaves validation empty"),
 ])
 def test_bad_input_is_one_line_before_training(saved, overrides, message):
     with pytest.raises(ConfigError) as e:

@@ -160,11 +160,12 @@ def checked(*overrides):
     return validate(cfg, choices)
 
 
-def test_streamed_prepare_writes_what_the_in_memory_one_does(tmp_path):
+@pytest.mark.parametrize("val_by", ["document", "block"])
+def test_streamed_prepare_writes_what_the_in_memory_one_does(tmp_path, val_by):
     datasets = pytest.importorskip("datasets")
     rows = [f"Row {i} of a streamed corpus, é and ü in it: {'x' * (i % 50)}" for i in range(3000)]
     datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
-    common = ["data=hf", f"data.path={tmp_path / 'ds'}"]
+    common = ["data=hf", f"data.path={tmp_path / 'ds'}", f"data.val_by={val_by}"]
     memory = prepare(tmp_path / "memory", common)
     stream = prepare(tmp_path / "stream", [*common, "data.streaming=true"])
     assert memory == stream  # same corpus hashes, token and byte counts
@@ -175,7 +176,7 @@ def test_streamed_prepare_writes_what_the_in_memory_one_does(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
-@pytest.mark.parametrize("val_split", [None, "validation"])
+@pytest.mark.parametrize("val_split", [None, "block", "validation"])  # None: whole rows (data.val_by=document)
 def test_a_vocabulary_trained_from_a_stream_is_the_in_memory_one(tmp_path, kind, val_split, monkeypatch):
     """tokenizer=bpe/wordpiece on a streamed corpus: trained in a first pass over the training blocks as they
     stream, never holding the corpus — the same tokenizer.json and the same shards as the in-memory prepare
@@ -185,10 +186,11 @@ def test_a_vocabulary_trained_from_a_stream_is_the_in_memory_one(tmp_path, kind,
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")  # trained here, not read from a cache
     rows = [f"Row {i} of a streamed corpus, é and ü in it: {'xyz ' * (i % 40)}" for i in range(4000)]
     ds = datasets.Dataset.from_dict({"text": rows})
-    (datasets.DatasetDict(train=ds, validation=ds.select(range(300))) if val_split else ds).save_to_disk(
+    named = val_split == "validation"
+    (datasets.DatasetDict(train=ds, validation=ds.select(range(300))) if named else ds).save_to_disk(
         str(tmp_path / "ds"))
     common = ["data=hf", f"data.path={tmp_path / 'ds'}", f"tokenizer={kind}", "tokenizer.vocab_size=400",
-              *([f"data.val_split={val_split}"] if val_split else [])]
+              *(["data.val_split=validation"] if named else ["data.val_by=block"] if val_split else [])]
     memory = prepare(tmp_path / "memory", common)
     stream = prepare(tmp_path / "stream", [*common, "data.streaming=true"])
     assert memory == stream  # corpus hashes, the tokenizer's digest and recipe, token and byte counts

@@ -230,7 +230,8 @@ class DataSettings:
     name: str | None = None  # data=hf: the hub dataset (the four below too)
     config: str | None = None
     split: str = "train"
-    val_split: str | None = None  # null: every data.source.val_every-th block of the training text
+    val_split: str | None = None  # null: the training rows split as data.val_by says
+    val_by: str = "document"  # data=hf without val_split: document (whole rows) | block (4 KiB blocks)
     text_column: str = "text"
     streaming: bool = False
     max_bytes: int | None = None  # null: the whole split
@@ -259,7 +260,7 @@ def max_workers() -> int:
     return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
-SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "text_column", "streaming",
+SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "val_by", "text_column", "streaming",
                "max_bytes", "windows")  # DataSettings keys only some sources read (validate refuses the others)
 
 

@@ -6,8 +6,10 @@ or the datasets cache) or from a local path (``data.path``): a ``save_to_disk`` 
 ``.json``/``.jsonl``, ``.csv``, ``.txt`` files (one file, or every such file under a folder, sorted).
 
 Validation is the ``data.val_split`` split when it is named (e.g. ``validation``: a split of a save_to_disk folder or
-of the Hub, or the local files named by it, ``split_files``), else every
-``data.source.val_every``-th 4 KiB block of the training text (``block_split``, as every other source).
+of the Hub, or the local files named by it, ``split_files``), else every ``data.source.val_every``-th row of the
+training split, whole (``data.val_by=document``: a document is never cut between the two sides, so no validation
+text was half seen in training), or every ``data.source.val_every``-th 4 KiB block of the training text
+(``data.val_by=block``, ``block_split``, as the other sources, whose documents are not rows, split).
 
 ``data.streaming=true`` reads rows lazily (``datasets``' streaming mode: a hub corpus is not downloaded
 whole) and stops at ``data.max_bytes`` of text per split; a corpus larger than memory is tokenized once into
@@ -31,6 +33,7 @@ from harness.errors import ConfigError
 BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
             ".text": "text", ".arrow": "arrow"}
 SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
+VAL_BY = ("document", "block")  # data.val_by without a named validation split: whole rows, or 4 KiB blocks
 
 
 class HFDataset:
@@ -41,12 +44,17 @@ class HFDataset:
 
     def __init__(self, path: str | None = None, name: str | None = None, config: str | None = None,
                  split: str = "train", val_split: str | None = None, text_column: str = "text",
-                 streaming: bool = False, max_bytes: int | None = None, val_every: int = 20):
+                 streaming: bool = False, max_bytes: int | None = None, val_every: int = 20,
+                 val_by: str = "document"):
         _check_val_every(val_every)
+        if val_by not in VAL_BY:
+            raise ConfigError(f"data.val_by={val_by!r}: use document (every data.source.val_every-th row whole to "
+                              "validation) or block (every data.source.val_every-th 4 KiB block)")
         if max_bytes is not None and max_bytes < 4096:
             raise ConfigError(f"data.max_bytes={max_bytes} must be ≥ 4096 (4 KiB), or null for the whole split")
         self.path, self.name, self.config, self.split, self.val_split = path, name, config, split, val_split
         self.text_column, self.streaming, self.max_bytes, self.val_every = text_column, streaming, max_bytes, val_every
+        self.val_by = val_by
         self._corpus: Corpus | None = None
 
     # --- what the harness calls
@@ -57,10 +65,12 @@ class HFDataset:
 
     def load(self) -> Corpus:
         if self._corpus is None:
-            train = _join(self.texts(self.split), self.max_bytes)
+            train = _join(self.texts(self.split), self.max_bytes) if not self.by_document else b""
             if self.val_split:
                 val = _join(self.texts(self.val_split), self.max_bytes)
                 data = train + SEPARATOR + val
+            elif self.by_document:
+                data, train, val = self._document_split()
             else:
                 data = train
                 train, val = block_split(data, self.val_every)
@@ -69,6 +79,28 @@ class HFDataset:
                                   f"{self.text_column!r}; give at least 4 KiB")
             self._corpus = Corpus(f"hf:{self.describe()}", train, val, hashlib.sha256(data).hexdigest(), len(data))
         return self._corpus
+
+    @property
+    def by_document(self) -> bool:
+        """Validation is whole rows of the training split (no named validation split, data.val_by=document)."""
+        return not self.val_split and self.val_by == "document"
+
+    def _document_split(self) -> tuple[bytes, bytes, bytes]:
+        """(the whole text, the training rows', the validation rows'), each side's rows joined by blank lines."""
+        pieces = list(row_pieces(self.texts(self.split), self.max_bytes))
+        sides: dict[bool, list[bytes]] = {False: [], True: []}
+        for i, piece in enumerate(pieces):
+            sides[is_val_row(i, self.val_every)].append(row_of(i, piece))
+        self.check_sides(len(sides[False]), len(sides[True]))
+        return b"".join(pieces), SEPARATOR.join(sides[False]), SEPARATOR.join(sides[True])
+
+    def check_sides(self, train_rows: int, val_rows: int) -> None:
+        """Refuse a document split that leaves a side without a row."""
+        if not train_rows or not val_rows:
+            raise ConfigError(f"{self.describe()} has {train_rows + val_rows} rows: every data.source.val_every="
+                              f"{self.val_every}-th row whole to validation leaves "
+                              f"{'validation' if not val_rows else 'training'} empty; give more rows, a smaller "
+                              "data.source.val_every, data.val_by=block, or a named data.val_split")
 
     def describe(self) -> str:
         if self.path:
@@ -216,6 +248,29 @@ def _datasets():
         raise ConfigError("data=hf reads Hugging Face datasets, which is not installed: pip install datasets "
                           "(or pip install -e '.[hf]')") from None
     return datasets
+
+
+def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
+    """The rows joined by blank lines, one piece a row (the separator before every row but the first); at most
+    ``max_bytes`` in all, the last piece cut at a character (the stream is read no further)."""
+    held = 0
+    for i, text in enumerate(texts):
+        data = (SEPARATOR if i else b"") + text.encode("utf-8")
+        if max_bytes is not None and held + len(data) >= max_bytes:
+            yield _cut_utf8(data, max_bytes - held)
+            return
+        held += len(data)
+        yield data
+
+
+def row_of(i: int, piece: bytes) -> bytes:
+    """Row ``i``'s text from its piece (``row_pieces``): without the separator before it."""
+    return piece[len(SEPARATOR):] if i else piece
+
+
+def is_val_row(i: int, val_every: int) -> bool:
+    """Whether row ``i`` goes to validation under data.val_by=document: every ``val_every``-th."""
+    return i % val_every == val_every - 1
 
 
 def _join(texts: Iterator[str], max_bytes: int | None) -> bytes:

@@ -8,9 +8,10 @@ training split, or loaded from its cache). DIR receives the shards, ``manifest.j
 vocabulary, ``tokenizer.json`` (harness/data/shards.py describes the format). Text is encoded in pieces of about
 ``PIECE`` bytes cut at line ends, so memory stays bounded by a piece's ids, not the corpus's.
 
-``data=hf data.streaming=true`` streams rows without holding the corpus: the 4 KiB blocks of the joined rows
-are split train/val as they pass (every ``val_every``-th to validation, as ``block_split`` does in memory), so
-a corpus larger than memory is prepared. A vocabulary to train (tokenizer=bpe, wordpiece) is trained in a first pass
+``data=hf data.streaming=true`` streams rows without holding the corpus: each row goes whole to its side as it
+passes (every ``val_every``-th to validation, ``data.val_by=document``, as ``HFDataset`` splits in memory) or
+the 4 KiB blocks of the joined rows do (``data.val_by=block``, as ``block_split``), so a corpus larger than memory
+is prepared. A vocabulary to train (tokenizer=bpe, wordpiece) is trained in a first pass
 over the stream from the training blocks' text as it passes (the same vocabulary as in memory), then the second pass
 encodes.
 """
@@ -163,20 +164,27 @@ def _source_and_tokenizer(overrides: list[str]):
 
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
-    """Rows read lazily, split by 4 KiB blocks as ``block_split`` would split their join, encoded piece by piece."""
-    from harness.data.hf import SEPARATOR
+    """Rows read lazily, each row whole to its side (data.val_by=document) or split by 4 KiB blocks as
+    ``block_split`` would split their join, encoded piece by piece."""
+    from harness.data.hf import SEPARATOR, is_val_row, row_of
 
     if hasattr(tokenizer, "fit_stream") and getattr(tokenizer, "_tok", None) is None:
         # a first pass over the stream: the vocabulary, nothing held (only the first train_bytes, when set)
         tokenizer.fit_stream(_train_text(source, getattr(tokenizer, "train_bytes", None)))
-    # a named validation split is validation whole: no block of the training split goes there
-    splitter = _Splitter(tokenizer, writers, sys.maxsize if source.val_split else source.val_every)
+    # a named validation split, or whole rows, is validation: no block of the training split goes there
+    by_document = getattr(source, "by_document", False)
+    splitter = _Splitter(tokenizer, writers, sys.maxsize if source.val_split or by_document else source.val_every)
     whole, total = hashlib.sha256(), 0
-    for data in _rows(source, source.split):
+    for i, data in enumerate(_rows(source, source.split)):
         whole.update(data)
         total += len(data)
-        splitter.feed(data)
+        if by_document:
+            splitter.add_row("val" if is_val_row(i, source.val_every) else "train", row_of(i, data))
+        else:
+            splitter.feed(data)
     splitter.end_blocks()
+    if by_document:
+        source.check_sides(splitter.rows["train"], splitter.rows["val"])
     if source.val_split:
         whole.update(SEPARATOR)
         total += len(SEPARATOR)
@@ -190,44 +198,56 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
 
 
 def _train_text(source, limit: int | None = None) -> Iterator[str]:
-    """The training split's text as the stream passes (the blocks ``_Splitter`` sends to train, decoded
+    """The training split's text as the stream passes (the rows or blocks ``_Splitter`` sends to train, decoded
     incrementally: a character a block boundary cuts decodes as the whole split's decode would), its first
     ``limit`` bytes when given (the stream is read no further)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    val_every = sys.maxsize if source.val_split else source.val_every
-    pending, n_block, left = bytearray(), 0, sys.maxsize if limit is None else limit
+    left = sys.maxsize if limit is None else limit
 
     def take(block: bytes) -> str:
         nonlocal left
         block, left = block[:left], left - min(left, len(block))
         return decoder.decode(block, final=left == 0)
 
+    for block in _train_bytes(source):
+        yield take(block)
+        if not left:
+            return
+    yield decoder.decode(b"", final=True)
+
+
+def _train_bytes(source) -> Iterator[bytes]:
+    """The training split's bytes in pieces: its rows joined by blank lines (data.val_by=document), or the blocks
+    ``block_split`` keeps for training."""
+    from harness.data.hf import SEPARATOR, is_val_row, row_of
+
+    if getattr(source, "by_document", False):
+        started = False
+        for i, data in enumerate(_rows(source, source.split)):
+            if not is_val_row(i, source.val_every):
+                yield (SEPARATOR if started else b"") + row_of(i, data)
+                started = True
+        return
+    val_every = sys.maxsize if source.val_split else source.val_every
+    pending, n_block = bytearray(), 0
     for data in _rows(source, source.split):
         pending.extend(data)
         while len(pending) >= _Splitter.BLOCK:
             if n_block % val_every != val_every - 1:
-                yield take(bytes(pending[: _Splitter.BLOCK]))
-                if not left:
-                    return
+                yield bytes(pending[: _Splitter.BLOCK])
             del pending[: _Splitter.BLOCK]
             n_block += 1
-    yield take(bytes(pending) if n_block % val_every != val_every - 1 else b"") + decoder.decode(b"", final=True)
+    if n_block % val_every != val_every - 1:
+        yield bytes(pending)
 
 
 def _rows(source, split: str) -> Iterator[bytes]:
-    """The split's rows joined by blank lines, in pieces; at most ``max_bytes`` (cut at a character)."""
-    from harness.data.hf import SEPARATOR, _cut_utf8
+    """The split's rows joined by blank lines, one piece a row; at most ``max_bytes`` (cut at a character)."""
+    from harness.data.hf import row_pieces
 
-    held = 0
-    for i, text in enumerate(source.texts(split)):
-        data = (SEPARATOR if i else b"") + text.encode("utf-8")
-        if source.max_bytes is not None and held + len(data) >= source.max_bytes:
-            yield _cut_utf8(data, source.max_bytes - held)
-            return
-        held += len(data)
-        yield data
+    return row_pieces(source.texts(split), source.max_bytes)
 
 
 class _Splitter:
@@ -240,6 +260,7 @@ class _Splitter:
         self.tokenizer, self.writers, self.val_every = tokenizer, writers, val_every
         self.buffers = {"train": bytearray(), "val": bytearray()}
         self.pending, self.n_block, self.train_hash = bytearray(), 0, hashlib.sha256()
+        self.rows = {"train": 0, "val": 0}  # rows sent whole (add_row)
 
     def _split(self) -> str:
         return "val" if self.n_block % self.val_every == self.val_every - 1 else "train"
@@ -259,6 +280,13 @@ class _Splitter:
             self.train_hash.update(self.pending)
         self.buffers[split].extend(self.pending)
         self.pending.clear()
+
+    def add_row(self, split: str, row: bytes) -> None:
+        """A row whole to a split, after a blank line when the split has one already (data.val_by=document)."""
+        from harness.data.hf import SEPARATOR
+
+        self._to(split, (SEPARATOR if self.rows[split] else b"") + row)
+        self.rows[split] += 1
 
     def add(self, split: str, data: bytes) -> None:
         """Bytes straight to a split (a named validation split's rows)."""
