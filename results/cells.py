@@ -28,6 +28,7 @@ GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; ot
 NAMING_KEYS = ("pos._target_", "attn._target_", "pos.layers", "attn.layers")
 MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs/verdicts.md)
 BASELINE_TAG = "report_baseline"  # the sweep's parent run: report.baseline as declared when the sweep started
+ALPHA_TAG = "report_alpha"  # and report.alpha, the family-wise level its comparisons are corrected to
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,7 @@ class Report:
     header: list[str]  # lines under the title: experiment, sweep, how to regenerate
     min_order_gain: float = MIN_ORDER_GAIN
     baseline: Declared | None = None  # the pos each scheme is compared with, and when it was named
+    alpha: float = 0.05  # report.alpha: the family-wise level of the verdicts (Holm), as the sweep recorded it
 
     @property
     def lengths(self) -> list[int]:
@@ -267,8 +269,9 @@ class Report:
 
 
 def build_report(cells: list[Cell], title: str, header: list[str], target: float | None = None,
-                 min_order_gain: float = MIN_ORDER_GAIN, baseline: Declared | None = None) -> Report:
+                 min_order_gain: float = MIN_ORDER_GAIN, baseline: Declared | None = None,
+                 alpha: float = 0.05) -> Report:
     note = "configured (report.target_loss / --target)"
     if target is None:
         target, note = default_target(cells), "the worst finished cell's final val loss"
-    return Report(title, cells, group_cells(cells, target), target, note, header, min_order_gain, baseline)
+    return Report(title, cells, group_cells(cells, target), target, note, header, min_order_gain, baseline, alpha)

@@ -1,9 +1,10 @@
 """The grid section of a paper report: does each scheme help, per attention variant, beyond seed noise?
 
 For every (pos, attn) cell with finished seeds, the difference of its mean final val loss from
-``pos=none`` with the same attention, with a Welch 95 % interval (harness.stats.welch_interval):
+``pos=none`` with the same attention, with a Welch 95 % interval (harness.stats.welch_interval) and Welch's p;
+the grid's cells are one family, Holm-corrected at family-wise level 0.05 (report.alpha's default):
   grid_delta.png   the differences as a heatmap centred at 0 (blue: lower loss than none); a cell
-                   whose interval contains 0 is marked "≈" (within seed noise)
+                   Holm does not reject is marked "≈" (within seed noise)
   a table          the same numbers, refused pairings with their reason
 Returns the README lines that embed them.
 """
@@ -16,6 +17,7 @@ from harness.stats import welch_interval
 from results.cells import MIN_ORDER_GAIN
 
 BASELINE = "none"
+ALPHA = 0.05
 
 
 def _finals(cells) -> dict[tuple[str, str], list[float]]:
@@ -40,6 +42,20 @@ def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | Non
     return out
 
 
+def decisions(cells, alpha: float = ALPHA,
+              min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """(pos, attn) -> (Welch's p against pos=none, "better" | "worse" | "≈" | "premature"): the sweep report's own
+    verdicts (results/verdicts.py), so the grid and the report say one thing — the cells with a p-value one family,
+    Holm-corrected at ``alpha`` (a grid of 32 cells at 95 % each would mark one or two by chance); a cell whose
+    models do not use word order yet is premature and outside the family."""
+    from results.cells import group_cells
+    from results.verdicts import verdicts
+
+    marks = {"lower": "better", "higher": "worse", "premature": "premature"}
+    return {(v.group.pos, v.group.attn): (v.p, marks.get(v.verdict, "≈"))
+            for v in verdicts(group_cells(cells, None), min_gain, None, alpha)}
+
+
 def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], str]:
     """(pos, attn) -> what its finished seeds learned: exact match (synthetic tasks) and the order gain,
     flagged when below ``min_gain``; NoPE in a bidirectional model cannot use order at all."""
@@ -58,10 +74,6 @@ def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], st
     return out
 
 
-def _mark(low: float, high: float) -> str:
-    return "better" if high < 0 else "worse" if low > 0 else "≈"
-
-
 def grid_section(client, cells, out: Path) -> list[str]:
     import matplotlib
 
@@ -69,7 +81,7 @@ def grid_section(client, cells, out: Path) -> list[str]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    d, losses = deltas(cells), _finals(cells)
+    d, losses, decided = deltas(cells), _finals(cells), decisions(cells)
     poss = sorted({c.pos for c in cells} - {BASELINE})
     attns = sorted({c.attn for c in cells})
     # refused pairings, and cells whose config the validation pass refused (e.g. a window longer than the task)
@@ -78,8 +90,10 @@ def grid_section(client, cells, out: Path) -> list[str]:
                if c.status in ("incompatible", "error") and c.reason and (c.pos, c.attn) not in trained}
     lines = ["## Each scheme against no position encoding", "",
              f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
-             "95 % Welch interval in brackets; **better** / **worse** when the interval excludes 0, "
-             "≈ when it does not.",
+             "95 % Welch interval in brackets, Welch's two-sided p; **better** / **worse** where Holm's step-down "
+             f"procedure over the grid's {sum(p is not None for p, _ in decided.values())} cells with a p-value "
+             f"rejects at family-wise α = {ALPHA:g} (the sweep report's verdicts), ≈ where it does not; premature: "
+             "the cell's models do not use word order yet (outside the family).",
              "", "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |", "|---|" + "---|" * len(attns)]
     for pos in poss:
         row = []
@@ -92,13 +106,18 @@ def grid_section(client, cells, out: Path) -> list[str]:
                            if finals and base else "—")
             else:
                 diff, low, high, n = d[(pos, attn)]
-                row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] {_mark(low, high)} (n={n})")
+                p, mark = decided.get((pos, attn), (None, "≈"))
+                shown_p = f" p={p:.1g}" if p is not None else ""
+                row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]{shown_p} {mark} (n={n})")
         lines.append(f"| {pos} | " + " | ".join(row) + " |")
     shown = [v for v in d.values() if v is not None]
-    better = sum(v[2] < 0 for v in shown)
-    worse = sum(v[1] > 0 for v in shown)
-    lines += ["", f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise, {worse} are worse, "
-              f"{len(shown) - better - worse} are within noise"
+    better = sum(mark == "better" for _, mark in decided.values())
+    worse = sum(mark == "worse" for _, mark in decided.values())
+    premature = sum(mark == "premature" for _, mark in decided.values())
+    lines += ["", f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
+              f"{worse} are worse, "
+              f"{len(shown) - better - worse - premature} are within noise"
+              + (f", {premature} premature" if premature else "")
               + (f"; {len(d) - len(shown)} have too few seeds for an interval." if len(d) > len(shown) else ".")]
     what = learned(cells)
     unready = [k for k, v in what.items() if "not yet" in v]
@@ -126,7 +145,8 @@ def grid_section(client, cells, out: Path) -> list[str]:
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-span, vmax=span, aspect="auto")
     for (pos, attn), v in d.items():
         if v is not None:
-            ax.text(attns.index(attn), poss.index(pos), f"{v[0]:+.3f}\n{_mark(v[1], v[2])}", ha="center",
+            ax.text(attns.index(attn), poss.index(pos), f"{v[0]:+.3f}\n{decided.get((pos, attn), (0, '≈'))[1]}",
+                    ha="center",
                     va="center", fontsize=9)
     for pos, attn in refused:
         if pos in poss:
@@ -134,7 +154,7 @@ def grid_section(client, cells, out: Path) -> list[str]:
     ax.set_xticks(range(len(attns)), attns)
     ax.set_yticks(range(len(poss)), poss)
     ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)",
-           title=f"Final val loss − pos={BASELINE} (same attn), mean over seeds; ≈: 95 % CI contains 0")
+           title=f"Final val loss − pos={BASELINE} (same attn), mean over seeds; ≈: not beyond noise (Holm)")
     fig.colorbar(image, ax=ax, label="Δ nats/token")
     fig.savefig(out / "grid_delta.png", dpi=110)
     plt.close(fig)

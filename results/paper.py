@@ -358,8 +358,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         f"**Verdict: {verdict} at {scale} scale.** " + " ".join(f"{o.text} → {o.verdict}." for o in outcomes),
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
-        family_line(outcomes, alpha),
-        "",
+        *([family_line(outcomes, alpha), ""] if outcomes else []),  # no claim (grid): no family to correct
         *_provenance(sweep, f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"),
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),

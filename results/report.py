@@ -46,9 +46,10 @@ def markdown(r: Report, plots: list[str]) -> str:
              _steps(g), g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—", _num(g.n_params, 0),
              order_gain(g, r.min_order_gain), *([g.acc.fmt(3)] if accuracy else [])]
             for g in r.groups]
-    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline)
+    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha)
     missing = verdicts.missing_baseline(r.groups, r.baseline)
-    lines = [f"# {r.title}", "", *r.header, "", f"**{verdicts.headline(found, r.min_order_gain, missing)}**", "",
+    lines = [f"# {r.title}", "", *r.header, "",
+             f"**{verdicts.headline(found, r.min_order_gain, missing, r.alpha)}**", "",
              "## Scheme × attention", "",
              *_md_table(head, rows), "",
              "Losses in nats/token (mean ± sample std over finished seeds)"
@@ -58,7 +59,7 @@ def markdown(r: Report, plots: list[str]) -> str:
              "val loss with the tokens of each window shuffled minus val loss, nats/token; below "
              f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "
              "resting on it says little about its positional scheme.", ""]
-    lines += verdicts.section(found, r.min_order_gain, r.baseline, missing)
+    lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha)
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
@@ -201,8 +202,9 @@ def console_summary(r: Report) -> str:
         lines.append(f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
                      f"  {_cell_order_gain(c, r.min_order_gain)}")
     lines += [f"  {c.label}: {c.reason}" for c in cells if c.reason]
-    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline)
-    lines += ["", verdicts.headline(found, r.min_order_gain, verdicts.missing_baseline(r.groups, r.baseline))]
+    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha)
+    lines += ["", verdicts.headline(found, r.min_order_gain, verdicts.missing_baseline(r.groups, r.baseline),
+                                    r.alpha)]
     for f in found:
         text = f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}"
         lines.append(f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): {text}")  # same variant

@@ -146,7 +146,7 @@ def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=No
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
     (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
     sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
-    from results.cells import BASELINE_TAG, Declared, build_report
+    from results.cells import ALPHA_TAG, BASELINE_TAG, Declared, build_report
 
     header = [f"Experiment `{sweep.experiment}`"
               + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
@@ -157,7 +157,8 @@ def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=No
     recorded = sweep.parent.data.tags.get(BASELINE_TAG) if sweep.parent else None
     declared = (Declared(baseline, "given to the report after the sweep ran (--baseline)") if baseline else
                 Declared(recorded, "declared before the sweep ran (report.baseline)") if recorded else None)
-    return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain, declared)
+    alpha = float(sweep.parent.data.tags.get(ALPHA_TAG) or 0.05) if sweep.parent else 0.05
+    return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain, declared, alpha)
 
 
 def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None,

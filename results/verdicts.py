@@ -10,9 +10,13 @@ gets no verdict, and one line asking for ``report.baseline``. Each comparison ge
   premature   the scheme's models do not use word order yet (order gain < report.min_order_gain, see
               results/cells.py): its loss says nothing about its positional scheme — train longer; how
               much longer comes from its own order-gain curve (``trend``)
-  lower / higher   the Welch 95 % interval of the difference excludes 0
+  lower / higher   Welch's t test of the difference rejects after Holm's correction over the sweep's
+              comparisons (the family: every comparison with a p-value) at family-wise level report.alpha
+              (0.05; recorded when the sweep starts): a grid of 32 comparisons at 95 % each would call
+              one or two "beyond noise" by chance alone
   tie         it does not; the minimum detectable effect (harness.stats) says how large a difference
               this seed count would have caught 80 % of the time, so a reader knows what the tie means
+              (no figure where neither side varies: identical seeds have no spread to measure power by)
   one seed    fewer than two finished seeds on a side: no interval (add seed=0,1,2)
 
 ``headline`` condenses them into the sentence the report opens with.
@@ -23,10 +27,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.stats import minimum_detectable_effect, welch_interval, what_settles
+from harness.stats import holm, minimum_detectable_effect, welch_interval, welch_p_value, what_settles
 from results.cells import Declared, Group
 
 BASELINE = "none"
+ALPHA = 0.05  # report.alpha's default: the family-wise level of a report's comparisons
 # a rise between the last two validations smaller than this share of min_order_gain is read as flat (noise)
 RISING = 0.1
 
@@ -35,8 +40,9 @@ RISING = 0.1
 class Verdict:
     group: Group
     baseline: Group
-    verdict: str  # premature | lower | higher | tie | one seed
+    verdict: str  # premature | lower | higher | tie | one seed ("tested": judged, not yet decided by Holm)
     text: str  # the table's cell: numbers and the reason
+    p: float | None = None  # Welch's two-sided p, for a comparison in the corrected family
 
 
 def _finals(g: Group) -> list[float]:
@@ -69,6 +75,7 @@ def missing_baseline(groups: list[Group], declared: Declared | None = None) -> s
 
 
 def judge(g: Group, base: Group, min_gain: float) -> Verdict:
+    """One comparison before the family's correction: premature, one seed, or "tested" with its p-value."""
     if g.using_order(min_gain) is False:
         return Verdict(g, base, "premature", f"premature — train longer: order gain {g.order_gain.mean:.3f} "
                                              f"< {min_gain}, not yet using word order; {trend(g, min_gain)}")
@@ -77,13 +84,26 @@ def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     if ci is None:
         return Verdict(g, base, "one seed", f"n = {len(a)} vs {len(b)}: no interval; add seeds (seed=0,1,2)")
     diff, low, high = ci
-    numbers = f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]"
-    if high < 0 or low > 0:
-        word = "lower" if high < 0 else "higher"
-        return Verdict(g, base, word, f"{numbers}: {word} loss beyond seed noise (n = {len(a)} vs {len(b)})")
+    p = welch_p_value(a, b)
+    return Verdict(g, base, "tested", f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}", p)
+
+
+def decided(v: Verdict, rejected: bool, m: int, alpha: float) -> Verdict:
+    """A tested comparison's verdict once Holm's procedure over the ``m`` of its family has decided it."""
+    a, b = _finals(v.group), _finals(v.baseline)
+    diff = sum(a) / len(a) - sum(b) / len(b)
+    holm_said = f"Holm over {m} at α = {alpha:g}"
+    if rejected:
+        word = "lower" if diff < 0 else "higher"
+        return Verdict(v.group, v.baseline, word, f"{v.text}: {word} loss beyond seed noise ({holm_said}; "
+                                                  f"n = {len(a)} vs {len(b)})", v.p)
+    if len(set(a)) == 1 and len(set(b)) == 1:  # no spread on either side: no power to speak of
+        return Verdict(v.group, v.baseline, "tie", f"{v.text}: tie — every seed of both gives the same loss "
+                                                   f"(no spread: no power figure; n = {len(a)} vs {len(b)})", v.p)
     mde = minimum_detectable_effect(a, b)
-    return Verdict(g, base, "tie", f"{numbers}: tie within seed noise; n = {len(a)} vs {len(b)} detects "
-                                   f"|Δ| ≥ {mde:.4f}{what_settles(a, b, diff, per='scheme')}")
+    settles = what_settles(a, b, diff, per="scheme")
+    return Verdict(v.group, v.baseline, "tie", f"{v.text}: tie within seed noise ({holm_said}); n = {len(a)} vs "
+                                               f"{len(b)} detects |Δ| ≥ {mde:.4f}{settles}", v.p)
 
 
 def trend(g: Group, min_gain: float) -> str:
@@ -105,31 +125,39 @@ def trend(g: Group, min_gain: float) -> str:
             f"near step {needed:,} (trainer.max_steps)")
 
 
-def verdicts(groups: list[Group], min_gain: float, declared: Declared | None = None) -> list[Verdict]:
-    """One verdict per group that is not its (attention, variant)'s baseline."""
+def verdicts(groups: list[Group], min_gain: float, declared: Declared | None = None,
+             alpha: float = ALPHA) -> list[Verdict]:
+    """One verdict per group that is not its (attention, variant)'s baseline; the comparisons with a p-value are
+    one family, Holm-corrected at family-wise level ``alpha``."""
     out = []
     for key in dict.fromkeys((g.attn, g.variant) for g in groups):
         members = [g for g in groups if (g.attn, g.variant) == key]
         base = baseline_of(members, declared)
         out += [judge(g, base, min_gain) for g in members if base is not None and g is not base
                 and g.final.mean is not None]
+    family = [i for i, v in enumerate(out) if v.p is not None]
+    for i, rejected in zip(family, holm([out[i].p or 0.0 for i in family], alpha), strict=True):
+        out[i] = decided(out[i], rejected, len(family), alpha)
     return out
 
 
-def headline(found: list[Verdict], min_gain: float, missing: str | None = None) -> str:
+def headline(found: list[Verdict], min_gain: float, missing: str | None = None, alpha: float = ALPHA) -> str:
     """One sentence: how many comparisons separate, how many are premature, what the ties could detect; then
     ``missing`` (``missing_baseline``), where some schemes had no declared baseline to be compared with."""
     if not found:
         return missing or ("Verdict: nothing to compare (a comparison needs two finished schemes with the same "
                            "attention).")
-    return _counted(found, min_gain) + (f" {missing}" if missing else "")
+    return _counted(found, min_gain, alpha) + (f" {missing}" if missing else "")
 
 
-def _counted(found: list[Verdict], min_gain: float) -> str:
+def _counted(found: list[Verdict], min_gain: float, alpha: float = ALPHA) -> str:
     count = {v: sum(f.verdict == v for f in found) for v in ("lower", "higher", "tie", "premature", "one seed")}
-    parts = [f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise",
-             f"{count['tie']} ties"]
-    mdes = [minimum_detectable_effect(_finals(f.group), _finals(f.baseline)) for f in found if f.verdict == "tie"]
+    tested = sum(f.p is not None for f in found)
+    corrected = f" (Holm-corrected over {tested} at family-wise α = {alpha:g})" if tested else ""
+    parts = [f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise"
+             f"{corrected}", f"{count['tie']} tie{'s' * (count['tie'] != 1)}"]
+    mdes = [minimum_detectable_effect(_finals(f.group), _finals(f.baseline)) for f in found
+            if f.verdict == "tie" and "no spread" not in f.text]
     if mdes:
         parts[-1] += f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)"
     if count["premature"]:
@@ -141,14 +169,15 @@ def _counted(found: list[Verdict], min_gain: float) -> str:
 
 
 def section(found: list[Verdict], min_gain: float, declared: Declared | None = None,
-            missing: str | None = None) -> list[str]:
+            missing: str | None = None, alpha: float = ALPHA) -> list[str]:
     """The report's Verdicts section (markdown lines) for ``verdicts(...)``."""
     if not found:
         return ["## Verdicts", "", missing, ""] if missing else []
     named = (f"`pos={declared.pos}`, {declared.when}" if declared else
              f"`pos={BASELINE}` (no report.baseline was declared)")
     rows = [f"| {f.group.label} | {f.group.attn} | {f.baseline.pos} | {f.verdict} | {f.text} |" for f in found]
-    return ["## Verdicts", "", headline(found, min_gain, missing), "",
+    return ["## Verdicts", "", headline(found, min_gain, missing, alpha), "",
             "Each scheme's per-seed final val loss against the baseline with the same attention (and the same "
-            f"other overrides): {named}. Δ in nats/token with its Welch 95 % interval.", "",
+            f"other overrides): {named}. Δ in nats/token with its Welch 95 % interval and Welch's two-sided p; "
+            "lower / higher only where Holm's step-down procedure over all of them rejects (report.alpha).", "",
             "| cell | attn | baseline | verdict | detail |", "|---|---|---|---|---|", *rows, ""]

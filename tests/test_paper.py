@@ -363,15 +363,22 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
                       reason="kernelized attention never forms the logit"))
     lines = grid_section(None, cells, tmp_path)
     text = "\n".join(lines)
+    from harness.stats import welch_p_value
+
     diff, low, high = welch_interval([2.0, 2.1, 2.2], [3.0, 3.1, 3.2])
-    assert f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3)" in text
+    p = welch_p_value([2.0, 2.1, 2.2], [3.0, 3.1, 3.2])
+    worse = welch_p_value([3.5, 3.6, 3.7], [3.0, 3.0, 3.3])
+    assert p < 0.05 / 3 and worse < 0.05 / 2  # Holm over the three: both rejected, learned (p = 1) not
+    assert f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] p={p:.1g} better (n=3)" in text
     assert "| pos | attn=linear | attn=softmax |" in text  # columns and rows sorted
     learned = text.split("| learned |")[1].splitlines()[0]
-    assert learned.startswith(" — | +0.000 [") and learned.endswith("] ≈ (n=3) |")
+    assert learned.startswith(" — | +0.000 [") and learned.endswith("] p=1 ≈ (n=3) |")
     row = text.split("| rope |")[1].splitlines()[0]
-    assert row.endswith("] worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] better (n=3) |")
+    assert row.endswith(f"] p={worse:.1g} worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] p={p:.1g} better "
+                        "(n=3) |")
     assert "| xl | refused | — |" in text
-    assert "1 of 3 cells beat `pos=none` beyond seed noise, 1 are worse, 1 are within noise." in text
+    assert "Holm's step-down procedure over the grid's 3 cells with a p-value rejects at family-wise α = 0.05" in text
+    assert "1 of 3 cells beat `pos=none` beyond seed noise (Holm-corrected), 1 are worse, 1 are within noise." in text
     assert "Refused (xl×linear): kernelized attention never forms the logit" in text
     assert_figure(tmp_path / "grid_delta.png")
 
@@ -415,7 +422,8 @@ def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp
                       reason="attn.window=32 exceeds the longest sequence"))
     text = "\n".join(grid_section(None, cells, tmp_path))
     assert "| rope | refused | -0.300 (no interval: one seed) |" in text
-    assert "0 of 0 cells beat `pos=none` beyond seed noise, 0 are worse, 0 are within noise; 1 have too few" in text
+    assert "0 of 0 cells beat `pos=none` beyond seed noise (Holm-corrected), 0 are worse, 0 are within noise; 1 have " \
+        "too few" in text
 
 
 def test_the_report_says_where_randomized_cells_were_evaluated():

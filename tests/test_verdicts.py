@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.stats import minimum_detectable_effect, seeds_needed, welch_interval
+from harness.stats import minimum_detectable_effect, seeds_needed, welch_interval, welch_p_value
 from results.cells import Cell, Declared, build_report
 from results.verdicts import headline, missing_baseline, verdicts
 
@@ -33,7 +33,36 @@ def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_dete
     n = seeds_needed([3.0, 3.2, 2.9], [3.0, 3.1, 3.05], diff)  # what would settle the tie, were Δ as measured
     assert (f"n ≥ {n} per scheme would detect" if n else "more than 1000 seeds per scheme") in found["learned"].text
     line = headline(list(found.values()), 0.05)
-    assert line.startswith("Verdict on 2 comparisons: 1 lower and 0 higher") and "1 ties" in line
+    assert line.startswith("Verdict on 2 comparisons: 1 lower and 0 higher than their baseline beyond seed noise "
+                           "(Holm-corrected over 2 at family-wise α = 0.05); 1 tie (the seeds could detect")
+    p = welch_p_value([2.0, 2.1, 2.05], [3.0, 3.1, 3.05])
+    assert found["rope"].p == pytest.approx(p) and f"p = {p:.2g}" in found["rope"].text
+
+
+def test_the_sweeps_comparisons_are_one_family_corrected_by_holm():
+    """One scheme 0.1 nats below none with p ≈ 0.02 is "lower" alone; five such schemes in one sweep are five tests,
+    and at family-wise 0.05 Holm asks the smallest p to clear 0.01: each is then a tie. A stricter report.alpha
+    turns a lone one into a tie too."""
+    none = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate([3.0, 3.06, 3.03])]
+    schemes = [[cell(f"s{k}", s, x) for s, x in enumerate([2.92, 2.98, 2.95])] for k in range(5)]
+    p = welch_p_value([2.92, 2.98, 2.95], [3.0, 3.06, 3.03])
+    assert 0.01 < p < 0.05
+    [alone] = verdicts(report(none + schemes[0]).groups, 0.05)
+    assert alone.verdict == "lower" and "Holm over 1 at α = 0.05" in alone.text
+    five = verdicts(report(none + [c for s in schemes for c in s]).groups, 0.05)
+    assert [v.verdict for v in five] == ["tie"] * 5 and all("Holm over 5 at α = 0.05" in v.text for v in five)
+    [strict] = verdicts(report(none + schemes[0]).groups, 0.05, alpha=0.01)
+    assert strict.verdict == "tie" and "Holm over 1 at α = 0.01" in strict.text
+
+
+def test_identical_seeds_are_a_tie_without_a_power_figure():
+    """A scheme that changes nothing (every seed's loss equal to none's): p = 1, and no spread to measure power by,
+    so no "detects |Δ| ≥ 0.0000" line."""
+    none = [cell("none", s, 2.5, gain=0.0, signal="none") for s in range(3)]
+    same = [cell("same", s, 2.5) for s in range(3)]
+    [v] = verdicts(report(none + same).groups, 0.05)
+    assert v.verdict == "tie" and "no spread: no power figure" in v.text and "detects" not in v.text
+    assert "could detect" not in headline([v], 0.05)
 
 
 def test_a_scheme_whose_models_ignore_order_is_premature_whatever_its_loss():
@@ -150,3 +179,18 @@ def test_the_console_summary_ends_with_the_verdicts_and_marks_cells_that_ignore_
     assert lines[-1] == ("  learned vs none (softmax): premature — train longer: order gain 0.001 < 0.05, "
                          "not yet using word order; one validation: no trend measured (log more: "
                          "trainer.val_check_interval)")
+
+
+def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch):
+    """report.alpha=0.01 on the command line is tagged on the sweep's parent run at its start (with
+    report.baseline: harness/sweep/callback.py), and the report reads its family-wise level back from there."""
+    import argparse
+
+    import results.store as store
+    from results.cells import ALPHA_TAG, BASELINE_TAG
+
+    monkeypatch.setattr(store, "cells_of", lambda client, sweep: [])
+    for tags, alpha in (({ALPHA_TAG: "0.01", BASELINE_TAG: ""}, 0.01), ({}, 0.05)):  # a sweep from before: 0.05
+        parent = argparse.Namespace(data=argparse.Namespace(tags=tags), info=argparse.Namespace(run_id="p"))
+        sweep = argparse.Namespace(experiment="e", sweep_id="s", parent=parent, runs=[], title="t")
+        assert store.sweep_report(None, sweep).alpha == alpha

@@ -118,7 +118,7 @@ class MlflowSweep(Callback):
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
-        from results.cells import BASELINE_TAG
+        from results.cells import ALPHA_TAG, BASELINE_TAG
 
         overrides = list(config.hydra.overrides.task)
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
@@ -134,7 +134,8 @@ class MlflowSweep(Callback):
                            # the launcher (e.g. hydra/launcher=joblib hydra.launcher.n_jobs=2): what the wall time means
                            "hydra_overrides": " ".join(config.hydra.overrides.hydra)[:5000],
                            # the comparison, declared before any cell trains (results/verdicts.py reads it back)
-                           BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or "")}, {})
+                           BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or ""),
+                           ALPHA_TAG: str(OmegaConf.select(config, "report.alpha") or "")}, {})
         close_dead_runs(self.parent.store, config.logger.experiment, keep=self.parent.run_id)  # killed earlier
         self.record = SweepRecord(self.parent.run_id, sweep_id, uri, config.logger.experiment, swept)
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end
