@@ -165,7 +165,7 @@ def _counted(found: list[Verdict], min_gain: float, alpha: float = ALPHA) -> str
                      "train longer)")
     if count["one seed"]:
         parts.append(f"{count['one seed']} with one seed (no interval)")
-    return f"Verdict on {len(found)} comparisons: " + "; ".join(parts) + "."
+    return f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: " + "; ".join(parts) + "."
 
 
 def section(found: list[Verdict], min_gain: float, declared: Declared | None = None,
