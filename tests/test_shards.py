@@ -295,6 +295,14 @@ def test_a_shard_overwritten_with_other_bytes_is_refused_when_a_window_reaches_t
     shard = folder / "train-00000.bin"
     shard.write_bytes(np.random.default_rng(0).integers(0, 2**16, shard.stat().st_size // 2, dtype=np.uint16)
                       .tobytes())
+    with pytest.raises(ConfigError, match=r"train-00000.bin is damaged: its sha256"):  # caught before any window
+        TokenShards(str(folder)).sizes()
+    manifest = json.loads((folder / "manifest.json").read_text())  # a folder from before shards had checksums:
+    manifest.pop("checksum")  # the ids are still checked against the vocabulary as windows read them
+    for split in manifest["splits"].values():
+        for entry in split["shards"]:
+            entry.pop("sha256")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     TokenShards(str(folder)).sizes()  # the sizes still agree with the manifest
     corpus = TokenShards(str(folder)).load()
     with pytest.raises(ConfigError) as e:
@@ -314,6 +322,10 @@ def test_an_edited_manifest_is_one_line(edit, words, byte_shards, tmp_path):
     folder = _copy(byte_shards, tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
     edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match="manifest.json was changed after prepare wrote it"):  # its checksum
+        TokenShards(str(folder)).sizes()
+    manifest.pop("checksum")  # an edit that drops the checksum too: the structure is still checked
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ConfigError) as e:
         TokenShards(str(folder)).sizes()
@@ -354,3 +366,44 @@ def test_a_vocabulary_trained_on_a_bounded_sample_is_the_same_streamed_or_not(tm
     assert "train_bytes" not in whole["tokenizer"]["recipe"]  # shards written before the option still match
     with pytest.raises(ConfigError, match="tokenizer.train_bytes=100 must be a whole number ≥ 4096"):
         prepare(tmp_path / "bad", [*common, "tokenizer.train_bytes=100"])
+
+
+# ---------------------------------------------------------------- checksums (issue 44: damage caught before use)
+
+
+def _flip(file, at: int) -> None:
+    data = bytearray(file.read_bytes())
+    data[at] ^= 0x01  # the low bit of one byte: an id still inside the vocabulary, wrong all the same
+    file.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_a_shard_is_caught_before_use(tmp_path, monkeypatch):
+    """prepare records each shard's sha256; every read checks it (once per file version). One flipped bit keeps
+    every id inside the vocabulary, so nothing else would notice: it trained silently before."""
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    manifest = prepare(tmp_path / "s", ["data=embedded"])
+    assert all(len(s["sha256"]) == 64 for split in manifest["splits"].values() for s in split["shards"])
+    assert TokenShards(str(tmp_path / "s")).sizes()[0] > 0  # whole: accepted, and its stamp kept
+    assert list((tmp_path / "cache" / "verified-shards").iterdir())
+    _flip(tmp_path / "s" / "train-00000.bin", 123_457)
+    with pytest.raises(ConfigError, match=r"train-00000.bin is damaged: its sha256 .* is not the .* manifest.json "
+                                          r"records .*; write the folder again with python -m harness.data.prepare"):
+        TokenShards(str(tmp_path / "s")).sizes()
+
+
+def test_an_edited_manifest_is_caught_and_an_older_one_without_checksums_still_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    prepare(tmp_path / "s", ["data=embedded"])
+    file = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(file.read_text())
+    edited = {**manifest, "corpus": {**manifest["corpus"], "name": "another corpus"}}  # valid, and a lie
+    file.write_text(json.dumps(edited))
+    with pytest.raises(ConfigError, match=r"manifest.json was changed after prepare wrote it"):
+        TokenShards(str(tmp_path / "s")).sizes()
+    older = {k: v for k, v in manifest.items() if k != "checksum"}  # as written before checksums
+    for split in older["splits"].values():
+        for shard in split["shards"]:
+            del shard["sha256"]
+    file.write_text(json.dumps(older))
+    assert TokenShards(str(tmp_path / "s")).sizes() == (manifest["splits"]["train"]["tokens"],
+                                                        manifest["splits"]["val"]["tokens"])

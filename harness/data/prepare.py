@@ -43,7 +43,7 @@ class ShardWriter:
         self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
         self.shards: list[dict] = []
         self.tokens, self.bytes = 0, 0
-        self._file = None
+        self._file, self._hash = None, hashlib.sha256()  # the open shard's sha256, recorded in the manifest
 
     def write(self, ids: np.ndarray, n_bytes: int = 0) -> None:
         self.bytes += n_bytes
@@ -53,23 +53,30 @@ class ShardWriter:
                 self._open()
             room = self.shard_tokens - self.shards[-1]["tokens"]
             head, ids = ids[:room], ids[room:]
-            self._file.write(head.tobytes())
+            data = head.tobytes()
+            self._file.write(data)
+            self._hash.update(data)
             self.shards[-1]["tokens"] += len(head)
             self.tokens += len(head)
 
     def _open(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        self._seal()
         name = f"{self.split}-{len(self.shards):05d}.bin"
         self._file = open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
         self.shards.append({"file": name, "tokens": 0})
 
-    def close(self) -> dict:
+    def _seal(self) -> None:
+        """Close the open shard and record its sha256 (checked on every read: harness/data/shards.py)."""
         if self._file is not None:
             self._file.close()
+            self.shards[-1]["sha256"] = self._hash.hexdigest()
+            self._file, self._hash = None, hashlib.sha256()
+
+    def close(self) -> dict:
+        self._seal()
         if not self.shards:  # an empty split still has its (empty) shard
             (self.folder / f"{self.split}-00000.bin").write_bytes(b"")
-            self.shards.append({"file": f"{self.split}-00000.bin", "tokens": 0})
+            self.shards.append({"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest()})
         return {"tokens": self.tokens, "bytes": self.bytes, "shards": self.shards}
 
 
@@ -132,6 +139,9 @@ def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHAR
                       "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None},
         "dtype": dtype.name, "splits": splits,
     }
+    from harness.data.shards import sealed
+
+    manifest = sealed(manifest)  # its own checksum, and each shard's: verified on every read
     tmp = folder / f"manifest.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(folder / "manifest.json")  # written last: a folder with a manifest is whole

@@ -5,8 +5,11 @@ A folder holds ``manifest.json`` and the shards, raw little-endian arrays of ``d
 vocabulary has fewer than 65,536 ids, else uint32), ``train-00000.bin``, ``train-00001.bin``, …, ``val-00000.bin``.
 The manifest records the corpus (name, sha256 and size of the text, the training split's sha256), the
 tokenizer (its option, ``digest()``, vocabulary size, and for a trained vocabulary its recipe; the vocabulary
-itself is saved beside the shards as ``tokenizer.json``), the dtype, and each split's tokens, bytes and shards.
-A run whose configured tokenizer does not hash to the manifest's is refused before it trains.
+itself is saved beside the shards as ``tokenizer.json``), the dtype, and each split's tokens, bytes and shards
+(each with its sha256), and its own checksum. A run whose configured tokenizer does not hash to the manifest's is
+refused before it trains; so is a folder whose manifest was edited or whose shard's bytes changed after prepare
+wrote them (``verify``: every shard hashed once per file version — size and modification time — the result kept
+in the cache, so a large folder is read whole once, not at every run).
 
 Training windows (``data.windows``): ``random`` (a uniform start, as for text) or ``sequential`` (consecutive
 windows, overlapping by the one shifted token of a causal objective, wrapping around). Either way each DDP rank
@@ -128,6 +131,55 @@ class TokenCorpus:
         return loaded
 
 
+CHECKSUM = "checksum"  # the manifest's own: sha256 of its canonical JSON without this key
+
+
+def _canonical(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def sealed(manifest: dict) -> dict:
+    """``manifest`` with its checksum (``python -m harness.data.prepare`` writes it so)."""
+    return {**manifest, CHECKSUM: _canonical(manifest)}
+
+
+_VERIFIED: set[tuple[str, int, int, str]] = set()  # (file, size, mtime_ns, sha256) hashed by this process
+
+
+def verify(folder: Path, manifest: dict) -> None:
+    """Each shard's bytes hash to the sha256 the manifest records (manifests written before shards carried one
+    are not checked). A file version already hashed — in this process, or by any process before (its stamp in
+    the cache) — is not read again."""
+    from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
+
+    stamps = corpus_module.CACHE / "verified-shards"
+    for split in ("train", "val"):
+        for shard in manifest["splits"][split]["shards"]:
+            if "sha256" not in shard:
+                continue
+            file = folder / shard["file"]
+            info = file.stat()
+            key = (str(file.resolve()), info.st_size, info.st_mtime_ns, str(shard["sha256"]))
+            stamp = stamps / hashlib.sha256(repr(key).encode()).hexdigest()
+            if key in _VERIFIED or stamp.exists():
+                continue
+            digest = hashlib.sha256()
+            with open(file, "rb") as f:
+                while block := f.read(1 << 24):
+                    digest.update(block)
+            if digest.hexdigest() != shard["sha256"]:
+                raise ConfigError(f"{file} is damaged: its sha256 {digest.hexdigest()[:12]}… is not the "
+                                  f"{str(shard['sha256'])[:12]}… manifest.json records (its bytes changed after "
+                                  "prepare wrote it); write the folder again with python -m harness.data.prepare")
+            _VERIFIED.add(key)
+            try:
+                stamps.mkdir(parents=True, exist_ok=True)
+                stamp.touch()
+            except OSError:  # a read-only cache: verified again next time, nothing lost
+                pass
+
+
 def _check_structure(manifest: dict, file: Path) -> None:
     """Every key and type a run reads from the manifest, so an edited one is one line, not a KeyError later."""
     try:
@@ -171,6 +223,9 @@ class TokenShards:
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with python -m "
                               "harness.data.prepare")
+        if CHECKSUM in manifest and manifest[CHECKSUM] != _canonical(manifest):
+            raise ConfigError(f"{file} was changed after prepare wrote it (its checksum no longer matches its "
+                              "content); write the folder again with python -m harness.data.prepare")
         _check_structure(manifest, file)
         for split in ("train", "val"):
             for shard in manifest["splits"][split]["shards"]:
@@ -180,6 +235,7 @@ class TokenShards:
                     raise ConfigError(f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
                                       f"the manifest says {expected}; write the folder again with python -m "
                                       "harness.data.prepare")
+        verify(folder, manifest)
         return manifest
 
     def sizes(self) -> tuple[int, int]:
