@@ -20,6 +20,7 @@ from tests.helpers import ROOT
 
 PACKAGES = ("harness", "positional", "attention", "results")
 GROUND = {"harness.errors", "harness.ranges", "harness.paths", "harness.allocator", "harness.signals", "harness.extras",
+          "harness.sealed",
           "harness.stats"}
 
 

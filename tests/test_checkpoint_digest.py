@@ -76,3 +76,42 @@ def test_the_resume_path_checks_the_digest(tmp_path, monkeypatch):
     _flip(ckpt)
     with pytest.raises(ConfigError, match="is damaged"):
         resume._checkpoint_and_link(ckpt, types.SimpleNamespace(dir=tmp_path, config_hash="h"))
+
+
+# ---------------------------------------------------------------- run records sealed (issue 44)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "edit", "not-an-object"])
+def test_a_damaged_run_record_is_one_line_naming_it(tmp_path, damage):
+    """run.json (the run a config's checkpoints belong to) and mlflow_sweep.json (the parent a sweep's jobs attach
+    to) carry their own sha256: a flipped byte, a truncation or an edit is one line naming the file and the fix,
+    not a JSONDecodeError or TypeError traceback, and never a record silently pointing elsewhere."""
+    import json
+
+    from harness.errors import ConfigError
+    from harness.record.checkpoints import LINK, RunLink
+    from harness.sweep.callback import RECORD, SweepRecord
+
+    RunLink("r1", "h", "sqlite:///x.db", "e").save(tmp_path)
+    SweepRecord("p1", "s1", "sqlite:///x.db", "e", ["pos"]).save(tmp_path)
+    assert RunLink.load(tmp_path) == RunLink("r1", "h", "sqlite:///x.db", "e")
+    assert SweepRecord.load(tmp_path).swept_keys == ["pos"]
+    for name, load in ((LINK, lambda: RunLink.load(tmp_path)), (RECORD, lambda: SweepRecord.load(tmp_path))):
+        path = tmp_path / name
+        text = path.read_text()
+        if damage == "flip":
+            path.write_text(text.replace("sqlite:///x.db", "sqlite:///y.db"))  # valid JSON, another store
+        elif damage == "truncate":
+            path.write_text(text[: len(text) // 2])
+        elif damage == "edit":
+            record = json.loads(text)
+            record.pop("sha256")
+            record.pop("experiment")  # an edit that also drops the seal: the fields are still checked
+            path.write_text(json.dumps(record))
+        else:
+            path.write_text("[1, 2]")
+        with pytest.raises(ConfigError) as e:
+            load()
+        said = str(e.value)
+        assert said.startswith(f"{path} is damaged (") and "\n" not in said
+        assert ("delete" in said) if name == LINK else ("hydra.sweep.dir" in said)

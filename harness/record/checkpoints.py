@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from harness import sealed
 from harness.errors import ConfigError
 
 LINK = "run.json"
@@ -34,14 +34,19 @@ class RunLink:
     experiment: str
 
     def save(self, directory: Path) -> None:
-        tmp = directory / f"{LINK}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        tmp.replace(directory / LINK)
+        sealed.write(directory / LINK, asdict(self))
 
     @classmethod
     def load(cls, directory: Path) -> RunLink | None:
         path = directory / LINK
-        return cls(**json.loads(path.read_text())) if path.exists() else None
+        if not path.exists():
+            return None
+        fix = f"delete {directory} to start this config afresh (its checkpoints cannot be tied to a run)"
+        record = sealed.read(path, fix)
+        try:
+            return cls(**{k: str(record[k]) for k in ("run_id", "config_hash", "tracking_uri", "experiment")})
+        except KeyError as e:
+            raise ConfigError(f"{path} is damaged (no {e}); {fix}") from None
 
 
 class DirLock:

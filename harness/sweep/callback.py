@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -32,6 +31,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from harness import sealed
+from harness.errors import ConfigError
 from harness.record.reconcile import alive, close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
@@ -54,12 +55,20 @@ class SweepRecord:
 
     def save(self, sweep_dir: Path) -> None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        (sweep_dir / RECORD).write_text(json.dumps(asdict(self), indent=1))
+        sealed.write(sweep_dir / RECORD, asdict(self))
 
     @classmethod
     def load(cls, sweep_dir: Path) -> SweepRecord | None:
         path = sweep_dir / RECORD
-        return cls(**json.loads(path.read_text())) if path.exists() else None
+        if not path.exists():
+            return None
+        fix = "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)"
+        record = sealed.read(path, fix)
+        try:
+            return cls(*(record[k] for k in ("parent_run_id", "sweep_id", "tracking_uri", "experiment")),
+                       list(record["swept_keys"]))
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); {fix}") from None
 
     def child_tags(self, job_overrides: list[str], job_num: int) -> dict[str, str]:
         from hydra.core.override_parser.overrides_parser import OverridesParser
