@@ -177,6 +177,11 @@ RUN_CASES = [
     ("d-model-word", ["model.d_model=abc"], "model.d_model='abc' must be an integer"),
     ("layers-zero", ["model.n_layers=0"], "model.n_layers=0 must be a positive integer"),
     ("d-ff-zero", ["model.d_ff=0"], "model.d_ff=0 must be a positive integer"),
+    # each DDP rank reads its own slice of the shards: every slice must hold a window, checked before rank 0 starts
+    ("ddp-rank-slice-shorter-than-a-window", ["trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
+                                               "data=tokens", "data.path={files}/shards", "data.seq_len=60000",
+                                               "data.batch_size=1", "trainer.max_steps=2"],
+     "each of the 2 DDP ranks (trainer.devices × trainer.num_nodes) reads its own"),
     ("loss-chunk-zero", ["model.loss_chunk=0"], "model.loss_chunk=0 must be a positive number of tokens or null"),
     ("loss-chunk-fraction", ["model.loss_chunk=1.5"], "model.loss_chunk=1.5 must be an integer or null"),
     ("dropout-nan", ["model.dropout=nan"], "model.dropout=nan must be a finite number"),
@@ -460,6 +465,10 @@ def files(tmp_path_factory) -> Path:
     bad = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": -1}}}
     (d / "tuned_bad.json").write_text(json.dumps({"cells": bad}))
     _truncated_store(d / "truncated.db")
+    from harness.data.prepare import prepare
+
+    (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
+    prepare(d / "shards", ["data=text", f"data.path={d / 'words.txt'}"])
     return d
 
 

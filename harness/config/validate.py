@@ -129,6 +129,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     check_extrapolation(settings["eval"], task, final_scheme(phases, model), choices.get("task", "this task"))
     tune_length = settings["eval"].tune_length
     train_tokens = _check_splits(source, task, tokenizer, data, lengths, tune_length)
+    _check_rank_slices(source, task, data, trainer)
     budget = budget_of(settings["budget"], trainer, data, task, model_cfg, tokenizer.vocab_size, model.num_params(),
                        train_tokens, settings[""].paper)
     _check_device(trainer, for_named_gpu=gpu is not None)
@@ -516,6 +517,26 @@ def _check_splits(source, task, tokenizer, data: schema.DataSettings, lengths: l
         raise ConfigError(f"eval.finetune_length={finetune_length} exceeds the training split ({train} tokens); "
                           f"fine-tune at most {train} tokens, or use a larger corpus")
     return train
+
+
+def _check_rank_slices(source, task, data: schema.DataSettings, trainer: schema.TrainerSettings) -> None:
+    """Shards are read one contiguous slice per DDP rank (harness/data/shards.py): every rank's slice must hold
+    more than one window, checked here for the world the trainer will start — not in rank 1 after rank 0 started
+    (rank 0 was then killed and the run left RUNNING)."""
+    if not hasattr(source, "check_tokenizer"):  # text corpora: every rank samples windows from the whole split
+        return
+    from harness.data.shards import rank_slice
+
+    world = (_device_count(trainer.devices) or 1) * trainer.num_nodes
+    if world < 2:
+        return
+    train, _ = source.sizes()
+    length = task.sequence_tokens(data.seq_len)
+    smallest = min(end - start for start, end in (rank_slice(train, r, world) for r in range(world)))
+    if smallest <= length:
+        raise ConfigError(f"each of the {world} DDP ranks (trainer.devices × trainer.num_nodes) reads its own "
+                          f"{smallest:,} of the shards' {train:,} training tokens, not more than one window of "
+                          f"{length}; lower data.seq_len, use fewer ranks, or prepare a larger corpus")
 
 
 def _check_device(trainer: schema.TrainerSettings, for_named_gpu: bool = False) -> None:
