@@ -57,6 +57,7 @@ class _Mode:
     bad_cells: list[tuple[str, str]] = []  # (cell, its one-line error)
     gpu = None  # --check: the GPU a GPU run is checked for (harness.config.resources.NamedGpu)
     cells: list[str] = []  # every cell the preflight checked, for naming a bad one by what it sweeps
+    budgets: list = []  # --check -m: each cell's harness.config.budget.Budget, summed at the end
 
 
 def entry(argv: list[str], main: Callable[[], object]) -> int:
@@ -86,7 +87,7 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
         # not be in check mode and would train; a checked sweep trains nothing, so it opens no parent run either
         argv[:] = [*(a for a in argv if not a.lstrip("+~").startswith(LAUNCHER_KEYS)),
                    "hydra/launcher=basic", "~hydra.callbacks.mlflow_sweep"]
-        _Mode.check = True
+        _Mode.check, _Mode.budgets = True, []
     elif any(flag in argv for flag in MULTIRUN_FLAGS):
         flag = next(a for a in argv if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
         argv.remove(flag)
@@ -95,7 +96,19 @@ def entry(argv: list[str], main: Callable[[], object]) -> int:
         if refused:
             return refused
     code = run_cli(main)
+    if _Mode.check and len(_Mode.budgets) > 1:
+        print(_sweep_budget(_Mode.budgets))
     return 2 if code == 0 and _Mode.refused else code
+
+
+def _sweep_budget(budgets: list) -> str:
+    """`--check -m`'s last line: what the whole sweep costs, the cells summed (each cell's line says its own)."""
+    from harness.config.budget import short_count
+
+    tokens, flops = sum(b.tokens for b in budgets), sum(b.flops for b in budgets)
+    hours = [b.gpu_hours for b in budgets if b.gpu_hours is not None]
+    gpu = f" ≈ {sum(hours):,.1f} GPU-hours" if len(hours) == len(budgets) else ""
+    return f"sweep: {len(budgets)} cells · {short_count(tokens)} tokens · {flops:.1e} FLOPs{gpu}"
 
 
 def _listing(flag: str, rest: list[str]) -> int:
@@ -296,6 +309,7 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
         return None
     if _Mode.preflight:
         return None
+    _Mode.budgets.append(checked.budget)
     d, accumulated = checked.data, checked.trainer.accumulate_grad_batches
     times = f" × {accumulated} accumulated" if accumulated > 1 else ""
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "

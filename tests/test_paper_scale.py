@@ -382,3 +382,15 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
         assert run.info.status == "FINISHED" and run.data.params["model.n_layers"] == "12"
         assert run.data.params["tokenizer.vocab_size"] == "50257" and run.data.params["data.path"] == \
             str(tmp_path / "shards")
+
+
+def test_check_of_a_sweep_ends_with_what_the_whole_sweep_costs():
+    """`--check -m`: each cell's line gives its own budget, and a last line sums them (issue 45, item 2: 'for the
+    cell and the sweep'); GPU-hours only where every cell has them (a CPU cell has none)."""
+    from harness.cli import _sweep_budget
+    from harness.config.budget import Budget
+
+    cell = Budget(tokens=28_835_840_000, train_tokens=None, flops=1.8e19, gpu_hours=12.6)
+    assert _sweep_budget([cell] * 9) == "sweep: 9 cells · 259.5B tokens · 1.6e+20 FLOPs ≈ 113.4 GPU-hours"
+    cpu = Budget(tokens=1000, train_tokens=None, flops=2e9, gpu_hours=None)
+    assert _sweep_budget([cell, cpu]) == "sweep: 2 cells · 28.8B tokens · 1.8e+19 FLOPs"
