@@ -407,3 +407,31 @@ def test_an_edited_manifest_is_caught_and_an_older_one_without_checksums_still_r
     file.write_text(json.dumps(older))
     assert TokenShards(str(tmp_path / "s")).sizes() == (manifest["splits"]["train"]["tokens"],
                                                         manifest["splits"]["val"]["tokens"])
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
+    """A file-size limit (as a full disk) mid-shard: one line, exit 1, and no half-written folder (it was a
+    traceback and a 200 KB train-00000.bin with no manifest); a folder that was there before stays, emptied of
+    what prepare wrote."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    out = tmp_path / "out"
+    if made:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+
+    done = subprocess.run([sys.executable, "-m", "harness.data.prepare", str(out), "data=embedded"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"error: writing failed: a file-size limit (ulimit -f) was hit; nothing was left in {out}: free space (or "
+        "raise the limit) and run prepare again"]
+    assert (sorted(p.name for p in out.iterdir()) == ["notes.txt"]) if made else not out.exists()

@@ -19,6 +19,7 @@ encodes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.shards import FORMAT, token_dtype
-from harness.errors import ConfigError, config_error_cause
+from harness.errors import ConfigError, config_error_cause, write_failure
 from harness.extras import check_requires
 
 PIECE = 1 << 24  # bytes of text encoded at a time
@@ -113,12 +114,21 @@ def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHAR
         raise ConfigError(f"{folder} already holds prepared shards (manifest.json); remove it or choose another DIR")
     streaming = getattr(source, "streaming", False)
     corpus = None if streaming else source.load()  # its checks before anything is written
+    existed = folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot create {folder} ({e.strerror}); choose a folder you can write") from None
     dtype = token_dtype(tokenizer.vocab_size)
     writers = {split: ShardWriter(folder, split, dtype, shard_tokens) for split in ("train", "val")}
+    try:
+        return _write(folder, source, corpus, tokenizer, writers, dtype, streaming)
+    except BaseException:  # a full disk, Ctrl-C, SIGTERM, a bad row: nothing half-written is left behind
+        _remove_partial(folder, writers, existed)
+        raise
+
+
+def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWriter], dtype, streaming: bool) -> dict:
     if streaming:
         corpus_meta = _stream(source, tokenizer, writers)
     else:
@@ -146,6 +156,21 @@ def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHAR
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(folder / "manifest.json")  # written last: a folder with a manifest is whole
     return manifest
+
+
+def _remove_partial(folder: Path, writers: dict[str, ShardWriter], existed: bool) -> None:
+    """What a failed prepare wrote: its shards, the vocabulary and the manifest's temporary file, and the folder
+    itself if prepare made it (a folder that was there stays, as it was)."""
+    for writer in writers.values():
+        if writer._file is not None:
+            writer._file.close()
+        for shard in writer.shards:
+            (folder / shard["file"]).unlink(missing_ok=True)
+    for leftover in (folder / "tokenizer.json", folder / f"manifest.json.tmp{os.getpid()}"):
+        leftover.unlink(missing_ok=True)
+    if not existed:
+        with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+            folder.rmdir()
 
 
 def _source_and_tokenizer(overrides: list[str]):
@@ -335,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        why = write_failure(e)
+        if why is None:
+            raise
+        print(f"error: writing failed: {why}; nothing was left in {args.out}: free space (or raise the limit) and "
+              "run prepare again", file=sys.stderr)
+        return 1
     splits = manifest["splits"]
     print(f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "
           f"({manifest['dtype']}, tokenizer={manifest['tokenizer']['config']}), from {manifest['corpus']['bytes']:,} "
