@@ -435,3 +435,30 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
         f"error: writing failed: a file-size limit (ulimit -f) was hit; nothing was left in {out}: free space (or "
         "raise the limit) and run prepare again"]
     assert (sorted(p.name for p in out.iterdir()) == ["notes.txt"]) if made else not out.exists()
+
+
+def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
+    """SIGTERM mid-prepare (a preempted job): exit 143, the partial folder removed (a BPE vocabulary on a stream is
+    slow enough to be caught mid-way)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT
+
+    datasets = pytest.importorskip("datasets")
+    rows = [f"row {i} " + "word " * (i % 50) for i in range(200_000)]
+    datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.data.prepare", str(out), "data=hf",
+                             f"data.path={tmp_path / 'ds'}", "data.streaming=true"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "train-00000.bin").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "prepare ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
+    assert err.strip() == f"stopped: nothing was left in {out}" and not out.exists()

@@ -32,6 +32,7 @@ import numpy as np
 from harness.data.shards import FORMAT, token_dtype
 from harness.errors import ConfigError, config_error_cause, write_failure
 from harness.extras import check_requires
+from harness.signals import Stopped, terminating
 
 PIECE = 1 << 24  # bytes of text encoded at a time
 SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
@@ -356,7 +357,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --shard-tokens={args.shard_tokens} must be a positive number of token ids", file=sys.stderr)
         return 2
     try:
-        manifest = prepare(args.out, args.overrides, args.shard_tokens)
+        with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
+            manifest = prepare(args.out, args.overrides, args.shard_tokens)
+    except KeyboardInterrupt:
+        print(f"stopped: nothing was left in {args.out}", file=sys.stderr)
+        return 130
+    except Stopped as e:
+        print(f"stopped: nothing was left in {args.out}", file=sys.stderr)
+        return int(e.code or 143)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
