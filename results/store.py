@@ -6,6 +6,8 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,49 @@ def open_store(tracking_uri: str | None):
 
     uri = store_to_read(tracking_uri)
     return uri, Store.open(uri).client
+
+
+@contextlib.contextmanager
+def restored_on_failure(out: Path) -> Iterator[None]:
+    """Writing a report into ``out`` (and the index beside it, ``out.parent/README.md``) either completes or
+    leaves both as they were: they are copied aside first (a report is ~1 MB) and put back if anything fails —
+    a full disk mid-PNG, Ctrl-C — so a committed report is never left half-overwritten."""
+    import os
+    import shutil
+
+    backup = out.parent / f".{out.name}.before-{os.getpid()}"
+    index = out.parent / "README.md"
+    existed = out.is_dir()
+    had_out, had_index = existed and any(out.iterdir()), index.is_file()
+    shutil.rmtree(backup, ignore_errors=True)
+    try:
+        if had_out:  # file by file (copytree folds its errors into one shutil.Error without the errno)
+            for source in sorted(out.rglob("*")):
+                target = backup / "out" / source.relative_to(out)
+                if source.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, target)
+        if had_index:
+            backup.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(index, backup / "index.md")
+    except BaseException:
+        shutil.rmtree(backup, ignore_errors=True)  # nothing was written yet: out and the index are untouched
+        raise
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        if had_out:
+            (backup / "out").rename(out)
+        elif existed:
+            out.mkdir()
+        if had_index:
+            shutil.copy2(backup / "index.md", index)
+        raise
+    finally:
+        shutil.rmtree(backup, ignore_errors=True)
 
 
 def writable_out(out: str | Path) -> Path:

@@ -188,3 +188,59 @@ def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
     assert "| rope task=mixture · reverse | softmax | 0.800 ± 0.141 (0.100 ± 0.000) |" in text
     assert "| alibi task=mixture · sort | softmax | 0.950 (0.600) |" in text
     assert text.count("| position-blind task=mixture reverse | — | 0.600 (0.010) |") == 1
+
+
+def test_a_report_that_fails_midway_puts_the_folder_and_the_index_back(tmp_path):
+    """results' commands write into --out under restored_on_failure: a full disk mid-PNG (here an ENOSPC raised
+    after some files were overwritten) leaves the committed report and the index byte for byte as they were;
+    a folder that did not exist is not left behind (issue 44: faults under results were a traceback and a
+    half-overwritten report)."""
+    import errno
+
+    from results.store import restored_on_failure
+
+    out = tmp_path / "results" / "demo"
+    (out / "sub").mkdir(parents=True)
+    (out / "README.md").write_text("the committed report")
+    (out / "sub" / "plot.png").write_bytes(b"\x89PNG old")
+    index = tmp_path / "results" / "README.md"
+    index.write_text("the index")
+    with pytest.raises(OSError), restored_on_failure(out):
+        (out / "README.md").write_text("half a new rep")
+        (out / "new.csv").write_text("x")
+        index.write_text("a new index")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert (out / "README.md").read_text() == "the committed report" and not (out / "new.csv").exists()
+    assert (out / "sub" / "plot.png").read_bytes() == b"\x89PNG old" and index.read_text() == "the index"
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["README.md", "demo"]  # no backup left
+    fresh = tmp_path / "results" / "fresh"
+    with pytest.raises(KeyboardInterrupt), restored_on_failure(fresh):
+        fresh.mkdir()
+        (fresh / "README.md").write_text("partial")
+        raise KeyboardInterrupt
+    assert not fresh.exists()
+    with restored_on_failure(out):  # success: the new files stay, the backup goes
+        (out / "README.md").write_text("the new report")
+    assert (out / "README.md").read_text() == "the new report"
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["README.md", "demo"]
+
+
+def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
+    """python -m results report under a file-size limit: exit 1, one line, the folder as it was (none here)."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "results", "report", "--tracking-uri", tiny_sweep.uri, "--out",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: writing failed: a file-size limit (ulimit -f) was hit") and \
+        "put back as they were" in line
+    assert not out.exists() or not any(out.iterdir())
