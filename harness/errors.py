@@ -1,5 +1,6 @@
 """User-facing errors: each message is one line that names the problem and the fix."""
 
+import argparse
 import errno
 
 
@@ -47,3 +48,12 @@ def config_error_cause(exc: BaseException) -> ConfigError | None:
     while cause is not None and not isinstance(cause, ConfigError):
         cause = cause.__cause__
     return cause
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose mistakes are the project's one line (a ConfigError: the command prints ``error: …`` and
+    exits 2), not argparse's usage block: the parser of every command-line tool (prepare, results, hf-eval, the
+    benchmarks)."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message}; see {self.prog} --help")

@@ -15,17 +15,9 @@ import argparse
 import sys
 
 from harness.config.schema import ReportSettings, plain_fields
-from harness.errors import ConfigError
+from harness.errors import ConfigError, OneLineParser
 from harness.paths import CONF, project_root
 from harness.record.preflight import number
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the fix (argparse prints the usage, then exits 2)."""
-
-    def error(self, message: str):
-        print(f"error: {message}; see {self.prog} --help", file=sys.stderr)
-        sys.exit(2)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,8 +55,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
     try:
+        args = parser().parse_args(argv)
         commands = {"paper": paper_command, "tune": tune_command, "report": report_command, "index": index_command}
         return commands[args.command](args)
     except (ConfigError, LookupError) as e:

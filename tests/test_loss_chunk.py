@@ -128,3 +128,13 @@ def test_the_committed_cpu_memory_table_is_the_benchmarks_own():
     command, seconds = re.search(r"Command: `([^`]*)` \((\d+) s", text).groups()
     assert render(rows, command, float(seconds)) == text
     assert all(not math.isnan(r.resident_ratio) for r in rows)
+
+
+@pytest.mark.parametrize("argv, words", [(["--shapes", "3"], "unrecognized arguments: --shapes 3"),
+                                          (["--out", "/proc/posbench"], "--out: cannot write /proc/posbench")])
+def test_the_cpu_memory_bench_refuses_bad_flags_in_one_line_before_measuring(argv, words, capsys):
+    from harness.bench.cpu_memory import main
+
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and words in line

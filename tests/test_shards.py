@@ -462,3 +462,12 @@ def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
     assert err.strip() == f"stopped: nothing was left in {out}" and not out.exists()
+
+
+@pytest.mark.parametrize("argv, words", [([], "the following arguments are required: out"),
+                                          (["x", "--shard-tokens", "many"], "invalid int value: 'many'")])
+def test_prepare_usage_mistakes_are_one_line(argv, words, capsys):
+    """argparse's usage block was three lines; the tools share harness.errors.OneLineParser."""
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and words in line and line.endswith("see python -m harness.data.prepare --help")

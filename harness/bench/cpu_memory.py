@@ -20,7 +20,6 @@ logits' under bf16 autocast, where the CPU's cross-entropy holds ~12 bytes a log
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -162,9 +161,18 @@ def render(rows: list[Row], command: str, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.cpu_memory", description=__doc__.split("\n")[0])
+    from harness.errors import ConfigError, OneLineParser
+    from harness.record.preflight import output_dir
+
+    parser = OneLineParser(prog="python -m harness.bench.cpu_memory", description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="folder for README.md and memory.csv (else the table is printed)")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+        if args.out:
+            output_dir(args.out, "--out")  # checked before ten processes are measured, not after
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     rows = [child(i, p) for i in range(len(SHAPES)) for p in PRECISIONS]
     command = "python -m harness.bench.cpu_memory" + (f" --out {args.out}" if args.out else "")

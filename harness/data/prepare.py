@@ -18,7 +18,6 @@ encodes.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.shards import FORMAT, token_dtype
-from harness.errors import ConfigError, config_error_cause, write_failure
+from harness.errors import ConfigError, OneLineParser, config_error_cause, write_failure
 from harness.extras import check_requires
 from harness.signals import Stopped, terminating
 
@@ -348,11 +347,15 @@ class _Splitter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.data.prepare", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m harness.data.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="the folder to write (new, or without a manifest.json)")
     parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
     parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.shard_tokens <= 0:
         print(f"error: --shard-tokens={args.shard_tokens} must be a positive number of token ids", file=sys.stderr)
         return 2

@@ -29,7 +29,6 @@ Notation: L context length, S stride, d depth (0: the key first, 1: last).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -39,7 +38,7 @@ from pathlib import Path
 import torch
 
 from harness.data.windows import window_starts
-from harness.errors import ConfigError
+from harness.errors import ConfigError, OneLineParser
 from harness.pretrained import budget, report
 from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
 from positional.rope_scaling import METHODS
@@ -90,7 +89,7 @@ class EvalSpec:
 
 def parse(argv: list[str]) -> EvalSpec:
     """The command line as an ``EvalSpec``; a bad value is a ConfigError naming the fix."""
-    p = _Parser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
     p.add_argument("--scalings", default="none,linear,ntk,yarn",
                    help=f"comma-separated, of {', '.join(METHODS)}, own; +resonance, +hope: posbench's θ (yarn+hope)")
@@ -140,13 +139,6 @@ OWN = "own"  # the model's own rope_parameters (Llama 3.1's llama3, a YaRN-exten
 def unscaled(name: str) -> bool:
     """A cell at factor 1: the plain θ (``none``) or the model's own scaling (``own``)."""
     return name.split("+")[0] in ("none", OWN)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are the project's one line (exit 2 by the caller), not a usage block."""
-
-    def error(self, message: str):
-        raise ConfigError(f"{message}; see posbench hf-eval --help")
 
 
 def _names(text: str) -> tuple[str, ...]:
