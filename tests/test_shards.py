@@ -377,35 +377,37 @@ def _flip(file, at: int) -> None:
     file.write_bytes(bytes(data))
 
 
-def test_a_flipped_byte_in_a_shard_is_caught_before_use(tmp_path, monkeypatch):
+def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, monkeypatch):
     """prepare records each shard's sha256; every read checks it (once per file version). One flipped bit keeps
     every id inside the vocabulary, so nothing else would notice: it trained silently before."""
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
-    manifest = prepare(tmp_path / "s", ["data=embedded"])
+    folder = _copy(byte_shards, tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
     assert all(len(s["sha256"]) == 64 for split in manifest["splits"].values() for s in split["shards"])
-    assert TokenShards(str(tmp_path / "s")).sizes()[0] > 0  # whole: accepted, and its stamp kept
+    assert TokenShards(str(folder)).sizes()[0] > 0  # whole: accepted, and its stamp kept
     assert list((tmp_path / "cache" / "verified-shards").iterdir())
-    _flip(tmp_path / "s" / "train-00000.bin", 123_457)
-    with pytest.raises(ConfigError, match=r"train-00000.bin is damaged: its sha256 .* is not the .* manifest.json "
+    _flip(folder / "train-00001.bin", 1_234)
+    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256 .* is not the .* manifest.json "
                                           r"records .*; write the folder again with python -m harness.data.prepare"):
-        TokenShards(str(tmp_path / "s")).sizes()
+        TokenShards(str(folder)).sizes()
 
 
-def test_an_edited_manifest_is_caught_and_an_older_one_without_checksums_still_reads(tmp_path, monkeypatch):
+def test_an_edited_manifest_is_caught_and_an_older_one_without_checksums_still_reads(byte_shards, tmp_path,
+                                                                                     monkeypatch):
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
-    prepare(tmp_path / "s", ["data=embedded"])
-    file = tmp_path / "s" / "manifest.json"
+    folder = _copy(byte_shards, tmp_path)
+    file = folder / "manifest.json"
     manifest = json.loads(file.read_text())
     edited = {**manifest, "corpus": {**manifest["corpus"], "name": "another corpus"}}  # valid, and a lie
     file.write_text(json.dumps(edited))
     with pytest.raises(ConfigError, match=r"manifest.json was changed after prepare wrote it"):
-        TokenShards(str(tmp_path / "s")).sizes()
+        TokenShards(str(folder)).sizes()
     older = {k: v for k, v in manifest.items() if k != "checksum"}  # as written before checksums
     for split in older["splits"].values():
         for shard in split["shards"]:
             del shard["sha256"]
     file.write_text(json.dumps(older))
-    assert TokenShards(str(tmp_path / "s")).sizes() == (manifest["splits"]["train"]["tokens"],
+    assert TokenShards(str(folder)).sizes() == (manifest["splits"]["train"]["tokens"],
                                                         manifest["splits"]["val"]["tokens"])
 
 
