@@ -726,3 +726,31 @@ def test_concurrent_checks_of_one_output_folder_all_pass_and_leave_nothing(tmp_p
         checked = [p for batch in pool.map(check, range(16)) for p in batch]
     assert set(checked) == {target}
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing left
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(empty_store, tmp_path):
+    """A file-size limit that lets the sweep's parent run be made but not its first cell's writes (a disk filling
+    up): one line, exit 1, the later cells not attempted (it was 295 s, 412 stderr lines and 12 tracebacks, every
+    cell failing alike), and no cell of the sweep left RUNNING."""
+    import resource
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(empty_store, db)
+    room = db.stat().st_size + 48 * 1024  # the parent run's few pages, not a cell's params, metrics and checkpoint
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (room, resource.RLIM_INFINITY))
+
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *QUICK, "pos=rope,learned,t5",
+                           f"hydra.sweep.dir={tmp_path}/sweep"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300, preexec_fn=limit, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "INFO mlflow" not in line
+             and "[HYDRA]" not in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: writing failed: ") and "the sweep stops" in lines[0], lines
+    assert "#1 : pos=learned" not in proc.stdout + proc.stderr  # the second cell was never launched
+    with sqlite3.connect(db) as con:
+        statuses = [s for (s,) in con.execute("select status from runs")]
+    assert statuses.count("RUNNING") <= 1  # at most the parent, closed by the next sweep (close_dead_runs)

@@ -32,7 +32,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from harness import sealed
-from harness.errors import ConfigError
+from harness.errors import ConfigError, write_failure
 from harness.record.reconcile import alive, close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
@@ -214,11 +214,22 @@ class MlflowSweep(Callback):
             self.previous_sigterm = None
 
     def _abort(self) -> None:
-        if stopped():  # SIGTERM or Ctrl-C (harness/signals.py): the sweep was stopped, not broken
-            self._stop_cells()
-            self._close("KILLED", "stopped by a signal; run the same command again: finished cells are kept")
-        else:
-            self._close("FAILED", "the sweep process exited before its end (crashed)")
+        from harness.sweep.cell import MachineFault
+
+        try:
+            if stopped():  # SIGTERM or Ctrl-C (harness/signals.py): the sweep was stopped, not broken
+                self._stop_cells()
+                self._close("KILLED", "stopped by a signal; run the same command again: finished cells are kept")
+            elif MachineFault.seen:
+                self._close("FAILED", f"writing failed: {MachineFault.seen}; run the same command again once there "
+                                      "is room: finished cells are kept")
+            else:
+                self._close("FAILED", "the sweep process exited before its end (crashed)")
+        except Exception as e:
+            if write_failure(e) is None:
+                raise
+            # the store cannot be written either: the parent stays RUNNING until the next sweep in this
+            # experiment closes it (close_dead_runs); the one line was printed where the write first failed
 
 
     def _stop_cells(self, grace_s: float = 20.0) -> None:

@@ -4,6 +4,11 @@ A job never raises out of a multirun (Hydra's basic sweeper re-raises the first 
 batch and then skips ``on_multirun_end``). Every outcome is on record in MLflow: a trained cell's run
 is closed by its owner (``TrackedRun``) as FINISHED or FAILED; a cell refused before its run opened
 (an incompatible pairing, a bad value) gets a FAILED run with the reason, made by the same owner.
+
+The one exception is the machine itself: a write that fails for want of space (a full disk, a file-size limit, a
+read-only or failing device: ``harness.errors.write_failure``) would fail every later cell alike, each with its
+own lines. The first such failure stops the sweep with one line and exit 1 (``MachineFault``); its parent run is
+closed as the sweep's exit closes it, and the same command run again keeps the finished cells.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import traceback
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness.errors import write_failure
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
 from harness.record.store import Store, resolve_tracking_uri
@@ -33,6 +39,13 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
     try:
         summary = train(cfg, choices, run)
     except Exception as e:
+        why = write_failure(e)
+        if why is not None:  # the machine, not the cell: every later cell would fail the same way
+            print(f"error: writing failed: {why}; the sweep stops at this cell (every later one would fail alike): "
+                  "free space (or raise the limit) and run the same command again: finished cells are kept",
+                  file=sys.stderr)
+            MachineFault.seen = why
+            raise MachineFault(1) from None
         if not run.opened and is_rank_zero():  # refused before its run existed: record it
             _record_refusal(run, cfg, choices, e)
         failure = failure_tags(e)
@@ -43,6 +56,12 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
         return None
     rank_zero_print(format_summary(summary))  # SLURM tasks of one job: rank 0 speaks
     return summary.val_loss
+
+
+class MachineFault(SystemExit):
+    """A sweep stopped by its machine (a write failed for want of space): exit 1, its line already printed."""
+
+    seen: str | None = None  # why, for the sweep's parent run (harness/sweep/callback.py closes it)
 
 
 def _record_refusal(run: TrackedRun, cfg: DictConfig, choices: dict[str, str], exc: BaseException) -> None:
