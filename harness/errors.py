@@ -18,6 +18,13 @@ class Diverged(FloatingPointError):
     at which step and what to change."""
 
 
+class MachineFault(SystemExit):
+    """A sweep stopped by its machine (a write failed for want of space, harness/sweep/cell.py): exit 1, its one
+    line already printed; ``seen`` says why, for the sweep's parent run (harness/sweep/callback.py closes it)."""
+
+    seen: str | None = None
+
+
 # Why a write failed, when the machine and not the code is the cause
 _WRITE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "a file-size limit (ulimit -f) was hit",
                  errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",

@@ -32,7 +32,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from harness import sealed
-from harness.errors import ConfigError, write_failure
+from harness.errors import ConfigError, MachineFault, write_failure
 from harness.record.reconcile import alive, close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
@@ -214,8 +214,6 @@ class MlflowSweep(Callback):
             self.previous_sigterm = None
 
     def _abort(self) -> None:
-        from harness.sweep.cell import MachineFault
-
         try:
             if stopped():  # SIGTERM or Ctrl-C (harness/signals.py): the sweep was stopped, not broken
                 self._stop_cells()

@@ -18,7 +18,7 @@ import traceback
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import write_failure
+from harness.errors import MachineFault, write_failure
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
 from harness.record.store import Store, resolve_tracking_uri
@@ -56,12 +56,6 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
         return None
     rank_zero_print(format_summary(summary))  # SLURM tasks of one job: rank 0 speaks
     return summary.val_loss
-
-
-class MachineFault(SystemExit):
-    """A sweep stopped by its machine (a write failed for want of space): exit 1, its line already printed."""
-
-    seen: str | None = None  # why, for the sweep's parent run (harness/sweep/callback.py closes it)
 
 
 def _record_refusal(run: TrackedRun, cfg: DictConfig, choices: dict[str, str], exc: BaseException) -> None:
