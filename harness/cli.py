@@ -32,7 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.errors import ConfigError, Diverged, IncompatiblePairing, write_failure
+from harness.errors import ConfigError, Diverged, IncompatiblePairing, said_write_failure
 
 CHECK_FLAG = "--check"
 GPU_MEMORY_FLAG = "--gpu-memory"
@@ -280,11 +280,9 @@ def _train_one(cfg: DictConfig, choices: dict[str, str]):
         print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
         sys.exit(1)
     except Exception as e:
-        why = write_failure(e)
-        if why is None:
+        if not said_write_failure(e, "free space (or raise the limit) and run the same command plus resume=true: "
+                                     "the run is closed FAILED where the store could still be written"):
             raise
-        print(f"error: writing failed: {why}; free space (or raise the limit) and run the same command plus "
-              "resume=true: the run is closed FAILED where the store could still be written", file=sys.stderr)
         sys.exit(1)
     return summary
 

@@ -48,6 +48,17 @@ def write_failure(exc: BaseException) -> str | None:
     return None
 
 
+def said_write_failure(exc: BaseException, then: str) -> bool:
+    """For a write that failed for want of space (``write_failure``): print the one line every command gives,
+    ``error: writing failed: <why>; <then>``, and return True; any other error: print nothing, return False."""
+    why = write_failure(exc)
+    if why is not None:
+        import sys
+
+        print(f"error: writing failed: {why}; {then}", file=sys.stderr)
+    return why is not None
+
+
 def config_error_cause(exc: BaseException) -> ConfigError | None:
     """The ConfigError in ``exc``'s cause chain, if any: Hydra wraps a constructor's exception in an
     InstantiationException, which would hide its one-line message."""

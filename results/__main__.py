@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from harness.config.schema import ReportSettings, plain_fields
-from harness.errors import ConfigError, OneLineParser
+from harness.errors import ConfigError, OneLineParser, said_write_failure
 from harness.paths import CONF, project_root
 from harness.record.preflight import number
 
@@ -63,13 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except OSError as e:
-        from harness.errors import write_failure
-
-        why = write_failure(e)
-        if why is None:
+        if not said_write_failure(e, "the report folder and the index were put back as they were: free space (or "
+                                     "raise the limit) and run the command again"):
             raise
-        print(f"error: writing failed: {why}; the report folder and the index were put back as they were: free "
-              "space (or raise the limit) and run the command again", file=sys.stderr)
         return 1
 
 

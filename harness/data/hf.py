@@ -65,14 +65,13 @@ class HFDataset:
 
     def load(self) -> Corpus:
         if self._corpus is None:
-            train = _join(self.texts(self.split), self.max_bytes) if not self.by_document else b""
-            if self.val_split:
-                val = _join(self.texts(self.val_split), self.max_bytes)
-                data = train + SEPARATOR + val
-            elif self.by_document:
+            if self.by_document:
                 data, train, val = self._document_split()
+            elif self.val_split:
+                train, val = (_join(self.texts(s), self.max_bytes) for s in (self.split, self.val_split))
+                data = train + SEPARATOR + val
             else:
-                data = train
+                data = _join(self.texts(self.split), self.max_bytes)
                 train, val = block_split(data, self.val_every)
             if len(data) < 4096:
                 raise ConfigError(f"{self.describe()} holds {len(data)} bytes of text in column "

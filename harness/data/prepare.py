@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.shards import FORMAT, token_dtype
-from harness.errors import ConfigError, OneLineParser, config_error_cause, write_failure
+from harness.errors import ConfigError, OneLineParser, config_error_cause, said_write_failure
 from harness.extras import check_requires
 from harness.signals import Stopped, terminating
 
@@ -372,11 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        why = write_failure(e)
-        if why is None:
+        if not said_write_failure(e, f"nothing was left in {args.out}: free space (or raise the limit) and run "
+                                     "prepare again"):
             raise
-        print(f"error: writing failed: {why}; nothing was left in {args.out}: free space (or raise the limit) and "
-              "run prepare again", file=sys.stderr)
         return 1
     splits = manifest["splits"]
     print(f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "

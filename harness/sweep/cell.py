@@ -18,7 +18,7 @@ import traceback
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import MachineFault, write_failure
+from harness.errors import MachineFault, said_write_failure, write_failure
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
 from harness.record.store import Store, resolve_tracking_uri
@@ -39,12 +39,9 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
     try:
         summary = train(cfg, choices, run)
     except Exception as e:
-        why = write_failure(e)
-        if why is not None:  # the machine, not the cell: every later cell would fail the same way
-            print(f"error: writing failed: {why}; the sweep stops at this cell (every later one would fail alike): "
-                  "free space (or raise the limit) and run the same command again: finished cells are kept",
-                  file=sys.stderr)
-            MachineFault.seen = why
+        if said_write_failure(e, "the sweep stops at this cell (every later one would fail alike): free space "
+                                 "(or raise the limit) and run the same command again: finished cells are kept"):
+            MachineFault.seen = write_failure(e)  # the machine, not the cell: every later cell would fail alike
             raise MachineFault(1) from None
         if not run.opened and is_rank_zero():  # refused before its run existed: record it
             _record_refusal(run, cfg, choices, e)
