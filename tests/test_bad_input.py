@@ -4,10 +4,12 @@ within seconds, no traceback, nothing on stdout, and no MLflow run created (so n
 The table holds every kind the README names (values of the wrong type or range in each config
 group, keys that do not exist, tracking stores MLflow cannot open, resources that cannot fit, bad
 data paths, resume mistakes, Hydra's own syntax errors, and the other commands' bad arguments).
-Each row runs as its own process — ``python run.py QUICK ARGS`` or ``python -m results ARGS`` —
-forked from a server that has imported torch and Hydra once (tests/forkrun.py): a fresh
-interpreter would pay those imports for every row. ``test_forked_rows_match_fresh_interpreters``
-reruns a sample in fresh interpreters and checks they print the same line.
+Each row calls the entry function a user's command calls (``posbench``/``run.py``'s ``harness.main.main``,
+``python -m results``'s and ``python -m harness.bench``'s ``main``) in this interpreter (tests/inprocess.py):
+the same code, without ~1 s of imports per row. What only a real process shows is pinned by the tests below
+the table that start one: ``test_in_process_rows_match_fresh_interpreters`` reruns a sample of rows as
+``python run.py …`` / ``python -m …`` and checks they print the same line with the same exit code; others
+check Hydra's own error path, HYDRA_FULL_ERROR, a write failure, a full disk under a sweep.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import inprocess
 from tests.helpers import ROOT, TINY
 
 QUICK = [*TINY, "trainer.max_steps=2"]
@@ -491,26 +494,6 @@ def empty_store(tmp_path_factory) -> Path:
     return db
 
 
-class ForkServer:
-    """tests/forkrun.py in a child process; ``run(request)`` returns its reply."""
-
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkrun.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        assert json.loads(self.proc.stdout.readline())["ready"]
-        self.lock = threading.Lock()
-
-    def run(self, request: dict) -> dict:
-        with self.lock:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            return json.loads(self.proc.stdout.readline())
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
 def row_request(row, files: Path, empty_store: Path, tmp: Path) -> dict:
     entry, _, args, _ = row
     store = tmp / "mlflow.db"
@@ -540,22 +523,16 @@ def runs_in(store: str) -> list:
 
 @pytest.fixture(scope="module")
 def replies(files, empty_store, tmp_path_factory) -> dict:
-    """Every row, run on two fork servers at once (CI has 2 cores)."""
-    servers = [ForkServer(), ForkServer()]
-    tmps = {row[1]: tmp_path_factory.mktemp(row[1]) for row in ROWS}
-
-    def one(i_row):
-        i, row = i_row
-        reply = servers[i % 2].run(row_request(row, files, empty_store, tmps[row[1]]))
-        reply["runs"] = run_count(tmps[row[1]] / "mlflow.db")
+    """Every row, each in its own folder with its own copy of the empty store (~1 min on one core; forked
+    processes took ~3 min of CPU)."""
+    def one(row) -> tuple[str, dict]:
+        tmp = tmp_path_factory.mktemp(row[1])
+        request = row_request(row, files, empty_store, tmp)
+        reply = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
+        reply["runs"] = run_count(tmp / "mlflow.db")
         return row[1], reply
 
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            return dict(pool.map(one, enumerate(ROWS)))
-    finally:
-        for s in servers:
-            s.close()
+    return dict(one(row) for row in ROWS)
 
 
 def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
@@ -567,7 +544,6 @@ def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
     assert any(w in lines[0] for w in ("; ", " use ", " must ", " add "))  # it says what to change
 
 
-@pytest.mark.slow  # the rows are real processes, all forked in the replies fixture (~1 min on 2 cores)
 @pytest.mark.parametrize("row", ROWS, ids=[r[1] for r in ROWS])
 def test_bad_input_is_one_line_exit_2_and_no_run(row, replies):
     reply = replies[row[1]]
@@ -634,9 +610,9 @@ FRESH_SAMPLE = ["unknown-pos", "lr-nan", "plus-typo-data", "seed-negative", "sto
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row_id", FRESH_SAMPLE)
-def test_forked_rows_match_fresh_interpreters(row_id, replies, files, empty_store, tmp_path):
-    """The fork server's shortcut changes nothing a user sees: the same row in a new interpreter prints
-    the same line, with the same exit code."""
+def test_in_process_rows_match_fresh_interpreters(row_id, replies, files, empty_store, tmp_path):
+    """Calling the entry function in this interpreter changes nothing a user sees: the same row as a real command
+    in a new interpreter prints the same line, with the same exit code."""
     row = next(r for r in ROWS if r[1] == row_id)
     request = row_request(row, files, empty_store, tmp_path)
     head = [str(ROOT / "run.py")] if row[0] == "run" else ["-m", row[0]]

@@ -1,0 +1,96 @@
+"""Run a posbench command inside this interpreter, as a user's process would run it: ``run(entry, argv, cwd, env)``
+returns ``{"code", "stdout", "stderr", "seconds"}`` like a real process's exit status and streams.
+
+Why: the bad-input table has ~300 rows; each in its own process paid ~1 s of imports of the harness,
+MLflow and Lightning on top of the refusal itself. Called here they share one interpreter's imports. The
+entry functions are the ones ``python run.py`` / ``posbench`` / ``python -m results`` / ``python -m harness.bench``
+call, so what a row tests is what a user runs; what only a real process shows (exit status through
+``sys.exit``, a fresh interpreter's imports, file descriptors, signals) is pinned by the rows tests/test_bad_input.py
+still runs as processes (``test_in_process_rows_match_real_processes``).
+
+Each call restores what a command may change in the process: the working directory, the environment,
+``sys.argv``, the root logger's handlers and level (Hydra's job logging configures them), logging's disable
+level, Hydra's global state. ``POSBENCH_MALLOC=system`` unless a row sets it: ``keep_freed_memory`` would
+change malloc for every later test in this process (what it does is tested in child processes, tests/test_allocator.py;
+no refusal depends on it). A hang guard (SIGALRM) turns a row that never ends into a failure, not a stuck suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+
+class Hung(Exception):
+    pass
+
+
+def _entry(entry: str) -> Callable[[list[str]], int]:
+    if entry == "run":
+        from harness.main import main as posbench
+
+        def run(argv: list[str]) -> int:
+            sys.argv = ["run.py", *argv]
+            return posbench()
+
+        return run
+    if entry == "results":
+        from results.__main__ import main
+
+        return main
+    if entry == "harness.bench":
+        from harness.bench.cli import main
+
+        return main
+    raise ValueError(entry)
+
+
+def run(entry: str, argv: list[str], cwd: str, env: dict[str, str], timeout: float = 120) -> dict:
+    command = _entry(entry)
+    saved_cwd, saved_env, saved_argv = os.getcwd(), dict(os.environ), list(sys.argv)
+    root = logging.getLogger()
+    saved_handlers, saved_level, saved_disable = list(root.handlers), root.level, logging.root.manager.disable
+    out, err = io.StringIO(), io.StringIO()
+
+    def hung(*_):
+        raise Hung(f"{entry} {argv} ran past {timeout} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    started = time.perf_counter()
+    try:
+        os.chdir(cwd)
+        os.environ.update({"POSBENCH_MALLOC": "system", **env})
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = command(list(argv))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except Hung:
+                raise
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        logging.disable(saved_disable)
+        from hydra.core.global_hydra import GlobalHydra
+
+        GlobalHydra.instance().clear()
+    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+            "seconds": time.perf_counter() - started}
