@@ -21,8 +21,8 @@ test: install
 	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 
-test-fast:  ## the unit level for your own loop (no end-to-end runs, no install step)
-	$(PY) -m pytest -q -m "not slow" -n $(WORKERS) --dist loadfile
+test-fast:  ## tests/unit only, for your own loop (no training end to end, no real command, no install step)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/unit
 
 lint: install  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
 	$(PY) -m ruff check .

@@ -13,6 +13,6 @@ and four modules: ``main`` (the ``posbench`` command, which ``python run.py`` al
 pipeline of one run), ``cli`` (entry-point plumbing: one-line errors, ``--check``, ``--matrix``) and
 ``scaleout`` (DDP ranks in Hydra multiruns, batch geometry).
 ``errors`` and ``paths`` are the ground every room may stand on. Imports flow one way:
-main → cli → sweep → train → config/record → model → data → errors/paths; ``tests/test_architecture.py``
+main → cli → sweep → train → config/record → model → data → errors/paths; ``tests/unit/test_architecture.py``
 fails on any import circle.
 """

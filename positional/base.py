@@ -239,7 +239,7 @@ class PositionalScheme(nn.Module):
     def _apply(self, fn, recurse: bool = True):
         """``model.to(torch.bfloat16)`` (trainer.precision=bf16-true) casts every floating tensor; the tensors named
         in ``float64_state`` keep float64 and only move device. In bf16, RoPE's θ_0·m at m = 8192 would be off by
-        radians (tests/test_bf16.py)."""
+        radians (tests/unit/test_bf16.py)."""
         kept = {name: getattr(self, name).detach().clone() for name in self.float64_state}
         super()._apply(fn, recurse)
         for name, value in kept.items():

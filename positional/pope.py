@@ -10,7 +10,7 @@ a_ts = Re[q̃_tᴴ k̃_s] = Σ_c μ_q μ_k cos((s − t)θ_c + δ_c): a function
 mixes in the content's own angle. There are D frequencies, one per component (not RoPE's D/2),
 θ_c = base^(−c/D), c = 0 … D−1. δ_c ∈ [−2π, 0] (clamped in every forward, initialised at 0) is learned per head
 and frequency and, the positional hook being shared by every layer, shared by the layers (as
-x-transformers' ``PolarEmbedding``, which this module matches to float rounding: tests/test_pos_pope.py).
+x-transformers' ``PolarEmbedding``, which this module matches to float rounding: tests/unit/test_pos_pope.py).
 
 ``rotary`` returns the real form of q̃, k̃, [μ cos φ | μ sin φ] (B, H, T, 2D), so that q̃ᵀk̃ = a_ts: a map that
 widens q and k (``rotary_widens``). Only attention variants whose forward takes the dot product of whatever

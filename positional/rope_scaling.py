@@ -21,7 +21,7 @@ So the same code serves fixed and trainable θ (pos=rope_trainable scales its le
 default) or those of Hugging Face transformers (``hf``, modeling_rope_utils.ROPE_INIT_FUNCTIONS):
 yarn's ramp and its attention scale (HF scales cos and sin, so with partial rotary the pass-through
 dims keep their size; the paper divides all of q·k by t, §3.4), and dynamic_ntk's factor
-k ≥ 1 (s = k·T/L − (k − 1)). llama3 and longrope follow HF's convention. tests/test_hf_rope_parity.py
+k ≥ 1 (s = k·T/L − (k − 1)). llama3 and longrope follow HF's convention. tests/unit/test_hf_rope_parity.py
 compares every method with transformers' own functions.
 
 Configured as one file per method, holding that method's keys only: ``pos/scaling=yarn pos.scaling.factor=4``
@@ -208,7 +208,7 @@ METHODS: dict[str, Method] = {
     "longrope": _longrope,
 }
 # The options each method reads besides factor and original_max_len; any other must keep its default.
-# conf/pos/scaling/<method>.yaml holds exactly these (tests/test_pos_rope_scaling.py checks it).
+# conf/pos/scaling/<method>.yaml holds exactly these (tests/unit/test_pos_rope_scaling.py checks it).
 OPTIONS_READ: dict[str, tuple[str, ...]] = {
     "none": (), "linear": (), "ntk": (), "dynamic_ntk": ("yarn_variant",),
     "yarn": ("alpha", "beta", "yarn_variant", "truncate", "mscale", "mscale_all_dim", "attention_factor"),

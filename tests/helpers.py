@@ -139,3 +139,23 @@ def rope_args(scaling: str = "none", **kw) -> dict:
     options = {k: v for k, v in kw.items() if k in fields}
     return {**{k: v for k, v in kw.items() if k not in fields},
             "scaling": functools.partial(RopeScaling, method=scaling, **options)}
+
+
+def tiny_llama(folder: Path, seed: int = 0) -> Path:
+    """A 2-layer Llama (GQA, 4 heads, 2 key/value heads) saved to ``folder`` with byte ids: a pretrained model
+    for hf-eval's tests."""
+    import json
+
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    on_disk = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**on_disk, "posbench_tokenizer": "byte"}))
+    return folder
+
+
+DDP_CPU = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]  # two ranks on this CPU (gloo)

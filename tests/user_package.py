@@ -1,8 +1,8 @@
 """A user's own package and config directory, outside the repo: a throwaway scheme (a learned linear distance
 penalty, b_ij = −softplus(w_h)·|i − j|) as ``mypkg/decay.py``, named by ``myconf/pos/decay.yaml``.
 
-Shared by tests/test_bring_your_own.py (through ``python run.py``) and tests/test_install.py (through an installed
-copy's ``posbench``).
+Shared by tests/process/test_bring_your_own.py (through ``python run.py``) and tests/process/test_install.py
+(through an installed copy's ``posbench``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ folder with a fresh store, classified by what the user sees:
     python tools/hostile_round.py            # ~5 min on 2 cores; prints the table and the counts
 
 Each try states what it expects (refused, or accepted); the last line counts the tries whose outcome differs.
-Not part of the suite (the bad-input table is: tests/test_bad_input.py); a round to re-run after a change.
+Not part of the suite (the bad-input table is: tests/unit/test_bad_input.py); a round to re-run after a change.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ idle machine and a busy one.
 
 Nothing is allocated and no kernel runs, so a rehearsal costs milliseconds. A meta tensor has no
 values: code that reads one on the host (``.item()``, ``int(t)``) cannot run here, which is also what
-keeps a forward free of host synchronisation (tests/test_fullgraph.py).
+keeps a forward free of host synchronisation (tests/unit/test_fullgraph.py).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def _owns(key: str, where: str) -> bool:
 
 
 # The measure against a real CPU step's peak (torch.profiler's allocations), every allowed pairing in
-# tests/test_rehearsal.py: 1.0–1.35× (a learned mask's hand-written backward keeps less than the meta path).
+# tests/unit/test_rehearsal.py: 1.0–1.35× (a learned mask's hand-written backward keeps less than the meta path).
 # A run is refused only past this much over the memory available, so no run that fits is stopped.
 OVERCOUNT = 1.5
 

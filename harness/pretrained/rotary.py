@@ -6,7 +6,7 @@ angles m·θ_i written twice, [θ, θ] — each multiplied by the scaling's atte
 LongRoPE's factor to cos and sin, posbench's ``yarn_variant=hf`` convention). ``ScaledRotary`` returns the same
 tensors from posbench's θ' (``RopeScaling.frequencies``, the length read as max(position) + 1, as HF's
 ``dynamic_rope_update`` does), so the attention layers are untouched and any scaling posbench implements runs
-on the pretrained weights. Key mapping (tests/test_hf_rope_parity.py): base ↔ rope_theta, fraction ↔
+on the pretrained weights. Key mapping (tests/unit/test_hf_rope_parity.py): base ↔ rope_theta, fraction ↔
 partial_rotary_factor, original_max_len ↔ original_max_position_embeddings (max_position_embeddings for dynamic
 and for a model that states no original), alpha/beta ↔ beta_slow/beta_fast.
 """

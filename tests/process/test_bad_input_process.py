@@ -1,0 +1,156 @@
+"""Bad input as real processes: a sample of the table's rows (tests/bad_input_table.py) as ``python run.py …`` /
+``python -m …`` in fresh interpreters prints the same line with the same exit code as the row run in-process;
+Hydra's own error path, HYDRA_FULL_ERROR, a diverged run, a write failure and a full disk under a sweep, the
+allocator's setting, --matrix and --list mistakes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import inprocess
+from tests.bad_input_table import QUICK, ROWS, assert_one_line_error, prepare_inputs, row_request, runs_in
+from tests.helpers import ROOT
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    return prepare_inputs(tmp_path_factory.mktemp("inputs"))
+
+
+def run_py(args: list[str], store: str, tmp_path, **env) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run", *args],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": store, **env})
+    return proc, time.perf_counter() - started
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["pos=foo"], "Could not find 'pos/foo'; use one of pos="),  # Hydra's error, before our code runs
+    (["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),  # ours, inside the task function
+    (["hydra.run.dir=/proc/posbench"], "cannot write /proc/posbench"),  # Hydra creating its output dir
+], ids=["hydra-missing-option", "config-error", "unwritable-output-dir"])
+def test_subprocess_exit_status_and_stderr(args, needle, store, tmp_path):
+    proc, seconds = run_py(args, store, tmp_path)
+    assert_one_line_error(proc.returncode, proc.stderr, needle)
+    assert seconds < 60  # a hang guard, not a timing: refusals take ~5 s of imports on a quiet 2-core machine
+    assert runs_in(store) == []
+
+
+def test_hydra_full_error_keeps_the_traceback(store, tmp_path):
+    proc, _ = run_py(["pos=foo"], store, tmp_path, HYDRA_FULL_ERROR="1")
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "Could not find 'pos/foo'" in proc.stderr
+
+
+FRESH_SAMPLE = ["unknown-pos", "lr-nan", "plus-typo-data", "seed-negative", "store-server-not-there",
+                "eval-length-beyond-split", "results-unknown-preset"]
+
+
+@pytest.mark.parametrize("row_id", FRESH_SAMPLE)
+def test_in_process_rows_match_fresh_interpreters(row_id, files, _empty_store, tmp_path):
+    """Calling the entry function in this interpreter changes nothing a user sees: the same row as a real command
+    in a new interpreter prints the same line, with the same exit code."""
+    row = next(r for r in ROWS if r[1] == row_id)
+    request = row_request(row, files, _empty_store, tmp_path)
+    reply = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
+    request = row_request(row, files, _empty_store, tmp_path)  # a fresh copy of the empty store
+    head = [str(ROOT / "run.py")] if row[0] == "run" else ["-m", row[0]]
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, *head, *request["argv"]], capture_output=True, text=True,
+                          cwd=request["cwd"], env={**os.environ, **request["env"]}, timeout=120)
+    assert time.perf_counter() - started < 60  # a hang guard; a fresh interpreter pays ~3-5 s of imports
+    assert (proc.returncode, proc.stderr.strip()) == (reply["code"], reply["stderr"].strip())
+    assert reply["code"] == 2
+
+
+def test_a_diverged_run_is_one_line_naming_the_step_and_the_fix(store, tmp_path):
+    """Not bad input (the run trained, and is recorded FAILED with failure=diverged), but the same promise:
+    one line, no traceback."""
+    proc, _ = run_py(["optim.optimizer.lr=1e10"], store, tmp_path)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1 and "training diverged: the loss is nan at step 1" in lines[0], lines
+    assert "lower optim.optimizer.lr" in lines[0] and lines[0].endswith("the run is closed FAILED")
+    (run,) = runs_in(store)
+    assert run.info.status == "FAILED" and run.data.tags["failure"] == "diverged"
+
+
+def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
+    """Hydra's parser takes -m before the overrides only; run.py moves it there (and checks the sweep)."""
+    proc, _ = run_py(["attn=softmax", "-m", "pos=rope,foo"], store, tmp_path)
+    assert_one_line_error(proc.returncode, proc.stderr, "Could not find 'pos/foo'")
+
+
+def test_a_write_failure_mid_run_is_one_line(_empty_store, tmp_path):
+    """A file-size limit (as a full disk would) stops the store's writes: one line saying what to free and how
+    to go on, exit 1, no traceback (it was 145 lines and 5 tracebacks)."""
+    import resource
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_store, db)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (db.stat().st_size // 2, resource.RLIM_INFINITY))  # no page past it
+
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, preexec_fn=limit,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "INFO mlflow" not in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: writing failed: "), lines
+    assert "resume=true" in lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--matrix=foo"], "unknown matrix format 'foo'; use --matrix or --matrix=md"),
+    (["--matrix", "model.d_model=abc"], "--matrix lists every option and takes no setting but"),
+    (["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
+    (["--matrix", "pos._target_=nope.X"], "pos._target_='nope.X' cannot be imported (No module named 'nope')"),
+    (["--matrix", "pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of"),
+    (["--list", "--config-dir", "/nonexistent/conf"], "'/nonexistent/conf' not found; --config-dir (-cd) takes an"),
+], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target", "matrix-pattern", "list-config-dir"])
+def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert_one_line_error(proc.returncode, proc.stderr, needle)
+    assert proc.stdout == ""
+
+
+def test_an_unknown_allocator_setting_is_refused(store, tmp_path):
+    proc, _ = run_py([], store, tmp_path, POSBENCH_MALLOC="jemalloc")
+    assert_one_line_error(proc.returncode, proc.stderr, "POSBENCH_MALLOC='jemalloc': use POSBENCH_MALLOC=system")
+
+
+def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, tmp_path):
+    """A file-size limit that lets the sweep's parent run be made but not its first cell's writes (a disk filling
+    up): one line, exit 1, the later cells not attempted (it was 295 s, 412 stderr lines and 12 tracebacks, every
+    cell failing alike), and no cell of the sweep left RUNNING."""
+    import resource
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_store, db)
+    room = db.stat().st_size + 48 * 1024  # the parent run's few pages, not a cell's params, metrics and checkpoint
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (room, resource.RLIM_INFINITY))
+
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *QUICK, "pos=rope,learned,t5",
+                           f"hydra.sweep.dir={tmp_path}/sweep"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300, preexec_fn=limit, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "INFO mlflow" not in line
+             and "[HYDRA]" not in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: writing failed: ") and "the sweep stops" in lines[0], lines
+    assert "#1 : pos=learned" not in proc.stdout + proc.stderr  # the second cell was never launched
+    with sqlite3.connect(db) as con:
+        statuses = [s for (s,) in con.execute("select status from runs")]
+    assert statuses.count("RUNNING") <= 1  # at most the parent, closed by the next sweep (close_dead_runs)

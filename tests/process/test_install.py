@@ -1,0 +1,343 @@
+"""posbench as a user installs it: a plain (non-editable) ``pip install .`` into a fresh virtual environment,
+then the ``posbench`` command and ``python -m results`` from a directory that is not the checkout.
+
+The fresh environment reuses the packages of the environment running the tests (torch, lightning, ...: no
+network) through a ``.pth`` file that adds that environment's site directories after its own. Not
+``--system-site-packages``: a venv made from inside another venv sees the *base* interpreter's packages, not
+the outer venv's (../shared/FACTS.md), so the test passed where packages were installed into the machine's
+interpreter and failed in every newcomer's venv. Those directories also hold the checkout's editable install;
+the first test checks that the copy imported is the installed one. The outer environment's pip and setuptools
+(the ``test`` extra's) build and install it; pip builds in a copy of the sources, never in the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, TINY
+from tests.user_package import write_user_package
+
+HEAVY = {"lightning", "pytorch_lightning", "mlflow", "hydra", "omegaconf"}
+HYDRA_FULL = "HYDRA_FULL_ERROR"
+
+
+def pyproject() -> dict:
+    from setuptools.config.pyprojecttoml import read_configuration  # tomllib is Python 3.11+
+
+    return read_configuration(ROOT / "pyproject.toml", expand=False)
+
+
+@dataclass
+class Installed:
+    python: Path  # the environment's interpreter
+    posbench: Path  # its console script
+    site: Path  # its site-packages
+    cwd: Path  # where the commands run: neither the checkout nor the environment
+    sweep_output: str = ""  # what the trained fixture's sweep printed
+
+    def run(self, *argv: str | Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+        """``argv`` in ``cwd``, with none of the checkout's settings; ``env``: the user's own (PYTHONPATH)."""
+        kept = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI", HYDRA_FULL)}
+        return subprocess.run([str(a) for a in argv], cwd=self.cwd, env={**kept, "OMP_NUM_THREADS": "1", **env},
+                              capture_output=True, text=True, timeout=timeout)
+
+    @property
+    def user(self) -> dict[str, str]:
+        """The environment of a user whose package (mypkg, tests/user_package.py) is on PYTHONPATH."""
+        return {"PYTHONPATH": str(self.cwd)}
+
+
+def copy_sources(dest: Path) -> Path:
+    """pyproject.toml, README.md and the top-level folders its package list names, without build debris."""
+    config = pyproject()
+    tops = {name.split(".")[0] for name in config["tool"]["setuptools"]["packages"]["find"]["include"]}
+    dest.mkdir()
+    for name in ("pyproject.toml", config["project"]["readme"]):
+        shutil.copy2(ROOT / name, dest / name)
+    for top in sorted(tops):
+        shutil.copytree(ROOT / top, dest / top, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest
+
+
+def fresh_venv(venv: Path) -> Path:
+    """A venv with no packages of its own that sees this environment's, after its own site-packages; its python."""
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    own = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True).stdout.strip())
+    outer = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    # addsitedir, not a bare path: the outer .pth files (the checkout's editable install among them) apply too
+    (own / "zz_outer_environment.pth").write_text(
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in dict.fromkeys(outer) if Path(d).is_dir()))
+    return python
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    base = tmp_path_factory.mktemp("install")
+    src = copy_sources(base / "src")
+    venv = base / "venv"
+    python = fresh_venv(venv)
+    # the outer pip and setuptools, seen through the .pth, build and install into the fresh venv (sys.prefix);
+    # --ignore-installed: the checkout's editable posbench, seen the same way, is not the venv's to uninstall
+    done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--ignore-installed", "--disable-pip-version-check", str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    cwd = write_user_package(base / "elsewhere")  # the user's own package and config dir are where they work
+    return Installed(python, venv / "bin" / "posbench", site, cwd)
+
+
+@pytest.fixture(scope="module")
+def trained(installed) -> Installed:
+    """A two-cell sweep, no store named: the store, outputs and multirun must land in the working directory.
+    Its axis is a class of the user's package beside a built-in's, named by ``pos._target_`` (README, "Your own
+    scheme"): the cells must be named after the classes and compared like any two options.
+    (A single run starts the same way, through harness/main.py; tests/process/test_cli.py trains one.)"""
+    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0", "report.baseline=rope",
+                          "pos._target_=positional.rope.Rope,mypkg.decay.Decay", **installed.user)
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    installed.sweep_output = sweep.stdout + sweep.stderr
+    return installed
+
+
+def test_import_positional_and_attention_without_the_harness_stack():
+    """The maths rooms are a library: importing them loads no Lightning, MLflow, Hydra or OmegaConf."""
+    code = ("import sys, positional, attention\n"
+            "from positional import Rope, ALiBi, T5Bias, PositionalScheme, Shape\n"
+            "from attention import Softmax, Local, Performer, Linear, AttentionVariant, AttentionContext\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not HEAVY & set(done.stdout.split())
+    import attention
+    import positional
+
+    for package in (positional, attention):
+        assert package.__doc__.startswith("Room:")
+        assert all(hasattr(package, name) for name in package.__all__)
+
+
+def test_the_installed_copy_is_imported_and_finds_its_conf(installed):
+    code = ("import harness, positional, attention, results, hydra_plugins.posbench_sweeper as plugin\n"
+            "from harness.paths import CONF, project_root\n"
+            "from hydra.core.plugins import Plugins\n"
+            "from hydra.plugins.sweeper import Sweeper\n"
+            "names = {p.__module__ for p in Plugins.instance().discover(Sweeper)}\n"
+            "for m in (harness, positional, attention, results, plugin): print(m.__file__)\n"
+            "print(CONF / 'config.yaml'); print(project_root()); print('hydra_plugins.posbench_sweeper' in names)")
+    done = installed.run(installed.python, "-c", code)
+    assert done.returncode == 0, done.stderr
+    *files, config, root, discovered = done.stdout.split("\n")[:-1]
+    for file in [*files, config]:
+        assert Path(file).is_relative_to(installed.site), file  # not the checkout's editable install
+    assert Path(config).is_file()
+    assert Path(root) == installed.cwd  # runs write here, not into site-packages
+    assert discovered == "True"  # Hydra finds the sweeper of experiment=tune_lr in the installed namespace
+
+
+def test_posbench_matrix_from_another_directory(installed):
+    done = installed.run(installed.posbench, "--matrix")
+    assert done.returncode == 0, done.stderr
+    assert "rope" in done.stdout and "softmax" in done.stdout
+
+
+def test_posbench_check_composes_from_the_installed_conf(installed):
+    done = installed.run(installed.posbench, "--check", "pos=t5", "attn=local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: pos=t5 attn=local" in done.stdout
+    assert f"store sqlite:///{installed.cwd / 'mlflow.db'}" in done.stdout
+    refused = installed.run(installed.posbench, "--check", "pos=nope")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: "), refused.stderr
+
+
+def test_posbench_trains_into_the_working_directory(trained):
+    from mlflow.tracking import MlflowClient
+
+    db = trained.cwd / "mlflow.db"
+    assert db.is_file() and (trained.cwd / "multirun").is_dir()
+    assert not (trained.site / "mlflow.db").exists() and not (trained.site / "multirun").exists()
+    client = MlflowClient(f"sqlite:///{db}")
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    cells = {r.data.tags["pos"]: r for r in runs if "pos" in r.data.tags}
+    assert set(cells) == {"rope", "decay"}
+    assert cells["decay"].data.params["pos._target_"] == "mypkg.decay.Decay"
+    assert {r.info.status for r in runs} == {"FINISHED"}  # both cells and the sweep's parent run
+    version = pyproject()["project"]["version"]
+    assert cells["rope"].data.tags["git_sha"] == f"installed {version}"  # not the commit of a repository around it
+
+
+def test_results_commands_read_the_store_of_the_working_directory(trained):
+    helped = trained.run(trained.python, "-m", "results", "--help")
+    assert helped.returncode == 0 and "report" in helped.stdout and "paper" in helped.stdout, helped.stderr
+    done = trained.run(trained.python, "-m", "results", "report", "--out", "results/posbench")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (trained.cwd / "results" / "posbench" / "report.md").read_text()
+    assert "pos=decay" in report and "pos=rope" in report
+    assert "`pos=rope`, declared before the sweep ran (report.baseline)" in report  # read back from the parent run
+    assert "--out results/posbench/`" in report  # the regenerate line, relative to the working directory
+
+
+# ---------------------------------------------------------------- every documented route, from the installed copy
+
+
+def test_a_class_named_by_target_is_compared_with_a_built_in_in_its_sweep(trained):
+    """pos._target_ cells are one axis (the class's name), not two variants with nothing to compare; the user's
+    class is compared with the baseline the sweep declared (report.baseline=rope), whichever trained better."""
+    assert "nothing to compare" not in trained.sweep_output and "No verdict" not in trained.sweep_output
+    verdicts = [line.strip() for line in trained.sweep_output.splitlines() if " vs " in line]
+    assert len(verdicts) == 1 and verdicts[0].startswith("decay vs rope (softmax): "), trained.sweep_output[-3000:]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--config-dir", "{conf}", "--matrix"],  # CONTRIBUTING's own command
+    ["--matrix", "--config-dir", "{conf}"],
+    ["--config-dir={conf}", "--matrix=md"],
+    ["--config-dir", "{conf}", "--list"],
+    ["-cd", "{conf}", "--list=md"],
+    ["--list", "hydra.searchpath=[file://{conf}]"],
+], ids=["cd-matrix", "matrix-cd", "cd=-matrix=md", "cd-list", "cd-short-list=md", "list-searchpath"])
+def test_matrix_and_list_take_the_users_config_dir_in_any_position(installed, argv):
+    done = installed.run(installed.posbench, *(a.format(conf=installed.cwd / "myconf") for a in argv),
+                         **installed.user)
+    assert done.returncode == 0, done.stderr
+    assert any(line.lstrip("| `").startswith("decay") for line in done.stdout.splitlines()), done.stdout
+
+
+def test_list_and_matrix_show_a_class_named_by_target(installed):
+    listed = installed.run(installed.posbench, "--list", "pos._target_=mypkg.decay.Decay", **installed.user)
+    assert listed.returncode == 0, listed.stderr
+    assert "Learned linear decay" in listed.stdout and "bias: relative" in listed.stdout
+    paired = installed.run(installed.posbench, "pos._target_=mypkg.decay.Decay", "--matrix", **installed.user)
+    row = next(line for line in paired.stdout.splitlines() if line.startswith("decay "))
+    assert paired.returncode == 0 and row.split()[1:] == ["ok"] * 4  # a relative bias: every variant takes it
+
+
+def test_check_takes_the_users_config_dir_and_class(installed):
+    conf = ["--config-dir", str(installed.cwd / "myconf")]
+    done = installed.run(installed.posbench, "--check", *conf, "pos=decay", "attn=performer", **installed.user)
+    assert done.returncode == 0 and "ok: pos=decay attn=performer" in done.stdout, done.stderr
+    done = installed.run(installed.posbench, *conf, "--check", "-m", "pos=none,decay", *TINY, **installed.user)
+    assert done.returncode == 0 and "ok: pos=none" in done.stdout and "ok: pos=decay" in done.stdout, done.stderr
+    done = installed.run(installed.posbench, *conf, "--check", "pos._target_=mypkg.decay.Decay", **installed.user)
+    assert done.returncode == 0 and "ok: pos=decay attn=softmax" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--config-dir", "{conf}", "pos=decay", "pos.init=-1"], "error: pos.init=-1 must be positive"),  # as a key
+    (["pos._target_=mypkg.decay.Decay", "+pos.nope=1"], "pos.nope is not a setting of pos=decay"),
+    (["pos._target_=mypkg.nothere.Decay"], "pos._target_='mypkg.nothere.Decay' cannot be imported"),
+], ids=["own-error-as-key", "unknown-key-of-class", "class-not-importable"])
+def test_the_users_scheme_is_refused_in_one_line_like_a_built_in(installed, argv, line):
+    done = installed.run(installed.posbench, "--check", *(a.format(conf=installed.cwd / "myconf") for a in argv),
+                         *TINY, **installed.user)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and line in done.stderr, done.stderr
+
+
+def test_an_option_whose_package_is_missing_is_refused_in_one_line(installed):
+    """tokenizer=bpe without tokenizers (blocked as Python blocks a module): one line naming the extra, exit 2."""
+    code = ("import sys; sys.modules['tokenizers'] = None\n"
+            "from harness.main import main\n"
+            "sys.argv = ['posbench', '--check', 'tokenizer=bpe', 'task=clm']\n"
+            "sys.exit(main())")
+    done = installed.run(installed.python, "-c", code)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == ("error: tokenizer=bpe needs tokenizers, which is not installed here; "
+                           "pip install 'posbench[hf]' (in a checkout: pip install -e '.[hf]')\n")
+
+
+def test_a_hub_tokenizer_without_network_is_refused_at_once(installed, tmp_path):
+    """The README's GPU recipe (tokenizer=hf tokenizer.name=gpt2) where the Hub cannot be reached (here: a refused
+    port as its endpoint, an empty cache): one line in seconds, not ~45 s of the libraries' retries."""
+    import time
+
+    start = time.perf_counter()
+    done = installed.run(installed.posbench, "--check", "task=clm", "tokenizer=hf", "tokenizer.name=gpt2",
+                         HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
+    took = time.perf_counter() - start
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "the Hub was not asked (http://127.0.0.1:9 cannot be reached" in done.stderr
+    assert took < 20, took
+
+
+def test_prepare_writes_shards_that_the_installed_copy_trains_on(installed):
+    """README: python -m harness.data.prepare DIR ...; then data=tokens data.path=DIR (byte ids of a local file)."""
+    text = installed.cwd / "corpus.txt"
+    text.write_text("A line of text for the shards, with some words in it.\n" * 2000)
+    done = installed.run(installed.python, "-m", "harness.data.prepare", "shards", "data=text", f"data.path={text}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (installed.cwd / "shards" / "manifest.json").is_file()
+    done = installed.run(installed.posbench, "--check", "data=tokens", "data.path=shards", *TINY)
+    assert done.returncode == 0 and "data=tokens" in done.stdout, done.stdout + done.stderr
+
+
+def readme_use_lines() -> list[str]:
+    """The lines of the README's "Use" block: each a command, a comment after `` #``."""
+    block = (ROOT / "README.md").read_text().split("\n## Use\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+SMOLLM_135M = {"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+               "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+               "max_position_embeddings": 2048, "tie_word_embeddings": True, "rope_theta": 10000.0}
+
+
+@pytest.fixture(scope="module")
+def readme_files(installed) -> dict[str, str]:
+    """What the README's lines point at (``~/books/``, ``~/corpus/``), made small in the working directory."""
+    import datasets
+
+    books, corpus = installed.cwd / "books", installed.cwd / "corpus"
+    books.mkdir()
+    rows = [f"Line {i} of a small book, with the {('quick', 'slow')[i % 2]} fox and {i % 9} dogs." for i in range(3000)]
+    (books / "a.txt").write_text("\n".join(rows) + "\n")
+    corpus.mkdir()
+    datasets.Dataset.from_dict({"text": rows}).to_parquet(str(corpus / "part.parquet"))
+    model = installed.cwd / "SmolLM-135M"  # hf-eval's line is checked (--check): a folder with a config.json
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(SMOLLM_135M))  # its config.json: --check budgets from it
+    return {"~/books/": str(books), "~/corpus/": str(corpus), " DIR ": " readme-shards ",
+            "~/models/SmolLM-135M": str(model)}
+
+
+@pytest.mark.parametrize("line", readme_use_lines(), ids=lambda line: line.partition(" #")[0].strip())
+def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(installed, readme_files, line,
+                                                                                   tmp_path):
+    """Each command of the README's "Use" block, as a user types it against an installed copy: validated with
+    --check (a training line) or run as it is (--list, --matrix, --check, prepare), from another directory. A line
+    the README shows refused ("the one line a bad config gets") must give exactly that: one line, exit 2."""
+    import shlex
+
+    command, _, comment = line.partition(" #")
+    for shown, real in readme_files.items():
+        command = command.replace(shown, real)
+    words = shlex.split(command)
+    args = words[2:] if words[0] == "python" else words[1:]
+    if words[:2] == ["python", "-m"]:
+        argv = [installed.python, *words[1:]]
+    elif words[0] == "posbench" and args[:1] == ["hf-eval"]:  # its own --check: options and folder, nothing loaded
+        argv = [installed.posbench, *args, "--check"]
+    elif words[0] == "posbench" and args[:1] in (["run"], ["check"], ["list"], ["matrix"]):  # a subcommand
+        argv = [installed.posbench, "check" if args[0] == "run" else args[0], *args[1:]]
+    else:
+        own = {a.split("=")[0] for a in args} & {"--list", "--matrix", "--check"}
+        argv = [installed.posbench, *([] if own else ["--check"]), *args]
+    done = installed.run(*argv, POSBENCH_CACHE=str(tmp_path / "cache"))
+    if "bad config" in comment:
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, line
+        return
+    assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    if ("--check" in argv or "check" in argv[1:2]) and "-m" not in args:
+        assert done.stdout.startswith("ok: "), done.stdout

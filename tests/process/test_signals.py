@@ -1,0 +1,108 @@
+"""A stopped run tells the truth, as real processes: SIGTERM exits 143 and Ctrl-C (SIGINT) 130, in training
+and in the final evaluation, within seconds; the MLflow run is closed KILLED (never left RUNNING, never
+FINISHED); one line on stderr says how to resume; and resume=true then finishes the same run. A sweep
+stopped in a cell or in its report closes its parent KILLED too."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers import ROOT, TINY
+
+STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
+
+
+def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) -> tuple[subprocess.CompletedProcess,
+                                                                                          float]:
+    timefile = tmp_path / "sent"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "signaller.py"), signal_name, phase, str(timefile),
+                           *args, *TINY, *STEPS, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=default_sigint)
+    return proc, time.time() - float(timefile.read_text())
+
+
+def default_sigint() -> None:
+    """Ctrl-C's default disposition in the child, as a terminal gives it: a non-interactive shell starts a
+    background job (``make test &``) with SIGINT ignored, which the child would inherit and never see."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("signal_name,code", [("TERM", 143), ("INT", 130)])
+@pytest.mark.parametrize("phase", ["fit", "evaluation"])
+def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, phase, tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc, seconds = stopped_run(signal_name, phase, store, tmp_path)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert seconds < 10, seconds  # from the signal to the process's end, the store closed included
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "resume with the same command plus resume=true" in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    assert run.info.status == "KILLED"
+    if phase == "fit":  # the signal came in step 4 (global_step 3), after step 3's checkpoint. SIGTERM: step 4
+        # ends and is saved then; Ctrl-C interrupts wherever it lands: the last whole checkpoint stays
+        assert f"checkpoint holds step {4 if signal_name == 'TERM' else 3}" in errors[0]
+
+    if (signal_name, phase) != ("TERM", "fit"):
+        return  # resuming a KILLED run is the same whatever stopped it: once, from the checkpoint SIGTERM saved
+    resumed = subprocess.run([sys.executable, str(ROOT / "run.py"), *TINY, *STEPS, "resume=true",
+                              f"hydra.run.dir={tmp_path}/run2"], cwd=tmp_path, capture_output=True, text=True,
+                             env={**os.environ, "MLFLOW_TRACKING_URI": store}, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+
+
+@pytest.mark.parametrize("phase", ["fit", "report"])
+def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
+    """SIGTERM in a cell's training or in the sweep's report: exit 143, one line, the parent KILLED (not FAILED,
+    which says the sweep broke), the cell KILLED in training and FINISHED before the report."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc, seconds = stopped_run("TERM", phase, store, tmp_path, "-m", "pos=rope")
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert seconds < 10, seconds
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    [cell] = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
+    assert parent.info.status == "KILLED"
+    assert cell.info.status == ("KILLED" if phase == "fit" else "FINISHED")
+
+
+def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
+    """SIGTERM to the sweep's own process (``kill PID``), not to its joblib workers: the workers never see it and
+    the launcher tears them down, so the sweep closes the cells they were training KILLED itself — no run is left
+    RUNNING — and exits 143 with one line."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-m", "pos=rope,none", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=2", *TINY, "trainer.max_steps=100000",
+                             f"hydra.sweep.dir={tmp_path}/sweep"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    client, deadline = MlflowClient(store), time.time() + 240
+    while time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
+        exp = client.get_experiment_by_name("posbench") if (tmp_path / "mlflow.db").exists() else None
+        runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []
+        if any(r.data.tags.get("sweep_role") != "parent" and r.data.tags.get("pid") != str(proc.pid) for r in runs):
+            break
+        time.sleep(1)
+    proc.terminate()
+    stderr = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 143, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in stderr, stderr[-3000:]
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    cells = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
+    assert parent.info.status == "KILLED" and cells
+    assert {r.info.status for r in cells} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in cells]

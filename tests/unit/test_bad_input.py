@@ -1,0 +1,91 @@
+"""Bad input, for every entry point: one line on stderr naming the problem and the fix, exit code 2,
+within seconds, no traceback, nothing on stdout, and no MLflow run created (so none left RUNNING).
+
+Each row of the table (tests/bad_input_table.py) calls the entry function a user's command calls
+(``posbench``/``run.py``'s ``harness.main.main``, ``python -m results``'s and ``python -m harness.bench``'s ``main``)
+in this interpreter (tests/inprocess.py): the same code, without ~1 s of imports per row. What only a real
+process shows is in tests/process/test_bad_input_process.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests import inprocess
+from tests.bad_input_table import ROWS, assert_one_line_error, prepare_inputs, row_request, run_count
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    return prepare_inputs(tmp_path_factory.mktemp("inputs"))
+
+
+@pytest.fixture(scope="module")
+def replies(files, _empty_store, tmp_path_factory) -> dict:
+    """Every row, each in its own folder with its own copy of the empty store (~1 min on one core; forked
+    processes took ~3 min of CPU)."""
+    def one(row) -> tuple[str, dict]:
+        tmp = tmp_path_factory.mktemp(row[1])
+        request = row_request(row, files, _empty_store, tmp)
+        reply = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
+        reply["runs"] = run_count(tmp / "mlflow.db")
+        return row[1], reply
+
+    return dict(one(row) for row in ROWS)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[1] for r in ROWS])
+def test_bad_input_is_one_line_exit_2_and_no_run(row, replies):
+    reply = replies[row[1]]
+    assert_one_line_error(reply["code"], reply["stderr"], row[3])
+    assert reply["stdout"].strip() == ""
+    assert reply["runs"] == 0  # refused before any MLflow run was created
+    assert reply["seconds"] < 10
+
+
+def test_at_least_100_kinds():
+    ids = [r[1] for r in ROWS]
+    assert len(ids) >= 100 and len(set(ids)) == len(ids)
+
+
+def test_learned_table_refuses_a_longer_sequence_with_the_fix():
+    """A longer input than pos=learned's table is refused (eval.lengths records it as skipped,
+    see test_sweep); the refusal is itself a one-line ConfigError naming the fix."""
+    from functools import partial
+
+    import torch
+
+    from attention.softmax import Softmax
+    from harness.errors import ConfigError
+    from harness.model.transformer import ModelConfig, Transformer
+    from positional.learned import Learned
+
+    model = Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), 258, 8, False,
+                        pos=partial(Learned), attn=partial(Softmax))
+    with pytest.raises(ConfigError, match="has 8 positions but the input needs 16; train with a longer") as e:
+        model(torch.zeros(1, 16, dtype=torch.long), torch.ones(1, 16, dtype=torch.bool))
+    assert "\n" not in str(e.value)
+
+
+def test_concurrent_checks_of_one_output_folder_all_pass_and_leave_nothing(tmp_path):
+    """Two benches with the default --out check the same folder at once. The check used to make that folder
+    and remove it again, so one command's removal failed the other's check ("… is not a directory"; seen in
+    CI when the bad-input rows ran side by side). Now each check writes only in a scratch folder of its own."""
+    from harness.record.preflight import output_dir
+
+    target, barrier = tmp_path / "bench-out", threading.Barrier(16)
+
+    def check(_):
+        barrier.wait()
+        return [output_dir(target) for _ in range(50)]
+
+    with ThreadPoolExecutor(16) as pool:
+        checked = [p for batch in pool.map(check, range(16)) for p in batch]
+    assert set(checked) == {target}
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing left
+
+

@@ -1,0 +1,89 @@
+"""Faults: a locked sqlite store is retried, and concurrent writers lose no point."""
+
+
+import pytest
+
+
+def locked_error():
+    from mlflow.exceptions import MlflowException
+
+    try:  # MLflow wraps SQLAlchemy's OperationalError, which wraps sqlite3's
+        raise RuntimeError("(sqlite3.OperationalError) database is locked")
+    except RuntimeError as cause:
+        try:
+            raise MlflowException("(sqlite3.OperationalError) database is locked") from cause
+        except MlflowException as e:
+            return e
+
+
+def test_locked_store_is_retried_with_growing_jittered_waits():
+    from harness.record.retry import retry_locked
+
+    calls, waits = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 4:
+            raise locked_error()
+        return "written"
+
+    assert retry_locked(flaky, sleep=waits.append)() == "written"
+    assert len(calls) == 4 and len(waits) == 3
+    assert all(0 <= w <= 0.05 * 2**i for i, w in enumerate(waits))  # exponential cap, full jitter
+
+
+def test_retries_are_bounded_and_other_errors_are_not_retried():
+    from mlflow.exceptions import MlflowException
+
+    from harness.record.retry import retry_locked
+
+    calls = []
+
+    def always_locked():
+        calls.append(1)
+        raise locked_error()
+
+    with pytest.raises(MlflowException, match="database is locked"):
+        retry_locked(always_locked, attempts=5, sleep=lambda s: None)()
+    assert len(calls) == 5
+
+    def bad_request():
+        calls.append(1)
+        raise ValueError("invalid metric name")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        retry_locked(bad_request, sleep=lambda s: None)()
+    assert len(calls) == 1
+
+
+def test_client_methods_are_wrapped(store, monkeypatch):
+    from harness.record.retry import RetryingClient
+    from harness.record.store import Store
+
+    client = Store.open(store).client
+    assert isinstance(client, RetryingClient)
+    # a call goes through to this store: a fresh one holds MLflow's Default experiment, id 0
+    assert [(e.experiment_id, e.name) for e in client.search_experiments()] == [("0", "Default")]
+    inner, calls = client._client, []
+    answer = inner.search_experiments
+
+    def locked_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise locked_error()
+        return answer(*args, **kwargs)
+
+    monkeypatch.setattr(inner, "search_experiments", locked_once)
+    assert [e.name for e in client.search_experiments()] == ["Default"] and len(calls) == 2  # retried once
+
+
+def test_retrying_client_survives_pickling(tmp_path):
+    """joblib and submitit pickle the sweep callback, which holds the client."""
+    import pickle
+
+    from harness.record.store import Store
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = pickle.loads(pickle.dumps(Store.open(uri).client))
+    assert client.get_experiment_by_name("Default") is not None

@@ -1,0 +1,340 @@
+"""``posbench hf-eval`` (issue 47, item 1): a pretrained causal LM under each RoPE scaling × factor, measured as the
+PI / NTK / YaRN papers did — perplexity by length with sliding windows, passkey retrieval by depth × length — one
+MLflow run per cell under a parent. The whole loop runs offline on a model posbench trained and exported itself."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.errors import ConfigError
+from harness.pretrained.evaluate import EvalSpec, check, parse
+from harness.pretrained.measures import key_tokens, loss_by_length, passkey_retrieved
+from tests.helpers import tiny_llama
+
+pytest.importorskip("transformers")
+
+
+class Counting(torch.nn.Module):
+    """A 'model' whose next-token distribution is uniform over V ids except that it puts probability p on the
+    token equal to the current one + 1 (mod V): its loss on any text is known in closed form."""
+
+    def __init__(self, vocab: int = 7, p: float = 0.5):
+        super().__init__()
+        self.vocab, self.p = vocab, p
+
+    def forward(self, input_ids):
+        probs = torch.full((*input_ids.shape, self.vocab), (1 - self.p) / (self.vocab - 1), dtype=torch.float64)
+        probs.scatter_(-1, ((input_ids + 1) % self.vocab)[..., None], self.p)
+        return type("Out", (), {"logits": probs.log()})
+
+
+def test_sliding_windows_score_every_label_once_and_match_the_closed_form():
+    ids = torch.tensor([(3 * i * i + i) % 7 for i in range(300)])
+    model = Counting()
+    hits = sum(int(ids[t + 1] == (ids[t] + 1) % 7) for t in range(200))
+    expected = -(hits * math.log(0.5) + (200 - hits) * math.log(0.5 / 6)) / 200
+    for length, stride in ((16, 8), (50, 50), (64, 1), (200, 100)):
+        assert loss_by_length(model, ids, length, stride, budget=200) == pytest.approx(expected, abs=1e-12)
+
+
+def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
+    """A model whose argmax at the answer's positions is the key's digits retrieves it; one digit off, it does not;
+    a length the needle and question do not fit gives no figure."""
+    encode = lambda text: list(text.encode())  # noqa: E731
+
+    class Oracle(torch.nn.Module):
+        def __init__(self, answer: list[int]):
+            super().__init__()
+            self.answer = answer
+
+        def forward(self, input_ids):
+            logits = torch.zeros(*input_ids.shape, 256)
+            t = input_ids.shape[1]
+            for i, tok in enumerate(self.answer):  # the positions that predict the answer's tokens
+                logits[0, t - len(self.answer) + i, tok] = 1.0
+            return type("Out", (), {"logits": logits})
+
+    filler = encode("lorem ipsum " * 40)
+    assert passkey_retrieved(Oracle(encode("12345")), encode, filler, 200, 0.5, 12345) is True
+    assert passkey_retrieved(Oracle(encode("12346")), encode, filler, 200, 0.5, 12345) is False
+    assert passkey_retrieved(Oracle(encode("12345")), encode, filler, 40, 0.5, 12345) is None  # does not fit
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--scalings", "none,foo"], "--scalings=none,foo: foo unknown"),
+    (["--factors", "0.5"], "--factors=0.5: scaling factors are finite and ≥ 1"),
+    (["--lengths", "1"], "--lengths=1: give context lengths of at least 2 tokens"),
+    (["--lengths", "a,b"], "--lengths=a,b: give comma-separated integers"),
+    (["--depths", "1.5"], "--depths=1.5: depths lie in [0, 1]"),
+    (["--stride", "999"], "--stride=999 must lie in 1 … the shortest length"),
+    (["--budget", "10"], "--budget=10 must cover the longest length"),
+])
+def test_a_bad_option_is_one_line_naming_the_fix(tmp_path, argv, needle):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("[", r"\[").replace("+", r"\+")):
+        parse([str(tmp_path), *argv])
+
+
+def test_a_hub_name_is_refused_at_once_without_network():
+    with pytest.raises(ConfigError, match="a Hub name\\? nothing is downloaded"):
+        check(EvalSpec(Path("HuggingFaceTB/SmolLM-135M")))
+
+
+def test_the_cells_are_the_model_as_trained_then_each_scaling_at_each_factor():
+    spec = EvalSpec(Path("."), scalings=("none", "linear", "yarn"), factors=(2.0, 4.0))
+    assert spec.cells() == [("none", 1.0), ("linear", 2.0), ("linear", 4.0), ("yarn", 2.0), ("yarn", 4.0)]
+
+
+# ---------------------------------------------------------------- LongPPL's key tokens (issue 47, item 1)
+
+
+class Repeater(torch.nn.Module):
+    """Puts probability p on the token K positions back *within its input* (uniform over V otherwise): on a text
+    of period K it is right exactly where its window reaches K − 1 tokens back, so the key tokens are known."""
+
+    def __init__(self, period: int, vocab: int = 16, p: float = 0.9):
+        super().__init__()
+        self.period, self.vocab, self.p = period, vocab, p
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        probs = torch.full((*input_ids.shape, self.vocab), 1 / self.vocab, dtype=torch.float64)
+        for i in range(self.period - 1, t):  # position i predicts token i + 1 = token i + 1 − K
+            probs[0, i] = (1 - self.p) / (self.vocab - 1)
+            probs[0, i, input_ids[0, i + 1 - self.period]] = self.p
+        return type("Out", (), {"logits": probs.log()})
+
+
+def test_key_tokens_follow_longppls_two_thresholds():
+    long = torch.tensor([0.1, 0.1, 2.5, 0.1, 1.9])
+    short = torch.tensor([2.2, 2.0, 5.0, 0.1, 4.0])  # LSD: 2.1, 1.9, 2.5, 0, 2.1; LCL: −0.1, −0.1, −2.5, −0.1, −1.9
+    assert key_tokens(long, short).tolist() == [True, False, False, False, True]
+
+
+def test_key_tokens_are_the_labels_only_the_long_context_predicts():
+    """With period K beyond the short context (s + w < K − 1) and the long windows' scored labels at least K − 1
+    into their window (stride L/2 ≥ K − 1), the key tokens are exactly labels K − 1 … ; LongPPL = 1/p."""
+    from harness.pretrained.evaluate import find_key_tokens, measure
+
+    period, budget = 24, 300
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 16, (period,), generator=g).repeat(20)[: budget + 129]
+    spec = EvalSpec(Path("."), lengths=(64, 128), budget=budget, key_short=8, passkey_trials=0)
+    model = Repeater(period)
+    apply = pytest.MonkeyPatch()
+    apply.setattr("harness.pretrained.rotary.apply_scaling", lambda *a, **k: None)
+    try:
+        keys = find_key_tokens(model, ids, spec)
+    finally:
+        apply.undo()
+    for n in (64, 128):
+        assert keys[n].nonzero().flatten().tolist() == list(range(period - 1, budget))
+    metrics, losses = measure(model, None, ids, spec, keys)
+    assert metrics["key/ppl_at_128"] == pytest.approx(1 / 0.9, rel=1e-12)
+    assert metrics["val/loss_at_64"] == pytest.approx(float(losses[64].mean()), rel=1e-12)
+    assert metrics["cost/seconds_per_1k_tokens_at_64"] > 0
+
+
+# ---------------------------------------------------------------- the claim: paired tests, Holm, a margin
+
+
+def _losses(diffs: dict[str, float], noise: float = 0.01, blocks: int = 8, stride: int = 16):
+    """Per-label losses at L = 64 for each scaling at factor 2: a common base + the scaling's shift + noise."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.rand(blocks * stride, generator=g, dtype=torch.float64) * 3
+    return {(m, 2.0): {64: base + shift + noise * torch.randn(blocks * stride, generator=g, dtype=torch.float64)}
+            for m, shift in diffs.items()}
+
+
+@pytest.mark.parametrize("diffs, decisions, verdict", [
+    ({"yarn": 0.0, "ntk": 0.2, "linear": 0.5}, ["supports", "supports"], "supported"),
+    ({"yarn": 0.0, "ntk": 0.2, "linear": 0.1}, ["supports", "contradicts"], "contradicted"),
+    ({"yarn": 0.0, "ntk": 0.003, "linear": 0.5}, ["negligible (below 0.01 nats)", "supports"], "inconclusive"),
+])
+def test_the_claim_is_judged_pair_by_pair_with_holm(diffs, decisions, verdict):
+    from harness.pretrained.report import judge
+    from harness.pretrained.report import verdict as overall
+
+    spec = EvalSpec(Path("."), scalings=("yarn", "ntk", "linear"), factors=(2.0,), lengths=(32, 64), stride=16,
+                    claim=("yarn", "ntk", "linear"), margin=0.01)
+    rows = judge(spec, 48, _losses(diffs, noise=0.001))
+    assert [(r["length"], r["a"], r["b"], r["blocks"]) for r in rows] == \
+        [(64, "yarn", "ntk", 8), (64, "ntk", "linear", 8)]
+    assert [r["decision"] for r in rows] == decisions
+    assert overall(rows) == verdict
+
+
+def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
+    """p of each comparison equals scipy's paired t test over the blocks' mean losses; Holm rejects the smallest p
+    at α/2 and the next at α, so a p between them is rejected only after the first is."""
+    from scipy import stats
+
+    from harness.pretrained.report import judge
+
+    losses = _losses({"yarn": 0.0, "ntk": 0.004, "linear": 0.03}, noise=0.02)
+    spec = EvalSpec(Path("."), scalings=("yarn", "ntk", "linear"), factors=(2.0,), lengths=(64,), stride=16,
+                    claim=("yarn", "ntk", "linear"), margin=0.0, level=0.05)
+    rows = judge(spec, 48, losses)
+    for row in rows:
+        a = [float(b.mean()) for b in losses[row["a"], 2.0][64].split(16)]
+        b = [float(b.mean()) for b in losses[row["b"], 2.0][64].split(16)]
+        assert row["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-9)
+    small, large = sorted(r["p"] for r in rows)
+    assert [r["decision"] != "inconclusive" for r in rows] == \
+        [small <= 0.025 and (r["p"] == small or large <= 0.05) for r in rows]
+
+
+# ---------------------------------------------------------------- what it costs, before loading (item 5)
+
+LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("family, extra", [
+    ("llama", {}), ("llama", {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
+    ("mistral", {"head_dim": 24}), ("qwen2", {"tie_word_embeddings": True}), ("gpt_neox", {"rotary_pct": 0.25}),
+])
+def test_the_parameter_count_from_config_json_is_transformers_exact(family, extra):
+    import transformers
+
+    from harness.pretrained.budget import parameter_count
+
+    config = transformers.AutoConfig.for_model(family, vocab_size=97, hidden_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                                               **extra)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    assert parameter_count(config.to_dict()) == sum(p.numel() for p in model.parameters())
+
+
+def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path):
+    import json
+
+    from harness.pretrained.budget import parameter_count
+
+    assert parameter_count(LLAMA2_7B) == 6_738_415_616  # Llama 2 7B's published count
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
+    figure = r"at L=32768 needs ≈ \d+\.\d GiB \(weights 25\.10, .*\) > 24\.0 GiB available"
+    with pytest.raises(ConfigError, match=figure):
+        parse([str(tmp_path), "--lengths", "4096,32768", "--budget", "32768", "--memory", "24"])
+    spec = parse([str(tmp_path), "--lengths", "512", "--budget", "1024", "--memory", "80", "--check"])
+    assert "6,738,415,616 parameters" in __import__("harness.pretrained.evaluate", fromlist=["plan"]).plan(spec)
+
+
+def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
+    from harness.pretrained.evaluate import costs
+
+    spec = EvalSpec(Path("."), lengths=(512,), budget=1024)
+    peak, flops = costs(spec, LLAMA2_7B)
+    longer_peak, longer = costs(EvalSpec(Path("."), lengths=(512, 2048), budget=4096), LLAMA2_7B)
+    tuned_peak, tuned = costs(EvalSpec(Path("."), lengths=(512,), budget=1024, finetune_steps=10), LLAMA2_7B)
+    assert sum(longer_peak.values()) > sum(peak.values()) and longer > flops
+    assert sum(tuned_peak.values()) > 4 * sum(peak.values()) and tuned > flops  # 16 bytes per parameter + a copy
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--claim", "yarn<foo"], "--claim=yarn<foo: order two or more distinct scalings of --scalings"),
+    (["--claim", "yarn"], "--claim=yarn: order two or more"),
+    (["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "64"], "judged beyond the trained context (64 tokens"),
+    (["--key-short", "5000"], "--key-short=5000: LongPPL's short context lies in 1"),
+    (["--margin", "-1"], "--margin=-1.0: it is ≥ 0"),
+    (["--finetune-lr", "0"], "--finetune-lr=0.0 > 0"),
+    (["--finetune-length", "1"], "--finetune-length=1: at least 2 tokens"),
+    (["--evaluator", "/nonexistent/model"], "--evaluator /nonexistent/model is not a model folder"),
+    (["--memory", "abc"], "argument --memory: invalid float value: 'abc'; see posbench hf-eval --help"),
+    (["--bogus"], "unrecognized arguments: --bogus; see posbench hf-eval --help"),
+    (["--gflops", "0"], "--gflops=0.0: it is a positive rate"),
+    (["--level", "nan"], "--level=nan: it lies in (0, 1"),
+    (["--out", "/proc/posbench"], "--out /proc/posbench: cannot write in /proc"),
+])
+def test_a_bad_claim_evaluator_or_finetune_option_is_one_line(tmp_path, argv, needle):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA2_7B, "hidden_size": 64, "num_hidden_layers": 1,
+                                                      "intermediate_size": 64, "max_position_embeddings": 64}))
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("+", r"\+")):
+        parse([str(tmp_path), *argv])
+
+
+def test_a_model_without_rope_sizes_is_named_with_its_type(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "vocab_size": 50}))
+    with pytest.raises(ConfigError, match=r"\(model_type 'gpt2'\) lacks hidden_size, num_hidden_layers, "
+                                          "num_attention_heads: hf-eval reads RoPE decoders"):
+        parse([str(tmp_path)])
+
+
+# ---------------------------------------------------------------- a short fine-tune at the new length (item 3)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_pis_finetune_lowers_the_loss_at_the_new_length(bf16):
+    """fp32 (a CPU's default) and bf16 autocast (a GPU's, run here on the CPU's bf16 kernels) both learn."""
+    import transformers
+
+    from harness.pretrained.finetune import finetune
+    from harness.pretrained.rotary import apply_scaling
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=32)).eval()
+    apply_scaling(model, method="linear", factor=2.0)
+    ids = torch.arange(32).repeat(20)  # a counting text: learnable at once
+    before = loss_by_length(model, ids, 64, 32, 256)
+    curve = finetune(model, ids, 64, steps=40, lr=3e-3, bf16=bf16)
+    assert len(curve) == 40 and not model.training and next(model.parameters()).dtype == torch.float32
+    assert loss_by_length(model, ids, 64, 32, 256) < before - 0.5
+
+
+def test_posbenchs_own_theta_is_a_scaling_suffix_and_hope_needs_a_turning_frequency(tmp_path):
+    spec = parse([str(tiny_llama(tmp_path / "m")), "--scalings", "none+hope,yarn+resonance+hope", "--factors", "2",
+                  "--lengths", "32", "--budget", "64"])
+    assert spec.cells() == [("none+hope", 1.0), ("yarn+resonance+hope", 2.0)]
+    with pytest.raises(ConfigError, match="--scalings=yarn\\+foo: yarn\\+foo unknown; use some of"):
+        parse([str(tmp_path / "m"), "--scalings", "yarn+foo"])
+    import transformers
+
+    from harness.pretrained.rotary import apply_scaling
+
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=4))  # no θ turns within 4 tokens: the fastest, θ_0 = 1, takes 2π ≈ 6.3
+    with pytest.raises(ConfigError, match="\\+hope keeps the frequencies that turn within the trained context"):
+        apply_scaling(model, method="none", hope=True)
+
+
+def test_the_own_cell_is_the_model_as_its_config_scales_it(tmp_path):
+    """`own`: the model's own rope_parameters (a Llama 3.1's llama3, a YaRN-extended model's yarn) as transformers
+    runs them, at factor 1 — the logits of the model as loaded; `none` is the plain θ under it."""
+    import transformers
+
+
+    spec = parse([str(tiny_llama(tmp_path / "m")), "--scalings", "own,none,yarn", "--factors", "2", "--lengths",
+                  "32", "--budget", "64"])
+    assert spec.cells() == [("own", 1.0), ("none", 1.0), ("yarn", 2.0)]
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                      intermediate_size=64, max_position_embeddings=128,
+                                      rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                       "original_max_position_embeddings": 32})
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = (torch.arange(96) * 7 % 64)[None]
+
+    def logits():
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+
+    from harness.pretrained.rotary import apply_scaling
+
+    loaded = logits()  # transformers' own YaRN
+    apply_scaling(model)  # what the `own` cell applies
+    own = logits()
+    apply_scaling(model, method="none")
+    torch.testing.assert_close(own, loaded, rtol=0, atol=1e-5)
+    assert (logits() - own).abs().max() > 1e-4  # the plain θ is another model (random weights: a small change)

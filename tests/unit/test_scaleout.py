@@ -1,0 +1,129 @@
+"""Scale-out: trainer presets, rank sharding, rank guards, DDP on CPU (gloo), multirun + DDP with the
+basic and joblib launchers, submitit's local launcher, torch.compile."""
+
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from harness.config.validate import validate
+from harness.errors import ConfigError
+from harness.record.run import TrackedRun
+from harness.scaleout import BatchGeometry, rank_command
+from tests.helpers import DDP_CPU, ROOT, TINY, choices_of, compose
+
+# ---------------------------------------------------------------- presets and arithmetic
+
+
+@pytest.mark.parametrize("overrides, accelerator, precision, strategy", [
+    (["trainer=cpu"], "cpu", "32-true", None),
+    (["trainer=gpu"], "gpu", "bf16-mixed", None),
+    (["trainer=ddp"], "gpu", "bf16-mixed", "ddp"),
+    (DDP_CPU, "cpu", "32-true", "ddp"),  # fp32 on CPU: it must match a single-process run
+])
+def test_trainer_presets(overrides, accelerator, precision, strategy):
+    trainer = compose(overrides).trainer
+    assert (trainer.accelerator, trainer.precision, trainer.get("strategy")) == (accelerator, precision, strategy)
+
+
+def test_slurm_preset_follows_the_trainer():
+    overrides = ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"]
+    launcher = compose(overrides).hydra.launcher
+    assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.nodes) == (4, 4, 2)
+    assert launcher.max_num_timeout > 0 and launcher._target_.endswith("SlurmLauncher")
+
+
+def test_effective_batch_and_lr_are_logged_unscaled():
+    scale = BatchGeometry(batch_size=8, accumulate=3, world_size=4, lr=1e-3)
+    assert scale.effective_batch == 96
+    assert scale.train_examples(max_steps=10) == 960  # every rank reads max_steps × batch × accumulate
+    assert scale.params() == {"train.world_size": "4", "train.effective_batch": "96",
+                              "train.effective_lr": "0.001", "train.lr_scaling": "none"}
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("trainer.num_nodes=0", "trainer.num_nodes=0"),
+    ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0"),
+    ("trainer.devices=0", "trainer.devices=0"),
+])
+def test_bad_trainer_settings_are_one_line_errors(override, needle):
+    with pytest.raises(ConfigError, match=needle):
+        check_trainer([*DDP_CPU, override])
+
+
+def check_trainer(overrides: list[str]) -> None:
+    """The validation pass over a composed config (trainer settings are checked there)."""
+    from omegaconf import open_dict
+
+    cfg = compose([*TINY, *overrides])
+    choices = choices_of(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    validate(cfg, choices)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_gpu_preset_without_cuda_names_the_fix():
+    with pytest.raises(ConfigError, match="no CUDA device.*trainer.accelerator=cpu"):
+        check_trainer(["trainer=gpu"])
+
+
+# ---------------------------------------------------------------- sharding
+
+
+def _rank_loaders(dataset, batch: int, world: int, train: bool, start: int = 0) -> list[DataLoader]:
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    from harness.data.windows import ContinueFrom
+
+    def sampler(r):
+        return (ContinueFrom(dataset, start, r, world) if train else
+                UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=r, shuffle=False))
+
+    return [DataLoader(dataset, batch_size=batch, sampler=sampler(r)) for r in range(world)]
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_global_batch_holds_the_single_process_examples(accumulate):
+    """Optimizer step k of 2 ranks × batch 4 reads the same examples as 1 process × batch 8."""
+    dataset, world, batch = list(range(48)), 2, 4
+    single = [b.tolist() for b in DataLoader(dataset, batch_size=batch * world)]
+    per_rank = [[b.tolist() for b in loader] for loader in _rank_loaders(dataset, batch, world, train=True)]
+    for step in range(len(single) // accumulate):
+        micro = range(step * accumulate, (step + 1) * accumulate)
+        ddp = sorted(i for rank in per_rank for m in micro for i in rank[m])
+        assert ddp == sorted(i for m in micro for i in single[m])
+
+
+def test_resumed_ranks_continue_where_the_global_batch_stopped():
+    """After 2 optimizer steps of 2 ranks × batch 4, the ranks go on with examples 16, 17, …"""
+    dataset, world, batch = list(range(48)), 2, 4
+    per_rank = [[b.tolist() for b in loader] for loader in _rank_loaders(dataset, batch, world, True, start=16)]
+    assert per_rank[0][0] == [16, 18, 20, 22] and per_rank[1][0] == [17, 19, 21, 23]
+
+
+def test_validation_shards_cover_every_window_once():
+    dataset = list(range(37))  # not a multiple of the world size: no padding repeats
+    seen = [i for loader in _rank_loaders(dataset, 4, 3, train=False) for b in loader for i in b.tolist()]
+    assert sorted(seen) == dataset
+
+
+# ---------------------------------------------------------------- rank guards and the relaunch command
+
+
+def test_other_ranks_get_a_no_op_client_and_no_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'never-created.db'}"  # the store is not even opened on other ranks
+    run = TrackedRun(uri, "posbench", "pos=rope attn=softmax seed=0")
+    with run.open({"pos": "rope"}, {"seed": "0"}, owner=False) as opened:
+        assert opened.run_id is None and not opened.opened
+        assert opened.log_params({"a": "1"}) is None and opened.set_tags({"b": "2"}) is None
+    assert not (tmp_path / "never-created.db").exists()
+
+
+def test_rank_command_is_a_single_run_of_the_job():
+    cmd = rank_command(["pos=rope", "trainer=ddp"], "/sweep/3", "config")
+    assert cmd[:2] == [sys.executable, str(ROOT / "run.py")]
+    assert "-m" not in cmd and "--multirun" not in cmd
+    assert cmd[2:] == ["--config-name=config", "pos=rope", "trainer=ddp", 'hydra.run.dir="/sweep/3"',
+                       "hydra.output_subdir=null"]
