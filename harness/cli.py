@@ -407,12 +407,7 @@ def user_error(exc: BaseException) -> str | None:
     if isinstance(exc, MissingConfigException):  # pos=foo: Hydra lists the options one per line
         return _missing_option(exc)
     if isinstance(exc, OverrideParseException):
-        key, _, value = str(exc.override).partition("=")
-        if value and not (value.isascii() and " " not in value) and not value.startswith(("'", '"')):
-            fix = f"quote the value for Hydra inside the shell's quotes: '{key}=\"{value}\"'"  # a path, a name
-        else:
-            fix = "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'"
-        return f"cannot parse override {exc.override!r}: {one_line(exc).split(' See https')[0]}; {fix}"
+        return _unparsed(exc)
     if isinstance(exc, ConfigCompositionException):  # e.g. model.foo=1: an unknown key
         return _composition(exc)
     if isinstance(exc, InstantiationException) and isinstance(exc.__cause__, ConfigError):  # a plugin's own check
@@ -420,14 +415,28 @@ def user_error(exc: BaseException) -> str | None:
     if isinstance(exc, InstantiationException):  # a constructor's own error, past the schema
         return f"{one_line(exc)}; check the values of that config node (python run.py --cfg job prints them)"
     if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):  # pos=null
-        nulled = [a.partition("=")[0] for a in sys.argv[1:] if a.endswith(("=null", "=None", "=~"))]
-        group = nulled[0] if nulled else "a group"
-        return (f"{group}=null would remove a config group a run needs; pick one of its options "
-                f"(python run.py --list lists them){', e.g. pos=none for no positions' * (group == 'pos')}")
+        return _nulled_group()
     if isinstance(exc, OSError) and exc.filename:  # e.g. hydra.run.dir under /proc or a read-only disk
         return (f"cannot write {exc.filename} ({exc.strerror}); choose a writable place "
                 "(hydra.run.dir=, hydra.sweep.dir=, checkpoint.dir=, logger.tracking_uri=)")
     return None
+
+
+def _unparsed(exc) -> str:
+    """An override Hydra's grammar rejects: a value with spaces or non-ASCII characters wants quoting."""
+    key, _, value = str(exc.override).partition("=")
+    if value and not (value.isascii() and " " not in value) and not value.startswith(("'", '"')):
+        fix = f"quote the value for Hydra inside the shell's quotes: '{key}=\"{value}\"'"  # a path, a name
+    else:
+        fix = "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'"
+    return f"cannot parse override {exc.override!r}: {one_line(exc).split(' See https')[0]}; {fix}"
+
+
+def _nulled_group() -> str:
+    nulled = [a.partition("=")[0] for a in sys.argv[1:] if a.endswith(("=null", "=None", "=~"))]
+    group = nulled[0] if nulled else "a group"
+    return (f"{group}=null would remove a config group a run needs; pick one of its options "
+            f"(python run.py --list lists them){', e.g. pos=none for no positions' * (group == 'pos')}")
 
 
 def _composition(exc) -> str:
@@ -455,6 +464,12 @@ def _composition(exc) -> str:
         if holders:
             return (f"{key} is a choice of {', '.join(holders)} only, not of the chosen "
                     f"{key.rpartition('/')[0]}; pick one of those or drop {key}")
+    return _unknown_key(text, cause, key)
+
+
+def _unknown_key(text: str, cause: str, key: str | None) -> str:
+    """A key no option defines: the nested group that has it, the nearest name, how to add a new one, or a
+    mapping given where a list is (or the reverse)."""
     nested = _nested_options_with_key(key) if key else []
     if nested:  # e.g. pos.factor: a key of conf/pos/scaling/<method>.yaml, composed under pos.scaling
         group = nested[0].partition("=")[0]

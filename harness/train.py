@@ -54,31 +54,21 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
     checked = validate(cfg, choices)
     run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
     plan = plan_resume(cfg, checked.uri, checked.run.resume_mode)  # a bad resume= is refused here
-    corpus = checked.source.load()
-    if checked.documents:  # model.restart_positions / document_mask on a text task: windows carry document_ids
-        corpus = with_documents(corpus, checked.source)
-    checked.tokenizer.fit(corpus)  # a subword vocabulary: trained on the training split, or loaded (cached)
+    corpus = _corpus(checked)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build
     from harness.model.module import Throughput
-    from harness.model.progress import progress_callbacks
-    from harness.record.callbacks import resume_callbacks
     from harness.record.logger import RunLogger, StepClock
     clock, throughput = StepClock(), Throughput(every=checked.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
-    progress = progress_callbacks(checked.progress.mode, checked.progress.every_n_steps,
-                                  checked.trainer.enable_progress_bar)  # a bar in a terminal, else lines
-    callbacks = [clock, throughput, *progress, *resume_callbacks(plan.dir, plan.every, logger.flush)]
-    if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
-        from harness.model.phases import PositionPhases, describe
-
-        callbacks.append(PositionPhases(list(checked.phases)))
-    built = build(checked, corpus, plan.step, logger, callbacks)
+    built = build(checked, corpus, plan.step, logger, [clock, throughput, *_callbacks(checked, plan, logger)])
     params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
               "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
     signal = order_signal(built.model.pos, checked.task.causal)
     tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
     if checked.phases:
+        from harness.model.phases import describe
+
         tags["phases"] = describe(list(checked.phases), choices["pos"])
     with terminating(), plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
@@ -91,6 +81,31 @@ def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = Non
                    final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
                    time.perf_counter() - started, final["val/order_gain"], checked.report.min_order_gain,
                    final.get("val/acc"), run.experiment_id if run.owner else "", signal)
+
+
+def _corpus(checked):
+    """The run's corpus, with document ids where positions restart or attention stops at documents, and the
+    tokenizer fitted to it (a subword vocabulary: trained on the training split, or loaded from its cache)."""
+    corpus = checked.source.load()
+    if checked.documents:  # model.restart_positions / document_mask on a text task: windows carry document_ids
+        corpus = with_documents(corpus, checked.source)
+    checked.tokenizer.fit(corpus)
+    return corpus
+
+
+def _callbacks(checked, plan, logger) -> list:
+    """Progress (a bar in a terminal, else lines), checkpoints for resuming, and positional phases."""
+    from harness.model.progress import progress_callbacks
+    from harness.record.callbacks import resume_callbacks
+
+    callbacks = [*progress_callbacks(checked.progress.mode, checked.progress.every_n_steps,
+                                     checked.trainer.enable_progress_bar),
+                 *resume_callbacks(plan.dir, plan.every, logger.flush)]
+    if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
+        from harness.model.phases import PositionPhases
+
+        callbacks.append(PositionPhases(list(checked.phases)))
+    return callbacks
 
 
 def backend_tags(model) -> dict[str, str]:

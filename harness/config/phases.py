@@ -62,12 +62,8 @@ def parse(raw, index: int) -> PhaseSettings:
 
 def checked_phases(cfg, model, task, data, max_steps: int) -> list:
     """The ``Phase`` list of a config, each phase's scheme built dry on the meta device against ``model``."""
-    import torch
-
     from harness.config.catalog import locate, option_name
-    from harness.config.instantiate import instantiate_option
-    from harness.config.layers import has_pattern, option_node
-    from harness.model.layers import check_layers, parse_entry
+    from harness.config.layers import has_pattern
     from harness.model.phases import Phase
 
     raw = cfg.get("phases")
@@ -90,35 +86,52 @@ def checked_phases(cfg, model, task, data, max_steps: int) -> list:
                               f"trainer.max_steps={max_steps}, in increasing order")
         build = None
         if s.pos is not None:
-            name, extra = parse_entry(s.pos, f"{key}.pos")
-            base = cfg.pos if name == own else option_node("pos", name, f"{key}.pos")
-            unknown = [k for k in extra if k.startswith("_") or k not in base]
-            if unknown:
-                raise ConfigError(f"{key}.pos: {s.pos} sets {unknown[0]}, which is not a key of pos={name}")
-            build = instantiate_option(OmegaConf.merge(base, extra) if extra else base, "pos")
-            with torch.device("meta"):
-                scheme = build(model.pos.shape)
-            try:
-                check_layers(scheme, model.variants)
-            except IncompatiblePairing as e:
-                raise IncompatiblePairing(f"{key}.pos={s.pos}: {e}") from None
-            _check_trainable(scheme, f"{key}.pos={s.pos}")
+            build, scheme = _phase_scheme(cfg, model, own, s.pos, key)
         if s.scaling is not None and s.scaling not in scheme.length_scalings:
             has = ", ".join(scheme.length_scalings) or "none"
             raise ConfigError(f"{key}.scaling={s.scaling}: the scheme in force then has no such length scaling "
                               f"(its scalings: {has})")
         if s.seq_len is not None:
-            if task.scores_sequences:
-                raise ConfigError(f"{key}.seq_len: this task's examples are whole sequences, not windows to cut; "
-                                  "phases change the training length of text tasks (mlm, clm)")
-            if not 2 <= s.seq_len <= data.seq_len:
-                raise ConfigError(f"{key}.seq_len={s.seq_len} must lie in 2 … data.seq_len={data.seq_len}: the "
-                                  "windows are data.seq_len long and a phase trains on their first seq_len tokens")
+            _check_seq_len(s.seq_len, task, data, key)
         label = " ".join(f"{k}={v}" for k, v in (("pos", s.pos), ("scaling", s.scaling), ("factor", s.factor),
                                                  ("seq_len", s.seq_len)) if v is not None)
         phases.append(Phase(s.at, label, build, s.scaling, s.factor, s.seq_len))
         previous = s.at
     return phases
+
+
+def _phase_scheme(cfg, model, own: str, entry: str, key: str):
+    """A phase's ``pos`` (an option name, with settings: ``alibi`` or ``rope(base=500)``): its factory, and the
+    scheme built dry on meta, checked against the run's variants and for trained parameters."""
+    import torch
+
+    from harness.config.instantiate import instantiate_option
+    from harness.config.layers import option_node
+    from harness.model.layers import check_layers, parse_entry
+
+    name, extra = parse_entry(entry, f"{key}.pos")
+    base = cfg.pos if name == own else option_node("pos", name, f"{key}.pos")
+    unknown = [k for k in extra if k.startswith("_") or k not in base]
+    if unknown:
+        raise ConfigError(f"{key}.pos: {entry} sets {unknown[0]}, which is not a key of pos={name}")
+    build = instantiate_option(OmegaConf.merge(base, extra) if extra else base, "pos")
+    with torch.device("meta"):
+        scheme = build(model.pos.shape)
+    try:
+        check_layers(scheme, model.variants)
+    except IncompatiblePairing as e:
+        raise IncompatiblePairing(f"{key}.pos={entry}: {e}") from None
+    _check_trainable(scheme, f"{key}.pos={entry}")
+    return build, scheme
+
+
+def _check_seq_len(seq_len: int, task, data, key: str) -> None:
+    if task.scores_sequences:
+        raise ConfigError(f"{key}.seq_len: this task's examples are whole sequences, not windows to cut; "
+                          "phases change the training length of text tasks (mlm, clm)")
+    if not 2 <= seq_len <= data.seq_len:
+        raise ConfigError(f"{key}.seq_len={seq_len} must lie in 2 … data.seq_len={data.seq_len}: the "
+                          "windows are data.seq_len long and a phase trains on their first seq_len tokens")
 
 
 def final_scheme(phases: list, model):

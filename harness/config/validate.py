@@ -133,18 +133,24 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     budget = budget_of(settings["budget"], trainer, data, task, model_cfg, tokenizer.vocab_size, model.num_params(),
                        train_tokens, settings[""].paper)
     _check_device(trainer, for_named_gpu=gpu is not None)
-    estimate = None
-    if for_gpu:
-        variant = variant_bytes_per_layer(cfg, model, model_cfg, tokenizer.vocab_size, task, data)
-        estimate = check_gpu(for_gpu(model.num_params(), model_cfg, SchemeTerms.of(model.pos), variant), gpu)
-    elif not on_gpu:  # the rehearsal measures this machine (a GPU's kernels, autocast, are not on meta)
-        from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
-
-        check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
-                              _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
+    estimate = _check_memory(cfg, values, model, model_cfg, tokenizer, task, data, lengths, tune_length,
+                             for_gpu, gpu) if for_gpu or not on_gpu else None
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
                    budget, tuple(phases), documents)
+
+
+def _check_memory(cfg, values, model, model_cfg, tokenizer, task, data, lengths, tune_length, for_gpu, gpu):
+    """A GPU run checked for a named GPU: the estimate of its largest step against it (returned); a CPU run: the
+    model rehearsed on meta against this machine's memory (a GPU's kernels, autocast, are not on meta)."""
+    if for_gpu:
+        variant = variant_bytes_per_layer(cfg, model, model_cfg, tokenizer.vocab_size, task, data)
+        return check_gpu(for_gpu(model.num_params(), model_cfg, SchemeTerms.of(model.pos), variant), gpu)
+    from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
+
+    check_phases(rehearse(model, values, data.batch_size, task.sequence_tokens(data.seq_len),
+                          _evaluations(task, data, lengths), _finetune(data, tune_length)), on_gpu=False)
+    return None
 
 
 def _check_documents(model_cfg, source, tokenizer, task, choices: dict[str, str]) -> bool:

@@ -170,16 +170,7 @@ class HFDataset:
             raise ConfigError("data.config names a hub configuration; drop it with data.path")
         if root.is_dir() and ((root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists()
                               or (root / "state.json").exists()):
-            loaded = datasets.load_from_disk(str(root))
-            if isinstance(loaded, datasets.DatasetDict):
-                if split not in loaded:
-                    raise ConfigError(f"data.split={split} is not a split of {self.path}; it has "
-                                      f"{', '.join(loaded)}: set data.split (and data.val_split) to one of them")
-                loaded = loaded[split]
-            elif split != "train":
-                raise ConfigError(f"{self.path} is a single dataset (no splits): drop data.split / data.val_split "
-                                  "(validation is then every data.source.val_every-th block)")
-            return loaded.to_iterable_dataset() if self.streaming else loaded
+            return self._open_saved(root, split)
         splits = split_files(self._data_files(root), root, self.path)
         if split not in splits:
             key = "data.val_split" if split == self.val_split else "data.split"
@@ -200,6 +191,20 @@ class HFDataset:
         except Exception as e:  # a malformed file: the library's reason, on one line
             raise ConfigError(f"data.path={self.path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
                               f" ({type(e).__name__}: {_first_line(e)}); fix the file or convert it") from None
+
+    def _open_saved(self, root: Path, split: str):
+        """A ``save_to_disk`` folder: a DatasetDict's split, or a single dataset (read as the training split)."""
+        datasets = _datasets()
+        loaded = datasets.load_from_disk(str(root))
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise ConfigError(f"data.split={split} is not a split of {self.path}; it has "
+                                  f"{', '.join(loaded)}: set data.split (and data.val_split) to one of them")
+            loaded = loaded[split]
+        elif split != "train":
+            raise ConfigError(f"{self.path} is a single dataset (no splits): drop data.split / data.val_split "
+                              "(validation is then every data.source.val_every-th block)")
+        return loaded.to_iterable_dataset() if self.streaming else loaded
 
     def _data_files(self, root: Path) -> list[Path]:
         if root.is_file():

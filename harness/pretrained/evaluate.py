@@ -89,6 +89,20 @@ class EvalSpec:
 
 def parse(argv: list[str]) -> EvalSpec:
     """The command line as an ``EvalSpec``; a bad value is a ConfigError naming the fix."""
+    a = _parser().parse_args(argv)
+    claim = tuple(n.strip() for n in a.claim.split("<") if n.strip()) if a.claim else ()
+    spec = EvalSpec(Path(a.model).expanduser(), _names(a.scalings), _numbers("--factors", a.factors, float),
+                    _numbers("--lengths", a.lengths, int), a.stride, a.budget, a.passkey_trials,
+                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check,
+                    a.key_short, Path(a.evaluator).expanduser() if a.evaluator else None, claim, a.level,
+                    a.margin,
+                    a.finetune_steps, a.finetune_length, a.finetune_lr, a.finetune_batch, a.memory, a.gflops,
+                    Path(a.out) if a.out else None)
+    check(spec)
+    return spec
+
+
+def _parser() -> OneLineParser:
     p = OneLineParser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
     p.add_argument("--scalings", default="none,linear,ntk,yarn",
@@ -119,17 +133,7 @@ def parse(argv: list[str]) -> EvalSpec:
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else <root>/mlflow.db")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true", help="check the options, folder and budget; load nothing")
-    a = p.parse_args(argv)
-    claim = tuple(n.strip() for n in a.claim.split("<") if n.strip()) if a.claim else ()
-    spec = EvalSpec(Path(a.model).expanduser(), _names(a.scalings), _numbers("--factors", a.factors, float),
-                    _numbers("--lengths", a.lengths, int), a.stride, a.budget, a.passkey_trials,
-                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check,
-                    a.key_short, Path(a.evaluator).expanduser() if a.evaluator else None, claim, a.level,
-                    a.margin,
-                    a.finetune_steps, a.finetune_length, a.finetune_lr, a.finetune_batch, a.memory, a.gflops,
-                    Path(a.out) if a.out else None)
-    check(spec)
-    return spec
+    return p
 
 
 MODIFIERS = ("resonance", "hope")  # posbench's θ beyond transformers': yarn+resonance, none+hope
@@ -188,6 +192,14 @@ def check(spec: EvalSpec) -> None:
                           f"and --finetune-lr={spec.finetune_lr} > 0")
     if spec.finetune_length is not None and spec.finetune_length < 2:
         raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
+    _check_paths(spec)
+    _check_claim(spec)
+    _check_budget(spec)
+
+
+def _check_paths(spec: EvalSpec) -> None:
+    """The model folders hold a config.json (a Hub name is refused: nothing is downloaded), --text is a file,
+    --out may be written."""
     for folder, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
         if folder is not None and not (folder / "config.json").is_file():
             hub = not folder.exists() and "/" in str(folder) and not str(folder).startswith((".", "/", "~"))
@@ -198,8 +210,6 @@ def check(spec: EvalSpec) -> None:
         raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
     if spec.out is not None:
         _check_out(spec.out)
-    _check_claim(spec)
-    _check_budget(spec)
 
 
 def _check_out(out: Path) -> None:
@@ -385,62 +395,29 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     """Every cell as a child run of one parent run; returns (the parent's run id, metrics by cell, the claim's
     comparisons, the report). ``command``: the command line, quoted in the report with the wall time."""
     began = time.perf_counter()
-    from harness.pretrained.finetune import finetune
-    from harness.pretrained.rotary import apply_scaling
     from harness.record.run import TrackedRun
     from harness.record.store import resolve_tracking_uri
 
     model, encode = load(spec.model)
-    ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1])
-    if len(ids) < max(spec.lengths) + 1:
-        raise ConfigError(f"--text={spec.text} holds {len(ids)} tokens, fewer than the longest length + 1")
-    train_ids = tune_length = None
-    if spec.finetune_steps:
-        tune_length = spec.finetune_length or max(spec.lengths)
-        split = "train" if spec.text == "embedded" else "val"  # a user's file: the text itself, said in the report
-        train_ids = torch.tensor(encode(evaluation_text(spec.text, split)))
-        if len(train_ids) < tune_length + 2:
-            raise ConfigError(f"the fine-tuning text holds {len(train_ids)} tokens, fewer than --finetune-length + 2")
-    evaluator = model
-    if spec.evaluator is not None:
-        evaluator, encode_evaluator = load(spec.evaluator)
-        if encode_evaluator(evaluation_text(spec.text)[:2000]) != encode(evaluation_text(spec.text)[:2000]):
-            raise ConfigError(f"--evaluator {spec.evaluator} tokenizes the text differently: LongPPL's key tokens need "
-                              "the evaluated model's tokenizer (give an evaluator of the same family)")
-    keys = find_key_tokens(evaluator, ids.to(next(evaluator.parameters()).device), spec)
+    ids, train_ids, tune_length = _token_ids(spec, encode)
+    keys = _key_tokens(spec, model, encode, ids)
     context = trained_context(model.config.to_dict()) or 0
     uri = resolve_tracking_uri(spec.tracking_uri)
-    params = {"model": str(spec.model), "lengths": ",".join(map(str, spec.lengths)), "stride": str(spec.stride),
-              "budget": str(spec.budget), "passkey_trials": str(spec.passkey_trials),
-              "depths": ",".join(f"{d:g}" for d in spec.depths), "text": spec.text, "seed": str(spec.seed),
-              "max_position_embeddings": str(model.config.max_position_embeddings), "trained_context": str(context),
-              "key_short": str(spec.short), "evaluator": str(spec.evaluator or "the model as trained"),
-              "claim": "<".join(spec.claim), "level": str(spec.level), "margin": str(spec.margin),
-              "finetune_steps": str(spec.finetune_steps),
-              "finetune_length": str(tune_length), "finetune_lr": str(spec.finetune_lr),
-              "finetune_batch": str(spec.finetune_batch)}
+    params = _params(spec, model.config.max_position_embeddings, context, tune_length)
     parent = TrackedRun(uri, spec.experiment, f"hf-eval {spec.model.name}")
     results: dict[tuple[str, float], dict[str, float]] = {}
     losses: dict[tuple[str, float], dict[int, torch.Tensor]] = {}
     pretrained = {k: v.detach().clone() for k, v in model.state_dict().items()} if spec.finetune_steps else None
-    device_ids = ids.to(next(model.parameters()).device)
+    device = next(model.parameters()).device
+    tuning = None if train_ids is None else (train_ids.to(device), tune_length)
     with parent.open({"kind": "hf-eval"}, params):
         parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
-            started = time.perf_counter()
             child = TrackedRun(uri, spec.experiment, f"{method} x{factor:g}",
                                {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"})
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
-                base, *mods = method.split("+")
-                how = {} if base == OWN else {"method": base, "factor": factor}
-                apply_scaling(model, resonance="resonance" in mods, hope="hope" in mods, **how)
-                if spec.finetune_steps:
-                    curve = finetune(model, train_ids.to(device_ids.device), tune_length, spec.finetune_steps,
-                                     spec.finetune_lr, spec.finetune_batch, spec.seed)
-                    for step, value in enumerate(curve):
-                        child.log_scalars({"finetune/loss": value}, step)
-                results[method, factor], losses[method, factor] = measure(model, encode, device_ids, spec, keys)
-                child.log_scalars({**results[method, factor], "seconds": time.perf_counter() - started}, 0)
+                results[method, factor], losses[method, factor] = _cell(model, encode, ids.to(device), spec, keys,
+                                                                         method, factor, tuning, child)
                 if pretrained is not None:
                     model.load_state_dict(pretrained)
             print(f"{method} x{factor:g}: " + ", ".join(f"{k}={v:.4g}" for k, v in results[method, factor].items()
@@ -448,16 +425,80 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
         rows = report.judge(spec, context, losses) if spec.claim else []
         if rows:
             parent.set_tags({"claim_verdict": report.verdict(rows)})
-        how = f"after {spec.finetune_steps} fine-tuning steps at {tune_length} tokens" if spec.finetune_steps \
-            else "zero-shot"
-        header = f"# hf-eval: {spec.model.name}, {how}\n\n" + (f"Command: `{command}` " if command else "") + \
-            f"(wall time {(time.perf_counter() - began) / 60:.1f} min; MLflow parent run `{parent.run_id}`, " \
-            f"experiment `{spec.experiment}`).\n\n"
+        header = _header(spec, tune_length, command, time.perf_counter() - began, parent.run_id)
         files = report.files(spec, results, rows, keys, context, header)
         parent.log_files(files)
         if spec.out is not None:
             report.write(spec.out, files)
     return parent.run_id or "", results, rows, str(files["hf_eval.md"])
+
+
+def _header(spec: EvalSpec, tune_length: int | None, command: str, seconds: float, run_id: str | None) -> str:
+    """The report's title and how to regenerate it: the command, its wall time, the parent run."""
+    how = f"after {spec.finetune_steps} fine-tuning steps at {tune_length} tokens" if spec.finetune_steps \
+        else "zero-shot"
+    return (f"# hf-eval: {spec.model.name}, {how}\n\n" + (f"Command: `{command}` " if command else "") +
+            f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n")
+
+
+def _token_ids(spec: EvalSpec, encode) -> tuple[torch.Tensor, torch.Tensor | None, int | None]:
+    """The evaluated text's ids (the budget plus the longest length), and with --finetune-steps the fine-tuning
+    text's ids and length."""
+    ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1])
+    if len(ids) < max(spec.lengths) + 1:
+        raise ConfigError(f"--text={spec.text} holds {len(ids)} tokens, fewer than the longest length + 1")
+    if not spec.finetune_steps:
+        return ids, None, None
+    tune_length = spec.finetune_length or max(spec.lengths)
+    split = "train" if spec.text == "embedded" else "val"  # a user's file: the text itself, said in the report
+    train_ids = torch.tensor(encode(evaluation_text(spec.text, split)))
+    if len(train_ids) < tune_length + 2:
+        raise ConfigError(f"the fine-tuning text holds {len(train_ids)} tokens, fewer than --finetune-length + 2")
+    return ids, train_ids, tune_length
+
+
+def _key_tokens(spec: EvalSpec, model, encode, ids: torch.Tensor) -> dict:
+    """LongPPL's key tokens of ``ids``, picked by --evaluator's losses (a model of the same tokenizer), else the
+    evaluated model's."""
+    evaluator = model
+    if spec.evaluator is not None:
+        evaluator, encode_evaluator = load(spec.evaluator)
+        if encode_evaluator(evaluation_text(spec.text)[:2000]) != encode(evaluation_text(spec.text)[:2000]):
+            raise ConfigError(f"--evaluator {spec.evaluator} tokenizes the text differently: LongPPL's key tokens "
+                              "need the evaluated model's tokenizer (give an evaluator of the same family)")
+    return find_key_tokens(evaluator, ids.to(next(evaluator.parameters()).device), spec)
+
+
+def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int | None) -> dict[str, str]:
+    """The parent run's (and each cell's) parameters: what was evaluated, how, and against which claim."""
+    return {"model": str(spec.model), "lengths": ",".join(map(str, spec.lengths)), "stride": str(spec.stride),
+            "budget": str(spec.budget), "passkey_trials": str(spec.passkey_trials),
+            "depths": ",".join(f"{d:g}" for d in spec.depths), "text": spec.text, "seed": str(spec.seed),
+            "max_position_embeddings": str(max_positions), "trained_context": str(context),
+            "key_short": str(spec.short), "evaluator": str(spec.evaluator or "the model as trained"),
+            "claim": "<".join(spec.claim), "level": str(spec.level), "margin": str(spec.margin),
+            "finetune_steps": str(spec.finetune_steps), "finetune_length": str(tune_length),
+            "finetune_lr": str(spec.finetune_lr), "finetune_batch": str(spec.finetune_batch)}
+
+
+def _cell(model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, factor: float,
+          tuning: tuple[torch.Tensor, int] | None, child) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
+    """One scaling × factor: the model's RoPE rescaled (and fine-tuned, ``tuning``: ids and length), then measured;
+    logged to ``child``. The caller puts the pretrained weights back."""
+    from harness.pretrained.finetune import finetune
+    from harness.pretrained.rotary import apply_scaling
+
+    started = time.perf_counter()
+    base, *mods = method.split("+")
+    how = {} if base == OWN else {"method": base, "factor": factor}
+    apply_scaling(model, resonance="resonance" in mods, hope="hope" in mods, **how)
+    if tuning is not None:
+        curve = finetune(model, *tuning, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed)
+        for step, value in enumerate(curve):
+            child.log_scalars({"finetune/loss": value}, step)
+    metrics, losses = measure(model, encode, ids, spec, keys)
+    child.log_scalars({**metrics, "seconds": time.perf_counter() - started}, 0)
+    return metrics, losses
 
 
 def main(argv: list[str]) -> int:
