@@ -269,12 +269,17 @@ def _refuse_unrunnable(hydra_cfg, choices: dict[str, str], multirun: bool) -> No
 
 def _train_one(cfg: DictConfig, choices: dict[str, str]):
     """A single run's summary; its user errors, divergence and full disks each one line (exit 2, 1, 1)."""
+    from hydra.errors import InstantiationException
+
     from harness.train import train
 
     try:
         summary = train(cfg, choices)
-    except ConfigError as e:  # here, not in run_cli: Hydra would log "Error executing job" first
-        print(f"error: {one_line(e)}", file=sys.stderr)
+    except (ConfigError, InstantiationException) as e:  # here, not in run_cli: Hydra would log "Error executing job"
+        message = user_error(e)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
     except Diverged as e:  # the run is closed FAILED (failure=diverged); an outcome, not a crash: no traceback
         print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
@@ -294,16 +299,19 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
         _Mode.cells.append(cell)
     try:
         checked = validate(cfg, choices, _Mode.gpu)
-    except ConfigError as e:
-        if cell is None:
-            print(f"error: {one_line(e)}", file=sys.stderr)
+    except Exception as e:  # a ConfigError, or a constructor's own error on a value (InstantiationException)
+        message = user_error(e)
+        if message is None:
+            raise
+        if cell is None:  # here, not in run_cli: Hydra would log "Error executing job" first
+            print(f"error: {message}", file=sys.stderr)
             sys.exit(2)
         if _Mode.preflight:
             if not isinstance(e, IncompatiblePairing):  # a pairing the sweep will record as refused is no error
-                _Mode.bad_cells.append((cell, one_line(e)))
+                _Mode.bad_cells.append((cell, message))
             return None
         _Mode.refused += 1
-        print(f"refused: {cell}: {one_line(e)}")
+        print(f"refused: {cell}: {message}")
         return None
     if _Mode.preflight:
         return None

@@ -46,6 +46,12 @@ SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
 Fraction = Annotated[float, Range("a number in (0, 1]", gt=0, le=1)]
 
 
+def at_most(annotation: Any, most: int) -> Any:
+    """``annotation`` bounded above: a count a flag may make large (steps, repeats, tokens, threads), bounded like
+    memory, ``at_most(PositiveInt, 1000)``. Its own range is checked first (``-1 must be a positive integer``)."""
+    return Annotated[annotation, Range(f"at most {most:,}", le=most)]
+
+
 def violated(value: Any, annotation: Any) -> Range | None:
     """The range ``value`` breaks, if the branch of ``annotation`` it fits declares one (lists item by item)."""
     if typing.get_origin(annotation) is Annotated:

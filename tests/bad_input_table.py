@@ -389,6 +389,11 @@ BENCH_CASES = [
     ("bench-store-bad-uri", ["--tracking-uri", "http://[bad"], "does not parse as a URI"),
     ("bench-store-not-there", ["--tracking-uri", "http://127.0.0.1:9"], "does not answer"),
     ("bench-store-truncated", ["--tracking-uri", "sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
+    # found by tools/generated_round.py (hostile values for every flag of every command's parser)
+    ("bench-model-unknown", ["--model", "abc"], "--model 'abc': not in conf/model/; valid: "),
+    ("bench-warmup-unbounded", ["--warmup", "99999999999999999999"],
+     "argument --warmup: 99999999999999999999 must be at most 1,000"),
+    ("bench-lengths-unbounded", ["--lengths", "99999999999999999999"], "every length must be at most 16,777,216"),
 ]
 
 RUN_CASES += [
@@ -404,14 +409,46 @@ RUN_CASES += [
     # ---- round 4 (issue 44): overflows, a --config-dir that is no folder
     ("gpu-memory-overflow", ["--check", "--gpu-memory=1e300TB", "trainer=gpu"], "is larger than any GPU"),
     ("steps-overflow", ["trainer.max_steps=99999999999999999999"], "is more steps than any run takes"),
+    # found by tools/generated_round.py (hostile values for every key of every option): torch's own overflow
+    ("int-beyond-64-bits", ["pos=cope", "pos.npos=99999999999999999999"],
+     "pos.npos=99999999999999999999 is beyond a 64-bit integer (at most 2^63 − 1); give a smaller value"),
+    ("int-beyond-64-bits-for-a-float", ["pos=fire", "pos.eps=99999999999999999999"],
+     "is beyond a 64-bit integer (at most 2^63 − 1); write it as a float, e.g. 1e+20"),
+    ("int-beyond-64-bits-in-a-variant", ["attn=performer", "attn.nb_features=99999999999999999999"],
+     "attn.nb_features=99999999999999999999 is beyond a 64-bit integer"),
+    ("mixture-parts-not-a-list", ["task=mixture", "task.parts=-1"], "task.parts=-1 must be a list of strings"),
+    ("mixture-alphabets-not-a-mapping", ["task=mixture", "task.alphabets=abc"],
+     "task.alphabets='abc' must be a mapping or null"),
     ("config-dir-missing", ["--config-dir={files}/nope"], "nope' not found; --config-dir (-cd) takes an existing"),
     ("config-dir-a-file", ["--config-dir={files}/small.txt"], "small.txt' not found; --config-dir (-cd) takes"),
     ("config-dir-bad-yaml", ["--config-dir={files}/userconf", "pos=broken"],
      "pos/broken.yaml, line 4, column 1 is not valid YAML (expected ',' or ']', but got '<stream end>')"),
 ]
 
+# `posbench bench gpu|attention ...` rows: the benchmarks' other parts, refused before the first measurement
+POSBENCH_CASES = [
+    ("bench-gpu-steps-word", ["bench", "gpu", "--out", "{tmp}/gpu", "--steps", "abc"],
+     "argument --steps: 'abc' is not an integer"),
+    ("bench-gpu-steps-unbounded", ["bench", "gpu", "--out", "{tmp}/gpu", "--steps", "99999999999999999999"],
+     "argument --steps: 99999999999999999999 must be at most 10,000"),
+    ("bench-gpu-out-proc", ["bench", "gpu", "--out", "/proc/posbench"], "--out: cannot write /proc/posbench"),
+    ("bench-gpu-out-a-file", ["bench", "gpu", "--out", "{files}/empty.txt"], "is not a directory); choose a folder"),
+    ("bench-gpu-tokens-under-a-sequence", ["bench", "gpu", "--out", "{tmp}/gpu", "--tokens", "8", "--length", "16"],
+     "--tokens 8 is less than one sequence of --length 16; raise --tokens"),
+    ("bench-gpu-render-no-folder", ["bench", "gpu", "--out", "{tmp}/none", "--render"],
+     "is no folder; --render rewrites README.md"),
+    ("bench-attention-threads-negative", ["bench", "attention", "--threads", "-5"],
+     "argument --threads: -5 must be a positive integer"),
+    ("bench-attention-repeats-word", ["bench", "attention", "--repeats", "abc"],
+     "argument --repeats: 'abc' is not an integer"),
+    ("bench-loader-batches-unbounded", ["bench", "loader", "--batches", "99999999999999999999"],
+     "argument --batches: 99999999999999999999 must be at most 100,000"),
+    ("bench-loader-json-under-proc", ["bench", "loader", "--json", "/proc/posbench.json"],
+     "--json: cannot write /proc"),
+]
+
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
-        + [("harness.bench", *c) for c in BENCH_CASES])
+        + [("harness.bench", *c) for c in BENCH_CASES] + [("posbench", *c) for c in POSBENCH_CASES])
 
 
 def prepare_inputs(d: Path) -> Path:

@@ -4,15 +4,15 @@ returns ``{"code", "stdout", "stderr", "seconds"}`` like a real process's exit s
 Why: the bad-input table has ~300 rows; each in its own process paid ~1 s of imports of the harness,
 MLflow and Lightning on top of the refusal itself. Called here they share one interpreter's imports. The
 entry functions are the ones ``python run.py`` / ``posbench`` / ``python -m results`` / ``python -m harness.bench``
-call, so what a row tests is what a user runs; what only a real process shows (exit status through
-``sys.exit``, a fresh interpreter's imports, file descriptors, signals) is pinned by the rows tests/test_bad_input.py
-still runs as processes (``test_in_process_rows_match_real_processes``).
+call, so what a row tests is what a user runs; what only a real process shows (exit status through ``sys.exit``,
+a fresh interpreter's imports, file descriptors, signals) is pinned by tests/process/test_bad_input_process.py,
+which also reruns a sample of rows as real commands and compares their lines.
 
 Each call restores what a command may change in the process: the working directory, the environment,
 ``sys.argv``, the root logger's handlers and level (Hydra's job logging configures them), logging's disable
 level, Hydra's global state. ``POSBENCH_MALLOC=system`` unless a row sets it: ``keep_freed_memory`` would
-change malloc for every later test in this process (what it does is tested in child processes, tests/test_allocator.py;
-no refusal depends on it). A hang guard (SIGALRM) turns a row that never ends into a failure, not a stuck suite.
+change malloc for every later test in this process (tests/process/test_allocator.py tests it in child
+processes; no refusal depends on it). A hang guard (SIGALRM) turns a row that never ends into a failure.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ import time
 from collections.abc import Callable
 
 
-class Hung(Exception):
+class Hung(BaseException):  # not an Exception: a command's own `except Exception` must not swallow it
     pass
 
 
 def _entry(entry: str) -> Callable[[list[str]], int]:
-    if entry == "run":
+    if entry in ("run", "posbench"):  # python run.py ARGS, posbench ARGS: one entry function
         from harness.main import main as posbench
 
         def run(argv: list[str]) -> int:
-            sys.argv = ["run.py", *argv]
+            sys.argv = [f"{entry}.py" if entry == "run" else entry, *argv]
             return posbench()
 
         return run
@@ -51,8 +51,11 @@ def _entry(entry: str) -> Callable[[list[str]], int]:
     raise ValueError(entry)
 
 
-def run(entry: str, argv: list[str], cwd: str, env: dict[str, str], timeout: float = 120) -> dict:
-    command = _entry(entry)
+def run(entry: str | Callable[[list[str]], int], argv: list[str], cwd: str, env: dict[str, str],
+        timeout: float = 120) -> dict:
+    """``entry``: run (``python run.py``), posbench (its subcommands), results, harness.bench, or a command's own
+    ``main(argv)``."""
+    command = _entry(entry) if isinstance(entry, str) else entry
     saved_cwd, saved_env, saved_argv = os.getcwd(), dict(os.environ), list(sys.argv)
     root = logging.getLogger()
     saved_handlers, saved_level, saved_disable = list(root.handlers), root.level, logging.root.manager.disable

@@ -114,13 +114,22 @@ def main_one(spec: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.attention", description=__doc__.splitlines()[0])
+    from harness.errors import ConfigError, OneLineParser
+    from harness.ranges import PositiveInt, at_most
+    from harness.record.preflight import number
+
+    parser = OneLineParser(prog="python -m harness.bench.attention", description=__doc__.splitlines()[0])
     parser.add_argument("--toeplitz", action="store_true")
     parser.add_argument("--memory", action="store_true")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=number(at_most(PositiveInt, 1000), int), default=3)
+    parser.add_argument("--threads", type=number(at_most(PositiveInt, os.cpu_count() or 1), int), default=None,
+                        help="torch's intra-op threads, at most this machine's cores")
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}",

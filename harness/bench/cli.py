@@ -23,8 +23,10 @@ from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
 from harness.errors import ConfigError
-from harness.ranges import NonNegative, Positive, PositiveInt
+from harness.ranges import NonNegative, Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir, store_to_write
+
+MAX_TOKENS = 2**24  # tokens in a step (and the longest length): 16M, beyond any GPU's activations
 
 
 class BadInput(ValueError):
@@ -63,12 +65,13 @@ def _parser() -> Parser:
     p.add_argument("--attn", default="all", help="comma list of conf/attn options or patterns (local×3+softmax), "
                    "or 'all'")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192")
-    p.add_argument("--tokens", type=number(PositiveInt, int), default=None,
+    p.add_argument("--tokens", type=number(at_most(PositiveInt, MAX_TOKENS), int), default=None,
                    help="tokens per step (batch = tokens / length); default 8192 on CPU, 65536 on CUDA")
     p.add_argument("--model", default="small", help="conf/model preset")
-    p.add_argument("--warmup", type=number(NonNegative, int), default=0,
+    p.add_argument("--warmup", type=number(at_most(NonNegative, 1000), int), default=0,
                    help="untimed steps after the (untimed) FLOP-counting step")
-    p.add_argument("--repeats", type=number(PositiveInt, int), default=3, help="most timed steps per cell")
+    p.add_argument("--repeats", type=number(at_most(PositiveInt, 1000), int), default=3,
+                   help="most timed steps per cell")
     p.add_argument("--cell-s", type=number(Positive), default=5.0,
                    help="stop timing a cell once its timed steps add up to this many seconds (at least one)")
     p.add_argument("--budget-s", type=number(Positive), default=12.0,
@@ -94,7 +97,7 @@ def parse(argv: list[str] | None) -> Args:
         raise BadInput(f"--device cuda: no CUDA device here (torch {torch.__version__}, built for CUDA "
                        f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch")
     return Args(_options(a.pos, "pos"), available("attn") if a.attn == "all" else _options(a.attn, "attn"),
-                _lengths(a.lengths), a.tokens or (65536 if a.device == "cuda" else 8192), a.model, a.warmup,
+                _lengths(a.lengths), a.tokens or (65536 if a.device == "cuda" else 8192), _model(a.model), a.warmup,
                 a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, out, uri, a.causal)
 
 
@@ -106,6 +109,14 @@ def _options(text: str, group: str) -> list[str]:
         raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; "
                        f"valid: {', '.join(valid)}")
     return chosen
+
+
+def _model(name: str) -> str:
+    """One conf/model option (the grid's every cell has the same model)."""
+    valid = available("model")
+    if name not in valid:
+        raise BadInput(f"--model {name!r}: not in conf/model/; valid: {', '.join(valid)}")
+    return name
 
 
 def _unit(name: str) -> tuple[str, ...]:
@@ -122,6 +133,8 @@ def _lengths(text: str) -> list[int]:
         raise BadInput(f"--lengths {text!r}: use a comma list of positive integers, e.g. 512,1024") from None
     if any(t <= 0 for t in lengths):
         raise BadInput(f"--lengths {text!r}: every length must be positive")
+    if max(lengths) > MAX_TOKENS:
+        raise BadInput(f"--lengths {text!r}: every length must be at most {MAX_TOKENS:,} tokens")
     return lengths
 
 

@@ -24,7 +24,6 @@ Each section writes its CSV as soon as it ends, so a run stopped early still lea
 
 from __future__ import annotations
 
-import argparse
 import csv
 import platform
 import sys
@@ -36,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.bench.cells import PEERS, Peer, Spec, x_transformers
+from harness.bench.cli import MAX_TOKENS
 from harness.bench.gpu_memory import MEMORY_CELLS, memory_row, release
 from harness.bench.gpu_report import render
 from harness.bench.internals import build_transformer, git_sha, xformers_refusal
@@ -44,6 +44,9 @@ from harness.bench.pairing import paired_rounds
 from harness.bench.session import Options, Session
 from harness.bench.stats import Goal
 from harness.bench.targets import compare_peer
+from harness.errors import ConfigError, OneLineParser
+from harness.ranges import Positive, PositiveInt, at_most
+from harness.record.preflight import number, output_dir
 
 D768 = ("model.n_layers=12", "model.d_model=768", "model.n_heads=12", "model.d_ff=3072")
 DATASHEET_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM, TFLOP/s
@@ -201,28 +204,48 @@ def device_line(device: str) -> tuple[str, float | None]:
             f"{torch.__version__}, CUDA {torch.version.cuda}"), peak
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness.bench.gpu", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--deadline-s", type=float, default=420.0, help="skip sections once this much time is spent")
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m harness.bench.gpu", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="the report folder (README.md, the sections' CSVs, run.log)")
+    p.add_argument("--deadline-s", type=number(Positive), default=420.0,
+                   help="skip sections once this much time is spent")
     p.add_argument("--sections", default=",".join(SECTIONS))
-    p.add_argument("--steps", type=int, default=20, help="training steps per memory cell")
-    p.add_argument("--length", type=int, default=2048)
-    p.add_argument("--tokens", type=int, default=32768, help="tokens per step of the step/peer cells")
+    p.add_argument("--steps", type=number(at_most(PositiveInt, 10_000), int), default=20,
+                   help="training steps per memory cell")
+    p.add_argument("--length", type=number(at_most(PositiveInt, MAX_TOKENS), int), default=2048)
+    p.add_argument("--tokens", type=number(at_most(PositiveInt, MAX_TOKENS), int), default=32768,
+                   help="tokens per step of the step/peer cells (at least --length)")
     p.add_argument("--commit", default=None, help="the commit measured, where the copy run has no git history")
     p.add_argument("--render", action="store_true", help="only rewrite README.md from the folder's CSVs")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None):
+    """The flags, checked before anything is measured: ranges, the sections' names, where the report goes."""
     a = _parser().parse_args(argv)
+    if a.render:
+        a.out = Path(a.out).expanduser()
+        if not a.out.is_dir():
+            raise ConfigError(f"--out {a.out} is no folder; --render rewrites README.md from a report folder's CSVs")
+        return a
+    unknown = set(a.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(f"--sections {','.join(sorted(unknown))}: use some of {','.join(SECTIONS)}")
+    if a.tokens < a.length:
+        raise ConfigError(f"--tokens {a.tokens} is less than one sequence of --length {a.length}; raise --tokens")
+    a.out = output_dir(a.out)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a = _parse(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if a.render:
         render(a.out)
         return 0
-    unknown = set(a.sections.split(",")) - set(SECTIONS)
-    if unknown:
-        print(f"error: --sections {','.join(sorted(unknown))}: use some of {','.join(SECTIONS)}", file=sys.stderr)
-        return 2
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a.out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])

@@ -41,9 +41,10 @@ from omegaconf import OmegaConf
 
 from harness.bench.cli import BadInput, Parser
 from harness.bench.internals import max_workers, shard_loader, write_random_shards
+from harness.errors import ConfigError
 from harness.paths import CONF
-from harness.ranges import Fraction, Positive, PositiveInt
-from harness.record.preflight import number
+from harness.ranges import Fraction, Positive, PositiveInt, at_most
+from harness.record.preflight import number, output_dir
 
 TEXT_PRESETS = ("grid", "roformer_mlm", "alibi_extrapolation", "eleuther_rotary", "roformer_performer")
 
@@ -115,15 +116,16 @@ def _parser() -> Parser:
     p.add_argument("--shards", help="time this prepared shard folder (python -m harness.data.prepare) instead of "
                    "writing random shards; nothing is written or deleted")
     p.add_argument("--dir", default=tempfile.gettempdir(), help="where the shard is written (then deleted)")
-    p.add_argument("--batches", type=number(PositiveInt, int), default=30, help="batches timed per loader")
+    p.add_argument("--batches", type=number(at_most(PositiveInt, 100_000), int), default=30,
+                   help="batches timed per loader")
     p.add_argument("--tflops", type=number(Positive), default=989.0,
                    help="GPU peak, TFLOP/s (H100 SXM dense bf16: 989)")
     p.add_argument("--mfu", type=number(Fraction), default=0.4, help="model FLOPs utilisation assumed, in (0, 1]")
     p.add_argument("--vocab", type=number(PositiveInt, int), default=None,
                    help="vocabulary size for the output layer's FLOPs (default: the shards' own, else 258)")
     p.add_argument("--workers", default="0", help="comma-separated data.num_workers to time, e.g. 0,2,4")
-    p.add_argument("--repeats", type=number(PositiveInt, int), default=3, help="timings per row; the fastest is "
-                   "reported (the others lost time to other processes)")
+    p.add_argument("--repeats", type=number(at_most(PositiveInt, 1000), int), default=3,
+                   help="timings per row; the fastest is reported (the others lost time to other processes)")
     p.add_argument("--json", help="also write the figures here")
     return p
 
@@ -158,6 +160,10 @@ def parse(argv: list[str] | None) -> Args:
         out = Path(a.json).expanduser().absolute()
         if out.is_dir() or not os.access(_writable_dir(str(out.parent), "--json"), os.W_OK):
             raise BadInput(f"--json {a.json}: give a file path in a writable folder")
+        try:  # a folder os.access calls writable may still refuse a file (/proc): written to, as --out is
+            output_dir(out.parent, "--json")
+        except ConfigError as e:
+            raise BadInput(str(e)) from None
     return Args(presets, gb, folder, a.batches, a.tflops, a.mfu, vocab if a.vocab is None else a.vocab, workers,
                 a.repeats, out, shards)
 
@@ -166,7 +172,6 @@ def _prepared(text: str, tokens: int) -> tuple[Path, int]:
     """(the folder, its vocabulary) of a prepared shard folder whose training split holds a batch of ``tokens``
     ids, checked as ``data=tokens`` checks it (manifest, every shard's size)."""
     from harness.data.shards import TokenShards
-    from harness.errors import ConfigError
 
     folder = Path(text).expanduser().absolute()
     try:

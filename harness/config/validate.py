@@ -370,6 +370,8 @@ def _check_target(path: str, node: dict, choices: dict[str, str]) -> None:
         else:
             try:
                 schema.check_value(f"{path}.{key}", node[key], fields.get(key, Any))
+                if path != "trainer":  # the trainer's counts are bounded by TrainerSettings (trainer.max_steps)
+                    schema.check_magnitude(f"{path}.{key}", node[key], fields.get(key, Any))
             except ConfigError as e:
                 raise ConfigError(f"{e}{_nested_group_hint(path, key)}") from None
     if path == "optim.optimizer":

@@ -163,6 +163,13 @@ def _numbers(flag: str, text: str, kind) -> tuple:
         raise ConfigError(f"{flag}={text}: give comma-separated {'integers' if kind is int else 'numbers'}") from None
 
 
+def _count_bounds(spec: EvalSpec) -> tuple[tuple[str, int | None, int], ...]:
+    """The counts a flag can make large, each with its bound (a run no machine finishes is refused at once)."""
+    return (("--lengths", max(spec.lengths), 2**24), ("--budget", spec.budget, 10**9),
+            ("--passkey-trials", spec.passkey_trials, 10_000), ("--finetune-steps", spec.finetune_steps, 10**6),
+            ("--finetune-length", spec.finetune_length, 2**24), ("--finetune-batch", spec.finetune_batch, 4096))
+
+
 def check(spec: EvalSpec) -> None:
     """Every value's range, the model directory and what the run will cost, before any weight is loaded."""
     if not spec.lengths or any(n < 2 for n in spec.lengths):
@@ -192,6 +199,9 @@ def check(spec: EvalSpec) -> None:
                           f"and --finetune-lr={spec.finetune_lr} > 0")
     if spec.finetune_length is not None and spec.finetune_length < 2:
         raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
+    for flag, value, most in _count_bounds(spec):
+        if value is not None and value > most:
+            raise ConfigError(f"{flag}={value} is more than an evaluation takes; give at most {most:,}")
     _check_paths(spec)
     _check_claim(spec)
     _check_budget(spec)

@@ -72,6 +72,9 @@ def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
     (["--depths", "1.5"], "--depths=1.5: depths lie in [0, 1]"),
     (["--stride", "999"], "--stride=999 must lie in 1 … the shortest length"),
     (["--budget", "10"], "--budget=10 must cover the longest length"),
+    (["--budget", "99999999999999999999"], "--budget=99999999999999999999 is more than an evaluation takes; give at "
+     "most 1,000,000,000"),
+    (["--passkey-trials", "100000"], "--passkey-trials=100000 is more than an evaluation takes"),
 ])
 def test_a_bad_option_is_one_line_naming_the_fix(tmp_path, argv, needle):
     (tmp_path / "config.json").write_text("{}")

@@ -17,6 +17,7 @@ on a mixture says so (the preset's claim names it).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -58,8 +59,9 @@ def part_class(name: str) -> type[SyntheticTask]:
 class Mixture(SyntheticTask):
     """One example of a part drawn uniformly; the length is the parts' own (the same unit for each: |w|)."""
 
-    def __init__(self, tokenizer=None, form: str | None = None, parts=("reverse", "copy"), alphabets=None,
-                 train_lengths=(1, 20), eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
+    def __init__(self, tokenizer=None, form: str | None = None, parts: Sequence[str] = ("reverse", "copy"),
+                 alphabets: dict | None = None, train_lengths: Sequence[int] = (1, 20),
+                 eval_lengths: Sequence[int] = (5, 10, 20, 40, 80), eval_examples: int = 128):
         names = list(parts) if parts is not None and not isinstance(parts, str) else None
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"task.parts={parts!r} must list distinct task names, e.g. task.parts=[reverse,copy]")
