@@ -28,10 +28,12 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.config.resources import NamedGpu
 from harness.errors import ConfigError, Diverged, IncompatiblePairing, said_write_failure
 
 CHECK_FLAG = "--check"
@@ -48,57 +50,66 @@ PREFLIGHT_DROPS = (*LAUNCHER_KEYS, "hydra/hydra_logging=", "hydra/job_logging=",
                    "hydra.output_subdir=")
 
 
-class _Mode:
-    """What the jobs of this process do: train (default) or only check; refusals seen when checking."""
+@dataclass
+class Mode:
+    """What the jobs of one command do: train (default) or only check, and the refusals seen when checking. Made
+    per command and handed to its Hydra app (``app_for(mode)``), never kept in the process."""
 
-    check = False
-    preflight = False  # checking a sweep before it launches: collect bad cells, print nothing
-    refused = 0
-    bad_cells: list[tuple[str, str]] = []  # (cell, its one-line error)
-    gpu = None  # --check: the GPU a GPU run is checked for (harness.config.resources.NamedGpu)
-    cells: list[str] = []  # every cell the preflight checked, for naming a bad one by what it sweeps
-    budgets: list = []  # --check -m: each cell's harness.config.budget.Budget, summed at the end
+    check: bool = False
+    preflight: bool = False  # checking a sweep before it launches: collect bad cells, print nothing
+    gpu: NamedGpu | None = None  # --check: the GPU a GPU run is checked for
+    refused: int = 0
+    bad_cells: list[tuple[str, str]] = field(default_factory=list)  # (cell, its one-line error)
+    cells: list[str] = field(default_factory=list)  # every cell the preflight checked, to name a bad one by its sweep
+    budgets: list = field(default_factory=list)  # --check -m: each cell's harness.config.budget.Budget, summed
 
 
-def entry(argv: list[str], main: Callable[[], object]) -> int:
-    """``python run.py ...``: --matrix and --list (anywhere in argv) before Hydra parses it; --check taken out."""
-    listing = [i for i, a in enumerate(argv[1:], 1) if a.split("=")[0] in (MATRIX_FLAG, LIST_FLAG)]
+App = Callable[[Mode], Callable[[], object]]  # a mode → the @hydra.main entry whose jobs run in it
+
+
+def entry(argv: list[str], app_for: App) -> int:
+    """``python run.py ...``: --matrix and --list (anywhere in argv) before Hydra parses it; --check and
+    --gpu-memory are this command's, the rest Hydra's (``run_cli`` hands Hydra that list)."""
+    args = list(argv[1:])
+    listing = [i for i, a in enumerate(args) if a.split("=")[0] in (MATRIX_FLAG, LIST_FLAG)]
     if listing:  # the rest (--config-dir DIR, pos._target_=...) is the command's to check, in any order
-        return _listing(argv[listing[0]], argv[1:listing[0]] + argv[listing[0] + 1:])
+        return _listing(args[listing[0]], args[:listing[0]] + args[listing[0] + 1:])
     try:
-        gpu_memory = _take_gpu_memory(argv)
+        gpu_memory, args = _take_gpu_memory(args)
     except ConfigError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    if CHECK_FLAG in argv:
-        from harness.config.resources import DEFAULT_GPU_MEMORY, NamedGpu
-
-        argv.remove(CHECK_FLAG)
-        try:
-            _Mode.gpu = NamedGpu.parse(gpu_memory or DEFAULT_GPU_MEMORY)
-        except ConfigError as e:
-            print(f"error: {one_line(e)}", file=sys.stderr)
-            return 2
-        launcher_error = _launcher_error(argv)
-        if launcher_error:
-            print(f"error: {launcher_error}", file=sys.stderr)
-            return 2
-        # every cell is checked in this process: a launcher's workers (a preset's joblib, a SLURM array) would
-        # not be in check mode and would train; a checked sweep trains nothing, so it opens no parent run either
-        argv[:] = [*(a for a in argv if not a.lstrip("+~").startswith(LAUNCHER_KEYS)),
-                   "hydra/launcher=basic", "~hydra.callbacks.mlflow_sweep"]
-        _Mode.check, _Mode.budgets = True, []
-    elif any(flag in argv for flag in MULTIRUN_FLAGS):
-        flag = next(a for a in argv if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
-        argv.remove(flag)
-        argv.insert(1, flag)
-        refused = preflight(argv, main)
+    if CHECK_FLAG in args:
+        return _check_command([a for a in args if a != CHECK_FLAG], gpu_memory, app_for)
+    if any(flag in args for flag in MULTIRUN_FLAGS):
+        flag = next(a for a in args if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
+        args = [flag, *(a for a in args if a != flag)]
+        refused = preflight(args, app_for)
         if refused:
             return refused
-    code = run_cli(main)
-    if _Mode.check and len(_Mode.budgets) > 1:
-        print(_sweep_budget(_Mode.budgets))
-    return 2 if code == 0 and _Mode.refused else code
+    return run_cli(app_for(Mode()), args)
+
+
+def _check_command(args: list[str], gpu_memory: str | None, app_for: App) -> int:
+    """``--check``: every cell validated in this process (a launcher's workers, a preset's joblib or a SLURM array,
+    would not be in check mode and would train), no parent run opened; 2 if any cell was refused."""
+    from harness.config.resources import DEFAULT_GPU_MEMORY
+
+    try:
+        mode = Mode(check=True, gpu=NamedGpu.parse(gpu_memory or DEFAULT_GPU_MEMORY))
+    except ConfigError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    launcher_error = _launcher_error(args)
+    if launcher_error:
+        print(f"error: {launcher_error}", file=sys.stderr)
+        return 2
+    args = [*(a for a in args if not a.lstrip("+~").startswith(LAUNCHER_KEYS)), "hydra/launcher=basic",
+            "~hydra.callbacks.mlflow_sweep"]
+    code = run_cli(app_for(mode), args)
+    if len(mode.budgets) > 1:
+        print(_sweep_budget(mode.budgets))
+    return 2 if code == 0 and mode.refused else code
 
 
 def _sweep_budget(budgets: list) -> str:
@@ -120,52 +131,49 @@ def _listing(flag: str, rest: list[str]) -> int:
     return _guarded(lambda: command(flag, rest))
 
 
-def _take_gpu_memory(argv: list[str]) -> str | None:
-    """``--gpu-memory SIZE`` or ``--gpu-memory=SIZE``, taken out of argv (Hydra would read it as an override)."""
-    for i, arg in enumerate(argv):
+def _take_gpu_memory(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--gpu-memory SIZE`` or ``--gpu-memory=SIZE``: (its value, the other arguments; Hydra would read it as an
+    override)."""
+    for i, arg in enumerate(args):
         if arg == GPU_MEMORY_FLAG or arg.startswith(f"{GPU_MEMORY_FLAG}="):
-            value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
-            del argv[i:i + (1 if "=" in arg else 2)]
-            if CHECK_FLAG not in argv:
+            value = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            rest = args[:i] + args[i + (1 if "=" in arg else 2):]
+            if CHECK_FLAG not in rest:
                 raise ConfigError(f"{GPU_MEMORY_FLAG} sizes the GPU that --check checks a run for; add --check "
                                   f"(python run.py --check {GPU_MEMORY_FLAG} {value or '80GB'} ...)")
             if not value or value.startswith("-"):
                 raise ConfigError(f"{GPU_MEMORY_FLAG} needs a size; give one, e.g. {GPU_MEMORY_FLAG} 80GB")
-            return value
-    return None
+            return value, rest
+    return None, args
 
 
-def preflight(argv: list[str], main: Callable[[], object]) -> int:
-    """Check every cell of the sweep ``argv`` describes before any trains: 0 if all may run (an incompatible
-    pairing may: the sweep records it), else 2 after one line per bad cell. ``argv`` is ``sys.argv``, which
-    Hydra reads: changed for the pass, then restored. The launcher's own settings are checked here, since
-    the pass runs every cell in this process, quietly, in a temporary sweep dir."""
+def preflight(args: list[str], app_for: App) -> int:
+    """Check every cell of the sweep ``args`` describe before any trains: 0 if all may run (an incompatible
+    pairing may: the sweep records it), else 2 after one line per bad cell. The launcher's own settings are
+    checked here, since the pass runs every cell in this process, quietly, in a temporary sweep dir."""
     import contextlib
     import io
     import logging
     import tempfile
 
-    launcher_error = _launcher_error(argv)
+    launcher_error = _launcher_error(args)
     if launcher_error:
         print(f"error: {launcher_error}", file=sys.stderr)
         return 2
-    saved = list(argv)
+    mode = Mode(check=True, preflight=True)
     with tempfile.TemporaryDirectory(prefix="posbench-preflight-") as scratch:
-        kept = [a for a in argv if not a.lstrip("+~").startswith(PREFLIGHT_DROPS)]
+        kept = [a for a in args if not a.lstrip("+~").startswith(PREFLIGHT_DROPS)]
         # hydra/launcher=basic: a preset may choose a launcher in its defaults (experiment=ablation: joblib),
         # whose worker processes would not be in check mode and would train every cell
-        argv[:] = [*kept, "~hydra.callbacks.mlflow_sweep", "hydra/launcher=basic", "hydra/hydra_logging=disabled",
-                   "hydra/job_logging=disabled", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
-        _Mode.check, _Mode.preflight, _Mode.bad_cells, _Mode.cells = True, True, [], []
+        quiet = [*kept, "~hydra.callbacks.mlflow_sweep", "hydra/launcher=basic", "hydra/hydra_logging=disabled",
+                 "hydra/job_logging=disabled", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
         logging.disable(logging.INFO)  # a plugin's own log lines (optuna's "A new study created")
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the cells' ok lines, a study's summary
-                code = run_cli(main)  # a composition error (pos=foo) is one line here, as in the run itself
+                code = run_cli(app_for(mode), quiet)  # a composition error (pos=foo) is one line, as in the run
         finally:
-            argv[:] = saved
-            _Mode.check, _Mode.preflight = False, False
             logging.disable(logging.NOTSET)
-    return code or _report_bad_cells(_Mode.bad_cells, _Mode.cells)
+    return code or _report_bad_cells(mode.bad_cells, mode.cells)
 
 
 def _report_bad_cells(bad_cells: list[tuple[str, str]], cells: list[str]) -> int:
@@ -218,8 +226,8 @@ def _guarded(command: Callable[[], int]) -> int:
         return 2
 
 
-def run_job(cfg: DictConfig) -> float | None:
-    """The body of @hydra.main: check, train a single run, or train one cell of a sweep."""
+def run_job(cfg: DictConfig, mode: Mode) -> float | None:
+    """The body of @hydra.main: check (``mode.check``), train a single run, or train one cell of a sweep."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -236,8 +244,8 @@ def run_job(cfg: DictConfig) -> float | None:
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     _refuse_unrunnable(hydra_cfg, choices, multirun)
-    if _Mode.check:
-        return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None)
+    if mode.check:
+        return _check(cfg, choices, " ".join(hydra_cfg.overrides.task) if multirun else None, mode)
     from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
     from harness.train import format_summary
 
@@ -292,13 +300,13 @@ def _train_one(cfg: DictConfig, choices: dict[str, str]):
     return summary
 
 
-def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
+def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None, mode: Mode) -> None:
     from harness.config.validate import validate
 
-    if _Mode.preflight:
-        _Mode.cells.append(cell)
+    if mode.preflight:
+        mode.cells.append(cell)
     try:
-        checked = validate(cfg, choices, _Mode.gpu)
+        checked = validate(cfg, choices, mode.gpu)
     except Exception as e:  # a ConfigError, or a constructor's own error on a value (InstantiationException)
         message = user_error(e)
         if message is None:
@@ -306,30 +314,30 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None) -> None:
         if cell is None:  # here, not in run_cli: Hydra would log "Error executing job" first
             print(f"error: {message}", file=sys.stderr)
             sys.exit(2)
-        if _Mode.preflight:
+        if mode.preflight:
             if not isinstance(e, IncompatiblePairing):  # a pairing the sweep will record as refused is no error
-                _Mode.bad_cells.append((cell, message))
+                mode.bad_cells.append((cell, message))
             return None
-        _Mode.refused += 1
+        mode.refused += 1
         print(f"refused: {cell}: {message}")
         return None
-    if _Mode.preflight:
+    if mode.preflight:
         return None
-    _Mode.budgets.append(checked.budget)
+    mode.budgets.append(checked.budget)
     d, accumulated = checked.data, checked.trainer.accumulate_grad_batches
     times = f" × {accumulated} accumulated" if accumulated > 1 else ""
     print(f"ok: {cell + ': ' if cell else ''}pos={choices['pos']} attn={choices['attn']} task={choices['task']} "
           f"data={choices['data']} · {checked.n_params:,} parameters · {checked.trainer.max_steps} steps of "
           f"{d.batch_size}×{checked.task.sequence_tokens(d.seq_len)} tokens{times}{checked.budget.line()} · store "
-          f"{checked.uri}{_gpu_line(checked)}")
+          f"{checked.uri}{_gpu_line(checked, mode.gpu)}")
     return None
 
 
-def _gpu_line(checked) -> str:
+def _gpu_line(checked, gpu) -> str:
     """`` · GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (…), fits``: a run checked for one."""
     from harness.config.resources import gib
 
-    est, gpu = checked.gpu, _Mode.gpu
+    est = checked.gpu
     if est is None:
         return ""
     return f" · GPU of {gpu.named} ({gib(gpu.memory)}): {est.what} needs about {est.summary()}, fits"
@@ -607,12 +615,15 @@ def _stopped_line(code: int) -> str:
             "resume=true (a sweep: run it again, finished cells are kept)")
 
 
-def run_cli(main: Callable[[], object]) -> int:
-    """Call the @hydra.main entry; 0 on success, 2 (after one line) on a user error."""
+def run_cli(main: Callable[[], object], args: list[str]) -> int:
+    """Call the @hydra.main entry with ``args`` (Hydra reads them from ``sys.argv``, set for the call and put
+    back after); 0 on success, 2 (after one line) on a user error."""
     from harness.signals import exit_code
 
     user_wants_traces = os.environ.get(FULL_ERROR) == "1"
     os.environ[FULL_ERROR] = "1"  # Hydra re-raises instead of printing its multi-line report
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "posbench", *args]
     try:
         main()
     except (SystemExit, KeyboardInterrupt) as e:
@@ -632,6 +643,7 @@ def run_cli(main: Callable[[], object]) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
     finally:
+        sys.argv = saved
         if not user_wants_traces:
             os.environ.pop(FULL_ERROR, None)
     return 0

@@ -33,14 +33,19 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.allocator import keep_freed_memory
-from harness.cli import CHECK_FLAG, LIST_FLAG, MATRIX_FLAG, entry, run_job
+from harness.cli import CHECK_FLAG, LIST_FLAG, MATRIX_FLAG, Mode, entry, run_job
 from harness.errors import ConfigError
 from harness.paths import CONF
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
-def hydra_main(cfg: DictConfig) -> float | None:
-    return run_job(cfg)
+def hydra_app(mode: Mode) -> Callable[[], object]:
+    """Hydra's entry over conf/, its jobs run in ``mode`` (train, or check): one per command, no state kept in the
+    process. A launcher's workers (joblib, submitit) get the function pickled by value, mode and all."""
+    @hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
+    def app(cfg: DictConfig) -> float | None:
+        return run_job(cfg, mode)
+
+    return app
 
 
 def main() -> int:
@@ -61,14 +66,13 @@ def main() -> int:
         print(f"error: {command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
               f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)", file=sys.stderr)
         return 2
-    return entry(sys.argv, hydra_main)  # Hydra's own errors, too, become one line naming the fix
+    return entry(sys.argv, hydra_app)  # Hydra's own errors, too, become one line naming the fix
 
 
 def _hydra(*flags: str) -> Callable[[list[str]], int]:
-    """A subcommand that composes a run: Hydra reads ``sys.argv``, so it becomes the legacy command line."""
+    """A subcommand that composes a run: the legacy command line's arguments (``check`` is ``--check``)."""
     def run(rest: list[str]) -> int:
-        sys.argv[1:] = [*flags, *rest]
-        return entry(sys.argv, hydra_main)
+        return entry([sys.argv[0], *flags, *rest], hydra_app)
     return run
 
 

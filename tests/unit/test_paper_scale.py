@@ -50,16 +50,15 @@ def test_every_paper_preset_on_the_embedded_corpus_is_refused_with_the_fix(prese
         assert "beyond budget.max_epochs=100" in said and said.endswith("budget.max_epochs=null to train it anyway")
 
 
-def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys, monkeypatch):
+def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys):
     from harness import cli
 
-    monkeypatch.setattr(cli._Mode, "gpu", GPU)
     cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0",
                               "budget.max_epochs=null"], stand_in=False)
     with pytest.raises(ConfigError, match=r"GPT-2's BPE \(50,257 tokens\); this tokenizer's 258 make it 85.8M"):
         validate(cfg, choices, GPU)
     cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0"])
-    cli._check(cfg, choices, None)
+    cli._check(cfg, choices, None, cli.Mode(check=True, gpu=GPU))
     line = capsys.readouterr().out
     # 55,000 steps × 32 × 2048 tokens × 8 accumulated (GPT-3 Small's 0.5M); 6·N + 6·L·T·C FLOPs a token; hours at
     # 989 TFLOP/s × 0.4
@@ -226,12 +225,11 @@ def test_a_size_without_a_unit_or_a_positive_number_is_refused(text):
         parse_size(text)
 
 
-def test_check_prints_the_estimate_and_that_it_fits(capsys, monkeypatch):
+def test_check_prints_the_estimate_and_that_it_fits(capsys):
     from harness import cli
 
-    monkeypatch.setattr(cli._Mode, "gpu", GPU)
     cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
-    cli._check(cfg, choices, None)
+    cli._check(cfg, choices, None, cli.Mode(check=True, gpu=GPU))
     line = capsys.readouterr().out.strip()
     assert line.startswith("ok: pos=rope attn=softmax task=mlm")
     assert line.endswith("GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (1.4 GiB weights, gradients "
