@@ -55,7 +55,10 @@ def said_write_failure(exc: BaseException, then: str) -> bool:
     if why is not None:
         import sys
 
-        print(f"error: writing failed: {why}; {then}", file=sys.stderr)
+        # one write with its newline, flushed: a launcher's worker (joblib) shares stderr with the sweep, whose
+        # log lines would otherwise land between the text and print's separate newline
+        sys.stderr.write(f"error: writing failed: {why}; {then}\n")
+        sys.stderr.flush()
     return why is not None
 
 
