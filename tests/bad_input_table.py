@@ -417,6 +417,12 @@ RUN_CASES += [
     ("int-beyond-64-bits-in-a-variant", ["attn=performer", "attn.nb_features=99999999999999999999"],
      "attn.nb_features=99999999999999999999 is beyond a 64-bit integer"),
     ("mixture-parts-not-a-list", ["task=mixture", "task.parts=-1"], "task.parts=-1 must be a list of strings"),
+    # check and run decide alike: what Lightning refuses when the Trainer is built, refused by --check too
+    ("check-val-every-n-epoch", ["trainer.check_val_every_n_epoch=0"],
+     "trainer.check_val_every_n_epoch=0: posbench validates every trainer.val_check_interval optimizer steps"),
+    ("devices-empty-list", ["trainer.devices=[]"], "trainer.devices=[] names no device; give a count"),
+    ("strategy-unknown", ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1", "trainer.strategy=abc"],
+     "trainer.strategy='abc' is not a Lightning strategy; use auto, ddp, "),
     ("mixture-alphabets-not-a-mapping", ["task=mixture", "task.alphabets=abc"],
      "task.alphabets='abc' must be a mapping or null"),
     ("config-dir-missing", ["--config-dir={files}/nope"], "nope' not found; --config-dir (-cd) takes an existing"),

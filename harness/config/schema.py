@@ -420,12 +420,29 @@ class TrainerSettings:
             raise ConfigError(f"trainer.gradient_clip_val={self.gradient_clip_val} must be ≥ 0 (or null: no clipping)")
         if self.num_sanity_val_steps < -1:
             raise ConfigError(f"trainer.num_sanity_val_steps={self.num_sanity_val_steps} must be ≥ 0 (or -1: all)")
+        if self.check_val_every_n_epoch is not None:  # Lightning would count val_check_interval within an epoch
+            raise ConfigError(f"trainer.check_val_every_n_epoch={self.check_val_every_n_epoch}: posbench validates "
+                              "every trainer.val_check_interval optimizer steps over the whole run (its training "
+                              "loader is one epoch); leave it null and set trainer.val_check_interval")
         self._check_devices()
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        """A name Lightning's registry holds; read from Lightning (seconds to import) only for a name not known."""
+        if isinstance(self.strategy, str) and self.strategy not in ("auto", "ddp", "ddp_spawn", "fsdp", "deepspeed"):
+            from lightning.pytorch.strategies import StrategyRegistry
+
+            names = StrategyRegistry.available_strategies()
+            if self.strategy not in names:
+                raise ConfigError(f"trainer.strategy={self.strategy!r} is not a Lightning strategy; use auto, "
+                                  f"{', '.join(n for n in names if '_find_unused' not in n)}")
 
     def _check_devices(self) -> None:
         d = self.devices
         if isinstance(d, int) and (d == 0 or d < -1):
             raise ConfigError(f"trainer.devices={d} must be a positive count, -1 (all) or auto")
+        if isinstance(d, list) and not d:
+            raise ConfigError("trainer.devices=[] names no device; give a count, -1 (all), a list of ids or auto")
         if isinstance(d, str) and d != "auto" and not d.replace(",", "").strip().isdigit():
             raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
 

@@ -209,7 +209,7 @@ def check(spec: EvalSpec) -> None:
 
 def _check_paths(spec: EvalSpec) -> None:
     """The model folders hold a config.json (a Hub name is refused: nothing is downloaded), --text is a file,
-    --out may be written."""
+    --out may be written, the experiment is named, the seed is numpy's, the store opens."""
     for folder, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
         if folder is not None and not (folder / "config.json").is_file():
             hub = not folder.exists() and "/" in str(folder) and not str(folder).startswith((".", "/", "~"))
@@ -220,6 +220,13 @@ def _check_paths(spec: EvalSpec) -> None:
         raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
     if spec.out is not None:
         _check_out(spec.out)
+    if not spec.experiment.strip():
+        raise ConfigError("--experiment '' names no MLflow experiment; give a name, e.g. --experiment hf-eval")
+    if not 0 <= spec.seed <= 2**32 - 1:
+        raise ConfigError(f"--seed={spec.seed} must lie in [0, 2^32 − 1]")
+    from harness.record.preflight import store_to_write
+
+    store_to_write(spec.tracking_uri)  # the store the cells are logged to: opened (or made) before any is run
 
 
 def _check_out(out: Path) -> None:

@@ -75,6 +75,9 @@ def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
     (["--budget", "99999999999999999999"], "--budget=99999999999999999999 is more than an evaluation takes; give at "
      "most 1,000,000,000"),
     (["--passkey-trials", "100000"], "--passkey-trials=100000 is more than an evaluation takes"),
+    (["--experiment", ""], "--experiment '' names no MLflow experiment; give a name"),
+    (["--seed", "-1"], "--seed=-1 must lie in"),
+    (["--tracking-uri", "abc"], "tracking URI 'abc' has scheme '', which MLflow cannot open"),
 ])
 def test_a_bad_option_is_one_line_naming_the_fix(tmp_path, argv, needle):
     (tmp_path / "config.json").write_text("{}")
