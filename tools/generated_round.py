@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import shutil
 import sys
@@ -58,6 +59,7 @@ class _Captured(Exception):
         self.parser = parser
 
 
+@functools.cache
 def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Each command's parser, caught as the command asks it to parse (nothing else runs)."""
     from harness import main as posbench
@@ -144,15 +146,40 @@ def classify(reply: dict) -> str:
     return "weak"
 
 
+def inputs(work: Path) -> dict[str, Path]:
+    """The files the tries point at, written into ``work``: a plain file, a small text, a tiny Llama folder."""
+    from tests.helpers import tiny_llama
+
+    (work / "a_file").write_text("x")
+    (work / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)
+    return {"file": work / "a_file", "missing": work / "missing", "words": work / "words.txt",
+            "model": tiny_llama(work / "llama")}
+
+
+def attempt(inprocess, argv: list[str], folder: Path, files: dict[str, Path], timeout: float) -> dict:
+    """One try in ``folder`` with its own store, through posbench's entry function (tests/inprocess.py)."""
+    fill = {**files, "tmp": folder, "store": f"sqlite:///{folder / 'mlflow.db'}"}
+    argv = [a.format(**fill) for a in argv]
+    try:
+        return inprocess.run("run", argv, str(folder), {"MLFLOW_TRACKING_URI": fill["store"]}, timeout)
+    except inprocess.Hung:
+        return {"code": None, "stderr": "", "stdout": "", "working": True}
+
+
+def is_typed(label: str) -> bool:
+    """Whether the flag of a flag try's ``label`` parses its value as a number (its parser declares a type)."""
+    key, flag = label.split(" --")[0], "--" + label.split(" --")[1].split("=")[0]
+    parser = parsers()[tuple(key.split())]
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    return action.type not in (None, str)
+
+
 def main() -> int:
     from tests import inprocess
-    from tests.helpers import tiny_llama
 
     timeout = float(os.environ.get("ROUND_TIMEOUT", "20"))
     work = Path(tempfile.mkdtemp(prefix="posbench-round-"))
-    (work / "a_file").write_text("x")
-    (work / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)
-    model = tiny_llama(work / "llama")
+    files = inputs(work)
     tries = [*flag_tries(), *config_tries()]
     only = os.environ.get("ROUND_ONLY")  # comma-separated label prefixes: ROUND_ONLY=prepare,hf-eval,pos=
     if only:
@@ -162,13 +189,7 @@ def main() -> int:
     for i, (label, argv) in enumerate(tries):
         tmp = work / f"try{i}"
         tmp.mkdir()
-        fill = {"tmp": tmp, "store": f"sqlite:///{tmp / 'mlflow.db'}", "file": work / "a_file",
-                "missing": work / "missing", "words": work / "words.txt", "model": model}
-        argv = [a.format(**fill) for a in argv]
-        try:
-            reply = inprocess.run("run", argv, str(tmp), {"MLFLOW_TRACKING_URI": fill["store"]}, timeout)
-        except inprocess.Hung:
-            reply = {"code": None, "stderr": "", "stdout": "", "working": True}
+        reply = attempt(inprocess, argv, tmp, files, timeout)
         kind = classify(reply)
         counts[kind] += 1
         if kind not in ("one line", "accepted") or (kind == "accepted" and os.environ.get("ROUND_SHOW_ACCEPTED")):
