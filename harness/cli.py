@@ -23,7 +23,6 @@ May import: harness.config, harness.train, harness.sweep, harness.scaleout, and 
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.config.hydra_errors import one_line, user_error
 from harness.config.resources import NamedGpu
 from harness.errors import ConfigError, Diverged, IncompatiblePairing, said_write_failure
 
@@ -346,10 +346,6 @@ def _gpu_line(checked, gpu) -> str:
 FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def users_code_failed(exc: BaseException) -> str | None:
     """Where the error was raised in the user's own code (a ``pos._target_`` class, a task of theirs): its class
     named and only its frames shown — not Hydra's, Lightning's and posbench's 60 lines around them. None when the
@@ -388,220 +384,6 @@ def _users_file(filename: str) -> bool:
     libraries = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
                  if (p := sysconfig.get_paths().get(key))}
     return not any(path.is_relative_to(d) for d in [*ours, *libraries])
-
-
-def _is_yaml_error(exc: BaseException) -> bool:
-    import yaml
-
-    return isinstance(exc, yaml.YAMLError)
-
-
-def user_error(exc: BaseException) -> str | None:
-    """The one-line message for a user's mistake, or None for a crash that needs its traceback."""
-    from hydra.errors import (
-        ConfigCompositionException,
-        InstantiationException,
-        MissingConfigException,
-        OverrideParseException,
-        SearchPathException,
-    )
-
-    if isinstance(exc, ConfigError):
-        return one_line(exc)
-    if _is_yaml_error(exc):  # a config file (conf/ or a --config-dir) that does not parse: where, and what
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
-        what = " ".join(str(getattr(exc, "problem", None) or one_line(exc)).split())
-        return f"{where} is not valid YAML ({what}); fix that file (each option of a config group is one YAML file)"
-    if isinstance(exc, SearchPathException):  # --config-dir that is not a folder: said where that flag is read
-        from harness.config.catalog import user_config_dirs
-
-        try:
-            user_config_dirs(sys.argv[1:])
-        except ConfigError as e:
-            return one_line(e)
-    if isinstance(exc, MissingConfigException):  # pos=foo: Hydra lists the options one per line
-        return _missing_option(exc)
-    if isinstance(exc, OverrideParseException):
-        return _unparsed(exc)
-    if isinstance(exc, ConfigCompositionException):  # e.g. model.foo=1: an unknown key
-        return _composition(exc)
-    if isinstance(exc, InstantiationException) and isinstance(exc.__cause__, ConfigError):  # a plugin's own check
-        return one_line(exc.__cause__)
-    if isinstance(exc, InstantiationException):  # a constructor's own error, past the schema
-        return f"{one_line(exc)}; check the values of that config node (python run.py --cfg job prints them)"
-    if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):  # pos=null
-        return _nulled_group()
-    if isinstance(exc, OSError) and exc.filename:  # e.g. hydra.run.dir under /proc or a read-only disk
-        return (f"cannot write {exc.filename} ({exc.strerror}); choose a writable place "
-                "(hydra.run.dir=, hydra.sweep.dir=, checkpoint.dir=, logger.tracking_uri=)")
-    return None
-
-
-def _unparsed(exc) -> str:
-    """An override Hydra's grammar rejects: a value with spaces or non-ASCII characters wants quoting."""
-    key, _, value = str(exc.override).partition("=")
-    if value and not (value.isascii() and " " not in value) and not value.startswith(("'", '"')):
-        fix = f"quote the value for Hydra inside the shell's quotes: '{key}=\"{value}\"'"  # a path, a name
-    else:
-        fix = "write key=value, quoting values with special characters, e.g. 'eval.lengths=[128,256]'"
-    return f"cannot parse override {exc.override!r}: {one_line(exc).split(' See https')[0]}; {fix}"
-
-
-def _nulled_group() -> str:
-    nulled = [a.partition("=")[0] for a in sys.argv[1:] if a.endswith(("=null", "=None", "=~"))]
-    group = nulled[0] if nulled else "a group"
-    return (f"{group}=null would remove a config group a run needs; pick one of its options "
-            f"(python run.py --list lists them){', e.g. pos=none for no positions' * (group == 'pos')}")
-
-
-def _composition(exc) -> str:
-    """Hydra's unknown-key error, with the nearest group or key instead of its advice to append one."""
-    if "An item is already at" in str(exc):  # `+key=` on an existing key: Hydra's text names both fixes
-        return one_line(exc)
-    text = one_line(exc).split(" To append to your config use")[0].split(" Key '")[0]
-    cause = one_line(exc.__cause__) if exc.__cause__ else ""
-    if text.startswith("Error resolving interpolation '${"):  # a defaults entry (conf/config.yaml) names a group
-        from harness.config.validate import missing_group  # the ~pos removed: its own line, as validation gives it
-
-        named = re.findall(r"\$\{(\w+)\}", text.split("'")[1])
-        known = text.partition("possible interpolation keys:")[2]
-        gone = [g for g in named if not re.search(rf"\b{g}\b", known)]
-        if gone:
-            return missing_group(gone[0])
-    key = _quoted_key(text)
-    elsewhere = _options_with_key(key) if key else []
-    if elsewhere:  # e.g. data.path under data=embedded: a key of the group's other options
-        head = elsewhere[0].partition("=")[0]
-        return (f"{key} is not a key of the chosen {head}; {', '.join(elsewhere)} "
-                f"{'has' if len(elsewhere) == 1 else 'have'} it: add {elsewhere[0]} (or drop {key})")
-    if "No match in the defaults list" in text and key and "/" in key:  # pos/scaling=yarn under pos=alibi
-        holders = _groups_listing(key)
-        if holders:
-            return (f"{key} is a choice of {', '.join(holders)} only, not of the chosen "
-                    f"{key.rpartition('/')[0]}; pick one of those or drop {key}")
-    return _unknown_key(text, cause, key)
-
-
-def _unknown_key(text: str, cause: str, key: str | None) -> str:
-    """A key no option defines: the nested group that has it, the nearest name, how to add a new one, or a
-    mapping given where a list is (or the reverse)."""
-    nested = _nested_options_with_key(key) if key else []
-    if nested:  # e.g. pos.factor: a key of conf/pos/scaling/<method>.yaml, composed under pos.scaling
-        group = nested[0].partition("=")[0]
-        names = ", ".join(n.partition("=")[2] for n in nested if n.startswith(f"{group}="))
-        return (f"{key} is not a key of the chosen {key.partition('.')[0]}; it belongs to {group}: pick one with "
-                f"{group}=<name> ({names}) and set {group.replace('/', '.')}.{key.partition('.')[2]}=...")
-    near = _nearest_name(key) if key else None
-    if near:
-        return f"{text} (no such key); did you mean {near}?"
-    if key and "." in key and _parent_node(key) is not None:
-        return (f"{text} (no such key); to pass a key the config does not list (e.g. another argument of "
-                f"the class it builds) add it with +{key}=...")
-    shapes = re.search(r"Cannot merge (\w+)Config with (\w+)Config", f"{text} {cause}")
-    if shapes and text.startswith("Error merging override "):  # phases={at: 3}: a mapping where a list is
-        override = text.removeprefix("Error merging override ")
-        given, wanted = ("a mapping", "a list") if shapes.group(1) == "Dict" else ("a list", "a mapping")
-        return (f"{override} gives {given} where the config holds {wanted}; write it as {wanted}, e.g. "
-                f"{'[...]' if wanted == 'a list' else '{key: value}'}")
-    detail = f" ({cause.split(' full_key:')[0]})" if cause and cause not in text else ""
-    return f"{text}{detail}; check the key's spelling in conf/ (python run.py --cfg job prints the whole config)"
-
-
-def _quoted_key(text: str) -> str | None:
-    parts = text.split("'")
-    return parts[1] if len(parts) >= 3 else None
-
-
-def _options_with_key(key: str) -> list[str]:
-    """The options of ``key``'s group that define the rest of ``key`` (``data.path`` → ``data=enwik8``,
-    ``data=text``; ``pos.scaling.alpha`` → ``pos/scaling=yarn``): the user picked an option without it."""
-    import yaml
-
-    from harness.paths import CONF
-
-    parts = key.split(".")
-    at = next((i for i in range(len(parts) - 1, 0, -1) if (CONF / "/".join(parts[:i])).is_dir()), None)
-    if at is None:
-        return []
-    group, rest = "/".join(parts[:at]), parts[at:]
-
-    def defines(node, parts: list[str]) -> bool:
-        return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
-
-    return [f"{group}={f.stem}" for f in sorted((CONF / group).glob("*.yaml"))
-            if defines(yaml.safe_load(f.read_text()) or {}, rest)]
-
-
-def _groups_listing(group: str) -> list[str]:
-    """The options of ``group``'s parent whose defaults list hold the nested ``group`` (``pos/scaling`` →
-    ``pos=rope``, ``pos=rope_trainable``), directly or through an option they extend."""
-    import yaml
-
-    from harness.paths import CONF
-
-    parent, _, sub = group.rpartition("/")
-
-    def holds(name: str, seen: frozenset = frozenset()) -> bool:
-        path = CONF / parent / f"{name}.yaml"
-        if name in seen or not path.is_file():
-            return False
-        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", [])
-        return any((isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
-                   for d in defaults)
-
-    return [f"{parent}={f.stem}" for f in sorted((CONF / parent).glob("*.yaml")) if holds(f.stem)]
-
-
-def _nested_options_with_key(key: str) -> list[str]:
-    """The options of a group nested in ``key``'s group that define ``key``'s last part (``pos.factor`` →
-    ``pos/scaling=linear``, …): the key moved into a node of its own."""
-    import yaml
-
-    from harness.paths import CONF
-
-    head, _, rest = key.partition(".")
-    if not rest or "." in rest or not (CONF / head).is_dir():
-        return []
-    return [f"{head}/{sub.name}={f.stem}" for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
-            for f in sorted(sub.glob("*.yaml")) if rest in (yaml.safe_load(f.read_text()) or {})]
-
-
-def _nearest_name(key: str) -> str | None:
-    """A config group (``poss`` → ``pos=``) or a key of the composed config (``model.dmodel``) near ``key``."""
-    from harness.paths import CONF
-
-    groups = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("hydra",))
-    head, _, rest = key.partition(".")
-    if not rest:
-        near = difflib.get_close_matches(head, groups, n=1, cutoff=0.6)
-        return f"{near[0]}=..." if near else None
-
-    *parents, last = key.split(".")
-    node = _parent_node(key)
-    keys = list(node.keys()) if node is not None else []
-    near = difflib.get_close_matches(last, keys, n=1, cutoff=0.6)
-    return f"{'.'.join(parents)}.{near[0]}=..." if near else None
-
-
-def _parent_node(key: str):
-    """The config node ``key`` would live in (``model.dmodel`` → ``model``), or None."""
-    from harness.config.compose import compose
-
-    node = compose([])
-    for part in key.split(".")[:-1]:
-        node = node.get(part) if hasattr(node, "get") else None
-    return node if hasattr(node, "keys") else None
-
-
-def _missing_option(exc) -> str:
-    text = str(exc)
-    head = one_line(text.split("Available options")[0].split("Config search path")[0])
-    options = exc.options if getattr(exc, "options", None) else []
-    group = text.split("Available options in '")[1].split("'")[0] if "Available options in '" in text else ""
-    if options and group:
-        return f"{head}; use one of {group}={', '.join(options)}"
-    return f"{head}; see python run.py --help for the config groups and their options"
 
 
 def _stopped_line(code: int) -> str:

@@ -116,7 +116,8 @@ def user_config_dirs(argv: list[str]) -> list[str]:
             dirs += [p.strip().strip("'\"").removeprefix("file://") for p in value.strip("[]").split(",")
                      if p.strip() and not p.strip().strip("'\"").startswith("pkg://")]
     missing = [d for d in dirs if not Path(d).expanduser().is_dir()]
-    if missing:  # as a run refuses it (harness/cli.py user_error): --list must not list without the user's options
+    # as a run refuses it (harness/config/hydra_errors.py user_error): --list must not list without the user's options
+    if missing:
         raise ConfigError(f"Additional config directory '{missing[0]}' not found; --config-dir (-cd) takes an "
                           "existing folder of YAML configs (CONTRIBUTING.md, 'From your own package')")
     return dirs
