@@ -29,7 +29,10 @@ class MachineFault(SystemExit):
 _WRITE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "a file-size limit (ulimit -f) was hit",
                  errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
                  errno.EIO: "an I/O error"}
-_SQLITE_WRITES = ("disk I/O error", "database or disk is full", "attempt to write a readonly database")
+# sqlite's result codes for a write the machine refused (the names Python's sqlite3 errors carry, extended codes
+# such as SQLITE_IOERR_WRITE included), in sqlite's own words
+_SQLITE_WRITES = {"SQLITE_IOERR": "disk I/O error", "SQLITE_FULL": "database or disk is full",
+                  "SQLITE_READONLY": "attempt to write a readonly database"}
 
 
 def write_failure(exc: BaseException) -> str | None:
@@ -40,9 +43,9 @@ def write_failure(exc: BaseException) -> str | None:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
             return f"{_WRITE_ERRNOS[exc.errno]}{f' writing {exc.filename}' if exc.filename else ''}"
-        text = str(exc)
-        hit = next((m for m in _SQLITE_WRITES if m in text), None)
-        if hit and type(exc).__name__ in ("OperationalError", "DatabaseError", "MlflowException"):
+        code = getattr(exc, "sqlite_errorname", None) or ""  # sqlite3.Error's, under MLflow's and SQLAlchemy's
+        hit = next((words for name, words in _SQLITE_WRITES.items() if code.startswith(name)), None)
+        if hit:
             return f"the tracking store could not be written ({hit}: a full disk or a file-size limit)"
         exc = exc.__cause__ or exc.__context__
     return None

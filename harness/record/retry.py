@@ -18,14 +18,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-LOCKED = ("database is locked", "database table is locked")
+LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # sqlite's result codes for a store another writer holds
 
 
 def is_locked(exc: BaseException) -> bool:
-    """True if ``exc`` or anything in its cause chain is SQLite's lock error."""
+    """True if ``exc`` or anything in its cause chain is SQLite's lock error (by its result code, which Python's
+    sqlite3 errors carry under MLflow's and SQLAlchemy's)."""
     seen = 0
     while exc is not None and seen < 10:
-        if any(s in str(exc) for s in LOCKED):
+        if (getattr(exc, "sqlite_errorname", None) or "").startswith(LOCKED):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False

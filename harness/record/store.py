@@ -132,7 +132,8 @@ def _damage(db: Path) -> str | None:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
             verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.OperationalError as e:
-        return None if "locked" in str(e) else str(e)  # a busy store is not a damaged one
+        busy = (e.sqlite_errorname or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+        return None if busy else str(e)  # a busy store is not a damaged one
     except sqlite3.DatabaseError as e:
         return str(e)
     return None if verdict == "ok" else verdict

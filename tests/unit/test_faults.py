@@ -5,15 +5,30 @@ import pytest
 
 
 def locked_error():
+    """sqlite's own lock error (a second writer while one holds the lock), wrapped as MLflow wraps it: MLflow's
+    exception from SQLAlchemy's, from sqlite3's (whose result code, SQLITE_BUSY, is what the retry reads)."""
+    import sqlite3
+    import tempfile
+
     from mlflow.exceptions import MlflowException
 
-    try:  # MLflow wraps SQLAlchemy's OperationalError, which wraps sqlite3's
-        raise RuntimeError("(sqlite3.OperationalError) database is locked")
-    except RuntimeError as cause:
+    with tempfile.TemporaryDirectory() as d:
+        holder = sqlite3.connect(f"{d}/s.db", isolation_level=None)
+        holder.execute("create table t (x)")
+        holder.execute("begin exclusive")
         try:
-            raise MlflowException("(sqlite3.OperationalError) database is locked") from cause
-        except MlflowException as e:
-            return e
+            sqlite3.connect(f"{d}/s.db", timeout=0).execute("insert into t values (1)")
+        except sqlite3.OperationalError as busy:
+            try:
+                raise RuntimeError("(sqlite3.OperationalError) database is locked") from busy
+            except RuntimeError as cause:
+                try:
+                    raise MlflowException("(sqlite3.OperationalError) database is locked") from cause
+                except MlflowException as e:
+                    return e
+        finally:
+            holder.close()
+    raise AssertionError("the second writer was not refused")
 
 
 def test_locked_store_is_retried_with_growing_jittered_waits():
