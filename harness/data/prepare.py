@@ -178,7 +178,7 @@ def _source_and_tokenizer(overrides: list[str]):
     this room may not import harness.config (which imports it), and needs nothing of a run's but these two.
     A constructor's ConfigError is kept whole (Hydra wraps it)."""
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, InstantiationException
+    from hydra.errors import HydraException, InstantiationException, MissingConfigException
     from hydra.utils import instantiate
 
     from harness.paths import CONF
@@ -194,8 +194,12 @@ def _source_and_tokenizer(overrides: list[str]):
         if cause is None:
             raise
         raise cause from None
-    except HydraException as e:  # an override that names no option or key
-        raise ConfigError(" ".join(str(e).split("Config search path")[0].split())) from None
+    except MissingConfigException as e:  # data=nope: the group's options, as a run names them
+        group = (e.missing_cfg_file or "").rpartition("/")[0]
+        fix = f"use one of {group}={', '.join(e.options)}" if group and e.options else "see posbench list"
+        raise ConfigError(f"Could not find '{e.missing_cfg_file}'; {fix}") from None
+    except HydraException as e:  # an override that names no key, or does not parse
+        raise ConfigError(" ".join(str(e).split())) from None
 
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:

@@ -254,7 +254,7 @@ def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, caps
     assert main([str(tmp_path / "out"), "--shard-tokens", "0"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("error: data.path=") and "does not exist" in lines[0]
-    assert lines[1].startswith("error: In 'config': Could not find 'data/nope' Available options in 'data': ")
+    assert lines[1].startswith("error: Could not find 'data/nope'; use one of data=embedded, ")
     assert lines[2] == "error: --shard-tokens=0 must be a positive number of token ids" and len(lines) == 3
     assert not (tmp_path / "out").exists()
 
