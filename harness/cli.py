@@ -18,7 +18,8 @@ A run for a GPU (``trainer.accelerator=gpu``, every ``scale=paper`` preset) is c
 estimate of its largest step (weights, gradients and AdamW state, activations, logits) and that it fits, and a
 step that does not fit is refused with the figure (harness/config/resources.py ``gpu_estimate``).
 
-May import: harness.config, harness.train, harness.sweep, harness.scaleout, and the ground.
+May import: harness.config, harness.train, harness.sweep, harness.scaleout, harness.record (to name the store), and
+the ground.
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ from omegaconf import DictConfig
 
 from harness.config.hydra_errors import one_line, user_error
 from harness.config.resources import NamedGpu
-from harness.errors import ConfigError, Diverged, IncompatiblePairing, said_write_failure
+from harness.errors import (
+    ConfigError,
+    Diverged,
+    IncompatiblePairing,
+    StoreDamaged,
+    damaged_store_line,
+    said_write_failure,
+    store_damage,
+)
 
 CHECK_FLAG = "--check"
 GPU_MEMORY_FLAG = "--gpu-memory"
@@ -292,7 +301,16 @@ def _train_one(cfg: DictConfig, choices: dict[str, str]):
     except Diverged as e:  # the run is closed FAILED (failure=diverged); an outcome, not a crash: no traceback
         print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
         sys.exit(1)
+    except StoreDamaged as e:  # found when the run closed (harness/record/run.py)
+        print(e, file=sys.stderr)
+        sys.exit(1)
     except Exception as e:
+        damaged = store_damage(e)  # sqlite's own error, mid-run: its result code, under MLflow's exception
+        if damaged:
+            from harness.record.store import resolve_tracking_uri
+
+            print(damaged_store_line(resolve_tracking_uri(cfg.logger.tracking_uri), damaged), file=sys.stderr)
+            sys.exit(1)
         if not said_write_failure(e, "free space (or raise the limit) and run the same command plus resume=true: "
                                      "the run is closed FAILED where the store could still be written"):
             raise

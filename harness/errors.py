@@ -25,6 +25,11 @@ class MachineFault(SystemExit):
     seen: str | None = None
 
 
+class StoreDamaged(RuntimeError):
+    """The tracking store was damaged while a run wrote to it (truncated or overwritten by something else, found
+    when the run closed: sqlite wrote on without noticing); ``str`` is its one line (``damaged_store_line``)."""
+
+
 # Why a write failed, when the machine and not the code is the cause
 _WRITE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "a file-size limit (ulimit -f) was hit",
                  errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
@@ -49,6 +54,27 @@ def write_failure(exc: BaseException) -> str | None:
             return f"the tracking store could not be written ({hit}: a full disk or a file-size limit)"
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+_SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # sqlite's result codes for a file that is no longer whole
+
+
+def store_damage(exc: BaseException) -> str | None:
+    """sqlite's words, if ``exc`` (or an exception it came from) says the store's file was damaged under the run
+    (truncated or overwritten by something else: SQLITE_CORRUPT, SQLITE_NOTADB), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if (getattr(exc, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE):
+            return " ".join(str(exc).split())
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def damaged_store_line(store: str, why: str) -> str:
+    """The one line for a store damaged while a run wrote to it (mid-run, or found when the run closed)."""
+    return (f"error: the tracking store {store} was damaged while the run wrote to it ({why}); its records may be "
+            "lost: move it aside (or restore a copy) and run the same command again with a new logger.tracking_uri")
 
 
 def said_write_failure(exc: BaseException, then: str) -> bool:

@@ -164,6 +164,20 @@ class TrackedRun:
         if failure:
             self.set_tags(failure)
         self.store.client.set_terminated(self.run_id, status=status)
+        if status == "FINISHED":
+            self._check_store_whole()
+
+    def _check_store_whole(self) -> None:
+        """An sqlite store is read back after a run closes (its header against its size, then sqlite's quick
+        check): one truncated or overwritten while the run wrote is taken by sqlite without an error, and the run
+        would end 'finished' into a store that no longer opens."""
+        from harness.errors import StoreDamaged, damaged_store_line
+        from harness.record.store import damage_of, sqlite_path
+
+        db = sqlite_path(self.uri)
+        why = damage_of(db) if db is not None and db.exists() else None
+        if why:
+            raise StoreDamaged(damaged_store_line(str(db), why))
 
     def record_refusal(self, tags: dict[str, str], params: dict[str, str], exc: BaseException) -> None:
         """A run that could not start (its config was refused, or building failed): created and

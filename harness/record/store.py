@@ -100,7 +100,7 @@ def _check_database_file(db: Path, uri: str) -> None:
     if head and head != SQLITE_MAGIC:  # an empty file is a database sqlite will initialise
         raise ConfigError(f"tracking URI {uri!r}: {db} exists but is not an sqlite database; "
                           "point logger.tracking_uri at a new file or an MLflow store")
-    damage = _damage(db)
+    damage = damage_of(db)
     if damage:
         raise ConfigError(f"tracking URI {uri!r}: {db} is a damaged sqlite database ({damage}); restore it from "
                           "a backup, or point the tracking URI at a new file")
@@ -112,7 +112,7 @@ def _check_database_file(db: Path, uri: str) -> None:
 QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: ~1 s per GB here
 
 
-def _damage(db: Path) -> str | None:
+def damage_of(db: Path) -> str | None:
     """What is wrong with an sqlite file, or None: its header's page count against its size (a truncated
     copy), then, up to QUICK_CHECK_MAX_BYTES, sqlite's own ``PRAGMA quick_check``."""
     import sqlite3

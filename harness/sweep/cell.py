@@ -18,7 +18,14 @@ import traceback
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import MachineFault, said_write_failure, write_failure
+from harness.errors import (
+    MachineFault,
+    StoreDamaged,
+    damaged_store_line,
+    said_write_failure,
+    store_damage,
+    write_failure,
+)
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
 from harness.record.store import Store, resolve_tracking_uri
@@ -42,6 +49,12 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
         if said_write_failure(e, "the sweep stops at this cell (every later one would fail alike): free space "
                                  "(or raise the limit) and run the same command again: finished cells are kept"):
             MachineFault.seen = write_failure(e)  # the machine, not the cell: every later cell would fail alike
+            raise MachineFault(1) from None
+        damaged = str(e) if isinstance(e, StoreDamaged) else store_damage(e)
+        if damaged:  # the store every later cell writes to: the sweep stops here
+            line = str(e) if isinstance(e, StoreDamaged) else damaged_store_line(run.uri, damaged)
+            print(f"{line}; the sweep stops at this cell", file=sys.stderr)
+            MachineFault.seen = "the tracking store was damaged while a cell wrote to it"
             raise MachineFault(1) from None
         if not run.opened and is_rank_zero():  # refused before its run existed: record it
             _record_refusal(run, cfg, choices, e)

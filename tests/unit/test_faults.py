@@ -102,3 +102,27 @@ def test_retrying_client_survives_pickling(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = pickle.loads(pickle.dumps(Store.open(uri).client))
     assert client.get_experiment_by_name("Default") is not None
+
+
+def test_a_store_damaged_under_a_run_is_named_by_sqlite_not_taken_as_finished(tmp_path):
+    """The store cut to half its size while a run writes (another process truncating it): sqlite's own result code
+    under MLflow's exception (SQLITE_CORRUPT), or, where sqlite wrote on without noticing, the check when the run
+    closes, gives the one line naming the store; the run is never reported finished into a store that no longer
+    opens (it was: exit 0, then 'database disk image is malformed' for every later reader)."""
+    import os
+
+    from harness.errors import StoreDamaged, damaged_store_line, store_damage
+    from harness.record.run import TrackedRun
+
+    db = tmp_path / "mlflow.db"
+    run = TrackedRun(f"sqlite:///{db}", "posbench", "damaged")
+    with pytest.raises(Exception) as raised:
+        with run.open({}, {"a": "1"}):
+            run.log_scalars({f"m{i}": float(i) for i in range(200)}, 1)
+            os.truncate(db, db.stat().st_size // 2)
+            run.log_scalars({f"m{i}": float(i) for i in range(200)}, 2)
+    e = raised.value
+    line = str(e) if isinstance(e, StoreDamaged) else damaged_store_line(str(db), store_damage(e) or "")
+    assert line.startswith(f"error: the tracking store {db} was damaged while the run wrote to it (")
+    assert isinstance(e, StoreDamaged) or "malformed" in line or "not a database" in line, line
+    assert "run the same command again with a new logger.tracking_uri" in line
