@@ -171,11 +171,24 @@ class TrackedRun:
         """An sqlite store is read back after a run closes (its header against its size, then sqlite's quick
         check): one truncated or overwritten while the run wrote is taken by sqlite without an error, and the run
         would end 'finished' into a store that no longer opens."""
+        import sqlite3
+
         from harness.errors import StoreDamaged, damaged_store_line
         from harness.record.store import damage_of, sqlite_path
 
         db = sqlite_path(self.uri)
-        why = damage_of(db) if db is not None and db.exists() else None
+        if db is None or not db.exists():
+            return
+        why = None
+        try:  # under a shared lock: another cell's writer cannot commit mid-check (its header and size agree)
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+                conn.execute("BEGIN")
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                why = damage_of(db)
+                conn.rollback()
+        except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
+            busy = (getattr(e, "sqlite_errorname", None) or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+            why = None if busy else " ".join(str(e).split())
         if why:
             raise StoreDamaged(damaged_store_line(str(db), why))
 
