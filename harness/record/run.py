@@ -171,6 +171,7 @@ class TrackedRun:
         """An sqlite store is read back after a run closes (its header against its size, then sqlite's quick
         check): one truncated or overwritten while the run wrote is taken by sqlite without an error, and the run
         would end 'finished' into a store that no longer opens."""
+        import contextlib
         import sqlite3
 
         from harness.errors import StoreDamaged, damaged_store_line
@@ -181,7 +182,7 @@ class TrackedRun:
             return
         why = None
         try:  # under a shared lock: another cell's writer cannot commit mid-check (its header and size agree)
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
                 conn.execute("BEGIN")
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
                 why = damage_of(db)
