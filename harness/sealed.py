@@ -4,8 +4,14 @@
 atomically (a temporary file renamed over the old one); ``read(path, fix)`` returns the record without it, or raises
 a ConfigError naming the file and ``fix`` when the file is not JSON, not an object, or its content no longer matches
 its seal (edited, truncated, a flipped byte). A record written before seals (no ``sha256`` key) is read as it is.
-Used for the run link beside a run's checkpoints (``run.json``) and a sweep's record (``mlflow_sweep.json``); the
-shard manifests (harness/data/shards.py) and vocabularies (harness/data/subword.py) seal themselves the same way.
+Used for the run link beside a run's checkpoints (``run.json``), a sweep's record (``mlflow_sweep.json``) and a tuning
+report's ``best.json``; the shard manifests (harness/data/shards.py) seal themselves the same way.
+
+A file that is not JSON (a corpus cache, an array, an exported model) is sealed beside itself: ``write_bytes(path,
+data)`` writes it and ``<path>.sha256``; ``check_file(path, fix)`` reads the seal back before the file is used
+(True: whole; False: no seal, a file from before seals, which a cache rebuilds; a ConfigError naming the file and
+``fix`` when its bytes differ). Checkpoints (harness/record/checkpoints.py) and cached vocabularies
+(harness/data/subword.py) carry the same ``.sha256`` beside them.
 
 Ground: imports nothing from the project but its errors.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import ConfigError
@@ -34,14 +41,90 @@ def write(path: Path, record: dict) -> None:
     tmp.replace(path)
 
 
-def read(path: Path, fix: str) -> dict:
-    """The record at ``path`` without its seal; a ConfigError naming the file and ``fix`` if it is damaged."""
+def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
+    """The record at ``path`` without its seal; a ConfigError naming the file and ``fix`` if it is damaged.
+    ``keys``: the record's fields, when known: another key (a damaged seal's name, ``sha257``) is damage, not a
+    record from before seals."""
     try:
         record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is damaged (not JSON: {' '.join(str(e).split())[:60]}); {fix}") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{path} is damaged (not a JSON object); {fix}")
-    if SEAL in record and record[SEAL] != digest(record):
+    if not intact(record):
         raise ConfigError(f"{path} is damaged (its content no longer matches its sha256); {fix}")
+    known = set(keys)
+    unknown = sorted(set(record) - {SEAL} - known) if known else []
+    if unknown:
+        raise ConfigError(f"{path} is damaged (keys {unknown} are none of its fields); {fix}")
     return {k: v for k, v in record.items() if k != SEAL}
+
+
+def intact(record: dict) -> bool:
+    """Whether a record read from JSON still matches its seal (one from before seals has none: True)."""
+    return SEAL not in record or record[SEAL] == digest(record)
+
+
+# ---------------------------------------------------------------- files sealed beside themselves
+
+FILE_SEAL = ".sha256"
+
+
+def seal_path(path: Path) -> Path:
+    return path.with_name(path.name + FILE_SEAL)
+
+
+def sealed_files(files: dict[str, str | bytes]) -> dict[str, str | bytes]:
+    """``files`` (name -> content, as a run's artifacts are logged) with each one's ``<name>.sha256`` beside it."""
+    seals = {f"{name}{FILE_SEAL}": hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest() + "\n"
+             for name, data in files.items()}
+    return {**files, **seals}
+
+
+def check_folder(folder: Path, fix: str) -> None:
+    """Every sealed file in ``folder`` against its seal (files without one are not judged)."""
+    for seal in sorted(folder.glob(f"*{FILE_SEAL}")):
+        path = seal.with_name(seal.name[: -len(FILE_SEAL)])
+        if path.is_file():
+            check_file(path, fix)
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def seal_file(path: Path) -> None:
+    """``<path>.sha256`` for the file at ``path`` as it is now, written whole or not at all."""
+    seal = seal_path(path)
+    tmp = seal.with_name(f"{seal.name}.tmp{os.getpid()}")
+    tmp.write_text(file_digest(path) + "\n")
+    tmp.replace(seal)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` atomically, then its seal (a crash between leaves a file without one: unsealed)."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    seal_file(path)
+
+
+def check_file(path: Path, fix: str) -> bool:
+    """Whether ``path`` is sealed (False: no ``.sha256`` beside it); a ConfigError naming it and ``fix`` when its
+    bytes are not those sealed (a flipped byte, a truncation, another file put in its place)."""
+    seal = seal_path(path)
+    try:
+        written = seal.read_text().strip()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{seal} cannot be read ({type(e).__name__}); {fix}") from None
+    actual = file_digest(path)
+    if actual != written:
+        raise ConfigError(f"{path} is damaged (its sha256 {actual[:12]}… is not the {written[:12]}… written with it); "
+                          f"{fix}")
+    return True

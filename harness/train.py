@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import allocator
+from harness import allocator, sealed
 from harness.config.validate import Checked, validate
 from harness.data.corpus import with_documents
 from harness.record.resume import plan_resume
@@ -149,7 +149,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.log_scalars(results.metrics(built.module.bytes_per_token), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
         run.log_files(results.files(checked.eval.position_buckets))
-    run.log_files(built.model.pos.artifacts())
+    run.log_files(sealed.sealed_files(built.model.pos.artifacts()))  # theta.csv, read back by results/theta.py
     run.log_files(rope_parameters_file(built.model))
     if checked.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
         from harness.pretrained.export import hf_files

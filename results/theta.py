@@ -15,16 +15,26 @@ import csv
 import io
 from pathlib import Path
 
+from harness import sealed
+from harness.errors import ConfigError
+
 DRIFT_METRICS = ("pos/theta_rel_change", "pos/theta_max_log_ratio")
 
 
 def _theta_rows(client, run_id: str) -> list[dict[str, float]]:
     import tempfile
 
+    fix = f"train run {run_id} again (its artifacts are not what it logged)"
     with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(run_id, "theta.csv", tmp)
-        text = Path(path).read_text()
-    return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+        path = Path(client.download_artifacts(run_id, "theta.csv", tmp))
+        if "theta.csv.sha256" in {a.path for a in client.list_artifacts(run_id)}:  # sealed when logged (train.py)
+            client.download_artifacts(run_id, "theta.csv.sha256", tmp)
+            sealed.check_file(path, fix)
+        text = path.read_text()
+    try:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"theta.csv of run {run_id} is damaged ({type(e).__name__}: {e}); {fix}") from None
 
 
 def theta_section(client, cells, out: Path) -> list[str]:

@@ -9,12 +9,12 @@ command and the sweep's wall time).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from harness import sealed
 from results.cells import Cell
 
 
@@ -106,6 +106,6 @@ def write(client, sweep, out: Path, regenerate: str) -> list[Path]:
     tuned = tune_cells(cells_of(client, sweep))
     wall = (info.end_time - info.start_time) / 60_000 if info.end_time else None
     out.mkdir(parents=True, exist_ok=True)
-    (out / "best.json").write_text(json.dumps(best_json(tuned, source), indent=1) + "\n")
+    sealed.write(out / "best.json", best_json(tuned, source))  # sealed: optim.tuned refuses it changed
     (out / "README.md").write_text(markdown(tuned, source, wall))
     return [out / "best.json", out / "README.md"]

@@ -341,6 +341,8 @@ RUN_CASES = [
      """quote the value for Hydra inside the shell's quotes: 'data.path="""),
     ("tuned-unknown-key", ["pos=t5", "optim.tuned={files}/tuned.json"], "sets optim.optimizer.learning_rate, which "
                                                                         "this config does not have"),
+    ("tuned-changed-digit", ["optim.tuned={files}/tuned_changed.json"], "tuned_changed.json changed after python -m "
+     "results tune wrote it (its sha256 no longer matches)"),
 ]
 
 # `python -m results ...` rows: (id, args, text the line must contain)
@@ -451,6 +453,13 @@ POSBENCH_CASES = [
      "argument --batches: 99999999999999999999 must be at most 100,000"),
     ("bench-loader-json-under-proc", ["bench", "loader", "--json", "/proc/posbench.json"],
      "--json: cannot write /proc"),
+    # ---- a model posbench exported (export=hf), changed since: its seals (harness/sealed.py)
+    ("hf-eval-export-weights-flipped", ["hf-eval", "{files}/export_flipped", "--lengths", "16", "--budget", "64",
+                                        "--check", "--tracking-uri", "{store}"],
+     "model.safetensors is damaged"),
+    ("hf-eval-export-config-edited", ["hf-eval", "{files}/export_edited", "--lengths", "16", "--budget", "64",
+                                      "--check", "--tracking-uri", "{store}"], "config.json is damaged"),
+    ("hf-rope-export-config-edited", ["hf-rope", "{files}/export_edited"], "config.json is damaged"),
 ]
 
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -497,12 +506,42 @@ def prepare_inputs(d: Path) -> Path:
     (d / "tuned.json").write_text(json.dumps({"cells": tuned}))
     bad = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": -1}}}
     (d / "tuned_bad.json").write_text(json.dumps({"cells": bad}))
+    from harness import sealed
+
+    tuned = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3e-4}}}
+    sealed.write(d / "tuned_changed.json", {"cells": tuned})  # as results tune writes it, then a digit changed
+    (d / "tuned_changed.json").write_text((d / "tuned_changed.json").read_text().replace("0.0003", "0.0008"))
+    _exports(d)
     _truncated_store(d / "truncated.db")
     from harness.data.prepare import prepare
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
     prepare(d / "shards", ["data=text", f"data.path={d / 'words.txt'}"])
     return d
+
+
+def _exports(d: Path) -> None:
+    """A tiny model exported as export=hf writes it, twice: one bit of its weights flipped, its config edited."""
+    import torch
+
+    from attention.softmax import Softmax
+    from harness.model.transformer import ModelConfig, Transformer
+    from harness.pretrained.export import hf_files
+    from positional.rope import Rope
+
+    cfg = ModelConfig(n_layers=1, d_model=32, n_heads=4, d_ff=48, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
+                      bias=False, head="untied")
+    with torch.random.fork_rng():
+        model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
+    for name in ("export_flipped", "export_edited"):
+        (d / name).mkdir()
+        for file, content in hf_files(model, 61, 16, causal=True).items():
+            (d / name / file).write_bytes(content if isinstance(content, bytes) else content.encode())
+    weights = bytearray((d / "export_flipped" / "model.safetensors").read_bytes())
+    weights[-7] ^= 0x01
+    (d / "export_flipped" / "model.safetensors").write_bytes(bytes(weights))
+    config = d / "export_edited" / "config.json"
+    config.write_text(config.read_text().replace('"rope_theta": 500.0', '"rope_theta": 5000.0'))
 
 
 def _truncated_store(path: Path) -> None:

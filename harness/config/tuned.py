@@ -4,8 +4,9 @@ A tuning sweep (``python run.py -m experiment=tune_lr``, harness/sweep/tune.py) 
 (``python -m results tune --out results/tune_lr/``) leave ``best.json``: per cell ``pos=<p> attn=<a>``
 the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). With ``optim.tuned`` set,
 the validation pass writes this cell's values into the config before checking it, so the rate used is
-the run's ``optim.optimizer.lr`` param like any other. A file that is missing or unreadable, a cell it
-does not hold, or a key the config does not have is refused in one line.
+the run's ``optim.optimizer.lr`` param like any other. A file that is missing or unreadable, changed since it was
+written (its ``sha256``, harness/sealed.py), a cell it does not hold, or a key the config does not have is refused
+in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness import sealed
 from harness.errors import ConfigError
 
 
@@ -22,13 +24,18 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     """The values best.json at ``path`` holds for the cell ``pos=<pos> attn=<attn>``."""
     file = Path(path).expanduser().absolute()
     try:
-        cells = json.loads(file.read_text())["cells"]
+        record = json.loads(file.read_text())
+        cells = record["cells"]
     except FileNotFoundError:
         raise ConfigError(f"optim.tuned={path}: no such file ({file}); run python -m results tune "
                           "--out results/tune_lr/ after a tuning sweep, or drop optim.tuned") from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"optim.tuned={path}: not a best.json of python -m results tune "
                           f"({type(e).__name__}: {e}); point it at one, or drop optim.tuned") from None
+    if not sealed.intact(record):  # results/tune.py seals it: a changed digit would be used silently
+        raise ConfigError(f"optim.tuned={path}: {file} changed after python -m results tune wrote it (its sha256 "
+                          "no longer matches); write it again with python -m results tune --out, set "
+                          "optim.optimizer.lr yourself, or drop optim.tuned")
     key = f"pos={pos} attn={attn}"  # results/tune.py cell_key
     if key not in cells:
         raise ConfigError(f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import sealed
 from harness.errors import ConfigError
 
 CACHE = Path(os.environ.get("POSBENCH_CACHE", Path.home() / ".cache" / "posbench"))
@@ -207,23 +208,25 @@ class Embedded:
         the text."""
         text = self._cached()
         cache = text.with_suffix(".starts.npy")
-        if not cache.exists():
-            starts = joined_starts([len(p.encode("utf-8")) for p in stdlib_parts()])
-            tmp = cache.with_suffix(f".tmp{os.getpid()}.npy")
-            np.save(tmp, starts)
-            tmp.replace(cache)  # atomic, as the text
+        if not (cache.exists() and sealed.check_file(cache, _rebuilt(cache))):
+            array = io.BytesIO()
+            np.save(array, joined_starts([len(p.encode("utf-8")) for p in stdlib_parts()]))
+            sealed.write_bytes(cache, array.getvalue())  # atomic, sealed, as the text
         return split_starts(np.load(cache), text.stat().st_size, self.val_every)
 
     @staticmethod
     def _cached() -> Path:
+        """The text, built once per machine and sealed (harness/sealed.py): a cache from before seals is built
+        again, one whose bytes changed since is refused before a run reads it (it would train on other text)."""
         cache = CACHE / f"stdlib-prose-{_version()}.txt"
-        if not cache.exists():
-            data = stdlib_prose().encode("utf-8")
+        if not (cache.exists() and sealed.check_file(cache, _rebuilt(cache))):
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            tmp.replace(cache)  # atomic: concurrent runs never read half a file
+            sealed.write_bytes(cache, stdlib_prose().encode("utf-8"))  # atomic: concurrent runs never read half
         return cache
+
+
+def _rebuilt(cache: Path) -> str:
+    return f"delete {cache} and its .sha256, and the next run builds it again"
 
 
 def _version() -> str:

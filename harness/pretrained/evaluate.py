@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from harness import sealed
 from harness.data.windows import window_starts
 from harness.errors import ConfigError, OneLineParser
 from harness.pretrained import budget, report
@@ -216,6 +217,8 @@ def _check_paths(spec: EvalSpec) -> None:
             hint = " (a Hub name? nothing is downloaded: save the model with save_pretrained and give its folder)" \
                 if hub else ""
             raise ConfigError(f"{flag} {folder} is not a model folder with a config.json{hint}")
+        if folder is not None:  # a posbench export carries seals (harness/sealed.py): a changed byte is refused here
+            sealed.check_folder(folder, "export the model again (export=hf) or download its hf_model/ artifact again")
     if spec.text != "embedded" and not Path(spec.text).expanduser().is_file():
         raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
     if spec.out is not None:

@@ -29,6 +29,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import sealed
 from harness.errors import ConfigError
 
 ATTN_OF_TYPE = {"full_attention": "softmax", "sliding_attention": "local"}
@@ -113,6 +114,7 @@ def read_config(config) -> Layers:
     if isinstance(config, (str, Path)):
         path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
         try:
+            sealed.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
             config = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"{path}: cannot read a transformers config.json ({e}); give its path or folder") \

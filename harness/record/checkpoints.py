@@ -13,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -42,7 +42,7 @@ class RunLink:
         if not path.exists():
             return None
         fix = f"delete {directory} to start this config afresh (its checkpoints cannot be tied to a run)"
-        record = sealed.read(path, fix)
+        record = sealed.read(path, fix, keys=(f.name for f in fields(cls)))
         try:
             return cls(**{k: str(record[k]) for k in ("run_id", "config_hash", "tracking_uri", "experiment")})
         except KeyError as e:

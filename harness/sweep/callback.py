@@ -25,7 +25,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -63,7 +63,7 @@ class SweepRecord:
         if not path.exists():
             return None
         fix = "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)"
-        record = sealed.read(path, fix)
+        record = sealed.read(path, fix, keys=(f.name for f in fields(cls)))
         try:
             return cls(*(record[k] for k in ("parent_run_id", "sweep_id", "tracking_uri", "experiment")),
                        list(record["swept_keys"]))

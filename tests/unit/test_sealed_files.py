@@ -1,0 +1,182 @@
+"""Every file posbench writes and later reads back is sealed (harness/sealed.py): a flipped byte, wherever it
+falls, is refused in one line naming the file and the fix, before the content is used. One test per kind here;
+the others live beside their writers (shards, manifests and their tokenizer.json: tests/unit/test_shards.py; cached
+vocabularies: tests/unit/test_tokenizers.py; checkpoints: tests/unit/test_checkpoint_digest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness import sealed
+from harness.errors import ConfigError
+
+
+def flipped(path: Path, at: float) -> None:
+    """One bit of ``path`` flipped, ``at`` of the way in (0: the first byte, 1: the last)."""
+    data = bytearray(path.read_bytes())
+    data[min(int(at * len(data)), len(data) - 1)] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+PLACES = [0.0, 0.5, 1.0]
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory):
+    """The embedded corpus's text and document starts, built once (seconds) for the module."""
+    from harness.data import corpus
+
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(corpus, "CACHE", root)
+        whole = corpus.Embedded().load()
+        starts = corpus.Embedded().document_starts()
+    return root, whole.sha256, starts
+
+
+@pytest.fixture
+def cache(built_cache, tmp_path, monkeypatch):
+    """A copy of the built cache that this test may damage."""
+    import shutil
+
+    from harness.data import corpus
+
+    copy = tmp_path / "cache"
+    shutil.copytree(built_cache[0], copy)
+    monkeypatch.setattr(corpus, "CACHE", copy)
+    return copy
+
+
+@pytest.mark.parametrize("at", PLACES)
+def test_the_embedded_corpus_cache_damaged_is_refused_before_a_run_reads_it(cache, at):
+    from harness.data.corpus import Embedded
+
+    text = next(cache.glob("stdlib-prose-*.txt"))
+    flipped(text, at)
+    for read in (Embedded().sizes, Embedded().load):  # sizes: the validation pass, before anything is built
+        with pytest.raises(ConfigError, match=rf"{text.name} is damaged .*delete .* and the next run builds it"):
+            read()
+
+
+def test_an_embedded_corpus_cache_from_before_seals_is_built_again_sealed(cache, built_cache):
+    from harness.data.corpus import Embedded
+
+    text = next(cache.glob("stdlib-prose-*.txt"))
+    sealed.seal_path(text).unlink()
+    text.write_bytes(b"an old cache nobody can vouch for " * 100)
+    assert Embedded().load().sha256 == built_cache[1] and sealed.check_file(text, "")  # as after the fix it names
+
+
+@pytest.mark.parametrize("at", PLACES)
+def test_the_document_starts_cache_damaged_is_refused(cache, built_cache, at):
+    from harness.data.corpus import Embedded
+
+    train, val = Embedded().document_starts()
+    assert np.array_equal(train, built_cache[2][0]) and np.array_equal(val, built_cache[2][1])
+    starts = next(cache.glob("*.starts.npy"))
+    flipped(starts, at)
+    with pytest.raises(ConfigError, match=rf"{starts.name} is damaged"):
+        Embedded().document_starts()
+
+
+@pytest.mark.parametrize("at", [0.3, 0.6, 0.9])
+def test_a_tuned_best_json_changed_after_it_was_written_is_refused(tmp_path, at):
+    from harness.config.tuned import tuned_values
+
+    best = tmp_path / "best.json"
+    sealed.write(best, {"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3.5e-4}}}})
+    assert tuned_values(str(best), "rope", "softmax") == {"optim.optimizer.lr": 3.5e-4}
+    text = best.read_text()
+    digits = [i for i, c in enumerate(text) if c.isdigit()]
+    i = digits[int(at * (len(digits) - 1))]
+    best.write_text(text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:])  # still JSON: only the seal knows
+    with pytest.raises(ConfigError, match="changed after python -m results tune wrote it"):
+        tuned_values(str(best), "rope", "softmax")
+
+
+def test_a_best_json_from_before_seals_is_read_as_it_is(tmp_path):
+    from harness.config.tuned import tuned_values
+
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps({"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 1e-3}}}}))
+    assert tuned_values(str(best), "rope", "softmax") == {"optim.optimizer.lr": 1e-3}
+
+
+@pytest.mark.parametrize("kind", ["run.json", "mlflow_sweep.json"])
+def test_a_record_whose_seal_key_itself_was_damaged_is_not_taken_for_one_from_before_seals(tmp_path, kind):
+    from harness.record.checkpoints import RunLink
+    from harness.sweep.callback import SweepRecord
+
+    record = RunLink("abc", "h", "sqlite:///x.db", "posbench") if kind == "run.json" else \
+        SweepRecord("abc", "s", "sqlite:///x.db", "posbench", ["pos"])
+    record.save(tmp_path)
+    path = tmp_path / kind
+    path.write_text(path.read_text().replace('"sha256"', '"sha257"').replace('"abc"', '"abd"'))
+    with pytest.raises(ConfigError, match=rf"{kind} is damaged \(keys \['sha257'\] are none of its fields\)"):
+        type(record).load(tmp_path)
+
+
+def _export(tmp_path: Path) -> Path:
+    from attention.softmax import Softmax
+    from harness.model.transformer import ModelConfig, Transformer
+    from harness.pretrained.export import hf_files
+    from positional.rope import Rope
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layers=1, d_model=32, n_heads=4, d_ff=48, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
+                      bias=False, head="untied")
+    model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
+    folder = tmp_path / "hf_model"
+    folder.mkdir()
+    for name, content in hf_files(model, 61, 16, causal=True).items():
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return folder
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+@pytest.mark.parametrize("at", PLACES)
+def test_an_exported_model_changed_since_export_is_refused_by_hf_eval_before_loading(tmp_path, name, at):
+    from harness.pretrained.evaluate import parse
+
+    folder = _export(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "config.json.sha256", "model.safetensors",
+                                                       "model.safetensors.sha256"]
+    argv = [str(folder), "--lengths", "16", "--budget", "64", "--check", "--tracking-uri",
+            f"sqlite:///{tmp_path / 'm.db'}"]
+    parse(argv)  # whole: accepted
+    flipped(folder / name, at)
+    with pytest.raises(ConfigError, match=rf"{name} is damaged .*export the model again"):
+        parse(argv)
+
+
+def test_hf_rope_refuses_an_exported_config_changed_since_export(tmp_path):
+    from harness.pretrained.rope_parameters import read_config
+
+    folder = _export(tmp_path)
+    read_config(folder)
+    flipped(folder / "config.json", 0.5)
+    with pytest.raises(ConfigError, match="config.json is damaged"):
+        read_config(folder)
+
+
+def test_theta_csv_changed_in_the_artifact_store_is_refused_by_the_report(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from harness.record.run import TrackedRun
+    from results.theta import _theta_rows
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run = TrackedRun(uri, "posbench", "theta")
+    with run.open({}, {}):
+        run.log_files(sealed.sealed_files({"theta.csv": "i,theta0,theta_final,ratio\n0,1,1.5,1.5\n"}))
+    client = MlflowClient(tracking_uri=uri)
+    assert _theta_rows(client, run.run_id) == [{"i": 0.0, "theta0": 1.0, "theta_final": 1.5, "ratio": 1.5}]
+    stored = next(Path(client.get_run(run.run_id).info.artifact_uri.removeprefix("file://")).rglob("theta.csv"))
+    flipped(stored, 0.9)
+    with pytest.raises(ConfigError, match="theta.csv is damaged"):
+        _theta_rows(client, run.run_id)
