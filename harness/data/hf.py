@@ -153,11 +153,21 @@ class HFDataset:
                 f"{f', {self.config!r}' if self.config else ''}).save_to_disk(DIR) and set data.path=DIR "
                 "instead of data.name") from None
         except ValueError as e:  # an unknown split or config: the library names the ones there are
-            key = "data.split" if "split" in str(e).lower() else "data.config"
-            raise ConfigError(f"{key}: {_first_line(e)}") from None
+            raise ConfigError(f"{self._unknown_key(datasets)}: {_first_line(e)}") from None
         except FileNotFoundError as e:  # DatasetNotFoundError is one
             raise ConfigError(f"data.name={self.name} is not a dataset on the Hub ({_first_line(e)}); check "
                               "the name, or use data.path=DIR_OR_FILE for a local one") from None
+
+    def _unknown_key(self, datasets) -> str:
+        """Which key a ValueError of ``load_dataset`` is about, asked of the library rather than read from its text:
+        the dataset's builder opens with this config (then the split is what it lacks), or it does not."""
+        try:
+            datasets.load_dataset_builder(self.name, self.config)
+        except ValueError:
+            return "data.config"
+        except Exception:  # the dataset itself cannot be opened here
+            return "data.name"
+        return "data.split"
 
     def _open_local(self, split: str):
         datasets = _datasets()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import math
 from pathlib import Path
 
 from hydra.plugins.sweeper import Sweeper
@@ -53,6 +54,29 @@ def split_grid(arguments: list[str]) -> tuple[list[list[str]], list[str]]:
     return [list(cell) for cell in itertools.product(*axes)], rest
 
 
+class CountingLauncher:
+    """The study's launcher, counting the trials that returned a finite loss (those Optuna records COMPLETE): a
+    study with none has no best trial, which each cell then reports instead of raising."""
+
+    def __init__(self, launcher) -> None:
+        self.launcher, self.finished = launcher, 0
+
+    def launch(self, job_overrides, initial_job_idx: int):
+        returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
+        self.finished += sum(_finite_loss(ret) for ret in returns)
+        return returns
+
+    def __getattr__(self, name: str):
+        return getattr(self.launcher, name)
+
+
+def _finite_loss(ret) -> bool:
+    try:
+        return math.isfinite(float(ret.return_value))  # return_value re-raises a failed job's exception
+    except Exception:
+        return False
+
+
 class CellwiseOptunaSweeper(Sweeper):
     """hydra-optuna-sweeper's options (``sampler``, ``direction``, ``n_trials``, ``n_jobs``, ``params``,
     ...), one study per grid cell. Registered as conf/hydra/sweeper/cellwise_optuna.yaml."""
@@ -76,6 +100,7 @@ class CellwiseOptunaSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config = config
         self.study.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.study.launcher = CountingLauncher(self.study.launcher)
 
     def _checking(self) -> bool:
         """``run.py --check`` drops the sweep callback (harness/cli.py): every trial returns no loss."""
@@ -92,10 +117,11 @@ class CellwiseOptunaSweeper(Sweeper):
             label = key or "(no grid axes)"
             log.info(f"tuning {label}: {self.study.n_trials} trials")
             self.study.sampler = copy.deepcopy(self.sampler)
+            self.study.launcher.finished = 0
             try:
                 self.study.sweep([*rest, *cell])
-            except ValueError as e:  # optuna: "No trials are completed yet" -- every trial failed or was refused
-                if "No trials are completed" not in str(e):
+            except ValueError:  # optuna's study.best_trial, when no trial of the study completed
+                if self.study.launcher.finished:
                     raise
                 if self._checking():
                     print(f"tune: {label}: {self.study.n_trials} trials checked (--check trains nothing)")

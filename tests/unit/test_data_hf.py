@@ -159,3 +159,26 @@ def test_a_hub_name_without_network_names_the_fix_at_once(monkeypatch, env, why)
                                           rf"was not asked \({why}.*save_to_disk\(DIR\) and set data.path=DIR"):
         validated("data=hf", "data.name=posbench-no-such/corpus")
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("builder_error, key", [(None, "data.split"), (ValueError("no such config"), "data.config"),
+                                                (ConnectionError("offline"), "data.name")])
+def test_a_hub_datasets_value_error_is_told_by_what_its_builder_opens_not_by_its_words(monkeypatch, builder_error,
+                                                                                       key):
+    """load_dataset's ValueError for an unknown split and for an unknown config read alike: which key to fix is
+    asked of the library (does the builder open with this config?), never matched in its message."""
+    import types
+
+    import harness.data.hf as hf
+
+    def load_dataset(*args, **kwargs):
+        raise ValueError('Unknown thing "x". Should be one of [\'train\'].')
+
+    def load_dataset_builder(name, config):
+        if builder_error is not None:
+            raise builder_error
+
+    monkeypatch.setattr(hf, "_datasets", lambda: types.SimpleNamespace(load_dataset=load_dataset,
+                                                                        load_dataset_builder=load_dataset_builder))
+    with pytest.raises(ConfigError, match=rf"^{key}: Unknown thing \"x\"\. Should be one of \['train'\]\.$"):
+        HFDataset(name="someone/corpus", config="en").open("x")

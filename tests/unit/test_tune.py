@@ -26,3 +26,80 @@ def test_a_checked_tune_sweep_says_it_trained_nothing():
     assert not tuner._checking()
     tuner.config = OmegaConf.create({"hydra": {"callbacks": {}}})
     assert tuner._checking()
+
+
+class _Return:
+    """A Hydra JobReturn as the study reads it: ``return_value`` re-raises a failed job's exception."""
+
+    def __init__(self, value):
+        self.value = value
+
+    @property
+    def return_value(self):
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+class _Launcher:
+    def __init__(self, values):
+        self.values = values
+
+    def launch(self, job_overrides, initial_job_idx):
+        return [_Return(v) for v in self.values]
+
+
+def test_the_counting_launcher_counts_the_trials_that_returned_a_finite_loss():
+    from harness.sweep.tune import CountingLauncher
+
+    launcher = CountingLauncher(_Launcher([RuntimeError("refused"), None, float("nan"), "abc", 2.5, 3]))
+    launcher.launch([["a=1"]] * 6, initial_job_idx=0)
+    assert launcher.finished == 2
+    assert launcher.values[4] == 2.5  # every other attribute is the launcher's own
+
+
+def _tuner(tmp_path, values, study_error: Exception | None, checking: bool = False):
+    """The cellwise sweeper around a stand-in study whose trials return ``values`` and whose best-trial lookup
+    raises ``study_error`` (optuna's ValueError when no trial completed)."""
+    from omegaconf import OmegaConf
+
+    from harness.sweep.tune import CellwiseOptunaSweeper, CountingLauncher
+
+    class Study:
+        n_trials, sampler = len(values), None
+        launcher = CountingLauncher(_Launcher(values))
+
+        def sweep(self, arguments):
+            self.launcher.launch([arguments] * len(values), initial_job_idx=0)
+            if study_error is not None:
+                raise study_error
+            OmegaConf.save(OmegaConf.create({"best_params": {"lr": 1e-3}, "best_value": 2.5}), tmp_path / "r.yaml")
+
+    tuner = CellwiseOptunaSweeper.__new__(CellwiseOptunaSweeper)
+    callbacks = {} if checking else {"mlflow_sweep": {"_target_": "x"}}
+    tuner.config = OmegaConf.create({"hydra": {"callbacks": callbacks, "sweep": {"dir": str(tmp_path)}}})
+    tuner.params, tuner.study, tuner.sampler = {}, Study(), None
+    return tuner
+
+
+def test_a_cell_whose_every_trial_failed_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    import harness.sweep.tune as tune
+
+    monkeypatch.setattr(tune, "RESULTS", "r.yaml")
+    _tuner(tmp_path, [RuntimeError("refused"), None], ValueError("optuna: no completed trial")).sweep(["pos=rope,t5"])
+    assert capsys.readouterr().out.splitlines() == [
+        "tune: pos=rope: no trial finished (refused or failed; see the sweep's table)",
+        "tune: pos=t5: no trial finished (refused or failed; see the sweep's table)"]
+    _tuner(tmp_path, [None, None], ValueError("no completed trial"), checking=True).sweep(["pos=rope"])
+    assert capsys.readouterr().out == "tune: (no grid axes): 2 trials checked (--check trains nothing)\n"
+
+
+def test_another_error_of_a_study_whose_trials_finished_is_not_taken_for_no_trial_finished(tmp_path, monkeypatch):
+    import pytest
+
+    import harness.sweep.tune as tune
+
+    monkeypatch.setattr(tune, "RESULTS", "r.yaml")
+    with pytest.raises(ValueError, match="a real fault"):
+        _tuner(tmp_path, [2.5, None], ValueError("a real fault")).sweep(["pos=rope"])
+    _tuner(tmp_path, [2.5, 3.0], None).sweep(["pos=rope"])  # and a study that finished names its best
