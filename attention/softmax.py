@@ -32,6 +32,7 @@ from torch import Tensor
 
 from attention.base import AttentionContext, AttentionVariant, additive_mask
 from harness.errors import ConfigError
+from harness.ranges import DropoutRate, ranged
 from positional.base import Shape
 
 # (q, k, v, mask, causal, dropout_p) -> (B, H, Tq, D); mask already holds causal when it is not None
@@ -250,12 +251,11 @@ class Softmax(AttentionVariant):
     wide_rotary_refusal = None  # q̃ kᵀ/√(width of q) at any width; v keeps the head dim
     document_mask_refusal = None  # additive_mask folds document_ids in, for every backend
 
-    def __init__(self, shape: Shape, dropout: float = 0.0, backend: str = "sdpa"):
+    @ranged
+    def __init__(self, shape: Shape, dropout: DropoutRate = 0.0, backend: str = "sdpa"):
         super().__init__(shape)
         if backend not in (*BACKENDS, "auto"):
             raise ConfigError(f"backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}, auto")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"dropout={dropout} must lie in [0, 1)")
         if backend == "xformers":
             require_xformers()
         self.dropout, self.backend = dropout, backend

@@ -1,10 +1,13 @@
-"""Ranges declared where a parameter is: ``init_std: NonNegative = 0.02``, ``mlp_width: PositiveInt = 32``.
+"""Ranges and types declared where a parameter is: ``init_std: NonNegative = 0.02``, ``mlp_width: PositiveInt = 32``.
 
 A constructor's signature is the schema of its config node (harness/config/schema.py), so a range
 written into its annotation is checked by the validation pass before anything is built, for our
 classes and a user's alike, with the node's full key (``pos.init_std=-1 must be a number ≥ 0``).
 ``@ranged`` on ``__init__`` checks the same annotations when the class is built from Python.
 Checks a range cannot say (an even count, one value above another) stay in the constructor.
+``check_value`` (a value against its annotation: its type, a Literal's choices, finiteness, the range; the
+validation pass's check of every config value) and ``check_fields`` (a dataclass's every field, for classes built
+from Python) live here too: one home, one wording, for the rule written on a field.
 
 The ground: imports only harness.errors.
 """
@@ -17,7 +20,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from harness.errors import ConfigError
 
@@ -31,6 +34,11 @@ class Range:
     gt: float | None = None
     lt: float | None = None
     le: float | None = None
+    verb: str = "be"  # "must be a positive integer", "must lie in [0, 1)"
+
+    @property
+    def must(self) -> str:
+        return f"must {self.verb} {self.words}"
 
     def holds(self, value: float) -> bool:
         return math.isfinite(value) and ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
@@ -41,7 +49,7 @@ Positive = Annotated[float, Range("a positive number", gt=0)]
 NonNegative = Annotated[float, Range("a number ≥ 0", ge=0)]
 PositiveInt = Annotated[int, Range("a positive integer", ge=1)]
 UnitInterval = Annotated[float, Range("a number in [0, 1]", ge=0, le=1)]
-DropoutRate = Annotated[float, Range("a number in [0, 1)", ge=0, lt=1)]
+DropoutRate = Annotated[float, Range("in [0, 1)", ge=0, lt=1, verb="lie")]
 SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
 Fraction = Annotated[float, Range("a number in (0, 1]", gt=0, le=1)]
 
@@ -89,7 +97,129 @@ def ranged(init):
         for name, value in signature.bind(self, *args, **kwargs).arguments.items():
             bad = violated(value, hints().get(name))
             if bad:
-                raise ConfigError(f"{name}={value} must be {bad.words}")
+                raise ConfigError(f"{name}={value} {bad.must}")
         return init(self, *args, **kwargs)
 
     return checked
+
+
+# ---------------------------------------------------------------- one value against one annotation
+
+def check_value(key: str, value: Any, annotation: Any) -> None:
+    """Raise a one-line ConfigError if ``value`` (a plain YAML value) does not fit ``annotation``."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return
+    if not fits(value, annotation):
+        if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
+            raise ConfigError(f"{key}={_show(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
+        raise ConfigError(f"{key}={_show(value)} must be {describe(annotation)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={_show(value)} must be a finite number")
+    bad = violated(value, annotation)  # a range declared in the annotation
+    if bad:
+        none = " (or null)" if _allows_none(annotation) and not bad.words.endswith(" or null") else ""
+        raise ConfigError(f"{key}={_show(value)} {bad.must}{none}")
+
+
+def check_fields(obj: Any, prefix: str) -> None:
+    """Every field of the dataclass ``obj`` against its annotation (type, choices, finiteness, range), as the
+    validation pass checks its config node: a class built from Python is held to the same rules, in the same
+    words (``model.dropout=1.5 must lie in [0, 1)``). Its ``__post_init__`` adds only rules across fields."""
+    for name, annotation in _field_hints(type(obj)).items():
+        check_value(f"{prefix}.{name}", getattr(obj, name), annotation)
+
+
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    import dataclasses
+
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _allows_none(annotation: Any) -> bool:
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return union and type(None) in typing.get_args(annotation)
+
+
+def fits(value: Any, annotation: Any) -> bool:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:  # a declared range (harness/ranges.py): the type is the first argument
+        return fits(value, args[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args) or (
+            isinstance(value, int) and not isinstance(value, bool) and value in args)
+    if origin in (list, tuple, typing.Sequence, _abc_sequence()):
+        return isinstance(value, (list, tuple)) and _items_fit(value, origin, args)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    if annotation is type(None) or annotation is None:
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is _abc_callable():
+        return False  # no plain YAML value is callable: an object comes as a node with _target_, checked as one
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True  # a typing construct we do not model (TypeVar): accept
+
+
+def _abc_callable():
+    import collections.abc
+
+    return collections.abc.Callable
+
+
+def _abc_sequence():
+    import collections.abc
+
+    return collections.abc.Sequence
+
+
+def _items_fit(value, origin, args) -> bool:
+    if not args:
+        return True
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return len(value) == len(args) and all(fits(v, a) for v, a in zip(value, args, strict=True))
+    return all(fits(v, args[0]) for v in value)
+
+
+def describe(annotation: Any, plural: bool = False) -> str:
+    """Words for what fits ``annotation``, e.g. "an integer or null", "a list of numbers"."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return describe(args[0], plural)
+    if origin in (typing.Union, types.UnionType):
+        shown = [describe(a, plural) for a in args if a is not type(None) and _yaml_type(a)]
+        return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin is _abc_callable():
+        return "config nodes with _target_" if plural else "a config node with _target_"
+    if origin in (list, tuple) or origin is _abc_sequence():
+        item = f" of {describe(args[0], plural=True)}" if args and args[-1] is not Ellipsis or len(args) == 2 else ""
+        return ("lists" if plural else "a list") + item
+    names = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+             str: ("a string", "strings"), dict: ("a mapping", "mappings"), type(None): ("null", "nulls")}
+    name = getattr(annotation, "__name__", str(annotation))
+    return names.get(annotation, (f"a {name}", f"{name}s"))[plural]
+
+
+def _yaml_type(annotation: Any) -> bool:
+    """Can a YAML value be of this type? (A Tensor in ``float | Tensor`` cannot: leave it out of messages.)"""
+    return not isinstance(annotation, type) or annotation in (bool, int, float, str, dict, list, tuple)
+
+
+def _or(words: list[str]) -> str:
+    words = list(dict.fromkeys(words))
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)

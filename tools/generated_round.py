@@ -13,6 +13,10 @@ that are a file, missing, under /proc). Each try calls the command's entry funct
 
     git clone -q . /tmp/round && cd /tmp/round && python tools/generated_round.py
     ROUND_ONLY=prepare,hf-eval python tools/generated_round.py   # only the tries whose label starts so
+    ROUND_PROCESSES=150 python tools/generated_round.py          # 150 tries spread over the round, each a real
+                                                                 # `python run.py …` process (exit status, streams)
+
+A try whose store holds a run left RUNNING afterwards is classified ``left RUNNING``, whatever it printed.
 
 Run it from a clone: a command that accepts its input writes where its defaults say (results/, bench-out/).
 Config tries use ``check`` (nothing trains). Prints every try that is not "one line" or "accepted" (the accepted
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import os
 import shutil
@@ -166,6 +171,36 @@ def attempt(inprocess, argv: list[str], folder: Path, files: dict[str, Path], ti
         return {"code": None, "stderr": "", "stdout": "", "working": True}
 
 
+def attempt_process(argv: list[str], folder: Path, files: dict[str, Path], timeout: float) -> dict:
+    """One try as a user's process: ``python run.py ARGV`` in ``folder`` with its own store."""
+    import subprocess
+
+    fill = {**files, "tmp": folder, "store": f"sqlite:///{folder / 'mlflow.db'}"}
+    argv = [a.format(**fill) for a in argv]
+    run_py = Path(__file__).resolve().parents[1] / "run.py"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": fill["store"]}
+    try:
+        done = subprocess.run([sys.executable, str(run_py), *argv], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"code": None, "stderr": "", "stdout": "", "working": True}
+    return {"code": done.returncode, "stderr": done.stderr, "stdout": done.stdout}
+
+
+def left_running(folder: Path) -> int:
+    """Runs the try's store holds in status RUNNING (none may be, once a command has answered)."""
+    import sqlite3
+
+    store = folder / "mlflow.db"
+    if not store.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        try:
+            return db.execute("select count(*) from runs where status = 'RUNNING'").fetchone()[0]
+        except sqlite3.OperationalError:  # a store with no tables yet
+            return 0
+
+
 def is_typed(label: str) -> bool:
     """Whether the flag of a flag try's ``label`` parses its value as a number (its parser declares a type)."""
     key, flag = label.split(" --")[0], "--" + label.split(" --")[1].split("=")[0]
@@ -184,13 +219,18 @@ def main() -> int:
     only = os.environ.get("ROUND_ONLY")  # comma-separated label prefixes: ROUND_ONLY=prepare,hf-eval,pos=
     if only:
         tries = [t for t in tries if t[0].startswith(tuple(only.split(",")))]
+    processes = int(os.environ.get("ROUND_PROCESSES", "0"))
+    if processes:  # a sample spread evenly over the round, each try a real process
+        tries = [tries[round(i * len(tries) / processes)] for i in range(min(processes, len(tries)))]
+        timeout = max(timeout, 60.0)  # a fresh interpreter's imports come first
     counts: collections.Counter[str] = collections.Counter()
-    print(f"{len(tries)} tries", flush=True)
+    print(f"{len(tries)} tries{' as processes' if processes else ''}", flush=True)
     for i, (label, argv) in enumerate(tries):
         tmp = work / f"try{i}"
         tmp.mkdir()
-        reply = attempt(inprocess, argv, tmp, files, timeout)
-        kind = classify(reply)
+        reply = attempt_process(argv, tmp, files, timeout) if processes else \
+            attempt(inprocess, argv, tmp, files, timeout)
+        kind = "left RUNNING" if left_running(tmp) else classify(reply)
         counts[kind] += 1
         if kind not in ("one line", "accepted") or (kind == "accepted" and os.environ.get("ROUND_SHOW_ACCEPTED")):
             tail = " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]

@@ -16,38 +16,30 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import math
 import os
-import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from harness.errors import ConfigError
-from harness.ranges import Fraction, NonNegative, Positive, SignificanceLevel, violated
+from harness.ranges import (  # noqa: F401 (check_value, fits, describe: the schema's, kept in the ground)
+    Fraction,
+    NonNegative,
+    Positive,
+    SignificanceLevel,
+    _show,
+    check_value,
+    describe,
+    fits,
+    violated,
+)
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
 MAX_STEPS = 10**12  # trainer.max_steps: a trillion optimizer steps, beyond any run
 
 
 # ---------------------------------------------------------------- one value against one annotation
-
-
-def check_value(key: str, value: Any, annotation: Any) -> None:
-    """Raise a one-line ConfigError if ``value`` (a plain YAML value) does not fit ``annotation``."""
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return
-    if not fits(value, annotation):
-        if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
-            raise ConfigError(f"{key}={_show(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
-        raise ConfigError(f"{key}={_show(value)} must be {describe(annotation)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}={_show(value)} must be a finite number")
-    bad = violated(value, annotation)  # a range declared in the annotation (harness/ranges.py)
-    if bad:
-        none = " (or null)" if _allows_none(annotation) else ""
-        raise ConfigError(f"{key}={_show(value)} must be {bad.words}{none}")
 
 
 INT64_MAX = 2**63 - 1  # torch (and numpy) hold an integer argument in 64 bits; a larger one overflows in C++
@@ -63,94 +55,6 @@ def check_magnitude(key: str, value: Any, annotation: Any) -> None:
     as_float = fits(1.5, annotation) and annotation not in (Any, inspect.Parameter.empty)
     fix = f"write it as a float, e.g. {float(big):.0e}" if as_float else "give a smaller value"
     raise ConfigError(f"{key}={_show(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
-
-
-def _allows_none(annotation: Any) -> bool:
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    return union and type(None) in typing.get_args(annotation)
-
-
-def fits(value: Any, annotation: Any) -> bool:
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Annotated:  # a declared range (harness/ranges.py): the type is the first argument
-        return fits(value, args[0])
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, a) for a in args)
-    if origin is Literal:
-        return any(value == a and type(value) is type(a) for a in args) or (
-            isinstance(value, int) and not isinstance(value, bool) and value in args)
-    if origin in (list, tuple, typing.Sequence, _abc_sequence()):
-        return isinstance(value, (list, tuple)) and _items_fit(value, origin, args)
-    if origin is dict or annotation is dict:
-        return isinstance(value, dict)
-    if annotation is type(None) or annotation is None:
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if origin is _abc_callable():
-        return False  # no plain YAML value is callable: an object comes as a node with _target_, checked as one
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True  # a typing construct we do not model (TypeVar): accept
-
-
-def _abc_callable():
-    import collections.abc
-
-    return collections.abc.Callable
-
-
-def _abc_sequence():
-    import collections.abc
-
-    return collections.abc.Sequence
-
-
-def _items_fit(value, origin, args) -> bool:
-    if not args:
-        return True
-    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        return len(value) == len(args) and all(fits(v, a) for v, a in zip(value, args, strict=True))
-    return all(fits(v, args[0]) for v in value)
-
-
-def describe(annotation: Any, plural: bool = False) -> str:
-    """Words for what fits ``annotation``, e.g. "an integer or null", "a list of numbers"."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Annotated:
-        return describe(args[0], plural)
-    if origin in (typing.Union, types.UnionType):
-        shown = [describe(a, plural) for a in args if a is not type(None) and _yaml_type(a)]
-        return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
-    if origin is Literal:
-        return "one of " + ", ".join(str(a) for a in args)
-    if origin is _abc_callable():
-        return "config nodes with _target_" if plural else "a config node with _target_"
-    if origin in (list, tuple) or origin is _abc_sequence():
-        item = f" of {describe(args[0], plural=True)}" if args and args[-1] is not Ellipsis or len(args) == 2 else ""
-        return ("lists" if plural else "a list") + item
-    names = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
-             str: ("a string", "strings"), dict: ("a mapping", "mappings"), type(None): ("null", "nulls")}
-    name = getattr(annotation, "__name__", str(annotation))
-    return names.get(annotation, (f"a {name}", f"{name}s"))[plural]
-
-
-def _yaml_type(annotation: Any) -> bool:
-    """Can a YAML value be of this type? (A Tensor in ``float | Tensor`` cannot: leave it out of messages.)"""
-    return not isinstance(annotation, type) or annotation in (bool, int, float, str, dict, list, tuple)
-
-
-def _or(words: list[str]) -> str:
-    words = list(dict.fromkeys(words))
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
-
-
-def _show(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 def check_known(node: str, keys: list[str], known: list[str], what: str) -> None:

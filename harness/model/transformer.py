@@ -20,10 +20,9 @@ Notation: B batch, T sequence length, C model width, H heads, D = C / H head dim
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
@@ -32,19 +31,24 @@ from torch import Tensor, nn
 from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
 from harness.model.layers import LayeredScheme, LayerPattern, check_layers
-from harness.model.temperature import KINDS, LengthTemperature
+from harness.model.temperature import LengthTemperature
+from harness.ranges import DropoutRate, PositiveInt, Range, check_fields
 from positional.base import PositionalScheme, Shape, document_positions
+
+LossChunk = Annotated[int, Range("a positive number of tokens or null", ge=1)]
 
 
 @dataclass
 class ModelConfig:
-    """conf/model. Validated here, before anything is built."""
+    """conf/model. Each field's type and range is its annotation (harness/ranges.py): the validation pass checks the
+    node against them, and ``__post_init__`` checks a ModelConfig built from Python the same way, in the same words;
+    it adds the one rule across fields (heads divide the width)."""
 
-    n_layers: int = 4
-    d_model: int = 128
-    n_heads: int = 4
-    d_ff: int = 512
-    dropout: float = 0.1
+    n_layers: PositiveInt = 4
+    d_model: PositiveInt = 128
+    n_heads: PositiveInt = 4
+    d_ff: PositiveInt = 512
+    dropout: DropoutRate = 0.1
     norm: Literal["pre", "post"] = "pre"  # pre-LN (GPT-2, default) or post-LN (BERT, RoFormer)
     compile: bool = False  # torch.compile the forward (applied by harness.train)
     norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
@@ -55,7 +59,7 @@ class ModelConfig:
     temperature: Literal["none", "ssmax", "llama4"] = "none"  # length-scaled attention temperature
     temperature_layers: Literal["all", "nope"] = "all"  # nope: only layers whose scheme acts nowhere in attention
     temperature_init: float | None = None  # ssmax: s at the start (null: 1 / log of the training length)
-    temperature_floor: int = 8192  # llama4: F in 1 + β·log(1 + ⌊(i+1)/F⌋)
+    temperature_floor: PositiveInt = 8192  # llama4: F in 1 + β·log(1 + ⌊(i+1)/F⌋)
     temperature_scale: float = 0.1  # llama4: β
     # Packed documents (the data source passes where each starts, ``document_ids``): positions restart at each
     # document's first token; attention stays inside each document (softmax attention)
@@ -63,37 +67,15 @@ class ModelConfig:
     document_mask: bool = False
     # The training loss's logits ``loss_chunk`` tokens at a time, made again in the backward (harness/model/loss.py):
     # null holds the whole batch's (B·T, V) logits four times over (16 bytes a token and vocabulary entry)
-    loss_chunk: int | None = None
-
-    CHOICES = {"norm": ("pre", "post"), "norm_type": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu"),
-               "head": ("bert", "tied", "untied"), "temperature": KINDS, "temperature_layers": ("all", "nope")}
+    loss_chunk: LossChunk | None = None
 
     def __post_init__(self):
-        for key in ("n_layers", "d_model", "n_heads", "d_ff"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive integer")
+        check_fields(self, "model")  # types, choices, finiteness, ranges: the annotations above
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
                 "change one so that d_model / n_heads is a whole head dim"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout} must lie in [0, 1)")
-        for key, choices in self.CHOICES.items():
-            if getattr(self, key) not in choices:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r}: use {' or '.join(map(repr, choices))}")
-        for key in ("compile", "bias", "qk_norm", "restart_positions", "document_mask"):
-            if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"model.{key}={getattr(self, key)!r}: use true or false")
-        if self.temperature_floor <= 0 or not math.isfinite(self.temperature_scale):
-            raise ConfigError(f"model.temperature_floor={self.temperature_floor} must be a positive integer and "
-                              f"model.temperature_scale={self.temperature_scale} a finite number")
-        if self.loss_chunk is not None and (isinstance(self.loss_chunk, bool) or not isinstance(self.loss_chunk, int)
-                                            or self.loss_chunk <= 0):
-            raise ConfigError(f"model.loss_chunk={self.loss_chunk!r} must be a positive number of tokens or null "
-                              "(the whole batch's logits at once)")
-        if self.temperature_init is not None and not math.isfinite(self.temperature_init):
-            raise ConfigError(f"model.temperature_init={self.temperature_init} must be a finite number or null")
 
     @property
     def mlp_matrices(self) -> int:

@@ -96,7 +96,7 @@ def number(annotation: Any, kind: type = float):
             raise argparse.ArgumentTypeError(f"{text} must be a finite number")
         bad = violated(value, annotation)
         if bad:
-            raise argparse.ArgumentTypeError(f"{text} must be {bad.words}")
+            raise argparse.ArgumentTypeError(f"{text} {bad.must}")
         return value
 
     return parse

@@ -66,9 +66,13 @@ def test_a_model_trains_the_same_with_and_without_chunks(train_tiny):
     assert chunked.val_loss == pytest.approx(plain.val_loss, rel=1e-5)
 
 
-@pytest.mark.parametrize("value", [0, -8, 2.5, True, "many"])
-def test_a_chunk_that_is_not_a_positive_count_is_refused(value):
-    with pytest.raises(ConfigError, match=r"model.loss_chunk=.* must be a positive number of tokens or null"):
+@pytest.mark.parametrize("value, words", [(0, "a positive number of tokens or null"),
+                                          (-8, "a positive number of tokens or null"),
+                                          (2.5, "an integer or null"), (True, "an integer or null"),
+                                          ("many", "an integer or null")])
+def test_a_chunk_that_is_not_a_positive_count_is_refused(value, words):
+    """Built from Python, in the words the validation pass uses for model.loss_chunk (harness/ranges.py)."""
+    with pytest.raises(ConfigError, match=rf"^model.loss_chunk=.* must be {words}$"):
         ModelConfig(loss_chunk=value)
 
 
