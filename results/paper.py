@@ -215,7 +215,7 @@ def family_line(outcomes: list[Outcome], alpha: float) -> str:
             "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
             "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "
             "and ceiling comparisons are not in the family. Arms that share a seed trained on the same batches in "
-            "the same order (an example is a function of the seed and its index: tests/test_token_stream.py).")
+            "the same order (an example is a function of the seed and its index: tests/unit/test_token_stream.py).")
 
 
 def overall(outcomes: list[Outcome]) -> str:
@@ -517,7 +517,7 @@ def render_index(results_dir: Path) -> str:
         "is hand-edited. Paper presets: `python run.py -m experiment=<preset>` then",
         "`python -m results paper --preset <preset>`; benchmarks: `python -m harness.bench --out results/bench`;",
         "a pretrained model under each RoPE scaling: `posbench hf-eval MODEL_DIR … --out results/<name>`.",
-        "This index: `python -m results index` (tests/test_paper.py fails when it disagrees with the reports).",
+        "This index: `python -m results index` (tests/unit/test_paper.py fails when it disagrees with the reports).",
         "",
         "| report | what | verdict / summary |",
         "|---|---|---|",
