@@ -1,4 +1,4 @@
-"""The scale=paper presets (conf/experiment_scale/*/paper.yaml) and their sweep cells, composed as a user's command
+"""The scale=paper presets (conf/experiment/*/scale/paper.yaml) and their sweep cells, composed as a user's command
 would: a plain module for tests/unit/test_paper_scale.py and tests/process/test_paper_scale_e2e.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from harness.config.validate import validate
 from harness.errors import IncompatiblePairing
 from tests.helpers import ROOT
 
-PAPER = sorted(p.parent.name for p in (ROOT / "conf" / "experiment_scale").glob("*/paper.yaml"))
+PAPER = sorted(p.parent.parent.name for p in (ROOT / "conf" / "experiment").glob("*/scale/paper.yaml"))
 GPU = NamedGpu.parse("80GB")
 GROUPS = ("pos", "attn", "task", "data", "experiment", "scale")
 

@@ -3,7 +3,7 @@ shards against what the model consumes at a preset's paper shapes, and the start
 
 - Loader: tokens/s of the training DataLoader a run builds (``make_loaders``, ``data.num_workers`` from
   ``--workers``) over ``data=tokens`` shards, per objective (MLM masking, CLM shift) and window order, at the
-  preset's ``data.batch_size`` × ``data.seq_len`` (conf/experiment_scale/<preset>/paper.yaml); the fastest of
+  preset's ``data.batch_size`` × ``data.seq_len`` (conf/experiment/<preset>/scale/paper.yaml); the fastest of
   ``--repeats`` timings.
 - Model: tokens/s one GPU trains at, *estimated* from FLOPs, not measured: a training step costs
   6·N + 6·n_layers·T·d_model FLOPs a token (Kaplan et al. 2020, Table 1: forward 2·N + 2·n_layer·n_ctx·d_attn,
@@ -52,14 +52,14 @@ TEXT_PRESETS = ("grid", "roformer_mlm", "alibi_extrapolation", "eleuther_rotary"
 def paper_shapes(preset: str) -> dict:
     """n_layers, d_model, d_ff, seq_len, batch_size of ``preset`` at scale=paper (model/small.yaml fills gaps)."""
     base = OmegaConf.load(CONF / "model" / "small.yaml")
-    scale = OmegaConf.load(CONF / "experiment_scale" / preset / "paper.yaml")
+    scale = OmegaConf.load(CONF / "experiment" / preset / "scale" / "paper.yaml")
     model, data = {**base, **scale.get("model", {})}, scale.get("data", {})
     return {"n_layers": model["n_layers"], "d_model": model["d_model"], "d_ff": model["d_ff"],
             "seq_len": data.get("seq_len", 128), "batch_size": data.get("batch_size", 32)}
 
 
 def preset_scales_with_paper() -> list[str]:
-    return sorted(p.parent.name for p in (CONF / "experiment_scale").glob("*/paper.yaml"))
+    return sorted(p.parent.parent.name for p in (CONF / "experiment").glob("*/scale/paper.yaml"))
 
 
 def train_flops_per_token(shapes: dict, vocab: int) -> float:
@@ -138,7 +138,7 @@ def parse(argv: list[str] | None) -> Args:
     unknown = [x for x in presets if x not in have]
     if unknown or not presets:
         raise BadInput(f"--presets {','.join(unknown) or repr(a.presets)}: no paper scale "
-                       f"(conf/experiment_scale/<preset>/paper.yaml); use some of {', '.join(have)}")
+                       f"(conf/experiment/<preset>/scale/paper.yaml); use some of {', '.join(have)}")
     workers = _workers(a.workers)
     need = max(paper_shapes(p)["batch_size"] * (paper_shapes(p)["seq_len"] + 1) for p in presets) * 2  # uint16
     if a.shards is not None:

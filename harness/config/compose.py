@@ -6,8 +6,8 @@ from harness.paths import CONF
 
 
 def preset_scales(preset: str) -> list[str]:
-    """The scales a preset has sizes for (conf/experiment_scale/<preset>/<scale>.yaml)."""
-    return sorted(p.stem for p in (CONF / "experiment_scale" / preset).glob("*.yaml"))
+    """The scales a preset has sizes for (conf/experiment/<preset>/scale/<scale>.yaml)."""
+    return sorted(p.stem for p in (CONF / "experiment" / preset / "scale").glob("*.yaml"))
 
 
 def compose(overrides: list[str] = (), hydra: bool = False):

@@ -107,7 +107,7 @@ class RunSettings:
     resume: Any = None  # null/false: a new run; true: resume; auto; or a checkpoint path (``resume_mode``)
     claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
     paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/budget.py)
-    scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment_scale/
+    scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment/<preset>/scale/
     diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
     phases: list = field(default_factory=list)  # positional phases, checked in harness/config/phases.py
     export: Literal["hf"] | None = None  # hf: the final model in transformers' format (harness/pretrained/export.py)

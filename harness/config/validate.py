@@ -290,8 +290,8 @@ def resolved(cfg: DictConfig) -> dict:
 
 
 def _check_preset(name: str | None, scale: str | None = None) -> None:
-    """``experiment`` and its ``experiment_scale`` are optional groups, so Hydra skips an option that does not
-    exist: refuse a preset that is not there, and a scale that preset has no sizes for (e.g. scale=smoke)."""
+    """``experiment`` and its scale (conf/experiment/<preset>/scale/) are optional, so Hydra skips an option that does
+    not exist: refuse a preset that is not there, and a scale that preset has no sizes for (e.g. scale=smoke)."""
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
     if name in (None, "null"):
         return
@@ -299,7 +299,7 @@ def _check_preset(name: str | None, scale: str | None = None) -> None:
         raise ConfigError(f"experiment={name} is not a preset; use one of experiment={', '.join(presets)}")
     scales = preset_scales(name)
     if scale and scale not in scales:
-        raise ConfigError(f"experiment={name} has no scale={scale} (conf/experiment_scale/{name}/); use one of "
+        raise ConfigError(f"experiment={name} has no scale={scale} (conf/experiment/{name}/scale/); use one of "
                           f"scale={', '.join(scales)}")
 
 

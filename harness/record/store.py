@@ -22,7 +22,7 @@ from harness.paths import project_root
 
 # Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
 SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file")
-FIX = "use sqlite:////absolute/path/mlflow.db or http://host:port (or leave logger.tracking_uri=null)"
+FIX = "use sqlite:////absolute/path/mlflow.db or http://host:port, or leave the tracking URI unset (the default store)"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 HTTP_TIMEOUT_S = 3.0
 

@@ -1,6 +1,6 @@
 """paper_scale: the tests that start real processes (the rest: tests/unit/test_paper_scale.py).
 
-The scale=paper presets (conf/experiment_scale/*/paper.yaml, enumerated): each passes ``--check`` for a GPU of
+The scale=paper presets (conf/experiment/*/scale/paper.yaml, enumerated): each passes ``--check`` for a GPU of
 a named size (80 GB by default) with its memory estimate; the estimate against a hand computation and, in
 fp32, against the meta rehearsal of the real model; and three optimizer steps of each preset on this CPU with
 its model and batch shrunk (2 sequences) but its corpus, sequence length, tokenizer, objective and precision as the

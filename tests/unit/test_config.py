@@ -56,7 +56,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path, monkeypatch):
         assert tok.decode(tok.encode(b"posbench")) == "posbench"  # a round trip
         assert len({tok.pad_id, tok.mask_id}) == 2 and max(tok.pad_id, tok.mask_id) < tok.vocab_size
     elif group == "scale":
-        # a scale only picks conf/experiment_scale/<preset>/<scale>.yaml: without experiment=..., nothing moves
+        # a scale only picks conf/experiment/<preset>/scale/<scale>.yaml: without experiment=..., nothing moves
         assert node == {} and without_hydra(cfg) == without_hydra(compose())
     else:
         pytest.fail(f"conf/{group}/ has no check here: say what its options must build")

@@ -83,8 +83,18 @@ def test_grid_smoke_is_one_seed_of_the_toy_grid_with_fewer_steps():
 
 
 # a preset's budget per task or per scheme: conf/experiment_<axis>/<preset>/<scale>/<option>.yaml
-BUDGETS = sorted((p, axis) for axis in ("task", "pos")
-                 for p in (ROOT / "conf" / f"experiment_{axis}").glob("*/*/*.yaml"))
+# a task's budget lives in its preset's folder (conf/experiment/<preset>/task/<scale>/<task>.yaml, read into trainer);
+# a scheme's in conf/experiment_pos/<preset>/<scale>/<pos>.yaml (a group of its own: Hydra takes one entry per group
+# and package)
+BUDGETS = sorted([*((p, "task") for p in (ROOT / "conf" / "experiment").glob("*/task/*/*.yaml")),
+                  *((p, "pos") for p in (ROOT / "conf" / "experiment_pos").glob("*/*/*.yaml"))])
+
+
+def _budget(path, axis) -> tuple[str, str, str, int]:
+    """(preset, scale, option, steps) of a budget file."""
+    preset = path.parents[2].name if axis == "task" else path.parents[1].name
+    node = OmegaConf.load(path)
+    return preset, path.parent.name, path.stem, node.max_steps if axis == "task" else node.trainer.max_steps
 
 
 def swept(preset: str, scale: str, axis: str) -> list[str]:
@@ -93,21 +103,20 @@ def swept(preset: str, scale: str, axis: str) -> list[str]:
 
 
 def test_a_budget_names_a_preset_scale_and_option_the_preset_sweeps():
-    """conf/experiment_<axis>/<preset>/<scale>/<option>.yaml is an optional group: a misspelt file would be skipped
-    in silence, so each must name a preset, one of its scales and a task (or scheme) the preset sweeps."""
+    """A budget file is an optional group's option: a misspelt file would be skipped in silence, so each must name a
+    preset, one of its scales and a task (or scheme) the preset sweeps."""
     assert {axis for _, axis in BUDGETS} == {"task", "pos"}, "no preset has a per-task or per-scheme budget"
     for path, axis in BUDGETS:
-        preset, scale, option = path.parent.parent.name, path.parent.name, path.stem
+        preset, scale, option, _ = _budget(path, axis)
         assert (ROOT / "conf" / "experiment" / f"{preset}.yaml").exists(), path
-        assert (ROOT / "conf" / "experiment_scale" / preset / f"{scale}.yaml").exists(), path
+        assert (ROOT / "conf" / "experiment" / preset / "scale" / f"{scale}.yaml").exists(), path
         assert option in swept(preset, scale, axis), f"{path}: {axis}={option} is not swept by experiment={preset}"
 
 
 @pytest.mark.parametrize(("path", "axis"), BUDGETS, ids=lambda x: "/".join(x.parts[-4:]) if hasattr(x, "parts") else x)
 def test_a_budget_moves_its_own_cells_only(path, axis):
-    preset, scale, option = path.parent.parent.name, path.parent.name, path.stem
-    budget = OmegaConf.load(path).trainer.max_steps
-    scale_steps = OmegaConf.load(ROOT / "conf" / "experiment_scale" / preset / f"{scale}.yaml").trainer.max_steps
+    preset, scale, option, budget = _budget(path, axis)
+    scale_steps = OmegaConf.load(ROOT / "conf" / "experiment" / preset / "scale" / f"{scale}.yaml").trainer.max_steps
     assert budget != scale_steps, f"{path} repeats the scale's steps"
     assert compose([f"experiment={preset}", f"scale={scale}", f"{axis}={option}"]).trainer.max_steps == budget
     for other in (o for o in swept(preset, scale, axis) if not (path.parent / f"{o}.yaml").exists()):

@@ -1,4 +1,4 @@
-"""The scale=paper presets (conf/experiment_scale/*/paper.yaml, enumerated): each passes ``--check`` for a GPU of
+"""The scale=paper presets (conf/experiment/*/scale/paper.yaml, enumerated): each passes ``--check`` for a GPU of
 a named size (80 GB by default) with its memory estimate; the estimate against a hand computation and, in
 fp32, against the meta rehearsal of the real model; and three optimizer steps of each preset on this CPU with
 its model and batch shrunk (2 sequences) but its corpus, sequence length, tokenizer, objective and precision as the
@@ -169,7 +169,7 @@ def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
     assert extra > 0
     plain = gpu_estimate("x", "y", checked.n_params, checked.model, 258, 64, 1024, "bf16-mixed", SchemeTerms(True))
     assert checked.gpu.activations == plain.activations + 12 * extra * 2 // 4
-    assert checked.gpu.total <= GPU.memory  # 64 a pass, 2 accumulated: the paper's 128 (conf/experiment_scale)
+    assert checked.gpu.total <= GPU.memory  # 64 a pass, 2 accumulated: the paper's 128 (its scale file)
     assert checked.trainer.accumulate_grad_batches * checked.data.batch_size == 128
     cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
     checked = validate(cfg, choices, GPU)

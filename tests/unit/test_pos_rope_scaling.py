@@ -122,7 +122,7 @@ def test_bad_scaling_options_are_refused_in_one_line(kw):
 
 
 @pytest.mark.parametrize("head_dim, length, kept, interpolated, ramped", [
-    (32, 64, 0, 11, 5),     # conf/experiment_scale/rope_scaling/toy.yaml: a 32-dim head trained at 64 tokens
+    (32, 64, 0, 11, 5),     # conf/experiment/rope_scaling/scale/toy.yaml: a 32-dim head trained at 64 tokens
     (128, 4096, 21, 18, 25),  # LLaMA 2: 128-dim heads trained at 4096
 ])
 def test_yarn_ramp_at_toy_and_llama_scale(head_dim, length, kept, interpolated, ramped):
