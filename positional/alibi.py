@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from positional.base import EvalPositions, FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
+from positional.base import FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -34,11 +34,8 @@ class ALiBi(PositionalScheme):
     bias_kind = "relative"
     bias_depends_on_layer = False  # the same slopes in every layer (Press et al. 2022, §3)
 
-    def __init__(self, shape: Shape, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape):
+        super().__init__(shape)
         self.register_buffer("slopes", alibi_slopes(shape.n_heads), persistent=False)  # (H,) float64, cast by the mask
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:

@@ -14,7 +14,7 @@ Notation: B batch, T sequence length, H heads, D head dim, C model width.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +24,18 @@ from harness.errors import ConfigError, IncompatiblePairing
 BiasKind = Literal["none", "relative", "positional", "content"]
 EvalPositions = Literal["sampled", "ordered"]
 HOOKS = ("embed", "rotary", "logit_bias")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Ruoss et al. 2023, §3: each forward's T positions a sorted sample without replacement from [0,
+    max_position), one draw per forward shared by every hook and layer (``randomized_positions``).
+    ``eval_positions``: ``sampled`` (evaluation draws too, from its own generator, reseeded at every switch to
+    evaluation, as the paper's reference code) or ``ordered`` (evaluation at 0 … T−1). Set by the wrapper of any
+    scheme's factory (positional/randomized.py); a scheme reads it from its ``Shape``."""
+
+    max_position: int
+    eval_positions: EvalPositions = "sampled"
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,9 @@ class Shape:
     # token, (B, T) per row (``document_positions``); attention stops at document boundaries
     restart_positions: bool = False
     document_mask: bool = False
+    # Randomized positions (positional/randomized.py): the positions of a forward are a sorted sample from
+    # [0, sampling.max_position); None: 0 … T−1
+    sampling: Sampling | None = None
 
     @property
     def head_dim(self) -> int:
@@ -194,16 +209,10 @@ EVAL_SEED = 0  # every evaluation pass of a randomized model starts its own draw
 class PositionalScheme(nn.Module):
     """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/pos.
 
-    Every scheme also takes the position-sampling options of Ruoss et al. 2023 (subclasses name
-    them in their own signature, so the validation pass refuses a misspelt key):
-      randomize       the T positions are a sorted sample without replacement from [0, max_position)
-                      (``randomized_positions``), one draw per forward shared by every hook and layer
-      max_position    the range sampled from (≥ data.seq_len); a learned table is this long
-      eval_positions  with randomize: ``sampled`` (the default, as the paper's reference code does:
-                      evaluation draws too, from its own generator, reseeded at every switch to
-                      evaluation, so validating neither moves the training draws nor depends on when it
-                      runs) or ``ordered`` (evaluation at 0 … T-1)
-    A relative (Toeplitz) bias then depends on p_i - p_j: the instance declares ``positional``.
+    Randomized positions (Ruoss et al. 2023) are not an argument of any scheme: the wrapper
+    positional/randomized.py puts a ``Sampling`` into the ``Shape`` a scheme is built with, for any scheme that
+    reads positions (one that does not declares ``randomize_refusal``). Drawn positions then reach every hook,
+    and a relative (Toeplitz) bias depends on p_i - p_j: the instance declares ``positional``.
     """
 
     bias_kind: BiasKind = "none"  # what ``logit_bias`` returns, declared for the compatibility check
@@ -220,21 +229,33 @@ class PositionalScheme(nn.Module):
     # per row, (B, T)). A scheme that reads no position index (none, CoPE, FoX) has nothing to restart and accepts it
     restart_refusal: ClassVar[str | None] = None
 
-    def __init__(self, shape: Shape, randomize: bool = False, max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
+    def __init__(self, shape: Shape):
         super().__init__()
         self.shape = shape
         if self.bidirectional_refusal and not shape.causal:
             raise IncompatiblePairing(f"incompatible pairing: pos={self.config_name()} with a bidirectional task: "
                                       f"{self.bidirectional_refusal}; use a causal task (task=clm, or "
                                       "task.form=causal) or another pos")
-        self.randomize, self.max_position, self.eval_positions = _check_sampling(
-            type(self), shape, randomize, max_position, eval_positions)
+        if shape.sampling is not None:
+            check_sampling(type(self), shape, True, shape.sampling.max_position, shape.sampling.eval_positions)
         if shape.restart_positions:
             _check_restart(type(self), self.randomize)
-        if (randomize or shape.restart_positions) and self.bias_kind == "relative":
+        if (self.randomize or shape.restart_positions) and self.bias_kind == "relative":
             self.bias_kind = "positional"  # c[p_i − p_j] over sampled or restarted p is no Toeplitz matrix in (i, j)
         self._eval_draws = torch.Generator().manual_seed(EVAL_SEED)  # CPU, like the training draws
+
+    @property
+    def randomize(self) -> bool:
+        """Whether positions are randomized (``Shape.sampling``)."""
+        return self.shape.sampling is not None
+
+    @property
+    def max_position(self) -> int | None:
+        return self.shape.sampling.max_position if self.shape.sampling is not None else None
+
+    @property
+    def eval_positions(self) -> EvalPositions | None:
+        return self.shape.sampling.eval_positions if self.shape.sampling is not None else None
 
     def _apply(self, fn, recurse: bool = True):
         """``model.to(torch.bfloat16)`` (trainer.precision=bf16-true) casts every floating tensor; the tensors named
@@ -354,10 +375,10 @@ def _check_restart(cls: type[PositionalScheme], randomize: bool) -> None:
                           "per window, not per document; drop one of the two")
 
 
-def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool, max_position: int | None,
-                    eval_positions: str | None) -> tuple[bool, int | None, str | None]:
+def check_sampling(cls: Any, shape: Shape, randomize: bool, max_position: int | None,
+                   eval_positions: str | None) -> tuple[bool, int | None, EvalPositions | None]:
     """Validate pos.randomize / pos.max_position / pos.eval_positions before anything is built; one-line errors."""
-    name = cls.config_name()
+    name = cls.config_name() if hasattr(cls, "config_name") else getattr(cls, "__name__", "this scheme")
     if not isinstance(randomize, bool):
         raise ConfigError(f"randomize={randomize!r}: use true or false")
     if eval_positions not in (None, "sampled", "ordered"):
@@ -368,10 +389,10 @@ def _check_sampling(cls: type[PositionalScheme], shape: Shape, randomize: bool, 
                 raise ConfigError(f"{key}={value} only applies with randomize=true; "
                                   f"set randomize=true or drop {key}")
         return False, None, None
-    if cls.randomize_refusal:
+    if getattr(cls, "randomize_refusal", None):
         raise ConfigError(f"randomize=true with pos={name}: {cls.randomize_refusal}; "
                           "use randomize=false or a scheme that reads positions")
     if not isinstance(max_position, int) or max_position < shape.max_len:
         raise ConfigError(f"randomize=true needs max_position ≥ the training length {shape.max_len} (data.seq_len) "
                           f"(got {max_position}); positions are drawn from [0, max_position)")
-    return True, max_position, eval_positions or "sampled"
+    return True, max_position, "ordered" if eval_positions == "ordered" else "sampled"

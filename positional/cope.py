@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from harness.errors import ConfigError
 from harness.ranges import NonNegative, ranged
-from positional.base import EvalPositions, LogitBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalScheme, Shape
 
 
 def cope_positions(gates: Tensor, causal: bool) -> Tensor:
@@ -92,11 +92,8 @@ class CoPE(PositionalScheme):
     randomize_refusal = "CoPE counts positions from its gates and reads no position index"
 
     @ranged
-    def __init__(self, shape: Shape, npos: int = 16, init_std: NonNegative = 0.0, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, npos: int = 16, init_std: NonNegative = 0.0):
+        super().__init__(shape)
         if not isinstance(npos, int) or npos < 2:
             raise ConfigError(f"npos={npos} must be an integer ≥ 2 (positions are capped at npos − 1)")
         self.npos = npos

@@ -16,7 +16,7 @@ Notation: as positional/fox.py.
 from __future__ import annotations
 
 from harness.ranges import NonNegative, ranged
-from positional.base import EvalPositions, Shape
+from positional.base import Shape
 from positional.fox import ForgettingTransformer
 
 
@@ -26,8 +26,6 @@ class DataDependentALiBi(ForgettingTransformer):
 
     @ranged
     def __init__(self, shape: Shape, bias_init: float = 5.0, post_log_scale: NonNegative = 1.0,
-                 init_std: NonNegative | None = None, randomize: bool = False, max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, init_std=init_std, bias_init=bias_init, randomize=randomize,
-                         max_position=max_position, eval_positions=eval_positions)
+                 init_std: NonNegative | None = None):
+        super().__init__(shape, init_std=init_std, bias_init=bias_init)
         self.post_log_scale = post_log_scale

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from harness.errors import IncompatiblePairing
 from harness.ranges import Positive, PositiveInt, ranged
-from positional.base import EvalPositions, LogitBias, PositionalBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape
 
 
 def fire_psi(x: Tensor, c: Tensor) -> Tensor:
@@ -71,11 +71,8 @@ class Fire(PositionalScheme):
 
     @ranged
     def __init__(self, shape: Shape, mlp_width: PositiveInt = 32, init_c: Positive = 0.1, init_L: Positive = 512.0,
-                 per_layer: bool = False, eps: Positive = 1e-6, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+                 per_layer: bool = False, eps: Positive = 1e-6):
+        super().__init__(shape)
         if shape.restart_positions and not shape.causal:
             raise IncompatiblePairing("incompatible pairing: model.restart_positions=true with pos=fire on a "
                                       "bidirectional task: FIRE's N_i = max(p_i, p_last − p_i) reads the last position "

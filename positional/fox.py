@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.ranges import NonNegative, ranged
-from positional.base import EvalPositions, LogitBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalScheme, Shape
 
 
 def forget_bias(log_f: Tensor) -> Tensor:
@@ -94,11 +94,8 @@ class ForgettingTransformer(PositionalScheme):
         "backward gates for keys after it")
 
     @ranged
-    def __init__(self, shape: Shape, init_std: NonNegative | None = 0.02, bias_init: float = 0.0,
-                 randomize: bool = False, max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, init_std: NonNegative | None = 0.02, bias_init: float = 0.0):
+        super().__init__(shape)
         outputs = shape.n_heads * (1 if shape.causal else 2)  # bidirectional (dd_alibi): forward, then backward gates
         gates = [nn.Linear(shape.d_model, outputs) for _ in range(shape.n_layers)]  # (w_f, b_f) per layer
         for gate in gates:

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import EvalPositions, LogitBias, PositionalScheme, Shape, bias_over_offsets
+from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 EPS = 1e-2  # the authors' lower bound on every KERPLE parameter
 MAX_EXPONENT = 2.0  # the power kernel is conditionally positive definite for exponents in (0, 2]
@@ -48,11 +48,8 @@ KERNELS = {"log": kerple_log_bias, "power": kerple_power_bias}
 class Kerple(PositionalScheme):
     bias_kind = "relative"
 
-    def __init__(self, shape: Shape, variant: str = "log", per_layer: bool = False, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, variant: str = "log", per_layer: bool = False):
+        super().__init__(shape)
         if variant not in KERNELS:
             raise ConfigError(f"variant={variant!r}: use {' or '.join(KERNELS)}")
         self.variant, self.per_layer = variant, per_layer

@@ -13,16 +13,13 @@ from torch import Tensor, nn
 
 from harness.errors import ConfigError
 from harness.ranges import NonNegative, ranged
-from positional.base import EvalPositions, PositionalScheme, Shape
+from positional.base import PositionalScheme, Shape
 
 
 class Learned(PositionalScheme):
     @ranged
-    def __init__(self, shape: Shape, init_std: NonNegative = 0.02, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, init_std: NonNegative = 0.02):
+        super().__init__(shape)
         self.table = nn.Embedding(self.position_range, shape.d_model)  # data.seq_len, or pos.max_position if randomized
         nn.init.normal_(self.table.weight, std=init_std)
 

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import EvalPositions, PositionalScheme, Shape
+from positional.base import PositionalScheme, Shape
 from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq
 
 
@@ -50,12 +50,8 @@ def p_rope_inv_freq(width: int, p: float, base: float, dtype=torch.float64, devi
 
 
 class PRope(PositionalScheme):
-    def __init__(self, shape: Shape, p: float = 0.25, base: float = 10000.0, layout: str = "interleaved",
-                 randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, p: float = 0.25, base: float = 10000.0, layout: str = "interleaved"):
+        super().__init__(shape)
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 <= p <= 1:

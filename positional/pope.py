@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.base import EvalPositions, PositionalScheme, Rotary, Shape
+from positional.base import PositionalScheme, Rotary, Shape
 
 
 def pope_inv_freq(head_dim: int, base: float, dtype=torch.float64, device=None) -> Tensor:
@@ -88,12 +88,9 @@ class PoPE(PositionalScheme):
     rotary_widens = True
     float64_state = ("inv_freq",)  # θ_c: the phases tθ_c stay float64-exact in a bf16 model
 
-    def __init__(self, shape: Shape, base: float = 10000.0, phase_bias: bool = True, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
+    def __init__(self, shape: Shape, base: float = 10000.0, phase_bias: bool = True):
         """``phase_bias``: learn δ (H, D); false fixes δ = 0, a_ts = Σ_c μ_q μ_k cos((s − t)θ_c)."""
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+        super().__init__(shape)
         if not (isinstance(base, (int, float)) and not isinstance(base, bool) and math.isfinite(base) and base > 0):
             raise ConfigError(f"base={base} must be a positive finite number (θ_c = base^(−c/D))")
         if not isinstance(phase_bias, bool):

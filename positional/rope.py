@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import EvalPositions, PositionalScheme, Rotary, Shape
+from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, as_field_of, scaling_for
 
 
@@ -204,18 +204,15 @@ class Rope(PositionalScheme):
 
     def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
                  scaling: RopeScaling | Callable[..., RopeScaling] | None = None, resonance: bool = False,
-                 hope: bool = False, rotate_heads: int | None = None, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
+                 hope: bool = False, rotate_heads: int | None = None):
         """``scaling``: the eval-time length scaling, ``RopeScaling("yarn", factor=4.0)``, or a callable that builds
         one from ``base=`` and ``rotated=`` (conf/pos/scaling/<method>.yaml, a partial RopeScaling); either way
         its ``base`` and ``rotated`` are this θ's, and its ``original_max_len`` defaults to ``shape.max_len``.
         None: no scaling.
         ``resonance``, ``hope``: Resonance RoPE's and HoPE's θ (module doc).
         ``rotate_heads``: rotate the last k heads only (None: every head).
-        ``randomize``, ``max_position``: randomized positions (positional/base.py)."""
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+        Randomized positions wrap any scheme: positional/randomized.py."""
+        super().__init__(shape)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
         if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
             raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/R))")

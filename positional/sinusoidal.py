@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from harness.ranges import Positive, ranged
-from positional.base import EvalPositions, PositionalScheme, Shape
+from positional.base import PositionalScheme, Shape
 
 
 def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -31,11 +31,8 @@ def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tens
 
 class Sinusoidal(PositionalScheme):
     @ranged
-    def __init__(self, shape: Shape, base: Positive = 10000.0, scale_embeddings: bool = True, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, base: Positive = 10000.0, scale_embeddings: bool = True):
+        super().__init__(shape)
         self.base = base
         self.embed_scale = math.sqrt(shape.d_model) if scale_embeddings else 1.0
 

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from harness.errors import ConfigError
 from harness.ranges import NonNegative, ranged
-from positional.base import EvalPositions, FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
+from positional.base import FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
@@ -57,11 +57,8 @@ class T5Bias(PositionalScheme):
 
     @ranged
     def __init__(self, shape: Shape, num_buckets: int = 32, max_distance: int = 128, per_layer: bool = False,
-                 init_std: NonNegative = 0.02, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+                 init_std: NonNegative = 0.02):
+        super().__init__(shape)
         if num_buckets < 4 or num_buckets % 2:
             raise ConfigError(f"num_buckets={num_buckets} must be even and ≥ 4 (half per direction for MLM)")
         if max_distance <= num_buckets // 2:

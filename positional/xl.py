@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.ranges import NonNegative, ranged
-from positional.base import EvalPositions, LogitBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalScheme, Shape
 from positional.sinusoidal import sinusoidal_table
 
 
@@ -74,11 +74,8 @@ class TransformerXL(PositionalScheme):
                        "restart, every score it keeps is already the one inside the document)")
 
     @ranged
-    def __init__(self, shape: Shape, init_std: NonNegative = 0.02, randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+    def __init__(self, shape: Shape, init_std: NonNegative = 0.02):
+        super().__init__(shape)
         h, d, c = shape.n_heads, shape.head_dim, shape.d_model
         self.u = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers
         self.v = nn.Parameter(torch.randn(h, d) * init_std)  # (H, D), shared by all layers

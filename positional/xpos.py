@@ -33,7 +33,7 @@ from torch import Tensor
 
 from harness.errors import ConfigError
 from harness.ranges import Positive, ranged
-from positional.base import EvalPositions, PositionalScheme, Rotary, Shape
+from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq
 
 
@@ -81,11 +81,8 @@ class XPosRotation(Rotary):
 class XPos(PositionalScheme):
     @ranged
     def __init__(self, shape: Shape, base: Positive = 10000.0, gamma: Positive = 0.4, scale_base: Positive = 512.0,
-                 layout: str = "interleaved", randomize: bool = False,
-                 max_position: int | None = None,
-                 eval_positions: EvalPositions | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position,
-                         eval_positions=eval_positions)
+                 layout: str = "interleaved"):
+        super().__init__(shape)
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if shape.head_dim % 2:

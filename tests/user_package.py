@@ -27,8 +27,8 @@ class Decay(PositionalScheme):
     bias_kind = "relative"
     bias_depends_on_layer = False
 
-    def __init__(self, shape, init: float = 0.5, randomize: bool = False, max_position: int | None = None):
-        super().__init__(shape, randomize=randomize, max_position=max_position)
+    def __init__(self, shape, init: float = 0.5):
+        super().__init__(shape)
         if not init > 0:
             raise ConfigError(f"init={init} must be positive")
         self.w = nn.Parameter(torch.full((shape.n_heads,), math.log(math.expm1(init))))  # softplus(w) = init
@@ -46,8 +46,6 @@ def yaml_for(target: str) -> str:
         _target_: {target}
         _partial_: true
         init: 0.5
-        randomize: false
-        max_position: null
         """)
 
 

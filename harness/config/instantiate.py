@@ -35,8 +35,18 @@ def instantiate_option(node, path: str):
 
     if path in ("pos", "attn") and has_pattern(node):  # pos.layers / attn.layers: a LayerPattern
         return layer_pattern(node, path, instantiate_option)
+    sampling = {}
+    if path == "pos":  # pos.randomize & co configure the wrapper any scheme takes (positional/randomized.py)
+        from positional.randomized import KEYS
+
+        sampling = {k: node[k] for k in KEYS if k in node}
+        node = _without(node, KEYS)
     prepared = instantiate(node)
     names = list(inspect.signature(prepared.func).parameters) if hasattr(prepared, "func") else []
+    if path == "pos":
+        from positional.randomized import randomized
+
+        prepared, names = randomized(prepared, **sampling), [*names, *sampling]
 
     def build(*args, **kwargs):
         try:
@@ -45,3 +55,19 @@ def instantiate_option(node, path: str):
             raise type(e)(keyed(str(e), path, names)) from None
 
     return build
+
+
+def _without(node, keys):
+    """``node`` (a DictConfig or dict) less ``keys``; a DictConfig's copy keeps its parent, so its interpolations
+    (``${data.seq_len}``) still resolve."""
+    import copy
+
+    from omegaconf import DictConfig, open_dict
+
+    if isinstance(node, DictConfig):
+        trimmed = copy.deepcopy(node)
+        with open_dict(trimmed):
+            for key in keys:
+                trimmed.pop(key, None)
+        return trimmed
+    return {k: v for k, v in node.items() if k not in keys}

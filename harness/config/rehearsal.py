@@ -22,6 +22,7 @@ keeps a forward free of host synchronisation (tests/unit/test_fullgraph.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from dataclasses import dataclass
@@ -219,13 +220,14 @@ def _measured(model: nn.Module, run) -> Ledger:
         drawn = read.ledger
     if not getattr(model.pos, "randomize", False):
         return drawn
-    model.pos.randomize = False
+    shape = model.pos.shape
+    model.pos.shape = dataclasses.replace(shape, sampling=None)  # positions 0 … T−1 for this pass
     try:
         whole = _ledger_of(model, run)
     except HostRead as read:
         whole = read.ledger
     finally:
-        model.pos.randomize = True
+        model.pos.shape = shape
     return max(drawn, whole, key=lambda ledger: ledger.peak)
 
 

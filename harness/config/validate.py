@@ -314,7 +314,7 @@ def missing_group(group: str) -> str:
 
 
 def check_nodes(values: dict, choices: dict[str, str]) -> None:
-    missing = [g for g in schema.GROUPS if not isinstance(values.get(g), dict)]
+    missing = [g for g in schema.GROUPS if not isinstance(values.get(g), dict) or not _chosen(g, values[g])]
     if missing:  # ~pos, pos=null, or a preset that drops one
         raise ConfigError(missing_group(missing[0]))
     top = schema.plain_fields(schema.RunSettings)
@@ -330,6 +330,14 @@ def check_nodes(values: dict, choices: dict[str, str]) -> None:
         else:
             raise ConfigError(f"{key}={value!r} replaces the config group {key}; pick an option with {key}=NAME "
                               f"(python run.py --help lists them) or set one key with {key}.KEY=VALUE")
+
+
+def _chosen(group: str, node: dict) -> bool:
+    """Whether ``node`` is an option of ``group``, not only the keys conf/config.yaml gives every pos node
+    (``~pos`` leaves those)."""
+    from positional.randomized import KEYS
+
+    return group != "pos" or bool(set(node) - set(KEYS))
 
 
 def check_node(path: str, node: dict, choices: dict[str, str]) -> None:
@@ -362,6 +370,10 @@ def _check_target(path: str, node: dict, choices: dict[str, str]) -> None:
         if path in INTERFACES:
             check_interface(path, target, node["_target_"])
         fields, open_kwargs = schema.signature_schema(target, schema.SUPPLIED.get(path, ()))
+        if path == "pos":  # pos.randomize & co: the wrapper's keys, for any scheme (positional/randomized.py)
+            from positional.randomized import options
+
+            fields = {**fields, **schema.signature_schema(options)[0]}
     if not open_kwargs:
         schema.check_known(path, keys, list(fields), what)
     for key in keys:

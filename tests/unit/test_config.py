@@ -8,6 +8,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from attention.base import AttentionVariant
+from harness.config.instantiate import instantiate_option
 from harness.data.objectives import Task
 from harness.data.tasks import ScoredTask
 from harness.model.transformer import ModelConfig
@@ -30,7 +31,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path, monkeypatch):
     if group in ("pos", "attn"):
         target = get_class(node._target_)
         causal = getattr(target, "bidirectional_refusal", None) is not None  # FoX: defined for causal attention only
-        built = instantiate(node)(replace(SHAPE, causal=causal))
+        built = instantiate_option(node, group)(replace(SHAPE, causal=causal))
         assert isinstance(built, PositionalScheme if group == "pos" else AttentionVariant)
         assert type(built).config_name() == option  # conf/<g>/<name>.yaml pairs with <g>/<name>.py
     elif group == "model":

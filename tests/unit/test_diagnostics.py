@@ -12,7 +12,7 @@ import torch
 from omegaconf import open_dict
 from torch.testing import assert_close
 
-from harness.config.instantiate import instantiate
+from harness.config.instantiate import instantiate, instantiate_option
 from harness.errors import ConfigError
 from harness.model.diagnostics import as_distribution, attention_diagnostics, attention_stats
 from harness.model.transformer import Transformer
@@ -99,7 +99,8 @@ def uniform_attention_model(attn: str, causal: bool, T: int) -> Transformer:
     cfg = compose(["pos=none", f"attn={attn}", "model.n_layers=2", "model.d_model=16", "model.n_heads=2",
                    f"data.seq_len={T}", *(["attn.window=8"] if attn == "local" else [])])
     torch.manual_seed(0)
-    model = Transformer(instantiate(cfg.model), 258, T, causal, pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+    model = Transformer(instantiate(cfg.model), 258, T, causal, pos=instantiate_option(cfg.pos, "pos"),
+                        attn=instantiate(cfg.attn))
     with torch.no_grad():
         for block in model.blocks:
             C = block.attn.out.in_features

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attention.base import AttentionContext, count_keys
+from harness.config.instantiate import instantiate_option
 from harness.data.corpus import Embedded, block_split, joined_starts, split_starts
 from harness.data.windows import TrainWindows, with_document_ids
 from harness.errors import ConfigError, IncompatiblePairing
@@ -37,7 +38,7 @@ def model(pos: str, causal: bool, restart: bool = True, mask: bool = True, attn:
                    f"model.document_mask={mask}", "model.dropout=0", "model.n_layers=2", "model.d_model=32",
                    "model.n_heads=2", "model.d_ff=64"])
     torch.manual_seed(0)
-    built = Transformer(instantiate(cfg.model), 40, 32, causal, instantiate(cfg.pos, _partial_=True),
+    built = Transformer(instantiate(cfg.model), 40, 32, causal, instantiate_option(cfg.pos, "pos"),
                         instantiate(cfg.attn, _partial_=True))
     if pos == "xpos":  # ζ^(n/B) with the default B = 512 is ~1 over 16 positions: a shorter B makes the test bite
         built.pos.scale_base = 8.0

@@ -6,6 +6,7 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
+from harness.config.instantiate import instantiate_option
 from results.paper import ARM_KEYS
 from tests.helpers import ROOT, compose
 
@@ -71,7 +72,7 @@ def test_every_toy_cell_builds_its_model(preset):
         cfg = compose([f"experiment={preset}", *cell])
         task = instantiate(cfg.task, tokenizer=ByteTokenizer())
         model = Transformer(instantiate(cfg.model), 258, task.sequence_tokens(cfg.data.seq_len), task.causal,
-                            pos=instantiate(cfg.pos), attn=instantiate(cfg.attn))
+                            pos=instantiate_option(cfg.pos, "pos"), attn=instantiate(cfg.attn))
         assert model.num_params() > 0
 
 

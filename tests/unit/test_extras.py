@@ -13,6 +13,7 @@ import sys
 import pytest
 import yaml
 
+from harness.config.instantiate import instantiate_option
 from harness.errors import ConfigError
 from harness.extras import extra_for, require
 from harness.paths import CONF
@@ -88,9 +89,8 @@ class Needy:
 def test_a_users_class_names_its_own_package():
     refusal = "^pos=test_extras needs posbench_no_such_package, which is not installed here; pip install posbench_no"
     with pytest.raises(ConfigError, match=refusal):
-        from harness.config.instantiate import instantiate
 
-        instantiate(compose([f"pos._target_={Needy.__module__}.Needy"]).pos)
+        instantiate_option(compose([f"pos._target_={Needy.__module__}.Needy"]).pos, "pos")
     with pytest.raises(ConfigError, match="needs a and b, which are not installed"):
         require("x", ("a", "b"))
     require("x", ("sys", "json"))  # present: nothing to say

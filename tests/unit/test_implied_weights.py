@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from torch.testing import assert_close
 
 from attention.base import AttentionContext, AttentionVariant
@@ -17,6 +16,7 @@ from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
 from harness.config.catalog import option_classes
+from harness.config.instantiate import instantiate_option
 from harness.paths import CONF
 from positional.base import Shape
 from tests.attn_cases import F64, ContentBias, allowed_pairs, padding, qkv, relative_bias, rotation, rotation_matrices
@@ -157,7 +157,7 @@ def test_every_scheme_with_every_variant_applies_its_implied_weights(pos, attn, 
     if not causal and option_classes("pos")[pos].bidirectional_refusal:
         pytest.skip(option_classes("pos")[pos].bidirectional_refusal)  # FoX: defined for causal attention only
     shape = Shape(D * H, H, 1, 32, causal)
-    scheme, variant = (instantiate(node(group, name))(shape).double().eval() for group, name in
+    scheme, variant = (instantiate_option(node(group, name), group)(shape).double().eval() for group, name in
                        (("pos", pos), ("attn", attn)))
     if variant.refusal(type(scheme)):
         pytest.skip(variant.refusal(type(scheme)))

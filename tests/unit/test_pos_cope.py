@@ -13,6 +13,7 @@ from attention.performer import Performer
 from harness.errors import ConfigError
 from positional.base import Shape
 from positional.cope import CoPE, cope_interpolate, cope_positions
+from positional.randomized import randomized
 from tests.attn_cases import F64, qkv
 
 B, H, T, D = 2, 3, 11, 8
@@ -110,6 +111,6 @@ def test_cope_is_content_only_softmax_applies_it_and_positions_cannot_be_randomi
         reason = variant.refusal(CoPE)
         assert reason and "content logit bias (pos=cope)" in reason and "\n" not in reason
     with pytest.raises(ConfigError, match="reads no position index"):
-        CoPE(Shape(16, 2, 1, 8, True), randomize=True, max_position=64)
+        randomized(CoPE, randomize=True, max_position=64)(Shape(16, 2, 1, 8, True))
     with pytest.raises(ConfigError, match=r"^npos=1"):  # worded by argument: a library call, not a config
         CoPE(Shape(16, 2, 1, 8, True), npos=1)

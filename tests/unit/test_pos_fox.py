@@ -18,6 +18,7 @@ from harness.model.transformer import ModelConfig, Transformer
 from positional.base import Shape
 from positional.dd_alibi import DataDependentALiBi
 from positional.fox import ForgettingTransformer, forget_bias, two_way_forget_bias
+from positional.randomized import randomized
 from tests.attn_cases import F64, qkv
 
 B, H, T, D = 2, 3, 9, 4
@@ -243,7 +244,7 @@ def test_refusals(cls):
         assert reason and f"content logit bias (pos={name})" in reason and "\n" not in reason
     assert Softmax.refusal(cls) is None
     with pytest.raises(ConfigError, match="reads no position index"):
-        cls(Shape(C, H, 1, 8, True), randomize=True, max_position=64)
+        randomized(cls, randomize=True, max_position=64)(Shape(C, H, 1, 8, True))
     with pytest.raises(ConfigError, match=r"^init_std=-1"):  # worded by argument: a library call, not a config
         cls(Shape(C, H, 1, 8, True), init_std=-1.0)
 

@@ -18,6 +18,7 @@ from positional.alibi import ALiBi, alibi_slopes
 from positional.base import PositionalBias, PositionalScheme, RelativeBias, Shape, randomized_positions
 from positional.kerple import Kerple
 from positional.learned import Learned
+from positional.randomized import randomized
 from positional.rope import Rope
 from positional.t5 import T5Bias, relative_position_bucket
 from tests.attn_cases import F64
@@ -47,8 +48,8 @@ def test_every_position_is_equally_likely():
 class Probe(PositionalScheme):
     """Records the positions every hook receives."""
 
-    def __init__(self, shape, **sampling):
-        super().__init__(shape, **sampling)
+    def __init__(self, shape):
+        super().__init__(shape)
         self.seen = []
 
     def embed(self, x, positions):
@@ -64,7 +65,7 @@ class Probe(PositionalScheme):
 
 def _probe_model(**sampling) -> Transformer:
     return Transformer(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_ff=16), 10, 12, True,
-                       pos=partial(Probe, randomize=True, max_position=100, **sampling), attn=partial(Softmax))
+                       pos=randomized(Probe, randomize=True, max_position=100, **sampling), attn=partial(Softmax))
 
 
 def test_the_model_draws_once_per_training_forward():
@@ -111,16 +112,16 @@ def test_ordered_evaluation_uses_0_to_t_and_draws_nothing():
 
 
 def test_sampled_evaluation_longer_than_the_range_is_refused_with_the_way_out():
-    probe = Probe(SHAPE, randomize=True, max_position=20).eval()
+    probe = randomized(Probe, randomize=True, max_position=20)(SHAPE).eval()
     with pytest.raises(ConfigError, match="max_position=20 < sequence length 21.+pos.eval_positions=ordered"):
         probe.positions(21)
-    assert torch.equal(Probe(SHAPE, randomize=True, max_position=20, eval_positions="ordered").eval().positions(21),
-                       torch.arange(21))
+    ordered = randomized(Probe, randomize=True, max_position=20, eval_positions="ordered")(SHAPE)
+    assert torch.equal(ordered.eval().positions(21), torch.arange(21))
 
 
 def test_rope_evaluated_at_sampled_positions_rotates_by_them():
     """RoPE keeps one 0 … T−1 tensor (and its cos, sin) per length; a sampled evaluation must bypass it."""
-    rope = Rope(Shape(16, 2, 2, 12, causal=True), randomize=True, max_position=64).double().eval()
+    rope = randomized(Rope, randomize=True, max_position=64)(Shape(16, 2, 2, 12, causal=True)).double().eval()
     p = rope.positions(12)
     assert not torch.equal(p, torch.arange(12))
     q = torch.randn(1, 2, 12, 8, dtype=F64)
@@ -131,7 +132,7 @@ def test_rope_evaluated_at_sampled_positions_rotates_by_them():
 
 
 def test_learned_table_holds_max_position_and_serves_longer_evaluation():
-    learned = Learned(SHAPE, randomize=True, max_position=64)
+    learned = randomized(Learned, randomize=True, max_position=64)(SHAPE)
     assert learned.table.num_embeddings == 64 and Learned(SHAPE).table.num_embeddings == 12
     learned.eval()
     x = torch.zeros(1, 64, 16)
@@ -147,30 +148,30 @@ def test_relative_biases_read_the_sampled_offsets(causal):
     p = torch.tensor([0, 3, 4, 9, 30, 31, 60])
     offsets = (p[:, None] - p[None, :]).to(F64)  # (T, T) p_i − p_j
     distance = offsets if causal else offsets.abs()
-    alibi = ALiBi(shape, randomize=True, max_position=64).logit_bias(p, 0)
+    alibi = randomized(ALiBi, randomize=True, max_position=64)(shape).logit_bias(p, 0)
     assert isinstance(alibi, PositionalBias)
     assert_close(alibi.dense()[0], -alibi_slopes(2)[:, None, None] * distance, rtol=0, atol=0)
-    t5 = T5Bias(shape, randomize=True, max_position=64).double()
+    t5 = randomized(T5Bias, randomize=True, max_position=64)(shape).double()
     buckets = relative_position_bucket(-(p[:, None] - p[None, :]), not causal)  # (T, T)
     assert_close(t5.logit_bias(p, 0).dense()[0], t5.bias[0][:, buckets], rtol=0, atol=0)
-    kerple = Kerple(shape, randomize=True, max_position=64).double()
+    kerple = randomized(Kerple, randomize=True, max_position=64)(shape).double()
     r1, r2 = kerple.r1[0][:, None, None], kerple.r2[0][:, None, None]
     assert_close(kerple.logit_bias(p, 0).dense()[0], -r1 * torch.log1p(r2 * offsets.abs()), rtol=1e-14, atol=0)
-    consecutive = ALiBi(shape, randomize=True, max_position=64).logit_bias(torch.arange(7), 0)
+    consecutive = randomized(ALiBi, randomize=True, max_position=64)(shape).logit_bias(torch.arange(7), 0)
     assert isinstance(consecutive, RelativeBias)  # evaluation positions: the Toeplitz form again
 
 
 def test_a_randomized_relative_bias_is_refused_where_only_toeplitz_biases_are_applied():
-    t5 = T5Bias(SHAPE, randomize=True, max_position=64)
+    t5 = randomized(T5Bias, randomize=True, max_position=64)(SHAPE)
     assert T5Bias.bias_kind == "relative" and t5.bias_kind == "positional"  # the instance, not the class
     for variant in (Local, Performer):
         assert variant.refusal(T5Bias) is None
         assert "pos.randomize=true" in variant.refusal(t5)
     cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=16)
     with pytest.raises(IncompatiblePairing, match="attn=local cannot apply a positional logit bias .pos=t5."):
-        Transformer(cfg, 10, 12, True, pos=partial(T5Bias, randomize=True, max_position=64),
+        Transformer(cfg, 10, 12, True, pos=randomized(T5Bias, randomize=True, max_position=64),
                     attn=partial(Local, window=4))
-    Transformer(cfg, 10, 12, True, pos=partial(T5Bias, randomize=True, max_position=64), attn=partial(Softmax))
+    Transformer(cfg, 10, 12, True, pos=randomized(T5Bias, randomize=True, max_position=64), attn=partial(Softmax))
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -183,7 +184,7 @@ def test_a_randomized_relative_bias_is_refused_where_only_toeplitz_biases_are_ap
 ])
 def test_bad_sampling_options_are_refused_in_one_line(kw, match):
     with pytest.raises(ConfigError, match=match) as e:
-        ALiBi(SHAPE, **kw)
+        randomized(ALiBi, **kw)(SHAPE)
     assert "\n" not in str(e.value)
 
 
@@ -198,3 +199,20 @@ def test_schemes_without_positions_refuse_randomize(name):
         pos(SHAPE)
 
 
+
+
+def test_randomized_positions_are_a_wrapper_no_scheme_repeats():
+    """No scheme's signature or YAML names pos.randomize & co: the wrapper (positional/randomized.py) takes them
+    for any scheme, Probe above included, and conf/config.yaml gives every pos node them once."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from harness.paths import CONF
+    from positional.randomized import KEYS
+
+    for name, cls in option_classes("pos").items():
+        assert not set(KEYS) & set(inspect.signature(cls.__init__).parameters), name
+        assert not set(KEYS) & set(OmegaConf.load(CONF / "pos" / f"{name}.yaml")), name
+    assert {k: v for k, v in OmegaConf.load(CONF / "config.yaml").pos.items()} == dict.fromkeys(KEYS, None) | {
+        "randomize": False}

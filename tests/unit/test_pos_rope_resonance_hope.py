@@ -6,14 +6,15 @@ from functools import partial
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from torch.testing import assert_close
 
 from attention.softmax import Softmax
+from harness.config.instantiate import instantiate_option
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import Shape
 from positional.p_rope import p_rope_inv_freq
+from positional.randomized import randomized
 from positional.rope import Rope, apply_rope, rope_angles, rope_inv_freq
 from positional.rope_trainable import RopeTrainable
 from tests.helpers import compose
@@ -71,7 +72,7 @@ def test_hope_keeps_the_frequencies_that_turn_within_the_training_length(width, 
 
 
 def test_hope_reads_max_position_under_randomized_positions():
-    rope = Rope(Shape(2 * D, 2, 1, L, False), hope=True, randomize=True, max_position=10 * L)
+    rope = randomized(partial(Rope, hope=True), randomize=True, max_position=10 * L)(Shape(2 * D, 2, 1, L, False))
     assert rope.inv_freq.tolist() == pytest.approx(paper_hope(D, 10 * L), rel=1e-15, abs=0)
 
 
@@ -132,7 +133,7 @@ def test_with_both_off_rope_is_bit_identical():
 
 def test_options_compose_from_the_config():
     cfg = compose(["pos=rope", "pos.resonance=true", "pos.hope=true"]).pos
-    rope = instantiate(cfg)(Shape(2 * D, 2, 1, L, False))
+    rope = instantiate_option(cfg, "pos")(Shape(2 * D, 2, 1, L, False))
     assert rope.resonance and rope.hope
     assert compose(["pos=rope"]).pos.resonance is False and compose(["pos=rope"]).pos.hope is False
 

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from harness.config.instantiate import instantiate_option
 from harness.errors import ConfigError
 from positional.base import Shape
 from positional.rope import Rope, rope_inv_freq
@@ -211,7 +212,6 @@ def test_geometry_the_hf_forms_need_is_checked():
 def test_each_scaling_file_holds_its_methods_options_and_builds_it(method):
     """conf/pos/scaling/<method>.yaml composes under pos.scaling with exactly the fields its method reads, and
     pos/scaling=none (the default) leaves pos.scaling null: the default run shows no scaling key."""
-    from hydra.utils import instantiate
 
     from tests.helpers import compose
 
@@ -219,12 +219,12 @@ def test_each_scaling_file_holds_its_methods_options_and_builds_it(method):
     assert set(node) == {"_target_", "_partial_", "method", "factor", "original_max_len", *OPTIONS_READ[method]}
     assert node.method == method and compose(["pos=rope"]).pos.scaling is None
     if method != "longrope":  # its lists are required
-        rope = instantiate(compose(["pos=rope", f"pos/scaling={method}"]).pos)(Shape(2 * D, 2, 2, L, causal=False))
+        scaled = compose(["pos=rope", f"pos/scaling={method}"]).pos
+        rope = instantiate_option(scaled, "pos")(Shape(2 * D, 2, 2, L, causal=False))
         assert rope.scaling.method == method and rope.scaling.base == BASE and rope.scaling.rotated == D
 
 
 def test_lists_compose_from_the_command_line():
-    from hydra.utils import instantiate
 
     from tests.helpers import compose
 
@@ -232,7 +232,7 @@ def test_lists_compose_from_the_command_line():
     cfg = compose(["pos=rope_trainable", "pos/scaling=longrope", "pos.scaling.factor=2",
                    f"pos.scaling.short_factor=[{short}]", f"pos.scaling.long_factor=[{short}]",
                    "pos.scaling.attention_factor=1.1"])
-    rope = instantiate(cfg.pos)(Shape(2 * D, 2, 2, cfg.data.seq_len, causal=False))
+    rope = instantiate_option(cfg.pos, "pos")(Shape(2 * D, 2, 2, cfg.data.seq_len, causal=False))
     assert rope.scaling.short_factor == (1.5,) * (D // 2) and rope.scaling.base == cfg.pos.base
     assert rope.scaling.rotated == D and rope.scaling.attention_factor == 1.1
     assert rope.scaling.original_max_len == cfg.data.seq_len
