@@ -145,34 +145,38 @@ def sealed(manifest: dict) -> dict:
 
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (file, size, mtime_ns, sha256) hashed by this process
+# A folder of at most this many shard bytes is hashed again by every process that reads it (0.5 s here, 1.9 GiB/s),
+# so a bit that rots in place, its size and mtime unchanged, is caught; a larger one once per file version (a stamp)
+REHASH_BYTES = 1 << 30
 
 
 def verify(folder: Path, manifest: dict) -> None:
     """Each shard's bytes hash to the sha256 the manifest records (manifests written before shards carried one
-    are not checked). A file version already hashed — in this process, or by any process before (its stamp in
-    the cache) — is not read again."""
+    are not checked). A file version already hashed by this process is not read again; nor, in a folder of more
+    than ``REHASH_BYTES``, one hashed by any process before (its stamp in the cache, keyed by path, size and mtime:
+    hashing hundreds of gigabytes at every start would cost minutes)."""
     from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
 
     stamps = corpus_module.CACHE / "verified-shards"
-    for split in ("train", "val"):
-        for shard in manifest["splits"][split]["shards"]:
-            if "sha256" not in shard:
-                continue
-            file = folder / shard["file"]
-            info = file.stat()
-            key = (str(file.resolve()), info.st_size, info.st_mtime_ns, str(shard["sha256"]))
-            stamp = stamps / hashlib.sha256(repr(key).encode()).hexdigest()
-            if key in _VERIFIED or stamp.exists():
-                continue
-            digest = hashlib.sha256()
-            with open(file, "rb") as f:
-                while block := f.read(1 << 24):
-                    digest.update(block)
-            if digest.hexdigest() != shard["sha256"]:
-                raise ConfigError(f"{file} is damaged: its sha256 {digest.hexdigest()[:12]}… is not the "
-                                  f"{str(shard['sha256'])[:12]}… manifest.json records (its bytes changed after "
-                                  "prepare wrote it); write the folder again with python -m harness.data.prepare")
-            _VERIFIED.add(key)
+    shards = [(folder / s["file"], str(s["sha256"])) for split in ("train", "val")
+              for s in manifest["splits"][split]["shards"] if "sha256" in s]
+    stamped = sum(file.stat().st_size for file, _ in shards) > REHASH_BYTES
+    for file, sha in shards:
+        info = file.stat()
+        key = (str(file.resolve()), info.st_size, info.st_mtime_ns, sha)
+        stamp = stamps / hashlib.sha256(repr(key).encode()).hexdigest()
+        if key in _VERIFIED or (stamped and stamp.exists()):
+            continue
+        digest = hashlib.sha256()
+        with open(file, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+        if digest.hexdigest() != sha:
+            raise ConfigError(f"{file} is damaged: its sha256 {digest.hexdigest()[:12]}… is not the "
+                              f"{sha[:12]}… manifest.json records (its bytes changed after "
+                              "prepare wrote it); write the folder again with python -m harness.data.prepare")
+        _VERIFIED.add(key)
+        if stamped:
             try:
                 stamps.mkdir(parents=True, exist_ok=True)
                 stamp.touch()

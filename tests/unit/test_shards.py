@@ -381,6 +381,7 @@ def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, m
     """prepare records each shard's sha256; every read checks it (once per file version). One flipped bit keeps
     every id inside the vocabulary, so nothing else would notice: it trained silently before."""
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    monkeypatch.setattr("harness.data.shards.REHASH_BYTES", 0)  # as a folder too large to hash at every start
     folder = _copy(byte_shards, tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert all(len(s["sha256"]) == 64 for split in manifest["splits"].values() for s in split["shards"])
@@ -389,6 +390,26 @@ def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, m
     _flip(folder / "train-00001.bin", 1_234)
     with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256 .* is not the .* manifest.json "
                                           r"records .*; write the folder again with python -m harness.data.prepare"):
+        TokenShards(str(folder)).sizes()
+
+
+def test_a_bit_rotted_in_place_in_a_small_folder_is_caught_by_the_next_process(byte_shards, tmp_path, monkeypatch):
+    """Size and mtime unchanged (a disk's bit rot, not an edit): a folder under REHASH_BYTES is hashed again by each
+    process that reads it, so the next run refuses it, however many runs read it whole before."""
+    import os
+
+    import harness.data.shards as shards
+
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    folder = _copy(byte_shards, tmp_path)
+    assert TokenShards(str(folder)).sizes()[0] > 0
+    assert not (tmp_path / "cache" / "verified-shards").exists()  # small: no stamp to trust later
+    shard = folder / "train-00001.bin"
+    info = shard.stat()
+    _flip(shard, 777)
+    os.utime(shard, ns=(info.st_atime_ns, info.st_mtime_ns))  # as if in place
+    monkeypatch.setattr(shards, "_VERIFIED", set())  # the next process
+    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged"):
         TokenShards(str(folder)).sizes()
 
 
