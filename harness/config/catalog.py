@@ -250,6 +250,11 @@ def render_catalogue(extra: list[str | Path] = (), markdown: bool = False,
             what, declares = summary_line(cls, group), describe(group, cls)
             lines.append(f"| `{name}` | {what} | {declares} |" if markdown
                          else f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else ""))
+        if group == "pos":  # a wrapper any of them takes, not an option of its own (positional/randomized.py)
+            refusing = ", ".join(n for n, c in found.items() if getattr(c, "randomize_refusal", None))
+            said = ["any pos takes pos.randomize=true pos.max_position=N: each forward's positions drawn from [0, N)",
+                    f"(Ruoss et al. 2023), except {refusing}, which refuse it with their reason"]
+            lines += ["", " ".join(said)] if markdown else [f"  {line}" for line in said]
         lines.append("")
     return "\n".join(lines)
 

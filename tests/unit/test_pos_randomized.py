@@ -216,3 +216,12 @@ def test_randomized_positions_are_a_wrapper_no_scheme_repeats():
         assert not set(KEYS) & set(OmegaConf.load(CONF / "pos" / f"{name}.yaml")), name
     assert {k: v for k, v in OmegaConf.load(CONF / "config.yaml").pos.items()} == dict.fromkeys(KEYS, None) | {
         "randomize": False}
+
+
+def test_the_catalogue_says_any_pos_takes_randomized_positions_and_which_refuse():
+    from harness.config.catalog import render_catalogue
+
+    text = " ".join(render_catalogue().split())
+    refusing = sorted(n for n, c in option_classes("pos").items() if c.randomize_refusal)
+    assert "any pos takes pos.randomize=true pos.max_position=N" in text
+    assert f"except {', '.join(refusing)}, which refuse it" in text
