@@ -17,6 +17,10 @@ that are a file, missing, under /proc). Each try calls the command's entry funct
                                                                  # `python run.py …` process (exit status, streams)
 
 A try whose store holds a run left RUNNING afterwards is classified ``left RUNNING``, whatever it printed.
+With ROUND_RUN_ACCEPTED=1 every config try that ``check`` accepted is then run (two steps of the small model):
+``ran`` (exit 0), or what it ended as — a run that ``check`` accepted and that then ends in a one-line refusal is
+listed as ``run refused``, for a person to read (check and run deciding differently, or a runtime fault such as
+divergence, which no check can foresee).
 
 Run it from a clone: a command that accepts its input writes where its defaults say (results/, bench-out/).
 Config tries use ``check`` (nothing trains). Prints every try that is not "one line" or "accepted" (the accepted
@@ -231,8 +235,14 @@ def main() -> int:
         reply = attempt_process(argv, tmp, files, timeout) if processes else \
             attempt(inprocess, argv, tmp, files, timeout)
         kind = "left RUNNING" if left_running(tmp) else classify(reply)
-        counts[kind] += 1
-        if kind not in ("one line", "accepted") or (kind == "accepted" and os.environ.get("ROUND_SHOW_ACCEPTED")):
+        if kind == "accepted" and argv[0] == "check" and os.environ.get("ROUND_RUN_ACCEPTED"):
+            run_argv = ["run", *argv[1:], "trainer.val_check_interval=2", "data.eval_batches=1",
+                        "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0", f"hydra.run.dir={tmp}/run"]
+            reply = attempt(inprocess, run_argv, tmp, files, max(timeout, 120.0))
+            ran = "left RUNNING" if left_running(tmp) else classify(reply)
+            kind = {"accepted": "ran", "one line": "run refused"}.get(ran, f"run {ran}")
+        shown = kind not in ("one line", "accepted", "ran")
+        if shown or (kind in ("accepted", "ran") and os.environ.get("ROUND_SHOW_ACCEPTED")):
             tail = " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]
             print(f"{kind:<9} {label}  →  exit {reply['code']}: {tail}", flush=True)
         shutil.rmtree(tmp, ignore_errors=True)
