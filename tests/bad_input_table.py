@@ -43,6 +43,9 @@ RUN_CASES = [
     ("window-negative", ["attn=local", "attn.window=-4"], "attn.window=-4 must be a positive integer"),
     ("lr-negative", ["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),
     ("lr-zero", ["optim.optimizer.lr=0"], "optim.optimizer.lr=0 must be positive"),
+    ("lr-overflows-the-step", ["optim.optimizer.lr=1e300"], "optim.optimizer.lr=1e+300 is beyond 1e+30: the "
+     "optimizer's step computes in float32"),  # check passed it; the run's first step raised torch's overflow
+    ("weight-decay-overflows-the-step", ["optim.optimizer.weight_decay=1e31"], "weight_decay=1e+31 is beyond 1e+30"),
     ("steps-zero", ["trainer.max_steps=0"], "trainer.max_steps=0 must be a positive integer"),
     ("steps-not-a-number", ["trainer.max_steps=abc"], "trainer.max_steps='abc' must be an integer"),
     ("batch-zero", ["data.batch_size=0"], "data.batch_size=0 must be a positive integer"),

@@ -241,6 +241,7 @@ def main() -> int:
             reply = attempt(inprocess, run_argv, tmp, files, max(timeout, 120.0))
             ran = "left RUNNING" if left_running(tmp) else classify(reply)
             kind = {"accepted": "ran", "one line": "run refused"}.get(ran, f"run {ran}")
+        counts[kind] += 1
         shown = kind not in ("one line", "accepted", "ran")
         if shown or (kind in ("accepted", "ran") and os.environ.get("ROUND_SHOW_ACCEPTED")):
             tail = " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]

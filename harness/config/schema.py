@@ -370,13 +370,19 @@ def trainer_arguments() -> list[str]:
 
 
 # Ranges of the torch optimizer arguments a user is likely to set (any torch.optim class).
-OPTIMIZER_RANGES: dict[str, tuple[str, typing.Callable[[Any], bool]]] = {
-    "lr": ("must be positive, e.g. optim.optimizer.lr=1e-3", lambda v: v > 0),
-    "eps": ("must be positive", lambda v: v > 0),
-    "weight_decay": ("must be ≥ 0", lambda v: v >= 0),
-    "momentum": ("must lie in [0, 1)", lambda v: 0 <= v < 1),
-    "betas": ("must be two numbers in [0, 1), e.g. [0.9,0.98]", lambda v: all(0 <= b < 1 for b in v)),
-}
+# An optimizer's step computes in the parameters' float32 (largest 3.4e38) and scales lr on the way (Adam's first
+# step divides it by 1 − β₁ = 0.1): beyond this, torch stops at the first step with an overflow, after the run began
+OPTIMIZER_MAX = 1e30
+_FITS = (f"is beyond {OPTIMIZER_MAX:.0e}: the optimizer's step computes in float32 (largest 3.4e38) and would "
+         "overflow at the first step; give a smaller value")
+OPTIMIZER_RANGES: tuple[tuple[str, str, typing.Callable[[Any], bool]], ...] = (  # (key, rule, holds), in order
+    ("lr", "must be positive, e.g. optim.optimizer.lr=1e-3", lambda v: v > 0),
+    ("eps", "must be positive", lambda v: v > 0),
+    ("weight_decay", "must be ≥ 0", lambda v: v >= 0),
+    *((key, _FITS, lambda v: v <= OPTIMIZER_MAX) for key in ("lr", "eps", "weight_decay")),
+    ("momentum", "must lie in [0, 1)", lambda v: 0 <= v < 1),
+    ("betas", "must be two numbers in [0, 1), e.g. [0.9,0.98]", lambda v: all(0 <= b < 1 for b in v)),
+)
 
 # Plain (target-less) nodes by path; "" is the top level, whose group children are nodes of their own.
 @dataclass(frozen=True)

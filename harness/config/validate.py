@@ -421,7 +421,7 @@ def _trainer_settings(node: dict) -> schema.TrainerSettings:
 
 
 def _check_optimizer_ranges(node: dict) -> None:
-    for key, (rule, ok) in schema.OPTIMIZER_RANGES.items():
+    for key, rule, ok in schema.OPTIMIZER_RANGES:
         if key in node and node[key] is not None and not ok(node[key]):
             raise ConfigError(f"optim.optimizer.{key}={node[key]} {rule}")
 
