@@ -43,6 +43,9 @@ RUN_CASES = [
     ("window-negative", ["attn=local", "attn.window=-4"], "attn.window=-4 must be a positive integer"),
     ("lr-negative", ["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),
     ("lr-zero", ["optim.optimizer.lr=0"], "optim.optimizer.lr=0 must be positive"),
+    ("cpu-devices-all", ["trainer.devices=-1"], "trainer.devices=-1 with trainer.accelerator=cpu: CPU processes "
+     "are counted"),  # check passed it; Lightning refused it when the run built its Trainer
+    ("cpu-devices-ids", ["trainer.devices=[0,1]"], "with trainer.accelerator=cpu: CPU processes are counted"),
     ("lr-overflows-the-step", ["optim.optimizer.lr=1e300"], "optim.optimizer.lr=1e+300 is beyond 1e+30: the "
      "optimizer's step computes in float32"),  # check passed it; the run's first step raised torch's overflow
     ("weight-decay-overflows-the-step", ["optim.optimizer.weight_decay=1e31"], "weight_decay=1e+31 is beyond 1e+30"),

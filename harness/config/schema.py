@@ -349,6 +349,11 @@ class TrainerSettings:
             raise ConfigError("trainer.devices=[] names no device; give a count, -1 (all), a list of ids or auto")
         if isinstance(d, str) and d != "auto" and not d.replace(",", "").strip().isdigit():
             raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
+        on_cpu = self.accelerator == "cpu"  # Lightning's CPUAccelerator takes a count of processes only
+        if on_cpu and (d == -1 or isinstance(d, list) or (isinstance(d, str) and "," in d)):
+            raise ConfigError(f"trainer.devices={d} with trainer.accelerator=cpu: CPU processes are counted, not "
+                              "listed (-1 and ids are for GPUs); give a positive count, e.g. trainer.devices=2, or "
+                              "auto")
 
 
 def trainer_arguments() -> list[str]:
