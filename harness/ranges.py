@@ -51,6 +51,13 @@ PositiveInt = Annotated[int, Range("a positive integer", ge=1)]
 UnitInterval = Annotated[float, Range("a number in [0, 1]", ge=0, le=1)]
 DropoutRate = Annotated[float, Range("in [0, 1)", ge=0, lt=1, verb="lie")]
 SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
+FLOAT32_MAX = 3.4028234663852886e38
+# a value a scheme writes into a float32 parameter (an initial bias, a learned scale): beyond float32, torch
+# stops at the real construction with an overflow, which the meta build of the validation pass does not meet
+_FLOAT32 = Range("within float32's range, |x| ≤ 3.4e38 (it starts a float32 parameter)", ge=-FLOAT32_MAX,
+                 le=FLOAT32_MAX)
+Float32 = Annotated[float, _FLOAT32]
+PositiveFloat32 = Annotated[Positive, _FLOAT32]  # a positive number first, then float32's range
 Fraction = Annotated[float, Range("a number in (0, 1]", gt=0, le=1)]
 
 

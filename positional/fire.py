@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import IncompatiblePairing
-from harness.ranges import Positive, PositiveInt, ranged
+from harness.ranges import Positive, PositiveFloat32, PositiveInt, ranged
 from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape
 
 
@@ -70,7 +70,8 @@ class Fire(PositionalScheme):
     bias_kind = "positional"
 
     @ranged
-    def __init__(self, shape: Shape, mlp_width: PositiveInt = 32, init_c: Positive = 0.1, init_L: Positive = 512.0,
+    def __init__(self, shape: Shape, mlp_width: PositiveInt = 32, init_c: PositiveFloat32 = 0.1,
+                 init_L: PositiveFloat32 = 512.0,
                  per_layer: bool = False, eps: Positive = 1e-6):
         super().__init__(shape)
         if shape.restart_positions and not shape.causal:

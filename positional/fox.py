@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.ranges import NonNegative, ranged
+from harness.ranges import Float32, NonNegative, ranged
 from positional.base import LogitBias, PositionalScheme, Shape
 
 
@@ -94,7 +94,7 @@ class ForgettingTransformer(PositionalScheme):
         "backward gates for keys after it")
 
     @ranged
-    def __init__(self, shape: Shape, init_std: NonNegative | None = 0.02, bias_init: float = 0.0):
+    def __init__(self, shape: Shape, init_std: NonNegative | None = 0.02, bias_init: Float32 = 0.0):
         super().__init__(shape)
         outputs = shape.n_heads * (1 if shape.causal else 2)  # bidirectional (dd_alibi): forward, then backward gates
         gates = [nn.Linear(shape.d_model, outputs) for _ in range(shape.n_layers)]  # (w_f, b_f) per layer

@@ -46,6 +46,10 @@ RUN_CASES = [
     ("cpu-devices-all", ["trainer.devices=-1"], "trainer.devices=-1 with trainer.accelerator=cpu: CPU processes "
      "are counted"),  # check passed it; Lightning refused it when the run built its Trainer
     ("cpu-devices-ids", ["trainer.devices=[0,1]"], "with trainer.accelerator=cpu: CPU processes are counted"),
+    ("fire-init-beyond-float32", ["task=clm", "pos=fire", "pos.init_c=1e300"], "pos.init_c=1e+300 must be within "
+     "float32's range"),  # check (on meta) passed it; the run's real construction raised torch's overflow
+    ("dd-alibi-bias-beyond-float32", ["task=clm", "pos=dd_alibi", "pos.bias_init=1e300"], "pos.bias_init=1e+300 must "
+     "be within float32's range"),
     ("lr-overflows-the-step", ["optim.optimizer.lr=1e300"], "optim.optimizer.lr=1e+300 is beyond 1e+30: the "
      "optimizer's step computes in float32"),  # check passed it; the run's first step raised torch's overflow
     ("weight-decay-overflows-the-step", ["optim.optimizer.weight_decay=1e31"], "weight_decay=1e+31 is beyond 1e+30"),
