@@ -34,6 +34,7 @@ import collections
 import contextlib
 import functools
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -143,7 +144,8 @@ def _leaves(node, prefix: str):
 def classify(reply: dict) -> str:
     err = reply["stderr"]
     lines = [line for line in err.splitlines() if line.strip() and " INFO " not in line and "[HYDRA]" not in line
-             and "Warning" not in line and not line.startswith(("  warnings.warn", "  return F."))]
+             and "Warning" not in line and not line.startswith(("  warnings.warn", "  return F."))
+             and not re.match(r"^/\S+\.py:\d+: ", line)]  # a library's warning (warnings.showwarning's form)
     if reply.get("working"):
         return "working"
     if "Traceback" in err:
