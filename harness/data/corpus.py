@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import sealed
+from harness.data import hub
 from harness.errors import ConfigError
 
 CACHE = Path(os.environ.get("POSBENCH_CACHE", Path.home() / ".cache" / "posbench"))
@@ -229,6 +230,11 @@ def _rebuilt(cache: Path) -> str:
     return f"delete {cache} and its .sha256, and the next run builds it again"
 
 
+def _no_download(why: str) -> ConfigError:
+    return ConfigError(f"cannot download enwik8 ({why}); fetch {ENWIK8_URL}, unzip it and pass "
+                       "data.path=/path/to/enwik8")
+
+
 def _version() -> str:
     return ".".join(map(str, sys.version_info[:3]))
 
@@ -309,6 +315,9 @@ class Enwik8:
         if not self.path.exists():
             if not self.download:
                 raise ConfigError(f"{self.path} not found; set data.path=/path/to/enwik8 or data.download=true")
+            why = hub.unreachable(ENWIK8_URL)  # the download the run would make: refused here alike, before it
+            if why:
+                raise _no_download(why)
         elif self.path.is_dir():
             raise ConfigError(f"data.path={self.path} is a directory without an enwik8 file; point it at the "
                               "unzipped enwik8 file")
@@ -346,10 +355,7 @@ class Enwik8:
             with urllib.request.urlopen(ENWIK8_URL, timeout=60) as r:
                 archive = r.read()
         except OSError as e:
-            raise ConfigError(
-                f"cannot download enwik8 ({e.__class__.__name__}: {e}); fetch {ENWIK8_URL}, unzip it "
-                "and pass data.path=/path/to/enwik8"
-            ) from None
+            raise _no_download(f"{e.__class__.__name__}: {e}") from None
         data = zipfile.ZipFile(io.BytesIO(archive)).read("enwik8")
         if hashlib.sha256(data).hexdigest() != ENWIK8_SHA256:
             raise ConfigError(f"downloaded enwik8 failed its sha256 check; try again or fetch {ENWIK8_URL} by hand")

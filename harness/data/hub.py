@@ -32,6 +32,12 @@ def offline() -> str | None:
     return why
 
 
+def unreachable(url: str) -> str | None:
+    """Why ``url``'s host cannot be reached (one TCP connection, at most a few seconds, asked once per process), or
+    None: a download's precondition, checked by the validation pass and the run alike (enwik8)."""
+    return _unreachable(url)
+
+
 @functools.cache
 def _unreachable(endpoint: str) -> str | None:
     parts = urlsplit(endpoint)
