@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from harness import sealed
 from harness.data import hub
 from harness.errors import ConfigError
 
@@ -258,10 +259,8 @@ class Trained(Subword):
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
         self._tok.save(str(tmp))
-        seal = _seal(cache).with_suffix(f".tmp{os.getpid()}")
-        seal.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
-        seal.replace(_seal(cache))
         tmp.replace(cache)  # atomic: two runs training at once never read half a file
+        sealed.seal_file(cache)  # until it is there, the cache reads as unsealed: trained again, never trusted
 
     def fit_stream(self, texts: Iterable[str]) -> None:
         """Train on the training split's text as it streams (``prepare`` of a streamed corpus): ``texts`` in order,
@@ -281,19 +280,15 @@ class Trained(Subword):
                 f"{self.kind}-v{self.vocab_size}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
 
 
-def _seal(cache: Path) -> Path:
-    return cache.with_name(cache.name + ".sha256")
-
-
 def _verified(cache: Path) -> bool:
     """Whether a cached vocabulary is the file that was written (its sha256 beside it). A cache from before the
     seal has none: False, and the caller trains it again (and seals it). A file that differs from its seal —
     damaged, or swapped for another vocabulary — is refused naming the file: used silently it would change every
     id of the run."""
-    seal = _seal(cache)
+    seal = sealed.seal_path(cache)
     if not seal.exists():
         return False
-    actual, written = hashlib.sha256(cache.read_bytes()).hexdigest(), seal.read_text().strip()
+    actual, written = sealed.file_digest(cache), seal.read_text().strip()
     if actual != written:
         raise ConfigError(f"the cached vocabulary {cache} is not the file posbench wrote (sha256 {actual[:12]}…, "
                           f"written as {written[:12]}…): damaged or replaced; delete it and the run trains it again")

@@ -13,7 +13,8 @@ import lightning as L
 import numpy as np
 import torch
 
-from harness.record.checkpoints import DIGEST, digest_path, write_digest
+from harness import sealed
+from harness.record.checkpoints import DIGEST, digest_path
 from harness.signals import STOPPED_AT
 
 
@@ -83,7 +84,7 @@ class CommittedCheckpoints(L.Callback):
         trainer.save_checkpoint(tmp)  # every rank calls it; the strategy writes on rank 0
         if trainer.is_global_zero:
             os.replace(tmp, self.dir / "pending.ckpt")  # atomic: a kill mid-write leaves no torn file
-            write_digest(self.dir / "pending.ckpt")  # what resume checks the bytes against
+            sealed.seal_file(self.dir / "pending.ckpt")  # what resume checks the bytes against
             self._pending = step
 
     def _commit(self, trainer) -> None:

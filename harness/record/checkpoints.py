@@ -11,7 +11,6 @@ uninterrupted one, and why no metric point is written twice or lost, is in harne
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -77,26 +76,8 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
-DIGEST = ".sha256"
-
-
-def digest_path(ckpt: Path) -> Path:
-    return ckpt.with_name(ckpt.name + DIGEST)
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_digest(ckpt: Path) -> None:
-    """``<ckpt>.sha256`` beside a checkpoint just written, itself written whole or not at all."""
-    tmp = ckpt.with_name(ckpt.name + DIGEST + ".tmp")
-    tmp.write_text(file_digest(ckpt) + "\n")
-    os.replace(tmp, digest_path(ckpt))
+DIGEST = sealed.FILE_SEAL  # <ckpt>.sha256 beside a checkpoint (harness/sealed.py seal_file, written by the callback)
+digest_path = sealed.seal_path
 
 
 def verify_checkpoint(path: Path) -> None:
@@ -104,7 +85,7 @@ def verify_checkpoint(path: Path) -> None:
     recorded = digest_path(path)
     if not recorded.is_file():
         return
-    want, got = recorded.read_text().strip(), file_digest(path)
+    want, got = recorded.read_text().strip(), sealed.file_digest(path)
     if got != want:
         raise ConfigError(f"resume: checkpoint {path} is damaged (its sha256 {got[:12]}… is not the {want[:12]}… "
                           "recorded when it was written); delete it and its .sha256 to resume from an earlier one, "
