@@ -111,9 +111,18 @@ class Performer(KernelizedAttention):
             raise ConfigError(f"nb_features={m} is odd but rope_mode=numerator rotates feature "
                               "pairs; make it even")
         self.nb_features, self.redraw_interval = m, redraw_interval
-        self.register_buffer("base_seed", torch.randint(1 << 62, (), device="cpu"))  # from the seeded global RNG
+        self.register_buffer("base_seed", torch.randint(1 << 62, ()))  # from the seeded global RNG, where built
         self.redraws: int | None = None  # n of the projection in use, known on the host once a step has set it
-        self.register_buffer("projection", draw_projection(m, shape.head_dim, redraw_seed(int(self.base_seed), 0)))
+        self.register_buffer("projection", torch.empty(m, shape.head_dim))
+        if not self.base_seed.is_meta:
+            self.materialized()
+
+    @torch.no_grad()
+    def materialized(self) -> None:
+        """Draw 0 of the projection, from the seed's value: on the host, so a model constructed on meta
+        (harness/config/deferred.py) draws it here once its seed is real."""
+        seed = redraw_seed(int(self.base_seed), 0)
+        self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc

@@ -40,8 +40,9 @@ def choices_of(cfg) -> dict[str, str]:
     return {g: cfg.hydra.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
 
 
-def validated(*overrides: str):
-    """The validation pass (harness.config.validate) over TINY plus ``overrides``, as a run starts: its Checked."""
+def validated(*overrides: str, gpu=None):
+    """The validation pass (harness.config.validate) over TINY plus ``overrides``, as a run starts (``gpu``: checked
+    for a named GPU, as ``--check --gpu-memory``): its Checked."""
     from omegaconf import open_dict
 
     from harness.config.validate import validate
@@ -50,7 +51,7 @@ def validated(*overrides: str):
     choices = choices_of(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
-    return validate(cfg, choices)
+    return validate(cfg, choices, gpu)
 
 
 def tiny_trainer(uri: str):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import lightning as L
 
-from harness.config.instantiate import instantiate, instantiate_option
+from harness.config.instantiate import instantiate
 from harness.data.loaders import make_loaders
 from harness.data.tokenizer import bytes_per_token
 from harness.model.module import LanguageModel
@@ -39,8 +39,7 @@ def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
     """Seed, then model → Trainer (its world size sizes the data, its rank decides who logs) → loaders."""
     cfg, data, task = checked.cfg, checked.data, checked.task
     L.seed_everything(checked.seed, verbose=False)
-    model = Transformer(checked.model, checked.tokenizer.vocab_size, task.sequence_tokens(data.seq_len), task.causal,
-                        pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
+    model = checked.deferred.materialize()  # the validation's construction, made real (harness/config/deferred.py)
     if checked.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)

@@ -21,6 +21,7 @@ Nothing here imports Lightning or MLflow: a refusal costs the imports of torch a
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -82,6 +83,7 @@ class Checked:
     budget: Budget | None = None  # tokens, epochs, FLOPs and GPU-hours (harness/config/budget.py)
     phases: tuple = ()  # harness.model.phases.Phase: the run's positional phases (harness/config/phases.py)
     documents: bool = False  # the text windows carry document_ids (``_check_documents``)
+    deferred: Any = None  # harness.config.deferred.Deferred: the model, constructed once; build materialises it
 
     @property
     def seed(self) -> int:
@@ -120,7 +122,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     on_gpu = trainer.accelerator in ("gpu", "cuda")
     for_gpu = _gpu_phases(trainer, tokenizer.vocab_size, settings["data"], task, settings["eval"].tune_length) \
         if on_gpu and gpu else None
-    model_cfg, model = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
+    model_cfg, deferred = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
+    model = deferred.meta
     data, lengths = settings["data"], settings["eval"].lengths
     documents = _check_documents(model_cfg, source, tokenizer, task, choices)
     phases = checked_phases(cfg, model, task, data, trainer.max_steps)  # each phase's scheme built dry
@@ -137,14 +140,14 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
                              for_gpu, gpu) if for_gpu or not on_gpu else None
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
-                   budget, tuple(phases), documents)
+                   budget, tuple(phases), documents, deferred)
 
 
 def _check_memory(cfg, values, model, model_cfg, tokenizer, task, data, lengths, tune_length, for_gpu, gpu):
     """A GPU run checked for a named GPU: the estimate of its largest step against it (returned); a CPU run: the
     model rehearsed on meta against this machine's memory (a GPU's kernels, autocast, are not on meta)."""
     if for_gpu:
-        variant = variant_bytes_per_layer(cfg, model, model_cfg, tokenizer.vocab_size, task, data)
+        variant = variant_bytes_per_layer(cfg, model, task, data)
         return check_gpu(for_gpu(model.num_params(), model_cfg, SchemeTerms.of(model.pos), variant), gpu)
     from harness.config.rehearsal import check_phases, rehearse  # lazy: torch, once the cheap checks passed
 
@@ -215,29 +218,34 @@ def _gpu_phases(trainer: schema.TrainerSettings, vocab: int, data: schema.DataSe
     return estimates
 
 
-def variant_bytes_per_layer(cfg: DictConfig, model, model_cfg, vocab: int, task, data: schema.DataSettings) -> int:
+def variant_bytes_per_layer(cfg: DictConfig, model, task, data: schema.DataSettings) -> int:
     """What one layer of the run's attention variant keeps for a training step beyond softmax in a fused kernel,
-    in fp32 bytes: the meta rehearsal's peak of the model at 2 layers minus at 1, for the variant and for softmax
-    (what accumulates layer by layer, not what one layer holds for a moment). 0 for softmax itself."""
+    in fp32 bytes: the meta rehearsal's peak of the model (built on meta) cut to 2 layers minus to 1, with its
+    variants and with softmax's (what accumulates layer by layer, not what one layer holds for a moment); the
+    run's own construction, cut, so no scheme is built again. 0 for softmax itself."""
+    import torch
+    from torch import nn
+
     from attention.softmax import Softmax
     from harness.config.rehearsal import rehearse
-    from harness.model.transformer import Transformer
 
-    variant = model.blocks[0].attn.variant
+    variant = model.variants[0]
     if isinstance(variant, Softmax) and variant.backend != "math":
         return 0
-    import torch
-
     values, length = resolved(cfg), task.sequence_tokens(data.seq_len)
+    with torch.device("meta"):
+        fused = Softmax(variant.shape)
 
-    def peak(attn, layers: int) -> int:
-        with torch.device("meta"):
-            small = Transformer(dataclasses.replace(model_cfg, n_layers=layers), vocab, length, task.causal,
-                                pos=instantiate_option(cfg.pos, "pos"), attn=attn)
-        return rehearse(small, values, data.batch_size, length, [], None)[0].needs
+    def peak(layers: int, attn: Softmax | None = None) -> int:
+        cut = copy.deepcopy(model)
+        cut.blocks, cut.variants = nn.ModuleList(list(cut.blocks)[:layers]), cut.variants[:layers]
+        if attn is not None:
+            for block in cut.blocks:
+                block.attn.variant = attn
+            cut.variants = [attn] * layers
+        return rehearse(cut, values, data.batch_size, length, [], None)[0].needs
 
-    own, fused = instantiate_option(cfg.attn, "attn"), Softmax
-    return max(0, (peak(own, 2) - peak(own, 1)) - (peak(fused, 2) - peak(fused, 1)))
+    return max(0, (peak(2) - peak(1)) - (peak(2, fused) - peak(1, fused)))
 
 
 def _evaluations(task, data: schema.DataSettings, lengths: list[int]) -> list[tuple[str, int, int, int, int]]:
@@ -455,11 +463,11 @@ def dry_optimizer(cfg: DictConfig) -> None:
 
 def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings, gpu: NamedGpu | None = None,
               for_gpu=None):
-    """The model built on torch's meta device: every constructor check runs, nothing is allocated. First, since
+    """The model constructed on torch's meta device, once for the run (harness/config/deferred.py: build
+    materialises this construction): every constructor check runs, nothing is allocated. First, since
     a huge model takes long to lay out even on meta, the blocks' footprint (a lower bound) against this
     machine's memory, or, for a GPU run checked for a named GPU (``for_gpu``: ``_gpu_phases``), against it."""
-    import torch
-
+    from harness.config.deferred import construct
     from harness.model.transformer import Transformer
 
     model_cfg, length = instantiate(cfg.model), task.sequence_tokens(data.seq_len)
@@ -468,10 +476,9 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings, gpu: 
         check_gpu(for_gpu(blocks.n_params, model_cfg), gpu, lower_bound=True)
     else:
         check_memory(blocks, data.batch_size, length, on_gpu=False)
-    with torch.device("meta"):
-        model = Transformer(model_cfg, tokenizer.vocab_size, length, task.causal,
-                            pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
-    return model_cfg, model
+    pos, attn = instantiate_option(cfg.pos, "pos"), instantiate_option(cfg.attn, "attn")
+    return model_cfg, construct(lambda: Transformer(model_cfg, tokenizer.vocab_size, length, task.causal, pos=pos,
+                                                    attn=attn))
 
 
 def check_extrapolation(settings: schema.EvalSettings, task, pos, task_name: str) -> None:

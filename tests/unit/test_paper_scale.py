@@ -165,7 +165,7 @@ def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
 
     cfg, choices = _composed(["experiment=roformer_performer", "scale=paper", "pos=rope", "seed=0"])
     checked = validate(cfg, choices, GPU)
-    extra = variant_bytes_per_layer(cfg, _built(checked), checked.model, 258, checked.task, checked.data)
+    extra = variant_bytes_per_layer(cfg, checked.deferred.meta, checked.task, checked.data)
     assert extra > 0
     plain = gpu_estimate("x", "y", checked.n_params, checked.model, 258, 64, 1024, "bf16-mixed", SchemeTerms(True))
     assert checked.gpu.activations == plain.activations + 12 * extra * 2 // 4
@@ -173,17 +173,7 @@ def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
     assert checked.trainer.accumulate_grad_batches * checked.data.batch_size == 128
     cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
     checked = validate(cfg, choices, GPU)
-    assert variant_bytes_per_layer(cfg, _built(checked), checked.model, 258, checked.task, checked.data) == 0
-
-
-def _built(checked):
-    from harness.config.instantiate import instantiate_option
-    from harness.model.transformer import Transformer
-
-    with torch.device("meta"):
-        return Transformer(checked.model, 258, checked.data.seq_len, checked.task.causal,
-                           pos=instantiate_option(checked.cfg.pos, "pos"), attn=instantiate_option(checked.cfg.attn,
-                                                                                                  "attn"))
+    assert variant_bytes_per_layer(cfg, checked.deferred.meta, checked.task, checked.data) == 0
 
 
 @pytest.mark.parametrize("pos,dropout", [("rope", 0.0), ("none", 0.1)])
