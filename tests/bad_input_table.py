@@ -376,6 +376,14 @@ RESULTS_CASES = [
     ("results-no-command", [], "the following arguments are required: command"),
     ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
                                          "{store}"], "no experiment 'nope' in this store"),
+    # ---- a run's record changed in the store since it closed: its seal (harness/record/seal.py)
+    ("results-record-bit-flipped", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/flipped.db"],
+     "in the tracking store is damaged: a metric's latest value differs from its seal"),
+    ("results-record-param-edited", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/edited.db"],
+     "in the tracking store is damaged: a param differs from its seal"),
+    ("results-tune-record-seal-key", ["tune", "--experiment", "posbench", "--out", "{tmp}/o", "--tracking-uri",
+                                      "sqlite:///{files}/unkeyed.db"],
+     "in the tracking store is damaged: its seal's key reads 'posbench.sea1'"),
 ]
 
 RESULTS_CASES += [  # the values run.py's report.* refuses, and where the report would go
@@ -523,6 +531,7 @@ def prepare_inputs(d: Path) -> Path:
     (d / "tuned_changed.json").write_text((d / "tuned_changed.json").read_text().replace("0.0003", "0.0008"))
     _exports(d)
     _truncated_store(d / "truncated.db")
+    _damaged_records(d)
     from harness.data.prepare import prepare
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
@@ -561,6 +570,35 @@ def _truncated_store(path: Path) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{path}")
     client.create_run(client.create_experiment("posbench"))
     os.truncate(path, path.stat().st_size // 2)
+
+
+def _damaged_records(d: Path) -> None:
+    """A store with one sealed run (as a run closes), three times changed since: one bit of its loss flipped
+    wherever the file holds it, a param edited, the seal's key damaged."""
+    import struct
+
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from harness.record.seal import SEAL_TAG, seal
+
+    loss = 1.2345678901234567
+    client = MlflowClient(tracking_uri=f"sqlite:///{d / 'sealed.db'}")
+    run_id = client.create_run(client.create_experiment("posbench"), run_name="pos=rope attn=softmax seed=0",
+                               tags={"pos": "rope", "attn": "softmax", "seed": "0"}).info.run_id
+    client.log_batch(run_id, params=[Param("data.seq_len", "128")], metrics=[Metric("val/loss", loss, 1, 1)])
+    client.set_terminated(run_id, "FINISHED")
+    seal(client, run_id)
+    for name in ("flipped", "edited", "unkeyed"):
+        shutil.copyfile(d / "sealed.db", d / f"{name}.db")
+    data, value = bytearray((d / "flipped.db").read_bytes()), struct.pack(">d", loss)
+    for at in [i for i in range(len(data)) if data.startswith(value, i)]:
+        data[at + 7] ^= 0x01
+    (d / "flipped.db").write_bytes(bytes(data))
+    for name, change in (("edited", "UPDATE params SET value = '129'"),
+                         ("unkeyed", f"UPDATE tags SET key = 'posbench.sea1' WHERE key = '{SEAL_TAG}'")):
+        with sqlite3.connect(d / f"{name}.db") as conn:
+            conn.execute(change)
 
 
 def row_request(row, files: Path, empty_store: Path, tmp: Path) -> dict:

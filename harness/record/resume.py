@@ -38,6 +38,7 @@ from harness.errors import ConfigError
 from harness.paths import project_root
 from harness.record.checkpoints import LINK, DirLock, RunLink, checkpoint_step, latest_checkpoint, remove_checkpoints
 from harness.record.reconcile import close_dead_runs, close_stale_runs
+from harness.record.seal import RecordDamaged
 from harness.record.store import Store, check_writable_dir, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
@@ -172,6 +173,8 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
 def _run_or_none(store: Store, run_id: str):
     try:
         run = store.client.get_run(run_id)
+    except RecordDamaged:
+        raise
     except Exception:  # deleted, or a different store
         return None
     return run if run.info.lifecycle_stage == "active" else None

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.errors import IncompatiblePairing
 from harness.paths import ROOT, in_checkout
+from harness.record.seal import SEAL_TAG, seal
 from harness.record.store import Store
 
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
@@ -147,8 +148,8 @@ class TrackedRun:
         from mlflow.entities import RunTag
 
         client = self.store.client
-        run = client.get_run(self.run_id)
-        for key in ("failure", "failure_reason"):
+        run = client.get_run(self.run_id)  # checked against its seal; written again, it is sealed when it closes
+        for key in ("failure", "failure_reason", SEAL_TAG):
             if key in run.data.tags:
                 client.delete_tag(self.run_id, key)
         client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
@@ -163,7 +164,7 @@ class TrackedRun:
         self.closed = True
         if failure:
             self.set_tags(failure)
-        self.store.client.set_terminated(self.run_id, status=status)
+        terminate(self.store, self.run_id, status)
         if status == "FINISHED":
             self._check_store_whole()
 
@@ -253,4 +254,10 @@ def mark_failed(store: Store, run_id: str, kind: str, reason: str) -> None:
     """Close a run whose owner is gone: FAILED with ``failure=kind`` and the reason."""
     store.client.set_tag(run_id, "failure", kind)
     store.client.set_tag(run_id, "failure_reason", reason[:1000])
-    store.client.set_terminated(run_id, status="FAILED")
+    terminate(store, run_id, "FAILED")
+
+
+def terminate(store: Store, run_id: str, status: str) -> None:
+    """Close run ``run_id`` with ``status`` and seal its record (harness/record/seal.py)."""
+    store.client.set_terminated(run_id, status=status)
+    seal(store.client, run_id)

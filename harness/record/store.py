@@ -211,6 +211,7 @@ def _open(uri: str) -> Store:
     from mlflow.tracking import MlflowClient
 
     from harness.record.retry import RetryingClient
+    from harness.record.seal import SealedClient
 
     # MLflow logs each database error with its traceback, then raises it: the exception is what we report
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
@@ -218,7 +219,7 @@ def _open(uri: str) -> Store:
     check_store(uri)
     db = sqlite_path(uri)
     if db is None:
-        return Store(uri, RetryingClient(MlflowClient(tracking_uri=uri)))
+        return Store(uri, SealedClient(RetryingClient(MlflowClient(tracking_uri=uri))))
     db.parent.mkdir(parents=True, exist_ok=True)
     # MLflow creates and migrates a new sqlite store when a process first opens it; two processes
     # doing that at once race in its alembic migration ("table _alembic_tmp_... already exists",
@@ -227,4 +228,4 @@ def _open(uri: str) -> Store:
         fcntl.flock(lock, fcntl.LOCK_EX)
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
-    return Store(uri, RetryingClient(client))  # two jobs may share one sqlite file
+    return Store(uri, SealedClient(RetryingClient(client)))  # two jobs may share one sqlite file

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import sealed
 from harness.errors import ConfigError, MachineFault, write_failure
 from harness.record.reconcile import alive, close_dead_runs
-from harness.record.run import TrackedRun, git_sha, mark_failed
+from harness.record.run import TrackedRun, git_sha, mark_failed, terminate
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 from harness.signals import Stopped, stopped
 from harness.signals import exit_code as stop_code
@@ -253,7 +253,7 @@ class MlflowSweep(Callback):
                 if run.info.run_id != self.parent.run_id:
                     store.client.set_tag(run.info.run_id, "failure_reason", "its sweep was stopped by a signal; "
                                          "run the sweep's command again: finished cells are kept")
-                    store.client.set_terminated(run.info.run_id, status="KILLED")
+                    terminate(store, run.info.run_id, "KILLED")
         except Exception as e:  # the parent is closed KILLED all the same; a later start reconciles the cells
             print(f"warning: could not close the sweep's cells ({type(e).__name__}: {e})", file=sys.stderr)
 

@@ -28,6 +28,7 @@ from harness.errors import (
 )
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
+from harness.record.seal import seal
 from harness.record.store import Store, resolve_tracking_uri
 from harness.scaleout import is_rank_zero, rank_zero_print
 from harness.train import cell_tags, format_summary, run_name, train
@@ -121,3 +122,4 @@ def adopt(store: Store, run, sweep_tags: dict[str, str]) -> None:
     tags = {**sweep_tags, **({"adopted_from_parent": previous} if previous else {}),
             "skipped_in_sweep": sweep_tags.get("sweep_id", "")}
     store.client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    seal(store.client, run.info.run_id)  # its record was checked when it was found; now with the sweep's tags

@@ -74,10 +74,12 @@ def test_retries_are_bounded_and_other_errors_are_not_retried():
 
 def test_client_methods_are_wrapped(store, monkeypatch):
     from harness.record.retry import RetryingClient
+    from harness.record.seal import SealedClient
     from harness.record.store import Store
 
     client = Store.open(store).client
-    assert isinstance(client, RetryingClient)
+    assert isinstance(client, SealedClient) and isinstance(client.raw, RetryingClient)  # seals checked, then retried
+    client = client.raw
     # a call goes through to this store: a fresh one holds MLflow's Default experiment, id 0
     assert [(e.experiment_id, e.name) for e in client.search_experiments()] == [("0", "Default")]
     inner, calls = client._client, []
@@ -102,6 +104,7 @@ def test_retrying_client_survives_pickling(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = pickle.loads(pickle.dumps(Store.open(uri).client))
     assert client.get_experiment_by_name("Default") is not None
+    assert client.search_runs(["0"]) == []  # the sealed layer's own methods survive too
 
 
 def test_a_store_damaged_under_a_run_is_named_by_sqlite_not_taken_as_finished(tmp_path):
