@@ -30,6 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -71,6 +72,8 @@ class Mode:
     bad_cells: list[tuple[str, str]] = field(default_factory=list)  # (cell, its one-line error)
     cells: list[str] = field(default_factory=list)  # every cell the preflight checked, to name a bad one by its sweep
     budgets: list = field(default_factory=list)  # --check -m: each cell's harness.config.budget.Budget, summed
+    # harness.config.deferred.Constructions: the models a sweep's preflight constructed, for its cells to take
+    constructions: Any = None
 
 
 App = Callable[[Mode], Callable[[], object]]  # a mode → the @hydra.main entry whose jobs run in it
@@ -93,9 +96,10 @@ def entry(argv: list[str], app_for: App) -> int:
     if any(flag in args for flag in MULTIRUN_FLAGS):
         flag = next(a for a in args if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
         args = [flag, *(a for a in args if a != flag)]
-        refused = preflight(args, app_for)
+        refused, constructions = preflight(args, app_for)
         if refused:
             return refused
+        return run_cli(app_for(Mode(constructions=constructions)), args)
     return run_cli(app_for(Mode()), args)
 
 
@@ -156,10 +160,11 @@ def _take_gpu_memory(args: list[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
-def preflight(args: list[str], app_for: App) -> int:
+def preflight(args: list[str], app_for: App) -> tuple[int, object]:
     """Check every cell of the sweep ``args`` describe before any trains: 0 if all may run (an incompatible
-    pairing may: the sweep records it), else 2 after one line per bad cell. The launcher's own settings are
-    checked here, since the pass runs every cell in this process, quietly, in a temporary sweep dir."""
+    pairing may: the sweep records it), else 2 after one line per bad cell; and the models it constructed, for
+    the cells to take (harness/config/deferred.py). The launcher's own settings are checked here, since the pass
+    runs every cell in this process, quietly, in a temporary sweep dir."""
     import contextlib
     import io
     import logging
@@ -168,8 +173,10 @@ def preflight(args: list[str], app_for: App) -> int:
     launcher_error = _launcher_error(args)
     if launcher_error:
         print(f"error: {launcher_error}", file=sys.stderr)
-        return 2
-    mode = Mode(check=True, preflight=True)
+        return 2, None
+    from harness.config.deferred import Constructions
+
+    mode = Mode(check=True, preflight=True, constructions=Constructions(keeping=True))
     with tempfile.TemporaryDirectory(prefix="posbench-preflight-") as scratch:
         kept = [a for a in args if not a.lstrip("+~").startswith(PREFLIGHT_DROPS)]
         # hydra/launcher=basic: a preset may choose a launcher in its defaults (experiment=ablation: joblib),
@@ -182,7 +189,8 @@ def preflight(args: list[str], app_for: App) -> int:
                 code = run_cli(app_for(mode), quiet)  # a composition error (pos=foo) is one line, as in the run
         finally:
             logging.disable(logging.NOTSET)
-    return code or _report_bad_cells(mode.bad_cells, mode.cells)
+    mode.constructions.keeping = False  # from here the cells take them
+    return code or _report_bad_cells(mode.bad_cells, mode.cells), mode.constructions
 
 
 def _report_bad_cells(bad_cells: list[tuple[str, str]], cells: list[str]) -> int:
@@ -262,7 +270,7 @@ def run_job(cfg: DictConfig, mode: Mode) -> float | None:
         from harness.sweep.callback import job_sweep_tags
         from harness.sweep.cell import train_cell
 
-        return train_cell(cfg, choices, job_sweep_tags())
+        return train_cell(cfg, choices, job_sweep_tags(), mode.constructions)
     summary = _train_one(cfg, choices)
     rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
     return summary.val_loss
@@ -324,7 +332,7 @@ def _check(cfg: DictConfig, choices: dict[str, str], cell: str | None, mode: Mod
     if mode.preflight:
         mode.cells.append(cell)
     try:
-        checked = validate(cfg, choices, mode.gpu)
+        checked = validate(cfg, choices, mode.gpu, mode.constructions)
     except Exception as e:  # a ConfigError, or a constructor's own error on a value (InstantiationException)
         message = user_error(e)
         if message is None:

@@ -47,11 +47,12 @@ class Summary:
     order_signal: str = "scheme"  # where word order can come from (order_signal()); "none": it cannot
 
 
-def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = None) -> Summary:
+def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = None, constructions=None) -> Summary:
     """``choices``: the config-group option names (pos, attn, task, data), for names and tags.
-    ``run``: the record to write (a sweep cell passes one carrying its sweep tags); default a new one."""
+    ``run``: the record to write (a sweep cell passes one carrying its sweep tags); default a new one.
+    ``constructions``: a sweep's, holding the model its preflight constructed for this cell (config/deferred.py)."""
     started = time.perf_counter()
-    checked = validate(cfg, choices)
+    checked = validate(cfg, choices, constructions=constructions)
     run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
     plan = plan_resume(cfg, checked.uri, checked.run.resume_mode)  # a bad resume= is refused here
     corpus = _corpus(checked)

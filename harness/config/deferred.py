@@ -13,6 +13,9 @@ scheme × variant). The real storages are then put into the modules that were co
 something on the host from a value it made (Performer's projection, from its seed) does it in its
 ``materialized()``, called once its own tensors are real.
 
+A sweep's preflight keeps each cell's construction (``Constructions``) for the cell to take when it runs in the
+same process, so a sweep cell, too, is constructed once.
+
 A constructor whose work the record cannot replay is noticed while recording and the model is then constructed
 directly when materialised (``Deferred.replayable`` is False, with the reason): it drew random numbers on a real
 device (the global generator at recording time is not the seeded one), drew from a ``torch.Generator`` of its
@@ -142,6 +145,30 @@ class Deferred:
                     finish()
         self.recording.ops.clear()
         return model
+
+
+class Constructions:
+    """The models a sweep's preflight constructed (``keeping``), for its cells in this process to take, each once:
+    a cell launched here is then constructed once, not again after its check. A launcher's worker process
+    (joblib, SLURM) gets none and constructs its own."""
+
+    def __init__(self, keeping: bool = False):
+        self.keeping = keeping
+        self._by_key: dict[str, list[Deferred]] = {}
+
+    def __getstate__(self) -> dict:
+        return {"keeping": False, "_by_key": {}}
+
+    def construct(self, key: str, make: Callable[[], nn.Module]) -> Deferred:
+        """``make()`` constructed (and kept, when keeping), or the one kept for ``key``: a record depends only on
+        what ``key`` says (the model, pos and attn nodes, the sizes), never on the seed."""
+        kept = self._by_key.get(key)
+        if kept and not self.keeping:
+            return kept.pop()
+        deferred = construct(make)
+        if self.keeping:
+            self._by_key.setdefault(key, []).append(deferred)
+        return deferred
 
 
 def construct(make: Callable[[], nn.Module]) -> Deferred:

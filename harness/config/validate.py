@@ -25,10 +25,11 @@ import copy
 import dataclasses
 import difflib
 import inspect
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
@@ -58,6 +59,9 @@ from harness.paths import CONF
 from harness.record.preflight import store_to_write
 from harness.record.store import check_writable_dir
 from positional.rope_scaling import as_field_of
+
+if TYPE_CHECKING:
+    from harness.config.deferred import Constructions
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,14 @@ class Checked:
         return self.run.seed
 
 
-def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = None) -> Checked:
-    """``gpu``: check a GPU run for a GPU of that size (``--check --gpu-memory``) rather than for this machine."""
+def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = None,
+             constructions: Constructions | None = None) -> Checked:
+    """``gpu``: check a GPU run for a GPU of that size (``--check --gpu-memory``) rather than for this machine.
+    ``constructions``: a sweep's, where its preflight keeps each cell's model for the cell (config/deferred.py)."""
     _check_preset(choices.get("experiment"), choices.get("scale"))
     tuned = apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
     try:
-        return _validate(cfg, choices, gpu)
+        return _validate(cfg, choices, gpu, constructions)
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
@@ -103,7 +109,8 @@ def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = No
         raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
 
 
-def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) -> Checked:
+def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None,
+              constructions: Constructions | None) -> Checked:
     values = resolved(cfg)
     check_nodes(values, choices)
     settings, trainer = _settings(values)
@@ -122,7 +129,8 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None) ->
     on_gpu = trainer.accelerator in ("gpu", "cuda")
     for_gpu = _gpu_phases(trainer, tokenizer.vocab_size, settings["data"], task, settings["eval"].tune_length) \
         if on_gpu and gpu else None
-    model_cfg, deferred = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu)
+    model_cfg, deferred = dry_model(cfg, tokenizer, task, settings["data"], gpu=gpu, for_gpu=for_gpu,
+                                    constructions=constructions)
     model = deferred.meta
     data, lengths = settings["data"], settings["eval"].lengths
     documents = _check_documents(model_cfg, source, tokenizer, task, choices)
@@ -462,12 +470,12 @@ def dry_optimizer(cfg: DictConfig) -> None:
 
 
 def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings, gpu: NamedGpu | None = None,
-              for_gpu=None):
+              for_gpu=None, constructions: Constructions | None = None):
     """The model constructed on torch's meta device, once for the run (harness/config/deferred.py: build
     materialises this construction): every constructor check runs, nothing is allocated. First, since
     a huge model takes long to lay out even on meta, the blocks' footprint (a lower bound) against this
     machine's memory, or, for a GPU run checked for a named GPU (``for_gpu``: ``_gpu_phases``), against it."""
-    from harness.config.deferred import construct
+    from harness.config.deferred import Constructions
     from harness.model.transformer import Transformer
 
     model_cfg, length = instantiate(cfg.model), task.sequence_tokens(data.seq_len)
@@ -477,8 +485,10 @@ def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings, gpu: 
     else:
         check_memory(blocks, data.batch_size, length, on_gpu=False)
     pos, attn = instantiate_option(cfg.pos, "pos"), instantiate_option(cfg.attn, "attn")
-    return model_cfg, construct(lambda: Transformer(model_cfg, tokenizer.vocab_size, length, task.causal, pos=pos,
-                                                    attn=attn))
+    key = json.dumps([OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "pos", "attn")]
+                     + [tokenizer.vocab_size, length, task.causal], sort_keys=True, default=repr)
+    return model_cfg, (constructions or Constructions()).construct(key, lambda: Transformer(
+        model_cfg, tokenizer.vocab_size, length, task.causal, pos=pos, attn=attn))
 
 
 def check_extrapolation(settings: schema.EvalSettings, task, pos, task_name: str) -> None:

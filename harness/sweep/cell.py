@@ -34,8 +34,10 @@ from harness.scaleout import is_rank_zero, rank_zero_print
 from harness.train import cell_tags, format_summary, run_name, train
 
 
-def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str]) -> float | None:
-    """Train one cell; never raises (except on interrupt), so the sweep goes on.
+def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str],
+               constructions=None) -> float | None:
+    """Train one cell; never raises (except on interrupt), so the sweep goes on. ``constructions``: the models the
+    sweep's preflight constructed (harness/config/deferred.py).
 
     Returns the final val loss, or None for a failed cell (already recorded in MLflow).
     """
@@ -45,7 +47,7 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
     run = TrackedRun(resolve_tracking_uri(cfg.logger.tracking_uri), cfg.logger.experiment,
                      run_name(choices, cfg.seed), sweep_tags)
     try:
-        summary = train(cfg, choices, run)
+        summary = train(cfg, choices, run, constructions)
     except Exception as e:
         if said_write_failure(e, "the sweep stops at this cell (every later one would fail alike): free space "
                                  "(or raise the limit) and run the same command again: finished cells are kept"):

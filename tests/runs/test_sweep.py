@@ -202,3 +202,26 @@ def test_an_aborted_sweep_leaves_no_parent_running(module_store, sweep_callback)
     sweep_callback._abort()  # what atexit (or SIGTERM, turned into SystemExit) runs
     run = client.get_run(parent)
     assert run.info.status == "FAILED" and run.data.tags["failure"] == "aborted"
+
+
+def test_a_sweep_constructs_each_cell_once(tmp_path, monkeypatch):
+    """The preflight constructs each cell's model on meta to check it; a cell launched in this process (the basic
+    launcher) takes that construction and materialises it (harness/config/deferred.py) — one construction of
+    the scheme per cell, cells of one model config (seeds) each taking their own."""
+    from positional.base import PositionalScheme
+    from tests.helpers import TINY
+    from tests.inprocess import run
+
+    built = []
+    init = PositionalScheme.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(PositionalScheme, "__init__", counted)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = run("run", ["-m", *TINY, "trainer.max_steps=2", "pos=rope,t5", "seed=0,1",
+                       f"hydra.sweep.dir={tmp_path / 'sweep'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
+    assert done["code"] == 0, done["stderr"][-2000:]
+    assert sorted(built) == ["Rope", "Rope", "T5Bias", "T5Bias"]
