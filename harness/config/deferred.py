@@ -19,10 +19,11 @@ same process, so a sweep cell, too, is constructed once.
 A constructor whose work the record cannot replay is noticed while recording and the model is then constructed
 directly when materialised (``Deferred.replayable`` is False, with the reason): it drew random numbers on a real
 device (the global generator at recording time is not the seeded one), drew from a ``torch.Generator`` of its
-own, or kept a tensor that is neither a parameter nor a buffer. A value read on the host cannot come from a meta
-tensor (it has none) and one from a host tensor is drawn (noticed) or a function of the constructor's arguments
-(the same when replayed). What the record cannot see is a constructor that does something else *because* its
-tensors are on meta: that branch must be finished in ``materialized()``, as Performer's is.
+own, or kept a meta tensor that is neither a parameter nor a buffer (materialising could not reach it). A value
+read on the host cannot come from a meta tensor (it has none) and one from a host tensor is drawn (noticed) or a
+function of the constructor's arguments (the same when replayed). What the record cannot see is a constructor
+that does something else *because* its tensors are on meta: that branch must be finished in ``materialized()``,
+as Performer's is.
 """
 
 from __future__ import annotations
@@ -177,9 +178,9 @@ def construct(make: Callable[[], nn.Module]) -> Deferred:
     with torch.device("meta"), _FromData(), recording:
         model = make()
     loose = next((f"{type(m).__name__}.{name}" for m in model.modules() for name, v in vars(m).items()
-                  if isinstance(v, Tensor)), None)
+                  if isinstance(v, Tensor) and v.is_meta), None)  # a host one is kept as it is, like a host buffer
     if loose and recording.unreplayable is None:
-        recording.unreplayable = f"{loose} is a tensor that is neither a parameter nor a buffer"
+        recording.unreplayable = f"{loose} is a meta tensor that is neither a parameter nor a buffer"
     # the checks run forwards on ``meta``, which may set state (a cache, a generator); the record fills its twin
     return Deferred(copy.deepcopy(model), make, recording, model if recording.unreplayable is None else None)
 
