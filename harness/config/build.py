@@ -50,6 +50,6 @@ def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
                                     rank=trainer.global_rank, start=first_step * geometry.effective_batch,
                                     num_workers=data.num_workers)
     per_token = None if task.scores_sequences else bytes_per_token(corpus, checked.tokenizer)  # → bits/byte
-    module = LanguageModel(model, instantiate(cfg.optim.optimizer), instantiate(cfg.optim.schedule),
+    module = LanguageModel(model, checked.optimizer, checked.schedule,
                            bytes_per_token=per_token, scores_sequences=task.scores_sequences)
     return Built(model, module, trainer, train_dl, val_dl, geometry)

@@ -88,6 +88,8 @@ class Checked:
     phases: tuple = ()  # harness.model.phases.Phase: the run's positional phases (harness/config/phases.py)
     documents: bool = False  # the text windows carry document_ids (``_check_documents``)
     deferred: Any = None  # harness.config.deferred.Deferred: the model, constructed once; build materialises it
+    optimizer: Any = None  # the optimizer's factory (optim.optimizer, partial), checked over one scalar
+    schedule: Any = None  # the learning-rate schedule (optim.schedule)
 
     @property
     def seed(self) -> int:
@@ -121,7 +123,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None,
     source = instantiate(cfg.data.source)
     _check_source_reads(settings["data"], source, choices.get("data", "this data"))
     _check_token_source(source, tokenizer, task, choices)
-    dry_optimizer(cfg)
+    optimizer, schedule = dry_optimizer(cfg)
     if settings[""].diagnostics:
         _check_diagnosable(cfg.attn._target_, choices.get("attn", cfg.attn._target_))
         for name, target in layer_targets(cfg.attn, "attn").items():  # attn.layers: every variant it names
@@ -148,7 +150,7 @@ def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None,
                              for_gpu, gpu) if for_gpu or not on_gpu else None
     return Checked(cfg, choices, uri, settings[""], data, settings["eval"], settings["report"], settings["logger"],
                    trainer, model_cfg, tokenizer, task, source, model.num_params(), settings["progress"], estimate,
-                   budget, tuple(phases), documents, deferred)
+                   budget, tuple(phases), documents, deferred, optimizer, schedule)
 
 
 def _check_memory(cfg, values, model, model_cfg, tokenizer, task, data, lengths, tune_length, for_gpu, gpu):
@@ -458,15 +460,17 @@ def _check_dirs(checkpoint: schema.CheckpointSettings) -> None:
 # ---------------------------------------------------------------- 4. the model, built without memory
 
 
-def dry_optimizer(cfg: DictConfig) -> None:
-    """The schedule, and the optimizer over one scalar: their own checks run before the Trainer exists."""
+def dry_optimizer(cfg: DictConfig) -> tuple[Any, Any]:
+    """The schedule, and the optimizer over one scalar: their own checks run before the Trainer exists. Returns
+    (the optimizer's factory, the schedule), which build uses for the model's parameters."""
     import torch
 
-    instantiate(cfg.optim.schedule)
+    schedule, optimizer = instantiate(cfg.optim.schedule), instantiate(cfg.optim.optimizer)
     try:
-        instantiate(cfg.optim.optimizer)([torch.zeros(1, requires_grad=True)])
+        optimizer([torch.zeros(1, requires_grad=True)])
     except (ValueError, TypeError) as e:  # torch's own argument checks
         raise ConfigError(f"optim.optimizer: {' '.join(str(e).split())}; fix that value of optim.optimizer") from None
+    return optimizer, schedule
 
 
 def dry_model(cfg: DictConfig, tokenizer, task, data: schema.DataSettings, gpu: NamedGpu | None = None,
