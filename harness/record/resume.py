@@ -38,7 +38,7 @@ from harness.errors import ConfigError
 from harness.paths import project_root
 from harness.record.checkpoints import LINK, DirLock, RunLink, checkpoint_step, latest_checkpoint, remove_checkpoints
 from harness.record.reconcile import close_dead_runs, close_stale_runs
-from harness.record.seal import RecordDamaged
+from harness.record.seal import RecordDamaged, warn
 from harness.record.store import Store, check_writable_dir, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
@@ -129,7 +129,13 @@ def plan_resume(cfg: DictConfig, uri: str, mode: str | Path) -> ResumePlan:
     if mode == "new":
         return plan
     ckpt, link = _checkpoint_and_link(mode, plan)
-    run = _run_or_none(plan.store, link.run_id) if link else None
+    try:
+        run = _run_or_none(plan.store, link.run_id) if link else None
+    except RecordDamaged as e:  # resume=auto (a sweep's cells) starts anew; resume=true refuses in its line
+        if mode != "auto":
+            raise
+        warn(e, "this cell trains again")
+        run = None
     if ckpt is not None and run is not None and run.info.status != "FINISHED":
         plan.run_id, plan.ckpt, plan.step = run.info.run_id, ckpt, checkpoint_step(ckpt)
     elif mode != "auto":

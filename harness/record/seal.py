@@ -31,6 +31,22 @@ MAX_SEAL_CHARS = 7500  # under MLflow's 8,000 per tag value; past it, one digest
 class RecordDamaged(ConfigError):
     """A run's record in the store differs from its seal; ``str`` is the one line."""
 
+    def __init__(self, line: str, run_id: str = ""):
+        super().__init__(line)
+        self.run_id = run_id
+
+
+_WARNED: set[str] = set()  # runs a warning has named in this process: a sweep's cell meets one twice (adopt, resume)
+
+
+def warn(damaged: RecordDamaged, then: str) -> None:
+    """``warning: <the line>; <then>`` on stderr, once per run and process (where a sweep goes on without it)."""
+    import sys
+
+    if damaged.run_id not in _WARNED:
+        _WARNED.add(damaged.run_id)
+        print(f"warning: {damaged}; {then}", file=sys.stderr)
+
 
 def seal(client: Any, run_id: str) -> None:
     """Write the seal of run ``run_id`` as the store holds it now (after its last write)."""
@@ -126,7 +142,7 @@ def _damaged(run, what: str) -> RecordDamaged:
     return RecordDamaged(
         f"run {run.info.run_id}{f' ({name})' if name else ''} in the tracking store is damaged: {what}, written "
         "when the run closed (a changed byte, or an edit outside posbench); restore the store from a copy, or delete "
-        "that run in the dashboard and run its command again")
+        "that run in the dashboard and run its command again", run.info.run_id)
 
 
 class SealedClient:

@@ -28,7 +28,7 @@ from harness.errors import (
 )
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
-from harness.record.seal import seal
+from harness.record.seal import RecordDamaged, seal, warn
 from harness.record.store import Store, resolve_tracking_uri
 from harness.scaleout import is_rank_zero, rank_zero_print
 from harness.train import cell_tags, format_summary, run_name, train
@@ -97,6 +97,9 @@ def skip_finished(cfg: DictConfig, sweep_tags: dict[str, str]) -> float | None:
     try:
         store = Store.open(resolve_tracking_uri(cfg.logger.tracking_uri))
         run = finished_run(cfg, store)
+    except RecordDamaged as e:  # its record changed since it closed (harness/record/seal.py): not adopted
+        warn(e, "this cell trains again")
+        return None
     except Exception:  # e.g. an unresolvable config or a bad store: train() refuses it with the reason
         return None
     if run is None:

@@ -225,3 +225,25 @@ def test_a_sweep_constructs_each_cell_once(tmp_path, monkeypatch):
                        f"hydra.sweep.dir={tmp_path / 'sweep'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
     assert done["code"] == 0, done["stderr"][-2000:]
     assert sorted(built) == ["Rope", "Rope", "T5Bias", "T5Bias"]
+
+
+def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warning(tmp_path):
+    """A re-run sweep adopts a cell that already FINISHED; one whose record changed in the store since it closed (its
+    seal, harness/record/seal.py) is not adopted: one warning line names it, and the cell trains again."""
+    import sqlite3
+
+    from tests.helpers import TINY
+    from tests.inprocess import run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep = ["-m", *TINY, "trainer.max_steps=2", "pos=rope", "seed=0,1"]
+    first = run("run", [*sweep, f"hydra.sweep.dir={tmp_path / 'a'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
+    assert first["code"] == 0, first["stderr"][-2000:]
+    with sqlite3.connect(tmp_path / "mlflow.db") as conn:  # seed 1's record edited after it closed
+        [(damaged,)] = conn.execute("SELECT run_uuid FROM runs WHERE name = 'pos=rope attn=softmax seed=1'")
+        conn.execute("UPDATE params SET value = '33' WHERE key = 'data.seq_len' AND run_uuid = ?", (damaged,))
+    again = run("run", [*sweep, f"hydra.sweep.dir={tmp_path / 'b'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
+    assert again["code"] == 0, again["stderr"][-2000:]
+    warned = [line for line in again["stderr"].splitlines() if line.startswith("warning: run ")]
+    assert len(warned) == 1 and damaged in warned[0] and warned[0].endswith("; this cell trains again")
+    assert "skipped: seed=0" in again["stdout"] and "skipped: seed=1" not in again["stdout"]
