@@ -217,13 +217,19 @@ def _swap_in(model: nn.Module, storages: dict[int, torch.UntypedStorage]) -> Non
     buffers: dict[int, Tensor] = {}
 
     def of(t: Tensor) -> Tensor:
-        return _view(storages[_Meta.of(t).storage], _Meta.of(t)) if t.is_meta else t
+        if not t.is_meta:
+            return t
+        v = _Meta.of(t)
+        return _view(storages[v.storage], v)
 
     for module in model.modules():
         for name, p in module._parameters.items():
             if p is not None:
-                parameters.setdefault(id(p), nn.Parameter(of(p.data), requires_grad=p.requires_grad))
+                if id(p) not in parameters:
+                    parameters[id(p)] = nn.Parameter(of(p.data), requires_grad=p.requires_grad)
                 module._parameters[name] = parameters[id(p)]
         for name, b in module._buffers.items():
             if b is not None:
-                module._buffers[name] = buffers.setdefault(id(b), of(b))
+                if id(b) not in buffers:
+                    buffers[id(b)] = of(b)
+                module._buffers[name] = buffers[id(b)]

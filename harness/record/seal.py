@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any
 
 from harness.errors import ConfigError
@@ -41,8 +42,6 @@ _WARNED: set[str] = set()  # runs a warning has named in this process: a sweep's
 
 def warn(damaged: RecordDamaged, then: str) -> None:
     """``warning: <the line>; <then>`` on stderr, once per run and process (where a sweep goes on without it)."""
-    import sys
-
     if damaged.run_id not in _WARNED:
         _WARNED.add(damaged.run_id)
         print(f"warning: {damaged}; {then}", file=sys.stderr)
