@@ -13,6 +13,19 @@ class IncompatiblePairing(ConfigError):
     or an attention window wider than the sequences it would attend over. A sweep records it and goes on."""
 
 
+class WorkerConfigError(ConfigError):
+    """A ``ConfigError`` raised while a DataLoader worker process made an example (a damaged shard block, say).
+    torch re-raises it in the run's process, built from the worker's formatted traceback; the one line travels
+    between our own marks through that text, and is all this keeps (``harness/data/loaders.py`` raises it)."""
+
+    MARK = "\x1e"
+
+    def __init__(self, text: object = ""):
+        parts = str(text).split(self.MARK)
+        # in the worker: the line, marked so the traceback carries it; in the run's process: the marked line back
+        super().__init__(parts[-2] if len(parts) >= 3 else f"{self.MARK}{text}{self.MARK}")
+
+
 class Diverged(FloatingPointError):
     """The training loss became NaN or infinite: the run is FAILED (``failure=diverged``), and one line says
     at which step and what to change."""

@@ -449,6 +449,23 @@ RUN_CASES += [
     ("config-dir-a-file", ["--config-dir={files}/small.txt"], "small.txt' not found; --config-dir (-cd) takes"),
     ("config-dir-bad-yaml", ["--config-dir={files}/userconf", "pos=broken"],
      "pos/broken.yaml, line 4, column 1 is not valid YAML (expected ',' or ']', but got '<stream end>')"),
+    # ---- a prepared folder's shard changed after prepare wrote it: hashed whole at the start (a folder of at most
+    # $POSBENCH_HASH_WHOLE_BYTES), else each block when a read first reaches it (in the run's process or a worker's)
+    ("shard-byte-flipped", ["data=tokens", "data.path={files}/shards_rotted"],
+     "train-00000.bin is damaged: its sha256"),
+    ("hash-whole-bytes-not-a-number", ["ENV:POSBENCH_HASH_WHOLE_BYTES=1GB", "data=tokens", "data.path={files}/shards"],
+     "POSBENCH_HASH_WHOLE_BYTES='1GB' must be a whole number of bytes"),
+]
+
+# Damage a run meets only as it reads (``python run.py`` rows): one line, exit 2, and the run it had opened closed
+# FAILED with the line as its failure_reason — none left RUNNING. A large folder's shards are checked block by block
+# as reads reach them ($POSBENCH_HASH_WHOLE_BYTES=0 makes this small folder one), in the run's process or a worker's.
+DURING_RUN_CASES = [
+    ("shard-block-rotted", ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens", "data.path={files}/shards_rotted"],
+     "train-00000.bin is damaged: its bytes 0–"),
+    ("shard-block-rotted-in-a-worker", ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens",
+                                        "data.path={files}/shards_rotted", "data.num_workers=1"],
+     "train-00000.bin is damaged: its bytes 0–"),
 ]
 
 # `posbench bench gpu|attention ...` rows: the benchmarks' other parts, refused before the first measurement
@@ -536,6 +553,12 @@ def prepare_inputs(d: Path) -> Path:
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
     prepare(d / "shards", ["data=text", f"data.path={d / 'words.txt'}"])
+    shutil.copytree(d / "shards", d / "shards_rotted")
+    shard = d / "shards_rotted" / "train-00000.bin"
+    ids, stat = bytearray(shard.read_bytes()), shard.stat()
+    ids[5_000] ^= 0x01  # one bit of one id, still inside the vocabulary; size and mtime kept: rot in place
+    shard.write_bytes(bytes(ids))
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     return d
 
 
@@ -608,8 +631,9 @@ def row_request(row, files: Path, empty_store: Path, tmp: Path) -> dict:
     store = tmp / "mlflow.db"
     shutil.copyfile(empty_store, store)
     fill = {"files": files, "tmp": tmp, "store": f"sqlite:///{store}"}
-    args = [a.format(**fill) for a in args]
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store}",  # and a row's own environment: "ENV:NAME=VALUE"
+           **dict(a.removeprefix("ENV:").split("=", 1) for a in args if a.startswith("ENV:"))}
+    args = [a.format(**fill) for a in args if not a.startswith("ENV:")]
     if entry == "run":  # Hydra's flags (-m) before the overrides, as a user types them
         flags = [a for a in args if a.startswith("-")]
         argv = [*flags, *QUICK, f"hydra.run.dir={tmp}/run", *(a for a in args if not a.startswith("-"))]

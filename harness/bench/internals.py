@@ -119,7 +119,7 @@ def write_random_shards(folder, n_tokens: int, vocab: int = 258, seed: int = 0) 
                                              "train_sha256": "0" * 64},
                 "tokenizer": {"config": "byte", "digest": ByteTokenizer().digest(), "vocab_size": 258,
                               "recipe": None},
-                "dtype": "uint16", "splits": splits}
+                "dtype": "uint16", "block_bytes": writers["train"].block_bytes, "splits": splits}
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 

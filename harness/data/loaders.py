@@ -18,6 +18,7 @@ from torch.utils.data.dataloader import default_collate
 
 from harness.data.shuffle import shuffle_within_window
 from harness.data.windows import ContinueFrom
+from harness.errors import ConfigError, WorkerConfigError
 
 SHUFFLE_SEED = 7919  # the permutation of validation example i is drawn from SHUFFLE_SEED + i
 
@@ -35,6 +36,23 @@ class WithShuffled(Dataset):
         example = self.dataset[index]
         gen = torch.Generator().manual_seed(SHUFFLE_SEED + index)
         return {"plain": example, "shuffled": shuffle_within_window(example, gen, causal=self.causal)}
+
+
+class OneLineErrors(Dataset):
+    """A training dataset read by worker processes: its refusals (``ConfigError``) reach the run as their one line
+    (``WorkerConfigError``), not as torch's text of the worker's traceback."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        try:
+            return self.dataset[index]
+        except ConfigError as e:
+            raise WorkerConfigError(e) from None
 
 
 class PairCollate:
@@ -66,7 +84,8 @@ def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed
     # Each loader draws its iterator's base seed from its own generator: from the global one,
     # every validation pass would shift the dropout stream, and a resumed run (which does not
     # repeat the validation at its checkpoint step) would draw different dropout masks.
-    return (DataLoader(train, batch_size=batch_size, sampler=ContinueFrom(train, start, rank, world_size),
+    return (DataLoader(OneLineErrors(train) if num_workers else train, batch_size=batch_size,
+                       sampler=ContinueFrom(train, start, rank, world_size),
                        collate_fn=task.collate, generator=torch.Generator().manual_seed(seed),
                        num_workers=num_workers, persistent_workers=num_workers > 0),
             DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,

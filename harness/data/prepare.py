@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.shards import FORMAT, token_dtype
+from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
 from harness.errors import ConfigError, OneLineParser, config_error_cause, said_write_failure
 from harness.extras import check_requires
 from harness.signals import Stopped, terminating
@@ -40,11 +40,14 @@ SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
 class ShardWriter:
     """Appends token ids to ``<split>-NNNNN.bin`` files of at most ``shard_tokens`` ids each."""
 
-    def __init__(self, folder: Path, split: str, dtype: np.dtype, shard_tokens: int = SHARD_TOKENS):
+    def __init__(self, folder: Path, split: str, dtype: np.dtype, shard_tokens: int = SHARD_TOKENS,
+                 block_bytes: int = BLOCK_BYTES):
         self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
+        self.block_bytes = block_bytes
         self.shards: list[dict] = []
         self.tokens, self.bytes = 0, 0
         self._file, self._hash = None, hashlib.sha256()  # the open shard's sha256, recorded in the manifest
+        self._block, self._filled, self._blocks = hashlib.sha256(), 0, []  # its blocks' digests
 
     def write(self, ids: np.ndarray, n_bytes: int = 0) -> None:
         self.bytes += n_bytes
@@ -57,6 +60,7 @@ class ShardWriter:
             data = head.tobytes()
             self._file.write(data)
             self._hash.update(data)
+            self._add_to_blocks(data)
             self.shards[-1]["tokens"] += len(head)
             self.tokens += len(head)
 
@@ -66,18 +70,37 @@ class ShardWriter:
         self._file = open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
         self.shards.append({"file": name, "tokens": 0})
 
+    def _add_to_blocks(self, data: bytes) -> None:
+        view = memoryview(data)
+        while len(view):
+            take = self.block_bytes - self._filled
+            self._block.update(view[:take])
+            self._filled += len(view[:take])
+            view = view[take:]
+            if self._filled == self.block_bytes:
+                self._end_block()
+
+    def _end_block(self) -> None:
+        self._blocks.append(block_digest(self._block))
+        self._block, self._filled = hashlib.sha256(), 0
+
     def _seal(self) -> None:
-        """Close the open shard and record its sha256 (checked on every read: harness/data/shards.py)."""
+        """Close the open shard and record its sha256 and its blocks' digests (checked before use:
+        harness/data/shards.py)."""
         if self._file is not None:
             self._file.close()
-            self.shards[-1]["sha256"] = self._hash.hexdigest()
+            if self._filled:
+                self._end_block()
+            self.shards[-1]["sha256"], self.shards[-1]["blocks"] = self._hash.hexdigest(), self._blocks
             self._file, self._hash = None, hashlib.sha256()
+            self._blocks = []
 
     def close(self) -> dict:
         self._seal()
         if not self.shards:  # an empty split still has its (empty) shard
             (self.folder / f"{self.split}-00000.bin").write_bytes(b"")
-            self.shards.append({"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest()})
+            self.shards.append({"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest(),
+                                "blocks": []})
         return {"tokens": self.tokens, "bytes": self.bytes, "shards": self.shards}
 
 
@@ -104,7 +127,8 @@ def _out_folder(out: str | Path) -> Path:
     return folder
 
 
-def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHARD_TOKENS) -> dict:
+def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHARD_TOKENS,
+            block_bytes: int = BLOCK_BYTES) -> dict:
     """Write the shards and the manifest of the corpus and tokenizer ``overrides`` pick; returns the manifest."""
     source, tokenizer = _source_and_tokenizer(list(overrides))
     if hasattr(source, "check_tokenizer"):
@@ -120,7 +144,7 @@ def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHAR
     except OSError as e:
         raise ConfigError(f"cannot create {folder} ({e.strerror}); choose a folder you can write") from None
     dtype = token_dtype(tokenizer.vocab_size)
-    writers = {split: ShardWriter(folder, split, dtype, shard_tokens) for split in ("train", "val")}
+    writers = {split: ShardWriter(folder, split, dtype, shard_tokens, block_bytes) for split in ("train", "val")}
     try:
         return _write(folder, source, corpus, tokenizer, writers, dtype, streaming)
     except BaseException:  # a full disk, Ctrl-C, SIGTERM, a bad row: nothing half-written is left behind
@@ -147,7 +171,7 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
         "tokenizer": {"config": type(tokenizer).config_name(), "digest": tokenizer.digest(),
                       "vocab_size": tokenizer.vocab_size,
                       "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None},
-        "dtype": dtype.name, "splits": splits,
+        "dtype": dtype.name, "block_bytes": writers["train"].block_bytes, "splits": splits,
     }
     from harness.data.shards import sealed
 

@@ -8,8 +8,9 @@ tokenizer (its option, ``digest()``, vocabulary size, and for a trained vocabula
 itself is saved beside the shards as ``tokenizer.json``), the dtype, and each split's tokens, bytes and shards
 (each with its sha256), and its own checksum. A run whose configured tokenizer does not hash to the manifest's is
 refused before it trains; so is a folder whose manifest was edited or whose shard's bytes changed after prepare
-wrote them (``verify``: every shard hashed once per file version — size and modification time — the result kept
-in the cache, so a large folder is read whole once, not at every run).
+wrote them (``verify``: a folder of at most ``REHASH_BYTES`` hashed whole at every start; a larger one block by block
+as its reads reach each ``BLOCK_BYTES`` block, ``ShardedIds``: hashing hundreds of gigabytes at every start would
+cost minutes).
 
 Training windows (``data.windows``): ``random`` (a uniform start, as for text) or ``sequential`` (consecutive
 windows, overlapping by the one shifted token of a causal objective, wrapping around). Either way each DDP rank
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,22 +51,37 @@ def rank_slice(n_tokens: int, rank: int, world_size: int) -> tuple[int, int]:
     return n_tokens * rank // world_size, n_tokens * (rank + 1) // world_size
 
 
+BLOCK_BYTES = 1 << 22  # a shard's bytes are digested in blocks of this size too (prepare records them)
+
+
+def block_digest(hasher) -> str:
+    """A block's digest as the manifest records it: its sha256, the first 128 bits (for damage, not forgery)."""
+    return hasher.hexdigest()[:32]
+
+
 class ShardedIds:
     """Shards read as one array of token ids: ``len`` and ``[a:b]`` (a slice may cross shards) are all windows need.
     ``vocab_size``: every id read is checked below it (a shard overwritten with other bytes of the same size is
-    refused in one line when a window reaches them, instead of failing deep in the embedding)."""
+    refused in one line when a window reaches them, instead of failing deep in the embedding).
+    ``blocks``: per array, the digests of its ``BLOCK_BYTES`` blocks (or None); each block a read reaches is hashed
+    the first time this process reads it and refused if it differs — a folder too large to hash whole at every start
+    is so checked before use, block by block, at the cost of one hash of what is read."""
 
-    def __init__(self, arrays: list[np.ndarray], vocab_size: int | None = None):
-        self.arrays = [a for a in arrays if len(a)]
+    def __init__(self, arrays: list[np.ndarray], vocab_size: int | None = None,
+                 blocks: list[list[str] | None] | None = None, block_bytes: int = BLOCK_BYTES):
+        kept = [(a, b) for a, b in zip(arrays, blocks or [None] * len(arrays), strict=True) if len(a)]
+        self.arrays, self.blocks = [a for a, _ in kept], [b for _, b in kept]
         self.ends = np.cumsum([len(a) for a in self.arrays]).tolist()
         self.dtype = arrays[0].dtype if arrays else np.dtype(np.uint16)
-        self.vocab_size = vocab_size
+        self.vocab_size, self.block_bytes = vocab_size, block_bytes
+        self._checked_blocks: list[set[int]] = [set() for _ in self.arrays]
 
     def __reduce__(self):
         """Pickled (a spawned DataLoader worker) as its files, mapped again: a memmap would pickle its data."""
         if all(isinstance(a, np.memmap) and a.filename for a in self.arrays):
-            return _reopen, ([a.filename for a in self.arrays], self.dtype.str, self.vocab_size)
-        return ShardedIds, (self.arrays, self.vocab_size)
+            return _reopen, ([a.filename for a in self.arrays], self.dtype.str, self.vocab_size, self.blocks,
+                             self.block_bytes)
+        return ShardedIds, (self.arrays, self.vocab_size, self.blocks, self.block_bytes)
 
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
@@ -74,16 +91,37 @@ class ShardedIds:
             raise TypeError("ShardedIds takes contiguous slices [a:b]")
         start, stop, _ = index.indices(len(self))
         pieces = []
-        for array, end in zip(self.arrays, self.ends, strict=True):
+        for k, (array, end) in enumerate(zip(self.arrays, self.ends, strict=True)):
             begin = end - len(array)
             if stop <= begin:
                 break
             if start < end:
-                pieces.append(self._checked(array, array[max(start, begin) - begin: min(stop, end) - begin]))
+                lo, hi = max(start, begin) - begin, min(stop, end) - begin
+                self._check_blocks(k, lo, hi)
+                pieces.append(self._checked(array, array[lo:hi]))
         if len(pieces) == 1:
             return pieces[0]
         return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
 
+
+    def _check_blocks(self, k: int, lo: int, hi: int) -> None:
+        """Array ``k``'s blocks that ids [lo, hi) lie in hash to the digests prepare recorded."""
+        digests, size = self.blocks[k], self.block_bytes
+        if digests is None or hi <= lo:
+            return
+        raw = self.arrays[k].view(np.uint8)
+        item = self.dtype.itemsize
+        for block in range(lo * item // size, (hi * item - 1) // size + 1):
+            if block in self._checked_blocks[k]:
+                continue
+            data = raw[block * size: (block + 1) * size]
+            if block >= len(digests) or block_digest(hashlib.sha256(memoryview(np.ascontiguousarray(data)))) \
+                    != digests[block]:
+                where = getattr(self.arrays[k], "filename", None) or f"shard {k}"
+                raise ConfigError(f"{where} is damaged: its bytes {block * size}–{block * size + len(data)} do not "
+                                  "hash to the digest manifest.json records (they changed after prepare wrote them); "
+                                  "write the folder again with python -m harness.data.prepare")
+            self._checked_blocks[k].add(block)
 
     def _checked(self, array: np.ndarray, piece: np.ndarray) -> np.ndarray:
         if self.vocab_size is not None and len(piece) and int(piece.max()) >= self.vocab_size:
@@ -94,8 +132,9 @@ class ShardedIds:
         return piece
 
 
-def _reopen(files: list[str], dtype: str, vocab_size: int | None = None) -> ShardedIds:
-    return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files], vocab_size)
+def _reopen(files: list[str], dtype: str, vocab_size: int | None = None, blocks=None,
+            block_bytes: int = BLOCK_BYTES) -> ShardedIds:
+    return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files], vocab_size, blocks, block_bytes)
 
 
 @dataclass(frozen=True)
@@ -145,22 +184,51 @@ def sealed(manifest: dict) -> dict:
 
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (file, size, mtime_ns, sha256) hashed by this process
-# A folder of at most this many shard bytes is hashed again by every process that reads it (0.5 s here, 1.9 GiB/s),
-# so a bit that rots in place, its size and mtime unchanged, is caught; a larger one once per file version (a stamp)
+# A folder of at most this many shard bytes is hashed whole by every process that reads it (0.5 s here, 1.9 GiB/s),
+# so a bit that rots in place, its size and mtime unchanged, is caught; a larger one block by block as it is read
+# (``ShardedIds``; a folder written before block digests: once per file version, a stamp in the cache)
 REHASH_BYTES = 1 << 30
+HASH_WHOLE_ENV = "POSBENCH_HASH_WHOLE_BYTES"  # sets that limit for a machine (0: every folder block by block)
+
+
+def hash_whole_bytes() -> int:
+    """The most shard bytes a folder may hold to be hashed whole at every start: ``$POSBENCH_HASH_WHOLE_BYTES``,
+    else ``REHASH_BYTES``."""
+    value = os.environ.get(HASH_WHOLE_ENV)
+    if value is None:
+        return REHASH_BYTES
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise ConfigError(f"{HASH_WHOLE_ENV}={value!r} must be a whole number of bytes (0: check every folder "
+                          "block by block as it is read); set it so, or unset it") from None
+
+
+def _shard_list(manifest: dict) -> list[dict]:
+    return [s for split in ("train", "val") for s in manifest["splits"][split]["shards"]]
+
+
+def checked_by_block(folder: Path, manifest: dict) -> bool:
+    """True when ``folder`` is too large to hash whole at every start and its manifest records block digests: its
+    reads then check each block they reach (``ShardedIds``) instead."""
+    shards = _shard_list(manifest)
+    return (all("blocks" in s for s in shards) and int(manifest.get("block_bytes", 0)) > 0
+            and sum((folder / s["file"]).stat().st_size for s in shards) > hash_whole_bytes())
 
 
 def verify(folder: Path, manifest: dict) -> None:
     """Each shard's bytes hash to the sha256 the manifest records (manifests written before shards carried one
-    are not checked). A file version already hashed by this process is not read again; nor, in a folder of more
-    than ``REHASH_BYTES``, one hashed by any process before (its stamp in the cache, keyed by path, size and mtime:
-    hashing hundreds of gigabytes at every start would cost minutes)."""
+    are not checked). A file version already hashed by this process is not read again. A folder of more than
+    ``REHASH_BYTES`` with block digests is left to its reads (``checked_by_block``); one without them is hashed once
+    per file version by any process (its stamp in the cache, keyed by path, size and mtime: hashing hundreds of
+    gigabytes at every start would cost minutes)."""
     from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
 
+    if checked_by_block(folder, manifest):
+        return
     stamps = corpus_module.CACHE / "verified-shards"
-    shards = [(folder / s["file"], str(s["sha256"])) for split in ("train", "val")
-              for s in manifest["splits"][split]["shards"] if "sha256" in s]
-    stamped = sum(file.stat().st_size for file, _ in shards) > REHASH_BYTES
+    shards = [(folder / s["file"], str(s["sha256"])) for s in _shard_list(manifest) if "sha256" in s]
+    stamped = sum(file.stat().st_size for file, _ in shards) > hash_whole_bytes()
     for file, sha in shards:
         info = file.stat()
         key = (str(file.resolve()), info.st_size, info.st_mtime_ns, sha)
@@ -193,6 +261,10 @@ def _check_structure(manifest: dict, file: Path) -> None:
             for shard in entry["shards"]:
                 if Path(shard["file"]).name != shard["file"] or int(shard["tokens"]) < 0:
                     raise ValueError(f"shard {shard['file']!r}")
+                if not all(isinstance(d, str) for d in shard.get("blocks", [])):
+                    raise ValueError(f"shard {shard['file']!r}'s blocks")
+        if int(manifest.get("block_bytes", 1)) <= 0:
+            raise ValueError("block_bytes")
         np.dtype(manifest["dtype"])
         tokenizer, corpus = manifest["tokenizer"], manifest["corpus"]
         str(tokenizer["config"]), str(tokenizer["digest"]), int(tokenizer["vocab_size"])
@@ -270,10 +342,14 @@ class TokenShards:
         manifest, folder = self.manifest(), Path(self.path).expanduser()
         dtype = np.dtype(manifest["dtype"])
 
+        by_block = checked_by_block(folder, manifest)
+
         def ids(split: str) -> ShardedIds:
+            shards = manifest["splits"][split]["shards"]
             return ShardedIds([np.memmap(folder / s["file"], dtype=dtype, mode="r") if s["tokens"] else
-                               np.empty(0, dtype) for s in manifest["splits"][split]["shards"]],
-                              manifest["tokenizer"]["vocab_size"])
+                               np.empty(0, dtype) for s in shards], manifest["tokenizer"]["vocab_size"],
+                              [s["blocks"] for s in shards] if by_block else None,
+                              int(manifest.get("block_bytes", BLOCK_BYTES)))
 
         corpus, val = manifest["corpus"], manifest["splits"]["val"]
         return TokenCorpus(corpus["name"], corpus["sha256"], corpus["bytes"], corpus["train_sha256"], ids("train"),

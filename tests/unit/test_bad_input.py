@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests import inprocess
-from tests.bad_input_table import ROWS, assert_one_line_error, prepare_inputs, row_request, run_count
+from tests.bad_input_table import (
+    DURING_RUN_CASES,
+    ROWS,
+    assert_one_line_error,
+    prepare_inputs,
+    row_request,
+    run_count,
+    runs_in,
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +53,17 @@ def test_bad_input_is_one_line_exit_2_and_no_run(row, replies):
     assert reply["stdout"].strip() == ""
     assert reply["runs"] == 0  # refused before any MLflow run was created
     assert reply["seconds"] < 10
+
+
+@pytest.mark.parametrize("case", DURING_RUN_CASES, ids=[c[0] for c in DURING_RUN_CASES])
+def test_damage_met_while_a_run_reads_is_one_line_and_the_run_closed_failed(case, files, _empty_store,
+                                                                               tmp_path):
+    request = row_request(("run", *case), files, _empty_store, tmp_path)
+    reply = inprocess.run("run", request["argv"], request["cwd"], request["env"], request["timeout"])
+    assert_one_line_error(reply["code"], reply["stderr"], case[2])
+    (run,) = runs_in(request["env"]["MLFLOW_TRACKING_URI"])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure_reason"].endswith(f"ConfigError: {reply['stderr'].strip().removeprefix('error: ')}")
 
 
 def test_at_least_100_kinds():

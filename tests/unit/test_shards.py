@@ -378,18 +378,90 @@ def _flip(file, at: int) -> None:
 
 
 def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, monkeypatch):
-    """prepare records each shard's sha256; every read checks it (once per file version). One flipped bit keeps
-    every id inside the vocabulary, so nothing else would notice: it trained silently before."""
+    """prepare records each shard's sha256; every read of a folder small enough to hash whole checks it. One flipped
+    bit keeps every id inside the vocabulary, so nothing else would notice: it trained silently before."""
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
-    monkeypatch.setattr("harness.data.shards.REHASH_BYTES", 0)  # as a folder too large to hash at every start
     folder = _copy(byte_shards, tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert all(len(s["sha256"]) == 64 for split in manifest["splits"].values() for s in split["shards"])
-    assert TokenShards(str(folder)).sizes()[0] > 0  # whole: accepted, and its stamp kept
-    assert list((tmp_path / "cache" / "verified-shards").iterdir())
+    assert TokenShards(str(folder)).sizes()[0] > 0  # whole: accepted
     _flip(folder / "train-00001.bin", 1_234)
     with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256 .* is not the .* manifest.json "
                                           r"records .*; write the folder again with python -m harness.data.prepare"):
+        TokenShards(str(folder)).sizes()
+
+
+def _large_folder(corpus_file, tmp_path, monkeypatch, block_bytes: int = 1024):
+    """A folder read as one too large to hash whole at every start (REHASH_BYTES 0), its blocks ``block_bytes``."""
+    monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
+    monkeypatch.setattr("harness.data.shards.REHASH_BYTES", 0)
+    folder = tmp_path / "large"
+    prepare(folder, ["data=text", f"data.path={corpus_file}"], shard_tokens=10_000, block_bytes=block_bytes)
+    return folder
+
+
+def test_a_large_folder_checks_each_block_a_read_reaches_before_it_is_used(corpus_file, tmp_path, monkeypatch):
+    """A folder too large to hash whole at every start (hundreds of gigabytes would cost minutes) records the sha256
+    of each block of each shard; a read hashes each block it reaches the first time this process reads it. So a bit
+    rotted in place after any number of earlier runs — size and mtime unchanged — is refused before a window holding
+    it is used, and reads that do not reach it go on."""
+    import os
+
+    folder = _large_folder(corpus_file, tmp_path, monkeypatch)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    shard = manifest["splits"]["train"]["shards"][1]
+    assert manifest["block_bytes"] == 1024 and len(shard["blocks"]) == -(-2 * shard["tokens"] // 1024)  # uint16
+    corpus = TokenShards(str(folder)).load()
+    ids = corpus.train_ids
+    first, clean = ids[10_000:30_000].copy(), ids[0:50]
+    assert ids.blocks[1] == shard["blocks"] and len(ids._checked_blocks[1]) == len(shard["blocks"])
+    file = folder / "train-00001.bin"
+    info = file.stat()
+    _flip(file, 5_000)  # block 4 of shard 1 (bytes 4,096 …): id 12,500
+    os.utime(file, ns=(info.st_atime_ns, info.st_mtime_ns))  # in place: a stamp or a size check would not see it
+    assert not (tmp_path / "cache" / "verified-shards").exists()  # no stamp is trusted, none is kept
+    fresh = TokenShards(str(folder)).load().train_ids  # the next process: nothing read yet, so nothing refused
+    assert np.array_equal(fresh[0:50], clean) and np.array_equal(fresh[10_000:12_000], first[:2_000])
+    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its bytes 4096–5120 do not hash to the "
+                                          r"digest manifest.json records .*; write the folder again with python -m "
+                                          r"harness.data.prepare"):
+        fresh[12_000:12_600]  # a window crossing into the damaged block
+    assert np.array_equal(fresh[16_000:17_000], first[6_000:7_000])  # other blocks still read
+
+
+def test_a_large_folders_blocks_are_checked_in_a_data_loader_worker(corpus_file, tmp_path, monkeypatch):
+    """A spawned DataLoader worker receives the shards as files and digests (``ShardedIds.__reduce__``) and checks
+    the blocks it reads itself; the damage reaches the run as the same one line."""
+    import pickle
+
+    folder = _large_folder(corpus_file, tmp_path, monkeypatch)
+    ids = TokenShards(str(folder)).load().train_ids
+    _flip(folder / "train-00000.bin", 3_000)
+    worker = pickle.loads(pickle.dumps(ids))
+    assert worker.blocks == ids.blocks and worker.block_bytes == 1024
+    with pytest.raises(ConfigError, match=r"train-00000.bin is damaged: its bytes 2048–3072"):
+        worker[1_400:1_600]
+
+
+def test_a_large_folder_written_before_block_digests_is_hashed_once_per_file_version(corpus_file, tmp_path,
+                                                                                      monkeypatch):
+    """Its manifest lacks blocks: each shard is hashed whole the first time any process reads that file version,
+    a stamp kept in the cache; an edit (a new mtime) is caught, a bit rotted in place after the stamp is not."""
+    from harness.data.shards import sealed
+
+    folder = _large_folder(corpus_file, tmp_path, monkeypatch)
+    file = folder / "manifest.json"
+    manifest = json.loads(file.read_text())
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            del shard["blocks"]
+    del manifest["block_bytes"]
+    file.write_text(json.dumps(sealed(manifest)))
+    corpus = TokenShards(str(folder)).load()
+    assert corpus.train_ids.blocks == [None] * len(corpus.train_ids.arrays)
+    assert list((tmp_path / "cache" / "verified-shards").iterdir())  # its stamps
+    _flip(folder / "train-00001.bin", 1_234)
+    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256"):
         TokenShards(str(folder)).sizes()
 
 
