@@ -128,3 +128,52 @@ def check_file(path: Path, fix: str) -> bool:
         raise ConfigError(f"{path} is damaged (its sha256 {actual[:12]}… is not the {written[:12]}… written with it); "
                           f"{fix}")
     return True
+
+
+# ---------------------------------------------------------------- a report folder, sealed as a whole
+
+SUMS = "SHA256SUMS"  # coreutils' format: ``sha256sum -c SHA256SUMS`` checks a report without posbench
+
+
+def seal_report(folder: Path) -> Path:
+    """``folder/SHA256SUMS``: the sha256 of each file a command left in the report folder ``folder`` (its own
+    files and any beside them; not itself, nor hidden ones), one ``<hex>  <name>`` line each, written whole or not
+    at all. Every command that writes a report folder calls it last; a command that reads one back checks it
+    (``check_report``)."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
+    tmp = folder / f".{SUMS}.tmp{os.getpid()}"
+    tmp.write_text("".join(f"{file_digest(folder / name)}  {name}\n" for name in names))
+    tmp.replace(folder / SUMS)
+    return folder / SUMS
+
+
+def check_report(folder: Path, fix: str, needs: Iterable[str] = ()) -> bool:
+    """Whether report folder ``folder`` is sealed (False: no SHA256SUMS, a report from before seals); a ConfigError
+    naming the file and ``fix`` when a file it lists is missing or its bytes differ, a line is not one sha256sum
+    writes, or a file in ``needs`` (what the reader is about to read) is not listed."""
+    sums = folder / SUMS
+    try:
+        lines = sums.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{sums} cannot be read ({type(e).__name__}); {fix}") from None
+    listed = {}
+    for number, line in enumerate(lines, 1):
+        hexdigest, sep, name = line.partition("  ")
+        if not sep or len(hexdigest) != 64 or any(c not in "0123456789abcdef" for c in hexdigest) or "/" in name:
+            raise ConfigError(f"{sums} is damaged (line {number} is not a sha256sum line: 64 hex digits, two spaces, "
+                              f"a file name); {fix}")
+        listed[name] = hexdigest
+    for name in needs:
+        if name not in listed:
+            raise ConfigError(f"{folder / name} is not in {sums}: it was written after the report was sealed; {fix}")
+    for name, hexdigest in listed.items():
+        path = folder / name
+        if not path.is_file():
+            raise ConfigError(f"{path} is missing (its {SUMS} lists it); {fix}")
+        actual = file_digest(path)
+        if actual != hexdigest:
+            raise ConfigError(f"{path} is damaged (its sha256 {actual[:12]}… is not the {hexdigest[:12]}… its {SUMS} "
+                              f"lists); {fix}")
+    return True

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from harness.paths import project_root
+from harness.sealed import seal_report
 from positional.rope import rope_inv_freq
 
 
@@ -65,6 +66,7 @@ def rope_decay(out: Path) -> None:
         f"Values: {picks}.\n\n"
         "Regenerate: `python -m results.figures rope_decay`\n"
     )
+    seal_report(out)
 
 
 FIGURES: dict[str, Callable[[Path], None]] = {"rope_decay": rope_decay}

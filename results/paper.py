@@ -503,9 +503,14 @@ def write_index(results_dir: Path) -> None:
 
 
 def render_index(results_dir: Path) -> str:
-    """The index of ``results_dir``: one line per report folder, with the verdict line its README opens with."""
+    """The index of ``results_dir``: one line per report folder, with the verdict line its README opens with; a
+    sealed folder is checked against its SHA256SUMS first (one from before seals is read as it is)."""
+    from harness.sealed import check_report
+
     rows = []
     for readme in sorted(results_dir.glob("*/README.md")):
+        check_report(readme.parent, "run the command its README names again, or restore the folder (git checkout)",
+                     needs=["README.md"])
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
         rows.append(f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "

@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             writer.writeheader()
             writer.writerows(asdict(r) for r in rows)
         (out / "README.md").write_text(text)
+        from harness.sealed import seal_report
+
+        seal_report(out)
     print(text)
     return 0
 

@@ -244,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.render:
-        render(a.out)
+        try:
+            render(a.out, check=True)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return 0
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a.out.mkdir(parents=True, exist_ok=True)

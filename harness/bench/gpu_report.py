@@ -151,9 +151,14 @@ def cuda_section(rows: list[dict[str, str]]) -> list[str]:
     return out
 
 
-def render(folder: Path) -> Path:
+def render(folder: Path, check: bool = False) -> Path:
     """README.md from the folder's CSVs and its run logs (run.log, then run2.log … of later runs of some
-    sections, whose CSVs replaced the earlier run's)."""
+    sections, whose CSVs replaced the earlier run's), then the folder's SHA256SUMS. ``check`` (``--render``: the
+    files were written by an earlier command): the folder's SHA256SUMS is checked first."""
+    from harness.sealed import check_report, seal_report
+
+    if check:
+        check_report(folder, "run the GPU benchmark again, or restore the folder (git checkout results/bench_gpu)")
     logs = sorted(folder.glob("run*.log"), key=lambda p: (len(p.name), p.name))
     head = ["# GPU benchmark: memory estimate, training step, peers, flex_attention", "",
             "Regenerate on a CUDA machine: `python -m harness.bench.gpu --out results/bench_gpu` "
@@ -164,4 +169,5 @@ def render(folder: Path) -> Path:
             *flex_section(_rows(folder, "flex")), *cuda_section(_rows(folder, "cuda"))]
     path = folder / "README.md"
     path.write_text("\n".join(head + body))
+    seal_report(folder)
     return path

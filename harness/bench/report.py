@@ -15,6 +15,7 @@ from harness.bench.profiled import KERNEL_OPS, Breakdown
 from harness.bench.session import Result
 from harness.bench.stats import Interval
 from harness.bench.targets import Outcome, PeerOutcome
+from harness.sealed import seal_report
 
 
 @dataclass
@@ -73,6 +74,7 @@ def write_report(out: Path, report: Report) -> None:
     lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets),
              *_where(report)]
     (out / "README.md").write_text("\n".join(lines) + "\n")
+    seal_report(out)
 
 
 def _header(report: Report) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError
+from harness.sealed import seal_report
 
 
 def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Tensor]]) -> list[dict]:
@@ -142,5 +143,6 @@ def write(out: Path, files: dict[str, str | bytes]) -> None:
             tmp = target.with_name(target.name + ".tmp")
             tmp.write_bytes(content) if isinstance(content, bytes) else tmp.write_text(content)
             tmp.replace(target)
+        seal_report(out)
     except OSError as e:
         raise ConfigError(f"--out {out}: cannot write the report ({e.strerror or e}); give a writable folder") from None

@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import choices_of, compose, run_sweep
 
-REPORT_FILES = {"report.md", "report.csv", "val_loss_curves.png", "final_val_loss_heatmap.png"}
+REPORT_FILES = {"report.md", "report.csv", "val_loss_curves.png", "final_val_loss_heatmap.png", "SHA256SUMS"}
 
 
 def test_sweep_is_one_parent_with_a_child_per_cell(tiny_sweep):

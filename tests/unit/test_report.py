@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from harness import sealed
 from results.cells import Cell, build_report, default_target, mean_std, steps_to_target
 
 
@@ -86,7 +87,8 @@ def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["report", "--experiment", "synthetic", "--out", str(out), "--tracking-uri", uri]) == 0
     assert {p.name for p in out.iterdir()} == {"report.md", "report.csv", "val_loss_curves.png",
-                                              "final_val_loss_heatmap.png"}
+                                              "final_val_loss_heatmap.png", "SHA256SUMS"}
+    assert sealed.check_report(out, "") and len((out / "SHA256SUMS").read_text().splitlines()) == 4  # every file
     rows = {r["pos"]: r for r in csv.DictReader((out / "report.csv").open())}
     rope = rows["rope"]
     assert float(rope["final_val_loss_mean"]) == pytest.approx(2.2)

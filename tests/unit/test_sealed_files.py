@@ -180,3 +180,65 @@ def test_theta_csv_changed_in_the_artifact_store_is_refused_by_the_report(tmp_pa
     flipped(stored, 0.9)
     with pytest.raises(ConfigError, match="theta.csv is damaged"):
         _theta_rows(client, run.run_id)
+
+
+def _report_folder(root: Path) -> Path:
+    folder = root / "grid"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text("# grid: rope vs t5\n\n**Verdict: inconclusive at toy scale**\n")
+    (folder / "report.csv").write_text("pos,attn,final_val_loss\nrope,softmax,2.5\n")
+    (folder / "plot.png").write_bytes(bytes(range(256)) * 8)
+    sealed.seal_report(folder)
+    return folder
+
+
+def test_a_report_folders_seal_is_what_sha256sum_checks(tmp_path):
+    """SHA256SUMS is coreutils' format: a reader who has no posbench checks a report with ``sha256sum -c``."""
+    import shutil
+    import subprocess
+
+    folder = _report_folder(tmp_path)
+    lines = (folder / sealed.SUMS).read_text().splitlines()
+    assert [line.split("  ")[1] for line in lines] == ["README.md", "plot.png", "report.csv"]
+    if shutil.which("sha256sum") is None:
+        pytest.skip("no sha256sum on this machine")
+    assert subprocess.run(["sha256sum", "--quiet", "-c", sealed.SUMS], cwd=folder).returncode == 0
+    flipped(folder / "plot.png", 0.5)
+    assert subprocess.run(["sha256sum", "--quiet", "-c", sealed.SUMS], cwd=folder, capture_output=True).returncode == 1
+
+
+@pytest.mark.parametrize("at", PLACES)
+@pytest.mark.parametrize("name", ["README.md", "report.csv", "plot.png", sealed.SUMS])
+def test_results_index_refuses_a_report_folder_changed_after_it_was_sealed(tmp_path, capsys, name, at):
+    """``results index`` reads each report's README into results/README.md: a folder sealed when its command wrote
+    it is checked first, so a flipped byte anywhere in it (its SHA256SUMS too) is one line, exit 2, index unwritten."""
+    from results.__main__ import main
+
+    folder = _report_folder(tmp_path)
+    assert main(["index", "--dir", str(tmp_path)]) == 0
+    assert "inconclusive at toy scale" in (tmp_path / "README.md").read_text()
+    (tmp_path / "README.md").unlink()
+    capsys.readouterr()
+    flipped(folder / name, at)
+    assert main(["index", "--dir", str(tmp_path)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and line.startswith(f"error: {folder / (name if name != sealed.SUMS else '')}".rstrip("/"))
+    assert "run the command its README names again, or restore the folder" in line
+    assert not (tmp_path / "README.md").exists()
+
+
+def test_a_report_folder_from_before_seals_is_indexed_and_a_readme_written_after_the_seal_is_refused(tmp_path,
+                                                                                                   capsys):
+    from results.__main__ import main
+
+    folder = _report_folder(tmp_path)
+    (folder / sealed.SUMS).unlink()  # a report from before seals: read as it is
+    assert main(["index", "--dir", str(tmp_path)]) == 0
+    sealed.seal_report(folder)
+    lines = (folder / sealed.SUMS).read_text().splitlines()
+    (folder / sealed.SUMS).write_text("\n".join(x for x in lines if not x.endswith("README.md")) + "\n")
+    assert main(["index", "--dir", str(tmp_path)]) == 2
+    assert "README.md is not in" in capsys.readouterr().err
+    (folder / sealed.SUMS).write_text("not a sha256sum line\n")
+    assert main(["index", "--dir", str(tmp_path)]) == 2
+    assert "SHA256SUMS is damaged (line 1 is not a sha256sum line: 64 hex digits" in capsys.readouterr().err
