@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import sealed as seal
 from harness.stats import (
     holm,
     margin_p_value,
@@ -366,6 +367,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         *_sweep_report(out, _claim_metrics(claim)),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
+    seal.seal_report(out)  # before the index reads it back
     write_index(out.parent)
     return verdict
 
@@ -400,6 +402,7 @@ def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
                for s, outcomes in per_scale.items()], "",
              *_sweep_report(out, _claim_metrics(claim))]
     (out / "README.md").write_text("\n".join(lines) + "\n")
+    seal.seal_report(out)  # before the index reads it back
     write_index(out.parent)
     return summary
 
@@ -505,12 +508,10 @@ def write_index(results_dir: Path) -> None:
 def render_index(results_dir: Path) -> str:
     """The index of ``results_dir``: one line per report folder, with the verdict line its README opens with; a
     sealed folder is checked against its SHA256SUMS first (one from before seals is read as it is)."""
-    from harness.sealed import check_report
-
     rows = []
     for readme in sorted(results_dir.glob("*/README.md")):
-        check_report(readme.parent, "run the command its README names again, or restore the folder (git checkout)",
-                     needs=["README.md"])
+        seal.check_report(readme.parent, "run the command its README names again, or restore the folder (git "
+                          "checkout)", needs=["README.md"])
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
         rows.append(f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
