@@ -191,6 +191,14 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
     return f"python -m results report --experiment {sweep.experiment}{flag} --out {shown}/"
 
 
+def _unchecked(sweep: Sweep) -> str:
+    """How many of the sweep's runs were read without a seal to check them against (closed before seals)."""
+    from harness.record.seal import unsealed
+
+    old = unsealed([*sweep.runs, *([sweep.parent] if sweep.parent else [])])
+    return f" ({len(old)} closed before posbench sealed run records: their values are read unchecked)" if old else ""
+
+
 def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=None,
                  min_order_gain: float = MIN_ORDER_GAIN, baseline: str | None = None):
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
@@ -200,7 +208,7 @@ def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=No
 
     header = [f"Experiment `{sweep.experiment}`"
               + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
-              + f", {len(sweep.runs)} runs"
+              + f", {len(sweep.runs)} runs" + _unchecked(sweep)
               + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "") + ".",
               "",
               f"Regenerate: `{regenerate_command(sweep, shown_out)}`"]

@@ -79,6 +79,30 @@ def write_synthetic_store(uri: str) -> str:
     return "s1"
 
 
+def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
+    """Runs closed before posbench sealed run records are read as they are; the report's header counts them, so a
+    reader knows which figures no seal vouches for. Sealed, the note goes."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.record.seal import seal
+    from results.store import find_sweep, sweep_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_synthetic_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    sweep = find_sweep(client, "synthetic", None)
+    assert "5 runs" not in sweep_report(client, sweep).header[0]  # 4 cells and the parent, none sealed
+    assert "4 runs (5 closed before posbench sealed run records: their values are read unchecked)" in \
+        sweep_report(client, sweep).header[0]
+    for run in [*sweep.runs[:2], sweep.parent]:
+        seal(client, run.info.run_id)
+    sweep = find_sweep(client, "synthetic", None)
+    assert "(2 closed before posbench sealed run records" in sweep_report(client, sweep).header[0]
+    for run in sweep.runs:
+        seal(client, run.info.run_id)
+    assert "4 runs, git" in sweep_report(client, find_sweep(client, "synthetic", None)).header[0]
+
+
 def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     from results.__main__ import main
 
