@@ -26,7 +26,7 @@ from pathlib import Path
 
 from harness.errors import IncompatiblePairing
 from harness.paths import ROOT, in_checkout
-from harness.record.seal import SEAL_TAG, seal
+from harness.record.seal import MARK_TAG, SEAL_TAG, seal
 from harness.record.store import Store
 
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
@@ -139,7 +139,7 @@ class TrackedRun:
             self._reopen(tags)
         else:
             exp = self.store.experiment_id(self.experiment)
-            self.run_id = client.create_run(exp, run_name=self.name, tags=tags).info.run_id
+            self.run_id = client.create_run(exp, run_name=self.name, tags={**tags, MARK_TAG: "1"}).info.run_id
             self.log_params(params)
 
     def _reopen(self, tags: dict[str, str]) -> None:

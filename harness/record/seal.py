@@ -25,6 +25,8 @@ from typing import Any
 from harness.errors import ConfigError
 
 SEAL_TAG = "posbench.seal"
+MARK_TAG = "posbench.sealed_when_closed"  # set when posbench creates a run: closed without a seal, it was damaged
+CLOSED = ("FINISHED", "FAILED", "KILLED")
 UNSEALED = ("mlflow.runName", "mlflow.note.content", SEAL_TAG)  # a user may edit these in the dashboard
 MAX_SEAL_CHARS = 7500  # under MLflow's 8,000 per tag value; past it, one digest over every history
 
@@ -80,13 +82,16 @@ def _history(points) -> str:
 
 
 def _seal_of(run) -> dict | None:
-    """The run's seal, or None (a run from before seals, or not yet closed)."""
+    """The run's seal, or None (a run from before seals, or not yet closed); a run posbench created (``MARK_TAG``)
+    that is closed without one was damaged."""
     tags = run.data.tags
     text = tags.get(SEAL_TAG)
     if text is None:
         near = next((k for k in tags if _one_off(k)), None)
         if near is not None:
             raise _damaged(run, f"its seal's key reads {near!r}")
+        if MARK_TAG in tags and run.info.status in CLOSED:
+            raise _damaged(run, "its seal is gone (posbench seals every run it closes)")
         return None
     try:
         body = json.loads(text)
@@ -122,8 +127,7 @@ def check_run(run) -> None:
 def unsealed(runs) -> list[str]:
     """The ids of closed runs among ``runs`` that carry no seal: closed before posbench sealed run records, so their
     values are read unchecked (a report says how many)."""
-    return [r.info.run_id for r in runs if r.info.status in ("FINISHED", "FAILED", "KILLED")
-            and SEAL_TAG not in r.data.tags]
+    return [r.info.run_id for r in runs if r.info.status in CLOSED and SEAL_TAG not in r.data.tags]
 
 
 def check_history(run, key: str, points: list, histories=None) -> dict[str, str]:

@@ -12,7 +12,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from harness.record.seal import SEAL_TAG, RecordDamaged, SealedClient, seal
+from harness.record.seal import MARK_TAG, SEAL_TAG, RecordDamaged, SealedClient, seal
 
 LOSS = 1.2345678901234567  # a value whose eight bytes occur nowhere else in the file
 
@@ -21,7 +21,7 @@ def _store(tmp_path: Path, n_metrics: int = 0) -> tuple[Path, str, MlflowClient]
     db = tmp_path / "mlflow.db"
     client = MlflowClient(f"sqlite:///{db}")
     run_id = client.create_run(client.create_experiment("posbench"), run_name="pos=rope attn=softmax seed=0",
-                               tags={"pos": "rope", "attn": "softmax"}).info.run_id
+                               tags={"pos": "rope", "attn": "softmax", MARK_TAG: "1"}).info.run_id  # as TrackedRun
     client.log_batch(run_id, params=[Param("data.seq_len", "128"), Param("model.n_params", "1000")],
                      metrics=[Metric("val/loss", LOSS - 1, 0, 1), Metric("val/loss", LOSS, 1, 2),
                               *(Metric(f"val/acc_at_{i}", 0.5, 1, 2) for i in range(n_metrics))])
@@ -51,9 +51,10 @@ def test_a_sealed_record_reads_back_and_so_does_a_tag_added_later(tmp_path):
     _read(db, run_id)
 
 
-def test_a_run_without_a_seal_reads_as_it_is(tmp_path):
+def test_a_run_from_before_seals_reads_as_it_is(tmp_path):
     db, run_id, client = _store(tmp_path)
     client.delete_tag(run_id, SEAL_TAG)
+    client.delete_tag(run_id, MARK_TAG)  # created by a posbench that did not seal
     _sql(db, "UPDATE params SET value = '129' WHERE key = 'data.seq_len'")
     _read(db, run_id)
 
@@ -81,6 +82,7 @@ DAMAGE = [
      "metric 'val/loss''s history"),
     ("the seal", lambda db: _sql(db, f"UPDATE tags SET value = substr(value, 2) WHERE key = '{SEAL_TAG}'"),
      "its seal is unreadable"),
+    ("the seal deleted", lambda db: _sql(db, f"DELETE FROM tags WHERE key = '{SEAL_TAG}'"), "its seal is gone"),
     ("the seal's key", lambda db: _sql(db, f"UPDATE tags SET key = 'posbench.sea1' WHERE key = '{SEAL_TAG}'"),
      "its seal's key reads 'posbench.sea1'"),
 ]
@@ -116,7 +118,7 @@ def test_a_trained_run_is_sealed_when_it_closes_and_reopened_without_its_seal(tm
     with run.open({"pos": "rope"}, {"data.seq_len": "128"}):
         run.log_scalars({"val/loss": 2.0}, 1)
     client = Store.open(uri).client
-    assert SEAL_TAG in client.get_run(run.run_id).data.tags
+    assert {SEAL_TAG, MARK_TAG} <= set(client.get_run(run.run_id).data.tags)  # marked at creation, sealed at close
     again = TrackedRun(uri, "posbench", "pos=rope attn=softmax seed=0")
     again.start({"pos": "rope"}, {}, reopen=run.run_id)
     assert SEAL_TAG not in client.get_run(run.run_id).data.tags  # written again: sealed when it closes
