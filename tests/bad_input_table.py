@@ -377,6 +377,9 @@ RESULTS_CASES = [
     ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
                                          "{store}"], "no experiment 'nope' in this store"),
     # ---- a run's record changed in the store since it closed: its seal (harness/record/seal.py)
+    # ---- a report folder changed after its command sealed it (SHA256SUMS): the index reads each README back
+    ("results-index-report-changed", ["index", "--dir", "{files}/reports"],
+     "grid/README.md is damaged (its sha256"),
     ("results-record-bit-flipped", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/flipped.db"],
      "in the tracking store is damaged: a metric's latest value differs from its seal"),
     ("results-record-param-edited", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/edited.db"],
@@ -453,6 +456,11 @@ RUN_CASES += [
     # $POSBENCH_HASH_WHOLE_BYTES), else each block when a read first reaches it (in the run's process or a worker's)
     ("shard-byte-flipped", ["data=tokens", "data.path={files}/shards_rotted"],
      "train-00000.bin is damaged: its sha256"),
+    ("shard-manifest-edited", ["data=tokens", "data.path={files}/shards_edited"],
+     "manifest.json was changed after prepare wrote it (its checksum no longer matches its content)"),
+    ("shard-vocabulary-flipped", ["data=tokens", "data.path={files}/shards_bpe", "tokenizer=bpe",
+                                  "tokenizer.vocab_size=300", "task=clm"],
+     "tokenizer.json is damaged: its bytes are not those prepare wrote"),
     ("hash-whole-bytes-not-a-number", ["ENV:POSBENCH_HASH_WHOLE_BYTES=1GB", "data=tokens", "data.path={files}/shards"],
      "POSBENCH_HASH_WHOLE_BYTES='1GB' must be a whole number of bytes"),
 ]
@@ -559,7 +567,28 @@ def prepare_inputs(d: Path) -> Path:
     ids[5_000] ^= 0x01  # one bit of one id, still inside the vocabulary; size and mtime kept: rot in place
     shard.write_bytes(bytes(ids))
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    shutil.copytree(d / "shards", d / "shards_edited")
+    manifest = json.loads((d / "shards_edited" / "manifest.json").read_text())
+    manifest["splits"]["train"]["bytes"] += 1  # its checksum kept: an edit by hand
+    (d / "shards_edited" / "manifest.json").write_text(json.dumps(manifest))
+    prepare(d / "shards_bpe", ["data=text", f"data.path={d / 'words.txt'}", "tokenizer=bpe",
+                               "tokenizer.vocab_size=300"])
+    vocabulary = d / "shards_bpe" / "tokenizer.json"
+    vocabulary.write_text(vocabulary.read_text().replace('"alpha"', '"alphb"', 1))  # still JSON, still a vocabulary
+    _sealed_report(d / "reports")
     return d
+
+
+def _sealed_report(d: Path) -> None:
+    """A report folder as its command seals it, then one character of its README changed."""
+    from harness.sealed import seal_report
+
+    (d / "grid").mkdir(parents=True)
+    (d / "grid" / "README.md").write_text("# grid\n\n**Verdict: rope lower than t5 (p = 0.03)**\n")
+    (d / "grid" / "report.csv").write_text("pos,final_val_loss\nrope,2.5\nt5,2.7\n")
+    seal_report(d / "grid")
+    readme = d / "grid" / "README.md"
+    readme.write_text(readme.read_text().replace("0.03", "0.02"))
 
 
 def _exports(d: Path) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
 from harness.errors import ConfigError, OneLineParser, config_error_cause, said_write_failure
 from harness.extras import check_requires
+from harness.sealed import file_digest
 from harness.signals import Stopped, terminating
 
 PIECE = 1 << 24  # bytes of text encoded at a time
@@ -164,13 +165,15 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
                        "train_sha256": hashlib.sha256(corpus.train).hexdigest()}
     splits = {split: writer.close() for split, writer in writers.items()}
     core = getattr(tokenizer, "_tok", None)
+    saved = {}
     if core is not None:
         core.save(str(folder / "tokenizer.json"))
+        saved = {"file_sha256": file_digest(folder / "tokenizer.json")}  # its bytes, checked before it is parsed
     manifest = {
         "format": FORMAT, "corpus": corpus_meta,
         "tokenizer": {"config": type(tokenizer).config_name(), "digest": tokenizer.digest(),
                       "vocab_size": tokenizer.vocab_size,
-                      "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None},
+                      "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None, **saved},
         "dtype": dtype.name, "block_bytes": writers["train"].block_bytes, "splits": splits,
     }
     from harness.data.shards import sealed

@@ -160,8 +160,14 @@ class TokenCorpus:
         """The vocabulary the shards were written with, for a trained tokenizer (``Trained.fit``) with the
         manifest's recipe: the folder's tokenizer.json (``TokenShards.check_tokenizer`` refused others)."""
         from harness.data.subword import load_file
+        from harness.sealed import file_digest
 
-        loaded = load_file(str(self.folder / "tokenizer.json"))
+        file, fix = self.folder / "tokenizer.json", "write the folder again with python -m harness.data.prepare"
+        written = self.manifest["tokenizer"].get("file_sha256")
+        if written is not None and (not file.is_file() or file_digest(file) != written):
+            raise ConfigError(f"{file} is {'damaged: its bytes are not those' if file.is_file() else 'missing:'} "
+                              f"prepare wrote (manifest.json records their sha256 {str(written)[:12]}…); {fix}")
+        loaded = load_file(str(file))
         digest, recorded = hashlib.sha256(loaded.to_str().encode()).hexdigest(), self.manifest["tokenizer"]["digest"]
         if digest != recorded:  # the digest is Trained.digest(): sha256 of the vocabulary's JSON
             raise ConfigError(f"{self.folder / 'tokenizer.json'} is not the vocabulary the shards were written with "

@@ -1,7 +1,7 @@
 """Bad input as real processes: a sample of the table's rows (tests/bad_input_table.py) as ``python run.py …`` /
 ``python -m …`` in fresh interpreters prints the same line with the same exit code as the row run in-process;
 Hydra's own error path, HYDRA_FULL_ERROR, a diverged run, a write failure and a full disk under a sweep, the
-allocator's setting, --matrix and --list mistakes.
+allocator's setting, --matrix and --list mistakes, a damaged corpus or vocabulary cache ($POSBENCH_CACHE).
 """
 
 from __future__ import annotations
@@ -154,3 +154,31 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
     with sqlite3.connect(db) as con:
         statuses = [s for (s,) in con.execute("select status from runs")]
     assert statuses.count("RUNNING") <= 1  # at most the parent, closed by the next sweep (close_dead_runs)
+
+
+# The caches posbench writes outside a run's folder ($POSBENCH_CACHE, read when the process starts: real processes),
+# each built by a first run and then one byte of it flipped: the next command's one line names the file and says to
+# delete it (the next run builds it again), before any run is made.
+CACHES = {
+    "corpus-cache-flipped": ([], "stdlib-prose-*.txt", "is damaged"),
+    "vocabulary-cache-flipped": (["data=text", "data.path={words}", "tokenizer=bpe", "tokenizer.vocab_size=300",
+                                  "task=clm"], "tokenizers/bpe-v300-*.json", "is not the file posbench wrote"),
+}
+
+
+@pytest.mark.parametrize("kind", CACHES)
+def test_a_damaged_cache_is_refused_by_the_next_command_in_one_line(kind, store, tmp_path):
+    args, pattern, needle = CACHES[kind]
+    (tmp_path / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)
+    args = [a.format(words=tmp_path / "words.txt") for a in args]
+    cache = tmp_path / "cache"
+    first, _ = run_py(args, f"sqlite:///{tmp_path / 'first.db'}", tmp_path, POSBENCH_CACHE=str(cache))  # builds it
+    assert first.returncode == 0, first.stderr[-2000:]
+    (built,) = cache.glob(pattern)
+    data = bytearray(built.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    built.write_bytes(bytes(data))
+    proc, _ = run_py(args, store, tmp_path, POSBENCH_CACHE=str(cache))
+    assert_one_line_error(proc.returncode, proc.stderr, needle)
+    assert built.name in proc.stderr and "delete" in proc.stderr
+    assert runs_in(store) == []

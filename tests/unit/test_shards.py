@@ -341,9 +341,17 @@ def test_a_swapped_vocabulary_beside_the_shards_is_refused(corpus_file, tmp_path
     other = BPE(vocab_size=290)
     other.fit(TextFiles(str(corpus_file)).load())
     other.tokenizer.save(str(out / "tokenizer.json"))
+    with pytest.raises(ConfigError, match=r"tokenizer.json is damaged: its bytes are not those prepare wrote "
+                                          r"\(manifest.json records their sha256 .*\); write the folder again"):
+        BPE(vocab_size=300).fit(TokenShards(str(out)).load())  # its bytes, checked before tokenizers parses them
+    from harness.data.shards import sealed
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["tokenizer"]["file_sha256"]  # a folder prepared before the file's bytes were recorded
+    (out / "manifest.json").write_text(json.dumps(sealed(manifest)))
     with pytest.raises(ConfigError, match=r"tokenizer.json is not the vocabulary the shards were written with "
                                           r"\(sha256 .*, the manifest records .*\); restore it"):
-        BPE(vocab_size=300).fit(TokenShards(str(out)).load())
+        BPE(vocab_size=300).fit(TokenShards(str(out)).load())  # the vocabulary's digest still tells
 
 
 def test_a_vocabulary_trained_on_a_bounded_sample_is_the_same_streamed_or_not(tmp_path, monkeypatch):
