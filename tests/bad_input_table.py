@@ -496,6 +496,22 @@ POSBENCH_CASES = [
      "argument --batches: 99999999999999999999 must be at most 100,000"),
     ("bench-loader-json-under-proc", ["bench", "loader", "--json", "/proc/posbench.json"],
      "--json: cannot write /proc"),
+    # ---- `posbench prepare DIR [overrides]`: its folder, flags and source, refused before a shard is written
+    ("prepare-dir-empty", ["prepare", "", "data=text", "data.path={files}/small.txt"], "DIR '' names no folder"),
+    ("prepare-dir-a-file", ["prepare", "{files}/empty.txt", "data=text", "data.path={files}/small.txt"],
+     "empty.txt is a file, not a folder; choose another DIR"),
+    ("prepare-dir-under-proc", ["prepare", "/proc/posbench", "data=text", "data.path={files}/small.txt"],
+     "cannot create /proc/posbench"),
+    ("prepare-dir-already-prepared", ["prepare", "{files}/shards", "data=text", "data.path={files}/small.txt"],
+     "already holds prepared shards (manifest.json); remove it or choose another DIR"),
+    ("prepare-shard-tokens-zero", ["prepare", "{tmp}/o", "--shard-tokens", "0"],
+     "--shard-tokens=0 must be a positive number of token ids"),
+    ("prepare-source-missing", ["prepare", "{tmp}/o", "data=text", "data.path={files}/nope.txt"],
+     "nope.txt does not exist; point it at a UTF-8 text file or directory"),
+    # ---- `posbench check|matrix|list`: the subcommands over the config, refused as `python run.py` refuses
+    ("check-unknown-pos", ["check", "pos=foo"], "Could not find 'pos/foo'; use one of pos="),
+    ("matrix-takes-no-setting", ["matrix", "model.d_model=64"], "--matrix lists every option and takes no setting"),
+    ("list-takes-no-setting", ["list", "pos=rope"], "--list lists every option and takes no setting"),
     # ---- a model posbench exported (export=hf), changed since: its seals (harness/sealed.py)
     ("hf-eval-export-weights-flipped", ["hf-eval", "{files}/export_flipped", "--lengths", "16", "--budget", "64",
                                         "--check", "--tracking-uri", "{store}"],
