@@ -83,19 +83,15 @@ def test_grid_smoke_is_one_seed_of_the_toy_grid_with_fewer_steps():
     assert smoke.model == toy.model and smoke.task == toy.task  # the same cells, only shorter
 
 
-# a preset's budget per task or per scheme: conf/experiment_<axis>/<preset>/<scale>/<option>.yaml
-# a task's budget lives in its preset's folder (conf/experiment/<preset>/task/<scale>/<task>.yaml, read into trainer);
-# a scheme's in conf/experiment_pos/<preset>/<scale>/<pos>.yaml (a group of its own: Hydra takes one entry per group
-# and package)
-BUDGETS = sorted([*((p, "task") for p in (ROOT / "conf" / "experiment").glob("*/task/*/*.yaml")),
-                  *((p, "pos") for p in (ROOT / "conf" / "experiment_pos").glob("*/*/*.yaml"))])
+# a preset's budget per task or per scheme, in its folder: conf/experiment/<preset>/<axis>/<scale>/<option>.yaml, read
+# into trainer (a task's by conf/config.yaml's defaults, a scheme's by that scale file's own)
+BUDGETS = sorted((p, axis) for axis in ("task", "pos")
+                 for p in (ROOT / "conf" / "experiment").glob(f"*/{axis}/*/*.yaml"))
 
 
 def _budget(path, axis) -> tuple[str, str, str, int]:
     """(preset, scale, option, steps) of a budget file."""
-    preset = path.parents[2].name if axis == "task" else path.parents[1].name
-    node = OmegaConf.load(path)
-    return preset, path.parent.name, path.stem, node.max_steps if axis == "task" else node.trainer.max_steps
+    return path.parents[2].name, path.parent.name, path.stem, OmegaConf.load(path).max_steps
 
 
 def swept(preset: str, scale: str, axis: str) -> list[str]:
