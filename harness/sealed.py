@@ -51,6 +51,9 @@ def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
         raise ConfigError(f"{path} is damaged (not JSON: {' '.join(str(e).split())[:60]}); {fix}") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{path} is damaged (not a JSON object); {fix}")
+    near = [k for k in record if SEAL not in record and near_miss([k], SEAL)]
+    if near:
+        raise ConfigError(f"{path} is damaged (its seal's key reads {near[0]!r}); {fix}")
     if not intact(record):
         raise ConfigError(f"{path} is damaged (its content no longer matches its sha256); {fix}")
     known = set(keys)
@@ -61,8 +64,16 @@ def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
 
 
 def intact(record: dict) -> bool:
-    """Whether a record read from JSON still matches its seal (one from before seals has none: True)."""
-    return SEAL not in record or record[SEAL] == digest(record)
+    """Whether a record read from JSON still matches its seal (one from before seals has none: True; a key one
+    character off the seal's, ``sha2V6``, is the seal damaged, not a record from before seals)."""
+    if SEAL not in record:
+        return not near_miss(record, SEAL)
+    return record[SEAL] == digest(record)
+
+
+def near_miss(keys: Iterable[str], name: str) -> bool:
+    """Whether a key among ``keys`` is ``name`` with one character changed (a flipped bit in a seal's key)."""
+    return any(len(k) == len(name) and sum(a != b for a, b in zip(k, name, strict=True)) == 1 for k in keys)
 
 
 # ---------------------------------------------------------------- files sealed beside themselves
@@ -97,6 +108,13 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def written_digest(seal: Path) -> str:
+    """The digest a ``.sha256`` seal holds, as its writer wrote it (a damaged byte that is no UTF-8 reads as a
+    character that matches no digest, and one that turns its newline into other white space counts too: a seal is
+    exactly its digest and a newline, so any flipped bit of it refuses the file it seals)."""
+    return seal.read_bytes().decode("utf-8", errors="replace").removesuffix("\n")
+
+
 def seal_file(path: Path) -> None:
     """``<path>.sha256`` for the file at ``path`` as it is now, written whole or not at all."""
     seal = seal_path(path)
@@ -118,10 +136,10 @@ def check_file(path: Path, fix: str) -> bool:
     bytes are not those sealed (a flipped byte, a truncation, another file put in its place)."""
     seal = seal_path(path)
     try:
-        written = seal.read_text().strip()
+        written = written_digest(seal)
     except FileNotFoundError:
         return False
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ConfigError(f"{seal} cannot be read ({type(e).__name__}); {fix}") from None
     actual = file_digest(path)
     if actual != written:

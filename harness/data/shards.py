@@ -305,7 +305,10 @@ class TokenShards:
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with python -m "
                               "harness.data.prepare")
-        if CHECKSUM in manifest and manifest[CHECKSUM] != _canonical(manifest):
+        from harness.sealed import near_miss
+
+        if (CHECKSUM in manifest and manifest[CHECKSUM] != _canonical(manifest)) or (
+                CHECKSUM not in manifest and near_miss(manifest, CHECKSUM)):
             raise ConfigError(f"{file} was changed after prepare wrote it (its checksum no longer matches its "
                               "content); write the folder again with python -m harness.data.prepare")
         _check_structure(manifest, file)

@@ -288,7 +288,7 @@ def _verified(cache: Path) -> bool:
     seal = sealed.seal_path(cache)
     if not seal.exists():
         return False
-    actual, written = sealed.file_digest(cache), seal.read_text().strip()
+    actual, written = sealed.file_digest(cache), sealed.written_digest(seal)
     if actual != written:
         raise ConfigError(f"the cached vocabulary {cache} is not the file posbench wrote (sha256 {actual[:12]}…, "
                           f"written as {written[:12]}…): damaged or replaced; delete it and the run trains it again")

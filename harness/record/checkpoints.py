@@ -85,7 +85,7 @@ def verify_checkpoint(path: Path) -> None:
     recorded = digest_path(path)
     if not recorded.is_file():
         return
-    want, got = recorded.read_text().strip(), sealed.file_digest(path)
+    want, got = sealed.written_digest(recorded), sealed.file_digest(path)
     if got != want:
         raise ConfigError(f"resume: checkpoint {path} is damaged (its sha256 {got[:12]}… is not the {want[:12]}… "
                           "recorded when it was written); delete it and its .sha256 to resume from an earlier one, "
