@@ -191,6 +191,7 @@ def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch
 
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: [])
     for tags, alpha in (({ALPHA_TAG: "0.01", BASELINE_TAG: ""}, 0.01), ({}, 0.05)):  # a sweep from before: 0.05
-        parent = argparse.Namespace(data=argparse.Namespace(tags=tags), info=argparse.Namespace(run_id="p"))
+        parent = argparse.Namespace(data=argparse.Namespace(tags=tags),
+                                    info=argparse.Namespace(run_id="p", status="FINISHED"))
         sweep = argparse.Namespace(experiment="e", sweep_id="s", parent=parent, runs=[], title="t")
         assert store.sweep_report(None, sweep).alpha == alpha
