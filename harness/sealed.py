@@ -51,7 +51,7 @@ def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
         raise ConfigError(f"{path} is damaged (not JSON: {' '.join(str(e).split())[:60]}); {fix}") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{path} is damaged (not a JSON object); {fix}")
-    near = [k for k in record if SEAL not in record and near_miss([k], SEAL)]
+    near = [] if SEAL in record else [k for k in record if near_miss([k], SEAL)]
     if near:
         raise ConfigError(f"{path} is damaged (its seal's key reads {near[0]!r}); {fix}")
     if not intact(record):

@@ -103,7 +103,6 @@ class ShardedIds:
             return pieces[0]
         return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
 
-
     def _check_blocks(self, k: int, lo: int, hi: int) -> None:
         """Array ``k``'s blocks that ids [lo, hi) lie in hash to the digests prepare recorded."""
         digests, size = self.blocks[k], self.block_bytes
@@ -164,9 +163,11 @@ class TokenCorpus:
 
         file, fix = self.folder / "tokenizer.json", "write the folder again with python -m harness.data.prepare"
         written = self.manifest["tokenizer"].get("file_sha256")
-        if written is not None and (not file.is_file() or file_digest(file) != written):
-            raise ConfigError(f"{file} is {'damaged: its bytes are not those' if file.is_file() else 'missing:'} "
-                              f"prepare wrote (manifest.json records their sha256 {str(written)[:12]}…); {fix}")
+        if written is not None and not file.is_file():
+            raise ConfigError(f"{file} is missing (prepare wrote it beside the shards); {fix}")
+        if written is not None and file_digest(file) != written:
+            raise ConfigError(f"{file} is damaged: its bytes are not those prepare wrote (manifest.json records their "
+                              f"sha256 {str(written)[:12]}…); {fix}")
         loaded = load_file(str(file))
         digest, recorded = hashlib.sha256(loaded.to_str().encode()).hexdigest(), self.manifest["tokenizer"]["digest"]
         if digest != recorded:  # the digest is Trained.digest(): sha256 of the vocabulary's JSON
@@ -204,7 +205,10 @@ def hash_whole_bytes() -> int:
     if value is None:
         return REHASH_BYTES
     try:
-        return max(0, int(value))
+        limit = int(value)
+        if limit < 0:
+            raise ValueError
+        return limit
     except ValueError:
         raise ConfigError(f"{HASH_WHOLE_ENV}={value!r} must be a whole number of bytes (0: check every folder "
                           "block by block as it is read); set it so, or unset it") from None

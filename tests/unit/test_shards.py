@@ -574,3 +574,19 @@ def test_prepare_usage_mistakes_are_one_line(argv, words, capsys):
     assert main(argv) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: ") and words in line and line.endswith("see python -m harness.data.prepare --help")
+
+
+@pytest.mark.parametrize("value, limit", [(None, 1 << 30), ("0", 0), ("5000000000", 5_000_000_000), ("-1", None),
+                                          ("1GB", None), ("", None), ("1e9", None)])
+def test_the_whole_hash_limit_is_a_whole_number_of_bytes(value, limit, monkeypatch):
+    from harness.data.shards import HASH_WHOLE_ENV, hash_whole_bytes
+
+    if value is None:
+        monkeypatch.delenv(HASH_WHOLE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(HASH_WHOLE_ENV, value)
+    if limit is not None:
+        assert hash_whole_bytes() == limit
+    else:
+        with pytest.raises(ConfigError, match=rf"POSBENCH_HASH_WHOLE_BYTES='{value}' must be a whole number of bytes"):
+            hash_whole_bytes()
