@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import sealed as seal
+from harness import sealed
 from harness.stats import (
     holm,
     margin_p_value,
@@ -367,7 +367,7 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         *_sweep_report(out, _claim_metrics(claim)),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    seal.seal_report(out)  # before the index reads it back
+    sealed.seal_report(out)  # before the index reads it back
     write_index(out.parent)
     return verdict
 
@@ -402,7 +402,7 @@ def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
                for s, outcomes in per_scale.items()], "",
              *_sweep_report(out, _claim_metrics(claim))]
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    seal.seal_report(out)  # before the index reads it back
+    sealed.seal_report(out)  # before the index reads it back
     write_index(out.parent)
     return summary
 
@@ -510,8 +510,8 @@ def render_index(results_dir: Path) -> str:
     sealed folder is checked against its SHA256SUMS first (one from before seals is read as it is)."""
     rows = []
     for readme in sorted(results_dir.glob("*/README.md")):
-        seal.check_report(readme.parent, "run the command its README names again, or restore the folder (git "
-                          "checkout)", needs=["README.md"])
+        sealed.check_report(readme.parent, "run the command its README names again, or restore the folder (git "
+                            "checkout)", needs=["README.md"])
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
         rows.append(f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
