@@ -157,8 +157,9 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
 
 
 # The caches posbench writes outside a run's folder ($POSBENCH_CACHE, read when the process starts: real processes),
-# each built by a first run and then one byte of it flipped: the next command's one line names the file and says to
-# delete it (the next run builds it again), before any run is made.
+# each built here as a first run builds it (in this process, the cache pointed at a folder) and then one byte of it
+# flipped: the next command's one line names the file and says to delete it (the next run builds it again), before
+# any run is made.
 CACHES = {
     "corpus-cache-flipped": ([], "stdlib-prose-*.txt", "is damaged"),
     "vocabulary-cache-flipped": (["data=text", "data.path={words}", "tokenizer=bpe", "tokenizer.vocab_size=300",
@@ -167,13 +168,19 @@ CACHES = {
 
 
 @pytest.mark.parametrize("kind", CACHES)
-def test_a_damaged_cache_is_refused_by_the_next_command_in_one_line(kind, store, tmp_path):
+def test_a_damaged_cache_is_refused_by_the_next_command_in_one_line(kind, store, tmp_path, monkeypatch):
     args, pattern, needle = CACHES[kind]
     (tmp_path / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)
     args = [a.format(words=tmp_path / "words.txt") for a in args]
     cache = tmp_path / "cache"
-    first, _ = run_py(args, f"sqlite:///{tmp_path / 'first.db'}", tmp_path, POSBENCH_CACHE=str(cache))  # builds it
-    assert first.returncode == 0, first.stderr[-2000:]
+    from harness.data import corpus
+    from harness.data.subword import BPE
+
+    monkeypatch.setattr(corpus, "CACHE", cache)
+    if kind == "corpus-cache-flipped":
+        corpus.Embedded().load()
+    else:
+        BPE(vocab_size=300).fit(corpus.TextFiles(str(tmp_path / "words.txt")).load())
     (built,) = cache.glob(pattern)
     data = bytearray(built.read_bytes())
     data[len(data) // 2] ^= 0x01
