@@ -14,15 +14,17 @@ run: install  ## default ablation: none vs learned vs RoPE × 3 seeds, masked LM
 	$(PY) run.py -m experiment=ablation
 
 # Test files are spread over this many worker processes (pytest-xdist), each file's tests on one worker, so
-# module fixtures are built once: the suite keeps a core busy per worker (alone, it used one of two cores).
+# module fixtures are built once: the suite keeps a core busy per worker (alone, it used one of two cores). Files go
+# to the workers in collection order (--no-loadscope-reorder), so tests/process's long real-command files start first;
+# xdist's default order, most tests first, left the 3-minute install test and its peers for last (a ~40 s tail).
 WORKERS ?= 2
 
 test: install
 	tools/ensure-chromium  # the dashboard test drives headless chromium (installed only where missing)
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast:  ## tests/unit only, for your own loop (no training end to end, no real command, no install step)
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests/unit
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder tests/unit
 
 lint: install  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
 	$(PY) -m ruff check .
