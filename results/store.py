@@ -27,10 +27,10 @@ def open_store(tracking_uri: str | None):
 
 @contextlib.contextmanager
 def restored_on_failure(out: Path) -> Iterator[None]:
-    """Writing a report into ``out`` (and the index beside it, ``out.parent/README.md``) either completes, the
-    folder then sealed (its SHA256SUMS, ``harness.sealed.seal_report``), or leaves both as they were: they are
-    copied aside first (a report is ~1 MB) and put back if anything fails — a full disk mid-PNG, Ctrl-C — so a
-    committed report is never left half-overwritten."""
+    """Writing a report into ``out`` (and the index beside it, ``out.parent/README.md``) either completes or
+    leaves both as they were: they are copied aside first (a report is ~1 MB) and put back if anything fails —
+    a full disk mid-PNG, Ctrl-C — so a committed report is never left half-overwritten. (Each writer seals the
+    folder it wrote itself: ``harness.sealed.seal_report``.)"""
     import os
     import shutil
 
@@ -56,10 +56,6 @@ def restored_on_failure(out: Path) -> Iterator[None]:
         raise
     try:
         yield
-        if out.is_dir():  # the folder as the command leaves it, sealed (harness/sealed.py)
-            from harness.sealed import seal_report
-
-            seal_report(out)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         if had_out:

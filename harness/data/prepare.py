@@ -74,10 +74,9 @@ class ShardWriter:
     def _add_to_blocks(self, data: bytes) -> None:
         view = memoryview(data)
         while len(view):
-            take = self.block_bytes - self._filled
-            self._block.update(view[:take])
-            self._filled += len(view[:take])
-            view = view[take:]
+            chunk, view = view[: self.block_bytes - self._filled], view[self.block_bytes - self._filled:]
+            self._block.update(chunk)
+            self._filled += len(chunk)
             if self._filled == self.block_bytes:
                 self._end_block()
 

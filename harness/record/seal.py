@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.sealed import near_miss
 
 SEAL_TAG = "posbench.seal"
 MARK_TAG = "posbench.sealed_when_closed"  # set when posbench creates a run: closed without a seal, it was damaged
@@ -87,7 +88,7 @@ def _seal_of(run) -> dict | None:
     tags = run.data.tags
     text = tags.get(SEAL_TAG)
     if text is None:
-        near = next((k for k in tags if _one_off(k)), None)
+        near = next((k for k in tags if near_miss([k], SEAL_TAG)), None)
         if near is not None:
             raise _damaged(run, f"its seal's key reads {near!r}")
         if MARK_TAG in tags and run.info.status in CLOSED:
@@ -101,10 +102,6 @@ def _seal_of(run) -> dict | None:
     except ValueError:
         raise _damaged(run, "its seal is unreadable") from None
 
-
-def _one_off(key: str) -> bool:
-    """``key`` is the seal's with one character changed."""
-    return len(key) == len(SEAL_TAG) and sum(a != b for a, b in zip(key, SEAL_TAG, strict=True)) == 1
 
 
 def check_run(run) -> None:
