@@ -279,7 +279,7 @@ def run_job(cfg: DictConfig, mode: Mode) -> float | None:
 def _refuse_unrunnable(hydra_cfg, choices: dict[str, str], multirun: bool) -> None:
     """A preset that is a sweep, run without -m; an empty output folder: one line, exit 2."""
     pinned = {o.lstrip("+").partition("=")[0] for o in hydra_cfg.overrides.task}
-    axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +arm=… pins +arm
+    axes = [a for a in hydra_cfg.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +a=… pins +a
     if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
         print(f"error: experiment={choices['experiment']} is a sweep over {', '.join(axes)}: add -m to run its "
               f"cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run of it", file=sys.stderr)

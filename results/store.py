@@ -7,6 +7,7 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, NAMING_KEYS, SKIPPED_TAG, Cell
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
+LEGACY_ARM = re.compile(r"^\+arm=([a-z0-9_]+)/([a-z0-9_]+)$")  # conf/arm/<preset>/<arm>.yaml, before it moved
 
 
 def open_store(tracking_uri: str | None):
@@ -126,9 +128,9 @@ def cell_of(client, run) -> Cell:
     throughput = client.get_metric_history(run.info.run_id, "train/tokens_per_s") if history else []
     gains = client.get_metric_history(run.info.run_id, "val/order_gain") if history else []
     return Cell(
-        run_id=run.info.run_id, name=run.info.run_name, label=tags.get("sweep_cell") or run.info.run_name,
+        run_id=run.info.run_id, name=run.info.run_name, label=renamed_arms(tags.get("sweep_cell") or run.info.run_name),
         pos=tags.get("pos", "?"), attn=tags.get("attn", "?"), seed=tags.get("seed", "?"),
-        status=status, reason=reason, variant=_variant(tags.get("sweep_cell", "")),
+        status=status, reason=reason, variant=_variant(renamed_arms(tags.get("sweep_cell", ""))),
         val=sorted((m.step, m.value) for m in history), gains=sorted((m.step, m.value) for m in gains),
         # mean of the logged windows: each covers the same number of training steps
         tokens_per_s=sum(m.value for m in throughput) / len(throughput) if throughput else None,
@@ -167,6 +169,12 @@ def _status(run) -> tuple[str, str]:
     if run.info.status == "FAILED":
         return tags.get("failure", "error"), tags.get("failure_reason", "")
     return run.info.status.lower(), tags.get("failure_reason", "")  # killed, running, scheduled
+
+
+def renamed_arms(cell: str) -> str:
+    """A cell label with the arm overrides of stores written before arms moved into their preset's folder
+    (``+arm=drope/rope``) in today's spelling (``+experiment/drope/arm=rope``), so a claim finds its old cells."""
+    return " ".join(LEGACY_ARM.sub(r"+experiment/\1/arm=\2", o) for o in cell.split())
 
 
 def _variant(cell: str) -> str:

@@ -259,6 +259,11 @@ RUN_CASES = [
                                     "model.dropout=2"], "model.dropout=2 must lie in [0, 1)"),
     ("sweep-launcher-jobs-zero", ["-m", "pos=rope", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 must be"),
     ("preset-sweep-without-m", ["experiment=grid"], "experiment=grid is a sweep over pos, attn, seed: add -m"),
+    ("preset-unknown-arm", ["experiment=drope", "+experiment/drope/arm=foo", "seed=0"],
+     "Could not find 'experiment/drope/arm/foo'; use one of +experiment/drope/arm=drope, rope"),
+    ("preset-arm-old-spelling", ["experiment=drope", "+arm=drope/rope", "+experiment/drope/arm=rope", "seed=0"],
+     "arm is not a setting of the config; a preset's arms are in its folder now (conf/experiment/<preset>/arm/): "
+     "+arm=<preset>/<arm> is +experiment/<preset>/arm=<arm>"),
     ("tune-trials-zero", ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=0"],
      "hydra.sweeper.n_trials=0 must be a positive integer (trials per cell)"),
     ("tune-trials-word", ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=abc"],

@@ -230,8 +230,9 @@ def _missing_option(exc) -> str:
     """pos=foo: the option Hydra could not find (``missing_cfg_file``) and the group's options it lists."""
     missing, options = exc.missing_cfg_file or "", exc.options or []
     group = missing.rpartition("/")[0]
-    if options and group:
-        return f"Could not find '{missing}'; use one of {group}={', '.join(options)}"
+    if options and group:  # a preset's arms (experiment/<preset>/arm) are no defaults-list entry: added with '+'
+        plus = "+" if group.startswith("experiment/") else ""
+        return f"Could not find '{missing}'; use one of {plus}{group}={', '.join(options)}"
     return f"Could not find '{missing}'; see python run.py --help for the config groups and their options"
 
 

@@ -57,6 +57,11 @@ def check_magnitude(key: str, value: Any, annotation: Any) -> None:
     raise ConfigError(f"{key}={_show(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
 
 
+# top-level keys posbench once took, and where each went: an old command gets the new spelling, not a list of keys
+MOVED = {"arm": "a preset's arms are in its folder now (conf/experiment/<preset>/arm/): +arm=<preset>/<arm> is "
+                "+experiment/<preset>/arm=<arm>"}
+
+
 def check_known(node: str, keys: list[str], known: list[str], what: str) -> None:
     """Every key of ``node`` ("" for the top level) is one ``known`` to its schema; else name the nearest."""
     known = list(dict.fromkeys(known))
@@ -65,8 +70,8 @@ def check_known(node: str, keys: list[str], known: list[str], what: str) -> None
             continue
         full = f"{node}.{key}" if node else key
         near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = (f"did you mean {f'{node}.' if node else ''}{near[0]}?" if near
-                else f"{what} takes {', '.join(sorted(known))}")
+        hint = MOVED.get(full) or (f"did you mean {f'{node}.' if node else ''}{near[0]}?" if near
+                                   else f"{what} takes {', '.join(sorted(known))}")
         raise ConfigError(f"{full} is not a setting of {what}; {hint}")
 
 
