@@ -62,13 +62,12 @@ def require(owner: str, modules: tuple[str, ...]) -> None:
     raise ConfigError(f"{owner} needs {' and '.join(gone)}, which {verb} not installed here; {fix}")
 
 
-def check_requires(node) -> None:
-    """The packages the class of config node ``node`` (its ``_target_``) declares are installed; the option is
-    named as the user chose it: ``tokenizer=bpe``, ``data=hf`` (the node ``data.source``), ``pos=rope``."""
+def check_requires(target: object, key: str = "") -> None:
+    """The packages the class ``target`` (a config node's ``_target_``) declares are installed; the option is named
+    as the user chose it, from the node's ``key``: ``tokenizer=bpe``, ``data=hf`` (the node ``data.source``),
+    ``pos=rope``. Anything but a dotted name (a node without ``_target_``) declares nothing."""
     from hydra.utils import get_object
-    from omegaconf import DictConfig
 
-    target = node.get("_target_") if isinstance(node, DictConfig | dict) else None
     if not isinstance(target, str):
         return
     try:
@@ -77,7 +76,6 @@ def check_requires(node) -> None:
         return
     requires = tuple(getattr(cls, "requires", ()))
     if requires:
-        key = node._get_full_key(None) if isinstance(node, DictConfig) else ""
         name = cls.config_name() if callable(getattr(cls, "config_name", None)) else cls.__module__.rsplit(".")[-1]
         require(f"{key.split('.')[0]}={name}" if key else target, requires)
 

@@ -128,6 +128,21 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
         raise ConfigError(f"{key}={_show(value)} {bad.must}{none}")
 
 
+INT64_MAX = 2**63 - 1  # torch (and numpy) hold an integer argument in 64 bits; a larger one overflows in C++
+
+
+def check_magnitude(key: str, value: Any, annotation: Any) -> None:
+    """An integer (or a list's) beyond 64 bits is refused before a constructor hands it to torch, whose overflow
+    is a traceback (``pos.npos=99999999999999999999``); where a float was meant, the fix says how to write one."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    big = next((v for v in items if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT64_MAX), None)
+    if big is None:
+        return
+    as_float = fits(1.5, annotation) and annotation not in (Any, inspect.Parameter.empty)
+    fix = f"write it as a float, e.g. {float(big):.0e}" if as_float else "give a smaller value"
+    raise ConfigError(f"{key}={_show(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
+
+
 def check_fields(obj: Any, prefix: str) -> None:
     """Every field of the dataclass ``obj`` against its annotation (type, choices, finiteness, range), as the
     validation pass checks its config node: a class built from Python is held to the same rules, in the same

@@ -13,7 +13,7 @@ def instantiate(node, **kwargs):
     """hydra.utils.instantiate, but a ConfigError raised by a constructor stays a ConfigError
     (Hydra wraps it in an InstantiationException, which would hide the one-line message), and a class whose
     declared packages (``requires``) are not installed is refused in one line before it is built."""
-    check_requires(node)  # harness/extras.py
+    check_requires(*target_of(node))  # harness/extras.py
     try:
         return hydra_instantiate(node, **kwargs)
     except InstantiationException as e:
@@ -21,6 +21,15 @@ def instantiate(node, **kwargs):
         if cause is None:
             raise
         raise cause from None
+
+
+def target_of(node) -> tuple[object, str]:
+    """A config node's ``_target_`` (None where it has none) and its full key (``data.source``)."""
+    from omegaconf import DictConfig
+
+    if not isinstance(node, DictConfig | dict):
+        return None, ""
+    return node.get("_target_"), node._get_full_key(None) if isinstance(node, DictConfig) else ""
 
 
 def instantiate_option(node, path: str):

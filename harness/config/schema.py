@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import ConfigError
-from harness.ranges import (  # noqa: F401 (check_value, fits, describe: the schema's, kept in the ground)
+from harness.ranges import (  # noqa: F401 (check_value, check_magnitude, fits, describe: re-exported)
     Fraction,
     NonNegative,
     Positive,
     SignificanceLevel,
     _show,
+    check_magnitude,
     check_value,
     describe,
     fits,
@@ -40,21 +41,6 @@ MAX_STEPS = 10**12  # trainer.max_steps: a trillion optimizer steps, beyond any 
 
 
 # ---------------------------------------------------------------- one value against one annotation
-
-
-INT64_MAX = 2**63 - 1  # torch (and numpy) hold an integer argument in 64 bits; a larger one overflows in C++
-
-
-def check_magnitude(key: str, value: Any, annotation: Any) -> None:
-    """An integer (or a list's) beyond 64 bits is refused before a constructor hands it to torch, whose overflow
-    is a traceback (``pos.npos=99999999999999999999``); where a float was meant, the fix says how to write one."""
-    items = value if isinstance(value, (list, tuple)) else [value]
-    big = next((v for v in items if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT64_MAX), None)
-    if big is None:
-        return
-    as_float = fits(1.5, annotation) and annotation not in (Any, inspect.Parameter.empty)
-    fix = f"write it as a float, e.g. {float(big):.0e}" if as_float else "give a smaller value"
-    raise ConfigError(f"{key}={_show(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
 
 
 # top-level keys posbench once took, and where each went: an old command gets the new spelling, not a list of keys

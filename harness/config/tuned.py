@@ -3,7 +3,8 @@
 A tuning sweep (``python run.py -m experiment=tune_lr``, harness/sweep/tune.py) and its report
 (``python -m results tune --out results/tune_lr/``) leave ``best.json``: per cell ``pos=<p> attn=<a>``
 the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). With ``optim.tuned`` set,
-the validation pass writes this cell's values into the config before checking it, so the rate used is
+the validation pass (harness/config/validate.py) writes this cell's values, read here, into the config before
+checking it, so the rate used is
 the run's ``optim.optimizer.lr`` param like any other. A file that is missing or unreadable, changed since it was
 written (its ``sha256``, harness/sealed.py), a cell it does not hold, or a key the config does not have is refused
 in one line.
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness import sealed
 from harness.errors import ConfigError
@@ -41,19 +40,3 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
         raise ConfigError(f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "
                           f"tune it (python run.py -m experiment=tune_lr pos={pos} attn={attn}) or drop optim.tuned")
     return cells[key]["values"]
-
-
-def apply_tuned(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
-    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json; returns the keys
-    written, each with the file it came from (a refusal of one of them names the file)."""
-    path = OmegaConf.select(cfg, "optim.tuned", default=None)
-    if path is None:
-        return {}
-    values = tuned_values(str(path), choices["pos"], choices["attn"])
-    for key, value in values.items():
-        if OmegaConf.select(cfg, key, default=None) is None:
-            raise ConfigError(f"optim.tuned={path} sets {key}, which this config does not have; "
-                              "use a best.json tuned with the same optim and schedule, or drop optim.tuned")
-        with open_dict(cfg):
-            OmegaConf.update(cfg, key, value, merge=False)
-    return {key: str(path) for key in values}

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hydra.utils import get_object
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import schema
 from harness.config.budget import Budget, budget_of
@@ -53,7 +53,7 @@ from harness.config.resources import (
     check_memory,
     gpu_estimate,
 )
-from harness.config.tuned import apply_tuned
+from harness.config.tuned import tuned_values
 from harness.errors import ConfigError
 from harness.paths import CONF
 from harness.record.preflight import store_to_write
@@ -101,7 +101,7 @@ def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = No
     """``gpu``: check a GPU run for a GPU of that size (``--check --gpu-memory``) rather than for this machine.
     ``constructions``: a sweep's, where its preflight keeps each cell's model for the cell (config/deferred.py)."""
     _check_preset(choices.get("experiment"), choices.get("scale"))
-    tuned = apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
+    tuned = _apply_tuned(cfg, choices)  # optim.tuned: this cell's tuned lr and warmup, then checked like any value
     try:
         return _validate(cfg, choices, gpu, constructions)
     except ConfigError as e:
@@ -109,6 +109,22 @@ def validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None = No
         if key is None:
             raise
         raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
+
+
+def _apply_tuned(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
+    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json (harness/config/tuned.py);
+    returns the keys written, each with the file it came from (a refusal of one of them names the file)."""
+    path = OmegaConf.select(cfg, "optim.tuned", default=None)
+    if path is None:
+        return {}
+    values = tuned_values(str(path), choices["pos"], choices["attn"])
+    for key, value in values.items():
+        if OmegaConf.select(cfg, key, default=None) is None:
+            raise ConfigError(f"optim.tuned={path} sets {key}, which this config does not have; "
+                              "use a best.json tuned with the same optim and schedule, or drop optim.tuned")
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=False)
+    return {key: str(path) for key in values}
 
 
 def _validate(cfg: DictConfig, choices: dict[str, str], gpu: NamedGpu | None,

@@ -212,8 +212,8 @@ def _source_and_tokenizer(overrides: list[str]):
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        for node in (cfg.data.source, cfg.tokenizer):
-            check_requires(node)  # data=hf without datasets: one line, before anything is read
+        for key, node in (("data.source", cfg.data.source), ("tokenizer", cfg.tokenizer)):
+            check_requires(node.get("_target_"), key)  # data=hf without datasets: one line, before anything is read
         return instantiate(cfg.data.source), instantiate(cfg.tokenizer)
     except InstantiationException as e:
         cause = config_error_cause(e)
