@@ -4,9 +4,9 @@ A tuning sweep (``python run.py -m experiment=tune_lr``, harness/sweep/tune.py) 
 (``python -m results tune --out results/tune_lr/``) leave ``best.json``: per cell ``pos=<p> attn=<a>``
 the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). With ``optim.tuned`` set,
 the validation pass (harness/config/validate.py) writes this cell's values, read here, into the config before
-checking it, so the rate used is the run's ``optim.optimizer.lr`` param like any other. A file that is missing or unreadable, changed since it was
-written (its ``sha256``, harness/sealed.py), a cell it does not hold, or a key the config does not have is refused
-in one line.
+checking it, so the rate used is the run's ``optim.optimizer.lr`` param like any other. A file that is missing or
+unreadable, changed since it was written (its ``sha256``, harness/sealed.py), a cell it does not hold, or a key the
+config does not have is refused in one line.
 """
 
 from __future__ import annotations
