@@ -16,7 +16,7 @@ from results.paper import (
     readiness,
     welch_interval,
 )
-from tests.helpers import assert_figure
+from tests.helpers import ROOT, assert_figure
 
 
 def test_welch_interval_matches_the_textbook_formula():
@@ -338,7 +338,6 @@ def test_cells_of_a_store_written_before_arms_moved_still_match_the_presets_clai
     from omegaconf import OmegaConf
 
     from results.store import renamed_arms
-    from tests.helpers import ROOT
 
     claim = OmegaConf.load(ROOT / "conf/experiment/randomized_positions.yaml").claim.comparisons[0]
     assert claim.higher == "pos=rope +experiment/randomized_positions/arm=randomized"
