@@ -482,7 +482,6 @@ def test_the_committed_index_is_what_the_reports_say(tmp_path):
     import shutil
 
     from results.paper import render_index
-    from tests.helpers import ROOT
 
     committed = ROOT / "results"
     assert (committed / "README.md").read_text() == render_index(committed), "run: python -m results index"
