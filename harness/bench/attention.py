@@ -46,7 +46,7 @@ def time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeat
     table = torch.randn(H, 2 * T - 1, requires_grad=True) if relative else None
     times = []
     for _ in range(repeats + 1):
-        ctx = AttentionContext(causal=causal, bias=RelativeBias(table, T, T) if relative else None)
+        ctx = AttentionContext(causal=causal, bias=None if table is None else RelativeBias(table, T, T))
         t0 = time.perf_counter()
         variant(q, k, v, ctx).sum().backward()
         times.append(time.perf_counter() - t0)

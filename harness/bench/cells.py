@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 import torch
 
@@ -96,20 +96,34 @@ def x_transformers(kind: str, flash: bool = False) -> Callable[[Shape], Built]:
     return build
 
 
+class _HfShape(TypedDict):
+    """A peer's shape in the keywords BertConfig and RoFormerConfig share (dropout off)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    hidden_dropout_prob: float
+    attention_probs_dropout_prob: float
+    is_decoder: bool
+
+
 def _hf(kind: str) -> Callable[[Shape], Built]:
     def build(s: Shape) -> Built:
         import transformers
 
-        common = dict(vocab_size=s.V, hidden_size=s.C, num_hidden_layers=s.L, num_attention_heads=s.H,
-                      intermediate_size=s.F, max_position_embeddings=s.T, hidden_dropout_prob=0.0,
-                      attention_probs_dropout_prob=0.0, is_decoder=s.causal)
+        common = _HfShape(vocab_size=s.V, hidden_size=s.C, num_hidden_layers=s.L, num_attention_heads=s.H,
+                          intermediate_size=s.F, max_position_embeddings=s.T, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, is_decoder=s.causal)
+        model: transformers.PreTrainedModel
         if kind == "roformer":
-            config = transformers.RoFormerConfig(embedding_size=s.C, **common)
-            cls = transformers.RoFormerForCausalLM if s.causal else transformers.RoFormerForMaskedLM
+            roformer = transformers.RoFormerConfig(embedding_size=s.C, **common)
+            model = (transformers.RoFormerForCausalLM if s.causal else transformers.RoFormerForMaskedLM)(roformer)
         else:
-            config = transformers.BertConfig(**common)
-            cls = transformers.BertLMHeadModel if s.causal else transformers.BertForMaskedLM
-        model = cls(config)
+            bert = transformers.BertConfig(**common)
+            model = (transformers.BertLMHeadModel if s.causal else transformers.BertForMaskedLM)(bert)
         return Built(model, lambda ids: model(input_ids=ids).logits)
     return build
 

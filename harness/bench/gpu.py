@@ -286,7 +286,8 @@ def _run_sections(bodies: dict, chosen: list[str], deadline_s: float, out: Path,
         try:
             rows = bodies[name](left)
         except Exception as e:  # one broken section must not lose the others' figures
-            rows, _ = [], log.append(f"{name}: failed: {' '.join(f'{type(e).__name__}: {e}'.split())[:300]}")
+            log.append(f"{name}: failed: {' '.join(f'{type(e).__name__}: {e}'.split())[:300]}")
+            rows = []
         session.release()
         write_csv(out / f"{name}.csv", rows)
         log.append(f"{name}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")

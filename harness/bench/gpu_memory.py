@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from harness.bench.internals import compose_cell, composed_model, optimizer_for, step_estimate
 from harness.model.loss import summed_cross_entropy
+
+if TYPE_CHECKING:
+    from harness.bench.internals import Transformer
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,7 @@ def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryR
     release(device)
     base = torch.cuda.memory_allocated() if device == "cuda" else 0
     try:
-        model = composed_model(cfg, cell.vocab, cell.causal, device).train()
-        seconds = _train(model, cfg, batch, t, cell, device, steps)
+        seconds = _train(cfg, batch, t, cell, device, steps)
         if device == "cuda":
             row.measured_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
             row.measured_over_estimate = row.measured_gib / row.estimate_gib
@@ -88,14 +91,16 @@ def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryR
         row.status = "out of memory"
         if device == "cuda":
             row.measured_gib = torch.cuda.max_memory_allocated() / 2**30  # the peak reached before it failed
-    model = None
     release(device)
     return row
 
 
-def _train(model, cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
-    """``steps`` optimizer steps as harness.model.module trains (autocast bf16 on CUDA, the preset's AdamW with
-    no decay on biases and norms, fp32 cross-entropy over every logit); the seconds of all but the first."""
+def _train(cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
+    """The cell's model built on ``device`` and trained ``steps`` optimizer steps as harness.model.module trains
+    (autocast bf16 on CUDA, the preset's AdamW with no decay on biases and norms, fp32 cross-entropy over every
+    logit); the seconds of all but the first. Built here, the model is freed before ``release`` whether the steps
+    end or run out of memory."""
+    model = composed_model(cfg, cell.vocab, cell.causal, device).train()
     optimizer = optimizer_for(cfg, model)
     ids = torch.randint(cell.vocab, (batch, t), device=device)
     labels = ids.roll(-1, dims=1) if cell.causal else torch.where(torch.rand(batch, t, device=device) < 0.15, ids, -100)
@@ -113,7 +118,7 @@ def _train(model, cfg, batch: int, t: int, cell: MemoryCell, device: str, steps:
     return time.perf_counter() - started
 
 
-def _loss(model, ids, labels, chunk: int | None):
+def _loss(model: Transformer, ids: torch.Tensor, labels: torch.Tensor, chunk: int | None) -> torch.Tensor:
     """The mean cross-entropy as harness.model.module computes it: fp32 over every logit, or from ``chunk`` tokens'
     logits at a time (model.loss_chunk, harness/model/loss.py)."""
     if chunk is None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from harness.paths import ROOT, project_root  # noqa: F401 — re-exported for the room
 
 if TYPE_CHECKING:
-    from torch import nn
+    from harness.model.transformer import Transformer
 
 
 def compose_cell(overrides: list[str]):
@@ -39,7 +39,7 @@ def option_overrides(group: str, name: str) -> list[str]:
     return [f"{group}={first}", f"+{group}.layers=[{','.join(quoted)}]"]
 
 
-def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> nn.Module:
+def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> Transformer:
     """posbench's model for one composed config, built as harness.train builds it."""
     from harness.config.instantiate import instantiate, instantiate_option
     from harness.model.transformer import Transformer
@@ -49,7 +49,7 @@ def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causa
                        pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
 
 
-def composed_model(cfg, vocab_size: int, causal: bool, device: str = "meta") -> nn.Module:
+def composed_model(cfg, vocab_size: int, causal: bool, device: str = "meta") -> Transformer:
     """posbench's model for a composed config at its ``data.seq_len``, as harness.train builds it, on ``device``
     (``meta``: laid out, no memory)."""
     import torch

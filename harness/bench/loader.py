@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from harness.bench.cli import BadInput, Parser
 from harness.bench.internals import max_workers, shard_loader, write_random_shards
@@ -51,11 +51,19 @@ TEXT_PRESETS = ("grid", "roformer_mlm", "alibi_extrapolation", "eleuther_rotary"
 
 def paper_shapes(preset: str) -> dict:
     """n_layers, d_model, d_ff, seq_len, batch_size of ``preset`` at scale=paper (model/small.yaml fills gaps)."""
-    base = OmegaConf.load(CONF / "model" / "small.yaml")
-    scale = OmegaConf.load(CONF / "experiment" / preset / "scale" / "paper.yaml")
+    base = _keys(CONF / "model" / "small.yaml")
+    scale = _keys(CONF / "experiment" / preset / "scale" / "paper.yaml")
     model, data = {**base, **scale.get("model", {})}, scale.get("data", {})
     return {"n_layers": model["n_layers"], "d_model": model["d_model"], "d_ff": model["d_ff"],
             "seq_len": data.get("seq_len", 128), "batch_size": data.get("batch_size", 32)}
+
+
+def _keys(path: Path) -> DictConfig:
+    """A config file of keys; a ConfigError naming it if it holds a list."""
+    cfg = OmegaConf.load(path)
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: a list where config keys belong; write it as a mapping")
+    return cfg
 
 
 def preset_scales_with_paper() -> list[str]:
@@ -209,7 +217,7 @@ def measure(args: Args) -> dict:
     """Write the shard (or take --shards' folder), time the start-up and every loader; a written shard is deleted
     whatever happens, a given folder left as it is."""
     own = args.shards is not None
-    folder = args.shards if own else Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
+    folder = args.shards if args.shards is not None else Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
     rows = []
     figures = {"gpu_tflops": args.tflops, "mfu": args.mfu, "vocab": args.vocab, "gb": args.gb,
                "shards": str(folder) if own else None}
@@ -218,6 +226,7 @@ def measure(args: Args) -> dict:
             figures["write_seconds"] = None
             figures["shard_bytes"] = sum(f.stat().st_size for f in folder.glob("train-*.bin"))
         else:
+            assert args.gb is not None, "parse sets --gb whenever --shards is not given"
             start = time.perf_counter()
             write_random_shards(folder, int(args.gb * 1e9) // 2)
             figures["write_seconds"] = time.perf_counter() - start

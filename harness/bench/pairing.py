@@ -48,7 +48,8 @@ def paired_rounds(num: Step, den: Step, device: str, goal: Goal | None = None,
     stop as soon as the interval of ``value(ratio)`` (increasing, e.g. r − 1 for an overhead) is on one side
     of ``goal``, or after ``max_rounds`` rounds or ``budget_s`` seconds, whichever comes first."""
     min_rounds = max(min_rounds, MIN_ROUNDS)
-    started, ratios = time.perf_counter(), []
+    started = time.perf_counter()
+    ratios: list[float] = []
     while len(ratios) < max(max_rounds, min_rounds):
         ratios.append(abba_round(num, den, len(ratios), device))
         if len(ratios) < min_rounds:

@@ -116,7 +116,8 @@ class MfuTarget(Target):
         dtype = torch.bfloat16 if o.device == "cuda" else torch.float32
         a = torch.randn(n, n, device=o.device, dtype=dtype)
         matmul = partial(torch.matmul, a, a)
-        mfus, started = [], time.perf_counter()
+        mfus: list[float] = []
+        started = time.perf_counter()
         while len(mfus) < MIN_ROUNDS or (not self.goal.resolved(Interval.of_ratios(mfus))
                                 and time.perf_counter() - started < self.budget_s):
             seconds = time_call(step, o.device)
@@ -147,14 +148,15 @@ def per_len(attn: str, seq_len: int, **kw) -> Spec:
 
 def targets_for(device: str, tokens: int) -> list[Target]:
     """The targets on ``device`` (MFU: d512 at T=512 on CPU, T=2048 on CUDA)."""
-    wide = dict(model="d512", seq_len=512, batch=max(1, tokens // 1024))  # d512 T=512, 8 rows at the default
+    def wide(pos: str) -> Spec:  # d512 T=512, 8 rows at the default
+        return Spec(pos, "softmax", 512, max(1, tokens // 1024), "d512")
+
     local = ("attn.window=256",)
-    mfu = (Spec("none", "softmax", 2048, max(1, tokens // 2048), "d512") if device == "cuda"
-           else Spec("none", "softmax", **wide))
+    mfu = Spec("none", "softmax", 2048, max(1, tokens // 2048), "d512") if device == "cuda" else wide("none")
     goal_mfu = Goal(">=", 0.45 if device == "cuda" else 0.50, percent=True)
     return [
         OverheadTarget("RoPE overhead vs pos=none (d512, T=512)", Goal("<=", 0.02, percent=True),
-                       {"with": Spec("rope", "softmax", **wide), "without": Spec("none", "softmax", **wide)}),
+                       {"with": wide("rope"), "without": wide("none")}),
         MfuTarget(f"MFU of a training step (d512, T={mfu.seq_len}, none+softmax)", goal_mfu, {"step": mfu}),
         *[PairedTarget(f"{a}: step(16k) / step(1k), batch 1", Goal("<=", 20), {"16k": per_len(a, 16384),
                        "1k": per_len(a, 1024)}, num="16k", den="1k") for a in ("performer", "linear")],
