@@ -2,6 +2,7 @@
 
 import argparse
 import errno
+from collections.abc import Iterator
 
 
 class ConfigError(ValueError):
@@ -56,16 +57,13 @@ _SQLITE_WRITES = {"SQLITE_IOERR": "disk I/O error", "SQLITE_FULL": "database or 
 def write_failure(exc: BaseException) -> str | None:
     """Why writing failed, if ``exc`` (or an exception it came from) is a full disk, a size limit, a read-only
     or failing device — sqlite reports these as "disk I/O error" — else None."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
-            return f"{_WRITE_ERRNOS[exc.errno]}{f' writing {exc.filename}' if exc.filename else ''}"
-        code = getattr(exc, "sqlite_errorname", None) or ""  # sqlite3.Error's, under MLflow's and SQLAlchemy's
+    for link in _chain(exc):
+        if isinstance(link, OSError) and link.errno in _WRITE_ERRNOS:
+            return f"{_WRITE_ERRNOS[link.errno]}{f' writing {link.filename}' if link.filename else ''}"
+        code = getattr(link, "sqlite_errorname", None) or ""  # sqlite3.Error's, under MLflow's and SQLAlchemy's
         hit = next((words for name, words in _SQLITE_WRITES.items() if code.startswith(name)), None)
         if hit:
             return f"the tracking store could not be written ({hit}: a full disk or a file-size limit)"
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
@@ -75,13 +73,20 @@ _SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # sqlite's result codes fo
 def store_damage(exc: BaseException) -> str | None:
     """sqlite's words, if ``exc`` (or an exception it came from) says the store's file was damaged under the run
     (truncated or overwritten by something else: SQLITE_CORRUPT, SQLITE_NOTADB), else None."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if (getattr(exc, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE):
-            return " ".join(str(exc).split())
-        exc = exc.__cause__ or exc.__context__
+    for link in _chain(exc):
+        if (getattr(link, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE):
+            return " ".join(str(link).split())
     return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the exception each one came from (its cause, else its context), each once."""
+    link: BaseException | None = exc
+    seen = set()
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def damaged_store_line(store: str, why: str) -> str:

@@ -143,11 +143,12 @@ def check_magnitude(key: str, value: Any, annotation: Any) -> None:
     raise ConfigError(f"{key}={_show(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
 
 
-def check_fields(obj: Any, prefix: str) -> None:
+def check_fields(obj: object, prefix: str) -> None:
     """Every field of the dataclass ``obj`` against its annotation (type, choices, finiteness, range), as the
     validation pass checks its config node: a class built from Python is held to the same rules, in the same
     words (``model.dropout=1.5 must lie in [0, 1)``). Its ``__post_init__`` adds only rules across fields."""
-    for name, annotation in _field_hints(type(obj)).items():
+    cls: type = type(obj)  # typed ``type``: mypy does not take a ``type[X]`` for Hashable, as the cache's key must be
+    for name, annotation in _field_hints(cls).items():
         check_value(f"{prefix}.{name}", getattr(obj, name), annotation)
 
 

@@ -73,7 +73,7 @@ def is_rank_zero() -> bool:
     from the Trainer once one is built."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    return rank_zero_only.rank == 0
+    return rank_zero_only.rank == 0  # type: ignore[attr-defined]  # lightning sets .rank on the function at import
 
 
 def rank_zero_print(text: str, **kwargs) -> None:

@@ -23,6 +23,8 @@ STOPPED_AT: dict[str, int] = {}  # "step": the step a stopped run's checkpoint h
 class Stopped(SystemExit):
     """The process was told to stop (SIGTERM outside Lightning's loops): exit 128 + the signal number."""
 
+    code: int
+
 
 class _State:
     in_lightning = False  # Lightning's loop owns SIGTERM meanwhile and stops at the end of the step
@@ -64,7 +66,7 @@ def exit_code(exc: BaseException) -> int | None:
     Ctrl-C (Lightning exits 1 after a KeyboardInterrupt), None for anything else."""
     code = None
     if isinstance(exc, Stopped):
-        code = int(exc.code)
+        code = exc.code
     elif type(exc).__name__ == "SIGTERMException":
         code = 128 + signal.SIGTERM
     elif isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and

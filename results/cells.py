@@ -206,8 +206,8 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
     lengths = sorted({n for c in done for n in c.at_length})
     return Group(
         pos, attn, variant, cells,
-        final=mean_std([c.final_loss for c in done]),
-        best=mean_std([c.best_loss for c in done]),
+        final=mean_std([c.final_loss for c in done if c.final_loss is not None]),
+        best=mean_std([c.best_loss for c in done if c.best_loss is not None]),
         steps=mean_std([s for s in steps if s is not None]),
         tokens_per_s=mean_std([c.tokens_per_s for c in done if c.tokens_per_s is not None]),
         n_params=next((c.n_params for c in cells if c.n_params is not None), None),

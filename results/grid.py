@@ -98,14 +98,15 @@ def grid_section(client, cells, out: Path) -> list[str]:
     for pos in poss:
         row = []
         for attn in attns:
+            delta = d.get((pos, attn))
             if (pos, attn) in refused:
                 row.append("refused")
-            elif d.get((pos, attn)) is None:
+            elif delta is None:
                 finals, base = losses.get((pos, attn)), losses.get((BASELINE, attn))
                 row.append(f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
                            if finals and base else "—")
             else:
-                diff, low, high, n = d[(pos, attn)]
+                diff, low, high, n = delta
                 p, mark = decided.get((pos, attn), (None, "≈"))
                 shown_p = f" p={p:.1g}" if p is not None else ""
                 row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]{shown_p} {mark} (n={n})")

@@ -254,7 +254,9 @@ def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]
     for comparison in comparisons:
         metric = in_distribution_metric(str(comparison["metric"]))
         for arm in (comparison.get(k) for k in ARM_KEYS):
-            members = [c for c in cells if arm and c.finished and in_arm(c, arm)]
+            if not arm:  # a side this comparison does not have
+                continue
+            members = [c for c in cells if c.finished and in_arm(c, arm)]
             why = _unready(members, min_gain, metric)
             if why:
                 unready[arm] = why
@@ -300,8 +302,8 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
             metric = comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else \
                 comparison["metric"]
             members = [c for c in cells if c.finished and in_arm(c, arm)]
-            values[arm] = [_final(client, c, metric, comparison.get("minus")) for c in members]
-            values[arm] = [v for v in values[arm] if v is not None]
+            finals = (_final(client, c, metric, comparison.get("minus")) for c in members)
+            values[arm] = [v for v in finals if v is not None]
     return values
 
 
@@ -317,10 +319,9 @@ def _final(client, cell, metric: str, minus: str | None = None) -> float | None:
 def wall_time(sweep) -> str:
     """The sweep's wall time: its parent run's start to end (the whole `run.py -m`, cells and report)."""
     parent = getattr(sweep, "parent", None)
-    info = parent.info if parent else None
-    if info is None or not info.end_time:
+    if parent is None or not parent.info.end_time:
         return "Wall time: not recorded (no finished parent run)."
-    minutes = (info.end_time - info.start_time) / 60000
+    minutes = (parent.info.end_time - parent.info.start_time) / 60000
     tags = parent.data.tags
     launcher = f" with `{tags['hydra_overrides']}`" if tags.get("hydra_overrides") else ""
     return (f"Wall time: {minutes:.1f} min for {len(sweep.runs)} runs{launcher} on host "
@@ -540,6 +541,7 @@ def main(args) -> int:
 
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"])  # a scale axis: its first
     claim = OmegaConf.to_container(cfg.claim, resolve=True)
+    assert isinstance(claim, dict), "a preset's claim is a mapping, which converts to a dict"
     claim.setdefault("min_order_gain", OmegaConf.select(cfg, "report.min_order_gain", default=MIN_ORDER_GAIN))
     claim.setdefault("alpha", OmegaConf.select(cfg, "report.alpha", default=ALPHA))
     uri, client = open_store(args.tracking_uri)

@@ -63,9 +63,9 @@ def markdown(r: Report, plots: list[str]) -> str:
     if r.lengths:
         lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
                   "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
-    accuracy = _accuracy_rows(r)
-    if accuracy:
-        lines += ["## Accuracy vs evaluation length (synthetic tasks)", "", *_md_table(*accuracy), "",
+    accuracy_table = _accuracy_rows(r)
+    if accuracy_table:
+        lines += ["## Accuracy vs evaluation length (synthetic tasks)", "", *_md_table(*accuracy_table), "",
                   "Per output token (`val/token_acc_at_<L>`, Ruoss et al. 2023; mean ± std over seeds), then exact "
                   "match per sequence in parentheses (`val/acc_at_<L>`, Kazemnejad et al. 2023). The *position-blind* "
                   "rows are what the best rule over the bag of input tokens scores on the same lengths "

@@ -11,8 +11,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, NAMING_KEYS, SKIPPED_TAG, Cell
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
 LEGACY_ARM = re.compile(r"^\+arm=([a-z0-9_]+)/([a-z0-9_]+)$")  # conf/arm/<preset>/<arm>.yaml, before it moved
@@ -83,8 +87,8 @@ class Sweep:
     experiment: str
     experiment_id: str
     sweep_id: str | None  # None: every posbench run of the experiment, no sweep
-    parent: object | None  # mlflow Run
-    runs: list  # mlflow Run, the children
+    parent: Run | None
+    runs: list[Run]  # the children
 
     @property
     def title(self) -> str:

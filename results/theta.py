@@ -73,7 +73,8 @@ def theta_section(client, cells, out: Path) -> list[str]:
         line, = ax.plot(theta0, ratio, marker="o", ms=3, label=f"seed {seed}")
         flips = [(t, q) for t, q, r in zip(theta0, ratio, rows, strict=True) if r["ratio"] <= 0]
         if flips:
-            ax.scatter(*zip(*flips, strict=True), marker="x", s=60, color=line.get_color(), zorder=3)
+            xs, ys = zip(*flips, strict=True)
+            ax.scatter(xs, ys, marker="x", s=60, color=line.get_color(), zorder=3)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -39,7 +39,12 @@ class Tuned:
 
     @property
     def best(self) -> Cell | None:
-        return min(self.finished, key=lambda c: c.final_loss, default=None)
+        return min(self.finished, key=_final_loss, default=None)
+
+
+def _final_loss(trial: Cell) -> float:
+    assert trial.final_loss is not None, "Tuned.finished keeps only trials with a final val loss"
+    return trial.final_loss
 
 
 def tune_cells(cells: list[Cell]) -> list[Tuned]:
@@ -62,7 +67,7 @@ def markdown(tuned: list[Tuned], source: dict[str, str], wall_min: float | None)
     rows = []
     for t in tuned:
         best = searched_values(t.best) if t.best else {}
-        worst = max((c.final_loss for c in t.finished), default=None)
+        worst = max(map(_final_loss, t.finished), default=None)
         rows.append([t.key, f"{len(t.trials)} ({len(t.finished)})", *(_fmt(best.get(k)) for k in keys),
                      _loss(t.best.final_loss if t.best else None), _loss(worst)])
     trial_rows = [[t.key, str(i), *(_fmt(searched_values(c).get(k)) for k in keys), c.status, _loss(c.final_loss)]

@@ -156,8 +156,8 @@ def _counted(found: list[Verdict], min_gain: float, alpha: float = ALPHA) -> str
     corrected = f" (Holm-corrected over {tested} at family-wise α = {alpha:g})" if tested else ""
     parts = [f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise"
              f"{corrected}", f"{count['tie']} tie{'s' * (count['tie'] != 1)}"]
-    mdes = [minimum_detectable_effect(_finals(f.group), _finals(f.baseline)) for f in found
-            if f.verdict == "tie" and "no spread" not in f.text]
+    mdes = [mde for f in found if f.verdict == "tie" and "no spread" not in f.text
+            if (mde := minimum_detectable_effect(_finals(f.group), _finals(f.baseline))) is not None]
     if mdes:
         parts[-1] += f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)"
     if count["premature"]:

@@ -27,7 +27,9 @@ class RngState(L.Callback):
     """Global RNG states (dropout draws from them) saved in, and restored from, the checkpoint."""
 
     def state_dict(self) -> dict[str, Any]:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        legacy = np.random.get_state(legacy=True)  # numpy's stub types the call without ``legacy`` as a dict
+        assert isinstance(legacy, tuple), "numpy's global RandomState is MT19937, whose legacy state is a tuple"
+        kind, keys, pos, has_gauss, gauss = legacy
         state = {"torch": torch.get_rng_state(), "python": random.getstate(),
                  "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                            "has_gauss": int(has_gauss), "gauss": float(gauss)}}

@@ -53,7 +53,8 @@ class DirLock:
     lock means a live process is training this config and a free one means nobody is."""
 
     def __init__(self, path: Path):
-        self.path, self.fd = path, None
+        self.path = path
+        self.fd: int | None = None
 
     def acquire(self) -> bool:
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)

@@ -49,6 +49,7 @@ VOLATILE_TRAINER = ("enable_progress_bar",)
 def config_hash(cfg: DictConfig, uri: str) -> str:
     """sha256 of the resolved config minus volatile keys, plus the store it is logged to."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict), "a DictConfig converts to a dict"
     for key in VOLATILE:
         resolved.pop(key, None)
     for key in VOLATILE_TRAINER:

@@ -24,11 +24,13 @@ LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # sqlite's result codes for a store a
 def is_locked(exc: BaseException) -> bool:
     """True if ``exc`` or anything in its cause chain is SQLite's lock error (by its result code, which Python's
     sqlite3 errors carry under MLflow's and SQLAlchemy's)."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if (getattr(exc, "sqlite_errorname", None) or "").startswith(LOCKED):
+    link: BaseException | None = exc
+    for _ in range(10):
+        if link is None:
+            return False
+        if (getattr(link, "sqlite_errorname", None) or "").startswith(LOCKED):
             return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        link = link.__cause__ or link.__context__
     return False
 
 

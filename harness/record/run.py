@@ -159,7 +159,7 @@ class TrackedRun:
 
     def end(self, status: str, failure: dict[str, str] | None = None) -> None:
         """Close the run once: FINISHED, KILLED, or FAILED with ``failure`` tags (``failure_tags``)."""
-        if not self._writable or self.closed:
+        if not self.owner or self.run_id is None or self.closed:  # not ours to close, never opened, or closed
             return
         self.closed = True
         if failure:

@@ -75,9 +75,9 @@ def check_store(uri: str) -> None:
 
 
 def _check_sqlite(uri: str) -> None:
-    if not (uri.startswith("sqlite:////") and len(uri) > len("sqlite:////")):
-        raise ConfigError(f"tracking URI {uri!r} is not sqlite:////absolute/path.db (four slashes, absolute); {FIX}")
     db = sqlite_path(uri)
+    if db is None or not (uri.startswith("sqlite:////") and len(uri) > len("sqlite:////")):
+        raise ConfigError(f"tracking URI {uri!r} is not sqlite:////absolute/path.db (four slashes, absolute); {FIX}")
     if db.is_dir():
         raise ConfigError(f"tracking URI {uri!r} names a directory; name a database file inside it, "
                           f"e.g. sqlite:///{db / 'mlflow.db'}")
@@ -132,7 +132,8 @@ def damage_of(db: Path) -> str | None:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
             verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.OperationalError as e:
-        busy = (e.sqlite_errorname or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+        # sqlite_errorname: Python 3.11+ (on 3.10 an error is never taken for a busy store)
+        busy = (getattr(e, "sqlite_errorname", None) or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
         return None if busy else str(e)  # a busy store is not a damaged one
     except sqlite3.DatabaseError as e:
         return str(e)

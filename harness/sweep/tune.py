@@ -26,9 +26,13 @@ import copy
 import itertools
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
@@ -44,24 +48,27 @@ def split_grid(arguments: list[str]) -> tuple[list[list[str]], list[str]]:
     from hydra.core.override_parser.types import ChoiceSweep
 
     axes, rest = [], []
-    for override in OverridesParser.create().parse_overrides(arguments):
+    for line, override in zip(arguments, OverridesParser.create().parse_overrides(arguments), strict=True):
         value = override.value()
         if isinstance(value, ChoiceSweep) and value.simple_form:  # `a,b`, not `choice(a,b)`
             key = override.get_key_element()
             axes.append([f"{key}={v}" for v in override.sweep_string_iterator()])
         else:
-            rest.append(override.input_line)
+            rest.append(line)
     return [list(cell) for cell in itertools.product(*axes)], rest
 
 
-class CountingLauncher:
+class CountingLauncher(Launcher):
     """The study's launcher, counting the trials that returned a finite loss (those Optuna records COMPLETE): a
     study with none has no best trial, which each cell then reports instead of raising."""
 
-    def __init__(self, launcher) -> None:
+    def __init__(self, launcher: Launcher) -> None:
         self.launcher, self.finished = launcher, 0
 
-    def launch(self, job_overrides, initial_job_idx: int):
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.launcher.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         self.finished += sum(_finite_loss(ret) for ret in returns)
         return returns
@@ -81,6 +88,8 @@ class CellwiseOptunaSweeper(Sweeper):
     """hydra-optuna-sweeper's options (``sampler``, ``direction``, ``n_trials``, ``n_jobs``, ``params``,
     ...), one study per grid cell. Registered as conf/hydra/sweeper/cellwise_optuna.yaml."""
 
+    config: DictConfig  # the job's config, from ``setup`` (Hydra calls it before ``sweep``)
+
     def __init__(self, params: DictConfig | None = None, **optuna_options) -> None:
         try:
             from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
@@ -93,13 +102,15 @@ class CellwiseOptunaSweeper(Sweeper):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"hydra.sweeper.{key}={value!r} must be a positive integer "
                                   f"({'trials per cell' if key == 'n_trials' else 'trials run at once'})")
-        self.params = dict(params or {})  # split here: the grid axes among them are not Optuna's
+        # split here: the grid axes among them are not Optuna's
+        self.params: dict[str, object] = {str(k): v for k, v in (params or {}).items()}
         self.study = OptunaSweeperImpl(params=None, **optuna_options)
         self.sampler = copy.deepcopy(self.study.sampler)  # as built: every cell's study starts from it
 
-    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.study.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        assert self.study.launcher is not None, "the study's setup builds its launcher"
         self.study.launcher = CountingLauncher(self.study.launcher)
 
     def _checking(self) -> bool:
@@ -111,17 +122,19 @@ class CellwiseOptunaSweeper(Sweeper):
         preset = [f"{k}={v}" for k, v in self.params.items() if k not in given]  # the command line wins
         cells, rest = split_grid([*preset, *arguments])
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        counter = self.study.launcher
+        assert isinstance(counter, CountingLauncher), "setup wraps the study's launcher"
         best = {}
         for cell in cells:
             key = " ".join(cell)  # best.json's key (harness/config/tuned.py)
             label = key or "(no grid axes)"
             log.info(f"tuning {label}: {self.study.n_trials} trials")
             self.study.sampler = copy.deepcopy(self.sampler)
-            self.study.launcher.finished = 0
+            counter.finished = 0
             try:
                 self.study.sweep([*rest, *cell])
             except ValueError:  # optuna's study.best_trial, when no trial of the study completed
-                if self.study.launcher.finished:
+                if counter.finished:
                     raise
                 if self._checking():
                     print(f"tune: {label}: {self.study.n_trials} trials checked (--check trains nothing)")
@@ -129,6 +142,7 @@ class CellwiseOptunaSweeper(Sweeper):
                     print(f"tune: {label}: no trial finished (refused or failed; see the sweep's table)")
                 continue
             results = OmegaConf.to_container(OmegaConf.load(sweep_dir / RESULTS))
+            assert isinstance(results, dict), f"hydra-optuna-sweeper writes a mapping to {RESULTS}"
             best[key] = {"params": results["best_params"], "value": results["best_value"]}
             print(f"tune: {label}: best {results['best_value']:.4f} at {results['best_params']}")
         OmegaConf.save(OmegaConf.create(best), sweep_dir / RESULTS)  # every cell's, not only the last study's
