@@ -256,12 +256,16 @@ class TextFiles:
             raise ConfigError(f"data.path={self.path} holds {total} bytes; give at least 4 KiB of text")
         return split_sizes(total, self.val_every)
 
+    def _root(self) -> Path:
+        """data.path, expanded; refused when it is not set."""
+        if not self.path:
+            raise ConfigError("data=text needs a file or directory: add data.path=FILE_OR_DIR")
+        return Path(self.path).expanduser()
+
     def _files(self) -> list[Path]:
         """The file, or the regular files under the directory (hidden ones, e.g. .git, left out), each
         readable and UTF-8."""
-        if not self.path:
-            raise ConfigError("data=text needs a file or directory: add data.path=FILE_OR_DIR")
-        root = Path(self.path).expanduser()
+        root = self._root()
         if not root.exists():
             raise ConfigError(f"data.path={self.path} does not exist; point it at a UTF-8 text file or directory")
         if root.is_dir():
@@ -282,7 +286,7 @@ class TextFiles:
         data = b"\n\n".join(f.read_bytes() for f in files)  # each checked UTF-8 by _files()
         if len(data) < 4096:
             raise ConfigError(f"data.path={self.path} holds {len(data)} bytes; give at least 4 KiB of text")
-        return _corpus(f"text:{Path(self.path).expanduser().name}", data, *block_split(data, self.val_every))
+        return _corpus(f"text:{self._root().name}", data, *block_split(data, self.val_every))
 
     def document_starts(self) -> tuple[np.ndarray, np.ndarray]:
         """Each file a document: (train, val) byte offsets (``split_starts``)."""

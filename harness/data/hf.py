@@ -133,7 +133,7 @@ class HFDataset:
                               "(a save_to_disk folder, parquet, json or text files)"
                               + ("; not both" if self.path else ""))
         if self.path:
-            return self._open_local(split)
+            return self._open_local(self.path, split)
         return self._open_hub(split)
 
     # --- the two ways in
@@ -169,37 +169,37 @@ class HFDataset:
             return "data.name"
         return "data.split"
 
-    def _open_local(self, split: str):
+    def _open_local(self, path: str, split: str):
         datasets = _datasets()
 
-        root = Path(self.path).expanduser()
+        root = Path(path).expanduser()
         if not root.exists():
-            raise ConfigError(f"data.path={self.path} does not exist; point it at a save_to_disk folder or at "
+            raise ConfigError(f"data.path={path} does not exist; point it at a save_to_disk folder or at "
                               "parquet, json, csv or text files")
         if self.name or self.config:
             raise ConfigError("data.config names a hub configuration; drop it with data.path")
         if root.is_dir() and ((root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists()
                               or (root / "state.json").exists()):
             return self._open_saved(root, split)
-        splits = split_files(self._data_files(root), root, self.path)
+        splits = split_files(self._data_files(root), root, path)
         if split not in splits:
             key = "data.val_split" if split == self.val_split else "data.split"
             if list(splits) == ["train"]:
-                raise ConfigError(f"data.path={self.path} is plain data files, one split: drop {key}={split} "
+                raise ConfigError(f"data.path={path} is plain data files, one split: drop {key}={split} "
                                   "(validation is then every data.source.val_every-th block), or name the files by "
                                   "split (train.parquet, validation.parquet)")
-            raise ConfigError(f"{key}={split} is not a split of {self.path}; its files name {', '.join(splits)}: set "
+            raise ConfigError(f"{key}={split} is not a split of {path}; its files name {', '.join(splits)}: set "
                               f"{key} to one of them")
         files = splits[split]
         builders = {BUILDERS[f.suffix.lower()] for f in files}
         if len(builders) > 1:
-            raise ConfigError(f"data.path={self.path} mixes file kinds ({', '.join(sorted(builders))}); point it "
+            raise ConfigError(f"data.path={path} mixes file kinds ({', '.join(sorted(builders))}); point it "
                               "at files of one kind")
         try:
             return datasets.load_dataset(builders.pop(), data_files=[str(f) for f in files], split="train",
                                          streaming=self.streaming)
         except Exception as e:  # a malformed file: the library's reason, on one line
-            raise ConfigError(f"data.path={self.path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
+            raise ConfigError(f"data.path={path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
                               f" ({type(e).__name__}: {_first_line(e)}); fix the file or convert it") from None
 
     def _open_saved(self, root: Path, split: str):

@@ -61,6 +61,7 @@ def _go_offline() -> None:
     """``HF_HUB_OFFLINE=1`` for this process: the environment, read by the libraries when they are imported, and
     the constants of those already imported (they copied the variable at import)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    for module in ("huggingface_hub.constants", "datasets.config"):  # transformers asks huggingface_hub's
-        if module in sys.modules and hasattr(sys.modules[module], "HF_HUB_OFFLINE"):
-            sys.modules[module].HF_HUB_OFFLINE = True
+    for name in ("huggingface_hub.constants", "datasets.config"):  # transformers asks huggingface_hub's
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "HF_HUB_OFFLINE"):
+            vars(module)["HF_HUB_OFFLINE"] = True

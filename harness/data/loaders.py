@@ -11,6 +11,8 @@ generator seeded by the example's index, so every validation scores the same shu
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -23,10 +25,18 @@ from harness.errors import ConfigError, WorkerConfigError
 SHUFFLE_SEED = 7919  # the permutation of validation example i is drawn from SHUFFLE_SEED + i
 
 
+class Examples(Protocol):
+    """A task's dataset: example i by index, and how many there are (torch's ``Dataset`` declares no length)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> dict: ...
+
+
 class WithShuffled(Dataset):
     """{"plain": example i, "shuffled": example i with its real tokens permuted}."""
 
-    def __init__(self, dataset: Dataset, causal: bool):
+    def __init__(self, dataset: Examples, causal: bool):
         self.dataset, self.causal = dataset, causal
 
     def __len__(self) -> int:
@@ -42,7 +52,7 @@ class OneLineErrors(Dataset):
     """A training dataset read by worker processes: its refusals (``ConfigError``) reach the run as their one line
     (``WorkerConfigError``), not as torch's text of the worker's traceback."""
 
-    def __init__(self, dataset: Dataset):
+    def __init__(self, dataset: Examples):
         self.dataset = dataset
 
     def __len__(self) -> int:
@@ -75,9 +85,9 @@ def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed
     how fast examples come, not which."""
     per_rank = {"world_size": world_size} if getattr(corpus, "per_rank", False) else {}  # shards: a slice per rank
     train = task.training_data(corpus, seq_len, n_train, seed, **per_rank)
-    val: Dataset = WithShuffled(task.validation_data(corpus, seq_len), task.causal)
-    if eval_batches is not None:
-        val = Subset(val, range(min(len(val), eval_batches * batch_size * world_size)))
+    paired = WithShuffled(task.validation_data(corpus, seq_len), task.causal)
+    val: Dataset = paired if eval_batches is None else \
+        Subset(paired, range(min(len(paired), eval_batches * batch_size * world_size)))
     # Shards without DistributedSampler's padding repeats, so the summed val loss counts each example once.
     val_sampler = UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) \
         if world_size > 1 else None

@@ -50,6 +50,18 @@ class Task(Protocol):
         """The validation set, the same at every validation."""
 
 
+class TextTokenizer(Protocol):
+    """What the text objectives call on the run's tokenizer (harness/data/tokenizer.py, harness/data/subword.py)."""
+
+    pad_id: int
+
+    def encode(self, data: bytes) -> np.ndarray: ...
+
+    def regular_ids(self) -> Tensor: ...
+
+    def word_continues(self, ids: Tensor) -> Tensor: ...
+
+
 class TextObjective:
     """Windows of a corpus (harness/data/windows.py), scored per token."""
 
@@ -59,6 +71,7 @@ class TextObjective:
     collate = None  # torch's default collate: windows have one length
 
     name: str  # two objectives share this module, so each declares its option name
+    tok: TextTokenizer
 
     @classmethod
     def config_name(cls) -> str:
@@ -118,11 +131,12 @@ class MaskedLM(TextObjective):
             raise ConfigError(f"task.mask_prob={mask_prob} must lie in (0, 1); BERT uses 0.15")
         if p_mask < 0 or p_random < 0 or p_mask + p_random > 1:
             raise ConfigError(f"task.p_mask={p_mask} + task.p_random={p_random} must be ≥ 0 and sum to ≤ 1")
-        if getattr(tokenizer, "mask_id", None) is None:
+        mask_id = getattr(tokenizer, "mask_id", None)
+        if mask_id is None:
             raise ConfigError("task=mlm replaces tokens by [MASK], which this tokenizer's vocabulary has none of "
                               "(e.g. gpt2); use task=clm, or a tokenizer with a mask token (bert-base-uncased, "
                               "tokenizer=wordpiece, tokenizer=bpe)")
-        self.tok = tokenizer
+        self.tok, self.mask_id = tokenizer, mask_id
         self.mask_prob, self.p_mask, self.p_random, self.whole_word = mask_prob, p_mask, p_random, whole_word
 
     def make_example(self, window: Tensor, valid: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
@@ -144,7 +158,7 @@ class MaskedLM(TextObjective):
             else:
                 selected[pick] = True
         random_ids = self._random_ids(window.shape, gen).numpy()
-        inputs = np.where(selected & (u_action < self.p_mask), self.tok.mask_id, ids)
+        inputs = np.where(selected & (u_action < self.p_mask), self.mask_id, ids)
         to_random = selected & (u_action >= self.p_mask) & (u_action < self.p_mask + self.p_random)
         inputs = np.where(to_random, random_ids, inputs)
         labels = np.where(selected, ids, IGNORE)

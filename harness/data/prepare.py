@@ -23,8 +23,9 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -47,15 +48,17 @@ class ShardWriter:
         self.block_bytes = block_bytes
         self.shards: list[dict] = []
         self.tokens, self.bytes = 0, 0
-        self._file, self._hash = None, hashlib.sha256()  # the open shard's sha256, recorded in the manifest
-        self._block, self._filled, self._blocks = hashlib.sha256(), 0, []  # its blocks' digests
+        self._file: BinaryIO | None = None  # the open shard
+        self._hash = hashlib.sha256()  # its sha256, recorded in the manifest
+        self._block, self._filled = hashlib.sha256(), 0
+        self._blocks: list[str] = []  # its blocks' digests
 
     def write(self, ids: np.ndarray, n_bytes: int = 0) -> None:
         self.bytes += n_bytes
         ids = np.asarray(ids).astype(self.dtype, copy=False)
         while len(ids):
             if self._file is None or self.shards[-1]["tokens"] == self.shard_tokens:
-                self._open()
+                self._file = self._open()
             room = self.shard_tokens - self.shards[-1]["tokens"]
             head, ids = ids[:room], ids[room:]
             data = head.tobytes()
@@ -65,11 +68,13 @@ class ShardWriter:
             self.shards[-1]["tokens"] += len(head)
             self.tokens += len(head)
 
-    def _open(self) -> None:
+    def _open(self) -> BinaryIO:
+        """The next shard's file, the one before sealed."""
         self._seal()
         name = f"{self.split}-{len(self.shards):05d}.bin"
-        self._file = open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
+        file = open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
         self.shards.append({"file": name, "tokens": 0})
+        return file
 
     def _add_to_blocks(self, data: bytes) -> None:
         view = memoryview(data)
@@ -127,7 +132,7 @@ def _out_folder(out: str | Path) -> Path:
     return folder
 
 
-def prepare(out: str | Path, overrides: list[str] = (), shard_tokens: int = SHARD_TOKENS,
+def prepare(out: str | Path, overrides: Sequence[str] = (), shard_tokens: int = SHARD_TOKENS,
             block_bytes: int = BLOCK_BYTES) -> dict:
     """Write the shards and the manifest of the corpus and tokenizer ``overrides`` pick; returns the manifest."""
     source, tokenizer = _source_and_tokenizer(list(overrides))

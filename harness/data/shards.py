@@ -78,8 +78,9 @@ class ShardedIds:
 
     def __reduce__(self):
         """Pickled (a spawned DataLoader worker) as its files, mapped again: a memmap would pickle its data."""
-        if all(isinstance(a, np.memmap) and a.filename for a in self.arrays):
-            return _reopen, ([a.filename for a in self.arrays], self.dtype.str, self.vocab_size, self.blocks,
+        mapped = [a.filename for a in self.arrays if isinstance(a, np.memmap) and a.filename]
+        if len(mapped) == len(self.arrays):
+            return _reopen, (mapped, self.dtype.str, self.vocab_size, self.blocks,
                              self.block_bytes)
         return ShardedIds, (self.arrays, self.vocab_size, self.blocks, self.block_bytes)
 
@@ -114,7 +115,7 @@ class ShardedIds:
             if block in self._checked_blocks[k]:
                 continue
             data = raw[block * size: (block + 1) * size]
-            if block >= len(digests) or block_digest(hashlib.sha256(memoryview(np.ascontiguousarray(data)))) \
+            if block >= len(digests) or block_digest(hashlib.sha256(np.ascontiguousarray(data).data)) \
                     != digests[block]:
                 where = getattr(self.arrays[k], "filename", None) or f"shard {k}"
                 raise ConfigError(f"{where} is damaged: its bytes {block * size}–{block * size + len(data)} do not "
@@ -293,10 +294,14 @@ class TokenShards:
             raise ConfigError(f"data.windows={windows!r}: use data.windows=random or data.windows=sequential")
         self.path, self.windows = path, windows
 
-    def manifest(self) -> dict:
+    def _folder(self) -> Path:
+        """data.path, expanded; refused when it is not set."""
         if not self.path:
             raise ConfigError("data=tokens needs the folder python -m harness.data.prepare wrote: add data.path=DIR")
-        folder = Path(self.path).expanduser()
+        return Path(self.path).expanduser()
+
+    def manifest(self) -> dict:
+        folder = self._folder()
         file = folder / "manifest.json"
         if not file.is_file():
             raise ConfigError(f"data.path={self.path} has no manifest.json; write one with python -m "
@@ -352,7 +357,7 @@ class TokenShards:
                               "harness.data.prepare again with this one")
 
     def load(self) -> TokenCorpus:
-        manifest, folder = self.manifest(), Path(self.path).expanduser()
+        manifest, folder = self.manifest(), self._folder()
         dtype = np.dtype(manifest["dtype"])
 
         by_block = checked_by_block(folder, manifest)

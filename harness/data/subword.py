@@ -82,6 +82,7 @@ class Subword:
     """A ``tokenizers.Tokenizer`` as the harness's tokenizer (see the module docstring)."""
 
     byte_level = False
+    vocab_size: int  # ids in the vocabulary, specials included: each kind sets it
 
     def __init__(self):
         self._tok = None  # tokenizers.Tokenizer, once fitted or loaded
@@ -316,8 +317,9 @@ def train_tokenizer(kind: str, train: bytes | Iterator[str], vocab_size: int, mi
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        trainer: trainers.Trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     else:
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)

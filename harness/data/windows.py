@@ -126,10 +126,7 @@ class ContinueFrom(DistributedSampler):
 
     def __init__(self, dataset: Dataset, start: int = 0, rank: int = 0, world_size: int = 1):
         super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=False, drop_last=True)
-        self.start = start
-
-    def __len__(self) -> int:
-        return len(self.dataset) // self.num_replicas
+        self.start = start  # the length is DistributedSampler's: n // W, with drop_last
 
     def __iter__(self):
         end = len(self) * self.num_replicas

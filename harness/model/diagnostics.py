@@ -193,7 +193,8 @@ def _capture(diag: Diagnostics, layer: int):
         diag.signed = diag.signed or bool((w < 0).any())
         p = as_distribution(w)
         stats = attention_stats(p, ctx.key_padding_mask)
-        diag.layers[layer] = stats if diag.layers[layer] is None else diag.layers[layer] + stats
+        seen = diag.layers[layer]  # the batches before this one
+        diag.layers[layer] = stats if seen is None else seen + stats
         if diag.maps[layer] is None:
             diag.maps[layer] = p[0].detach().float().cpu()  # (H, T, T)
 

@@ -50,17 +50,9 @@ class LanguageModel(L.LightningModule):
     def on_train_batch_start(self, batch, batch_idx: int):
         self.model.before_training_step(self.global_step)  # Performer's redraw, decided on the host
 
-    def _scored(self, batch, logits: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V)). ``logits=False``
-        with ``model.loss_chunk`` set: the loss from that many tokens' logits at a time (harness/model/loss.py),
-        the whole batch's never held, and None for them."""
+    def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
         n = (batch["labels"] != IGNORE).sum()
-        chunk = self.model.cfg.loss_chunk
-        if chunk is not None and not logits:
-            h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
-            loss = summed_cross_entropy(h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(),
-                                        chunk, IGNORE)
-            return loss, n, None
         out = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
         wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
         loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
@@ -75,9 +67,19 @@ class LanguageModel(L.LightningModule):
         return losses, batch["labels"] != IGNORE
 
     def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._scored(batch, logits=False)[:2]
+        """(summed cross-entropy over the scored tokens, their count); with ``model.loss_chunk`` set, from that many
+        tokens' logits at a time (harness/model/loss.py), the whole batch's never held."""
+        chunk = self.model.cfg.loss_chunk
+        if chunk is None:
+            loss, n, _ = self._scored(batch)
+            return loss, n
+        n = (batch["labels"] != IGNORE).sum()
+        h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
+        loss = summed_cross_entropy(h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(), chunk,
+                                    IGNORE)
+        return loss, n
 
-    def training_step(self, batch, batch_idx):
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss_sum, n = self._loss_sum(batch)
         # Masked tokens per rank differ (MLM masks ~15 % at random), so each rank's own token-mean,
         # averaged by DDP, is not the global batch's token-mean. Dividing by the global count × world
@@ -94,8 +96,9 @@ class LanguageModel(L.LightningModule):
                            "gradients with trainer.gradient_clip_val")
         self.log("train/loss", mean, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
-        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # the steps Lightning writes its rows at
-            self.log_dict(self.model.diagnostics())  # (its logger connector: batches stepped + 1); else 9 late
+        every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning, undeclared on Trainer
+        if (self.global_step + 1) % every == 0:  # the steps Lightning writes its rows at (its logger connector:
+            self.log_dict(self.model.diagnostics())  # batches stepped + 1); else 9 late
         return loss
 
     def on_validation_epoch_start(self):
@@ -108,16 +111,17 @@ class LanguageModel(L.LightningModule):
         if "none" in self.model.pos.length_scalings and not self.scaled_in_training:
             self._unscaled.enter_context(self.model.pos.rescaled("none", 1))
 
-    def validation_step(self, batch, batch_idx):
-        loss_sum, n, logits = self._scored(batch["plain"], logits=self.scores_sequences)
-        shuffled_sum, shuffled_n, _ = self._scored(batch["shuffled"], logits=False)
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
         labels = batch["plain"]["labels"]
-        right = exact_match(logits, labels).sum() if self.scores_sequences else 0
-        sequences = len(labels) if self.scores_sequences else 0
-        tokens_right = token_hits(logits, labels)[0] if self.scores_sequences else 0
+        counts: tuple[torch.Tensor | int, ...] = (0, 0, 0)  # right sequences, sequences, right scored tokens
+        if self.scores_sequences:  # exact match needs the logits
+            loss_sum, n, logits = self._scored(batch["plain"])
+            counts = (exact_match(logits, labels).sum(), len(labels), token_hits(logits, labels)[0])
+        else:
+            loss_sum, n = self._loss_sum(batch["plain"])
+        shuffled_sum, shuffled_n = self._loss_sum(batch["shuffled"])
         self._val += torch.stack([loss_sum.double(), n.double(), shuffled_sum.double(), shuffled_n.double(),
-                                  *(torch.as_tensor(x, dtype=torch.float64, device=self.device)
-                                    for x in (right, sequences, tokens_right))])
+                                  *(torch.as_tensor(x, dtype=torch.float64, device=self.device) for x in counts)])
 
     def on_validation_epoch_end(self):
         self._unscaled.close()

@@ -80,7 +80,8 @@ class ProgressLines(ProgressBar):
     def __init__(self, every: int, stream: TextIO | None = None):
         super().__init__()
         self.every, self.stream = every, stream or sys.stdout
-        self._enabled, self._pending, self._last = True, None, -1
+        self._enabled, self._last = True, -1
+        self._pending: str | None = None  # a train line held to the next batch (a val line replaces it)
         self._t0, self._step0 = time.perf_counter(), 0
 
     def disable(self) -> None:

@@ -34,6 +34,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -399,13 +400,26 @@ def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, to
         g = torch.Generator().manual_seed(spec.seed)
         keys_ = torch.randint(10_000, 100_000, (spec.passkey_trials,), generator=g).tolist()
         for length in spec.lengths:
-            hits = {d: [passkey_retrieved(model, encode, filler, length, d, k) for k in keys_] for d in spec.depths}
-            if any(h is None for trials in hits.values() for h in trials):
+            hits = _passkey_hits(model, encode, filler, length, spec.depths, keys_)
+            if hits is None:
                 continue  # the prompt does not fit: no figure rather than a wrong one
             for d, trials in hits.items():
                 out[f"passkey/acc_at_{length}_depth_{d:g}"] = sum(trials) / len(trials)
             out[f"passkey/acc_at_{length}"] = sum(sum(t) for t in hits.values()) / sum(len(t) for t in hits.values())
     return out, losses
+
+
+def _passkey_hits(model, encode, filler: list[int], length: int, depths: tuple[float, ...],
+                  keys: list[int]) -> dict[float, list[bool]] | None:
+    """Whether each key is retrieved at each depth in a prompt of ``length`` tokens; None: a prompt does not fit."""
+    hits: dict[float, list[bool]] = {d: [] for d in depths}
+    for d in depths:
+        for k in keys:
+            hit = passkey_retrieved(model, encode, filler, length, d, k)
+            if hit is None:
+                return None
+            hits[d].append(hit)
+    return hits
 
 
 # ---------------------------------------------------------------- the sweep, in MLflow
@@ -419,7 +433,8 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     from harness.record.store import resolve_tracking_uri
 
     model, encode = load(spec.model)
-    ids, train_ids, tune_length = _token_ids(spec, encode)
+    ids, tuning = _token_ids(spec, encode)
+    tune_length = None if tuning is None else tuning.length
     keys = _key_tokens(spec, model, encode, ids)
     context = trained_context(model.config.to_dict()) or 0
     uri = resolve_tracking_uri(spec.tracking_uri)
@@ -429,7 +444,8 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     losses: dict[tuple[str, float], dict[int, torch.Tensor]] = {}
     pretrained = {k: v.detach().clone() for k, v in model.state_dict().items()} if spec.finetune_steps else None
     device = next(model.parameters()).device
-    tuning = None if train_ids is None else (train_ids.to(device), tune_length)
+    if tuning is not None:
+        tuning = tuning._replace(ids=tuning.ids.to(device))
     with parent.open({"kind": "hf-eval"}, params):
         parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
@@ -461,20 +477,27 @@ def _header(spec: EvalSpec, tune_length: int | None, command: str, seconds: floa
             f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n")
 
 
-def _token_ids(spec: EvalSpec, encode) -> tuple[torch.Tensor, torch.Tensor | None, int | None]:
+class Tuning(NamedTuple):
+    """What --finetune-steps trains on: the fine-tuning text's ids, in windows of ``length`` tokens."""
+
+    ids: torch.Tensor
+    length: int
+
+
+def _token_ids(spec: EvalSpec, encode) -> tuple[torch.Tensor, Tuning | None]:
     """The evaluated text's ids (the budget plus the longest length), and with --finetune-steps the fine-tuning
     text's ids and length."""
     ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1])
     if len(ids) < max(spec.lengths) + 1:
         raise ConfigError(f"--text={spec.text} holds {len(ids)} tokens, fewer than the longest length + 1")
     if not spec.finetune_steps:
-        return ids, None, None
+        return ids, None
     tune_length = spec.finetune_length or max(spec.lengths)
     split = "train" if spec.text == "embedded" else "val"  # a user's file: the text itself, said in the report
     train_ids = torch.tensor(encode(evaluation_text(spec.text, split)))
     if len(train_ids) < tune_length + 2:
         raise ConfigError(f"the fine-tuning text holds {len(train_ids)} tokens, fewer than --finetune-length + 2")
-    return ids, train_ids, tune_length
+    return ids, Tuning(train_ids, tune_length)
 
 
 def _key_tokens(spec: EvalSpec, model, encode, ids: torch.Tensor) -> dict:
@@ -502,7 +525,7 @@ def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int |
 
 
 def _cell(model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, factor: float,
-          tuning: tuple[torch.Tensor, int] | None, child) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
+          tuning: Tuning | None, child) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
     """One scaling × factor: the model's RoPE rescaled (and fine-tuned, ``tuning``: ids and length), then measured;
     logged to ``child``. The caller puts the pretrained weights back."""
     from harness.pretrained.finetune import finetune
@@ -510,10 +533,11 @@ def _cell(model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, f
 
     started = time.perf_counter()
     base, *mods = method.split("+")
-    how = {} if base == OWN else {"method": base, "factor": factor}
-    apply_scaling(model, resonance="resonance" in mods, hope="hope" in mods, **how)
+    apply_scaling(model, resonance="resonance" in mods, hope="hope" in mods,
+                  method=None if base == OWN else base, factor=factor)  # method None: the model's own scaling
     if tuning is not None:
-        curve = finetune(model, *tuning, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed)
+        curve = finetune(model, tuning.ids, tuning.length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch,
+                         spec.seed)
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)

@@ -126,9 +126,10 @@ def read_config(config) -> Layers:
         params = {"rope_theta": get("rope_theta", 10000.0), **(get("rope_scaling") or {})}
         if get("partial_rotary_factor") is not None:
             params["partial_rotary_factor"] = get("partial_rotary_factor")
-    if get("num_hidden_layers") is None:
+    layers = get("num_hidden_layers")
+    if layers is None:
         raise ConfigError("the config has no num_hidden_layers; give a transformers decoder's config.json")
-    return read(dict(params), get("layer_types"), int(get("num_hidden_layers")), get("sliding_window"))
+    return read(dict(params), get("layer_types"), int(layers), get("sliding_window"))
 
 
 def write(layers: list[tuple[object, object]]) -> tuple[dict, list[str]]:

@@ -56,16 +56,16 @@ def scaling_of(config, method: str | None = None, factor: float | None = None, *
                           f"{', '.join(HF_METHODS)}")
     max_pos = config.max_position_embeddings
     original = params.get("original_max_position_embeddings") or max_pos
-    base = {"base": float(params["rope_theta"]), "rotated": rotated_dims(config)}
+    base, rotated = float(params["rope_theta"]), rotated_dims(config)
     if method is not None:  # posbench's scaling over the model's plain θ, trained at its context length
         variant = {"yarn_variant": "hf"} if method in ("yarn", "dynamic_ntk") else {}
-        return RopeScaling(method=method, factor=factor or 1.0, original_max_len=original, **base,
+        return RopeScaling(method=method, factor=factor or 1.0, original_max_len=original, base=base, rotated=rotated,
                            **{**variant, **options})
     if own == "none":
-        return RopeScaling(**base)
+        return RopeScaling(base=base, rotated=rotated)
     if own == "dynamic_ntk":
         return RopeScaling(method=own, factor=float(params.get("factor", 1.0)), yarn_variant="hf",
-                           original_max_len=max_pos, **base)
+                           original_max_len=max_pos, base=base, rotated=rotated)
     read = {"yarn": {"alpha": params.get("beta_slow", 1.0), "beta": params.get("beta_fast", 32.0),
                      "yarn_variant": "hf", "truncate": params.get("truncate", True), "mscale": params.get("mscale"),
                      "mscale_all_dim": params.get("mscale_all_dim"),
@@ -75,7 +75,8 @@ def scaling_of(config, method: str | None = None, factor: float | None = None, *
             "longrope": {"short_factor": params.get("short_factor"), "long_factor": params.get("long_factor"),
                          "attention_factor": params.get("attention_factor")}}.get(own, {})
     factor = params.get("factor") or (max_pos / original if own == "longrope" else 1.0)
-    return RopeScaling(method=own, factor=float(factor), original_max_len=original, **base, **read)
+    return RopeScaling(method=own, factor=float(factor), original_max_len=original, base=base, rotated=rotated,
+                       **read)
 
 
 class ScaledRotary(nn.Module):
@@ -89,6 +90,7 @@ class ScaledRotary(nn.Module):
         if scaling.base is None or scaling.rotated is None:
             raise ConfigError("ScaledRotary needs the scaling's base and rotated width (scaling_of sets them)")
         self.scaling = scaling  # θ is derived in fp64 at each call: no buffer a model.to(bfloat16) would round
+        self.base, self.rotated = scaling.base, scaling.rotated  # the θ being scaled
         self.resonance, self.hope = resonance, hope
         if hope and not self.theta().any():
             raise ConfigError(f"+hope keeps the frequencies that turn within the trained context ({hope} tokens): "
@@ -96,7 +98,7 @@ class ScaledRotary(nn.Module):
 
     def theta(self, device=None) -> Tensor:
         """The unscaled θ (R/2,), fp64: the model's, then HoPE's selection and Resonance's rounding where set."""
-        theta = rope_inv_freq(self.scaling.rotated, self.scaling.base, torch.float64, device)
+        theta = rope_inv_freq(self.rotated, self.base, torch.float64, device)
         if self.hope:
             theta = hope_inv_freq(theta, self.hope)
         return resonance_inv_freq(theta) if self.resonance else theta

@@ -257,9 +257,14 @@ class SyntheticTask:
 
     def check_filler(self, filler: Tensor | None, longest: int) -> None:
         """Tasks that need filler text refuse a dataset built without it."""
+        self.given_filler(filler)
+
+    def given_filler(self, filler: Tensor | None) -> Tensor:
+        """``filler``, refused when a dataset was built without it."""
         if filler is None:
             raise ConfigError(f"task={self.config_name()} hides its answer in filler text: build its datasets with "
                               "filler=corpus.train (training) or filler=corpus.val (evaluation)")
+        return filler
 
     # --- sizes and examples -----------------------------------------------------------------
 

@@ -17,7 +17,8 @@ on a mixture says so (the preset's claim names it).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -28,6 +29,13 @@ from harness.errors import ConfigError
 # each part's symbols when task.alphabets does not name them: pairwise disjoint, the binary tasks binary and
 # bucket sort with five symbols (Ruoss et al. 2023's vocabulary sizes)
 ALPHABETS = {"reverse": "01", "copy": "23", "missing_duplicate": "45", "sort": "abcde"}
+
+
+@runtime_checkable
+class Lettered(Protocol):
+    """What a part is beyond a SyntheticTask: built with ``alphabet=``, it keeps its symbols as (A,) byte ids."""
+
+    alphabet: Tensor
 
 
 def part_class(name: str) -> type[SyntheticTask]:
@@ -67,6 +75,7 @@ class Mixture(SyntheticTask):
             raise ConfigError(f"task.parts={parts!r} must list distinct task names, e.g. task.parts=[reverse,copy]")
         alphabets = dict(ALPHABETS, **(dict(alphabets) if alphabets else {}))
         self.parts: dict[str, SyntheticTask] = {}
+        letters: dict[str, Tensor] = {}
         for entry in names:
             cls = part_class(entry)
             name = cls.config_name() if "." in entry else entry
@@ -74,18 +83,21 @@ class Mixture(SyntheticTask):
                 raise ConfigError(f"task.parts: task={name} cuts corpus text, which a mixture does not hand it")
             if name not in alphabets:
                 raise ConfigError(f"task.parts: give {name}'s symbols, e.g. +task.alphabets.{name}=xy")
-            self.parts[name] = cls(tokenizer, form, alphabet=alphabets[name], train_lengths=train_lengths,
-                                   eval_lengths=eval_lengths, eval_examples=eval_examples)
-        symbols = [set(p.alphabet.tolist()) for p in self.parts.values()]
+            build: Callable[..., SyntheticTask] = cls  # a part's class takes alphabet= beyond SyntheticTask's own
+            part = build(tokenizer, form, alphabet=alphabets[name], train_lengths=train_lengths,
+                         eval_lengths=eval_lengths, eval_examples=eval_examples)
+            if not isinstance(part, Lettered):
+                raise ConfigError(f"task.parts: task={name} keeps no alphabet, which tells a mixture's parts apart")
+            self.parts[name], letters[name] = part, part.alphabet
+        symbols = [set(a.tolist()) for a in letters.values()]
         if sum(len(s) for s in symbols) != len(set().union(*symbols)):
             raise ConfigError(f"task.alphabets: the parts' symbols must be disjoint (they tell the model the task), "
-                              f"got {({n: bytes(p.alphabet.tolist()).decode() for n, p in self.parts.items()})}")
+                              f"got {({n: bytes(a.tolist()).decode() for n, a in letters.items()})}")
         forms = {p.form for p in self.parts.values()}
         if len(forms) != 1:
             raise ConfigError(f"task.parts: the parts take different forms by default ({sorted(forms)}); "
                               "set task.form")
-        self.forms = (forms.pop(),)  # each part checked the form against its own
-        super().__init__(tokenizer, self.forms[0], train_lengths, eval_lengths, eval_examples)
+        super().__init__(tokenizer, forms.pop(), train_lengths, eval_lengths, eval_examples)  # a form of every part
 
     def min_length(self) -> int:
         return max(p.min_length() for p in self.parts.values())

@@ -72,7 +72,7 @@ class Passkey(SyntheticTask):
         return self.layout_size(length) - FIXED
 
     def check_filler(self, filler: Tensor | None, longest: int) -> None:
-        super().check_filler(filler, longest)
+        filler = self.given_filler(filler)
         if len(filler) < self.filler_size(longest):
             raise ConfigError(f"the filler text holds {len(filler)} bytes, fewer than the {self.filler_size(longest)} "
                               f"a passkey example of length {longest} needs; use a larger corpus or shorter lengths")
@@ -80,6 +80,7 @@ class Passkey(SyntheticTask):
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None,
                depth_range: tuple[int, int] | None = None) -> Layout:
         """``depth_range``: the insertion points b to draw from (default: all 0 … F)."""
+        filler = self.given_filler(filler)
         F = self.filler_size(length)
         lo, hi = depth_range if depth_range is not None else (0, F)
         b = lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
