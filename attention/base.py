@@ -1,12 +1,15 @@
 """The attention-variant interface: one signature over (B, H, T, D) tensors.
 
 Projections and head splitting live once, in the model; a variant only turns
-q, k, v into outputs. Positional information reaches it through an
-``AttentionContext``: the rotation (if any) is *not* pre-applied, so kernelized
-variants can choose where it goes (before or after their feature map).
+q, k, v into outputs. The base class's ``forward`` applies the positions once: it checks
+the pairing (a bias kind the variant does not accept, a widening rotary it cannot take:
+an error, never dropped), folds the bias and the masks into one additive mask for a
+variant that takes the dense logits (``dense_mask``), rotates q and k (unless the variant
+rotates them itself, ``rotates_itself``: kernelized attention's RoFormer Eq. 19), and
+hands the variant's ``attend`` a ``Positioned``. A variant writes only its kernel.
 
 Each variant declares which logit-bias kinds it can honour; ``check_pairing``
-refuses the others with a reason before training starts. Never silently drop one.
+refuses the others with a reason before training starts.
 
 Notation: B batch, T sequence length, H heads, D head dim.
 """
@@ -32,8 +35,31 @@ class AttentionContext:
     document_ids: Tensor | None = None  # (B, T): with model.document_mask, query i sees key j only if they are equal
 
 
+@dataclass(frozen=True)
+class Positioned:
+    """q and k with the positions applied (rotated, unless the variant rotates them itself: ``rotary``), the checked
+    bias, and for a ``dense_mask`` variant the additive mask (bias, key padding, documents, causal; computed from the
+    unrotated q, k, which a content bias reads). q, k: (B, H, T, D), or (B, H, T, W) for a widening rotary."""
+
+    q: Tensor
+    k: Tensor
+    ctx: AttentionContext  # causal, key_padding_mask, document_ids as the model gave them
+    mask: Tensor | None = None  # (B or 1, H or 1, Tq, Tk), −inf where masked; None: nothing to add
+    rotary: Rotary | None = None  # the rotation a variant that ``rotates_itself`` applies
+
+    def relative(self, variant: str) -> RelativeBias | None:
+        """The bias as the per-offset table a Toeplitz variant reads (``table``, ``t_k``, ``far``), or None."""
+        bias = self.ctx.bias
+        if bias is not None and not isinstance(bias, RelativeBias):
+            raise ConfigError(f"attn={variant} got a {bias.kind} logit bias that is no per-offset table; "
+                              "pair it with a scheme its refusal() allows")
+        return bias
+
+
 class AttentionVariant(nn.Module):
     """Base class. Subclasses take ``shape: Shape`` first; other args come from conf/attn."""
+
+    dense_mask: ClassVar[bool] = False  # the kernel takes the (Tq, Tk) additive mask (``Positioned.mask``)
 
     accepts_bias: frozenset[BiasKind] = frozenset()  # bias kinds this variant computes exactly
     # Why a bias kind is not accepted, for the refusal message (kind -> short reason).
@@ -55,8 +81,31 @@ class AttentionVariant(nn.Module):
                                       f"{self.document_mask_refusal}; use attn=softmax or model.document_mask=false")
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        """q, k, v: (B, H, T, D) -> (B, H, T, D)."""
+        """q, k, v: (B, H, T, D) -> (B, H, T, D): the positions applied once, then the variant's kernel."""
+        return self.attend(self.positioned(q, k, ctx, self.dense_mask), v)
+
+    def attend(self, p: Positioned, v: Tensor) -> Tensor:
+        """The variant's kernel: (B, H, T, D) outputs from the positioned q, k and v (B, H, T, D)."""
         raise NotImplementedError
+
+    def rotates_itself(self) -> bool:
+        """Whether ``attend`` applies the rotation itself (``Positioned.rotary``) instead of taking q, k rotated."""
+        return False
+
+    def positioned(self, q: Tensor, k: Tensor, ctx: AttentionContext, dense: bool) -> Positioned:
+        """The pairing checked at forward time too (a bias or rotary the variant cannot apply is an error, never
+        dropped), the mask folded (``dense``) from the unrotated q, k, then q and k rotated."""
+        if ctx.bias is not None and ctx.bias.kind not in self.accepts_bias:
+            raise ConfigError(f"attn={self.config_name()} got a {ctx.bias.kind} logit bias it cannot apply; "
+                              "pair it with a scheme its refusal() allows")
+        if ctx.rotary is not None and ctx.rotary.widens and self.wide_rotary_refusal:
+            raise ConfigError(f"attn={self.config_name()} got queries and keys widened by the positional scheme: "
+                              f"{self.wide_rotary_refusal}; pair it with a scheme its refusal() allows")
+        mask = additive_mask(ctx, q, k) if dense else None
+        itself = ctx.rotary is not None and self.rotates_itself()
+        if ctx.rotary is not None and not itself:
+            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
+        return Positioned(q, k, ctx, mask, ctx.rotary if itself else None)
 
     def before_training_step(self, step: int) -> None:
         """Called on the host before each training step's forward passes, with the optimizer steps taken so far
@@ -77,13 +126,17 @@ class AttentionVariant(nn.Module):
         """The weights w (B, H, Tq, Tk) this variant applies to v: ``forward(q, k, v, ctx) = w @ v`` in eval
         mode, formed explicitly (T×T) for attention diagnostics on short samples (harness/model/diagnostics.py).
         A query that sees no key has a zero row. q, k: (B, H, T, D)."""
-        raise NotImplementedError(f"attn={self.config_name()} does not implement implied_weights(q, k, ctx), so its "
-                                  "attention cannot be drawn; implement it, or set diagnostics=false")
+        return self.weights(self.positioned(q, k, ctx, dense=True))
+
+    def weights(self, p: Positioned) -> Tensor:
+        """``implied_weights`` from the positioned q, k (``p.mask`` folded whatever ``dense_mask`` says)."""
+        raise NotImplementedError(f"attn={self.config_name()} does not implement weights(p) (implied_weights), so "
+                                  "its attention cannot be drawn; implement it, or set diagnostics=false")
 
     @classmethod
     def implies_weights(cls) -> bool:
-        """Whether the variant says which weights it applies (``implied_weights``): diagnostics=true needs it."""
-        return cls.implied_weights is not AttentionVariant.implied_weights
+        """Whether the variant says which weights it applies (``weights``): diagnostics=true needs it."""
+        return cls.weights is not AttentionVariant.weights
 
     @classmethod
     def refusal(cls, scheme: type[PositionalScheme] | PositionalScheme) -> str | None:
@@ -99,29 +152,6 @@ class AttentionVariant(nn.Module):
             return (f"attn={cls.config_name()} cannot apply queries and keys widened by pos={scheme.config_name()}: "
                     f"{cls.wide_rotary_refusal}; choose another attn or pos")
         return None
-
-    def require_accepted(self, bias: LogitBias | None) -> None:
-        """At forward time too: a bias this variant cannot compute is an error, never dropped."""
-        if bias is not None and bias.kind not in self.accepts_bias:
-            raise ConfigError(
-                f"attn={self.config_name()} got a {bias.kind} logit bias it cannot apply; "
-                "pair it with a scheme its refusal() allows"
-            )
-
-    def require_relative(self, bias: LogitBias | None) -> RelativeBias | None:
-        """``require_accepted`` for a variant that accepts relative biases only: the bias as the per-offset table
-        it reads (``table``, ``t_k``, ``far``), or None."""
-        self.require_accepted(bias)
-        if bias is not None and not isinstance(bias, RelativeBias):
-            raise ConfigError(f"attn={self.config_name()} got a {bias.kind} logit bias that is no per-offset table; "
-                              "pair it with a scheme its refusal() allows")
-        return bias
-
-    def require_rotary(self, rotary: Rotary | None) -> None:
-        """At forward time too: a widening rotary this variant cannot apply is an error, never run."""
-        if rotary is not None and rotary.widens and self.wide_rotary_refusal:
-            raise ConfigError(f"attn={self.config_name()} got queries and keys widened by the positional scheme: "
-                              f"{self.wide_rotary_refusal}; pair it with a scheme its refusal() allows")
 
     @classmethod
     def config_name(cls) -> str:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import AttentionContext, AttentionVariant
+from attention.base import AttentionVariant, Positioned
 from harness.errors import ConfigError
 from positional.base import FarField, Shape
 
@@ -472,55 +472,54 @@ class KernelizedAttention(AttentionVariant):
         """(B, H, T, D) -> (B, H, T, M), non-negative."""
         raise NotImplementedError
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        bias = self.require_relative(ctx.bias)
+    def rotates_itself(self) -> bool:
+        return self.rope_mode == "numerator"  # RoFormer Eq. 19: the rotation acts on φ's features (``features``)
+
+    def attend(self, p: Positioned, v: Tensor) -> Tensor:
+        bias = p.relative(self.config_name())
         if torch.compiler.is_compiling():  # model.compile=true: the feature map's gradients of the strided q/k
             # views of the fused projection otherwise reach its backward in a layout AOT autograd traced
             # differently ("view size is not compatible" at run time, attn=linear); inductor fuses the copies
-            q, k = q.contiguous(), k.contiguous()
-        f = self.implied_features(q, k, ctx)  # (B, H, T, M) each
+            p = replace(p, q=p.q.contiguous(), k=p.k.contiguous())
+        f = self.features(p)  # (B, H, T, M) each
         coeffs = far = None
         if bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
-            coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, ctx.causal)
+            coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, p.ctx.causal)
             far = bias.far
-        return kernelized_attention(f, v, ctx.causal, coeffs, far=far)  # (B, H, T, D)
+        return kernelized_attention(f, v, p.ctx.causal, coeffs, far=far)  # (B, H, T, D)
 
-    def _rotation_at(self, rotary, width: int):
-        at_width = getattr(rotary, "at_width", None)
-        if at_width is None:
-            raise ConfigError(f"rope_mode=numerator needs a rotation that can act on {width}-wide "
-                              "features (at_width); use rope_mode=pre_feature with this positional scheme")
-        return at_width(width)
-
-    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+    def weights(self, p: Positioned) -> Tensor:
         """w_ij = c_ij φ_num(q_i)ᵀφ_num(k_j) / Σ_j c_ij φ(q_i)ᵀφ(k_j) (Katharopoulos et al. 2020, Eq. 4), with
         c_ij = exp(b_{i−j}) (Luo et al. 2021, Eq. 7) times the causal mask, and φ_num the numerator's features
         (rotated there in rope_mode=numerator, RoFormer Eq. 19, so rows need not sum to 1 nor stay ≥ 0)."""
-        bias = self.require_relative(ctx.bias)
-        f = self.implied_features(q, k, ctx)
-        t_q, t_k = q.shape[-2], k.shape[-2]
+        bias = p.relative(self.config_name())
+        f = self.features(p)
+        t_q, t_k = p.q.shape[-2], p.k.shape[-2]
         if bias is not None:  # causality is already in the coefficients, as in forward
-            c = toeplitz_dense(relative_coefficients(bias.table.to(q.dtype), bias.t_k, ctx.causal), t_q, t_k)
+            c = toeplitz_dense(relative_coefficients(bias.table.to(p.q.dtype), bias.t_k, p.ctx.causal), t_q, t_k)
         else:
-            c = q.new_ones(t_q, t_k)
-            c = c.tril() if ctx.causal else c  # (Tq, Tk), or (H, Tq, Tk) with a bias
+            c = p.q.new_ones(t_q, t_k)
+            c = c.tril() if p.ctx.causal else c  # (Tq, Tk), or (H, Tq, Tk) with a bias
         den = ((f.q @ f.k.transpose(-1, -2)) * c).sum(-1, keepdim=True)  # (B, H, Tq, 1)
         num = (f.q_num @ f.k_num.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
         return num / torch.where(den > 0, den, torch.inf)  # a query that sees no key: a zero row
 
-    def implied_features(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Features:
-        """φ(q), φ(k) as ``forward`` uses them: RoPE before φ or in the numerator, padded keys zeroed."""
-        self.require_rotary(ctx.rotary)
-        if ctx.rotary is not None and self.rope_mode == "pre_feature":
-            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
-        padded = None if ctx.key_padding_mask is None else ~ctx.key_padding_mask[:, None, :, None]  # (B,1,T,1)
+    def features(self, p: Positioned) -> Features:
+        """φ(q), φ(k) as ``attend`` uses them (q, k rotated before φ in rope_mode=pre_feature), padded keys
+        zeroed, and in rope_mode=numerator the numerator's features rotated (RoFormer Eq. 19)."""
+        q, k, padding = p.q, p.k, p.ctx.key_padding_mask
+        padded = None if padding is None else ~padding[:, None, :, None]  # (B, 1, T, 1)
         if padded is not None:  # before φ too: a feature map may pool statistics over keys (FAVOR+ does)
             k = k.masked_fill(padded, 0.0)
         phi_q, phi_k = self.feature_map(q, is_query=True), self.feature_map(k, is_query=False)  # (B, H, T, M)
         if padded is not None:
             phi_k = phi_k.masked_fill(padded, 0.0)
         f = Features(phi_q, phi_k, phi_q, phi_k)
-        if ctx.rotary is not None and self.rope_mode == "numerator":
-            rotation = self._rotation_at(ctx.rotary, phi_q.shape[-1])
+        if p.rotary is not None:
+            at_width = getattr(p.rotary, "at_width", None)
+            if at_width is None:
+                raise ConfigError(f"rope_mode=numerator needs a rotation that can act on {phi_q.shape[-1]}-wide "
+                                  "features (at_width); use rope_mode=pre_feature with this positional scheme")
+            rotation = at_width(phi_q.shape[-1])
             f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
         return f

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import AttentionContext, AttentionVariant, additive_mask, count_keys
+from attention.base import AttentionContext, AttentionVariant, Positioned, count_keys
 from attention.softmax import masked_softmax, softmax_weights
 from harness.errors import IncompatiblePairing
 from harness.ranges import PositiveInt, ranged
@@ -99,24 +99,19 @@ class Local(AttentionVariant):
     def keys_attended(self, t: int, ctx: AttentionContext, device=None) -> Tensor:
         return count_keys(t, ctx, band_limits(self.window, ctx.causal), device)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        bias = self.require_relative(ctx.bias)  # kind "relative" only (accepts_bias)
-        left, right = band_limits(self.window, ctx.causal)
-        if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
+    def attend(self, p: Positioned, v: Tensor) -> Tensor:
+        bias = p.relative(self.config_name())  # kind "relative" only (accepts_bias)
+        left, right = band_limits(self.window, p.ctx.causal)
         table = bias.table if bias is not None else None
-        return banded_attention(q, k, v, left, right, min(self.block, q.shape[-2]), table,
-                                ctx.key_padding_mask)  # (B, H, T, D)
+        return banded_attention(p.q, p.k, v, left, right, min(self.block, p.q.shape[-2]), table,
+                                p.ctx.key_padding_mask)  # (B, H, T, D)
 
-    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+    def weights(self, p: Positioned) -> Tensor:
         """The band's softmax written densely (Longformer §3.1): softmax(q kᵀ/√D + b) over −right ≤ i − j ≤ left,
         exactly 0 outside the band."""
-        self.require_accepted(ctx.bias)
-        left, right = band_limits(self.window, ctx.causal)
-        if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
+        q, k = p.q, p.k
+        left, right = band_limits(self.window, p.ctx.causal)
         offset = torch.arange(q.shape[-2], device=q.device)[:, None] - torch.arange(k.shape[-2], device=q.device)
         outside = (offset > left) | (offset < -right)  # (Tq, Tk)
-        mask = additive_mask(ctx, q, k)  # bias, padding and causal mask; None when there is none
-        mask = (q.new_zeros(1, 1, *outside.shape) if mask is None else mask).masked_fill(outside, float("-inf"))
-        return softmax_weights(q, k, mask, ctx.causal)  # (B, H, Tq, Tk)
+        mask = (q.new_zeros(1, 1, *outside.shape) if p.mask is None else p.mask).masked_fill(outside, float("-inf"))
+        return softmax_weights(q, k, mask, p.ctx.causal)  # (B, H, Tq, Tk)

@@ -54,7 +54,7 @@ def default_nb_features(head_dim: int) -> int:
 
 def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
     """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device. Under a
-    meta-device build (the validation pass) only the shape is made: the draw takes O(M·D²) time."""
+    meta-device build (the checks) only the shape is made: the draw takes O(M·D²) time."""
     if torch.get_default_device().type == "meta":
         return torch.empty(nb_features, head_dim)
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):
@@ -114,15 +114,10 @@ class Performer(KernelizedAttention):
         self.register_buffer("base_seed", torch.randint(1 << 62, ()))  # from the seeded global RNG, where built
         self.redraws: int | None = None  # n of the projection in use, known on the host once a step has set it
         self.register_buffer("projection", torch.empty(m, shape.head_dim))
-        if not self.base_seed.is_meta:
-            self.materialized()
-
-    @torch.no_grad()
-    def materialized(self) -> None:
-        """Draw 0 of the projection, from the seed's value: on the host, so a model constructed on meta
-        (harness/config/deferred.py) draws it here once its seed is real."""
-        seed = redraw_seed(int(self.base_seed), 0)
-        self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
+        if not self.base_seed.is_meta:  # on meta (the checks' construction) there is no seed's value to draw from
+            with torch.no_grad():
+                seed = redraw_seed(int(self.base_seed), 0)
+                self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import AttentionContext, AttentionVariant, additive_mask
+from attention.base import AttentionVariant, Positioned
 from harness.errors import ConfigError
 from harness.ranges import DropoutRate, ranged
 from positional.base import Shape
@@ -250,6 +250,7 @@ class Softmax(AttentionVariant):
     accepts_bias = frozenset({"relative", "positional", "content"})  # any bias: the full logit matrix exists
     wide_rotary_refusal = None  # q̃ kᵀ/√(width of q) at any width; v keeps the head dim
     document_mask_refusal = None  # additive_mask folds document_ids in, for every backend
+    dense_mask = True  # every backend takes the bias, padding and causal mask as one additive mask
 
     @ranged
     def __init__(self, shape: Shape, dropout: DropoutRate = 0.0, backend: str = "sdpa"):
@@ -263,13 +264,10 @@ class Softmax(AttentionVariant):
         self.candidates = ["sdpa", *([] if xformers_problem() else ["xformers"])] if backend == "auto" else [backend]
         self.backend_used: str | None = self.candidates[0] if len(self.candidates) == 1 else None
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        self.require_accepted(ctx.bias)
-        mask = additive_mask(ctx, q, k)  # computed from the unrotated q, k (content biases use them)
-        if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
-        p = self.dropout if self.training else 0.0
-        return BACKENDS[self._choose(q, k, v, mask, ctx.causal)](q, k, v, mask, ctx.causal, p)  # (B, H, T, D)
+    def attend(self, p: Positioned, v: Tensor) -> Tensor:
+        drop = self.dropout if self.training else 0.0
+        backend = BACKENDS[self._choose(p.q, p.k, v, p.mask, p.ctx.causal)]
+        return backend(p.q, p.k, v, p.mask, p.ctx.causal, drop)  # (B, H, T, D)
 
     def _choose(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> str:
         if len(self.candidates) == 1:
@@ -280,10 +278,6 @@ class Softmax(AttentionVariant):
         self.backend_used = _AUTO_CHOICE[key]
         return self.backend_used
 
-    def implied_weights(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+    def weights(self, p: Positioned) -> Tensor:
         """softmax(q kᵀ/√D + b), with the mask and rotation exactly as ``forward`` places them."""
-        self.require_accepted(ctx.bias)
-        mask = additive_mask(ctx, q, k)  # from the unrotated q, k, as in forward
-        if ctx.rotary is not None:
-            q, k = ctx.rotary.rotate_q(q), ctx.rotary.rotate_k(k)
-        return softmax_weights(q, k, mask, ctx.causal)  # (B, H, Tq, Tk)
+        return softmax_weights(p.q, p.k, p.mask, p.ctx.causal)  # (B, H, Tq, Tk)

@@ -2,7 +2,9 @@
 
 import argparse
 import errno
+import traceback
 from collections.abc import Iterator
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -125,3 +127,40 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise ConfigError(f"{message}; see {self.prog} --help")
+
+
+def users_code_failed(exc: BaseException) -> str | None:
+    """Where the error was raised in the user's own code (a ``pos._target_`` class, a task of theirs): its class
+    named and only its frames shown. None when the innermost frame is not the user's (a crash of posbench or a
+    library keeps its whole traceback)."""
+    inner = exc
+    while (inner.__cause__ or inner.__context__) is not None:
+        inner = inner.__cause__ or inner.__context__ or inner
+    frames = traceback.extract_tb(inner.__traceback__)
+    if not frames or not _users_file(frames[-1].filename):
+        return None
+    shown = "".join(traceback.format_list([f for f in frames if _users_file(f.filename)])).rstrip()
+    tb = inner.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    self = tb.tb_frame.f_locals.get("self") if tb is not None else None  # the user's class, if a method raised
+    name = f"{type(self).__module__}.{type(self).__qualname__}.{frames[-1].name}" if self is not None else \
+        frames[-1].name
+    return (f"error: your code raised {type(inner).__name__}: {inner} ({name}, {frames[-1].filename}, line "
+            f"{frames[-1].lineno}); its frames (posbench's and its libraries' left out; HYDRA_FULL_ERROR=1 shows "
+            f"them all):\n{shown}")
+
+
+def _users_file(filename: str) -> bool:
+    """A file that is neither posbench's nor Python's nor an installed library's."""
+    import sysconfig
+
+    from harness.paths import ROOT
+
+    if filename.startswith("<"):
+        return False
+    path = Path(filename).resolve()
+    ours = [ROOT / d for d in ("harness", "positional", "attention", "results", "run.py", "hydra_plugins")]
+    libraries = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    return not any(path.is_relative_to(d) for d in [*ours, *libraries])

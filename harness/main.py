@@ -19,7 +19,8 @@ Without a subcommand the arguments are ``python run.py``'s (overrides, ``-m``, `
 ``--list``), so every older command line keeps working. conf/ is found beside this package (harness/paths.py),
 so an installed copy composes from any working directory.
 
-May import: harness.cli, harness.bench, harness.data, harness.pretrained, results (the commands it dispatches to,
+May import: harness.cli, harness.config, harness.train, harness.sweep, harness.scaleout, harness.record,
+harness.bench, harness.data, harness.pretrained, results (the commands it dispatches to,
 each imported only when named), and the ground.
 """
 
@@ -32,20 +33,59 @@ from collections.abc import Callable
 import hydra
 from omegaconf import DictConfig
 
+from harness import cli
 from harness.allocator import keep_freed_memory
-from harness.cli import CHECK_FLAG, LIST_FLAG, MATRIX_FLAG, Mode, entry, run_job
-from harness.errors import ConfigError
+from harness.config.hydra_errors import one_line
+from harness.config.load import from_job
+from harness.errors import ConfigError, Diverged, StoreDamaged, damaged_store_line, said_write_failure, store_damage
 from harness.paths import CONF
 
 
-def hydra_app(mode: Mode) -> Callable[[], object]:
-    """Hydra's entry over conf/, its jobs run in ``mode`` (train, or check): one per command, no state kept in the
-    process. A launcher's workers (joblib, submitit) get the function pickled by value, mode and all."""
-    @hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
-    def app(cfg: DictConfig) -> float | None:
-        return run_job(cfg, mode)
+def job(cfg: DictConfig) -> float | None:
+    """The body of the training app's job: a single run, or one cell of a sweep (which never raises: its
+    failure is recorded on its run)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    return app
+    from harness.scaleout import rank_zero_print  # lazy from here: training imports take seconds
+
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        spec = from_job(cfg, multirun)
+        if multirun:  # a cell never raises: its failure is on its run
+            from harness.sweep.callback import job_sweep_tags
+            from harness.sweep.cell import train_cell
+
+            return train_cell(spec, job_sweep_tags())
+        from harness.train import format_summary, train
+
+        summary = train(spec)
+    except ConfigError as e:  # here, not in run_app: Hydra would log "Error executing job" first
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    except Diverged as e:  # the run is closed FAILED (failure=diverged); an outcome, not a crash: no traceback
+        print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
+        sys.exit(1)
+    except StoreDamaged as e:  # found when the run closed (harness/record/run.py)
+        print(e, file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:
+        damaged = store_damage(e)  # sqlite's own error, mid-run: its result code, under MLflow's exception
+        if damaged:
+            from harness.record.store import resolve_tracking_uri
+
+            print(damaged_store_line(resolve_tracking_uri(spec.logger.tracking_uri), damaged), file=sys.stderr)
+            sys.exit(1)
+        if not said_write_failure(e, "free space (or raise the limit) and run the same command plus resume=true: "
+                                     "the run is closed FAILED where the store could still be written"):
+            raise
+        sys.exit(1)
+    rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
+    return summary.val_loss
+
+
+# Hydra's entry over conf/, run only to train; a launcher's workers (joblib, submitit) import ``job`` by name
+train_app = hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")(job)
 
 
 def main() -> int:
@@ -66,21 +106,19 @@ def main() -> int:
         print(f"error: {command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
               f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)", file=sys.stderr)
         return 2
-    return entry(sys.argv, hydra_app)  # Hydra's own errors, too, become one line naming the fix
+    return _run(sys.argv[1:])
 
 
-def _hydra(*flags: str) -> Callable[[list[str]], int]:
-    """A subcommand that composes a run: the legacy command line's arguments (``check`` is ``--check``)."""
+def _run(rest: list[str]) -> int:
+    return cli.run_command(rest, train_app)
+
+
+def _flagged(flag: str) -> Callable[[list[str]], int]:
+    """``check`` is ``--check``; ``list`` and ``matrix`` are ``--list`` and ``--matrix`` (``--md``: a markdown
+    table)."""
     def run(rest: list[str]) -> int:
-        return entry([sys.argv[0], *flags, *rest], hydra_app)
-    return run
-
-
-def _listing(flag: str) -> Callable[[list[str]], int]:
-    """``list`` and ``matrix``: ``--md`` for a markdown table, the rest overrides (--config-dir too)."""
-    def run(rest: list[str]) -> int:
-        md = "--md" in rest
-        return _hydra(f"{flag}=md" if md else flag)([a for a in rest if a != "--md"])
+        md = flag != cli.CHECK_FLAG and "--md" in rest
+        return _run([f"{flag}=md" if md else flag, *(a for a in rest if not (md and a == "--md"))])
     return run
 
 
@@ -140,7 +178,8 @@ def _hf_eval(rest: list[str]) -> int:
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "run": _hydra(), "check": _hydra(CHECK_FLAG), "list": _listing(LIST_FLAG), "matrix": _listing(MATRIX_FLAG),
+    "run": _run, "check": _flagged(cli.CHECK_FLAG), "list": _flagged(cli.LIST_FLAG),
+    "matrix": _flagged(cli.MATRIX_FLAG),
     "report": _results("report"), "paper": _results("paper"), "tune": _results("tune"), "index": _results("index"),
     "bench": _bench, "prepare": _prepare, "hf-rope": _hf_rope, "hf-eval": _hf_eval,
 }

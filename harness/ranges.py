@@ -1,12 +1,12 @@
 """Ranges and types declared where a parameter is: ``init_std: NonNegative = 0.02``, ``mlp_width: PositiveInt = 32``.
 
-A constructor's signature is the schema of its config node (harness/config/schema.py), so a range
-written into its annotation is checked by the validation pass before anything is built, for our
+A constructor's signature is the schema of its config node (harness/config/values.py), so a range
+written into its annotation is checked when the config is loaded, before anything is built, for our
 classes and a user's alike, with the node's full key (``pos.init_std=-1 must be a number ≥ 0``).
 ``@ranged`` on ``__init__`` checks the same annotations when the class is built from Python.
 Checks a range cannot say (an even count, one value above another) stay in the constructor.
 ``check_value`` (a value against its annotation: its type, a Literal's choices, finiteness, the range; the
-validation pass's check of every config value) and ``check_fields`` (a dataclass's every field, for classes built
+loading's check of every config value) and ``check_fields`` (a dataclass's every field, for classes built
 from Python) live here too: one home, one wording, for the rule written on a field.
 
 The ground: imports only harness.errors.
@@ -35,10 +35,12 @@ class Range:
     lt: float | None = None
     le: float | None = None
     verb: str = "be"  # "must be a positive integer", "must lie in [0, 1)"
+    plural: str = ""  # "positive integers": a list's items that break it ("[-5] are not positive integers")
+    said: str = ""  # the whole predicate where "must be …" does not say it ("is more steps than any run takes; …")
 
     @property
     def must(self) -> str:
-        return f"must {self.verb} {self.words}"
+        return self.said or f"must {self.verb} {self.words}"
 
     def holds(self, value: float) -> bool:
         return math.isfinite(value) and ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
@@ -47,13 +49,14 @@ class Range:
 
 Positive = Annotated[float, Range("a positive number", gt=0)]
 NonNegative = Annotated[float, Range("a number ≥ 0", ge=0)]
-PositiveInt = Annotated[int, Range("a positive integer", ge=1)]
+PositiveInt = Annotated[int, Range("a positive integer", ge=1, plural="positive integers")]
+NonNegativeInt = Annotated[int, Range("≥ 0", ge=0, plural="integers ≥ 0")]
 UnitInterval = Annotated[float, Range("a number in [0, 1]", ge=0, le=1)]
 DropoutRate = Annotated[float, Range("in [0, 1)", ge=0, lt=1, verb="lie")]
 SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
 FLOAT32_MAX = 3.4028234663852886e38
 # a value a scheme writes into a float32 parameter (an initial bias, a learned scale): beyond float32, torch
-# stops at the real construction with an overflow, which the meta build of the validation pass does not meet
+# stops at the real construction with an overflow, which the checks' meta build does not meet
 _FLOAT32 = Range("within float32's range, |x| ≤ 3.4e38 (it starts a float32 parameter)", ge=-FLOAT32_MAX,
                  le=FLOAT32_MAX)
 Float32 = Annotated[float, _FLOAT32]
@@ -113,9 +116,17 @@ def ranged(init):
 # ---------------------------------------------------------------- one value against one annotation
 
 def check_value(key: str, value: Any, annotation: Any) -> None:
-    """Raise a one-line ConfigError if ``value`` (a plain YAML value) does not fit ``annotation``."""
+    """Raise a one-line ConfigError if ``value`` (a plain YAML value) does not fit ``annotation``; a list's items
+    that do not are named (``eval.lengths=[128, -5]: [-5] are not positive integers``)."""
     if annotation is inspect.Parameter.empty or annotation is Any:
         return
+    item = _list_item(annotation)
+    if item is not None and isinstance(value, (list, tuple)):
+        wrong = [v for v in value if not fits(v, item) or (isinstance(v, float) and not math.isfinite(v))
+                 or violated(v, item)]
+        if wrong:
+            words = describe_items(item)
+            raise ConfigError(f"{key}={_show(value)}: {wrong} are not {words}; give {words} only")
     if not fits(value, annotation):
         if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
             raise ConfigError(f"{key}={_show(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
@@ -124,8 +135,25 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
         raise ConfigError(f"{key}={_show(value)} must be a finite number")
     bad = violated(value, annotation)  # a range declared in the annotation
     if bad:
-        none = " (or null)" if _allows_none(annotation) and not bad.words.endswith(" or null") else ""
+        none = " (or null)" if _allows_none(annotation) and "null" not in bad.words else ""
         raise ConfigError(f"{key}={_show(value)} {bad.must}{none}")
+
+
+def _list_item(annotation: Any) -> Any:
+    """The item annotation of ``list[X]`` (through ``Annotated`` and ``| None``), else None."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return _list_item(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return next((i for i in (_list_item(a) for a in args) if i is not None), None)
+    return args[0] if origin is list and args else None
+
+
+def describe_items(item: Any) -> str:
+    """Words for many values of ``item``: its range's plural ("positive integers"), else its type's."""
+    ranges = [r for r in typing.get_args(item)[1:] if isinstance(r, Range)] if typing.get_origin(item) is Annotated \
+        else []
+    return next((r.plural for r in ranges if r.plural), describe(item, plural=True))
 
 
 INT64_MAX = 2**63 - 1  # torch (and numpy) hold an integer argument in 64 bits; a larger one overflows in C++
@@ -145,19 +173,28 @@ def check_magnitude(key: str, value: Any, annotation: Any) -> None:
 
 def check_fields(obj: object, prefix: str) -> None:
     """Every field of the dataclass ``obj`` against its annotation (type, choices, finiteness, range), as the
-    validation pass checks its config node: a class built from Python is held to the same rules, in the same
+    config is checked when loaded: a class built from Python is held to the same rules, in the same
     words (``model.dropout=1.5 must lie in [0, 1)``). Its ``__post_init__`` adds only rules across fields."""
-    cls: type = type(obj)  # typed ``type``: mypy does not take a ``type[X]`` for Hashable, as the cache's key must be
-    for name, annotation in _field_hints(cls).items():
-        check_value(f"{prefix}.{name}", getattr(obj, name), annotation)
+    for name, annotation in field_hints(type(obj)).items():
+        check_value(f"{prefix}.{name}" if prefix else name, getattr(obj, name), annotation)
 
 
-@functools.cache
-def _field_hints(cls: type) -> dict[str, Any]:
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def field_hints(cls: type) -> dict[str, Any]:
+    """A dataclass's fields and their annotations, ranges (``Annotated``) kept (read once per class)."""
     import dataclasses
 
-    hints = typing.get_type_hints(cls, include_extras=True)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    if cls not in _HINTS:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        _HINTS[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return _HINTS[cls]
+
+
+def finite_float32(value: float) -> bool:
+    """Whether ``value`` is finite and within float32's range (a value a float32 tensor is made from)."""
+    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
 
 
 def _allows_none(annotation: Any) -> bool:

@@ -1,6 +1,6 @@
-"""One run, as a pipeline: validate → build → open the record → fit → evaluate → close.
+"""One run, as a pipeline: check → build → open the record → fit → evaluate → close.
 
-``validate`` (harness/config/validate.py) refuses a bad config before anything is built or logged;
+``check`` (harness/config/check.py) refuses a bad spec before anything is built or logged;
 ``build`` (harness/config/build.py) makes the model, the data and the Trainer; the run record
 (``TrackedRun``, harness/record/run.py) is opened once and closed in its own ``finally``, FINISHED or
 FAILED with the reason; the resume plan (harness/record/resume.py) holds the config's lock meanwhile.
@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from harness import allocator, sealed
-from harness.config.validate import Checked, validate
-from harness.data.corpus import with_documents
+from harness.config.check import Checked, check
+from harness.config.spec import Choices, RunSpec
+from harness.data.corpus import Corpus, with_documents
 from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
 from harness.record.store import dashboard_command, dashboard_url
@@ -47,44 +47,48 @@ class Summary:
     order_signal: str = "scheme"  # where word order can come from (order_signal()); "none": it cannot
 
 
-def train(cfg: DictConfig, choices: dict[str, str], run: TrackedRun | None = None, constructions=None) -> Summary:
-    """``choices``: the config-group option names (pos, attn, task, data), for names and tags.
-    ``run``: the record to write (a sweep cell passes one carrying its sweep tags); default a new one.
-    ``constructions``: a sweep's, holding the model its preflight constructed for this cell (config/deferred.py)."""
+def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
+    """``run``: the record to write (a sweep cell passes one carrying its sweep tags); default a new one."""
     started = time.perf_counter()
-    checked = validate(cfg, choices, constructions=constructions)
-    run = run or TrackedRun(checked.uri, checked.logger.experiment, run_name(choices, checked.seed))
-    plan = plan_resume(cfg, checked.uri, checked.run.resume_mode)  # a bad resume= is refused here
+    checked = check(spec)
+    run = run or TrackedRun(checked.uri, spec.logger.experiment, run_name(spec.choices, spec.seed))
+    plan = plan_resume(spec.values, checked.uri, spec.run.resume_mode)  # a bad resume= is refused here
     corpus = _corpus(checked)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build
     from harness.model.module import Throughput
     from harness.record.logger import RunLogger, StepClock
-    clock, throughput = StepClock(), Throughput(every=checked.trainer.log_every_n_steps)
+    clock, throughput = StepClock(), Throughput(every=spec.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
     built = build(checked, corpus, plan.step, logger, [clock, throughput, *_callbacks(checked, plan, logger)])
-    params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), "corpus.name": corpus.name,
-              "corpus.bytes": str(corpus.size), "model.n_params": str(checked.n_params), **built.geometry.params()}
+    params = {**flatten(spec.values), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
+              "model.n_params": str(checked.n_params), **built.geometry.params()}
     signal = order_signal(built.model.pos, checked.task.causal)
-    tags = {**cell_tags(cfg, choices), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
+    tags = {**cell_tags(spec), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
     if checked.phases:
         from harness.model.phases import describe
 
-        tags["phases"] = describe(list(checked.phases), choices["pos"])
+        tags["phases"] = describe(list(checked.phases), spec.choices.pos)
     with terminating(), plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
-        run.log_files({"config.yaml": OmegaConf.to_yaml(cfg, resolve=True)})
+        run.log_files({"config.yaml": _yaml(spec.values)})
         final = fit(built, plan.ckpt)
         run.set_tags(backend_tags(built.model))
         logger.flush()
         evaluate(built, checked, corpus, run, final["step"])
-    return Summary(run.run_id or "", run.name, checked.uri, checked.logger.experiment, final["val/loss"],
+    return Summary(run.run_id or "", run.name, checked.uri, spec.logger.experiment, final["val/loss"],
                    final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
-                   time.perf_counter() - started, final["val/order_gain"], checked.report.min_order_gain,
+                   time.perf_counter() - started, final["val/order_gain"], spec.report.min_order_gain,
                    final.get("val/acc"), run.experiment_id if run.owner else "", signal)
 
 
-def _corpus(checked):
+def _yaml(values: dict) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(values)
+
+
+def _corpus(checked: Checked) -> Corpus:
     """The run's corpus, with document ids where positions restart or attention stops at documents, and the
     tokenizer fitted to it (a subword vocabulary: trained on the training split, or loaded from its cache)."""
     corpus = checked.source.load()
@@ -94,13 +98,14 @@ def _corpus(checked):
     return corpus
 
 
-def _callbacks(checked, plan, logger) -> list:
+def _callbacks(checked: Checked, plan, logger) -> list:
     """Progress (a bar in a terminal, else lines), checkpoints for resuming, and positional phases."""
     from harness.model.progress import progress_callbacks
     from harness.record.callbacks import resume_callbacks
 
-    callbacks = [*progress_callbacks(checked.progress.mode, checked.progress.every_n_steps,
-                                     checked.trainer.enable_progress_bar),
+    spec = checked.spec
+    callbacks = [*progress_callbacks(spec.progress.mode, spec.progress.every_n_steps,
+                                     spec.trainer.enable_progress_bar),
                  *resume_callbacks(plan.dir, plan.every, logger.flush)]
     if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
         from harness.model.phases import PositionPhases
@@ -129,35 +134,37 @@ def fit(built, ckpt) -> dict:
 def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> None:
     """What the final model is scored on beyond the validation split, and the scheme's own files.
     Rank 0 only scores: the other ranks need not."""
+    from harness.data.tasks.base import ScoredTask
     from harness.model import evaluate as ev  # lazy: as in train()
 
-    task, lengths = checked.task, checked.eval.lengths
-    if built.owner and task.scores_sequences:
-        results = ev.evaluate_task(built.module, task, corpus, checked.data.batch_size)
-        run.log_scalars(ev.task_metrics(results), step)
-        print(ev.accuracy_table(results))
-        run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
-        run.log_files(task.artifacts(results))  # the task's own files (harness/data/tasks/base.py)
-        parts, tables = ev.evaluate_parts(built.module, task, corpus, checked.data.batch_size)  # task=mixture
+    spec = checked.spec
+    task, lengths = checked.task, spec.eval.lengths
+    if built.owner and isinstance(task, ScoredTask) and task.scores_sequences:
+        scored = ev.evaluate_task(built.module, task, corpus, spec.data.batch_size)
+        run.log_scalars(ev.task_metrics(scored), step)
+        print(ev.accuracy_table(scored))
+        run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in scored.skipped.items()})
+        run.log_files(task.artifacts(scored))  # the task's own files (harness/data/tasks/base.py)
+        parts, tables = ev.evaluate_parts(built.module, task, corpus, spec.data.batch_size)  # task=mixture
         run.log_scalars(parts, step)
         if tables:
             print(tables)
     elif built.owner and lengths:
         from harness.model.extrapolation import evaluate_extrapolation  # lazy: matplotlib
 
-        results = evaluate_extrapolation(built.module, corpus, checked.tokenizer, task, checked.data, checked.eval,
-                                         checked.seed)
-        run.log_scalars(results.metrics(built.module.bytes_per_token), step)
-        run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in results.skipped.items()})
-        run.log_files(results.files(checked.eval.position_buckets))
+        by_length = evaluate_extrapolation(built.module, corpus, checked.tokenizer, task, spec.data, spec.eval,
+                                           spec.seed)
+        run.log_scalars(by_length.metrics(built.module.bytes_per_token), step)
+        run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in by_length.skipped.items()})
+        run.log_files(by_length.files(spec.eval.position_buckets))
     run.log_files(sealed.sealed_files(built.model.pos.artifacts()))  # theta.csv, read back by results/theta.py
     run.log_files(rope_parameters_file(built.model))
-    if checked.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
+    if spec.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
         from harness.pretrained.export import hf_files
 
         run.log_files(hf_files(built.model, checked.tokenizer.vocab_size, built.model.pos.shape.max_len,
                                task.causal, checked.tokenizer.config_name()), "hf_model")
-    if checked.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
+    if spec.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 
         plain = (pair["plain"] for pair in built.val_loader)  # validation batches are (plain, shuffled) pairs
@@ -188,16 +195,17 @@ def order_signal(scheme, causal: bool) -> str:
     return "scheme" if scheme.hooks() else ("causal mask" if causal else "none")
 
 
-def run_name(choices: dict[str, str], seed) -> str:
-    name = f"pos={choices['pos']} attn={choices['attn']} seed={seed}"
-    return name if choices["task"] == "mlm" else f"{name} task={choices['task']}"
+def run_name(choices: Choices, seed: int) -> str:
+    name = f"pos={choices.pos} attn={choices.attn} seed={seed}"
+    return name if choices.task == "mlm" else f"{name} task={choices.task}"
 
 
-def cell_tags(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
+def cell_tags(spec: RunSpec) -> dict[str, str]:
     """The grid coordinates every run carries, known before anything is built."""
-    return {"pos": choices["pos"], "attn": choices["attn"], "task": choices["task"], "data": choices["data"],
-            "seed": str(cfg.seed), "git_sha": git_sha(), "python": platform.python_version(),
-            "torch": torch.__version__, "malloc": allocator.setting()}
+    c = spec.choices
+    return {"pos": c.pos, "attn": c.attn, "task": c.task, "data": c.data, "seed": str(spec.seed),
+            "git_sha": git_sha(), "python": platform.python_version(), "torch": torch.__version__,
+            "malloc": allocator.setting()}
 
 
 def format_summary(s: Summary) -> str:

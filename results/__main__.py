@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.config.schema import ReportSettings, plain_fields
+from harness.config.spec import ReportSettings
 from harness.errors import ConfigError, OneLineParser, said_write_failure
 from harness.paths import CONF, project_root
+from harness.ranges import field_hints
 from harness.record.preflight import number
 
 
@@ -27,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--experiment", default="posbench", help="MLflow experiment name (default: posbench)")
     report.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
     report.add_argument("--out", required=True, help="output directory, e.g. results/posbench/")
-    declared = plain_fields(ReportSettings)  # run.py's report.* ranges: one declaration for both
+    declared = field_hints(ReportSettings)  # run.py's report.* ranges: one declaration for both
     report.add_argument("--target", type=number(declared["target_loss"]), default=None,
                         help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss")
     report.add_argument("--tracking-uri", default=None,
@@ -127,7 +128,7 @@ def paper_command(args) -> int:
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:
         raise ConfigError(f"--preset {args.preset!r} is not a preset; use one of {', '.join(presets)}")
-    from harness.config.compose import preset_scales
+    from harness.config.load import preset_scales
 
     scales = preset_scales(args.preset)
     for scale in args.scale.split(","):

@@ -536,7 +536,7 @@ def main(args) -> int:
     """Called by ``python -m results paper``."""
     from omegaconf import OmegaConf
 
-    from harness.config.compose import compose
+    from harness.config.load import compose
     from results.store import find_sweep, open_store
 
     cfg = compose([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"])  # a scale axis: its first

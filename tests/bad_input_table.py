@@ -270,7 +270,7 @@ RUN_CASES = [
      "hydra.sweeper.n_trials='abc' must be a positive integer"),
     ("tune-jobs-zero", ["-m", "experiment=tune_lr", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be a"),
     ("tune-interval-negative", ["-m", "experiment=tune_lr", "optim.optimizer.lr=interval(-1,-0.5)"],
-     "must be positive, e.g. optim.optimizer.lr=1e-3 (the sweep trained nothing, in 8 cells)"),
+     "must be positive, e.g. optim.optimizer.lr=1e-3 (the sweep trained nothing, in 4 cells)"),
     # ---- Hydra structure: a group removed, a class that is not one, an output dir that is none
     ("group-removed", ["~pos"], "the config has no pos (a run needs every group"),
     ("task-removed", ["~task"], "the config has no task (a run needs every group"),  # a ${task} defaults entry

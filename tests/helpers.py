@@ -31,7 +31,7 @@ TINY = [
 
 def compose(overrides: list[str] = ()):
     """The composed config, hydra node included (tests read hydra.runtime.choices)."""
-    from harness.config.compose import compose as harness_compose
+    from harness.config.load import compose as harness_compose
 
     return harness_compose(overrides, hydra=True)
 
@@ -40,36 +40,50 @@ def choices_of(cfg) -> dict[str, str]:
     return {g: cfg.hydra.runtime.choices[g] for g in ("pos", "attn", "task", "data")}
 
 
+def spec(*overrides: str):
+    """The RunSpec of TINY plus ``overrides`` (harness.config.load), as a run starts."""
+    from harness.config.load import load
+
+    return load([*TINY, *overrides])
+
+
 def validated(*overrides: str, gpu=None):
-    """The validation pass (harness.config.validate) over TINY plus ``overrides``, as a run starts (``gpu``: checked
-    for a named GPU, as ``--check --gpu-memory``): its Checked."""
-    from omegaconf import open_dict
+    """``check(load(TINY + overrides))`` (``gpu``: checked for a named GPU, as ``--check --gpu-memory``): its
+    Checked."""
+    from harness.config.check import check
 
-    from harness.config.validate import validate
-
-    cfg = compose([*TINY, *overrides])
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return validate(cfg, choices, gpu)
+    return check(spec(*overrides), gpu)
 
 
 def tiny_trainer(uri: str):
     """train(*overrides) -> (Summary, MlflowClient): TINY plus ``overrides``, recorded in the store at ``uri``."""
     from mlflow.tracking import MlflowClient
-    from omegaconf import open_dict
 
-    from harness.config.layers import named_by_pattern
     from harness.train import train
 
     def run(*overrides: str):
-        cfg = compose([*TINY, *overrides])
-        choices = named_by_pattern(cfg, choices_of(cfg))  # as run.py names a cell: pos.layers=[rope,none] is rope+none
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return train(cfg, choices), MlflowClient(tracking_uri=uri)
+        return train(spec(*overrides)), MlflowClient(tracking_uri=uri)
 
     return run
+
+
+def connections(monkeypatch) -> list:
+    """Every address this process tries to connect to from now on (the test's monkeypatch undoes it): a check that
+    gives up at once tries one, however busy the machine."""
+    import socket
+
+    tried: list = []
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def counted(real):
+        def attempt(self, address):
+            tried.append(address)
+            return real(self, address)
+        return attempt
+
+    monkeypatch.setattr(socket.socket, "connect", counted(connect))
+    monkeypatch.setattr(socket.socket, "connect_ex", counted(connect_ex))
+    return tried
 
 
 @dataclass

@@ -39,10 +39,10 @@ elif phase == "report":
 
     original_finish = MlflowSweep._finish
 
-    def finish(self, config):
+    def finish(self, *args):
         send()
         time.sleep(0.5)
-        return original_finish(self, config)
+        return original_finish(self, *args)
 
     MlflowSweep._finish = finish
 else:

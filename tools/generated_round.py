@@ -116,7 +116,7 @@ def config_tries() -> list[tuple[str, list[str]]]:
     """Every leaf key of each group's every option, each hostile value, under ``check``."""
     from omegaconf import OmegaConf
 
-    from harness.config.compose import compose
+    from harness.config.load import compose
     from harness.paths import CONF
 
     seen, tries = set(), []

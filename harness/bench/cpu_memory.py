@@ -87,7 +87,7 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
     name, overrides, vocab, causal = SHAPES[index]
     overrides_ = [*BASE, *overrides, f"trainer.precision={precision}"]
     cfg = compose_cell(overrides_)
-    batch, t = int(cfg.data.batch_size), int(cfg.data.seq_len)
+    batch, t = int(cfg.data.batch_size), cfg.data.seq_len
     torch.manual_seed(0)
     ids = torch.randint(vocab, (batch, t))
     labels = ids.roll(-1, dims=1) if causal else torch.where(torch.rand(batch, t) < 0.15, ids, -100)
@@ -96,7 +96,7 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
     started = time.perf_counter()
     model = composed_model(cfg, vocab, causal, "cpu").train()
     optimizer = optimizer_for(cfg, model)
-    chunk = cfg.model.get("loss_chunk")
+    chunk = cfg.model.loss_chunk
     for _ in range(steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
             loss = _loss(model, ids, labels, chunk)
@@ -138,7 +138,7 @@ def render(rows: list[Row], command: str, seconds: float) -> str:
     lines = [
         "# CPU memory: `--check --gpu-memory`'s estimate vs the measured peak",
         "",
-        f"Command: `{command}` ({seconds:.0f} s on this machine). Estimate: `harness.config.resources.gpu_estimate` "
+        f"Command: `{command}` ({seconds:.0f} s on this machine). Estimate: `harness.config.estimates.gpu_estimate` "
         "as `--check` calls it. Measured: the resident set's high-water mark of a fresh process (VmHWM) less its "
         "resident set before the model was built; two optimizer steps of the module's loss on random ids "
         "(harness/bench/cpu_memory.py). *Tensors*: glibc returns every freed block above 128 KiB at once, so the "

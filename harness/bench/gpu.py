@@ -3,7 +3,7 @@
 Written for a GPU lent for minutes (issue 48): every section has a share of ``--deadline-s`` and is skipped,
 said so in the report, once the time is spent. In order of value:
 
-1. **memory** — ``--check --gpu-memory``'s figure (``harness.config.resources.gpu_estimate``, called with what
+1. **memory** — ``--check --gpu-memory``'s figure (``harness.config.estimates.gpu_estimate``, called with what
    ``validate`` passes it) beside ``torch.cuda.max_memory_allocated`` over 20 training steps (bf16-mixed
    autocast, the preset's AdamW, the harness's loss: fp32 cross-entropy of every position's logits) for the
    paper cells of eleuther_rotary (GPT-3 Small, T = 2048, GPT-2's 50,257-token vocabulary) and roformer_mlm

@@ -76,7 +76,7 @@ def estimate(cell: MemoryCell, batch: int):
 def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryRow:
     """The estimate ``--check --gpu-memory`` prints for this cell, and the measured peak of ``steps`` steps."""
     cfg, est, n_params = estimate(cell, batch)
-    t = int(cfg.data.seq_len)
+    t = cfg.data.seq_len
     row = MemoryRow(cell.preset, cell.pos, batch, t, cell.vocab, n_params, est.total / 2**30,
                     est.states / 2**30, est.activations / 2**30, est.logits / 2**30)
     release(device)
@@ -110,7 +110,7 @@ def _train(cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -
             _sync(device)
             started = time.perf_counter()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            loss = _loss(model, ids, labels, cfg.model.get("loss_chunk"))
+            loss = _loss(model, ids, labels, cfg.model.loss_chunk)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

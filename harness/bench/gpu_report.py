@@ -36,7 +36,7 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return ["## Memory: not measured in this run", ""]
     out = ["## Memory: `--check --gpu-memory`'s estimate vs the measured peak", "",
-           "Estimate: `harness.config.resources.gpu_estimate`, called with what `--check --gpu-memory` passes it "
+           "Estimate: `harness.config.estimates.gpu_estimate`, called with what `--check --gpu-memory` passes it "
            "(the model laid out on the meta device; a test holds the two equal). Measured: "
            "`torch.cuda.max_memory_allocated()` over 20 optimizer steps (bf16-mixed autocast, the preset's AdamW, "
            "fp32 cross-entropy over every position's logits), minus what was allocated before the model. "

@@ -11,14 +11,18 @@ from typing import TYPE_CHECKING
 from harness.paths import ROOT, project_root  # noqa: F401 — re-exported for the room
 
 if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
+    from harness.config.estimates import GpuEstimate
+    from harness.config.spec import RunSpec
     from harness.model.transformer import Transformer
 
 
-def compose_cell(overrides: list[str]):
-    """The config ``python run.py <overrides>`` would see."""
-    from harness.config.compose import compose
+def compose_cell(overrides: list[str]) -> RunSpec:
+    """The run ``python run.py <overrides>`` describes (harness/config/load.py)."""
+    from harness.config.load import load
 
-    return compose(overrides)
+    return load(overrides, multirun=True)  # a cell of a preset may leave its sweep axes (seed) to the caller
 
 
 def pattern_unit(name: str) -> tuple[str, ...]:
@@ -41,44 +45,38 @@ def option_overrides(group: str, name: str) -> list[str]:
 
 def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> Transformer:
     """posbench's model for one composed config, built as harness.train builds it."""
-    from harness.config.instantiate import instantiate, instantiate_option
     from harness.model.transformer import Transformer
 
-    cfg = compose_cell(overrides)
-    return Transformer(instantiate(cfg.model), vocab_size, seq_len, causal,
-                       pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
+    spec = compose_cell(overrides)
+    return Transformer(spec.model, vocab_size, seq_len, causal, pos=spec.pos.factory(), attn=spec.attn.factory())
 
 
-def composed_model(cfg, vocab_size: int, causal: bool, device: str = "meta") -> Transformer:
-    """posbench's model for a composed config at its ``data.seq_len``, as harness.train builds it, on ``device``
-    (``meta``: laid out, no memory)."""
+def composed_model(spec: RunSpec, vocab_size: int, causal: bool, device: str = "meta") -> Transformer:
+    """posbench's model for a spec at its ``data.seq_len``, as harness.train builds it, on ``device`` (``meta``:
+    laid out, no memory)."""
     import torch
 
-    from harness.config.instantiate import instantiate, instantiate_option
     from harness.model.transformer import Transformer
 
     with torch.device(device):
-        return Transformer(instantiate(cfg.model), vocab_size, int(cfg.data.seq_len), causal,
-                           pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
+        return Transformer(spec.model, vocab_size, spec.data.seq_len, causal, pos=spec.pos.factory(),
+                           attn=spec.attn.factory())
 
 
-def step_estimate(cfg, model, vocab_size: int, batch: int):
+def step_estimate(spec: RunSpec, model: Transformer, vocab_size: int, batch: int) -> GpuEstimate:
     """A training step's GPU memory as ``--check --gpu-memory`` estimates it for a softmax cell
-    (harness/config/validate.py: the built model's parameters and its scheme's terms)."""
-    from harness.config.instantiate import instantiate
-    from harness.config.resources import SchemeTerms, gpu_estimate
+    (harness/config/resources.py: the built model's parameters and its scheme's terms)."""
+    from harness.config.estimates import SchemeTerms, gpu_estimate
 
-    return gpu_estimate("a training step", f"data.batch_size={batch}", model.num_params(), instantiate(cfg.model),
-                        vocab_size, batch, int(cfg.data.seq_len), str(cfg.trainer.precision), SchemeTerms.of(model.pos))
+    return gpu_estimate("a training step", f"data.batch_size={batch}", model.num_params(), spec.model, vocab_size,
+                        batch, spec.data.seq_len, str(spec.trainer.precision), SchemeTerms.of(model.pos))
 
 
-def optimizer_for(cfg, model):
-    """The config's optimizer over ``model`` as harness.model.module makes it: no decay on biases and norms."""
-    from harness.config.instantiate import instantiate
-
+def optimizer_for(spec: RunSpec, model: Transformer) -> Optimizer:
+    """The spec's optimizer over ``model`` as harness.model.module makes it: no decay on biases and norms."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return instantiate(cfg.optim.optimizer)([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+    return spec.optimizer.build([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
 
 
 def xformers_refusal() -> str | None:
@@ -142,8 +140,8 @@ def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size:
 
 def max_workers() -> tuple[int, int]:
     """(the most data loader workers a run may ask for here, how many per core): ``data.num_workers``'s bound."""
-    from harness.config.schema import WORKERS_PER_CORE
-    from harness.config.schema import max_workers as bound
+    from harness.config.spec import WORKERS_PER_CORE
+    from harness.config.spec import max_workers as bound
 
     return bound(), WORKERS_PER_CORE
 

@@ -1,11 +1,14 @@
-"""Room: building. From overrides to a checked config and the objects it describes.
+"""Room: the edge. From a command line's overrides to a checked run and the objects it trains with:
+``load`` → ``RunSpec`` → ``check`` → ``build``.
 
-Owns: composing the Hydra config outside run.py (``compose``), the typed schema of every node (``schema``),
-the one validation pass that runs before anything is built or logged (``validate``), building the model, data
-and trainer from a checked config (``build``), the pos × attn compatibility matrix (``compat``), the per-layer
-patterns pos.layers / attn.layers (``layers``), and a cell's tuned values from a best.json (``tuned``,
-``optim.tuned``). Also the config resolvers (``${precision_for:...}``), registered when this package is
-imported, before any config is resolved.
+Owns: reading Hydra's config, the one place that does (``load``: compose, a sweep's cells, the job's spec), the
+typed run (``spec``: settings dataclasses, components, ``RunSpec``), the values rules that type a resolved config
+into it (``values``), the checks (``check``: in order, with the pairing rules in ``pairings`` and the resource
+rules in ``resources``, the memory rehearsal on meta in ``rehearsal``, the GPU estimate by formula in
+``estimates``, the budget in ``budget``), the one construction (``build``), the option catalogue and where a key
+lives (``catalog``, ``--list``), the pos × attn matrix (``compat``, ``--matrix``), Hydra's exceptions as one line
+(``hydra_errors``) and a cell's tuned values from a best.json (``tuned``, ``optim.tuned``). Also the config
+resolvers (``${precision_for:...}``), registered when this package is imported, before any config is resolved.
 
 May import: harness.data, harness.model, harness.record (its store checks), harness.scaleout, harness.pretrained
 (whether a model has transformers' form), positional, attention, and the ground.

@@ -1,17 +1,24 @@
-"""Objects from a checked config: the model, the data loaders, the LightningModule, the Trainer.
+"""Objects from a checked spec: the model, the data loaders, the LightningModule, the Trainer.
 
-Everything here runs after ``harness.config.validate``: a ConfigError raised now is a value no
-schema could judge without building (a learned table asked for a longer sequence, a corpus that is
-not UTF-8), and keeps its one-line message through Hydra's instantiate.
+The model is constructed here once, directly, right after the seed: its initial weights are the ones every
+committed result was trained from. ``check`` built it on meta for the checks; nothing of that construction is
+reused. A ConfigError raised now is a value no check could judge without real data (a corpus that is not UTF-8).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger
+from torch.utils.data import DataLoader
 
-from harness.config.instantiate import instantiate
+from harness.config.check import Checked
+from harness.config.resources import model_of
+from harness.config.spec import TrainerSettings
+from harness.data.corpus import Corpus
 from harness.data.loaders import make_loaders
 from harness.data.tokenizer import bytes_per_token
 from harness.model.module import LanguageModel
@@ -26,8 +33,8 @@ class Built:
     model: Transformer
     module: LanguageModel
     trainer: L.Trainer
-    train_loader: object  # torch DataLoader
-    val_loader: object
+    train_loader: DataLoader
+    val_loader: DataLoader
     geometry: BatchGeometry
 
     @property
@@ -35,21 +42,32 @@ class Built:
         return self.trainer.is_global_zero
 
 
-def build(checked, corpus, first_step: int, logger, callbacks: list) -> Built:
+def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, callbacks: Sequence[Callback]) -> Built:
     """Seed, then model → Trainer (its world size sizes the data, its rank decides who logs) → loaders."""
-    cfg, data, task = checked.cfg, checked.data, checked.task
-    L.seed_everything(checked.seed, verbose=False)
-    model = checked.deferred.materialize()  # the validation's construction, made real (harness/config/deferred.py)
-    if checked.model.compile:
+    spec, task = checked.spec, checked.task
+    data = spec.data
+    L.seed_everything(spec.seed, verbose=False)
+    model = model_of(spec, checked.tokenizer.vocab_size, task)
+    if spec.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
-    trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
-    geometry = BatchGeometry.of(trainer, data.batch_size, cfg.optim.optimizer.lr)
+    trainer = trainer_of(spec.trainer, logger, callbacks)
+    geometry = BatchGeometry.of(trainer, data.batch_size, spec.lr)
     train_dl, val_dl = make_loaders(corpus, task, data.seq_len, data.batch_size,
-                                    n_train=geometry.train_examples(checked.trainer.max_steps), seed=checked.seed,
+                                    n_train=geometry.train_examples(spec.trainer.max_steps), seed=spec.seed,
                                     eval_batches=data.eval_batches, world_size=geometry.world_size,
                                     rank=trainer.global_rank, start=first_step * geometry.effective_batch,
                                     num_workers=data.num_workers)
     per_token = None if task.scores_sequences else bytes_per_token(corpus, checked.tokenizer)  # → bits/byte
-    module = LanguageModel(model, checked.optimizer, checked.schedule,
+    module = LanguageModel(model, spec.optimizer.factory(), spec.schedule.build(),
                            bytes_per_token=per_token, scores_sequences=task.scores_sequences)
     return Built(model, module, trainer, train_dl, val_dl, geometry)
+
+
+def trainer_of(t: TrainerSettings, logger: Logger, callbacks: Sequence[Callback]) -> L.Trainer:
+    return L.Trainer(accelerator=t.accelerator, devices=t.devices, max_steps=t.max_steps,
+                     val_check_interval=t.val_check_interval, check_val_every_n_epoch=t.check_val_every_n_epoch,
+                     log_every_n_steps=t.log_every_n_steps, gradient_clip_val=t.gradient_clip_val,
+                     accumulate_grad_batches=t.accumulate_grad_batches, precision=t.precision,
+                     num_sanity_val_steps=t.num_sanity_val_steps, enable_checkpointing=t.enable_checkpointing,
+                     enable_model_summary=t.enable_model_summary, enable_progress_bar=t.enable_progress_bar,
+                     strategy=t.strategy, num_nodes=t.num_nodes, logger=logger, callbacks=list(callbacks), **t.extra)

@@ -13,7 +13,7 @@ Nothing here is a list of options: every name comes from a file or a class.
 from __future__ import annotations
 
 import inspect
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +32,18 @@ CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 class Option:
     group: str
     name: str
-    target: str  # the dotted path of the class its YAML names
+    target: str  # the dotted path of the class its YAML names ("" for an option without one)
     path: Path
 
     def load(self) -> type:
         return locate(f"{self.group}._target_", self.target)
+
+    def node(self) -> dict:
+        """The option's YAML, as written (its own keys; ``defaults`` not merged)."""
+        import yaml
+
+        node = yaml.safe_load(self.path.read_text()) or {}
+        return node if isinstance(node, dict) else {}
 
 
 def locate(key: str, target: str) -> type:
@@ -80,25 +87,27 @@ def check_catalogue_args(flag: str, argv: list[str]) -> None:
                           f"drop {arg}")
 
 
-def search_dirs(extra: list[str | Path] = ()) -> list[Path]:
+def search_dirs(extra: Sequence[str | Path] = ()) -> list[Path]:
     """The project's conf/ followed by the user's config directories (first one wins a name)."""
     return [CONF, *(Path(d).expanduser().absolute() for d in extra)]
 
 
-def options(group: str, extra: list[str | Path] = ()) -> dict[str, Option]:
-    """Every option of ``group`` on the search path, by name, in name order."""
+def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = True) -> dict[str, Option]:
+    """Every option of ``group`` on the search path, by name, in name order (``need_target``: only those that name
+    a class, as a pos, attn or task option must)."""
     import yaml
 
     found: dict[str, Option] = {}
     for root in search_dirs(extra):
         for path in sorted((root / group).glob("*.yaml")):
             node = yaml.safe_load(path.read_text()) or {}
-            if path.stem not in found and isinstance(node, dict) and "_target_" in node:
-                found[path.stem] = Option(group, path.stem, str(node["_target_"]), path)
+            target = node.get("_target_") if isinstance(node, dict) else None
+            if path.stem not in found and (target or not need_target):
+                found[path.stem] = Option(group, path.stem, str(target or ""), path)
     return dict(sorted(found.items()))
 
 
-def option_classes(group: str, extra: list[str | Path] = ()) -> dict[str, type]:
+def option_classes(group: str, extra: Sequence[str | Path] = ()) -> dict[str, type]:
     """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
     return {name: option.load() for name, option in options(group, extra).items()}
 
@@ -123,6 +132,70 @@ def user_config_dirs(argv: list[str]) -> list[str]:
     return dirs
 
 
+def option_node(group: str, name: str, key: str, extra: Sequence[str | Path] = ()) -> dict:
+    """conf/<group>/<name>.yaml as a plain node, its same-group ``defaults`` (rope_trainable's ``rope``) merged under
+    it; a sub-group default (rope's ``scaling: none``) sets nothing: the option's own keys hold its values. ``key``:
+    where the name was written, for the refusal of a name that is no option."""
+    found = options(group, extra)
+    if name not in found:
+        raise ConfigError(f"{key} names {name!r}, which is no {group} option; use names of conf/{group}/: "
+                          f"{', '.join(found)}")
+    node = found[name].node()
+    merged: dict = {}
+    for parent in node.pop("defaults", None) or []:
+        if isinstance(parent, str) and parent != "_self_":
+            merged.update(option_node(group, parent, key, extra))
+    return {**merged, **node}
+
+
+# ---------------------------------------------------------------- where a key lives (for a refusal's fix)
+
+
+def options_with_key(key: str) -> list[str]:
+    """The options of ``key``'s group that define the rest of ``key`` (``data.path`` → ``data=enwik8``,
+    ``data=text``; ``pos.scaling.alpha`` → ``pos/scaling=yarn``): the user picked an option without it."""
+    parts = key.split(".")
+    at = next((i for i in range(len(parts) - 1, 0, -1) if (CONF / "/".join(parts[:i])).is_dir()), None)
+    if at is None:
+        return []
+    group, rest = "/".join(parts[:at]), parts[at:]
+
+    def defines(node: object, parts: list[str]) -> bool:
+        return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
+
+    return [f"{group}={name}" for name, option in options(group, need_target=False).items()
+            if defines(option.node(), rest)]
+
+
+def nested_options_with_key(key: str) -> list[str]:
+    """The options of a group nested in ``key``'s group that define ``key``'s last part (``pos.factor`` →
+    ``pos/scaling=linear``, …): the key moved into a node of its own."""
+    head, _, rest = key.partition(".")
+    if not rest or "." in rest or not (CONF / head).is_dir():
+        return []
+    return [f"{head}/{sub.name}={name}" for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
+            for name, option in options(f"{head}/{sub.name}", need_target=False).items() if rest in option.node()]
+
+
+def groups_listing(group: str) -> list[str]:
+    """The options of ``group``'s parent whose defaults list hold the nested ``group`` (``pos/scaling`` →
+    ``pos=rope``, ``pos=rope_trainable``), directly or through an option they extend."""
+    parent, _, sub = group.rpartition("/")
+    found = options(parent, need_target=False)
+
+    def holds(name: str, seen: frozenset = frozenset()) -> bool:
+        if name in seen or name not in found:
+            return False
+        return any((isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
+                   for d in found[name].node().get("defaults", []))
+
+    return [f"{parent}={name}" for name in found if holds(name)]
+
+
+def group_names() -> list[str]:
+    return sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra")
+
+
 # ---------------------------------------------------------------- a class named on the command line
 
 
@@ -135,42 +208,6 @@ def target_overrides(overrides: list[str]) -> dict[str, str]:
         if rest == "_target_" and group in GROUPS and value:
             found[group] = value
     return found
-
-
-def set_keys(overrides: list[str], group: str) -> set[str]:
-    """The keys of ``group`` the command line sets (``pos.base=…``, ``+pos.scale=…``)."""
-    keys = set()
-    for override in overrides:
-        key = override.partition("=")[0].lstrip("+")
-        head, _, rest = key.partition(".")
-        if head == group and rest:
-            keys.add(rest.split(".")[0])
-    return keys
-
-
-def retarget(cfg, choices: dict[str, str], overrides: list[str]) -> dict[str, str]:
-    """Apply ``<group>._target_=pkg.Class`` overrides: the cell takes the class's name (its module, as a
-    built-in's file names it), and of the replaced option's keys only those the class's constructor takes
-    stay (the others configured the class it replaced). Keys the command line sets always stay, so a key
-    the new class does not take is refused by the validation pass, not dropped; so is a class that does not
-    import (left as it is here). Returns the new choices."""
-    from omegaconf import open_dict
-
-    choices = dict(choices)
-    for group, target in target_overrides(overrides).items():
-        try:
-            cls = locate(f"{group}._target_", target)
-        except ConfigError:
-            continue
-        check_interface(group, cls, target)
-        params = {n for n, p in inspect.signature(cls).parameters.items()
-                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        keep = params | set_keys(overrides, group)
-        with open_dict(cfg):
-            for key in [k for k in cfg[group] if not k.startswith("_") and k not in keep]:
-                del cfg[group][key]
-        choices[group] = option_name(cls)
-    return choices
 
 
 def check_interface(group: str, cls: object, target: str) -> None:
@@ -194,18 +231,6 @@ def option_name(cls: type) -> str:
     return name() if callable(name) else cls.__module__.rsplit(".", 1)[-1]
 
 
-# ---------------------------------------------------------------- error messages worded as config keys
-
-
-def keyed(message: str, node: str, names: list[str]) -> str:
-    """A library error (``base=0 must be positive``) worded as the config key (``pos.base=0 …``): every
-    ``name=`` of a constructor argument not already part of a dotted key gets the node's prefix, and so does a
-    field of one (``scaling.factor=`` -> ``pos.scaling.factor=``)."""
-    for name in sorted(names, key=len, reverse=True):
-        message = re.sub(rf"(?<![\w.]){re.escape(name)}(?==|\.\w+=)", f"{node}.{name}", message)
-    return message
-
-
 # ---------------------------------------------------------------- python run.py --list
 
 
@@ -222,24 +247,28 @@ def summary_line(cls: type, group: str) -> str:
 
 def describe(group: str, cls: type) -> str:
     """What the harness reads from a class's declarations: hooks and bias kind, or the biases it accepts."""
-    if group == "pos":
+    from attention.base import AttentionVariant
+    from positional.base import PositionalScheme
+
+    if issubclass(cls, PositionalScheme):
         hooks = sorted(cls.hooks()) or ["none"]
         wide = "; rotary widens q, k" if getattr(cls, "rotary_widens", False) else ""
         return f"hooks: {', '.join(hooks)}; bias: {cls.bias_kind}{wide}"
-    if group == "attn":
+    if issubclass(cls, AttentionVariant):
         wide = "" if getattr(cls, "wide_rotary_refusal", "") else "; takes widened q, k"
         return f"accepts bias: {', '.join(sorted(cls.accepts_bias)) or 'none'}{wide}"
     return ""
 
 
-def render_catalogue(extra: list[str | Path] = (), markdown: bool = False,
+def render_catalogue(extra: Sequence[str | Path] = (), markdown: bool = False,
                      targets: dict[str, str] | None = None) -> str:
     """Every option of each group, and each class ``targets`` names for a group (``pos._target_=pkg.Class``),
     listed under the name a run gives its cell (``option_name``)."""
     lines = []
+    targets = targets or {}
     for group in GROUPS:
         found = {name: option.load() for name, option in options(group, extra).items()}
-        if group in (targets or {}):
+        if group in targets:
             cls = locate(f"{group}._target_", targets[group])
             check_interface(group, cls, targets[group])
             found = dict(sorted({**found, option_name(cls): cls}.items()))

@@ -13,6 +13,7 @@ named on its command line (``pos.layers=[rope,rope,rope,none]``, ``attn.layers=[
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from harness.config.catalog import (
     target_overrides,
     user_config_dirs,
 )
-from harness.config.layers import pattern_overrides
 from harness.errors import ConfigError
 
 
@@ -39,42 +39,67 @@ class Pairing:
         return self.refusal is None
 
 
-def compatibility(extra: list[str | Path] = (), targets: dict[str, str] | None = None,
+Layers = tuple[tuple[str, type], ...]  # (entry, class) per layer of a repeating unit
+
+
+def compatibility(extra: Sequence[str | Path] = (), targets: dict[str, str] | None = None,
                   patterns: dict[str, tuple[str, ...]] | None = None) -> list[Pairing]:
     """One pairing per (pos, attn) option pair, pos-major, both in name order. ``extra``: the user's config
     directories; ``targets``: classes named on the command line (``pos._target_=mypkg.MyScheme``), added;
     ``patterns``: per-layer patterns (``{"pos": ("rope", "rope", "rope", "none")}``), added last."""
+    targets, patterns = targets or {}, patterns or {}
     schemes, variants = option_classes("pos", extra), option_classes("attn", extra)
     for group, found in (("pos", schemes), ("attn", variants)):
-        if group in (targets or {}):
+        if group in targets:
             cls = locate(f"{group}._target_", targets[group])
             found[option_name(cls)] = cls
-    rows = {p: ((p, scheme),) for p, scheme in schemes.items()}
-    columns = {a: ((a, variant),) for a, variant in variants.items()}
+    rows: dict[str, Layers] = {p: ((p, scheme),) for p, scheme in schemes.items()}
+    columns: dict[str, Layers] = {a: ((a, variant),) for a, variant in variants.items()}
     for group, found, into in (("pos", schemes, rows), ("attn", variants, columns)):
-        if group in (patterns or {}):
+        if group in patterns:
             into.update(_pattern(group, patterns[group], found))
     return [Pairing(p, a, _refusal(layers, per_layer)) for p, layers in rows.items()
             for a, per_layer in columns.items()]
 
 
-def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[str, tuple[tuple[str, type], ...]]:
-    from harness.config.layers import check_option_name
-    from harness.model.layers import check_layerable, parse_entry, pattern_label
+def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
+    """``{group: unit}`` for each ``pos.layers=[…]`` / ``+attn.layers=[…]`` among command-line ``argv``."""
+    from harness.config.entries import pattern_unit
+
+    found = {}
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        group, _, rest = key.lstrip("+").partition(".")
+        if eq and group in ("pos", "attn") and rest == "layers":
+            found[group] = pattern_unit(value.strip().removeprefix("[").removesuffix("]").replace("'", ""), group)
+    return found
+
+
+def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[str, Layers]:
+    from harness.config.entries import parse_entry
+    from harness.model.layers import check_layerable, pattern_label
 
     names = [parse_entry(entry, f"{group}.layers")[0] for entry in unit]  # an entry's settings keep its class
     for name in names:
-        check_option_name(group, name, list(found))
+        if name not in found:
+            raise ConfigError(f"{group}.layers names {name!r}, which is no {group} option; use names of "
+                              f"conf/{group}/: {', '.join(found)}")
         if group == "pos":
             check_layerable(name, found[name], f"{group}.layers")
     return {pattern_label(unit): tuple((entry, found[name]) for entry, name in zip(unit, names, strict=True))}
 
 
-def _refusal(schemes: tuple[tuple[str, type], ...], variants: tuple[tuple[str, type], ...]) -> str | None:
+def _refusal(schemes: Layers, variants: Layers) -> str | None:
     """The first layer whose variant refuses its scheme; a pattern repeats, so lcm(unit lengths) layers decide."""
+    from attention.base import AttentionVariant
+    from positional.base import PositionalScheme
+
     n = math.lcm(len(schemes), len(variants))
     for layer in range(n):
         (_, scheme), (_, variant) = schemes[layer % len(schemes)], variants[layer % len(variants)]
+        if not (issubclass(variant, AttentionVariant) and issubclass(scheme, PositionalScheme)):
+            raise ConfigError(f"{variant.__qualname__} or {scheme.__qualname__} is no attention variant or scheme; "
+                              "name classes of attention.base.AttentionVariant and positional.base.PositionalScheme")
         reason = variant.refusal(scheme)
         if reason:
             return reason if n == 1 else f"layer {layer}: {reason}"
@@ -89,7 +114,7 @@ def _grid(pairings: list[Pairing]) -> tuple[list[str], list[str], dict[tuple[str
 
 
 def _mark(pairing: Pairing, reasons: list[str], yes: str, no: str) -> str:
-    return yes if pairing.allowed else f"{no} [{reasons.index(pairing.refusal) + 1}]"
+    return yes if pairing.refusal is None else f"{no} [{reasons.index(pairing.refusal) + 1}]"
 
 
 def render_text(pairings: list[Pairing]) -> str:
@@ -113,13 +138,14 @@ def render_markdown(pairings: list[Pairing]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_matrix(flag: str, argv: list[str] = ()) -> int:
+def print_matrix(flag: str, argv: Sequence[str] = ()) -> int:
     """``--matrix`` (text) or ``--matrix=md``, over conf/, the ``--config-dir`` options, any
     ``pos._target_=`` / ``attn._target_=`` class and any ``pos.layers=`` / ``attn.layers=`` pattern in ``argv``;
     returns the exit status."""
     fmt = flag.partition("=")[2] or "text"
     if fmt not in ("text", "md"):
         raise ConfigError(f"unknown matrix format {fmt!r}; use --matrix or --matrix=md")
+    argv = list(argv)
     check_catalogue_args(flag, argv)
     pairings = compatibility(user_config_dirs(argv), target_overrides(argv), pattern_overrides(argv))
     print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")

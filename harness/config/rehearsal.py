@@ -3,7 +3,7 @@ tensor by tensor.
 
 resources.py's estimate is a formula over the model's width and depth: it cannot know what a scheme or
 a variant makes large (FIRE's MLP over every query-key pair, ``pos.max_position`` positions drawn from
-a permutation, a Performer's feature matrix). So the validation pass runs the real code instead, on
+a permutation, a Performer's feature matrix). So the checks run the real code instead, on
 tensors that have a shape and no storage: the model built on ``meta`` (its parameters and buffers),
 then a forward and backward over one training batch, a fine-tune step at ``eval.finetune_length``, and
 a forward at every evaluation length, each under ``Ledger``, which adds up the bytes of every storage an
@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +35,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from harness.config.resources import available_bytes, gib
+from harness.config.estimates import available_bytes, gib
 from harness.errors import ConfigError
+from harness.model.transformer import Transformer
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,18 @@ class HostRead(Exception):
 
 
 @dataclass(frozen=True)
+class Evaluation:
+    """One final evaluation a run makes: the key that lists it, the length listed, the model's sequence length,
+    the batch and how many batches."""
+
+    key: str
+    listed: int
+    tokens: int
+    batch: int
+    batches: int
+
+
+@dataclass(frozen=True)
 class Phase:
     what: str  # "a training step", "scoring task.eval_lengths entry 100000"
     needs: int  # bytes
@@ -162,11 +176,10 @@ class Phase:
     flops: int = 0  # of the phase: one training step, or every batch of an evaluation (the time check)
 
 
-def rehearse(model: nn.Module, values: dict, batch: int, length: int, evaluations: list[tuple[str, int, int, int, int]],
+def rehearse(model: Transformer, values: dict, batch: int, length: int, evaluations: list[Evaluation],
              finetune: tuple[int, int] | None) -> list[Phase]:
     """The phases of a run of ``model`` (built on meta): training at ``batch`` × ``length``, a fine-tune
-    step at ``finetune`` = (batch, length), and each evaluation (the key that lists it, the length listed, the
-    model's sequence length, the batch, how many batches) of ``evaluations``."""
+    step at ``finetune`` = (batch, length), and each of ``evaluations``."""
     keys = integer_keys(values)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
@@ -180,18 +193,18 @@ def rehearse(model: nn.Module, values: dict, batch: int, length: int, evaluation
         phases.append(Phase(f"fine-tuning at eval.finetune_length={tune_length} ({tune_batch}×{tune_length} tokens)",
                             resident + step.peak, step.largest,
                             "shorten eval.finetune_length or set eval.finetune_steps=0", keys, step.flops))
-    for key, listed, tokens, eval_batch, batches in evaluations:
+    for e in evaluations:
         try:
-            scored = _forward(model, eval_batch, tokens)
+            scored = _forward(model, e.batch, e.tokens)
         except ConfigError:  # a length the scheme refuses (learned's table): evaluation records it as skipped
             continue
-        phases.append(Phase(f"scoring {key} entry {listed} ({batches} × {eval_batch}×{tokens} tokens)",
-                            weights + buffers + scored.peak, scored.largest, f"drop {listed} from {key} or shorten it",
-                            {}, scored.flops * batches))
+        phases.append(Phase(f"scoring {e.key} entry {e.listed} ({e.batches} × {e.batch}×{e.tokens} tokens)",
+                            weights + buffers + scored.peak, scored.largest,
+                            f"drop {e.listed} from {e.key} or shorten it", {}, scored.flops * e.batches))
     return phases
 
 
-def _step(model: nn.Module, batch: int, length: int) -> Ledger:
+def _step(model: Transformer, batch: int, length: int) -> Ledger:
     """The ledger of a forward and backward over ``batch`` × ``length`` tokens (gradients included)."""
     def run():
         model(torch.zeros(batch, length, dtype=torch.long)).float().sum().backward()
@@ -203,42 +216,37 @@ def _step(model: nn.Module, batch: int, length: int) -> Ledger:
         model.zero_grad(set_to_none=True)
 
 
-def _forward(model: nn.Module, batch: int, length: int) -> Ledger:
+def _forward(model: Transformer, batch: int, length: int) -> Ledger:
     """The ledger of an evaluation forward over ``batch`` × ``length`` tokens."""
     model.eval()
     with torch.no_grad():
         return _measured(model, lambda: model(torch.zeros(batch, length, dtype=torch.long)))
 
 
-def _measured(model: nn.Module, run) -> Ledger:
+def _measured(model: Transformer, run: Callable[[], object]) -> Ledger:
     """``run`` under a Ledger. A forward that reads a value on the host (randomized positions: a relative
     table spans the positions drawn) is measured up to the read, then again with positions 0 … T−1, which
     read nothing; the larger peak counts (the span's table is H·2S floats, small beside the rest)."""
-    try:
-        return _ledger_of(model, run)
-    except HostRead as read:
-        drawn = read.ledger
-    if not getattr(model.pos, "randomize", False):
+    drawn, read = _ledger_of(model, run)
+    if not read or not model.pos.randomize:
         return drawn
     shape = model.pos.shape
     model.pos.shape = dataclasses.replace(shape, sampling=None)  # positions 0 … T−1 for this pass
     try:
-        whole = _ledger_of(model, run)
-    except HostRead as read:
-        whole = read.ledger
+        whole, _ = _ledger_of(model, run)
     finally:
         model.pos.shape = shape
     return max(drawn, whole, key=lambda ledger: ledger.peak)
 
 
-def _ledger_of(model: nn.Module, run) -> Ledger:
+def _ledger_of(model: Transformer, run: Callable[[], object]) -> tuple[Ledger, bool]:
+    """The ledger of ``run``, and whether it stopped where the forward read a value on the host."""
     with torch.device("meta"), FusedAttention(), Ledger(model) as ledger:
         try:
             run()
-        except HostRead as read:
-            read.ledger = ledger
-            raise
-    return ledger
+        except HostRead:
+            return ledger, True
+    return ledger, False
 
 
 def integer_keys(values: dict, prefix: str = "") -> dict[str, int]:
@@ -258,10 +266,11 @@ def culprit(phase: Phase) -> str | None:
     or of a value up to 4× below it (CoPE's table holds 2·npos + 1 rows); then the same for the next dimension."""
     if phase.largest is None:
         return None
+    largest = phase.largest
     keys = {k: v for k, v in phase.keys.items() if not k.startswith(("hydra.", "trainer.", "seed"))}
-    for dim in sorted(set(phase.largest.shape), reverse=True):
+    for dim in sorted(set(largest.shape), reverse=True):
         named = sorted((k for k, v in keys.items() if v <= dim <= 4 * v + 1),
-                       key=lambda k: (keys[k] != dim, not _owns(k, phase.largest.where), -keys[k]))
+                       key=lambda k: (keys[k] != dim, not _owns(k, largest.where), -keys[k]))
         if named:
             return named[0]
     return None

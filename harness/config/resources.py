@@ -1,291 +1,194 @@
-"""Will it fit? A first gate, by formula, before the model is even laid out on the meta device.
+"""Resource rules: will the run fit the data, the machine and the time, before anything is allocated?
 
-A lower bound on purpose (a refusal must never stop a run that would have fitted): the transformer
-blocks' fp32 weights, gradients and AdamW's two moments (16 bytes a parameter), the activations
-autograd keeps per layer for the tokens of one step (input, q, k, v, attention output, the two
-residual branches and the MLP's hidden and GELU: about 10·C + 2·F floats per token, Korthikanti et
-al. 2022 §4.1 without the attention matrix), and the logits with their gradient (2·V floats per
-token). A model of 2,000 layers takes seconds to lay out even on meta; this refuses it at once.
-What a scheme or a variant makes large is measured after, by rehearsing the run (rehearsal.py).
-
-A run for a GPU is estimated for a GPU of a named size instead (``python run.py --check --gpu-memory 80GB``,
-80 GB by default; ``GpuEstimate``): the weights, their gradients and AdamW's two moments at the precision
-``trainer.precision`` keeps them in, and the activations a training step keeps for its backward at the
-width autocast gives them. A CPU cannot rehearse this (autocast does not reach torch's meta tensors), so it
-is a formula, written term by term below.
+- the corpus splits (sizes only; nothing is read) hold the windows, and the evaluation and fine-tune lengths;
+- every DDP rank's slice of pre-tokenized shards holds more than one window;
+- a GPU is there when one is asked for, and CPU processes fit the cores;
+- memory and time: a CPU run is rehearsed on meta (harness/config/rehearsal.py) against this machine's memory and an
+  hour a step; a run for a GPU, checked for a GPU of a named size (``--check --gpu-memory 80GB``), is estimated for
+  that GPU instead (harness/config/estimates.py ``gpu_estimate``) and needs no GPU here.
+The model is first laid out only by formula (``Footprint``): a model of 2,000 layers takes seconds to build even on
+meta, and is refused before that.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import os
+from collections.abc import Callable
 
-from harness.allocator import available_bytes
+import torch
+from torch import nn
+
+from harness.config.estimates import (
+    PLAIN,
+    Footprint,
+    GpuEstimate,
+    NamedGpu,
+    SchemeTerms,
+    check_gpu,
+    check_memory,
+    gpu_estimate,
+)
+from harness.config.rehearsal import Evaluation, check_phases, rehearse
+from harness.config.spec import DataSettings, RunSpec, TrainerSettings
+from harness.data.objectives import Task
+from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError
+from harness.model.transformer import Block, ModelConfig, Transformer
 
-FLOAT = 4  # bytes; the CPU trains in fp32
-
-
-@dataclass(frozen=True)
-class Footprint:
-    n_params: int
-    d_model: int
-    d_ff: int
-    n_layers: int
-    vocab: int
-    loss_chunk: int | None = None  # model.loss_chunk: the tokens whose logits exist at once (None: all of a step)
-
-    @classmethod
-    def of_blocks(cls, model, vocab: int) -> Footprint:
-        """The transformer blocks and embeddings alone: per layer 4·C² + m·C·F weights (attention, MLP: m = 2
-        for GELU, 3 for SwiGLU), plus V·C embeddings."""
-        c, f = model.d_model, model.d_ff
-        params = model.n_layers * (4 * c * c + model.mlp_matrices * c * f) + vocab * c
-        return cls(params, c, f, model.n_layers, vocab, model.loss_chunk)
-
-    def logit_tokens(self, tokens: int) -> int:
-        return min(tokens, self.loss_chunk or tokens)
-
-    def training_bytes(self, batch: int, length: int) -> int:
-        tokens = batch * length
-        activations = (self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff)
-                       + 2 * self.logit_tokens(tokens) * self.vocab)
-        return 16 * self.n_params + FLOAT * activations
+Estimates = Callable[..., list[GpuEstimate]]  # (parameters, model config, scheme terms, variant bytes) -> estimates
 
 
-def check_memory(fp: Footprint, batch: int, seq_len: int, on_gpu: bool) -> None:
-    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs), naming
-    the keys of the larger term: the weights' or the tokens'."""
-    free = available_bytes()
-    if on_gpu or free is None:
+def check_splits(source: Source, task: Task, tokenizer: Tokenizer, data: DataSettings, lengths: list[int],
+                 finetune_length: int | None = None) -> int | None:
+    """The training split's tokens where they are known before tokenizing (bytes, or shards' ids), checked
+    against the windows and lengths asked for; None where they are not."""
+    train, val = source.sizes()
+    if not tokenizer.byte_level:  # token counts of other tokenizers are unknown until the text is read
+        return train if hasattr(source, "check_tokenizer") else None  # shards: their sizes are token counts
+    task.check_corpus(train, val, data.seq_len)
+    if lengths and task.scores_sequences:
+        raise ConfigError(f"eval.lengths={lengths} scores text windows; a synthetic task evaluates at "
+                          "task.eval_lengths instead: drop eval.lengths, or set task.eval_lengths=[...]")
+    too_long = [n for n in lengths if n > val]
+    if too_long:
+        raise ConfigError(f"eval.lengths: {too_long} exceed the validation split ({val} tokens), so a window would "
+                          f"be mostly padding; use lengths up to {val}, or a larger corpus")
+    if finetune_length and finetune_length > train:
+        raise ConfigError(f"eval.finetune_length={finetune_length} exceeds the training split ({train} tokens); "
+                          f"fine-tune at most {train} tokens, or use a larger corpus")
+    return train
+
+
+def check_rank_slices(source: Source, task: Task, data: DataSettings, trainer: TrainerSettings) -> None:
+    """Shards are read one contiguous slice per DDP rank (harness/data/shards.py): every rank's slice must hold
+    more than one window, checked here for the world the trainer will start — not in rank 1 after rank 0 started
+    (rank 0 was then killed and the run left RUNNING)."""
+    if not hasattr(source, "check_tokenizer"):  # text corpora: every rank samples windows from the whole split
         return
-    need = fp.training_bytes(batch, seq_len)
-    if need > free:
-        weights = 16 * fp.n_params
-        fix = _memory_fix(fp, batch, seq_len, weights, free)
-        raise ConfigError(f"training needs at least {gib(need)} ({gib(weights)} for {fp.n_params:,} parameters with "
-                          f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
-                          f"a step) but {gib(free)} is available; {fix}")
+    from harness.data.shards import rank_slice
+
+    world = (trainer.processes() or 1) * trainer.num_nodes
+    if world < 2:
+        return
+    train, _ = source.sizes()
+    length = task.sequence_tokens(data.seq_len)
+    smallest = min(end - start for start, end in (rank_slice(train, r, world) for r in range(world)))
+    if smallest <= length:
+        raise ConfigError(f"each of the {world} DDP ranks (trainer.devices × trainer.num_nodes) reads its own "
+                          f"{smallest:,} of the shards' {train:,} training tokens, not more than one window of "
+                          f"{length}; lower data.seq_len, use fewer ranks, or prepare a larger corpus")
 
 
-def _memory_fix(fp: Footprint, batch: int, seq_len: int, weights: int, free: int) -> str:
-    """The keys that can make it fit, by what is too large: the parameters alone (then no batch fits: the
-    vocabulary's embeddings or the layers, whichever holds more), else the tokens a step (their logits when the
-    vocabulary makes most of them)."""
-    vocab = f"tokenizer.vocab_size={fp.vocab}"
-    if weights > free:
-        embeddings = fp.vocab * fp.d_model
-        if embeddings > fp.n_params - embeddings:
-            return (f"the parameters alone do not fit, mostly the embeddings: lower {vocab} or "
-                    f"model.d_model={fp.d_model}")
-        return (f"the parameters alone do not fit, whatever the batch: lower model.n_layers={fp.n_layers}, "
-                f"model.d_model={fp.d_model} or model.d_ff={fp.d_ff}")
-    tokens = batch * seq_len
-    logits = FLOAT * 2 * fp.logit_tokens(tokens) * fp.vocab
-    if logits > FLOAT * fp.n_layers * tokens * (10 * fp.d_model + 2 * fp.d_ff):
-        fix = f"the logits hold most of a step: lower {vocab}, data.batch_size={batch} or data.seq_len={seq_len}"
-        chunk = _fitting_chunk(free - (fp.training_bytes(batch, seq_len) - logits), FLOAT * 2 * fp.vocab)
-        if chunk and chunk < fp.logit_tokens(tokens):
-            fix += f", or make them {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
-        return fix
-    return f"lower data.batch_size={batch} or data.seq_len={seq_len}"
+def check_device(trainer: TrainerSettings, for_named_gpu: bool = False) -> None:
+    """``for_named_gpu``: checked for a GPU of a named size (``--gpu-memory``), which this machine need not have."""
+    if trainer.on_gpu and not torch.cuda.is_available() and not for_named_gpu:
+        raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
+                          "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
+    on_cpu = trainer.accelerator == "cpu" or (trainer.accelerator == "auto" and not torch.cuda.is_available())
+    processes, cores = trainer.processes(), os.cpu_count() or 1
+    if on_cpu and processes and processes > cores:  # each CPU process computes on its own cores: more would thrash
+        raise ConfigError(f"trainer.devices={trainer.devices} starts {processes} training processes on this "
+                          f"machine's {cores} CPU cores; use trainer.devices={cores} at most (more machines: "
+                          "trainer.num_nodes=N)")
 
 
-def _fitting_chunk(room: int, per_token: int) -> int | None:
-    """The largest power of two of tokens whose logits fit ``room`` bytes at ``per_token`` bytes a token."""
-    return 2 ** (room // per_token).bit_length() // 2 if room >= per_token else None
+# ---------------------------------------------------------------- memory and time
 
 
-def gib(n: int) -> str:
-    return f"{n / 2**30:,.1f} GiB"
+def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None, for_gpu: Estimates | None) -> Transformer:
+    """The model built on torch's meta device (every constructor check runs, nothing is allocated), after the
+    blocks' footprint, a lower bound, has been checked against this machine's memory or the named GPU's."""
+    length = task.sequence_tokens(spec.data.seq_len)
+    blocks = Footprint.of_blocks(spec.model, vocab)
+    if for_gpu and gpu:
+        check_gpu(for_gpu(blocks.n_params, spec.model), gpu, lower_bound=True)
+    else:
+        check_memory(blocks, spec.data.batch_size, length, on_gpu=False)
+    with torch.device("meta"):
+        return model_of(spec, vocab, task)
 
 
-# ---------------------------------------------------------------- a GPU of a named size
-
-DEFAULT_GPU_MEMORY = "80GB"  # an A100 / H100 80 GB
-_UNITS = {"GB": 10**9, "GIB": 2**30, "MB": 10**6, "MIB": 2**20, "TB": 10**12, "TIB": 2**40}
-
-
-MAX_GPU_BYTES = 10**15  # a petabyte: far above any accelerator's memory, far below float overflow
+def model_of(spec: RunSpec, vocab: int, task: Task) -> Transformer:
+    """The run's model, on the current default device: meta for the checks, the CPU (after the seed) in build."""
+    return Transformer(spec.model, vocab, task.sequence_tokens(spec.data.seq_len), task.causal,
+                       pos=spec.pos.factory(), attn=spec.attn.factory())
 
 
-def parse_size(text: str, key: str = "--gpu-memory") -> int:
-    """'80GB' (10⁹ bytes a GB, as GPU sizes are sold: a conservative reading of '80 GB'), '80GiB' (2³⁰),
-    MB/MiB, TB/TiB; the unit is required."""
-    number = text.strip().rstrip("BbIi").rstrip("GgMmTt")
-    unit = text.strip()[len(number):].upper()
-    try:
-        value = float(number)
-    except ValueError:
-        value = float("nan")
-    if unit not in _UNITS or not value > 0 or value == float("inf"):
-        raise ConfigError(f"{key}={text!r} is not a memory size; give a number and a unit, e.g. {key} 80GB "
-                          f"(or 80GiB, 40GB, 24GiB)")
-    if value * _UNITS[unit] > MAX_GPU_BYTES:
-        raise ConfigError(f"{key}={text!r} is larger than any GPU (at most {MAX_GPU_BYTES // 10**12:,} TB here); "
-                          f"give the GPU's size, e.g. {key} 80GB")
-    return int(value * _UNITS[unit])
+def gpu_phases(spec: RunSpec, vocab: int, task: Task) -> Estimates:
+    """(parameters, model config, scheme terms, variant bytes) -> the GPU estimates of a training step and of a
+    fine-tune step."""
+    data, length, tune_length = spec.data, task.sequence_tokens(spec.data.seq_len), spec.eval.tune_length
+    phases = [("a training step", f"data.batch_size={data.batch_size} or data.seq_len={data.seq_len}",
+               data.batch_size, length)]
+    if tune_length:
+        batch, tokens = finetune_shape(data, tune_length)
+        phases.append((f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}",
+                       batch, tokens))
+
+    def estimates(n_params: int, model: ModelConfig, scheme: SchemeTerms = PLAIN, variant: int = 0
+                  ) -> list[GpuEstimate]:
+        return [gpu_estimate(what, shrink, n_params, model, vocab, b, t, str(spec.trainer.precision), scheme,
+                             variant * b * t // (data.batch_size * length))  # measured at the training step's tokens
+                for what, shrink, b, t in phases]
+    return estimates
 
 
-@dataclass(frozen=True)
-class NamedGpu:
-    """The GPU a check is for: its size as the user wrote it, and in bytes."""
-
-    named: str
-    memory: int
-
-    @classmethod
-    def parse(cls, text: str) -> NamedGpu:
-        return cls(text.strip(), parse_size(text))
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Bytes a parameter (weight, gradient, each AdamW moment, autocast's low-precision copy for the matrix
-    products) and bytes an activation value: ``activation`` for what the matrix products and GELU return,
-    ``residual`` for the residual stream and what LayerNorm keeps (autocast runs LayerNorm in fp32)."""
-
-    weight: int
-    grad: int
-    moment: int
-    cast: int
-    activation: int
-    residual: int
+def check_memory_and_time(spec: RunSpec, model: Transformer, task: Task, for_gpu: Estimates | None,
+                          gpu: NamedGpu | None) -> GpuEstimate | None:
+    """A GPU run checked for a named GPU: the estimate of its largest step against it (returned); a CPU run: the
+    model rehearsed on meta against this machine's memory (a GPU's kernels, autocast, are not on meta)."""
+    data = spec.data
+    if for_gpu and gpu:
+        variant = variant_bytes_per_layer(spec, model, task)
+        return check_gpu(for_gpu(model.num_params(), spec.model, SchemeTerms.of(model.pos), variant), gpu)
+    tune = spec.eval.tune_length
+    check_phases(rehearse(model, spec.values, data.batch_size, task.sequence_tokens(data.seq_len),
+                          evaluations(task, data, spec.eval.lengths), finetune_shape(data, tune) if tune else None),
+                 on_gpu=False)
+    return None
 
 
-_FP32 = Precision(4, 4, 4, 0, 4, 4)
-_MIXED = Precision(4, 4, 4, 2, 2, 4)  # fp32 weights and optimizer, bf16/fp16 autocast
-_HALF = Precision(2, 2, 2, 0, 2, 2)  # the whole model converted (bf16-true, 16-true)
-_FP64 = Precision(8, 8, 8, 0, 8, 8)
-PRECISIONS: dict[str, Precision] = {
-    "32-true": _FP32, "32": _FP32, "16-mixed": _MIXED, "16": _MIXED, "bf16-mixed": _MIXED, "bf16": _MIXED,
-    "transformer-engine": _MIXED, "transformer-engine-float16": _MIXED, "16-true": _HALF, "bf16-true": _HALF,
-    "64-true": _FP64, "64": _FP64,
-}
+def variant_bytes_per_layer(spec: RunSpec, model: Transformer, task: Task) -> int:
+    """What one layer of the run's attention variant keeps for a training step beyond softmax in a fused kernel,
+    in fp32 bytes: the meta rehearsal's peak of the model (built on meta) cut to 2 layers minus to 1, with its
+    variants and with softmax's (what accumulates layer by layer, not what one layer holds for a moment). 0 for
+    softmax itself."""
+    from attention.softmax import Softmax
 
-
-@dataclass(frozen=True)
-class GpuEstimate:
-    """One training step's memory on a GPU, in bytes, by term."""
-
-    what: str  # "a training step", "fine-tuning at eval.finetune_length=2048"
-    tokens: tuple[int, int]  # (batch, length)
-    shrink: str  # the keys that shrink the tokens' part: "data.batch_size=32 or data.seq_len=512"
-    states: int  # weights, gradients, AdamW's moments, autocast's weight copies
-    activations: int  # kept by the blocks and the head for the backward
-    logits: int  # the logits, their fp32 copy, cross-entropy's log-softmax and its gradient
-    loss_chunk: int | None = None  # model.loss_chunk: the logits are one chunk's, not the whole step's
-
-    @property
-    def total(self) -> int:
-        return self.states + self.activations + self.logits
-
-    def summary(self) -> str:
-        b, t = self.tokens
-        chunked = f" ({min(self.loss_chunk, b * t)} at a time)" if self.loss_chunk else ""
-        return (f"{gib(self.total)} ({gib(self.states)} weights, gradients and AdamW state, {gib(self.activations)} "
-                f"activations and {gib(self.logits)} logits for {b}×{t} tokens{chunked})")
-
-
-@dataclass(frozen=True)
-class SchemeTerms:
-    """What the positional scheme adds to a step (from its declarations): whether it rotates q and k, and its
-    logit bias: none, fixed (ALiBi's slopes) or learned (T5's table), shared by the layers or one per layer."""
-
-    rotary: bool = False
-    bias: str | None = None  # None | "fixed" | "learned"
-    bias_per_layer: bool = False
-
-    @classmethod
-    def of(cls, scheme) -> SchemeTerms:
-        hooks = type(scheme).hooks()
-        bias = None
-        if "logit_bias" in hooks:
-            bias = "learned" if any(p.requires_grad for p in scheme.parameters()) else "fixed"
-        return cls("rotary" in hooks, bias, bool(getattr(scheme, "bias_depends_on_layer", True)))
-
-
-PLAIN = SchemeTerms()  # no rotation, no bias: the blocks alone
-
-
-def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch: int, length: int,
-                 precision: str, scheme: SchemeTerms = PLAIN, variant_fp32: int = 0) -> GpuEstimate:
-    """The memory of one training step of ``model`` (a ModelConfig: C = d_model, F = d_ff, H = n_heads, L =
-    n_layers) with ``n_params`` parameters on ``batch`` × ``length`` tokens at ``precision``, attention in a fused
-    kernel (torch's SDPA takes one on a GPU: it keeps a log-sum-exp per head, not the T×T weights).
-
-    Per parameter: weight + gradient + AdamW's two moments + autocast's copy (16 + 2 bytes in bf16-mixed).
-    Per token: what the blocks and the head keep for backward (``_token_bytes``) and the logits (``_logit_bytes``);
-    per step, a logit bias's tables and masks (``_bias_bytes``). Attention is counted as softmax's fused kernel
-    keeps it; another variant (Performer's random features, linear attention's prefix sums) adds ``variant_fp32``,
-    the bytes a layer of it keeps beyond softmax's in fp32 (measured on meta tensors: ``variant_bytes_per_layer``),
-    at a/4 of that. A scheme's own intermediates (FIRE's MLP over every pair of positions) are not in the formula.
-    """
-    try:
-        p = PRECISIONS[str(precision)]
-    except KeyError:
-        raise ConfigError(f"trainer.precision={precision} has no memory estimate; use one of "
-                          f"{', '.join(PRECISIONS)}") from None
-    tokens = batch * length
-    states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
-    variant = model.n_layers * variant_fp32 * p.activation // 4
-    activations = tokens * _token_bytes(model, p, scheme) + _bias_bytes(model, p, scheme, batch, length) + variant
-    logit_tokens = min(tokens, model.loss_chunk or tokens)  # model.loss_chunk: one chunk's (harness/model/loss.py)
-    return GpuEstimate(what, (batch, length), shrink, states, activations, logit_tokens * _logit_bytes(vocab, p),
-                       model.loss_chunk)
-
-
-def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
-    """Bytes a token keeps for backward in the blocks and the head. Per layer (Korthikanti et al. 2022, §4.1,
-    without the T×T terms), with a = activation bytes and r = residual bytes (``Precision``):
-      2·r·C    the inputs of the two LayerNorms (the residual stream)
-      2·a·C    the two LayerNorms' outputs as the projections take them
-      3·a·C    q, k, v (one projection's output, kept whole while v is)
-      2·a·C    q and k rotated, if the scheme rotates them (rotary hook)
-      2·a·C    the attention output and its (B, T, C) copy for the output projection
-      2·a·F    the MLP's hidden layer before and after GELU (SwiGLU: 3·a·F, the gate, the up and their product)
-      4·H      the fused kernel's log-sum-exp (fp32)
-      2·C      the two dropout masks (one byte a value), if model.dropout > 0
-    The head: 2·r·C (its two LayerNorms' inputs) + 3·a·C (the dense layer's input, GELU's input, the decoder's)."""
-    c, f, a, r = model.d_model, model.d_ff, p.activation, p.residual
-    rotated = 2 * c if scheme.rotary else 0
-    dropout = 2 * c if model.dropout else 0
-    per_layer = 2 * r * c + a * (7 * c + rotated + model.mlp_matrices * f) + 4 * model.n_heads + dropout
-    return model.n_layers * per_layer + 2 * r * c + 3 * a * c
-
-
-def _logit_bytes(vocab: int, p: Precision) -> int:
-    """V·(a + 4 + 4 + 4) a token: the logits as the decoder returns them, their fp32 copy (none when a = 4:
-    ``.float()`` then returns the same tensor), the fp32 log-softmax cross-entropy keeps, and the fp32 gradient
-    backward writes into it while all of these are still held. Measured on an H200, bf16-mixed, this last term
-    was the whole of what the estimate missed, 11–20 % of the peak (results/bench_gpu/)."""
-    a = p.activation
-    return vocab * (a + (4 if a != 4 else 0) + 4 + 4)
-
-
-def _bias_bytes(model, p: Precision, scheme: SchemeTerms, batch: int, length: int) -> int:
-    """A logit bias, per step: its dense (1, H, T, T) table in fp32 (4·H·T², once, or once per layer if each
-    layer has its own), the additive mask each layer hands the kernel (a·H·T² a layer), and for a learned bias
-    the gradient the kernel writes for every batch row (a·B·H·T², one layer at a time)."""
-    if not scheme.bias:
+    variant = model.variants[0]
+    if isinstance(variant, Softmax) and variant.backend != "math":
         return 0
-    pairs, n, a = model.n_heads * length * length, model.n_layers, p.activation
-    bias = 4 * pairs * (n if scheme.bias_per_layer else 1) + a * pairs * n
-    return bias + (a * batch * pairs if scheme.bias == "learned" else 0)
+    length = task.sequence_tokens(spec.data.seq_len)
+    with torch.device("meta"):
+        fused = Softmax(variant.shape)
+
+    def peak(layers: int, attn: Softmax | None = None) -> int:
+        cut = copy.deepcopy(model)
+        cut.blocks, cut.variants = nn.ModuleList(list(cut.blocks)[:layers]), cut.variants[:layers]
+        if attn is not None:
+            for block in cut.blocks:
+                assert isinstance(block, Block), "the model's blocks are Blocks"
+                block.attn.variant = attn
+            cut.variants = [attn] * layers
+        return rehearse(cut, spec.values, spec.data.batch_size, length, [], None)[0].needs
+
+    return max(0, (peak(2) - peak(1)) - (peak(2, fused) - peak(1, fused)))
 
 
-def check_gpu(estimates: list[GpuEstimate], gpu: NamedGpu, lower_bound: bool = False) -> GpuEstimate:
-    """The largest estimate, refused if it exceeds the GPU's memory (``lower_bound``: estimated from the blocks'
-    parameters alone, before the model is built)."""
-    worst = max(estimates, key=lambda e: e.total)
-    if worst.total > gpu.memory:
-        fix = (f"lower {worst.shrink}" if worst.activations + worst.logits > worst.states else
-               "lower model.d_model, model.n_layers or model.d_ff")
-        b, t = worst.tokens
-        per_token = worst.logits // min(b * t, worst.loss_chunk or b * t)
-        chunk = _fitting_chunk(gpu.memory - (worst.total - worst.logits), per_token)
-        if worst.logits > worst.activations and chunk and chunk < min(b * t, worst.loss_chunk or b * t):
-            fix += f", or make the logits {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
-        needs = "at least" if lower_bound else "about"
-        raise ConfigError(f"on a GPU of {gpu.named} ({gib(gpu.memory)}) {worst.what} does not fit: it needs {needs} "
-                          f"{worst.summary()}; {fix}, or name a larger GPU with --gpu-memory")
-    return worst
+def evaluations(task: Task, data: DataSettings, lengths: list[int]) -> list[Evaluation]:
+    """Each final evaluation: a synthetic task scores ``task.eval_lengths`` at data.batch_size, task.eval_examples
+    examples each; text windows keep the training tokens per batch (harness/model/evaluate.py), counted here as
+    one batch (a lower bound of the work)."""
+    if task.scores_sequences:
+        listed: list[int] = list(getattr(task, "eval_lengths", []))
+        batches = -(-int(getattr(task, "eval_examples", 1)) // data.batch_size)
+        return [Evaluation("task.eval_lengths", n, tokens, data.batch_size, batches)
+                for n, tokens in zip(listed, task.evaluation_tokens(lengths), strict=True)]
+    return [Evaluation("eval.lengths", n, tokens, max(1, data.batch_size * data.seq_len // n), 1)
+            for n, tokens in zip(lengths, task.evaluation_tokens(lengths), strict=True)]
+
+
+def finetune_shape(data: DataSettings, length: int) -> tuple[int, int]:
+    """(batch, length) of a fine-tune step: as many tokens a batch as training (harness/model/extrapolation.py)."""
+    return max(1, data.batch_size * data.seq_len // length), length

@@ -3,8 +3,8 @@
 A tuning sweep (``python run.py -m experiment=tune_lr``, harness/sweep/tune.py) and its report
 (``python -m results tune --out results/tune_lr/``) leave ``best.json``: per cell ``pos=<p> attn=<a>``
 the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). With ``optim.tuned`` set,
-the validation pass (harness/config/validate.py) writes this cell's values, read here, into the config before
-checking it, so the rate used is the run's ``optim.optimizer.lr`` param like any other. A file that is missing or
+``load`` (harness/config/load.py) writes this cell's values, read here, into the config before
+typing it, so the rate used is the run's ``optim.optimizer.lr`` param like any other. A file that is missing or
 unreadable, changed since it was written (its ``sha256``, harness/sealed.py), a cell it does not hold, or a key the
 config does not have is refused in one line.
 """

@@ -34,7 +34,7 @@ def offline() -> str | None:
 
 def unreachable(url: str) -> str | None:
     """Why ``url``'s host cannot be reached (one TCP connection, at most a few seconds, asked once per process), or
-    None: a download's precondition, checked by the validation pass and the run alike (enwik8)."""
+    None: a download's precondition, checked by the checks and the run alike (enwik8)."""
     return _unreachable(url)
 
 

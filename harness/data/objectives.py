@@ -23,7 +23,7 @@ from harness.errors import ConfigError
 
 @runtime_checkable
 class Task(Protocol):
-    """What validation (harness/config/validate.py), the build (harness/config/build.py) and the loaders
+    """What the checks (harness/config/check.py), the build (harness/config/build.py) and the loaders
     (harness/data/loaders.py) call on a task; Hydra builds it with the run's tokenizer as ``tokenizer=``."""
 
     causal: bool  # the attention mask the model needs

@@ -61,7 +61,7 @@ class WindowScores:
 def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[int], stride: int | None = None,
                      same_targets: int | None = None) -> LengthResults:
     """Non-overlapping windows at each length; with ``stride``, sliding windows too; with ``same_targets``
-    K, the last K tokens of the same samples at every length (causal objectives: validate.py refuses others)."""
+    K, the last K tokens of the same samples at every length (causal objectives: config/pairings.py refuses others)."""
     results = LengthResults(stride=stride, keep=same_targets)
     ids = split_ids(corpus, tokenizer, "val")
     firsts = document_firsts(corpus, tokenizer, "val")  # packed documents' first tokens, when the run asks for them

@@ -40,7 +40,7 @@ LossChunk = Annotated[int, Range("a positive number of tokens or null", ge=1)]
 
 @dataclass
 class ModelConfig:
-    """conf/model. Each field's type and range is its annotation (harness/ranges.py): the validation pass checks the
+    """conf/model. Each field's type and range is its annotation (harness/ranges.py): loading the config checks the
     node against them, and ``__post_init__`` checks a ModelConfig built from Python the same way, in the same words;
     it adds the one rule across fields (heads divide the width)."""
 

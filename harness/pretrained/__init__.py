@@ -13,6 +13,6 @@ perplexity by length with sliding windows, LongPPL's key tokens, passkey retriev
 weight is read (``budget``), PI's short fine-tune (``finetune``) and the report with the claim's verdict
 (``report``).
 
-May import: positional, harness.data (the evaluation text), harness.record (the evaluation's MLflow runs), and the
-ground.
+May import: positional, attention (the layers it writes as rope_parameters), harness.data (the evaluation text),
+harness.record (the evaluation's MLflow runs), and the ground.
 """

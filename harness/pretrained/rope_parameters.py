@@ -26,11 +26,17 @@ Nothing here imports transformers: a config is a dict (config.json) or any objec
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import sealed
 from harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attention.base import AttentionVariant
+    from positional.base import PositionalScheme
 
 ATTN_OF_TYPE = {"full_attention": "softmax", "sliding_attention": "local"}
 TYPE_OF_ATTN = {v: k for k, v in ATTN_OF_TYPE.items()}
@@ -132,7 +138,7 @@ def read_config(config) -> Layers:
     return read(dict(params), get("layer_types"), int(layers), get("sliding_window"))
 
 
-def write(layers: list[tuple[object, object]]) -> tuple[dict, list[str]]:
+def write(layers: Sequence[tuple[PositionalScheme, AttentionVariant]]) -> tuple[dict, list[str]]:
     """(rope_parameters, layer_types) of a posbench model from its layers' (scheme, variant) pairs: flat when every
     layer's RoPE is the same, else nested by layer type. The RoPE trained with is written; an evaluation-time
     scaling (pos.scaling) is not part of the model. Schemes other than RoPE and NoPE, RoPE options the format
@@ -140,9 +146,9 @@ def write(layers: list[tuple[object, object]]) -> tuple[dict, list[str]]:
     per_type: dict[str, dict | None] = {}
     types, params = [], []
     for i, (scheme, variant) in enumerate(layers):
-        layer_type = TYPE_OF_ATTN.get(variant.config_name())  # type: ignore[attr-defined]
+        layer_type = TYPE_OF_ATTN.get(variant.config_name())
         if layer_type is None:
-            raise ConfigError(f"layer {i}: attn={variant.config_name()} has no transformers layer type "  # type: ignore
+            raise ConfigError(f"layer {i}: attn={variant.config_name()} has no transformers layer type "
                               f"(known: {', '.join(TYPE_OF_ATTN)})")
         p = _params(scheme, i)
         if layer_type in per_type and per_type[layer_type] != p:

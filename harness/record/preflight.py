@@ -1,5 +1,5 @@
 """What every command checks before it works: the store it writes or reads, the folder it writes, and the
-numbers its flags carry. One set of checks for ``run.py`` (through the validation pass), ``python -m
+numbers its flags carry. One set of checks for ``run.py`` (through its checks), ``python -m
 harness.bench`` and ``python -m results``, so a value one entry point refuses is refused by all, in one
 line, before anything is measured, read or written.
 

@@ -24,6 +24,7 @@ Why no metric point is written twice or lost:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import warnings
@@ -31,8 +32,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
 from harness.paths import project_root
@@ -46,10 +45,9 @@ VOLATILE = ("resume", "checkpoint", "hydra", "claim", "progress")  # claim: repo
 VOLATILE_TRAINER = ("enable_progress_bar",)
 
 
-def config_hash(cfg: DictConfig, uri: str) -> str:
-    """sha256 of the resolved config minus volatile keys, plus the store it is logged to."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict), "a DictConfig converts to a dict"
+def config_hash(values: dict, uri: str) -> str:
+    """sha256 of the resolved config ``values`` minus volatile keys, plus the store it is logged to."""
+    resolved = copy.deepcopy(values)
     for key in VOLATILE:
         resolved.pop(key, None)
     for key in VOLATILE_TRAINER:
@@ -58,8 +56,8 @@ def config_hash(cfg: DictConfig, uri: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def checkpoint_root(cfg: DictConfig, uri: str) -> Path:
-    configured = OmegaConf.select(cfg, "checkpoint.dir")
+def checkpoint_root(values: dict, uri: str) -> Path:
+    configured = (values.get("checkpoint") or {}).get("dir")
     if configured:
         return Path(str(configured)).expanduser().absolute()
     db = sqlite_path(uri)
@@ -119,13 +117,13 @@ class ResumePlan:
             RunLink(run_id, self.config_hash, self.uri, self.experiment).save(self.dir)
 
 
-def plan_resume(cfg: DictConfig, uri: str, mode: str | Path) -> ResumePlan:
+def plan_resume(values: dict, uri: str, mode: str | Path) -> ResumePlan:
     """Find what to resume; ``mode`` is "new", "require", "auto" or a checkpoint path (the validated
     ``resume``). Writes nothing to MLflow except, for a refused ``resume=true``, closing this config's
     stale runs."""
-    h = config_hash(cfg, uri)
-    every = OmegaConf.select(cfg, "checkpoint.every_n_steps") or 0
-    plan = ResumePlan(h, checkpoint_root(cfg, uri) / h, every, uri, cfg.logger.experiment)
+    h = config_hash(values, uri)
+    every = (values.get("checkpoint") or {}).get("every_n_steps") or 0
+    plan = ResumePlan(h, checkpoint_root(values, uri) / h, every, uri, values["logger"]["experiment"])
     check_writable_dir(plan.dir, "checkpoint.dir", "set checkpoint.dir to a directory you can write")
     if mode == "new":
         return plan

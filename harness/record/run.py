@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -231,7 +231,7 @@ class TrackedRun:
         if tags:
             self._write(tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
-    def log_files(self, files: dict[str, str | bytes], subdir: str | None = None) -> None:
+    def log_files(self, files: Mapping[str, str | bytes], subdir: str | None = None) -> None:
         """Artifacts from memory: name -> text or bytes."""
         if not (self._writable and files):
             return

@@ -4,6 +4,6 @@ Owns: the Hydra callback that owns the parent run and writes the report at the e
 what each job does with its cell (``cell``: train, adopt a finished run, or record a refusal), and the
 tuning sweeper that gives every grid cell its own Optuna study (``tune``, ``experiment=tune_lr``).
 
-May import: harness.train, harness.record, harness.scaleout, results (the end-of-sweep report), and
-the ground.
+May import: harness.train, harness.config (a cell's RunSpec), harness.record, harness.scaleout, results (the
+end-of-sweep report), and the ground.
 """

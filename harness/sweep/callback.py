@@ -25,8 +25,10 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from types import FrameType
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -41,6 +43,7 @@ from harness.signals import exit_code as stop_code
 
 RECORD = "mlflow_sweep.json"
 OK_STATUSES = ("finished", "incompatible")
+Handler = Callable[[int, FrameType | None], object] | int | None  # what signal.signal returns
 
 
 @dataclass
@@ -65,8 +68,8 @@ class SweepRecord:
         fix = "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)"
         record = sealed.read(path, fix, keys=(f.name for f in fields(cls)))
         try:
-            return cls(*(record[k] for k in ("parent_run_id", "sweep_id", "tracking_uri", "experiment")),
-                       list(record["swept_keys"]))
+            return cls(str(record["parent_run_id"]), str(record["sweep_id"]), str(record["tracking_uri"]),
+                       str(record["experiment"]), [str(k) for k in record["swept_keys"]])
         except (KeyError, TypeError) as e:
             raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); {fix}") from None
 
@@ -74,7 +77,7 @@ class SweepRecord:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parsed = OverridesParser.create().parse_overrides(job_overrides)
-        cell = " ".join(o.input_line for o in parsed if o.get_key_element() in self.swept_keys)
+        cell = " ".join(str(o.input_line) for o in parsed if o.get_key_element() in self.swept_keys)
         return {"mlflow.parentRunId": self.parent_run_id, "sweep_id": self.sweep_id,
                 "sweep_cell": cell, "sweep_job": str(job_num)}
 
@@ -96,7 +99,7 @@ def sweep_name(task_overrides: list[str]) -> tuple[str, list[str]]:
     parsed = OverridesParser.create().parse_overrides(task_overrides)
     swept = [o for o in parsed if o.is_sweep_override()]
     shown = swept or parsed  # `-m` over single values: name it by all its overrides
-    return "sweep " + (" ".join(o.input_line for o in shown) or "(defaults)"), [o.get_key_element() for o in swept]
+    return "sweep " + (" ".join(str(o.input_line) for o in shown) or "(defaults)"), [o.get_key_element() for o in swept]
 
 
 def exit_code(statuses: list[str]) -> int:
@@ -114,7 +117,7 @@ class MlflowSweep(Callback):
     def __init__(self) -> None:
         self.parent: TrackedRun | None = None
         self.record: SweepRecord | None = None
-        self.previous_sigterm = None
+        self.previous_sigterm: Handler = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exception into a warning and carries on; a sweep without
@@ -145,8 +148,11 @@ class MlflowSweep(Callback):
                            # the comparison, declared before any cell trains (results/verdicts.py reads it back)
                            BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or ""),
                            ALPHA_TAG: str(OmegaConf.select(config, "report.alpha") or "")}, {})
-        close_dead_runs(self.parent.store, config.logger.experiment, keep=self.parent.run_id)  # killed earlier
-        self.record = SweepRecord(self.parent.run_id, sweep_id, uri, config.logger.experiment, swept)
+        parent_id = self.parent.run_id
+        if parent_id is None:
+            raise RuntimeError("the sweep's parent run did not start")
+        close_dead_runs(self.parent.store, config.logger.experiment, keep=parent_id)  # killed earlier
+        self.record = SweepRecord(parent_id, sweep_id, uri, config.logger.experiment, swept)
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # SIGTERM would skip atexit
             self.previous_sigterm = signal.signal(signal.SIGTERM, _stop)
@@ -154,11 +160,11 @@ class MlflowSweep(Callback):
         print(f"sweep {sweep_id}: MLflow parent run {self.parent.run_id} ({name!r})")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        if self.record is None:
+        if self.record is None or self.parent is None:
             return
         code = 1
         try:
-            code = self._finish(config)
+            code = self._finish(config, self.parent, self.record)
         except Exception:
             traceback.print_exc()
             print("error: the sweep's report failed (above); its cells are in MLflow", file=sys.stderr)
@@ -171,39 +177,34 @@ class MlflowSweep(Callback):
         if code:
             sys.exit(code)  # after all cells ran; Hydra's own exit would be 0
 
-    def _finish(self, config: DictConfig) -> int:
+    def _finish(self, config: DictConfig, parent: TrackedRun, record: SweepRecord) -> int:
         from results.cells import MIN_ORDER_GAIN
         from results.report import console_summary, headline_metrics, write_report
         from results.store import find_sweep, sweep_report
 
-        client = self.parent.store.client
-        sweep = find_sweep(client, self.record.experiment, self.record.sweep_id)
+        client = parent.store.client
+        sweep = find_sweep(client, record.experiment, record.sweep_id)
         stray = [run.info.run_id for run in sweep.runs if run.info.status == "RUNNING"]
         for run_id in stray:  # a job killed hard (e.g. an OOM-killed worker) left its run RUNNING
-            mark_failed(self.parent.store, run_id, "error", "the job ended without closing its run")
+            mark_failed(parent.store, run_id, "error", "the job ended without closing its run")
         if stray:
-            sweep = find_sweep(client, self.record.experiment, self.record.sweep_id)
+            sweep = find_sweep(client, record.experiment, record.sweep_id)
         report = sweep_report(client, sweep, OmegaConf.select(config, "report.target_loss"),
                               min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
         # the baseline is the one the parent run recorded when the sweep started (sweep_report reads it there)
         code = exit_code([c.status for c in report.cells])
         print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
-        self.parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table
+        parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table
         with tempfile.TemporaryDirectory() as tmp:
             write_report(report, Path(tmp))
-            self.parent.log_dir(tmp)
+            parent.log_dir(tmp)
             # the run description is rendered on the parent's page in the MLflow UI
-            self.parent.set_tags({"mlflow.note.content": (Path(tmp) / "report.md").read_text()})
-        print(f"report: artifacts of MLflow run {self.parent.run_id} (experiment '{self.record.experiment}')")
-        print(self.dashboard(sweep.experiment_id))
+            parent.set_tags({"mlflow.note.content": (Path(tmp) / "report.md").read_text()})
+        print(f"report: artifacts of MLflow run {parent.run_id} (experiment '{record.experiment}')")
+        print(dashboard(record, sweep.experiment_id))
         return code
 
-    def dashboard(self, experiment_id: str) -> str:
-        """The command that serves the UI, and the pages of exactly this sweep: its cells and its parent."""
-        cells = dashboard_url(experiment_id, search=f"tags.sweep_id = '{self.record.sweep_id}'")
-        return "\n".join([f"dashboard:  {dashboard_command(self.record.tracking_uri)}",
-                          f"  cells:    {cells}",
-                          f"  report:   {dashboard_url(experiment_id, self.record.parent_run_id)}"])
+
 
     def _close(self, status: str, reason: str | None = None) -> None:
         if self.parent is None or self.parent.closed:
@@ -273,3 +274,11 @@ def job_sweep_tags() -> dict[str, str]:
         print(f"warning: no {RECORD} in the sweep dir; this cell's run has no parent", file=sys.stderr)
         return {}
     return record.child_tags(list(hc.overrides.task), int(hc.job.num))
+
+
+def dashboard(record: SweepRecord, experiment_id: str) -> str:
+    """The command that serves the UI, and the pages of exactly this sweep: its cells and its parent."""
+    cells = dashboard_url(experiment_id, search=f"tags.sweep_id = '{record.sweep_id}'")
+    return "\n".join([f"dashboard:  {dashboard_command(record.tracking_uri)}",
+                      f"  cells:    {cells}",
+                      f"  report:   {dashboard_url(experiment_id, record.parent_run_id)}"])

@@ -13,11 +13,11 @@ closed as the sweep's exit closes it, and the same command run again keeps the f
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import traceback
 
-from omegaconf import DictConfig, OmegaConf, open_dict
-
+from harness.config.spec import RunSpec
 from harness.errors import (
     MachineFault,
     StoreDamaged,
@@ -34,20 +34,20 @@ from harness.scaleout import is_rank_zero, rank_zero_print
 from harness.train import cell_tags, format_summary, run_name, train
 
 
-def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, str],
-               constructions=None) -> float | None:
-    """Train one cell; never raises (except on interrupt), so the sweep goes on. ``constructions``: the models the
-    sweep's preflight constructed (harness/config/deferred.py).
+def train_cell(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
+    """Train one cell; never raises (except on interrupt), so the sweep goes on.
 
     Returns the final val loss, or None for a failed cell (already recorded in MLflow).
     """
-    skipped = skip_finished(cfg, sweep_tags)
+    if spec.run.resume is None:  # a sweep reads resume: null as auto (finished cells skipped, others resumed)
+        spec = dataclasses.replace(spec, run=dataclasses.replace(spec.run, resume="auto"))
+    skipped = skip_finished(spec, sweep_tags)
     if skipped is not None:
         return skipped
-    run = TrackedRun(resolve_tracking_uri(cfg.logger.tracking_uri), cfg.logger.experiment,
-                     run_name(choices, cfg.seed), sweep_tags)
+    run = TrackedRun(resolve_tracking_uri(spec.logger.tracking_uri), spec.logger.experiment,
+                     run_name(spec.choices, spec.seed), sweep_tags)
     try:
-        summary = train(cfg, choices, run, constructions)
+        summary = train(spec, run)
     except Exception as e:
         if said_write_failure(e, "the sweep stops at this cell (every later one would fail alike): free space "
                                  "(or raise the limit) and run the same command again: finished cells are kept"):
@@ -60,7 +60,7 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
             MachineFault.seen = "the tracking store was damaged while a cell wrote to it"
             raise MachineFault(1) from None
         if not run.opened and is_rank_zero():  # refused before its run existed: record it
-            _record_refusal(run, cfg, choices, e)
+            record_refusal(run, spec, e)
         failure = failure_tags(e)
         if failure["failure"] == "error":  # a crash: the traceback is what one needs to fix it
             traceback.print_exc()
@@ -71,36 +71,26 @@ def train_cell(cfg: DictConfig, choices: dict[str, str], sweep_tags: dict[str, s
     return summary.val_loss
 
 
-def _record_refusal(run: TrackedRun, cfg: DictConfig, choices: dict[str, str], exc: BaseException) -> None:
+def record_refusal(run: TrackedRun, spec: RunSpec, exc: BaseException) -> None:
     try:
-        run.record_refusal(cell_tags(cfg, choices), flatten(_container(cfg)), exc)
+        run.record_refusal(cell_tags(spec), flatten(spec.values), exc)
     except Exception as e:  # e.g. the store itself is what was refused
         print(f"warning: could not record the refused cell in MLflow ({type(e).__name__}: {e})", file=sys.stderr)
 
 
-def _container(cfg: DictConfig) -> dict:
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # the refusal may be an unresolvable interpolation itself
-        return OmegaConf.to_container(cfg, resolve=False)
-
-
-def skip_finished(cfg: DictConfig, sweep_tags: dict[str, str]) -> float | None:
+def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
     """A re-run sweep does not retrain a cell whose exact config already FINISHED in this store:
     that run is adopted as a child of this sweep and its final val loss returned. Unfinished
-    cells resume from their checkpoint (``resume: null`` reads as auto in a sweep)."""
-    if cfg.get("resume") is False:  # resume=false: retrain every cell
+    cells resume from their checkpoint."""
+    if spec.run.resume is False:  # resume=false: retrain every cell
         return None
-    if cfg.get("resume") is None:
-        with open_dict(cfg):
-            cfg.resume = "auto"
     try:
-        store = Store.open(resolve_tracking_uri(cfg.logger.tracking_uri))
-        run = finished_run(cfg, store)
+        store = Store.open(resolve_tracking_uri(spec.logger.tracking_uri))
+        run = finished_run(spec.values, spec.logger.experiment, store)
     except RecordDamaged as e:  # its record changed since it closed (harness/record/seal.py): not adopted
         warn(e, "this cell trains again")
         return None
-    except Exception:  # e.g. an unresolvable config or a bad store: train() refuses it with the reason
+    except Exception:  # e.g. a bad store: train() refuses it with the reason
         return None
     if run is None:
         return None
@@ -111,10 +101,10 @@ def skip_finished(cfg: DictConfig, sweep_tags: dict[str, str]) -> float | None:
     return loss
 
 
-def finished_run(cfg: DictConfig, store: Store):
+def finished_run(values: dict, experiment: str, store: Store):
     """The latest FINISHED run of this exact config in the store, or None."""
-    h = config_hash(cfg, store.uri)
-    runs = store.search(cfg.logger.experiment, f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
+    h = config_hash(values, store.uri)
+    runs = store.search(experiment, f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
                         max_results=1, order_by=["attributes.end_time DESC"])
     return runs[0] if runs else None
 

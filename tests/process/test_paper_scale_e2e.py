@@ -30,13 +30,13 @@ def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
     from harness.train import train
 
     cell, checked = _first_cell(preset)
-    cfg, choices = _composed([f"experiment={preset}", "scale=paper", *cell, *SHRUNK, *ON_CPU,
-                              *CHEAP_EVAL.get(preset, [])])
-    paper = checked.cfg
-    assert cfg.task == paper.task and cfg.tokenizer == paper.tokenizer
-    assert cfg.data == {**paper.data, "batch_size": 2, "eval_batches": 1}  # the corpus and seq_len as the preset's
-    assert cfg.trainer.precision == paper.trainer.precision  # bf16-mixed runs as CPU autocast here
-    summary = train(cfg, choices)
+    spec = _composed([f"experiment={preset}", "scale=paper", *cell, *SHRUNK, *ON_CPU, *CHEAP_EVAL.get(preset, [])])
+    paper = checked.spec
+    assert spec.values["task"] == paper.values["task"] and spec.values["tokenizer"] == paper.values["tokenizer"]
+    # the corpus and seq_len as the preset's
+    assert spec.values["data"] == {**paper.values["data"], "batch_size": 2, "eval_batches": 1}
+    assert spec.trainer.precision == paper.trainer.precision  # bf16-mixed runs as CPU autocast here
+    summary = train(spec)
     assert summary.step == 3
     assert summary.val_loss is not None and torch.isfinite(torch.tensor(summary.val_loss))
 

@@ -10,12 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hydra.utils import instantiate
-from omegaconf import open_dict
 
-from harness.config.validate import validate
+from harness.config.check import check
+from harness.config.load import load
 from harness.data.tasks import ScoredTask
-from tests.helpers import assert_figure, choices_of, compose
+from tests.helpers import assert_figure
 
 # The whole task: say the string's first symbol again after "|". Its per-example extra ``first`` and its
 # artifact (right answers by first symbol) show that an example's fields reach the hook.
@@ -74,15 +73,12 @@ def first_symbol(tmp_path, monkeypatch) -> list[str]:
 
 def test_a_task_in_one_module_and_one_yaml_composes_validates_and_its_files_reach_the_run(first_symbol,
                                                                                          train_tiny):
-    cfg = compose(first_symbol)
-    choices = choices_of(cfg)
-    assert choices["task"] == "first_symbol"
-    task = instantiate(cfg.task, tokenizer=instantiate(cfg.tokenizer))
+    spec = load(first_symbol)
+    assert spec.choices.task == "first_symbol"
+    task = spec.task.build(tokenizer=spec.tokenizer.build())
     assert type(task).config_name() == "first_symbol"  # its module names it, as conf/task/first_symbol.yaml
     assert isinstance(task, ScoredTask)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    assert validate(cfg, choices).task.eval_lengths == (2, 16)
+    assert check(spec).task.eval_lengths == (2, 16)
 
     summary, client = train_tiny(*first_symbol)
     run = client.get_run(summary.run_id)

@@ -8,10 +8,9 @@ import pytest
 
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.errors import IncompatiblePairing
 from positional.base import PositionalScheme, Shape
-from tests.helpers import compose
 
 SCHEMES = sorted(option_classes("pos"))  # every conf/pos option: a scheme added as one file + one YAML is here
 NEW = ["xpos", "kerple", "fire", "p_rope", "cope", "pope"]  # 20 steps with every attention each one claims (a sample)
@@ -26,7 +25,7 @@ RELATIVE = [n for n in SCHEMES if "logit_bias" in option_classes("pos")[n].hooks
 @pytest.mark.parametrize("name", SCHEMES)
 def test_config_composes_and_names_its_module(name):
     causal = option_classes("pos")[name].bidirectional_refusal is not None  # defined for causal attention only
-    scheme = instantiate_option(compose([f"pos={name}"]).pos, "pos")(Shape(64, 4, 2, 32, causal=causal))
+    scheme = load([f"pos={name}"]).pos.factory()(Shape(64, 4, 2, 32, causal=causal))
     assert isinstance(scheme, PositionalScheme) and scheme.config_name() == name
     assert bool(scheme.hooks()) == (name != "none")  # NoPE aside, a scheme overrides at least one hook
     assert (scheme.bias_kind != "none") == ("logit_bias" in scheme.hooks())

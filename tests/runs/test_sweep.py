@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tests.helpers import choices_of, compose, run_sweep
+from tests.helpers import compose, run_sweep
 
 REPORT_FILES = {"report.md", "report.csv", "val_loss_curves.png", "final_val_loss_heatmap.png", "SHA256SUMS"}
 
@@ -143,17 +143,14 @@ def sweep_callback(module_store, tmp_path):
 def cell(module_store, sweep_callback):
     """Run one sweep cell in-process under the callback's parent; its child runs."""
     from mlflow.tracking import MlflowClient
-    from omegaconf import open_dict
 
+    from harness.config.load import load
     from harness.sweep.cell import train_cell
     from tests.helpers import TINY
 
     def run(*overrides):
-        cfg = compose([*TINY, *overrides])
-        choices = choices_of(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        returned = train_cell(cfg, choices, sweep_callback.record.child_tags(list(overrides), 0))
+        spec = load([*TINY, *overrides], multirun=True)
+        returned = train_cell(spec, sweep_callback.record.child_tags(list(overrides), 0))
         client = MlflowClient(tracking_uri=module_store[0])
         runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{sweep_callback.record.parent_run_id}'")
@@ -204,27 +201,34 @@ def test_an_aborted_sweep_leaves_no_parent_running(module_store, sweep_callback)
     assert run.info.status == "FAILED" and run.data.tags["failure"] == "aborted"
 
 
-def test_a_sweep_constructs_each_cell_once(tmp_path, monkeypatch):
-    """The preflight constructs each cell's model on meta to check it; a cell launched in this process (the basic
-    launcher) takes that construction and materialises it (harness/config/deferred.py) — one construction of
-    the scheme per cell, cells of one model config (seeds) each taking their own."""
-    from positional.base import PositionalScheme
-    from tests.helpers import TINY
+def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(tmp_path):
+    """The preflight checks every cell on meta first; a cell launched in this process (the basic launcher) then
+    constructs its model once, directly, after its seed: its first validation loss is that of a single run of the
+    same overrides, and cells of one model config (seeds) each draw their own weights."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.train import train
+    from tests.helpers import TINY, spec
     from tests.inprocess import run
 
-    built = []
-    init = PositionalScheme.__init__
-
-    def counted(self, *args, **kwargs):
-        built.append(type(self).__name__)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(PositionalScheme, "__init__", counted)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = run("run", ["-m", *TINY, "trainer.max_steps=2", "pos=rope,t5", "seed=0,1",
                        f"hydra.sweep.dir={tmp_path / 'sweep'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
     assert done["code"] == 0, done["stderr"][-2000:]
-    assert sorted(built) == ["Rope", "Rope", "T5Bias", "T5Bias"]
+
+    def first_val_loss(client, run_id: str) -> float:
+        return min(client.get_metric_history(run_id, "val/loss"), key=lambda m: (m.step, m.timestamp)).value
+
+    client = MlflowClient(tracking_uri=uri)
+    cells = {(r.data.tags["pos"], r.data.params["seed"]): first_val_loss(client, r.info.run_id)
+             for r in client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+             if r.data.tags.get("sweep_role") != "parent"}
+    assert sorted(cells) == [("rope", "0"), ("rope", "1"), ("t5", "0"), ("t5", "1")]
+    assert cells["rope", "0"] != cells["rope", "1"] and cells["t5", "0"] != cells["t5", "1"]
+    alone = f"sqlite:///{tmp_path / 'alone.db'}"
+    for pos, seed in [("rope", "1"), ("t5", "0")]:
+        summary = train(spec("trainer.max_steps=2", f"pos={pos}", f"seed={seed}", f"logger.tracking_uri={alone}"))
+        assert first_val_loss(MlflowClient(tracking_uri=alone), summary.run_id) == cells[pos, seed]
 
 
 def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warning(tmp_path):

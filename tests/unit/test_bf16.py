@@ -44,7 +44,6 @@ import torch.nn.functional as F
 from harness.bench.internals import compose_cell
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
-from harness.config.instantiate import instantiate, instantiate_option
 from harness.data.objectives import IGNORE
 from harness.errors import ConfigError
 from harness.model.transformer import Transformer
@@ -64,20 +63,19 @@ CELLS = [(pos, attn, False) for pos, attn in BIDIRECTIONAL] + \
 
 
 @functools.cache
-def _node(group: str, option: str):
-    """conf/<group>/<option>.yaml composed with TINY, once per option (a composition costs ~0.15 s); a windowed
+def _spec(group: str, option: str):
+    """conf/<group>/<option>.yaml loaded with TINY, once per option (a composition costs ~0.15 s); a windowed
     variant gets a window inside the short sequence."""
-    cfg = compose_cell([f"{group}={option}", *TINY])
-    if "window" in cfg[group]:
-        cfg = compose_cell([f"{group}={option}", *TINY, f"{group}.window={T // 2}"])
-    return cfg[group], cfg.model
+    spec = compose_cell([f"{group}={option}", *TINY])
+    if "window" in getattr(spec, group).option.kwargs:
+        spec = compose_cell([f"{group}={option}", *TINY, f"{group}.window={T // 2}"])
+    return spec
 
 
 def _model(pos: str, attn: str, causal: bool):
     """posbench's model of the cell, built as harness/bench/internals.py ``build_transformer`` builds it."""
-    pos_node, model_node = _node("pos", pos)
-    return Transformer(instantiate(model_node), VOCAB, T, causal, pos=instantiate_option(pos_node, "pos"),
-                       attn=instantiate_option(_node("attn", attn)[0], "attn"))
+    spec = _spec("pos", pos)
+    return Transformer(spec.model, VOCAB, T, causal, pos=spec.pos.factory(), attn=_spec("attn", attn).attn.factory())
 
 
 def _step(model, ids, labels, mask, bf16: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -145,7 +143,7 @@ def _scheme(name: str, scaling: str | None = None):
         overrides += ["pos.scaling.factor=4.0"] if scaling not in ("dynamic_ntk",) else []
         overrides += [f"pos.scaling.{k}=[{','.join(map(str, v))}]" for k, v in LONGROPE_LISTS.items()
                       if scaling == "longrope"]
-    scheme = instantiate_option(compose_cell(overrides).pos, "pos")(Shape(HEAD_DIM, 1, 1, 16, True))
+    scheme = compose_cell(overrides).pos.factory()(Shape(HEAD_DIM, 1, 1, 16, True))
     return scheme.eval() if scaling else scheme.train()  # a length scaling applies at evaluation
 
 

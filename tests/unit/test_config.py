@@ -4,16 +4,14 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hydra.utils import get_class, instantiate
-from omegaconf import OmegaConf
 
 from attention.base import AttentionVariant
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.data.objectives import Task
 from harness.data.tasks import ScoredTask
 from harness.model.transformer import ModelConfig
 from positional.base import PositionalScheme, Shape
-from tests.helpers import ROOT, compose
+from tests.helpers import ROOT
 
 GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name not in ("experiment", "hydra"))
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((ROOT / "conf" / g).glob("*.yaml"))]
@@ -26,31 +24,33 @@ def test_groups_present():
 
 @pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_option_composes_and_instantiates(group, option, tmp_path, monkeypatch):
-    cfg = compose([f"{group}={option}"])
-    node = cfg[group]
+    spec = load([f"{group}={option}"])
     if group in ("pos", "attn"):
-        target = get_class(node._target_)
-        causal = getattr(target, "bidirectional_refusal", None) is not None  # FoX: defined for causal attention only
-        built = instantiate_option(node, group)(replace(SHAPE, causal=causal))
+        choice = getattr(spec, group)
+        causal = getattr(choice.option.target, "bidirectional_refusal", None) is not None  # FoX: causal only
+        built = choice.factory()(replace(SHAPE, causal=causal))
         assert isinstance(built, PositionalScheme if group == "pos" else AttentionVariant)
         assert type(built).config_name() == option  # conf/<g>/<name>.yaml pairs with <g>/<name>.py
     elif group == "model":
-        assert isinstance(instantiate(node), ModelConfig)
+        assert isinstance(spec.model, ModelConfig)
     elif group == "data":
-        assert hasattr(instantiate(node.source), "load")
+        assert hasattr(spec.source.build(), "load")
     elif group == "task":
-        task = instantiate(node, tokenizer=instantiate(cfg.tokenizer))
+        task = spec.task.build(tokenizer=spec.tokenizer.build())
         assert type(task).config_name() == option  # conf/task/<name>.yaml names the class's own name
         assert isinstance(task, ScoredTask if task.scores_sequences else Task)  # what the pipeline will call
     elif group == "optim":
-        instantiate(node.schedule)
-        assert callable(instantiate(node.optimizer))
+        spec.schedule.build()
+        assert callable(spec.optimizer.factory())
     elif group == "trainer":
-        if node.accelerator == "gpu" and not torch.cuda.is_available():  # the GPU presets, on a CPU machine
-            node = compose([f"{group}={option}", "trainer.accelerator=cpu"]).trainer
-        assert instantiate(node).max_steps == cfg.trainer.max_steps
+        from harness.config.build import trainer_of
+
+        trainer = spec.trainer
+        if trainer.accelerator == "gpu" and not torch.cuda.is_available():  # the GPU presets, on a CPU machine
+            trainer = load([f"{group}={option}", "trainer.accelerator=cpu"]).trainer
+        assert trainer_of(trainer, logger=False, callbacks=[]).max_steps == spec.trainer.max_steps
     elif group == "logger":
-        assert node.experiment
+        assert spec.logger.experiment
     elif group == "tokenizer":
         monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")  # a trained vocabulary's cache
         tok = tokenizer_option(option, tmp_path)
@@ -58,7 +58,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path, monkeypatch):
         assert len({tok.pad_id, tok.mask_id}) == 2 and max(tok.pad_id, tok.mask_id) < tok.vocab_size
     elif group == "scale":
         # a scale only picks conf/experiment/<preset>/scale/<scale>.yaml: without experiment=..., nothing moves
-        assert node == {} and without_hydra(cfg) == without_hydra(compose())
+        assert spec.values["scale"] == {} and spec.values == load([]).values
     else:
         pytest.fail(f"conf/{group}/ has no check here: say what its options must build")
 
@@ -77,14 +77,8 @@ def tokenizer_option(option: str, tmp_path):
         core = train_tokenizer("wordpiece", text, 300, 1)
         PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", mask_token="[MASK]",
                                 unk_token="[UNK]").save_pretrained(str(tmp_path / "saved"))
-        return instantiate(compose(["tokenizer=hf", f"tokenizer.name={tmp_path / 'saved'}"]).tokenizer)
-    tok = instantiate(compose([f"tokenizer={option}", "tokenizer.vocab_size=300"]).tokenizer
-                      if option in ("bpe", "wordpiece") else compose([f"tokenizer={option}"]).tokenizer)
+        return load(["tokenizer=hf", f"tokenizer.name={tmp_path / 'saved'}"]).tokenizer.build()
+    tok = load([f"tokenizer={option}", *(["tokenizer.vocab_size=300"] if option in ("bpe", "wordpiece") else [])
+                ]).tokenizer.build()
     tok.fit(SimpleNamespace(train=text, val=text))
     return tok
-
-
-def without_hydra(cfg) -> dict:
-    out = OmegaConf.to_container(cfg)
-    del out["hydra"]
-    return out

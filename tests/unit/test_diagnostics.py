@@ -9,14 +9,13 @@ import math
 
 import pytest
 import torch
-from omegaconf import open_dict
 from torch.testing import assert_close
 
-from harness.config.instantiate import instantiate, instantiate_option
+from harness.config.load import load
 from harness.errors import ConfigError
 from harness.model.diagnostics import as_distribution, attention_diagnostics, attention_stats
 from harness.model.transformer import Transformer
-from tests.helpers import TINY, assert_figure, choices_of, compose
+from tests.helpers import assert_figure, validated
 
 F64 = torch.float64
 HAND_SET = ("softmax", "local", "linear", "performer")  # the variants whose uniform weights are set by hand below
@@ -96,11 +95,10 @@ def test_as_distribution():
 
 def uniform_attention_model(attn: str, causal: bool, T: int) -> Transformer:
     """pos=none and q = k = 0: every variant attends uniformly over the keys it may see."""
-    cfg = compose(["pos=none", f"attn={attn}", "model.n_layers=2", "model.d_model=16", "model.n_heads=2",
-                   f"data.seq_len={T}", *(["attn.window=8"] if attn == "local" else [])])
+    spec = load(["pos=none", f"attn={attn}", "model.n_layers=2", "model.d_model=16", "model.n_heads=2",
+                 f"data.seq_len={T}", *(["attn.window=8"] if attn == "local" else [])])
     torch.manual_seed(0)
-    model = Transformer(instantiate(cfg.model), 258, T, causal, pos=instantiate_option(cfg.pos, "pos"),
-                        attn=instantiate(cfg.attn))
+    model = Transformer(spec.model, 258, T, causal, pos=spec.pos.factory(), attn=spec.attn.factory())
     with torch.no_grad():
         for block in model.blocks:
             C = block.attn.out.in_features
@@ -155,13 +153,7 @@ def test_files_hold_the_figures_and_the_numbers():
 
 
 def checked(overrides, store):
-    from harness.config.validate import validate
-
-    cfg = compose([*TINY, *overrides])
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return validate(cfg, choices)
+    return validated(*overrides).spec
 
 
 def test_diagnostics_is_a_checked_switch_refused_for_a_variant_without_weights(store, monkeypatch):

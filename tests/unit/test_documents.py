@@ -13,12 +13,11 @@ import pytest
 import torch
 
 from attention.base import AttentionContext, count_keys
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.data.corpus import Embedded, block_split, joined_starts, split_starts
 from harness.data.windows import TrainWindows, with_document_ids
 from harness.errors import ConfigError, IncompatiblePairing
 from positional.base import document_positions
-from tests.helpers import compose
 
 SCHEMES = ["alibi", "cope", "dd_alibi", "fire", "fox", "kerple", "learned", "none", "p_rope", "pope", "rope",
            "rope_trainable", "sinusoidal", "t5", "xl", "xpos"]
@@ -30,16 +29,13 @@ ABSOLUTE = {"learned", "sinusoidal"}  # positions added to the embeddings: a win
 
 
 def model(pos: str, causal: bool, restart: bool = True, mask: bool = True, attn: str = "softmax"):
-    from hydra.utils import instantiate
-
     from harness.model.transformer import Transformer
 
-    cfg = compose([f"pos={pos}", f"attn={attn}", f"model.restart_positions={restart}",
-                   f"model.document_mask={mask}", "model.dropout=0", "model.n_layers=2", "model.d_model=32",
-                   "model.n_heads=2", "model.d_ff=64"])
+    spec = load([f"pos={pos}", f"attn={attn}", f"model.restart_positions={restart}",
+                 f"model.document_mask={mask}", "model.dropout=0", "model.n_layers=2", "model.d_model=32",
+                 "model.n_heads=2", "model.d_ff=64"])
     torch.manual_seed(0)
-    built = Transformer(instantiate(cfg.model), 40, 32, causal, instantiate_option(cfg.pos, "pos"),
-                        instantiate(cfg.attn, _partial_=True))
+    built = Transformer(spec.model, 40, 32, causal, spec.pos.factory(), spec.attn.factory())
     if pos == "xpos":  # ζ^(n/B) with the default B = 512 is ~1 over 16 positions: a shorter B makes the test bite
         built.pos.scale_base = 8.0
     return built.double().eval()
@@ -181,11 +177,11 @@ def test_training_windows_carry_document_ids_aligned_with_their_inputs():
 def test_a_source_without_document_starts_is_refused():
     from types import SimpleNamespace
 
-    from harness.config.validate import _check_documents
+    from harness.config.pairings import check_documents
 
     cfg = SimpleNamespace(restart_positions=True, document_mask=False)
     text = SimpleNamespace(scores_sequences=False)
     with pytest.raises(ConfigError, match="data=enwik8 does not .+use one of those or drop model.restart_positions"):
-        _check_documents(cfg, object(), None, text, {"data": "enwik8"})
+        check_documents(cfg, object(), None, text, "enwik8")
     synthetic = SimpleNamespace(scores_sequences=True)  # its example is one document: nothing to pass
-    assert _check_documents(cfg, object(), None, synthetic, {"data": "enwik8"}) is False
+    assert check_documents(cfg, object(), None, synthetic, "enwik8") is False

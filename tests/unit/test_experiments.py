@@ -6,7 +6,6 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config.instantiate import instantiate_option
 from results.paper import ARM_KEYS
 from tests.helpers import ROOT, compose
 
@@ -61,7 +60,7 @@ def test_preset_composes_and_names_its_claim(preset, scale):
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p != "grid"])
 def test_every_toy_cell_builds_its_model(preset):
-    from harness.config.instantiate import instantiate
+    from harness.config.load import load
     from harness.data.tokenizer import ByteTokenizer
     from harness.model.transformer import Transformer
 
@@ -69,10 +68,10 @@ def test_every_toy_cell_builds_its_model(preset):
     for cell in sweep_cells(base):
         if cell[-1].startswith("seed=") and cell[-1] != "seed=0":
             continue
-        cfg = compose([f"experiment={preset}", *cell])
-        task = instantiate(cfg.task, tokenizer=ByteTokenizer())
-        model = Transformer(instantiate(cfg.model), 258, task.sequence_tokens(cfg.data.seq_len), task.causal,
-                            pos=instantiate_option(cfg.pos, "pos"), attn=instantiate(cfg.attn))
+        spec = load([f"experiment={preset}", *cell], multirun=True)  # one cell of the sweep
+        task = spec.task.build(tokenizer=ByteTokenizer())
+        model = Transformer(spec.model, 258, task.sequence_tokens(spec.data.seq_len), task.causal,
+                            pos=spec.pos.factory(), attn=spec.attn.factory())
         assert model.num_params() > 0
 
 

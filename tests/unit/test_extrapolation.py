@@ -159,7 +159,7 @@ def test_a_scheme_without_length_scaling_refuses_with_a_reason():
 def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_the_weights():
     module = tiny_module()
     before = {k: v.clone() for k, v in module.model.state_dict().items()}
-    from harness.config.schema import EvalSettings
+    from harness.config.spec import EvalSettings
 
     settings = EvalSettings(lengths=[16, 64], stride=8, same_targets=4, scalings=["none", "linear", "yarn"],
                             finetune_steps=2, finetune_length=32, finetune_lr=1e-3)

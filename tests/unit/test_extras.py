@@ -13,11 +13,12 @@ import sys
 import pytest
 import yaml
 
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.errors import ConfigError
 from harness.extras import extra_for, require
 from harness.paths import CONF
-from tests.helpers import ROOT, compose, validated
+from positional.base import PositionalScheme, Shape
+from tests.helpers import ROOT, validated
 
 
 def declared_targets() -> dict[str, str]:
@@ -80,8 +81,8 @@ def test_a_missing_package_is_refused_in_one_line_naming_the_extra(store, monkey
     assert "\n" not in str(e.value)
 
 
-class Needy:
-    """A user's class that declares a package nobody has."""
+class Needy(PositionalScheme):
+    """A user's scheme that declares a package nobody has."""
 
     requires = ("posbench_no_such_package",)
 
@@ -89,8 +90,7 @@ class Needy:
 def test_a_users_class_names_its_own_package():
     refusal = "^pos=test_extras needs posbench_no_such_package, which is not installed here; pip install posbench_no"
     with pytest.raises(ConfigError, match=refusal):
-
-        instantiate_option(compose([f"pos._target_={Needy.__module__}.Needy"]).pos, "pos")
+        load([f"pos._target_={Needy.__module__}.Needy"]).pos.factory()(Shape(32, 2, 2, 64, False))
     with pytest.raises(ConfigError, match="needs a and b, which are not installed"):
         require("x", ("a", "b"))
     require("x", ("sys", "json"))  # present: nothing to say

@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from harness.bench.internals import build_transformer, compose_cell, option_overrides
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
-from harness.config.instantiate import instantiate
 
 T, VOCAB = 16, 258
 TINY = ["model.n_layers=1", "model.d_model=16", "model.n_heads=2", "model.d_ff=32", "model.dropout=0.0",
@@ -60,13 +59,13 @@ def _overrides(pos: str, attn: str, task: str) -> list[str]:
 
 @functools.cache
 def _windowed(attn: str) -> bool:
-    return "window" in compose_cell([f"attn={attn}"]).attn
+    return "window" in compose_cell([f"attn={attn}"]).attn.option.kwargs
 
 
 @functools.cache
 def _is_causal(task: str) -> bool:
-    cfg = compose_cell([f"task={task}"])
-    return instantiate(cfg.task, tokenizer=instantiate(cfg.tokenizer)).causal
+    spec = compose_cell([f"task={task}"])
+    return spec.task.build(tokenizer=spec.tokenizer.build()).causal
 
 
 def _reading_no_value(reads: list[str]):

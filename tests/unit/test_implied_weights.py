@@ -16,11 +16,10 @@ from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
 from harness.config.catalog import option_classes
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.paths import CONF
 from positional.base import Shape
 from tests.attn_cases import F64, ContentBias, allowed_pairs, padding, qkv, relative_bias, rotation, rotation_matrices
-from tests.helpers import compose
 
 T, D, H = 13, 8, 2
 
@@ -135,9 +134,9 @@ def test_a_variant_without_implied_weights_says_so():
 
 
 @functools.cache
-def node(group: str, option: str):
-    """conf/<group>/<option>.yaml composed (its interpolations resolved): one compose per option, not per pair."""
-    return compose([f"{group}={option}"])[group]
+def choice(group: str, option: str):
+    """conf/<group>/<option>.yaml loaded (its interpolations resolved): one load per option, not per pair."""
+    return getattr(load([f"{group}={option}"]), group)
 
 
 def pairings():
@@ -157,7 +156,7 @@ def test_every_scheme_with_every_variant_applies_its_implied_weights(pos, attn, 
     if not causal and option_classes("pos")[pos].bidirectional_refusal:
         pytest.skip(option_classes("pos")[pos].bidirectional_refusal)  # FoX: defined for causal attention only
     shape = Shape(D * H, H, 1, 32, causal)
-    scheme, variant = (instantiate_option(node(group, name), group)(shape).double().eval() for group, name in
+    scheme, variant = (choice(group, name).factory()(shape).double().eval() for group, name in
                        (("pos", pos), ("attn", attn)))
     if variant.refusal(type(scheme)):
         pytest.skip(variant.refusal(type(scheme)))

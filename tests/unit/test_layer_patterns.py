@@ -185,39 +185,33 @@ def test_a_scheme_that_adds_to_the_embeddings_is_refused_in_a_pattern():
 
 
 def config(*overrides):
-    from tests.helpers import TINY, choices_of, compose
+    """The RunSpec of TINY plus ``overrides``, and the options Hydra composed it from."""
+    from tests.helpers import TINY, choices_of, compose, spec
 
-    cfg = compose([*TINY, *overrides])
-    return cfg, choices_of(cfg)
+    return spec(*overrides), choices_of(compose([*TINY, *overrides]))
 
 
 def test_the_config_builds_the_pattern_from_the_node_and_the_other_options():
-    from harness.config.instantiate import instantiate_option
-    from harness.config.layers import named_by_pattern
-
-    cfg, choices = config("pos=rope", "pos.base=500", "+pos.layers=[rope,rope,rope,none]", "attn=local",
-                          "+attn.layers=[local,softmax]")
-    assert named_by_pattern(cfg, choices) == {**choices, "pos": "rope×3+none", "attn": "local+softmax"}
-    pos, attn = instantiate_option(cfg.pos, "pos"), instantiate_option(cfg.attn, "attn")
+    spec, choices = config("pos=rope", "pos.base=500", "+pos.layers=[rope,rope,rope,none]", "attn=local",
+                           "+attn.layers=[local,softmax]")
+    named = {g: getattr(spec.choices, g) for g in choices}
+    assert named == {**choices, "pos": "rope×3+none", "attn": "local+softmax"}
+    pos, attn = spec.pos.factory(), spec.attn.factory()
     m = Transformer(ModelConfig(n_layers=4, d_model=32, n_heads=2, d_ff=64), 40, 32, False, pos=pos, attn=attn)
     assert m.pos.scheme("rope").base == 500  # the node's own keys reach its layers
     assert isinstance(m.pos.scheme("none"), NoPosition)
     assert [type(b.attn.variant) for b in m.blocks] == [Local, Softmax] * 2
-    assert m.blocks[0].attn.variant.window == cfg.attn.window
+    assert m.blocks[0].attn.variant.window == spec.attn.option.kwargs["window"]
 
 
 def test_diagnostics_need_the_weights_of_every_variant_a_pattern_names(monkeypatch):
     from attention.base import AttentionVariant
-    from harness.config.validate import validate
+    from harness.config.check import check
 
-    monkeypatch.setattr(Local, "implied_weights", AttentionVariant.implied_weights)  # as a variant without them
-    from omegaconf import open_dict
-
-    cfg, choices = config("diagnostics=true", "+attn.layers=[softmax,local]", "attn.backend=math")
-    with open_dict(cfg):
-        del cfg["hydra"]  # as a run sees its config
+    monkeypatch.setattr(Local, "weights", AttentionVariant.weights)  # as a variant without them
+    spec, _ = config("diagnostics=true", "+attn.layers=[softmax,local]", "attn.backend=math")
     with pytest.raises(ConfigError, match="diagnostics=true needs the attention weights, which attn=local does not"):
-        validate(cfg, choices)
+        check(spec)
 
 
 @pytest.mark.parametrize("overrides,needle", [
@@ -226,52 +220,44 @@ def test_diagnostics_need_the_weights_of_every_variant_a_pattern_names(monkeypat
     (["+pos.layers=5"], "pos.layers=5 must be a list of pos option names"),
 ])
 def test_bad_patterns_in_the_config_are_one_line_errors(overrides, needle):
-    from harness.config.instantiate import instantiate_option
-
-    cfg, _ = config(*overrides)
-    with pytest.raises(ConfigError, match=needle):
-        instantiate_option(cfg.pos, "pos")
+    with pytest.raises(ConfigError, match=needle):  # refused where the spec is typed, or when its pos is built
+        config(*overrides)[0].pos.factory()
 
 
 def test_every_option_without_an_embedding_can_be_a_layer():
     """A pattern takes every scheme that acts in attention: its YAML alone builds it (rope_trainable's
     ``defaults: [rope]`` merged)."""
-    from harness.config.instantiate import instantiate_option
     from positional.base import Shape
 
     layered = [n for n, cls in option_classes("pos").items() if "embed" not in cls.hooks() and n != "rope"]
-    cfg, _ = config("pos=rope", f"+pos.layers=[rope,{','.join(layered)}]")
+    spec, _ = config("pos=rope", f"+pos.layers=[rope,{','.join(layered)}]")
     shape = Shape(32, 2, len(layered) + 1, 32, True)
-    scheme = LayeredScheme(shape, instantiate_option(cfg.pos, "pos"))
+    scheme = LayeredScheme(shape, spec.pos.factory())
     assert [s.config_name() for s in scheme.schemes] == ["rope", *layered]
 
 
 def test_an_entry_with_settings_of_its_own_is_its_own_scheme():
     """Gemma 2/3: local layers θ = 10k, global layers θ = 1M; the other keys are the node's."""
-    from harness.config.instantiate import instantiate_option
-    from harness.config.layers import named_by_pattern
     from positional.base import Shape
 
-    cfg, choices = config("pos=rope", "pos.layout=half", "+pos.layers=[rope,rope,'rope(base=1e6, layout=interleaved)']")
-    assert named_by_pattern(cfg, choices)["pos"] == "rope×2+rope(base=1e6, layout=interleaved)"
-    scheme = LayeredScheme(Shape(32, 2, 3, 32, True), instantiate_option(cfg.pos, "pos"))
+    spec, _ = config("pos=rope", "pos.layout=half", "+pos.layers=[rope,rope,'rope(base=1e6, layout=interleaved)']")
+    assert spec.choices.pos == "rope×2+rope(base=1e6, layout=interleaved)"
+    scheme = LayeredScheme(Shape(32, 2, 3, 32, True), spec.pos.factory())
     local, wide = scheme.layer_scheme(0), scheme.layer_scheme(2)
     assert (local.base, local.layout, wide.base, wide.layout) == (10000.0, "half", 1e6, "interleaved")
     assert scheme.layer_scheme(1) is local
 
 
 @pytest.mark.parametrize("entry,needle", [
-    ("rope(bse=2)", "pos.layers: rope(bse=2) sets bse, which is not a key of pos=rope; use some of base, layout"),
-    ("rope(base)", "pos.layers: 'rope(base)' is no layer entry; write an option name, or one with settings"),
-    ("rope(base=0)", "pos.base=0 must be a positive finite number"),
+    ("rope(bse=2)", "pos.layers[1].bse is not a key of pos=rope; use some of base, layout"),  # named where typed
+    ("rope(base)", "pos.layers[1]='rope(base)' is no entry; write an option name, or one with settings"),
+    ("rope(base=0)", "pos.layers[1].base=0 must be a positive finite number"),  # not pos.base, which was not set
 ])
 def test_a_bad_entry_is_a_one_line_error(entry, needle):
-    from harness.config.instantiate import instantiate_option
     from positional.base import Shape
 
-    cfg, _ = config("pos=rope", f"+pos.layers=[rope,'{entry}']")
-    with pytest.raises(ConfigError, match=re.escape(needle)):
-        LayeredScheme(Shape(32, 2, 2, 32, True), instantiate_option(cfg.pos, "pos"))
+    with pytest.raises(ConfigError, match=re.escape(needle)):  # refused where the spec is typed, or when built
+        LayeredScheme(Shape(32, 2, 2, 32, True), config("pos=rope", f"+pos.layers=[rope,'{entry}']")[0].pos.factory())
 
 
 # ---------------------------------------------------------------- the matrix

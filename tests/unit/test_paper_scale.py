@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from harness.config.resources import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu_estimate, parse_size
-from harness.config.validate import validate
+from harness.config.check import check
+from harness.config.estimates import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu_estimate, parse_size
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig
 from tests.paper_presets import GPU, PAPER, _cells, _composed, _first_cell
@@ -35,13 +34,13 @@ ON_THE_EMBEDDED_CORPUS = {"eleuther_rotary": "paper", "roformer_mlm": "paper", "
 @pytest.mark.parametrize("preset", PAPER)
 def test_every_paper_preset_on_the_embedded_corpus_is_refused_with_the_fix(preset):
     """issue 45: scale=paper on the 2 MB corpus and a byte vocabulary said "ok" for 3.3B tokens."""
-    cfg, choices = _composed([f"experiment={preset}", "scale=paper", *_cells(preset)[0]], stand_in=False)
+    spec = _composed([f"experiment={preset}", "scale=paper", *_cells(preset)[0]], stand_in=False)
     expected = ON_THE_EMBEDDED_CORPUS[preset]
     if expected == "ok":
-        assert validate(cfg, choices, GPU).budget.tokens > 0
+        assert check(spec, GPU).budget.tokens > 0
         return
     with pytest.raises(ConfigError) as e:
-        validate(cfg, choices, GPU)
+        check(spec, GPU)
     said = str(e.value)
     if expected == "paper":
         assert said.startswith("this scale=paper setting is the paper's model on ") and said.endswith(
@@ -51,14 +50,14 @@ def test_every_paper_preset_on_the_embedded_corpus_is_refused_with_the_fix(prese
 
 
 def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys):
-    from harness import cli
+    from harness.cli import check_command
 
-    cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0",
-                              "budget.max_epochs=null"], stand_in=False)
+    spec = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "budget.max_epochs=null"],
+                     stand_in=False)
     with pytest.raises(ConfigError, match=r"GPT-2's BPE \(50,257 tokens\); this tokenizer's 258 make it 85.8M"):
-        validate(cfg, choices, GPU)
-    cfg, choices = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0"])
-    cli._check(cfg, choices, None, cli.Mode(check=True, gpu=GPU))
+        check(spec, GPU)
+    assert check_command(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "~paper",
+                          "budget.max_epochs=null"], [], False, GPU.named) == 0
     line = capsys.readouterr().out
     # 55,000 steps × 32 × 2048 tokens × 8 accumulated (GPT-3 Small's 0.5M); 6·N + 6·L·T·C FLOPs a token; hours at
     # 989 TFLOP/s × 0.4
@@ -72,27 +71,26 @@ def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys):
 def test_the_1b4_setting_is_the_blogs_pile_model_at_gpt3_xls_batch():
     """eleuther_rotary scale=paper_1b4: with GPT-2's 50,257 ids the model is the blog's 1.4B (1.41B), a step
     is GPT-3 XL's 1M tokens (64 accumulated batches of 8 × 2,048), and one batch fits an 80 GB GPU."""
-    from harness.config.instantiate import instantiate
-
-    cfg, _ = _composed(["experiment=eleuther_rotary", "scale=paper_1b4", "pos=rope", "seed=0"], stand_in=False)
-    paper, vocab = cfg.paper, int(cfg.paper.vocab_size)
-    assert (paper.data, vocab) == ("the Pile", 50257)
-    model = _built_with(cfg, vocab)
+    spec = _composed(["experiment=eleuther_rotary", "scale=paper_1b4", "pos=rope", "seed=0"], stand_in=False)
+    paper = spec.run.paper
+    assert paper is not None
+    vocab = int(paper["vocab_size"])
+    assert (paper["data"], vocab) == ("the Pile", 50257)
+    model = _built_with(spec, vocab)
     assert 1.41e9 < model.num_params() < 1.42e9  # 1,414,455,296: the blog rounds to 1.4B
-    step = cfg.data.batch_size * cfg.data.seq_len * cfg.trainer.accumulate_grad_batches
-    assert step == 1_048_576 and abs(step / paper.batch_tokens - 1) < 0.05
-    est = gpu_estimate("x", "y", model.num_params(), instantiate(cfg.model), vocab, cfg.data.batch_size,
-                       cfg.data.seq_len, cfg.trainer.precision, SchemeTerms.of(model.pos))
+    step = spec.data.batch_size * spec.data.seq_len * spec.trainer.accumulate_grad_batches
+    assert step == 1_048_576 and abs(step / paper["batch_tokens"] - 1) < 0.05
+    est = gpu_estimate("x", "y", model.num_params(), spec.model, vocab, spec.data.batch_size,
+                       spec.data.seq_len, spec.trainer.precision, SchemeTerms.of(model.pos))
     assert est.total <= GPU.memory and est.logits == 8192 * vocab * (2 + 4 + 4 + 4)  # model.loss_chunk=8192
 
 
-def _built_with(cfg, vocab: int):
-    from harness.config.instantiate import instantiate, instantiate_option
+def _built_with(spec, vocab: int):
     from harness.model.transformer import Transformer
 
     with torch.device("meta"):
-        return Transformer(instantiate(cfg.model), vocab, cfg.data.seq_len, True,
-                           pos=instantiate_option(cfg.pos, "pos"), attn=instantiate_option(cfg.attn, "attn"))
+        return Transformer(spec.model, vocab, spec.data.seq_len, True, pos=spec.pos.factory(),
+                           attn=spec.attn.factory())
 
 
 def test_the_paper_presets_are_enumerated():
@@ -102,22 +100,21 @@ def test_the_paper_presets_are_enumerated():
 @pytest.mark.parametrize("preset", PAPER)
 def test_every_paper_preset_passes_check_for_an_80gb_gpu(preset):
     cell, checked = _first_cell(preset)
-    if checked.trainer.accelerator not in ("gpu", "cuda"):  # tune_lr's paper scale sets no GPU: a CPU check
+    if checked.spec.trainer.accelerator not in ("gpu", "cuda"):  # tune_lr's paper scale sets no GPU: a CPU check
         assert checked.gpu is None
         return
     assert checked.gpu is not None, "a GPU run checked for a named GPU carries its estimate"
     est = checked.gpu
     assert 0 < est.total <= GPU.memory
     assert est.states >= 16 * checked.n_params  # fp32 weights, gradients and AdamW's two moments at least
-    assert est.tokens == (checked.data.batch_size, checked.task.sequence_tokens(checked.data.seq_len))
+    assert est.tokens == (checked.spec.data.batch_size, checked.task.sequence_tokens(checked.spec.data.seq_len))
 
 
 def test_the_estimate_equals_a_hand_computation():
     """roformer_mlm at paper scale, pos=rope: BERT-base's shape (12 layers, C = 768, F = 3072, H = 12), the byte
     tokenizer's V = 258, 64 × 512 tokens, bf16-mixed, dropout 0.1, post-norm, the loss's logits 8,192 tokens at a
     time (model.loss_chunk)."""
-    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
-    checked = validate(cfg, choices, GPU)
+    checked = check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU)
     C, F, H, L, V = 768, 3072, 12, 12, 258
     block = (3 * C * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C) + 2 * 2 * C  # qkv, out, MLP, 2 LayerNorms
     head = V * C + (C * C + C) + 2 * C + V  # tied embedding, dense, LayerNorm, decoder bias (post-norm: no norm_f)
@@ -161,19 +158,22 @@ def test_a_learned_bias_adds_its_tables_and_the_kernels_gradient():
 def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
     """Performer's random features (roformer_performer at paper scale) are measured on meta tensors and added at
     bf16's width; softmax in its fused kernel adds nothing."""
-    from harness.config.validate import variant_bytes_per_layer
+    from harness.config.resources import model_of, variant_bytes_per_layer
 
-    cfg, choices = _composed(["experiment=roformer_performer", "scale=paper", "pos=rope", "seed=0"])
-    checked = validate(cfg, choices, GPU)
-    extra = variant_bytes_per_layer(cfg, checked.deferred.meta, checked.task, checked.data)
+    def on_meta(checked):
+        with torch.device("meta"):
+            return model_of(checked.spec, checked.tokenizer.vocab_size, checked.task)
+
+    checked = check(_composed(["experiment=roformer_performer", "scale=paper", "pos=rope", "seed=0"]), GPU)
+    extra = variant_bytes_per_layer(checked.spec, on_meta(checked), checked.task)
     assert extra > 0
-    plain = gpu_estimate("x", "y", checked.n_params, checked.model, 258, 64, 1024, "bf16-mixed", SchemeTerms(True))
+    spec = checked.spec
+    plain = gpu_estimate("x", "y", checked.n_params, spec.model, 258, 64, 1024, "bf16-mixed", SchemeTerms(True))
     assert checked.gpu.activations == plain.activations + 12 * extra * 2 // 4
     assert checked.gpu.total <= GPU.memory  # 64 a pass, 2 accumulated: the paper's 128 (its scale file)
-    assert checked.trainer.accumulate_grad_batches * checked.data.batch_size == 128
-    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
-    checked = validate(cfg, choices, GPU)
-    assert variant_bytes_per_layer(cfg, checked.deferred.meta, checked.task, checked.data) == 0
+    assert spec.trainer.accumulate_grad_batches * spec.data.batch_size == 128
+    checked = check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU)
+    assert variant_bytes_per_layer(checked.spec, on_meta(checked), checked.task) == 0
 
 
 @pytest.mark.parametrize("pos,dropout", [("rope", 0.0), ("none", 0.1)])
@@ -181,26 +181,22 @@ def test_the_fp32_estimate_agrees_with_the_meta_rehearsal(pos, dropout):
     """In fp32 the formula counts what the real model keeps: the rehearsal (harness/config/rehearsal.py) runs
     the model's own forward and backward on meta tensors and adds up every storage; the two agree within
     15 % where the formula's assumption holds (softmax attention in a fused kernel, no T×T bias)."""
-    from harness.config.instantiate import instantiate, instantiate_option
     from harness.config.rehearsal import rehearse
-    from harness.model.transformer import Transformer
 
     B, T = 4, 256
-    cfg, _ = _composed([f"pos={pos}", "model.n_layers=2", "model.d_model=128", "model.n_heads=4",
-                        "model.d_ff=512", f"model.dropout={dropout}", f"data.seq_len={T}", "task=clm"])
-    model_cfg = instantiate(cfg.model)
-    with torch.device("meta"):
-        model = Transformer(model_cfg, 258, T, True, pos=instantiate_option(cfg.pos, "pos"),
-                            attn=instantiate_option(cfg.attn, "attn"))
-    measured = rehearse(model, OmegaConf.to_container(cfg, resolve=True), B, T, [], None)[0].needs
+    spec = _composed([f"pos={pos}", "model.n_layers=2", "model.d_model=128", "model.n_heads=4",
+                      "model.d_ff=512", f"model.dropout={dropout}", f"data.seq_len={T}", "task=clm"])
+    model_cfg = spec.model
+    model = _built_with(spec, 258)
+    measured = rehearse(model, spec.values, B, T, [], None)[0].needs
     est = gpu_estimate("x", "y", model.num_params(), model_cfg, 258, B, T, "32-true", SchemeTerms.of(model.pos))
     assert 0.85 <= est.total / measured <= 1.15, f"formula {est.total:,} vs rehearsal {measured:,}"
 
 
 def test_every_precision_lightning_accepts_has_an_estimate():
-    from harness.config import schema
+    from harness.config import spec
 
-    assert {str(p) for p in schema.PRECISIONS.__args__} == set(PRECISIONS)
+    assert {str(p) for p in spec.PRECISIONS.__args__} == set(PRECISIONS)
 
 
 @pytest.mark.parametrize("text,bytes_", [("80GB", 80 * 10**9), ("80GiB", 80 * 2**30), ("40gb", 40 * 10**9),
@@ -216,10 +212,9 @@ def test_a_size_without_a_unit_or_a_positive_number_is_refused(text):
 
 
 def test_check_prints_the_estimate_and_that_it_fits(capsys):
-    from harness import cli
+    from harness.cli import ok_line
 
-    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
-    cli._check(cfg, choices, None, cli.Mode(check=True, gpu=GPU))
+    print(ok_line(check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU), "", GPU))
     line = capsys.readouterr().out.strip()
     assert line.startswith("ok: pos=rope attn=softmax task=mlm")
     assert line.endswith("GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (1.4 GiB weights, gradients "
@@ -230,16 +225,16 @@ def test_check_prints_the_estimate_and_that_it_fits(capsys):
 def test_a_step_that_does_not_fit_is_refused_with_its_figure():
     """Refused with the built model's estimate; a GPU even the blocks alone overflow, before the model is laid out
     (a huge one takes long even on meta), with that lower bound."""
-    cfg, choices = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    spec = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
     with pytest.raises(ConfigError) as e:
-        validate(cfg, choices, NamedGpu.parse("14GiB"))
+        check(spec, NamedGpu.parse("14GiB"))
     assert str(e.value) == ("on a GPU of 14GiB (14.0 GiB) a training step does not fit: it needs about 14.2 GiB (1.4 "
                             "GiB weights, gradients and AdamW state, 12.7 GiB activations and 0.0 GiB logits for "
                             "64×512 tokens (8192 at a time)); lower data.batch_size=64 or data.seq_len=512, or name a "
                             "larger GPU with --gpu-memory")
     with pytest.raises(ConfigError, match=r"on a GPU of 8GiB \(8.0 GiB\) a training step does not fit: it needs at "
                                           r"least 13.1 GiB"):
-        validate(cfg, choices, NamedGpu.parse("8GiB"))
+        check(spec, NamedGpu.parse("8GiB"))
 
 
 # ---------------------------------------------------------------- three optimizer steps on this CPU
@@ -248,13 +243,25 @@ def test_a_step_that_does_not_fit_is_refused_with_its_figure():
 # ---------------------------------------------------------------- the dress rehearsal (issue 45, item 6)
 
 
-def test_check_of_a_sweep_ends_with_what_the_whole_sweep_costs():
+def test_check_of_a_sweep_ends_with_what_the_whole_sweep_costs(monkeypatch, capsys):
     """`--check -m`: each cell's line gives its own budget, and a last line sums them (issue 45, item 2: 'for the
     cell and the sweep'); GPU-hours only where every cell has them (a CPU cell has none)."""
-    from harness.cli import _sweep_budget
+    from types import SimpleNamespace
+
+    from harness import cli
     from harness.config.budget import Budget
 
+    def sweep_line(budgets: list[Budget]) -> str:
+        """The last line `--check -m` prints for a sweep whose cells check with these budgets."""
+        checked = iter([SimpleNamespace(budget=b) for b in budgets])
+        monkeypatch.setattr(cli, "cells", lambda overrides, dirs: [[f"seed={i}"] for i in range(len(budgets))])
+        monkeypatch.setattr(cli, "load", lambda cell, dirs, multirun: cell)
+        monkeypatch.setattr(cli, "check", lambda spec, gpu: next(checked))
+        monkeypatch.setattr(cli, "ok_line", lambda checked, cell, gpu: f"ok: {cell}")
+        assert cli.check_command([], [], True, None) == 0
+        return capsys.readouterr().out.splitlines()[-1]
+
     cell = Budget(tokens=28_835_840_000, train_tokens=None, flops=1.8e19, gpu_hours=12.6)
-    assert _sweep_budget([cell] * 9) == "sweep: 9 cells · 259.5B tokens · 1.6e+20 FLOPs ≈ 113.4 GPU-hours"
+    assert sweep_line([cell] * 9) == "sweep: 9 cells · 259.5B tokens · 1.6e+20 FLOPs ≈ 113.4 GPU-hours"
     cpu = Budget(tokens=1000, train_tokens=None, flops=2e9, gpu_hours=None)
-    assert _sweep_budget([cell, cpu]) == "sweep: 2 cells · 28.8B tokens · 1.8e+19 FLOPs"
+    assert sweep_line([cell, cpu]) == "sweep: 2 cells · 28.8B tokens · 1.8e+19 FLOPs"

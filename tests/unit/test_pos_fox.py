@@ -207,15 +207,14 @@ def test_the_optimizer_steps_the_gates_and_a_checkpoint_restores_them(tmp_path):
     state for every parameter), and Lightning's checkpoint saves them and loads them back."""
     import lightning as L
 
-    from harness.config.instantiate import instantiate
+    from harness.config.load import load
     from harness.model.module import LanguageModel
-    from tests.helpers import compose
 
     def module(seed):
         torch.manual_seed(seed)
-        optim = compose(["pos=fox", "task=clm"]).optim
-        return LanguageModel(tiny_model(ForgettingTransformer, n_layers=2), instantiate(optim.optimizer),
-                             instantiate(optim.schedule), bytes_per_token=None)
+        spec = load(["pos=fox", "task=clm"])
+        return LanguageModel(tiny_model(ForgettingTransformer, n_layers=2), spec.optimizer.factory(),
+                             spec.schedule.build(), bytes_per_token=None)
 
     trained = module(6)
     before = [g.weight.detach().clone() for g in trained.model.pos.gates]

@@ -191,10 +191,9 @@ def test_bad_sampling_options_are_refused_in_one_line(kw, match):
 @pytest.mark.parametrize("name", sorted(n for n, c in option_classes("pos").items() if c.randomize_refusal))
 def test_schemes_without_positions_refuse_randomize(name):
     """Built by the harness, the scheme's own error (worded by argument) names the config keys."""
-    from harness.config.instantiate import instantiate_option
-    from tests.helpers import compose
+    from harness.config.load import load
 
-    pos = instantiate_option(compose([f"pos={name}", "pos.randomize=true", "pos.max_position=64"]).pos, "pos")
+    pos = load([f"pos={name}", "pos.randomize=true", "pos.max_position=64"]).pos.factory()
     with pytest.raises(ConfigError, match=f"^pos.randomize=true with pos={name}: .+; use pos.randomize=false"):
         pos(SHAPE)
 

@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from attention.softmax import Softmax
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import Shape
@@ -132,8 +132,7 @@ def test_with_both_off_rope_is_bit_identical():
 
 
 def test_options_compose_from_the_config():
-    cfg = compose(["pos=rope", "pos.resonance=true", "pos.hope=true"]).pos
-    rope = instantiate_option(cfg, "pos")(Shape(2 * D, 2, 1, L, False))
+    rope = load(["pos=rope", "pos.resonance=true", "pos.hope=true"]).pos.factory()(Shape(2 * D, 2, 1, L, False))
     assert rope.resonance and rope.hope
     assert compose(["pos=rope"]).pos.resonance is False and compose(["pos=rope"]).pos.hope is False
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from harness.config.instantiate import instantiate_option
+from harness.config.load import load
 from harness.errors import ConfigError
 from positional.base import Shape
 from positional.rope import Rope, rope_inv_freq
@@ -219,20 +219,17 @@ def test_each_scaling_file_holds_its_methods_options_and_builds_it(method):
     assert set(node) == {"_target_", "_partial_", "method", "factor", "original_max_len", *OPTIONS_READ[method]}
     assert node.method == method and compose(["pos=rope"]).pos.scaling is None
     if method != "longrope":  # its lists are required
-        scaled = compose(["pos=rope", f"pos/scaling={method}"]).pos
-        rope = instantiate_option(scaled, "pos")(Shape(2 * D, 2, 2, L, causal=False))
+        scaled = load(["pos=rope", f"pos/scaling={method}"]).pos
+        rope = scaled.factory()(Shape(2 * D, 2, 2, L, causal=False))
         assert rope.scaling.method == method and rope.scaling.base == BASE and rope.scaling.rotated == D
 
 
 def test_lists_compose_from_the_command_line():
-
-    from tests.helpers import compose
-
     short = ",".join(["1.5"] * (D // 2))
-    cfg = compose(["pos=rope_trainable", "pos/scaling=longrope", "pos.scaling.factor=2",
-                   f"pos.scaling.short_factor=[{short}]", f"pos.scaling.long_factor=[{short}]",
-                   "pos.scaling.attention_factor=1.1"])
-    rope = instantiate_option(cfg.pos, "pos")(Shape(2 * D, 2, 2, cfg.data.seq_len, causal=False))
-    assert rope.scaling.short_factor == (1.5,) * (D // 2) and rope.scaling.base == cfg.pos.base
+    spec = load(["pos=rope_trainable", "pos/scaling=longrope", "pos.scaling.factor=2",
+                 f"pos.scaling.short_factor=[{short}]", f"pos.scaling.long_factor=[{short}]",
+                 "pos.scaling.attention_factor=1.1"])
+    rope = spec.pos.factory()(Shape(2 * D, 2, 2, spec.data.seq_len, causal=False))
+    assert rope.scaling.short_factor == (1.5,) * (D // 2) and rope.scaling.base == spec.pos.option.kwargs["base"]
     assert rope.scaling.rotated == D and rope.scaling.attention_factor == 1.1
-    assert rope.scaling.original_max_len == cfg.data.seq_len
+    assert rope.scaling.original_max_len == spec.data.seq_len

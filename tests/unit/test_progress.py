@@ -7,23 +7,18 @@ import logging
 
 import pytest
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
-from omegaconf import open_dict
 
-from harness.config.schema import ProgressSettings
-from harness.config.validate import validate as validate_checked
+from harness.config.check import check
+from harness.config.load import load
+from harness.config.spec import ProgressSettings
 from harness.errors import ConfigError
 from harness.model import progress
 from harness.model.progress import LIGHTNING_INFO_LOGGERS, ProgressLines, clock, progress_callbacks
-from tests.helpers import TINY, choices_of
-from tests.helpers import compose as compose_with_hydra
+from tests.helpers import TINY
 
 
 def validate(overrides: list[str]):
-    cfg = compose_with_hydra(overrides)
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return validate_checked(cfg, choices)
+    return check(load(overrides)).spec
 
 
 class Terminal(io.StringIO):

@@ -14,7 +14,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.pretrained.rope_parameters import read, read_config, write
-from tests.helpers import ROOT, TINY, compose
+from tests.helpers import ROOT, TINY
 
 transformers = pytest.importorskip("transformers")
 
@@ -23,12 +23,11 @@ HEAD_DIM = 16  # TINY: d_model 32, 2 heads
 
 def built(overrides: list[str]):
     """The posbench model the overrides describe (TINY's size), causal, on the CPU."""
-    from harness.config.instantiate import instantiate, instantiate_option
+    from harness.config.load import load
     from harness.model.transformer import Transformer
 
-    cfg = compose([*TINY, "task=clm", *overrides])
-    return Transformer(instantiate(cfg.model), 258, 32, True, pos=instantiate_option(cfg.pos, "pos"),
-                       attn=instantiate_option(cfg.attn, "attn"))
+    spec = load([*TINY, "task=clm", *overrides])
+    return Transformer(spec.model, 258, 32, True, pos=spec.pos.factory(), attn=spec.attn.factory())
 
 
 def layers_of(model):

@@ -131,25 +131,21 @@ def test_a_trained_run_is_sealed_when_it_closes_and_reopened_without_its_seal(tm
 def test_resuming_a_damaged_record_is_refused_or_started_anew(tmp_path, monkeypatch, capsys, mode):
     """resume=true on a run whose record changed since it closed: its one line; resume=auto (a sweep's cells): one
     warning, and the run starts anew (nothing is resumed into a damaged record)."""
-    from omegaconf import open_dict
-
     from harness.record import resume
     from harness.record.checkpoints import RunLink
-    from tests.helpers import TINY, compose
+    from tests.helpers import spec
 
     db, run_id, client = _store(tmp_path)
     client.set_terminated(run_id, "KILLED")  # resumable, then sealed as it closed
     seal(client, run_id)
     _sql(db, "UPDATE params SET value = '129' WHERE key = 'data.seq_len'")
     uri = f"sqlite:///{db}"
-    cfg = compose([*TINY, f"logger.tracking_uri={uri}", f"checkpoint.dir={tmp_path / 'ckpt'}"])
-    with open_dict(cfg):
-        del cfg["hydra"]
-    link = RunLink(run_id, resume.config_hash(cfg, uri), uri, "posbench")
+    values = spec(f"logger.tracking_uri={uri}", f"checkpoint.dir={tmp_path / 'ckpt'}").values
+    link = RunLink(run_id, resume.config_hash(values, uri), uri, "posbench")
     monkeypatch.setattr(resume, "_checkpoint_and_link", lambda *_: (tmp_path / "step-4.ckpt", link))
     if mode == "require":
         with pytest.raises(RecordDamaged, match=f"run {run_id} .* is damaged: a param differs"):
-            resume.plan_resume(cfg, uri, mode)
+            resume.plan_resume(values, uri, mode)
     else:
-        assert resume.plan_resume(cfg, uri, mode).run_id is None
+        assert resume.plan_resume(values, uri, mode).run_id is None
         assert f"warning: run {run_id}" in capsys.readouterr().err

@@ -7,11 +7,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from harness.config.validate import validate
+from harness.config.check import check
+from harness.config.load import load
 from harness.errors import ConfigError
 from harness.record.run import TrackedRun
 from harness.scaleout import BatchGeometry, rank_command
-from tests.helpers import DDP_CPU, ROOT, TINY, choices_of, compose
+from tests.helpers import DDP_CPU, ROOT, TINY, compose
 
 # ---------------------------------------------------------------- presets and arithmetic
 
@@ -53,14 +54,8 @@ def test_bad_trainer_settings_are_one_line_errors(override, needle):
 
 
 def check_trainer(overrides: list[str]) -> None:
-    """The validation pass over a composed config (trainer settings are checked there)."""
-    from omegaconf import open_dict
-
-    cfg = compose([*TINY, *overrides])
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    validate(cfg, choices)
+    """The checks of a loaded config (trainer settings are typed by load, the device checked by check)."""
+    check(load([*TINY, *overrides]))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")

@@ -8,9 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from omegaconf import open_dict
 
-from harness.config.validate import validate
 from harness.data.corpus import TextFiles
 from harness.data.objectives import CausalLM, MaskedLM
 from harness.data.prepare import main, prepare
@@ -19,7 +17,7 @@ from harness.data.subword import BPE
 from harness.data.tokenizer import ByteTokenizer
 from harness.data.windows import ContinueFrom, TrainWindows
 from harness.errors import ConfigError
-from tests.helpers import TINY, choices_of, compose
+from tests.helpers import validated
 
 
 def text(n_lines: int = 1500) -> bytes:
@@ -153,11 +151,7 @@ def test_a_trained_vocabulary_is_read_back_and_another_tokenizer_refused(corpus_
 
 
 def checked(*overrides):
-    cfg = compose([*TINY, *overrides])
-    choices = choices_of(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return validate(cfg, choices)
+    return validated(*overrides)
 
 
 @pytest.mark.parametrize("val_by", ["document", "block"])

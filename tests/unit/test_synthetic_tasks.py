@@ -25,7 +25,7 @@ from harness.data.tasks.reverse import Reverse
 from harness.data.tasks.sort import Sort
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
-from tests.helpers import ROOT, assert_figure, compose
+from tests.helpers import ROOT, assert_figure
 
 MASK, PAD = 257, 256
 # Filler without digits, so the key's digits are the only ones in a passkey example.
@@ -69,11 +69,11 @@ def task_id(x) -> str:
 
 @pytest.mark.parametrize("name", TASKS)
 def test_each_config_builds_its_task(name):
-    from hydra.utils import instantiate
+    from harness.config.load import load
 
     assert (ROOT / "conf" / "task" / f"{name}.yaml").exists()
-    cfg = compose([f"task={name}"])
-    task = instantiate(cfg.task, tokenizer=instantiate(cfg.tokenizer))
+    spec = load([f"task={name}"])
+    task = spec.task.build(tokenizer=spec.tokenizer.build())
     assert task.config_name() == name and task.causal == (task.form == "causal")
     assert type(task).__module__ == f"harness.data.tasks.{name}"  # conf/task/<name>.yaml ↔ tasks/<name>.py
     assert task.eval_lengths[-1] >= 4 * task.train_lengths[1]

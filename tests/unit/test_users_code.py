@@ -64,8 +64,7 @@ def test_a_users_class_that_raises_is_named_with_its_own_frames_only(home, targe
 def test_an_error_raised_inside_posbench_or_a_library_is_not_blamed_on_the_user():
     import json
 
-    from harness.cli import users_code_failed
-    from harness.errors import ConfigError
+    from harness.errors import ConfigError, users_code_failed
     from harness.model.layers import layer_names
 
     with pytest.raises(ConfigError) as ours:

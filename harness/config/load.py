@@ -1,0 +1,322 @@
+"""``load(overrides) -> RunSpec``: the one place a Hydra config is read.
+
+Hydra's compose API composes conf/ (and the user's ``--config-dir``) with the command line's overrides; then, in
+order: the preset and its scale exist, a class named on the command line (``pos._target_=mypkg.MyScheme``) names the
+cell and keeps only the keys it takes, ``optim.tuned`` writes this cell's tuned values, every interpolation
+resolves, and the resolved values are typed into a ``RunSpec`` (harness/config/values.py). A Hydra job, which gets
+its config composed, makes its spec with ``from_job``; ``cells`` expands a sweep's overrides into its cells as
+Hydra's basic sweeper does, so a check of a sweep is a loop of ``check(load(cell))``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from hydra.conf import HydraConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+from harness.config.catalog import GROUPS as CLASS_GROUPS
+from harness.config.catalog import check_interface, locate, option_name, option_node
+from harness.config.entries import LAYERS, choice, own_node, pattern_unit, phases
+from harness.config.spec import (
+    BudgetSettings,
+    CheckpointSettings,
+    Choices,
+    DataSettings,
+    EvalSettings,
+    Json,
+    LoggerSettings,
+    ProgressSettings,
+    ReportSettings,
+    RunSettings,
+    RunSpec,
+)
+from harness.config.tuned import tuned_values
+from harness.config.values import (
+    GROUPS,
+    PLAIN,
+    OptionNode,
+    check_known,
+    check_optimizer,
+    chosen,
+    component,
+    missing_group,
+    name_of,
+    node_of,
+    settings,
+    trainer_settings,
+)
+from harness.errors import ConfigError
+from harness.model.transformer import ModelConfig
+from harness.paths import CONF
+from harness.ranges import field_hints
+
+NAMED = ("pos", "attn", "task", "data", "experiment", "scale")  # the groups a run's cell is named by
+
+
+@contextlib.contextmanager
+def initialized() -> Iterator[object]:
+    """Hydra's global state over conf/ for the calls inside (kept where it is already set); yields its loader."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        yield GlobalHydra.instance().config_loader()
+        return
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def compose(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), hydra: bool = False) -> DictConfig:
+    """The config ``python run.py <overrides>`` would see (with ``hydra`` to keep its hydra node)."""
+    from hydra import compose as hydra_compose
+
+    searched = [f"hydra.searchpath=[{','.join(f'file://{Path(d).expanduser().absolute()}' for d in config_dirs)}]"]
+    with initialized():
+        return hydra_compose(config_name="config", overrides=[*overrides, *(searched if config_dirs else [])],
+                             return_hydra_config=hydra or bool(config_dirs))
+
+
+def load(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), multirun: bool = False) -> RunSpec:
+    """The run ``python run.py <overrides>`` describes (one cell of a sweep, with ``multirun``), typed and
+    value-checked."""
+    cfg = compose(overrides, config_dirs, hydra=True)
+    choices = {g: cfg.hydra.runtime.choices.get(g) for g in NAMED}
+    check_runnable(cfg.hydra, list(overrides), multirun)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return spec(cfg, choices, list(overrides), list(config_dirs))
+
+
+def from_job(cfg: DictConfig, multirun: bool) -> RunSpec:
+    """The spec of the running Hydra job, from the config Hydra composed for it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = HydraConfig.get()
+    check_runnable(hydra, list(hydra.overrides.task), multirun)
+    dirs = [s.path for s in hydra.runtime.config_sources if s.schema == "file" and s.provider != "main"]
+    return spec(cfg, {g: hydra.runtime.choices.get(g) for g in NAMED}, list(hydra.overrides.task), dirs)
+
+
+def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> None:
+    """A preset that is a sweep, run without -m; an empty output folder."""
+    pinned = {o.lstrip("+").partition("=")[0] for o in overrides}
+    axes = [a for a in hydra.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +a=… pins +a
+    if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
+        raise ConfigError(f"experiment={hydra.runtime.choices.get('experiment')} is a sweep over {', '.join(axes)}: "
+                          f"add -m to run its cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run "
+                          "of it")
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if not str(hydra.sweep.dir if multirun else hydra.run.dir).strip():
+        raise ConfigError(f"{key}='' names no directory; give one (e.g. {key}=outputs/mine) or leave it out")
+
+
+def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], config_dirs: list[str]) -> RunSpec:
+    check_preset(choices.get("experiment"), choices.get("scale"))
+    names = {**choices, **retarget(cfg, overrides)}
+    for group in ("pos", "attn"):
+        layers = OmegaConf.select(cfg, f"{group}.{LAYERS}", default=None)
+        if layers is not None:
+            from harness.model.layers import pattern_label
+
+            unit = pattern_unit(OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers, group)
+            names[group] = pattern_label(unit)
+    tuned = apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
+    named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]),
+                    _or_none(names.get("experiment")), _or_none(names.get("scale")))
+
+    def other_option(group: str, name: str, key: str) -> Json:
+        return option_node(group, name, key, config_dirs)
+
+    try:
+        run = spec_of(resolved(cfg), named, other_option)
+    except ConfigError as e:
+        key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
+        if key is None:
+            raise
+        raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
+    return run if not tuned else _with_tuned(run, tuned)
+
+
+def _or_none(name: str | None) -> str | None:
+    return None if name is None else str(name)
+
+
+def _with_tuned(run: RunSpec, tuned: dict[str, str]) -> RunSpec:
+    import dataclasses
+
+    return dataclasses.replace(run, tuned=tuned)
+
+
+def resolved(cfg: DictConfig) -> Json:
+    try:
+        values = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:  # an interpolation that does not resolve (a missing key, a bad resolver)
+        raise ConfigError(f"the config does not resolve: {' '.join(str(e).split())}; "
+                          "check the ${...} references you set (python run.py --cfg job prints the config)") from None
+    assert isinstance(values, dict)
+    return {str(k): v for k, v in values.items()}
+
+
+def preset_scales(preset: str) -> list[str]:
+    """The scales a preset has sizes for (conf/experiment/<preset>/scale/<scale>.yaml)."""
+    return sorted(p.stem for p in (CONF / "experiment" / preset / "scale").glob("*.yaml"))
+
+
+def check_preset(name: str | None, scale: str | None = None) -> None:
+    """``experiment`` and its scale are optional, so Hydra skips an option that does not exist: refuse a preset that
+    is not there, and a scale that preset has no sizes for (e.g. scale=smoke)."""
+    presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+    if name in (None, "null"):
+        return
+    if name not in presets:
+        raise ConfigError(f"experiment={name} is not a preset; use one of experiment={', '.join(presets)}")
+    scales = preset_scales(str(name))
+    if scale and scale not in scales:
+        raise ConfigError(f"experiment={name} has no scale={scale} (conf/experiment/{name}/scale/); use one of "
+                          f"scale={', '.join(scales)}")
+
+
+def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
+    """``<group>._target_=pkg.Class`` on the command line: the cell takes the class's name, and of the replaced
+    option's keys only those the class's constructor takes stay (keys the command line sets always stay, so one
+    the class does not take is refused, not dropped). Returns the renamed groups."""
+    names = {}
+    for override in overrides:
+        key, _, target = override.partition("=")
+        group, _, rest = key.lstrip("+~").partition(".")
+        if rest != "_target_" or group not in CLASS_GROUPS or not target:
+            continue
+        try:
+            cls = locate(f"{group}._target_", target)
+        except ConfigError:  # refused with its line when the node is typed
+            continue
+        check_interface(group, cls, target)
+        params = {n for n, p in inspect.signature(cls).parameters.items()
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        keep = params | {o.partition("=")[0].lstrip("+").split(".")[1] for o in overrides
+                         if o.partition("=")[0].lstrip("+").startswith(f"{group}.")}
+        with open_dict(cfg):
+            for k in [k for k in cfg[group] if not str(k).startswith("_") and k not in keep]:
+                del cfg[group][k]
+        names[group] = option_name(cls)
+    return names
+
+
+def apply_tuned(cfg: DictConfig, pos: str, attn: str) -> dict[str, str]:
+    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json (harness/config/tuned.py);
+    returns the keys written, each with the file it came from (a refusal of one of them names the file)."""
+    path = OmegaConf.select(cfg, "optim.tuned", default=None)
+    if path is None:
+        return {}
+    values = tuned_values(str(path), pos, attn)
+    for key, value in values.items():
+        if OmegaConf.select(cfg, key, default=None) is None:
+            raise ConfigError(f"optim.tuned={path} sets {key}, which this config does not have; "
+                              "use a best.json tuned with the same optim and schedule, or drop optim.tuned")
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=False)
+    return {key: str(path) for key in values}
+
+
+def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
+    """``values``: the resolved config (no hydra node); ``option_node``: a pattern's or a phase's other options."""
+    missing = [g for g in GROUPS if not isinstance(values.get(g), dict) or not chosen(g, node_of(values, g))]
+    if missing:  # ~pos, pos=null, or a preset that drops one
+        raise ConfigError(missing_group(missing[0]))
+    top = [*field_hints(RunSettings), "phases"]
+    check_known("", list(values), [*top, *GROUPS, *PLAIN], "the config")
+    for key, value in values.items():
+        if key not in top and not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r} replaces the config group {key}; pick an option with {key}=NAME "
+                              f"(python run.py --help lists them) or set one key with {key}.KEY=VALUE")
+    data_node = node_of(values, "data")
+    data = settings(DataSettings, "data", {k: v for k, v in data_node.items() if k != "source"},
+                    f"data ({choices.data})")
+    evaluation = settings(EvalSettings, "eval", node_of(values, "eval"))
+    report = settings(ReportSettings, "report", node_of(values, "report"))
+    logger = settings(LoggerSettings, "logger", node_of(values, "logger"))
+    progress = settings(ProgressSettings, "progress", node_of(values, "progress"))
+    budget = settings(BudgetSettings, "budget", node_of(values, "budget"))
+    checkpoint = settings(CheckpointSettings, "checkpoint", node_of(values, "checkpoint"))
+    run = settings(RunSettings, "", {k: v for k, v in values.items() if k in top and k != "phases"}, "the config")
+    trainer = trainer_settings(node_of(values, "trainer"))
+    if progress.mode != "auto" and not trainer.enable_progress_bar:
+        raise ConfigError(f"progress.mode={progress.mode} asks for progress but "
+                          "trainer.enable_progress_bar=false turns it off; drop one of the two")
+    optim = node_of(values, "optim")
+    check_known("optim", list(optim), ["optimizer", "schedule", "tuned"], "optim")
+    optimizer = component("optim.optimizer", node_of(optim, "optimizer"), "optim.optimizer", supplied=("params",))
+    check_optimizer(optimizer)
+    model = component("model", node_of(values, "model"), "model").build()
+    if not isinstance(model, ModelConfig):
+        raise ConfigError("model._target_ must build a harness.model.transformer.ModelConfig; pick model=NAME")
+    pos_node = node_of(values, "pos")
+    pos = choice("pos", pos_node, choices.pos, option_node)
+    return RunSpec(
+        choices=choices, run=run, data=data, eval=evaluation, report=report, logger=logger, progress=progress,
+        budget=budget, checkpoint=checkpoint, trainer=trainer, model=model,
+        source=component("data.source", node_of(data_node, "source"), f"data={choices.data}"),
+        tokenizer=component("tokenizer", node_of(values, "tokenizer"), f"tokenizer={name_of(values, 'tokenizer')}"),
+        task=component("task", node_of(values, "task"), f"task={choices.task}", "task", ("tokenizer",)),
+        pos=pos, attn=choice("attn", node_of(values, "attn"), choices.attn, option_node),
+        optimizer=optimizer, schedule=component("optim.schedule", node_of(optim, "schedule"), "optim.schedule"),
+        phases=phases(values.get("phases"), pos, own_node(pos_node), option_node), values=values)
+
+
+# ---------------------------------------------------------------- a sweep's cells
+
+
+def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[list[str]]:
+    """Each cell of the sweep ``overrides`` describe, with the preset's own axes (``hydra.sweeper.params``), in
+    Hydra's basic sweeper's order. A searched value (``interval(1e-4, 3e-2)``) is taken at both its ends."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for arg in overrides:  # the launcher's own count of parallel jobs (joblib also takes -1, every core)
+        key, _, value = arg.lstrip("+").partition("=")
+        for one in value.split(",") if key == "hydra.launcher.n_jobs" else []:
+            if not one.strip().lstrip("-").isdigit() or int(one) == 0 or int(one) < -1:
+                raise ConfigError(f"hydra.launcher.n_jobs={one} must be a positive number of parallel jobs (or -1 "
+                                  "for one per core)")
+    with initialized() as loader:
+        parser = OverridesParser.create(config_loader=loader)  # type: ignore[arg-type]  # Hydra's own loader
+        given = parser.parse_overrides(list(overrides))
+        first = [_values(o)[0] for o in given]
+        sweeper = compose(first, config_dirs, hydra=True).hydra.sweeper
+        _check_sweeper(sweeper)
+        params = sweeper.get("params") or {}
+        every = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides])
+    axes: dict[str, list[str]] = {}
+    for override in every:
+        axes[override.get_key_element()] = _values(override)
+    return [list(cell) for cell in itertools.product(*axes.values())]
+
+
+def _check_sweeper(node: DictConfig) -> None:
+    """The sweeper's own settings (``hydra.sweeper.n_trials`` …), checked by building it: its constructor refuses
+    a bad one before the sweep's parent run opens."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    if str(node.get("_target_", "")).startswith("hydra."):  # Hydra's own (the basic sweeper): nothing to check
+        return
+    try:
+        instantiate(node)
+    except InstantiationException as e:
+        cause = e.__cause__
+        raise (cause if isinstance(cause, ConfigError) else e) from None
+
+
+def _values(override) -> list[str]:  # noqa: ANN001 (Hydra's Override)
+    """An override's values as single overrides: a list's each, a searched interval's two ends."""
+    key = override.get_key_element()
+    if not override.is_sweep_override():
+        return [override.input_line]
+    if override.is_discrete_sweep():
+        return [f"{key}={v}" for v in override.sweep_string_iterator()]
+    interval = override.value()
+    return [f"{key}={interval.start}", f"{key}={interval.end}"]
