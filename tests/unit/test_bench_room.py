@@ -166,11 +166,11 @@ def test_op_times_are_self_seconds_per_call():
 
     def step():
         with record_function("nap"):
-            time.sleep(0.02)
+            time.sleep(0.2)
         torch.ones(8).exp()
 
     times = op_times(step, steps=3)
-    assert 0.02 <= times["nap"] < 0.035  # per call of the step, not summed over the 3 calls
+    assert 0.2 <= times["nap"] < 0.6  # per call of the step, not summed over the 3 calls (≥ 0.6 s however busy)
     assert times["aten::exp"] > 0 and "aten::mm" not in times
 
 
@@ -189,14 +189,17 @@ def test_breakdown_ranks_ops_by_difference_and_says_what_the_slow_side_must_lose
     assert breakdown({"op": 1.3}, {"op": 1.0}, ("a", "b"), ">=", 1.2).cut_s == 0.0  # met at these times
 
 
-def test_a_paired_target_not_met_is_profiled_op_by_op_and_reported():
-    """An unreachable goal (T5 ÷ none ≤ 0.5) on tiny cells: the verdict is not met, the breakdown ranks the
-    two live steps' ops by difference, and the report shows it (kernels marked as such)."""
+def test_a_paired_target_not_met_is_profiled_op_by_op_and_reported(monkeypatch):
+    """A goal the measured ratio misses (T5 ÷ none ≤ 0.5; the ratio's interval given, so the verdict does not
+    depend on the machine's load: test_a_goal_is_met_only_by_a_whole_interval judges intervals): the verdict is not
+    met, the breakdown ranks the two live steps' ops by difference, and the report shows it (kernels marked)."""
+    from harness.bench import targets
     from harness.bench.profiled import KERNEL_OPS
     from harness.bench.report import _where
     from harness.bench.session import Options, Session
     from harness.bench.targets import PairedTarget
 
+    monkeypatch.setattr(targets, "paired_rounds", lambda *a, **k: Interval(1.5, 1.2, 1.8, (1.5,)))
     torch.manual_seed(0)
     session = Session(Options("cpu", 1e9, 64, repeats=1), log=lambda line: None)
     target = PairedTarget("T5 ÷ none", Goal("<=", 0.5), {"t5": Spec("t5", "softmax", 64, 2),

@@ -151,14 +151,14 @@ def offline(monkeypatch, **env: str) -> None:
                                       ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set")])
 def test_a_hub_name_without_network_names_the_fix_at_once(monkeypatch, env, why):
     """No network is found in one connection attempt, not ~25 s of the libraries' retries."""
-    import time
+    from tests.helpers import connections
 
     offline(monkeypatch, **env)
-    start = time.perf_counter()
+    tried = connections(monkeypatch)
     with pytest.raises(ConfigError, match=r"data.name=posbench-no-such/corpus: not in the datasets cache, and the Hub "
                                           rf"was not asked \({why}.*save_to_disk\(DIR\) and set data.path=DIR"):
         validated("data=hf", "data.name=posbench-no-such/corpus")
-    assert time.perf_counter() - start < 10
+    assert len(tried) <= (0 if env else 1), tried
 
 
 @pytest.mark.parametrize("builder_error, key", [(None, "data.split"), (ValueError("no such config"), "data.config"),

@@ -136,18 +136,18 @@ def test_a_vocabulary_without_a_mask_token_refuses_mlm_and_pads_clm_with_end_of_
 @pytest.mark.parametrize("hub_offline", ["0", "1"])
 def test_hf_tokenizer_offline_names_the_fix_at_once(monkeypatch, hub_offline):
     """An unreachable Hub (a refused port) is found in one connection attempt, not ~45 s of retries; the user's
-    HF_HUB_OFFLINE=1 is taken as it is."""
-    import time
-
+    HF_HUB_OFFLINE=1 is taken as it is (no attempt at all)."""
     import huggingface_hub.constants
+
+    from tests.helpers import connections
 
     monkeypatch.setenv("HF_HUB_OFFLINE", hub_offline)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", hub_offline == "1")
-    start = time.perf_counter()
+    tried = connections(monkeypatch)
     with pytest.raises(ConfigError) as e:
         Pretrained("posbench-no-such-org/no-such-tokenizer")
-    assert time.perf_counter() - start < 10
+    assert len(tried) <= (0 if hub_offline == "1" else 1), tried
     message = str(e.value)
     assert "\n" not in message and message.startswith("tokenizer.name=posbench-no-such-org/no-such-tokenizer: ")
     why = "HF_HUB_OFFLINE is set" if hub_offline == "1" else "http://127.0.0.1:9 cannot be reached"
