@@ -18,10 +18,11 @@ Ground: imports nothing from the project but its errors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from harness.errors import ConfigError
@@ -151,6 +152,30 @@ def check_file(path: Path, fix: str) -> bool:
 # ---------------------------------------------------------------- a report folder, sealed as a whole
 
 SUMS = "SHA256SUMS"  # coreutils' format: ``sha256sum -c SHA256SUMS`` checks a report without posbench
+
+
+@contextlib.contextmanager
+def report_folder(out: Path) -> Iterator[Path]:
+    """A report folder written whole or not at all. The command writes its files into the yielded staging folder
+    (beside ``out``, on its file system); when the block ends they replace ``out``'s files of the same names and
+    ``SHA256SUMS`` lists exactly them, written last. If the block fails (a full disk mid-PNG, Ctrl-C) the staging
+    folder is removed and ``out`` is as it was. A file in ``out`` the command did not write (a stale README.md of
+    something else) stays where it is, unsealed."""
+    import shutil
+    import tempfile
+
+    out = out.expanduser().absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield staging
+        names = sorted(p.name for p in staging.iterdir() if p.is_file() and not p.name.startswith("."))
+        (staging / SUMS).write_text("".join(f"{file_digest(staging / name)}  {name}\n" for name in names))
+        out.mkdir(exist_ok=True)
+        for name in [*names, SUMS]:  # renames within one file system: nothing more to write, so nothing can fail
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def seal_report(folder: Path) -> Path:

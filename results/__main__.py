@@ -71,24 +71,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_command(args) -> int:
-    from results.store import find_sweep, generate, open_store, restored_on_failure, writable_out
+    from harness.sealed import report_folder
+    from results.cells import MIN_ORDER_GAIN
+    from results.store import find_sweep, generate, open_store, writable_out
 
     out = writable_out(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
-    from results.cells import MIN_ORDER_GAIN
-
     gain = MIN_ORDER_GAIN if args.min_order_gain is None else args.min_order_gain
-    with restored_on_failure(out):
-        written = generate(client, sweep, out, args.target, min_order_gain=gain, baseline=args.baseline)
+    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+        written = generate(client, sweep, staging, args.target, min_order_gain=gain, baseline=args.baseline)
     for path in written:
-        print(path)
+        print(out / path.name)
     return 0
 
 
 def tune_command(args) -> int:
+    from harness.sealed import report_folder
     from results import tune
-    from results.store import find_sweep, open_store, restored_on_failure, writable_out
+    from results.store import find_sweep, open_store, writable_out
 
     out = writable_out(args.out)
     uri, client = open_store(args.tracking_uri)
@@ -96,14 +97,14 @@ def tune_command(args) -> int:
     root = project_root()
     shown = out.relative_to(root) if out.is_relative_to(root) else out
     regenerate = f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
-    with restored_on_failure(out):
-        written = tune.write(client, sweep, out, regenerate)
-        if out.parent == root / "results":  # a committed report: refresh the index, as `paper` does
-            from results.paper import write_index
+    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+        written = tune.write(client, sweep, staging, regenerate)
+    if out.parent == root / "results":  # a committed report: refresh the index, as `paper` does
+        from results.paper import write_index
 
-            write_index(out.parent)
+        write_index(out.parent)
     for path in written:
-        print(path)
+        print(out / path.name)
     return 0
 
 
@@ -122,7 +123,7 @@ def index_command(args) -> int:
 
 def paper_command(args) -> int:
     from results.paper import main as paper_main
-    from results.store import restored_on_failure, writable_out
+    from results.store import writable_out
 
     # paper presets state a claim; a tuning preset (experiment=tune_lr) has none: `python -m results tune`
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
@@ -137,8 +138,7 @@ def paper_command(args) -> int:
                               f"{', '.join(scales)} (several comma-separated for a sweep over scale)")
     axis = "_scales" if "," in args.scale else ""  # a scale sweep's report beside the preset's own
     args.out = writable_out(args.out or project_root() / "results" / f"{args.preset}{axis}")
-    with restored_on_failure(args.out):
-        return paper_main(args)
+    return paper_main(args)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from harness.paths import project_root
-from harness.sealed import seal_report
+from harness.sealed import report_folder
 from positional.rope import rope_inv_freq
 
 
@@ -66,7 +66,6 @@ def rope_decay(out: Path) -> None:
         f"Values: {picks}.\n\n"
         "Regenerate: `python -m results.figures rope_decay`\n"
     )
-    seal_report(out)
 
 
 FIGURES: dict[str, Callable[[Path], None]] = {"rope_decay": rope_decay}
@@ -78,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default results/<name>)")
     args = parser.parse_args(argv)
     out = args.out or project_root() / "results" / args.name
-    FIGURES[args.name](out)
+    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+        FIGURES[args.name](staging)
     print(f"wrote {out}")
 
 

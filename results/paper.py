@@ -328,11 +328,13 @@ def wall_time(sweep) -> str:
             f"{tags.get('host', '(not recorded)')}.")
 
 
-def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out: Path) -> str:
+def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out: Path,
+                       shown: Path | None = None) -> str:
+    """README.md and the sweep's report into ``out`` (a ``sealed.report_folder``'s staging folder, to be ``shown``)."""
     from results.store import cells_of, generate
 
     out.mkdir(parents=True, exist_ok=True)
-    generate(client, sweep, out, shown_out=out)
+    generate(client, sweep, out, shown_out=shown or out)
     cells = cells_of(client, sweep)
     gain = claim.get("min_order_gain", MIN_ORDER_GAIN)
 
@@ -361,15 +363,14 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
         *([family_line(outcomes, alpha), ""] if outcomes else []),  # no claim (grid): no family to correct
-        *_provenance(sweep, f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"),
+        *_provenance(sweep, _overrides(sweep) or f"experiment={preset} scale={scale}",
+                     f"--preset {preset} --scale {scale}"),
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
         *_sweep_report(out, _claim_metrics(claim)),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    sealed.seal_report(out)  # before the index reads it back
-    write_index(out.parent)
     return verdict
 
 
@@ -403,8 +404,6 @@ def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
                for s, outcomes in per_scale.items()], "",
              *_sweep_report(out, _claim_metrics(claim))]
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    sealed.seal_report(out)  # before the index reads it back
-    write_index(out.parent)
     return summary
 
 
@@ -534,22 +533,21 @@ def render_index(results_dir: Path) -> str:
 
 def main(args) -> int:
     """Called by ``python -m results paper``."""
-    from omegaconf import OmegaConf
-
-    from harness.config.load import compose
+    from harness.config.load import load
     from results.store import find_sweep, open_store
 
-    cfg = compose([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"])  # a scale axis: its first
-    claim = OmegaConf.to_container(cfg.claim, resolve=True)
-    assert isinstance(claim, dict), "a preset's claim is a mapping, which converts to a dict"
-    claim.setdefault("min_order_gain", OmegaConf.select(cfg, "report.min_order_gain", default=MIN_ORDER_GAIN))
-    claim.setdefault("alpha", OmegaConf.select(cfg, "report.alpha", default=ALPHA))
+    spec = load([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"], multirun=True)  # a scale axis:
+    claim = dict(spec.run.claim or {})  # its first scale's claim
+    claim.setdefault("min_order_gain", spec.report.min_order_gain)
+    claim.setdefault("alpha", spec.report.alpha)
     uri, client = open_store(args.tracking_uri)
     try:
-        sweep = find_sweep(client, cfg.logger.experiment, args.sweep)
+        sweep = find_sweep(client, spec.logger.experiment, args.sweep)
     except LookupError as e:
         raise LookupError(f"{e} (store: {uri}); run `python run.py -m experiment={args.preset}` first") from None
     out = Path(args.out)
-    verdict = write_paper_report(client, sweep, args.preset, args.scale, claim, out)
+    with sealed.report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+        verdict = write_paper_report(client, sweep, args.preset, args.scale, claim, staging, shown=out)
+    write_index(out.parent)
     print(f"{args.preset}: {verdict} ({out / 'README.md'})")
     return 0

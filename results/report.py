@@ -230,11 +230,10 @@ def headline_metrics(cells: list[Cell]) -> dict[str, float]:
 
 
 def write_report(r: Report, out_dir: Path) -> list[Path]:
-    """report.md, report.csv and the PNG plots into out_dir, then its SHA256SUMS; returns the paths written."""
-    from harness.sealed import seal_report
-
+    """report.md, report.csv and the PNG plots into out_dir (a command's ``sealed.report_folder``, which seals
+    them); returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = plots.draw_all(r, out_dir)
     (out_dir / "report.csv").write_text(to_csv(r))
     (out_dir / "report.md").write_text(markdown(r, [p.name for p in written]))
-    return [out_dir / "report.md", out_dir / "report.csv", *written, seal_report(out_dir)]
+    return [out_dir / "report.md", out_dir / "report.csv", *written]

@@ -6,9 +6,7 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,50 +27,6 @@ def open_store(tracking_uri: str | None):
 
     uri = store_to_read(tracking_uri)
     return uri, Store.open(uri).client
-
-
-@contextlib.contextmanager
-def restored_on_failure(out: Path) -> Iterator[None]:
-    """Writing a report into ``out`` (and the index beside it, ``out.parent/README.md``) either completes or
-    leaves both as they were: they are copied aside first (a report is ~1 MB) and put back if anything fails —
-    a full disk mid-PNG, Ctrl-C — so a committed report is never left half-overwritten. (Each writer seals the
-    folder it wrote itself: ``harness.sealed.seal_report``.)"""
-    import os
-    import shutil
-
-    backup = out.parent / f".{out.name}.before-{os.getpid()}"
-    index = out.parent / "README.md"
-    existed = out.is_dir()
-    had_out, had_index = existed and any(out.iterdir()), index.is_file()
-    shutil.rmtree(backup, ignore_errors=True)
-    try:
-        if had_out:  # file by file (copytree folds its errors into one shutil.Error without the errno)
-            for source in sorted(out.rglob("*")):
-                target = backup / "out" / source.relative_to(out)
-                if source.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(source, target)
-        if had_index:
-            backup.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(index, backup / "index.md")
-    except BaseException:
-        shutil.rmtree(backup, ignore_errors=True)  # nothing was written yet: out and the index are untouched
-        raise
-    try:
-        yield
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        if had_out:
-            (backup / "out").rename(out)
-        elif existed:
-            out.mkdir()
-        if had_index:
-            shutil.copy2(backup / "index.md", index)
-        raise
-    finally:
-        shutil.rmtree(backup, ignore_errors=True)
 
 
 def writable_out(out: str | Path) -> Path:
@@ -118,10 +72,18 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
     if parents:
         parent = parents[0]
         children = search_all(client, exp.experiment_id, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-        return Sweep(experiment, exp.experiment_id, parent.data.tags["sweep_id"], parent, children)
+        runs = [r for r in children if "pos" in r.data.tags]  # posbench's cells: a run of another project has none
+        if not runs:
+            raise LookupError(f"the latest sweep of experiment {experiment!r} (parent run {parent.info.run_id}) holds "
+                              "no posbench run (none has a pos tag): another project's runs? Point --tracking-uri at "
+                              "the store posbench wrote, or --sweep at one of its sweeps")
+        return Sweep(experiment, exp.experiment_id, parent.data.tags["sweep_id"], parent, runs)
     if sweep_id:
         raise LookupError(f"no sweep {sweep_id!r} in experiment {experiment!r}; omit --sweep for the latest one")
     runs = [r for r in search_all(client, exp.experiment_id) if "pos" in r.data.tags]
+    if not runs:
+        raise LookupError(f"experiment {experiment!r} holds no posbench run (none has a pos tag): another project's "
+                          "runs? Point --tracking-uri at the store posbench wrote, or name a posbench experiment")
     return Sweep(experiment, exp.experiment_id, None, None, runs)
 
 

@@ -39,6 +39,8 @@ SHAPES: tuple[tuple[str, tuple[str, ...], int, bool], ...] = (
     ("vocabulary 32k, loss_chunk=256", ("model.n_layers=4", "model.d_model=256", "model.n_heads=4",
                                         "model.d_ff=1024", "data.batch_size=8", "data.seq_len=256",
                                         "model.loss_chunk=256"), 32000, True),
+    ("modern block d512 × 4, bytes", ("model=modern", "model.n_layers=4", "model.d_model=512", "model.n_heads=8",
+                                      "data.batch_size=8", "data.seq_len=512"), 258, True),
     ("modern block (SwiGLU, RMSNorm, untied), 8k", ("model=modern", "model.n_layers=6", "model.d_model=384",
                                                     "model.n_heads=6", "model.d_ff=1024", "data.batch_size=8",
                                                     "data.seq_len=256"), 8192, True),
@@ -178,16 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m harness.bench.cpu_memory" + (f" --out {args.out}" if args.out else "")
     text = render(rows, command, time.perf_counter() - started)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "memory.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-            writer.writeheader()
-            writer.writerows(asdict(r) for r in rows)
-        (out / "README.md").write_text(text)
-        from harness.sealed import seal_report
+        from harness.sealed import report_folder
 
-        seal_report(out)
+        with report_folder(Path(args.out)) as out:  # written whole or not at all, then sealed
+            with (out / "memory.csv").open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
+                writer.writeheader()
+                writer.writerows(asdict(r) for r in rows)
+            (out / "README.md").write_text(text)
     print(text)
     return 0
 

@@ -15,7 +15,7 @@ from harness.bench.profiled import KERNEL_OPS, Breakdown
 from harness.bench.session import Result
 from harness.bench.stats import Interval
 from harness.bench.targets import Outcome, PeerOutcome
-from harness.sealed import seal_report
+from harness.sealed import report_folder
 
 
 @dataclass
@@ -63,8 +63,13 @@ def _interval(i: Interval | None, fmt) -> tuple[str, str]:
     return fmt(i.estimate), (fmt(i.low) if i.low == i.high else f"[{fmt(i.low)}, {fmt(i.high)}]")
 
 
-def write_report(out: Path, report: Report) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def write_report(folder: Path, report: Report) -> None:
+    """README.md, bench.csv and the plots into ``folder``, written whole or not at all and sealed."""
+    with report_folder(folder) as out:
+        _write(out, report)
+
+
+def _write(out: Path, report: Report) -> None:
     rows = report.rows()
     with open(out / "bench.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(Result)])
@@ -74,7 +79,6 @@ def write_report(out: Path, report: Report) -> None:
     lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets),
              *_where(report)]
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    seal_report(out)
 
 
 def _header(report: Report) -> list[str]:

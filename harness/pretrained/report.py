@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError
-from harness.sealed import seal_report
+from harness.sealed import report_folder
 
 
 def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Tensor]]) -> list[dict]:
@@ -135,14 +135,11 @@ def files(spec, results, rows, keys, context, header: str = "") -> dict[str, str
 
 
 def write(out: Path, files: dict[str, str | bytes]) -> None:
-    """The report's files in ``out`` (hf_eval.md as README.md), each written whole or not at all."""
+    """The report's files in ``out`` (hf_eval.md as README.md), written whole or not at all, then sealed."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, content in files.items():
-            target = out / ("README.md" if name == "hf_eval.md" else name)
-            tmp = target.with_name(target.name + ".tmp")
-            tmp.write_bytes(content) if isinstance(content, bytes) else tmp.write_text(content)
-            tmp.replace(target)
-        seal_report(out)
+        with report_folder(out) as staging:
+            for name, content in files.items():
+                target = staging / ("README.md" if name == "hf_eval.md" else name)
+                target.write_bytes(content) if isinstance(content, bytes) else target.write_text(content)
     except OSError as e:
         raise ConfigError(f"--out {out}: cannot write the report ({e.strerror or e}); give a writable folder") from None

@@ -196,10 +196,11 @@ class MlflowSweep(Callback):
         print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
         parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table
         with tempfile.TemporaryDirectory() as tmp:
-            write_report(report, Path(tmp))
-            parent.log_dir(tmp)
+            with sealed.report_folder(Path(tmp) / "report") as staging:
+                write_report(report, staging)
+            parent.log_dir(str(Path(tmp) / "report"))
             # the run description is rendered on the parent's page in the MLflow UI
-            parent.set_tags({"mlflow.note.content": (Path(tmp) / "report.md").read_text()})
+            parent.set_tags({"mlflow.note.content": (Path(tmp) / "report" / "report.md").read_text()})
         print(f"report: artifacts of MLflow run {parent.run_id} (experiment '{record.experiment}')")
         print(dashboard(record, sweep.experiment_id))
         return code

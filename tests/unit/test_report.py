@@ -204,39 +204,36 @@ def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
     assert text.count("| position-blind task=mixture reverse | — | 0.600 (0.010) |") == 1
 
 
-def test_a_report_that_fails_midway_puts_the_folder_and_the_index_back(tmp_path):
-    """results' commands write into --out under restored_on_failure: a full disk mid-PNG (here an ENOSPC raised
-    after some files were overwritten) leaves the committed report and the index byte for byte as they were;
-    a folder that did not exist is not left behind (issue 44: faults under results were a traceback and a
-    half-overwritten report)."""
+def test_a_report_that_fails_midway_leaves_the_folder_as_it_was(tmp_path):
+    """Every command that writes a report folder writes it through ``sealed.report_folder``: a full disk mid-PNG
+    (here an ENOSPC raised after some files were written) leaves the committed report byte for byte as it was and no
+    staging folder behind; a folder that did not exist is not made; on success the written files replace theirs and
+    SHA256SUMS lists exactly them (a stale file beside them stays, unsealed)."""
     import errno
 
-    from results.store import restored_on_failure
+    from harness.sealed import SUMS, check_report, report_folder
 
     out = tmp_path / "results" / "demo"
-    (out / "sub").mkdir(parents=True)
+    out.mkdir(parents=True)
     (out / "README.md").write_text("the committed report")
-    (out / "sub" / "plot.png").write_bytes(b"\x89PNG old")
-    index = tmp_path / "results" / "README.md"
-    index.write_text("the index")
-    with pytest.raises(OSError), restored_on_failure(out):
-        (out / "README.md").write_text("half a new rep")
-        (out / "new.csv").write_text("x")
-        index.write_text("a new index")
+    (out / "plot.png").write_bytes(b"\x89PNG old")
+    with pytest.raises(OSError), report_folder(out) as staging:
+        (staging / "README.md").write_text("half a new rep")
+        (staging / "new.csv").write_text("x")
         raise OSError(errno.ENOSPC, "No space left on device")
     assert (out / "README.md").read_text() == "the committed report" and not (out / "new.csv").exists()
-    assert (out / "sub" / "plot.png").read_bytes() == b"\x89PNG old" and index.read_text() == "the index"
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["README.md", "demo"]  # no backup left
+    assert (out / "plot.png").read_bytes() == b"\x89PNG old"
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["demo"]  # no staging folder left
     fresh = tmp_path / "results" / "fresh"
-    with pytest.raises(KeyboardInterrupt), restored_on_failure(fresh):
-        fresh.mkdir()
-        (fresh / "README.md").write_text("partial")
+    with pytest.raises(KeyboardInterrupt), report_folder(fresh) as staging:
+        (staging / "README.md").write_text("partial")
         raise KeyboardInterrupt
     assert not fresh.exists()
-    with restored_on_failure(out):  # success: the new files stay, the backup goes
-        (out / "README.md").write_text("the new report")
-    assert (out / "README.md").read_text() == "the new report"
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["README.md", "demo"]
+    with report_folder(out) as staging:  # success: the new files stay, sealed; the stale plot is not sealed
+        (staging / "README.md").write_text("the new report")
+    assert (out / "README.md").read_text() == "the new report" and (out / "plot.png").exists()
+    assert [line.split()[1] for line in (out / SUMS).read_text().splitlines()] == ["README.md"]
+    assert check_report(out, "fix") and sorted(p.name for p in (tmp_path / "results").iterdir()) == ["demo"]
 
 
 def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
