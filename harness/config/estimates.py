@@ -237,20 +237,27 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
 def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
     """Bytes a token keeps for backward in the blocks and the head. Per layer (Korthikanti et al. 2022, §4.1,
     without the T×T terms), with a = activation bytes and r = residual bytes (``Precision``):
-      2·r·C    the inputs of the two LayerNorms (the residual stream)
-      2·a·C    the two LayerNorms' outputs as the projections take them
+      2·r·C    the inputs of the two norms (the residual stream); RMSNorm keeps its normalised input too, in fp32
+               under autocast (torch's RMSNorm is x·rsqrt(mean x²)·w, two products): 4·r·C
+      2·a·C    the two norms' outputs as the projections take them
       3·a·C    q, k, v (one projection's output, kept whole while v is)
       2·a·C    q and k rotated, if the scheme rotates them (rotary hook)
       2·a·C    the attention output and its (B, T, C) copy for the output projection
-      2·a·F    the MLP's hidden layer before and after GELU (SwiGLU: 3·a·F, the gate, the up and their product)
+      2·a·F    the MLP's hidden layer before and after GELU (SwiGLU: 4·a·F, the gate and up projection, the gate's
+               SiLU and the product the down projection takes)
       4·H      the fused kernel's log-sum-exp (fp32)
       2·C      the two dropout masks (one byte a value), if model.dropout > 0
-    The head: 2·r·C (its two LayerNorms' inputs) + 3·a·C (the dense layer's input, GELU's input, the decoder's)."""
+    The head: BERT's (model.head=bert), 2·r·C (its two norms' inputs) + 3·a·C (the dense layer's input, GELU's
+    input, the decoder's); a final norm and the decoder (tied, untied), r·C + a·C; RMSNorm's r·C more a norm."""
     c, f, a, r = model.d_model, model.d_ff, p.activation, p.residual
+    norm = 2 * r * c if model.norm_type == "rmsnorm" else r * c  # one norm's kept inputs
     rotated = 2 * c if scheme.rotary else 0
     dropout = 2 * c if model.dropout else 0
-    per_layer = 2 * r * c + a * (7 * c + rotated + model.mlp_matrices * f) + 4 * model.n_heads + dropout
-    return model.n_layers * per_layer + 2 * r * c + 3 * a * c
+    mlp = 4 * f if model.mlp == "swiglu" else 2 * f
+    per_layer = 2 * norm + a * (7 * c + rotated + mlp) + 4 * model.n_heads + dropout
+    final_norm = norm if model.norm == "pre" else 0
+    head = 2 * norm + 3 * a * c if model.head == "bert" else final_norm + a * c
+    return model.n_layers * per_layer + head
 
 
 def _logit_bytes(vocab: int, p: Precision) -> int:

@@ -140,6 +140,27 @@ def test_the_estimate_equals_a_hand_computation():
     assert gib(est.total) == "14.2 GiB"
 
 
+def test_the_modern_block_estimate_equals_a_hand_computation():
+    """The Llama/Qwen3 block (model=modern: RMSNorm, SwiGLU, no biases, an untied head after the final norm) at
+    d512 × 4, fp32 and bf16-mixed: the terms the GELU block's hand computation has, with RMSNorm's normalised input
+    kept beside its input (fp32 under autocast) and SwiGLU's four F-wide tensors (gate|up, SiLU(gate), product)."""
+    model = ModelConfig(n_layers=4, d_model=512, n_heads=8, d_ff=344, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
+                        bias=False, head="untied")
+    C, F, H, L, V, tokens = 512, 344, 8, 4, 258, 8 * 512
+    for precision, a in (("32-true", 4), ("bf16-mixed", 2)):
+        r = 4
+        per_layer = (2 * 2 * r * C  # the two RMSNorms' inputs and normalised inputs
+                     + 2 * a * C  # their outputs as the projections take them
+                     + 3 * a * C  # q, k, v
+                     + 2 * a * C  # q, k rotated
+                     + 2 * a * C  # attention output and its copy
+                     + 4 * a * F  # gate|up, SiLU(gate), their product
+                     + 4 * H)  # log-sum-exp
+        head = 2 * r * C + a * C  # the final RMSNorm's input and normalised input, the decoder's input
+        est = gpu_estimate("x", "y", 1000, model, V, 8, 512, precision, SchemeTerms(rotary=True))
+        assert est.activations == tokens * (L * per_layer + head), precision
+
+
 def test_a_learned_bias_adds_its_tables_and_the_kernels_gradient():
     """T5's bias: the dense (1, H, T, T) fp32 table once (shared by the layers), each layer's additive mask in
     bf16, and the gradient the kernel writes for every batch row, one layer at a time."""
