@@ -64,7 +64,26 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
             return refused
         flag = next(a for a in args if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
         args = [flag, *(a for a in args if a != flag)]
+    else:
+        refused = _guarded(lambda: _single_run(args, overrides), overrides)
+        if refused:
+            return refused
     return run_app(train_app, args)
+
+
+def _single_run(args: list[str], overrides: list[str]) -> int:
+    """Hydra's own flags a run may take, and no sweep without -m: refused in one line before Hydra's app starts."""
+    from harness.config.load import check_single
+
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--cfg", "-c"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value not in ("job", "hydra", "all"):
+                raise ConfigError(f"{flag} {value}: {flag} prints the config, and takes job, hydra or all (e.g. "
+                                  f"python run.py --cfg job)")
+    check_single(overrides)
+    return 0
 
 
 def _gpu_memory(args: list[str], checking: bool) -> tuple[str | None, list[str]]:
@@ -96,7 +115,7 @@ def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_mem
             if message is None or not multirun:
                 raise
             refused += 1
-            print(f"refused: {named}: {message}")
+            print(f"refused: {named}: {message}", file=sys.stderr)  # the ok lines on stdout are what would train
             continue
         budgets.append(checked.budget)
         print(ok_line(checked, named, gpu))

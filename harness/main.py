@@ -153,10 +153,8 @@ def _prepare(rest: list[str]) -> int:
 
 
 def _hf_rope(rest: list[str]) -> int:
-    """``posbench hf-rope CONFIG``: the overrides, shell-quoted, for ``posbench run`` (harness/pretrained/
-    rope_parameters.py)."""
-    import shlex
-
+    """``posbench hf-rope CONFIG``: the overrides for ``posbench run $(posbench hf-rope CONFIG)`` (harness/pretrained/
+    rope_parameters.py): no spaces inside one, and Hydra's own quotes as they are (a ``$(…)`` removes no quote)."""
     from harness.pretrained.rope_parameters import read_config
 
     if len(rest) != 1 or rest[0].startswith("-"):
@@ -167,7 +165,7 @@ def _hf_rope(rest: list[str]) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(" ".join(shlex.quote(o) for o in layers.overrides()))
+    print(" ".join(layers.overrides()))
     return 0
 
 

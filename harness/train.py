@@ -12,6 +12,7 @@ ground.
 from __future__ import annotations
 
 import platform
+import sys
 import time
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from harness import allocator, sealed
 from harness.config.check import Checked, check
 from harness.config.spec import Choices, RunSpec
 from harness.data.corpus import Corpus, with_documents
+from harness.errors import ConfigError
 from harness.record.resume import plan_resume
 from harness.record.run import TrackedRun, flatten, git_sha
 from harness.record.store import dashboard_command, dashboard_url
@@ -53,7 +55,9 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
     checked = check(spec)
     run = run or TrackedRun(checked.uri, spec.logger.experiment, run_name(spec.choices, spec.seed))
     plan = plan_resume(spec.values, checked.uri, spec.run.resume_mode)  # a bad resume= is refused here
+    asked = checked.tokenizer.vocab_size
     corpus = _corpus(checked)
+    vocab = _trained_vocabulary(spec, asked, checked.tokenizer.vocab_size)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from harness.config.build import build
     from harness.model.module import Throughput
@@ -61,8 +65,9 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
     clock, throughput = StepClock(), Throughput(every=spec.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
     built = build(checked, corpus, plan.step, logger, [clock, throughput, *_callbacks(checked, plan, logger)])
+    n_params = built.model.num_params()
     params = {**flatten(spec.values), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
-              "model.n_params": str(checked.n_params), **built.geometry.params()}
+              "model.n_params": str(n_params), "tokenizer.trained_vocab_size": str(vocab), **built.geometry.params()}
     signal = order_signal(built.model.pos, checked.task.causal)
     tags = {**cell_tags(spec), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
     if checked.phases:
@@ -77,7 +82,7 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         logger.flush()
         evaluate(built, checked, corpus, run, final["step"])
     return Summary(run.run_id or "", run.name, checked.uri, spec.logger.experiment, final["val/loss"],
-                   final.get("val/bpc"), final["step"], throughput.mean, checked.n_params,
+                   final.get("val/bpc"), final["step"], throughput.mean, n_params,
                    time.perf_counter() - started, final["val/order_gain"], spec.report.min_order_gain,
                    final.get("val/acc"), run.experiment_id if run.owner else "", signal)
 
@@ -86,6 +91,20 @@ def _yaml(values: dict) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(values)
+
+
+def _trained_vocabulary(spec: RunSpec, asked: int, trained: int) -> int:
+    """The ids the fitted tokenizer has: fewer than asked where the text allows no more merges (said, and the
+    model sized to them); a paper's vocabulary (scale=paper) must be met, not only configured."""
+    paper = (spec.run.paper or {}).get("vocab_size")
+    if paper and int(paper) != trained:
+        raise ConfigError(f"this scale=paper setting is the paper's model with {int(paper):,} token ids, and this "
+                          f"corpus trains {trained:,}: give the paper's data (README, 'The same presets at "
+                          "scale=paper'), or ~paper to train this substitute on purpose")
+    if trained < asked:
+        print(f"tokenizer: the training split gives {trained:,} ids of tokenizer.vocab_size={asked:,} (no more merges "
+              f"occur in it); the model has {trained:,} embedding rows", file=sys.stderr)
+    return trained
 
 
 def _corpus(checked: Checked) -> Corpus:
@@ -178,7 +197,6 @@ def rope_parameters_file(model) -> dict[str, str]:
     (harness/pretrained/rope_parameters.py); nothing for a model that format cannot hold (ALiBi, Performer, …)."""
     import json
 
-    from harness.errors import ConfigError
     from harness.pretrained.rope_parameters import write
 
     try:

@@ -251,7 +251,7 @@ RUN_CASES = [
     ("key-without-plus", ["optim.optimizer.eps=0"], "Could not override 'optim.optimizer.eps'"),
     ("unknown-data", ["data=foo"], "use one of data=embedded, enwik8, hf, text, tokens"),
     ("unknown-experiment", ["experiment=foo"], "use one of experiment=ablation, alibi_extrapolation"),
-    ("ambiguous-sweep-value", ["pos=rope,t5"], "Ambiguous value for argument 'pos=rope,t5'"),
+    ("ambiguous-sweep-value", ["pos=rope,t5"], "pos=rope,t5 is a sweep over several values: add -m to run a"),
     # ---- a sweep is checked whole before its first cell trains (harness/cli.py preflight)
     ("sweep-one-bad-cell", ["-m", "optim.optimizer.lr=1e-3,-1"], "cell optim.optimizer.lr=-1"),
     ("sweep-unknown-option", ["-m", "pos=rope,foo"], "Could not find 'pos/foo'"),
@@ -362,6 +362,9 @@ RUN_CASES = [
 
 # `python -m results ...` rows: (id, args, text the line must contain)
 RESULTS_CASES = [
+    ("paper-store-of-another-project", ["paper", "--preset", "drope", "--tracking-uri",
+                                        "sqlite:///{files}/another.db", "--out", "{tmp}/out"],
+     "holds no posbench run (none has a pos tag): another project's runs?"),
     ("results-no-store", ["report", "--out", "{tmp}/out", "--tracking-uri", "sqlite:///{tmp}/none.db"],
      "no MLflow store at"),
     ("results-out-unwritable", ["report", "--out", "{files}/empty.txt/out", "--tracking-uri", "{store}"],
@@ -524,6 +527,42 @@ POSBENCH_CASES = [
     ("hf-eval-export-config-edited", ["hf-eval", "{files}/export_edited", "--lengths", "16", "--budget", "64",
                                       "--check", "--tracking-uri", "{store}"], "config.json is damaged"),
     ("hf-rope-export-config-edited", ["hf-rope", "{files}/export_edited"], "config.json is damaged"),
+    # ---- round 5: a model folder is input too, read and checked before anything is loaded
+    ("hf-rope-config-a-list", ["hf-rope", "{files}/hf_list"], "holds list, not a transformers config (an object)"),
+    ("hf-rope-hidden-size-word", ["hf-rope", "{files}/hf_hidden_word"], "hidden_size='abc' must be an integer"),
+    ("hf-rope-hidden-size-negative", ["hf-rope", "{files}/hf_hidden_negative"],
+     "hidden_size=-32 must be a positive integer"),
+    ("hf-rope-heads-zero", ["hf-rope", "{files}/hf_heads_zero"], "num_attention_heads=0 must be a positive integer"),
+    ("hf-rope-theta-word", ["hf-rope", "{files}/hf_theta_word"], "rope_theta='abc' must be a number"),
+    ("hf-rope-theta-negative", ["hf-rope", "{files}/hf_theta_negative"], "rope_theta=-5.0 must be a positive finite"),
+    ("hf-rope-theta-nan", ["hf-rope", "{files}/hf_theta_nan"], "rope_theta=nan must be a finite number"),
+    ("hf-rope-partial-zero", ["hf-rope", "{files}/hf_partial_zero"], "partial_rotary_factor=0 must be a number in "
+     "(0, 1]"),
+    ("hf-rope-parameters-a-word", ["hf-rope", "{files}/hf_params_word"], "rope_parameters='default' must be a mapping"),
+    ("hf-rope-type-unknown", ["hf-rope", "{files}/hf_type_unknown"], "rope_parameters.rope_type='foo' is no rope type "
+     "transformers knows"),
+    ("hf-rope-layers-unbounded", ["hf-rope", "{files}/hf_layers_huge"], "num_hidden_layers=100000000 must be at most "
+     "10,000"),
+    ("hf-eval-model-type-unknown", ["hf-eval", "{files}/hf_type_model", "--lengths", "16", "--budget", "64", "--check",
+                                    "--tracking-uri", "{store}"], "model_type='foo' is no causal LM transformers"),
+    ("hf-eval-weights-truncated", ["hf-eval", "{files}/hf_truncated", "--lengths", "16", "--budget", "64", "--check",
+                                   "--tracking-uri", "{store}"], "is not a whole safetensors file"),
+    ("hf-eval-weights-header-flipped", ["hf-eval", "{files}/hf_header_flipped", "--lengths", "16", "--budget", "64",
+                                        "--check", "--tracking-uri", "{store}"], "is not a whole safetensors file"),
+    ("hf-eval-weights-missing", ["hf-eval", "{files}/hf_no_weights", "--lengths", "16", "--budget", "64", "--check",
+                                 "--tracking-uri", "{store}"], "holds no weights"),
+    ("hf-eval-weights-shape", ["hf-eval", "{files}/hf_wrong_shape", "--lengths", "16", "--budget", "64", "--check",
+                               "--tracking-uri", "{store}"], "but config.json says vocab_size × hidden_size"),
+    ("hf-eval-tokenizer-not-json", ["hf-eval", "{files}/hf_bad_tokenizer", "--lengths", "16", "--budget", "64",
+                                    "--check", "--tracking-uri", "{store}"], "tokenizer.json is not a tokenizers JSON"),
+    ("hf-eval-text-not-utf8", ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--check",
+                               "--tracking-uri", "{store}", "--text", "{files}/latin1.txt"],
+     "latin1.txt is not UTF-8 (bad byte at offset 3)"),
+    ("hf-eval-weights-not-finite", ["hf-eval", "{files}/hf_nan_weights", "--lengths", "16", "--budget", "64",
+                                    "--passkey-trials", "0", "--key-short", "0", "--scalings", "none",
+                                    "--tracking-uri", "{store}"], "holds 1 NaN or infinite values"),
+    ("prepare-shard-tokens-one", ["prepare", "{tmp}/o", "data=text", "data.path={files}/small.txt",
+                                  "--shard-tokens", "1"], "--shard-tokens=1 would write up to"),
 ]
 
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -597,7 +636,81 @@ def prepare_inputs(d: Path) -> Path:
     vocabulary = d / "shards_bpe" / "tokenizer.json"
     vocabulary.write_text(vocabulary.read_text().replace('"alpha"', '"alphb"', 1))  # still JSON, still a vocabulary
     _sealed_report(d / "reports")
+    _model_folders(d)
+    _parquets(d)
+    tuned = {"pos=rope attn=softmax": {"values": "abc"}}
+    sealed.write(d / "tuned_string.json", {"cells": tuned})  # sealed as results tune seals, its values a string
+    _another_projects_store(d / "another.db")
     return d
+
+
+def _model_folders(d: Path) -> None:
+    """A tiny Llama folder as save_pretrained writes it (with a tokenizer), and copies each wrong in one way."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        transformers.LlamaForCausalLM(config).save_pretrained(d / "hf_model")
+    Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(d / "hf_model" / "tokenizer.json"))
+    base = json.loads((d / "hf_model" / "config.json").read_text())
+
+    def variant(name: str, config: object = None, keep: bool = True) -> Path:
+        shutil.copytree(d / "hf_model", d / name) if keep else (d / name).mkdir()
+        if config is not None:
+            (d / name / "config.json").write_text(json.dumps(config))
+        return d / name
+
+    variant("hf_list", [], keep=False)
+    for name, change in (("hf_hidden_word", {"hidden_size": "abc"}), ("hf_hidden_negative", {"hidden_size": -32}),
+                         ("hf_heads_zero", {"num_attention_heads": 0}),
+                         ("hf_theta_word", {"rope_parameters": None, "rope_theta": "abc"}),
+                         ("hf_theta_negative", {"rope_parameters": None, "rope_theta": -5.0}),
+                         ("hf_theta_nan", {"rope_parameters": None, "rope_theta": float("nan")}),
+                         ("hf_partial_zero", {"partial_rotary_factor": 0}),
+                         ("hf_params_word", {"rope_parameters": "default"}),
+                         ("hf_type_unknown", {"rope_parameters": {"rope_type": "foo", "rope_theta": 10000.0}}),
+                         ("hf_layers_huge", {"num_hidden_layers": 100_000_000}),
+                         ("hf_type_model", {"model_type": "foo"}),
+                         ("hf_wrong_shape", {"vocab_size": 65})):
+        variant(name, {k: v for k, v in {**base, **change}.items() if v is not None}, keep=name != "hf_list")
+    weights = (d / "hf_model" / "model.safetensors").read_bytes()
+    (variant("hf_truncated") / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    flipped = bytearray(weights)
+    flipped[12] ^= 0x20  # inside the JSON header
+    (variant("hf_header_flipped") / "model.safetensors").write_bytes(bytes(flipped))
+    (variant("hf_no_weights") / "model.safetensors").unlink()
+    (variant("hf_bad_tokenizer") / "tokenizer.json").write_text("{not json")
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(d / "hf_model" / "model.safetensors")
+    tensors["model.norm.weight"][0] = float("nan")
+    save_file(tensors, variant("hf_nan_weights") / "model.safetensors", metadata={"format": "pt"})
+
+
+def _parquets(d: Path) -> None:
+    """Two parquet files of one split whose schemas differ, and a .parquet that is not one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (d / "parquets").mkdir()
+    pq.write_table(pa.table({"text": ["a text row, long enough. " * 40] * 50}), d / "parquets" / "a.parquet")
+    pq.write_table(pa.table({"text": [1, 2, 3], "other": ["x", "y", "z"]}), d / "parquets" / "b.parquet")
+    (d / "notparquet").mkdir()
+    (d / "notparquet" / "train.parquet").write_bytes(b"PAR1 but cut short")
+
+
+def _another_projects_store(path: Path) -> None:
+    """A store whose paper-drope experiment holds another project's sweep (no pos tags on its runs)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{path}")
+    experiment = client.create_experiment("paper-drope")
+    parent = client.create_run(experiment, tags={"sweep_role": "parent", "sweep_id": "theirs"}).info.run_id
+    client.create_run(experiment, tags={"mlflow.parentRunId": parent, "lr": "0.1"})
 
 
 def _sealed_report(d: Path) -> None:

@@ -67,6 +67,20 @@ def tiny_trainer(uri: str):
     return run
 
 
+def headers_only(folder, config: dict) -> None:
+    """A model.safetensors whose header holds the input embedding (a sparse file: its data takes no disk) and an
+    empty tokenizer.json: what --check reads of a folder, without gigabytes of weights."""
+    import json
+
+    shape = [config["vocab_size"], config["hidden_size"]]
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": shape,
+                                                       "data_offsets": [0, 4 * shape[0] * shape[1]]}}).encode()
+    with (folder / "model.safetensors").open("wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + 4 * shape[0] * shape[1])
+    (folder / "tokenizer.json").write_text("{}")
+
+
 def connections(monkeypatch) -> list:
     """Every address this process tries to connect to from now on (the test's monkeypatch undoes it): a check that
     gives up at once tries one, however busy the machine."""

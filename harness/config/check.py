@@ -68,7 +68,7 @@ def check(spec: RunSpec, gpu: NamedGpu | None = None) -> Checked:
     documents = pairings.check_documents(spec.model, source, tokenizer, task, spec.choices.data)
     phases = pairings.checked_phases(spec, model, task)
     if spec.run.export == "hf":
-        pairings.check_exportable(pairings.final_model(phases, model), task)
+        pairings.check_exportable(pairings.final_model(phases, model), task, phases)
     pairings.check_extrapolation(spec.eval, task, pairings.final_scheme(phases, model), spec.choices.task)
     train_tokens = resources.check_splits(source, task, tokenizer, spec.data, spec.eval.lengths,
                                           spec.eval.tune_length)

@@ -84,6 +84,8 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), hydr
 def load(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), multirun: bool = False) -> RunSpec:
     """The run ``python run.py <overrides>`` describes (one cell of a sweep, with ``multirun``), typed and
     value-checked."""
+    if not multirun:
+        check_single(overrides)
     cfg = compose(overrides, config_dirs, hydra=True)
     choices = {g: cfg.hydra.runtime.choices.get(g) for g in NAMED}
     check_runnable(cfg.hydra, list(overrides), multirun)
@@ -100,6 +102,21 @@ def from_job(cfg: DictConfig, multirun: bool) -> RunSpec:
     check_runnable(hydra, list(hydra.overrides.task), multirun)
     dirs = [s.path for s in hydra.runtime.config_sources if s.schema == "file" and s.provider != "main"]
     return spec(cfg, {g: hydra.runtime.choices.get(g) for g in NAMED}, list(hydra.overrides.task), dirs)
+
+
+def check_single(overrides: Sequence[str]) -> None:
+    """A sweep's values (``seed=0,1``) in a command without -m: said in one line (Hydra lists three readings)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # the parser's own refusal is said when the config is composed
+        return
+    swept = next((o for o in parsed if o.is_sweep_override()), None)
+    if swept is not None:
+        key = swept.get_key_element()
+        raise ConfigError(f"{swept.input_line} is a sweep over several values: add -m to run a cell per value, or "
+                          f"write a list as {key}=[...] (quoted: '{key}=[a,b]')")
 
 
 def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> None:

@@ -70,10 +70,16 @@ def check_documents(model: ModelConfig, source: Source, tokenizer: Tokenizer, ta
     return True
 
 
-def check_exportable(model: Transformer, task: Task) -> None:
-    """export=hf: the final model must have transformers' form, and safetensors must be there to write it."""
+def check_exportable(model: Transformer, task: Task, phases: tuple[Phase, ...] = ()) -> None:
+    """export=hf: the final model must have transformers' form, trained without a length scaling the export would
+    drop, and safetensors must be there to write it."""
     from harness.pretrained.export import refusal
 
+    scaled = next((p for p in reversed(phases) if p.scaling or p.pos), None)
+    if scaled is not None and scaled.scaling:
+        raise ConfigError(f"export=hf writes the model's RoPE without a training-time scaling, and the run trains "
+                          f"its last phase under {scaled.scaling} ×{scaled.factor:g} (phases, at step {scaled.at}), "
+                          "which the export would drop; drop export or that phase")
     why = refusal(model, task.causal)
     if why:
         raise ConfigError(f"export=hf: {why}; drop export or change the model")

@@ -13,6 +13,7 @@ meta, and is refused before that.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 from collections.abc import Callable
 
@@ -85,6 +86,12 @@ def check_device(trainer: TrainerSettings, for_named_gpu: bool = False) -> None:
     if trainer.on_gpu and not torch.cuda.is_available() and not for_named_gpu:
         raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
                           "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
+    if trainer.accelerator == "tpu" and importlib.util.find_spec("torch_xla") is None:
+        raise ConfigError("trainer.accelerator=tpu needs a TPU and torch_xla, which this machine does not have; use "
+                          "trainer=cpu, or trainer=gpu on a GPU")
+    if trainer.accelerator == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("trainer.accelerator=mps needs Apple's Metal GPU, which this machine does not have; use "
+                          "trainer=cpu")
     on_cpu = trainer.accelerator == "cpu" or (trainer.accelerator == "auto" and not torch.cuda.is_available())
     processes, cores = trainer.processes(), os.cpu_count() or 1
     if on_cpu and processes and processes > cores:  # each CPU process computes on its own cores: more would thrash

@@ -41,6 +41,7 @@ Json = dict[str, object]  # a resolved config node: what a run records as its pa
 
 NUMERIC_SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything feeds
 MAX_STEPS = 10**12  # trainer.max_steps: a trillion optimizer steps, beyond any run
+MAX_POSITION = 2**40  # pos.max_position: positions are drawn from a permutation of them (8 bytes each), per forward
 WORKERS_PER_CORE = 4  # data loader processes: beyond this many per core they add memory, not throughput
 
 Seed = Annotated[int, Range("in [0, 2^32 − 1], e.g. seed=0", ge=0, le=NUMERIC_SEED_MAX, verb="lie")]
@@ -257,6 +258,9 @@ class TrainerSettings:
 
     def __post_init__(self):
         check_fields(self, "trainer")
+        if isinstance(self.val_check_interval, float) and self.val_check_interval > 1:
+            raise ConfigError(f"trainer.val_check_interval={self.val_check_interval} must be a whole number of "
+                              "optimizer steps or a fraction ≤ 1 of an epoch; e.g. trainer.val_check_interval=100")
         if self.check_val_every_n_epoch is not None:  # Lightning would count val_check_interval within an epoch
             raise ConfigError(f"trainer.check_val_every_n_epoch={self.check_val_every_n_epoch}: posbench validates "
                               "every trainer.val_check_interval optimizer steps over the whole run (its training "
@@ -355,8 +359,11 @@ class Randomize:
     (positional/randomized.py)."""
 
     randomize: bool = False
-    max_position: int | None = None
+    max_position: Annotated[PositiveInt, Range(f"at most {MAX_POSITION:,}", le=MAX_POSITION)] | None = None
     eval_positions: Literal["sampled", "ordered"] | None = None
+
+    def __post_init__(self):
+        check_fields(self, "pos")
 
 
 @dataclass(frozen=True)

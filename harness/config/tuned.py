@@ -38,4 +38,9 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     if key not in cells:
         raise ConfigError(f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "
                           f"tune it (python run.py -m experiment=tune_lr pos={pos} attn={attn}) or drop optim.tuned")
-    return cells[key]["values"]
+    values = cells[key].get("values") if isinstance(cells[key], dict) else None
+    if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                               and not isinstance(v, bool) for k, v in values.items()):
+        raise ConfigError(f"optim.tuned={path}: the values for {key} are not a mapping of keys to numbers (got "
+                          f"{values!r:.60}); write it again with python -m results tune --out, or drop optim.tuned")
+    return values

@@ -114,7 +114,7 @@ class HFDataset:
             raise ConfigError(f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
                               f"(split {split}); its columns are {', '.join(columns)}: set data.text_column=NAME")
         row = 0
-        for batch in dataset.iter(batch_size=1024):
+        for batch in _batches(dataset, f"{self.describe()} (split {split})"):
             if self.text_column not in batch:  # a streamed dataset may not know its columns up front
                 raise ConfigError(f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
                                   f"(split {split}); its columns are {', '.join(batch)}: set data.text_column=NAME")
@@ -195,8 +195,11 @@ class HFDataset:
         if len(builders) > 1:
             raise ConfigError(f"data.path={path} mixes file kinds ({', '.join(sorted(builders))}); point it "
                               "at files of one kind")
+        builder = builders.pop()
+        if builder == "parquet":
+            _check_schemas(files, path)
         try:
-            return datasets.load_dataset(builders.pop(), data_files=[str(f) for f in files], split="train",
+            return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train",
                                          streaming=self.streaming)
         except Exception as e:  # a malformed file: the library's reason, on one line
             raise ConfigError(f"data.path={path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
@@ -261,7 +264,46 @@ def _datasets():
     except ImportError:
         raise ConfigError("data=hf reads Hugging Face datasets, which is not installed: pip install datasets "
                           "(or pip install -e '.[hf]')") from None
+    # quiet: what goes wrong is posbench's one line, not the library's log lines and progress bars before it
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
+    datasets.disable_progress_bars()
     return datasets
+
+
+def _batches(dataset, what: str) -> Iterator[dict]:
+    """A dataset's batches; a file the library cannot read as it streams is one line (a ConfigError)."""
+    batches = iter(dataset.iter(batch_size=1024))
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as e:  # datasets' and pyarrow's own errors on a damaged or mismatched file
+            raise ConfigError(f"{what} cannot be read ({type(e).__name__}: {_first_line(e)}); fix the file or "
+                              "convert it") from None
+        yield batch
+
+
+def _check_schemas(files: list[Path], path: str) -> None:
+    """Parquet files of one split share their columns' names and types: datasets casts the later ones to the
+    first's schema, and a mismatch (an int column where text was) stops pyarrow, sometimes the whole process.
+    Read from each file's footer, not its data."""
+    import pyarrow.parquet as pq
+
+    schemas = []
+    for f in files:
+        try:
+            schemas.append((f, pq.read_schema(f)))
+        except Exception as e:  # not parquet, or damaged
+            raise ConfigError(f"data.path={f} is not a readable parquet file ({type(e).__name__}: {_first_line(e)}); "
+                              "fix or remove it") from None
+    (first, want), *rest = schemas
+    for f, schema in rest:
+        if not schema.equals(want):
+            said = ", ".join(f"{n}: {t}" for n, t in zip(schema.names, schema.types, strict=True))
+            wanted = ", ".join(f"{n}: {t}" for n, t in zip(want.names, want.types, strict=True))
+            raise ConfigError(f"data.path={path}: {f.name}'s columns ({said}) differ from {first.name}'s ({wanted}); "
+                              "give files of one schema, or point data.path at those you want")
 
 
 def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:

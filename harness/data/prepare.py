@@ -143,6 +143,7 @@ def prepare(out: str | Path, overrides: Sequence[str] = (), shard_tokens: int = 
         raise ConfigError(f"{folder} already holds prepared shards (manifest.json); remove it or choose another DIR")
     streaming = getattr(source, "streaming", False)
     corpus = None if streaming else source.load()  # its checks before anything is written
+    _check_shard_count(shard_tokens, None if corpus is None else corpus.size)
     existed = folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -187,6 +188,26 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(folder / "manifest.json")  # written last: a folder with a manifest is whole
     return manifest
+
+
+MAX_SHARDS = 1_000  # shard files a prepare may write: more is a typo of --shard-tokens, not a corpus
+STREAMED_SHARD_TOKENS = 1 << 16  # the least --shard-tokens when the corpus's size is not known up front
+
+
+def _check_shard_count(shard_tokens: int, text_bytes: int | None) -> None:
+    """At most ``MAX_SHARDS`` files: a text's tokens are at most its bytes (a token covers a byte or more), so a
+    corpus of known size bounds the count before anything is tokenized; a stream's size is not known."""
+    if text_bytes is None:
+        if shard_tokens < STREAMED_SHARD_TOKENS:
+            raise ConfigError(f"--shard-tokens={shard_tokens:,} with a streamed corpus (whose size is unknown up "
+                              f"front) could write a file every {shard_tokens:,} ids; give at least "
+                              f"{STREAMED_SHARD_TOKENS:,} (default {SHARD_TOKENS:,})")
+        return
+    files = 2 + text_bytes // shard_tokens  # the two splits' last shards, and every full one
+    if files > MAX_SHARDS:
+        raise ConfigError(f"--shard-tokens={shard_tokens:,} would write up to {files:,} shard files for "
+                          f"{text_bytes:,} bytes of text; give at least {-(-text_bytes // (MAX_SHARDS - 2)):,} "
+                          f"(default {SHARD_TOKENS:,})")
 
 
 def _remove_partial(folder: Path, writers: dict[str, ShardWriter], existed: bool) -> None:

@@ -239,6 +239,7 @@ class Trained(Subword):
         else:
             self.vocab_size = vocab_size or DEFAULT_VOCAB
             self.pad_id, self.mask_id = SPECIALS.index("[PAD]"), SPECIALS.index("[MASK]")
+        self.asked = self.vocab_size  # tokenizer.vocab_size: what the recipe and cache name (a fit may give fewer)
 
     @classmethod
     def config_name(cls) -> str:
@@ -250,35 +251,44 @@ class Trained(Subword):
         fitted = getattr(corpus, "fitted_tokenizer", None)
         if fitted is not None:  # pre-tokenized shards: the vocabulary they were written with (prepare.py)
             self._tok = fitted(self)
+            self._trained()
             return
         sample = corpus.train[: self.train_bytes]  # None: all of it
         cache = self.cache_path(hashlib.sha256(sample).hexdigest())
         if cache.exists() and _verified(cache):
             self._tok = load_file(str(cache))
-            return
-        self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}")
-        self._tok.save(str(tmp))
-        tmp.replace(cache)  # atomic: two runs training at once never read half a file
-        sealed.seal_file(cache)  # until it is there, the cache reads as unsealed: trained again, never trusted
+        else:
+            self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            self._tok.save(str(tmp))
+            tmp.replace(cache)  # atomic: two runs training at once never read half a file
+            sealed.seal_file(cache)  # until it is there, the cache reads as unsealed: trained again, never trusted
+        self._trained()
 
     def fit_stream(self, texts: Iterable[str]) -> None:
         """Train on the training split's text as it streams (``prepare`` of a streamed corpus): ``texts`` in order,
         cut by the caller at ``train_bytes``; the same vocabulary ``fit`` trains on their join, without holding it."""
         if self._tok is None:
             self._tok = train_tokenizer(self.kind, stream_chunks(texts), self.vocab_size, self.min_frequency)
+            self._trained()
+
+    def _trained(self) -> None:
+        """A text too small for every merge asked gives fewer ids: the model gets the vocabulary's own size (no rows
+        for ids that never occur), and the run says so (harness/train.py)."""
+        assert self._tok is not None, "called once the vocabulary is trained or loaded"
+        self.vocab_size = min(self.asked, self._tok.get_vocab_size(with_added_tokens=True))
 
     def recipe(self) -> dict:
         """What decides a trained vocabulary besides the text (pre-tokenized shards record it)."""
         sample = {"train_bytes": self.train_bytes} if self.train_bytes is not None else {}
-        return {"kind": self.kind, "vocab_size": self.vocab_size, "min_frequency": self.min_frequency, **sample}
+        return {"kind": self.kind, "vocab_size": self.asked, "min_frequency": self.min_frequency, **sample}
 
     def cache_path(self, train_sha256: str) -> Path:
         from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
 
         return (corpus_module.CACHE / "tokenizers" /
-                f"{self.kind}-v{self.vocab_size}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
+                f"{self.kind}-v{self.asked}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
 
 
 def _verified(cache: Path) -> bool:

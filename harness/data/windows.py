@@ -64,6 +64,11 @@ def window_starts(n_labels: int, length: int, stride: int) -> list[int]:
     return starts
 
 
+def window_count(n_labels: int, length: int, stride: int) -> int:
+    """``len(window_starts(n_labels, length, stride))`` without listing them (a cost check's count)."""
+    return 1 + max(0, -(-(n_labels - length) // stride))
+
+
 class EvalWindows(Dataset):
     """Windows at fixed ``starts`` (default: consecutive, covering the split once; the last one padded).
 

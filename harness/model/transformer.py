@@ -32,7 +32,7 @@ from attention.base import AttentionContext, AttentionVariant
 from harness.errors import ConfigError
 from harness.model.layers import LayeredScheme, LayerPattern, check_layers
 from harness.model.temperature import LengthTemperature
-from harness.ranges import DropoutRate, PositiveInt, Range, check_fields
+from harness.ranges import DropoutRate, Float32, PositiveInt, Range, check_fields
 from positional.base import PositionalScheme, Shape, document_positions
 
 LossChunk = Annotated[int, Range("a positive number of tokens or null", ge=1)]
@@ -58,9 +58,9 @@ class ModelConfig:
     head: Literal["bert", "tied", "untied"] = "bert"  # BERT's MLM head | final norm → token embeddingᵀ | own layer
     temperature: Literal["none", "ssmax", "llama4"] = "none"  # length-scaled attention temperature
     temperature_layers: Literal["all", "nope"] = "all"  # nope: only layers whose scheme acts nowhere in attention
-    temperature_init: float | None = None  # ssmax: s at the start (null: 1 / log of the training length)
+    temperature_init: Float32 | None = None  # ssmax: s at the start (null: 1 / log of the training length)
     temperature_floor: PositiveInt = 8192  # llama4: F in 1 + β·log(1 + ⌊(i+1)/F⌋)
-    temperature_scale: float = 0.1  # llama4: β
+    temperature_scale: Float32 = 0.1  # llama4: β
     # Packed documents (the data source passes where each starts, ``document_ids``): positions restart at each
     # document's first token; attention stays inside each document (softmax attention)
     restart_positions: bool = False

@@ -29,7 +29,6 @@ Notation: L context length, S stride, d depth (0: the key first, 1: last).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -38,10 +37,9 @@ from typing import NamedTuple
 
 import torch
 
-from harness import sealed
-from harness.data.windows import window_starts
+from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser
-from harness.pretrained import budget, report
+from harness.pretrained import budget, folder, report
 from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
 from positional.rope_scaling import METHODS
 
@@ -207,21 +205,31 @@ def check(spec: EvalSpec) -> None:
     _check_paths(spec)
     _check_claim(spec)
     _check_budget(spec)
+    for path in (spec.model, spec.evaluator):  # the weights' headers and shapes, the tokenizer: before a weight loads
+        if path is not None:
+            _check_family(folder.read(path))
 
 
 def _check_paths(spec: EvalSpec) -> None:
     """The model folders hold a config.json (a Hub name is refused: nothing is downloaded), --text is a file,
     --out may be written, the experiment is named, the seed is numpy's, the store opens."""
-    for folder, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
-        if folder is not None and not (folder / "config.json").is_file():
-            hub = not folder.exists() and "/" in str(folder) and not str(folder).startswith((".", "/", "~"))
+    for path, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
+        if path is not None and not (path / "config.json").is_file():
+            hub = not path.exists() and "/" in str(path) and not str(path).startswith((".", "/", "~"))
             hint = " (a Hub name? nothing is downloaded: save the model with save_pretrained and give its folder)" \
                 if hub else ""
-            raise ConfigError(f"{flag} {folder} is not a model folder with a config.json{hint}")
-        if folder is not None:  # a posbench export carries seals (harness/sealed.py): a changed byte is refused here
-            sealed.check_folder(folder, "export the model again (export=hf) or download its hf_model/ artifact again")
-    if spec.text != "embedded" and not Path(spec.text).expanduser().is_file():
-        raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
+            raise ConfigError(f"{flag} {path} is not a model folder with a config.json{hint}")
+        if path is not None:  # its config and its seal (harness/pretrained/folder.py); the rest after the budget
+            folder.read(path, contents=False)
+    if spec.text != "embedded":
+        text = Path(spec.text).expanduser()
+        if not text.is_file():
+            raise ConfigError(f"--text={spec.text} is no file; give a UTF-8 text file or embedded")
+        try:
+            text.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"--text={spec.text} is not UTF-8 (bad byte at offset {e.start:,}); convert it (iconv "
+                              "-t utf-8) or give another file") from None
     if spec.out is not None:
         _check_out(spec.out)
     if not spec.experiment.strip():
@@ -245,15 +253,24 @@ def _check_out(out: Path) -> None:
                           "writable folder") from None
 
 
-def read_config(folder: Path) -> dict:
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{folder}/config.json is not readable JSON ({type(e).__name__}); re-save the model") \
-            from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{folder}/config.json holds no object; re-save the model with save_pretrained")
-    return config
+def read_config(path: Path) -> dict:
+    """config.json's fields posbench reads, checked (harness/pretrained/folder.py), as transformers names them."""
+    return folder.read_config(path)[0].as_dict()
+
+
+def _check_family(model: folder.ModelFolder) -> None:
+    """A family transformers builds as a causal LM (read without importing transformers when it is missing: the
+    load says which extra)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = model.config.model_type
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ConfigError(f"{model.path}/config.json: model_type={kind!r} is no causal LM transformers builds; give a "
+                          "decoder's folder (llama, mistral, qwen2, gpt_neox, …)")
 
 
 def trained_context(config: dict) -> int | None:
@@ -292,7 +309,7 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
         peak = {**peak, "pretrained weights kept": 4.0 * budget.parameter_count(config)}
     per_cell = 0.0
     for n in spec.lengths:
-        windows = len(window_starts(spec.budget, n, spec.stride_at(n)))
+        windows = window_count(spec.budget, n, spec.stride_at(n))
         per_cell += windows * budget.forward_flops(config, n) + \
             spec.passkey_trials * len(spec.depths) * budget.forward_flops(config, n)
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * budget.forward_flops(config, tune)
@@ -315,40 +332,43 @@ def _check_budget(spec: EvalSpec) -> None:
                           "if more is free")
 
 
-def plan(spec: EvalSpec) -> str:
-    """What ``--check`` prints: cells, parameters, peak memory, FLOPs and time at ``--gflops``."""
+def plan(spec: EvalSpec, starting: bool = False) -> str:
+    """What ``--check`` prints (and a run, as it starts): cells, parameters, peak memory, FLOPs and time at
+    ``--gflops``, the fine-tuning steps included."""
     config = read_config(spec.model)
     peak, flops = costs(spec, config)
-    return (f"ok: {len(spec.cells())} cells (scaling × factor) at lengths {', '.join(map(str, spec.lengths))} on "
-            f"{spec.model}: {budget.parameter_count(config):,} parameters, peak ≈ {budget.describe(peak)}; "
-            f"≈ {flops / 1e12:,.2f} TFLOP, {budget.hours(flops, spec.gflops)} at {spec.gflops:g} GFLOP/s "
-            "(--gflops); nothing loaded")
+    return (f"{'hf-eval' if starting else 'ok'}: {len(spec.cells())} cells (scaling × factor) at lengths "
+            f"{', '.join(map(str, spec.lengths))} on {spec.model}: {budget.parameter_count(config):,} parameters, "
+            f"peak ≈ {budget.describe(peak)}; ≈ {flops / 1e12:,.2f} TFLOP, {budget.hours(flops, spec.gflops)} at "
+            f"{spec.gflops:g} GFLOP/s (--gflops)" + ("; Ctrl-C stops it, its runs closed KILLED" if starting
+                                                      else "; nothing loaded"))
 
 
 # ---------------------------------------------------------------- the model and its text
 
 
-def load(folder: Path):
-    """(model in fp32, eval mode, no KV cache; encode: str -> list of ids) from a local folder."""
+def load(path: Path):
+    """(model in fp32, eval mode, no KV cache; encode: str -> list of ids) from a local folder (read and checked
+    by harness/pretrained/folder.py before)."""
     try:
+        import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
+    transformers.utils.logging.disable_progress_bar()  # what goes wrong is one line, not the library's bars before it
+    transformers.utils.logging.set_verbosity_error()
     try:  # SDPA: no L × L matrix, the memory budget.py counts
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True,
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True,
                                                      attn_implementation="sdpa").eval()
     except ValueError:  # a family without SDPA: its default (eager) attention, beyond the estimate
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()
     model.config.use_cache = False  # one forward per window: a cache would only hold memory
+    folder.check_finite(model, path)
     if torch.cuda.is_available():
         model = model.cuda()
-    own = json.loads((folder / "config.json").read_text()).get("posbench_tokenizer")
-    if own == "byte":  # posbench's export of a byte-level model: the ids are the UTF-8 bytes
+    if folder.read_config(path)[0].posbench_tokenizer == "byte":  # a byte-level posbench export: ids are bytes
         return model, lambda text: list(text.encode("utf-8"))
-    if not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise ConfigError(f"{folder} holds no tokenizer (tokenizer.json) and is no byte-level posbench export; "
-                          "save the tokenizer beside the model (tokenizer.save_pretrained)")
-    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model, lambda text: tok.encode(text, add_special_tokens=False)
 
 
@@ -433,6 +453,7 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     from harness.record.store import resolve_tracking_uri
 
     model, encode = load(spec.model)
+    print(plan(spec, starting=True), flush=True)  # the model loaded and its weights checked: the sweep begins
     ids, tuning = _token_ids(spec, encode)
     tune_length = None if tuning is None else tuning.length
     keys = _key_tokens(spec, model, encode, ids)
@@ -541,6 +562,10 @@ def _cell(model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, f
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)
+    diverged = [k for k, v in metrics.items() if k.startswith("val/loss") and not math.isfinite(v)]
+    if diverged:  # weights that overflow float32 (a finite but huge value) give NaN losses: not a measurement
+        raise ConfigError(f"{spec.model}: the loss under {method} x{factor:g} is not finite ({diverged[0]}): its "
+                          "weights overflow in float32; check the folder's weights (re-save the model)")
     child.log_scalars({**metrics, "seconds": time.perf_counter() - started}, 0)
     return metrics, losses
 
@@ -549,15 +574,28 @@ def main(argv: list[str]) -> int:
     import shlex
     import sys
 
+    from harness.signals import exit_code, terminating
+
     try:
         spec = parse(argv)
+        note = folder.unverified(folder.read(spec.model))
+        if note:
+            print(note, file=sys.stderr)
         if spec.check_only:
             print(plan(spec))
             return 0
-        parent, _, _, text = run(spec, " ".join(["posbench", "hf-eval", *(shlex.quote(a) for a in argv)]))
+        with terminating():  # SIGTERM as Ctrl-C: every run open is closed KILLED (TrackedRun.open)
+            parent, _, _, text = run(spec, " ".join(["posbench", "hf-eval", *(shlex.quote(a) for a in argv)]))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, SystemExit) as e:
+        code = exit_code(e)
+        if code is None:
+            raise
+        print(f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the hf-eval runs are closed KILLED; run "
+              "the same command again to evaluate from the start", file=sys.stderr)
+        return code
     print(text, end="")
     where = f" and {spec.out}/README.md" if spec.out else ""
     print(f"parent run {parent} in experiment {spec.experiment}: hf_eval.md, hf_eval.csv, hf_eval_loss.png{where}")

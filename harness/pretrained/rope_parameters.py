@@ -25,7 +25,6 @@ Nothing here imports transformers: a config is a dict (config.json) or any objec
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,14 +117,11 @@ def _entry(params: dict | None, layer_type: str) -> str:
 def read_config(config) -> Layers:
     """``read`` for a transformers config: a config.json path, a folder holding one, a dict, or a config object."""
     if isinstance(config, (str, Path)):
+        from harness.pretrained.folder import read_config as read_typed
+
         path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
-        try:
-            sealed.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
-            config = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{path}: cannot read a transformers config.json ({e}); give its path or folder") \
-                from None
-        config = config.get("text_config", config)  # a multimodal config keeps the language model's inside
+        sealed.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
+        config = read_typed(path)[0].as_dict()  # every field it reads typed and ranged (harness/pretrained/folder.py)
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     params = get("rope_parameters")
     if params is None:  # v4: rope_theta (+ rope_scaling, refused by _entry unless default)

@@ -301,9 +301,12 @@ def readme_files(installed) -> dict[str, str]:
     (books / "a.txt").write_text("\n".join(rows) + "\n")
     corpus.mkdir()
     datasets.Dataset.from_dict({"text": rows}).to_parquet(str(corpus / "part.parquet"))
-    model = installed.cwd / "SmolLM-135M"  # hf-eval's line is checked (--check): a folder with a config.json
+    model = installed.cwd / "SmolLM-135M"  # hf-eval's line is checked (--check): what --check reads of a folder
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SMOLLM_135M))  # its config.json: --check budgets from it
+    from tests.helpers import headers_only
+
+    headers_only(model, SMOLLM_135M)  # the weights' header (a sparse file) and a tokenizer.json
     return {"~/books/": str(books), "~/corpus/": str(corpus), " DIR ": " readme-shards ",
             "~/models/SmolLM-135M": str(model)}
 

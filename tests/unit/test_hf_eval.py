@@ -224,6 +224,9 @@ def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path
 
     assert parameter_count(LLAMA2_7B) == 6_738_415_616  # Llama 2 7B's published count
     (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
+    from tests.helpers import headers_only
+
+    headers_only(tmp_path, LLAMA2_7B)
     figure = r"at L=32768 needs ≈ \d+\.\d GiB \(weights 25\.10, .*\) > 24\.0 GiB available"
     with pytest.raises(ConfigError, match=figure):
         parse([str(tmp_path), "--lengths", "4096,32768", "--budget", "32768", "--memory", "24"])

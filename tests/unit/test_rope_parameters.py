@@ -128,14 +128,20 @@ def test_a_model_the_format_cannot_hold_is_refused_naming_why(overrides, needle)
         write(layers_of(built(overrides)))
 
 
-def test_the_command_prints_the_overrides_of_a_config_json(tmp_path):
-    """``posbench hf-rope CONFIG`` reads a config.json (or its folder) and prints the overrides, shell-quoted."""
+def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
+    """``posbench hf-rope CONFIG`` reads a config.json (or its folder) and prints the overrides for ``posbench run
+    $(posbench hf-rope CONFIG)``, the documented use: a ``$(…)`` splits words and removes no quote, so the overrides
+    hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes."""
     (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
     out = subprocess.run([sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "'+attn.layers=['\"'\"'local(window=16)'\"'\"'," in out.stdout and "model.n_layers=4" in out.stdout
+    assert "+attn.layers=['local(window=16)'," in out.stdout and "model.n_layers=4" in out.stdout
+    run = subprocess.run(["bash", "-c", f'"{sys.executable}" run.py check $("{sys.executable}" run.py hf-rope '
+                          f'"{tmp_path}") trainer.max_steps=2'], cwd=ROOT, capture_output=True, text=True,
+                         timeout=240)
+    assert run.returncode == 0 and run.stdout.startswith("ok: pos=rope"), run.stderr[-2000:]
     bad = subprocess.run([sys.executable, "run.py", "hf-rope", str(tmp_path / "missing.json")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-    assert "cannot read a transformers config.json" in bad.stderr
+    assert "missing.json does not exist; give a transformers config.json or the folder holding one" in bad.stderr

@@ -133,7 +133,7 @@ def _export(tmp_path: Path) -> Path:
     model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
     folder = tmp_path / "hf_model"
     folder.mkdir()
-    for name, content in hf_files(model, 61, 16, causal=True).items():
+    for name, content in hf_files(model, 61, 16, causal=True, tokenizer="byte").items():  # ids are bytes
         (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     return folder
 
