@@ -2,7 +2,7 @@
 
 A class that needs a package posbench does not always install declares it, ``requires = ("tokenizers",)``
 (import names), and ``check_requires`` reads the declaration before the class is built (``harness.config
-.instantiate`` and ``harness.data.prepare`` call it on every node they build), so
+.values`` calls it on every node a check reads), so
 ``--check`` refuses the option in one line instead of the run crashing on its first import. The extra named in
 the fix is read from posbench's own metadata (pyproject.toml's ``[project.optional-dependencies]``), not from a
 table kept here; a user's class may declare any package, and is told to pip install it by name.

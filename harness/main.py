@@ -9,7 +9,7 @@ compose a run.
     posbench report|paper|tune|index …        a sweep's report, a paper preset's verdict, tuned rates, the
                                               results index (python -m results …)
     posbench bench [gpu|loader|attention|seeds] …   the benchmarks (python -m harness.bench[.…] …)
-    posbench prepare …                        pre-tokenized shards (python -m harness.data.prepare …)
+    posbench prepare DIR [overrides]          pre-tokenized shards (harness/data/prepare.py)
     posbench hf-rope CONFIG                   the overrides that build a transformers model's RoPE per layer
                                               (its config.json's rope_parameters, flat or per layer type)
     posbench hf-eval MODEL_DIR [--scalings …]  a pretrained causal LM under each RoPE scaling × factor: perplexity
@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -146,10 +147,57 @@ def _bench(rest: list[str]) -> int:
     return bench_main(args)
 
 
-def _prepare(rest: list[str]) -> int:
-    from harness.data.prepare import main as prepare_main
+def prepare_shards(out: str | Path, overrides: list[str], shard_tokens: int | None = None,
+                   block_bytes: int | None = None) -> dict:
+    """The shards of the data source and tokenizer ``overrides`` pick, loaded and checked as for a run
+    (harness/config/load.py), written by harness/data/prepare.py; the manifest."""
+    from harness.config.load import load
+    from harness.data import prepare
 
-    return prepare_main(rest)
+    shard_tokens = prepare.SHARD_TOKENS if shard_tokens is None else shard_tokens
+    if shard_tokens <= 0:  # before the overrides are loaded: the option's own mistake first
+        raise ConfigError(f"--shard-tokens={shard_tokens} must be a positive number of token ids")
+    spec = load(overrides)
+    return prepare.prepare(out, spec.source.build(), spec.tokenizer.build(), shard_tokens,
+                           prepare.BLOCK_BYTES if block_bytes is None else block_bytes)
+
+
+def _prepare(rest: list[str]) -> int:
+    """``posbench prepare DIR [overrides] [--shard-tokens N]``: one line for a mistake, nothing left on a failure
+    or a stop (the shards written so far are removed)."""
+    from harness.config.hydra_errors import user_error
+    from harness.data.prepare import SHARD_TOKENS
+    from harness.errors import OneLineParser
+    from harness.signals import exit_code, terminating
+
+    parser = OneLineParser(prog="posbench prepare", description="Tokenize a corpus once into memory-mapped shards")
+    parser.add_argument("out", help="the folder to write (new, or without a manifest.json)")
+    parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
+    parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
+    try:
+        args = parser.parse_args(rest)
+        with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
+            manifest = prepare_shards(args.out, args.overrides, args.shard_tokens)
+    except (KeyboardInterrupt, SystemExit) as e:
+        code = exit_code(e)
+        if code is None:
+            raise
+        print(f"stopped: nothing was left in {rest[0]}", file=sys.stderr)
+        return code
+    except Exception as e:
+        message = user_error(e, rest)
+        if message is not None:
+            print(f"error: {message}", file=sys.stderr)
+            return 2
+        if not said_write_failure(e, f"nothing was left in {rest[0]}: free space (or raise the limit) and run "
+                                     "prepare again"):
+            raise
+        return 1
+    splits = manifest["splits"]
+    print(f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "
+          f"({manifest['dtype']}, tokenizer={manifest['tokenizer']['config']}), from {manifest['corpus']['bytes']:,} "
+          f"bytes of {manifest['corpus']['name']}")
+    return 0
 
 
 def _hf_rope(rest: list[str]) -> int:

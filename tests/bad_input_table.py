@@ -563,6 +563,9 @@ POSBENCH_CASES = [
                                     "--tracking-uri", "{store}"], "holds 1 NaN or infinite values"),
     ("prepare-shard-tokens-one", ["prepare", "{tmp}/o", "data=text", "data.path={files}/small.txt",
                                   "--shard-tokens", "1"], "--shard-tokens=1 would write up to"),
+    ("prepare-seq-len-a-word", ["prepare", "{tmp}/o", "data.seq_len=abc"], "data.seq_len='abc' must be an integer"),
+    ("hf-eval-claim-no-names", ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--check",
+                                "--claim", "<", "--tracking-uri", "{store}"], "--claim=<: order two or more distinct"),
 ]
 
 ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
@@ -617,7 +620,7 @@ def prepare_inputs(d: Path) -> Path:
     _exports(d)
     _truncated_store(d / "truncated.db")
     _damaged_records(d)
-    from harness.data.prepare import prepare
+    from harness.main import prepare_shards as prepare
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
     prepare(d / "shards", ["data=text", f"data.path={d / 'words.txt'}"])

@@ -58,9 +58,9 @@ def build(root: Path) -> list[Kind]:
     from harness.config.tuned import tuned_values
     from harness.data import corpus as corpus_module
     from harness.data.corpus import Embedded, TextFiles
-    from harness.data.prepare import prepare
     from harness.data.shards import TokenShards
     from harness.data.subword import BPE
+    from harness.main import prepare_shards as prepare
     from harness.record.callbacks import CommittedCheckpoints
     from harness.record.checkpoints import RunLink, checkpoint_step, latest_checkpoint
     from harness.sweep.callback import SweepRecord

@@ -33,7 +33,7 @@ QUICK = ["trainer.max_steps=2", "trainer.val_check_interval=2", "data.eval_batch
 def _fixtures(d: Path) -> None:
     """Inputs the tries point at: shards, damaged shards and records, a parquet, a small text."""
     sys.path.insert(0, str(ROOT))
-    from harness.data.prepare import prepare
+    from harness.main import prepare_shards as prepare
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)
     prepare(d / "shards", ["data=text", f"data.path={d / 'words.txt'}"])
@@ -62,7 +62,7 @@ def tries(d: Path) -> list[tuple[str, list[str], str]]:
     """(name, argv, expected: "refused" or "accepted")."""
     run = [PY, str(ROOT / "run.py")]
     check = [*run, "--check"]
-    prep = [PY, "-m", "harness.data.prepare"]
+    prep = [PY, "run.py", "prepare"]
     results = [PY, "-m", "results"]
     loader = [PY, "-m", "harness.bench.loader"]
     return [

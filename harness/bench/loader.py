@@ -13,7 +13,7 @@ shards against what the model consumes at a preset's paper shapes, and the start
 - Start-up: a shard of ``--gb`` GB of random ids (uint16) is written under ``--dir``, then timed from the source's
   checks (manifest, shard sizes) through the memory maps to the first training batch; the shard is deleted after.
   The file was just written, so its pages are in the page cache (a memory map reads only the windows drawn).
-- ``--shards DIR`` times a folder ``python -m harness.data.prepare`` wrote instead (your corpus's real ids, its
+- ``--shards DIR`` times a folder ``posbench prepare`` wrote instead (your corpus's real ids, its
   shards as they lie on your disk, cold or cached as they are): nothing is written or deleted, and the model's FLOPs
   take the manifest's vocabulary unless ``--vocab`` says otherwise.
 
@@ -121,7 +121,7 @@ def _parser() -> Parser:
     p.add_argument("--presets", default=",".join(TEXT_PRESETS), help="comma-separated presets with a paper scale")
     p.add_argument("--gb", type=number(Positive), default=None,
                    help="size of the generated shard, GB (10^9 bytes; default 1)")
-    p.add_argument("--shards", help="time this prepared shard folder (python -m harness.data.prepare) instead of "
+    p.add_argument("--shards", help="time this prepared shard folder (posbench prepare) instead of "
                    "writing random shards; nothing is written or deleted")
     p.add_argument("--dir", default=tempfile.gettempdir(), help="where the shard is written (then deleted)")
     p.add_argument("--batches", type=number(at_most(PositiveInt, 100_000), int), default=30,

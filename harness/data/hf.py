@@ -13,7 +13,7 @@ text was half seen in training), or every ``data.source.val_every``-th 4 KiB blo
 
 ``data.streaming=true`` reads rows lazily (``datasets``' streaming mode: a hub corpus is not downloaded
 whole) and stops at ``data.max_bytes`` of text per split; a corpus larger than memory is tokenized once into
-memory-mapped shards by ``python -m harness.data.prepare`` (which streams rows the same way) and trained
+memory-mapped shards by ``posbench prepare`` (which streams rows the same way) and trained
 from with ``data=tokens``.
 
 ``datasets`` is imported only when a dataset is opened (it takes about a second).

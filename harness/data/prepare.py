@@ -1,12 +1,13 @@
-"""Tokenize a corpus once into memory-mapped shards: ``python -m harness.data.prepare DIR [overrides]``.
+"""Tokenize a corpus once into memory-mapped shards: ``posbench prepare DIR [overrides]`` (harness/main.py loads the
+overrides, as for a run, and hands the data source and the tokenizer here).
 
-    python -m harness.data.prepare ~/tok/wiki data=hf data.path=~/wiki tokenizer=bpe tokenizer.vocab_size=16384
-    python run.py data=tokens data.path=~/tok/wiki tokenizer=bpe tokenizer.vocab_size=16384 task=clm
+    posbench prepare ~/tok/wiki data=hf data.path=~/wiki tokenizer=bpe tokenizer.vocab_size=16384
+    posbench run data=tokens data.path=~/tok/wiki tokenizer=bpe tokenizer.vocab_size=16384 task=clm
 
-The overrides pick the data source and the tokenizer as for a run (a trained vocabulary is trained on the
-training split, or loaded from its cache). DIR receives the shards, ``manifest.json`` and, for a subword
-vocabulary, ``tokenizer.json`` (harness/data/shards.py describes the format). Text is encoded in pieces of about
-``PIECE`` bytes cut at line ends, so memory stays bounded by a piece's ids, not the corpus's.
+A trained vocabulary is trained on the training split, or loaded from its cache. DIR receives the shards,
+``manifest.json`` and, for a subword vocabulary, ``tokenizer.json`` (harness/data/shards.py describes the
+format). Text is encoded in pieces of about ``PIECE`` bytes cut at line ends, so memory stays bounded by a
+piece's ids, not the corpus's.
 
 ``data=hf data.streaming=true`` streams rows without holding the corpus: each row goes whole to its side as it
 passes (every ``val_every``-th to validation, ``data.val_by=document``, as ``HFDataset`` splits in memory) or
@@ -23,17 +24,16 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
-from harness.errors import ConfigError, OneLineParser, config_error_cause, said_write_failure
-from harness.extras import check_requires
+from harness.data.sources import Source, Tokenizer
+from harness.errors import ConfigError
 from harness.sealed import file_digest
-from harness.signals import Stopped, terminating
 
 PIECE = 1 << 24  # bytes of text encoded at a time
 SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
@@ -122,7 +122,7 @@ def pieces(data: bytes, size: int = PIECE) -> Iterator[bytes]:
 def _out_folder(out: str | Path) -> Path:
     """DIR, absolute, checked before the corpus is read: a name, under a folder (not a file) this user can write."""
     if not str(out).strip():
-        raise ConfigError("DIR '' names no folder; give one, e.g. python -m harness.data.prepare shards/ data=...")
+        raise ConfigError("DIR '' names no folder; give one, e.g. posbench prepare shards/ data=...")
     folder = Path(out).expanduser().absolute()
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
@@ -132,10 +132,9 @@ def _out_folder(out: str | Path) -> Path:
     return folder
 
 
-def prepare(out: str | Path, overrides: Sequence[str] = (), shard_tokens: int = SHARD_TOKENS,
+def prepare(out: str | Path, source: Source, tokenizer: Tokenizer, shard_tokens: int = SHARD_TOKENS,
             block_bytes: int = BLOCK_BYTES) -> dict:
-    """Write the shards and the manifest of the corpus and tokenizer ``overrides`` pick; returns the manifest."""
-    source, tokenizer = _source_and_tokenizer(list(overrides))
+    """Write the shards and the manifest of ``source`` tokenized by ``tokenizer``; returns the manifest."""
     if hasattr(source, "check_tokenizer"):
         raise ConfigError("data=tokens is token ids already; prepare reads text: pick data=embedded, text, enwik8, hf")
     folder = _out_folder(out)
@@ -223,35 +222,6 @@ def _remove_partial(folder: Path, writers: dict[str, ShardWriter], existed: bool
     if not existed:
         with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
             folder.rmdir()
-
-
-def _source_and_tokenizer(overrides: list[str]):
-    """The data source and the tokenizer of the project's config with ``overrides``, composed with Hydra itself:
-    this room may not import harness.config (which imports it), and needs nothing of a run's but these two.
-    A constructor's ConfigError is kept whole (Hydra wraps it)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, InstantiationException, MissingConfigException
-    from hydra.utils import instantiate
-
-    from harness.paths import CONF
-
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
-        for key, node in (("data.source", cfg.data.source), ("tokenizer", cfg.tokenizer)):
-            check_requires(node.get("_target_"), key)  # data=hf without datasets: one line, before anything is read
-        return instantiate(cfg.data.source), instantiate(cfg.tokenizer)
-    except InstantiationException as e:
-        cause = config_error_cause(e)
-        if cause is None:
-            raise
-        raise cause from None
-    except MissingConfigException as e:  # data=nope: the group's options, as a run names them
-        group = (e.missing_cfg_file or "").rpartition("/")[0]
-        fix = f"use one of {group}={', '.join(e.options)}" if group and e.options else "see posbench list"
-        raise ConfigError(f"Could not find '{e.missing_cfg_file}'; {fix}") from None
-    except HydraException as e:  # an override that names no key, or does not parse
-        raise ConfigError(" ".join(str(e).split())) from None
 
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
@@ -400,44 +370,3 @@ class _Splitter:
         if cut:
             self.writers[split].write(self.tokenizer.encode(bytes(buf[:cut])), cut)
             del buf[:cut]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m harness.data.prepare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="the folder to write (new, or without a manifest.json)")
-    parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
-    parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
-    try:
-        args = parser.parse_args(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.shard_tokens <= 0:
-        print(f"error: --shard-tokens={args.shard_tokens} must be a positive number of token ids", file=sys.stderr)
-        return 2
-    try:
-        with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
-            manifest = prepare(args.out, args.overrides, args.shard_tokens)
-    except KeyboardInterrupt:
-        print(f"stopped: nothing was left in {args.out}", file=sys.stderr)
-        return 130
-    except Stopped as e:
-        print(f"stopped: nothing was left in {args.out}", file=sys.stderr)
-        return int(e.code or 143)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        if not said_write_failure(e, f"nothing was left in {args.out}: free space (or raise the limit) and run "
-                                     "prepare again"):
-            raise
-        return 1
-    splits = manifest["splits"]
-    print(f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "
-          f"({manifest['dtype']}, tokenizer={manifest['tokenizer']['config']}), from {manifest['corpus']['bytes']:,} "
-          f"bytes of {manifest['corpus']['name']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Pre-tokenized corpora: token ids written once as memory-mapped shards (``python -m harness.data.prepare``),
+"""Pre-tokenized corpora: token ids written once as memory-mapped shards (``posbench prepare``),
 trained from with ``data=tokens data.path=DIR`` (conf/data/tokens.yaml).
 
 A folder holds ``manifest.json`` and the shards, raw little-endian arrays of ``dtype`` (uint16 when the
@@ -120,7 +120,7 @@ class ShardedIds:
                 where = getattr(self.arrays[k], "filename", None) or f"shard {k}"
                 raise ConfigError(f"{where} is damaged: its bytes {block * size}–{block * size + len(data)} do not "
                                   "hash to the digest manifest.json records (they changed after prepare wrote them); "
-                                  "write the folder again with python -m harness.data.prepare")
+                                  "write the folder again with posbench prepare")
             self._checked_blocks[k].add(block)
 
     def _checked(self, array: np.ndarray, piece: np.ndarray) -> np.ndarray:
@@ -128,7 +128,7 @@ class ShardedIds:
             where = getattr(array, "filename", None) or "a shard"
             raise ConfigError(f"{where} holds token id {int(piece.max())}, not below the vocabulary size "
                               f"{self.vocab_size} its manifest records: the shard is damaged; write the folder again "
-                              "with python -m harness.data.prepare")
+                              "with posbench prepare")
         return piece
 
 
@@ -162,7 +162,7 @@ class TokenCorpus:
         from harness.data.subword import load_file
         from harness.sealed import file_digest
 
-        file, fix = self.folder / "tokenizer.json", "write the folder again with python -m harness.data.prepare"
+        file, fix = self.folder / "tokenizer.json", "write the folder again with posbench prepare"
         written = self.manifest["tokenizer"].get("file_sha256")
         if written is not None and not file.is_file():
             raise ConfigError(f"{file} is missing (prepare wrote it beside the shards); {fix}")
@@ -174,7 +174,7 @@ class TokenCorpus:
         if digest != recorded:  # the digest is Trained.digest(): sha256 of the vocabulary's JSON
             raise ConfigError(f"{self.folder / 'tokenizer.json'} is not the vocabulary the shards were written with "
                               f"(sha256 {digest[:12]}…, the manifest records {recorded[:12]}…); restore it, or write "
-                              "the folder again with python -m harness.data.prepare")
+                              "the folder again with posbench prepare")
         return loaded
 
 
@@ -187,7 +187,7 @@ def _canonical(manifest: dict) -> str:
 
 
 def sealed(manifest: dict) -> dict:
-    """``manifest`` with its checksum (``python -m harness.data.prepare`` writes it so)."""
+    """``manifest`` with its checksum (``posbench prepare`` writes it so)."""
     return {**manifest, CHECKSUM: _canonical(manifest)}
 
 
@@ -253,7 +253,7 @@ def verify(folder: Path, manifest: dict) -> None:
         if digest.hexdigest() != sha:
             raise ConfigError(f"{file} is damaged: its sha256 {digest.hexdigest()[:12]}… is not the "
                               f"{sha[:12]}… manifest.json records (its bytes changed after "
-                              "prepare wrote it); write the folder again with python -m harness.data.prepare")
+                              "prepare wrote it); write the folder again with posbench prepare")
         _VERIFIED.add(key)
         if stamped:
             try:
@@ -282,12 +282,12 @@ def _check_structure(manifest: dict, file: Path) -> None:
         str(corpus["name"]), str(corpus["sha256"]), int(corpus["bytes"]), str(corpus["train_sha256"])
     except (KeyError, TypeError, ValueError, IndexError) as e:
         what = f"no {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:80]
-        raise ConfigError(f"{file} is damaged ({type(e).__name__}: {what}); write the folder again with python -m "
-                          "harness.data.prepare") from None
+        raise ConfigError(f"{file} is damaged ({type(e).__name__}: {what}); write the folder again with posbench "
+                          "prepare") from None
 
 
 class TokenShards:
-    """The ``data.source`` of ``data=tokens``: a folder ``python -m harness.data.prepare`` wrote."""
+    """The ``data.source`` of ``data=tokens``: a folder ``posbench prepare`` wrote."""
 
     def __init__(self, path: str | None = None, windows: str = "random"):
         if windows not in WINDOWS:
@@ -297,29 +297,29 @@ class TokenShards:
     def _folder(self) -> Path:
         """data.path, expanded; refused when it is not set."""
         if not self.path:
-            raise ConfigError("data=tokens needs the folder python -m harness.data.prepare wrote: add data.path=DIR")
+            raise ConfigError("data=tokens needs the folder posbench prepare wrote: add data.path=DIR")
         return Path(self.path).expanduser()
 
     def manifest(self) -> dict:
         folder = self._folder()
         file = folder / "manifest.json"
         if not file.is_file():
-            raise ConfigError(f"data.path={self.path} has no manifest.json; write one with python -m "
-                              "harness.data.prepare DIR data=... tokenizer=...")
+            raise ConfigError(f"data.path={self.path} has no manifest.json; write one with posbench "
+                              "prepare DIR data=... tokenizer=...")
         try:
             manifest = json.loads(file.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{file} is not JSON ({e}); write the folder again with python -m harness.data.prepare") \
+            raise ConfigError(f"{file} is not JSON ({e}); write the folder again with posbench prepare") \
                 from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with python -m "
-                              "harness.data.prepare")
+            raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with posbench "
+                              "prepare")
         from harness.sealed import near_miss
 
         if (CHECKSUM in manifest and manifest[CHECKSUM] != _canonical(manifest)) or (
                 CHECKSUM not in manifest and near_miss(manifest, CHECKSUM)):
             raise ConfigError(f"{file} was changed after prepare wrote it (its checksum no longer matches its "
-                              "content); write the folder again with python -m harness.data.prepare")
+                              "content); write the folder again with posbench prepare")
         _check_structure(manifest, file)
         for split in ("train", "val"):
             for shard in manifest["splits"][split]["shards"]:
@@ -327,8 +327,8 @@ class TokenShards:
                 expected = shard["tokens"] * np.dtype(manifest["dtype"]).itemsize
                 if size != expected:
                     raise ConfigError(f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
-                                      f"the manifest says {expected}; write the folder again with python -m "
-                                      "harness.data.prepare")
+                                      f"the manifest says {expected}; write the folder again with posbench "
+                                      "prepare")
         verify(folder, manifest)
         return manifest
 
@@ -347,14 +347,14 @@ class TokenShards:
             if recorded.get("recipe") != recipe():
                 raise ConfigError(f"data.path={self.path} was tokenized with tokenizer={recorded['config']} "
                                   f"{recorded.get('recipe')}, not tokenizer={name} {recipe()}; set the tokenizer it "
-                                  "was written with, or run python -m harness.data.prepare again with this one")
+                                  "was written with, or run posbench prepare again with this one")
             return
         digest = tokenizer.digest()
         if digest != recorded["digest"]:
             raise ConfigError(f"data.path={self.path} was tokenized with tokenizer={recorded['config']} (digest "
                               f"{recorded['digest'][:12]}…), not with the configured tokenizer={name} (digest "
-                              f"{digest[:12]}…); set the tokenizer it was written with, or run python -m "
-                              "harness.data.prepare again with this one")
+                              f"{digest[:12]}…); set the tokenizer it was written with, or run posbench "
+                              "prepare again with this one")
 
     def load(self) -> TokenCorpus:
         manifest, folder = self.manifest(), self._folder()

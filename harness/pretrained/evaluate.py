@@ -90,7 +90,7 @@ class EvalSpec:
 def parse(argv: list[str]) -> EvalSpec:
     """The command line as an ``EvalSpec``; a bad value is a ConfigError naming the fix."""
     a = _parser().parse_args(argv)
-    claim = tuple(n.strip() for n in a.claim.split("<") if n.strip()) if a.claim else ()
+    claim = tuple(n.strip() for n in a.claim.split("<")) if a.claim.strip() else ()  # "<" alone: refused, not no claim
     spec = EvalSpec(Path(a.model).expanduser(), _names(a.scalings), _numbers("--factors", a.factors, float),
                     _numbers("--lengths", a.lengths, int), a.stride, a.budget, a.passkey_trials,
                     _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check,
@@ -286,7 +286,7 @@ def _check_claim(spec: EvalSpec) -> None:
         return
     if len(spec.claim) < 2 or len(set(spec.claim)) < len(spec.claim) or any(m not in spec.scalings for m in spec.claim):
         raise ConfigError(f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
-                          f"({','.join(spec.scalings)}), best first: yarn<ntk<linear")
+                          f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear")
     context = trained_context(read_config(spec.model))
     if context is None or not any(n > context for n in spec.lengths):
         raise ConfigError(f"--claim is judged beyond the trained context ({context or 'unknown'} tokens, "

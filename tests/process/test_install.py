@@ -269,10 +269,10 @@ def test_a_hub_tokenizer_without_network_is_refused_at_once(installed, tmp_path)
 
 
 def test_prepare_writes_shards_that_the_installed_copy_trains_on(installed):
-    """README: python -m harness.data.prepare DIR ...; then data=tokens data.path=DIR (byte ids of a local file)."""
+    """README: posbench prepare DIR ...; then data=tokens data.path=DIR (byte ids of a local file)."""
     text = installed.cwd / "corpus.txt"
     text.write_text("A line of text for the shards, with some words in it.\n" * 2000)
-    done = installed.run(installed.python, "-m", "harness.data.prepare", "shards", "data=text", f"data.path={text}")
+    done = installed.run(installed.posbench, "prepare", "shards", "data=text", f"data.path={text}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (installed.cwd / "shards" / "manifest.json").is_file()
     done = installed.run(installed.posbench, "--check", "data=tokens", "data.path=shards", *TINY)

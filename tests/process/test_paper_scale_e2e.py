@@ -53,7 +53,7 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
     datasets = pytest.importorskip("datasets")
     pytest.importorskip("tokenizers")
     from harness.data.corpus import Embedded
-    from harness.data.prepare import prepare
+    from harness.main import prepare_shards as prepare
 
     docs = [d for d in Embedded().load().train.decode("utf-8", errors="replace").split("\n\n") if d.strip()]
     (tmp_path / "owt").mkdir()

@@ -71,7 +71,7 @@ def test_a_prepared_folder_is_timed_as_it_is_and_left_in_place(tmp_path, capsys)
     deleted; the model's FLOPs take its vocabulary (258 bytes) unless --vocab says otherwise."""
     import json
 
-    from harness.data.prepare import prepare
+    from harness.main import prepare_shards as prepare
 
     shards = tmp_path / "shards"
     manifest = prepare(shards, ["data=embedded"])

@@ -11,14 +11,16 @@ import torch
 
 from harness.data.corpus import TextFiles
 from harness.data.objectives import CausalLM, MaskedLM
-from harness.data.prepare import main, prepare
 from harness.data.shards import ShardedIds, SlicedWindows, TokenShards, rank_slice, token_dtype
 from harness.data.subword import BPE
 from harness.data.tokenizer import ByteTokenizer
 from harness.data.windows import ContinueFrom, TrainWindows
 from harness.errors import ConfigError
+from harness.main import COMMANDS
+from harness.main import prepare_shards as prepare
 from tests.helpers import validated
 
+main = COMMANDS["prepare"]
 
 def text(n_lines: int = 1500) -> bytes:
     return "".join(f"Line {i}: positions {i % 13} and attention {i % 7} in a transformer.\n"
@@ -204,8 +206,8 @@ def test_stream_chunks_are_text_chunks_of_the_join():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["data=tokens"], "data=tokens needs the folder python -m harness.data.prepare wrote: add data.path=DIR"),
-    (["data=tokens", "data.path={tmp}"], "has no manifest.json; write one with python -m harness.data.prepare"),
+    (["data=tokens"], "data=tokens needs the folder posbench prepare wrote: add data.path=DIR"),
+    (["data=tokens", "data.path={tmp}"], "has no manifest.json; write one with posbench prepare"),
     (["data=tokens", "data.path={shards}", "data.windows=shuffled"], "data.windows='shuffled': use data.windows="),
     (["data=tokens", "data.path={shards}", "task=copy"], "data=tokens holds token ids of text for task=mlm or task="),
     (["+data.windows=sequential"], "data=embedded does not read data.windows"),
@@ -324,7 +326,7 @@ def test_an_edited_manifest_is_one_line(edit, words, byte_shards, tmp_path):
     with pytest.raises(ConfigError) as e:
         TokenShards(str(folder)).sizes()
     assert str(e.value).startswith(f"{folder / 'manifest.json'} is damaged ") and words in str(e.value)
-    assert str(e.value).endswith("write the folder again with python -m harness.data.prepare")
+    assert str(e.value).endswith("write the folder again with posbench prepare")
 
 
 def test_a_swapped_vocabulary_beside_the_shards_is_refused(corpus_file, tmp_path, monkeypatch):
@@ -389,7 +391,7 @@ def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, m
     assert TokenShards(str(folder)).sizes()[0] > 0  # whole: accepted
     _flip(folder / "train-00001.bin", 1_234)
     with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256 .* is not the .* manifest.json "
-                                          r"records .*; write the folder again with python -m harness.data.prepare"):
+                                          r"records .*; write the folder again with posbench prepare"):
         TokenShards(str(folder)).sizes()
 
 
@@ -425,8 +427,8 @@ def test_a_large_folder_checks_each_block_a_read_reaches_before_it_is_used(corpu
     fresh = TokenShards(str(folder)).load().train_ids  # the next process: nothing read yet, so nothing refused
     assert np.array_equal(fresh[0:50], clean) and np.array_equal(fresh[10_000:12_000], first[:2_000])
     with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its bytes 4096–5120 do not hash to the "
-                                          r"digest manifest.json records .*; write the folder again with python -m "
-                                          r"harness.data.prepare"):
+                                          r"digest manifest.json records .*; write the folder again with posbench "
+                                          r"prepare"):
         fresh[12_000:12_600]  # a window crossing into the damaged block
     assert np.array_equal(fresh[16_000:17_000], first[6_000:7_000])  # other blocks still read
 
@@ -525,7 +527,7 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
 
-    done = subprocess.run([sys.executable, "-m", "harness.data.prepare", str(out), "data=embedded"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "run.py", "prepare", str(out), "data=embedded"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, preexec_fn=limit)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [
@@ -548,7 +550,7 @@ def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
     rows = [f"row {i} " + "word " * (i % 50) for i in range(200_000)]
     datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.data.prepare", str(out), "data=hf",
+    proc = subprocess.Popen([sys.executable, "run.py", "prepare", str(out), "data=hf",
                              f"data.path={tmp_path / 'ds'}", "data.streaming=true"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -567,7 +569,7 @@ def test_prepare_usage_mistakes_are_one_line(argv, words, capsys):
     """argparse's usage block was three lines; the tools share harness.errors.OneLineParser."""
     assert main(argv) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and words in line and line.endswith("see python -m harness.data.prepare --help")
+    assert line.startswith("error: ") and words in line and line.endswith("see posbench prepare --help")
 
 
 @pytest.mark.parametrize("value, limit", [(None, 1 << 30), ("0", 0), ("5000000000", 5_000_000_000), ("-1", None),
