@@ -1,12 +1,21 @@
 # The two set-up commands of the README:  `make run`  and  `make test`.
+# An active virtual environment (or conda env) is used as it is; with none active, one is made in .venv here, so a
+# system whose only Python is the distribution's (PEP 668: pip refuses to install into it) needs no set-up step.
+ifeq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
+PY ?= .venv/bin/python
+else
 PY ?= python3
+endif
 # A local CPU build of torch 2.13.0 is taken when present; override for a CUDA machine,
 # e.g. `make run TORCH=torch==2.13.0+cu128` or TORCH= to keep the torch you have.
 TORCH ?= torch==2.13.0
 
 .PHONY: install run test test-fast lint
 
-install:
+.venv/bin/python:
+	python3 -m venv .venv
+
+install: $(if $(filter .venv/bin/python,$(PY)),.venv/bin/python)
 	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
 	$(PY) -m pip install -q -e ".[test]"
 
