@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness import allocator, sealed
+from harness import allocator, integrity
 from harness.config.check import Checked, check
 from harness.config.spec import Choices, RunSpec
 from harness.data.corpus import Corpus, with_documents
@@ -176,7 +176,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.log_scalars(by_length.metrics(built.module.bytes_per_token), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in by_length.skipped.items()})
         run.log_files(by_length.files(spec.eval.position_buckets))
-    run.log_files(sealed.sealed_files(built.model.pos.artifacts()))  # theta.csv, read back by results/theta.py
+    run.log_files(integrity.sealed_files(built.model.pos.artifacts()))  # theta.csv, read back by results/theta.py
     run.log_files(rope_parameters_file(built.model))
     if spec.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
         from harness.pretrained.export import hf_files

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_command(args) -> int:
-    from harness.sealed import report_folder
+    from harness.integrity import report_folder
     from results.cells import MIN_ORDER_GAIN
     from results.store import find_sweep, generate, open_store, writable_out
 
@@ -79,7 +79,7 @@ def report_command(args) -> int:
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
     gain = MIN_ORDER_GAIN if args.min_order_gain is None else args.min_order_gain
-    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         written = generate(client, sweep, staging, args.target, min_order_gain=gain, baseline=args.baseline)
     for path in written:
         print(out / path.name)
@@ -87,7 +87,7 @@ def report_command(args) -> int:
 
 
 def tune_command(args) -> int:
-    from harness.sealed import report_folder
+    from harness.integrity import report_folder
     from results import tune
     from results.store import find_sweep, open_store, writable_out
 
@@ -97,7 +97,7 @@ def tune_command(args) -> int:
     root = project_root()
     shown = out.relative_to(root) if out.is_relative_to(root) else out
     regenerate = f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
-    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         written = tune.write(client, sweep, staging, regenerate)
     if out.parent == root / "results":  # a committed report: refresh the index, as `paper` does
         from results.paper import write_index

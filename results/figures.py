@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from harness.integrity import report_folder
 from harness.paths import project_root
-from harness.sealed import report_folder
 from positional.rope import rope_inv_freq
 
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default results/<name>)")
     args = parser.parse_args(argv)
     out = args.out or project_root() / "results" / args.name
-    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         FIGURES[args.name](staging)
     print(f"wrote {out}")
 

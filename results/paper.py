@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import sealed
+from harness import integrity
 from harness.stats import (
     holm,
     margin_p_value,
@@ -330,7 +330,7 @@ def wall_time(sweep) -> str:
 
 def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out: Path,
                        shown: Path | None = None) -> str:
-    """README.md and the sweep's report into ``out`` (a ``sealed.report_folder``'s staging folder, to be ``shown``)."""
+    """README.md and the sweep's report into ``out`` (``integrity.report_folder``'s staging folder, to be ``shown``)."""
     from results.store import cells_of, generate
 
     out.mkdir(parents=True, exist_ok=True)
@@ -510,7 +510,7 @@ def render_index(results_dir: Path) -> str:
     sealed folder is checked against its SHA256SUMS first (one from before seals is read as it is)."""
     rows = []
     for readme in sorted(results_dir.glob("*/README.md")):
-        sealed.check_report(readme.parent, "run the command its README names again, or restore the folder (git "
+        integrity.check_report(readme.parent, "run the command its README names again, or restore the folder (git "
                             "checkout)", needs=["README.md"])
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
@@ -546,7 +546,7 @@ def main(args) -> int:
     except LookupError as e:
         raise LookupError(f"{e} (store: {uri}); run `python run.py -m experiment={args.preset}` first") from None
     out = Path(args.out)
-    with sealed.report_folder(out) as staging:  # written whole or not at all, then sealed (harness/sealed.py)
+    with integrity.report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         verdict = write_paper_report(client, sweep, args.preset, args.scale, claim, staging, shown=out)
     write_index(out.parent)
     print(f"{args.preset}: {verdict} ({out / 'README.md'})")

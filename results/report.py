@@ -230,7 +230,7 @@ def headline_metrics(cells: list[Cell]) -> dict[str, float]:
 
 
 def write_report(r: Report, out_dir: Path) -> list[Path]:
-    """report.md, report.csv and the PNG plots into out_dir (a command's ``sealed.report_folder``, which seals
+    """report.md, report.csv and the PNG plots into out_dir (a command's ``integrity.report_folder``, which seals
     them); returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = plots.draw_all(r, out_dir)

@@ -163,7 +163,7 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
 
 def _unchecked(sweep: Sweep) -> str:
     """How many of the sweep's runs were read without a seal to check them against (closed before seals)."""
-    from harness.record.seal import unsealed
+    from harness.integrity import unsealed
 
     old = unsealed([*sweep.runs, *([sweep.parent] if sweep.parent else [])])
     return f" ({len(old)} closed before posbench sealed run records: their values are read unchecked)" if old else ""

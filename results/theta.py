@@ -15,7 +15,7 @@ import csv
 import io
 from pathlib import Path
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 
 DRIFT_METRICS = ("pos/theta_rel_change", "pos/theta_max_log_ratio")
@@ -29,7 +29,7 @@ def _theta_rows(client, run_id: str) -> list[dict[str, float]]:
         path = Path(client.download_artifacts(run_id, "theta.csv", tmp))
         if "theta.csv.sha256" in {a.path for a in client.list_artifacts(run_id)}:  # sealed when logged (train.py)
             client.download_artifacts(run_id, "theta.csv.sha256", tmp)
-            sealed.check_file(path, fix)
+            integrity.check_file(path, fix)
         text = path.read_text()
     try:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]

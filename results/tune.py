@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import sealed
+from harness import integrity
 from results.cells import Cell
 
 
@@ -111,6 +111,6 @@ def write(client, sweep, out: Path, regenerate: str) -> list[Path]:
     tuned = tune_cells(cells_of(client, sweep))
     wall = (info.end_time - info.start_time) / 60_000 if info.end_time else None
     out.mkdir(parents=True, exist_ok=True)
-    sealed.write(out / "best.json", best_json(tuned, source))  # sealed: optim.tuned refuses it changed
+    integrity.write(out / "best.json", best_json(tuned, source))  # sealed: optim.tuned refuses it changed
     (out / "README.md").write_text(markdown(tuned, source, wall))
     return [out / "best.json", out / "README.md"]

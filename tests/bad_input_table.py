@@ -30,7 +30,7 @@ def listed(group: str) -> str:
 
 # (id, overrides — "{files}" is a directory of prepared inputs, see `files` —, text the line must contain)
 RUN_CASES = [
-    # ---- the first table (47 kinds)
+    # ---- the common mistakes: options, shapes, ranges, data paths, tracking stores, resume
     ("unknown-pos", ["pos=foo"], f"Could not find 'pos/foo'; use one of pos={listed('pos')}"),
     ("unknown-attn", ["attn=foo"], f"Could not find 'attn/foo'; use one of attn={listed('attn')}"),
     ("unknown-task", ["task=foo"], f"use one of task={listed('task')}"),
@@ -384,7 +384,7 @@ RESULTS_CASES = [
     ("results-no-command", [], "the following arguments are required: command"),
     ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
                                          "{store}"], "no experiment 'nope' in this store"),
-    # ---- a run's record changed in the store since it closed: its seal (harness/record/seal.py)
+    # ---- a run's record changed in the store since it closed: its seal (harness/integrity.py)
     # ---- a report folder changed after its command sealed it (SHA256SUMS): the index reads each README back
     ("results-index-report-changed", ["index", "--dir", "{files}/reports"],
      "grid/README.md is damaged (its sha256"),
@@ -420,7 +420,7 @@ BENCH_CASES = [
     ("bench-store-bad-uri", ["--tracking-uri", "http://[bad"], "does not parse as a URI"),
     ("bench-store-not-there", ["--tracking-uri", "http://127.0.0.1:9"], "does not answer"),
     ("bench-store-truncated", ["--tracking-uri", "sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
-    # found by tools/generated_round.py (hostile values for every flag of every command's parser)
+    # found by tools/fuzz.py (hostile values for every flag of every command's parser)
     ("bench-model-unknown", ["--model", "abc"], "--model 'abc': not in conf/model/; valid: "),
     ("bench-warmup-unbounded", ["--warmup", "99999999999999999999"],
      "argument --warmup: 99999999999999999999 must be at most 1,000"),
@@ -437,10 +437,10 @@ RUN_CASES += [
     ("gpu-memory-no-value", ["--check", "--gpu-memory=", "trainer=gpu"], "--gpu-memory needs a size"),
     ("gpu-too-small", ["--check", "--gpu-memory=0.5MB", "trainer=gpu"], "on a GPU of 0.5MB (0.0 GiB) a training step "
      "does not fit: it needs at least"),
-    # ---- round 4 (issue 44): overflows, a --config-dir that is no folder
+    # ---- overflows, a --config-dir that is no folder
     ("gpu-memory-overflow", ["--check", "--gpu-memory=1e300TB", "trainer=gpu"], "is larger than any GPU"),
     ("steps-overflow", ["trainer.max_steps=99999999999999999999"], "is more steps than any run takes"),
-    # found by tools/generated_round.py (hostile values for every key of every option): torch's own overflow
+    # found by tools/fuzz.py (hostile values for every key of every option): torch's own overflow
     ("int-beyond-64-bits", ["pos=cope", "pos.npos=99999999999999999999"],
      "pos.npos=99999999999999999999 is beyond a 64-bit integer (at most 2^63 − 1); give a smaller value"),
     ("int-beyond-64-bits-for-a-float", ["pos=fire", "pos.eps=99999999999999999999"],
@@ -463,12 +463,12 @@ RUN_CASES += [
     # ---- a prepared folder's shard changed after prepare wrote it: hashed whole at the start (a folder of at most
     # $POSBENCH_HASH_WHOLE_BYTES), else each block when a read first reaches it (in the run's process or a worker's)
     ("shard-byte-flipped", ["data=tokens", "data.path={files}/shards_rotted"],
-     "train-00000.bin is damaged: its sha256"),
+     "train-00000.bin is damaged (its sha256"),
     ("shard-manifest-edited", ["data=tokens", "data.path={files}/shards_edited"],
-     "manifest.json was changed after prepare wrote it (its checksum no longer matches its content)"),
+     "manifest.json is damaged (its content no longer matches its sha256)"),
     ("shard-vocabulary-flipped", ["data=tokens", "data.path={files}/shards_bpe", "tokenizer=bpe",
                                   "tokenizer.vocab_size=300", "task=clm"],
-     "tokenizer.json is damaged: its bytes are not those prepare wrote"),
+     "tokenizer.json is damaged (its sha256"),
     ("hash-whole-bytes-not-a-number", ["ENV:POSBENCH_HASH_WHOLE_BYTES=1GB", "data=tokens", "data.path={files}/shards"],
      "POSBENCH_HASH_WHOLE_BYTES='1GB' must be a whole number of bytes"),
 ]
@@ -520,14 +520,14 @@ POSBENCH_CASES = [
     ("check-unknown-pos", ["check", "pos=foo"], "Could not find 'pos/foo'; use one of pos="),
     ("matrix-takes-no-setting", ["matrix", "model.d_model=64"], "--matrix lists every option and takes no setting"),
     ("list-takes-no-setting", ["list", "pos=rope"], "--list lists every option and takes no setting"),
-    # ---- a model posbench exported (export=hf), changed since: its seals (harness/sealed.py)
+    # ---- a model posbench exported (export=hf), changed since: its seals (harness/integrity.py)
     ("hf-eval-export-weights-flipped", ["hf-eval", "{files}/export_flipped", "--lengths", "16", "--budget", "64",
                                         "--check", "--tracking-uri", "{store}"],
      "model.safetensors is damaged"),
     ("hf-eval-export-config-edited", ["hf-eval", "{files}/export_edited", "--lengths", "16", "--budget", "64",
                                       "--check", "--tracking-uri", "{store}"], "config.json is damaged"),
     ("hf-rope-export-config-edited", ["hf-rope", "{files}/export_edited"], "config.json is damaged"),
-    # ---- round 5: a model folder is input too, read and checked before anything is loaded
+    # ---- a model folder is input too, read and checked before anything is loaded
     ("hf-rope-config-a-list", ["hf-rope", "{files}/hf_list"], "holds list, not a transformers config (an object)"),
     ("hf-rope-hidden-size-word", ["hf-rope", "{files}/hf_hidden_word"], "hidden_size='abc' must be an integer"),
     ("hf-rope-hidden-size-negative", ["hf-rope", "{files}/hf_hidden_negative"],
@@ -612,10 +612,10 @@ def prepare_inputs(d: Path) -> Path:
     (d / "tuned.json").write_text(json.dumps({"cells": tuned}))
     bad = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": -1}}}
     (d / "tuned_bad.json").write_text(json.dumps({"cells": bad}))
-    from harness import sealed
+    from harness import integrity
 
     tuned = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3e-4}}}
-    sealed.write(d / "tuned_changed.json", {"cells": tuned})  # as results tune writes it, then a digit changed
+    integrity.write(d / "tuned_changed.json", {"cells": tuned})  # as results tune writes it, then a digit changed
     (d / "tuned_changed.json").write_text((d / "tuned_changed.json").read_text().replace("0.0003", "0.0008"))
     _exports(d)
     _truncated_store(d / "truncated.db")
@@ -632,7 +632,7 @@ def prepare_inputs(d: Path) -> Path:
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     shutil.copytree(d / "shards", d / "shards_edited")
     manifest = json.loads((d / "shards_edited" / "manifest.json").read_text())
-    manifest["splits"]["train"]["bytes"] += 1  # its checksum kept: an edit by hand
+    manifest["splits"]["train"]["bytes"] += 1  # its seal kept: an edit by hand
     (d / "shards_edited" / "manifest.json").write_text(json.dumps(manifest))
     prepare(d / "shards_bpe", ["data=text", f"data.path={d / 'words.txt'}", "tokenizer=bpe",
                                "tokenizer.vocab_size=300"])
@@ -642,7 +642,7 @@ def prepare_inputs(d: Path) -> Path:
     _model_folders(d)
     _parquets(d)
     tuned = {"pos=rope attn=softmax": {"values": "abc"}}
-    sealed.write(d / "tuned_string.json", {"cells": tuned})  # sealed as results tune seals, its values a string
+    integrity.write(d / "tuned_string.json", {"cells": tuned})  # sealed as results tune seals, its values a string
     _another_projects_store(d / "another.db")
     return d
 
@@ -718,7 +718,7 @@ def _another_projects_store(path: Path) -> None:
 
 def _sealed_report(d: Path) -> None:
     """A report folder as its command seals it, then one character of its README changed."""
-    from harness.sealed import seal_report
+    from harness.integrity import seal_report
 
     (d / "grid").mkdir(parents=True)
     (d / "grid" / "README.md").write_text("# grid\n\n**Verdict: rope lower than t5 (p = 0.03)**\n")
@@ -769,7 +769,7 @@ def _damaged_records(d: Path) -> None:
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from harness.record.seal import SEAL_TAG, seal
+    from harness.integrity import SEAL_TAG, seal
 
     loss = 1.2345678901234567
     client = MlflowClient(tracking_uri=f"sqlite:///{d / 'sealed.db'}")

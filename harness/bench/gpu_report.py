@@ -155,7 +155,7 @@ def render(folder: Path, check: bool = False) -> Path:
     """README.md from the folder's CSVs and its run logs (run.log, then run2.log … of later runs of some
     sections, whose CSVs replaced the earlier run's), then the folder's SHA256SUMS. ``check`` (``--render``: the
     files were written by an earlier command): the folder's SHA256SUMS is checked first."""
-    from harness.sealed import check_report, seal_report
+    from harness.integrity import check_report, seal_report
 
     if check:
         check_report(folder, "run the GPU benchmark again, or restore the folder (git checkout results/bench_gpu)")

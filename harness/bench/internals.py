@@ -95,12 +95,11 @@ def xformers_refusal() -> str | None:
 def write_random_shards(folder, n_tokens: int, vocab: int = 258, seed: int = 0) -> None:
     """Random uint16 ids in one training shard (and a small validation one), with a byte-tokenizer manifest: a
     ``data=tokens`` folder of ``n_tokens`` ids (the loader bench's corpus)."""
-    import json
-
     import numpy as np
 
+    from harness import integrity
     from harness.data.prepare import ShardWriter
-    from harness.data.shards import FORMAT, sealed
+    from harness.data.shards import FORMAT
     from harness.data.tokenizer import ByteTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -118,7 +117,7 @@ def write_random_shards(folder, n_tokens: int, vocab: int = 258, seed: int = 0) 
                 "tokenizer": {"config": "byte", "digest": ByteTokenizer().digest(), "vocab_size": 258,
                               "recipe": None},
                 "dtype": "uint16", "block_bytes": writers["train"].block_bytes, "splits": splits}
-    (folder / "manifest.json").write_text(json.dumps(sealed(manifest)))  # as prepare writes it: checked on read
+    integrity.write(folder / "manifest.json", manifest)  # as prepare writes it: checked on read
 
 
 def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size: int, n_batches: int,

@@ -15,7 +15,7 @@ from harness.bench.profiled import KERNEL_OPS, Breakdown
 from harness.bench.session import Result
 from harness.bench.stats import Interval
 from harness.bench.targets import Outcome, PeerOutcome
-from harness.sealed import report_folder
+from harness.integrity import report_folder
 
 
 @dataclass

@@ -5,7 +5,7 @@ A tuning sweep (``python run.py -m experiment=tune_lr``, harness/sweep/tune.py) 
 the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). With ``optim.tuned`` set,
 ``load`` (harness/config/load.py) writes this cell's values, read here, into the config before
 typing it, so the rate used is the run's ``optim.optimizer.lr`` param like any other. A file that is missing or
-unreadable, changed since it was written (its ``sha256``, harness/sealed.py), a cell it does not hold, or a key the
+unreadable, changed since it was written (its ``sha256``, harness/integrity.py), a cell it does not hold, or a key the
 config does not have is refused in one line.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 
 
@@ -30,7 +30,7 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"optim.tuned={path}: not a best.json of python -m results tune "
                           f"({type(e).__name__}: {e}); point it at one, or drop optim.tuned") from None
-    if not sealed.intact(record):  # results/tune.py seals it: a changed digit would be used silently
+    if not integrity.intact(record):  # results/tune.py seals it: a changed digit would be used silently
         raise ConfigError(f"optim.tuned={path}: {file} changed after python -m results tune wrote it (its sha256 "
                           "no longer matches); write it again with python -m results tune --out, set "
                           "optim.optimizer.lr yourself, or drop optim.tuned")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import codecs
 import dataclasses
-import hashlib
 import io
 import os
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import sealed
+from harness import integrity
 from harness.data import hub
 from harness.errors import ConfigError
 
@@ -149,7 +148,7 @@ def _check_val_every(val_every: int) -> None:
 
 
 def _corpus(name: str, data: bytes, train: bytes, val: bytes) -> Corpus:
-    return Corpus(name, train, val, hashlib.sha256(data).hexdigest(), len(data))
+    return Corpus(name, train, val, integrity.sha256(data), len(data))
 
 
 # --- embedded -------------------------------------------------------------------------
@@ -209,20 +208,20 @@ class Embedded:
         the text."""
         text = self._cached()
         cache = text.with_suffix(".starts.npy")
-        if not (cache.exists() and sealed.check_file(cache, _rebuilt(cache))):
+        if not (cache.exists() and integrity.check_file(cache, _rebuilt(cache))):
             array = io.BytesIO()
             np.save(array, joined_starts([len(p.encode("utf-8")) for p in stdlib_parts()]))
-            sealed.write_bytes(cache, array.getvalue())  # atomic, sealed, as the text
+            integrity.write_bytes(cache, array.getvalue())  # atomic, sealed, as the text
         return split_starts(np.load(cache), text.stat().st_size, self.val_every)
 
     @staticmethod
     def _cached() -> Path:
-        """The text, built once per machine and sealed (harness/sealed.py): a cache from before seals is built
+        """The text, built once per machine and sealed (harness/integrity.py): a cache from before seals is built
         again, one whose bytes changed since is refused before a run reads it (it would train on other text)."""
         cache = CACHE / f"stdlib-prose-{_version()}.txt"
-        if not (cache.exists() and sealed.check_file(cache, _rebuilt(cache))):
+        if not (cache.exists() and integrity.check_file(cache, _rebuilt(cache))):
             cache.parent.mkdir(parents=True, exist_ok=True)
-            sealed.write_bytes(cache, stdlib_prose().encode("utf-8"))  # atomic: concurrent runs never read half
+            integrity.write_bytes(cache, stdlib_prose().encode("utf-8"))  # atomic: concurrent runs never read half
         return cache
 
 
@@ -346,7 +345,7 @@ class Enwik8:
         return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], digest, len(data))
 
     def _verified(self, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
+        digest = integrity.sha256(data)
         if digest != ENWIK8_SHA256:
             raise ConfigError(
                 f"{self.path} is not enwik8 (sha256 {digest[:12]}…, expected {ENWIK8_SHA256[:12]}…); "
@@ -361,7 +360,7 @@ class Enwik8:
         except OSError as e:
             raise _no_download(f"{e.__class__.__name__}: {e}") from None
         data = zipfile.ZipFile(io.BytesIO(archive)).read("enwik8")
-        if hashlib.sha256(data).hexdigest() != ENWIK8_SHA256:
+        if integrity.sha256(data) != ENWIK8_SHA256:
             raise ConfigError(f"downloaded enwik8 failed its sha256 check; try again or fetch {ENWIK8_URL} by hand")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".part")

@@ -21,10 +21,10 @@ from with ``data=tokens``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness import integrity
 from harness.data import hub
 from harness.data.corpus import Corpus, _check_val_every, block_split
 from harness.errors import ConfigError
@@ -76,7 +76,7 @@ class HFDataset:
             if len(data) < 4096:
                 raise ConfigError(f"{self.describe()} holds {len(data)} bytes of text in column "
                                   f"{self.text_column!r}; give at least 4 KiB")
-            self._corpus = Corpus(f"hf:{self.describe()}", train, val, hashlib.sha256(data).hexdigest(), len(data))
+            self._corpus = Corpus(f"hf:{self.describe()}", train, val, integrity.sha256(data), len(data))
         return self._corpus
 
     @property
@@ -139,7 +139,7 @@ class HFDataset:
     # --- the two ways in
 
     def _open_hub(self, split: str):
-        offline = hub.offline()  # no network: the cache at once, not 25 s of retries (harness/data/hub.py)
+        offline = hub.offline()  # no network: the cache at once, not a wait on retries (harness/data/hub.py)
         datasets = _datasets()
 
         try:

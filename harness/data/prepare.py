@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -30,10 +29,10 @@ from typing import BinaryIO
 
 import numpy as np
 
+from harness import integrity
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
 from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError
-from harness.sealed import file_digest
 
 PIECE = 1 << 24  # bytes of text encoded at a time
 SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
@@ -172,7 +171,7 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
     saved = {}
     if core is not None:
         core.save(str(folder / "tokenizer.json"))
-        saved = {"file_sha256": file_digest(folder / "tokenizer.json")}  # its bytes, checked before it is parsed
+        saved = {"file_sha256": integrity.file_digest(folder / "tokenizer.json")}  # checked before it is parsed
     manifest = {
         "format": FORMAT, "corpus": corpus_meta,
         "tokenizer": {"config": type(tokenizer).config_name(), "digest": tokenizer.digest(),
@@ -180,13 +179,8 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
                       "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None, **saved},
         "dtype": dtype.name, "block_bytes": writers["train"].block_bytes, "splits": splits,
     }
-    from harness.data.shards import sealed
-
-    manifest = sealed(manifest)  # its own checksum, and each shard's: verified on every read
-    tmp = folder / f"manifest.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    tmp.replace(folder / "manifest.json")  # written last: a folder with a manifest is whole
-    return manifest
+    integrity.write(folder / "manifest.json", manifest)  # sealed, as each shard is; written last: a folder with a
+    return manifest  # manifest is whole
 
 
 MAX_SHARDS = 1_000  # shard files a prepare may write: more is a typo of --shard-tokens, not a corpus

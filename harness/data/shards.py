@@ -6,11 +6,12 @@ vocabulary has fewer than 65,536 ids, else uint32), ``train-00000.bin``, ``train
 The manifest records the corpus (name, sha256 and size of the text, the training split's sha256), the
 tokenizer (its option, ``digest()``, vocabulary size, and for a trained vocabulary its recipe; the vocabulary
 itself is saved beside the shards as ``tokenizer.json``), the dtype, and each split's tokens, bytes and shards
-(each with its sha256), and its own checksum. A run whose configured tokenizer does not hash to the manifest's is
-refused before it trains; so is a folder whose manifest was edited or whose shard's bytes changed after prepare
-wrote them (``verify``: a folder of at most ``REHASH_BYTES`` hashed whole at every start; a larger one block by block
-as its reads reach each ``BLOCK_BYTES`` block, ``ShardedIds``: hashing hundreds of gigabytes at every start would
-cost minutes).
+(each with its sha256 and the digest of each ``BLOCK_BYTES`` block), and the manifest's own seal
+(harness/integrity.py). A run whose configured tokenizer does not hash to the manifest's is refused before it
+trains; so is a folder whose manifest was edited or whose shard's bytes changed after prepare wrote them
+(``verify``: a folder of at most ``REHASH_BYTES`` hashed whole at every start; a larger one block by block as its
+reads reach each block, ``ShardedIds``: hashing hundreds of gigabytes at every start would cost minutes). A folder
+of another format (an earlier posbench's) is refused: write it again.
 
 Training windows (``data.windows``): ``random`` (a uniform start, as for text) or ``sequential`` (consecutive
 windows, overlapping by the one shifted token of a causal objective, wrapping around). Either way each DDP rank
@@ -22,7 +23,6 @@ are exactly those of ``TrainWindows`` on the same ids; with W ranks which window
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +31,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from harness import integrity
 from harness.data.corpus import check_train_split
 from harness.data.windows import _generator
 from harness.errors import ConfigError
 
-FORMAT = "posbench-tokens-1"
+FORMAT = "posbench-tokens-2"  # a folder of another format is refused: write it again
+FIX = "write the folder again with posbench prepare"
 WINDOWS = ("random", "sequential")
 
 
@@ -119,8 +121,8 @@ class ShardedIds:
                     != digests[block]:
                 where = getattr(self.arrays[k], "filename", None) or f"shard {k}"
                 raise ConfigError(f"{where} is damaged: its bytes {block * size}–{block * size + len(data)} do not "
-                                  "hash to the digest manifest.json records (they changed after prepare wrote them); "
-                                  "write the folder again with posbench prepare")
+                                  f"hash to the digest manifest.json records (they changed after prepare wrote them); "
+                                  f"{FIX}")
             self._checked_blocks[k].add(block)
 
     def _checked(self, array: np.ndarray, piece: np.ndarray) -> np.ndarray:
@@ -160,39 +162,14 @@ class TokenCorpus:
         """The vocabulary the shards were written with, for a trained tokenizer (``Trained.fit``) with the
         manifest's recipe: the folder's tokenizer.json (``TokenShards.check_tokenizer`` refused others)."""
         from harness.data.subword import load_file
-        from harness.sealed import file_digest
 
-        file, fix = self.folder / "tokenizer.json", "write the folder again with posbench prepare"
-        written = self.manifest["tokenizer"].get("file_sha256")
-        if written is not None and not file.is_file():
-            raise ConfigError(f"{file} is missing (prepare wrote it beside the shards); {fix}")
-        if written is not None and file_digest(file) != written:
-            raise ConfigError(f"{file} is damaged: its bytes are not those prepare wrote (manifest.json records their "
-                              f"sha256 {str(written)[:12]}…); {fix}")
-        loaded = load_file(str(file))
-        digest, recorded = hashlib.sha256(loaded.to_str().encode()).hexdigest(), self.manifest["tokenizer"]["digest"]
-        if digest != recorded:  # the digest is Trained.digest(): sha256 of the vocabulary's JSON
-            raise ConfigError(f"{self.folder / 'tokenizer.json'} is not the vocabulary the shards were written with "
-                              f"(sha256 {digest[:12]}…, the manifest records {recorded[:12]}…); restore it, or write "
-                              "the folder again with posbench prepare")
-        return loaded
-
-
-CHECKSUM = "checksum"  # the manifest's own: sha256 of its canonical JSON without this key
-
-
-def _canonical(manifest: dict) -> str:
-    body = {k: v for k, v in manifest.items() if k != CHECKSUM}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def sealed(manifest: dict) -> dict:
-    """``manifest`` with its checksum (``posbench prepare`` writes it so)."""
-    return {**manifest, CHECKSUM: _canonical(manifest)}
+        file = self.folder / "tokenizer.json"
+        integrity.check_digest(file, self.manifest["tokenizer"]["file_sha256"], "manifest.json records", FIX)
+        return load_file(str(file))  # its bytes are those prepare wrote, so its digest is the manifest's
 
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (file, size, mtime_ns, sha256) hashed by this process
-# A folder of at most this many shard bytes is hashed whole by every process that reads it (0.5 s here, 1.9 GiB/s),
+# A folder of at most this many shard bytes is hashed whole by every process that reads it (a fraction of a second),
 # so a bit that rots in place, its size and mtime unchanged, is caught; a larger one block by block as it is read
 # (``ShardedIds``; a folder written before block digests: once per file version, a stamp in the cache)
 REHASH_BYTES = 1 << 30
@@ -220,47 +197,22 @@ def _shard_list(manifest: dict) -> list[dict]:
 
 
 def checked_by_block(folder: Path, manifest: dict) -> bool:
-    """True when ``folder`` is too large to hash whole at every start and its manifest records block digests: its
-    reads then check each block they reach (``ShardedIds``) instead."""
-    shards = _shard_list(manifest)
-    return (all("blocks" in s for s in shards) and int(manifest.get("block_bytes", 0)) > 0
-            and sum((folder / s["file"]).stat().st_size for s in shards) > hash_whole_bytes())
+    """True when ``folder`` is too large to hash whole at every start: its reads check each block they reach
+    (``ShardedIds``) instead."""
+    return sum((folder / s["file"]).stat().st_size for s in _shard_list(manifest)) > hash_whole_bytes()
 
 
 def verify(folder: Path, manifest: dict) -> None:
-    """Each shard's bytes hash to the sha256 the manifest records (manifests written before shards carried one
-    are not checked). A file version already hashed by this process is not read again. A folder of more than
-    ``REHASH_BYTES`` with block digests is left to its reads (``checked_by_block``); one without them is hashed once
-    per file version by any process (its stamp in the cache, keyed by path, size and mtime: hashing hundreds of
-    gigabytes at every start would cost minutes)."""
-    from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
-
+    """Each shard's bytes hash to the sha256 the manifest records, unless the folder is checked block by block as
+    it is read (``checked_by_block``). A file version already hashed by this process is not read again."""
     if checked_by_block(folder, manifest):
         return
-    stamps = corpus_module.CACHE / "verified-shards"
-    shards = [(folder / s["file"], str(s["sha256"])) for s in _shard_list(manifest) if "sha256" in s]
-    stamped = sum(file.stat().st_size for file, _ in shards) > hash_whole_bytes()
-    for file, sha in shards:
-        info = file.stat()
-        key = (str(file.resolve()), info.st_size, info.st_mtime_ns, sha)
-        stamp = stamps / hashlib.sha256(repr(key).encode()).hexdigest()
-        if key in _VERIFIED or (stamped and stamp.exists()):
-            continue
-        digest = hashlib.sha256()
-        with open(file, "rb") as f:
-            while block := f.read(1 << 24):
-                digest.update(block)
-        if digest.hexdigest() != sha:
-            raise ConfigError(f"{file} is damaged: its sha256 {digest.hexdigest()[:12]}… is not the "
-                              f"{sha[:12]}… manifest.json records (its bytes changed after "
-                              "prepare wrote it); write the folder again with posbench prepare")
-        _VERIFIED.add(key)
-        if stamped:
-            try:
-                stamps.mkdir(parents=True, exist_ok=True)
-                stamp.touch()
-            except OSError:  # a read-only cache: verified again next time, nothing lost
-                pass
+    for shard in _shard_list(manifest):
+        file, info = folder / shard["file"], (folder / shard["file"]).stat()
+        key = (str(file.resolve()), info.st_size, info.st_mtime_ns, shard["sha256"])
+        if key not in _VERIFIED:
+            integrity.check_digest(file, shard["sha256"], "manifest.json records", FIX)
+            _VERIFIED.add(key)
 
 
 def _check_structure(manifest: dict, file: Path) -> None:
@@ -272,9 +224,10 @@ def _check_structure(manifest: dict, file: Path) -> None:
             for shard in entry["shards"]:
                 if Path(shard["file"]).name != shard["file"] or int(shard["tokens"]) < 0:
                     raise ValueError(f"shard {shard['file']!r}")
-                if not all(isinstance(d, str) for d in shard.get("blocks", [])):
+                str(shard["sha256"])
+                if not all(isinstance(d, str) for d in shard["blocks"]):
                     raise ValueError(f"shard {shard['file']!r}'s blocks")
-        if int(manifest.get("block_bytes", 1)) <= 0:
+        if int(manifest["block_bytes"]) <= 0:
             raise ValueError("block_bytes")
         np.dtype(manifest["dtype"])
         tokenizer, corpus = manifest["tokenizer"], manifest["corpus"]
@@ -282,8 +235,7 @@ def _check_structure(manifest: dict, file: Path) -> None:
         str(corpus["name"]), str(corpus["sha256"]), int(corpus["bytes"]), str(corpus["train_sha256"])
     except (KeyError, TypeError, ValueError, IndexError) as e:
         what = f"no {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:80]
-        raise ConfigError(f"{file} is damaged ({type(e).__name__}: {what}); write the folder again with posbench "
-                          "prepare") from None
+        raise ConfigError(f"{file} is damaged ({type(e).__name__}: {what}); {FIX}") from None
 
 
 class TokenShards:
@@ -306,20 +258,10 @@ class TokenShards:
         if not file.is_file():
             raise ConfigError(f"data.path={self.path} has no manifest.json; write one with posbench "
                               "prepare DIR data=... tokenizer=...")
-        try:
-            manifest = json.loads(file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{file} is not JSON ({e}); write the folder again with posbench prepare") \
-                from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise ConfigError(f"{file} is not a {FORMAT} manifest; write the folder again with posbench "
-                              "prepare")
-        from harness.sealed import near_miss
-
-        if (CHECKSUM in manifest and manifest[CHECKSUM] != _canonical(manifest)) or (
-                CHECKSUM not in manifest and near_miss(manifest, CHECKSUM)):
-            raise ConfigError(f"{file} was changed after prepare wrote it (its checksum no longer matches its "
-                              "content); write the folder again with posbench prepare")
+        manifest = integrity.read(file, FIX)
+        if manifest.get("format") != FORMAT:
+            raise ConfigError(f"{file} is not a {FORMAT} manifest (an earlier posbench's, or another program's); "
+                              f"{FIX}")
         _check_structure(manifest, file)
         for split in ("train", "val"):
             for shard in manifest["splits"][split]["shards"]:
@@ -327,8 +269,7 @@ class TokenShards:
                 expected = shard["tokens"] * np.dtype(manifest["dtype"]).itemsize
                 if size != expected:
                     raise ConfigError(f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
-                                      f"the manifest says {expected}; write the folder again with posbench "
-                                      "prepare")
+                                      f"the manifest says {expected}; {FIX}")
         verify(folder, manifest)
         return manifest
 
@@ -367,7 +308,7 @@ class TokenShards:
             return ShardedIds([np.memmap(folder / s["file"], dtype=dtype, mode="r") if s["tokens"] else
                                np.empty(0, dtype) for s in shards], manifest["tokenizer"]["vocab_size"],
                               [s["blocks"] for s in shards] if by_block else None,
-                              int(manifest.get("block_bytes", BLOCK_BYTES)))
+                              int(manifest["block_bytes"]))
 
         corpus, val = manifest["corpus"], manifest["splits"]["val"]
         return TokenCorpus(corpus["name"], corpus["sha256"], corpus["bytes"], corpus["train_sha256"], ids("train"),

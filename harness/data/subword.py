@@ -21,7 +21,6 @@ shards record it). ``fit(corpus)`` trains or loads before the first ``encode``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness import sealed
+from harness import integrity
 from harness.data import hub
 from harness.errors import ConfigError
 
@@ -118,7 +117,7 @@ class Subword:
 
     def digest(self) -> str:
         """sha256 of the vocabulary and its pipeline (the tokenizer's JSON)."""
-        return hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()
+        return integrity.sha256(self.tokenizer.to_str())
 
     @property
     def special_ids(self) -> list[int]:
@@ -254,8 +253,10 @@ class Trained(Subword):
             self._trained()
             return
         sample = corpus.train[: self.train_bytes]  # None: all of it
-        cache = self.cache_path(hashlib.sha256(sample).hexdigest())
-        if cache.exists() and _verified(cache):
+        cache = self.cache_path(integrity.sha256(sample))
+        # a damaged or swapped file would change every id of the run: refused; an unsealed one is trained again
+        if cache.exists() and integrity.check_file(cache, "the cached vocabulary was damaged or replaced; delete it "
+                                                          "and the run trains it again"):
             self._tok = load_file(str(cache))
         else:
             self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
@@ -263,7 +264,7 @@ class Trained(Subword):
             tmp = cache.with_suffix(f".tmp{os.getpid()}")
             self._tok.save(str(tmp))
             tmp.replace(cache)  # atomic: two runs training at once never read half a file
-            sealed.seal_file(cache)  # until it is there, the cache reads as unsealed: trained again, never trusted
+            integrity.seal_file(cache)  # until it is there, the cache reads as unsealed: trained again, never trusted
         self._trained()
 
     def fit_stream(self, texts: Iterable[str]) -> None:
@@ -289,21 +290,6 @@ class Trained(Subword):
 
         return (corpus_module.CACHE / "tokenizers" /
                 f"{self.kind}-v{self.asked}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
-
-
-def _verified(cache: Path) -> bool:
-    """Whether a cached vocabulary is the file that was written (its sha256 beside it). A cache from before the
-    seal has none: False, and the caller trains it again (and seals it). A file that differs from its seal —
-    damaged, or swapped for another vocabulary — is refused naming the file: used silently it would change every
-    id of the run."""
-    seal = sealed.seal_path(cache)
-    if not seal.exists():
-        return False
-    actual, written = sealed.file_digest(cache), sealed.written_digest(seal)
-    if actual != written:
-        raise ConfigError(f"the cached vocabulary {cache} is not the file posbench wrote (sha256 {actual[:12]}…, "
-                          f"written as {written[:12]}…): damaged or replaced; delete it and the run trains it again")
-    return True
 
 
 class BPE(Trained):

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import torch
 from torch import Tensor
 
+from harness import integrity
 from harness.data.subword import continues_word, word_byte
 
 
@@ -46,7 +45,7 @@ class ByteTokenizer:
         return continues_word(ids, *self._word_tables)
 
     def digest(self) -> str:
-        return hashlib.sha256(b"posbench byte tokenizer: ids 0-255 bytes, 256 [PAD], 257 [MASK]").hexdigest()
+        return integrity.sha256(b"posbench byte tokenizer: ids 0-255 bytes, 256 [PAD], 257 [MASK]")
 
 
 def bytes_per_token(corpus, tokenizer) -> float:

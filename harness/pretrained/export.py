@@ -22,7 +22,7 @@ import json
 import torch
 from torch import Tensor
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 
 
@@ -106,14 +106,14 @@ def hf_state_dict(model) -> dict[str, Tensor]:
 
 def hf_files(model, vocab_size: int, max_len: int, causal: bool,
              tokenizer: str | None = None) -> dict[str, str | bytes]:
-    """``config.json`` and ``model.safetensors`` of ``model``, each with its ``.sha256`` beside it (harness/sealed.py:
-    ``posbench hf-eval`` refuses a changed file before loading it; transformers ignores the seals); a one-line
-    ConfigError where it has no such form."""
+    """``config.json`` and ``model.safetensors`` of ``model``, each with its ``.sha256`` beside it
+    (harness/integrity.py: ``posbench hf-eval`` refuses a changed file before loading it; transformers ignores the
+    seals); a one-line ConfigError where it has no such form."""
     why = refusal(model, causal)
     if why:
         raise ConfigError(f"export=hf: {why}")
     from safetensors.torch import save
 
-    return sealed.sealed_files({
+    return integrity.sealed_files({
         "config.json": json.dumps(hf_config(model, vocab_size, max_len, tokenizer), indent=2) + "\n",
         "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"})})

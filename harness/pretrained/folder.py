@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 from harness.ranges import Fraction, PositiveInt, Range, check_fields, field_hints
 
@@ -86,7 +86,7 @@ class HFConfig:
                 _check_rope(key, params, self.layer_types)
 
     def as_dict(self) -> dict:
-        """The fields given, as config.json names them (budget.py reads them)."""
+        """The fields given, as config.json names them (cost.py reads them)."""
         return {k: v for k, v in vars(self).items() if v is not None}
 
 
@@ -153,10 +153,10 @@ def read_config(path: Path) -> tuple[HFConfig, dict]:
 def read(folder: Path, contents: bool = True) -> ModelFolder:
     """The folder's config (its seal first, if it has one) and, with ``contents``, its weights' headers (their seal
     first) and its tokenizer, checked."""
-    is_sealed = sealed.check_file(folder / "config.json", SEALED)
+    is_sealed = integrity.check_file(folder / "config.json", SEALED)
     config, raw = read_config(folder)
     if contents:
-        is_sealed = sealed.check_file(folder / "model.safetensors", SEALED) and is_sealed
+        is_sealed = integrity.check_file(folder / "model.safetensors", SEALED) and is_sealed
         _check_weights(folder, config)
         if config.posbench_tokenizer != "byte":
             _check_tokenizer(folder)

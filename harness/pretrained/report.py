@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import ConfigError
-from harness.sealed import report_folder
+from harness.integrity import report_folder
 
 
 def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Tensor]]) -> list[dict]:

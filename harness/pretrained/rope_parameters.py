@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def read_config(config) -> Layers:
         from harness.pretrained.folder import read_config as read_typed
 
         path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
-        sealed.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
+        integrity.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
         config = read_typed(path)[0].as_dict()  # every field it reads typed and ranged (harness/pretrained/folder.py)
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     params = get("rope_parameters")

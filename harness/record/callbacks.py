@@ -13,8 +13,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from harness import sealed
-from harness.record.checkpoints import DIGEST, digest_path
+from harness import integrity
 from harness.signals import STOPPED_AT
 
 
@@ -86,7 +85,7 @@ class CommittedCheckpoints(L.Callback):
         trainer.save_checkpoint(tmp)  # every rank calls it; the strategy writes on rank 0
         if trainer.is_global_zero:
             os.replace(tmp, self.dir / "pending.ckpt")  # atomic: a kill mid-write leaves no torn file
-            sealed.seal_file(self.dir / "pending.ckpt")  # what resume checks the bytes against
+            integrity.seal_file(self.dir / "pending.ckpt")  # what resume checks the bytes against
             self._pending = step
 
     def _commit(self, trainer) -> None:
@@ -94,12 +93,12 @@ class CommittedCheckpoints(L.Callback):
             return
         self.flush()  # step k's points and its validation are in the store before step k is resumable
         final = self.dir / f"step-{self._pending}.ckpt"
-        if digest_path(self.dir / "pending.ckpt").is_file():
-            os.replace(digest_path(self.dir / "pending.ckpt"), digest_path(final))
+        if integrity.seal_path(self.dir / "pending.ckpt").is_file():
+            os.replace(integrity.seal_path(self.dir / "pending.ckpt"), integrity.seal_path(final))
         os.replace(self.dir / "pending.ckpt", final)
         self._committed = self._pending
-        for old in [*self.dir.glob("step-*.ckpt"), *self.dir.glob(f"step-*.ckpt{DIGEST}")]:
-            if old not in (final, digest_path(final)):
+        for old in [*self.dir.glob("step-*.ckpt"), *self.dir.glob(f"step-*.ckpt{integrity.FILE_SEAL}")]:
+            if old not in (final, integrity.seal_path(final)):
                 old.unlink(missing_ok=True)
         self._pending = None
 

@@ -3,8 +3,8 @@
 Layout: ``<checkpoint root>/<config_hash>/`` holds ``run.json`` (the MLflow run training this config,
 a ``RunLink``), ``lock`` (a ``DirLock``, held while a process trains it) and ``step-<k>.ckpt`` (the
 last committed checkpoint, written by harness/record/callbacks.py) with ``step-<k>.ckpt.sha256``, its digest
-taken as it was written: a checkpoint whose bytes changed since (a bad disk, a copy cut short, an edit) is refused
-at resume instead of resumed (one without a digest, from before digests, is read as it is). Why a resumed run equals an
+taken as it was written (harness/integrity.py): a checkpoint whose bytes changed since (a bad disk, a copy cut
+short, an edit) is refused at resume instead of resumed. Why a resumed run equals an
 uninterrupted one, and why no metric point is written twice or lost, is in harness/record/resume.py.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 
 LINK = "run.json"
@@ -33,7 +33,7 @@ class RunLink:
     experiment: str
 
     def save(self, directory: Path) -> None:
-        sealed.write(directory / LINK, asdict(self))
+        integrity.write(directory / LINK, asdict(self))
 
     @classmethod
     def load(cls, directory: Path) -> RunLink | None:
@@ -41,7 +41,7 @@ class RunLink:
         if not path.exists():
             return None
         fix = f"delete {directory} to start this config afresh (its checkpoints cannot be tied to a run)"
-        record = sealed.read(path, fix, keys=(f.name for f in fields(cls)))
+        record = integrity.read(path, fix, keys=(f.name for f in fields(cls)))
         try:
             return cls(**{k: str(record[k]) for k in ("run_id", "config_hash", "tracking_uri", "experiment")})
         except KeyError as e:
@@ -77,24 +77,9 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
-DIGEST = sealed.FILE_SEAL  # <ckpt>.sha256 beside a checkpoint (harness/sealed.py seal_file, written by the callback)
-digest_path = sealed.seal_path
-
-
-def verify_checkpoint(path: Path) -> None:
-    """Refuse a checkpoint whose bytes are not those its digest recorded."""
-    recorded = digest_path(path)
-    if not recorded.is_file():
-        return
-    want, got = sealed.written_digest(recorded), sealed.file_digest(path)
-    if got != want:
-        raise ConfigError(f"resume: checkpoint {path} is damaged (its sha256 {got[:12]}… is not the {want[:12]}… "
-                          "recorded when it was written); delete it and its .sha256 to resume from an earlier one, "
-                          "or drop resume=")
-
-
 def checkpoint_step(path: Path) -> int:
-    verify_checkpoint(path)
+    integrity.check_file(path, f"delete it and its {integrity.FILE_SEAL} to resume from an earlier checkpoint, or drop "
+                               "resume=")
     try:
         return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
     except Exception as e:
@@ -104,6 +89,6 @@ def checkpoint_step(path: Path) -> int:
 
 
 def remove_checkpoints(directory: Path) -> None:
-    for path in [*directory.glob("step-*.ckpt"), *directory.glob(f"step-*.ckpt{DIGEST}"),
+    for path in [*directory.glob("step-*.ckpt"), *directory.glob(f"step-*.ckpt{integrity.FILE_SEAL}"),
                  *directory.glob("pending.ckpt*")]:
         path.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """Lightning → the run record: a logger that buffers metric points and writes them in batches.
 
-One sqlite write costs ~4 ms, so per-point logging would dominate a small CPU run. The MLflow step
+Each sqlite write is a committed transaction, so per-point logging would dominate a small CPU run. The MLflow step
 of a point is the number of optimizer steps completed (Lightning's own step argument lags by one in
 places), read from the trainer by ``StepClock``. A resumed run recomputes the steps after its
 checkpoint, some of which a killed process may already have written; MLflow cannot delete single

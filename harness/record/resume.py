@@ -25,7 +25,6 @@ Why no metric point is written twice or lost:
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import warnings
 from collections.abc import Iterator
@@ -33,11 +32,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import integrity
 from harness.errors import ConfigError
+from harness.integrity import RecordDamaged, warn
 from harness.paths import project_root
 from harness.record.checkpoints import LINK, DirLock, RunLink, checkpoint_step, latest_checkpoint, remove_checkpoints
 from harness.record.reconcile import close_dead_runs, close_stale_runs
-from harness.record.seal import RecordDamaged, warn
 from harness.record.store import Store, check_writable_dir, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
@@ -53,7 +53,7 @@ def config_hash(values: dict, uri: str) -> str:
     for key in VOLATILE_TRAINER:
         resolved.get("trainer", {}).pop(key, None)
     payload = json.dumps({"config": resolved, "tracking_uri": uri}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return integrity.sha256(payload)[:16]
 
 
 def checkpoint_root(values: dict, uri: str) -> Path:

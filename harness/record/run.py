@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.errors import IncompatiblePairing
+from harness.integrity import MARK_TAG, SEAL_TAG, seal
 from harness.paths import ROOT, in_checkout
-from harness.record.seal import MARK_TAG, SEAL_TAG, seal
 from harness.record.store import Store
 
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
@@ -258,6 +258,6 @@ def mark_failed(store: Store, run_id: str, kind: str, reason: str) -> None:
 
 
 def terminate(store: Store, run_id: str, status: str) -> None:
-    """Close run ``run_id`` with ``status`` and seal its record (harness/record/seal.py)."""
+    """Close run ``run_id`` with ``status`` and seal its record (harness/integrity.py)."""
     store.client.set_terminated(run_id, status=status)
     seal(store.client, run_id)

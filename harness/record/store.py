@@ -109,7 +109,7 @@ def _check_database_file(db: Path, uri: str) -> None:
                           "give a store you can write")
 
 
-QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: ~1 s per GB here
+QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: its time grows with the store
 
 
 def damage_of(db: Path) -> str | None:
@@ -211,8 +211,8 @@ def _open(uri: str) -> Store:
 
     from mlflow.tracking import MlflowClient
 
+    from harness.integrity import SealedClient
     from harness.record.retry import RetryingClient
-    from harness.record.seal import SealedClient
 
     # MLflow logs each database error with its traceback, then raises it: the exception is what we report
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)

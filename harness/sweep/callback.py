@@ -33,7 +33,7 @@ from types import FrameType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError, MachineFault, write_failure
 from harness.record.reconcile import alive, close_dead_runs
 from harness.record.run import TrackedRun, git_sha, mark_failed, terminate
@@ -58,7 +58,7 @@ class SweepRecord:
 
     def save(self, sweep_dir: Path) -> None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        sealed.write(sweep_dir / RECORD, asdict(self))
+        integrity.write(sweep_dir / RECORD, asdict(self))
 
     @classmethod
     def load(cls, sweep_dir: Path) -> SweepRecord | None:
@@ -66,7 +66,7 @@ class SweepRecord:
         if not path.exists():
             return None
         fix = "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)"
-        record = sealed.read(path, fix, keys=(f.name for f in fields(cls)))
+        record = integrity.read(path, fix, keys=(f.name for f in fields(cls)))
         try:
             return cls(str(record["parent_run_id"]), str(record["sweep_id"]), str(record["tracking_uri"]),
                        str(record["experiment"]), [str(k) for k in record["swept_keys"]])
@@ -196,7 +196,7 @@ class MlflowSweep(Callback):
         print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
         parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table
         with tempfile.TemporaryDirectory() as tmp:
-            with sealed.report_folder(Path(tmp) / "report") as staging:
+            with integrity.report_folder(Path(tmp) / "report") as staging:
                 write_report(report, staging)
             parent.log_dir(str(Path(tmp) / "report"))
             # the run description is rendered on the parent's page in the MLflow UI

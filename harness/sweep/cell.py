@@ -26,9 +26,9 @@ from harness.errors import (
     store_damage,
     write_failure,
 )
+from harness.integrity import RecordDamaged, seal, warn
 from harness.record.resume import config_hash
 from harness.record.run import TrackedRun, failure_tags, flatten
-from harness.record.seal import RecordDamaged, seal, warn
 from harness.record.store import Store, resolve_tracking_uri
 from harness.scaleout import is_rank_zero, rank_zero_print
 from harness.train import cell_tags, format_summary, run_name, train
@@ -87,7 +87,7 @@ def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
     try:
         store = Store.open(resolve_tracking_uri(spec.logger.tracking_uri))
         run = finished_run(spec.values, spec.logger.experiment, store)
-    except RecordDamaged as e:  # its record changed since it closed (harness/record/seal.py): not adopted
+    except RecordDamaged as e:  # its record changed since it closed (harness/integrity.py): not adopted
         warn(e, "this cell trains again")
         return None
     except Exception:  # e.g. a bad store: train() refuses it with the reason

@@ -42,7 +42,7 @@ def run_py(args: list[str], store: str, tmp_path, **env) -> tuple[subprocess.Com
 def test_subprocess_exit_status_and_stderr(args, needle, store, tmp_path):
     proc, seconds = run_py(args, store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, needle)
-    assert seconds < 60  # a hang guard, not a timing: refusals take ~5 s of imports on a quiet 2-core machine
+    assert seconds < 60  # a hang guard, not a timing: a refusal pays seconds of imports
     assert runs_in(store) == []
 
 
@@ -67,7 +67,7 @@ def test_in_process_rows_match_fresh_interpreters(row_id, files, _empty_store, t
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, *head, *request["argv"]], capture_output=True, text=True,
                           cwd=request["cwd"], env={**os.environ, **request["env"]}, timeout=120)
-    assert time.perf_counter() - started < 60  # a hang guard; a fresh interpreter pays ~3-5 s of imports
+    assert time.perf_counter() - started < 60  # a hang guard; a fresh interpreter pays seconds of imports
     assert (proc.returncode, proc.stderr.strip()) == (reply["code"], reply["stderr"].strip())
     assert reply["code"] == 2
 
@@ -92,7 +92,7 @@ def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
 
 def test_a_write_failure_mid_run_is_one_line(_empty_store, tmp_path):
     """A file-size limit (as a full disk would) stops the store's writes: one line saying what to free and how
-    to go on, exit 1, no traceback (it was 145 lines and 5 tracebacks)."""
+    to go on, exit 1, no traceback."""
     import resource
 
     db = tmp_path / "mlflow.db"
@@ -132,8 +132,7 @@ def test_an_unknown_allocator_setting_is_refused(store, tmp_path):
 
 def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, tmp_path):
     """A file-size limit that lets the sweep's parent run be made but not its first cell's writes (a disk filling
-    up): one line, exit 1, the later cells not attempted (it was 295 s, 412 stderr lines and 12 tracebacks, every
-    cell failing alike), and no cell of the sweep left RUNNING."""
+    up): one line, exit 1, the later cells not attempted, and no cell of the sweep left RUNNING."""
     import resource
 
     db = tmp_path / "mlflow.db"
@@ -163,7 +162,7 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
 CACHES = {
     "corpus-cache-flipped": ([], "stdlib-prose-*.txt", "is damaged"),
     "vocabulary-cache-flipped": (["data=text", "data.path={words}", "tokenizer=bpe", "tokenizer.vocab_size=300",
-                                  "task=clm"], "tokenizers/bpe-v300-*.json", "is not the file posbench wrote"),
+                                  "task=clm"], "tokenizers/bpe-v300-*.json", "the cached vocabulary was damaged"),
 }
 
 

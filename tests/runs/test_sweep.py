@@ -233,7 +233,7 @@ def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(tmp_path)
 
 def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warning(tmp_path):
     """A re-run sweep adopts a cell that already FINISHED; one whose record changed in the store since it closed (its
-    seal, harness/record/seal.py) is not adopted: one warning line names it, and the cell trains again."""
+    seal, harness/integrity.py) is not adopted: one warning line names it, and the cell trains again."""
     import sqlite3
 
     from tests.helpers import TINY

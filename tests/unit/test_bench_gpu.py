@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from harness import sealed
+from harness import integrity
 from harness.bench import flex, gpu, gpu_memory
 from harness.bench.internals import build_transformer
 from tests.helpers import ROOT
@@ -107,7 +107,7 @@ def test_a_cpu_run_writes_each_section_it_ran(tmp_path, monkeypatch):
                      "--sections", "memory,steps,cuda"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "SHA256SUMS", "cuda.csv", "memory.csv",
                                                           "run.log", "steps.csv"]
-    assert sealed.check_report(tmp_path, "")  # each file as the run left it
+    assert integrity.check_report(tmp_path, "")  # each file as the run left it
     (tmp_path / "steps.csv").write_text((tmp_path / "steps.csv").read_text().replace("rope", "r0pe"))
     assert gpu.main(["--out", str(tmp_path), "--render"]) == 2  # --render reads the CSVs back: checked first
     text = (tmp_path / "README.md").read_text()

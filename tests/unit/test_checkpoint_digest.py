@@ -1,6 +1,5 @@
 """A committed checkpoint carries the sha256 of its bytes as written; resume refuses one whose bytes changed
-since (issue 44: a checkpoint with 400 flipped bytes was silently resumed), in one line naming the fix, and reads
-one from before digests as it is."""
+since, in one line naming the fix, and reads one from before digests as it is."""
 
 from __future__ import annotations
 
@@ -10,8 +9,9 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
+from harness.integrity import seal_path
 from harness.record.callbacks import CommittedCheckpoints
-from harness.record.checkpoints import checkpoint_step, digest_path, latest_checkpoint, remove_checkpoints
+from harness.record.checkpoints import checkpoint_step, latest_checkpoint, remove_checkpoints
 
 
 class Trainer:
@@ -56,14 +56,14 @@ def test_flipped_bytes_are_refused_at_resume_though_torch_still_loads_them(tmp_p
     assert torch.load(ckpt, weights_only=False)["global_step"] == 2  # what was resumed before: damage unseen
     with pytest.raises(ConfigError) as e:
         checkpoint_step(ckpt)
-    assert str(e.value).startswith(f"resume: checkpoint {ckpt} is damaged (its sha256 ")
-    assert str(e.value).endswith("delete it and its .sha256 to resume from an earlier one, or drop resume=")
+    assert str(e.value).startswith(f"{ckpt} is damaged (its sha256 ")
+    assert str(e.value).endswith("delete it and its .sha256 to resume from an earlier checkpoint, or drop resume=")
 
 
 def test_a_checkpoint_from_before_digests_is_read_as_it_is(tmp_path):
     _commit_steps(tmp_path, 2)
     ckpt = latest_checkpoint(tmp_path)
-    digest_path(ckpt).unlink()
+    seal_path(ckpt).unlink()
     assert checkpoint_step(ckpt) == 2
 
 
@@ -78,7 +78,7 @@ def test_the_resume_path_checks_the_digest(tmp_path, monkeypatch):
         resume._checkpoint_and_link(ckpt, types.SimpleNamespace(dir=tmp_path, config_hash="h"))
 
 
-# ---------------------------------------------------------------- run records sealed (issue 44)
+# ---------------------------------------------------------------- run records sealed
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "edit", "not-an-object"])

@@ -73,8 +73,8 @@ def test_retries_are_bounded_and_other_errors_are_not_retried():
 
 
 def test_client_methods_are_wrapped(store, monkeypatch):
+    from harness.integrity import SealedClient
     from harness.record.retry import RetryingClient
-    from harness.record.seal import SealedClient
     from harness.record.store import Store
 
     client = Store.open(store).client
@@ -110,8 +110,8 @@ def test_retrying_client_survives_pickling(tmp_path):
 def test_a_store_damaged_under_a_run_is_named_by_sqlite_not_taken_as_finished(tmp_path):
     """The store cut to half its size while a run writes (another process truncating it): sqlite's own result code
     under MLflow's exception (SQLITE_CORRUPT), or, where sqlite wrote on without noticing, the check when the run
-    closes, gives the one line naming the store; the run is never reported finished into a store that no longer
-    opens (it was: exit 0, then 'database disk image is malformed' for every later reader)."""
+    closes, gives the one line naming the store; the run is never reported finished (exit 0) into a store that no
+    longer opens."""
     import os
 
     from harness.errors import StoreDamaged, damaged_store_line, store_damage

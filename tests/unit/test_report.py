@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from harness import sealed
+from harness import integrity
 from results.cells import Cell, build_report, default_target, mean_std, steps_to_target
 
 
@@ -84,7 +84,7 @@ def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
     reader knows which figures no seal vouches for. Sealed, the note goes."""
     from mlflow.tracking import MlflowClient
 
-    from harness.record.seal import seal
+    from harness.integrity import seal
     from results.store import find_sweep, sweep_report
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -112,7 +112,7 @@ def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     assert main(["report", "--experiment", "synthetic", "--out", str(out), "--tracking-uri", uri]) == 0
     assert {p.name for p in out.iterdir()} == {"report.md", "report.csv", "val_loss_curves.png",
                                               "final_val_loss_heatmap.png", "SHA256SUMS"}
-    assert sealed.check_report(out, "") and len((out / "SHA256SUMS").read_text().splitlines()) == 4  # every file
+    assert integrity.check_report(out, "") and len((out / "SHA256SUMS").read_text().splitlines()) == 4  # every file
     rows = {r["pos"]: r for r in csv.DictReader((out / "report.csv").open())}
     rope = rows["rope"]
     assert float(rope["final_val_loss_mean"]) == pytest.approx(2.2)
@@ -205,13 +205,13 @@ def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
 
 
 def test_a_report_that_fails_midway_leaves_the_folder_as_it_was(tmp_path):
-    """Every command that writes a report folder writes it through ``sealed.report_folder``: a full disk mid-PNG
+    """Every command that writes a report folder writes it through ``integrity.report_folder``: a full disk mid-PNG
     (here an ENOSPC raised after some files were written) leaves the committed report byte for byte as it was and no
     staging folder behind; a folder that did not exist is not made; on success the written files replace theirs and
     SHA256SUMS lists exactly them (a stale file beside them stays, unsealed)."""
     import errno
 
-    from harness.sealed import SUMS, check_report, report_folder
+    from harness.integrity import SUMS, check_report, report_folder
 
     out = tmp_path / "results" / "demo"
     out.mkdir(parents=True)

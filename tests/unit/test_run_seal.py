@@ -1,4 +1,4 @@
-"""A closed run's record is sealed (harness/record/seal.py): a changed value in the store — a flipped bit in a
+"""A closed run's record is sealed (harness/integrity.py): a changed value in the store — a flipped bit in a
 metric, an edited param, tag or status, a damaged seal — is refused in one line when the run is read back, and an
 unchanged record, an unsealed one and a tag added later read as they are."""
 
@@ -12,7 +12,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from harness.record.seal import MARK_TAG, SEAL_TAG, RecordDamaged, SealedClient, seal
+from harness.integrity import MARK_TAG, SEAL_TAG, RecordDamaged, SealedClient, seal
 
 LOSS = 1.2345678901234567  # a value whose eight bytes occur nowhere else in the file
 

@@ -1,4 +1,4 @@
-"""Every file posbench writes and later reads back is sealed (harness/sealed.py): a flipped byte, wherever it
+"""Every file posbench writes and later reads back is sealed (harness/integrity.py): a flipped byte, wherever it
 falls, is refused in one line naming the file and the fix, before the content is used. One test per kind here;
 the others live beside their writers (shards, manifests and their tokenizer.json: tests/unit/test_shards.py; cached
 vocabularies: tests/unit/test_tokenizers.py; checkpoints: tests/unit/test_checkpoint_digest.py)."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness import sealed
+from harness import integrity
 from harness.errors import ConfigError
 
 
@@ -67,9 +67,9 @@ def test_an_embedded_corpus_cache_from_before_seals_is_built_again_sealed(cache,
     from harness.data.corpus import Embedded
 
     text = next(cache.glob("stdlib-prose-*.txt"))
-    sealed.seal_path(text).unlink()
+    integrity.seal_path(text).unlink()
     text.write_bytes(b"an old cache nobody can vouch for " * 100)
-    assert Embedded().load().sha256 == built_cache[1] and sealed.check_file(text, "")  # as after the fix it names
+    assert Embedded().load().sha256 == built_cache[1] and integrity.check_file(text, "")  # as after the fix it names
 
 
 @pytest.mark.parametrize("at", PLACES)
@@ -89,7 +89,7 @@ def test_a_tuned_best_json_changed_after_it_was_written_is_refused(tmp_path, at)
     from harness.config.tuned import tuned_values
 
     best = tmp_path / "best.json"
-    sealed.write(best, {"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3.5e-4}}}})
+    integrity.write(best, {"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3.5e-4}}}})
     assert tuned_values(str(best), "rope", "softmax") == {"optim.optimizer.lr": 3.5e-4}
     text = best.read_text()
     digits = [i for i, c in enumerate(text) if c.isdigit()]
@@ -141,7 +141,7 @@ def _export(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
 @pytest.mark.parametrize("at", PLACES)
 def test_an_exported_model_changed_since_export_is_refused_by_hf_eval_before_loading(tmp_path, name, at):
-    from harness.pretrained.evaluate import parse
+    from harness.pretrained.hf_eval import parse
 
     folder = _export(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "config.json.sha256", "model.safetensors",
@@ -173,7 +173,7 @@ def test_theta_csv_changed_in_the_artifact_store_is_refused_by_the_report(tmp_pa
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     run = TrackedRun(uri, "posbench", "theta")
     with run.open({}, {}):
-        run.log_files(sealed.sealed_files({"theta.csv": "i,theta0,theta_final,ratio\n0,1,1.5,1.5\n"}))
+        run.log_files(integrity.sealed_files({"theta.csv": "i,theta0,theta_final,ratio\n0,1,1.5,1.5\n"}))
     client = MlflowClient(tracking_uri=uri)
     assert _theta_rows(client, run.run_id) == [{"i": 0.0, "theta0": 1.0, "theta_final": 1.5, "ratio": 1.5}]
     stored = next(Path(client.get_run(run.run_id).info.artifact_uri.removeprefix("file://")).rglob("theta.csv"))
@@ -188,7 +188,7 @@ def _report_folder(root: Path) -> Path:
     (folder / "README.md").write_text("# grid: rope vs t5\n\n**Verdict: inconclusive at toy scale**\n")
     (folder / "report.csv").write_text("pos,attn,final_val_loss\nrope,softmax,2.5\n")
     (folder / "plot.png").write_bytes(bytes(range(256)) * 8)
-    sealed.seal_report(folder)
+    integrity.seal_report(folder)
     return folder
 
 
@@ -198,17 +198,18 @@ def test_a_report_folders_seal_is_what_sha256sum_checks(tmp_path):
     import subprocess
 
     folder = _report_folder(tmp_path)
-    lines = (folder / sealed.SUMS).read_text().splitlines()
+    lines = (folder / integrity.SUMS).read_text().splitlines()
     assert [line.split("  ")[1] for line in lines] == ["README.md", "plot.png", "report.csv"]
     if shutil.which("sha256sum") is None:
         pytest.skip("no sha256sum on this machine")
-    assert subprocess.run(["sha256sum", "--quiet", "-c", sealed.SUMS], cwd=folder).returncode == 0
+    assert subprocess.run(["sha256sum", "--quiet", "-c", integrity.SUMS], cwd=folder).returncode == 0
     flipped(folder / "plot.png", 0.5)
-    assert subprocess.run(["sha256sum", "--quiet", "-c", sealed.SUMS], cwd=folder, capture_output=True).returncode == 1
+    checked = subprocess.run(["sha256sum", "--quiet", "-c", integrity.SUMS], cwd=folder, capture_output=True)
+    assert checked.returncode == 1
 
 
 @pytest.mark.parametrize("at", PLACES)
-@pytest.mark.parametrize("name", ["README.md", "report.csv", "plot.png", sealed.SUMS])
+@pytest.mark.parametrize("name", ["README.md", "report.csv", "plot.png", integrity.SUMS])
 def test_results_index_refuses_a_report_folder_changed_after_it_was_sealed(tmp_path, capsys, name, at):
     """``results index`` reads each report's README into results/README.md: a folder sealed when its command wrote
     it is checked first, so a flipped byte anywhere in it (its SHA256SUMS too) is one line, exit 2, index unwritten."""
@@ -222,7 +223,8 @@ def test_results_index_refuses_a_report_folder_changed_after_it_was_sealed(tmp_p
     flipped(folder / name, at)
     assert main(["index", "--dir", str(tmp_path)]) == 2
     line = capsys.readouterr().err.strip()
-    assert "\n" not in line and line.startswith(f"error: {folder / (name if name != sealed.SUMS else '')}".rstrip("/"))
+    named = f"error: {folder / (name if name != integrity.SUMS else '')}".rstrip("/")
+    assert "\n" not in line and line.startswith(named)
     assert "run the command its README names again, or restore the folder" in line
     assert not (tmp_path / "README.md").exists()
 
@@ -232,13 +234,13 @@ def test_a_report_folder_from_before_seals_is_indexed_and_a_readme_written_after
     from results.__main__ import main
 
     folder = _report_folder(tmp_path)
-    (folder / sealed.SUMS).unlink()  # a report from before seals: read as it is
+    (folder / integrity.SUMS).unlink()  # a report from before seals: read as it is
     assert main(["index", "--dir", str(tmp_path)]) == 0
-    sealed.seal_report(folder)
-    lines = (folder / sealed.SUMS).read_text().splitlines()
-    (folder / sealed.SUMS).write_text("\n".join(x for x in lines if not x.endswith("README.md")) + "\n")
+    integrity.seal_report(folder)
+    lines = (folder / integrity.SUMS).read_text().splitlines()
+    (folder / integrity.SUMS).write_text("\n".join(x for x in lines if not x.endswith("README.md")) + "\n")
     assert main(["index", "--dir", str(tmp_path)]) == 2
     assert "README.md is not in" in capsys.readouterr().err
-    (folder / sealed.SUMS).write_text("not a sha256sum line\n")
+    (folder / integrity.SUMS).write_text("not a sha256sum line\n")
     assert main(["index", "--dir", str(tmp_path)]) == 2
     assert "SHA256SUMS is damaged (line 1 is not a sha256sum line: 64 hex digits" in capsys.readouterr().err

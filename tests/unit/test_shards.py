@@ -269,7 +269,8 @@ def test_loader_bench_flops_and_shapes():
                                        ("{file}/sub", "is a file, not a folder; choose another DIR")])
 def test_prepare_refuses_a_folder_it_cannot_write_before_reading_the_corpus(out, words, tmp_path, capsys,
                                                                            monkeypatch):
-    """issue 44: DIR '' wrote shards into the working directory; a file or /proc gave a raw OSError."""
+    """DIR '', a file or a folder that cannot be made is one line, exit 2, nothing written in the working
+    directory."""
     (tmp_path / "file").write_text("x")
     monkeypatch.chdir(tmp_path)
     assert main([out.format(file=tmp_path / "file"), "data=embedded"]) == 2
@@ -285,20 +286,36 @@ def _copy(folder, tmp_path):
     return Path(shutil.copytree(folder, tmp_path / "copy"))
 
 
+def _resealed(folder, edit=lambda manifest: None):
+    """The folder's manifest with its shards' digests taken again (as if prepare had written these bytes), edited by
+    ``edit``, and sealed again: what a checksum cannot catch."""
+    import hashlib
+
+    from harness import integrity
+    from harness.data.shards import block_digest
+
+    manifest = integrity.read(folder / "manifest.json", "")
+    size = manifest["block_bytes"]
+    for split in manifest["splits"].values():
+        for entry in split["shards"]:
+            data = (folder / entry["file"]).read_bytes()
+            entry["sha256"] = integrity.sha256(data)
+            entry["blocks"] = [block_digest(hashlib.sha256(data[i:i + size])) for i in range(0, len(data), size)]
+    edit(manifest)
+    integrity.write(folder / "manifest.json", manifest)
+
+
 def test_a_shard_overwritten_with_other_bytes_is_refused_when_a_window_reaches_them(byte_shards, tmp_path):
-    """issue 44: random bytes of the right size trained into a 150-line IndexError in the embedding."""
+    """Random bytes of the right size are caught by the shard's sha256 before any window; with digests that match
+    them (prepare's own mistake), an id past the vocabulary is one line naming the shard when a window reads it,
+    not an IndexError in the embedding."""
     folder = _copy(byte_shards, tmp_path)
     shard = folder / "train-00000.bin"
     shard.write_bytes(np.random.default_rng(0).integers(0, 2**16, shard.stat().st_size // 2, dtype=np.uint16)
                       .tobytes())
-    with pytest.raises(ConfigError, match=r"train-00000.bin is damaged: its sha256"):  # caught before any window
+    with pytest.raises(ConfigError, match=r"train-00000.bin is damaged \(its sha256"):  # caught before any window
         TokenShards(str(folder)).sizes()
-    manifest = json.loads((folder / "manifest.json").read_text())  # a folder from before shards had checksums:
-    manifest.pop("checksum")  # the ids are still checked against the vocabulary as windows read them
-    for split in manifest["splits"].values():
-        for entry in split["shards"]:
-            entry.pop("sha256")
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _resealed(folder)
     TokenShards(str(folder)).sizes()  # the sizes still agree with the manifest
     corpus = TokenShards(str(folder)).load()
     with pytest.raises(ConfigError) as e:
@@ -314,15 +331,16 @@ def test_a_shard_overwritten_with_other_bytes_is_refused_when_a_window_reaches_t
     (lambda m: m.update(splits=[]), "(TypeError: list indices must be integers"),
 ])
 def test_an_edited_manifest_is_one_line(edit, words, byte_shards, tmp_path):
-    """issue 44: an edited manifest.json gave 78–115-line tracebacks."""
+    """An edited manifest.json is one line: caught by its seal, or, sealed again after the edit, by its structure,
+    never a traceback."""
     folder = _copy(byte_shards, tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
     edit(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ConfigError, match="manifest.json was changed after prepare wrote it"):  # its checksum
+    with pytest.raises(ConfigError, match=r"manifest.json is damaged \(its content no longer matches its sha256\)"):
         TokenShards(str(folder)).sizes()
-    manifest.pop("checksum")  # an edit that drops the checksum too: the structure is still checked
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _resealed(_copy(byte_shards, tmp_path / "again"), edit)  # sealed after the edit: the structure is still checked
+    folder = tmp_path / "again" / "copy"
     with pytest.raises(ConfigError) as e:
         TokenShards(str(folder)).sizes()
     assert str(e.value).startswith(f"{folder / 'manifest.json'} is damaged ") and words in str(e.value)
@@ -330,24 +348,16 @@ def test_an_edited_manifest_is_one_line(edit, words, byte_shards, tmp_path):
 
 
 def test_a_swapped_vocabulary_beside_the_shards_is_refused(corpus_file, tmp_path, monkeypatch):
-    """issue 44: another valid tokenizer.json in the shard folder was used silently."""
+    """Another valid tokenizer.json in the shard folder is refused, not used silently."""
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
     out = tmp_path / "bpe"
     prepare(out, ["data=text", f"data.path={corpus_file}", "tokenizer=bpe", "tokenizer.vocab_size=300"])
     other = BPE(vocab_size=290)
     other.fit(TextFiles(str(corpus_file)).load())
     other.tokenizer.save(str(out / "tokenizer.json"))
-    with pytest.raises(ConfigError, match=r"tokenizer.json is damaged: its bytes are not those prepare wrote "
-                                          r"\(manifest.json records their sha256 .*\); write the folder again"):
+    with pytest.raises(ConfigError, match=r"tokenizer.json is damaged \(its sha256 .* is not the .* manifest.json "
+                                          r"records\); write the folder again"):
         BPE(vocab_size=300).fit(TokenShards(str(out)).load())  # its bytes, checked before tokenizers parses them
-    from harness.data.shards import sealed
-
-    manifest = json.loads((out / "manifest.json").read_text())
-    del manifest["tokenizer"]["file_sha256"]  # a folder prepared before the file's bytes were recorded
-    (out / "manifest.json").write_text(json.dumps(sealed(manifest)))
-    with pytest.raises(ConfigError, match=r"tokenizer.json is not the vocabulary the shards were written with "
-                                          r"\(sha256 .*, the manifest records .*\); restore it"):
-        BPE(vocab_size=300).fit(TokenShards(str(out)).load())  # the vocabulary's digest still tells
 
 
 def test_a_vocabulary_trained_on_a_bounded_sample_is_the_same_streamed_or_not(tmp_path, monkeypatch):
@@ -372,7 +382,7 @@ def test_a_vocabulary_trained_on_a_bounded_sample_is_the_same_streamed_or_not(tm
         prepare(tmp_path / "bad", [*common, "tokenizer.train_bytes=100"])
 
 
-# ---------------------------------------------------------------- checksums (issue 44: damage caught before use)
+# ---------------------------------------------------------------- checksums: damage caught before use
 
 
 def _flip(file, at: int) -> None:
@@ -390,8 +400,8 @@ def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, m
     assert all(len(s["sha256"]) == 64 for split in manifest["splits"].values() for s in split["shards"])
     assert TokenShards(str(folder)).sizes()[0] > 0  # whole: accepted
     _flip(folder / "train-00001.bin", 1_234)
-    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256 .* is not the .* manifest.json "
-                                          r"records .*; write the folder again with posbench prepare"):
+    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged \(its sha256 .* is not the .* manifest.json "
+                                          r"records\); write the folder again with posbench prepare"):
         TokenShards(str(folder)).sizes()
 
 
@@ -423,7 +433,6 @@ def test_a_large_folder_checks_each_block_a_read_reaches_before_it_is_used(corpu
     info = file.stat()
     _flip(file, 5_000)  # block 4 of shard 1 (bytes 4,096 …): id 12,500
     os.utime(file, ns=(info.st_atime_ns, info.st_mtime_ns))  # in place: a stamp or a size check would not see it
-    assert not (tmp_path / "cache" / "verified-shards").exists()  # no stamp is trusted, none is kept
     fresh = TokenShards(str(folder)).load().train_ids  # the next process: nothing read yet, so nothing refused
     assert np.array_equal(fresh[0:50], clean) and np.array_equal(fresh[10_000:12_000], first[:2_000])
     with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its bytes 4096–5120 do not hash to the "
@@ -447,28 +456,6 @@ def test_a_large_folders_blocks_are_checked_in_a_data_loader_worker(corpus_file,
         worker[1_400:1_600]
 
 
-def test_a_large_folder_written_before_block_digests_is_hashed_once_per_file_version(corpus_file, tmp_path,
-                                                                                      monkeypatch):
-    """Its manifest lacks blocks: each shard is hashed whole the first time any process reads that file version,
-    a stamp kept in the cache; an edit (a new mtime) is caught, a bit rotted in place after the stamp is not."""
-    from harness.data.shards import sealed
-
-    folder = _large_folder(corpus_file, tmp_path, monkeypatch)
-    file = folder / "manifest.json"
-    manifest = json.loads(file.read_text())
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            del shard["blocks"]
-    del manifest["block_bytes"]
-    file.write_text(json.dumps(sealed(manifest)))
-    corpus = TokenShards(str(folder)).load()
-    assert corpus.train_ids.blocks == [None] * len(corpus.train_ids.arrays)
-    assert list((tmp_path / "cache" / "verified-shards").iterdir())  # its stamps
-    _flip(folder / "train-00001.bin", 1_234)
-    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its sha256"):
-        TokenShards(str(folder)).sizes()
-
-
 def test_a_bit_rotted_in_place_in_a_small_folder_is_caught_by_the_next_process(byte_shards, tmp_path, monkeypatch):
     """Size and mtime unchanged (a disk's bit rot, not an edit): a folder under REHASH_BYTES is hashed again by each
     process that reads it, so the next run refuses it, however many runs read it whole before."""
@@ -479,7 +466,6 @@ def test_a_bit_rotted_in_place_in_a_small_folder_is_caught_by_the_next_process(b
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
     folder = _copy(byte_shards, tmp_path)
     assert TokenShards(str(folder)).sizes()[0] > 0
-    assert not (tmp_path / "cache" / "verified-shards").exists()  # small: no stamp to trust later
     shard = folder / "train-00001.bin"
     info = shard.stat()
     _flip(shard, 777)
@@ -489,29 +475,26 @@ def test_a_bit_rotted_in_place_in_a_small_folder_is_caught_by_the_next_process(b
         TokenShards(str(folder)).sizes()
 
 
-def test_an_edited_manifest_is_caught_and_an_older_one_without_checksums_still_reads(byte_shards, tmp_path,
-                                                                                     monkeypatch):
+def test_an_edited_manifest_is_caught_and_one_of_another_format_refused(byte_shards, tmp_path, monkeypatch):
+    from harness import integrity
+
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
     folder = _copy(byte_shards, tmp_path)
     file = folder / "manifest.json"
-    manifest = json.loads(file.read_text())
-    edited = {**manifest, "corpus": {**manifest["corpus"], "name": "another corpus"}}  # valid, and a lie
-    file.write_text(json.dumps(edited))
-    with pytest.raises(ConfigError, match=r"manifest.json was changed after prepare wrote it"):
+    manifest = json.loads(file.read_text())  # with its seal
+    file.write_text(json.dumps({**manifest, "corpus": {**manifest["corpus"], "name": "another corpus"}}))  # a lie
+    with pytest.raises(ConfigError, match=r"manifest.json is damaged \(its content no longer matches its sha256\)"):
         TokenShards(str(folder)).sizes()
-    older = {k: v for k, v in manifest.items() if k != "checksum"}  # as written before checksums
-    for split in older["splits"].values():
-        for shard in split["shards"]:
-            del shard["sha256"]
-    file.write_text(json.dumps(older))
-    assert TokenShards(str(folder)).sizes() == (manifest["splits"]["train"]["tokens"],
-                                                        manifest["splits"]["val"]["tokens"])
+    integrity.write(file, {**manifest, "format": "posbench-tokens-1"})  # an earlier posbench's folder
+    with pytest.raises(ConfigError, match=r"manifest.json is not a posbench-tokens-2 manifest \(an earlier "
+                                          r"posbench's, or another program's\); write the folder again"):
+        TokenShards(str(folder)).sizes()
 
 
 @pytest.mark.parametrize("made", [False, True])
 def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
-    """A file-size limit (as a full disk) mid-shard: one line, exit 1, and no half-written folder (it was a
-    traceback and a 200 KB train-00000.bin with no manifest); a folder that was there before stays, emptied of
+    """A file-size limit (as a full disk) mid-shard: one line, exit 1, and no half-written folder (no
+    shard without its manifest); a folder that was there before stays, emptied of
     what prepare wrote."""
     import resource
     import subprocess
