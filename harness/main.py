@@ -13,7 +13,7 @@ compose a run.
     posbench hf-rope CONFIG                   the overrides that build a transformers model's RoPE per layer
                                               (its config.json's rope_parameters, flat or per layer type)
     posbench hf-eval MODEL_DIR [--scalings …]  a pretrained causal LM under each RoPE scaling × factor: perplexity
-                                              by length, passkey by depth (harness/pretrained/evaluate.py)
+                                              by length, passkey by depth (harness/pretrained/hf_eval.py)
 
 Without a subcommand the arguments are ``python run.py``'s (overrides, ``-m``, ``--check``, ``--matrix``,
 ``--list``), so every older command line keeps working. conf/ is found beside this package (harness/paths.py),
@@ -176,20 +176,24 @@ def _prepare(rest: list[str]) -> int:
     parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
     try:
         args = parser.parse_args(rest)
+    except ConfigError as e:  # a usage mistake (OneLineParser)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
         with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
             manifest = prepare_shards(args.out, args.overrides, args.shard_tokens)
     except (KeyboardInterrupt, SystemExit) as e:
         code = exit_code(e)
         if code is None:
             raise
-        print(f"stopped: nothing was left in {rest[0]}", file=sys.stderr)
+        print(f"stopped: nothing was left in {args.out}", file=sys.stderr)
         return code
     except Exception as e:
         message = user_error(e, rest)
         if message is not None:
             print(f"error: {message}", file=sys.stderr)
             return 2
-        if not said_write_failure(e, f"nothing was left in {rest[0]}: free space (or raise the limit) and run "
+        if not said_write_failure(e, f"nothing was left in {args.out}: free space (or raise the limit) and run "
                                      "prepare again"):
             raise
         return 1
@@ -218,7 +222,7 @@ def _hf_rope(rest: list[str]) -> int:
 
 
 def _hf_eval(rest: list[str]) -> int:
-    from harness.pretrained.evaluate import main as hf_eval_main
+    from harness.pretrained.hf_eval import main as hf_eval_main
 
     return hf_eval_main(rest)
 
