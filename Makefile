@@ -25,7 +25,8 @@ run: install  ## default ablation: none vs learned vs RoPE × 3 seeds, masked LM
 # Test files are spread over this many worker processes (pytest-xdist), each file's tests on one worker, so
 # module fixtures are built once: the suite keeps a core busy per worker (alone, it used one of two cores). Files go
 # to the workers in collection order (--no-loadscope-reorder), so tests/process's long real-command files start first;
-# xdist's default order, most tests first, left the 3-minute install test and its peers for last (a ~40 s tail).
+# xdist's default order, most tests first, left the slow install test and its peers for last (one worker alone at
+# the end).
 WORKERS ?= 2
 
 test: install

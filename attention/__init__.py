@@ -1,7 +1,9 @@
 """Room: attention variants — one signature over (B, H, T, D) tensors, one file per variant.
 
-Owns: the variant interface (``base``: the context, the declared bias kinds and refusals) and every
-variant (conf/attn/<name>.yaml ↔ attention/<name>.py), including the kernelized contractions.
+Owns: the variant interface (``base``: the context, the declared bias kinds and refusals; each option room's
+interface is its ``base``, as positional/base.py and harness/data/tasks/base.py), what the kernelized variants
+share (``kernelized``: the contractions, only the feature map differing) and every variant
+(conf/attn/<name>.yaml ↔ attention/<name>.py).
 
 May import: positional (its interface types), and the ground (harness.errors, harness.ranges).
 """

@@ -11,7 +11,7 @@ and associativity gives O(T) cost: φ(q_i)ᵀ (Σ_j φ(k_j) v_jᵀ)  (Eq. 5–6)
                             computed by FFT in O(T log T) (Luo et al. 2021, "Stable, Fast and Accurate:
                             Kernelized Attention with Relative Positional Encoding", §3, Eq. 7–8), or,
                             while B·H·T² is small (``DENSE_MAX_ELEMS``), as the exact O(T²) product
-                            ((φ(Q)φ(K)ᵀ) ∘ C) V: 46× faster than the FFTs at T = 128, 2.7× at 2048;
+                            ((φ(Q)φ(K)ᵀ) ∘ C) V, the faster of the two at those sizes;
                             or, when the bias declares a ``FarField`` (linear in |i − j| beyond a distance
                             d: T5, ALiBi), exactly in O(T·(2K+1)C·(M+E) + N²·M·E) by ``band_contract``: a dense
                             band of the K = ⌈d/C⌉ chunks on each side plus far keys through decayed sums of chunk
@@ -46,8 +46,8 @@ CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M
 NO_WEIGHT = 1e-10  # relative denominator below which a query counts as seeing no key (see kernelized_attention)
 FFT_RTOL = 1e-3  # allowed fp32 round-off bound on a Toeplitz-path output, relative to max|v| (numerator_fft_dtype)
 FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (see feature_block)
-# B·H·Tq·Tk up to which a Toeplitz bias takes the dense path (128 MiB per fp32 T×T tensor). Measured,
-# fwd + bwd, 4096 tokens, H 4, M 110, E 33, one thread: dense/FFT 47/2176 ms at T=128, 1033/2803 at 2048.
+# B·H·Tq·Tk up to which a Toeplitz bias takes the dense path (128 MiB per fp32 T×T tensor): below it the dense
+# product, forward and backward, is faster than the FFTs.
 DENSE_MAX_ELEMS = 1 << 25
 BAND_CHUNK = 64  # band_contract's chunk C; the dense band reaches K = ⌈d/C⌉ chunks to each side
 ToeplitzPath = Literal["auto", "fft", "dense", "band"]
@@ -69,7 +69,7 @@ def circulant_kernel(coeffs: Tensor, t_k: int) -> Tensor:
 
 
 def fft_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Working precision of the FFTs: float64 for float64 inputs, float32 otherwise (~2x faster here).
+    """Working precision of the FFTs: float64 for float64 inputs, float32 otherwise (faster).
     fp32 round-off is relative to the largest output of a convolution; kernelized_attention keeps its
     denominator in float64 and checks the numerator's bound (``numerator_fft_dtype``)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -79,10 +79,9 @@ def numerator_fft_dtype(den: Tensor, dtype: torch.dtype) -> torch.dtype:
     """fp32 for the numerator's FFTs when its round-off stays within ``FFT_RTOL`` of max|v|, else float64.
 
     fp32 FFT round-off is ~eps of a convolution's largest output, so output i = num_i / den_i is off by
-    about eps · max(den) / den_i · max|v|. Measured (T = 256 … 2048, causal and not, bias tables of std
-    0.02 … 2): the error stayed below 0.07 of the bound eps · max(den) / min(den) · max|v|. Bidirectional
-    rows see similar weight (ratio ~2–7: fp32); causal rows near the start see few keys (ratio ~T), so
-    long causal sequences keep float64.
+    about eps · max(den) / den_i · max|v|, within the bound eps · max(den) / min(den) · max|v|
+    (tests/unit/test_kernelized.py). Bidirectional rows see similar weight (a small ratio: fp32); causal rows
+    near the start see few keys (ratio ~T), so long causal sequences keep float64.
     """
     wanted = fft_dtype(dtype)
     if wanted == torch.float64:
@@ -228,8 +227,7 @@ class _NearBand(torch.autograd.Function):
 
     Written out so that the key and value windows stay overlapping views of the padded rows (bmm reads
     them in place) and their gradients are summed back by ``_overlap_add``: autograd through ``unfold``
-    copied each window for the products and scattered it back in backward (profiled, T5 on Performer at
-    T = 4096: copy and unfold_backward were 15 % of the step).
+    copied each window for the products and scattered it back in backward.
     q: (B, H, N·C, M); k, v: (B, H, (N + 2K)·C, ·) padded; c: (H, C, W). Returns (B, H, N, C, E).
     """
 
@@ -316,7 +314,7 @@ class _ToeplitzContract(torch.autograd.Function):
       ∂q_m = Σ_e g_e ∘ y_me;   ∂x_me = Cᵀ (q_m ∘ g_e) = irfft(rfft(q_m ∘ g_e) · conj(Â));
       ∂k_m = Σ_e ∂x_me ∘ v_e;  ∂v_e = Σ_m ∂x_me ∘ k_m;   ∂a = irfft(Σ rfft(q_m ∘ g_e) · conj(rfft(k_m ∘ v_e))),
     four FFT passes per block, as autograd with checkpointing needs, without its zero-filled slice
-    gradients and copies (profiled: those were ~3/4 of the time, the FFTs ~1/4).
+    gradients and copies (which cost more than the FFTs themselves).
     """
 
     @staticmethod
@@ -326,7 +324,7 @@ class _ToeplitzContract(torch.autograd.Function):
         q_t, k_t, v_t = (t.transpose(-1, -2) for t in (q, k, v))  # (B, H, ·, T): time last
         out_t = v_t.new_zeros(v_t.shape)  # (B, H, E, T)
         for m, y, _ in _blocks(k_t, v_t, spectrum, kernel.shape[-1]):  # y: (B, H, b, E, T)
-            out_t += torch.einsum("bhmet,bhmt->bhet", y, q_t[:, :, m])  # einsum: ~3x mul+sum here (no size-1 sums)
+            out_t += torch.einsum("bhmet,bhmt->bhet", y, q_t[:, :, m])  # einsum, not mul+sum: no size-1 sums
         return out_t.transpose(-1, -2)
 
     @staticmethod

@@ -67,8 +67,8 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, blo
         column = (offset + T - 1).clamp(0, 2 * T - 2)  # out-of-band entries are masked
         mask = mask + table[:, column].to(q.dtype)[:, None]  # (H, N, C, K) or, with padding, (B, H, N, C, K)
     logits = logits + mask  # (B, H, N, C, K)
-    # torch's fused softmax (profiled: masked_softmax's amax/sub/exp/sum/div passes were ~1/3 of a local
-    # step at 16k) unless some row may see no key at all, which only masked_softmax turns into 0 instead of NaN.
+    # torch's fused softmax (masked_softmax's separate amax/sub/exp/sum/div passes weigh on a long local
+    # step) unless some row may see no key at all, which only masked_softmax turns into 0 instead of NaN.
     # Decided from shapes, reading no tensor (that would wait for the GPU): without padding, row i sees keys
     # max(0, i − left) … min(T − 1, i + right), none only for a padded tail row i ≥ T + left; with padding,
     # which rows see a key depends on the data, so masked_softmax always

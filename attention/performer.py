@@ -9,9 +9,8 @@ From performer-pytorch we take the projection, ``gaussian_orthogonal_random_matr
 padding only zeroes v so padded keys stay in the normaliser, and it has no place for numerator-mode
 RoPE or a Toeplitz bias. The contraction is attention/kernelized.py, shared with ``linear``. φ is
 ``favor_features``: the numbers of performer-pytorch's ``softmax_kernel`` (tested equal), computed in
-one matmul and two in-place passes with a written-out backward (profiled: softmax_kernel's ten
-elementwise passes over (B, H, T, M), and the (B, H, M, D) copy of the projection, were a fifth of a
-pos=rope attn=performer step at T = 512).
+one matmul and two in-place passes with a written-out backward, instead of softmax_kernel's ten
+elementwise passes over (B, H, T, M) and its (B, H, M, D) copy of the projection.
 
 Two details of ``softmax_kernel`` we pin down:
   * keys are stabilised by one max over all positions of a head; that constant cancels between

@@ -11,10 +11,12 @@ Rooms (each says in its ``__init__`` what it owns and which rooms it may import)
   bench/       benchmarks (``python -m harness.bench``)
 
 and the modules beside them: ``main`` (the ``posbench`` command, which ``python run.py`` also is, and the Hydra
-app that trains), ``cli`` (``run`` and ``check``), ``train`` (the pipeline of one run) and ``scaleout`` (DDP
-ranks, batch geometry); the ground every room may stand on: ``errors`` (one-line errors), ``ranges`` (ranges
-declared in annotations), ``paths``, ``allocator`` (malloc settings), ``signals`` (SIGTERM and Ctrl-C),
-``extras`` (optional packages), ``sealed`` (files with their sha256) and ``stats`` (intervals, tests, Holm).
+app that trains), ``cli`` (``run`` and ``check``: this command's own flags, as harness/bench/cli.py holds the
+benchmark's), ``train`` (the pipeline of one run) and ``scaleout`` (DDP ranks, batch geometry); the ground every
+room may stand on: ``errors`` (one-line errors), ``ranges`` (ranges declared in annotations), ``paths``,
+``allocator`` (malloc settings), ``signals`` (SIGTERM and Ctrl-C), ``extras`` (optional packages), ``integrity``
+(files and records with their sha256) and ``stats`` (the statistics of a comparison between seeds of arms: reports
+and hf-eval verdicts; timing rounds have their own, harness/bench/stats.py).
 Imports flow one way: main → cli → config → model → data → the ground, with sweep → train → config/record;
 ``tests/unit/test_architecture.py`` fails on any import circle.
 """

@@ -111,15 +111,6 @@ def said_write_failure(exc: BaseException, then: str) -> bool:
     return why is not None
 
 
-def config_error_cause(exc: BaseException) -> ConfigError | None:
-    """The ConfigError in ``exc``'s cause chain, if any: Hydra wraps a constructor's exception in an
-    InstantiationException, which would hide its one-line message."""
-    cause = exc.__cause__
-    while cause is not None and not isinstance(cause, ConfigError):
-        cause = cause.__cause__
-    return cause
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose mistakes are the project's one line (a ConfigError: the command prints ``error: …`` and
     exits 2), not argparse's usage block: the parser of every command-line tool (prepare, results, hf-eval, the

@@ -51,7 +51,6 @@ Positive = Annotated[float, Range("a positive number", gt=0)]
 NonNegative = Annotated[float, Range("a number ≥ 0", ge=0)]
 PositiveInt = Annotated[int, Range("a positive integer", ge=1, plural="positive integers")]
 NonNegativeInt = Annotated[int, Range("≥ 0", ge=0, plural="integers ≥ 0")]
-UnitInterval = Annotated[float, Range("a number in [0, 1]", ge=0, le=1)]
 DropoutRate = Annotated[float, Range("in [0, 1)", ge=0, lt=1, verb="lie")]
 SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
 FLOAT32_MAX = 3.4028234663852886e38
@@ -190,11 +189,6 @@ def field_hints(cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls, include_extras=True)
         _HINTS[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
     return _HINTS[cls]
-
-
-def finite_float32(value: float) -> bool:
-    """Whether ``value`` is finite and within float32's range (a value a float32 tensor is made from)."""
-    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
 
 
 def _allows_none(annotation: Any) -> bool:

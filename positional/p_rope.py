@@ -20,8 +20,8 @@ This is Hugging Face's ``proportional`` rope type (``ROPE_INIT_FUNCTIONS["propor
 ``partial_rotary_factor`` = p), and k = ⌊p·D/2⌋ is its rounding. The whole vector goes through RoPE's
 rotation with cos = 1, sin = 0 on the removed pairs, which leaves them exactly unchanged: a step costs
 what a RoPE step costs. (Rotating only the k leading pairs of the interleaved layout and passing the
-rest through, as partial rotary does, was measured 2.5× slower per rotation here: the slice and the
-concatenation, forward and backward, cost more than the rotation they save.)
+rest through, as partial rotary does, is slower per rotation: the slice and the concatenation, forward
+and backward, cost more than the rotation they save.)
 
 Notation: T positions, D head dim, W width of the rotated vector, k kept pairs.
 """

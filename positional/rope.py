@@ -75,8 +75,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate adjacent pairs (x_{2i}, x_{2i+1}) of x's last dim (RoFormer Eq. 34).
 
     Written as the complex product (x_{2i} + i·x_{2i+1})·(cos + i·sin) of RoFormer Eq. 12: one
-    elementwise pass each way instead of four products, a sum, a difference and a stack (profiled:
-    RoPE cost 3.5× more on a d_model 512 step in the real form). Same arithmetic, so same rounding.
+    elementwise pass each way instead of four products, a sum, a difference and a stack (the real form
+    made RoPE several times costlier). Same arithmetic, so same rounding.
     Dtypes without a complex counterpart here (bf16, fp16) take the real form, written into one output.
     x: (..., T, R); cos, sin: (T, R/2). Returns (..., T, R).
     """
@@ -145,8 +145,8 @@ def _differentiable_turn(x: Tensor, cos: Tensor, sin: Tensor, turn) -> Tensor:
 
 class _Rotate(torch.autograd.Function):
     """y = R_θ x with fixed angles. A rotation's adjoint is the rotation by −θ, so backward is the same
-    one pass with sin negated, reading the incoming gradient where it lies (profiled: autograd's
-    view_as_real backward copied every q/k gradient to contiguous memory first, as long as the multiply)."""
+    one pass with sin negated, reading the incoming gradient where it lies (autograd's
+    view_as_real backward copies every q/k gradient to contiguous memory first)."""
 
     @staticmethod
     def forward(ctx, x, cos, sin, turn):
@@ -306,8 +306,8 @@ class Rope(PositionalScheme):
 
     def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
         """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions are this
-        scheme's own (``positions``) and its fixed θ is unchanged (profiled: float64 cos and sin were ~1/8 of
-        RoPE's time in a d512 step). Other positions, learned or rescaled θ, and a compiled forward (whose
+        scheme's own (``positions``) and its fixed θ is unchanged (float64 cos and sin are a real share of
+        RoPE's time). Other positions, learned or rescaled θ, and a compiled forward (whose
         graph holds the computation) compute them afresh."""
         fresh = inv_freq is not self.inv_freq or inv_freq.requires_grad or torch.compiler.is_compiling() or \
             positions is not self.__dict__.get("_positions")

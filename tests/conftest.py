@@ -11,7 +11,7 @@ import pytest
 import torch
 
 # Test tensors are tiny: a second intra-op thread only adds synchronisation, and on a busy 2-core
-# machine OpenMP's spin-waiting made small fp64 kernels ~50x slower (measured).
+# machine OpenMP's spin-waiting makes small fp64 kernels many times slower.
 torch.set_num_threads(1)
 
 # tests/ is no package: `tests.helpers` and `tests.attn_cases` import from the checkout's root
@@ -22,7 +22,7 @@ from tests.helpers import SweepResult, run_sweep, tiny_trainer  # noqa: E402
 
 @pytest.fixture(scope="session")
 def _empty_store(tmp_path_factory) -> Path:
-    """An MLflow sqlite store with its schema migrated, made once: migrating costs ~2 s a store."""
+    """An MLflow sqlite store with its schema migrated, made once: migrating is slow, copying is not."""
     from mlflow.tracking import MlflowClient
 
     db = tmp_path_factory.mktemp("store") / "mlflow.db"
@@ -58,6 +58,6 @@ def train_tiny_shared(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory) -> SweepResult:
-    """One 2-cell sweep shared by the sweep, report and dashboard tests (~15 s):
+    """One 2-cell sweep shared by the sweep, report and dashboard tests (made once: it trains two cells):
     pos=rope,learned with eval.lengths=[16,64] (learned's table holds data.seq_len=32)."""
     return run_sweep(tmp_path_factory.mktemp("tiny_sweep"), "pos=rope,learned", "eval.lengths=[16,64]")

@@ -1,7 +1,7 @@
 """Run a posbench command inside this interpreter, as a user's process would run it: ``run(entry, argv, cwd, env)``
 returns ``{"code", "stdout", "stderr", "seconds"}`` like a real process's exit status and streams.
 
-Why: the bad-input table has ~300 rows; each in its own process paid ~1 s of imports of the harness,
+Why: the bad-input table has hundreds of rows; each in its own process paid the imports of the harness,
 MLflow and Lightning on top of the refusal itself. Called here they share one interpreter's imports. The
 entry functions are the ones ``python run.py`` / ``posbench`` / ``python -m results`` / ``python -m harness.bench``
 call, so what a row tests is what a user runs; what only a real process shows (exit status through ``sys.exit``,

@@ -59,7 +59,7 @@ class Args:
 
 def _parser() -> Parser:
     p = Parser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
-    # the grid's default is pos=none, so the default run fits in 10 minutes on 2 cores; RoPE's and T5's cost
+    # the grid's default is pos=none, so the default run stays short on a laptop; RoPE's and T5's cost
     # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
     p.add_argument("--pos", default="none", help="comma list of conf/pos options or per-layer patterns (rope×3+none)")
     p.add_argument("--attn", default="all", help="comma list of conf/attn options or patterns (local×3+softmax), "

@@ -1,6 +1,6 @@
 """``python -m harness.bench.gpu --out results/bench_gpu``: what one GPU says about posbench, in one run.
 
-Written for a GPU lent for minutes (issue 48): every section has a share of ``--deadline-s`` and is skipped,
+Written for a GPU lent for minutes: every section has a share of ``--deadline-s`` and is skipped,
 said so in the report, once the time is spent. In order of value:
 
 1. **memory** — ``--check --gpu-memory``'s figure (``harness.config.estimates.gpu_estimate``, called with what

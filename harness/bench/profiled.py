@@ -2,8 +2,8 @@
 (``positional_share``), the matrix-multiply and attention kernels (``kernel_share``), and two steps of
 a ratio side by side, op by op (``breakdown``: where a comparison that misses its goal loses its time).
 
-An end-to-end ratio (step with RoPE ÷ step without) on a shared 2-core machine spreads by ±10 % per
-round, far wider than a 2 % goal. Inside one step the profiler times exactly the scheme's ops: each of
+An end-to-end ratio (step with RoPE ÷ step without) on a shared 2-core machine spreads per round far
+wider than a 2 % goal. Inside one step the profiler times exactly the scheme's ops: each of
 its hooks (embed, rotary and every ``rotate*``/``at_width`` of what rotary returns, logit_biases) runs
 in a ``record_function`` range; forward time is the ranges' time, backward time that of the autograd
 nodes the ranges' ops created (matched by sequence number). Overhead = positional / (step − positional):
@@ -128,8 +128,8 @@ def op_times(step, steps: int = 2) -> dict[str, float]:
 
 def paired_op_times(num, den, rounds: int = 4) -> tuple[dict[str, float], dict[str, float]]:
     """``op_times`` of two steps, one profiled step at a time in ABBA order (as the paired rounds time
-    them), each op's median over the rounds: the machine's speed drifts by 10-30 % within a minute here,
-    and two steps profiled back to back on each side once showed 1.05 for a ratio the rounds put at 1.30."""
+    them), each op's median over the rounds: a shared machine's speed drifts within a minute, so two steps
+    profiled back to back on each side can disagree with the ratio the rounds measure."""
     runs: tuple[list[dict[str, float]], list[dict[str, float]]] = ([], [])
     for i in range(rounds):
         for side in ((0, 1) if i % 2 == 0 else (1, 0)):

@@ -1,6 +1,6 @@
 """How to train several seeds fastest on this CPU: the measurement behind experiment=ablation's launcher.
 
-    python -m harness.bench.seeds            # ~2 min on 2 cores; prints seed-steps per second of each way
+    python -m harness.bench.seeds            # prints seed-steps per second of each way
 
 Three ways to train S seeds of the ablation's model (conf/experiment/ablation/scale/toy.yaml: 2 layers,
 width 128, 32 windows of 128 tokens, AdamW, gradients clipped per seed), each timed over the same steps after

@@ -1,4 +1,4 @@
-"""The targets of issues 19 and earlier: each states a goal and how it is measured, and reports a 95 %
+"""The benchmark's targets: each states a goal and how it is measured, and reports a 95 %
 interval; the verdict is "met" only when the whole interval satisfies the goal (stats.Goal.judge).
 
 Kinds of measurement:
@@ -85,7 +85,7 @@ class PairedTarget(Target):
 @dataclass(frozen=True)
 class OverheadTarget(Target):
     """cells: "with" (the scheme) and "without" (pos=none at the same shape). CPU: the profiled share of
-    the scheme's ops (noise ±10 % per end-to-end round hides a 2 % goal); CUDA: the paired ratio."""
+    the scheme's ops (an end-to-end round's noise hides a 2 % goal); CUDA: the paired ratio."""
 
     profiled_steps: int = 4
     check_s: float = 12.0  # the end-to-end check: a few rounds, it cannot resolve 2 % on a shared CPU
@@ -107,8 +107,8 @@ class OverheadTarget(Target):
 class MfuTarget(Target):
     """cells: "step". Rounds of one step and, right after it, the peak matmul (best of two n×n products at
     the run's peak size): MFU = step FLOP/s ÷ that matmul's FLOP/s, so load that comes and goes during the
-    run moves both sides of a round alike (a peak timed once at the start flattered or hid MFU by 3×
-    on a shared machine). ≥ 3 rounds, more until resolved or the budget is spent."""
+    run moves both sides of a round alike (a peak timed once at the start can flatter or hide MFU several
+    times over on a shared machine). ≥ 3 rounds, more until resolved or the budget is spent."""
 
     def measure(self, session, results):
         r, o = results["step"], session.options

@@ -263,8 +263,8 @@ def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
 def _logit_bytes(vocab: int, p: Precision) -> int:
     """V·(a + 4 + 4 + 4) a token: the logits as the decoder returns them, their fp32 copy (none when a = 4:
     ``.float()`` then returns the same tensor), the fp32 log-softmax cross-entropy keeps, and the fp32 gradient
-    backward writes into it while all of these are still held. Measured on an H200, bf16-mixed, this last term
-    was the whole of what the estimate missed, 11–20 % of the peak (results/bench_gpu/)."""
+    backward writes into it while all of these are still held (results/bench_gpu/ holds the estimate against an
+    H200's measured peaks)."""
     a = p.activation
     return vocab * (a + (4 if a != 4 else 0) + 4 + 4)
 

@@ -1,11 +1,10 @@
 """Whether the Hugging Face Hub can be reached, asked once per process, quickly.
 
-With no network, ``transformers`` and ``datasets`` retry the Hub with backoff for 25–50 s before they fall back to
-their caches or fail (measured here: ``tokenizer=hf tokenizer.name=gpt2`` 49 s, ``data=hf data.name=wikitext``
-27 s); with ``HF_HUB_OFFLINE=1`` they read the cache at once. So before the first load by name, one TCP connection
-to the Hub's endpoint (``HF_ENDPOINT``, else huggingface.co) is tried for a few seconds; when it fails, the
-process goes offline as if the user had set ``HF_HUB_OFFLINE=1``: a cached tokenizer or dataset still loads, a
-missing one is refused at once, and the refusal says why the Hub was not asked.
+With no network, ``transformers`` and ``datasets`` retry the Hub with backoff for tens of seconds before they fall
+back to their caches or fail; with ``HF_HUB_OFFLINE=1`` they read the cache at once. So before the first load by
+name, one TCP connection to the Hub's endpoint (``HF_ENDPOINT``, else huggingface.co) is tried for a few seconds;
+when it fails, the process goes offline as if the user had set ``HF_HUB_OFFLINE=1``: a cached tokenizer or dataset
+still loads, a missing one is refused at once, and the refusal says why the Hub was not asked.
 """
 
 from __future__ import annotations

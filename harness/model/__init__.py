@@ -1,12 +1,13 @@
 """Room: model — the network, how it learns, and how it is scored.
 
 Owns: the transformer that calls a positional scheme's hooks and an attention variant (``transformer``),
-per-layer patterns of schemes and variants (``layers``: pos.layers, attn.layers), the LightningModule with its
-loss, optimizer groups and throughput (``module``), the learning-rate schedule (``schedule``), evaluation
-beyond the validation split (``evaluate``: lengths; ``extrapolation``: sliding windows, loss by position, same
-targets, the same model under every RoPE scaling, a short fine-tune), how training shows progress
-(``progress``: a bar, or lines in a log), and the attention diagnostics of a trained model (``diagnostics``,
-its figures in ``attention_figures``).
+per-layer patterns of schemes and variants (``layers``: pos.layers, attn.layers), length-scaled attention
+temperature (``temperature``), the LightningModule with its optimizer groups and throughput (``module``), the
+cross-entropy a chunk of tokens at a time (``loss``), the learning-rate schedule (``schedule``), positional
+configurations that change at stated steps (``phases``), evaluation beyond the validation split (``evaluate``: a
+trained model's lengths and tasks; ``extrapolation``: sliding windows, loss by position, same targets, the same
+model under every RoPE scaling, a short fine-tune), how training shows progress (``progress``: a bar, or lines in a
+log), and the attention diagnostics of a trained model (``diagnostics``, its figures in ``attention_figures``).
 
 May import: positional, attention, harness.data, and the ground.
 """

@@ -1,7 +1,7 @@
 """How a run shows its progress: a live bar in a terminal, a few plain lines in a log file.
 
 A progress bar redraws itself with carriage returns, which a terminal overwrites but a redirected
-log (CI, SLURM, ``nohup``) keeps: a TQDM bar wrote ~100 '\\r' refreshes for a 30-step run. So
+log (CI, SLURM, ``nohup``) keeps: a TQDM bar writes several '\\r' refreshes a step. So
 ``trainer.progress=auto`` (the default) keeps Lightning's bar when stdout is a terminal (its rich bar
 where ``rich`` imports, else TQDM, as Lightning itself picks) and otherwise prints ``ProgressLines``:
 one line every ``trainer.progress_every_n_steps`` optimizer steps and one at each validation, nothing

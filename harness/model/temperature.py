@@ -27,8 +27,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-KINDS = ("none", "ssmax", "llama4")
-
 
 def ssmax_factor(s: Tensor, n: Tensor) -> Tensor:
     """s·log n: s (H,), n (..., T) keys attended -> (..., H, T, 1) after broadcasting n as (..., 1, T)."""

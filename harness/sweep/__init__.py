@@ -2,7 +2,8 @@
 
 Owns: the Hydra callback that owns the parent run and writes the report at the end (``callback``),
 what each job does with its cell (``cell``: train, adopt a finished run, or record a refusal), and the
-tuning sweeper that gives every grid cell its own Optuna study (``tune``, ``experiment=tune_lr``).
+tuning sweeper that gives every grid cell its own Optuna study (``tune``, ``experiment=tune_lr``: the sweep that
+runs the trials, where results/tune.py reads them back into best.json).
 
 May import: harness.train, harness.config (a cell's RunSpec), harness.record, harness.scaleout, results (the
 end-of-sweep report), and the ground.

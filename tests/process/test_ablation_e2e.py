@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-# the preset at a size that trains nine cells in ~30 s on 2 cores: too short for RoPE to use word order
+# the preset at a size that trains nine cells quickly: too short for RoPE to use word order
 SHORT = ["model.d_model=64", "model.d_ff=128", "data.seq_len=32", "data.batch_size=16", "data.eval_batches=4",
          "trainer.max_steps=60", "trainer.val_check_interval=20", "optim.schedule.warmup_steps=10",
          "trainer.enable_progress_bar=false"]

@@ -63,8 +63,8 @@ def test_summary_says_whether_the_model_uses_word_order(gain, signal, says):
 
 
 def test_a_preset_with_every_axis_pinned_is_one_run_plus_prefixed_axes_too(store, tmp_path):
-    """A preset's sweep axis added with '+' (randomized_positions' arms) is pinned by the same '+…' override: it
-    used to be refused as an unpinned axis, with a message telling the user to do what they had done."""
+    """A preset's sweep axis added with '+' (randomized_positions' arms) is pinned by the same '+…' override, not
+    refused as an unpinned axis."""
     out = run_py(["--check", "experiment=randomized_positions", "pos=rope",
                   "+experiment/randomized_positions/arm=randomized", "seed=0"], store, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -1,7 +1,7 @@
 """The dashboard, end to end: a tiny sweep, `mlflow server` on its store, headless Chromium.
 
 Flags and timings from ../shared/FACTS.md: the UI needs a virtual-time budget or Chromium
-dumps the loading skeleton; one uvicorn worker on 2 cores; /health answers after ~13 s.
+dumps the loading skeleton; one uvicorn worker on 2 cores; /health answers only after the server's slow start.
 """
 
 import os
@@ -30,7 +30,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def mlflow_server(tiny_sweep, tmp_path_factory):
-    """One server for the module's tests: they only read the sweep (a start takes ~6-15 s)."""
+    """One server for the module's tests: they only read the sweep (a start is slow)."""
     tmp_path = tmp_path_factory.mktemp("mlflow_server")
     port = free_port()
     # its own process group: mlflow server also starts a job consumer that outlives a plain kill

@@ -1,6 +1,6 @@
 """hf_eval: the tests that start real processes (the rest: tests/unit/test_hf_eval.py).
 
-``posbench hf-eval`` (issue 47, item 1): a pretrained causal LM under each RoPE scaling × factor, measured as the
+``posbench hf-eval``: a pretrained causal LM under each RoPE scaling × factor, measured as the
 PI / NTK / YaRN papers did — perplexity by length with sliding windows, passkey retrieval by depth × length — one
 MLflow run per cell under a parent. The whole loop runs offline on a model posbench trained and exported itself.
 """
@@ -51,7 +51,7 @@ def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tm
     weights are never changed (a plain run after it gives the plain run's loss exactly)."""
     from mlflow.tracking import MlflowClient
 
-    from harness.pretrained.evaluate import main
+    from harness.pretrained.hf_eval import main
 
     folder = tiny_llama(tmp_path / "tiny")
     common = [str(folder), "--scalings", "none,linear,yarn", "--factors", "2", "--lengths", "32,128", "--budget",
@@ -81,7 +81,7 @@ def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tm
 
 PROBE = """
 import sys, torch, transformers
-from harness.pretrained.budget import evaluation_bytes, finetune_bytes, parameter_count
+from harness.pretrained.cost import evaluation_bytes, finetune_bytes, parameter_count
 from harness.pretrained.finetune import finetune
 from harness.pretrained.measures import token_losses
 def peak():  # this address space's high-water mark (ru_maxrss would keep the forking parent's across exec)
@@ -107,7 +107,7 @@ print(peak() - before, estimate)
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the high-water mark from Linux's /proc")
 @pytest.mark.parametrize("mode, length, vocab", [("eval", 2048, 32000), ("finetune", 4096, 8000)])
 def test_the_memory_estimate_holds_against_the_measured_peak(mode, length, vocab):
-    """budget.py's estimate beside the peak resident memory a fresh process adds above its weights, ±15 %."""
+    """cost.py's estimate beside the peak resident memory a fresh process adds above its weights, ±15 %."""
     import subprocess
     import sys
 
@@ -126,7 +126,7 @@ def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp
     from mlflow.tracking import MlflowClient
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from harness.pretrained.evaluate import evaluation_text, main
+    from harness.pretrained.hf_eval import evaluation_text, main
 
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel()

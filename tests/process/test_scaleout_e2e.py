@@ -33,9 +33,9 @@ def _curve(client, run, metric):
 # order (rank_sampler), dropout is 0, the masks are functions of (seed, index), and each rank divides
 # its loss sum by the *global* masked-token count, so DDP's gradient average is the single-process
 # gradient: what remains is float32 summation order (two partial sums plus an all-reduce, DDP's
-# bucketed gradient average), measured at <= 5e-7 over 6 steps. 1e-4 leaves room for Adam's
+# bucketed gradient average), orders of magnitude below 1e-4. 1e-4 leaves room for Adam's
 # amplification of tiny gradient differences and still fails when the examples differ (a shuffled
-# sampler: 4e-3 to 5e-2) or when ranks normalise by their own token count (measured 2e-3 train, 6e-4 val).
+# sampler) or when ranks normalise by their own token count: both differ by more.
 DDP_TOLERANCE = 1e-4
 
 def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
@@ -61,7 +61,7 @@ def _assert_one_parent_two_finished_children(sweep):
     assert {r.data.tags["mlflow.parentRunId"] for r in sweep.children} == {sweep.parent.info.run_id}
     assert sorted(p.name for p in sweep.sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0", "1"]
 
-# Sweeps of DDP jobs and the submitit launcher cost ~2 min together on 2 cores, a sixth of the suite:
+# Sweeps of DDP jobs and the submitit launcher are a large share of the suite's time on 2 cores:
 # opt-in (POSBENCH_TEST_LAUNCHERS=1), as torch.compile below. DDP itself stays in every run (the test above).
 LAUNCHERS = pytest.mark.skipif(not os.environ.get("POSBENCH_TEST_LAUNCHERS"),
                                reason="DDP sweeps, submitit: ~2 min on 2 cores; POSBENCH_TEST_LAUNCHERS=1 runs them")

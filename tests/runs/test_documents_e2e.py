@@ -1,6 +1,6 @@
 """documents: the tests that train end to end (the rest: tests/unit/test_documents.py).
 
-Packed documents (issue 46, item 3): positions that restart at each document (model.restart_positions) and no
+Packed documents: positions that restart at each document (model.restart_positions) and no
 attention across documents (model.document_mask), for every scheme, from the data sources that know where their
 documents start to the model, read back from MLflow.
 """

@@ -104,7 +104,7 @@ def test_rope_trainable_logs_theta_drift_and_artifact(train_tiny):
 
 def test_rope_length_scaling_applies_to_the_final_evaluation_only(train_tiny, halfway):
     """Training and validation use the plain angles (the same train/loss and val/loss, point for point, as
-    plain RoPE at the same seed: validation scores the model as trained; it used to run under the scaling);
+    plain RoPE at the same seed: validation scores the model as trained, not under the scaling);
     the final evaluation at eval.lengths uses the scaled ones (a different val/loss_at_64)."""
     lengths = "eval.lengths=[64]"
     scaled, client = train_tiny("pos=rope", "pos/scaling=yarn", "pos.scaling.factor=2", "pos.fraction=0.5", lengths,

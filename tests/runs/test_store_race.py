@@ -1,5 +1,5 @@
 """Several processes opening one brand-new sqlite store at once: MLflow's own migration races
-there (seen: 7 of 12 processes failed); harness.record.store.Store.open makes them take turns."""
+there (most of the processes can fail); harness.record.store.Store.open makes them take turns."""
 
 import multiprocessing as mp
 

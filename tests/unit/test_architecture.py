@@ -1,4 +1,6 @@
-"""The project's structure, read from its own imports: no circles, and rooms import what they declare.
+"""The project's structure, read from its own imports and docstrings: no circles, rooms import what they declare
+and nothing less, each package's docstring names every module it holds, and a module name two rooms share is
+explained in both.
 
 Every import statement of the project's code counts, including those inside functions (a lazy
 import is still a dependency). A *room* is a subpackage of harness/ (``harness.record``), one of
@@ -20,7 +22,7 @@ from tests.helpers import ROOT
 
 PACKAGES = ("harness", "positional", "attention", "results")
 GROUND = {"harness.errors", "harness.ranges", "harness.paths", "harness.allocator", "harness.signals", "harness.extras",
-          "harness.sealed",
+          "harness.integrity",
           "harness.stats"}
 
 
@@ -150,3 +152,93 @@ def test_no_room_imports_a_room_that_imports_it_back():
 def test_each_room_imports_only_what_its_docstring_declares(room):
     used = room_graph()[room] - GROUND - {"harness"}
     assert used <= declared(room), f"{room} imports {sorted(used - declared(room))} without declaring it"
+
+
+@pytest.mark.parametrize("room", sorted(r for r, path in project_modules().items()
+                                        if r in room_graph() and "May import:" in path.read_text()))
+def test_each_room_imports_everything_its_docstring_declares(room):
+    """A ``May import:`` line is the room's dependencies, not a wish list: a room it names and no longer imports
+    (or a ground module named in it) makes the line false."""
+    unused = declared(room) - room_graph()[room]
+    assert not unused, f"{room}'s 'May import:' names {sorted(unused)}, which none of its modules imports"
+
+
+def packages() -> list[Path]:
+    """Every folder of the project's packages that holds an ``__init__.py``."""
+    return sorted(init.parent for pkg in PACKAGES for init in (ROOT / pkg).rglob("__init__.py"))
+
+
+def unnamed(package: Path, root: Path = ROOT) -> list[str]:
+    """The modules and subpackages ``package`` holds that its ``__init__`` docstring does not name: as ``name``
+    (double or single backquotes), ``name.py`` or ``name/``; ``__main__`` as ``python -m <package>``; and a module
+    that is an option, ``conf/<group>/<name>.yaml``, by the docstring stating that rule for its group."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    dotted = ".".join(package.relative_to(root).parts)
+    option_groups = re.findall(r"conf/(\w+)/<name>\.yaml", doc)
+    held = [p.stem for p in package.glob("*.py") if p.name != "__init__.py"]
+    held += [p.name for p in package.iterdir() if (p / "__init__.py").is_file()]
+    missing = []
+    for name in sorted(held):
+        forms = rf"``{name}``|(?<!`)`{name}`(?!`)|(?<![\w/.]){name}\.py\b|(?<![\w/.]){name}/"
+        if name == "__main__":
+            forms += rf"|python -m {re.escape(dotted)}\b"
+        if re.search(forms, doc) or any((root / "conf" / g / f"{name}.yaml").is_file() for g in option_groups):
+            continue
+        missing.append(name)
+    return missing
+
+
+def test_the_docstring_check_finds_an_unnamed_module(tmp_path):
+    pkg = tmp_path / "p"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text('"""Owns: ``a``, b.py and sub/; c is only a word here; d options:\n'
+                                     'conf/grp/<name>.yaml ↔ p/<name>.py."""\n')
+    for name in ("a", "b", "c", "d", "e", "__main__"):
+        (pkg / f"{name}.py").write_text("")
+    (tmp_path / "conf" / "grp").mkdir(parents=True)
+    (tmp_path / "conf" / "grp" / "d.yaml").write_text("")
+    assert unnamed(pkg, tmp_path) == ["__main__", "c", "e"]  # d: an option of conf/grp, named by the rule
+
+
+def unexplained_shared_names(root: Path = ROOT) -> list[str]:
+    """``path: other`` for each module whose basename another package's module also has, and whose package's
+    ``__init__`` docstring does not name that other module by its path (saying why this room has its own)."""
+    by_name: dict[str, list[Path]] = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            if path.stem not in ("__init__", "__main__"):
+                by_name.setdefault(path.stem, []).append(path)
+    out = []
+    for paths in by_name.values():
+        for path in paths:
+            doc = ast.get_docstring(ast.parse((path.parent / "__init__.py").read_text())) or ""
+            out += [f"{path.relative_to(root)}: {other.relative_to(root)}" for other in paths
+                    if other != path and str(other.relative_to(root)) not in doc]
+    return out
+
+
+def test_a_module_name_two_rooms_share_is_explained_in_each():
+    """One name, several things (two ``Cell`` classes, four ``scale``s) is what a reader trips on: a basename
+    used in two packages is allowed where each package's docstring names the other module and says why."""
+    assert unexplained_shared_names() == []
+
+
+def test_the_shared_name_check_finds_an_unexplained_one(tmp_path):
+    for pkg, doc in (("harness", "``report``: this room's, where results/report.py is the sweep's"),
+                     ("results", "``report``")):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text(f'"""{doc}"""\n')
+        (tmp_path / pkg / "report.py").write_text("")
+    for pkg in ("positional", "attention"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    assert unexplained_shared_names(tmp_path) == ["results/report.py: harness/report.py"]
+
+
+@pytest.mark.parametrize("package", packages(), ids=lambda p: ".".join(p.relative_to(ROOT).parts))
+def test_each_package_docstring_names_every_module_it_holds(package):
+    """A package's ``__init__`` docstring is its table of contents: a module or subpackage it does not name is
+    one a reader of the docstring does not know is there."""
+    missing = unnamed(package)
+    assert not missing, f"{package.relative_to(ROOT)}/__init__.py's docstring does not name {missing}"

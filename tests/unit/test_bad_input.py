@@ -3,7 +3,7 @@ no traceback, nothing on stdout, and no MLflow run created (so none left RUNNING
 
 Each row of the table (tests/bad_input_table.py) calls the entry function a user's command calls
 (``posbench``/``run.py``'s ``harness.main.main``, ``python -m results``'s and ``python -m harness.bench``'s ``main``)
-in this interpreter (tests/inprocess.py): the same code, without ~1 s of imports per row. What only a real
+in this interpreter (tests/inprocess.py): the same code, without a process's imports per row. What only a real
 process shows is in tests/process/test_bad_input_process.py.
 """
 
@@ -34,8 +34,8 @@ def files(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def replies(files, _empty_store, tmp_path_factory) -> dict:
-    """Every row, each in its own folder with its own copy of the empty store (~1 min on one core; forked
-    processes took ~3 min of CPU)."""
+    """Every row, each in its own folder with its own copy of the empty store, one after another in this
+    interpreter (forked processes cost more CPU than they saved)."""
     def one(row) -> tuple[str, dict]:
         tmp = tmp_path_factory.mktemp(row[1])
         request = row_request(row, files, _empty_store, tmp)
@@ -90,9 +90,8 @@ def test_learned_table_refuses_a_longer_sequence_with_the_fix():
 
 
 def test_concurrent_checks_of_one_output_folder_all_pass_and_leave_nothing(tmp_path):
-    """Two benches with the default --out check the same folder at once. The check used to make that folder
-    and remove it again, so one command's removal failed the other's check ("… is not a directory"; seen in
-    CI when the bad-input rows ran side by side). Now each check writes only in a scratch folder of its own."""
+    """Two benches with the default --out check the same folder at once: each check writes only in a scratch
+    folder of its own, so neither removes what the other's check reads."""
     from harness.record.preflight import output_dir
 
     target, barrier = tmp_path / "bench-out", threading.Barrier(16)

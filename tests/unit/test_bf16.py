@@ -64,7 +64,7 @@ CELLS = [(pos, attn, False) for pos, attn in BIDIRECTIONAL] + \
 
 @functools.cache
 def _spec(group: str, option: str):
-    """conf/<group>/<option>.yaml loaded with TINY, once per option (a composition costs ~0.15 s); a windowed
+    """conf/<group>/<option>.yaml loaded with TINY, once per option (composing is not free); a windowed
     variant gets a window inside the short sequence."""
     spec = compose_cell([f"{group}={option}", *TINY])
     if "window" in getattr(spec, group).option.kwargs:

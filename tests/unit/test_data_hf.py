@@ -150,7 +150,7 @@ def offline(monkeypatch, **env: str) -> None:
 @pytest.mark.parametrize("env, why", [({}, r"http://127.0.0.1:9 cannot be reached"),
                                       ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set")])
 def test_a_hub_name_without_network_names_the_fix_at_once(monkeypatch, env, why):
-    """No network is found in one connection attempt, not ~25 s of the libraries' retries."""
+    """No network is found in one connection attempt, not by waiting on the libraries' retries."""
     from tests.helpers import connections
 
     offline(monkeypatch, **env)

@@ -5,8 +5,10 @@ allowed (a scheme added later shows up in ``posbench --list`` without touching t
   the class's declarations (``hooks()``, ``bias_kind``); its attention table likewise (``accepts_bias``);
 - the README's preset table names presets that exist;
 - the README stays a user guide (at most ``MAX_README_LINES`` lines), every relative link in README.md and
-  docs/*.md reaches a file (and a heading, for a ``#fragment`` into markdown), no session history
-  ("issue 17") and no pasted compatibility matrix (``python run.py --matrix=md`` is the live one).
+  docs/*.md reaches a file (and a heading, for a ``#fragment`` into markdown), no session history (an issue's
+  number) and no pasted compatibility matrix (``python run.py --matrix=md`` is the live one);
+- code, tests and configs hold no history either: no issue numbers and no commit hashes (git holds the story;
+  measurements live in results/ and docs/, written by the commands that measure them).
 """
 
 from __future__ import annotations
@@ -150,3 +152,47 @@ def test_no_session_history_or_pasted_matrix(path):
     assert not history, f"{path.relative_to(ROOT)} mentions {history}: state the rule, not the story"
     assert not re.search(r"^\|\s*pos \\ attn\s*\|", text, flags=re.M), (
         f"{path.relative_to(ROOT)} holds a pasted compatibility matrix; point to python run.py --matrix instead")
+
+
+# Where history must not be: the code, the tests and the configs (results/ only its code: its folders are reports).
+HISTORY_FREE_DIRS = ("harness", "positional", "attention", "tools", "tests", "conf", "hydra_plugins")
+HISTORY_FREE_FILES = ("run.py", "Makefile", "pyproject.toml")
+HISTORY_FREE_SUFFIXES = {".py", ".yaml", ".yml", ".toml", ".sh", ""}
+ISSUE_REF = re.compile(r"\bissues?\s*#?\d+|\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?|see|PR)\s+#\d+|\(#\d+\)|\bgh-\d+",
+                       flags=re.I)
+# 7 to 40 lowercase hex digits with a digit and a letter, not inside a longer word or number
+COMMIT_HASH = re.compile(r"(?<![\w.-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])")
+HEX_WORDS_ALLOWED = frozenset({
+    "0123456789abcdef",  # the alphabet a sha256 line is checked against (harness/integrity.py)
+    "0123abcd",  # a made-up run id in tools/fuzz.py's damaged records
+})
+
+
+def history_free_files() -> list[Path]:
+    files = [ROOT / name for name in HISTORY_FREE_FILES]
+    for folder in HISTORY_FREE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            rel = path.relative_to(ROOT)
+            if (path.is_file() and path.suffix in HISTORY_FREE_SUFFIXES and rel.parts[:2] != ("tests", "data")
+                    and not any(p.startswith(".") or p == "__pycache__" for p in rel.parts)):
+                files.append(path)
+    return [*files, *sorted((ROOT / "results").rglob("*.py"))]
+
+
+def history_in(pattern: re.Pattern, allowed: frozenset[str] = frozenset()) -> list[str]:
+    """``path:line: match`` for every match of ``pattern`` in the code, tests and configs."""
+    found = []
+    for path in history_free_files():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{number}: {m}" for m in pattern.findall(line) if m not in allowed]
+    return found
+
+
+def test_code_tests_and_configs_name_no_issue_numbers():
+    found = history_in(ISSUE_REF)
+    assert not found, "state the behaviour, not the issue it came from:\n" + "\n".join(found)
+
+
+def test_code_tests_and_configs_name_no_commit_hashes():
+    found = history_in(COMMIT_HASH, HEX_WORDS_ALLOWED)
+    assert not found, "a commit belongs in git, not in the code:\n" + "\n".join(found)

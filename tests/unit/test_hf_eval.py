@@ -1,4 +1,4 @@
-"""``posbench hf-eval`` (issue 47, item 1): a pretrained causal LM under each RoPE scaling × factor, measured as the
+"""``posbench hf-eval``: a pretrained causal LM under each RoPE scaling × factor, measured as the
 PI / NTK / YaRN papers did — perplexity by length with sliding windows, passkey retrieval by depth × length — one
 MLflow run per cell under a parent. The whole loop runs offline on a model posbench trained and exported itself."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.pretrained.evaluate import EvalSpec, check, parse
+from harness.pretrained.hf_eval import EvalSpec, check, parse
 from harness.pretrained.measures import key_tokens, loss_by_length, passkey_retrieved
 from tests.helpers import tiny_llama
 
@@ -95,7 +95,7 @@ def test_the_cells_are_the_model_as_trained_then_each_scaling_at_each_factor():
     assert spec.cells() == [("none", 1.0), ("linear", 2.0), ("linear", 4.0), ("yarn", 2.0), ("yarn", 4.0)]
 
 
-# ---------------------------------------------------------------- LongPPL's key tokens (issue 47, item 1)
+# ---------------------------------------------------------------- LongPPL's key tokens
 
 
 class Repeater(torch.nn.Module):
@@ -124,7 +124,7 @@ def test_key_tokens_follow_longppls_two_thresholds():
 def test_key_tokens_are_the_labels_only_the_long_context_predicts():
     """With period K beyond the short context (s + w < K − 1) and the long windows' scored labels at least K − 1
     into their window (stride L/2 ≥ K − 1), the key tokens are exactly labels K − 1 … ; LongPPL = 1/p."""
-    from harness.pretrained.evaluate import find_key_tokens, measure
+    from harness.pretrained.hf_eval import find_key_tokens, measure
 
     period, budget = 24, 300
     g = torch.Generator().manual_seed(0)
@@ -194,7 +194,7 @@ def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
         [small <= 0.025 and (r["p"] == small or large <= 0.05) for r in rows]
 
 
-# ---------------------------------------------------------------- what it costs, before loading (item 5)
+# ---------------------------------------------------------------- what it costs, before loading
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32,
              "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
@@ -208,7 +208,7 @@ LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "n
 def test_the_parameter_count_from_config_json_is_transformers_exact(family, extra):
     import transformers
 
-    from harness.pretrained.budget import parameter_count
+    from harness.pretrained.cost import parameter_count
 
     config = transformers.AutoConfig.for_model(family, vocab_size=97, hidden_size=64, num_hidden_layers=2,
                                                num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
@@ -220,7 +220,7 @@ def test_the_parameter_count_from_config_json_is_transformers_exact(family, extr
 def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path):
     import json
 
-    from harness.pretrained.budget import parameter_count
+    from harness.pretrained.cost import parameter_count
 
     assert parameter_count(LLAMA2_7B) == 6_738_415_616  # Llama 2 7B's published count
     (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
@@ -231,11 +231,11 @@ def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path
     with pytest.raises(ConfigError, match=figure):
         parse([str(tmp_path), "--lengths", "4096,32768", "--budget", "32768", "--memory", "24"])
     spec = parse([str(tmp_path), "--lengths", "512", "--budget", "1024", "--memory", "80", "--check"])
-    assert "6,738,415,616 parameters" in __import__("harness.pretrained.evaluate", fromlist=["plan"]).plan(spec)
+    assert "6,738,415,616 parameters" in __import__("harness.pretrained.hf_eval", fromlist=["plan"]).plan(spec)
 
 
 def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
-    from harness.pretrained.evaluate import costs
+    from harness.pretrained.hf_eval import costs
 
     spec = EvalSpec(Path("."), lengths=(512,), budget=1024)
     peak, flops = costs(spec, LLAMA2_7B)
@@ -278,7 +278,7 @@ def test_a_model_without_rope_sizes_is_named_with_its_type(tmp_path):
         parse([str(tmp_path)])
 
 
-# ---------------------------------------------------------------- a short fine-tune at the new length (item 3)
+# ---------------------------------------------------------------- a short fine-tune at the new length
 
 
 @pytest.mark.parametrize("bf16", [False, True])

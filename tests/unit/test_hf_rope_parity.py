@@ -32,7 +32,7 @@ F64 = torch.float64
 RTOL = 1e-12
 # HF's float32 path rounds i/R (2^-24 relative) before b^(i/R) amplifies it by up to ln b' ≈ 18 (b' = 500000
 # after a ×128 dynamic base change), and its float32 ramp weights then mix θ with θ/s (×(s − 1) ≤ 15
-# relative to θ'): 2^-24 · 64 ≈ 3.8e-6 bounds both with room. Measured here: 1.4e-6 at most (llama3).
+# relative to θ'): 2^-24 · 64 ≈ 3.8e-6 bounds both with room.
 F32_RTOL = 64 * 2.0 ** -24
 HEADS = [(32, 1.0), (96, 1.0), (128, 1.0), (128, 0.5)]  # (head dim D, rotary fraction); 96: i/R not exact
 BASES = [10000.0, 500000.0]
@@ -225,7 +225,7 @@ def test_hfs_update_path_picks_the_frequencies_posbench_picks_at_each_length(rop
     A fresh module per length: HF keeps the θ of the longest sequence it has seen until one shorter
     than L resets it, posbench derives θ from the current length alone (a pure function).
     """
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # ~3 s to import: only here
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # slow to import: only here
 
     D, L, s = 64, 256, 4.0
     short, long = longrope_lists(D // 2, s, 1)

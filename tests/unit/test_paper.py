@@ -81,9 +81,8 @@ def test_paired_values_keep_each_seeds_two_metrics_together():
 
 def test_a_mixture_parts_metric_is_read_from_a_run_trained_on_that_task_alone():
     """The claim of randomized_positions names ``val/reverse/token_acc_at_12`` (its task=mixture's part); the same
-    preset swept with ``task=reverse`` logs ``val/token_acc_at_12``. Read before as "not measured" by any run
-    (results/randomized_positions_scales at f758ef9), now the run's own name for the same measure; a run of
-    another task still has none of it, and a mixture's run keeps its prefixed name."""
+    preset swept with ``task=reverse`` logs ``val/token_acc_at_12``: the run's own name for the same measure, not
+    "not measured"; a run of another task still has none of it, and a mixture's run keeps its prefixed name."""
     from types import SimpleNamespace
 
     from results.cells import Cell, own_metric

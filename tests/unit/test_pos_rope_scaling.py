@@ -138,7 +138,7 @@ def test_yarn_ramp_at_toy_and_llama_scale(head_dim, length, kept, interpolated, 
 
 def test_eval_scalings_keep_the_configured_dynamic_factor():
     """eval.scalings=[dynamic_ntk] scores the model under the configured dynamic scaling: HF's variant reads
-    its k from ``factor`` (s = k·T/L − (k − 1)), which the rescaled model used to drop (k = 1)."""
+    its k from ``factor`` (s = k·T/L − (k − 1)), which the rescaled model keeps (not k = 1)."""
     rope = scheme(scaling="dynamic_ntk", yarn_variant="hf", factor=4.0)
     long = torch.arange(3 * L)
     configured = cos_sin(rope, long)

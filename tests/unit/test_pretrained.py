@@ -1,4 +1,4 @@
-"""posbench's RoPE scalings on a Hugging Face causal LM's own weights (issue 47, item 2): with the same weights,
+"""posbench's RoPE scalings on a Hugging Face causal LM's own weights: with the same weights,
 the model whose rotary module posbench feeds gives the logits transformers gives through its ``rope_parameters``
 (fp32, ≤ 1e-5), per scaling and per model family (Llama; Qwen2; GPT-NeoX with partial rotary); and the papers'
 protocol — one pretrained model, each scaling applied in turn — equals a model configured with that scaling."""
@@ -100,7 +100,7 @@ def test_a_model_without_rope_and_per_layer_type_parameters_are_refused():
 @pytest.mark.parametrize("options", [{"resonance": True}, {"hope": True}, {"resonance": True, "hope": True}])
 def test_posbenchs_own_theta_beyond_transformers_reaches_the_pretrained_model(options):
     """Resonance RoPE's and HoPE's θ, as posbench's RoPE scheme computes them for a model trained at L, written into
-    transformers' own rotary module, give the logits posbench's swap gives (item 2: schemes beyond HF's)."""
+    transformers' own rotary module, give the logits posbench's swap gives (schemes beyond HF's)."""
     from positional.base import Shape
     from positional.rope import Rope
 

@@ -134,7 +134,7 @@ def test_ranges_in_a_signature_are_checked_by_the_schema_with_the_full_key():
 def test_matrix_products_are_counted_and_a_phase_that_computes_for_hours_is_refused(monkeypatch):
     """A forward's FLOPs: at least the linear layers' 2·weights·tokens, and attention's T² term; a phase that
     computes more than STEP_HOURS even at FAST_CPU_RATE is refused with the figure and the fix — decided by FLOPs
-    alone, so a busy machine and an idle one (this CPU's measured rate 35× apart) give the same answer."""
+    alone, so a busy machine and an idle one (whose measured rates differ widely) give the same answer."""
     import harness.config.rehearsal as rehearsal
 
     model = build_meta(["pos=rope", *SMALL])

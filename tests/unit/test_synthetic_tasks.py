@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from harness.config.catalog import option_classes
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
 from harness.data.shuffle import real_permutation, shuffle_tokens, shuffle_within_window
 from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, collate, exact_match, token_hits
@@ -31,7 +32,8 @@ MASK, PAD = 257, 256
 # Filler without digits, so the key's digits are the only ones in a passkey example.
 FILLER = b"".join(b"Sentence %b of the filler text, with words and no numbers at all. " % w
                   for w in (b"one", b"two", b"three", b"four", b"five", b"six", b"seven", b"eight") * 8)
-TASKS = ["copy", "reverse", "sort", "missing_duplicate", "associative_recall", "passkey", "mixture"]
+TASK_CLASSES = {name: cls for name, cls in option_classes("task").items() if issubclass(cls, SyntheticTask)}
+TASKS = sorted(TASK_CLASSES)  # every conf/task option but the language-modelling objectives (mlm, clm)
 
 
 def gen(i: int = 0) -> torch.Generator:
@@ -66,6 +68,14 @@ def task_id(x) -> str:
 
 
 # --- configs ----------------------------------------------------------------------------------
+
+def test_every_task_and_form_is_in_the_example_checks():
+    """all_tasks() builds each task by hand (its constructor arguments, passkey's filler): a new conf/task option
+    fails here until its forms are in it."""
+    # mixture: a task made of the others, whose examples tests/unit/test_task_mixture.py checks
+    declared = {(name, form) for name, cls in TASK_CLASSES.items() if name != "mixture" for form in cls.forms}
+    assert {(task.config_name(), task.form) for task, _ in all_tasks()} == declared
+
 
 @pytest.mark.parametrize("name", TASKS)
 def test_each_config_builds_its_task(name):
@@ -427,7 +437,7 @@ def test_a_one_layer_model_overfits_a_handful_of_copy_examples():
     model = TinyCausalLM()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     right, losses = [], []
-    for _ in range(300):  # ~20 steps suffice; stops at the first step with all 8 exactly right
+    for _ in range(300):  # far more than it needs; stops at the first step with all 8 exactly right
         logits = model(batch["input_ids"], batch["key_padding_mask"])
         right.append(int(exact_match(logits, batch["labels"]).sum()))
         if right[-1] == 8:

@@ -1,4 +1,4 @@
-"""The same token stream for every arm (issue 43, item 6): cells of a sweep that share a seed train on the
+"""The same token stream for every arm: cells of a sweep that share a seed train on the
 same batches in the same order, whatever their scheme or attention — through the run's own path (validate,
 the corpus, harness.config.build's loaders, after the model has drawn its initial weights from the seeded
 global generator) — and another seed gives another stream. Examples are pure functions of (seed, index),

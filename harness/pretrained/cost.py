@@ -5,12 +5,10 @@ every window, passkey prompt and fine-tuning step the sweep runs.
 Memory (fp32, the dtype hf-eval loads in; attention through scaled_dot_product_attention, which hf-eval asks for),
 for one sequence of L tokens:
   evaluation  weights 4P + logits and their log-softmax 2·L·V·4 + one layer's q, k, v and output 4·h·L·d_h·4 (SDPA's
-              fused kernels keep no L × L matrix on a CPU or a GPU: at L = 8,192 and h = 4, 34 MiB above the
-              weights where eager attention took 2,336) + the layer's activations L·(4d + 3f)·4 — measured above
-              the weights: 545 MiB against 520 estimated (L = 2,048, V = 32,000), 283 against 290 (L = 4,096);
+              fused kernels keep no L × L matrix on a CPU or a GPU, where eager attention keeps h of them) + the
+              layer's activations L·(4d + 3f)·4;
   fine-tune   weights, gradients and AdamW's two moments 16P + what backward keeps, per layer L·(16d + 8f)·4,
-              + logits, their log-softmax and two gradients 4·L·V·4 — measured above the weights (one step, L·V
-              dominating): 1,287 MiB against 1,331 estimated (L = 2,048, V = 32,000), 852 against 818 (L = 4,096).
+              + logits, their log-softmax and two gradients 4·L·V·4.
 FLOPs of a forward over L tokens: 2·P'·L (P' the parameters a token multiplies: all but the input embedding) +
 4·layers·h·d_h·L² (QKᵀ and AV, every pair: no kernel skips the masked half on a CPU); a training step 3× that.
 

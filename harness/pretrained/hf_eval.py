@@ -19,7 +19,7 @@ model's trained context, at every factor: each adjacent pair of the ordering is 
 every comparison rejects in the claimed direction, contradicted when one rejects against it, else inconclusive.
 
 Before a weight is read, the model's config.json gives its parameters, the peak memory at the longest length (and of
-a fine-tuning step) and the sweep's FLOPs (harness/pretrained/budget.py); a peak above the memory available is
+a fine-tuning step) and the sweep's FLOPs (harness/pretrained/cost.py); a peak above the memory available is
 refused with the figure. The scaling is posbench's own (rotary.py ``apply_scaling``, equal to transformers' through
 its ``rope_parameters``). Nothing is fetched: the model is a local ``save_pretrained`` folder or posbench's
 ``export=hf``.
@@ -39,7 +39,7 @@ import torch
 
 from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser
-from harness.pretrained import budget, folder, report
+from harness.pretrained import cost, folder, report
 from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
 from positional.rope_scaling import METHODS
 
@@ -300,19 +300,19 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     """(the peak's parts in bytes, the sweep's FLOPs) from config.json alone."""
     longest = max(spec.lengths)
     tune = spec.finetune_length or longest
-    peak = budget.evaluation_bytes(config, longest)
+    peak = cost.evaluation_bytes(config, longest)
     if spec.finetune_steps:
-        peak = max(peak, budget.finetune_bytes(config, tune), key=lambda parts: sum(parts.values()))
+        peak = max(peak, cost.finetune_bytes(config, tune), key=lambda parts: sum(parts.values()))
     if spec.evaluator is not None:
-        peak = {**peak, "evaluator weights": 4.0 * budget.parameter_count(read_config(spec.evaluator))}
+        peak = {**peak, "evaluator weights": 4.0 * cost.parameter_count(read_config(spec.evaluator))}
     if spec.finetune_steps:
-        peak = {**peak, "pretrained weights kept": 4.0 * budget.parameter_count(config)}
+        peak = {**peak, "pretrained weights kept": 4.0 * cost.parameter_count(config)}
     per_cell = 0.0
     for n in spec.lengths:
         windows = window_count(spec.budget, n, spec.stride_at(n))
-        per_cell += windows * budget.forward_flops(config, n) + \
-            spec.passkey_trials * len(spec.depths) * budget.forward_flops(config, n)
-    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * budget.forward_flops(config, tune)
+        per_cell += windows * cost.forward_flops(config, n) + \
+            spec.passkey_trials * len(spec.depths) * cost.forward_flops(config, n)
+    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, tune)
     return peak, per_cell * len(spec.cells())
 
 
@@ -325,10 +325,10 @@ def _check_budget(spec: EvalSpec) -> None:
                           "Mistral, Qwen2 or GPT-NeoX; give such a model")
     peak, _ = costs(spec, config)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # where load() puts the model
-    have = spec.memory_gib * budget.GIB if spec.memory_gib else budget.available_bytes(device)
+    have = spec.memory_gib * cost.GIB if spec.memory_gib else cost.available_bytes(device)
     if sum(peak.values()) > have:
-        raise ConfigError(f"{spec.model.name} at L={max(spec.lengths)} needs ≈ {budget.describe(peak)} > "
-                          f"{have / budget.GIB:.1f} GiB available: shorter --lengths, a smaller model, or --memory "
+        raise ConfigError(f"{spec.model.name} at L={max(spec.lengths)} needs ≈ {cost.describe(peak)} > "
+                          f"{have / cost.GIB:.1f} GiB available: shorter --lengths, a smaller model, or --memory "
                           "if more is free")
 
 
@@ -338,8 +338,8 @@ def plan(spec: EvalSpec, starting: bool = False) -> str:
     config = read_config(spec.model)
     peak, flops = costs(spec, config)
     return (f"{'hf-eval' if starting else 'ok'}: {len(spec.cells())} cells (scaling × factor) at lengths "
-            f"{', '.join(map(str, spec.lengths))} on {spec.model}: {budget.parameter_count(config):,} parameters, "
-            f"peak ≈ {budget.describe(peak)}; ≈ {flops / 1e12:,.2f} TFLOP, {budget.hours(flops, spec.gflops)} at "
+            f"{', '.join(map(str, spec.lengths))} on {spec.model}: {cost.parameter_count(config):,} parameters, "
+            f"peak ≈ {cost.describe(peak)}; ≈ {flops / 1e12:,.2f} TFLOP, {cost.hours(flops, spec.gflops)} at "
             f"{spec.gflops:g} GFLOP/s (--gflops)" + ("; Ctrl-C stops it, its runs closed KILLED" if starting
                                                       else "; nothing loaded"))
 
@@ -357,7 +357,7 @@ def load(path: Path):
         raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
     transformers.utils.logging.disable_progress_bar()  # what goes wrong is one line, not the library's bars before it
     transformers.utils.logging.set_verbosity_error()
-    try:  # SDPA: no L × L matrix, the memory budget.py counts
+    try:  # SDPA: no L × L matrix, the memory cost.py counts
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True,
                                                      attn_implementation="sdpa").eval()
     except ValueError:  # a family without SDPA: its default (eager) attention, beyond the estimate
