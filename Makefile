@@ -36,6 +36,7 @@ test: install
 test-fast:  ## tests/unit only, for your own loop (no training end to end, no real command, no install step)
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder tests/unit
 
-lint: install  ## ruff (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), both configured in pyproject.toml and installed by `make install`
+lint: install  ## ruff's formatter and linter (rules E, F, I, B, UP; 120 columns) and mypy (the files in [tool.mypy]), configured in pyproject.toml; `ruff format .` fixes the first
+	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m mypy

@@ -17,7 +17,13 @@ from attention.softmax import Softmax
 
 __all__ = [
     # the interface (attention.base)
-    "AttentionVariant", "AttentionContext", "KernelizedAttention", "check_pairing",
+    "AttentionVariant",
+    "AttentionContext",
+    "KernelizedAttention",
+    "check_pairing",
     # the variants, one per conf/attn/<name>.yaml
-    "Softmax", "Local", "Linear", "Performer",
+    "Softmax",
+    "Local",
+    "Linear",
+    "Performer",
 ]

@@ -51,8 +51,10 @@ class Positioned:
         """The bias as the per-offset table a Toeplitz variant reads (``table``, ``t_k``, ``far``), or None."""
         bias = self.ctx.bias
         if bias is not None and not isinstance(bias, RelativeBias):
-            raise ConfigError(f"attn={variant} got a {bias.kind} logit bias that is no per-offset table; "
-                              "pair it with a scheme its refusal() allows")
+            raise ConfigError(
+                f"attn={variant} got a {bias.kind} logit bias that is no per-offset table; "
+                "pair it with a scheme its refusal() allows"
+            )
         return bias
 
 
@@ -66,19 +68,23 @@ class AttentionVariant(nn.Module):
     bias_refusals: ClassVar[dict[str, str]] = {}
     # Why q and k widened by the scheme's rotary (PositionalScheme.rotary_widens, PoPE's (B, H, T, 2D)) cannot be
     # applied; None for a variant whose forward takes q̃ᵀk̃ at whatever width it is handed, scaled by √(that width)
-    wide_rotary_refusal: ClassVar[str | None] = ("it does not declare that it takes queries and keys wider than "
-                                                 "the head dim (wide_rotary_refusal = None)")
+    wide_rotary_refusal: ClassVar[str | None] = (
+        "it does not declare that it takes queries and keys wider than the head dim (wide_rotary_refusal = None)"
+    )
     # Why attention across packed documents cannot be masked (model.document_mask=true); None: the forward folds
     # ``AttentionContext.document_ids`` into its mask (``additive_mask`` does)
-    document_mask_refusal: ClassVar[str | None] = ("it does not declare that it masks attention across documents "
-                                                   "(document_mask_refusal = None)")
+    document_mask_refusal: ClassVar[str | None] = (
+        "it does not declare that it masks attention across documents (document_mask_refusal = None)"
+    )
 
     def __init__(self, shape: Shape):
         super().__init__()
         self.shape = shape
         if shape.document_mask and self.document_mask_refusal:
-            raise IncompatiblePairing(f"incompatible pairing: model.document_mask=true with attn={self.config_name()}: "
-                                      f"{self.document_mask_refusal}; use attn=softmax or model.document_mask=false")
+            raise IncompatiblePairing(
+                f"incompatible pairing: model.document_mask=true with attn={self.config_name()}: "
+                f"{self.document_mask_refusal}; use attn=softmax or model.document_mask=false"
+            )
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         """q, k, v: (B, H, T, D) -> (B, H, T, D): the positions applied once, then the variant's kernel."""
@@ -96,11 +102,15 @@ class AttentionVariant(nn.Module):
         """The pairing checked at forward time too (a bias or rotary the variant cannot apply is an error, never
         dropped), the mask folded (``dense``) from the unrotated q, k, then q and k rotated."""
         if ctx.bias is not None and ctx.bias.kind not in self.accepts_bias:
-            raise ConfigError(f"attn={self.config_name()} got a {ctx.bias.kind} logit bias it cannot apply; "
-                              "pair it with a scheme its refusal() allows")
+            raise ConfigError(
+                f"attn={self.config_name()} got a {ctx.bias.kind} logit bias it cannot apply; "
+                "pair it with a scheme its refusal() allows"
+            )
         if ctx.rotary is not None and ctx.rotary.widens and self.wide_rotary_refusal:
-            raise ConfigError(f"attn={self.config_name()} got queries and keys widened by the positional scheme: "
-                              f"{self.wide_rotary_refusal}; pair it with a scheme its refusal() allows")
+            raise ConfigError(
+                f"attn={self.config_name()} got queries and keys widened by the positional scheme: "
+                f"{self.wide_rotary_refusal}; pair it with a scheme its refusal() allows"
+            )
         mask = additive_mask(ctx, q, k) if dense else None
         itself = ctx.rotary is not None and self.rotates_itself()
         if ctx.rotary is not None and not itself:
@@ -130,8 +140,10 @@ class AttentionVariant(nn.Module):
 
     def weights(self, p: Positioned) -> Tensor:
         """``implied_weights`` from the positioned q, k (``p.mask`` folded whatever ``dense_mask`` says)."""
-        raise NotImplementedError(f"attn={self.config_name()} does not implement weights(p) (implied_weights), so "
-                                  "its attention cannot be drawn; implement it, or set diagnostics=false")
+        raise NotImplementedError(
+            f"attn={self.config_name()} does not implement weights(p) (implied_weights), so "
+            "its attention cannot be drawn; implement it, or set diagnostics=false"
+        )
 
     @classmethod
     def implies_weights(cls) -> bool:
@@ -149,8 +161,10 @@ class AttentionVariant(nn.Module):
                 f"(pos={scheme.config_name()}){f': {why}' if why else ''}; choose another attn or pos"
             )
         if scheme.rotary_widens and cls.wide_rotary_refusal:
-            return (f"attn={cls.config_name()} cannot apply queries and keys widened by pos={scheme.config_name()}: "
-                    f"{cls.wide_rotary_refusal}; choose another attn or pos")
+            return (
+                f"attn={cls.config_name()} cannot apply queries and keys widened by pos={scheme.config_name()}: "
+                f"{cls.wide_rotary_refusal}; choose another attn or pos"
+            )
         return None
 
     @classmethod

@@ -65,7 +65,7 @@ def circulant_kernel(coeffs: Tensor, t_k: int) -> Tensor:
     coeffs: (H, Tq + Tk − 1) -> (H, L)."""
     n_off = coeffs.shape[-1]
     gap = coeffs.new_zeros(coeffs.shape[0], _fft_size(n_off) - n_off)
-    return torch.cat([coeffs[:, t_k - 1:], gap, coeffs[:, :t_k - 1]], -1)  # offsets 0 … Tq−1, pad, −(Tk−1) … −1
+    return torch.cat([coeffs[:, t_k - 1 :], gap, coeffs[:, : t_k - 1]], -1)  # offsets 0 … Tq−1, pad, −(Tk−1) … −1
 
 
 def fft_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -172,8 +172,9 @@ def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) 
     return out.view(B, H, n * chunk, -1)[:, :, :T]
 
 
-def band_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField, causal: bool,
-                  layout: BandLayout) -> Tensor:
+def band_contract(
+    q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField, causal: bool, layout: BandLayout
+) -> Tensor:
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j, exactly, for coefficients geometric beyond the far field's distance d:
     c_o = c_{±d} · r±^{|o| − d}, r = exp(−slope) (Luo et al. 2021, Eq. 8, with the Toeplitz matrix split).
 
@@ -191,8 +192,9 @@ def band_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField
         qc, kc, vc = (t.view(B, H, n, C, t.shape[-1]) for t in (q, k, v))  # (B, H, N, C, ·)
         out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 + far.distance], far.slope[0], layout, far.distance)
         if not causal:  # the future side is the past side of the reversed order: flip the chunk maths
-            out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], layout, far.distance,
-                                  future=True)
+            out = out + _far_keys(
+                qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], layout, far.distance, future=True
+            )
     return out.view(B, H, n * C, -1)[:, :, :T]
 
 
@@ -218,7 +220,7 @@ def _overlap_add(d_windows: Tensor, C: int) -> Tensor:
     n, W, width = d_windows.shape
     out = d_windows.new_zeros(n + W // C - 1, C, width)
     for s in range(W // C):  # window n's block s is rows (n + s)C … (n + s + 1)C − 1
-        out[s:s + n] += d_windows[:, s * C:(s + 1) * C]
+        out[s : s + n] += d_windows[:, s * C : (s + 1) * C]
     return out.view(-1, width)
 
 
@@ -264,8 +266,9 @@ class _NearBand(torch.autograd.Function):
         return d_q, d_k, d_v, d_c, None
 
 
-def _far_keys(qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, layout: BandLayout, d: int,
-              future: bool = False) -> Tensor:
+def _far_keys(
+    qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, layout: BandLayout, d: int, future: bool = False
+) -> Tensor:
     """Σ over keys K + 1 or more chunks back (ahead, ``future``) of c_d·r^{|i − j| − d} (q_iᵀ k_j) v_j.
 
     Past: query i = nC + a, key j = mC + b, m ≤ n − K − 1: |i − j| − d = (n − m − K − 1)C + a + (C − b) + (KC − d),
@@ -340,7 +343,7 @@ class _ToeplitzContract(torch.autograd.Function):
         d_spec = spectrum.new_zeros(spectrum.shape[0], spectrum.shape[-1]) if ctx.needs_input_grad[3] else None
         for m, y, x_f in _blocks(k_t, v_t, spectrum, size, keep_spectrum=d_spec is not None):
             dq_t[:, :, m] = torch.einsum("bhmet,bhet->bhmt", y, g_t)  # Σ_e g_e ∘ y_me
-            gy = padded[:, :, :m.stop - m.start]
+            gy = padded[:, :, : m.stop - m.start]
             torch.mul(q_t[:, :, m, None, :], g_t[:, :, None], out=gy[..., :t_q])  # (B, H, b, E, Tq) q_m ∘ g_e
             gy_f = torch.fft.rfft(gy)  # (B, H, b, E, L/2 + 1)
             if d_spec is not None:
@@ -360,7 +363,7 @@ def _blocks(k_t: Tensor, v_t: Tensor, spectrum: Tensor, size: int, keep_spectrum
     padded = _zero_padded(k_t, (B, H, min(block, M), E), size)  # tail stays 0: no pad per FFT call
     for m0 in range(0, M, block):
         m = slice(m0, min(M, m0 + block))
-        x = padded[:, :, :m.stop - m0]
+        x = padded[:, :, : m.stop - m0]
         torch.mul(k_t[:, :, m, None, :], v_t[:, :, None], out=x[..., :T])  # (B, H, b, E, T) k_m ∘ v_e
         x_f = torch.fft.rfft(x)  # (B, H, b, E, L/2 + 1)
         y = torch.fft.irfft(x_f * spectrum[:, None] if keep_spectrum else x_f.mul_(spectrum[:, None]), n=size)
@@ -388,8 +391,14 @@ class Features:
     k_num: Tensor
 
 
-def kernelized_attention(f: Features, v: Tensor, causal: bool, coeffs: Tensor | None = None,
-                         toeplitz: ToeplitzPath = "auto", far: FarField | None = None) -> Tensor:
+def kernelized_attention(
+    f: Features,
+    v: Tensor,
+    causal: bool,
+    coeffs: Tensor | None = None,
+    toeplitz: ToeplitzPath = "auto",
+    far: FarField | None = None,
+) -> Tensor:
     """out_i = Σ_j c_ij q_num_iᵀ k_num_j v_j / Σ_j c_ij q_iᵀ k_j. v: (B, H, T, D) -> (B, H, T, D).
 
     A query with no weight (den = 0: every key it may see is padded) gets 0, as softmax gives for an
@@ -450,15 +459,21 @@ def _num_den(f: Features, v: Tensor, contract) -> tuple[Tensor, Tensor]:
 class KernelizedAttention(AttentionVariant):
     """Base for variants defined by a feature map φ; subclasses implement ``feature_map``."""
 
-    document_mask_refusal = ("it sums φ(k)vᵀ over keys without forming the T × T matrix, and no attention "
-                             "across documents would need those sums restarted at each document (not written)")
+    document_mask_refusal = (
+        "it sums φ(k)vᵀ over keys without forming the T × T matrix, and no attention "
+        "across documents would need those sums restarted at each document (not written)"
+    )
     accepts_bias = frozenset({"relative"})
-    bias_refusals = {"content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to",
-                     "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) has no "
-                                   "Toeplitz form, which is how kernelized attention applies a bias"}
-    wide_rotary_refusal = ("kernelized attention never forms q̃ᵀk̃: its feature map takes head-dim queries and "
-                           "keys (FAVOR+'s projection is M × D), and rotating φ's features (rope_mode=numerator) "
-                           "is not the scheme's map")
+    bias_refusals = {
+        "content": "kernelized attention never forms the logit q_iᵀk_j a content bias adds to",
+        "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) has no "
+        "Toeplitz form, which is how kernelized attention applies a bias",
+    }
+    wide_rotary_refusal = (
+        "kernelized attention never forms q̃ᵀk̃: its feature map takes head-dim queries and "
+        "keys (FAVOR+'s projection is M × D), and rotating φ's features (rope_mode=numerator) "
+        "is not the scheme's map"
+    )
 
     def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
         super().__init__(shape)
@@ -516,8 +531,10 @@ class KernelizedAttention(AttentionVariant):
         if p.rotary is not None:
             at_width = getattr(p.rotary, "at_width", None)
             if at_width is None:
-                raise ConfigError(f"rope_mode=numerator needs a rotation that can act on {phi_q.shape[-1]}-wide "
-                                  "features (at_width); use rope_mode=pre_feature with this positional scheme")
+                raise ConfigError(
+                    f"rope_mode=numerator needs a rotation that can act on {phi_q.shape[-1]}-wide "
+                    "features (at_width); use rope_mode=pre_feature with this positional scheme"
+                )
             rotation = at_width(phi_q.shape[-1])
             f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
         return f

@@ -37,8 +37,16 @@ def band_limits(window: int, causal: bool) -> tuple[int, int]:
     return (window - 1, 0) if causal else (window // 2, window // 2)
 
 
-def banded_attention(q: Tensor, k: Tensor, v: Tensor, left: int, right: int, block: int,
-                     table: Tensor | None = None, key_keep: Tensor | None = None) -> Tensor:
+def banded_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    left: int,
+    right: int,
+    block: int,
+    table: Tensor | None = None,
+    key_keep: Tensor | None = None,
+) -> Tensor:
     """softmax over the band −right ≤ i − j ≤ left, blockwise.
 
     q, k: (B, H, T, D); v: (B, H, T, Dv). table: (H, 2T − 1) relative bias, column o ↔ i − j = o − (T − 1).
@@ -81,18 +89,21 @@ class Local(AttentionVariant):
     accepts_bias = frozenset({"relative"})
     document_mask_refusal = "its blocks of C queries take the causal and padding masks, not one across documents"
     wide_rotary_refusal = None  # the band's q̃ kᵀ/√(width of q) at any width; v keeps the head dim
-    bias_refusals = {"content": "a content bias is only offered as dense T×T logits, which the "
-                                "O(T·w) band never forms",
-                     "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) is only "
-                                   "offered as dense T×T logits, which the O(T·w) band never forms"}
+    bias_refusals = {
+        "content": "a content bias is only offered as dense T×T logits, which the O(T·w) band never forms",
+        "positional": "a bias that depends on more than i − j (FIRE, or pos.randomize=true) is only "
+        "offered as dense T×T logits, which the O(T·w) band never forms",
+    }
 
     @ranged
     def __init__(self, shape: Shape, window: PositiveInt = 32):
         super().__init__(shape)
         if window > shape.max_len:
-            raise IncompatiblePairing(f"window={window} exceeds the longest sequence ({shape.max_len} tokens: "
-                                      "max_len, i.e. data.seq_len or a task's longest example), so nothing is "
-                                      "local; lower window or use attn=softmax")
+            raise IncompatiblePairing(
+                f"window={window} exceeds the longest sequence ({shape.max_len} tokens: "
+                "max_len, i.e. data.seq_len or a task's longest example), so nothing is "
+                "local; lower window or use attn=softmax"
+            )
         self.window = window
         self.block = max(window, 16)  # query block C ≈ w: K = C + band ≤ 2w + 16 keys per query
 
@@ -103,8 +114,9 @@ class Local(AttentionVariant):
         bias = p.relative(self.config_name())  # kind "relative" only (accepts_bias)
         left, right = band_limits(self.window, p.ctx.causal)
         table = bias.table if bias is not None else None
-        return banded_attention(p.q, p.k, v, left, right, min(self.block, p.q.shape[-2]), table,
-                                p.ctx.key_padding_mask)  # (B, H, T, D)
+        return banded_attention(
+            p.q, p.k, v, left, right, min(self.block, p.q.shape[-2]), table, p.ctx.key_padding_mask
+        )  # (B, H, T, D)
 
     def weights(self, p: Positioned) -> Tensor:
         """The band's softmax written densely (Longformer §3.1): softmax(q kᵀ/√D + b) over −right ≤ i − j ≤ left,

@@ -100,15 +100,20 @@ def redraw_seed(base: int, n: int) -> int:
 class Performer(KernelizedAttention):
     base_seed: Tensor  # () the seed of every redraw, a buffer (kept in checkpoints)
     projection: Tensor  # (M, D) the projection in use, a buffer
+
     @ranged
-    def __init__(self, shape: Shape, nb_features: PositiveInt | None = None, redraw_interval: PositiveInt | None = 1000,
-                 rope_mode: RopeMode = "pre_feature"):
+    def __init__(
+        self,
+        shape: Shape,
+        nb_features: PositiveInt | None = None,
+        redraw_interval: PositiveInt | None = 1000,
+        rope_mode: RopeMode = "pre_feature",
+    ):
         """``nb_features``: null for D·ln D; ``redraw_interval``: null never redraws."""
         super().__init__(shape, rope_mode)
         m = default_nb_features(shape.head_dim) if nb_features is None else nb_features
         if rope_mode == "numerator" and m % 2:
-            raise ConfigError(f"nb_features={m} is odd but rope_mode=numerator rotates feature "
-                              "pairs; make it even")
+            raise ConfigError(f"nb_features={m} is odd but rope_mode=numerator rotates feature pairs; make it even")
         self.nb_features, self.redraw_interval = m, redraw_interval
         self.register_buffer("base_seed", torch.randint(1 << 62, ()))  # from the seeded global RNG, where built
         self.redraws: int | None = None  # n of the projection in use, known on the host once a step has set it

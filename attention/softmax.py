@@ -54,11 +54,18 @@ def masked_softmax(logits: Tensor) -> Tensor:
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
     # eager only: under torch.compile (model.compile=true) the graph differentiates SDPA itself, and the hand
     # backward's branch on the mask's values would break it
-    if mask is not None and mask.requires_grad and p == 0.0 and torch.is_grad_enabled() and q.device.type == "cpu" \
-            and not torch.compiler.is_compiling():
+    if (
+        mask is not None
+        and mask.requires_grad
+        and p == 0.0
+        and torch.is_grad_enabled()
+        and q.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+    ):
         return _LearnedMaskAttention.apply(q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                          is_causal=causal and mask is None)  # (B, H, Tq, D)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal and mask is None
+    )  # (B, H, Tq, D)
 
 
 SLICE_LOGITS = 1 << 20  # logits per slice in _LearnedMaskAttention's backward (4 MB in fp32: stays in cache)
@@ -151,15 +158,17 @@ def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cau
     import xformers.ops as xops
 
     if not q.is_cuda:
-        raise ConfigError("backend=xformers needs CUDA tensors (xformers has no CPU kernels); "
-                          "use backend=sdpa or train on a GPU")
+        raise ConfigError(
+            "backend=xformers needs CUDA tensors (xformers has no CPU kernels); use backend=sdpa or train on a GPU"
+        )
     bias = xops.LowerTriangularMask() if causal and mask is None else None
     if mask is not None:  # a dense bias: xformers wants it materialised with a 16-aligned last dim
         B, H, t_q, t_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
         bias = q.new_empty(B, H, t_q, -(-t_k // 16) * 16)[..., :t_k]  # (B, H, Tq, Tk), aligned rows
         bias.copy_(mask.expand(B, H, t_q, t_k))
-    out = xops.memory_efficient_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                          attn_bias=bias, p=p)  # (B, Tq, H, D)
+    out = xops.memory_efficient_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias, p=p
+    )  # (B, Tq, H, D)
     return out.transpose(1, 2)  # (B, H, Tq, D)
 
 
@@ -203,9 +212,11 @@ def require_xformers() -> None:
     """Refuse attn.backend=xformers at construction, in one line, when it cannot run here."""
     problem = xformers_problem()
     if problem:
-        raise ConfigError(f"backend=xformers cannot run here: {problem} [{installed_versions()}]; install "
-                          "an xformers build for this torch and CUDA (python -m xformers.info shows what one was "
-                          "built for) or use backend=sdpa")
+        raise ConfigError(
+            f"backend=xformers cannot run here: {problem} [{installed_versions()}]; install "
+            "an xformers build for this torch and CUDA (python -m xformers.info shows what one was "
+            "built for) or use backend=sdpa"
+        )
 
 
 def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None], repeats: int = 3) -> str:
@@ -233,12 +244,14 @@ def _timed(fn: Callable[[], None]) -> float:
 
 def _trial(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Callable[[Backend], None]:
     """One forward + backward of a backend on detached copies of the layer's input."""
+
     def run(backend: Backend) -> None:
         with torch.enable_grad():
             q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
             backend(q2, k2, v2, None if mask is None else mask.detach(), causal, 0.0).sum().backward()
         if q.is_cuda:
             torch.cuda.synchronize()  # the trial's kernels are done before its time is read
+
     return run
 
 

@@ -51,8 +51,10 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
         overrides = [a for i, a in enumerate(args) if i not in valued and not a.startswith("-")]
         flags = [a for a in args if a.startswith("-") and a.split("=")[0] not in (*CONFIG_DIR_FLAGS, *MULTIRUN_FLAGS)]
         if checking and flags != [CHECK_FLAG]:
-            raise ConfigError(f"{next(f for f in flags if f != CHECK_FLAG)} is not a flag of --check (it takes "
-                              f"overrides, -m, --config-dir DIR and {GPU_MEMORY_FLAG} SIZE); drop it")
+            raise ConfigError(
+                f"{next(f for f in flags if f != CHECK_FLAG)} is not a flag of --check (it takes "
+                f"overrides, -m, --config-dir DIR and {GPU_MEMORY_FLAG} SIZE); drop it"
+            )
     except ConfigError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -80,8 +82,10 @@ def _single_run(args: list[str], overrides: list[str]) -> int:
         if flag in ("--cfg", "-c"):
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             if value not in ("job", "hydra", "all"):
-                raise ConfigError(f"{flag} {value}: {flag} prints the config, and takes job, hydra or all (e.g. "
-                                  f"python run.py --cfg job)")
+                raise ConfigError(
+                    f"{flag} {value}: {flag} prints the config, and takes job, hydra or all (e.g. "
+                    f"python run.py --cfg job)"
+                )
     check_single(overrides)
     return 0
 
@@ -94,12 +98,14 @@ def _gpu_memory(args: list[str], checking: bool) -> tuple[str | None, list[str]]
     flag, eq, value = args[at].partition("=")
     value = value if eq else (args[at + 1] if at + 1 < len(args) else "")
     if not checking:
-        raise ConfigError(f"{GPU_MEMORY_FLAG} sizes the GPU that --check checks a run for; add --check "
-                          f"(python run.py --check {GPU_MEMORY_FLAG} {value or '80GB'} ...)")
+        raise ConfigError(
+            f"{GPU_MEMORY_FLAG} sizes the GPU that --check checks a run for; add --check "
+            f"(python run.py --check {GPU_MEMORY_FLAG} {value or '80GB'} ...)"
+        )
     if not value or value.startswith("-"):
         raise ConfigError(f"{GPU_MEMORY_FLAG} needs a size; give one, e.g. {GPU_MEMORY_FLAG} 80GB")
     NamedGpu.parse(value)
-    return value, args[:at] + args[at + (1 if eq else 2):]
+    return value, args[:at] + args[at + (1 if eq else 2) :]
 
 
 def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_memory: str | None) -> int:
@@ -132,12 +138,17 @@ def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_mem
 def ok_line(checked: Checked, cell: str, gpu: NamedGpu) -> str:
     spec, c = checked.spec, checked.spec.choices
     times = f" × {spec.trainer.accumulate_grad_batches} accumulated" if spec.trainer.accumulate_grad_batches > 1 else ""
-    fits = (f" · GPU of {gpu.named} ({gib(gpu.memory)}): {checked.gpu.what} needs about {checked.gpu.summary()}, fits"
-            if checked.gpu else "")
-    return (f"ok: {cell + ': ' if cell else ''}pos={c.pos} attn={c.attn} task={c.task} data={c.data} · "
-            f"{checked.n_params:,} parameters · {spec.trainer.max_steps} steps of {spec.data.batch_size}×"
-            f"{checked.task.sequence_tokens(spec.data.seq_len)} tokens{times}{checked.budget.line()} · store "
-            f"{checked.uri}{fits}")
+    fits = (
+        f" · GPU of {gpu.named} ({gib(gpu.memory)}): {checked.gpu.what} needs about {checked.gpu.summary()}, fits"
+        if checked.gpu
+        else ""
+    )
+    return (
+        f"ok: {cell + ': ' if cell else ''}pos={c.pos} attn={c.attn} task={c.task} data={c.data} · "
+        f"{checked.n_params:,} parameters · {spec.trainer.max_steps} steps of {spec.data.batch_size}×"
+        f"{checked.task.sequence_tokens(spec.data.seq_len)} tokens{times}{checked.budget.line()} · store "
+        f"{checked.uri}{fits}"
+    )
 
 
 def preflight(overrides: list[str], dirs: list[str]) -> int:
@@ -194,9 +205,11 @@ def run_app(app: Callable[[], object], args: list[str]) -> int:
             raise
         at = STOPPED_AT.get("step")
         saved_at = f"its checkpoint holds step {at}" if at else "it goes on from its last checkpoint"
-        print(f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the run is closed KILLED and {saved_at}; "
-              "resume with the same command plus resume=true (a sweep: run it again, finished cells are kept)",
-              file=sys.stderr)
+        print(
+            f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the run is closed KILLED and {saved_at}; "
+            "resume with the same command plus resume=true (a sweep: run it again, finished cells are kept)",
+            file=sys.stderr,
+        )
         return code
     except Exception as e:
         message = None if user_wants_traces else user_error(e, args)

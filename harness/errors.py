@@ -47,13 +47,20 @@ class StoreDamaged(RuntimeError):
 
 
 # Why a write failed, when the machine and not the code is the cause
-_WRITE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "a file-size limit (ulimit -f) was hit",
-                 errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
-                 errno.EIO: "an I/O error"}
+_WRITE_ERRNOS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EFBIG: "a file-size limit (ulimit -f) was hit",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EIO: "an I/O error",
+}
 # sqlite's result codes for a write the machine refused (the names Python's sqlite3 errors carry, extended codes
 # such as SQLITE_IOERR_WRITE included), in sqlite's own words
-_SQLITE_WRITES = {"SQLITE_IOERR": "disk I/O error", "SQLITE_FULL": "database or disk is full",
-                  "SQLITE_READONLY": "attempt to write a readonly database"}
+_SQLITE_WRITES = {
+    "SQLITE_IOERR": "disk I/O error",
+    "SQLITE_FULL": "database or disk is full",
+    "SQLITE_READONLY": "attempt to write a readonly database",
+}
 
 
 def write_failure(exc: BaseException) -> str | None:
@@ -93,8 +100,10 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 def damaged_store_line(store: str, why: str) -> str:
     """The one line for a store damaged while a run wrote to it (mid-run, or found when the run closed)."""
-    return (f"error: the tracking store {store} was damaged while the run wrote to it ({why}); its records may be "
-            "lost: move it aside (or restore a copy) and run the same command again with a new logger.tracking_uri")
+    return (
+        f"error: the tracking store {store} was damaged while the run wrote to it ({why}); its records may be "
+        "lost: move it aside (or restore a copy) and run the same command again with a new logger.tracking_uri"
+    )
 
 
 def said_write_failure(exc: BaseException, then: str) -> bool:
@@ -135,11 +144,14 @@ def users_code_failed(exc: BaseException) -> str | None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     self = tb.tb_frame.f_locals.get("self") if tb is not None else None  # the user's class, if a method raised
-    name = f"{type(self).__module__}.{type(self).__qualname__}.{frames[-1].name}" if self is not None else \
-        frames[-1].name
-    return (f"error: your code raised {type(inner).__name__}: {inner} ({name}, {frames[-1].filename}, line "
-            f"{frames[-1].lineno}); its frames (posbench's and its libraries' left out; HYDRA_FULL_ERROR=1 shows "
-            f"them all):\n{shown}")
+    name = (
+        f"{type(self).__module__}.{type(self).__qualname__}.{frames[-1].name}" if self is not None else frames[-1].name
+    )
+    return (
+        f"error: your code raised {type(inner).__name__}: {inner} ({name}, {frames[-1].filename}, line "
+        f"{frames[-1].lineno}); its frames (posbench's and its libraries' left out; HYDRA_FULL_ERROR=1 shows "
+        f"them all):\n{shown}"
+    )
 
 
 def _users_file(filename: str) -> bool:
@@ -152,6 +164,9 @@ def _users_file(filename: str) -> bool:
         return False
     path = Path(filename).resolve()
     ours = [ROOT / d for d in ("harness", "positional", "attention", "results", "run.py", "hydra_plugins")]
-    libraries = {Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                 if (p := sysconfig.get_paths().get(key))}
+    libraries = {
+        Path(p).resolve()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
     return not any(path.is_relative_to(d) for d in [*ours, *libraries])

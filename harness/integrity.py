@@ -75,6 +75,7 @@ def check_digest(path: Path, recorded: str, where: str, fix: str) -> None:
 
 # ---------------------------------------------------------------- a JSON record, sealed by its own key
 
+
 def digest(record: dict, key: str = SEAL) -> str:
     return sha256(canonical({k: v for k, v in record.items() if k != key}))
 
@@ -234,8 +235,10 @@ def check_report(folder: Path, fix: str, needs: Iterable[str] = ()) -> bool:
     for number, line in enumerate(lines, 1):
         hexdigest, sep, name = line.partition("  ")
         if not sep or len(hexdigest) != 64 or any(c not in "0123456789abcdef" for c in hexdigest) or "/" in name:
-            raise ConfigError(f"{sums} is damaged (line {number} is not a sha256sum line: 64 hex digits, two spaces, "
-                              f"a file name); {fix}")
+            raise ConfigError(
+                f"{sums} is damaged (line {number} is not a sha256sum line: 64 hex digits, two spaces, "
+                f"a file name); {fix}"
+            )
         listed[name] = hexdigest
     for name in needs:
         if name not in listed:
@@ -286,9 +289,15 @@ def seal(client: Any, run_id: str) -> None:
 
 def _digests(run, histories: dict[str, list]) -> dict:
     tags = {k: v for k, v in run.data.tags.items() if k not in UNSEALED}
-    return {"v": 1, "status": run.info.status, "params": _digest(run.data.params), "tags": sorted(tags),
-            "tag_values": _digest(tags), "latest": _digest(_floats(run.data.metrics)),
-            "history": {key: _history(points) for key, points in sorted(histories.items())}}
+    return {
+        "v": 1,
+        "status": run.info.status,
+        "params": _digest(run.data.params),
+        "tags": sorted(tags),
+        "tag_values": _digest(tags),
+        "latest": _digest(_floats(run.data.metrics)),
+        "history": {key: _history(points) for key, points in sorted(histories.items())},
+    }
 
 
 def _digest(value) -> str:
@@ -324,7 +333,6 @@ def _seal_of(run) -> dict | None:
         raise _damaged(run, "its seal is unreadable") from None
 
 
-
 def check_run(run) -> None:
     """``run``'s status, params, tags and latest metrics against its seal."""
     body = _seal_of(run)
@@ -333,11 +341,15 @@ def check_run(run) -> None:
     tags = run.data.tags
     missing = [k for k in body["tags"] if k not in tags]
     changed = ([f"tag {missing[0]!r} is gone"] if missing else []) + [
-        what for what, ok in (
+        what
+        for what, ok in (
             ("its status", run.info.status == body["status"]),
             ("a param", _digest(run.data.params) == body["params"]),
             ("a tag", missing or _digest({k: tags[k] for k in body["tags"]}) == body["tag_values"]),
-            ("a metric's latest value", _digest(_floats(run.data.metrics)) == body["latest"])) if not ok]
+            ("a metric's latest value", _digest(_floats(run.data.metrics)) == body["latest"]),
+        )
+        if not ok
+    ]
     if changed:
         raise _damaged(run, f"{changed[0]} differs from its seal")
 
@@ -359,8 +371,9 @@ def check_history(run, key: str, points: list, histories=None) -> dict[str, str]
     if isinstance(sealed, str) and histories is not None:
         each = {k: _history(p) for k, p in sorted(histories().items())}
         sealed = each if _digest(each) == sealed else {}
-    if isinstance(sealed, str) or not (key not in run.data.metrics and key not in sealed
-                                       or sealed.get(key) == _history(points)):
+    if isinstance(sealed, str) or not (
+        key not in run.data.metrics and key not in sealed or sealed.get(key) == _history(points)
+    ):
         raise _damaged(run, f"metric {key!r}'s history differs from its seal")
     return sealed
 
@@ -370,7 +383,9 @@ def _damaged(run, what: str) -> RecordDamaged:
     return RecordDamaged(
         f"run {run.info.run_id}{f' ({name})' if name else ''} in the tracking store is damaged: {what}, written "
         "when the run closed (a changed byte, or an edit outside posbench); restore the store from a copy, or delete "
-        "that run in the dashboard and run its command again", run.info.run_id)
+        "that run in the dashboard and run its command again",
+        run.info.run_id,
+    )
 
 
 class SealedClient:
@@ -402,7 +417,8 @@ class SealedClient:
         known = self._intact.get((run_id, run.data.tags.get(SEAL_TAG, "")))
         if known is not None and known.get(key) == _history(points):
             return points
-        intact = check_history(run, key, points,
-                               lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics})
+        intact = check_history(
+            run, key, points, lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics}
+        )
         self._intact[run_id, run.data.tags.get(SEAL_TAG, "")] = intact
         return points

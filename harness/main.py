@@ -77,8 +77,11 @@ def job(cfg: DictConfig) -> float | None:
 
             print(damaged_store_line(resolve_tracking_uri(spec.logger.tracking_uri), damaged), file=sys.stderr)
             sys.exit(1)
-        if not said_write_failure(e, "free space (or raise the limit) and run the same command plus resume=true: "
-                                     "the run is closed FAILED where the store could still be written"):
+        if not said_write_failure(
+            e,
+            "free space (or raise the limit) and run the same command plus resume=true: "
+            "the run is closed FAILED where the store could still be written",
+        ):
             raise
         sys.exit(1)
     rank_zero_print(format_summary(summary))  # DDP: every rank gets here; rank 0 speaks
@@ -104,8 +107,11 @@ def main() -> int:
         return COMMANDS[command](sys.argv[2:])
     if command and command.isidentifier():  # a bare word is no override (those are key=value, +key=, ~key)
         near = difflib.get_close_matches(command, COMMANDS, n=1)
-        print(f"error: {command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
-              f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)", file=sys.stderr)
+        print(
+            f"error: {command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
+            f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)",
+            file=sys.stderr,
+        )
         return 2
     return _run(sys.argv[1:])
 
@@ -117,9 +123,11 @@ def _run(rest: list[str]) -> int:
 def _flagged(flag: str) -> Callable[[list[str]], int]:
     """``check`` is ``--check``; ``list`` and ``matrix`` are ``--list`` and ``--matrix`` (``--md``: a markdown
     table)."""
+
     def run(rest: list[str]) -> int:
         md = flag != cli.CHECK_FLAG and "--md" in rest
         return _run([f"{flag}=md" if md else flag, *(a for a in rest if not (md and a == "--md"))])
+
     return run
 
 
@@ -128,6 +136,7 @@ def _results(command: str) -> Callable[[list[str]], int]:
         from results.__main__ import main as results_main
 
         return results_main([command, *rest])
+
     return run
 
 
@@ -147,8 +156,9 @@ def _bench(rest: list[str]) -> int:
     return bench_main(args)
 
 
-def prepare_shards(out: str | Path, overrides: list[str], shard_tokens: int | None = None,
-                   block_bytes: int | None = None) -> dict:
+def prepare_shards(
+    out: str | Path, overrides: list[str], shard_tokens: int | None = None, block_bytes: int | None = None
+) -> dict:
     """The shards of the data source and tokenizer ``overrides`` pick, loaded and checked as for a run
     (harness/config/load.py), written by harness/data/prepare.py; the manifest."""
     from harness.config.load import load
@@ -158,8 +168,13 @@ def prepare_shards(out: str | Path, overrides: list[str], shard_tokens: int | No
     if shard_tokens <= 0:  # before the overrides are loaded: the option's own mistake first
         raise ConfigError(f"--shard-tokens={shard_tokens} must be a positive number of token ids")
     spec = load(overrides)
-    return prepare.prepare(out, spec.source.build(), spec.tokenizer.build(), shard_tokens,
-                           prepare.BLOCK_BYTES if block_bytes is None else block_bytes)
+    return prepare.prepare(
+        out,
+        spec.source.build(),
+        spec.tokenizer.build(),
+        shard_tokens,
+        prepare.BLOCK_BYTES if block_bytes is None else block_bytes,
+    )
 
 
 def _prepare(rest: list[str]) -> int:
@@ -193,14 +208,17 @@ def _prepare(rest: list[str]) -> int:
         if message is not None:
             print(f"error: {message}", file=sys.stderr)
             return 2
-        if not said_write_failure(e, f"nothing was left in {args.out}: free space (or raise the limit) and run "
-                                     "prepare again"):
+        if not said_write_failure(
+            e, f"nothing was left in {args.out}: free space (or raise the limit) and run prepare again"
+        ):
             raise
         return 1
     splits = manifest["splits"]
-    print(f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "
-          f"({manifest['dtype']}, tokenizer={manifest['tokenizer']['config']}), from {manifest['corpus']['bytes']:,} "
-          f"bytes of {manifest['corpus']['name']}")
+    print(
+        f"{args.out}: {splits['train']['tokens']:,} train + {splits['val']['tokens']:,} val tokens "
+        f"({manifest['dtype']}, tokenizer={manifest['tokenizer']['config']}), from {manifest['corpus']['bytes']:,} "
+        f"bytes of {manifest['corpus']['name']}"
+    )
     return 0
 
 
@@ -228,10 +246,18 @@ def _hf_eval(rest: list[str]) -> int:
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "run": _run, "check": _flagged(cli.CHECK_FLAG), "list": _flagged(cli.LIST_FLAG),
+    "run": _run,
+    "check": _flagged(cli.CHECK_FLAG),
+    "list": _flagged(cli.LIST_FLAG),
     "matrix": _flagged(cli.MATRIX_FLAG),
-    "report": _results("report"), "paper": _results("paper"), "tune": _results("tune"), "index": _results("index"),
-    "bench": _bench, "prepare": _prepare, "hf-rope": _hf_rope, "hf-eval": _hf_eval,
+    "report": _results("report"),
+    "paper": _results("paper"),
+    "tune": _results("tune"),
+    "index": _results("index"),
+    "bench": _bench,
+    "prepare": _prepare,
+    "hf-rope": _hf_rope,
+    "hf-eval": _hf_eval,
 }
 
 

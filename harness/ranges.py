@@ -43,8 +43,12 @@ class Range:
         return self.said or f"must {self.verb} {self.words}"
 
     def holds(self, value: float) -> bool:
-        return math.isfinite(value) and ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
-                and (self.lt is None or value < self.lt) and (self.le is None or value <= self.le))
+        return math.isfinite(value) and (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.lt is None or value < self.lt)
+            and (self.le is None or value <= self.le)
+        )
 
 
 Positive = Annotated[float, Range("a positive number", gt=0)]
@@ -56,8 +60,9 @@ SignificanceLevel = Annotated[float, Range("a level in (0, 1)", gt=0, lt=1)]
 FLOAT32_MAX = 3.4028234663852886e38
 # a value a scheme writes into a float32 parameter (an initial bias, a learned scale): beyond float32, torch
 # stops at the real construction with an overflow, which the checks' meta build does not meet
-_FLOAT32 = Range("within float32's range, |x| ≤ 3.4e38 (it starts a float32 parameter)", ge=-FLOAT32_MAX,
-                 le=FLOAT32_MAX)
+_FLOAT32 = Range(
+    "within float32's range, |x| ≤ 3.4e38 (it starts a float32 parameter)", ge=-FLOAT32_MAX, le=FLOAT32_MAX
+)
 Float32 = Annotated[float, _FLOAT32]
 PositiveFloat32 = Annotated[Positive, _FLOAT32]  # a positive number first, then float32's range
 Fraction = Annotated[float, Range("a number in (0, 1]", gt=0, le=1)]
@@ -114,6 +119,7 @@ def ranged(init):
 
 # ---------------------------------------------------------------- one value against one annotation
 
+
 def check_value(key: str, value: Any, annotation: Any) -> None:
     """Raise a one-line ConfigError if ``value`` (a plain YAML value) does not fit ``annotation``; a list's items
     that do not are named (``eval.lengths=[128, -5]: [-5] are not positive integers``)."""
@@ -121,8 +127,11 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
         return
     item = _list_item(annotation)
     if item is not None and isinstance(value, (list, tuple)):
-        wrong = [v for v in value if not fits(v, item) or (isinstance(v, float) and not math.isfinite(v))
-                 or violated(v, item)]
+        wrong = [
+            v
+            for v in value
+            if not fits(v, item) or (isinstance(v, float) and not math.isfinite(v)) or violated(v, item)
+        ]
         if wrong:
             words = describe_items(item)
             raise ConfigError(f"{key}={_show(value)}: {wrong} are not {words}; give {words} only")
@@ -150,8 +159,9 @@ def _list_item(annotation: Any) -> Any:
 
 def describe_items(item: Any) -> str:
     """Words for many values of ``item``: its range's plural ("positive integers"), else its type's."""
-    ranges = [r for r in typing.get_args(item)[1:] if isinstance(r, Range)] if typing.get_origin(item) is Annotated \
-        else []
+    ranges = (
+        [r for r in typing.get_args(item)[1:] if isinstance(r, Range)] if typing.get_origin(item) is Annotated else []
+    )
     return next((r.plural for r in ranges if r.plural), describe(item, plural=True))
 
 
@@ -204,7 +214,8 @@ def fits(value: Any, annotation: Any) -> bool:
         return any(fits(value, a) for a in args)
     if origin is Literal:
         return any(value == a and type(value) is type(a) for a in args) or (
-            isinstance(value, int) and not isinstance(value, bool) and value in args)
+            isinstance(value, int) and not isinstance(value, bool) and value in args
+        )
     if origin in (list, tuple, typing.Sequence, _abc_sequence()):
         return isinstance(value, (list, tuple)) and _items_fit(value, origin, args)
     if origin is dict or annotation is dict:
@@ -259,8 +270,14 @@ def describe(annotation: Any, plural: bool = False) -> str:
     if origin in (list, tuple) or origin is _abc_sequence():
         item = f" of {describe(args[0], plural=True)}" if args and args[-1] is not Ellipsis or len(args) == 2 else ""
         return ("lists" if plural else "a list") + item
-    names = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
-             str: ("a string", "strings"), dict: ("a mapping", "mappings"), type(None): ("null", "nulls")}
+    names = {
+        bool: ("true or false", "booleans"),
+        int: ("an integer", "integers"),
+        float: ("a number", "numbers"),
+        str: ("a string", "strings"),
+        dict: ("a mapping", "mappings"),
+        type(None): ("null", "nulls"),
+    }
     name = getattr(annotation, "__name__", str(annotation))
     return names.get(annotation, (f"a {name}", f"{name}s"))[plural]
 

@@ -30,8 +30,17 @@ from harness.paths import ROOT, in_checkout
 
 # What a DDP job leaves behind in the process environment (Lightning's subprocess launcher and
 # seed_everything set these, plus OMP_NUM_THREADS when it was unset): restored after each job.
-RANK_ENV = ("LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK",
-            "OMP_NUM_THREADS", "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
+RANK_ENV = (
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "RANK",
+    "OMP_NUM_THREADS",
+    "PL_GLOBAL_SEED",
+    "PL_SEED_WORKERS",
+)
 # How long the other ranks may take to finish after rank 0 has (they end together normally).
 RANK_EXIT_GRACE_S = 60.0
 
@@ -61,8 +70,12 @@ class BatchGeometry:
     def params(self) -> dict[str, str]:
         # The lr is used as configured on every device count (no linear scaling rule): to compare
         # runs at different effective batches, set optim.optimizer.lr yourself.
-        return {"train.world_size": str(self.world_size), "train.effective_batch": str(self.effective_batch),
-                "train.effective_lr": str(self.lr), "train.lr_scaling": "none"}
+        return {
+            "train.world_size": str(self.world_size),
+            "train.effective_batch": str(self.effective_batch),
+            "train.effective_lr": str(self.lr),
+            "train.lr_scaling": "none",
+        }
 
 
 # ---------------------------------------------------------------- rank guards
@@ -113,9 +126,13 @@ def _needs_own_ranks(trainer) -> bool:
     from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 
     launcher = trainer.strategy.launcher
-    return (trainer.num_devices > 1 and isinstance(launcher, _SubprocessScriptLauncher)
-            and not launcher.cluster_environment.creates_processes_externally
-            and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN)
+    return (
+        trainer.num_devices > 1
+        and isinstance(launcher, _SubprocessScriptLauncher)
+        and not launcher.cluster_environment.creates_processes_externally
+        and HydraConfig.initialized()
+        and HydraConfig.get().mode == RunMode.MULTIRUN
+    )
 
 
 def _start_ranks(trainer) -> list[subprocess.Popen]:
@@ -124,25 +141,35 @@ def _start_ranks(trainer) -> list[subprocess.Popen]:
     hc = HydraConfig.get()
     if trainer.num_nodes > 1:  # the user started this on every node and says where rank 0 listens
         if not {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK"} <= os.environ.keys():
-            raise ConfigError("trainer.num_nodes > 1 outside SLURM needs MASTER_ADDR, MASTER_PORT and NODE_RANK "
-                              "set on every node; or use hydra/launcher=slurm")
+            raise ConfigError(
+                "trainer.num_nodes > 1 outside SLURM needs MASTER_ADDR, MASTER_PORT and NODE_RANK "
+                "set on every node; or use hydra/launcher=slurm"
+            )
     else:  # a fresh port per job: concurrent jobs (joblib) must not meet on one
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), NODE_RANK="0")
     os.environ["WORLD_SIZE"] = str(trainer.num_devices * trainer.num_nodes)
     os.environ["LOCAL_RANK"] = "0"  # from here Lightning treats the ranks as started externally
     command = rank_command(list(hc.overrides.task), hc.runtime.output_dir, hc.job.config_name)
-    return [subprocess.Popen([*command, f"hydra.job.name=ddp_rank_{r}"], cwd=hc.runtime.cwd,
-                             env={**os.environ, "LOCAL_RANK": str(r)})
-            for r in range(1, trainer.num_devices)]
+    return [
+        subprocess.Popen(
+            [*command, f"hydra.job.name=ddp_rank_{r}"], cwd=hc.runtime.cwd, env={**os.environ, "LOCAL_RANK": str(r)}
+        )
+        for r in range(1, trainer.num_devices)
+    ]
 
 
 def rank_command(task_overrides: list[str], output_dir: str, config_name: str | None) -> list[str]:
     """``python run.py <the job's own overrides>`` as a single run into the job's output dir (not
     the sweep's argv, which sys.argv still holds in-process and a joblib worker does not hold at all)."""
     entry = [str(ROOT / "run.py")] if in_checkout() else ["-m", "harness.main"]  # installed: posbench's module
-    return [sys.executable, *entry, *([f"--config-name={config_name}"] if config_name else []), *task_overrides,
-            f'hydra.run.dir="{output_dir}"',  # quoted: any path parses
-            "hydra.output_subdir=null"]  # rank 0 wrote the job's .hydra/
+    return [
+        sys.executable,
+        *entry,
+        *([f"--config-name={config_name}"] if config_name else []),
+        *task_overrides,
+        f'hydra.run.dir="{output_dir}"',  # quoted: any path parses
+        "hydra.output_subdir=null",
+    ]  # rank 0 wrote the job's .hydra/
 
 
 def _free_port() -> int:

@@ -40,6 +40,7 @@ def stopped() -> int | None:
 def terminating() -> Iterator[None]:
     """SIGTERM raises ``Stopped(143)`` where the code is not inside a Lightning loop, which handles it itself
     (its handler calls this one too: then it does nothing). The previous handler is restored after."""
+
     def handler(signum, frame):
         if not _State.in_lightning:
             raise Stopped(128 + signum)
@@ -69,8 +70,9 @@ def exit_code(exc: BaseException) -> int | None:
         code = exc.code
     elif type(exc).__name__ == "SIGTERMException":
         code = 128 + signal.SIGTERM
-    elif isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and
-                                                isinstance(exc.__context__, KeyboardInterrupt)):
+    elif isinstance(exc, KeyboardInterrupt) or (
+        isinstance(exc, SystemExit) and isinstance(exc.__context__, KeyboardInterrupt)
+    ):
         code = 128 + signal.SIGINT
     if code is not None:
         _State.stopped = code

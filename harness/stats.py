@@ -23,8 +23,7 @@ def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple
     return diff, diff - half, diff + half
 
 
-def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.95,
-                              power: float = 0.8) -> float | None:
+def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.95, power: float = 0.8) -> float | None:
     """The smallest |mean(a) − mean(b)| a Welch test at ``level`` would detect with probability ``power``,
     given these seeds' spread: (t_{1−α/2, ν} + t_{power, ν}) · √(s_a²/n_a + s_b²/n_b), ν Welch's degrees of
     freedom (the normal-approximation sample-size formula with t quantiles; e.g. Cohen 1988, ch. 2).
@@ -41,8 +40,9 @@ def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.9
     return (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * se
 
 
-def seeds_needed(a: list[float], b: list[float], effect: float, level: float = 0.95, power: float = 0.8,
-                 most: int = 1000) -> int | None:
+def seeds_needed(
+    a: list[float], b: list[float], effect: float, level: float = 0.95, power: float = 0.8, most: int = 1000
+) -> int | None:
     """The seeds per arm (the same n on both sides) at which a Welch test at ``level`` would detect a difference of
     ``effect`` with probability ``power``, if the seeds spread as these do: the least n with
     (t_{1−α/2, ν} + t_{power, ν})·√((s_a² + s_b²)/n) ≤ |effect|, ν = 2(n − 1) (``minimum_detectable_effect`` solved
@@ -67,8 +67,11 @@ def what_settles(a: list[float], b: list[float], diff: float, per: str = "arm") 
     if not diff:
         return ""
     n = seeds_needed(a, b, diff)
-    return (f"; n ≥ {n} per {per} would detect |Δ| = {abs(diff):.4f}" if n else
-            f"; more than 1000 seeds per {per} would be needed for |Δ| = {abs(diff):.4f}")
+    return (
+        f"; n ≥ {n} per {per} would detect |Δ| = {abs(diff):.4f}"
+        if n
+        else f"; more than 1000 seeds per {per} would be needed for |Δ| = {abs(diff):.4f}"
+    )
 
 
 def welch_p_value(a: list[float], b: list[float]) -> float | None:
@@ -156,5 +159,8 @@ def paired_detectable_effect(a: list[float], b: list[float], level: float = 0.95
     from scipy import stats
 
     d = [x - y for x, y in zip(a, b, strict=True)]
-    return (stats.t.ppf(0.5 + level / 2, len(d) - 1) + stats.t.ppf(power, len(d) - 1)) * statistics.stdev(d) / \
-        math.sqrt(len(d))
+    return (
+        (stats.t.ppf(0.5 + level / 2, len(d) - 1) + stats.t.ppf(power, len(d) - 1))
+        * statistics.stdev(d)
+        / math.sqrt(len(d))
+    )

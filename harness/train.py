@@ -62,12 +62,19 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
     from harness.config.build import build
     from harness.model.module import Throughput
     from harness.record.logger import RunLogger, StepClock
+
     clock, throughput = StepClock(), Throughput(every=spec.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)
     built = build(checked, corpus, plan.step, logger, [clock, throughput, *_callbacks(checked, plan, logger)])
     n_params = built.model.num_params()
-    params = {**flatten(spec.values), "corpus.name": corpus.name, "corpus.bytes": str(corpus.size),
-              "model.n_params": str(n_params), "tokenizer.trained_vocab_size": str(vocab), **built.geometry.params()}
+    params = {
+        **flatten(spec.values),
+        "corpus.name": corpus.name,
+        "corpus.bytes": str(corpus.size),
+        "model.n_params": str(n_params),
+        "tokenizer.trained_vocab_size": str(vocab),
+        **built.geometry.params(),
+    }
     signal = order_signal(built.model.pos, checked.task.causal)
     tags = {**cell_tags(spec), "corpus_sha256": corpus.sha256, **plan.tags, "order_signal": signal}
     if checked.phases:
@@ -81,10 +88,23 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         run.set_tags(backend_tags(built.model))
         logger.flush()
         evaluate(built, checked, corpus, run, final["step"])
-    return Summary(run.run_id or "", run.name, checked.uri, spec.logger.experiment, final["val/loss"],
-                   final.get("val/bpc"), final["step"], throughput.mean, n_params,
-                   time.perf_counter() - started, final["val/order_gain"], spec.report.min_order_gain,
-                   final.get("val/acc"), run.experiment_id if run.owner else "", signal)
+    return Summary(
+        run.run_id or "",
+        run.name,
+        checked.uri,
+        spec.logger.experiment,
+        final["val/loss"],
+        final.get("val/bpc"),
+        final["step"],
+        throughput.mean,
+        n_params,
+        time.perf_counter() - started,
+        final["val/order_gain"],
+        spec.report.min_order_gain,
+        final.get("val/acc"),
+        run.experiment_id if run.owner else "",
+        signal,
+    )
 
 
 def _yaml(values: dict) -> str:
@@ -98,12 +118,17 @@ def _trained_vocabulary(spec: RunSpec, asked: int, trained: int) -> int:
     model sized to them); a paper's vocabulary (scale=paper) must be met, not only configured."""
     paper = (spec.run.paper or {}).get("vocab_size")
     if paper and int(paper) != trained:
-        raise ConfigError(f"this scale=paper setting is the paper's model with {int(paper):,} token ids, and this "
-                          f"corpus trains {trained:,}: give the paper's data (README, 'The same presets at "
-                          "scale=paper'), or ~paper to train this substitute on purpose")
+        raise ConfigError(
+            f"this scale=paper setting is the paper's model with {int(paper):,} token ids, and this "
+            f"corpus trains {trained:,}: give the paper's data (README, 'The same presets at "
+            "scale=paper'), or ~paper to train this substitute on purpose"
+        )
     if trained < asked:
-        print(f"tokenizer: the training split gives {trained:,} ids of tokenizer.vocab_size={asked:,} (no more merges "
-              f"occur in it); the model has {trained:,} embedding rows", file=sys.stderr)
+        print(
+            f"tokenizer: the training split gives {trained:,} ids of tokenizer.vocab_size={asked:,} (no more merges "
+            f"occur in it); the model has {trained:,} embedding rows",
+            file=sys.stderr,
+        )
     return trained
 
 
@@ -123,9 +148,10 @@ def _callbacks(checked: Checked, plan, logger) -> list:
     from harness.record.callbacks import resume_callbacks
 
     spec = checked.spec
-    callbacks = [*progress_callbacks(spec.progress.mode, spec.progress.every_n_steps,
-                                     spec.trainer.enable_progress_bar),
-                 *resume_callbacks(plan.dir, plan.every, logger.flush)]
+    callbacks = [
+        *progress_callbacks(spec.progress.mode, spec.progress.every_n_steps, spec.trainer.enable_progress_bar),
+        *resume_callbacks(plan.dir, plan.every, logger.flush),
+    ]
     if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
         from harness.model.phases import PositionPhases
 
@@ -171,8 +197,9 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
     elif built.owner and lengths:
         from harness.model.extrapolation import evaluate_extrapolation  # lazy: matplotlib
 
-        by_length = evaluate_extrapolation(built.module, corpus, checked.tokenizer, task, spec.data, spec.eval,
-                                           spec.seed)
+        by_length = evaluate_extrapolation(
+            built.module, corpus, checked.tokenizer, task, spec.data, spec.eval, spec.seed
+        )
         run.log_scalars(by_length.metrics(built.module.bytes_per_token), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in by_length.skipped.items()})
         run.log_files(by_length.files(spec.eval.position_buckets))
@@ -181,8 +208,16 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
     if spec.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
         from harness.pretrained.export import hf_files
 
-        run.log_files(hf_files(built.model, checked.tokenizer.vocab_size, built.model.pos.shape.max_len,
-                               task.causal, checked.tokenizer.config_name()), "hf_model")
+        run.log_files(
+            hf_files(
+                built.model,
+                checked.tokenizer.vocab_size,
+                built.model.pos.shape.max_len,
+                task.causal,
+                checked.tokenizer.config_name(),
+            ),
+            "hf_model",
+        )
     if spec.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 
@@ -221,27 +256,41 @@ def run_name(choices: Choices, seed: int) -> str:
 def cell_tags(spec: RunSpec) -> dict[str, str]:
     """The grid coordinates every run carries, known before anything is built."""
     c = spec.choices
-    return {"pos": c.pos, "attn": c.attn, "task": c.task, "data": c.data, "seed": str(spec.seed),
-            "git_sha": git_sha(), "python": platform.python_version(), "torch": torch.__version__,
-            "malloc": allocator.setting()}
+    return {
+        "pos": c.pos,
+        "attn": c.attn,
+        "task": c.task,
+        "data": c.data,
+        "seed": str(spec.seed),
+        "git_sha": git_sha(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "malloc": allocator.setting(),
+    }
 
 
 def format_summary(s: Summary) -> str:
     bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (no text: a synthetic task)"
-    using = ("cannot use word order (no positional scheme, bidirectional): 0 by construction"
-             if s.order_signal == "none" else "uses word order" if s.order_gain >= s.min_order_gain else
-             f"NOT yet using word order (below report.min_order_gain={s.min_order_gain}): train longer")
+    using = (
+        "cannot use word order (no positional scheme, bidirectional): 0 by construction"
+        if s.order_signal == "none"
+        else "uses word order"
+        if s.order_gain >= s.min_order_gain
+        else f"NOT yet using word order (below report.min_order_gain={s.min_order_gain}): train longer"
+    )
     acc = [] if s.val_acc is None else [f"  val accuracy     {s.val_acc:.3f} (exact match, in-distribution lengths)"]
-    return "\n".join([
-        "",
-        f"posbench · {s.run_name} · {s.n_params / 1e6:.2f}M params · {s.seconds:.0f} s",
-        f"  final val loss   {s.val_loss:.4f} nats/token (step {s.step})",
-        *acc,
-        f"  order gain       {s.order_gain:+.4f} nats/token when word order is shuffled: {using}",
-        f"  val bits/byte    {bpc}",
-        f"  train tokens/s   {s.tokens_per_s:,.0f}",
-        f"  MLflow run       {s.run_id} (experiment '{s.experiment}')",
-        f"  dashboard        {dashboard_command(s.tracking_uri)}",
-        f"  this run         {dashboard_url(s.experiment_id, s.run_id)}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "",
+            f"posbench · {s.run_name} · {s.n_params / 1e6:.2f}M params · {s.seconds:.0f} s",
+            f"  final val loss   {s.val_loss:.4f} nats/token (step {s.step})",
+            *acc,
+            f"  order gain       {s.order_gain:+.4f} nats/token when word order is shuffled: {using}",
+            f"  val bits/byte    {bpc}",
+            f"  train tokens/s   {s.tokens_per_s:,.0f}",
+            f"  MLflow run       {s.run_id} (experiment '{s.experiment}')",
+            f"  dashboard        {dashboard_command(s.tracking_uri)}",
+            f"  this run         {dashboard_url(s.experiment_id, s.run_id)}",
+            "",
+        ]
+    )

@@ -27,8 +27,26 @@ from positional.xpos import XPos
 
 __all__ = [
     # the interface (positional.base)
-    "PositionalScheme", "Shape", "Rotary", "LogitBias", "RelativeBias", "PositionalBias", "FarField",
+    "PositionalScheme",
+    "Shape",
+    "Rotary",
+    "LogitBias",
+    "RelativeBias",
+    "PositionalBias",
+    "FarField",
     # the schemes, one per conf/pos/<name>.yaml
-    "ALiBi", "CoPE", "Fire", "Kerple", "Learned", "NoPosition", "PRope", "Rope", "RopeScaling", "RopeTrainable",
-    "Sinusoidal", "T5Bias", "TransformerXL", "XPos",
+    "ALiBi",
+    "CoPE",
+    "Fire",
+    "Kerple",
+    "Learned",
+    "NoPosition",
+    "PRope",
+    "Rope",
+    "RopeScaling",
+    "RopeTrainable",
+    "Sinusoidal",
+    "T5Bias",
+    "TransformerXL",
+    "XPos",
 ]

@@ -21,6 +21,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
     Otherwise take the 2^⌊log2 H⌋ slopes of the closest power of two below, then the first
     H − 2^⌊log2 H⌋ of every other slope (h = 1, 3, 5, …) of the set for twice that power.
     """
+
     def geometric(n: int) -> list[float]:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
 

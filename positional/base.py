@@ -233,9 +233,11 @@ class PositionalScheme(nn.Module):
         super().__init__()
         self.shape = shape
         if self.bidirectional_refusal and not shape.causal:
-            raise IncompatiblePairing(f"incompatible pairing: pos={self.config_name()} with a bidirectional task: "
-                                      f"{self.bidirectional_refusal}; use a causal task (task=clm, or "
-                                      "task.form=causal) or another pos")
+            raise IncompatiblePairing(
+                f"incompatible pairing: pos={self.config_name()} with a bidirectional task: "
+                f"{self.bidirectional_refusal}; use a causal task (task=clm, or "
+                "task.form=causal) or another pos"
+            )
         if shape.sampling is not None:
             check_sampling(type(self), shape, True, shape.sampling.max_position, shape.sampling.eval_positions)
         if shape.restart_positions:
@@ -303,8 +305,10 @@ class PositionalScheme(nn.Module):
         if self.sampling and self.max_position is not None:  # sampling implies randomize, which sets max_position
             if t > self.max_position:
                 ordered = "" if self.training else " or set pos.eval_positions=ordered"
-                raise ConfigError(f"max_position={self.max_position} < sequence length {t}: T distinct "
-                                  f"positions cannot be drawn; raise max_position{ordered}")
+                raise ConfigError(
+                    f"max_position={self.max_position} < sequence length {t}: T distinct "
+                    f"positions cannot be drawn; raise max_position{ordered}"
+                )
             generator = None if self.training else self._eval_draws
             return randomized_positions(t, self.max_position, generator).to(device)
         return torch.arange(t, device=device)
@@ -353,8 +357,10 @@ class PositionalScheme(nn.Module):
     def rescaled(self, method: str, length: int, in_training: bool = False):
         """A context manager under which the scheme applies length scaling ``method`` for inputs of
         ``length`` (eval.scalings, harness/model/extrapolation.py); schemes without one refuse."""
-        raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; pos={self.config_name()} "
-                          "has none (only RoPE's angles can be rescaled): drop eval.scalings or use pos=rope")
+        raise ConfigError(
+            f"eval.scalings needs a positional scheme with length scalings; pos={self.config_name()} "
+            "has none (only RoPE's angles can be rescaled): drop eval.scalings or use pos=rope"
+        )
 
     def diagnostics(self) -> dict[str, float]:
         """Scalars logged as ``pos/<key>`` at every training log step (e.g. θ drift)."""
@@ -368,15 +374,20 @@ class PositionalScheme(nn.Module):
 def _check_restart(cls: type[PositionalScheme], randomize: bool) -> None:
     """model.restart_positions=true: refused where this scheme cannot take positions per row."""
     if cls.restart_refusal:
-        raise IncompatiblePairing(f"incompatible pairing: model.restart_positions=true with pos={cls.config_name()}: "
-                                  f"{cls.restart_refusal}; set model.restart_positions=false or use another pos")
+        raise IncompatiblePairing(
+            f"incompatible pairing: model.restart_positions=true with pos={cls.config_name()}: "
+            f"{cls.restart_refusal}; set model.restart_positions=false or use another pos"
+        )
     if randomize:
-        raise ConfigError("model.restart_positions=true with pos.randomize=true: randomized positions are drawn once "
-                          "per window, not per document; drop one of the two")
+        raise ConfigError(
+            "model.restart_positions=true with pos.randomize=true: randomized positions are drawn once "
+            "per window, not per document; drop one of the two"
+        )
 
 
-def check_sampling(cls: Any, shape: Shape, randomize: bool, max_position: int | None,
-                   eval_positions: str | None) -> tuple[bool, int | None, EvalPositions | None]:
+def check_sampling(
+    cls: Any, shape: Shape, randomize: bool, max_position: int | None, eval_positions: str | None
+) -> tuple[bool, int | None, EvalPositions | None]:
     """Validate pos.randomize / pos.max_position / pos.eval_positions before anything is built; one-line errors."""
     name = cls.config_name() if hasattr(cls, "config_name") else getattr(cls, "__name__", "this scheme")
     if not isinstance(randomize, bool):
@@ -386,13 +397,16 @@ def check_sampling(cls: Any, shape: Shape, randomize: bool, max_position: int | 
     if not randomize:
         for key, value in (("max_position", max_position), ("eval_positions", eval_positions)):
             if value is not None:
-                raise ConfigError(f"{key}={value} only applies with randomize=true; "
-                                  f"set randomize=true or drop {key}")
+                raise ConfigError(f"{key}={value} only applies with randomize=true; set randomize=true or drop {key}")
         return False, None, None
     if getattr(cls, "randomize_refusal", None):
-        raise ConfigError(f"randomize=true with pos={name}: {cls.randomize_refusal}; "
-                          "use randomize=false or a scheme that reads positions")
+        raise ConfigError(
+            f"randomize=true with pos={name}: {cls.randomize_refusal}; "
+            "use randomize=false or a scheme that reads positions"
+        )
     if not isinstance(max_position, int) or max_position < shape.max_len:
-        raise ConfigError(f"randomize=true needs max_position ≥ the training length {shape.max_len} (data.seq_len) "
-                          f"(got {max_position}); positions are drawn from [0, max_position)")
+        raise ConfigError(
+            f"randomize=true needs max_position ≥ the training length {shape.max_len} (data.seq_len) "
+            f"(got {max_position}); positions are drawn from [0, max_position)"
+        )
     return True, max_position, "ordered" if eval_positions == "ordered" else "sampled"

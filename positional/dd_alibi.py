@@ -25,7 +25,12 @@ class DataDependentALiBi(ForgettingTransformer):
     bidirectional_refusal = None  # backward gates decay the keys after the query
 
     @ranged
-    def __init__(self, shape: Shape, bias_init: Float32 = 5.0, post_log_scale: NonNegative = 1.0,
-                 init_std: NonNegative | None = None):
+    def __init__(
+        self,
+        shape: Shape,
+        bias_init: Float32 = 5.0,
+        post_log_scale: NonNegative = 1.0,
+        init_std: NonNegative | None = None,
+    ):
         super().__init__(shape, init_std=init_std, bias_init=bias_init)
         self.post_log_scale = post_log_scale

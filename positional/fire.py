@@ -70,20 +70,29 @@ class Fire(PositionalScheme):
     bias_kind = "positional"
 
     @ranged
-    def __init__(self, shape: Shape, mlp_width: PositiveInt = 32, init_c: PositiveFloat32 = 0.1,
-                 init_L: PositiveFloat32 = 512.0,
-                 per_layer: bool = False, eps: Positive = 1e-6):
+    def __init__(
+        self,
+        shape: Shape,
+        mlp_width: PositiveInt = 32,
+        init_c: PositiveFloat32 = 0.1,
+        init_L: PositiveFloat32 = 512.0,
+        per_layer: bool = False,
+        eps: Positive = 1e-6,
+    ):
         super().__init__(shape)
         if shape.restart_positions and not shape.causal:
-            raise IncompatiblePairing("incompatible pairing: model.restart_positions=true with pos=fire on a "
-                                      "bidirectional task: FIRE's N_i = max(p_i, p_last − p_i) reads the last position "
-                                      "of the sequence, not of each document; use a causal task or "
-                                      "model.restart_positions=false")
+            raise IncompatiblePairing(
+                "incompatible pairing: model.restart_positions=true with pos=fire on a "
+                "bidirectional task: FIRE's N_i = max(p_i, p_last − p_i) reads the last position "
+                "of the sequence, not of each document; use a causal task or "
+                "model.restart_positions=false"
+            )
         self.per_layer, self.eps = per_layer, eps
         self.bias_depends_on_layer = per_layer
         n = shape.n_layers if per_layer else 1
         self.mlps = nn.ModuleList(
-            nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, shape.n_heads)) for _ in range(n))
+            nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, shape.n_heads)) for _ in range(n)
+        )
         self.c = nn.Parameter(torch.full((n,), init_c))  # ψ's c per MLP, used as |c|
         self.register_buffer("init_L", torch.tensor(init_L))  # L_0, fixed
         self.L_multiplier = nn.Parameter(torch.ones(n))  # L = |m·L_0|, m learned

@@ -91,7 +91,8 @@ class ForgettingTransformer(PositionalScheme):
     randomize_refusal = "FoX reads no position index: its decay is counted by its forget gates"
     bidirectional_refusal: ClassVar[str | None] = (
         "FoX's forget gates decay keys before the query only (Lin et al. 2025 define D for j ≤ i); pos=dd_alibi adds "
-        "backward gates for keys after it")
+        "backward gates for keys after it"
+    )
 
     @ranged
     def __init__(self, shape: Shape, init_std: NonNegative | None = 0.02, bias_init: Float32 = 0.0):

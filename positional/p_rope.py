@@ -59,8 +59,10 @@ class PRope(PositionalScheme):
         if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
             raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/D))")
         if shape.head_dim % 2:
-            raise ConfigError(f"pos=p_rope rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
-                              "d_model / n_heads (model.d_model / model.n_heads) even")
+            raise ConfigError(
+                f"pos=p_rope rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
+                "d_model / n_heads (model.d_model / model.n_heads) even"
+            )
         self.p, self.base, self.layout = p, base, layout
 
     def rotary(self, positions: Tensor) -> Rotation | None:
@@ -71,5 +73,6 @@ class PRope(PositionalScheme):
     def _rotation(self, positions: Tensor, width: int) -> Rotation:
         theta = p_rope_inv_freq(width, self.p, self.base, device=positions.device)  # (W/2,) float64, as pos=rope
         angles = rope_angles(positions, theta)  # (T, W/2), 0 on the removed pairs
-        return Rotation(angles.cos(), angles.sin(), apply=LAYOUTS[self.layout],
-                        at_width=lambda w: self._rotation(positions, w))
+        return Rotation(
+            angles.cos(), angles.sin(), apply=LAYOUTS[self.layout], at_width=lambda w: self._rotation(positions, w)
+        )

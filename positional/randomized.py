@@ -20,8 +20,14 @@ from positional.base import EvalPositions, PositionalScheme, Sampling, Shape, ch
 KEYS = ("randomize", "max_position", "eval_positions")
 
 
-def randomized(factory: Callable[[Shape], PositionalScheme], randomize: bool = False, max_position: int | None = None,
-               eval_positions: EvalPositions | None = None, *, cls: object = None):
+def randomized(
+    factory: Callable[[Shape], PositionalScheme],
+    randomize: bool = False,
+    max_position: int | None = None,
+    eval_positions: EvalPositions | None = None,
+    *,
+    cls: object = None,
+):
     """``factory`` (a scheme class, or a partial of one) with randomized positions when ``randomize``; checked
     against its class (``cls``, else the factory's own) and the shape when built (``check_sampling``: max_position ≥
     the training length, a scheme that reads positions, no stray key)."""

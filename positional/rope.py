@@ -202,9 +202,17 @@ class Rope(PositionalScheme):
     inv_freq: Tensor  # (R/2,) θ, a buffer (a Parameter in pos=rope_trainable)
     length_scalings = tuple(METHODS)
 
-    def __init__(self, shape: Shape, base: float = 10000.0, layout: str = "interleaved", fraction: float = 1.0,
-                 scaling: RopeScaling | Callable[..., RopeScaling] | None = None, resonance: bool = False,
-                 hope: bool = False, rotate_heads: int | None = None):
+    def __init__(
+        self,
+        shape: Shape,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        fraction: float = 1.0,
+        scaling: RopeScaling | Callable[..., RopeScaling] | None = None,
+        resonance: bool = False,
+        hope: bool = False,
+        rotate_heads: int | None = None,
+    ):
         """``scaling``: the eval-time length scaling, ``RopeScaling("yarn", factor=4.0)``, or a callable that builds
         one from ``base=`` and ``rotated=`` (conf/pos/scaling/<method>.yaml, a partial RopeScaling); either way
         its ``base`` and ``rotated`` are this θ's, and its ``original_max_len`` defaults to ``shape.max_len``.
@@ -219,21 +227,27 @@ class Rope(PositionalScheme):
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 < fraction <= 1 or r == 0 or abs(r - fraction * d) > 1e-9:
-            raise ConfigError(f"pos={self.config_name()} rotates pairs of dims but fraction × head dim = "
-                              f"{fraction} × {d} is not a positive even integer; make the head dim d_model / n_heads "
-                              "(model.d_model / model.n_heads) even or pick a fraction that gives one")
+            raise ConfigError(
+                f"pos={self.config_name()} rotates pairs of dims but fraction × head dim = "
+                f"{fraction} × {d} is not a positive even integer; make the head dim d_model / n_heads "
+                "(model.d_model / model.n_heads) even or pick a fraction that gives one"
+            )
         if rotate_heads is not None and not (isinstance(rotate_heads, int) and 1 <= rotate_heads <= shape.n_heads):
-            raise ConfigError(f"rotate_heads={rotate_heads} must be a whole number of heads in 1 … model.n_heads="
-                              f"{shape.n_heads} (null: rotate every head)")
+            raise ConfigError(
+                f"rotate_heads={rotate_heads} must be a whole number of heads in 1 … model.n_heads="
+                f"{shape.n_heads} (null: rotate every head)"
+            )
         for name, value in (("resonance", resonance), ("hope", hope)):
             if not isinstance(value, bool):
                 raise ConfigError(f"{name}={value!r}: use true or false")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
         self.resonance, self.hope = resonance, hope
         if hope and not self.frequencies_at(r).any():
-            raise ConfigError(f"hope=true keeps the frequencies that turn at least once within the training length "
-                              f"{self.position_range}, and none does (the fastest turns once in 2π ≈ 6.3 positions); "
-                              "train on longer sequences or set hope=false")
+            raise ConfigError(
+                f"hope=true keeps the frequencies that turn at least once within the training length "
+                f"{self.position_range}, and none does (the fastest turns once in 2π ≈ 6.3 positions); "
+                "train on longer sequences or set hope=false"
+            )
         self.rotate_heads = rotate_heads
         self.scaling = _complete(scaling or RopeScaling, base, r, shape.max_len)
         self._register_theta(self.frequencies_at(r))
@@ -291,12 +305,21 @@ class Rope(PositionalScheme):
     def _rotation(self, positions: Tensor, width: int) -> Rotation:
         theta = self.theta_at(rotated_width(width, self.fraction))
         # length scaling changes evaluation only (and a fine-tune under ``rescaled``); training sees plain angles
-        f = ScaledFrequencies(theta, 1.0) if self.training and not self.scale_in_training else \
-            self.scaling.frequencies(theta, self._length(positions))
+        f = (
+            ScaledFrequencies(theta, 1.0)
+            if self.training and not self.scale_in_training
+            else self.scaling.frequencies(theta, self._length(positions))
+        )
         s = f.attention_scale
         cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each
-        return Rotation(cos, sin, apply=LAYOUTS[self.layout], scale=f.pass_through_scale, heads=self.rotate_heads,
-                        at_width=lambda w: self._rotation(positions, w))
+        return Rotation(
+            cos,
+            sin,
+            apply=LAYOUTS[self.layout],
+            scale=f.pass_through_scale,
+            heads=self.rotate_heads,
+            at_width=lambda w: self._rotation(positions, w),
+        )
 
     def _length(self, positions: Tensor) -> int:
         """T = the largest position + 1, which dynamic_ntk and longrope read: the count of positions 0 … T−1, so
@@ -309,13 +332,24 @@ class Rope(PositionalScheme):
         scheme's own (``positions``) and its fixed θ is unchanged (float64 cos and sin are a real share of
         RoPE's time). Other positions, learned or rescaled θ, and a compiled forward (whose
         graph holds the computation) compute them afresh."""
-        fresh = inv_freq is not self.inv_freq or inv_freq.requires_grad or torch.compiler.is_compiling() or \
-            positions is not self.__dict__.get("_positions")
+        fresh = (
+            inv_freq is not self.inv_freq
+            or inv_freq.requires_grad
+            or torch.compiler.is_compiling()
+            or positions is not self.__dict__.get("_positions")
+        )
         if fresh:
             angles = rope_angles(positions, inv_freq)  # (T, R/2)
             return angles.cos() * s, angles.sin() * s
-        key = (positions.numel(), positions.device, positions._version, inv_freq.dtype, inv_freq.data_ptr(),
-               inv_freq._version, s)
+        key = (
+            positions.numel(),
+            positions.device,
+            positions._version,
+            inv_freq.dtype,
+            inv_freq.data_ptr(),
+            inv_freq._version,
+            s,
+        )
         hit = self.__dict__.get("_trig", {}).get(key)
         if hit is None or hit[0] is not positions:
             angles = rope_angles(positions, inv_freq)
@@ -324,8 +358,9 @@ class Rope(PositionalScheme):
         return hit[1], hit[2]
 
 
-def _complete(scaling: RopeScaling | Callable[..., RopeScaling], base: float, rotated: int,
-              max_len: int) -> RopeScaling:
+def _complete(
+    scaling: RopeScaling | Callable[..., RopeScaling], base: float, rotated: int, max_len: int
+) -> RopeScaling:
     """The scaling for this θ (base, rotated width), over the training length unless it names its own; its errors
     worded as fields of Rope's ``scaling`` argument (``scaling.factor=0 …``)."""
     try:

@@ -85,8 +85,9 @@ def yarn_attention_scale(s: float, mscale: float = 1.0) -> float:
     return 0.1 * mscale * math.log(s) + 1.0
 
 
-def yarn_ramp_bounds(rotated: int, base: float, original_max_len: int, alpha: float, beta: float,
-                     truncate: bool) -> tuple[float, float]:
+def yarn_ramp_bounds(
+    rotated: int, base: float, original_max_len: int, alpha: float, beta: float, truncate: bool
+) -> tuple[float, float]:
     """The pair indices where the YaRN authors' ramp starts and ends (their find_correction_range).
 
     Pair i of a base-b RoPE turns r = L/(2π·b^(2i/R)) times in L positions, so the pair turning r
@@ -94,6 +95,7 @@ def yarn_ramp_bounds(rotated: int, base: float, original_max_len: int, alpha: fl
     (slower pairs are interpolated); ``truncate`` widens it to whole pairs (floor, ceil); both ends
     are then clamped to [0, R − 1] as in that code.
     """
+
     def pair_turning(turns: float) -> float:
         return rotated * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
 
@@ -103,8 +105,9 @@ def yarn_ramp_bounds(rotated: int, base: float, original_max_len: int, alpha: fl
     return max(low, 0), min(high, rotated - 1)
 
 
-def yarn_hf_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, alpha: float, beta: float,
-                     base: float, truncate: bool) -> Tensor:
+def yarn_hf_inv_freq(
+    inv_freq: Tensor, s: float, original_max_len: int, alpha: float, beta: float, base: float, truncate: bool
+) -> Tensor:
     """NTK-by-parts as the YaRN authors' code (jquesnelle/yarn, scaled_rope/LlamaYaRNScaledRotaryEmbedding.py)
     and HF's ``yarn`` compute it: h(θ_i) = (1 − γ_i)·θ_i/s + γ_i·θ_i with γ linear in the pair INDEX i,
     γ_i = 1 − clamp((i − low)/(high − low), 0, 1) between yarn_ramp_bounds.
@@ -131,8 +134,9 @@ def yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: floa
     return yarn_attention_scale(s, mscale) / yarn_attention_scale(s, mscale_all_dim)
 
 
-def llama3_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, low_freq_factor: float,
-                    high_freq_factor: float) -> Tensor:
+def llama3_inv_freq(
+    inv_freq: Tensor, s: float, original_max_len: int, low_freq_factor: float, high_freq_factor: float
+) -> Tensor:
     """Llama 3.1's scaling (Meta's llama-models reference code, ``apply_scaling``: s = 8, L = 8192,
     low 1, high 4; HF rope_type "llama3"). Wavelengths λ above L/low are divided by s, those below
     L/high kept, and between them θ' = (1 − g)·θ/s + g·θ with g = (L/λ − low)/(high − low).
@@ -143,8 +147,13 @@ def llama3_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, low_freq_
     return yarn_inv_freq(inv_freq, s, original_max_len, low_freq_factor, high_freq_factor)
 
 
-def longrope_inv_freq(inv_freq: Tensor, length: int, original_max_len: int,
-                      short_factor: tuple[float, ...], long_factor: tuple[float, ...]) -> Tensor:
+def longrope_inv_freq(
+    inv_freq: Tensor,
+    length: int,
+    original_max_len: int,
+    short_factor: tuple[float, ...],
+    long_factor: tuple[float, ...],
+) -> Tensor:
     """θ'_i = θ_i / λ_i with LongRoPE's per-frequency rescale factors λ_i (Ding et al. 2024, found by
     search; θ_i/λ_i is the paper's non-uniform interpolation). λ is ``long_factor`` when the sequence
     is longer than L and ``short_factor`` otherwise: Phi-3's code (Abdin et al. 2024, arXiv:2404.14219)
@@ -176,23 +185,31 @@ def _yarn_paper(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies
 
 def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
     if c.base is None:
-        raise ConfigError("yarn_variant=hf places its ramp by the pair index of a base-b RoPE, but base=None; give "
-                          "it, or let the scheme that applies this scaling set it")
-    scale = c.attention_factor if c.attention_factor is not None else \
-        yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
-    return ScaledFrequencies(yarn_hf_inv_freq(theta, c.factor, c.training_length, c.alpha, c.beta, c.base,
-                                              c.truncate), scale)
+        raise ConfigError(
+            "yarn_variant=hf places its ramp by the pair index of a base-b RoPE, but base=None; give "
+            "it, or let the scheme that applies this scaling set it"
+        )
+    scale = (
+        c.attention_factor
+        if c.attention_factor is not None
+        else yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
+    )
+    return ScaledFrequencies(
+        yarn_hf_inv_freq(theta, c.factor, c.training_length, c.alpha, c.beta, c.base, c.truncate), scale
+    )
 
 
 def _longrope(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
     short, long = c.factor_lists
     if len(short) != theta.numel():
-        raise ConfigError(f"short_factor/long_factor have {len(short)} entries but this rotation turns "
-                          f"{2 * theta.numel()} dims; method=longrope needs one factor per frequency")
-    scale = c.attention_factor if c.attention_factor is not None else \
-        longrope_attention_scale(c.factor, c.training_length)
-    return ScaledFrequencies(longrope_inv_freq(theta, length, c.training_length, short, long),
-                             scale)
+        raise ConfigError(
+            f"short_factor/long_factor have {len(short)} entries but this rotation turns "
+            f"{2 * theta.numel()} dims; method=longrope needs one factor per frequency"
+        )
+    scale = (
+        c.attention_factor if c.attention_factor is not None else longrope_attention_scale(c.factor, c.training_length)
+    )
+    return ScaledFrequencies(longrope_inv_freq(theta, length, c.training_length, short, long), scale)
 
 
 YARN_VARIANTS: dict[str, Method] = {"paper": _yarn_paper, "hf": _yarn_hf}
@@ -201,16 +218,21 @@ METHODS: dict[str, Method] = {
     "linear": lambda c, th, t: ScaledFrequencies(th / c.factor, 1.0),
     "ntk": lambda c, th, t: ScaledFrequencies(ntk_inv_freq(th, c.factor), 1.0),
     "dynamic_ntk": lambda c, th, t: ScaledFrequencies(
-        ntk_inv_freq(th, dynamic_ntk_factor(t, c.training_length, c.factor)), 1.0),
+        ntk_inv_freq(th, dynamic_ntk_factor(t, c.training_length, c.factor)), 1.0
+    ),
     "yarn": lambda c, th, t: YARN_VARIANTS[c.yarn_variant](c, th, t),
     "llama3": lambda c, th, t: ScaledFrequencies(
-        llama3_inv_freq(th, c.factor, c.training_length, c.low_freq_factor, c.high_freq_factor), 1.0),
+        llama3_inv_freq(th, c.factor, c.training_length, c.low_freq_factor, c.high_freq_factor), 1.0
+    ),
     "longrope": _longrope,
 }
 # The options each method reads besides factor and original_max_len; any other must keep its default.
 # conf/pos/scaling/<method>.yaml holds exactly these (tests/unit/test_pos_rope_scaling.py checks it).
 OPTIONS_READ: dict[str, tuple[str, ...]] = {
-    "none": (), "linear": (), "ntk": (), "dynamic_ntk": ("yarn_variant",),
+    "none": (),
+    "linear": (),
+    "ntk": (),
+    "dynamic_ntk": ("yarn_variant",),
     "yarn": ("alpha", "beta", "yarn_variant", "truncate", "mscale", "mscale_all_dim", "attention_factor"),
     "llama3": ("low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "attention_factor"),
@@ -219,8 +241,17 @@ OPTIONS_READ: dict[str, tuple[str, ...]] = {
 LENGTH_RATIO_METHODS = frozenset({"linear", "ntk", "yarn", "llama3", "longrope"})
 READS_TRAINING_LENGTH = frozenset({"dynamic_ntk", "yarn", "llama3", "longrope"})  # the formulas with an L in them
 HF_YARN_OPTIONS = ("truncate", "mscale", "mscale_all_dim", "attention_factor")  # fields of HF's yarn, not the paper's
-_REALS = ("factor", "alpha", "beta", "mscale", "mscale_all_dim", "attention_factor", "low_freq_factor",
-          "high_freq_factor", "base")  # finite whenever set
+_REALS = (
+    "factor",
+    "alpha",
+    "beta",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "base",
+)  # finite whenever set
 
 
 @dataclass(frozen=True)
@@ -285,8 +316,10 @@ class RopeScaling:
             value = getattr(self, name)
             if value != _default(name):
                 readers = "/".join(m for m, read in OPTIONS_READ.items() if name in read)
-                raise ConfigError(f"{name}={_show(value)} is unused by method={self.method}; drop it (or leave it "
-                                  f"at {_show(_default(name))}), or use method={readers}")
+                raise ConfigError(
+                    f"{name}={_show(value)} is unused by method={self.method}; drop it (or leave it "
+                    f"at {_show(_default(name))}), or use method={readers}"
+                )
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
         """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length)."""
@@ -298,8 +331,10 @@ class RopeScaling:
     def training_length(self) -> int:
         """L, ``original_max_len``, which the formulas with an L in them read (Rope sets it)."""
         if self.original_max_len is None:
-            raise ConfigError(f"method={self.method} scales from the training length, but original_max_len=None; "
-                              "give it, or let the scheme that applies this scaling set it")
+            raise ConfigError(
+                f"method={self.method} scales from the training length, but original_max_len=None; "
+                "give it, or let the scheme that applies this scaling set it"
+            )
         return self.original_max_len
 
     @property
@@ -318,9 +353,14 @@ def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScal
     kept = {name: getattr(configured, name) for name in OPTIONS_READ[method]}
     if method not in LENGTH_RATIO_METHODS:
         factor = configured.factor if method == configured.method else 1.0
-    return RopeScaling(method=method, factor=factor,
-                       original_max_len=configured.original_max_len, base=configured.base,
-                       rotated=configured.rotated, **kept)
+    return RopeScaling(
+        method=method,
+        factor=factor,
+        original_max_len=configured.original_max_len,
+        base=configured.base,
+        rotated=configured.rotated,
+        **kept,
+    )
 
 
 def as_field_of(argument: str, message: str) -> str:
@@ -354,54 +394,74 @@ def _check_none(c: RopeScaling) -> None:
 
 def _check_dynamic_ntk(c: RopeScaling) -> None:
     if c.factor != 1 and c.yarn_variant == "paper":
-        raise ConfigError(f"factor={c.factor} is unused by method=dynamic_ntk as YaRN §3.3 defines it (s comes from "
-                          "the length); use factor=1, or yarn_variant=hf for HF's factor")
+        raise ConfigError(
+            f"factor={c.factor} is unused by method=dynamic_ntk as YaRN §3.3 defines it (s comes from "
+            "the length); use factor=1, or yarn_variant=hf for HF's factor"
+        )
 
 
 def _check_yarn(c: RopeScaling) -> None:
     if c.yarn_variant == "paper":
         for name in HF_YARN_OPTIONS:
             if getattr(c, name) != _default(name):
-                raise ConfigError(f"{name}={getattr(c, name)} is a field of HF's YaRN; use yarn_variant=hf or leave "
-                                  f"it at {_default(name)}")
+                raise ConfigError(
+                    f"{name}={getattr(c, name)} is a field of HF's YaRN; use yarn_variant=hf or leave "
+                    f"it at {_default(name)}"
+                )
         return
     if c.base is not None and not c.base > 1:
-        raise ConfigError(f"yarn_variant=hf places its ramp by the pair index of a base-b RoPE, so it needs a base "
-                          f"> 1 (got {c.base})")
+        raise ConfigError(
+            f"yarn_variant=hf places its ramp by the pair index of a base-b RoPE, so it needs a base > 1 (got {c.base})"
+        )
     if not c.alpha > 0:
         raise ConfigError("alpha=0 with yarn_variant=hf: HF reads beta_slow=0 as unset (1); use alpha > 0")
     pair = (c.mscale, c.mscale_all_dim)
     if (pair[0] is None) != (pair[1] is None) or any(m is not None and not m > 0 for m in pair):
-        raise ConfigError(f"mscale={c.mscale} and mscale_all_dim={c.mscale_all_dim} go together (DeepSeek-V2's "
-                          "pair): set both > 0 or neither")
+        raise ConfigError(
+            f"mscale={c.mscale} and mscale_all_dim={c.mscale_all_dim} go together (DeepSeek-V2's "
+            "pair): set both > 0 or neither"
+        )
     if c.mscale is not None and c.attention_factor is not None:
-        raise ConfigError(f"attention_factor={c.attention_factor} replaces the scale mscale={c.mscale} and "
-                          f"mscale_all_dim={c.mscale_all_dim} would give; set one")
+        raise ConfigError(
+            f"attention_factor={c.attention_factor} replaces the scale mscale={c.mscale} and "
+            f"mscale_all_dim={c.mscale_all_dim} would give; set one"
+        )
 
 
 def _check_llama3(c: RopeScaling) -> None:
     if not 0 < c.low_freq_factor < c.high_freq_factor:
-        raise ConfigError(f"low_freq_factor={c.low_freq_factor}, high_freq_factor={c.high_freq_factor}: "
-                          "llama3 needs 0 < low_freq_factor < high_freq_factor")
+        raise ConfigError(
+            f"low_freq_factor={c.low_freq_factor}, high_freq_factor={c.high_freq_factor}: "
+            "llama3 needs 0 < low_freq_factor < high_freq_factor"
+        )
 
 
 def _check_longrope(c: RopeScaling) -> None:
     if c.short_factor is None or c.long_factor is None:
-        raise ConfigError(f"method=longrope needs short_factor=[...] and long_factor=[...], one factor per frequency "
-                          f"(got short_factor={c.short_factor}, long_factor={c.long_factor})")
+        raise ConfigError(
+            f"method=longrope needs short_factor=[...] and long_factor=[...], one factor per frequency "
+            f"(got short_factor={c.short_factor}, long_factor={c.long_factor})"
+        )
     need = {len(c.long_factor)} if c.rotated is None else {c.rotated // 2}
     if {len(c.short_factor), len(c.long_factor)} != need:
         want = "as many as the other" if c.rotated is None else f"{c.rotated // 2} each (rotated dims ÷ 2)"
-        raise ConfigError(f"short_factor has {len(c.short_factor)} entries and long_factor {len(c.long_factor)}: "
-                          f"method=longrope needs {want}, one per frequency")
+        raise ConfigError(
+            f"short_factor has {len(c.short_factor)} entries and long_factor {len(c.long_factor)}: "
+            f"method=longrope needs {want}, one per frequency"
+        )
     if not all(v > 0 and math.isfinite(v) for v in c.short_factor + c.long_factor):
-        raise ConfigError(f"short_factor={list(c.short_factor)}, long_factor={list(c.long_factor)}: each entry "
-                          "divides a frequency, so every one must be a finite number > 0")
+        raise ConfigError(
+            f"short_factor={list(c.short_factor)}, long_factor={list(c.long_factor)}: each entry "
+            "divides a frequency, so every one must be a finite number > 0"
+        )
     if c.original_max_len is not None and c.original_max_len < 2:
         raise ConfigError(f"original_max_len={c.original_max_len}: longrope's attention factor needs ln L > 0")
 
 
 CHECKS: dict[str, Callable[[RopeScaling], None]] = {
-    "none": _check_none, "dynamic_ntk": _check_dynamic_ntk, "yarn": _check_yarn, "llama3": _check_llama3,
+    "none": _check_none,
+    "dynamic_ntk": _check_dynamic_ntk,
+    "yarn": _check_yarn,
+    "llama3": _check_llama3,
     "longrope": _check_longrope,
 }

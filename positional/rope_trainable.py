@@ -28,15 +28,19 @@ class RopeTrainable(Rope):
     def _register_theta(self, theta0: Tensor) -> None:
         for name in ("resonance", "hope"):
             if getattr(self, name):
-                raise ConfigError(f"{name}=true fixes θ (pos=rope's option), but pos=rope_trainable learns θ from "
-                                  f"its RoPE start; set {name}=false, or use pos=rope {name}=true")
+                raise ConfigError(
+                    f"{name}=true fixes θ (pos=rope's option), but pos=rope_trainable learns θ from "
+                    f"its RoPE start; set {name}=false, or use pos=rope {name}=true"
+                )
         self.register_buffer("theta0", theta0.clone())  # (R/2,) float64, the reference for the drift
         self.inv_freq = nn.Parameter(theta0.clone())  # (R/2,) θ, learned; float64 like pos=rope's θ
 
     def theta_at(self, rotated: int) -> Tensor:
         if rotated != self.rotated:  # a learned θ exists for one width only
-            raise ConfigError(f"pos=rope_trainable learned θ for {self.rotated} rotated dims, not {rotated}; "
-                              "use pos=rope with attention that rotates vectors of another width")
+            raise ConfigError(
+                f"pos=rope_trainable learned θ for {self.rotated} rotated dims, not {rotated}; "
+                "use pos=rope with attention that rotates vectors of another width"
+            )
         return self.inv_freq
 
     @torch.no_grad()

@@ -24,8 +24,9 @@ from harness.ranges import NonNegative, ranged
 from positional.base import FarField, LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 
-def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
-                             max_distance: int = 128) -> Tensor:
+def relative_position_bucket(
+    relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> Tensor:
     """T5's bucket of each relative position (Raffel et al. 2020, §2.1; T5 codebase rule).
 
     Args:
@@ -56,8 +57,14 @@ class T5Bias(PositionalScheme):
     bias_kind = "relative"
 
     @ranged
-    def __init__(self, shape: Shape, num_buckets: int = 32, max_distance: int = 128, per_layer: bool = False,
-                 init_std: NonNegative = 0.02):
+    def __init__(
+        self,
+        shape: Shape,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        per_layer: bool = False,
+        init_std: NonNegative = 0.02,
+    ):
         super().__init__(shape)
         if num_buckets < 4 or num_buckets % 2:
             raise ConfigError(f"num_buckets={num_buckets} must be even and ≥ 4 (half per direction for MLM)")

@@ -41,7 +41,7 @@ def rel_shift(x: Tensor, t_k: int) -> Tensor:
     """
     t_q, width = x.shape[-2], x.shape[-2] + t_k
     padded = F.pad(x, (0, width - x.shape[-1]))  # (..., Tq, Tq+Tk), absent offsets → 0
-    flat = padded.flatten(-2)[..., t_q - 1: t_q - 1 + t_q * (width - 1)]  # (..., Tq·(Tq+Tk−1))
+    flat = padded.flatten(-2)[..., t_q - 1 : t_q - 1 + t_q * (width - 1)]  # (..., Tq·(Tq+Tk−1))
     return flat.unflatten(-1, (t_q, width - 1))[..., :t_k]  # (..., Tq, Tk)
 
 
@@ -67,11 +67,14 @@ class XLBias(LogitBias):
 
 class TransformerXL(PositionalScheme):
     bias_kind = "content"
-    randomize_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which sampled "
-                         "positions are not")
-    restart_refusal = ("rel_shift moves scores over the offsets of consecutive positions, which positions restarted "
-                       "per document are not (its scores read i − j only: with model.document_mask=true and no "
-                       "restart, every score it keeps is already the one inside the document)")
+    randomize_refusal = (
+        "rel_shift moves scores over the offsets of consecutive positions, which sampled positions are not"
+    )
+    restart_refusal = (
+        "rel_shift moves scores over the offsets of consecutive positions, which positions restarted "
+        "per document are not (its scores read i − j only: with model.document_mask=true and no "
+        "restart, every score it keeps is already the one inside the document)"
+    )
 
     @ranged
     def __init__(self, shape: Shape, init_std: NonNegative = 0.02):

@@ -80,14 +80,22 @@ class XPosRotation(Rotary):
 
 class XPos(PositionalScheme):
     @ranged
-    def __init__(self, shape: Shape, base: Positive = 10000.0, gamma: Positive = 0.4, scale_base: Positive = 512.0,
-                 layout: str = "interleaved"):
+    def __init__(
+        self,
+        shape: Shape,
+        base: Positive = 10000.0,
+        gamma: Positive = 0.4,
+        scale_base: Positive = 512.0,
+        layout: str = "interleaved",
+    ):
         super().__init__(shape)
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if shape.head_dim % 2:
-            raise ConfigError(f"pos=xpos rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
-                              "d_model / n_heads (model.d_model / model.n_heads) even")
+            raise ConfigError(
+                f"pos=xpos rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
+                "d_model / n_heads (model.d_model / model.n_heads) even"
+            )
         self.base, self.gamma, self.scale_base, self.layout = base, gamma, scale_base, layout
 
     def rotary(self, positions: Tensor) -> XPosRotation:
@@ -101,4 +109,5 @@ class XPos(PositionalScheme):
         return XPosRotation(
             q=Rotation(cos * scale, sin * scale, apply=apply, at_width=lambda w: self._rotation(positions, w).q),
             k=Rotation(cos / scale, sin / scale, apply=apply, at_width=lambda w: self._rotation(positions, w).k),
-            at_width=lambda w: self._rotation(positions, w))
+            at_width=lambda w: self._rotation(positions, w),
+        )

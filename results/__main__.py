@@ -29,19 +29,37 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
     report.add_argument("--out", required=True, help="output directory, e.g. results/posbench/")
     declared = field_hints(ReportSettings)  # run.py's report.* ranges: one declaration for both
-    report.add_argument("--target", type=number(declared["target_loss"]), default=None,
-                        help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss")
-    report.add_argument("--tracking-uri", default=None,
-                        help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db")
-    report.add_argument("--min-order-gain", type=number(declared["min_order_gain"]), default=None,
-                        help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)")
-    report.add_argument("--baseline", default=None, metavar="POS",
-                        help="the pos to compare every scheme with; default: the sweep's report.baseline, recorded "
-                             "before it ran (else pos=none). A baseline given here is named as given after the run")
+    report.add_argument(
+        "--target",
+        type=number(declared["target_loss"]),
+        default=None,
+        help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss",
+    )
+    report.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db",
+    )
+    report.add_argument(
+        "--min-order-gain",
+        type=number(declared["min_order_gain"]),
+        default=None,
+        help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)",
+    )
+    report.add_argument(
+        "--baseline",
+        default=None,
+        metavar="POS",
+        help="the pos to compare every scheme with; default: the sweep's report.baseline, recorded "
+        "before it ran (else pos=none). A baseline given here is named as given after the run",
+    )
     paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
-    paper.add_argument("--scale", default="toy",
-                       help="the sweep's scale, or its scales comma-separated (scale=toy,toy2x,toy4x: a verdict each)")
+    paper.add_argument(
+        "--scale",
+        default="toy",
+        help="the sweep's scale, or its scales comma-separated (scale=toy,toy2x,toy4x: a verdict each)",
+    )
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
@@ -64,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except OSError as e:
-        if not said_write_failure(e, "the report folder and the index were put back as they were: free space (or "
-                                     "raise the limit) and run the command again"):
+        if not said_write_failure(
+            e,
+            "the report folder and the index were put back as they were: free space (or "
+            "raise the limit) and run the command again",
+        ):
             raise
         return 1
 
@@ -134,8 +155,10 @@ def paper_command(args) -> int:
     scales = preset_scales(args.preset)
     for scale in args.scale.split(","):
         if scale not in scales:
-            raise ConfigError(f"--scale {scale}: preset {args.preset} has no such scale; use one of "
-                              f"{', '.join(scales)} (several comma-separated for a sweep over scale)")
+            raise ConfigError(
+                f"--scale {scale}: preset {args.preset} has no such scale; use one of "
+                f"{', '.join(scales)} (several comma-separated for a sweep over scale)"
+            )
     axis = "_scales" if "," in args.scale else ""  # a scale sweep's report beside the preset's own
     args.out = writable_out(args.out or project_root() / "results" / f"{args.preset}{axis}")
     return paper_main(args)

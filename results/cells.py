@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 LENGTH_METRIC = re.compile(r"^val/loss_at_(\d+)$")
 # every evaluation condition of harness/model/extrapolation.py: val/[finetuned/][<scaling>/]loss_at_<L>[_stride_<S>
 # | _last_<K>]
-CONDITION_METRIC = re.compile(r"^val/(?:(?P<prefix>(?:finetuned/)?[a-z0-9_]+)/)?loss_at_(?P<length>\d+)"
-                              r"(?:_stride_(?P<stride>\d+)|_last_(?P<last>\d+))?$")
+CONDITION_METRIC = re.compile(
+    r"^val/(?:(?P<prefix>(?:finetuned/)?[a-z0-9_]+)/)?loss_at_(?P<length>\d+)"
+    r"(?:_stride_(?P<stride>\d+)|_last_(?P<last>\d+))?$"
+)
 SKIPPED_TAG = re.compile(r"^eval_skipped_at_(\d+)$")
 GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; others form a variant
 # overrides that choose the pos or attn column's value (its tag: a class's own name, a per-layer pattern's),
@@ -205,7 +207,10 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
     steps = [steps_to_target(c.val, target) for c in done] if target is not None else []
     lengths = sorted({n for c in done for n in c.at_length})
     return Group(
-        pos, attn, variant, cells,
+        pos,
+        attn,
+        variant,
+        cells,
         final=mean_std([c.final_loss for c in done if c.final_loss is not None]),
         best=mean_std([c.best_loss for c in done if c.best_loss is not None]),
         steps=mean_std([s for s in steps if s is not None]),
@@ -227,8 +232,11 @@ def condition_name(match: re.Match) -> str:
     prefix = match["prefix"] or ""
     tuned = prefix.startswith("finetuned/")
     scaling = prefix.removeprefix("finetuned/")
-    how = f"sliding, stride {match['stride']}" if match["stride"] else (
-        f"last {match['last']} tokens" if match["last"] else "")
+    how = (
+        f"sliding, stride {match['stride']}"
+        if match["stride"]
+        else (f"last {match['last']} tokens" if match["last"] else "")
+    )
     words = [w for w in (scaling, how) if w] or ["windows"]
     return ", ".join(words + (["fine-tuned"] if tuned else []))
 
@@ -268,9 +276,15 @@ class Report:
         return sorted(scored | {n for c in self.cells for n in c.skipped_lengths})
 
 
-def build_report(cells: list[Cell], title: str, header: list[str], target: float | None = None,
-                 min_order_gain: float = MIN_ORDER_GAIN, baseline: Declared | None = None,
-                 alpha: float = 0.05) -> Report:
+def build_report(
+    cells: list[Cell],
+    title: str,
+    header: list[str],
+    target: float | None = None,
+    min_order_gain: float = MIN_ORDER_GAIN,
+    baseline: Declared | None = None,
+    alpha: float = 0.05,
+) -> Report:
     note = "configured (report.target_loss / --target)"
     if target is None:
         target, note = default_target(cells), "the worst finished cell's final val loss"

@@ -31,8 +31,10 @@ def rope_decay_bound(distances: Tensor, head_dim: int = 128, base: float = 10000
     distances: (M,) relative distances m − n. Returns (M,) float64.
     """
     theta = rope_inv_freq(head_dim, base, torch.float64)  # (d/2,)
-    phases = torch.polar(torch.ones(len(distances), len(theta), dtype=torch.float64),
-                         distances.to(torch.float64)[:, None] * theta[None, :])  # (M, d/2) e^{i m θ_i}
+    phases = torch.polar(
+        torch.ones(len(distances), len(theta), dtype=torch.float64),
+        distances.to(torch.float64)[:, None] * theta[None, :],
+    )  # (M, d/2) e^{i m θ_i}
     partial = phases.cumsum(dim=-1)  # (M, d/2): column j−1 holds S_j
     return partial.abs().mean(dim=-1)
 

@@ -42,8 +42,9 @@ def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | Non
     return out
 
 
-def decisions(cells, alpha: float = ALPHA,
-              min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], tuple[float | None, str]]:
+def decisions(
+    cells, alpha: float = ALPHA, min_gain: float = MIN_ORDER_GAIN
+) -> dict[tuple[str, str], tuple[float | None, str]]:
     """(pos, attn) -> (Welch's p against pos=none, "better" | "worse" | "≈" | "premature"): the sweep report's own
     verdicts (results/verdicts.py), so the grid and the report say one thing — the cells with a p-value one family,
     Holm-corrected at ``alpha`` (a grid of 32 cells at 95 % each would mark one or two by chance); a cell whose
@@ -52,8 +53,10 @@ def decisions(cells, alpha: float = ALPHA,
     from results.verdicts import verdicts
 
     marks = {"lower": "better", "higher": "worse", "premature": "premature"}
-    return {(v.group.pos, v.group.attn): (v.p, marks.get(v.verdict, "≈"))
-            for v in verdicts(group_cells(cells, None), min_gain, None, alpha)}
+    return {
+        (v.group.pos, v.group.attn): (v.p, marks.get(v.verdict, "≈"))
+        for v in verdicts(group_cells(cells, None), min_gain, None, alpha)
+    }
 
 
 def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], str]:
@@ -86,15 +89,23 @@ def grid_section(client, cells, out: Path) -> list[str]:
     attns = sorted({c.attn for c in cells})
     # refused pairings, and cells whose config the validation pass refused (e.g. a window longer than the task)
     trained = {(c.pos, c.attn) for c in cells if c.finished}
-    refused = {(c.pos, c.attn): c.reason for c in cells
-               if c.status in ("incompatible", "error") and c.reason and (c.pos, c.attn) not in trained}
-    lines = ["## Each scheme against no position encoding", "",
-             f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
-             "95 % Welch interval in brackets, Welch's two-sided p; **better** / **worse** where Holm's step-down "
-             f"procedure over the grid's {sum(p is not None for p, _ in decided.values())} cells with a p-value "
-             f"rejects at family-wise α = {ALPHA:g} (the sweep report's verdicts), ≈ where it does not; premature: "
-             "the cell's models do not use word order yet (outside the family).",
-             "", "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |", "|---|" + "---|" * len(attns)]
+    refused = {
+        (c.pos, c.attn): c.reason
+        for c in cells
+        if c.status in ("incompatible", "error") and c.reason and (c.pos, c.attn) not in trained
+    }
+    lines = [
+        "## Each scheme against no position encoding",
+        "",
+        f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
+        "95 % Welch interval in brackets, Welch's two-sided p; **better** / **worse** where Holm's step-down "
+        f"procedure over the grid's {sum(p is not None for p, _ in decided.values())} cells with a p-value "
+        f"rejects at family-wise α = {ALPHA:g} (the sweep report's verdicts), ≈ where it does not; premature: "
+        "the cell's models do not use word order yet (outside the family).",
+        "",
+        "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |",
+        "|---|" + "---|" * len(attns),
+    ]
     for pos in poss:
         row = []
         for attn in attns:
@@ -103,8 +114,11 @@ def grid_section(client, cells, out: Path) -> list[str]:
                 row.append("refused")
             elif delta is None:
                 finals, base = losses.get((pos, attn)), losses.get((BASELINE, attn))
-                row.append(f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
-                           if finals and base else "—")
+                row.append(
+                    f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
+                    if finals and base
+                    else "—"
+                )
             else:
                 diff, low, high, n = delta
                 p, mark = decided.get((pos, attn), (None, "≈"))
@@ -115,23 +129,39 @@ def grid_section(client, cells, out: Path) -> list[str]:
     better = sum(mark == "better" for _, mark in decided.values())
     worse = sum(mark == "worse" for _, mark in decided.values())
     premature = sum(mark == "premature" for _, mark in decided.values())
-    lines += ["", f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
-              f"{worse} are worse, "
-              f"{len(shown) - better - worse - premature} are within noise"
-              + (f", {premature} premature" if premature else "")
-              + (f"; {len(d) - len(shown)} have too few seeds for an interval." if len(d) > len(shown) else ".")]
+    lines += [
+        "",
+        f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
+        f"{worse} are worse, "
+        f"{len(shown) - better - worse - premature} are within noise"
+        + (f", {premature} premature" if premature else "")
+        + (f"; {len(d) - len(shown)} have too few seeds for an interval." if len(d) > len(shown) else "."),
+    ]
     what = learned(cells)
     unready = [k for k, v in what.items() if "not yet" in v]
-    lines += ["", "What each cell learned: exact match on the training lengths (synthetic tasks; mean over seeds) and "
-              f"the order gain (nats/token lost when each window's order is shuffled; below {MIN_ORDER_GAIN}: not yet "
-              "using order, and its Δ says little about its scheme).", "",
-              "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |", "|---|" + "---|" * len(attns)]
+    lines += [
+        "",
+        "What each cell learned: exact match on the training lengths (synthetic tasks; mean over seeds) and "
+        f"the order gain (nats/token lost when each window's order is shuffled; below {MIN_ORDER_GAIN}: not yet "
+        "using order, and its Δ says little about its scheme).",
+        "",
+        "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |",
+        "|---|" + "---|" * len(attns),
+    ]
     for pos in [BASELINE, *poss]:
-        lines.append(f"| {pos} | " + " | ".join("refused" if (pos, a) in refused else what.get((pos, a), "—")
-                                                 for a in attns) + " |")
-    lines += ["", f"{len(what) - len(unready)} of {len(what)} trained cells use word order or cannot "
-              f"(pos={BASELINE}); {len(unready)} do not yet" + (": " + ", ".join(f"{p}×{a}" for p, a in unready)
-                                                                 if unready else "") + ".", ""]
+        lines.append(
+            f"| {pos} | "
+            + " | ".join("refused" if (pos, a) in refused else what.get((pos, a), "—") for a in attns)
+            + " |"
+        )
+    lines += [
+        "",
+        f"{len(what) - len(unready)} of {len(what)} trained cells use word order or cannot "
+        f"(pos={BASELINE}); {len(unready)} do not yet"
+        + (": " + ", ".join(f"{p}×{a}" for p, a in unready) if unready else "")
+        + ".",
+        "",
+    ]
     for reason in sorted(set(refused.values())):
         cells_refused = ", ".join(f"{p}×{a}" for (p, a), r in refused.items() if r == reason)
         lines.append(f"Refused ({cells_refused}): {reason}")
@@ -146,16 +176,24 @@ def grid_section(client, cells, out: Path) -> list[str]:
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-span, vmax=span, aspect="auto")
     for (pos, attn), v in d.items():
         if v is not None:
-            ax.text(attns.index(attn), poss.index(pos), f"{v[0]:+.3f}\n{decided.get((pos, attn), (0, '≈'))[1]}",
-                    ha="center",
-                    va="center", fontsize=9)
+            ax.text(
+                attns.index(attn),
+                poss.index(pos),
+                f"{v[0]:+.3f}\n{decided.get((pos, attn), (0, '≈'))[1]}",
+                ha="center",
+                va="center",
+                fontsize=9,
+            )
     for pos, attn in refused:
         if pos in poss:
             ax.text(attns.index(attn), poss.index(pos), "refused", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(len(attns)), attns)
     ax.set_yticks(range(len(poss)), poss)
-    ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)",
-           title=f"Final val loss − pos={BASELINE} (same attn), mean over seeds; ≈: not beyond noise (Holm)")
+    ax.set(
+        xlabel="attention (attn)",
+        ylabel="positional scheme (pos)",
+        title=f"Final val loss − pos={BASELINE} (same attn), mean over seeds; ≈: not beyond noise (Holm)",
+    )
     fig.colorbar(image, ax=ax, label="Δ nats/token")
     fig.savefig(out / "grid_delta.png", dpi=110)
     plt.close(fig)

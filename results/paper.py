@@ -98,8 +98,7 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     if "below" in comparison:
         xs, limit = values[comparison["cell"]], comparison["below"]
         shown = ", ".join(f"{x:.4g}" for x in xs) or "no finished run"
-        verdict = ("supports" if xs and max(xs) < limit else
-                   "contradicts" if xs and min(xs) >= limit else "inconclusive")
+        verdict = "supports" if xs and max(xs) < limit else "contradicts" if xs and min(xs) >= limit else "inconclusive"
         return Outcome(f"{metric} of {comparison['cell']} < {limit}: per seed {shown}", verdict)
     side = "lower" if "lower" in comparison else "higher"
     first, than = values[comparison[side]], values[comparison["than"]]
@@ -120,8 +119,12 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
     if verdict == "inconclusive":  # what would settle it, if the effect is as measured
         power += what_settles(first, than, diff)
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs "
-                   f"{len(than)}{power})", verdict, p, (diff < 0) == (side == "lower") and diff != 0)
+    return Outcome(
+        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs {len(than)}{power})",
+        verdict,
+        p,
+        (diff < 0) == (side == "lower") and diff != 0,
+    )
 
 
 def _as_read(comparison: dict) -> str:
@@ -147,9 +150,14 @@ def _compare_close(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     side = "inside the margin (two one-sided tests)" if within else "beyond the margin (one-sided)"
     verdict = ("supports" if within else "contradicts") if p <= ALPHA else "inconclusive"  # before the correction
     n = seeds_needed(first, than, abs(abs(diff) - margin))  # the distance to the margin, as a difference to detect
-    settle = (f"; n ≥ {n} per arm would settle it if the difference is as measured" if n else "")
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g} {side}; n = {len(first)} "
-                   f"vs {len(than)}{settle if verdict == 'inconclusive' else ''})", verdict, p, within)
+    settle = f"; n ≥ {n} per arm would settle it if the difference is as measured" if n else ""
+    return Outcome(
+        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g} {side}; n = {len(first)} "
+        f"vs {len(than)}{settle if verdict == 'inconclusive' else ''})",
+        verdict,
+        p,
+        within,
+    )
 
 
 def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str, str] | None:
@@ -162,11 +170,15 @@ def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str
     value = values.pop()
     bounded = "acc" in metric.rsplit("/", 1)[-1]  # exact match and per-token accuracy lie in [0, 1]
     if bounded and value == 0:
-        return "floor", ("every seed of both arms is 0 — a floor: no arm solves this, so the comparison cannot "
-                         "discriminate here; left out of the verdict")
+        return "floor", (
+            "every seed of both arms is 0 — a floor: no arm solves this, so the comparison cannot "
+            "discriminate here; left out of the verdict"
+        )
     if bounded and value == 1:
-        return "ceiling", ("every seed of both arms is 1 — a ceiling: every arm solves this, so the comparison "
-                           "cannot discriminate here; left out of the verdict")
+        return "ceiling", (
+            "every seed of both arms is 1 — a ceiling: every arm solves this, so the comparison "
+            "cannot discriminate here; left out of the verdict"
+        )
     return "no spread", f"every seed of both arms is {value:.6g}: no spread to compare; left out of the verdict"
 
 
@@ -184,8 +196,12 @@ def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome
     verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
     mde, p = paired_detectable_effect(first, than), paired_p_value(first, than)
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread of the differences
-    return Outcome(f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)}{power})",
-                   verdict, p, diff < 0)
+    return Outcome(
+        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)}{power})",
+        verdict,
+        p,
+        diff < 0,
+    )
 
 
 def in_family(o: Outcome) -> bool:
@@ -212,11 +228,13 @@ def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
 def family_line(outcomes: list[Outcome], alpha: float) -> str:
     """What the report says of its correction: the family's size and the procedure and level used."""
     m = sum(in_family(o) for o in outcomes)
-    return (f"Corrected for {m} comparison{'s' * (m != 1)}: Holm–Bonferroni at family-wise α = {alpha:g} "
-            "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
-            "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "
-            "and ceiling comparisons are not in the family. Arms that share a seed trained on the same batches in "
-            "the same order (an example is a function of the seed and its index: tests/unit/test_token_stream.py).")
+    return (
+        f"Corrected for {m} comparison{'s' * (m != 1)}: Holm–Bonferroni at family-wise α = {alpha:g} "
+        "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
+        "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "
+        "and ceiling comparisons are not in the family. Arms that share a seed trained on the same batches in "
+        "the same order (an example is a function of the seed and its index: tests/unit/test_token_stream.py)."
+    )
 
 
 def overall(outcomes: list[Outcome]) -> str:
@@ -299,8 +317,9 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
             arm = comparison.get(side)
             if arm is None or arm in values:
                 continue
-            metric = comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else \
-                comparison["metric"]
+            metric = (
+                comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else comparison["metric"]
+            )
             members = [c for c in cells if c.finished and in_arm(c, arm)]
             finals = (_final(client, c, metric, comparison.get("minus")) for c in members)
             values[arm] = [v for v in finals if v is not None]
@@ -324,12 +343,15 @@ def wall_time(sweep) -> str:
     minutes = (parent.info.end_time - parent.info.start_time) / 60000
     tags = parent.data.tags
     launcher = f" with `{tags['hydra_overrides']}`" if tags.get("hydra_overrides") else ""
-    return (f"Wall time: {minutes:.1f} min for {len(sweep.runs)} runs{launcher} on host "
-            f"{tags.get('host', '(not recorded)')}.")
+    return (
+        f"Wall time: {minutes:.1f} min for {len(sweep.runs)} runs{launcher} on host "
+        f"{tags.get('host', '(not recorded)')}."
+    )
 
 
-def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out: Path,
-                       shown: Path | None = None) -> str:
+def write_paper_report(
+    client, sweep, preset: str, scale: str, claim: dict, out: Path, shown: Path | None = None
+) -> str:
     """README.md and the sweep's report into ``out`` (``integrity.report_folder``'s staging folder, to be ``shown``)."""
     from results.store import cells_of, generate
 
@@ -345,10 +367,16 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
     scales = scale.split(",")
     if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
         # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
-        swept = [c for c in claim["comparisons"] if all(any(in_arm(cell, c[k]) for cell in cells)
-                                                        for k in ARM_KEYS if k in c)]
-        per_scale = {s: corrected([judged(c, at) for c in swept], claim.get("alpha", ALPHA))
-                     for s in scales if (at := [c for c in cells if f"scale={s}" in c.label.split()])}
+        swept = [
+            c
+            for c in claim["comparisons"]
+            if all(any(in_arm(cell, c[k]) for cell in cells) for k in ARM_KEYS if k in c)
+        ]
+        per_scale = {
+            s: corrected([judged(c, at) for c in swept], claim.get("alpha", ALPHA))
+            for s in scales
+            if (at := [c for c in cells if f"scale={s}" in c.label.split()])
+        }
         return _write_scales_report(sweep, preset, scales, claim, per_scale, out)
     alpha = claim.get("alpha", ALPHA)
     outcomes = corrected([judged(c) for c in claim["comparisons"]], alpha)
@@ -363,8 +391,9 @@ def write_paper_report(client, sweep, preset: str, scale: str, claim: dict, out:
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
         *([family_line(outcomes, alpha), ""] if outcomes else []),  # no claim (grid): no family to correct
-        *_provenance(sweep, _overrides(sweep) or f"experiment={preset} scale={scale}",
-                     f"--preset {preset} --scale {scale}"),
+        *_provenance(
+            sweep, _overrides(sweep) or f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"
+        ),
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
@@ -385,24 +414,38 @@ def along_scale(verdicts: dict[str, str]) -> str:
     return "changes with scale without holding: " + "; ".join(f"{n}: {v}" for n, v in verdicts.items())
 
 
-def _write_scales_report(sweep, preset: str, scales: list[str], claim: dict,
-                         per_scale: dict[str, list[Outcome]], out: Path) -> str:
+def _write_scales_report(
+    sweep, preset: str, scales: list[str], claim: dict, per_scale: dict[str, list[Outcome]], out: Path
+) -> str:
     """README.md of a sweep over scale: the line on where the claim holds, then each scale's comparisons."""
     verdicts = {s: overall(outcomes) for s, outcomes in per_scale.items()}
     summary = along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
     summary += _coverage(per_scale, len(claim["comparisons"]))
     joined = ",".join(scales)
     alpha = claim.get("alpha", ALPHA)
-    lines = [f"# {preset} (scales {', '.join(scales)})", "",
-             f"**Claim** ({claim['source']}): {claim['statement']}", "",
-             f"**Verdict: {summary}.**", "",
-             "Per scale, c" + family_line(next(iter(per_scale.values()), []), alpha).removeprefix("C"), "",
-             *_provenance(sweep, _overrides(sweep) or f"experiment={preset} scale={joined}",
-                          f"--preset {preset} --scale {joined}"),
-             "## Verdict per scale", "", "| scale | verdict | comparisons |", "|---|---|---|",
-             *[f"| {s} | {verdicts[s]} | " + "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes) + " |"
-               for s, outcomes in per_scale.items()], "",
-             *_sweep_report(out, _claim_metrics(claim))]
+    lines = [
+        f"# {preset} (scales {', '.join(scales)})",
+        "",
+        f"**Claim** ({claim['source']}): {claim['statement']}",
+        "",
+        f"**Verdict: {summary}.**",
+        "",
+        "Per scale, c" + family_line(next(iter(per_scale.values()), []), alpha).removeprefix("C"),
+        "",
+        *_provenance(
+            sweep, _overrides(sweep) or f"experiment={preset} scale={joined}", f"--preset {preset} --scale {joined}"
+        ),
+        "## Verdict per scale",
+        "",
+        "| scale | verdict | comparisons |",
+        "|---|---|---|",
+        *[
+            f"| {s} | {verdicts[s]} | " + "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes) + " |"
+            for s, outcomes in per_scale.items()
+        ],
+        "",
+        *_sweep_report(out, _claim_metrics(claim)),
+    ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return summary
 
@@ -415,19 +458,27 @@ def _coverage(per_scale: dict[str, list[Outcome]], declared: int) -> str:
     measured = sum(any(o.verdict != "not measured" for o in row) for row in rows)
     if not per_scale or measured == declared:
         return ""
-    return (f", on {measured} of the claim's {declared} primary comparisons (the others' arms or metrics were not "
-            "trained in this sweep)")
+    return (
+        f", on {measured} of the claim's {declared} primary comparisons (the others' arms or metrics were not "
+        "trained in this sweep)"
+    )
 
 
 def _provenance(sweep, run_args: str, paper_args: str) -> list[str]:
     """The commands that regenerate a report, the sweep's wall time and its environment."""
     tags = sweep.runs[0].data.tags if sweep.runs else {}
-    return [f"Command: `python run.py -m {run_args}`, then `python -m results paper {paper_args}"
-            + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "") + "`.", "",
-            wall_time(sweep), "",
-            f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
-            f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} "
-            f"(data={tags.get('data', '?')}).", ""]
+    return [
+        f"Command: `python run.py -m {run_args}`, then `python -m results paper {paper_args}"
+        + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "")
+        + "`.",
+        "",
+        wall_time(sweep),
+        "",
+        f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
+        f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} "
+        f"(data={tags.get('data', '?')}).",
+        "",
+    ]
 
 
 def _sweep_report(out: Path, claim_metrics: set[str]) -> list[str]:
@@ -438,8 +489,14 @@ def _sweep_report(out: Path, claim_metrics: set[str]) -> list[str]:
     body = re.sub(r"^\*\*(Verdict on |No verdict |Verdict: )[^\n]*\*\*\n\n", "", body, count=1, flags=re.M)
     verdicts = re.search(r"^## Verdicts\n.*?(?=^## |\Z)", body, flags=re.S | re.M)
     if verdicts:
-        kept = ("### Final val loss against the sweep's baseline (not the claim's verdict)\n"
-                + verdicts.group(0).split("\n", 1)[1]) if "val/loss" in claim_metrics else ""
+        kept = (
+            (
+                "### Final val loss against the sweep's baseline (not the claim's verdict)\n"
+                + verdicts.group(0).split("\n", 1)[1]
+            )
+            if "val/loss" in claim_metrics
+            else ""
+        )
         body = body.replace(verdicts.group(0), kept)
     return ["## Sweep report", "", body]
 
@@ -472,20 +529,31 @@ def evaluation_positions(cells) -> list[str]:
             ranges.setdefault(cell.eval_positions, set()).add(str(cell.max_position))
     if not ranges:
         return []
-    words = {"sampled": "at a fresh sorted sample of positions per forward (`pos.eval_positions=sampled`, as Ruoss "
-                        "et al.'s reference code)",
-             "ordered": "at positions 0 … T−1 (`pos.eval_positions=ordered`)"}
+    words = {
+        "sampled": "at a fresh sorted sample of positions per forward (`pos.eval_positions=sampled`, as Ruoss "
+        "et al.'s reference code)",
+        "ordered": "at positions 0 … T−1 (`pos.eval_positions=ordered`)",
+    }
     said = "; ".join(f"{words[m]}, max_position {', '.join(sorted(r))}" for m, r in sorted(ranges.items()))
-    return [f"Positions at evaluation: the cells with randomized positions (`pos.randomize=true`) are evaluated "
-            f"{said}; the others at 0 … T−1.", ""]
+    return [
+        f"Positions at evaluation: the cells with randomized positions (`pos.randomize=true`) are evaluated "
+        f"{said}; the others at 0 … T−1.",
+        "",
+    ]
 
 
 def _comparisons_table(outcomes: list[Outcome], secondary: list[Outcome]) -> list[str]:
     if not outcomes and not secondary:
         return []
-    return ["## Comparisons", "", "| comparison | outcome |", "|---|---|",
-            *[f"| {o.text} | {o.verdict} |" for o in outcomes],
-            *[f"| {o.text} (secondary: not part of the verdict) | {o.verdict} |" for o in secondary], ""]
+    return [
+        "## Comparisons",
+        "",
+        "| comparison | outcome |",
+        "|---|---|",
+        *[f"| {o.text} | {o.verdict} |" for o in outcomes],
+        *[f"| {o.text} (secondary: not part of the verdict) | {o.verdict} |" for o in secondary],
+        "",
+    ]
 
 
 def _sections(client, cells, claim: dict, out: Path) -> list[str]:
@@ -510,25 +578,37 @@ def render_index(results_dir: Path) -> str:
     sealed folder is checked against its SHA256SUMS first (one from before seals is read as it is)."""
     rows = []
     for readme in sorted(results_dir.glob("*/README.md")):
-        integrity.check_report(readme.parent, "run the command its README names again, or restore the folder (git "
-                            "checkout)", needs=["README.md"])
+        integrity.check_report(
+            readme.parent,
+            "run the command its README names again, or restore the folder (git checkout)",
+            needs=["README.md"],
+        )
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
-        rows.append(f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
-                    f"{verdict.split('**')[1] if verdict else '—'} |")
-    return "\n".join([
-        "# results/",
-        "",
-        "Reports produced by posbench's own commands, each with the command that regenerates it; nothing here",
-        "is hand-edited. Paper presets: `python run.py -m experiment=<preset>` then",
-        "`python -m results paper --preset <preset>`; benchmarks: `python -m harness.bench --out results/bench`;",
-        "a pretrained model under each RoPE scaling: `posbench hf-eval MODEL_DIR … --out results/<name>`.",
-        "This index: `python -m results index` (tests/unit/test_paper.py fails when it disagrees with the reports).",
-        "",
-        "| report | what | verdict / summary |",
-        "|---|---|---|",
-        *rows,
-    ]) + "\n"
+        rows.append(
+            f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
+            f"{verdict.split('**')[1] if verdict else '—'} |"
+        )
+    return (
+        "\n".join(
+            [
+                "# results/",
+                "",
+                "Reports produced by posbench's own commands, each with the command that regenerates it; nothing here",
+                "is hand-edited. Paper presets: `python run.py -m experiment=<preset>` then",
+                "`python -m results paper --preset <preset>`; benchmarks: "
+                "`python -m harness.bench --out results/bench`;",
+                "a pretrained model under each RoPE scaling: `posbench hf-eval MODEL_DIR … --out results/<name>`.",
+                "This index: `python -m results index` "
+                "(tests/unit/test_paper.py fails when it disagrees with the reports).",
+                "",
+                "| report | what | verdict / summary |",
+                "|---|---|---|",
+                *rows,
+            ]
+        )
+        + "\n"
+    )
 
 
 def main(args) -> int:

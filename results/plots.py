@@ -23,8 +23,10 @@ LOSS = "val loss (nats/token)"
 
 def draw_all(r: Report, out_dir: Path) -> list[Path]:
     colours = scheme_colours(r.groups)
-    paths = [val_loss_curves(r, colours, out_dir / "val_loss_curves.png"),
-             final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png")]
+    paths = [
+        val_loss_curves(r, colours, out_dir / "val_loss_curves.png"),
+        final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png"),
+    ]
     if any(g.at_length for g in r.groups):
         paths.append(loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png"))
     if any(g.attn_distance.mean is not None for g in r.groups):
@@ -46,8 +48,9 @@ def _title(fig, *lines: str, fontsize: float = 10) -> None:
 
 def _panels(r: Report, title: str, width: float = 5.5):
     attns = list(dict.fromkeys(g.attn for g in r.groups))
-    fig, axes = plt.subplots(1, len(attns), figsize=(width * len(attns) + 1.5, 4.8), sharey=True, squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(attns), figsize=(width * len(attns) + 1.5, 4.8), sharey=True, squeeze=False, layout="constrained"
+    )
     _title(fig, title, r.title)
     return fig, dict(zip(attns, axes[0], strict=True))
 
@@ -90,8 +93,15 @@ def final_loss_heatmap(r: Report, path: Path) -> Path:
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
     for g in r.groups:
         text = g.final.fmt(3).replace(" ± ", "\n± ") if g.final.mean is not None else g.status
-        ax.text(cols.index(g.attn), rows.index(g.label), text, ha="center", va="center", fontsize=9,
-                color=_ink(image, g.final.mean))
+        ax.text(
+            cols.index(g.attn),
+            rows.index(g.label),
+            text,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color=_ink(image, g.final.mean),
+        )
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows)
     ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)")
@@ -134,8 +144,9 @@ def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
 
 def attention_distance(r: Report, colours: dict, path: Path) -> Path:
     """Mean attention distance per scheme, one panel per attention variant (runs with diagnostics=true)."""
-    fig, panels = _panels(r, "Mean attention distance of the final model (mean ± std over seeds; diagnostics=true)",
-                          width=4.0)
+    fig, panels = _panels(
+        r, "Mean attention distance of the final model (mean ± std over seeds; diagnostics=true)", width=4.0
+    )
     for attn, ax in panels.items():
         groups = [g for g in r.groups if g.attn == attn and g.attn_distance.mean is not None]
         for x, g in enumerate(groups):

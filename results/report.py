@@ -38,54 +38,119 @@ def markdown(r: Report, plots: list[str]) -> str:
     variant = any(g.variant for g in r.groups)
     accuracy = any(g.acc.mean is not None for g in r.groups)
     bits = any(g.bpc.mean is not None for g in r.groups)
-    head = ["pos", "attn", *(["variant"] if variant else []), "seeds", "status", "final val loss",
-            *(["final bits/byte"] if bits else []), "best val loss", f"steps to {target}", "tokens/s", "params",
-            "order gain", *(["val acc"] if accuracy else [])]
-    rows = [[g.pos, g.attn, *([g.variant] if variant else []), _seeds(g), g.status, g.final.fmt(),
-             *([g.bpc.fmt() if g.bpc.mean is not None else "—"] if bits else []), g.best.fmt(),
-             _steps(g), g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—", _num(g.n_params, 0),
-             order_gain(g, r.min_order_gain), *([g.acc.fmt(3)] if accuracy else [])]
-            for g in r.groups]
+    head = [
+        "pos",
+        "attn",
+        *(["variant"] if variant else []),
+        "seeds",
+        "status",
+        "final val loss",
+        *(["final bits/byte"] if bits else []),
+        "best val loss",
+        f"steps to {target}",
+        "tokens/s",
+        "params",
+        "order gain",
+        *(["val acc"] if accuracy else []),
+    ]
+    rows = [
+        [
+            g.pos,
+            g.attn,
+            *([g.variant] if variant else []),
+            _seeds(g),
+            g.status,
+            g.final.fmt(),
+            *([g.bpc.fmt() if g.bpc.mean is not None else "—"] if bits else []),
+            g.best.fmt(),
+            _steps(g),
+            g.tokens_per_s.fmt(0) if g.tokens_per_s.mean is not None else "—",
+            _num(g.n_params, 0),
+            order_gain(g, r.min_order_gain),
+            *([g.acc.fmt(3)] if accuracy else []),
+        ]
+        for g in r.groups
+    ]
     found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha)
     missing = verdicts.missing_baseline(r.groups, r.baseline)
-    lines = [f"# {r.title}", "", *r.header, "",
-             f"**{verdicts.headline(found, r.min_order_gain, missing, r.alpha)}**", "",
-             "## Scheme × attention", "",
-             *_md_table(head, rows), "",
-             "Losses in nats/token (mean ± sample std over finished seeds)"
-             + ("; bits/byte: the final val loss per byte of text (val/bpc: nats/token × tokens/byte ÷ ln 2, "
-                "comparable across tokenizers)" if bits else "") + f". Target loss {target} nats/token: "
-             f"{r.target_note}. Steps are optimizer steps; tokens/s is training throughput. Order gain: "
-             "val loss with the tokens of each window shuffled minus val loss, nats/token; below "
-             f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "
-             "resting on it says little about its positional scheme.", ""]
+    lines = [
+        f"# {r.title}",
+        "",
+        *r.header,
+        "",
+        f"**{verdicts.headline(found, r.min_order_gain, missing, r.alpha)}**",
+        "",
+        "## Scheme × attention",
+        "",
+        *_md_table(head, rows),
+        "",
+        "Losses in nats/token (mean ± sample std over finished seeds)"
+        + (
+            "; bits/byte: the final val loss per byte of text (val/bpc: nats/token × tokens/byte ÷ ln 2, "
+            "comparable across tokenizers)"
+            if bits
+            else ""
+        )
+        + f". Target loss {target} nats/token: "
+        f"{r.target_note}. Steps are optimizer steps; tokens/s is training throughput. Order gain: "
+        "val loss with the tokens of each window shuffled minus val loss, nats/token; below "
+        f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "
+        "resting on it says little about its positional scheme.",
+        "",
+    ]
     lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha)
     if r.lengths:
-        lines += ["## Loss vs evaluation length (nats/token)", "", *_md_table(*_length_rows(r)), "",
-                  "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).", ""]
+        lines += [
+            "## Loss vs evaluation length (nats/token)",
+            "",
+            *_md_table(*_length_rows(r)),
+            "",
+            "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).",
+            "",
+        ]
     accuracy_table = _accuracy_rows(r)
     if accuracy_table:
-        lines += ["## Accuracy vs evaluation length (synthetic tasks)", "", *_md_table(*accuracy_table), "",
-                  "Per output token (`val/token_acc_at_<L>`, Ruoss et al. 2023; mean ± std over seeds), then exact "
-                  "match per sequence in parentheses (`val/acc_at_<L>`, Kazemnejad et al. 2023). The *position-blind* "
-                  "rows are what the best rule over the bag of input tokens scores on the same lengths "
-                  "(harness/data/tasks/blind.py; encoder forms): a score at or below it shows no use of positions.", ""]
+        lines += [
+            "## Accuracy vs evaluation length (synthetic tasks)",
+            "",
+            *_md_table(*accuracy_table),
+            "",
+            "Per output token (`val/token_acc_at_<L>`, Ruoss et al. 2023; mean ± std over seeds), then exact "
+            "match per sequence in parentheses (`val/acc_at_<L>`, Kazemnejad et al. 2023). The *position-blind* "
+            "rows are what the best rule over the bag of input tokens scores on the same lengths "
+            "(harness/data/tasks/blind.py; encoder forms): a score at or below it shows no use of positions.",
+            "",
+        ]
     if any(set(g.conditions) - {"windows"} for g in r.groups):
-        lines += ["## Loss vs length under each evaluation (nats/token)", "", *_md_table(*_condition_rows(r)), "",
-                  "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
-                  "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
-                  "the same trained model evaluated with that RoPE scaling (s = L ÷ training length); fine-tuned: "
-                  "after eval.finetune_steps at eval.finetune_length with that scaling applied; last K tokens: "
-                  "the same final K targets of each sample scored with L tokens of context. posbench's "
-                  "docs/length-extrapolation.md.", ""]
+        lines += [
+            "## Loss vs length under each evaluation (nats/token)",
+            "",
+            *_md_table(*_condition_rows(r)),
+            "",
+            "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
+            "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
+            "the same trained model evaluated with that RoPE scaling (s = L ÷ training length); fine-tuned: "
+            "after eval.finetune_steps at eval.finetune_length with that scaling applied; last K tokens: "
+            "the same final K targets of each sample scored with L tokens of context. posbench's "
+            "docs/length-extrapolation.md.",
+            "",
+        ]
     if any(g.attn_distance.mean is not None for g in r.groups):
-        lines += ["## Attention (diagnostics=true)", "", *_md_table(*_attention_rows(r)), "",
-                  "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "
-                  "heads and layers on 16 validation windows (mean ± std over seeds); each run's `diagnostics/` "
-                  "artifacts hold them per layer and head, by offset, and as maps.", ""]
+        lines += [
+            "## Attention (diagnostics=true)",
+            "",
+            *_md_table(*_attention_rows(r)),
+            "",
+            "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "
+            "heads and layers on 16 validation windows (mean ± std over seeds); each run's `diagnostics/` "
+            "artifacts hold them per layer and head, by offset, and as maps.",
+            "",
+        ]
     cell_head = ["cell", "run", "status", "final val loss", "tokens/s", "reason"]
-    cell_rows = [[c.label, c.name, c.status, _num(c.final_loss, 4), _num(c.tokens_per_s, 0), c.reason]
-                 for c in sorted(r.cells, key=lambda c: c.job)]
+    cell_rows = [
+        [c.label, c.name, c.status, _num(c.final_loss, 4), _num(c.tokens_per_s, 0), c.reason]
+        for c in sorted(r.cells, key=lambda c: c.job)
+    ]
     lines += ["## Cells", "", *_md_table(cell_head, cell_rows), ""]
     lines += [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
@@ -117,6 +182,7 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     """Per group, per-token accuracy (mean ± std) and exact match (mean) at each evaluated task length, with each
     task variant's position-blind baseline as a row of its own; a mixture's parts (task=mixture) each get their
     rows under the pooled one. None when no cell scored a task."""
+
     def at(cells, name: str, n: int) -> Stat:
         return mean_std([c.metrics[f"{name}_at_{n}"] for c in cells if c.finished and f"{name}_at_{n}" in c.metrics])
 
@@ -132,16 +198,26 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
             token = [at(g.cells, f"{prefix}token_acc", n) for n in lengths]
             exact = [at(g.cells, f"{prefix}acc", n) for n in lengths]
             label = g.label if part is None else f"{g.label} · {part}"
-            rows.append([label, g.attn, *(f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
-                                          for t, e in zip(token, exact, strict=True))])
+            rows.append(
+                [
+                    label,
+                    g.attn,
+                    *(
+                        f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
+                        for t, e in zip(token, exact, strict=True)
+                    ),
+                ]
+            )
             blind = [at(g.cells, f"{prefix}blind_token_acc", n) for n in lengths]
             task = " ".join(o for o in g.variant.split() if o.startswith("task=")) or g.variant  # one row per task
             task = task if part is None else f"{task} {part}".strip()
             if task not in blind_done and any(b.mean is not None for b in blind):
                 blind_done.add(task)
                 blind_exact = [at(g.cells, f"{prefix}blind_acc", n) for n in lengths]
-                shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
-                         for b, e in zip(blind, blind_exact, strict=True)]
+                shown = [
+                    f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
+                    for b, e in zip(blind, blind_exact, strict=True)
+                ]
                 rows.append([f"position-blind {task}".strip(), "—", *shown])
     return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
@@ -158,37 +234,83 @@ def _condition_rows(r: Report) -> tuple[list[str], list[list[str]]]:
 
 def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
     head = ["pos", "attn", "mean attention distance (tokens)", "attention entropy (nats)"]
-    return head, [[g.label, g.attn, g.attn_distance.fmt(2), g.attn_entropy.fmt(3)] for g in r.groups
-                  if g.attn_distance.mean is not None]
+    return head, [
+        [g.label, g.attn, g.attn_distance.fmt(2), g.attn_entropy.fmt(3)]
+        for g in r.groups
+        if g.attn_distance.mean is not None
+    ]
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731 — a pipe would split the column
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-            *("| " + " | ".join(cell(x) for x in row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(cell(x) for x in row) + " |" for row in rows),
+    ]
 
 
 def to_csv(r: Report) -> str:
     out = io.StringIO()
     lengths = r.lengths
-    fields = ["pos", "attn", "variant", "seeds", "n_finished", "status",
-              "final_val_loss_mean", "final_val_loss_std", "best_val_loss_mean", "best_val_loss_std",
-              "target_loss", "steps_to_target_mean", "steps_to_target_std", "seeds_reaching_target",
-              "tokens_per_s_mean", "n_params", *(f"val_loss_at_{n}_mean" for n in lengths),
-              "order_gain_mean", "order_gain_std", "using_order", "val_acc_mean", "val_acc_std",
-              "attn_distance_mean", "attn_entropy_mean"]
+    fields = [
+        "pos",
+        "attn",
+        "variant",
+        "seeds",
+        "n_finished",
+        "status",
+        "final_val_loss_mean",
+        "final_val_loss_std",
+        "best_val_loss_mean",
+        "best_val_loss_std",
+        "target_loss",
+        "steps_to_target_mean",
+        "steps_to_target_std",
+        "seeds_reaching_target",
+        "tokens_per_s_mean",
+        "n_params",
+        *(f"val_loss_at_{n}_mean" for n in lengths),
+        "order_gain_mean",
+        "order_gain_std",
+        "using_order",
+        "val_acc_mean",
+        "val_acc_std",
+        "attn_distance_mean",
+        "attn_entropy_mean",
+    ]
     writer = csv.writer(out)
     writer.writerow(fields)
     opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
     for g in r.groups:
-        writer.writerow([g.pos, g.attn, g.variant, _seeds(g), g.final.n, g.status,
-                         opt(g.final.mean), opt(g.final.std), opt(g.best.mean), opt(g.best.std),
-                         opt(r.target), opt(g.steps.mean), opt(g.steps.std), g.steps.n,
-                         opt(g.tokens_per_s.mean), opt(g.n_params),
-                         *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
-                         opt(g.order_gain.mean), opt(g.order_gain.std), opt(g.using_order(r.min_order_gain)),
-                         opt(g.acc.mean), opt(g.acc.std),
-                         opt(g.attn_distance.mean), opt(g.attn_entropy.mean)])
+        writer.writerow(
+            [
+                g.pos,
+                g.attn,
+                g.variant,
+                _seeds(g),
+                g.final.n,
+                g.status,
+                opt(g.final.mean),
+                opt(g.final.std),
+                opt(g.best.mean),
+                opt(g.best.std),
+                opt(r.target),
+                opt(g.steps.mean),
+                opt(g.steps.std),
+                g.steps.n,
+                opt(g.tokens_per_s.mean),
+                opt(g.n_params),
+                *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
+                opt(g.order_gain.mean),
+                opt(g.order_gain.std),
+                opt(g.using_order(r.min_order_gain)),
+                opt(g.acc.mean),
+                opt(g.acc.std),
+                opt(g.attn_distance.mean),
+                opt(g.attn_entropy.mean),
+            ]
+        )
     return out.getvalue()
 
 
@@ -199,12 +321,13 @@ def console_summary(r: Report) -> str:
     width = max([len("cell"), *(len(c.label) for c in cells)])
     lines = [f"{'cell':<{width}}  {'status':<12}  {'val loss':>9}  {'tokens/s':>9}  order gain"]
     for c in cells:
-        lines.append(f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
-                     f"  {_cell_order_gain(c, r.min_order_gain)}")
+        lines.append(
+            f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
+            f"  {_cell_order_gain(c, r.min_order_gain)}"
+        )
     lines += [f"  {c.label}: {c.reason}" for c in cells if c.reason]
     found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha)
-    lines += ["", verdicts.headline(found, r.min_order_gain, verdicts.missing_baseline(r.groups, r.baseline),
-                                    r.alpha)]
+    lines += ["", verdicts.headline(found, r.min_order_gain, verdicts.missing_baseline(r.groups, r.baseline), r.alpha)]
     for f in found:
         text = f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}"
         lines.append(f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): {text}")  # same variant
@@ -223,8 +346,11 @@ def headline_metrics(cells: list[Cell]) -> dict[str, float]:
     finals = [c.final_loss for c in cells if c.finished and c.final_loss is not None]
     refused = sum(c.status == "incompatible" for c in cells)
     finished = sum(c.finished for c in cells)
-    counts = {"sweep/cells_finished": finished, "sweep/cells_refused": refused,
-              "sweep/cells_failed": len(cells) - finished - refused}
+    counts = {
+        "sweep/cells_finished": finished,
+        "sweep/cells_refused": refused,
+        "sweep/cells_failed": len(cells) - finished - refused,
+    }
     losses = {"sweep/best_val_loss": min(finals), "sweep/worst_val_loss": max(finals)} if finals else {}
     return {**losses, **counts}
 

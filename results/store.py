@@ -54,8 +54,7 @@ class Sweep:
 def search_all(client, experiment_id: str, filter_string: str = "", order_by: list[str] | None = None) -> list:
     runs, token = [], None
     while True:  # search_runs pages at max_results
-        page = client.search_runs([experiment_id], filter_string, max_results=1000, order_by=order_by,
-                                  page_token=token)
+        page = client.search_runs([experiment_id], filter_string, max_results=1000, order_by=order_by, page_token=token)
         runs.extend(page)
         token = page.token
         if not token:
@@ -74,16 +73,20 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
         children = search_all(client, exp.experiment_id, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
         runs = [r for r in children if "pos" in r.data.tags]  # posbench's cells: a run of another project has none
         if not runs:
-            raise LookupError(f"the latest sweep of experiment {experiment!r} (parent run {parent.info.run_id}) holds "
-                              "no posbench run (none has a pos tag): another project's runs? Point --tracking-uri at "
-                              "the store posbench wrote, or --sweep at one of its sweeps")
+            raise LookupError(
+                f"the latest sweep of experiment {experiment!r} (parent run {parent.info.run_id}) holds "
+                "no posbench run (none has a pos tag): another project's runs? Point --tracking-uri at "
+                "the store posbench wrote, or --sweep at one of its sweeps"
+            )
         return Sweep(experiment, exp.experiment_id, parent.data.tags["sweep_id"], parent, runs)
     if sweep_id:
         raise LookupError(f"no sweep {sweep_id!r} in experiment {experiment!r}; omit --sweep for the latest one")
     runs = [r for r in search_all(client, exp.experiment_id) if "pos" in r.data.tags]
     if not runs:
-        raise LookupError(f"experiment {experiment!r} holds no posbench run (none has a pos tag): another project's "
-                          "runs? Point --tracking-uri at the store posbench wrote, or name a posbench experiment")
+        raise LookupError(
+            f"experiment {experiment!r} holds no posbench run (none has a pos tag): another project's "
+            "runs? Point --tracking-uri at the store posbench wrote, or name a posbench experiment"
+        )
     return Sweep(experiment, exp.experiment_id, None, None, runs)
 
 
@@ -94,10 +97,17 @@ def cell_of(client, run) -> Cell:
     throughput = client.get_metric_history(run.info.run_id, "train/tokens_per_s") if history else []
     gains = client.get_metric_history(run.info.run_id, "val/order_gain") if history else []
     return Cell(
-        run_id=run.info.run_id, name=run.info.run_name, label=renamed_arms(tags.get("sweep_cell") or run.info.run_name),
-        pos=tags.get("pos", "?"), attn=tags.get("attn", "?"), seed=tags.get("seed", "?"),
-        status=status, reason=reason, variant=_variant(renamed_arms(tags.get("sweep_cell", ""))),
-        val=sorted((m.step, m.value) for m in history), gains=sorted((m.step, m.value) for m in gains),
+        run_id=run.info.run_id,
+        name=run.info.run_name,
+        label=renamed_arms(tags.get("sweep_cell") or run.info.run_name),
+        pos=tags.get("pos", "?"),
+        attn=tags.get("attn", "?"),
+        seed=tags.get("seed", "?"),
+        status=status,
+        reason=reason,
+        variant=_variant(renamed_arms(tags.get("sweep_cell", ""))),
+        val=sorted((m.step, m.value) for m in history),
+        gains=sorted((m.step, m.value) for m in gains),
         # mean of the logged windows: each covers the same number of training steps
         tokens_per_s=sum(m.value for m in throughput) / len(throughput) if throughput else None,
         n_params=int(params["model.n_params"]) if "model.n_params" in params else None,
@@ -105,7 +115,9 @@ def cell_of(client, run) -> Cell:
         at_length={int(m[1]): v for k, v in run.data.metrics.items() if (m := LENGTH_METRIC.match(k))},
         skipped_lengths={int(m[1]): v for k, v in tags.items() if (m := SKIPPED_TAG.match(k))},
         job=int(tags.get("sweep_job", 0)) if tags.get("sweep_job", "0").isdigit() else 0,
-        metrics=dict(run.data.metrics), order_signal=tags.get("order_signal", "scheme"), task=tags.get("task", ""),
+        metrics=dict(run.data.metrics),
+        order_signal=tags.get("order_signal", "scheme"),
+        task=tags.get("task", ""),
         **_sampling(params),
     )
 
@@ -115,8 +127,10 @@ def _sampling(params: dict[str, str]) -> dict:
     if params.get("pos.randomize") != "True":
         return {}
     mode, top = params.get("pos.eval_positions", "None"), params.get("pos.max_position", "")
-    return {"eval_positions": "sampled" if mode == "None" else mode,
-            "max_position": int(top) if top.isdigit() else None}
+    return {
+        "eval_positions": "sampled" if mode == "None" else mode,
+        "max_position": int(top) if top.isdigit() else None,
+    }
 
 
 def cells_of(client, sweep: Sweep) -> list:
@@ -169,28 +183,50 @@ def _unchecked(sweep: Sweep) -> str:
     return f" ({len(old)} closed before posbench sealed run records: their values are read unchecked)" if old else ""
 
 
-def sweep_report(client, sweep: Sweep, target: float | None = None, shown_out=None,
-                 min_order_gain: float = MIN_ORDER_GAIN, baseline: str | None = None):
+def sweep_report(
+    client,
+    sweep: Sweep,
+    target: float | None = None,
+    shown_out=None,
+    min_order_gain: float = MIN_ORDER_GAIN,
+    baseline: str | None = None,
+):
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
     (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
     sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
     from results.cells import ALPHA_TAG, BASELINE_TAG, Declared, build_report
 
-    header = [f"Experiment `{sweep.experiment}`"
-              + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
-              + f", {len(sweep.runs)} runs" + _unchecked(sweep)
-              + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "") + ".",
-              "",
-              f"Regenerate: `{regenerate_command(sweep, shown_out)}`"]
+    header = [
+        f"Experiment `{sweep.experiment}`"
+        + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
+        + f", {len(sweep.runs)} runs"
+        + _unchecked(sweep)
+        + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "")
+        + ".",
+        "",
+        f"Regenerate: `{regenerate_command(sweep, shown_out)}`",
+    ]
     recorded = sweep.parent.data.tags.get(BASELINE_TAG) if sweep.parent else None
-    declared = (Declared(baseline, "given to the report after the sweep ran (--baseline)") if baseline else
-                Declared(recorded, "declared before the sweep ran (report.baseline)") if recorded else None)
+    declared = (
+        Declared(baseline, "given to the report after the sweep ran (--baseline)")
+        if baseline
+        else Declared(recorded, "declared before the sweep ran (report.baseline)")
+        if recorded
+        else None
+    )
     alpha = float(sweep.parent.data.tags.get(ALPHA_TAG) or 0.05) if sweep.parent else 0.05
     return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain, declared, alpha)
 
 
-def generate(client, sweep: Sweep, out_dir, target: float | None = None, shown_out=None,
-             min_order_gain: float = MIN_ORDER_GAIN, baseline: str | None = None) -> list:
+def generate(
+    client,
+    sweep: Sweep,
+    out_dir,
+    target: float | None = None,
+    shown_out=None,
+    min_order_gain: float = MIN_ORDER_GAIN,
+    baseline: str | None = None,
+) -> list:
     """Write the report of ``sweep`` into out_dir; the paths written."""
     from pathlib import Path
 

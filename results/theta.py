@@ -70,7 +70,7 @@ def theta_section(client, cells, out: Path) -> list[str]:
     for seed, rows in tables.items():
         theta0 = [r["theta0"] for r in rows]
         ratio = [abs(r["ratio"]) for r in rows]
-        line, = ax.plot(theta0, ratio, marker="o", ms=3, label=f"seed {seed}")
+        (line,) = ax.plot(theta0, ratio, marker="o", ms=3, label=f"seed {seed}")
         flips = [(t, q) for t, q, r in zip(theta0, ratio, rows, strict=True) if r["ratio"] <= 0]
         if flips:
             xs, ys = zip(*flips, strict=True)
@@ -94,18 +94,23 @@ def theta_section(client, cells, out: Path) -> list[str]:
         for i, row in enumerate(tables[seeds[0]]):
             writer.writerow([i, f"{row['theta0']:.10g}", *[f"{tables[s][i]['ratio']:.6g}" for s in seeds]])
 
-    lines = ["## θ drift", "",
-             "Per seed, at the end of training: how far θ moved as a whole (the norm, dominated by θ₀ = 1) and "
-             "per frequency (θ_final/θ₀, from each run's `theta.csv` artifact; all frequencies in `theta.csv` here).",
-             "", "| seed | ‖θ−θ₀‖/‖θ₀‖ | frequencies moved > 10 % | max over i of abs(log θ_i/θ₀_i) | sign flips |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        "## θ drift",
+        "",
+        "Per seed, at the end of training: how far θ moved as a whole (the norm, dominated by θ₀ = 1) and "
+        "per frequency (θ_final/θ₀, from each run's `theta.csv` artifact; all frequencies in `theta.csv` here).",
+        "",
+        "| seed | ‖θ−θ₀‖/‖θ₀‖ | frequencies moved > 10 % | max over i of abs(log θ_i/θ₀_i) | sign flips |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for c in runs:
         rows = tables[c.seed]
         final = client.get_run(c.run_id).data.metrics
         moved = sum(abs(r["ratio"] - 1) > 0.1 for r in rows)
-        lines.append(f"| {c.seed} | {final.get('pos/theta_rel_change', float('nan')):.4f} | {moved} of {len(rows)} | "
-                     f"{final.get('pos/theta_max_log_ratio', float('nan')):.3f} | "
-                     f"{sum(r['ratio'] <= 0 for r in rows)} |")
+        lines.append(
+            f"| {c.seed} | {final.get('pos/theta_rel_change', float('nan')):.4f} | {moved} of {len(rows)} | "
+            f"{final.get('pos/theta_max_log_ratio', float('nan')):.3f} | "
+            f"{sum(r['ratio'] <= 0 for r in rows)} |"
+        )
     lines += ["", "![theta_drift](theta_drift.png)", "![theta_ratio](theta_ratio.png)"]
     return lines
-

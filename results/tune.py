@@ -55,9 +55,17 @@ def tune_cells(cells: list[Cell]) -> list[Tuned]:
 
 
 def best_json(tuned: list[Tuned], source: dict[str, str]) -> dict:
-    cells = {t.key: {"values": searched_values(t.best), "val_loss": t.best.final_loss, "run_id": t.best.run_id,
-                     "trials": len(t.trials), "finished": len(t.finished)}
-             for t in tuned if t.best is not None}
+    cells = {
+        t.key: {
+            "values": searched_values(t.best),
+            "val_loss": t.best.final_loss,
+            "run_id": t.best.run_id,
+            "trials": len(t.trials),
+            "finished": len(t.finished),
+        }
+        for t in tuned
+        if t.best is not None
+    }
     return {**source, "metric": "final val/loss, nats/token", "cells": cells}
 
 
@@ -68,20 +76,41 @@ def markdown(tuned: list[Tuned], source: dict[str, str], wall_min: float | None)
     for t in tuned:
         best = searched_values(t.best) if t.best else {}
         worst = max(map(_final_loss, t.finished), default=None)
-        rows.append([t.key, f"{len(t.trials)} ({len(t.finished)})", *(_fmt(best.get(k)) for k in keys),
-                     _loss(t.best.final_loss if t.best else None), _loss(worst)])
-    trial_rows = [[t.key, str(i), *(_fmt(searched_values(c).get(k)) for k in keys), c.status, _loss(c.final_loss)]
-                  for t in tuned for i, c in enumerate(t.trials)]
+        rows.append(
+            [
+                t.key,
+                f"{len(t.trials)} ({len(t.finished)})",
+                *(_fmt(best.get(k)) for k in keys),
+                _loss(t.best.final_loss if t.best else None),
+                _loss(worst),
+            ]
+        )
+    trial_rows = [
+        [t.key, str(i), *(_fmt(searched_values(c).get(k)) for k in keys), c.status, _loss(c.final_loss)]
+        for t in tuned
+        for i, c in enumerate(t.trials)
+    ]
     wall = f"{wall_min:.1f} minutes" if wall_min is not None else "unknown (the sweep has not ended)"
-    return "\n".join([
-        f"# Tuned learning rates: experiment `{source['experiment']}`, sweep `{source['sweep_id']}`", "",
-        f"Command: `{source['command']}`  ", f"Wall time of the sweep on this machine: {wall}  ",
-        f"Regenerate: `{source['regenerate']}`", "",
-        "Each cell's own TPE study (harness/sweep/tune.py); a trial's score is its final val loss "
-        "(nats/token). `best.json` holds the best values; `optim.tuned=results/tune_lr/best.json` reruns any "
-        "preset at them.", "",
-        *_table(head, rows), "", "## Every trial", "",
-        *_table(["cell", "trial", *keys, "status", "final val loss"], trial_rows), ""])
+    return "\n".join(
+        [
+            f"# Tuned learning rates: experiment `{source['experiment']}`, sweep `{source['sweep_id']}`",
+            "",
+            f"Command: `{source['command']}`  ",
+            f"Wall time of the sweep on this machine: {wall}  ",
+            f"Regenerate: `{source['regenerate']}`",
+            "",
+            "Each cell's own TPE study (harness/sweep/tune.py); a trial's score is its final val loss "
+            "(nats/token). `best.json` holds the best values; `optim.tuned=results/tune_lr/best.json` reruns any "
+            "preset at them.",
+            "",
+            *_table(head, rows),
+            "",
+            "## Every trial",
+            "",
+            *_table(["cell", "trial", *keys, "status", "final val loss"], trial_rows),
+            "",
+        ]
+    )
 
 
 def _fmt(value) -> str:
@@ -105,9 +134,13 @@ def write(client, sweep, out: Path, regenerate: str) -> list[Path]:
     if sweep.parent is None:
         raise LookupError(f"experiment {sweep.experiment!r} has no sweep; run python run.py -m experiment=tune_lr")
     info = sweep.parent.info
-    source = {"experiment": sweep.experiment, "sweep_id": sweep.sweep_id, "parent_run_id": info.run_id,
-              "command": f"python run.py -m {sweep.parent.data.tags.get('sweep_overrides', '')}".strip(),
-              "regenerate": regenerate}
+    source = {
+        "experiment": sweep.experiment,
+        "sweep_id": sweep.sweep_id,
+        "parent_run_id": info.run_id,
+        "command": f"python run.py -m {sweep.parent.data.tags.get('sweep_overrides', '')}".strip(),
+        "regenerate": regenerate,
+    }
     tuned = tune_cells(cells_of(client, sweep))
     wall = (info.end_time - info.start_time) / 60_000 if info.end_time else None
     out.mkdir(parents=True, exist_ok=True)

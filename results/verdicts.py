@@ -59,26 +59,38 @@ def baseline_of(groups: list[Group], declared: Declared | None = None) -> Group 
 def missing_baseline(groups: list[Group], declared: Declared | None = None) -> str | None:
     """One line when some attention (and variant) has schemes to compare but not its baseline: what to declare."""
     keys = dict.fromkeys((g.attn, g.variant) for g in groups)
-    unmatched = [key for key in keys
-                 if sum(g.final.mean is not None for g in groups if (g.attn, g.variant) == key) >= 2
-                 and baseline_of([g for g in groups if (g.attn, g.variant) == key], declared) is None]
+    unmatched = [
+        key
+        for key in keys
+        if sum(g.final.mean is not None for g in groups if (g.attn, g.variant) == key) >= 2
+        and baseline_of([g for g in groups if (g.attn, g.variant) == key], declared) is None
+    ]
     if not unmatched:
         return None
     names = sorted({g.pos for g in groups if (g.attn, g.variant) in unmatched and g.final.mean is not None})
     where = ", ".join(f"attn={a}{f' {v}' if v else ''}" for a, v in unmatched)
     if declared:
-        return (f"No verdict for {where}: report.baseline={declared.pos} is not among its finished schemes "
-                f"({', '.join(names)}); declare one of them.")
-    return (f"No verdict for {where}: no baseline was declared and there is no pos={BASELINE} to compare with; "
-            f"run the sweep with report.baseline=<pos>, one of {', '.join(names)}, named before the results "
-            "(the table shows every scheme; none is picked as the winner).")
+        return (
+            f"No verdict for {where}: report.baseline={declared.pos} is not among its finished schemes "
+            f"({', '.join(names)}); declare one of them."
+        )
+    return (
+        f"No verdict for {where}: no baseline was declared and there is no pos={BASELINE} to compare with; "
+        f"run the sweep with report.baseline=<pos>, one of {', '.join(names)}, named before the results "
+        "(the table shows every scheme; none is picked as the winner)."
+    )
 
 
 def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     """One comparison before the family's correction: premature, one seed, or "tested" with its p-value."""
     if g.using_order(min_gain) is False:
-        return Verdict(g, base, "premature", f"premature — train longer: order gain {g.order_gain.mean:.3f} "
-                                             f"< {min_gain}, not yet using word order; {trend(g, min_gain)}")
+        return Verdict(
+            g,
+            base,
+            "premature",
+            f"premature — train longer: order gain {g.order_gain.mean:.3f} "
+            f"< {min_gain}, not yet using word order; {trend(g, min_gain)}",
+        )
     a, b = _finals(g), _finals(base)
     ci = welch_interval(a, b)
     if ci is None:
@@ -95,15 +107,31 @@ def decided(v: Verdict, rejected: bool, m: int, alpha: float) -> Verdict:
     holm_said = f"Holm over {m} at α = {alpha:g}"
     if rejected:
         word = "lower" if diff < 0 else "higher"
-        return Verdict(v.group, v.baseline, word, f"{v.text}: {word} loss beyond seed noise ({holm_said}; "
-                                                  f"n = {len(a)} vs {len(b)})", v.p)
+        return Verdict(
+            v.group,
+            v.baseline,
+            word,
+            f"{v.text}: {word} loss beyond seed noise ({holm_said}; n = {len(a)} vs {len(b)})",
+            v.p,
+        )
     if len(set(a)) == 1 and len(set(b)) == 1:  # no spread on either side: no power to speak of
-        return Verdict(v.group, v.baseline, "tie", f"{v.text}: tie — every seed of both gives the same loss "
-                                                   f"(no spread: no power figure; n = {len(a)} vs {len(b)})", v.p)
+        return Verdict(
+            v.group,
+            v.baseline,
+            "tie",
+            f"{v.text}: tie — every seed of both gives the same loss "
+            f"(no spread: no power figure; n = {len(a)} vs {len(b)})",
+            v.p,
+        )
     mde = minimum_detectable_effect(a, b)
     settles = what_settles(a, b, diff, per="scheme")
-    return Verdict(v.group, v.baseline, "tie", f"{v.text}: tie within seed noise ({holm_said}); n = {len(a)} vs "
-                                               f"{len(b)} detects |Δ| ≥ {mde:.4f}{settles}", v.p)
+    return Verdict(
+        v.group,
+        v.baseline,
+        "tie",
+        f"{v.text}: tie within seed noise ({holm_said}); n = {len(a)} vs {len(b)} detects |Δ| ≥ {mde:.4f}{settles}",
+        v.p,
+    )
 
 
 def trend(g: Group, min_gain: float) -> str:
@@ -117,24 +145,27 @@ def trend(g: Group, min_gain: float) -> str:
     if g1 - g0 <= RISING * min_gain:
         shown = ", ".join(f"{v:.3f}" for _, v in curve[-4:])
         steps = ", ".join(str(s) for s, _ in curve[-4:])
-        return (f"flat ({shown} at steps {steps}): no rise measured yet, so it needs several times "
-                f"{s1:,} steps")
+        return f"flat ({shown} at steps {steps}): no rise measured yet, so it needs several times {s1:,} steps"
     rate = (g1 - g0) / (s1 - s0)
     needed = s1 + max(1, math.ceil((min_gain - g1) / rate))  # ≥ 1: seeds without the last step may lift the curve
-    return (f"rising {100 * rate:.3f} per 100 steps (steps {s0:,}–{s1:,}): at that rate it reaches {min_gain} "
-            f"near step {needed:,} (trainer.max_steps)")
+    return (
+        f"rising {100 * rate:.3f} per 100 steps (steps {s0:,}–{s1:,}): at that rate it reaches {min_gain} "
+        f"near step {needed:,} (trainer.max_steps)"
+    )
 
 
-def verdicts(groups: list[Group], min_gain: float, declared: Declared | None = None,
-             alpha: float = ALPHA) -> list[Verdict]:
+def verdicts(
+    groups: list[Group], min_gain: float, declared: Declared | None = None, alpha: float = ALPHA
+) -> list[Verdict]:
     """One verdict per group that is not its (attention, variant)'s baseline; the comparisons with a p-value are
     one family, Holm-corrected at family-wise level ``alpha``."""
     out = []
     for key in dict.fromkeys((g.attn, g.variant) for g in groups):
         members = [g for g in groups if (g.attn, g.variant) == key]
         base = baseline_of(members, declared)
-        out += [judge(g, base, min_gain) for g in members if base is not None and g is not base
-                and g.final.mean is not None]
+        out += [
+            judge(g, base, min_gain) for g in members if base is not None and g is not base and g.final.mean is not None
+        ]
     family = [i for i, v in enumerate(out) if v.p is not None]
     for i, rejected in zip(family, holm([out[i].p or 0.0 for i in family], alpha), strict=True):
         out[i] = decided(out[i], rejected, len(family), alpha)
@@ -145,8 +176,9 @@ def headline(found: list[Verdict], min_gain: float, missing: str | None = None, 
     """One sentence: how many comparisons separate, how many are premature, what the ties could detect; then
     ``missing`` (``missing_baseline``), where some schemes had no declared baseline to be compared with."""
     if not found:
-        return missing or ("Verdict: nothing to compare (a comparison needs two finished schemes with the same "
-                           "attention).")
+        return missing or (
+            "Verdict: nothing to compare (a comparison needs two finished schemes with the same attention)."
+        )
     return _counted(found, min_gain, alpha) + (f" {missing}" if missing else "")
 
 
@@ -154,30 +186,52 @@ def _counted(found: list[Verdict], min_gain: float, alpha: float = ALPHA) -> str
     count = {v: sum(f.verdict == v for f in found) for v in ("lower", "higher", "tie", "premature", "one seed")}
     tested = sum(f.p is not None for f in found)
     corrected = f" (Holm-corrected over {tested} at family-wise α = {alpha:g})" if tested else ""
-    parts = [f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise"
-             f"{corrected}", f"{count['tie']} tie{'s' * (count['tie'] != 1)}"]
-    mdes = [mde for f in found if f.verdict == "tie" and "no spread" not in f.text
-            if (mde := minimum_detectable_effect(_finals(f.group), _finals(f.baseline))) is not None]
+    parts = [
+        f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise{corrected}",
+        f"{count['tie']} tie{'s' * (count['tie'] != 1)}",
+    ]
+    mdes = [
+        mde
+        for f in found
+        if f.verdict == "tie" and "no spread" not in f.text
+        if (mde := minimum_detectable_effect(_finals(f.group), _finals(f.baseline))) is not None
+    ]
     if mdes:
         parts[-1] += f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)"
     if count["premature"]:
-        parts.append(f"{count['premature']} premature (not yet using word order, order gain < {min_gain}: "
-                     "train longer)")
+        parts.append(
+            f"{count['premature']} premature (not yet using word order, order gain < {min_gain}: train longer)"
+        )
     if count["one seed"]:
         parts.append(f"{count['one seed']} with one seed (no interval)")
     return f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: " + "; ".join(parts) + "."
 
 
-def section(found: list[Verdict], min_gain: float, declared: Declared | None = None,
-            missing: str | None = None, alpha: float = ALPHA) -> list[str]:
+def section(
+    found: list[Verdict],
+    min_gain: float,
+    declared: Declared | None = None,
+    missing: str | None = None,
+    alpha: float = ALPHA,
+) -> list[str]:
     """The report's Verdicts section (markdown lines) for ``verdicts(...)``."""
     if not found:
         return ["## Verdicts", "", missing, ""] if missing else []
-    named = (f"`pos={declared.pos}`, {declared.when}" if declared else
-             f"`pos={BASELINE}` (no report.baseline was declared)")
+    named = (
+        f"`pos={declared.pos}`, {declared.when}" if declared else f"`pos={BASELINE}` (no report.baseline was declared)"
+    )
     rows = [f"| {f.group.label} | {f.group.attn} | {f.baseline.pos} | {f.verdict} | {f.text} |" for f in found]
-    return ["## Verdicts", "", headline(found, min_gain, missing, alpha), "",
-            "Each scheme's per-seed final val loss against the baseline with the same attention (and the same "
-            f"other overrides): {named}. Δ in nats/token with its Welch 95 % interval and Welch's two-sided p; "
-            "lower / higher only where Holm's step-down procedure over all of them rejects (report.alpha).", "",
-            "| cell | attn | baseline | verdict | detail |", "|---|---|---|---|---|", *rows, ""]
+    return [
+        "## Verdicts",
+        "",
+        headline(found, min_gain, missing, alpha),
+        "",
+        "Each scheme's per-seed final val loss against the baseline with the same attention (and the same "
+        f"other overrides): {named}. Δ in nats/token with its Welch 95 % interval and Welch's two-sided p; "
+        "lower / higher only where Holm's step-down procedure over all of them rejects (report.alpha).",
+        "",
+        "| cell | attn | baseline | verdict | detail |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]

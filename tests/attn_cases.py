@@ -44,7 +44,7 @@ def rotation(T: int, D: int):
 def padding(B: int, T: int) -> Tensor:
     """(B, T) bool: row 0 right-padded, row 1 left-padded, others full."""
     keep = torch.ones(B, T, dtype=torch.bool)
-    keep[0, T - T // 3:] = False
+    keep[0, T - T // 3 :] = False
     if B > 1:
         keep[1, : T // 4] = False
     return keep
@@ -67,8 +67,11 @@ def allowed_pairs(T: int, causal: bool, key_keep: Tensor | None, band: tuple[int
 
 def reference_softmax(q, k, v, *, causal=False, key_keep=None, bias=None, rot=None, band=None) -> Tensor:
     """softmax(q kᵀ/√D + b) v over the allowed pairs; rows with none give 0."""
-    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) if rot is None else \
-        rot.rotate(q) @ rot.rotate(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    logits = (
+        q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if rot is None
+        else rot.rotate(q) @ rot.rotate(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    )
     if bias is not None:
         logits = logits + bias.dense(q, k)
     ok = allowed_pairs(q.shape[-2], causal, key_keep, band)

@@ -43,15 +43,27 @@ RUN_CASES = [
     ("window-negative", ["attn=local", "attn.window=-4"], "attn.window=-4 must be a positive integer"),
     ("lr-negative", ["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),
     ("lr-zero", ["optim.optimizer.lr=0"], "optim.optimizer.lr=0 must be positive"),
-    ("cpu-devices-all", ["trainer.devices=-1"], "trainer.devices=-1 with trainer.accelerator=cpu: CPU processes "
-     "are counted"),  # check passed it; Lightning refused it when the run built its Trainer
+    (
+        "cpu-devices-all",
+        ["trainer.devices=-1"],
+        "trainer.devices=-1 with trainer.accelerator=cpu: CPU processes are counted",
+    ),  # check passed it; Lightning refused it when the run built its Trainer
     ("cpu-devices-ids", ["trainer.devices=[0,1]"], "with trainer.accelerator=cpu: CPU processes are counted"),
-    ("fire-init-beyond-float32", ["task=clm", "pos=fire", "pos.init_c=1e300"], "pos.init_c=1e+300 must be within "
-     "float32's range"),  # check (on meta) passed it; the run's real construction raised torch's overflow
-    ("dd-alibi-bias-beyond-float32", ["task=clm", "pos=dd_alibi", "pos.bias_init=1e300"], "pos.bias_init=1e+300 must "
-     "be within float32's range"),
-    ("lr-overflows-the-step", ["optim.optimizer.lr=1e300"], "optim.optimizer.lr=1e+300 is beyond 1e+30: the "
-     "optimizer's step computes in float32"),  # check passed it; the run's first step raised torch's overflow
+    (
+        "fire-init-beyond-float32",
+        ["task=clm", "pos=fire", "pos.init_c=1e300"],
+        "pos.init_c=1e+300 must be within float32's range",
+    ),  # check (on meta) passed it; the run's real construction raised torch's overflow
+    (
+        "dd-alibi-bias-beyond-float32",
+        ["task=clm", "pos=dd_alibi", "pos.bias_init=1e300"],
+        "pos.bias_init=1e+300 must be within float32's range",
+    ),
+    (
+        "lr-overflows-the-step",
+        ["optim.optimizer.lr=1e300"],
+        "optim.optimizer.lr=1e+300 is beyond 1e+30: the optimizer's step computes in float32",
+    ),  # check passed it; the run's first step raised torch's overflow
     ("weight-decay-overflows-the-step", ["optim.optimizer.weight_decay=1e31"], "weight_decay=1e+31 is beyond 1e+30"),
     ("steps-zero", ["trainer.max_steps=0"], "trainer.max_steps=0 must be a positive integer"),
     ("steps-not-a-number", ["trainer.max_steps=abc"], "trainer.max_steps='abc' must be an integer"),
@@ -72,31 +84,52 @@ RUN_CASES = [
     ("eval-lengths-not-numbers", ["eval.lengths=[abc]"], "['abc'] are not positive integers"),
     ("incompatible-pairing", ["pos=xl", "attn=local"], "incompatible pairing: attn=local cannot apply a content"),
     ("causal-only-scheme-mlm", ["pos=fox"], "incompatible pairing: pos=fox with a bidirectional task: FoX's forget"),
-    ("documents-xl-restart", ["pos=xl", "model.restart_positions=true"],
-     "incompatible pairing: model.restart_positions=true with pos=xl: rel_shift"),
-    ("documents-mask-performer", ["attn=performer", "model.document_mask=true"],
-     "incompatible pairing: model.document_mask=true with attn=performer"),
-    ("documents-randomized", ["pos.randomize=true", "pos.max_position=64", "model.restart_positions=true"],
-     "randomized positions are drawn once per window, not per document"),
-    ("documents-subword", ["tokenizer=bpe", "model.document_mask=true"],
-     "model.document_mask=true maps document starts from bytes to tokens one to one"),
+    (
+        "documents-xl-restart",
+        ["pos=xl", "model.restart_positions=true"],
+        "incompatible pairing: model.restart_positions=true with pos=xl: rel_shift",
+    ),
+    (
+        "documents-mask-performer",
+        ["attn=performer", "model.document_mask=true"],
+        "incompatible pairing: model.document_mask=true with attn=performer",
+    ),
+    (
+        "documents-randomized",
+        ["pos.randomize=true", "pos.max_position=64", "model.restart_positions=true"],
+        "randomized positions are drawn once per window, not per document",
+    ),
+    (
+        "documents-subword",
+        ["tokenizer=bpe", "model.document_mask=true"],
+        "model.document_mask=true maps document starts from bytes to tokens one to one",
+    ),
     ("documents-not-a-bool", ["model.restart_positions=maybe"], "model.restart_positions"),
     ("text-without-path", ["data=text"], "data=text needs a file or directory: add data.path="),
     ("missing-corpus", ["data=text", "data.path={files}/nope.txt"], "does not exist; point it at a UTF-8 text"),
     ("empty-corpus", ["data=text", "data.path={files}/empty.txt"], "holds 0 bytes; give at least 4 KiB"),
     ("non-utf8-corpus", ["data=text", "data.path={files}/latin1.txt"], "is not UTF-8 (bad byte at offset"),
-    ("window-longer-than-corpus", ["data=text", "data.path={files}/small.txt", "data.seq_len=8192",
-                                   "model.n_heads=2"], "not more than one window of 8192; lower data.seq_len"),
+    (
+        "window-longer-than-corpus",
+        ["data=text", "data.path={files}/small.txt", "data.seq_len=8192", "model.n_heads=2"],
+        "not more than one window of 8192; lower data.seq_len",
+    ),
     ("no-validation-split", ["data=text", "data.path={files}/small.txt"], "the validation split has 0 tokens"),
     ("enwik8-wrong-size", ["data=enwik8", "data.path={files}/small.txt"], "holds 7,000 bytes, enwik8 holds 100,000,"),
     ("enwik8-wrong-checksum", ["data=enwik8", "data.path={files}/zeros"], "is not enwik8 (sha256"),
-    ("enwik8-missing-no-download", ["data=enwik8", "data.path={files}/nope", "data.download=false"],
-     "not found; set data.path=/path/to/enwik8 or data.download=true"),
+    (
+        "enwik8-missing-no-download",
+        ["data=enwik8", "data.path={files}/nope", "data.download=false"],
+        "not found; set data.path=/path/to/enwik8 or data.download=true",
+    ),
     ("tracking-uri-relative", ["logger.tracking_uri=sqlite:///rel.db"], "is not sqlite:////absolute/path.db"),
     ("tracking-uri-scheme", ["logger.tracking_uri=foo://bar"], "has scheme 'foo', which MLflow cannot open"),
     ("tracking-uri-no-host", ["logger.tracking_uri=http://"], "names no host"),
-    ("store-dir-unwritable", ["logger.tracking_uri=sqlite:///{files}/empty.txt/mlflow.db"],
-     "logger.tracking_uri: cannot create"),
+    (
+        "store-dir-unwritable",
+        ["logger.tracking_uri=sqlite:///{files}/empty.txt/mlflow.db"],
+        "logger.tracking_uri: cannot create",
+    ),
     ("output-dir-unwritable", ["hydra.run.dir={files}/empty.txt/run"], "cannot write"),
     ("checkpoint-dir-unwritable", ["checkpoint.dir={files}/empty.txt/ckpt"], "checkpoint.dir: cannot create"),
     ("checkpoint-every-negative", ["checkpoint.every_n_steps=-1"], "checkpoint.every_n_steps=-1 must be"),
@@ -106,7 +139,6 @@ RUN_CASES = [
     ("resume-corrupt-checkpoint", ["resume={files}/corrupt/step-4.ckpt"], "step-4.ckpt is corrupt or truncated ("),
     ("resume-unlinked-checkpoint", ["resume={files}/unlinked/step-4.ckpt"], "no run.json beside it, so which"),
     ("resume-bad-value", ["resume=maybe"], "resume='maybe': use resume=true, resume=auto"),
-
     # ---- values of the wrong type or range, in every group
     ("lr-not-a-number", ["optim.optimizer.lr=abc"], "optim.optimizer.lr='abc' must be a number"),
     ("lr-nan", ["optim.optimizer.lr=nan"], "optim.optimizer.lr=nan must be a finite number"),
@@ -129,8 +161,11 @@ RUN_CASES = [
     ("accumulate-zero", ["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0 must be a positive"),
     ("devices-word", ["trainer.devices=abc"], "trainer.devices='abc' must be a positive count"),
     ("devices-zero", ["trainer.devices=0"], "trainer.devices=0 must be a positive count"),
-    ("nodes-zero", ["trainer=ddp", "trainer.accelerator=cpu", "trainer.num_nodes=0"],
-     "trainer.num_nodes=0 must be a positive integer"),
+    (
+        "nodes-zero",
+        ["trainer=ddp", "trainer.accelerator=cpu", "trainer.num_nodes=0"],
+        "trainer.num_nodes=0 must be a positive integer",
+    ),
     ("precision-unknown", ["trainer.precision=fp8"], "trainer.precision='fp8': use 32-true"),
     ("accelerator-unknown", ["trainer.accelerator=tpux"], "trainer.accelerator='tpux': use cpu, gpu"),
     ("val-interval-zero", ["trainer.val_check_interval=0"], "trainer.val_check_interval=0 must be a positive"),
@@ -149,26 +184,50 @@ RUN_CASES = [
     ("eval-stride-zero", ["task=clm", "eval.lengths=[32]", "eval.stride=0"], "eval.stride=0 must be a positive"),
     ("eval-stride-word", ["eval.stride=abc"], "eval.stride='abc' must be an integer or null"),
     ("eval-stride-no-lengths", ["task=clm", "eval.stride=8"], "set eval.lengths=[...] too"),
-    ("eval-stride-beyond-length", ["task=clm", "eval.lengths=[32,64]", "eval.stride=48"],
-     "must not exceed the shortest eval length 32"),
+    (
+        "eval-stride-beyond-length",
+        ["task=clm", "eval.lengths=[32,64]", "eval.stride=48"],
+        "must not exceed the shortest eval length 32",
+    ),
     ("eval-stride-mlm", ["eval.lengths=[32]", "eval.stride=8"], "a bidirectional task=mlm does not have"),
     ("eval-same-targets-mlm", ["eval.lengths=[32]", "eval.same_targets=8"], "use task=clm or drop eval.same_targets"),
-    ("eval-same-targets-zero", ["task=clm", "eval.lengths=[32]", "eval.same_targets=0"],
-     "eval.same_targets=0 must be a positive"),
+    (
+        "eval-same-targets-zero",
+        ["task=clm", "eval.lengths=[32]", "eval.same_targets=0"],
+        "eval.same_targets=0 must be a positive",
+    ),
     ("eval-buckets-zero", ["eval.position_buckets=0"], "eval.position_buckets=0 must be a positive"),
-    ("eval-scalings-unknown", ["eval.lengths=[64]", "eval.scalings=[none,foo]"],
-     "['foo'] are not length scalings of pos=rope"),
-    ("eval-scalings-twice", ["eval.lengths=[64]", "eval.scalings=[ntk,ntk]"],
-     "list each scaling once by name; use e.g."),
-    ("eval-scalings-not-rope", ["pos=alibi", "eval.lengths=[64]", "eval.scalings=[yarn]"],
-     "pos=alibi has none (only RoPE's angles can be rescaled)"),
-    ("eval-scalings-longrope-lists", ["eval.lengths=[64]", "eval.scalings=[longrope]"],
-     "needs pos.scaling.short_factor=[...] and pos.scaling.long_factor=[...]"),
-    ("eval-finetune-no-scalings", ["eval.lengths=[64]", "eval.finetune_steps=5"],
-     "fine-tunes under each eval.scalings entry"),
+    (
+        "eval-scalings-unknown",
+        ["eval.lengths=[64]", "eval.scalings=[none,foo]"],
+        "['foo'] are not length scalings of pos=rope",
+    ),
+    (
+        "eval-scalings-twice",
+        ["eval.lengths=[64]", "eval.scalings=[ntk,ntk]"],
+        "list each scaling once by name; use e.g.",
+    ),
+    (
+        "eval-scalings-not-rope",
+        ["pos=alibi", "eval.lengths=[64]", "eval.scalings=[yarn]"],
+        "pos=alibi has none (only RoPE's angles can be rescaled)",
+    ),
+    (
+        "eval-scalings-longrope-lists",
+        ["eval.lengths=[64]", "eval.scalings=[longrope]"],
+        "needs pos.scaling.short_factor=[...] and pos.scaling.long_factor=[...]",
+    ),
+    (
+        "eval-finetune-no-scalings",
+        ["eval.lengths=[64]", "eval.finetune_steps=5"],
+        "fine-tunes under each eval.scalings entry",
+    ),
     ("eval-finetune-negative", ["eval.finetune_steps=-1"], "eval.finetune_steps=-1 must be ≥ 0"),
-    ("eval-finetune-length-unused", ["eval.lengths=[64]", "eval.finetune_length=64"],
-     "unused with eval.finetune_steps=0"),
+    (
+        "eval-finetune-length-unused",
+        ["eval.lengths=[64]", "eval.finetune_length=64"],
+        "unused with eval.finetune_steps=0",
+    ),
     ("eval-finetune-lr-zero", ["eval.finetune_lr=0"], "eval.finetune_lr=0 must be a positive number"),
     ("val-every-zero", ["data.source.val_every=0"], "data.source.val_every=0 must be ≥ 2"),
     ("val-every-word", ["data.source.val_every=abc"], "data.source.val_every='abc' must be an integer"),
@@ -179,10 +238,20 @@ RUN_CASES = [
     ("layers-zero", ["model.n_layers=0"], "model.n_layers=0 must be a positive integer"),
     ("d-ff-zero", ["model.d_ff=0"], "model.d_ff=0 must be a positive integer"),
     # each DDP rank reads its own slice of the shards: every slice must hold a window, checked before rank 0 starts
-    ("ddp-rank-slice-shorter-than-a-window", ["trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
-                                               "data=tokens", "data.path={files}/shards", "data.seq_len=60000",
-                                               "data.batch_size=1", "trainer.max_steps=2"],
-     "each of the 2 DDP ranks (trainer.devices × trainer.num_nodes) reads its own"),
+    (
+        "ddp-rank-slice-shorter-than-a-window",
+        [
+            "trainer=ddp",
+            "trainer.devices=2",
+            "trainer.accelerator=cpu",
+            "data=tokens",
+            "data.path={files}/shards",
+            "data.seq_len=60000",
+            "data.batch_size=1",
+            "trainer.max_steps=2",
+        ],
+        "each of the 2 DDP ranks (trainer.devices × trainer.num_nodes) reads its own",
+    ),
     ("loss-chunk-zero", ["model.loss_chunk=0"], "model.loss_chunk=0 must be a positive number of tokens or null"),
     ("loss-chunk-fraction", ["model.loss_chunk=1.5"], "model.loss_chunk=1.5 must be an integer or null"),
     ("dropout-nan", ["model.dropout=nan"], "model.dropout=nan must be a finite number"),
@@ -192,18 +261,32 @@ RUN_CASES = [
     ("rope-base-word", ["pos.base=abc"], "pos.base='abc' must be a number"),
     ("rope-layout-unknown", ["pos.layout=foo"], "pos.layout='foo': use interleaved or half"),
     ("rope-fraction-zero", ["pos.fraction=0"], "0 × 16 is not a positive even integer"),
-    ("rope-scaling-word", ["pos.scaling=foo"], "pos.scaling='foo' must be a config node with _target_ or null; "
-     "pick one with pos/scaling=<name>: dynamic_ntk, linear"),
+    (
+        "rope-scaling-word",
+        ["pos.scaling=foo"],
+        "pos.scaling='foo' must be a config node with _target_ or null; "
+        "pick one with pos/scaling=<name>: dynamic_ntk, linear",
+    ),
     ("rope-scaling-unknown", ["pos/scaling=foo"], "use one of pos/scaling=dynamic_ntk, linear"),
-    ("rope-scaling-option-at-pos", ["pos.factor=2"], "pos.factor is not a key of the chosen pos; it belongs to "
-     "pos/scaling: pick one with pos/scaling=<name> (dynamic_ntk, linear, llama3, longrope, ntk, yarn) and set "
-     "pos.scaling.factor=..."),
-    ("rope-scaling-unread-option", ["pos/scaling=linear", "pos.scaling.alpha=2"],
-     "pos.scaling.alpha is not a key of the chosen pos/scaling; pos/scaling=yarn has it"),
+    (
+        "rope-scaling-option-at-pos",
+        ["pos.factor=2"],
+        "pos.factor is not a key of the chosen pos; it belongs to "
+        "pos/scaling: pick one with pos/scaling=<name> (dynamic_ntk, linear, llama3, longrope, ntk, yarn) and set "
+        "pos.scaling.factor=...",
+    ),
+    (
+        "rope-scaling-unread-option",
+        ["pos/scaling=linear", "pos.scaling.alpha=2"],
+        "pos.scaling.alpha is not a key of the chosen pos/scaling; pos/scaling=yarn has it",
+    ),
     ("rope-factor-below-one", ["pos/scaling=yarn", "pos.scaling.factor=0.5"], "pos.scaling.factor=0.5 must be ≥ 1"),
     ("rope-factor-nan", ["pos/scaling=ntk", "pos.scaling.factor=nan"], "pos.scaling.factor=nan must be a finite"),
-    ("rope-scaling-not-rope", ["pos=alibi", "pos/scaling=yarn"], "pos/scaling is a choice of pos=rope, "
-     "pos=rope_trainable only"),
+    (
+        "rope-scaling-not-rope",
+        ["pos=alibi", "pos/scaling=yarn"],
+        "pos/scaling is a choice of pos=rope, pos=rope_trainable only",
+    ),
     ("t5-buckets-word", ["pos=t5", "pos.num_buckets=abc"], "pos.num_buckets='abc' must be an integer"),
     ("t5-max-distance-small", ["pos=t5", "pos.max_distance=1"], "pos.max_distance=1 must exceed num_buckets/2"),
     ("learned-init-word", ["pos=learned", "pos.init_std=abc"], "pos.init_std='abc' must be a number"),
@@ -211,15 +294,24 @@ RUN_CASES = [
     ("window-word", ["attn=local", "attn.window=abc"], "attn.window='abc' must be an integer"),
     ("softmax-dropout-over-one", ["attn.dropout=1.5"], "attn.dropout=1.5 must lie in [0, 1)"),
     ("layers-unknown-name", ["+pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use"),
-    ("layers-not-dividing", ["+pos.layers=[rope,rope,none]"], "pos.layers has 3 entries, which does not divide "
-     "model.n_layers=2"),
+    (
+        "layers-not-dividing",
+        ["+pos.layers=[rope,rope,none]"],
+        "pos.layers has 3 entries, which does not divide model.n_layers=2",
+    ),
     ("layers-embedding-scheme", ["+pos.layers=[rope,sinusoidal]"], "pos=sinusoidal adds to the token embeddings"),
     ("layers-without-the-option", ["+pos.layers=[none,alibi]"], "names no rope layer, so the pos=rope settings"),
     ("layers-not-a-list", ["+attn.layers=5"], "attn.layers=5 must be a list of attn option names"),
-    ("layers-refused-layer", ["pos=xl", "+attn.layers=[softmax,local]"],
-     "incompatible pairing at layer 1 (pos=xl, attn=local): attn=local cannot apply a content logit bias"),
-    ("rope-rotate-heads-over", ["pos.rotate_heads=3"], "pos.rotate_heads=3 must be a whole number of heads in 1 … "
-     "model.n_heads=2"),
+    (
+        "layers-refused-layer",
+        ["pos=xl", "+attn.layers=[softmax,local]"],
+        "incompatible pairing at layer 1 (pos=xl, attn=local): attn=local cannot apply a content logit bias",
+    ),
+    (
+        "rope-rotate-heads-over",
+        ["pos.rotate_heads=3"],
+        "pos.rotate_heads=3 must be a whole number of heads in 1 … model.n_heads=2",
+    ),
     ("performer-features-zero", ["attn=performer", "attn.nb_features=0"], "attn.nb_features=0 must be a positive"),
     ("performer-redraw-zero", ["attn=performer", "attn.redraw_interval=0"], "attn.redraw_interval=0 must be"),
     ("rope-mode-unknown", ["attn=linear", "attn.rope_mode=foo"], "attn.rope_mode='foo': use pre_feature or numerator"),
@@ -232,8 +324,11 @@ RUN_CASES = [
     ("group-replaced-by-value", ["eval=3"], "eval=3 replaces the config group eval"),
     ("plus-on-an-existing-key", ["+eval=3"], "An item is already at 'eval'. Either remove + prefix"),
     # ---- keys that do not exist (a typo added with +, in a known group or at the top)
-    ("plus-typo-data", ["+data.batchsize=64"], "data.batchsize is not a setting of data (embedded); did you mean "
-                                               "data.batch_size?"),
+    (
+        "plus-typo-data",
+        ["+data.batchsize=64"],
+        "data.batchsize is not a setting of data (embedded); did you mean data.batch_size?",
+    ),
     ("plus-typo-model", ["+model.dmodel=64"], "did you mean model.d_model?"),
     ("plus-typo-trainer", ["+trainer.max_step=5"], "did you mean trainer.max_steps?"),
     ("plus-typo-optimizer", ["+optim.optimizer.learning_rate=1"], "optim.optimizer.learning_rate is not a setting"),
@@ -255,36 +350,61 @@ RUN_CASES = [
     # ---- a sweep is checked whole before its first cell trains (harness/cli.py preflight)
     ("sweep-one-bad-cell", ["-m", "optim.optimizer.lr=1e-3,-1"], "cell optim.optimizer.lr=-1"),
     ("sweep-unknown-option", ["-m", "pos=rope,foo"], "Could not find 'pos/foo'"),
-    ("sweep-bad-cell-of-a-preset", ["-m", "experiment=grid", "pos=rope", "attn=softmax", "seed=0",
-                                    "model.dropout=2"], "model.dropout=2 must lie in [0, 1)"),
+    (
+        "sweep-bad-cell-of-a-preset",
+        ["-m", "experiment=grid", "pos=rope", "attn=softmax", "seed=0", "model.dropout=2"],
+        "model.dropout=2 must lie in [0, 1)",
+    ),
     ("sweep-launcher-jobs-zero", ["-m", "pos=rope", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 must be"),
     ("preset-sweep-without-m", ["experiment=grid"], "experiment=grid is a sweep over pos, attn, seed: add -m"),
-    ("preset-unknown-arm", ["experiment=drope", "+experiment/drope/arm=foo", "seed=0"],
-     "Could not find 'experiment/drope/arm/foo'; use one of +experiment/drope/arm=drope, rope"),
-    ("preset-arm-old-spelling", ["experiment=drope", "+arm=drope/rope", "+experiment/drope/arm=rope", "seed=0"],
-     "arm is not a setting of the config; a preset's arms are in its folder now (conf/experiment/<preset>/arm/): "
-     "+arm=<preset>/<arm> is +experiment/<preset>/arm=<arm>"),
-    ("tune-trials-zero", ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=0"],
-     "hydra.sweeper.n_trials=0 must be a positive integer (trials per cell)"),
-    ("tune-trials-word", ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=abc"],
-     "hydra.sweeper.n_trials='abc' must be a positive integer"),
+    (
+        "preset-unknown-arm",
+        ["experiment=drope", "+experiment/drope/arm=foo", "seed=0"],
+        "Could not find 'experiment/drope/arm/foo'; use one of +experiment/drope/arm=drope, rope",
+    ),
+    (
+        "preset-arm-old-spelling",
+        ["experiment=drope", "+arm=drope/rope", "+experiment/drope/arm=rope", "seed=0"],
+        "arm is not a setting of the config; a preset's arms are in its folder now (conf/experiment/<preset>/arm/): "
+        "+arm=<preset>/<arm> is +experiment/<preset>/arm=<arm>",
+    ),
+    (
+        "tune-trials-zero",
+        ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=0"],
+        "hydra.sweeper.n_trials=0 must be a positive integer (trials per cell)",
+    ),
+    (
+        "tune-trials-word",
+        ["-m", "experiment=tune_lr", "hydra.sweeper.n_trials=abc"],
+        "hydra.sweeper.n_trials='abc' must be a positive integer",
+    ),
     ("tune-jobs-zero", ["-m", "experiment=tune_lr", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be a"),
-    ("tune-interval-negative", ["-m", "experiment=tune_lr", "optim.optimizer.lr=interval(-1,-0.5)"],
-     "must be positive, e.g. optim.optimizer.lr=1e-3 (the sweep trained nothing, in 4 cells)"),
+    (
+        "tune-interval-negative",
+        ["-m", "experiment=tune_lr", "optim.optimizer.lr=interval(-1,-0.5)"],
+        "must be positive, e.g. optim.optimizer.lr=1e-3 (the sweep trained nothing, in 4 cells)",
+    ),
     # ---- Hydra structure: a group removed, a class that is not one, an output dir that is none
     ("group-removed", ["~pos"], "the config has no pos (a run needs every group"),
     ("task-removed", ["~task"], "the config has no task (a run needs every group"),  # a ${task} defaults entry
     ("group-null", ["pos=null"], "pos=null would remove a config group a run needs; pick one of its options"),
-    ("target-not-a-variant", ["attn._target_=builtins.dict"], "attn._target_=builtins.dict is not an attention "
-     "variant: attn builds a subclass of attention.base.AttentionVariant"),
+    (
+        "target-not-a-variant",
+        ["attn._target_=builtins.dict"],
+        "attn._target_=builtins.dict is not an attention "
+        "variant: attn builds a subclass of attention.base.AttentionVariant",
+    ),
     ("target-scheme-as-variant", ["attn._target_=positional.rope.Rope"], "is not an attention variant"),
     ("trainer-key-removed", ["~trainer.max_steps"], "trainer.max_steps is missing (removed with ~trainer.max_steps?)"),
     ("run-dir-empty", ["hydra.run.dir="], "hydra.run.dir='' names no directory"),
     # ---- tracking stores MLflow cannot open
     ("store-not-a-database", ["logger.tracking_uri=sqlite:///{files}/notdb.db"], "exists but is not an sqlite"),
     ("store-is-a-directory", ["logger.tracking_uri=sqlite:///{files}"], "names a directory; name a database file"),
-    ("store-dangling-link", ["logger.tracking_uri=sqlite:///{files}/dangling.db"], "which does not exist; point the "
-                                                                                  "link at the store"),
+    (
+        "store-dangling-link",
+        ["logger.tracking_uri=sqlite:///{files}/dangling.db"],
+        "which does not exist; point the link at the store",
+    ),
     ("store-file-scheme", ["logger.tracking_uri=file:///{files}/mlruns"], "MLflow's file store, which MLflow 3"),
     ("store-relative-two-slashes", ["logger.tracking_uri=sqlite://rel.db"], "is not sqlite:////absolute/path.db"),
     ("store-server-not-there", ["logger.tracking_uri=http://127.0.0.1:9"], "does not answer"),
@@ -295,29 +415,69 @@ RUN_CASES = [
     ("model-too-large", ["model.d_model=4096", "model.n_layers=2000", "model.n_heads=32"], "but"),
     ("batch-too-large", ["data.batch_size=100000000"], "training needs at least"),
     # the fix names what is too large: depth whatever the batch, the vocabulary's embeddings, or the logits
-    ("depth-alone-too-large", ["model.n_layers=3000", "model.d_model=1024", "model.n_heads=8", "model.d_ff=4096"],
-     "the parameters alone do not fit, whatever the batch: lower model.n_layers=3000"),
-    ("vocabulary-alone-too-large", ["tokenizer=bpe", "tokenizer.vocab_size=400000000"],
-     "mostly the embeddings: lower tokenizer.vocab_size=400000000"),
-    ("logits-too-large", ["tokenizer=bpe", "tokenizer.vocab_size=4000000", "data.batch_size=64", "data.seq_len=512"],
-     "the logits hold most of a step: lower tokenizer.vocab_size=4000000"),
+    (
+        "depth-alone-too-large",
+        ["model.n_layers=3000", "model.d_model=1024", "model.n_heads=8", "model.d_ff=4096"],
+        "the parameters alone do not fit, whatever the batch: lower model.n_layers=3000",
+    ),
+    (
+        "vocabulary-alone-too-large",
+        ["tokenizer=bpe", "tokenizer.vocab_size=400000000"],
+        "mostly the embeddings: lower tokenizer.vocab_size=400000000",
+    ),
+    (
+        "logits-too-large",
+        ["tokenizer=bpe", "tokenizer.vocab_size=4000000", "data.batch_size=64", "data.seq_len=512"],
+        "the logits hold most of a step: lower tokenizer.vocab_size=4000000",
+    ),
     ("scale-the-preset-lacks", ["-m", "experiment=rope_scaling", "scale=smoke"], "has no scale=smoke"),
-    ("finetune-beyond-train-split", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
-                                     "eval.finetune_length=10000000"], "exceeds the training split"),
-    ("finetune-too-large", ["task=clm", "eval.lengths=[128]", "eval.scalings=[none]", "eval.finetune_steps=1",
-                            "eval.finetune_length=1000000", "model.d_model=1024", "model.n_heads=4"],
-     "fine-tuning at eval.finetune_length=1000000 (1×1000000 tokens) needs"),
+    (
+        "finetune-beyond-train-split",
+        [
+            "task=clm",
+            "eval.lengths=[128]",
+            "eval.scalings=[none]",
+            "eval.finetune_steps=1",
+            "eval.finetune_length=10000000",
+        ],
+        "exceeds the training split",
+    ),
+    (
+        "finetune-too-large",
+        [
+            "task=clm",
+            "eval.lengths=[128]",
+            "eval.scalings=[none]",
+            "eval.finetune_steps=1",
+            "eval.finetune_length=1000000",
+            "model.d_model=1024",
+            "model.n_heads=4",
+        ],
+        "fine-tuning at eval.finetune_length=1000000 (1×1000000 tokens) needs",
+    ),
     # ---- sizes a scheme, a variant or a task makes large: the run rehearsed on meta names the key
     ("fire-mlp-huge", ["pos=fire", "pos.mlp_width=100000000"], "lower pos.mlp_width=100000000, which sets that size"),
-    ("performer-features-huge", ["attn=performer", "attn.nb_features=100000000"],
-     "lower attn.nb_features=100000000, which sets that size"),
-    ("max-position-huge", ["pos=t5", "pos.randomize=true", "pos.max_position=1000000000000"],
-     "lower pos.max_position=1000000000000, which sets that size"),
+    (
+        "performer-features-huge",
+        ["attn=performer", "attn.nb_features=100000000"],
+        "lower attn.nb_features=100000000, which sets that size",
+    ),
+    (
+        "max-position-huge",
+        ["pos=t5", "pos.randomize=true", "pos.max_position=1000000000000"],
+        "lower pos.max_position=1000000000000, which sets that size",
+    ),
     ("cope-npos-huge", ["pos=cope", "pos.npos=100000000"], "lower pos.npos=100000000, which sets that size"),
-    ("task-eval-length-huge", ["task=copy", "task.eval_lengths=[80,100000000]"],
-     "drop 100000000 from task.eval_lengths or shorten it"),
-    ("task-eval-length-slow", ["task=copy", "task.eval_lengths=[80,400000]"],  # fits memory, computes for hours
-     "drop 400000 from task.eval_lengths or shorten it"),
+    (
+        "task-eval-length-huge",
+        ["task=copy", "task.eval_lengths=[80,100000000]"],
+        "drop 100000000 from task.eval_lengths or shorten it",
+    ),
+    (
+        "task-eval-length-slow",
+        ["task=copy", "task.eval_lengths=[80,400000]"],  # fits memory, computes for hours
+        "drop 400000 from task.eval_lengths or shorten it",
+    ),
     ("devices-beyond-cores", ["trainer.devices=64"], "trainer.devices=64 starts 64 training processes on this"),
     # ---- ranges declared in a constructor's signature (harness/ranges.py)
     ("t5-init-negative", ["pos=t5", "pos.init_std=-1"], "pos.init_std=-1 must be a number ≥ 0"),
@@ -325,8 +485,11 @@ RUN_CASES = [
     ("xl-init-negative", ["pos=xl", "pos.init_std=-1"], "pos.init_std=-1 must be a number ≥ 0"),
     ("fire-eps-negative", ["pos=fire", "pos.eps=-1"], "pos.eps=-1 must be a positive number"),
     ("xpos-gamma-zero", ["pos=xpos", "pos.gamma=0"], "pos.gamma=0 must be a positive number"),
-    ("performer-features-null-ok-but-negative", ["attn=performer", "attn.nb_features=-3"],
-     "attn.nb_features=-3 must be a positive integer (or null)"),
+    (
+        "performer-features-null-ok-but-negative",
+        ["attn=performer", "attn.nb_features=-3"],
+        "attn.nb_features=-3 must be a positive integer (or null)",
+    ),
     # ---- data paths
     ("data-directory-not-utf8", ["data=text", "data.path={files}/mixed"], "is not UTF-8 (bad byte at offset"),
     ("data-empty-directory", ["data=text", "data.path={files}/nothing"], "is a directory with no files in it"),
@@ -335,11 +498,17 @@ RUN_CASES = [
     ("data-gzip", ["data=text", "data.path={files}/small.txt.gz"], "is gzip-compressed, not UTF-8 text; gunzip"),
     ("data-fifo", ["data=text", "data.path={files}/fifo"], "is not a regular file; point data.path at the file"),
     ("data-under-a-file", ["data=text", "data.path={files}/small.txt/x"], "does not exist; point it at a UTF-8"),
-    ("data-path-embedded", ["data.path={files}/small.txt"], "data.path is not a key of the chosen data; "
-     "data=enwik8, data=hf, data=text, data=tokens have it"),
+    (
+        "data-path-embedded",
+        ["data.path={files}/small.txt"],
+        "data.path is not a key of the chosen data; data=enwik8, data=hf, data=text, data=tokens have it",
+    ),
     ("data-plus-path-embedded", ["+data.path={files}/small.txt"], "data=embedded does not read data.path"),
-    ("data-download-text", ["data=text", "data.path={files}/small.txt", "data.download=false"],
-     "data.download is not a key of the chosen data; data=enwik8 has it"),
+    (
+        "data-download-text",
+        ["data=text", "data.path={files}/small.txt", "data.download=false"],
+        "data.download is not a key of the chosen data; data=enwik8 has it",
+    ),
     ("enwik8-is-a-directory", ["data=enwik8", "data.path={files}/nothing"], "is a directory without an enwik8 file"),
     ("enwik8-directory-holding-it", ["data=enwik8", "data.path={files}/e8"], "e8/enwik8 holds 1,000 bytes"),
     ("enwik8-empty", ["data=enwik8", "data.path={files}/empty.txt"], "holds 0 bytes, enwik8 holds 100,000,000"),
@@ -348,65 +517,119 @@ RUN_CASES = [
     # ---- optim.tuned: a best.json of `python -m results tune`
     ("tuned-missing-file", ["optim.tuned={files}/none.json"], "none.json: no such file"),
     ("tuned-not-json", ["optim.tuned={files}/empty.txt"], "not a best.json of python -m results tune"),
-    ("tuned-unknown-cell", ["optim.tuned={files}/tuned.json"], "has no tuned values for pos=rope attn=softmax (it "
-                                                                "has: pos=t5 attn=softmax); tune it"),
-    ("tuned-bad-value", ["optim.tuned={files}/tuned_bad.json"], "optim.optimizer.lr=-1 must be positive, e.g. "
-     "optim.optimizer.lr=1e-3 (the value comes from optim.tuned="),
-    ("path-not-ascii-unquoted", ["data=text", "data.path={files}/my dir/fïle.txt"],
-     """quote the value for Hydra inside the shell's quotes: 'data.path="""),
-    ("tuned-unknown-key", ["pos=t5", "optim.tuned={files}/tuned.json"], "sets optim.optimizer.learning_rate, which "
-                                                                        "this config does not have"),
-    ("tuned-changed-digit", ["optim.tuned={files}/tuned_changed.json"], "tuned_changed.json changed after python -m "
-     "results tune wrote it (its sha256 no longer matches)"),
+    (
+        "tuned-unknown-cell",
+        ["optim.tuned={files}/tuned.json"],
+        "has no tuned values for pos=rope attn=softmax (it has: pos=t5 attn=softmax); tune it",
+    ),
+    (
+        "tuned-bad-value",
+        ["optim.tuned={files}/tuned_bad.json"],
+        "optim.optimizer.lr=-1 must be positive, e.g. optim.optimizer.lr=1e-3 (the value comes from optim.tuned=",
+    ),
+    (
+        "path-not-ascii-unquoted",
+        ["data=text", "data.path={files}/my dir/fïle.txt"],
+        """quote the value for Hydra inside the shell's quotes: 'data.path=""",
+    ),
+    (
+        "tuned-unknown-key",
+        ["pos=t5", "optim.tuned={files}/tuned.json"],
+        "sets optim.optimizer.learning_rate, which this config does not have",
+    ),
+    (
+        "tuned-changed-digit",
+        ["optim.tuned={files}/tuned_changed.json"],
+        "tuned_changed.json changed after python -m results tune wrote it (its sha256 no longer matches)",
+    ),
 ]
 
 # `python -m results ...` rows: (id, args, text the line must contain)
 RESULTS_CASES = [
-    ("paper-store-of-another-project", ["paper", "--preset", "drope", "--tracking-uri",
-                                        "sqlite:///{files}/another.db", "--out", "{tmp}/out"],
-     "holds no posbench run (none has a pos tag): another project's runs?"),
-    ("results-no-store", ["report", "--out", "{tmp}/out", "--tracking-uri", "sqlite:///{tmp}/none.db"],
-     "no MLflow store at"),
-    ("results-out-unwritable", ["report", "--out", "{files}/empty.txt/out", "--tracking-uri", "{store}"],
-     "--out: cannot create"),
+    (
+        "paper-store-of-another-project",
+        ["paper", "--preset", "drope", "--tracking-uri", "sqlite:///{files}/another.db", "--out", "{tmp}/out"],
+        "holds no posbench run (none has a pos tag): another project's runs?",
+    ),
+    (
+        "results-no-store",
+        ["report", "--out", "{tmp}/out", "--tracking-uri", "sqlite:///{tmp}/none.db"],
+        "no MLflow store at",
+    ),
+    (
+        "results-out-unwritable",
+        ["report", "--out", "{files}/empty.txt/out", "--tracking-uri", "{store}"],
+        "--out: cannot create",
+    ),
     ("results-bad-store-scheme", ["report", "--out", "{tmp}/o", "--tracking-uri", "foo://bar"], "has scheme 'foo'"),
-    ("results-unknown-experiment", ["report", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri", "{store}"],
-     "no experiment 'nope' in this store"),
+    (
+        "results-unknown-experiment",
+        ["report", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri", "{store}"],
+        "no experiment 'nope' in this store",
+    ),
     ("results-unknown-preset", ["paper", "--preset", "nope"], "--preset 'nope' is not a preset; use one of"),
-    ("results-bad-scale", ["paper", "--preset", "grid", "--scale", "huge"],
-     "--scale huge: preset grid has no such scale; use one of paper, smoke, toy"),
-    ("results-scale-the-preset-lacks", ["paper", "--preset", "rope_scaling", "--scale", "smoke"],
-     "preset rope_scaling has no such scale; use one of paper, toy"),
+    (
+        "results-bad-scale",
+        ["paper", "--preset", "grid", "--scale", "huge"],
+        "--scale huge: preset grid has no such scale; use one of paper, smoke, toy",
+    ),
+    (
+        "results-scale-the-preset-lacks",
+        ["paper", "--preset", "rope_scaling", "--scale", "smoke"],
+        "preset rope_scaling has no such scale; use one of paper, toy",
+    ),
     ("results-missing-out", ["report"], "the following arguments are required: --out"),
-    ("results-target-word", ["report", "--out", "{tmp}/o", "--target", "abc"],
-     "argument --target: 'abc' is not a number"),
+    (
+        "results-target-word",
+        ["report", "--out", "{tmp}/o", "--target", "abc"],
+        "argument --target: 'abc' is not a number",
+    ),
     ("results-unknown-command", ["nope"], "invalid choice: 'nope'"),
     ("results-no-command", [], "the following arguments are required: command"),
-    ("results-tune-unknown-experiment", ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri",
-                                         "{store}"], "no experiment 'nope' in this store"),
+    (
+        "results-tune-unknown-experiment",
+        ["tune", "--experiment", "nope", "--out", "{tmp}/o", "--tracking-uri", "{store}"],
+        "no experiment 'nope' in this store",
+    ),
     # ---- a run's record changed in the store since it closed: its seal (harness/integrity.py)
     # ---- a report folder changed after its command sealed it (SHA256SUMS): the index reads each README back
-    ("results-index-report-changed", ["index", "--dir", "{files}/reports"],
-     "grid/README.md is damaged (its sha256"),
-    ("results-record-bit-flipped", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/flipped.db"],
-     "in the tracking store is damaged: a metric's latest value differs from its seal"),
-    ("results-record-param-edited", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/edited.db"],
-     "in the tracking store is damaged: a param differs from its seal"),
-    ("results-tune-record-seal-key", ["tune", "--experiment", "posbench", "--out", "{tmp}/o", "--tracking-uri",
-                                      "sqlite:///{files}/unkeyed.db"],
-     "in the tracking store is damaged: its seal's key reads 'posbench.sea1'"),
+    ("results-index-report-changed", ["index", "--dir", "{files}/reports"], "grid/README.md is damaged (its sha256"),
+    (
+        "results-record-bit-flipped",
+        ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/flipped.db"],
+        "in the tracking store is damaged: a metric's latest value differs from its seal",
+    ),
+    (
+        "results-record-param-edited",
+        ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/edited.db"],
+        "in the tracking store is damaged: a param differs from its seal",
+    ),
+    (
+        "results-tune-record-seal-key",
+        ["tune", "--experiment", "posbench", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/unkeyed.db"],
+        "in the tracking store is damaged: its seal's key reads 'posbench.sea1'",
+    ),
 ]
 
 RESULTS_CASES += [  # the values run.py's report.* refuses, and where the report would go
     ("results-min-order-gain-nan", ["report", "--out", "{tmp}/o", "--min-order-gain", "nan"], "nan must be a finite"),
-    ("results-min-order-gain-negative", ["report", "--out", "{tmp}/o", "--min-order-gain", "-1"],
-     "argument --min-order-gain: -1 must be a number ≥ 0"),
+    (
+        "results-min-order-gain-negative",
+        ["report", "--out", "{tmp}/o", "--min-order-gain", "-1"],
+        "argument --min-order-gain: -1 must be a number ≥ 0",
+    ),
     ("results-target-inf", ["report", "--out", "{tmp}/o", "--target", "inf"], "argument --target: inf must be a"),
     ("results-out-empty", ["report", "--out", "", "--tracking-uri", "{store}"], "--out '' names no folder"),
-    ("results-out-proc", ["report", "--out", "/proc/posbench", "--tracking-uri", "{store}"],
-     "--out: cannot write /proc/posbench"),
-    ("results-store-truncated", ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/truncated.db"],
-     "is a damaged sqlite database (truncated:"),
+    (
+        "results-out-proc",
+        ["report", "--out", "/proc/posbench", "--tracking-uri", "{store}"],
+        "--out: cannot write /proc/posbench",
+    ),
+    (
+        "results-store-truncated",
+        ["report", "--out", "{tmp}/o", "--tracking-uri", "sqlite:///{files}/truncated.db"],
+        "is a damaged sqlite database (truncated:",
+    ),
     ("results-store-bad-uri", ["tune", "--out", "{tmp}/o", "--tracking-uri", "http://[bad"], "does not parse as a URI"),
 ]
 
@@ -422,154 +645,410 @@ BENCH_CASES = [
     ("bench-store-truncated", ["--tracking-uri", "sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
     # found by tools/fuzz.py (hostile values for every flag of every command's parser)
     ("bench-model-unknown", ["--model", "abc"], "--model 'abc': not in conf/model/; valid: "),
-    ("bench-warmup-unbounded", ["--warmup", "99999999999999999999"],
-     "argument --warmup: 99999999999999999999 must be at most 1,000"),
+    (
+        "bench-warmup-unbounded",
+        ["--warmup", "99999999999999999999"],
+        "argument --warmup: 99999999999999999999 must be at most 1,000",
+    ),
     ("bench-lengths-unbounded", ["--lengths", "99999999999999999999"], "every length must be at most 16,777,216"),
 ]
 
 RUN_CASES += [
     ("store-truncated", ["logger.tracking_uri=sqlite:///{files}/truncated.db"], "is a damaged sqlite database"),
     # ---- --check for a GPU of a named size (harness/config/resources.py gpu_estimate)
-    ("gpu-memory-without-check", ["--gpu-memory=80GB"], "--gpu-memory sizes the GPU that --check checks a run for; "
-     "add --check"),
-    ("gpu-memory-no-unit", ["--check", "--gpu-memory=80", "trainer=gpu"], "--gpu-memory='80' is not a memory size; "
-     "give a number and a unit"),
+    (
+        "gpu-memory-without-check",
+        ["--gpu-memory=80GB"],
+        "--gpu-memory sizes the GPU that --check checks a run for; add --check",
+    ),
+    (
+        "gpu-memory-no-unit",
+        ["--check", "--gpu-memory=80", "trainer=gpu"],
+        "--gpu-memory='80' is not a memory size; give a number and a unit",
+    ),
     ("gpu-memory-no-value", ["--check", "--gpu-memory=", "trainer=gpu"], "--gpu-memory needs a size"),
-    ("gpu-too-small", ["--check", "--gpu-memory=0.5MB", "trainer=gpu"], "on a GPU of 0.5MB (0.0 GiB) a training step "
-     "does not fit: it needs at least"),
+    (
+        "gpu-too-small",
+        ["--check", "--gpu-memory=0.5MB", "trainer=gpu"],
+        "on a GPU of 0.5MB (0.0 GiB) a training step does not fit: it needs at least",
+    ),
     # ---- overflows, a --config-dir that is no folder
     ("gpu-memory-overflow", ["--check", "--gpu-memory=1e300TB", "trainer=gpu"], "is larger than any GPU"),
     ("steps-overflow", ["trainer.max_steps=99999999999999999999"], "is more steps than any run takes"),
     # found by tools/fuzz.py (hostile values for every key of every option): torch's own overflow
-    ("int-beyond-64-bits", ["pos=cope", "pos.npos=99999999999999999999"],
-     "pos.npos=99999999999999999999 is beyond a 64-bit integer (at most 2^63 − 1); give a smaller value"),
-    ("int-beyond-64-bits-for-a-float", ["pos=fire", "pos.eps=99999999999999999999"],
-     "is beyond a 64-bit integer (at most 2^63 − 1); write it as a float, e.g. 1e+20"),
-    ("int-beyond-64-bits-in-a-variant", ["attn=performer", "attn.nb_features=99999999999999999999"],
-     "attn.nb_features=99999999999999999999 is beyond a 64-bit integer"),
+    (
+        "int-beyond-64-bits",
+        ["pos=cope", "pos.npos=99999999999999999999"],
+        "pos.npos=99999999999999999999 is beyond a 64-bit integer (at most 2^63 − 1); give a smaller value",
+    ),
+    (
+        "int-beyond-64-bits-for-a-float",
+        ["pos=fire", "pos.eps=99999999999999999999"],
+        "is beyond a 64-bit integer (at most 2^63 − 1); write it as a float, e.g. 1e+20",
+    ),
+    (
+        "int-beyond-64-bits-in-a-variant",
+        ["attn=performer", "attn.nb_features=99999999999999999999"],
+        "attn.nb_features=99999999999999999999 is beyond a 64-bit integer",
+    ),
     ("mixture-parts-not-a-list", ["task=mixture", "task.parts=-1"], "task.parts=-1 must be a list of strings"),
     # check and run decide alike: what Lightning refuses when the Trainer is built, refused by --check too
-    ("check-val-every-n-epoch", ["trainer.check_val_every_n_epoch=0"],
-     "trainer.check_val_every_n_epoch=0: posbench validates every trainer.val_check_interval optimizer steps"),
+    (
+        "check-val-every-n-epoch",
+        ["trainer.check_val_every_n_epoch=0"],
+        "trainer.check_val_every_n_epoch=0: posbench validates every trainer.val_check_interval optimizer steps",
+    ),
     ("devices-empty-list", ["trainer.devices=[]"], "trainer.devices=[] names no device; give a count"),
-    ("strategy-unknown", ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1", "trainer.strategy=abc"],
-     "trainer.strategy='abc' is not a Lightning strategy; use auto, ddp, "),
-    ("mixture-alphabets-not-a-mapping", ["task=mixture", "task.alphabets=abc"],
-     "task.alphabets='abc' must be a mapping or null"),
+    (
+        "strategy-unknown",
+        ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1", "trainer.strategy=abc"],
+        "trainer.strategy='abc' is not a Lightning strategy; use auto, ddp, ",
+    ),
+    (
+        "mixture-alphabets-not-a-mapping",
+        ["task=mixture", "task.alphabets=abc"],
+        "task.alphabets='abc' must be a mapping or null",
+    ),
     ("config-dir-missing", ["--config-dir={files}/nope"], "nope' not found; --config-dir (-cd) takes an existing"),
     ("config-dir-a-file", ["--config-dir={files}/small.txt"], "small.txt' not found; --config-dir (-cd) takes"),
-    ("config-dir-bad-yaml", ["--config-dir={files}/userconf", "pos=broken"],
-     "pos/broken.yaml, line 4, column 1 is not valid YAML (expected ',' or ']', but got '<stream end>')"),
+    (
+        "config-dir-bad-yaml",
+        ["--config-dir={files}/userconf", "pos=broken"],
+        "pos/broken.yaml, line 4, column 1 is not valid YAML (expected ',' or ']', but got '<stream end>')",
+    ),
     # ---- a prepared folder's shard changed after prepare wrote it: hashed whole at the start (a folder of at most
     # $POSBENCH_HASH_WHOLE_BYTES), else each block when a read first reaches it (in the run's process or a worker's)
-    ("shard-byte-flipped", ["data=tokens", "data.path={files}/shards_rotted"],
-     "train-00000.bin is damaged (its sha256"),
-    ("shard-manifest-edited", ["data=tokens", "data.path={files}/shards_edited"],
-     "manifest.json is damaged (its content no longer matches its sha256)"),
-    ("shard-vocabulary-flipped", ["data=tokens", "data.path={files}/shards_bpe", "tokenizer=bpe",
-                                  "tokenizer.vocab_size=300", "task=clm"],
-     "tokenizer.json is damaged (its sha256"),
-    ("hash-whole-bytes-not-a-number", ["ENV:POSBENCH_HASH_WHOLE_BYTES=1GB", "data=tokens", "data.path={files}/shards"],
-     "POSBENCH_HASH_WHOLE_BYTES='1GB' must be a whole number of bytes"),
+    (
+        "shard-byte-flipped",
+        ["data=tokens", "data.path={files}/shards_rotted"],
+        "train-00000.bin is damaged (its sha256",
+    ),
+    (
+        "shard-manifest-edited",
+        ["data=tokens", "data.path={files}/shards_edited"],
+        "manifest.json is damaged (its content no longer matches its sha256)",
+    ),
+    (
+        "shard-vocabulary-flipped",
+        ["data=tokens", "data.path={files}/shards_bpe", "tokenizer=bpe", "tokenizer.vocab_size=300", "task=clm"],
+        "tokenizer.json is damaged (its sha256",
+    ),
+    (
+        "hash-whole-bytes-not-a-number",
+        ["ENV:POSBENCH_HASH_WHOLE_BYTES=1GB", "data=tokens", "data.path={files}/shards"],
+        "POSBENCH_HASH_WHOLE_BYTES='1GB' must be a whole number of bytes",
+    ),
 ]
 
 # Damage a run meets only as it reads (``python run.py`` rows): one line, exit 2, and the run it had opened closed
 # FAILED with the line as its failure_reason — none left RUNNING. A large folder's shards are checked block by block
 # as reads reach them ($POSBENCH_HASH_WHOLE_BYTES=0 makes this small folder one), in the run's process or a worker's.
 DURING_RUN_CASES = [
-    ("shard-block-rotted", ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens", "data.path={files}/shards_rotted"],
-     "train-00000.bin is damaged: its bytes 0–"),
-    ("shard-block-rotted-in-a-worker", ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens",
-                                        "data.path={files}/shards_rotted", "data.num_workers=1"],
-     "train-00000.bin is damaged: its bytes 0–"),
+    (
+        "shard-block-rotted",
+        ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens", "data.path={files}/shards_rotted"],
+        "train-00000.bin is damaged: its bytes 0–",
+    ),
+    (
+        "shard-block-rotted-in-a-worker",
+        ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens", "data.path={files}/shards_rotted", "data.num_workers=1"],
+        "train-00000.bin is damaged: its bytes 0–",
+    ),
 ]
 
 # `posbench bench gpu|attention ...` rows: the benchmarks' other parts, refused before the first measurement
 POSBENCH_CASES = [
-    ("bench-gpu-steps-word", ["bench", "gpu", "--out", "{tmp}/gpu", "--steps", "abc"],
-     "argument --steps: 'abc' is not an integer"),
-    ("bench-gpu-steps-unbounded", ["bench", "gpu", "--out", "{tmp}/gpu", "--steps", "99999999999999999999"],
-     "argument --steps: 99999999999999999999 must be at most 10,000"),
+    (
+        "bench-gpu-steps-word",
+        ["bench", "gpu", "--out", "{tmp}/gpu", "--steps", "abc"],
+        "argument --steps: 'abc' is not an integer",
+    ),
+    (
+        "bench-gpu-steps-unbounded",
+        ["bench", "gpu", "--out", "{tmp}/gpu", "--steps", "99999999999999999999"],
+        "argument --steps: 99999999999999999999 must be at most 10,000",
+    ),
     ("bench-gpu-out-proc", ["bench", "gpu", "--out", "/proc/posbench"], "--out: cannot write /proc/posbench"),
     ("bench-gpu-out-a-file", ["bench", "gpu", "--out", "{files}/empty.txt"], "is not a directory); choose a folder"),
-    ("bench-gpu-tokens-under-a-sequence", ["bench", "gpu", "--out", "{tmp}/gpu", "--tokens", "8", "--length", "16"],
-     "--tokens 8 is less than one sequence of --length 16; raise --tokens"),
-    ("bench-gpu-render-no-folder", ["bench", "gpu", "--out", "{tmp}/none", "--render"],
-     "is no folder; --render rewrites README.md"),
-    ("bench-attention-threads-negative", ["bench", "attention", "--threads", "-5"],
-     "argument --threads: -5 must be a positive integer"),
-    ("bench-attention-repeats-word", ["bench", "attention", "--repeats", "abc"],
-     "argument --repeats: 'abc' is not an integer"),
-    ("bench-loader-batches-unbounded", ["bench", "loader", "--batches", "99999999999999999999"],
-     "argument --batches: 99999999999999999999 must be at most 100,000"),
-    ("bench-loader-json-under-proc", ["bench", "loader", "--json", "/proc/posbench.json"],
-     "--json: cannot write /proc"),
+    (
+        "bench-gpu-tokens-under-a-sequence",
+        ["bench", "gpu", "--out", "{tmp}/gpu", "--tokens", "8", "--length", "16"],
+        "--tokens 8 is less than one sequence of --length 16; raise --tokens",
+    ),
+    (
+        "bench-gpu-render-no-folder",
+        ["bench", "gpu", "--out", "{tmp}/none", "--render"],
+        "is no folder; --render rewrites README.md",
+    ),
+    (
+        "bench-attention-threads-negative",
+        ["bench", "attention", "--threads", "-5"],
+        "argument --threads: -5 must be a positive integer",
+    ),
+    (
+        "bench-attention-repeats-word",
+        ["bench", "attention", "--repeats", "abc"],
+        "argument --repeats: 'abc' is not an integer",
+    ),
+    (
+        "bench-loader-batches-unbounded",
+        ["bench", "loader", "--batches", "99999999999999999999"],
+        "argument --batches: 99999999999999999999 must be at most 100,000",
+    ),
+    (
+        "bench-loader-json-under-proc",
+        ["bench", "loader", "--json", "/proc/posbench.json"],
+        "--json: cannot write /proc",
+    ),
     # ---- `posbench prepare DIR [overrides]`: its folder, flags and source, refused before a shard is written
     ("prepare-dir-empty", ["prepare", "", "data=text", "data.path={files}/small.txt"], "DIR '' names no folder"),
-    ("prepare-dir-a-file", ["prepare", "{files}/empty.txt", "data=text", "data.path={files}/small.txt"],
-     "empty.txt is a file, not a folder; choose another DIR"),
-    ("prepare-dir-under-proc", ["prepare", "/proc/posbench", "data=text", "data.path={files}/small.txt"],
-     "cannot create /proc/posbench"),
-    ("prepare-dir-already-prepared", ["prepare", "{files}/shards", "data=text", "data.path={files}/small.txt"],
-     "already holds prepared shards (manifest.json); remove it or choose another DIR"),
-    ("prepare-shard-tokens-zero", ["prepare", "{tmp}/o", "--shard-tokens", "0"],
-     "--shard-tokens=0 must be a positive number of token ids"),
-    ("prepare-source-missing", ["prepare", "{tmp}/o", "data=text", "data.path={files}/nope.txt"],
-     "nope.txt does not exist; point it at a UTF-8 text file or directory"),
+    (
+        "prepare-dir-a-file",
+        ["prepare", "{files}/empty.txt", "data=text", "data.path={files}/small.txt"],
+        "empty.txt is a file, not a folder; choose another DIR",
+    ),
+    (
+        "prepare-dir-under-proc",
+        ["prepare", "/proc/posbench", "data=text", "data.path={files}/small.txt"],
+        "cannot create /proc/posbench",
+    ),
+    (
+        "prepare-dir-already-prepared",
+        ["prepare", "{files}/shards", "data=text", "data.path={files}/small.txt"],
+        "already holds prepared shards (manifest.json); remove it or choose another DIR",
+    ),
+    (
+        "prepare-shard-tokens-zero",
+        ["prepare", "{tmp}/o", "--shard-tokens", "0"],
+        "--shard-tokens=0 must be a positive number of token ids",
+    ),
+    (
+        "prepare-source-missing",
+        ["prepare", "{tmp}/o", "data=text", "data.path={files}/nope.txt"],
+        "nope.txt does not exist; point it at a UTF-8 text file or directory",
+    ),
     # ---- `posbench check|matrix|list`: the subcommands over the config, refused as `python run.py` refuses
     ("check-unknown-pos", ["check", "pos=foo"], "Could not find 'pos/foo'; use one of pos="),
     ("matrix-takes-no-setting", ["matrix", "model.d_model=64"], "--matrix lists every option and takes no setting"),
     ("list-takes-no-setting", ["list", "pos=rope"], "--list lists every option and takes no setting"),
     # ---- a model posbench exported (export=hf), changed since: its seals (harness/integrity.py)
-    ("hf-eval-export-weights-flipped", ["hf-eval", "{files}/export_flipped", "--lengths", "16", "--budget", "64",
-                                        "--check", "--tracking-uri", "{store}"],
-     "model.safetensors is damaged"),
-    ("hf-eval-export-config-edited", ["hf-eval", "{files}/export_edited", "--lengths", "16", "--budget", "64",
-                                      "--check", "--tracking-uri", "{store}"], "config.json is damaged"),
+    (
+        "hf-eval-export-weights-flipped",
+        [
+            "hf-eval",
+            "{files}/export_flipped",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "model.safetensors is damaged",
+    ),
+    (
+        "hf-eval-export-config-edited",
+        [
+            "hf-eval",
+            "{files}/export_edited",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "config.json is damaged",
+    ),
     ("hf-rope-export-config-edited", ["hf-rope", "{files}/export_edited"], "config.json is damaged"),
     # ---- a model folder is input too, read and checked before anything is loaded
     ("hf-rope-config-a-list", ["hf-rope", "{files}/hf_list"], "holds list, not a transformers config (an object)"),
     ("hf-rope-hidden-size-word", ["hf-rope", "{files}/hf_hidden_word"], "hidden_size='abc' must be an integer"),
-    ("hf-rope-hidden-size-negative", ["hf-rope", "{files}/hf_hidden_negative"],
-     "hidden_size=-32 must be a positive integer"),
+    (
+        "hf-rope-hidden-size-negative",
+        ["hf-rope", "{files}/hf_hidden_negative"],
+        "hidden_size=-32 must be a positive integer",
+    ),
     ("hf-rope-heads-zero", ["hf-rope", "{files}/hf_heads_zero"], "num_attention_heads=0 must be a positive integer"),
     ("hf-rope-theta-word", ["hf-rope", "{files}/hf_theta_word"], "rope_theta='abc' must be a number"),
     ("hf-rope-theta-negative", ["hf-rope", "{files}/hf_theta_negative"], "rope_theta=-5.0 must be a positive finite"),
     ("hf-rope-theta-nan", ["hf-rope", "{files}/hf_theta_nan"], "rope_theta=nan must be a finite number"),
-    ("hf-rope-partial-zero", ["hf-rope", "{files}/hf_partial_zero"], "partial_rotary_factor=0 must be a number in "
-     "(0, 1]"),
+    (
+        "hf-rope-partial-zero",
+        ["hf-rope", "{files}/hf_partial_zero"],
+        "partial_rotary_factor=0 must be a number in (0, 1]",
+    ),
     ("hf-rope-parameters-a-word", ["hf-rope", "{files}/hf_params_word"], "rope_parameters='default' must be a mapping"),
-    ("hf-rope-type-unknown", ["hf-rope", "{files}/hf_type_unknown"], "rope_parameters.rope_type='foo' is no rope type "
-     "transformers knows"),
-    ("hf-rope-layers-unbounded", ["hf-rope", "{files}/hf_layers_huge"], "num_hidden_layers=100000000 must be at most "
-     "10,000"),
-    ("hf-eval-model-type-unknown", ["hf-eval", "{files}/hf_type_model", "--lengths", "16", "--budget", "64", "--check",
-                                    "--tracking-uri", "{store}"], "model_type='foo' is no causal LM transformers"),
-    ("hf-eval-weights-truncated", ["hf-eval", "{files}/hf_truncated", "--lengths", "16", "--budget", "64", "--check",
-                                   "--tracking-uri", "{store}"], "is not a whole safetensors file"),
-    ("hf-eval-weights-header-flipped", ["hf-eval", "{files}/hf_header_flipped", "--lengths", "16", "--budget", "64",
-                                        "--check", "--tracking-uri", "{store}"], "is not a whole safetensors file"),
-    ("hf-eval-weights-missing", ["hf-eval", "{files}/hf_no_weights", "--lengths", "16", "--budget", "64", "--check",
-                                 "--tracking-uri", "{store}"], "holds no weights"),
-    ("hf-eval-weights-shape", ["hf-eval", "{files}/hf_wrong_shape", "--lengths", "16", "--budget", "64", "--check",
-                               "--tracking-uri", "{store}"], "but config.json says vocab_size × hidden_size"),
-    ("hf-eval-tokenizer-not-json", ["hf-eval", "{files}/hf_bad_tokenizer", "--lengths", "16", "--budget", "64",
-                                    "--check", "--tracking-uri", "{store}"], "tokenizer.json is not a tokenizers JSON"),
-    ("hf-eval-text-not-utf8", ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--check",
-                               "--tracking-uri", "{store}", "--text", "{files}/latin1.txt"],
-     "latin1.txt is not UTF-8 (bad byte at offset 3)"),
-    ("hf-eval-weights-not-finite", ["hf-eval", "{files}/hf_nan_weights", "--lengths", "16", "--budget", "64",
-                                    "--passkey-trials", "0", "--key-short", "0", "--scalings", "none",
-                                    "--tracking-uri", "{store}"], "holds 1 NaN or infinite values"),
-    ("prepare-shard-tokens-one", ["prepare", "{tmp}/o", "data=text", "data.path={files}/small.txt",
-                                  "--shard-tokens", "1"], "--shard-tokens=1 would write up to"),
+    (
+        "hf-rope-type-unknown",
+        ["hf-rope", "{files}/hf_type_unknown"],
+        "rope_parameters.rope_type='foo' is no rope type transformers knows",
+    ),
+    (
+        "hf-rope-layers-unbounded",
+        ["hf-rope", "{files}/hf_layers_huge"],
+        "num_hidden_layers=100000000 must be at most 10,000",
+    ),
+    (
+        "hf-eval-model-type-unknown",
+        [
+            "hf-eval",
+            "{files}/hf_type_model",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "model_type='foo' is no causal LM transformers",
+    ),
+    (
+        "hf-eval-weights-truncated",
+        [
+            "hf-eval",
+            "{files}/hf_truncated",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "is not a whole safetensors file",
+    ),
+    (
+        "hf-eval-weights-header-flipped",
+        [
+            "hf-eval",
+            "{files}/hf_header_flipped",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "is not a whole safetensors file",
+    ),
+    (
+        "hf-eval-weights-missing",
+        [
+            "hf-eval",
+            "{files}/hf_no_weights",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "holds no weights",
+    ),
+    (
+        "hf-eval-weights-shape",
+        [
+            "hf-eval",
+            "{files}/hf_wrong_shape",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "but config.json says vocab_size × hidden_size",
+    ),
+    (
+        "hf-eval-tokenizer-not-json",
+        [
+            "hf-eval",
+            "{files}/hf_bad_tokenizer",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "tokenizer.json is not a tokenizers JSON",
+    ),
+    (
+        "hf-eval-text-not-utf8",
+        [
+            "hf-eval",
+            "{files}/hf_model",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--tracking-uri",
+            "{store}",
+            "--text",
+            "{files}/latin1.txt",
+        ],
+        "latin1.txt is not UTF-8 (bad byte at offset 3)",
+    ),
+    (
+        "hf-eval-weights-not-finite",
+        [
+            "hf-eval",
+            "{files}/hf_nan_weights",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--passkey-trials",
+            "0",
+            "--key-short",
+            "0",
+            "--scalings",
+            "none",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "holds 1 NaN or infinite values",
+    ),
+    (
+        "prepare-shard-tokens-one",
+        ["prepare", "{tmp}/o", "data=text", "data.path={files}/small.txt", "--shard-tokens", "1"],
+        "--shard-tokens=1 would write up to",
+    ),
     ("prepare-seq-len-a-word", ["prepare", "{tmp}/o", "data.seq_len=abc"], "data.seq_len='abc' must be an integer"),
-    ("hf-eval-claim-no-names", ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--check",
-                                "--claim", "<", "--tracking-uri", "{store}"], "--claim=<: order two or more distinct"),
+    (
+        "hf-eval-claim-no-names",
+        [
+            "hf-eval",
+            "{files}/hf_model",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--check",
+            "--claim",
+            "<",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "--claim=<: order two or more distinct",
+    ),
 ]
 
-ROWS = ([("run", *c) for c in RUN_CASES] + [("results", *c) for c in RESULTS_CASES]
-        + [("harness.bench", *c) for c in BENCH_CASES] + [("posbench", *c) for c in POSBENCH_CASES])
+ROWS = (
+    [("run", *c) for c in RUN_CASES]
+    + [("results", *c) for c in RESULTS_CASES]
+    + [("harness.bench", *c) for c in BENCH_CASES]
+    + [("posbench", *c) for c in POSBENCH_CASES]
+)
 
 
 def prepare_inputs(d: Path) -> Path:
@@ -592,8 +1071,9 @@ def prepare_inputs(d: Path) -> Path:
     (d / "mixed" / "a.txt").write_bytes(b"plain English text. " * 400)
     (d / "mixed" / "b.txt").write_bytes("caf\u00e9 ".encode("latin-1") * 400)
     (d / "userconf" / "pos").mkdir(parents=True)  # a user's option whose YAML does not parse
-    (d / "userconf" / "pos" / "broken.yaml").write_text("_target_: positional.rope.Rope\n_partial_: true\n"
-                                                         "base: [1, 2\n")
+    (d / "userconf" / "pos" / "broken.yaml").write_text(
+        "_target_: positional.rope.Rope\n_partial_: true\nbase: [1, 2\n"
+    )
     (d / "nothing").mkdir()
     (d / "hidden" / ".git").mkdir(parents=True)  # only hidden files: nothing to read
     (d / "hidden" / ".git" / "HEAD").write_bytes(b"ref: refs/heads/main\n" * 300)
@@ -634,8 +1114,9 @@ def prepare_inputs(d: Path) -> Path:
     manifest = json.loads((d / "shards_edited" / "manifest.json").read_text())
     manifest["splits"]["train"]["bytes"] += 1  # its seal kept: an edit by hand
     (d / "shards_edited" / "manifest.json").write_text(json.dumps(manifest))
-    prepare(d / "shards_bpe", ["data=text", f"data.path={d / 'words.txt'}", "tokenizer=bpe",
-                               "tokenizer.vocab_size=300"])
+    prepare(
+        d / "shards_bpe", ["data=text", f"data.path={d / 'words.txt'}", "tokenizer=bpe", "tokenizer.vocab_size=300"]
+    )
     vocabulary = d / "shards_bpe" / "tokenizer.json"
     vocabulary.write_text(vocabulary.read_text().replace('"alpha"', '"alphb"', 1))  # still JSON, still a vocabulary
     _sealed_report(d / "reports")
@@ -653,8 +1134,15 @@ def _model_folders(d: Path) -> None:
     import transformers
     from tokenizers import Tokenizer, models
 
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         transformers.LlamaForCausalLM(config).save_pretrained(d / "hf_model")
@@ -668,17 +1156,20 @@ def _model_folders(d: Path) -> None:
         return d / name
 
     variant("hf_list", [], keep=False)
-    for name, change in (("hf_hidden_word", {"hidden_size": "abc"}), ("hf_hidden_negative", {"hidden_size": -32}),
-                         ("hf_heads_zero", {"num_attention_heads": 0}),
-                         ("hf_theta_word", {"rope_parameters": None, "rope_theta": "abc"}),
-                         ("hf_theta_negative", {"rope_parameters": None, "rope_theta": -5.0}),
-                         ("hf_theta_nan", {"rope_parameters": None, "rope_theta": float("nan")}),
-                         ("hf_partial_zero", {"partial_rotary_factor": 0}),
-                         ("hf_params_word", {"rope_parameters": "default"}),
-                         ("hf_type_unknown", {"rope_parameters": {"rope_type": "foo", "rope_theta": 10000.0}}),
-                         ("hf_layers_huge", {"num_hidden_layers": 100_000_000}),
-                         ("hf_type_model", {"model_type": "foo"}),
-                         ("hf_wrong_shape", {"vocab_size": 65})):
+    for name, change in (
+        ("hf_hidden_word", {"hidden_size": "abc"}),
+        ("hf_hidden_negative", {"hidden_size": -32}),
+        ("hf_heads_zero", {"num_attention_heads": 0}),
+        ("hf_theta_word", {"rope_parameters": None, "rope_theta": "abc"}),
+        ("hf_theta_negative", {"rope_parameters": None, "rope_theta": -5.0}),
+        ("hf_theta_nan", {"rope_parameters": None, "rope_theta": float("nan")}),
+        ("hf_partial_zero", {"partial_rotary_factor": 0}),
+        ("hf_params_word", {"rope_parameters": "default"}),
+        ("hf_type_unknown", {"rope_parameters": {"rope_type": "foo", "rope_theta": 10000.0}}),
+        ("hf_layers_huge", {"num_hidden_layers": 100_000_000}),
+        ("hf_type_model", {"model_type": "foo"}),
+        ("hf_wrong_shape", {"vocab_size": 65}),
+    ):
         variant(name, {k: v for k, v in {**base, **change}.items() if v is not None}, keep=name != "hf_list")
     weights = (d / "hf_model" / "model.safetensors").read_bytes()
     (variant("hf_truncated") / "model.safetensors").write_bytes(weights[: len(weights) // 2])
@@ -737,8 +1228,17 @@ def _exports(d: Path) -> None:
     from harness.pretrained.export import hf_files
     from positional.rope import Rope
 
-    cfg = ModelConfig(n_layers=1, d_model=32, n_heads=4, d_ff=48, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
-                      bias=False, head="untied")
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=32,
+        n_heads=4,
+        d_ff=48,
+        dropout=0.0,
+        norm_type="rmsnorm",
+        mlp="swiglu",
+        bias=False,
+        head="untied",
+    )
     with torch.random.fork_rng():
         model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
     for name in ("export_flipped", "export_edited"):
@@ -773,8 +1273,11 @@ def _damaged_records(d: Path) -> None:
 
     loss = 1.2345678901234567
     client = MlflowClient(tracking_uri=f"sqlite:///{d / 'sealed.db'}")
-    run_id = client.create_run(client.create_experiment("posbench"), run_name="pos=rope attn=softmax seed=0",
-                               tags={"pos": "rope", "attn": "softmax", "seed": "0"}).info.run_id
+    run_id = client.create_run(
+        client.create_experiment("posbench"),
+        run_name="pos=rope attn=softmax seed=0",
+        tags={"pos": "rope", "attn": "softmax", "seed": "0"},
+    ).info.run_id
     client.log_batch(run_id, params=[Param("data.seq_len", "128")], metrics=[Metric("val/loss", loss, 1, 1)])
     client.set_terminated(run_id, "FINISHED")
     seal(client, run_id)
@@ -784,8 +1287,10 @@ def _damaged_records(d: Path) -> None:
     for at in [i for i in range(len(data)) if data.startswith(value, i)]:
         data[at + 7] ^= 0x01
     (d / "flipped.db").write_bytes(bytes(data))
-    for name, change in (("edited", "UPDATE params SET value = '129'"),
-                         ("unkeyed", f"UPDATE tags SET key = 'posbench.sea1' WHERE key = '{SEAL_TAG}'")):
+    for name, change in (
+        ("edited", "UPDATE params SET value = '129'"),
+        ("unkeyed", f"UPDATE tags SET key = 'posbench.sea1' WHERE key = '{SEAL_TAG}'"),
+    ):
         with sqlite3.connect(d / f"{name}.db") as conn:
             conn.execute(change)
 
@@ -797,8 +1302,10 @@ def row_request(row, files: Path, empty_store: Path, tmp: Path) -> dict:
     store = tmp / "mlflow.db"
     shutil.copyfile(empty_store, store)
     fill = {"files": files, "tmp": tmp, "store": f"sqlite:///{store}"}
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store}",  # and a row's own environment: "ENV:NAME=VALUE"
-           **dict(a.removeprefix("ENV:").split("=", 1) for a in args if a.startswith("ENV:"))}
+    env = {
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store}",  # and a row's own environment: "ENV:NAME=VALUE"
+        **dict(a.removeprefix("ENV:").split("=", 1) for a in args if a.startswith("ENV:")),
+    }
     args = [a.format(**fill) for a in args if not a.startswith("ENV:")]
     if entry == "run":  # Hydra's flags (-m) before the overrides, as a user types them
         flags = [a for a in args if a.startswith("-")]
@@ -827,5 +1334,3 @@ def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-2000:]
     assert needle in lines[0], lines[0]
     assert any(w in lines[0] for w in ("; ", " use ", " must ", " add "))  # it says what to change
-
-

@@ -22,10 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Tiny but real: every end-to-end test trains through the same code path as run.py.
 TINY = [
-    "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.d_ff=64",
-    "data.seq_len=32", "data.batch_size=8", "data.eval_batches=2",
-    "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
-    "trainer.enable_progress_bar=false", "optim.schedule.warmup_steps=2",
+    "model.n_layers=2",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "data.seq_len=32",
+    "data.batch_size=8",
+    "data.eval_batches=2",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "optim.schedule.warmup_steps=2",
 ]
 
 
@@ -73,8 +81,9 @@ def headers_only(folder, config: dict) -> None:
     import json
 
     shape = [config["vocab_size"], config["hidden_size"]]
-    header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": shape,
-                                                       "data_offsets": [0, 4 * shape[0] * shape[1]]}}).encode()
+    header = json.dumps(
+        {"model.embed_tokens.weight": {"dtype": "F32", "shape": shape, "data_offsets": [0, 4 * shape[0] * shape[1]]}}
+    ).encode()
     with (folder / "model.safetensors").open("wb") as f:
         f.write(len(header).to_bytes(8, "little") + header)
         f.truncate(8 + len(header) + 4 * shape[0] * shape[1])
@@ -93,6 +102,7 @@ def connections(monkeypatch) -> list:
         def attempt(self, address):
             tried.append(address)
             return real(self, address)
+
         return attempt
 
     monkeypatch.setattr(socket.socket, "connect", counted(connect))
@@ -120,9 +130,14 @@ def run_sweep(tmp: Path, *overrides: str) -> SweepResult:
 
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     sweep_dir = tmp / "multirun"
-    proc = subprocess.run([sys.executable, "run.py", "-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "run.py", "-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("posbench")
     runs = client.search_runs([exp.experiment_id]) if exp else []
@@ -136,8 +151,9 @@ def run_sweep(tmp: Path, *overrides: str) -> SweepResult:
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def assert_figure(png: bytes | str | Path, min_size: tuple[int, int] = (100, 100), min_colours: int = 8,
-                  min_drawn: float = 0.005) -> np.ndarray:
+def assert_figure(
+    png: bytes | str | Path, min_size: tuple[int, int] = (100, 100), min_colours: int = 8, min_drawn: float = 0.005
+) -> np.ndarray:
     """Decodes a PNG and checks it holds a drawn picture, not an empty canvas: at least ``min_size``
     (height, width) pixels, ``min_colours`` distinct colours (a plot's lines, text and antialiasing make
     dozens), and ``min_drawn`` of its pixels differing from the most common colour (the background).
@@ -166,8 +182,10 @@ def rope_args(scaling: str = "none", **kw) -> dict:
 
     fields = {f.name for f in dataclasses.fields(RopeScaling)}
     options = {k: v for k, v in kw.items() if k in fields}
-    return {**{k: v for k, v in kw.items() if k not in fields},
-            "scaling": functools.partial(RopeScaling, method=scaling, **options)}
+    return {
+        **{k: v for k, v in kw.items() if k not in fields},
+        "scaling": functools.partial(RopeScaling, method=scaling, **options),
+    }
 
 
 def tiny_llama(folder: Path, seed: int = 0) -> Path:
@@ -179,8 +197,15 @@ def tiny_llama(folder: Path, seed: int = 0) -> Path:
     import transformers
 
     torch.manual_seed(seed)
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     on_disk = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**on_disk, "posbench_tokenizer": "byte"}))

@@ -51,8 +51,9 @@ def _entry(entry: str) -> Callable[[list[str]], int]:
     raise ValueError(entry)
 
 
-def run(entry: str | Callable[[list[str]], int], argv: list[str], cwd: str, env: dict[str, str],
-        timeout: float = 120) -> dict:
+def run(
+    entry: str | Callable[[list[str]], int], argv: list[str], cwd: str, env: dict[str, str], timeout: float = 120
+) -> dict:
     """``entry``: run (``python run.py``), posbench (its subcommands), results, harness.bench, or a command's own
     ``main(argv)``."""
     command = _entry(entry) if isinstance(entry, str) else entry
@@ -95,5 +96,4 @@ def run(entry: str | Callable[[list[str]], int], argv: list[str], cwd: str, env:
         from hydra.core.global_hydra import GlobalHydra
 
         GlobalHydra.instance().clear()
-    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
-            "seconds": time.perf_counter() - started}
+    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue(), "seconds": time.perf_counter() - started}

@@ -57,11 +57,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 CONFIG_VALUES = ["abc", "-1", "0", "1e300", "nan", "99999999999999999999", "null", "[]", "{{a:1}}"]  # {{ }}: format
-FLAG_VALUES = ["", "-1", "0", "nan", "inf", "1e300", "abc", "99999999999999999999", "/proc/posbench", "{file}",
-               "{missing}/x"]
+FLAG_VALUES = [
+    "",
+    "-1",
+    "0",
+    "nan",
+    "inf",
+    "1e300",
+    "abc",
+    "99999999999999999999",
+    "/proc/posbench",
+    "{file}",
+    "{missing}/x",
+]
 GROUPS = ("pos", "attn", "task", "data", "tokenizer", "model", "optim", "trainer")
-SMALL = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.batch_size=4",
-         "data.seq_len=32", "trainer.max_steps=2"]
+SMALL = [
+    "model.n_layers=1",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "data.batch_size=4",
+    "data.seq_len=32",
+    "trainer.max_steps=2",
+]
 # what each command needs besides the flag tried (its required arguments), "{…}" filled per try
 BASES = {
     ("report",): ["report", "--out", "{tmp}/out", "--tracking-uri", "{store}"],
@@ -129,7 +147,7 @@ def flag_values() -> list[tuple[str, list[str]]]:
                 continue  # positionals are in the bases; switches take no value
             flag, base = action.option_strings[-1], list(BASES[key])
             if flag in base:  # the base's own value replaced
-                del base[base.index(flag):base.index(flag) + 2]
+                del base[base.index(flag) : base.index(flag) + 2]
             tries += [(f"{' '.join(key)} {flag}={value!r}", [*base, flag, value]) for value in FLAG_VALUES]
     return tries
 
@@ -149,8 +167,10 @@ def config_values() -> list[tuple[str, list[str]]]:
                 if leaf in seen or leaf.rsplit(".", 1)[-1].startswith("_"):
                     continue
                 seen.add(leaf)
-                tries += [(f"{group}={option} {leaf}={value}",
-                           ["check", *SMALL, f"{group}={option}", f"{leaf}={value}"]) for value in CONFIG_VALUES]
+                tries += [
+                    (f"{group}={option} {leaf}={value}", ["check", *SMALL, f"{group}={option}", f"{leaf}={value}"])
+                    for value in CONFIG_VALUES
+                ]
     return tries
 
 
@@ -171,9 +191,16 @@ def is_typed(label: str) -> bool:
 
 def classify(reply: dict) -> str:
     err = reply["stderr"]
-    lines = [line for line in err.splitlines() if line.strip() and " INFO " not in line and "[HYDRA]" not in line
-             and "Warning" not in line and not line.startswith(("  warnings.warn", "  return F."))
-             and not re.match(r"^/\S+\.py:\d+: ", line)]  # a library's warning (warnings.showwarning's form)
+    lines = [
+        line
+        for line in err.splitlines()
+        if line.strip()
+        and " INFO " not in line
+        and "[HYDRA]" not in line
+        and "Warning" not in line
+        and not line.startswith(("  warnings.warn", "  return F."))
+        and not re.match(r"^/\S+\.py:\d+: ", line)
+    ]  # a library's warning (warnings.showwarning's form)
     if reply.get("working"):
         return "working"
     if "Traceback" in err:
@@ -191,8 +218,12 @@ def value_inputs(work: Path) -> dict[str, Path]:
 
     (work / "a_file").write_text("x")
     (work / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)
-    return {"file": work / "a_file", "missing": work / "missing", "words": work / "words.txt",
-            "model": tiny_llama(work / "llama")}
+    return {
+        "file": work / "a_file",
+        "missing": work / "missing",
+        "words": work / "words.txt",
+        "model": tiny_llama(work / "llama"),
+    }
 
 
 def command(argv: list[str], folder: Path, files: dict[str, Path], timeout: float, process: bool = False) -> dict:
@@ -208,8 +239,14 @@ def command(argv: list[str], folder: Path, files: dict[str, Path], timeout: floa
     try:
         if not process:
             return inprocess.run("run", argv, str(folder), env, timeout)
-        done = subprocess.run([sys.executable, str(ROOT / "run.py"), *argv], cwd=folder, env={**os.environ, **env},
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "run.py"), *argv],
+            cwd=folder,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         return {"code": done.returncode, "stderr": done.stderr, "stdout": done.stdout}
     except (inprocess.Hung, subprocess.TimeoutExpired):
         return {"code": None, "stderr": "", "stdout": "", "working": True}
@@ -229,14 +266,27 @@ def left_running(folder: Path) -> int:
             return 0
 
 
-def value_try(label: str, argv: list[str], files: dict[str, Path], timeout: float, process: bool = False,
-              run_accepted: bool = False) -> Try:
+def value_try(
+    label: str,
+    argv: list[str],
+    files: dict[str, Path],
+    timeout: float,
+    process: bool = False,
+    run_accepted: bool = False,
+) -> Try:
     def attempt(folder: Path) -> tuple[str, str]:
         reply = command(argv, folder, files, timeout, process)
         kind = "left RUNNING" if left_running(folder) else classify(reply)
         if kind == "accepted" and argv[0] == "check" and run_accepted:  # then trained: check and run agree?
-            run = ["run", *argv[1:], "trainer.val_check_interval=2", "data.eval_batches=1",
-                   "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0", f"hydra.run.dir={folder}/run"]
+            run = [
+                "run",
+                *argv[1:],
+                "trainer.val_check_interval=2",
+                "data.eval_batches=1",
+                "trainer.enable_progress_bar=false",
+                "checkpoint.every_n_steps=0",
+                f"hydra.run.dir={folder}/run",
+            ]
             reply = command(run, folder, files, max(timeout, 120.0))
             kind = "left RUNNING" if left_running(folder) else classify(reply)
         return kind, f"exit {reply['code']}: " + " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]
@@ -272,8 +322,9 @@ def damage_kinds(root: Path) -> list[Kind]:
 
     root.mkdir(parents=True)
     words = root / "words.txt"
-    words.write_text("".join(f"Line {i}: positions {i % 13} and attention {i % 7} in a transformer.\n"
-                             for i in range(3000)))
+    words.write_text(
+        "".join(f"Line {i}: positions {i % 13} and attention {i % 7} in a transformer.\n" for i in range(3000))
+    )
 
     def whole(folder: Path):
         import harness.data.shards as module
@@ -287,7 +338,7 @@ def damage_kinds(root: Path) -> list[Kind]:
             loaded = TokenShards(str(folder / "f")).load()
             for ids in (loaded.train_ids, loaded.val_ids):
                 for start in range(0, len(ids), 4096):  # every window a run could read
-                    ids[start:start + 4096]
+                    ids[start : start + 4096]
         finally:
             del os.environ["POSBENCH_HASH_WHOLE_BYTES"]
 
@@ -319,8 +370,9 @@ def damage_kinds(root: Path) -> list[Kind]:
         def save_checkpoint(self, path):
             torch.save({"global_step": 4, "weights": torch.arange(5_000.0)}, path)
 
-    checkpoints, sweep, tuned, export, report = (root / n for n in ("checkpoints", "sweep", "tuned", "export",
-                                                                    "report"))
+    checkpoints, sweep, tuned, export, report = (
+        root / n for n in ("checkpoints", "sweep", "tuned", "export", "report")
+    )
     for folder in (checkpoints, sweep, tuned, report):
         folder.mkdir()
     callback = CommittedCheckpoints(checkpoints, every=4, flush=lambda: None)
@@ -347,27 +399,36 @@ def damage_kinds(root: Path) -> list[Kind]:
     def reported(f):
         return integrity.check_report(f, "run its command again", needs=["README.md"])
 
-    return [Kind("shard, hashed whole", shards, "f/train-00001.bin", whole),
-            Kind("shard, by block", shards, "f/train-00001.bin", by_block),
-            Kind("manifest.json", shards, "f/manifest.json", whole),
-            Kind("a prepared folder's tokenizer.json", bpe, "f/tokenizer.json",
-                 lambda f: BPE(vocab_size=300).fit(TokenShards(str(f / "f")).load())),
-            Kind("the embedded corpus cache", corpus_cache, f"c/{text}", lambda f: in_cache(f, Embedded().load)),
-            Kind("its seal", corpus_cache, f"c/{text}.sha256", lambda f: in_cache(f, Embedded().load)),
-            Kind("the document starts cache", corpus_cache, f"c/{starts}",
-                 lambda f: in_cache(f, Embedded().document_starts)),
-            Kind("a cached vocabulary", vocab_cache, vocabulary, vocab),
-            Kind("its seal", vocab_cache, f"{vocabulary}.sha256", vocab),
-            Kind("a checkpoint", checkpoints, "step-4.ckpt", resumed),
-            Kind("its seal", checkpoints, "step-4.ckpt.sha256", resumed),
-            Kind("run.json", checkpoints, "run.json", RunLink.load),
-            Kind("mlflow_sweep.json", sweep, "mlflow_sweep.json", SweepRecord.load),
-            Kind("best.json", tuned, "best.json", lambda f: tuned_values(str(f / "best.json"), "rope", "softmax")),
-            Kind("an export's model.safetensors", export, "model.safetensors", exported),
-            Kind("an export's config.json", export, "config.json", exported),
-            Kind("its seal", export, "config.json.sha256", exported),
-            *(Kind(f"a report folder's {name}", report, name, reported)
-              for name in ("README.md", "plot.png", integrity.SUMS))]
+    return [
+        Kind("shard, hashed whole", shards, "f/train-00001.bin", whole),
+        Kind("shard, by block", shards, "f/train-00001.bin", by_block),
+        Kind("manifest.json", shards, "f/manifest.json", whole),
+        Kind(
+            "a prepared folder's tokenizer.json",
+            bpe,
+            "f/tokenizer.json",
+            lambda f: BPE(vocab_size=300).fit(TokenShards(str(f / "f")).load()),
+        ),
+        Kind("the embedded corpus cache", corpus_cache, f"c/{text}", lambda f: in_cache(f, Embedded().load)),
+        Kind("its seal", corpus_cache, f"c/{text}.sha256", lambda f: in_cache(f, Embedded().load)),
+        Kind(
+            "the document starts cache", corpus_cache, f"c/{starts}", lambda f: in_cache(f, Embedded().document_starts)
+        ),
+        Kind("a cached vocabulary", vocab_cache, vocabulary, vocab),
+        Kind("its seal", vocab_cache, f"{vocabulary}.sha256", vocab),
+        Kind("a checkpoint", checkpoints, "step-4.ckpt", resumed),
+        Kind("its seal", checkpoints, "step-4.ckpt.sha256", resumed),
+        Kind("run.json", checkpoints, "run.json", RunLink.load),
+        Kind("mlflow_sweep.json", sweep, "mlflow_sweep.json", SweepRecord.load),
+        Kind("best.json", tuned, "best.json", lambda f: tuned_values(str(f / "best.json"), "rope", "softmax")),
+        Kind("an export's model.safetensors", export, "model.safetensors", exported),
+        Kind("an export's config.json", export, "config.json", exported),
+        Kind("its seal", export, "config.json.sha256", exported),
+        *(
+            Kind(f"a report folder's {name}", report, name, reported)
+            for name in ("README.md", "plot.png", integrity.SUMS)
+        ),
+    ]
 
 
 def _export(folder: Path) -> None:
@@ -379,8 +440,17 @@ def _export(folder: Path) -> None:
     from positional.rope import Rope
 
     torch.manual_seed(0)
-    cfg = ModelConfig(n_layers=1, d_model=32, n_heads=4, d_ff=48, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
-                      bias=False, head="untied")
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=32,
+        n_heads=4,
+        d_ff=48,
+        dropout=0.0,
+        norm_type="rmsnorm",
+        mlp="swiglu",
+        bias=False,
+        head="untied",
+    )
     model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
     folder.mkdir()
     for name, content in hf_files(model, 61, 16, causal=True).items():
@@ -427,8 +497,9 @@ def tries(work: Path, args: argparse.Namespace) -> list[Try]:
     timeout = 60.0 if args.processes else args.timeout
     values = [*flag_values(), *config_values()] if args.table in ("all", "values") else []
     if args.fast:
-        values = [t for t in values if t[0].endswith("=99999999999999999999")
-                  or (t[0].endswith("='nan'") and is_typed(t[0]))]
+        values = [
+            t for t in values if t[0].endswith("=99999999999999999999") or (t[0].endswith("='nan'") and is_typed(t[0]))
+        ]
     if args.only:
         values = [t for t in values if t[0].startswith(tuple(args.only.split(",")))]
     if args.processes:  # a sample spread evenly over the round, each try a real process
@@ -469,8 +540,10 @@ def main(argv: list[str] | None = None) -> int:
             if kind not in one.allowed or (kind == "accepted" and args.show_accepted):
                 print(f"{kind:<12} {one.label}  →  {said}", flush=True)
             shutil.rmtree(folder, ignore_errors=True)
-        print(", ".join(f"{k} {v}" for k, v in counts.most_common()) + f" (of {len(found)} tries; {missed} not as "
-              "allowed)")
+        print(
+            ", ".join(f"{k} {v}" for k, v in counts.most_common()) + f" (of {len(found)} tries; {missed} not as "
+            "allowed)"
+        )
         return 1 if missed else 0
     finally:
         corpus.CACHE = cache

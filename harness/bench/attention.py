@@ -96,9 +96,16 @@ def main_memory(args) -> None:
             continue
         cells = {}
         for causal in (False, True):
-            for relative in ((False, True) if name in ("linear", "performer (M=110)") else (False,)):
-                cmd = [sys.executable, "-m", "harness.bench.attention", "--one",
-                       json.dumps([name, T, causal, relative]), "--threads", str(torch.get_num_threads())]
+            for relative in (False, True) if name in ("linear", "performer (M=110)") else (False,):
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "harness.bench.attention",
+                    "--one",
+                    json.dumps([name, T, causal, relative]),
+                    "--threads",
+                    str(torch.get_num_threads()),
+                ]
                 peak = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
                 cells[f"{'causal' if causal else 'bidir'}{' +rel' if relative else ''}"] = f"{peak:.0f}"
         rows.append((name, cells))
@@ -122,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--toeplitz", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--repeats", type=number(at_most(PositiveInt, 1000), int), default=3)
-    parser.add_argument("--threads", type=number(at_most(PositiveInt, os.cpu_count() or 1), int), default=None,
-                        help="torch's intra-op threads, at most this machine's cores")
+    parser.add_argument(
+        "--threads",
+        type=number(at_most(PositiveInt, os.cpu_count() or 1), int),
+        default=None,
+        help="torch's intra-op threads, at most this machine's cores",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     try:
         args = parser.parse_args(argv)
@@ -132,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}",
-          file=sys.stderr)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}", file=sys.stderr
+    )
     if args.one:
         main_one(args.one)
     elif args.toeplitz:

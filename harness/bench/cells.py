@@ -32,8 +32,14 @@ class Spec:
 
     @property
     def overrides(self) -> list[str]:
-        return [*option_overrides("pos", self.pos), *option_overrides("attn", self.attn), f"model={self.model}",
-                "model.dropout=0.0", f"data.seq_len={self.seq_len}", *self.attn_overrides]
+        return [
+            *option_overrides("pos", self.pos),
+            *option_overrides("attn", self.attn),
+            f"model={self.model}",
+            "model.dropout=0.0",
+            f"data.seq_len={self.seq_len}",
+            *self.attn_overrides,
+        ]
 
     @property
     def tokens(self) -> int:
@@ -83,16 +89,23 @@ class Peer:
 def x_transformers(kind: str, flash: bool = False) -> Callable[[Shape], Built]:
     """x-transformers with its defaults (``attn_flash=False``: its own attention, the T × T weights
     materialised), or with ``attn_flash=True`` (torch's SDPA, a bias passed to it as a mask)."""
+
     def build(s: Shape) -> Built:
         from x_transformers import Decoder, Encoder, TransformerWrapper
 
-        options = {kind: True, **({"rotary_emb_dim": s.C // s.H} if kind == "rotary_pos_emb" else {}),  # full rotary
-                   **({"attn_flash": True} if flash else {})}
-        layers = (Decoder if s.causal else Encoder)(dim=s.C, depth=s.L, heads=s.H, attn_dim_head=s.C // s.H,
-                                                   ff_mult=s.F // s.C, **options)
-        model = TransformerWrapper(num_tokens=s.V, max_seq_len=s.T, attn_layers=layers, use_abs_pos_emb=False,
-                                   tie_embedding=True)
+        options = {
+            kind: True,
+            **({"rotary_emb_dim": s.C // s.H} if kind == "rotary_pos_emb" else {}),  # full rotary
+            **({"attn_flash": True} if flash else {}),
+        }
+        layers = (Decoder if s.causal else Encoder)(
+            dim=s.C, depth=s.L, heads=s.H, attn_dim_head=s.C // s.H, ff_mult=s.F // s.C, **options
+        )
+        model = TransformerWrapper(
+            num_tokens=s.V, max_seq_len=s.T, attn_layers=layers, use_abs_pos_emb=False, tie_embedding=True
+        )
         return Built(model, model)
+
     return build
 
 
@@ -114,9 +127,17 @@ def _hf(kind: str) -> Callable[[Shape], Built]:
     def build(s: Shape) -> Built:
         import transformers
 
-        common = _HfShape(vocab_size=s.V, hidden_size=s.C, num_hidden_layers=s.L, num_attention_heads=s.H,
-                          intermediate_size=s.F, max_position_embeddings=s.T, hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0, is_decoder=s.causal)
+        common = _HfShape(
+            vocab_size=s.V,
+            hidden_size=s.C,
+            num_hidden_layers=s.L,
+            num_attention_heads=s.H,
+            intermediate_size=s.F,
+            max_position_embeddings=s.T,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            is_decoder=s.causal,
+        )
         model: transformers.PreTrainedModel
         if kind == "roformer":
             roformer = transformers.RoFormerConfig(embedding_size=s.C, **common)
@@ -125,14 +146,25 @@ def _hf(kind: str) -> Callable[[Shape], Built]:
             bert = transformers.BertConfig(**common)
             model = (transformers.BertLMHeadModel if s.causal else transformers.BertForMaskedLM)(bert)
         return Built(model, lambda ids: model(input_ids=ids).logits)
+
     return build
 
 
 def _performer_lm(s: Shape) -> Built:
     from performer_pytorch import PerformerLM
 
-    model = PerformerLM(num_tokens=s.V, max_seq_len=s.T, dim=s.C, depth=s.L, heads=s.H, dim_head=s.C // s.H,
-                        causal=s.causal, ff_mult=s.F // s.C, rotary_position_emb=True, tie_embed=True)
+    model = PerformerLM(
+        num_tokens=s.V,
+        max_seq_len=s.T,
+        dim=s.C,
+        depth=s.L,
+        heads=s.H,
+        dim_head=s.C // s.H,
+        causal=s.causal,
+        ff_mult=s.F // s.C,
+        rotary_position_emb=True,
+        tie_embed=True,
+    )
     return Built(model, model)
 
 
@@ -141,10 +173,20 @@ PEERS: tuple[Peer, ...] = (
     Peer("x-transformers T5 bias", "t5", "softmax", x_transformers("rel_pos_bias")),
     Peer("x-transformers ALiBi", "alibi", "softmax", x_transformers("alibi_pos_bias")),
     Peer("HF RoFormer", "rope", "softmax", _hf("roformer")),
-    Peer("HF BERT", "learned", "softmax", _hf("bert"),
-         "BERT adds token-type embeddings and an embedding LayerNorm (a little more work than posbench)"),
-    Peer("performer-pytorch PerformerLM", "rope", "performer", _performer_lm,
-         "PerformerLM decodes without BERT's head transform (dense + GELU + LayerNorm): ~2 % fewer FLOPs"),
+    Peer(
+        "HF BERT",
+        "learned",
+        "softmax",
+        _hf("bert"),
+        "BERT adds token-type embeddings and an embedding LayerNorm (a little more work than posbench)",
+    ),
+    Peer(
+        "performer-pytorch PerformerLM",
+        "rope",
+        "performer",
+        _performer_lm,
+        "PerformerLM decodes without BERT's head transform (dense + GELU + LayerNorm): ~2 % fewer FLOPs",
+    ),
 )
 
 

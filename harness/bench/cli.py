@@ -62,27 +62,52 @@ def _parser() -> Parser:
     # the grid's default is pos=none, so the default run stays short on a laptop; RoPE's and T5's cost
     # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
     p.add_argument("--pos", default="none", help="comma list of conf/pos options or per-layer patterns (rope×3+none)")
-    p.add_argument("--attn", default="all", help="comma list of conf/attn options or patterns (local×3+softmax), "
-                   "or 'all'")
+    p.add_argument(
+        "--attn", default="all", help="comma list of conf/attn options or patterns (local×3+softmax), or 'all'"
+    )
     p.add_argument("--lengths", default="512,1024,2048,4096,8192")
-    p.add_argument("--tokens", type=number(at_most(PositiveInt, MAX_TOKENS), int), default=None,
-                   help="tokens per step (batch = tokens / length); default 8192 on CPU, 65536 on CUDA")
+    p.add_argument(
+        "--tokens",
+        type=number(at_most(PositiveInt, MAX_TOKENS), int),
+        default=None,
+        help="tokens per step (batch = tokens / length); default 8192 on CPU, 65536 on CUDA",
+    )
     p.add_argument("--model", default="small", help="conf/model preset")
-    p.add_argument("--warmup", type=number(at_most(NonNegative, 1000), int), default=0,
-                   help="untimed steps after the (untimed) FLOP-counting step")
-    p.add_argument("--repeats", type=number(at_most(PositiveInt, 1000), int), default=3,
-                   help="most timed steps per cell")
-    p.add_argument("--cell-s", type=number(Positive), default=5.0,
-                   help="stop timing a cell once its timed steps add up to this many seconds (at least one)")
-    p.add_argument("--budget-s", type=number(Positive), default=12.0,
-                   help="skip longer lengths of a cell once one step takes longer than this")
-    p.add_argument("--causal", action="store_true",
-                   help="the grid's cells as causal LMs (the default is bidirectional, as task=mlm)")
+    p.add_argument(
+        "--warmup",
+        type=number(at_most(NonNegative, 1000), int),
+        default=0,
+        help="untimed steps after the (untimed) FLOP-counting step",
+    )
+    p.add_argument(
+        "--repeats", type=number(at_most(PositiveInt, 1000), int), default=3, help="most timed steps per cell"
+    )
+    p.add_argument(
+        "--cell-s",
+        type=number(Positive),
+        default=5.0,
+        help="stop timing a cell once its timed steps add up to this many seconds (at least one)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=number(Positive),
+        default=12.0,
+        help="skip longer lengths of a cell once one step takes longer than this",
+    )
+    p.add_argument(
+        "--causal",
+        action="store_true",
+        help="the grid's cells as causal LMs (the default is bidirectional, as task=mlm)",
+    )
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--no-targets", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
-    p.add_argument("--out", default=str(project_root() / "bench-out"), help="report folder (default bench-out/; "
-                   "results/bench/ holds the committed report and is written only when named here)")
+    p.add_argument(
+        "--out",
+        default=str(project_root() / "bench-out"),
+        help="report folder (default bench-out/; "
+        "results/bench/ holds the committed report and is written only when named here)",
+    )
     p.add_argument("--tracking-uri", default=None, help="default: as run.py ($MLFLOW_TRACKING_URI or ./mlflow.db)")
     return p
 
@@ -94,11 +119,27 @@ def parse(argv: list[str] | None) -> Args:
     except ConfigError as e:
         raise BadInput(str(e)) from None
     if a.device == "cuda" and not torch.cuda.is_available():
-        raise BadInput(f"--device cuda: no CUDA device here (torch {torch.__version__}, built for CUDA "
-                       f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch")
-    return Args(_options(a.pos, "pos"), available("attn") if a.attn == "all" else _options(a.attn, "attn"),
-                _lengths(a.lengths), a.tokens or (65536 if a.device == "cuda" else 8192), _model(a.model), a.warmup,
-                a.repeats, a.cell_s, a.budget_s, not a.no_peers, not a.no_targets, a.device, out, uri, a.causal)
+        raise BadInput(
+            f"--device cuda: no CUDA device here (torch {torch.__version__}, built for CUDA "
+            f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch"
+        )
+    return Args(
+        _options(a.pos, "pos"),
+        available("attn") if a.attn == "all" else _options(a.attn, "attn"),
+        _lengths(a.lengths),
+        a.tokens or (65536 if a.device == "cuda" else 8192),
+        _model(a.model),
+        a.warmup,
+        a.repeats,
+        a.cell_s,
+        a.budget_s,
+        not a.no_peers,
+        not a.no_targets,
+        a.device,
+        out,
+        uri,
+        a.causal,
+    )
 
 
 def _options(text: str, group: str) -> list[str]:
@@ -106,8 +147,7 @@ def _options(text: str, group: str) -> list[str]:
     chosen, valid = [x for x in text.split(",") if x], available(group)
     unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in _unit(x)} <= set(valid)]
     if unknown or not chosen:
-        raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; "
-                       f"valid: {', '.join(valid)}")
+        raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; valid: {', '.join(valid)}")
     return chosen
 
 
@@ -153,20 +193,29 @@ def main(argv: list[str] | None = None) -> int:
     write_report(args.out, report)
     log_results(args.tracking_uri, rows, report.peak, args.device, report.commit)
     errors = [r for r in rows if r.status == "error"]
-    print(f"done in {report.seconds:.0f} s; report in {args.out}"
-          + (f"; {len(errors)} cell(s) failed (see the report)" if errors else ""))
+    print(
+        f"done in {report.seconds:.0f} s; report in {args.out}"
+        + (f"; {len(errors)} cell(s) failed (see the report)" if errors else "")
+    )
     return 1 if errors else 0
 
 
 def run(args: Args, command: str) -> Report:
     started, commit = time.perf_counter(), git_sha()
     peak = matmul_peak_flops(args.device, (4096, 8192) if args.device == "cuda" else (2048, 4096))
-    print(f"peak {'bf16' if args.device == 'cuda' else 'fp32'} matmul: {peak.flops / 1e9:,.1f} GFLOP/s at "
-          f"n={peak.n}; {torch.get_num_threads()} threads")
+    print(
+        f"peak {'bf16' if args.device == 'cuda' else 'fp32'} matmul: {peak.flops / 1e9:,.1f} GFLOP/s at "
+        f"n={peak.n}; {torch.get_num_threads()} threads"
+    )
     session = Session(Options(args.device, peak.flops, peak.n, args.warmup, args.repeats, args.cell_s))
     grid = [r for pos in args.poses for attn in args.attns for r in _lengths_of(session, args, pos, attn)]
-    peers = [compare_peer(session, p, Spec(p.pos, p.attn, args.lengths[0], max(1, args.tokens // args.lengths[0]),
-                                           args.model)) for p in PEERS if args.peers]
+    peers = [
+        compare_peer(
+            session, p, Spec(p.pos, p.attn, args.lengths[0], max(1, args.tokens // args.lengths[0]), args.model)
+        )
+        for p in PEERS
+        if args.peers
+    ]
     for p in peers:
         shown = f"{p.interval.estimate:.2f} [{p.interval.low:.2f}, {p.interval.high:.2f}]" if p.interval else "—"
         print(f"  posbench ÷ {p.peer.name}: {shown}, {p.verdict}", flush=True)
@@ -198,9 +247,18 @@ def log_results(uri: str | None, results: list[Result], peak: Peak, device: str,
     for r in results:
         if r.status == "skipped":
             continue
-        tags = {"kind": "peer" if r.name != "posbench" else "posbench", "impl": r.name, "pos": r.pos,
-                "attn": r.attn, "bench_id": bench_id, "git_sha": sha, "device": device, "status": r.status}
+        tags = {
+            "kind": "peer" if r.name != "posbench" else "posbench",
+            "impl": r.name,
+            "pos": r.pos,
+            "attn": r.attn,
+            "bench_id": bench_id,
+            "git_sha": sha,
+            "device": device,
+            "status": r.status,
+        }
         params = {"seq_len": str(r.seq_len), "batch": str(r.batch), "peak_flops": f"{peak.flops:.4g}"}
         metrics = {k: v for k, v in vars(r).items() if isinstance(v, float) and v == v}
-        log_cell_run(uri, f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}", tags, params, metrics,
-                     r.status, r.reason)
+        log_cell_run(
+            uri, f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}", tags, params, metrics, r.status, r.reason
+        )

@@ -33,21 +33,88 @@ from pathlib import Path
 # (name, overrides, vocabulary, causal): each measured at both precisions
 BASE = ["task=clm", "model.dropout=0.0", "trainer.accelerator=cpu"]
 SHAPES: tuple[tuple[str, tuple[str, ...], int, bool], ...] = (
-    ("blocks: d512 × 4, bytes", ("model.n_layers=4", "model.d_model=512", "model.n_heads=8", "model.d_ff=2048",
-                                 "data.batch_size=8", "data.seq_len=512"), 258, True),
-    ("vocabulary 32k, whole logits", ("model.n_layers=4", "model.d_model=256", "model.n_heads=4", "model.d_ff=1024",
-                                      "data.batch_size=8", "data.seq_len=256"), 32000, True),
-    ("vocabulary 32k, loss_chunk=256", ("model.n_layers=4", "model.d_model=256", "model.n_heads=4",
-                                        "model.d_ff=1024", "data.batch_size=8", "data.seq_len=256",
-                                        "model.loss_chunk=256"), 32000, True),
-    ("modern block d512 × 4, bytes", ("model=modern", "model.n_layers=4", "model.d_model=512", "model.n_heads=8",
-                                      "data.batch_size=8", "data.seq_len=512"), 258, True),
-    ("modern block (SwiGLU, RMSNorm, untied), 8k", ("model=modern", "model.n_layers=6", "model.d_model=384",
-                                                    "model.n_heads=6", "model.d_ff=1024", "data.batch_size=8",
-                                                    "data.seq_len=256"), 8192, True),
-    ("encoder (MLM head), post-norm, 16k", ("task=mlm", "model.norm=post", "model.n_layers=4", "model.d_model=384",
-                                            "model.n_heads=6", "model.d_ff=1536", "data.batch_size=8",
-                                            "data.seq_len=256"), 16384, False),
+    (
+        "blocks: d512 × 4, bytes",
+        (
+            "model.n_layers=4",
+            "model.d_model=512",
+            "model.n_heads=8",
+            "model.d_ff=2048",
+            "data.batch_size=8",
+            "data.seq_len=512",
+        ),
+        258,
+        True,
+    ),
+    (
+        "vocabulary 32k, whole logits",
+        (
+            "model.n_layers=4",
+            "model.d_model=256",
+            "model.n_heads=4",
+            "model.d_ff=1024",
+            "data.batch_size=8",
+            "data.seq_len=256",
+        ),
+        32000,
+        True,
+    ),
+    (
+        "vocabulary 32k, loss_chunk=256",
+        (
+            "model.n_layers=4",
+            "model.d_model=256",
+            "model.n_heads=4",
+            "model.d_ff=1024",
+            "data.batch_size=8",
+            "data.seq_len=256",
+            "model.loss_chunk=256",
+        ),
+        32000,
+        True,
+    ),
+    (
+        "modern block d512 × 4, bytes",
+        (
+            "model=modern",
+            "model.n_layers=4",
+            "model.d_model=512",
+            "model.n_heads=8",
+            "data.batch_size=8",
+            "data.seq_len=512",
+        ),
+        258,
+        True,
+    ),
+    (
+        "modern block (SwiGLU, RMSNorm, untied), 8k",
+        (
+            "model=modern",
+            "model.n_layers=6",
+            "model.d_model=384",
+            "model.n_heads=6",
+            "model.d_ff=1024",
+            "data.batch_size=8",
+            "data.seq_len=256",
+        ),
+        8192,
+        True,
+    ),
+    (
+        "encoder (MLM head), post-norm, 16k",
+        (
+            "task=mlm",
+            "model.norm=post",
+            "model.n_layers=4",
+            "model.d_model=384",
+            "model.n_heads=6",
+            "model.d_ff=1536",
+            "data.batch_size=8",
+            "data.seq_len=256",
+        ),
+        16384,
+        False,
+    ),
 )
 PRECISIONS = ("32-true", "bf16-mixed")
 TOLERANCE = 0.10  # the bar: measured within ±10 % of the estimate
@@ -108,9 +175,22 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
         optimizer.zero_grad(set_to_none=True)
     measured = (_status_kib("VmHWM") - before) * 1024
     mib = 2**20
-    return Row(name, precision, model.num_params(), batch * t, vocab, est.total / mib, est.states / mib,
-               est.activations / mib, est.logits / mib, measured / mib, measured / est.total, float("nan"),
-               float("nan"), time.perf_counter() - started)
+    return Row(
+        name,
+        precision,
+        model.num_params(),
+        batch * t,
+        vocab,
+        est.total / mib,
+        est.states / mib,
+        est.activations / mib,
+        est.logits / mib,
+        measured / mib,
+        measured / est.total,
+        float("nan"),
+        float("nan"),
+        time.perf_counter() - started,
+    )
 
 
 TENSORS = {"POSBENCH_MALLOC": "system", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}  # resident = tensors alive
@@ -125,11 +205,14 @@ def child(index: int, precision: str) -> Row:
 
 
 def _child(index: int, precision: str, env: dict[str, str]) -> Row:
-    code = (f"import json, dataclasses; from harness.bench.cpu_memory import measure; "
-            f"print(json.dumps(dataclasses.asdict(measure({index}, {precision!r}))))")
+    code = (
+        f"import json, dataclasses; from harness.bench.cpu_memory import measure; "
+        f"print(json.dumps(dataclasses.asdict(measure({index}, {precision!r}))))"
+    )
     inherited = {k: v for k, v in os.environ.items() if k not in ("POSBENCH_MALLOC", "MALLOC_MMAP_THRESHOLD_")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          env={**inherited, **env})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env={**inherited, **env}
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{SHAPES[index][0]} at {precision} failed:\n{done.stderr[-2000:]}")
     return Row(**json.loads(done.stdout.strip().splitlines()[-1]))
@@ -157,9 +240,12 @@ def render(rows: list[Row], command: str, seconds: float) -> str:
         "tensors (MiB) | ÷ estimate | run.py's allocator (MiB) | ÷ estimate |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r.shape} | {r.precision} | {r.n_params:,} | {r.tokens:,} | {r.vocab:,} | {r.estimate_mib:,.0f} | "
-              f"{r.states_mib:,.0f} / {r.activations_mib:,.0f} / {r.logits_mib:,.0f} | {r.measured_mib:,.0f} | "
-              f"{r.ratio:.3f} | {r.resident_mib:,.0f} | {r.resident_ratio:.3f} |" for r in rows]
+    lines += [
+        f"| {r.shape} | {r.precision} | {r.n_params:,} | {r.tokens:,} | {r.vocab:,} | {r.estimate_mib:,.0f} | "
+        f"{r.states_mib:,.0f} / {r.activations_mib:,.0f} / {r.logits_mib:,.0f} | {r.measured_mib:,.0f} | "
+        f"{r.ratio:.3f} | {r.resident_mib:,.0f} | {r.resident_ratio:.3f} |"
+        for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 

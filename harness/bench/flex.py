@@ -35,12 +35,14 @@ def score_mod_of(bias, dtype: torch.dtype = torch.float32) -> ScoreMod:
 
         def relative(score, b, h, q, kv):
             return score + table[h, q - kv + last]
+
         return relative
     if bias.kind == "positional":  # positional.base.PositionalBias
         values = (bias.values[0] if bias.values.dim() == 4 else bias.values).to(dtype)  # (H, Tq, Tk)
 
         def positional(score, b, h, q, kv):
             return score + values[h, q, kv]
+
         return positional
     raise TypeError(f"{type(bias).__name__}: no flex score_mod for this kind of bias")
 
@@ -70,8 +72,9 @@ def relative_max_error(a: Tensor, b: Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
-def parity(name: str, scheme, q: Tensor, k: Tensor, v: Tensor, is_causal: bool, flex_attention,
-           create_block_mask) -> Parity:
+def parity(
+    name: str, scheme, q: Tensor, k: Tensor, v: Tensor, is_causal: bool, flex_attention, create_block_mask
+) -> Parity:
     """One scheme's attention, dense (SDPA with the additive mask) vs flex (compiled), in the dtype of q:
     the output and the gradients of q, k, v and the scheme's parameters for one random upstream gradient."""
     t = q.shape[2]
@@ -110,14 +113,22 @@ def parity(name: str, scheme, q: Tensor, k: Tensor, v: Tensor, is_causal: bool, 
     return Parity(name, float((flex_out - dense_out).abs().max()), errs, "; ".join(notes))
 
 
-def attention_steps(scheme, batch: int, heads: int, t: int, head_dim: int, device: str, flex_attention,
-                    create_block_mask, dtype=torch.bfloat16) -> dict[str, Callable[[], None]]:
+def attention_steps(
+    scheme,
+    batch: int,
+    heads: int,
+    t: int,
+    head_dim: int,
+    device: str,
+    flex_attention,
+    create_block_mask,
+    dtype=torch.bfloat16,
+) -> dict[str, Callable[[], None]]:
     """Forward + backward of one attention call, four ways, at (B, H, T, D) in ``dtype`` (causal):
     ``sdpa`` with no bias (the flash/cuDNN kernels), ``dense`` (posbench's path: SDPA with the additive mask,
     the bias gathered from the scheme's parameters), ``flex`` (the bias as a score_mod) and ``flex_plain``
     (flex with no bias: what the kernel itself costs against SDPA's)."""
-    q, k, v = (torch.randn(batch, heads, t, head_dim, device=device, dtype=dtype, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (torch.randn(batch, heads, t, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     positions = scheme.positions(t, device)
     block = create_block_mask(causal, None, None, t, t, device=device)
 

@@ -55,8 +55,15 @@ FLEX_GOAL = Goal("<=", 1.1)  # flex step ÷ plain SDPA step
 
 # ---------------------------------------------------------------- steps and peers
 
-STEP_CELLS = (("none", "softmax"), ("rope", "softmax"), ("t5", "softmax"), ("alibi", "softmax"),
-              ("rope", "local"), ("rope", "performer"), ("rope", "linear"))
+STEP_CELLS = (
+    ("none", "softmax"),
+    ("rope", "softmax"),
+    ("t5", "softmax"),
+    ("alibi", "softmax"),
+    ("rope", "local"),
+    ("rope", "performer"),
+    ("rope", "linear"),
+)
 PEER_NAMES = ("x-transformers rotary", "x-transformers T5 bias", "x-transformers ALiBi", "HF RoFormer", "HF BERT")
 FLASH_PEERS = (  # x-transformers on torch's SDPA: its defaults materialise the T × T weights (it refuses flash
     # with its T5 bias: "flash attention not compatible with t5 relative positional bias")
@@ -76,13 +83,27 @@ def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) ->
 def peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[dict]:
     rows = []
     for peer in [*(p for p in PEERS if p.name in PEER_NAMES), *FLASH_PEERS]:
-        o = compare_peer(session, peer, Spec(peer.pos, peer.attn, t, max(1, tokens // t), causal=True,
-                                             attn_overrides=D768), budget_s=budget_s)
+        o = compare_peer(
+            session,
+            peer,
+            Spec(peer.pos, peer.attn, t, max(1, tokens // t), causal=True, attn_overrides=D768),
+            budget_s=budget_s,
+        )
         i = o.interval
-        rows.append({"peer": peer.name, "pos": peer.pos, "attn": peer.attn,
-                     "peer_tokens_per_s": o.theirs.tokens_per_s, "posbench_tokens_per_s": o.ours.tokens_per_s,
-                     "posbench_over_peer": i.estimate if i else None, "low": i.low if i else None,
-                     "high": i.high if i else None, "rounds": len(i.samples) if i else 0, "note": o.why or peer.note})
+        rows.append(
+            {
+                "peer": peer.name,
+                "pos": peer.pos,
+                "attn": peer.attn,
+                "peer_tokens_per_s": o.theirs.tokens_per_s,
+                "posbench_tokens_per_s": o.ours.tokens_per_s,
+                "posbench_over_peer": i.estimate if i else None,
+                "low": i.low if i else None,
+                "high": i.high if i else None,
+                "rounds": len(i.samples) if i else 0,
+                "note": o.why or peer.note,
+            }
+        )
     return rows
 
 
@@ -105,9 +126,12 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
             scheme = build_transformer(overrides, 258, t, True).pos.to(device)
             q, k, v = (torch.randn(1, 12, t, 64, device=device) for _ in range(3))
             p = parity(name, scheme, q, k, v, True, compiled, create_block_mask)
-            row |= {"fp32_out_max_abs_err": p.out_err,
-                    "fp32_grad_max_rel_err": max(p.grad_err.values()),
-                    "grads_compared": " ".join(sorted(p.grad_err)), "note": p.note}
+            row |= {
+                "fp32_out_max_abs_err": p.out_err,
+                "fp32_grad_max_rel_err": max(p.grad_err.values()),
+                "grads_compared": " ".join(sorted(p.grad_err)),
+                "note": p.note,
+            }
             row["grad_errors"] = " ".join(f"{n}={e:.1e}" for n, e in sorted(p.grad_err.items()))
             row |= _timed(scheme, compiled, create_block_mask, device, t, batch, budget_s)
         except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
@@ -119,8 +143,11 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
 
 # the kernel's tile sizes, tried in turn: torch's defaults first; smaller tiles where the defaults need more
 # shared memory than the device has (torch 2.11's bf16 backward on an H200 did: 245,760 > 232,448 bytes)
-KERNEL_OPTIONS = (None, {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 2},
-                  {"BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 1})
+KERNEL_OPTIONS = (
+    None,
+    {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 2},
+    {"BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 1},
+)
 
 
 def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int, budget_s: float) -> dict:
@@ -128,8 +155,10 @@ def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int,
 
     failures = []
     for options in KERNEL_OPTIONS:
+
         def flex(*args, options=options, **kwargs):
             return compiled(*args, **kwargs, kernel_options=options)
+
         try:
             steps = attention_steps(scheme, batch, 12, t, 64, device, flex, create_block_mask)
             for fn in steps.values():  # compile and warm each path once
@@ -140,8 +169,13 @@ def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int,
         row: dict = {"kernel_options": str(options or "default"), "kernel_failures": " | ".join(failures)}
         for path in ("flex", "flex_plain", "dense"):
             i = paired_rounds(steps[path], steps["sdpa"], device, FLEX_GOAL, budget_s=budget_s / 3)
-            row |= {f"{path}_over_sdpa": i.estimate, f"{path}_low": i.low, f"{path}_high": i.high,
-                    f"{path}_rounds": len(i.samples), f"{path}_verdict": FLEX_GOAL.judge(i)}
+            row |= {
+                f"{path}_over_sdpa": i.estimate,
+                f"{path}_low": i.low,
+                f"{path}_high": i.high,
+                f"{path}_rounds": len(i.samples),
+                f"{path}_verdict": FLEX_GOAL.judge(i),
+            }
         return row
     return {"kernel_failures": " | ".join(failures)}
 
@@ -159,8 +193,14 @@ def cuda_rows(device: str) -> list[dict]:
         rows: list[dict] = [{"check": "attn.backend=xformers", "result": "built: xformers runs here"}]
     else:
         one_line = "\n" not in refusal
-        rows = [{"check": "attn.backend=xformers", "result": f"refused in {'one line' if one_line else 'lines'}",
-                 "ok": one_line, "detail": refusal}]
+        rows = [
+            {
+                "check": "attn.backend=xformers",
+                "result": f"refused in {'one line' if one_line else 'lines'}",
+                "ok": one_line,
+                "detail": refusal,
+            }
+        ]
     for pos in BF16_SCHEMES:
         torch.manual_seed(0)
         model = build_transformer([f"pos={pos}", "model.dropout=0.0", "data.seq_len=512"], 258, 512, True)
@@ -176,13 +216,19 @@ def cuda_rows(device: str) -> list[dict]:
             losses.append(loss.item())
             grads.append(torch.cat([p.grad.flatten().double() for p in model.parameters() if p.grad is not None]))
         cos = float(F.cosine_similarity(grads[0], grads[1], dim=0))
-        rows.append({"check": f"bf16 autocast step, pos={pos}", "result": f"loss {losses[1]:.5f} vs fp32 "
-                     f"{losses[0]:.5f} (rel {abs(losses[1] - losses[0]) / losses[0]:.1e}); gradient cosine {cos:.5f}",
-                     "ok": abs(losses[1] - losses[0]) / losses[0] < 1e-2 and cos > 0.99})
+        rows.append(
+            {
+                "check": f"bf16 autocast step, pos={pos}",
+                "result": f"loss {losses[1]:.5f} vs fp32 "
+                f"{losses[0]:.5f} (rel {abs(losses[1] - losses[0]) / losses[0]:.1e}); gradient cosine {cos:.5f}",
+                "ok": abs(losses[1] - losses[0]) / losses[0] < 1e-2 and cos > 0.99,
+            }
+        )
     return rows
 
 
 # ---------------------------------------------------------------- the run
+
 
 def write_csv(path: Path, rows: list[dict]) -> None:
     if not rows:
@@ -200,21 +246,29 @@ def device_line(device: str) -> tuple[str, float | None]:
     name = torch.cuda.get_device_name()
     props = torch.cuda.get_device_properties(0)
     peak = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
-    return (f"{name}, {props.total_memory / 2**30:.1f} GiB, {props.multi_processor_count} SMs; torch "
-            f"{torch.__version__}, CUDA {torch.version.cuda}"), peak
+    return (
+        f"{name}, {props.total_memory / 2**30:.1f} GiB, {props.multi_processor_count} SMs; torch "
+        f"{torch.__version__}, CUDA {torch.version.cuda}"
+    ), peak
 
 
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m harness.bench.gpu", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="the report folder (README.md, the sections' CSVs, run.log)")
-    p.add_argument("--deadline-s", type=number(Positive), default=420.0,
-                   help="skip sections once this much time is spent")
+    p.add_argument(
+        "--deadline-s", type=number(Positive), default=420.0, help="skip sections once this much time is spent"
+    )
     p.add_argument("--sections", default=",".join(SECTIONS))
-    p.add_argument("--steps", type=number(at_most(PositiveInt, 10_000), int), default=20,
-                   help="training steps per memory cell")
+    p.add_argument(
+        "--steps", type=number(at_most(PositiveInt, 10_000), int), default=20, help="training steps per memory cell"
+    )
     p.add_argument("--length", type=number(at_most(PositiveInt, MAX_TOKENS), int), default=2048)
-    p.add_argument("--tokens", type=number(at_most(PositiveInt, MAX_TOKENS), int), default=32768,
-                   help="tokens per step of the step/peer cells (at least --length)")
+    p.add_argument(
+        "--tokens",
+        type=number(at_most(PositiveInt, MAX_TOKENS), int),
+        default=32768,
+        help="tokens per step of the step/peer cells (at least --length)",
+    )
     p.add_argument("--commit", default=None, help="the commit measured, where the copy run has no git history")
     p.add_argument("--render", action="store_true", help="only rewrite README.md from the folder's CSVs")
     return p
@@ -255,9 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])
     where, datasheet = device_line(device)
     peak = matmul_peak_flops(device, (4096, 8192) if device == "cuda" else (256,), seconds=1.0)
-    log = [f"device: {where}", f"commit: {a.commit or git_sha()}", f"command: {command}",
-           f"measured bf16 matmul peak: {peak.flops / 1e12:.1f} TFLOP/s at n={peak.n}",
-           f"datasheet dense bf16 peak: {datasheet / 1e12:.1f} TFLOP/s" if datasheet else "datasheet peak: unknown"]
+    log = [
+        f"device: {where}",
+        f"commit: {a.commit or git_sha()}",
+        f"command: {command}",
+        f"measured bf16 matmul peak: {peak.flops / 1e12:.1f} TFLOP/s at n={peak.n}",
+        f"datasheet dense bf16 peak: {datasheet / 1e12:.1f} TFLOP/s" if datasheet else "datasheet peak: unknown",
+    ]
     print("\n".join(log), flush=True)
     session = Session(Options(device, peak.flops, peak.n, warmup=2, repeats=10, cell_s=2.0))
     bodies = {
@@ -273,8 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run_sections(bodies: dict, chosen: list[str], deadline_s: float, out: Path, session: Session,
-                  log: list[str]) -> None:
+def _run_sections(
+    bodies: dict, chosen: list[str], deadline_s: float, out: Path, session: Session, log: list[str]
+) -> None:
     """Each chosen section in order, given the time left; its CSV written as it ends; a failure logged."""
     started = time.perf_counter()
     for name in (s for s in SECTIONS if s in chosen):

@@ -77,8 +77,18 @@ def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryR
     """The estimate ``--check --gpu-memory`` prints for this cell, and the measured peak of ``steps`` steps."""
     cfg, est, n_params = estimate(cell, batch)
     t = cfg.data.seq_len
-    row = MemoryRow(cell.preset, cell.pos, batch, t, cell.vocab, n_params, est.total / 2**30,
-                    est.states / 2**30, est.activations / 2**30, est.logits / 2**30)
+    row = MemoryRow(
+        cell.preset,
+        cell.pos,
+        batch,
+        t,
+        cell.vocab,
+        n_params,
+        est.total / 2**30,
+        est.states / 2**30,
+        est.activations / 2**30,
+        est.logits / 2**30,
+    )
     release(device)
     base = torch.cuda.memory_allocated() if device == "cuda" else 0
     try:

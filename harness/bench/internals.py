@@ -59,8 +59,9 @@ def composed_model(spec: RunSpec, vocab_size: int, causal: bool, device: str = "
     from harness.model.transformer import Transformer
 
     with torch.device(device):
-        return Transformer(spec.model, vocab_size, spec.data.seq_len, causal, pos=spec.pos.factory(),
-                           attn=spec.attn.factory())
+        return Transformer(
+            spec.model, vocab_size, spec.data.seq_len, causal, pos=spec.pos.factory(), attn=spec.attn.factory()
+        )
 
 
 def step_estimate(spec: RunSpec, model: Transformer, vocab_size: int, batch: int) -> GpuEstimate:
@@ -68,8 +69,17 @@ def step_estimate(spec: RunSpec, model: Transformer, vocab_size: int, batch: int
     (harness/config/resources.py: the built model's parameters and its scheme's terms)."""
     from harness.config.estimates import SchemeTerms, gpu_estimate
 
-    return gpu_estimate("a training step", f"data.batch_size={batch}", model.num_params(), spec.model, vocab_size,
-                        batch, spec.data.seq_len, str(spec.trainer.precision), SchemeTerms.of(model.pos))
+    return gpu_estimate(
+        "a training step",
+        f"data.batch_size={batch}",
+        model.num_params(),
+        spec.model,
+        vocab_size,
+        batch,
+        spec.data.seq_len,
+        str(spec.trainer.precision),
+        SchemeTerms.of(model.pos),
+    )
 
 
 def optimizer_for(spec: RunSpec, model: Transformer) -> Optimizer:
@@ -104,24 +114,28 @@ def write_random_shards(folder, n_tokens: int, vocab: int = 258, seed: int = 0) 
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    writers = {"train": ShardWriter(folder, "train", np.dtype(np.uint16), n_tokens),
-               "val": ShardWriter(folder, "val", np.dtype(np.uint16), n_tokens)}
+    writers = {
+        "train": ShardWriter(folder, "train", np.dtype(np.uint16), n_tokens),
+        "val": ShardWriter(folder, "val", np.dtype(np.uint16), n_tokens),
+    }
     step = 1 << 26
     for start in range(0, n_tokens, step):
         ids = rng.integers(0, 256, min(step, n_tokens - start), dtype=np.uint16)
         writers["train"].write(ids, len(ids))
     writers["val"].write(rng.integers(0, 256, 1 << 16, dtype=np.uint16), 1 << 16)
     splits = {k: w.close() for k, w in writers.items()}
-    manifest = {"format": FORMAT, "corpus": {"name": "random", "sha256": "0" * 64, "bytes": n_tokens,
-                                             "train_sha256": "0" * 64},
-                "tokenizer": {"config": "byte", "digest": ByteTokenizer().digest(), "vocab_size": 258,
-                              "recipe": None},
-                "dtype": "uint16", "block_bytes": writers["train"].block_bytes, "splits": splits}
+    manifest = {
+        "format": FORMAT,
+        "corpus": {"name": "random", "sha256": "0" * 64, "bytes": n_tokens, "train_sha256": "0" * 64},
+        "tokenizer": {"config": "byte", "digest": ByteTokenizer().digest(), "vocab_size": 258, "recipe": None},
+        "dtype": "uint16",
+        "block_bytes": writers["train"].block_bytes,
+        "splits": splits,
+    }
     integrity.write(folder / "manifest.json", manifest)  # as prepare writes it: checked on read
 
 
-def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size: int, n_batches: int,
-                 workers: int = 0):
+def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size: int, n_batches: int, workers: int = 0):
     """The training DataLoader a run builds over a shard folder (``make_loaders``), byte tokenizer."""
     from harness.data.loaders import make_loaders
     from harness.data.objectives import CausalLM, MaskedLM
@@ -132,8 +146,9 @@ def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size:
     source.sizes()  # what validation checks: the manifest and every shard's size
     corpus = source.load()
     task = (MaskedLM if objective == "mlm" else CausalLM)(ByteTokenizer())
-    train, _ = make_loaders(corpus, task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0,
-                            num_workers=workers)
+    train, _ = make_loaders(
+        corpus, task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0, num_workers=workers
+    )
     return train
 
 
@@ -155,8 +170,15 @@ class CellFailed(Exception):
     """Raised inside a cell's MLflow run so that the run ends FAILED with the cell's reason."""
 
 
-def log_cell_run(uri: str | None, name: str, tags: dict[str, str], params: dict[str, str],
-                 metrics: dict[str, float], status: str, reason: str) -> None:
+def log_cell_run(
+    uri: str | None,
+    name: str,
+    tags: dict[str, str],
+    params: dict[str, str],
+    metrics: dict[str, float],
+    status: str,
+    reason: str,
+) -> None:
     """One MLflow run in experiment ``bench``: FINISHED for status ok, else FAILED with tags ``failure``
     (incompatible for a refused cell, error for one that raised) and ``failure_reason``. The run's owner
     (``TrackedRun``) sets its status from whether its body raised."""

@@ -54,8 +54,13 @@ def paper_shapes(preset: str) -> dict:
     base = _keys(CONF / "model" / "small.yaml")
     scale = _keys(CONF / "experiment" / preset / "scale" / "paper.yaml")
     model, data = {**base, **scale.get("model", {})}, scale.get("data", {})
-    return {"n_layers": model["n_layers"], "d_model": model["d_model"], "d_ff": model["d_ff"],
-            "seq_len": data.get("seq_len", 128), "batch_size": data.get("batch_size", 32)}
+    return {
+        "n_layers": model["n_layers"],
+        "d_model": model["d_model"],
+        "d_ff": model["d_ff"],
+        "seq_len": data.get("seq_len", 128),
+        "batch_size": data.get("batch_size", 32),
+    }
 
 
 def _keys(path: Path) -> DictConfig:
@@ -77,11 +82,13 @@ def train_flops_per_token(shapes: dict, vocab: int) -> float:
     return 6 * n + 6 * layers * shapes["seq_len"] * d
 
 
-def loader_tokens_per_s(folder: Path, objective: str, windows: str, shapes: dict, n_batches: int,
-                        workers: int = 0) -> float:
+def loader_tokens_per_s(
+    folder: Path, objective: str, windows: str, shapes: dict, n_batches: int, workers: int = 0
+) -> float:
     warm = 2 + 2 * workers  # the workers' first batches: started, not steady
-    batches = iter(shard_loader(folder, objective, windows, shapes["seq_len"], shapes["batch_size"], n_batches + warm,
-                          workers))
+    batches = iter(
+        shard_loader(folder, objective, windows, shapes["seq_len"], shapes["batch_size"], n_batches + warm, workers)
+    )
     for _ in range(warm):
         next(batches)
     start = time.perf_counter()
@@ -119,21 +126,35 @@ class Args:
 def _parser() -> Parser:
     p = Parser(prog="python -m harness.bench.loader", description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", default=",".join(TEXT_PRESETS), help="comma-separated presets with a paper scale")
-    p.add_argument("--gb", type=number(Positive), default=None,
-                   help="size of the generated shard, GB (10^9 bytes; default 1)")
-    p.add_argument("--shards", help="time this prepared shard folder (posbench prepare) instead of "
-                   "writing random shards; nothing is written or deleted")
+    p.add_argument(
+        "--gb", type=number(Positive), default=None, help="size of the generated shard, GB (10^9 bytes; default 1)"
+    )
+    p.add_argument(
+        "--shards",
+        help="time this prepared shard folder (posbench prepare) instead of "
+        "writing random shards; nothing is written or deleted",
+    )
     p.add_argument("--dir", default=tempfile.gettempdir(), help="where the shard is written (then deleted)")
-    p.add_argument("--batches", type=number(at_most(PositiveInt, 100_000), int), default=30,
-                   help="batches timed per loader")
-    p.add_argument("--tflops", type=number(Positive), default=989.0,
-                   help="GPU peak, TFLOP/s (H100 SXM dense bf16: 989)")
+    p.add_argument(
+        "--batches", type=number(at_most(PositiveInt, 100_000), int), default=30, help="batches timed per loader"
+    )
+    p.add_argument(
+        "--tflops", type=number(Positive), default=989.0, help="GPU peak, TFLOP/s (H100 SXM dense bf16: 989)"
+    )
     p.add_argument("--mfu", type=number(Fraction), default=0.4, help="model FLOPs utilisation assumed, in (0, 1]")
-    p.add_argument("--vocab", type=number(PositiveInt, int), default=None,
-                   help="vocabulary size for the output layer's FLOPs (default: the shards' own, else 258)")
+    p.add_argument(
+        "--vocab",
+        type=number(PositiveInt, int),
+        default=None,
+        help="vocabulary size for the output layer's FLOPs (default: the shards' own, else 258)",
+    )
     p.add_argument("--workers", default="0", help="comma-separated data.num_workers to time, e.g. 0,2,4")
-    p.add_argument("--repeats", type=number(at_most(PositiveInt, 1000), int), default=3,
-                   help="timings per row; the fastest is reported (the others lost time to other processes)")
+    p.add_argument(
+        "--repeats",
+        type=number(at_most(PositiveInt, 1000), int),
+        default=3,
+        help="timings per row; the fastest is reported (the others lost time to other processes)",
+    )
     p.add_argument("--json", help="also write the figures here")
     return p
 
@@ -145,8 +166,10 @@ def parse(argv: list[str] | None) -> Args:
     have = preset_scales_with_paper()
     unknown = [x for x in presets if x not in have]
     if unknown or not presets:
-        raise BadInput(f"--presets {','.join(unknown) or repr(a.presets)}: no paper scale "
-                       f"(conf/experiment/<preset>/scale/paper.yaml); use some of {', '.join(have)}")
+        raise BadInput(
+            f"--presets {','.join(unknown) or repr(a.presets)}: no paper scale "
+            f"(conf/experiment/<preset>/scale/paper.yaml); use some of {', '.join(have)}"
+        )
     workers = _workers(a.workers)
     need = max(paper_shapes(p)["batch_size"] * (paper_shapes(p)["seq_len"] + 1) for p in presets) * 2  # uint16
     if a.shards is not None:
@@ -157,12 +180,16 @@ def parse(argv: list[str] | None) -> Args:
     else:
         folder, gb, shards, vocab = _writable_dir(a.dir), 1.0 if a.gb is None else a.gb, None, 258
         if gb * 1e9 < need:
-            raise BadInput(f"--gb {gb:g} holds less than one batch of the largest preset ({need:,} bytes); "
-                           f"give at least --gb {math.ceil(need / 1e7) / 100:g}")
+            raise BadInput(
+                f"--gb {gb:g} holds less than one batch of the largest preset ({need:,} bytes); "
+                f"give at least --gb {math.ceil(need / 1e7) / 100:g}"
+            )
         free = shutil.disk_usage(folder).free
         if gb * 1e9 > MARGIN * free:
-            raise BadInput(f"--gb {gb:g} needs {gb:g} GB at {folder}, which has {free / 1e9:.1f} GB free; "
-                           f"give --gb {MARGIN * free / 1e9:.1f} or less, or --dir a folder with more room")
+            raise BadInput(
+                f"--gb {gb:g} needs {gb:g} GB at {folder}, which has {free / 1e9:.1f} GB free; "
+                f"give --gb {MARGIN * free / 1e9:.1f} or less, or --dir a folder with more room"
+            )
     out = None
     if a.json is not None:
         out = Path(a.json).expanduser().absolute()
@@ -172,8 +199,19 @@ def parse(argv: list[str] | None) -> Args:
             output_dir(out.parent, "--json")
         except ConfigError as e:
             raise BadInput(str(e)) from None
-    return Args(presets, gb, folder, a.batches, a.tflops, a.mfu, vocab if a.vocab is None else a.vocab, workers,
-                a.repeats, out, shards)
+    return Args(
+        presets,
+        gb,
+        folder,
+        a.batches,
+        a.tflops,
+        a.mfu,
+        vocab if a.vocab is None else a.vocab,
+        workers,
+        a.repeats,
+        out,
+        shards,
+    )
 
 
 def _prepared(text: str, tokens: int) -> tuple[Path, int]:
@@ -189,8 +227,10 @@ def _prepared(text: str, tokens: int) -> tuple[Path, int]:
     except ConfigError as e:
         raise BadInput(f"--shards {text}: {e}") from None
     if train < tokens:
-        raise BadInput(f"--shards {text}: its training split holds {train:,} ids, less than one batch of the "
-                       f"largest preset ({tokens:,}); give a larger folder or --presets with smaller batches")
+        raise BadInput(
+            f"--shards {text}: its training split holds {train:,} ids, less than one batch of the "
+            f"largest preset ({tokens:,}); give a larger folder or --presets with smaller batches"
+        )
     return folder, vocab
 
 
@@ -201,8 +241,10 @@ def _workers(text: str) -> list[int]:
     except ValueError:
         workers = []
     if not workers or any(w < 0 or w > bound for w in workers):
-        raise BadInput(f"--workers {text!r}: give a comma list of worker counts from 0 to {bound} "
-                       f"({per_core} per core here, as data.num_workers), e.g. 0,2,4")
+        raise BadInput(
+            f"--workers {text!r}: give a comma list of worker counts from 0 to {bound} "
+            f"({per_core} per core here, as data.num_workers), e.g. 0,2,4"
+        )
     return workers
 
 
@@ -219,8 +261,13 @@ def measure(args: Args) -> dict:
     own = args.shards is not None
     folder = args.shards if args.shards is not None else Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
     rows = []
-    figures = {"gpu_tflops": args.tflops, "mfu": args.mfu, "vocab": args.vocab, "gb": args.gb,
-               "shards": str(folder) if own else None}
+    figures = {
+        "gpu_tflops": args.tflops,
+        "mfu": args.mfu,
+        "vocab": args.vocab,
+        "gb": args.gb,
+        "shards": str(folder) if own else None,
+    }
     try:
         if own:
             figures["write_seconds"] = None
@@ -235,13 +282,25 @@ def measure(args: Args) -> dict:
         for preset in args.presets:
             shapes = paper_shapes(preset)
             model = args.tflops * 1e12 * args.mfu / train_flops_per_token(shapes, args.vocab)
-            for objective, windows, workers in itertools.product(("mlm", "clm"), ("random", "sequential"),
-                                                                 args.workers):
-                tps = max(loader_tokens_per_s(folder, objective, windows, shapes, args.batches, workers)
-                          for _ in range(args.repeats))
-                rows.append({"preset": preset, **shapes, "objective": objective, "windows": windows,
-                             "workers": workers, "loader_tokens_per_s": tps, "model_tokens_per_s": model,
-                             "ratio": tps / model})
+            for objective, windows, workers in itertools.product(
+                ("mlm", "clm"), ("random", "sequential"), args.workers
+            ):
+                tps = max(
+                    loader_tokens_per_s(folder, objective, windows, shapes, args.batches, workers)
+                    for _ in range(args.repeats)
+                )
+                rows.append(
+                    {
+                        "preset": preset,
+                        **shapes,
+                        "objective": objective,
+                        "windows": windows,
+                        "workers": workers,
+                        "loader_tokens_per_s": tps,
+                        "model_tokens_per_s": model,
+                        "ratio": tps / model,
+                    }
+                )
     finally:
         if not own:
             shutil.rmtree(folder, ignore_errors=True)
@@ -250,20 +309,30 @@ def measure(args: Args) -> dict:
 
 def show(figures: dict) -> None:
     if figures["shards"]:
-        print(f"shards at {figures['shards']} ({figures['shard_bytes']:,} bytes of training ids, vocabulary "
-              f"{figures['vocab']:,}): start-up to the first batch {figures['startup_seconds'] * 1e3:.1f} ms")
+        print(
+            f"shards at {figures['shards']} ({figures['shard_bytes']:,} bytes of training ids, vocabulary "
+            f"{figures['vocab']:,}): start-up to the first batch {figures['startup_seconds'] * 1e3:.1f} ms"
+        )
     else:
-        print(f"{figures['gb']:g} GB shard ({figures['shard_bytes']:,} bytes): written in "
-              f"{figures['write_seconds']:.1f} s; start-up to the first batch "
-              f"{figures['startup_seconds'] * 1e3:.1f} ms")
-    print(f"model tokens/s: estimated at {figures['gpu_tflops']:g} TFLOP/s × MFU {figures['mfu']:g} "
-          "(6N + 6·L·T·d FLOPs a token)")
-    print(f"{'preset':<22}{'L×d':>9}{'B×T':>10}{'task':>6}{'windows':>12}{'workers':>8}{'loader tok/s':>15}"
-          f"{'model tok/s':>14}{'ratio':>8}")
+        print(
+            f"{figures['gb']:g} GB shard ({figures['shard_bytes']:,} bytes): written in "
+            f"{figures['write_seconds']:.1f} s; start-up to the first batch "
+            f"{figures['startup_seconds'] * 1e3:.1f} ms"
+        )
+    print(
+        f"model tokens/s: estimated at {figures['gpu_tflops']:g} TFLOP/s × MFU {figures['mfu']:g} "
+        "(6N + 6·L·T·d FLOPs a token)"
+    )
+    print(
+        f"{'preset':<22}{'L×d':>9}{'B×T':>10}{'task':>6}{'windows':>12}{'workers':>8}{'loader tok/s':>15}"
+        f"{'model tok/s':>14}{'ratio':>8}"
+    )
     for r in figures["rows"]:
-        print(f"{r['preset']:<22}{r['n_layers']:>4}×{r['d_model']:<4}{r['batch_size']:>5}×{r['seq_len']:<4}"
-              f"{r['objective']:>6}{r['windows']:>12}{r['workers']:>8}{r['loader_tokens_per_s']:>15,.0f}"
-              f"{r['model_tokens_per_s']:>14,.0f}{r['ratio']:>7.1f}×")
+        print(
+            f"{r['preset']:<22}{r['n_layers']:>4}×{r['d_model']:<4}{r['batch_size']:>5}×{r['seq_len']:<4}"
+            f"{r['objective']:>6}{r['windows']:>12}{r['workers']:>8}{r['loader_tokens_per_s']:>15,.0f}"
+            f"{r['model_tokens_per_s']:>14,.0f}{r['ratio']:>7.1f}×"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,8 +60,11 @@ def cpu_peak_allocated_bytes(fn: Step) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+    events = [
+        e
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+    ]
     live = peak = 0
     for e in sorted(events, key=lambda e: e.start_ns()):
         live += e.nbytes()
@@ -168,8 +171,7 @@ class Measured(TypedDict):
     step_times: list[float]
 
 
-def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int,
-            cell_s: float = float("inf")) -> Measured:
+def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int, cell_s: float = float("inf")) -> Measured:
     """Median of up to ``repeats`` timed calls after ``warmup`` untimed ones; fewer once the timed calls
     add up to ``cell_s`` seconds (at least one), so long cells fit the run's time budget."""
     for _ in range(warmup):
@@ -183,8 +185,9 @@ def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int,
     return Measured(step_s=step_s, tokens_per_s=tokens / step_s, repeats=len(times), step_times=times)
 
 
-def make_step(forward: Callable[[torch.Tensor], torch.Tensor], module: torch.nn.Module, ids: torch.Tensor,
-              autocast: bool) -> Step:
+def make_step(
+    forward: Callable[[torch.Tensor], torch.Tensor], module: torch.nn.Module, ids: torch.Tensor, autocast: bool
+) -> Step:
     """One forward+backward with a cross-entropy loss (next token); grads are dropped afterwards."""
     labels = ids.roll(-1, dims=1)
 

@@ -40,9 +40,16 @@ def abba_round(num: Step, den: Step, i: int, device: str) -> float:
     return t_num / t_den
 
 
-def paired_rounds(num: Step, den: Step, device: str, goal: Goal | None = None,
-                  value: Callable[[float], float] = lambda r: r, min_rounds: int = MIN_ROUNDS, max_rounds: int = 40,
-                  budget_s: float = 30.0) -> Interval:
+def paired_rounds(
+    num: Step,
+    den: Step,
+    device: str,
+    goal: Goal | None = None,
+    value: Callable[[float], float] = lambda r: r,
+    min_rounds: int = MIN_ROUNDS,
+    max_rounds: int = 40,
+    budget_s: float = 30.0,
+) -> Interval:
     """The median of step(num)/step(den) over ABBA rounds of two warm steps, with its 95 % interval
     (``Interval.of_ratios``). After ``min_rounds`` (at least ``MIN_ROUNDS``: fewer have no such interval),
     stop as soon as the interval of ``value(ratio)`` (increasing, e.g. r − 1 for an overhead) is on one side

@@ -40,6 +40,7 @@ class _Profiled:
             with record_function(RANGE):
                 out = attr(*args, **kwargs)
             return _Profiled(out) if name == "at_width" else out
+
         return wrapped
 
 
@@ -47,11 +48,13 @@ class _Profiled:
 def positional_ranges(scheme: torch.nn.Module):
     """Run the scheme's hooks inside ``RANGE`` while the context is open (instance attributes shadow the
     class's methods, and are deleted afterwards)."""
+
     def ranged(hook, wrap_result=False):
         def call(*args, **kwargs):
             with record_function(RANGE):
                 out = hook(*args, **kwargs)
             return _Profiled(out) if wrap_result and out is not None else out
+
         return call
 
     scheme.embed = ranged(scheme.embed)
@@ -104,18 +107,30 @@ def _positional_us(events) -> tuple[float, float]:
     for e in events:
         if e.sequence_nr >= 0 and e.fwd_thread == 0 and not e.name.startswith("autograd::"):
             creator[e.sequence_nr] = e
-    ours = {nr for nr, e in creator.items()
-            if any(start <= e.time_range.start and e.time_range.end <= end for start, end in spans)}
-    backward = sum(e.cpu_time_total for e in events
-                   if e.name.startswith("autograd::engine::evaluate_function") and e.sequence_nr in ours)
+    ours = {
+        nr
+        for nr, e in creator.items()
+        if any(start <= e.time_range.start and e.time_range.end <= end for start, end in spans)
+    }
+    backward = sum(
+        e.cpu_time_total
+        for e in events
+        if e.name.startswith("autograd::engine::evaluate_function") and e.sequence_nr in ours
+    )
     return sum(r.cpu_time_total for r in ranges), backward
 
 
 # matrix products and fused attention: the kernels two implementations of one model at one shape share
-KERNEL_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
-    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-})
+KERNEL_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    }
+)
 
 
 def op_times(step, steps: int = 2) -> dict[str, float]:
@@ -132,7 +147,7 @@ def paired_op_times(num, den, rounds: int = 4) -> tuple[dict[str, float], dict[s
     profiled back to back on each side can disagree with the ratio the rounds measure."""
     runs: tuple[list[dict[str, float]], list[dict[str, float]]] = ([], [])
     for i in range(rounds):
-        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
             runs[side].append(op_times((num, den)[side], steps=1))
     return _median_per_op(runs[0]), _median_per_op(runs[1])
 
@@ -193,11 +208,14 @@ class Breakdown:
         return max(0.0, self.den_s - self.num_s / self.goal)
 
 
-def breakdown(num: dict[str, float], den: dict[str, float], labels: tuple[str, str], goal_op: str,
-              goal: float, top: int = 8) -> Breakdown:
+def breakdown(
+    num: dict[str, float], den: dict[str, float], labels: tuple[str, str], goal_op: str, goal: float, top: int = 8
+) -> Breakdown:
     """``num``, ``den``: ``op_times`` of the two steps; the ``top`` ops by |difference| get a row each."""
-    rows = sorted((OpRow(op, num.get(op, 0.0), den.get(op, 0.0)) for op in num.keys() | den.keys()),
-                  key=lambda r: (-abs(r.difference_s), r.op))
+    rows = sorted(
+        (OpRow(op, num.get(op, 0.0), den.get(op, 0.0)) for op in num.keys() | den.keys()),
+        key=lambda r: (-abs(r.difference_s), r.op),
+    )
     rest = rows[top:]
     other = OpRow("all other ops", sum(r.num_s for r in rest), sum(r.den_s for r in rest))
     return Breakdown(*labels, tuple(rows[:top]), other, goal_op, goal)

@@ -31,8 +31,11 @@ class Report:
 
     def rows(self) -> list[Result]:
         """Each measured cell once, in first-seen order (a cell may appear in grid, peers and targets)."""
-        cells = [*self.grid, *(r for p in self.peers for r in (p.ours, p.theirs)),
-                 *(r for t in self.targets for r in t.cells.values())]
+        cells = [
+            *self.grid,
+            *(r for p in self.peers for r in (p.ours, p.theirs)),
+            *(r for t in self.targets for r in t.cells.values()),
+        ]
         return list({id(r): r for r in cells}.values())
 
 
@@ -76,68 +79,85 @@ def _write(out: Path, report: Report) -> None:
         writer.writeheader()
         writer.writerows(asdict(r) for r in rows)
     _plots(out, report.grid, report.device)
-    lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets),
-             *_where(report)]
+    lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets), *_where(report)]
     (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
 def _header(report: Report) -> list[str]:
     kind = "bf16" if report.device == "cuda" else "fp32"
     return [
-        "# Benchmark: cost of each scheme × attention cell", "",
-        f"Regenerate: `{report.command}` (took {report.seconds:.0f} s).", "",
+        "# Benchmark: cost of each scheme × attention cell",
+        "",
+        f"Regenerate: `{report.command}` (took {report.seconds:.0f} s).",
+        "",
         f"Device: {device_name(report.device)}. torch {torch.__version__}, commit {report.commit}. Measured peak "
         f"(best {kind} square matmul, n = {report.peak.n}): {report.peak.flops / 1e9:,.1f} GFLOP/s. "
-        f"Allocator: {allocator.setting()} (harness/allocator.py).", "",
+        f"Allocator: {allocator.setting()} (harness/allocator.py).",
+        "",
         "Step = forward + backward with a cross-entropy loss, median of the timed repeats (up to --repeats, fewer "
         "for long cells: the `repeats` column of bench.csv) after an untimed FLOP-counting step; tokens per step "
         "held constant across lengths (batch = tokens / T). Memory = peak bytes of the tensors one step allocates "
         "above those alive before it (CPU: torch.profiler's allocation events; GPU: max allocated), which does "
         "not drift with the allocator; bench.csv also has the RSS increase (`rss_delta_mb`). FLOPs counted by "
         "`torch.utils.flop_counter.FlopCounterMode` (matmul, bmm and SDPA ops from their shapes; elementwise "
-        "and FFT work not counted). MFU = FLOPs / step time / peak.", "",
-        "![step time](step_time.png) ![memory](memory.png)", "",
+        "and FFT work not counted). MFU = FLOPs / step time / peak.",
+        "",
+        "![step time](step_time.png) ![memory](memory.png)",
+        "",
     ]
 
 
 def _grid(grid: list[Result]) -> list[str]:
-    lines = ["## Grid", "",
-             "| pos | attn | T | batch | step (ms) | tokens/s | peak mem (MB) | GFLOP/step | MFU | status |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "## Grid",
+        "",
+        "| pos | attn | T | batch | step (ms) | tokens/s | peak mem (MB) | GFLOP/step | MFU | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in grid:
         status = r.status if r.ok else f"{r.status}: {r.reason[:80]}"
-        lines.append(f"| {r.pos} | {r.attn} | {r.seq_len} | {r.batch} | {_fmt(r, 'step_s', 1e3)} | "
-                     f"{_fmt(r, 'tokens_per_s', 1, ',.0f')} | {_fmt(r, 'peak_mem_mb')} | "
-                     f"{_fmt(r, 'flops', 1e-9, ',.2f')} | {_fmt(r, 'mfu', 100, '.1f')}{'%' if r.ok else ''} "
-                     f"| {status} |")
+        lines.append(
+            f"| {r.pos} | {r.attn} | {r.seq_len} | {r.batch} | {_fmt(r, 'step_s', 1e3)} | "
+            f"{_fmt(r, 'tokens_per_s', 1, ',.0f')} | {_fmt(r, 'peak_mem_mb')} | "
+            f"{_fmt(r, 'flops', 1e-9, ',.2f')} | {_fmt(r, 'mfu', 100, '.1f')}{'%' if r.ok else ''} "
+            f"| {status} |"
+        )
     return lines
 
 
 def _peers(peers: list[PeerOutcome]) -> list[str]:
     if not peers:
         return []
-    lines = ["", f"## Peers (same shape, T = {peers[0].ours.seq_len}, same process)", "",
-             "posbench ÷ peer = peer step / posbench step: the median of ABBA rounds (the two timed back to back "
-             "in alternating order) with its distribution-free 95 % interval (order statistics, 6 rounds or more), "
-             "run until the interval is on one side of 1.2 or the rounds' budget is spent; the verdict is met only "
-             "when the whole interval is ≥ 1.2. The tokens/s columns are each cell's own timed steps, measured "
-             "apart before the rounds (a drifting machine moves them; the rounds cancel it). GFLOP columns show "
-             "where a peer does "
-             "different work at the same shape (notes below). Ceiling: posbench ÷ peer if every op of posbench's "
-             "step other than its matrix-multiply and fused-attention kernels took no time (their share of the "
-             "step profiled after the rounds, CPU only); below 1.2, no fusion of the other ops can meet the goal "
-             "at this shape: only faster kernels or less work could.", "",
-             "| peer | posbench cell | peer tokens/s | posbench tokens/s | peer / posbench GFLOP | posbench ÷ peer "
-             "| 95 % interval | goal ≥ 1.2 | rounds | ceiling |", "|---|---|---:|---:|---:|---:|---|---|---:|---:|"]
+    lines = [
+        "",
+        f"## Peers (same shape, T = {peers[0].ours.seq_len}, same process)",
+        "",
+        "posbench ÷ peer = peer step / posbench step: the median of ABBA rounds (the two timed back to back "
+        "in alternating order) with its distribution-free 95 % interval (order statistics, 6 rounds or more), "
+        "run until the interval is on one side of 1.2 or the rounds' budget is spent; the verdict is met only "
+        "when the whole interval is ≥ 1.2. The tokens/s columns are each cell's own timed steps, measured "
+        "apart before the rounds (a drifting machine moves them; the rounds cancel it). GFLOP columns show "
+        "where a peer does "
+        "different work at the same shape (notes below). Ceiling: posbench ÷ peer if every op of posbench's "
+        "step other than its matrix-multiply and fused-attention kernels took no time (their share of the "
+        "step profiled after the rounds, CPU only); below 1.2, no fusion of the other ops can meet the goal "
+        "at this shape: only faster kernels or less work could.",
+        "",
+        "| peer | posbench cell | peer tokens/s | posbench tokens/s | peer / posbench GFLOP | posbench ÷ peer "
+        "| 95 % interval | goal ≥ 1.2 | rounds | ceiling |",
+        "|---|---|---:|---:|---:|---:|---|---|---:|---:|",
+    ]
     for p in peers:
         value, interval = _interval(p.interval, lambda x: f"{x:.2f}")
         verdict = p.verdict if p.interval is not None else f"not measured ({p.why})"
-        lines.append(f"| {p.peer.name} | pos={p.ours.pos} attn={p.ours.attn} | "
-                     f"{_fmt(p.theirs, 'tokens_per_s', 1, ',.0f')} | {_fmt(p.ours, 'tokens_per_s', 1, ',.0f')} | "
-                     f"{_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / "
-                     f"{_fmt(p.ours, 'flops', 1e-9, ',.1f')} | {value} | {interval} | {verdict} | "
-                     f"{len(p.interval.samples) if p.interval else '—'} | "
-                     f"{'—' if p.ceiling is None else f'{p.ceiling:.2f} ({p.kernel_share:.0%} kernels)'} |")
+        lines.append(
+            f"| {p.peer.name} | pos={p.ours.pos} attn={p.ours.attn} | "
+            f"{_fmt(p.theirs, 'tokens_per_s', 1, ',.0f')} | {_fmt(p.ours, 'tokens_per_s', 1, ',.0f')} | "
+            f"{_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / "
+            f"{_fmt(p.ours, 'flops', 1e-9, ',.1f')} | {value} | {interval} | {verdict} | "
+            f"{len(p.interval.samples) if p.interval else '—'} | "
+            f"{'—' if p.ceiling is None else f'{p.ceiling:.2f} ({p.kernel_share:.0%} kernels)'} |"
+        )
     notes = [f"- {p.peer.name}: {p.peer.note}" for p in peers if p.peer.note]
     return lines + (["", *notes] if notes else [])
 
@@ -145,11 +165,17 @@ def _peers(peers: list[PeerOutcome]) -> list[str]:
 def _targets(targets: list[Outcome]) -> list[str]:
     if not targets:
         return []
-    lines = ["", "## Targets", "",
-             "Each target reports its 95 % interval (paired step-time ratios and MFU: the median of the rounds "
-             "with its order-statistic interval, harness/bench/stats.py); the verdict is met only when the whole "
-             "interval satisfies the goal, not met when none of it does, unresolved when it straddles the goal.", "",
-             "| target | goal | measured | 95 % interval | verdict | how | check |", "|---|---|---:|---|---|---|---|"]
+    lines = [
+        "",
+        "## Targets",
+        "",
+        "Each target reports its 95 % interval (paired step-time ratios and MFU: the median of the rounds "
+        "with its order-statistic interval, harness/bench/stats.py); the verdict is met only when the whole "
+        "interval satisfies the goal, not met when none of it does, unresolved when it straddles the goal.",
+        "",
+        "| target | goal | measured | 95 % interval | verdict | how | check |",
+        "|---|---|---:|---|---|---|---|",
+    ]
     for t in targets:
         value, interval = _interval(t.interval, t.goal.format)
         lines.append(f"| {t.label} | {t.goal} | {value} | {interval} | {t.verdict} | {t.method} | {t.check or '—'} |")
@@ -158,27 +184,41 @@ def _targets(targets: list[Outcome]) -> list[str]:
 
 def _where(report: Report) -> list[str]:
     """For each peer or paired target not met: its two steps profiled op by op (CPU)."""
-    shown = [(f"posbench ÷ {p.peer.name}", p.verdict, p.where) for p in report.peers if p.where] + \
-            [(t.label, t.verdict, t.where) for t in report.targets if t.where]
+    shown = [(f"posbench ÷ {p.peer.name}", p.verdict, p.where) for p in report.peers if p.where] + [
+        (t.label, t.verdict, t.where) for t in report.targets if t.where
+    ]
     if not shown:
         return []
-    lines = ["", "## Where the time goes (what is not met)", "",
-             "Each comparison whose verdict is not met, its two warm steps profiled after the rounds "
-             "(torch.profiler, self time per step; 4 steps each, one at a time in ABBA order, each op's median): "
-             "the ops whose times differ most, and how "
-             "much the side that has to get faster must lose to meet the goal at these times. Kernel = a "
-             "matrix-multiply or fused-attention op (the peers table's ceiling counts only these)."]
+    lines = [
+        "",
+        "## Where the time goes (what is not met)",
+        "",
+        "Each comparison whose verdict is not met, its two warm steps profiled after the rounds "
+        "(torch.profiler, self time per step; 4 steps each, one at a time in ABBA order, each op's median): "
+        "the ops whose times differ most, and how "
+        "much the side that has to get faster must lose to meet the goal at these times. Kernel = a "
+        "matrix-multiply or fused-attention op (the peers table's ceiling counts only these).",
+    ]
     for label, verdict, b in shown:
-        lines += ["", f"### {label}: {verdict}", "", _cut(b), "",
-                  f"| op | kind | {b.num} (ms) | {b.den} (ms) | difference (ms) |", "|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            f"### {label}: {verdict}",
+            "",
+            _cut(b),
+            "",
+            f"| op | kind | {b.num} (ms) | {b.den} (ms) | difference (ms) |",
+            "|---|---|---:|---:|---:|",
+        ]
         for r in b.rows:
             kind = "kernel" if r.op in KERNEL_OPS else "other"
-            lines.append(f"| `{r.op}` | {kind} | {r.num_s * 1e3:.1f} | {r.den_s * 1e3:.1f} | "
-                         f"{r.difference_s * 1e3:+.1f} |")
+            lines.append(
+                f"| `{r.op}` | {kind} | {r.num_s * 1e3:.1f} | {r.den_s * 1e3:.1f} | {r.difference_s * 1e3:+.1f} |"
+            )
         o = b.other
-        lines += [f"| {o.op} | — | {o.num_s * 1e3:.1f} | {o.den_s * 1e3:.1f} | {o.difference_s * 1e3:+.1f} |",
-                  f"| **step** | — | {b.num_s * 1e3:.1f} | {b.den_s * 1e3:.1f} | "
-                  f"{(b.num_s - b.den_s) * 1e3:+.1f} |"]
+        lines += [
+            f"| {o.op} | — | {o.num_s * 1e3:.1f} | {o.den_s * 1e3:.1f} | {o.difference_s * 1e3:+.1f} |",
+            f"| **step** | — | {b.num_s * 1e3:.1f} | {b.den_s * 1e3:.1f} | {(b.num_s - b.den_s) * 1e3:+.1f} |",
+        ]
     return lines
 
 
@@ -187,10 +227,14 @@ def _cut(b: Breakdown) -> str:
     side_s = b.num_s if b.side == b.num else b.den_s
     goal = f"{'≤' if b.goal_op == '<=' else '≥'} {b.goal:g}"
     if b.cut_s == 0:
-        return (f"Profiled, {b.num} ÷ {b.den} = {ratio:.2f}, within {goal} at these times: the paired rounds' "
-                "interval straddles the goal, so more rounds (a quieter machine) would decide it.")
-    return (f"Profiled, {b.num} ÷ {b.den} = {ratio:.2f}; for {goal} the {b.side} step must lose "
-            f"{b.cut_s * 1e3:.1f} ms of {side_s * 1e3:.1f} ({b.cut_s / side_s:.0%}).")
+        return (
+            f"Profiled, {b.num} ÷ {b.den} = {ratio:.2f}, within {goal} at these times: the paired rounds' "
+            "interval straddles the goal, so more rounds (a quieter machine) would decide it."
+        )
+    return (
+        f"Profiled, {b.num} ÷ {b.den} = {ratio:.2f}; for {goal} the {b.side} step must lose "
+        f"{b.cut_s * 1e3:.1f} ms of {side_s * 1e3:.1f} ({b.cut_s / side_s:.0%})."
+    )
 
 
 def _plots(out: Path, grid: list[Result], device: str) -> None:
@@ -203,18 +247,30 @@ def _plots(out: Path, grid: list[Result], device: str) -> None:
     attns, poses = sorted({r.attn for r in ok}), sorted({r.pos for r in ok})
     colours = dict(zip(attns, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     styles = dict(zip(poses, ["-", "--", ":", "-."] * 4, strict=False))
-    for key, label, fname in (("step_s", "step time (s, forward + backward)", "step_time.png"),
-                              ("peak_mem_mb", "peak allocated memory (MB)", "memory.png")):
+    for key, label, fname in (
+        ("step_s", "step time (s, forward + backward)", "step_time.png"),
+        ("peak_mem_mb", "peak allocated memory (MB)", "memory.png"),
+    ):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for attn in attns:
             for pos in poses:
                 pts = sorted((r.seq_len, getattr(r, key)) for r in ok if r.attn == attn and r.pos == pos)
                 pts = [(x, y) for x, y in pts if y > 0]
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), styles[pos], marker="o", color=colours[attn],
-                            label=f"{attn} · pos={pos}")
-        ax.set(xscale="log", yscale="log", xlabel="sequence length T (tokens; tokens per step held constant)",
-               ylabel=label, title=f"posbench: {label.split(' (')[0]} vs length ({device})")
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        styles[pos],
+                        marker="o",
+                        color=colours[attn],
+                        label=f"{attn} · pos={pos}",
+                    )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="sequence length T (tokens; tokens per step held constant)",
+            ylabel=label,
+            title=f"posbench: {label.split(' (')[0]} vs length ({device})",
+        )
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, ncol=2)

@@ -32,8 +32,16 @@ def _models(seeds: int):
 
     from harness.bench.internals import build_transformer
 
-    overrides = ["pos=none", "attn=softmax", "model.n_layers=2", "model.d_model=128", "model.n_heads=4",
-                 "model.d_ff=512", "model.dropout=0.1", f"data.seq_len={T}"]
+    overrides = [
+        "pos=none",
+        "attn=softmax",
+        "model.n_layers=2",
+        "model.d_model=128",
+        "model.n_heads=4",
+        "model.d_ff=512",
+        "model.dropout=0.1",
+        f"data.seq_len={T}",
+    ]
     out = []
     for s in range(seeds):
         torch.manual_seed(s)
@@ -60,6 +68,7 @@ def sequential_step(seeds: int):
             _loss(m(xs), ys).backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
+
     return step
 
 
@@ -73,8 +82,11 @@ def stacked_step(seeds: int):
     buffers, base = dict(models[0].named_buffers()), models[0]  # buffers are equal across seeds: not stacked
     opt = torch.optim.AdamW(list(params.values()), lr=1e-3)
     x, y = torch.randint(0, V, (seeds, B, T)), torch.randint(0, V, (seeds, B, T))
-    losses = vmap(lambda p, b, xs, ys: _loss(functional_call(base, (p, b), (xs,)), ys), in_dims=(0, None, 0, 0),
-                  randomness="different")  # dropout draws differ per seed, as in separate runs
+    losses = vmap(
+        lambda p, b, xs, ys: _loss(functional_call(base, (p, b), (xs,)), ys),
+        in_dims=(0, None, 0, 0),
+        randomness="different",
+    )  # dropout draws differ per seed, as in separate runs
 
     def step():
         opt.zero_grad()
@@ -84,6 +96,7 @@ def stacked_step(seeds: int):
         for p in params.values():
             p.grad.mul_(scale.view(-1, *[1] * (p.dim() - 1)))
         opt.step()
+
     return step
 
 
@@ -124,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         for way in ways if r % 2 == 0 else ways[::-1]:
             rates[way].append(seed_steps_per_s(way, cores, seeds))
     base = statistics.median(rates["one"])
-    print(f"{cores} cores, {seeds} seeds, {ROUNDS} rounds; seed-steps per second (median, min … max), "
-          "ratio to one process")
+    print(
+        f"{cores} cores, {seeds} seeds, {ROUNDS} rounds; seed-steps per second (median, min … max), "
+        "ratio to one process"
+    )
     names = {"one": "one process", "processes": f"{cores} processes × 1 thread", "stacked": f"stacked (vmap, {seeds})"}
     for way in ways:
         m = statistics.median(rates[way])

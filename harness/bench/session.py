@@ -57,8 +57,9 @@ class Session:
     _live: dict[tuple[str, Spec], Live] = field(default_factory=dict)
     log: Callable[[str], None] = print
 
-    def cell(self, spec: Spec, name: str = "posbench", build: Callable[[Spec], Built] = build_posbench,
-             keep: bool = False) -> Result:
+    def cell(
+        self, spec: Spec, name: str = "posbench", build: Callable[[Spec], Built] = build_posbench, keep: bool = False
+    ) -> Result:
         """The cell's result, measuring it the first time; ``keep``: hold its warm step for ``step``."""
         key = (name, spec)
         if key not in self.measured:
@@ -107,6 +108,9 @@ def _warm(live: Live) -> Live:
 
 
 def _line(r: Result) -> str:
-    shown = (f"{r.step_s * 1e3:9.1f} ms {r.tokens_per_s:10,.0f} tok/s {r.peak_mem_mb:8.1f} MB "
-             f"MFU {r.mfu:6.1%}") if r.ok else f"{r.status}: {r.reason[:90]}"
+    shown = (
+        (f"{r.step_s * 1e3:9.1f} ms {r.tokens_per_s:10,.0f} tok/s {r.peak_mem_mb:8.1f} MB MFU {r.mfu:6.1%}")
+        if r.ok
+        else f"{r.status}: {r.reason[:90]}"
+    )
     return f"  {r.name:30s} {r.pos:>14s} {r.attn:>9s} T={r.seq_len:<6d} B={r.batch:<3d} {shown}"

@@ -118,8 +118,9 @@ class MfuTarget(Target):
         matmul = partial(torch.matmul, a, a)
         mfus: list[float] = []
         started = time.perf_counter()
-        while len(mfus) < MIN_ROUNDS or (not self.goal.resolved(Interval.of_ratios(mfus))
-                                and time.perf_counter() - started < self.budget_s):
+        while len(mfus) < MIN_ROUNDS or (
+            not self.goal.resolved(Interval.of_ratios(mfus)) and time.perf_counter() - started < self.budget_s
+        ):
             seconds = time_call(step, o.device)
             peak = 2 * n**3 / min(time_call(matmul, o.device) for _ in range(2))
             mfus.append(r.flops / seconds / peak)
@@ -148,6 +149,7 @@ def per_len(attn: str, seq_len: int, **kw) -> Spec:
 
 def targets_for(device: str, tokens: int) -> list[Target]:
     """The targets on ``device`` (MFU: d512 at T=512 on CPU, T=2048 on CUDA)."""
+
     def wide(pos: str) -> Spec:  # d512 T=512, 8 rows at the default
         return Spec(pos, "softmax", 512, max(1, tokens // 1024), "d512")
 
@@ -155,27 +157,59 @@ def targets_for(device: str, tokens: int) -> list[Target]:
     mfu = Spec("none", "softmax", 2048, max(1, tokens // 2048), "d512") if device == "cuda" else wide("none")
     goal_mfu = Goal(">=", 0.45 if device == "cuda" else 0.50, percent=True)
     return [
-        OverheadTarget("RoPE overhead vs pos=none (d512, T=512)", Goal("<=", 0.02, percent=True),
-                       {"with": wide("rope"), "without": wide("none")}),
+        OverheadTarget(
+            "RoPE overhead vs pos=none (d512, T=512)",
+            Goal("<=", 0.02, percent=True),
+            {"with": wide("rope"), "without": wide("none")},
+        ),
         MfuTarget(f"MFU of a training step (d512, T={mfu.seq_len}, none+softmax)", goal_mfu, {"step": mfu}),
-        *[PairedTarget(f"{a}: step(16k) / step(1k), batch 1", Goal("<=", 20), {"16k": per_len(a, 16384),
-                       "1k": per_len(a, 1024)}, num="16k", den="1k") for a in ("performer", "linear")],
-        PairedTarget("linear: causal / bidirectional step at 16k", Goal("<=", 2),
-                     {"causal": per_len("linear", 16384, causal=True), "bi": per_len("linear", 16384)},
-                     num="causal", den="bi"),
-        MemoryPerTokenTarget("local (w=256): peak memory per token, 16k / 8k (linear memory: 1.0)", Goal("<=", 1.5),
-                             {"num": per_len("local", 16384, attn_overrides=local),
-                              "den": per_len("local", 8192, attn_overrides=local)}),
-        PairedTarget("local (w=256) speed-up over full softmax at 16k", Goal(">=", 5),
-                     {"softmax": per_len("softmax", 16384), "local": per_len("local", 16384, attn_overrides=local)},
-                     num="softmax", den="local", budget_s=60.0),  # a round: two 16k steps
-        PairedTarget("T5 bias / plain softmax step (T=512)", Goal("<=", 1.3),
-                     {"t5": Spec("t5", "softmax", 512, tokens // 512), "none": Spec("none", "softmax", 512,
-                                                                                     tokens // 512)},
-                     num="t5", den="none"),
-        PairedTarget("T5 bias on Performer / plain Performer (T=4096)", Goal("<=", 3),
-                     {"t5": Spec("t5", "performer", 4096, max(1, tokens // 4096)),
-                      "none": Spec("none", "performer", 4096, max(1, tokens // 4096))}, num="t5", den="none"),
+        *[
+            PairedTarget(
+                f"{a}: step(16k) / step(1k), batch 1",
+                Goal("<=", 20),
+                {"16k": per_len(a, 16384), "1k": per_len(a, 1024)},
+                num="16k",
+                den="1k",
+            )
+            for a in ("performer", "linear")
+        ],
+        PairedTarget(
+            "linear: causal / bidirectional step at 16k",
+            Goal("<=", 2),
+            {"causal": per_len("linear", 16384, causal=True), "bi": per_len("linear", 16384)},
+            num="causal",
+            den="bi",
+        ),
+        MemoryPerTokenTarget(
+            "local (w=256): peak memory per token, 16k / 8k (linear memory: 1.0)",
+            Goal("<=", 1.5),
+            {"num": per_len("local", 16384, attn_overrides=local), "den": per_len("local", 8192, attn_overrides=local)},
+        ),
+        PairedTarget(
+            "local (w=256) speed-up over full softmax at 16k",
+            Goal(">=", 5),
+            {"softmax": per_len("softmax", 16384), "local": per_len("local", 16384, attn_overrides=local)},
+            num="softmax",
+            den="local",
+            budget_s=60.0,
+        ),  # a round: two 16k steps
+        PairedTarget(
+            "T5 bias / plain softmax step (T=512)",
+            Goal("<=", 1.3),
+            {"t5": Spec("t5", "softmax", 512, tokens // 512), "none": Spec("none", "softmax", 512, tokens // 512)},
+            num="t5",
+            den="none",
+        ),
+        PairedTarget(
+            "T5 bias on Performer / plain Performer (T=4096)",
+            Goal("<=", 3),
+            {
+                "t5": Spec("t5", "performer", 4096, max(1, tokens // 4096)),
+                "none": Spec("none", "performer", 4096, max(1, tokens // 4096)),
+            },
+            num="t5",
+            den="none",
+        ),
     ]
 
 
@@ -210,8 +244,9 @@ def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.
         session.release()
         return PeerOutcome(peer, ours, theirs, None, "not measured", why)
     try:
-        ratio = paired_rounds(session.step(spec, peer.name), session.step(spec), session.options.device,
-                              PEER_GOAL, budget_s=budget_s)
+        ratio = paired_rounds(
+            session.step(spec, peer.name), session.step(spec), session.options.device, PEER_GOAL, budget_s=budget_s
+        )
         verdict, share, where = PEER_GOAL.judge(ratio), None, None
         if session.options.device == "cpu":
             share = kernel_share(op_times(session.step(spec)))

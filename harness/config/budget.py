@@ -54,8 +54,9 @@ def flops_per_token(model, vocab: int, length: int) -> float:
     return 6 * n + 6 * layers * length * c
 
 
-def budget_of(settings, trainer, data, task, model, vocab: int, n_params: int, train_tokens: int | None,
-              paper: dict | None) -> Budget:
+def budget_of(
+    settings, trainer, data, task, model, vocab: int, n_params: int, train_tokens: int | None, paper: dict | None
+) -> Budget:
     """The run's budget; refused past ``settings.max_epochs`` or off the paper's vocabulary (module docstring)."""
     length = task.sequence_tokens(data.seq_len)
     world = (trainer.devices if isinstance(trainer.devices, int) and trainer.devices > 0 else 1) * trainer.num_nodes
@@ -67,10 +68,12 @@ def budget_of(settings, trainer, data, task, model, vocab: int, n_params: int, t
     known = None if task.scores_sequences else train_tokens
     found = Budget(tokens, known, flops, hours, _beside_paper(paper, vocab, n_params, step))
     if settings.max_epochs is not None and found.epochs is not None and found.epochs > settings.max_epochs:
-        raise ConfigError(f"{trainer.max_steps:,} steps of {step:,} tokens read the training split ({known:,} tokens) "
-                          f"{found.epochs:,.0f} times, beyond budget.max_epochs={settings.max_epochs:g}: the run "
-                          "would measure memorisation; give a larger corpus (data=...), fewer trainer.max_steps, or "
-                          "budget.max_epochs=null to train it anyway")
+        raise ConfigError(
+            f"{trainer.max_steps:,} steps of {step:,} tokens read the training split ({known:,} tokens) "
+            f"{found.epochs:,.0f} times, beyond budget.max_epochs={settings.max_epochs:g}: the run "
+            "would measure memorisation; give a larger corpus (data=...), fewer trainer.max_steps, or "
+            "budget.max_epochs=null to train it anyway"
+        )
     return found
 
 
@@ -78,11 +81,13 @@ def _beside_paper(paper: dict | None, vocab: int, n_params: int, step: int) -> s
     if not paper:
         return ""
     if paper.get("vocab_size") and int(paper["vocab_size"]) != vocab:
-        raise ConfigError(f"this scale=paper setting is the paper's model on {paper.get('data', 'its data')} with "
-                          f"{paper.get('tokenizer', 'its tokenizer')} ({int(paper['vocab_size']):,} tokens); this "
-                          f"tokenizer's {vocab:,} make it {n_params / 1e6:.1f}M parameters instead: give the paper's "
-                          "data and tokenizer (README, 'The same presets at scale=paper'), or ~paper to train this "
-                          "substitute on purpose")
+        raise ConfigError(
+            f"this scale=paper setting is the paper's model on {paper.get('data', 'its data')} with "
+            f"{paper.get('tokenizer', 'its tokenizer')} ({int(paper['vocab_size']):,} tokens); this "
+            f"tokenizer's {vocab:,} make it {n_params / 1e6:.1f}M parameters instead: give the paper's "
+            "data and tokenizer (README, 'The same presets at scale=paper'), or ~paper to train this "
+            "substitute on purpose"
+        )
     said = []
     if paper.get("params"):
         said.append(f"{n_params / 1e6:.1f}M parameters vs the paper's {int(paper['params']) / 1e6:.0f}M")

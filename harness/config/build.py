@@ -52,22 +52,48 @@ def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, cal
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = trainer_of(spec.trainer, logger, callbacks)
     geometry = BatchGeometry.of(trainer, data.batch_size, spec.lr)
-    train_dl, val_dl = make_loaders(corpus, task, data.seq_len, data.batch_size,
-                                    n_train=geometry.train_examples(spec.trainer.max_steps), seed=spec.seed,
-                                    eval_batches=data.eval_batches, world_size=geometry.world_size,
-                                    rank=trainer.global_rank, start=first_step * geometry.effective_batch,
-                                    num_workers=data.num_workers)
+    train_dl, val_dl = make_loaders(
+        corpus,
+        task,
+        data.seq_len,
+        data.batch_size,
+        n_train=geometry.train_examples(spec.trainer.max_steps),
+        seed=spec.seed,
+        eval_batches=data.eval_batches,
+        world_size=geometry.world_size,
+        rank=trainer.global_rank,
+        start=first_step * geometry.effective_batch,
+        num_workers=data.num_workers,
+    )
     per_token = None if task.scores_sequences else bytes_per_token(corpus, checked.tokenizer)  # → bits/byte
-    module = LanguageModel(model, spec.optimizer.factory(), spec.schedule.build(),
-                           bytes_per_token=per_token, scores_sequences=task.scores_sequences)
+    module = LanguageModel(
+        model,
+        spec.optimizer.factory(),
+        spec.schedule.build(),
+        bytes_per_token=per_token,
+        scores_sequences=task.scores_sequences,
+    )
     return Built(model, module, trainer, train_dl, val_dl, geometry)
 
 
 def trainer_of(t: TrainerSettings, logger: Logger, callbacks: Sequence[Callback]) -> L.Trainer:
-    return L.Trainer(accelerator=t.accelerator, devices=t.devices, max_steps=t.max_steps,
-                     val_check_interval=t.val_check_interval, check_val_every_n_epoch=t.check_val_every_n_epoch,
-                     log_every_n_steps=t.log_every_n_steps, gradient_clip_val=t.gradient_clip_val,
-                     accumulate_grad_batches=t.accumulate_grad_batches, precision=t.precision,
-                     num_sanity_val_steps=t.num_sanity_val_steps, enable_checkpointing=t.enable_checkpointing,
-                     enable_model_summary=t.enable_model_summary, enable_progress_bar=t.enable_progress_bar,
-                     strategy=t.strategy, num_nodes=t.num_nodes, logger=logger, callbacks=list(callbacks), **t.extra)
+    return L.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        max_steps=t.max_steps,
+        val_check_interval=t.val_check_interval,
+        check_val_every_n_epoch=t.check_val_every_n_epoch,
+        log_every_n_steps=t.log_every_n_steps,
+        gradient_clip_val=t.gradient_clip_val,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        precision=t.precision,
+        num_sanity_val_steps=t.num_sanity_val_steps,
+        enable_checkpointing=t.enable_checkpointing,
+        enable_model_summary=t.enable_model_summary,
+        enable_progress_bar=t.enable_progress_bar,
+        strategy=t.strategy,
+        num_nodes=t.num_nodes,
+        logger=logger,
+        callbacks=list(callbacks),
+        **t.extra,
+    )

@@ -22,9 +22,11 @@ from harness.paths import CONF
 
 GROUPS = ("pos", "attn", "task")  # the groups whose options are classes a user adds
 # What a class named by each group must be: (module, class, words)
-INTERFACES = {"pos": ("positional.base", "PositionalScheme", "a positional scheme"),
-              "attn": ("attention.base", "AttentionVariant", "an attention variant"),
-              "task": ("harness.data.objectives", "Task", "a task")}
+INTERFACES = {
+    "pos": ("positional.base", "PositionalScheme", "a positional scheme"),
+    "attn": ("attention.base", "AttentionVariant", "an attention variant"),
+    "task": ("harness.data.objectives", "Task", "a task"),
+}
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 
 
@@ -58,8 +60,10 @@ def locate(key: str, target: str) -> type:
         return get_object(target)
     except Exception as e:
         cause = " ".join(str(e.__cause__ or e).split())
-        raise ConfigError(f"{key}={target!r} cannot be imported ({cause}); name a class importable here, e.g. "
-                          "positional.rope.Rope, or mypkg.MyScheme with mypkg on PYTHONPATH") from None
+        raise ConfigError(
+            f"{key}={target!r} cannot be imported ({cause}); name a class importable here, e.g. "
+            "positional.rope.Rope, or mypkg.MyScheme with mypkg on PYTHONPATH"
+        ) from None
     finally:
         hydra_log.disabled = level
 
@@ -82,9 +86,11 @@ def check_catalogue_args(flag: str, argv: list[str]) -> None:
         if matrix and name.lstrip("+") in ("pos.layers", "attn.layers"):  # a per-layer pattern's row (column)
             continue
         patterns = ", pos.layers=[...], attn.layers=[...]" if matrix else ""
-        raise ConfigError(f"{flag.partition('=')[0]} lists every option and takes no setting but --config-dir DIR, "
-                          f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}{patterns}; "
-                          f"drop {arg}")
+        raise ConfigError(
+            f"{flag.partition('=')[0]} lists every option and takes no setting but --config-dir DIR, "
+            f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}{patterns}; "
+            f"drop {arg}"
+        )
 
 
 def search_dirs(extra: Sequence[str | Path] = ()) -> list[Path]:
@@ -122,13 +128,18 @@ def user_config_dirs(argv: list[str]) -> list[str]:
             value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
             dirs += [value] if value else []
         elif flag.lstrip("+") == "hydra.searchpath":
-            dirs += [p.strip().strip("'\"").removeprefix("file://") for p in value.strip("[]").split(",")
-                     if p.strip() and not p.strip().strip("'\"").startswith("pkg://")]
+            dirs += [
+                p.strip().strip("'\"").removeprefix("file://")
+                for p in value.strip("[]").split(",")
+                if p.strip() and not p.strip().strip("'\"").startswith("pkg://")
+            ]
     missing = [d for d in dirs if not Path(d).expanduser().is_dir()]
     # as a run refuses it (harness/config/hydra_errors.py user_error): --list must not list without the user's options
     if missing:
-        raise ConfigError(f"Additional config directory '{missing[0]}' not found; --config-dir (-cd) takes an "
-                          "existing folder of YAML configs (CONTRIBUTING.md, 'From your own package')")
+        raise ConfigError(
+            f"Additional config directory '{missing[0]}' not found; --config-dir (-cd) takes an "
+            "existing folder of YAML configs (CONTRIBUTING.md, 'From your own package')"
+        )
     return dirs
 
 
@@ -138,8 +149,9 @@ def option_node(group: str, name: str, key: str, extra: Sequence[str | Path] = (
     where the name was written, for the refusal of a name that is no option."""
     found = options(group, extra)
     if name not in found:
-        raise ConfigError(f"{key} names {name!r}, which is no {group} option; use names of conf/{group}/: "
-                          f"{', '.join(found)}")
+        raise ConfigError(
+            f"{key} names {name!r}, which is no {group} option; use names of conf/{group}/: {', '.join(found)}"
+        )
     node = found[name].node()
     merged: dict = {}
     for parent in node.pop("defaults", None) or []:
@@ -163,8 +175,9 @@ def options_with_key(key: str) -> list[str]:
     def defines(node: object, parts: list[str]) -> bool:
         return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
 
-    return [f"{group}={name}" for name, option in options(group, need_target=False).items()
-            if defines(option.node(), rest)]
+    return [
+        f"{group}={name}" for name, option in options(group, need_target=False).items() if defines(option.node(), rest)
+    ]
 
 
 def nested_options_with_key(key: str) -> list[str]:
@@ -173,8 +186,12 @@ def nested_options_with_key(key: str) -> list[str]:
     head, _, rest = key.partition(".")
     if not rest or "." in rest or not (CONF / head).is_dir():
         return []
-    return [f"{head}/{sub.name}={name}" for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
-            for name, option in options(f"{head}/{sub.name}", need_target=False).items() if rest in option.node()]
+    return [
+        f"{head}/{sub.name}={name}"
+        for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
+        for name, option in options(f"{head}/{sub.name}", need_target=False).items()
+        if rest in option.node()
+    ]
 
 
 def groups_listing(group: str) -> list[str]:
@@ -186,8 +203,10 @@ def groups_listing(group: str) -> list[str]:
     def holds(name: str, seen: frozenset = frozenset()) -> bool:
         if name in seen or name not in found:
             return False
-        return any((isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
-                   for d in found[name].node().get("defaults", []))
+        return any(
+            (isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
+            for d in found[name].node().get("defaults", [])
+        )
 
     return [f"{parent}={name}" for name in found if holds(name)]
 
@@ -221,8 +240,10 @@ def check_interface(group: str, cls: object, target: str) -> None:
     except TypeError:  # a Protocol with data members: issubclass cannot tell; its methods are checked on use
         fits = isinstance(cls, type)
     if not fits:
-        raise ConfigError(f"{group}._target_={target} is not {words}: {group} builds a subclass of {module}.{name}; "
-                          f"name one (CONTRIBUTING.md shows how to write one)")
+        raise ConfigError(
+            f"{group}._target_={target} is not {words}: {group} builds a subclass of {module}.{name}; "
+            f"name one (CONTRIBUTING.md shows how to write one)"
+        )
 
 
 def option_name(cls: type) -> str:
@@ -260,8 +281,9 @@ def describe(group: str, cls: type) -> str:
     return ""
 
 
-def render_catalogue(extra: Sequence[str | Path] = (), markdown: bool = False,
-                     targets: dict[str, str] | None = None) -> str:
+def render_catalogue(
+    extra: Sequence[str | Path] = (), markdown: bool = False, targets: dict[str, str] | None = None
+) -> str:
     """Every option of each group, and each class ``targets`` names for a group (``pos._target_=pkg.Class``),
     listed under the name a run gives its cell (``option_name``)."""
     lines = []
@@ -277,12 +299,17 @@ def render_catalogue(extra: Sequence[str | Path] = (), markdown: bool = False,
             lines += ["| option | what | declares |", "|---|---|---|"]
         for name, cls in found.items():
             what, declares = summary_line(cls, group), describe(group, cls)
-            lines.append(f"| `{name}` | {what} | {declares} |" if markdown
-                         else f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else ""))
+            lines.append(
+                f"| `{name}` | {what} | {declares} |"
+                if markdown
+                else f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else "")
+            )
         if group == "pos":  # a wrapper any of them takes, not an option of its own (positional/randomized.py)
             refusing = ", ".join(n for n, c in found.items() if getattr(c, "randomize_refusal", None))
-            said = ["any pos takes pos.randomize=true pos.max_position=N: each forward's positions drawn from [0, N)",
-                    f"(Ruoss et al. 2023), except {refusing}, which refuse it with their reason"]
+            said = [
+                "any pos takes pos.randomize=true pos.max_position=N: each forward's positions drawn from [0, N)",
+                f"(Ruoss et al. 2023), except {refusing}, which refuse it with their reason",
+            ]
             lines += ["", " ".join(said)] if markdown else [f"  {line}" for line in said]
         lines.append("")
     return "\n".join(lines)

@@ -53,8 +53,11 @@ def check(spec: RunSpec, gpu: NamedGpu | None = None) -> Checked:
     """``gpu``: check a GPU run for a GPU of that size (``--check --gpu-memory``) rather than for this machine."""
     uri = store_to_write(spec.logger.tracking_uri)
     if spec.checkpoint.dir:
-        check_writable_dir(Path(spec.checkpoint.dir).expanduser().absolute(), "checkpoint.dir",
-                           "set checkpoint.dir to a directory you can write")
+        check_writable_dir(
+            Path(spec.checkpoint.dir).expanduser().absolute(),
+            "checkpoint.dir",
+            "set checkpoint.dir to a directory you can write",
+        )
     tokenizer: Tokenizer = spec.tokenizer.build()
     task: Task = spec.task.build(tokenizer=tokenizer)
     source: Source = spec.source.build()
@@ -70,14 +73,23 @@ def check(spec: RunSpec, gpu: NamedGpu | None = None) -> Checked:
     if spec.run.export == "hf":
         pairings.check_exportable(pairings.final_model(phases, model), task, phases)
     pairings.check_extrapolation(spec.eval, task, pairings.final_scheme(phases, model), spec.choices.task)
-    train_tokens = resources.check_splits(source, task, tokenizer, spec.data, spec.eval.lengths,
-                                          spec.eval.tune_length)
+    train_tokens = resources.check_splits(source, task, tokenizer, spec.data, spec.eval.lengths, spec.eval.tune_length)
     resources.check_rank_slices(source, task, spec.data, spec.trainer)
-    budget = budget_of(spec.budget, spec.trainer, spec.data, task, spec.model, tokenizer.vocab_size,
-                       model.num_params(), train_tokens, spec.run.paper)
+    budget = budget_of(
+        spec.budget,
+        spec.trainer,
+        spec.data,
+        task,
+        spec.model,
+        tokenizer.vocab_size,
+        model.num_params(),
+        train_tokens,
+        spec.run.paper,
+    )
     resources.check_device(spec.trainer, for_named_gpu=gpu is not None)
-    estimate = resources.check_memory_and_time(spec, model, task, for_gpu, gpu) \
-        if for_gpu or not spec.trainer.on_gpu else None
+    estimate = (
+        resources.check_memory_and_time(spec, model, task, for_gpu, gpu) if for_gpu or not spec.trainer.on_gpu else None
+    )
     return Checked(spec, uri, tokenizer, task, source, model.num_params(), budget, phases, documents, estimate)
 
 

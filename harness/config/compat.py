@@ -42,8 +42,11 @@ class Pairing:
 Layers = tuple[tuple[str, type], ...]  # (entry, class) per layer of a repeating unit
 
 
-def compatibility(extra: Sequence[str | Path] = (), targets: dict[str, str] | None = None,
-                  patterns: dict[str, tuple[str, ...]] | None = None) -> list[Pairing]:
+def compatibility(
+    extra: Sequence[str | Path] = (),
+    targets: dict[str, str] | None = None,
+    patterns: dict[str, tuple[str, ...]] | None = None,
+) -> list[Pairing]:
     """One pairing per (pos, attn) option pair, pos-major, both in name order. ``extra``: the user's config
     directories; ``targets``: classes named on the command line (``pos._target_=mypkg.MyScheme``), added;
     ``patterns``: per-layer patterns (``{"pos": ("rope", "rope", "rope", "none")}``), added last."""
@@ -58,8 +61,9 @@ def compatibility(extra: Sequence[str | Path] = (), targets: dict[str, str] | No
     for group, found, into in (("pos", schemes, rows), ("attn", variants, columns)):
         if group in patterns:
             into.update(_pattern(group, patterns[group], found))
-    return [Pairing(p, a, _refusal(layers, per_layer)) for p, layers in rows.items()
-            for a, per_layer in columns.items()]
+    return [
+        Pairing(p, a, _refusal(layers, per_layer)) for p, layers in rows.items() for a, per_layer in columns.items()
+    ]
 
 
 def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
@@ -82,8 +86,10 @@ def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[
     names = [parse_entry(entry, f"{group}.layers")[0] for entry in unit]  # an entry's settings keep its class
     for name in names:
         if name not in found:
-            raise ConfigError(f"{group}.layers names {name!r}, which is no {group} option; use names of "
-                              f"conf/{group}/: {', '.join(found)}")
+            raise ConfigError(
+                f"{group}.layers names {name!r}, which is no {group} option; use names of "
+                f"conf/{group}/: {', '.join(found)}"
+            )
         if group == "pos":
             check_layerable(name, found[name], f"{group}.layers")
     return {pattern_label(unit): tuple((entry, found[name]) for entry, name in zip(unit, names, strict=True))}
@@ -98,8 +104,10 @@ def _refusal(schemes: Layers, variants: Layers) -> str | None:
     for layer in range(n):
         (_, scheme), (_, variant) = schemes[layer % len(schemes)], variants[layer % len(variants)]
         if not (issubclass(variant, AttentionVariant) and issubclass(scheme, PositionalScheme)):
-            raise ConfigError(f"{variant.__qualname__} or {scheme.__qualname__} is no attention variant or scheme; "
-                              "name classes of attention.base.AttentionVariant and positional.base.PositionalScheme")
+            raise ConfigError(
+                f"{variant.__qualname__} or {scheme.__qualname__} is no attention variant or scheme; "
+                "name classes of attention.base.AttentionVariant and positional.base.PositionalScheme"
+            )
         reason = variant.refusal(scheme)
         if reason:
             return reason if n == 1 else f"layer {layer}: {reason}"
@@ -122,16 +130,16 @@ def render_text(pairings: list[Pairing]) -> str:
     width = max(len(a) for a in attn + ["refused [99]"]) + 2
     first = max(len(p) for p in pos + ["pos \\ attn"]) + 2
     lines = ["pos \\ attn".ljust(first) + "".join(a.ljust(width) for a in attn)]
-    lines += [p.ljust(first) + "".join(_mark(at[p, a], reasons, "ok", "refused").ljust(width) for a in attn)
-              for p in pos]
+    lines += [
+        p.ljust(first) + "".join(_mark(at[p, a], reasons, "ok", "refused").ljust(width) for a in attn) for p in pos
+    ]
     lines += [""] + [f"[{n}] {r}" for n, r in enumerate(reasons, 1)]
     return "\n".join(line.rstrip() for line in lines).rstrip() + "\n"
 
 
 def render_markdown(pairings: list[Pairing]) -> str:
     pos, attn, at, reasons = _grid(pairings)
-    lines = ["| pos \\ attn | " + " | ".join(f"`{a}`" for a in attn) + " |",
-             "|---|" + "---|" * len(attn)]
+    lines = ["| pos \\ attn | " + " | ".join(f"`{a}`" for a in attn) + " |", "|---|" + "---|" * len(attn)]
     lines += [f"| `{p}` | " + " | ".join(_mark(at[p, a], reasons, "✓", "✗") for a in attn) + " |" for p in pos]
     if reasons:
         lines += ["", "Refused:", ""] + [f"{n}. {r}" for n, r in enumerate(reasons, 1)]

@@ -24,8 +24,9 @@ PHASE_EXAMPLE = "phases=[{at: 300, pos: none}]"
 
 def choice(group: str, node: Json, name: str, option_node: OptionNode) -> Choice:
     """The run's ``pos`` (``attn``): its option, the wrapper keys (pos), and a per-layer pattern's entries."""
-    randomize = settings(Randomize, group, {k: node[k] for k in RANDOMIZE if k in node}) if group == "pos" \
-        else Randomize()
+    randomize = (
+        settings(Randomize, group, {k: node[k] for k in RANDOMIZE if k in node}) if group == "pos" else Randomize()
+    )
     own = own_node(node) if group == "pos" else {k: v for k, v in node.items() if k != LAYERS}
     option = component(group, own, f"{group}={name}", group, ("shape",))
     if node.get(LAYERS) is None:
@@ -39,13 +40,16 @@ def choice(group: str, node: Json, name: str, option_node: OptionNode) -> Choice
         key = f"{group}.{LAYERS}[{i}]"
         entry_name, extra = parse_entry(entry, key)
         base = option_node(group, entry_name, f"{group}.{LAYERS}") if entry_name != option.name else own
-        entries[entry] = component(key, _with(base, extra, key, group, entry_name), f"{group}={entry_name}", group,
-                                   ("shape",))
+        entries[entry] = component(
+            key, _with(base, extra, key, group, entry_name), f"{group}={entry_name}", group, ("shape",)
+        )
         names[entry] = entry_name
     if option.name not in names.values():
-        raise ConfigError(f"{group}.{LAYERS}={list(unit)} names no {option.name} layer, so the {group}={option.name} "
-                          f"settings would be unused; put {option.name} in the pattern, or pick "
-                          f"{group}=<one of its names>")
+        raise ConfigError(
+            f"{group}.{LAYERS}={list(unit)} names no {option.name} layer, so the {group}={option.name} "
+            f"settings would be unused; put {option.name} in the pattern, or pick "
+            f"{group}=<one of its names>"
+        )
     return Choice(name, option, unit, entries, randomize)
 
 
@@ -60,8 +64,10 @@ def pattern_unit(value: object, group: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = split_entries(value)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{group}.{LAYERS}={value!r} must be a list of {group} option names, one per layer of the "
-                          f"repeating unit, e.g. +{group}.{LAYERS}={PATTERN_EXAMPLES[group]}")
+        raise ConfigError(
+            f"{group}.{LAYERS}={value!r} must be a list of {group} option names, one per layer of the "
+            f"repeating unit, e.g. +{group}.{LAYERS}={PATTERN_EXAMPLES[group]}"
+        )
     return tuple(value)
 
 
@@ -83,8 +89,10 @@ def parse_entry(entry: str, key: str) -> tuple[str, dict[str, object]]:
     match = ENTRY.fullmatch(entry.strip())
     pairs = [p.partition("=") for p in split_entries(match.group(2))] if match and match.group(2) else []
     if not match or any(not k.strip() or not eq or not v.strip() for k, eq, v in pairs):
-        raise ConfigError(f"{key}={entry!r} is no entry; write an option name, or one with settings of its own, "
-                          "e.g. rope(base=1000000)")
+        raise ConfigError(
+            f"{key}={entry!r} is no entry; write an option name, or one with settings of its own, "
+            "e.g. rope(base=1000000)"
+        )
     settings_: dict[str, object] = {}
     for k, _, v in pairs:
         if k.strip() in settings_:
@@ -124,8 +132,9 @@ def phases(raw: object, pos: Choice, own: Json, option_node: OptionNode) -> tupl
     if not isinstance(raw, list):
         raise ConfigError(f"phases={raw!r} must be a list, e.g. {PHASE_EXAMPLE}")
     if pos.pattern:
-        raise ConfigError("phases change the run's one scheme; pos.layers (a per-layer pattern) has no phases yet: "
-                          "drop one of them")
+        raise ConfigError(
+            "phases change the run's one scheme; pos.layers (a per-layer pattern) has no phases yet: drop one of them"
+        )
     return tuple(_phase(entry, i, pos.option.name, own, option_node) for i, entry in enumerate(raw))
 
 
@@ -144,11 +153,14 @@ def _phase(raw: object, index: int, own_name: str, own: Json, option_node: Optio
         raise ConfigError(f"{key}: scaling and factor go together, e.g. {{at: 100, scaling: yarn, factor: 2}}")
     entry, scheme = raw.get("pos"), None
     if entry is not None and not isinstance(entry, str):
-        raise ConfigError(f"{key}.pos={entry!r} must be an option's name, or one with settings of its own, e.g. "
-                          f"none or 'rope(base=500000)'")
+        raise ConfigError(
+            f"{key}.pos={entry!r} must be an option's name, or one with settings of its own, e.g. "
+            f"none or 'rope(base=500000)'"
+        )
     if isinstance(entry, str):
         name, extra = parse_entry(entry, f"{key}.pos")
         base = own if name == own_name else option_node("pos", name, f"{key}.pos")
-        scheme = component(f"{key}.pos", _with(base, extra, f"{key}.pos", "pos", name), f"pos={name}", "pos",
-                           ("shape",))
+        scheme = component(
+            f"{key}.pos", _with(base, extra, f"{key}.pos", "pos", name), f"pos={name}", "pos", ("shape",)
+        )
     return made(PhaseSpec, {**raw, "key": key, "pos": scheme, "pos_entry": entry})

@@ -47,8 +47,9 @@ class Footprint:
 
     def training_bytes(self, batch: int, length: int) -> int:
         tokens = batch * length
-        activations = (self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff)
-                       + 2 * self.logit_tokens(tokens) * self.vocab)
+        activations = (
+            self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff) + 2 * self.logit_tokens(tokens) * self.vocab
+        )
         return 16 * self.n_params + FLOAT * activations
 
 
@@ -62,9 +63,11 @@ def check_memory(fp: Footprint, batch: int, seq_len: int, on_gpu: bool) -> None:
     if need > free:
         weights = 16 * fp.n_params
         fix = _memory_fix(fp, batch, seq_len, weights, free)
-        raise ConfigError(f"training needs at least {gib(need)} ({gib(weights)} for {fp.n_params:,} parameters with "
-                          f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
-                          f"a step) but {gib(free)} is available; {fix}")
+        raise ConfigError(
+            f"training needs at least {gib(need)} ({gib(weights)} for {fp.n_params:,} parameters with "
+            f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
+            f"a step) but {gib(free)} is available; {fix}"
+        )
 
 
 def _memory_fix(fp: Footprint, batch: int, seq_len: int, weights: int, free: int) -> str:
@@ -75,10 +78,13 @@ def _memory_fix(fp: Footprint, batch: int, seq_len: int, weights: int, free: int
     if weights > free:
         embeddings = fp.vocab * fp.d_model
         if embeddings > fp.n_params - embeddings:
-            return (f"the parameters alone do not fit, mostly the embeddings: lower {vocab} or "
-                    f"model.d_model={fp.d_model}")
-        return (f"the parameters alone do not fit, whatever the batch: lower model.n_layers={fp.n_layers}, "
-                f"model.d_model={fp.d_model} or model.d_ff={fp.d_ff}")
+            return (
+                f"the parameters alone do not fit, mostly the embeddings: lower {vocab} or model.d_model={fp.d_model}"
+            )
+        return (
+            f"the parameters alone do not fit, whatever the batch: lower model.n_layers={fp.n_layers}, "
+            f"model.d_model={fp.d_model} or model.d_ff={fp.d_ff}"
+        )
     tokens = batch * seq_len
     logits = FLOAT * 2 * fp.logit_tokens(tokens) * fp.vocab
     if logits > FLOAT * fp.n_layers * tokens * (10 * fp.d_model + 2 * fp.d_ff):
@@ -112,17 +118,20 @@ def parse_size(text: str, key: str = "--gpu-memory") -> int:
     """'80GB' (10⁹ bytes a GB, as GPU sizes are sold: a conservative reading of '80 GB'), '80GiB' (2³⁰),
     MB/MiB, TB/TiB; the unit is required."""
     number = text.strip().rstrip("BbIi").rstrip("GgMmTt")
-    unit = text.strip()[len(number):].upper()
+    unit = text.strip()[len(number) :].upper()
     try:
         value = float(number)
     except ValueError:
         value = float("nan")
     if unit not in _UNITS or not value > 0 or value == float("inf"):
-        raise ConfigError(f"{key}={text!r} is not a memory size; give a number and a unit, e.g. {key} 80GB "
-                          f"(or 80GiB, 40GB, 24GiB)")
+        raise ConfigError(
+            f"{key}={text!r} is not a memory size; give a number and a unit, e.g. {key} 80GB (or 80GiB, 40GB, 24GiB)"
+        )
     if value * _UNITS[unit] > MAX_GPU_BYTES:
-        raise ConfigError(f"{key}={text!r} is larger than any GPU (at most {MAX_GPU_BYTES // 10**12:,} TB here); "
-                          f"give the GPU's size, e.g. {key} 80GB")
+        raise ConfigError(
+            f"{key}={text!r} is larger than any GPU (at most {MAX_GPU_BYTES // 10**12:,} TB here); "
+            f"give the GPU's size, e.g. {key} 80GB"
+        )
     return int(value * _UNITS[unit])
 
 
@@ -157,9 +166,18 @@ _MIXED = Precision(4, 4, 4, 2, 2, 4)  # fp32 weights and optimizer, bf16/fp16 au
 _HALF = Precision(2, 2, 2, 0, 2, 2)  # the whole model converted (bf16-true, 16-true)
 _FP64 = Precision(8, 8, 8, 0, 8, 8)
 PRECISIONS: dict[str, Precision] = {
-    "32-true": _FP32, "32": _FP32, "16-mixed": _MIXED, "16": _MIXED, "bf16-mixed": _MIXED, "bf16": _MIXED,
-    "transformer-engine": _MIXED, "transformer-engine-float16": _MIXED, "16-true": _HALF, "bf16-true": _HALF,
-    "64-true": _FP64, "64": _FP64,
+    "32-true": _FP32,
+    "32": _FP32,
+    "16-mixed": _MIXED,
+    "16": _MIXED,
+    "bf16-mixed": _MIXED,
+    "bf16": _MIXED,
+    "transformer-engine": _MIXED,
+    "transformer-engine-float16": _MIXED,
+    "16-true": _HALF,
+    "bf16-true": _HALF,
+    "64-true": _FP64,
+    "64": _FP64,
 }
 
 
@@ -182,8 +200,10 @@ class GpuEstimate:
     def summary(self) -> str:
         b, t = self.tokens
         chunked = f" ({min(self.loss_chunk, b * t)} at a time)" if self.loss_chunk else ""
-        return (f"{gib(self.total)} ({gib(self.states)} weights, gradients and AdamW state, {gib(self.activations)} "
-                f"activations and {gib(self.logits)} logits for {b}×{t} tokens{chunked})")
+        return (
+            f"{gib(self.total)} ({gib(self.states)} weights, gradients and AdamW state, {gib(self.activations)} "
+            f"activations and {gib(self.logits)} logits for {b}×{t} tokens{chunked})"
+        )
 
 
 @dataclass(frozen=True)
@@ -207,8 +227,18 @@ class SchemeTerms:
 PLAIN = SchemeTerms()  # no rotation, no bias: the blocks alone
 
 
-def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch: int, length: int,
-                 precision: str, scheme: SchemeTerms = PLAIN, variant_fp32: int = 0) -> GpuEstimate:
+def gpu_estimate(
+    what: str,
+    shrink: str,
+    n_params: int,
+    model,
+    vocab: int,
+    batch: int,
+    length: int,
+    precision: str,
+    scheme: SchemeTerms = PLAIN,
+    variant_fp32: int = 0,
+) -> GpuEstimate:
     """The memory of one training step of ``model`` (a ModelConfig: C = d_model, F = d_ff, H = n_heads, L =
     n_layers) with ``n_params`` parameters on ``batch`` × ``length`` tokens at ``precision``, attention in a fused
     kernel (torch's SDPA takes one on a GPU: it keeps a log-sum-exp per head, not the T×T weights).
@@ -223,15 +253,17 @@ def gpu_estimate(what: str, shrink: str, n_params: int, model, vocab: int, batch
     try:
         p = PRECISIONS[str(precision)]
     except KeyError:
-        raise ConfigError(f"trainer.precision={precision} has no memory estimate; use one of "
-                          f"{', '.join(PRECISIONS)}") from None
+        raise ConfigError(
+            f"trainer.precision={precision} has no memory estimate; use one of {', '.join(PRECISIONS)}"
+        ) from None
     tokens = batch * length
     states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
     variant = model.n_layers * variant_fp32 * p.activation // 4
     activations = tokens * _token_bytes(model, p, scheme) + _bias_bytes(model, p, scheme, batch, length) + variant
     logit_tokens = min(tokens, model.loss_chunk or tokens)  # model.loss_chunk: one chunk's (harness/model/loss.py)
-    return GpuEstimate(what, (batch, length), shrink, states, activations, logit_tokens * _logit_bytes(vocab, p),
-                       model.loss_chunk)
+    return GpuEstimate(
+        what, (batch, length), shrink, states, activations, logit_tokens * _logit_bytes(vocab, p), model.loss_chunk
+    )
 
 
 def _token_bytes(model, p: Precision, scheme: SchemeTerms) -> int:
@@ -285,14 +317,19 @@ def check_gpu(estimates: list[GpuEstimate], gpu: NamedGpu, lower_bound: bool = F
     parameters alone, before the model is built)."""
     worst = max(estimates, key=lambda e: e.total)
     if worst.total > gpu.memory:
-        fix = (f"lower {worst.shrink}" if worst.activations + worst.logits > worst.states else
-               "lower model.d_model, model.n_layers or model.d_ff")
+        fix = (
+            f"lower {worst.shrink}"
+            if worst.activations + worst.logits > worst.states
+            else "lower model.d_model, model.n_layers or model.d_ff"
+        )
         b, t = worst.tokens
         per_token = worst.logits // min(b * t, worst.loss_chunk or b * t)
         chunk = _fitting_chunk(gpu.memory - (worst.total - worst.logits), per_token)
         if worst.logits > worst.activations and chunk and chunk < min(b * t, worst.loss_chunk or b * t):
             fix += f", or make the logits {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
         needs = "at least" if lower_bound else "about"
-        raise ConfigError(f"on a GPU of {gpu.named} ({gib(gpu.memory)}) {worst.what} does not fit: it needs {needs} "
-                          f"{worst.summary()}; {fix}, or name a larger GPU with --gpu-memory")
+        raise ConfigError(
+            f"on a GPU of {gpu.named} ({gib(gpu.memory)}) {worst.what} does not fit: it needs {needs} "
+            f"{worst.summary()}; {fix}, or name a larger GPU with --gpu-memory"
+        )
     return worst

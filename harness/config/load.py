@@ -77,8 +77,11 @@ def compose(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), hydr
 
     searched = [f"hydra.searchpath=[{','.join(f'file://{Path(d).expanduser().absolute()}' for d in config_dirs)}]"]
     with initialized():
-        return hydra_compose(config_name="config", overrides=[*overrides, *(searched if config_dirs else [])],
-                             return_hydra_config=hydra or bool(config_dirs))
+        return hydra_compose(
+            config_name="config",
+            overrides=[*overrides, *(searched if config_dirs else [])],
+            return_hydra_config=hydra or bool(config_dirs),
+        )
 
 
 def load(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), multirun: bool = False) -> RunSpec:
@@ -115,8 +118,10 @@ def check_single(overrides: Sequence[str]) -> None:
     swept = next((o for o in parsed if o.is_sweep_override()), None)
     if swept is not None:
         key = swept.get_key_element()
-        raise ConfigError(f"{swept.input_line} is a sweep over several values: add -m to run a cell per value, or "
-                          f"write a list as {key}=[...] (quoted: '{key}=[a,b]')")
+        raise ConfigError(
+            f"{swept.input_line} is a sweep over several values: add -m to run a cell per value, or "
+            f"write a list as {key}=[...] (quoted: '{key}=[a,b]')"
+        )
 
 
 def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> None:
@@ -124,9 +129,11 @@ def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> No
     pinned = {o.lstrip("+").partition("=")[0] for o in overrides}
     axes = [a for a in hydra.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +a=… pins +a
     if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
-        raise ConfigError(f"experiment={hydra.runtime.choices.get('experiment')} is a sweep over {', '.join(axes)}: "
-                          f"add -m to run its cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run "
-                          "of it")
+        raise ConfigError(
+            f"experiment={hydra.runtime.choices.get('experiment')} is a sweep over {', '.join(axes)}: "
+            f"add -m to run its cells, or pin {' and '.join(f'{a}=...' for a in axes)} for one run "
+            "of it"
+        )
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if not str(hydra.sweep.dir if multirun else hydra.run.dir).strip():
         raise ConfigError(f"{key}='' names no directory; give one (e.g. {key}=outputs/mine) or leave it out")
@@ -143,8 +150,14 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
             unit = pattern_unit(OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers, group)
             names[group] = pattern_label(unit)
     tuned = apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
-    named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]),
-                    _or_none(names.get("experiment")), _or_none(names.get("scale")))
+    named = Choices(
+        str(names["pos"]),
+        str(names["attn"]),
+        str(names["task"]),
+        str(names["data"]),
+        _or_none(names.get("experiment")),
+        _or_none(names.get("scale")),
+    )
 
     def other_option(group: str, name: str, key: str) -> Json:
         return option_node(group, name, key, config_dirs)
@@ -173,8 +186,10 @@ def resolved(cfg: DictConfig) -> Json:
     try:
         values = OmegaConf.to_container(cfg, resolve=True)
     except Exception as e:  # an interpolation that does not resolve (a missing key, a bad resolver)
-        raise ConfigError(f"the config does not resolve: {' '.join(str(e).split())}; "
-                          "check the ${...} references you set (python run.py --cfg job prints the config)") from None
+        raise ConfigError(
+            f"the config does not resolve: {' '.join(str(e).split())}; "
+            "check the ${...} references you set (python run.py --cfg job prints the config)"
+        ) from None
     assert isinstance(values, dict)
     return {str(k): v for k, v in values.items()}
 
@@ -194,8 +209,10 @@ def check_preset(name: str | None, scale: str | None = None) -> None:
         raise ConfigError(f"experiment={name} is not a preset; use one of experiment={', '.join(presets)}")
     scales = preset_scales(str(name))
     if scale and scale not in scales:
-        raise ConfigError(f"experiment={name} has no scale={scale} (conf/experiment/{name}/scale/); use one of "
-                          f"scale={', '.join(scales)}")
+        raise ConfigError(
+            f"experiment={name} has no scale={scale} (conf/experiment/{name}/scale/); use one of "
+            f"scale={', '.join(scales)}"
+        )
 
 
 def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
@@ -213,10 +230,14 @@ def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
         except ConfigError:  # refused with its line when the node is typed
             continue
         check_interface(group, cls, target)
-        params = {n for n, p in inspect.signature(cls).parameters.items()
-                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        keep = params | {o.partition("=")[0].lstrip("+").split(".")[1] for o in overrides
-                         if o.partition("=")[0].lstrip("+").startswith(f"{group}.")}
+        params = {
+            n for n, p in inspect.signature(cls).parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        keep = params | {
+            o.partition("=")[0].lstrip("+").split(".")[1]
+            for o in overrides
+            if o.partition("=")[0].lstrip("+").startswith(f"{group}.")
+        }
         with open_dict(cfg):
             for k in [k for k in cfg[group] if not str(k).startswith("_") and k not in keep]:
                 del cfg[group][k]
@@ -233,8 +254,10 @@ def apply_tuned(cfg: DictConfig, pos: str, attn: str) -> dict[str, str]:
     values = tuned_values(str(path), pos, attn)
     for key, value in values.items():
         if OmegaConf.select(cfg, key, default=None) is None:
-            raise ConfigError(f"optim.tuned={path} sets {key}, which this config does not have; "
-                              "use a best.json tuned with the same optim and schedule, or drop optim.tuned")
+            raise ConfigError(
+                f"optim.tuned={path} sets {key}, which this config does not have; "
+                "use a best.json tuned with the same optim and schedule, or drop optim.tuned"
+            )
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=False)
     return {key: str(path) for key in values}
@@ -249,11 +272,14 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
     check_known("", list(values), [*top, *GROUPS, *PLAIN], "the config")
     for key, value in values.items():
         if key not in top and not isinstance(value, dict):
-            raise ConfigError(f"{key}={value!r} replaces the config group {key}; pick an option with {key}=NAME "
-                              f"(python run.py --help lists them) or set one key with {key}.KEY=VALUE")
+            raise ConfigError(
+                f"{key}={value!r} replaces the config group {key}; pick an option with {key}=NAME "
+                f"(python run.py --help lists them) or set one key with {key}.KEY=VALUE"
+            )
     data_node = node_of(values, "data")
-    data = settings(DataSettings, "data", {k: v for k, v in data_node.items() if k != "source"},
-                    f"data ({choices.data})")
+    data = settings(
+        DataSettings, "data", {k: v for k, v in data_node.items() if k != "source"}, f"data ({choices.data})"
+    )
     evaluation = settings(EvalSettings, "eval", node_of(values, "eval"))
     report = settings(ReportSettings, "report", node_of(values, "report"))
     logger = settings(LoggerSettings, "logger", node_of(values, "logger"))
@@ -263,8 +289,10 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
     run = settings(RunSettings, "", {k: v for k, v in values.items() if k in top and k != "phases"}, "the config")
     trainer = trainer_settings(node_of(values, "trainer"))
     if progress.mode != "auto" and not trainer.enable_progress_bar:
-        raise ConfigError(f"progress.mode={progress.mode} asks for progress but "
-                          "trainer.enable_progress_bar=false turns it off; drop one of the two")
+        raise ConfigError(
+            f"progress.mode={progress.mode} asks for progress but "
+            "trainer.enable_progress_bar=false turns it off; drop one of the two"
+        )
     optim = node_of(values, "optim")
     check_known("optim", list(optim), ["optimizer", "schedule", "tuned"], "optim")
     optimizer = component("optim.optimizer", node_of(optim, "optimizer"), "optim.optimizer", supplied=("params",))
@@ -275,14 +303,27 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
     pos_node = node_of(values, "pos")
     pos = choice("pos", pos_node, choices.pos, option_node)
     return RunSpec(
-        choices=choices, run=run, data=data, eval=evaluation, report=report, logger=logger, progress=progress,
-        budget=budget, checkpoint=checkpoint, trainer=trainer, model=model,
+        choices=choices,
+        run=run,
+        data=data,
+        eval=evaluation,
+        report=report,
+        logger=logger,
+        progress=progress,
+        budget=budget,
+        checkpoint=checkpoint,
+        trainer=trainer,
+        model=model,
         source=component("data.source", node_of(data_node, "source"), f"data={choices.data}"),
         tokenizer=component("tokenizer", node_of(values, "tokenizer"), f"tokenizer={name_of(values, 'tokenizer')}"),
         task=component("task", node_of(values, "task"), f"task={choices.task}", "task", ("tokenizer",)),
-        pos=pos, attn=choice("attn", node_of(values, "attn"), choices.attn, option_node),
-        optimizer=optimizer, schedule=component("optim.schedule", node_of(optim, "schedule"), "optim.schedule"),
-        phases=phases(values.get("phases"), pos, own_node(pos_node), option_node), values=values)
+        pos=pos,
+        attn=choice("attn", node_of(values, "attn"), choices.attn, option_node),
+        optimizer=optimizer,
+        schedule=component("optim.schedule", node_of(optim, "schedule"), "optim.schedule"),
+        phases=phases(values.get("phases"), pos, own_node(pos_node), option_node),
+        values=values,
+    )
 
 
 # ---------------------------------------------------------------- a sweep's cells
@@ -297,8 +338,9 @@ def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[lis
         key, _, value = arg.lstrip("+").partition("=")
         for one in value.split(",") if key == "hydra.launcher.n_jobs" else []:
             if not one.strip().lstrip("-").isdigit() or int(one) == 0 or int(one) < -1:
-                raise ConfigError(f"hydra.launcher.n_jobs={one} must be a positive number of parallel jobs (or -1 "
-                                  "for one per core)")
+                raise ConfigError(
+                    f"hydra.launcher.n_jobs={one} must be a positive number of parallel jobs (or -1 for one per core)"
+                )
     with initialized() as loader:
         parser = OverridesParser.create(config_loader=loader)  # type: ignore[arg-type]  # Hydra's own loader
         given = parser.parse_overrides(list(overrides))

@@ -35,8 +35,10 @@ def check_source_reads(data: DataSettings, source: Source, name: str) -> None:
     defaults = DataSettings()
     for key in SOURCE_KEYS:
         if getattr(data, key) != getattr(defaults, key) and key not in reads:
-            raise ConfigError(f"data={name} does not read data.{key}; choose a data source that does "
-                              f"(data=text data.path=FILE_OR_DIR, data=enwik8, data=hf) or drop data.{key}")
+            raise ConfigError(
+                f"data={name} does not read data.{key}; choose a data source that does "
+                f"(data=text data.path=FILE_OR_DIR, data=enwik8, data=hf) or drop data.{key}"
+            )
 
 
 def check_token_source(source: Source, tokenizer: Tokenizer, task: Task, choices: Choices) -> None:
@@ -46,8 +48,10 @@ def check_token_source(source: Source, tokenizer: Tokenizer, task: Task, choices
     if check is None:
         return
     if task.scores_sequences:
-        raise ConfigError(f"data={choices.data} holds token ids of text for task=mlm or task=clm; "
-                          f"task={choices.task} makes its own examples: drop data=tokens")
+        raise ConfigError(
+            f"data={choices.data} holds token ids of text for task=mlm or task=clm; "
+            f"task={choices.task} makes its own examples: drop data=tokens"
+        )
     check(tokenizer, type(tokenizer).config_name())
 
 
@@ -60,13 +64,17 @@ def check_documents(model: ModelConfig, source: Source, tokenizer: Tokenizer, ta
         return False
     asked = f"model.{keys[0]}=true"
     if not hasattr(source, "document_starts"):
-        raise ConfigError(f"{asked} needs a data source that passes where its documents start, and "
-                          f"data={data_name} does not (data=embedded: each docstring and "
-                          f"pydoc topic; data=text: each file); use one of those or drop {asked}")
+        raise ConfigError(
+            f"{asked} needs a data source that passes where its documents start, and "
+            f"data={data_name} does not (data=embedded: each docstring and "
+            f"pydoc topic; data=text: each file); use one of those or drop {asked}"
+        )
     if tokenizer.config_name() != "byte":
-        raise ConfigError(f"{asked} maps document starts from bytes to tokens one to one, which only "
-                          f"tokenizer=byte does (tokenizer={tokenizer.config_name()} encodes the split whole); "
-                          "use tokenizer=byte or drop it")
+        raise ConfigError(
+            f"{asked} maps document starts from bytes to tokens one to one, which only "
+            f"tokenizer=byte does (tokenizer={tokenizer.config_name()} encodes the split whole); "
+            "use tokenizer=byte or drop it"
+        )
     return True
 
 
@@ -77,23 +85,29 @@ def check_exportable(model: Transformer, task: Task, phases: tuple[Phase, ...] =
 
     scaled = next((p for p in reversed(phases) if p.scaling or p.pos), None)
     if scaled is not None and scaled.scaling:
-        raise ConfigError(f"export=hf writes the model's RoPE without a training-time scaling, and the run trains "
-                          f"its last phase under {scaled.scaling} ×{scaled.factor:g} (phases, at step {scaled.at}), "
-                          "which the export would drop; drop export or that phase")
+        raise ConfigError(
+            f"export=hf writes the model's RoPE without a training-time scaling, and the run trains "
+            f"its last phase under {scaled.scaling} ×{scaled.factor:g} (phases, at step {scaled.at}), "
+            "which the export would drop; drop export or that phase"
+        )
     why = refusal(model, task.causal)
     if why:
         raise ConfigError(f"export=hf: {why}; drop export or change the model")
     if importlib.util.find_spec("safetensors") is None:
-        raise ConfigError("export=hf writes model.safetensors, and safetensors is not installed: "
-                          "pip install 'posbench[hf]' (or drop export)")
+        raise ConfigError(
+            "export=hf writes model.safetensors, and safetensors is not installed: "
+            "pip install 'posbench[hf]' (or drop export)"
+        )
 
 
 def check_diagnosable(attn: Choice) -> None:
     """diagnostics=true draws the weights each layer applies: every variant must say what they are."""
     for name, component in [(attn.name, attn.option), *attn.entries.items()]:
         if not getattr(component.target, "implies_weights", lambda: False)():
-            raise ConfigError(f"diagnostics=true needs the attention weights, which attn={name} does not form "
-                              "(it has no implied_weights); set diagnostics=false or implement it")
+            raise ConfigError(
+                f"diagnostics=true needs the attention weights, which attn={name} does not form "
+                "(it has no implied_weights); set diagnostics=false or implement it"
+            )
 
 
 def check_extrapolation(settings: EvalSettings, task: Task, pos: PositionalScheme, task_name: str) -> None:
@@ -101,8 +115,10 @@ def check_extrapolation(settings: EvalSettings, task: Task, pos: PositionalSchem
     length scalings the scheme declares (``length_scalings``), each built dry here at every length."""
     for key in ("stride", "same_targets"):
         if getattr(settings, key) and not task.causal:
-            raise ConfigError(f"eval.{key} scores tokens with only the context before them, which a bidirectional "
-                              f"task={task_name} does not have (it sees both sides); use task=clm or drop eval.{key}")
+            raise ConfigError(
+                f"eval.{key} scores tokens with only the context before them, which a bidirectional "
+                f"task={task_name} does not have (it sees both sides); use task=clm or drop eval.{key}"
+            )
     if not settings.scalings:
         return
     if not pos.length_scalings:
@@ -110,8 +126,10 @@ def check_extrapolation(settings: EvalSettings, task: Task, pos: PositionalSchem
             pass
     unknown = [m for m in settings.scalings if m not in pos.length_scalings]
     if unknown:
-        raise ConfigError(f"eval.scalings: {unknown} are not length scalings of pos={pos.config_name()}; "
-                          f"use some of {', '.join(pos.length_scalings)}")
+        raise ConfigError(
+            f"eval.scalings: {unknown} are not length scalings of pos={pos.config_name()}; "
+            f"use some of {', '.join(pos.length_scalings)}"
+        )
     lengths = [*settings.lengths, *([settings.finetune_length] if settings.finetune_length else [])]
     for method in settings.scalings:
         for length in lengths:
@@ -119,9 +137,11 @@ def check_extrapolation(settings: EvalSettings, task: Task, pos: PositionalSchem
                 with pos.rescaled(method, length):
                     pass
             except ConfigError as e:  # the scheme's own refusal (e.g. longrope without its lists)
-                raise ConfigError(f"eval.scalings={method} at L={length}: {as_field_of('pos.scaling', str(e))}; set "
-                                  f"them with pos/scaling={method} pos.scaling.<option>=..., or drop {method} from "
-                                  "eval.scalings") from None
+                raise ConfigError(
+                    f"eval.scalings={method} at L={length}: {as_field_of('pos.scaling', str(e))}; set "
+                    f"them with pos/scaling={method} pos.scaling.<option>=..., or drop {method} from "
+                    "eval.scalings"
+                ) from None
 
 
 # ---------------------------------------------------------------- positional phases
@@ -140,14 +160,18 @@ def checked_phases(spec: RunSpec, model: Transformer, task: Task) -> tuple[Phase
     for i, phase in enumerate(spec.phases):
         key = f"phases[{i}]"
         if not previous < phase.at < spec.trainer.max_steps:
-            raise ConfigError(f"{key}.at={phase.at} must lie after the previous phase's ({previous}) and before "
-                              f"trainer.max_steps={spec.trainer.max_steps}, in increasing order")
+            raise ConfigError(
+                f"{key}.at={phase.at} must lie after the previous phase's ({previous}) and before "
+                f"trainer.max_steps={spec.trainer.max_steps}, in increasing order"
+            )
         if phase.pos is not None:
             scheme = _phase_scheme(phase, model, key)
         if phase.scaling is not None and phase.scaling not in scheme.length_scalings:
             has = ", ".join(scheme.length_scalings) or "none"
-            raise ConfigError(f"{key}.scaling={phase.scaling}: the scheme in force then has no such length scaling "
-                              f"(its scalings: {has})")
+            raise ConfigError(
+                f"{key}.scaling={phase.scaling}: the scheme in force then has no such length scaling "
+                f"(its scalings: {has})"
+            )
         if phase.seq_len is not None:
             _check_seq_len(phase.seq_len, task, spec.data, key)
         build = None if phase.pos is None else phase.pos.factory()
@@ -170,17 +194,23 @@ def _phase_scheme(phase: PhaseSpec, model: Transformer, key: str) -> PositionalS
 
 def _check_seq_len(seq_len: int, task: Task, data: DataSettings, key: str) -> None:
     if task.scores_sequences:
-        raise ConfigError(f"{key}.seq_len: this task's examples are whole sequences, not windows to cut; "
-                          "phases change the training length of text tasks (mlm, clm)")
+        raise ConfigError(
+            f"{key}.seq_len: this task's examples are whole sequences, not windows to cut; "
+            "phases change the training length of text tasks (mlm, clm)"
+        )
     if not 2 <= seq_len <= data.seq_len:
-        raise ConfigError(f"{key}.seq_len={seq_len} must lie in 2 … data.seq_len={data.seq_len}: the "
-                          "windows are data.seq_len long and a phase trains on their first seq_len tokens")
+        raise ConfigError(
+            f"{key}.seq_len={seq_len} must lie in 2 … data.seq_len={data.seq_len}: the "
+            "windows are data.seq_len long and a phase trains on their first seq_len tokens"
+        )
 
 
 def _check_trainable(scheme: PositionalScheme, what: str) -> None:
     if any(True for _ in scheme.parameters()):
-        raise ConfigError(f"{what} has trained parameters; a phase switches between schemes without any (rope, "
-                          "none, alibi, sinusoidal, …), so no weights are lost or start untrained at a boundary")
+        raise ConfigError(
+            f"{what} has trained parameters; a phase switches between schemes without any (rope, "
+            "none, alibi, sinusoidal, …), so no weights are lost or start untrained at a boundary"
+        )
 
 
 def final_scheme(phases: tuple[Phase, ...], model: Transformer) -> PositionalScheme:

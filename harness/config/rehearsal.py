@@ -59,9 +59,14 @@ class Ledger(TorchDispatchMode):
         self.holders: dict[int, int] = {}  # storage -> tensors over it still alive
         self.flops = 0  # of the matrix products and attention kernels: the work that grows with the sizes
         self.stack: list[str] = []
-        self.hooks = [h for name, m in model.named_modules() for h in (
-            m.register_forward_pre_hook(lambda *_, n=name or "the model": self._enter(n)),
-            m.register_forward_hook(lambda *_: self._leave()))]
+        self.hooks = [
+            h
+            for name, m in model.named_modules()
+            for h in (
+                m.register_forward_pre_hook(lambda *_, n=name or "the model": self._enter(n)),
+                m.register_forward_hook(lambda *_: self._leave()),
+            )
+        ]
 
     def _enter(self, name: str) -> None:
         self.stack.append(name)
@@ -115,20 +120,29 @@ class FusedAttention(TorchFunctionMode):
             q, k, v = args[:3]
             mask, p = kwargs.get("attn_mask"), kwargs.get("dropout_p", 0.0)
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, p, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale"))[0]
+                q, k, v, p, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale")
+            )[0]
         return func(*args, **kwargs)
 
 
-def _cpu_takes_flash(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-                     is_causal: bool = False, scale: float | None = None, **_) -> bool:
+def _cpu_takes_flash(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    **_,
+) -> bool:
     """Whether torch's CPU dispatch would run this call on its flash kernel (asked on one-token CPU stand-ins)."""
+
     def stand_in(t: Tensor) -> Tensor:
         return torch.zeros(*t.shape[:-2], 1, t.shape[-1], dtype=t.dtype, device="cpu")
 
     mask = None if attn_mask is None else torch.zeros(*attn_mask.shape[:-2], 1, 1, dtype=attn_mask.dtype)
     with torch.device("cpu"):
-        choice = torch._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), mask, dropout_p, is_causal,
-                                         scale=scale)
+        choice = torch._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), mask, dropout_p, is_causal, scale=scale)
     return choice == 1  # SDPBackend.FLASH_ATTENTION
 
 
@@ -140,8 +154,10 @@ def _matmul_flops(func, args) -> int:
         a, b = args[0], args[1]
     elif func in (aten.addmm.default, aten.baddbmm.default):
         a, b = args[1], args[2]
-    elif func in (aten._scaled_dot_product_flash_attention_for_cpu.default,
-                  aten._scaled_dot_product_flash_attention_for_cpu_backward.default):
+    elif func in (
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    ):
         q, k = (args[1], args[2]) if "backward" in str(func) else (args[0], args[1])
         per = 4 * q.shape[:-2].numel() * q.shape[-2] * k.shape[-2] * q.shape[-1]
         return per * (2 if "backward" in str(func) else 1)
@@ -176,8 +192,14 @@ class Phase:
     flops: int = 0  # of the phase: one training step, or every batch of an evaluation (the time check)
 
 
-def rehearse(model: Transformer, values: dict, batch: int, length: int, evaluations: list[Evaluation],
-             finetune: tuple[int, int] | None) -> list[Phase]:
+def rehearse(
+    model: Transformer,
+    values: dict,
+    batch: int,
+    length: int,
+    evaluations: list[Evaluation],
+    finetune: tuple[int, int] | None,
+) -> list[Phase]:
     """The phases of a run of ``model`` (built on meta): training at ``batch`` × ``length``, a fine-tune
     step at ``finetune`` = (batch, length), and each of ``evaluations``."""
     keys = integer_keys(values)
@@ -185,27 +207,50 @@ def rehearse(model: Transformer, values: dict, batch: int, length: int, evaluati
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     resident = weights + buffers + 2 * weights  # AdamW's two moments; gradients are counted as the step makes them
     step = _step(model, batch, length)
-    phases = [Phase("a training step", resident + step.peak, step.largest,
-                    "lower model.d_model, model.n_layers, data.batch_size or data.seq_len", keys, step.flops)]
+    phases = [
+        Phase(
+            "a training step",
+            resident + step.peak,
+            step.largest,
+            "lower model.d_model, model.n_layers, data.batch_size or data.seq_len",
+            keys,
+            step.flops,
+        )
+    ]
     if finetune:
         tune_batch, tune_length = finetune
         step = _step(model, tune_batch, tune_length)
-        phases.append(Phase(f"fine-tuning at eval.finetune_length={tune_length} ({tune_batch}×{tune_length} tokens)",
-                            resident + step.peak, step.largest,
-                            "shorten eval.finetune_length or set eval.finetune_steps=0", keys, step.flops))
+        phases.append(
+            Phase(
+                f"fine-tuning at eval.finetune_length={tune_length} ({tune_batch}×{tune_length} tokens)",
+                resident + step.peak,
+                step.largest,
+                "shorten eval.finetune_length or set eval.finetune_steps=0",
+                keys,
+                step.flops,
+            )
+        )
     for e in evaluations:
         try:
             scored = _forward(model, e.batch, e.tokens)
         except ConfigError:  # a length the scheme refuses (learned's table): evaluation records it as skipped
             continue
-        phases.append(Phase(f"scoring {e.key} entry {e.listed} ({e.batches} × {e.batch}×{e.tokens} tokens)",
-                            weights + buffers + scored.peak, scored.largest,
-                            f"drop {e.listed} from {e.key} or shorten it", {}, scored.flops * e.batches))
+        phases.append(
+            Phase(
+                f"scoring {e.key} entry {e.listed} ({e.batches} × {e.batch}×{e.tokens} tokens)",
+                weights + buffers + scored.peak,
+                scored.largest,
+                f"drop {e.listed} from {e.key} or shorten it",
+                {},
+                scored.flops * e.batches,
+            )
+        )
     return phases
 
 
 def _step(model: Transformer, batch: int, length: int) -> Ledger:
     """The ledger of a forward and backward over ``batch`` × ``length`` tokens (gradients included)."""
+
     def run():
         model(torch.zeros(batch, length, dtype=torch.long)).float().sum().backward()
 
@@ -269,8 +314,10 @@ def culprit(phase: Phase) -> str | None:
     largest = phase.largest
     keys = {k: v for k, v in phase.keys.items() if not k.startswith(("hydra.", "trainer.", "seed"))}
     for dim in sorted(set(largest.shape), reverse=True):
-        named = sorted((k for k, v in keys.items() if v <= dim <= 4 * v + 1),
-                       key=lambda k: (keys[k] != dim, not _owns(k, largest.where), -keys[k]))
+        named = sorted(
+            (k for k, v in keys.items() if v <= dim <= 4 * v + 1),
+            key=lambda k: (keys[k] != dim, not _owns(k, largest.where), -keys[k]),
+        )
         if named:
             return named[0]
     return None
@@ -322,16 +369,22 @@ def check_phases(phases: list[Phase], on_gpu: bool) -> None:
     for phase in phases:
         if phase.needs > OVERCOUNT * free:
             large = phase.largest
-            made = (f"; its largest tensor, {'×'.join(map(str, large.shape))} in {large.where}, holds "
-                    f"{gib(large.nbytes)}" if large else "")
-            raise ConfigError(f"{phase.what} needs {gib(phase.needs)}{made}, but {gib(free)} is available; "
-                              f"{_fix(phase)}")
+            made = (
+                f"; its largest tensor, {'×'.join(map(str, large.shape))} in {large.where}, holds {gib(large.nbytes)}"
+                if large
+                else ""
+            )
+            raise ConfigError(
+                f"{phase.what} needs {gib(phase.needs)}{made}, but {gib(free)} is available; {_fix(phase)}"
+            )
     for phase in phases:
         if phase.flops > FAST_CPU_RATE * STEP_HOURS * 3600:
             rate = cpu_flops_per_second()  # for the message only: the decision above reads no clock
-            raise ConfigError(f"{phase.what} computes {phase.flops:.2g} FLOP, more than {STEP_HOURS:g} h even at "
-                              f"{FAST_CPU_RATE / 1e9:,.0f} GFLOP/s (≈ {phase.flops / rate / 3600:,.1f} h on this CPU "
-                              f"now); {_fix(phase)}, or run it on a GPU")
+            raise ConfigError(
+                f"{phase.what} computes {phase.flops:.2g} FLOP, more than {STEP_HOURS:g} h even at "
+                f"{FAST_CPU_RATE / 1e9:,.0f} GFLOP/s (≈ {phase.flops / rate / 3600:,.1f} h on this CPU "
+                f"now); {_fix(phase)}, or run it on a GPU"
+            )
 
 
 def _fix(phase: Phase) -> str:

@@ -40,8 +40,14 @@ from harness.model.transformer import Block, ModelConfig, Transformer
 Estimates = Callable[..., list[GpuEstimate]]  # (parameters, model config, scheme terms, variant bytes) -> estimates
 
 
-def check_splits(source: Source, task: Task, tokenizer: Tokenizer, data: DataSettings, lengths: list[int],
-                 finetune_length: int | None = None) -> int | None:
+def check_splits(
+    source: Source,
+    task: Task,
+    tokenizer: Tokenizer,
+    data: DataSettings,
+    lengths: list[int],
+    finetune_length: int | None = None,
+) -> int | None:
     """The training split's tokens where they are known before tokenizing (bytes, or shards' ids), checked
     against the windows and lengths asked for; None where they are not."""
     train, val = source.sizes()
@@ -49,15 +55,21 @@ def check_splits(source: Source, task: Task, tokenizer: Tokenizer, data: DataSet
         return train if hasattr(source, "check_tokenizer") else None  # shards: their sizes are token counts
     task.check_corpus(train, val, data.seq_len)
     if lengths and task.scores_sequences:
-        raise ConfigError(f"eval.lengths={lengths} scores text windows; a synthetic task evaluates at "
-                          "task.eval_lengths instead: drop eval.lengths, or set task.eval_lengths=[...]")
+        raise ConfigError(
+            f"eval.lengths={lengths} scores text windows; a synthetic task evaluates at "
+            "task.eval_lengths instead: drop eval.lengths, or set task.eval_lengths=[...]"
+        )
     too_long = [n for n in lengths if n > val]
     if too_long:
-        raise ConfigError(f"eval.lengths: {too_long} exceed the validation split ({val} tokens), so a window would "
-                          f"be mostly padding; use lengths up to {val}, or a larger corpus")
+        raise ConfigError(
+            f"eval.lengths: {too_long} exceed the validation split ({val} tokens), so a window would "
+            f"be mostly padding; use lengths up to {val}, or a larger corpus"
+        )
     if finetune_length and finetune_length > train:
-        raise ConfigError(f"eval.finetune_length={finetune_length} exceeds the training split ({train} tokens); "
-                          f"fine-tune at most {train} tokens, or use a larger corpus")
+        raise ConfigError(
+            f"eval.finetune_length={finetune_length} exceeds the training split ({train} tokens); "
+            f"fine-tune at most {train} tokens, or use a larger corpus"
+        )
     return train
 
 
@@ -76,28 +88,37 @@ def check_rank_slices(source: Source, task: Task, data: DataSettings, trainer: T
     length = task.sequence_tokens(data.seq_len)
     smallest = min(end - start for start, end in (rank_slice(train, r, world) for r in range(world)))
     if smallest <= length:
-        raise ConfigError(f"each of the {world} DDP ranks (trainer.devices × trainer.num_nodes) reads its own "
-                          f"{smallest:,} of the shards' {train:,} training tokens, not more than one window of "
-                          f"{length}; lower data.seq_len, use fewer ranks, or prepare a larger corpus")
+        raise ConfigError(
+            f"each of the {world} DDP ranks (trainer.devices × trainer.num_nodes) reads its own "
+            f"{smallest:,} of the shards' {train:,} training tokens, not more than one window of "
+            f"{length}; lower data.seq_len, use fewer ranks, or prepare a larger corpus"
+        )
 
 
 def check_device(trainer: TrainerSettings, for_named_gpu: bool = False) -> None:
     """``for_named_gpu``: checked for a GPU of a named size (``--gpu-memory``), which this machine need not have."""
     if trainer.on_gpu and not torch.cuda.is_available() and not for_named_gpu:
-        raise ConfigError(f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
-                          "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes")
+        raise ConfigError(
+            f"trainer.accelerator={trainer.accelerator} but no CUDA device is visible; use "
+            "trainer=cpu, or trainer=ddp trainer.accelerator=cpu for DDP over CPU processes"
+        )
     if trainer.accelerator == "tpu" and importlib.util.find_spec("torch_xla") is None:
-        raise ConfigError("trainer.accelerator=tpu needs a TPU and torch_xla, which this machine does not have; use "
-                          "trainer=cpu, or trainer=gpu on a GPU")
+        raise ConfigError(
+            "trainer.accelerator=tpu needs a TPU and torch_xla, which this machine does not have; use "
+            "trainer=cpu, or trainer=gpu on a GPU"
+        )
     if trainer.accelerator == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("trainer.accelerator=mps needs Apple's Metal GPU, which this machine does not have; use "
-                          "trainer=cpu")
+        raise ConfigError(
+            "trainer.accelerator=mps needs Apple's Metal GPU, which this machine does not have; use trainer=cpu"
+        )
     on_cpu = trainer.accelerator == "cpu" or (trainer.accelerator == "auto" and not torch.cuda.is_available())
     processes, cores = trainer.processes(), os.cpu_count() or 1
     if on_cpu and processes and processes > cores:  # each CPU process computes on its own cores: more would thrash
-        raise ConfigError(f"trainer.devices={trainer.devices} starts {processes} training processes on this "
-                          f"machine's {cores} CPU cores; use trainer.devices={cores} at most (more machines: "
-                          "trainer.num_nodes=N)")
+        raise ConfigError(
+            f"trainer.devices={trainer.devices} starts {processes} training processes on this "
+            f"machine's {cores} CPU cores; use trainer.devices={cores} at most (more machines: "
+            "trainer.num_nodes=N)"
+        )
 
 
 # ---------------------------------------------------------------- memory and time
@@ -118,31 +139,59 @@ def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None, for_
 
 def model_of(spec: RunSpec, vocab: int, task: Task) -> Transformer:
     """The run's model, on the current default device: meta for the checks, the CPU (after the seed) in build."""
-    return Transformer(spec.model, vocab, task.sequence_tokens(spec.data.seq_len), task.causal,
-                       pos=spec.pos.factory(), attn=spec.attn.factory())
+    return Transformer(
+        spec.model,
+        vocab,
+        task.sequence_tokens(spec.data.seq_len),
+        task.causal,
+        pos=spec.pos.factory(),
+        attn=spec.attn.factory(),
+    )
 
 
 def gpu_phases(spec: RunSpec, vocab: int, task: Task) -> Estimates:
     """(parameters, model config, scheme terms, variant bytes) -> the GPU estimates of a training step and of a
     fine-tune step."""
     data, length, tune_length = spec.data, task.sequence_tokens(spec.data.seq_len), spec.eval.tune_length
-    phases = [("a training step", f"data.batch_size={data.batch_size} or data.seq_len={data.seq_len}",
-               data.batch_size, length)]
+    phases = [
+        (
+            "a training step",
+            f"data.batch_size={data.batch_size} or data.seq_len={data.seq_len}",
+            data.batch_size,
+            length,
+        )
+    ]
     if tune_length:
         batch, tokens = finetune_shape(data, tune_length)
-        phases.append((f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}",
-                       batch, tokens))
+        phases.append(
+            (f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}", batch, tokens)
+        )
 
-    def estimates(n_params: int, model: ModelConfig, scheme: SchemeTerms = PLAIN, variant: int = 0
-                  ) -> list[GpuEstimate]:
-        return [gpu_estimate(what, shrink, n_params, model, vocab, b, t, str(spec.trainer.precision), scheme,
-                             variant * b * t // (data.batch_size * length))  # measured at the training step's tokens
-                for what, shrink, b, t in phases]
+    def estimates(
+        n_params: int, model: ModelConfig, scheme: SchemeTerms = PLAIN, variant: int = 0
+    ) -> list[GpuEstimate]:
+        return [
+            gpu_estimate(
+                what,
+                shrink,
+                n_params,
+                model,
+                vocab,
+                b,
+                t,
+                str(spec.trainer.precision),
+                scheme,
+                variant * b * t // (data.batch_size * length),
+            )  # measured at the training step's tokens
+            for what, shrink, b, t in phases
+        ]
+
     return estimates
 
 
-def check_memory_and_time(spec: RunSpec, model: Transformer, task: Task, for_gpu: Estimates | None,
-                          gpu: NamedGpu | None) -> GpuEstimate | None:
+def check_memory_and_time(
+    spec: RunSpec, model: Transformer, task: Task, for_gpu: Estimates | None, gpu: NamedGpu | None
+) -> GpuEstimate | None:
     """A GPU run checked for a named GPU: the estimate of its largest step against it (returned); a CPU run: the
     model rehearsed on meta against this machine's memory (a GPU's kernels, autocast, are not on meta)."""
     data = spec.data
@@ -150,9 +199,17 @@ def check_memory_and_time(spec: RunSpec, model: Transformer, task: Task, for_gpu
         variant = variant_bytes_per_layer(spec, model, task)
         return check_gpu(for_gpu(model.num_params(), spec.model, SchemeTerms.of(model.pos), variant), gpu)
     tune = spec.eval.tune_length
-    check_phases(rehearse(model, spec.values, data.batch_size, task.sequence_tokens(data.seq_len),
-                          evaluations(task, data, spec.eval.lengths), finetune_shape(data, tune) if tune else None),
-                 on_gpu=False)
+    check_phases(
+        rehearse(
+            model,
+            spec.values,
+            data.batch_size,
+            task.sequence_tokens(data.seq_len),
+            evaluations(task, data, spec.eval.lengths),
+            finetune_shape(data, tune) if tune else None,
+        ),
+        on_gpu=False,
+    )
     return None
 
 
@@ -190,10 +247,14 @@ def evaluations(task: Task, data: DataSettings, lengths: list[int]) -> list[Eval
     if task.scores_sequences:
         listed: list[int] = list(getattr(task, "eval_lengths", []))
         batches = -(-int(getattr(task, "eval_examples", 1)) // data.batch_size)
-        return [Evaluation("task.eval_lengths", n, tokens, data.batch_size, batches)
-                for n, tokens in zip(listed, task.evaluation_tokens(lengths), strict=True)]
-    return [Evaluation("eval.lengths", n, tokens, max(1, data.batch_size * data.seq_len // n), 1)
-            for n, tokens in zip(lengths, task.evaluation_tokens(lengths), strict=True)]
+        return [
+            Evaluation("task.eval_lengths", n, tokens, data.batch_size, batches)
+            for n, tokens in zip(listed, task.evaluation_tokens(lengths), strict=True)
+        ]
+    return [
+        Evaluation("eval.lengths", n, tokens, max(1, data.batch_size * data.seq_len // n), 1)
+        for n, tokens in zip(lengths, task.evaluation_tokens(lengths), strict=True)
+    ]
 
 
 def finetune_shape(data: DataSettings, length: int) -> tuple[int, int]:

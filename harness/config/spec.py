@@ -45,20 +45,43 @@ MAX_POSITION = 2**40  # pos.max_position: positions are drawn from a permutation
 WORKERS_PER_CORE = 4  # data loader processes: beyond this many per core they add memory, not throughput
 
 Seed = Annotated[int, Range("in [0, 2^32 − 1], e.g. seed=0", ge=0, le=NUMERIC_SEED_MAX, verb="lie")]
-Steps = Annotated[PositiveInt, Range(f"at most {MAX_STEPS:,}", le=MAX_STEPS,
-                                     said=f"is more steps than any run takes; use at most {MAX_STEPS:,}")]
+Steps = Annotated[
+    PositiveInt,
+    Range(f"at most {MAX_STEPS:,}", le=MAX_STEPS, said=f"is more steps than any run takes; use at most {MAX_STEPS:,}"),
+]
 EvalBatches = Annotated[int, Range("positive, or null for all", ge=1)]
 Workers = Annotated[int, Range("≥ 0 (0: examples made in the training process)", ge=0)]
 EveryNSteps = Annotated[int, Range("a whole number of steps ≥ 0 (0 or null: off)", ge=0)]
 Interval = Annotated[float, Range("a positive integer (steps) or a fraction of an epoch", gt=0)]
 Clip = Annotated[float, Range("≥ 0 (or null: no clipping)", ge=0)]
 SanitySteps = Annotated[int, Range("≥ 0 (or -1: all)", ge=-1)]
-Factor = Annotated[float, Range("a number > 1 (the lengths the scaling extends to, over the training length), "
-                                "within float32's range", gt=1, le=FLOAT32_MAX)]
+Factor = Annotated[
+    float,
+    Range(
+        "a number > 1 (the lengths the scaling extends to, over the training length), within float32's range",
+        gt=1,
+        le=FLOAT32_MAX,
+    ),
+]
 ACCELERATORS = Literal["cpu", "gpu", "cuda", "mps", "tpu", "auto"]
 # Lightning 2.6's accepted precision values (lightning.fabric.connector._PRECISION_INPUT)
-PRECISIONS = Literal["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true", "transformer-engine",
-                     "transformer-engine-float16", "32", "16", "bf16", "64", 32, 16, 64]
+PRECISIONS = Literal[
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "32",
+    "16",
+    "bf16",
+    "64",
+    32,
+    16,
+    64,
+]
 
 
 def max_workers() -> int:
@@ -128,13 +151,26 @@ class DataSettings:
     def __post_init__(self):
         check_fields(self, "data")
         if self.num_workers > max_workers():
-            raise ConfigError(f"data.num_workers={self.num_workers} exceeds {max_workers()} ({WORKERS_PER_CORE} per "
-                              f"core of this machine's {os.cpu_count() or 1}): each worker is a process with its own "
-                              f"copy of the dataset, and more only fork memory; use at most {max_workers()}")
+            raise ConfigError(
+                f"data.num_workers={self.num_workers} exceeds {max_workers()} ({WORKERS_PER_CORE} per "
+                f"core of this machine's {os.cpu_count() or 1}): each worker is a process with its own "
+                f"copy of the dataset, and more only fork memory; use at most {max_workers()}"
+            )
 
 
-SOURCE_KEYS = ("path", "download", "name", "config", "split", "val_split", "val_by", "text_column", "streaming",
-               "max_bytes", "windows")  # DataSettings keys only some sources read (the others are refused)
+SOURCE_KEYS = (
+    "path",
+    "download",
+    "name",
+    "config",
+    "split",
+    "val_split",
+    "val_by",
+    "text_column",
+    "streaming",
+    "max_bytes",
+    "windows",
+)  # DataSettings keys only some sources read (the others are refused)
 
 
 @dataclass(frozen=True)
@@ -159,20 +195,30 @@ class EvalSettings:
     def __post_init__(self):
         check_fields(self, "eval")
         if len(set(self.scalings)) != len(self.scalings):
-            raise ConfigError(f"eval.scalings={self.scalings}: list each scaling once by name; "
-                              "use e.g. eval.scalings=[none,linear,ntk,dynamic_ntk,yarn]")
+            raise ConfigError(
+                f"eval.scalings={self.scalings}: list each scaling once by name; "
+                "use e.g. eval.scalings=[none,linear,ntk,dynamic_ntk,yarn]"
+            )
         if not self.lengths and (self.stride or self.same_targets or self.scalings or self.finetune_steps):
-            raise ConfigError("eval.stride, eval.same_targets, eval.scalings and eval.finetune_steps score the "
-                              "eval.lengths windows; set eval.lengths=[...] too")
+            raise ConfigError(
+                "eval.stride, eval.same_targets, eval.scalings and eval.finetune_steps score the "
+                "eval.lengths windows; set eval.lengths=[...] too"
+            )
         if self.finetune_length is not None and not self.finetune_steps:
-            raise ConfigError(f"eval.finetune_length={self.finetune_length} is unused with eval.finetune_steps=0; "
-                              "set eval.finetune_steps or drop eval.finetune_length")
+            raise ConfigError(
+                f"eval.finetune_length={self.finetune_length} is unused with eval.finetune_steps=0; "
+                "set eval.finetune_steps or drop eval.finetune_length"
+            )
         if self.finetune_steps and not self.scalings:
-            raise ConfigError("eval.finetune_steps fine-tunes under each eval.scalings entry; set eval.scalings "
-                              "(e.g. [none,yarn]) or eval.finetune_steps=0")
+            raise ConfigError(
+                "eval.finetune_steps fine-tunes under each eval.scalings entry; set eval.scalings "
+                "(e.g. [none,yarn]) or eval.finetune_steps=0"
+            )
         if self.lengths and min(self.lengths) < max(self.stride or 0, self.same_targets or 0):
-            raise ConfigError(f"eval.stride={self.stride} / eval.same_targets={self.same_targets} must not exceed "
-                              f"the shortest eval length {min(self.lengths)}: a window scores at most its length")
+            raise ConfigError(
+                f"eval.stride={self.stride} / eval.same_targets={self.same_targets} must not exceed "
+                f"the shortest eval length {min(self.lengths)}: a window scores at most its length"
+            )
 
 
 @dataclass(frozen=True)
@@ -259,12 +305,16 @@ class TrainerSettings:
     def __post_init__(self):
         check_fields(self, "trainer")
         if isinstance(self.val_check_interval, float) and self.val_check_interval > 1:
-            raise ConfigError(f"trainer.val_check_interval={self.val_check_interval} must be a whole number of "
-                              "optimizer steps or a fraction ≤ 1 of an epoch; e.g. trainer.val_check_interval=100")
+            raise ConfigError(
+                f"trainer.val_check_interval={self.val_check_interval} must be a whole number of "
+                "optimizer steps or a fraction ≤ 1 of an epoch; e.g. trainer.val_check_interval=100"
+            )
         if self.check_val_every_n_epoch is not None:  # Lightning would count val_check_interval within an epoch
-            raise ConfigError(f"trainer.check_val_every_n_epoch={self.check_val_every_n_epoch}: posbench validates "
-                              "every trainer.val_check_interval optimizer steps over the whole run (its training "
-                              "loader is one epoch); leave it null and set trainer.val_check_interval")
+            raise ConfigError(
+                f"trainer.check_val_every_n_epoch={self.check_val_every_n_epoch}: posbench validates "
+                "every trainer.val_check_interval optimizer steps over the whole run (its training "
+                "loader is one epoch); leave it null and set trainer.val_check_interval"
+            )
         self._check_devices()
         self._check_strategy()
 
@@ -275,8 +325,10 @@ class TrainerSettings:
 
             names = StrategyRegistry.available_strategies()
             if self.strategy not in names:
-                raise ConfigError(f"trainer.strategy={self.strategy!r} is not a Lightning strategy; use auto, "
-                                  f"{', '.join(n for n in names if '_find_unused' not in n)}")
+                raise ConfigError(
+                    f"trainer.strategy={self.strategy!r} is not a Lightning strategy; use auto, "
+                    f"{', '.join(n for n in names if '_find_unused' not in n)}"
+                )
 
     def _check_devices(self) -> None:
         d = self.devices
@@ -288,9 +340,11 @@ class TrainerSettings:
             raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
         on_cpu = self.accelerator == "cpu"  # Lightning's CPUAccelerator takes a count of processes only
         if on_cpu and (d == -1 or isinstance(d, list) or (isinstance(d, str) and "," in d)):
-            raise ConfigError(f"trainer.devices={d} with trainer.accelerator=cpu: CPU processes are counted, not "
-                              "listed (-1 and ids are for GPUs); give a positive count, e.g. trainer.devices=2, or "
-                              "auto")
+            raise ConfigError(
+                f"trainer.devices={d} with trainer.accelerator=cpu: CPU processes are counted, not "
+                "listed (-1 and ids are for GPUs); give a positive count, e.g. trainer.devices=2, or "
+                "auto"
+            )
 
     @property
     def on_gpu(self) -> bool:
@@ -305,7 +359,6 @@ class TrainerSettings:
             ids = [x for x in d.split(",") if x.strip()]
             return len(ids) if "," in d else (int(d) if d.strip().isdigit() else None)
         return d if d > 0 else None
-
 
 
 # ---------------------------------------------------------------- components
@@ -392,8 +445,13 @@ class Choice(Generic[T]):
         from positional.randomized import KEYS, randomized
 
         r, scheme = self.randomize, component.factory()  # Randomize is set on pos only (entries.choice)
-        wrapped = randomized(scheme, r.randomize, r.max_position,  # type: ignore[arg-type]  # T is PositionalScheme
-                             r.eval_positions, cls=component.target)
+        wrapped = randomized(
+            scheme,  # type: ignore[arg-type]  # T is PositionalScheme
+            r.randomize,
+            r.max_position,
+            r.eval_positions,
+            cls=component.target,
+        )
 
         def make(*args: object) -> T:
             try:

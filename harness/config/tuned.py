@@ -25,22 +25,33 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
         record = json.loads(file.read_text())
         cells = record["cells"]
     except FileNotFoundError:
-        raise ConfigError(f"optim.tuned={path}: no such file ({file}); run python -m results tune "
-                          "--out results/tune_lr/ after a tuning sweep, or drop optim.tuned") from None
+        raise ConfigError(
+            f"optim.tuned={path}: no such file ({file}); run python -m results tune "
+            "--out results/tune_lr/ after a tuning sweep, or drop optim.tuned"
+        ) from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"optim.tuned={path}: not a best.json of python -m results tune "
-                          f"({type(e).__name__}: {e}); point it at one, or drop optim.tuned") from None
+        raise ConfigError(
+            f"optim.tuned={path}: not a best.json of python -m results tune "
+            f"({type(e).__name__}: {e}); point it at one, or drop optim.tuned"
+        ) from None
     if not integrity.intact(record):  # results/tune.py seals it: a changed digit would be used silently
-        raise ConfigError(f"optim.tuned={path}: {file} changed after python -m results tune wrote it (its sha256 "
-                          "no longer matches); write it again with python -m results tune --out, set "
-                          "optim.optimizer.lr yourself, or drop optim.tuned")
+        raise ConfigError(
+            f"optim.tuned={path}: {file} changed after python -m results tune wrote it (its sha256 "
+            "no longer matches); write it again with python -m results tune --out, set "
+            "optim.optimizer.lr yourself, or drop optim.tuned"
+        )
     key = f"pos={pos} attn={attn}"  # results/tune.py cell_key
     if key not in cells:
-        raise ConfigError(f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "
-                          f"tune it (python run.py -m experiment=tune_lr pos={pos} attn={attn}) or drop optim.tuned")
+        raise ConfigError(
+            f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "
+            f"tune it (python run.py -m experiment=tune_lr pos={pos} attn={attn}) or drop optim.tuned"
+        )
     values = cells[key].get("values") if isinstance(cells[key], dict) else None
-    if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
-                                               and not isinstance(v, bool) for k, v in values.items()):
-        raise ConfigError(f"optim.tuned={path}: the values for {key} are not a mapping of keys to numbers (got "
-                          f"{values!r:.60}); write it again with python -m results tune --out, or drop optim.tuned")
+    if not isinstance(values, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in values.items()
+    ):
+        raise ConfigError(
+            f"optim.tuned={path}: the values for {key} are not a mapping of keys to numbers (got "
+            f"{values!r:.60}); write it again with python -m results tune --out, or drop optim.tuned"
+        )
     return values

@@ -38,14 +38,22 @@ from harness.paths import CONF
 from harness.ranges import check_magnitude, check_value, field_hints
 
 GROUPS = ("pos", "attn", "model", "data", "tokenizer", "task", "optim", "trainer", "logger")
-PLAIN: dict[str, type] = {"budget": BudgetSettings, "data": DataSettings, "eval": EvalSettings,
-                          "checkpoint": CheckpointSettings, "report": ReportSettings, "logger": LoggerSettings,
-                          "progress": ProgressSettings}
+PLAIN: dict[str, type] = {
+    "budget": BudgetSettings,
+    "data": DataSettings,
+    "eval": EvalSettings,
+    "checkpoint": CheckpointSettings,
+    "report": ReportSettings,
+    "logger": LoggerSettings,
+    "progress": ProgressSettings,
+}
 # Parameters of a ``_target_`` the harness passes itself, by node.
 SUPPLIED = {"scaling": ("base", "rotated")}  # pos.scaling: Rope completes it with the θ it scales
 # top-level keys posbench once took, and where each went: an old command gets the new spelling, not a list of keys
-MOVED = {"arm": "a preset's arms are in its folder now (conf/experiment/<preset>/arm/): +arm=<preset>/<arm> is "
-                "+experiment/<preset>/arm=<arm>"}
+MOVED = {
+    "arm": "a preset's arms are in its folder now (conf/experiment/<preset>/arm/): +arm=<preset>/<arm> is "
+    "+experiment/<preset>/arm=<arm>"
+}
 S = TypeVar("S")
 OptionNode = Callable[[str, str, str], Json]  # (group, name, key) -> conf/<group>/<name>.yaml as a plain node
 
@@ -69,9 +77,11 @@ def chosen(group: str, node: Json) -> bool:
 
 def missing_group(group: str) -> str:
     """The line for a run without one of the groups it needs (``~pos``, ``pos=null``, a preset that drops one)."""
-    return (f"the config has no {group} (a run needs every group: {', '.join(GROUPS)}); "
-            f"pick one with {group}=NAME (python run.py --list lists them)"
-            f"{', e.g. pos=none for no positions' if group == 'pos' else ''}")
+    return (
+        f"the config has no {group} (a run needs every group: {', '.join(GROUPS)}); "
+        f"pick one with {group}=NAME (python run.py --list lists them)"
+        f"{', e.g. pos=none for no positions' if group == 'pos' else ''}"
+    )
 
 
 def check_known(node: str, keys: list[str], known: list[str], what: str) -> None:
@@ -82,8 +92,11 @@ def check_known(node: str, keys: list[str], known: list[str], what: str) -> None
             continue
         full = f"{node}.{key}" if node else key
         near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = MOVED.get(full) or (f"did you mean {f'{node}.' if node else ''}{near[0]}?" if near
-                                   else f"{what} takes {', '.join(sorted(known))}")
+        hint = MOVED.get(full) or (
+            f"did you mean {f'{node}.' if node else ''}{near[0]}?"
+            if near
+            else f"{what} takes {', '.join(sorted(known))}"
+        )
         raise ConfigError(f"{full} is not a setting of {what}; {hint}")
 
 
@@ -101,8 +114,9 @@ def made(cls: type[S], values: Json) -> S:
 # ---------------------------------------------------------------- components: typed by their signature
 
 
-def component(key: str, node: Json, what: str, interface: str | None = None,
-              supplied: tuple[str, ...] = ()) -> Component:
+def component(
+    key: str, node: Json, what: str, interface: str | None = None, supplied: tuple[str, ...] = ()
+) -> Component:
     """The node's ``_target_`` and keyword arguments, each value checked against the target's signature (less
     ``supplied``, the arguments the harness passes itself); ``interface``: the group whose base class it must be."""
     if "_target_" not in node:
@@ -141,9 +155,11 @@ def signature_schema(target: Any, supplied: tuple[str, ...] = ()) -> tuple[dict[
         hints = typing.get_type_hints(fn, include_extras=True)  # Annotated ranges kept
     except Exception:  # annotations that do not evaluate here: check names only
         hints = {}
-    schema = {n: hints.get(n, p.annotation if isinstance(p.annotation, type) else Any)
-              for n, p in params.items()
-              if n not in ("self", *supplied) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    schema = {
+        n: hints.get(n, p.annotation if isinstance(p.annotation, type) else Any)
+        for n, p in params.items()
+        if n not in ("self", *supplied) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
     return schema, any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
@@ -156,8 +172,10 @@ def _nested_group_hint(path: str, key: str) -> str:
 # An optimizer's step computes in the parameters' float32 (largest 3.4e38) and scales lr on the way (Adam's first
 # step divides it by 1 − β₁ = 0.1): beyond this, torch stops at the first step with an overflow, after the run began
 OPTIMIZER_MAX = 1e30
-_FITS = (f"is beyond {OPTIMIZER_MAX:.0e}: the optimizer's step computes in float32 (largest 3.4e38) and would "
-         "overflow at the first step; give a smaller value")
+_FITS = (
+    f"is beyond {OPTIMIZER_MAX:.0e}: the optimizer's step computes in float32 (largest 3.4e38) and would "
+    "overflow at the first step; give a smaller value"
+)
 OPTIMIZER_RANGES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (  # (key, rule, holds), in order
     ("lr", "must be positive, e.g. optim.optimizer.lr=1e-3", lambda v: v > 0),
     ("eps", "must be positive", lambda v: v > 0),
@@ -190,12 +208,17 @@ def trainer_settings(node: Json) -> TrainerSettings:
             check_known("trainer", [key], list(fields), "trainer")
     if unknown:
         check_known("trainer", unknown, [*fields, *trainer_arguments()], "trainer")
-    missing = [f.name for f in dataclasses.fields(TrainerSettings)
-               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in node]
+    missing = [
+        f.name
+        for f in dataclasses.fields(TrainerSettings)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in node
+    ]
     if missing:
-        raise ConfigError(f"trainer.{missing[0]} is missing (removed with ~trainer.{missing[0]}?), and Lightning's "
-                          f"default is not this harness's; set trainer.{missing[0]}=VALUE (conf/trainer/cpu.yaml "
-                          "has the defaults)")
+        raise ConfigError(
+            f"trainer.{missing[0]} is missing (removed with ~trainer.{missing[0]}?), and Lightning's "
+            f"default is not this harness's; set trainer.{missing[0]}=VALUE (conf/trainer/cpu.yaml "
+            "has the defaults)"
+        )
     return made(TrainerSettings, {**{k: node[k] for k in keys if k in fields}, "extra": {k: node[k] for k in unknown}})
 
 

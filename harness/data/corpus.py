@@ -57,8 +57,9 @@ def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[by
     return train, val
 
 
-def split_starts(starts: np.ndarray, size: int, val_every: int = 20, block: int = 4096) -> tuple[np.ndarray,
-                                                                                              np.ndarray]:
+def split_starts(
+    starts: np.ndarray, size: int, val_every: int = 20, block: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
     """Document starts (byte offsets, sorted) of the whole text, in each split's bytes after ``block_split``: a
     start moves with its block; a block whose predecessor went to the other split starts a document too (the
     text jumps there). Returns (train, val) int64 offsets, each from 0."""
@@ -112,8 +113,10 @@ def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
             try:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
-                raise ConfigError(f"{path} is not UTF-8 (bad byte at offset {offset - pending + e.start}); "
-                                  "convert it, e.g. iconv -f LATIN1 -t UTF-8 (name its real encoding)") from None
+                raise ConfigError(
+                    f"{path} is not UTF-8 (bad byte at offset {offset - pending + e.start}); "
+                    "convert it, e.g. iconv -f LATIN1 -t UTF-8 (name its real encoding)"
+                ) from None
             if not block:
                 return
             offset += len(block)
@@ -132,14 +135,18 @@ def split_sizes(total: int, val_every: int = 20, block: int = 4096) -> tuple[int
 def check_train_split(n_tokens: int, length: int) -> None:
     """The training split must hold more than one window (a window's start is drawn at random)."""
     if n_tokens <= length:
-        raise ConfigError(f"the training split has {n_tokens} tokens, not more than one window of {length}; "
-                          "lower data.seq_len or use a larger corpus")
+        raise ConfigError(
+            f"the training split has {n_tokens} tokens, not more than one window of {length}; "
+            "lower data.seq_len or use a larger corpus"
+        )
 
 
 def check_val_split(n_tokens: int, extra_tokens: int) -> None:
     if n_tokens <= extra_tokens:
-        raise ConfigError(f"the validation split has {n_tokens} tokens; give a larger corpus (every "
-                          "data.source.val_every-th 4 KiB block is validation) or lower data.source.val_every")
+        raise ConfigError(
+            f"the validation split has {n_tokens} tokens; give a larger corpus (every "
+            "data.source.val_every-th 4 KiB block is validation) or lower data.source.val_every"
+        )
 
 
 def _check_val_every(val_every: int) -> None:
@@ -153,8 +160,18 @@ def _corpus(name: str, data: bytes, train: bytes, val: bytes) -> Corpus:
 
 # --- embedded -------------------------------------------------------------------------
 
-_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__",
-              "lib2to3", "turtledemo", "ensurepip", "tkinter"}
+_SKIP_DIRS = {
+    "site-packages",
+    "dist-packages",
+    "test",
+    "tests",
+    "idlelib",
+    "__pycache__",
+    "lib2to3",
+    "turtledemo",
+    "ensurepip",
+    "tkinter",
+}
 
 
 def stdlib_prose() -> str:
@@ -230,8 +247,9 @@ def _rebuilt(cache: Path) -> str:
 
 
 def _no_download(why: str) -> ConfigError:
-    return ConfigError(f"cannot download enwik8 ({why}); fetch {ENWIK8_URL}, unzip it and pass "
-                       "data.path=/path/to/enwik8")
+    return ConfigError(
+        f"cannot download enwik8 ({why}); fetch {ENWIK8_URL}, unzip it and pass data.path=/path/to/enwik8"
+    )
 
 
 def _version() -> str:
@@ -239,6 +257,7 @@ def _version() -> str:
 
 
 # --- local text -----------------------------------------------------------------------
+
 
 class TextFiles:
     """A UTF-8 file, or every file under a directory (sorted by path)."""
@@ -268,11 +287,16 @@ class TextFiles:
         if not root.exists():
             raise ConfigError(f"data.path={self.path} does not exist; point it at a UTF-8 text file or directory")
         if root.is_dir():
-            files = sorted(p for p in root.rglob("*")
-                           if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+            files = sorted(
+                p
+                for p in root.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            )
             if not files:
-                raise ConfigError(f"data.path={self.path} is a directory with no files in it; put text files "
-                                  "there or point data.path at a file")
+                raise ConfigError(
+                    f"data.path={self.path} is a directory with no files in it; put text files "
+                    "there or point data.path at a file"
+                )
         else:
             files = [root]
         for f in files:
@@ -322,16 +346,20 @@ class Enwik8:
             if why:
                 raise _no_download(why)
         elif self.path.is_dir():
-            raise ConfigError(f"data.path={self.path} is a directory without an enwik8 file; point it at the "
-                              "unzipped enwik8 file")
+            raise ConfigError(
+                f"data.path={self.path} is a directory without an enwik8 file; point it at the unzipped enwik8 file"
+            )
         else:
             check_readable("data.path", self.path)
             if zipfile.is_zipfile(self.path):
-                raise ConfigError(f"{self.path} is the zip archive; unzip it and point data.path at the enwik8 "
-                                  "file inside")
+                raise ConfigError(
+                    f"{self.path} is the zip archive; unzip it and point data.path at the enwik8 file inside"
+                )
             if (size := self.path.stat().st_size) != ENWIK8_BYTES:
-                raise ConfigError(f"{self.path} holds {size:,} bytes, enwik8 holds {ENWIK8_BYTES:,}; point data.path "
-                                  f"at the enwik8 file (from {ENWIK8_URL})")
+                raise ConfigError(
+                    f"{self.path} holds {size:,} bytes, enwik8 holds {ENWIK8_BYTES:,}; point data.path "
+                    f"at the enwik8 file (from {ENWIK8_URL})"
+                )
             self._verified(self.path.read_bytes())
         return 90_000_000, 5_000_000
 

@@ -30,8 +30,15 @@ from harness.data.corpus import Corpus, _check_val_every, block_split
 from harness.errors import ConfigError
 
 # file suffix -> the ``datasets`` builder that reads it
-BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text",
-            ".text": "text", ".arrow": "arrow"}
+BUILDERS = {
+    ".parquet": "parquet",
+    ".json": "json",
+    ".jsonl": "json",
+    ".csv": "csv",
+    ".txt": "text",
+    ".text": "text",
+    ".arrow": "arrow",
+}
 SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
 VAL_BY = ("document", "block")  # data.val_by without a named validation split: whole rows, or 4 KiB blocks
 
@@ -42,14 +49,25 @@ class HFDataset:
 
     requires = ("datasets",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
-    def __init__(self, path: str | None = None, name: str | None = None, config: str | None = None,
-                 split: str = "train", val_split: str | None = None, text_column: str = "text",
-                 streaming: bool = False, max_bytes: int | None = None, val_every: int = 20,
-                 val_by: str = "document"):
+    def __init__(
+        self,
+        path: str | None = None,
+        name: str | None = None,
+        config: str | None = None,
+        split: str = "train",
+        val_split: str | None = None,
+        text_column: str = "text",
+        streaming: bool = False,
+        max_bytes: int | None = None,
+        val_every: int = 20,
+        val_by: str = "document",
+    ):
         _check_val_every(val_every)
         if val_by not in VAL_BY:
-            raise ConfigError(f"data.val_by={val_by!r}: use document (every data.source.val_every-th row whole to "
-                              "validation) or block (every data.source.val_every-th 4 KiB block)")
+            raise ConfigError(
+                f"data.val_by={val_by!r}: use document (every data.source.val_every-th row whole to "
+                "validation) or block (every data.source.val_every-th 4 KiB block)"
+            )
         if max_bytes is not None and max_bytes < 4096:
             raise ConfigError(f"data.max_bytes={max_bytes} must be ≥ 4096 (4 KiB), or null for the whole split")
         self.path, self.name, self.config, self.split, self.val_split = path, name, config, split, val_split
@@ -74,8 +92,10 @@ class HFDataset:
                 data = _join(self.texts(self.split), self.max_bytes)
                 train, val = block_split(data, self.val_every)
             if len(data) < 4096:
-                raise ConfigError(f"{self.describe()} holds {len(data)} bytes of text in column "
-                                  f"{self.text_column!r}; give at least 4 KiB")
+                raise ConfigError(
+                    f"{self.describe()} holds {len(data)} bytes of text in column "
+                    f"{self.text_column!r}; give at least 4 KiB"
+                )
             self._corpus = Corpus(f"hf:{self.describe()}", train, val, integrity.sha256(data), len(data))
         return self._corpus
 
@@ -96,10 +116,12 @@ class HFDataset:
     def check_sides(self, train_rows: int, val_rows: int) -> None:
         """Refuse a document split that leaves a side without a row."""
         if not train_rows or not val_rows:
-            raise ConfigError(f"{self.describe()} has {train_rows + val_rows} rows: every data.source.val_every="
-                              f"{self.val_every}-th row whole to validation leaves "
-                              f"{'validation' if not val_rows else 'training'} empty; give more rows, a smaller "
-                              "data.source.val_every, data.val_by=block, or a named data.val_split")
+            raise ConfigError(
+                f"{self.describe()} has {train_rows + val_rows} rows: every data.source.val_every="
+                f"{self.val_every}-th row whole to validation leaves "
+                f"{'validation' if not val_rows else 'training'} empty; give more rows, a smaller "
+                "data.source.val_every, data.val_by=block, or a named data.val_split"
+            )
 
     def describe(self) -> str:
         if self.path:
@@ -111,17 +133,23 @@ class HFDataset:
         dataset = self.open(split)
         columns = dataset.column_names  # None for some streamed datasets: checked on the first batch
         if columns is not None and self.text_column not in columns:
-            raise ConfigError(f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
-                              f"(split {split}); its columns are {', '.join(columns)}: set data.text_column=NAME")
+            raise ConfigError(
+                f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
+                f"(split {split}); its columns are {', '.join(columns)}: set data.text_column=NAME"
+            )
         row = 0
         for batch in _batches(dataset, f"{self.describe()} (split {split})"):
             if self.text_column not in batch:  # a streamed dataset may not know its columns up front
-                raise ConfigError(f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
-                                  f"(split {split}); its columns are {', '.join(batch)}: set data.text_column=NAME")
+                raise ConfigError(
+                    f"data.text_column={self.text_column!r} is not a column of {self.describe()} "
+                    f"(split {split}); its columns are {', '.join(batch)}: set data.text_column=NAME"
+                )
             for text in batch[self.text_column]:
                 if text is not None and not isinstance(text, str):
-                    raise ConfigError(f"data.text_column={self.text_column!r} of {self.describe()} holds "
-                                      f"{type(text).__name__} values (row {row}), not text; name a column of strings")
+                    raise ConfigError(
+                        f"data.text_column={self.text_column!r} of {self.describe()} holds "
+                        f"{type(text).__name__} values (row {row}), not text; name a column of strings"
+                    )
                 row += 1
                 if text is not None:  # a missing value: no text
                     yield text
@@ -129,9 +157,10 @@ class HFDataset:
     def open(self, split: str):
         """The ``datasets`` Dataset (or IterableDataset when streaming) of ``split``."""
         if bool(self.path) == bool(self.name):
-            raise ConfigError("data=hf needs one of data.name=HUB_NAME (with a network) or data.path=DIR_OR_FILE "
-                              "(a save_to_disk folder, parquet, json or text files)"
-                              + ("; not both" if self.path else ""))
+            raise ConfigError(
+                "data=hf needs one of data.name=HUB_NAME (with a network) or data.path=DIR_OR_FILE "
+                "(a save_to_disk folder, parquet, json or text files)" + ("; not both" if self.path else "")
+            )
         if self.path:
             return self._open_local(self.path, split)
         return self._open_hub(split)
@@ -145,18 +174,22 @@ class HFDataset:
         try:
             return datasets.load_dataset(self.name, self.config, split=split, streaming=self.streaming)
         except (ConnectionError, TimeoutError) as e:
-            hub_said = (f"the Hub was not asked ({offline})" if offline else
-                        f"the Hub cannot be reached ({_first_line(e)})")
+            hub_said = (
+                f"the Hub was not asked ({offline})" if offline else f"the Hub cannot be reached ({_first_line(e)})"
+            )
             raise ConfigError(
                 f"data.name={self.name}: not in the datasets cache, and {hub_said}; where there is a network run "
                 f"datasets.load_dataset({self.name!r}"
                 f"{f', {self.config!r}' if self.config else ''}).save_to_disk(DIR) and set data.path=DIR "
-                "instead of data.name") from None
+                "instead of data.name"
+            ) from None
         except ValueError as e:  # an unknown split or config: the library names the ones there are
             raise ConfigError(f"{self._unknown_key(datasets)}: {_first_line(e)}") from None
         except FileNotFoundError as e:  # DatasetNotFoundError is one
-            raise ConfigError(f"data.name={self.name} is not a dataset on the Hub ({_first_line(e)}); check "
-                              "the name, or use data.path=DIR_OR_FILE for a local one") from None
+            raise ConfigError(
+                f"data.name={self.name} is not a dataset on the Hub ({_first_line(e)}); check "
+                "the name, or use data.path=DIR_OR_FILE for a local one"
+            ) from None
 
     def _unknown_key(self, datasets) -> str:
         """Which key a ValueError of ``load_dataset`` is about, asked of the library rather than read from its text:
@@ -174,36 +207,48 @@ class HFDataset:
 
         root = Path(path).expanduser()
         if not root.exists():
-            raise ConfigError(f"data.path={path} does not exist; point it at a save_to_disk folder or at "
-                              "parquet, json, csv or text files")
+            raise ConfigError(
+                f"data.path={path} does not exist; point it at a save_to_disk folder or at "
+                "parquet, json, csv or text files"
+            )
         if self.name or self.config:
             raise ConfigError("data.config names a hub configuration; drop it with data.path")
-        if root.is_dir() and ((root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists()
-                              or (root / "state.json").exists()):
+        if root.is_dir() and (
+            (root / "dataset_info.json").exists()
+            or (root / "dataset_dict.json").exists()
+            or (root / "state.json").exists()
+        ):
             return self._open_saved(root, split)
         splits = split_files(self._data_files(root), root, path)
         if split not in splits:
             key = "data.val_split" if split == self.val_split else "data.split"
             if list(splits) == ["train"]:
-                raise ConfigError(f"data.path={path} is plain data files, one split: drop {key}={split} "
-                                  "(validation is then every data.source.val_every-th block), or name the files by "
-                                  "split (train.parquet, validation.parquet)")
-            raise ConfigError(f"{key}={split} is not a split of {path}; its files name {', '.join(splits)}: set "
-                              f"{key} to one of them")
+                raise ConfigError(
+                    f"data.path={path} is plain data files, one split: drop {key}={split} "
+                    "(validation is then every data.source.val_every-th block), or name the files by "
+                    "split (train.parquet, validation.parquet)"
+                )
+            raise ConfigError(
+                f"{key}={split} is not a split of {path}; its files name {', '.join(splits)}: set {key} to one of them"
+            )
         files = splits[split]
         builders = {BUILDERS[f.suffix.lower()] for f in files}
         if len(builders) > 1:
-            raise ConfigError(f"data.path={path} mixes file kinds ({', '.join(sorted(builders))}); point it "
-                              "at files of one kind")
+            raise ConfigError(
+                f"data.path={path} mixes file kinds ({', '.join(sorted(builders))}); point it at files of one kind"
+            )
         builder = builders.pop()
         if builder == "parquet":
             _check_schemas(files, path)
         try:
-            return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train",
-                                         streaming=self.streaming)
+            return datasets.load_dataset(
+                builder, data_files=[str(f) for f in files], split="train", streaming=self.streaming
+            )
         except Exception as e:  # a malformed file: the library's reason, on one line
-            raise ConfigError(f"data.path={path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
-                              f" ({type(e).__name__}: {_first_line(e)}); fix the file or convert it") from None
+            raise ConfigError(
+                f"data.path={path} cannot be read as {', '.join(sorted({f.suffix for f in files}))}"
+                f" ({type(e).__name__}: {_first_line(e)}); fix the file or convert it"
+            ) from None
 
     def _open_saved(self, root: Path, split: str):
         """A ``save_to_disk`` folder: a DatasetDict's split, or a single dataset (read as the training split)."""
@@ -211,27 +256,40 @@ class HFDataset:
         loaded = datasets.load_from_disk(str(root))
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                raise ConfigError(f"data.split={split} is not a split of {self.path}; it has "
-                                  f"{', '.join(loaded)}: set data.split (and data.val_split) to one of them")
+                raise ConfigError(
+                    f"data.split={split} is not a split of {self.path}; it has "
+                    f"{', '.join(loaded)}: set data.split (and data.val_split) to one of them"
+                )
             loaded = loaded[split]
         elif split != "train":
-            raise ConfigError(f"{self.path} is a single dataset (no splits): drop data.split / data.val_split "
-                              "(validation is then every data.source.val_every-th block)")
+            raise ConfigError(
+                f"{self.path} is a single dataset (no splits): drop data.split / data.val_split "
+                "(validation is then every data.source.val_every-th block)"
+            )
         return loaded.to_iterable_dataset() if self.streaming else loaded
 
     def _data_files(self, root: Path) -> list[Path]:
         if root.is_file():
             files = [root]
         else:
-            files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in BUILDERS
-                           and not any(part.startswith(".") for part in p.relative_to(root).parts))
+            files = sorted(
+                p
+                for p in root.rglob("*")
+                if p.is_file()
+                and p.suffix.lower() in BUILDERS
+                and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            )
             if not files:
-                raise ConfigError(f"data.path={self.path} holds no save_to_disk dataset and no "
-                                  f"{', '.join(sorted(BUILDERS))} files; point it at one")
+                raise ConfigError(
+                    f"data.path={self.path} holds no save_to_disk dataset and no "
+                    f"{', '.join(sorted(BUILDERS))} files; point it at one"
+                )
         unknown = [f for f in files if f.suffix.lower() not in BUILDERS]
         if unknown:
-            raise ConfigError(f"data.path={unknown[0]}: a {unknown[0].suffix or 'suffix-less'} file is no data file "
-                              f"datasets reads here; use {', '.join(sorted(BUILDERS))}, or data=text for plain text")
+            raise ConfigError(
+                f"data.path={unknown[0]}: a {unknown[0].suffix or 'suffix-less'} file is no data file "
+                f"datasets reads here; use {', '.join(sorted(BUILDERS))}, or data=text for plain text"
+            )
         return files
 
 
@@ -242,19 +300,29 @@ def split_files(files: list[Path], root: Path, path: str) -> dict[str, list[Path
     """Local data files by split, named as the Hub names them: a file whose name, or a folder above it under
     ``root``, is a split name or starts with one and a separator (train.parquet, validation-00000-of-00001.parquet,
     test/a.jsonl). No file named so: every file is ``train``. Some named and some not: refused, naming the file."""
+
     def split_of(f: Path) -> str | None:
         parts = [*f.relative_to(root).parent.parts, f.stem] if root.is_dir() else [f.stem]
-        return next((name for part in parts for name in SPLIT_NAMES
-                     if part == name or (part.startswith(name) and part[len(name)] in "-_.")), None)
+        return next(
+            (
+                name
+                for part in parts
+                for name in SPLIT_NAMES
+                if part == name or (part.startswith(name) and part[len(name)] in "-_.")
+            ),
+            None,
+        )
 
     named = {f: split_of(f) for f in files}
     if not any(named.values()):
         return {"train": files}
     unnamed = [f for f, name in named.items() if name is None]
     if unnamed:
-        raise ConfigError(f"data.path={path}: {unnamed[0].name} names no split while other files do "
-                          f"({', '.join(sorted({n for n in named.values() if n}))}); name it by its split "
-                          "(train…, validation…) or move it out")
+        raise ConfigError(
+            f"data.path={path}: {unnamed[0].name} names no split while other files do "
+            f"({', '.join(sorted({n for n in named.values() if n}))}); name it by its split "
+            "(train…, validation…) or move it out"
+        )
     return {name: [f for f in files if named[f] == name] for name in dict.fromkeys(n for n in named.values() if n)}
 
 
@@ -262,8 +330,10 @@ def _datasets():
     try:
         import datasets
     except ImportError:
-        raise ConfigError("data=hf reads Hugging Face datasets, which is not installed: pip install datasets "
-                          "(or pip install -e '.[hf]')") from None
+        raise ConfigError(
+            "data=hf reads Hugging Face datasets, which is not installed: pip install datasets "
+            "(or pip install -e '.[hf]')"
+        ) from None
     # quiet: what goes wrong is posbench's one line, not the library's log lines and progress bars before it
     datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     datasets.disable_progress_bars()
@@ -279,8 +349,9 @@ def _batches(dataset, what: str) -> Iterator[dict]:
         except StopIteration:
             return
         except Exception as e:  # datasets' and pyarrow's own errors on a damaged or mismatched file
-            raise ConfigError(f"{what} cannot be read ({type(e).__name__}: {_first_line(e)}); fix the file or "
-                              "convert it") from None
+            raise ConfigError(
+                f"{what} cannot be read ({type(e).__name__}: {_first_line(e)}); fix the file or convert it"
+            ) from None
         yield batch
 
 
@@ -295,15 +366,18 @@ def _check_schemas(files: list[Path], path: str) -> None:
         try:
             schemas.append((f, pq.read_schema(f)))
         except Exception as e:  # not parquet, or damaged
-            raise ConfigError(f"data.path={f} is not a readable parquet file ({type(e).__name__}: {_first_line(e)}); "
-                              "fix or remove it") from None
+            raise ConfigError(
+                f"data.path={f} is not a readable parquet file ({type(e).__name__}: {_first_line(e)}); fix or remove it"
+            ) from None
     (first, want), *rest = schemas
     for f, schema in rest:
         if not schema.equals(want):
             said = ", ".join(f"{n}: {t}" for n, t in zip(schema.names, schema.types, strict=True))
             wanted = ", ".join(f"{n}: {t}" for n, t in zip(want.names, want.types, strict=True))
-            raise ConfigError(f"data.path={path}: {f.name}'s columns ({said}) differ from {first.name}'s ({wanted}); "
-                              "give files of one schema, or point data.path at those you want")
+            raise ConfigError(
+                f"data.path={path}: {f.name}'s columns ({said}) differ from {first.name}'s ({wanted}); "
+                "give files of one schema, or point data.path at those you want"
+            )
 
 
 def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
@@ -321,7 +395,7 @@ def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
 
 def row_of(i: int, piece: bytes) -> bytes:
     """Row ``i``'s text from its piece (``row_pieces``): without the separator before it."""
-    return piece[len(SEPARATOR):] if i else piece
+    return piece[len(SEPARATOR) :] if i else piece
 
 
 def is_val_row(i: int, val_every: int) -> bool:

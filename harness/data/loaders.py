@@ -75,9 +75,19 @@ class PairCollate:
         return {part: self.collate([item[part] for item in items]) for part in ("plain", "shuffled")}
 
 
-def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed: int,
-                 eval_batches: int | None = None, world_size: int = 1, rank: int = 0,
-                 start: int = 0, num_workers: int = 0) -> tuple[DataLoader, DataLoader]:
+def make_loaders(
+    corpus,
+    task,
+    seq_len: int,
+    batch_size: int,
+    n_train: int,
+    seed: int,
+    eval_batches: int | None = None,
+    world_size: int = 1,
+    rank: int = 0,
+    start: int = 0,
+    num_workers: int = 0,
+) -> tuple[DataLoader, DataLoader]:
     """``batch_size`` and ``eval_batches`` are per device: with DDP the validation subset holds
     eval_batches × batch_size × world_size examples, the same set a single process scores at the same
     global batch, split into disjoint shards. ``start``: the first training example (resuming).
@@ -86,20 +96,37 @@ def make_loaders(corpus, task, seq_len: int, batch_size: int, n_train: int, seed
     per_rank = {"world_size": world_size} if getattr(corpus, "per_rank", False) else {}  # shards: a slice per rank
     train = task.training_data(corpus, seq_len, n_train, seed, **per_rank)
     paired = WithShuffled(task.validation_data(corpus, seq_len), task.causal)
-    val: Dataset = paired if eval_batches is None else \
-        Subset(paired, range(min(len(paired), eval_batches * batch_size * world_size)))
+    val: Dataset = (
+        paired
+        if eval_batches is None
+        else Subset(paired, range(min(len(paired), eval_batches * batch_size * world_size)))
+    )
     # Shards without DistributedSampler's padding repeats, so the summed val loss counts each example once.
-    val_sampler = UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) \
-        if world_size > 1 else None
+    val_sampler = (
+        UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) if world_size > 1 else None
+    )
     # Each loader draws its iterator's base seed from its own generator: from the global one,
     # every validation pass would shift the dropout stream, and a resumed run (which does not
     # repeat the validation at its checkpoint step) would draw different dropout masks.
-    return (DataLoader(OneLineErrors(train) if num_workers else train, batch_size=batch_size,
-                       sampler=ContinueFrom(train, start, rank, world_size),
-                       collate_fn=task.collate, generator=torch.Generator().manual_seed(seed),
-                       num_workers=num_workers, persistent_workers=num_workers > 0),
-            DataLoader(val, batch_size=batch_size, shuffle=False, sampler=val_sampler,
-                       collate_fn=PairCollate(task.collate), generator=torch.Generator().manual_seed(seed)))
+    return (
+        DataLoader(
+            OneLineErrors(train) if num_workers else train,
+            batch_size=batch_size,
+            sampler=ContinueFrom(train, start, rank, world_size),
+            collate_fn=task.collate,
+            generator=torch.Generator().manual_seed(seed),
+            num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+        ),
+        DataLoader(
+            val,
+            batch_size=batch_size,
+            shuffle=False,
+            sampler=val_sampler,
+            collate_fn=PairCollate(task.collate),
+            generator=torch.Generator().manual_seed(seed),
+        ),
+    )
 
 
 def without_full_masks(batch: dict) -> dict:

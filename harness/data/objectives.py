@@ -96,14 +96,26 @@ class TextObjective:
         if hasattr(corpus, "train_ids"):
             from harness.data.shards import SlicedWindows
 
-            return SlicedWindows(corpus.train_ids, seq_len + self.extra_tokens, n, seed, self, corpus.windows,
-                                 world_size, stride=seq_len)  # sequential CLM windows share the shifted token
-        return TrainWindows(self.tok.encode(corpus.train), seq_len + self.extra_tokens, n, seed, self,
-                            document_firsts(corpus, self.tok, "train"))
+            return SlicedWindows(
+                corpus.train_ids, seq_len + self.extra_tokens, n, seed, self, corpus.windows, world_size, stride=seq_len
+            )  # sequential CLM windows share the shifted token
+        return TrainWindows(
+            self.tok.encode(corpus.train),
+            seq_len + self.extra_tokens,
+            n,
+            seed,
+            self,
+            document_firsts(corpus, self.tok, "train"),
+        )
 
     def validation_data(self, corpus, seq_len: int) -> Dataset:
-        return EvalWindows(split_ids(corpus, self.tok, "val"), seq_len + self.extra_tokens, self, self.tok.pad_id,
-                           firsts=document_firsts(corpus, self.tok, "val"))
+        return EvalWindows(
+            split_ids(corpus, self.tok, "val"),
+            seq_len + self.extra_tokens,
+            self,
+            self.tok.pad_id,
+            firsts=document_firsts(corpus, self.tok, "val"),
+        )
 
 
 class MaskedLM(TextObjective):
@@ -125,17 +137,20 @@ class MaskedLM(TextObjective):
     causal = False
     extra_tokens = 0  # a window of T tokens gives T inputs
 
-    def __init__(self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1,
-                 whole_word: bool = False):
+    def __init__(
+        self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1, whole_word: bool = False
+    ):
         if not 0.0 < mask_prob < 1.0:
             raise ConfigError(f"task.mask_prob={mask_prob} must lie in (0, 1); BERT uses 0.15")
         if p_mask < 0 or p_random < 0 or p_mask + p_random > 1:
             raise ConfigError(f"task.p_mask={p_mask} + task.p_random={p_random} must be ≥ 0 and sum to ≤ 1")
         mask_id = getattr(tokenizer, "mask_id", None)
         if mask_id is None:
-            raise ConfigError("task=mlm replaces tokens by [MASK], which this tokenizer's vocabulary has none of "
-                              "(e.g. gpt2); use task=clm, or a tokenizer with a mask token (bert-base-uncased, "
-                              "tokenizer=wordpiece, tokenizer=bpe)")
+            raise ConfigError(
+                "task=mlm replaces tokens by [MASK], which this tokenizer's vocabulary has none of "
+                "(e.g. gpt2); use task=clm, or a tokenizer with a mask token (bert-base-uncased, "
+                "tokenizer=wordpiece, tokenizer=bpe)"
+            )
         self.tok, self.mask_id = tokenizer, mask_id
         self.mask_prob, self.p_mask, self.p_random, self.whole_word = mask_prob, p_mask, p_random, whole_word
 

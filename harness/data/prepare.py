@@ -41,8 +41,14 @@ SHARD_TOKENS = 1 << 28  # tokens per shard file (512 MiB of uint16)
 class ShardWriter:
     """Appends token ids to ``<split>-NNNNN.bin`` files of at most ``shard_tokens`` ids each."""
 
-    def __init__(self, folder: Path, split: str, dtype: np.dtype, shard_tokens: int = SHARD_TOKENS,
-                 block_bytes: int = BLOCK_BYTES):
+    def __init__(
+        self,
+        folder: Path,
+        split: str,
+        dtype: np.dtype,
+        shard_tokens: int = SHARD_TOKENS,
+        block_bytes: int = BLOCK_BYTES,
+    ):
         self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
         self.block_bytes = block_bytes
         self.shards: list[dict] = []
@@ -78,7 +84,7 @@ class ShardWriter:
     def _add_to_blocks(self, data: bytes) -> None:
         view = memoryview(data)
         while len(view):
-            chunk, view = view[: self.block_bytes - self._filled], view[self.block_bytes - self._filled:]
+            chunk, view = view[: self.block_bytes - self._filled], view[self.block_bytes - self._filled :]
             self._block.update(chunk)
             self._filled += len(chunk)
             if self._filled == self.block_bytes:
@@ -103,8 +109,9 @@ class ShardWriter:
         self._seal()
         if not self.shards:  # an empty split still has its (empty) shard
             (self.folder / f"{self.split}-00000.bin").write_bytes(b"")
-            self.shards.append({"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest(),
-                                "blocks": []})
+            self.shards.append(
+                {"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest(), "blocks": []}
+            )
         return {"tokens": self.tokens, "bytes": self.bytes, "shards": self.shards}
 
 
@@ -131,8 +138,13 @@ def _out_folder(out: str | Path) -> Path:
     return folder
 
 
-def prepare(out: str | Path, source: Source, tokenizer: Tokenizer, shard_tokens: int = SHARD_TOKENS,
-            block_bytes: int = BLOCK_BYTES) -> dict:
+def prepare(
+    out: str | Path,
+    source: Source,
+    tokenizer: Tokenizer,
+    shard_tokens: int = SHARD_TOKENS,
+    block_bytes: int = BLOCK_BYTES,
+) -> dict:
     """Write the shards and the manifest of ``source`` tokenized by ``tokenizer``; returns the manifest."""
     if hasattr(source, "check_tokenizer"):
         raise ConfigError("data=tokens is token ids already; prepare reads text: pick data=embedded, text, enwik8, hf")
@@ -164,8 +176,12 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
         for split in ("train", "val"):
             for piece in pieces(getattr(corpus, split)):
                 writers[split].write(tokenizer.encode(piece), len(piece))
-        corpus_meta = {"name": corpus.name, "sha256": corpus.sha256, "bytes": corpus.size,
-                       "train_sha256": hashlib.sha256(corpus.train).hexdigest()}
+        corpus_meta = {
+            "name": corpus.name,
+            "sha256": corpus.sha256,
+            "bytes": corpus.size,
+            "train_sha256": hashlib.sha256(corpus.train).hexdigest(),
+        }
     splits = {split: writer.close() for split, writer in writers.items()}
     core = getattr(tokenizer, "_tok", None)
     saved = {}
@@ -173,11 +189,18 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
         core.save(str(folder / "tokenizer.json"))
         saved = {"file_sha256": integrity.file_digest(folder / "tokenizer.json")}  # checked before it is parsed
     manifest = {
-        "format": FORMAT, "corpus": corpus_meta,
-        "tokenizer": {"config": type(tokenizer).config_name(), "digest": tokenizer.digest(),
-                      "vocab_size": tokenizer.vocab_size,
-                      "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None, **saved},
-        "dtype": dtype.name, "block_bytes": writers["train"].block_bytes, "splits": splits,
+        "format": FORMAT,
+        "corpus": corpus_meta,
+        "tokenizer": {
+            "config": type(tokenizer).config_name(),
+            "digest": tokenizer.digest(),
+            "vocab_size": tokenizer.vocab_size,
+            "recipe": tokenizer.recipe() if hasattr(tokenizer, "recipe") else None,
+            **saved,
+        },
+        "dtype": dtype.name,
+        "block_bytes": writers["train"].block_bytes,
+        "splits": splits,
     }
     integrity.write(folder / "manifest.json", manifest)  # sealed, as each shard is; written last: a folder with a
     return manifest  # manifest is whole
@@ -192,15 +215,19 @@ def _check_shard_count(shard_tokens: int, text_bytes: int | None) -> None:
     corpus of known size bounds the count before anything is tokenized; a stream's size is not known."""
     if text_bytes is None:
         if shard_tokens < STREAMED_SHARD_TOKENS:
-            raise ConfigError(f"--shard-tokens={shard_tokens:,} with a streamed corpus (whose size is unknown up "
-                              f"front) could write a file every {shard_tokens:,} ids; give at least "
-                              f"{STREAMED_SHARD_TOKENS:,} (default {SHARD_TOKENS:,})")
+            raise ConfigError(
+                f"--shard-tokens={shard_tokens:,} with a streamed corpus (whose size is unknown up "
+                f"front) could write a file every {shard_tokens:,} ids; give at least "
+                f"{STREAMED_SHARD_TOKENS:,} (default {SHARD_TOKENS:,})"
+            )
         return
     files = 2 + text_bytes // shard_tokens  # the two splits' last shards, and every full one
     if files > MAX_SHARDS:
-        raise ConfigError(f"--shard-tokens={shard_tokens:,} would write up to {files:,} shard files for "
-                          f"{text_bytes:,} bytes of text; give at least {-(-text_bytes // (MAX_SHARDS - 2)):,} "
-                          f"(default {SHARD_TOKENS:,})")
+        raise ConfigError(
+            f"--shard-tokens={shard_tokens:,} would write up to {files:,} shard files for "
+            f"{text_bytes:,} bytes of text; give at least {-(-text_bytes // (MAX_SHARDS - 2)):,} "
+            f"(default {SHARD_TOKENS:,})"
+        )
 
 
 def _remove_partial(folder: Path, writers: dict[str, ShardWriter], existed: bool) -> None:
@@ -248,8 +275,12 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
             total += len(data)
             splitter.add("val", data)
     splitter.finish()
-    return {"name": f"hf:{source.describe()}", "sha256": whole.hexdigest(), "bytes": total,
-            "train_sha256": splitter.train_hash.hexdigest()}
+    return {
+        "name": f"hf:{source.describe()}",
+        "sha256": whole.hexdigest(),
+        "bytes": total,
+        "train_sha256": splitter.train_hash.hexdigest(),
+    }
 
 
 def _train_text(source, limit: int | None = None) -> Iterator[str]:
@@ -323,8 +354,8 @@ class _Splitter:
     def feed(self, data: bytes) -> None:
         self.pending.extend(data)
         while len(self.pending) >= self.BLOCK:
-            chunk = bytes(self.pending[:self.BLOCK])
-            del self.pending[:self.BLOCK]
+            chunk = bytes(self.pending[: self.BLOCK])
+            del self.pending[: self.BLOCK]
             self._to(self._split(), chunk)
             self.n_block += 1
 

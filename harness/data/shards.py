@@ -69,8 +69,13 @@ class ShardedIds:
     the first time this process reads it and refused if it differs — a folder too large to hash whole at every start
     is so checked before use, block by block, at the cost of one hash of what is read."""
 
-    def __init__(self, arrays: list[np.ndarray], vocab_size: int | None = None,
-                 blocks: list[list[str] | None] | None = None, block_bytes: int = BLOCK_BYTES):
+    def __init__(
+        self,
+        arrays: list[np.ndarray],
+        vocab_size: int | None = None,
+        blocks: list[list[str] | None] | None = None,
+        block_bytes: int = BLOCK_BYTES,
+    ):
         kept = [(a, b) for a, b in zip(arrays, blocks or [None] * len(arrays), strict=True) if len(a)]
         self.arrays, self.blocks = [a for a, _ in kept], [b for _, b in kept]
         self.ends = np.cumsum([len(a) for a in self.arrays]).tolist()
@@ -82,8 +87,7 @@ class ShardedIds:
         """Pickled (a spawned DataLoader worker) as its files, mapped again: a memmap would pickle its data."""
         mapped = [a.filename for a in self.arrays if isinstance(a, np.memmap) and a.filename]
         if len(mapped) == len(self.arrays):
-            return _reopen, (mapped, self.dtype.str, self.vocab_size, self.blocks,
-                             self.block_bytes)
+            return _reopen, (mapped, self.dtype.str, self.vocab_size, self.blocks, self.block_bytes)
         return ShardedIds, (self.arrays, self.vocab_size, self.blocks, self.block_bytes)
 
     def __len__(self) -> int:
@@ -116,26 +120,30 @@ class ShardedIds:
         for block in range(lo * item // size, (hi * item - 1) // size + 1):
             if block in self._checked_blocks[k]:
                 continue
-            data = raw[block * size: (block + 1) * size]
-            if block >= len(digests) or block_digest(hashlib.sha256(np.ascontiguousarray(data).data)) \
-                    != digests[block]:
+            data = raw[block * size : (block + 1) * size]
+            if block >= len(digests) or block_digest(hashlib.sha256(np.ascontiguousarray(data).data)) != digests[block]:
                 where = getattr(self.arrays[k], "filename", None) or f"shard {k}"
-                raise ConfigError(f"{where} is damaged: its bytes {block * size}–{block * size + len(data)} do not "
-                                  f"hash to the digest manifest.json records (they changed after prepare wrote them); "
-                                  f"{FIX}")
+                raise ConfigError(
+                    f"{where} is damaged: its bytes {block * size}–{block * size + len(data)} do not "
+                    f"hash to the digest manifest.json records (they changed after prepare wrote them); "
+                    f"{FIX}"
+                )
             self._checked_blocks[k].add(block)
 
     def _checked(self, array: np.ndarray, piece: np.ndarray) -> np.ndarray:
         if self.vocab_size is not None and len(piece) and int(piece.max()) >= self.vocab_size:
             where = getattr(array, "filename", None) or "a shard"
-            raise ConfigError(f"{where} holds token id {int(piece.max())}, not below the vocabulary size "
-                              f"{self.vocab_size} its manifest records: the shard is damaged; write the folder again "
-                              "with posbench prepare")
+            raise ConfigError(
+                f"{where} holds token id {int(piece.max())}, not below the vocabulary size "
+                f"{self.vocab_size} its manifest records: the shard is damaged; write the folder again "
+                "with posbench prepare"
+            )
         return piece
 
 
-def _reopen(files: list[str], dtype: str, vocab_size: int | None = None, blocks=None,
-            block_bytes: int = BLOCK_BYTES) -> ShardedIds:
+def _reopen(
+    files: list[str], dtype: str, vocab_size: int | None = None, blocks=None, block_bytes: int = BLOCK_BYTES
+) -> ShardedIds:
     return ShardedIds([np.memmap(f, dtype=np.dtype(dtype), mode="r") for f in files], vocab_size, blocks, block_bytes)
 
 
@@ -188,8 +196,10 @@ def hash_whole_bytes() -> int:
             raise ValueError
         return limit
     except ValueError:
-        raise ConfigError(f"{HASH_WHOLE_ENV}={value!r} must be a whole number of bytes (0: check every folder "
-                          "block by block as it is read); set it so, or unset it") from None
+        raise ConfigError(
+            f"{HASH_WHOLE_ENV}={value!r} must be a whole number of bytes (0: check every folder "
+            "block by block as it is read); set it so, or unset it"
+        ) from None
 
 
 def _shard_list(manifest: dict) -> list[dict]:
@@ -256,20 +266,23 @@ class TokenShards:
         folder = self._folder()
         file = folder / "manifest.json"
         if not file.is_file():
-            raise ConfigError(f"data.path={self.path} has no manifest.json; write one with posbench "
-                              "prepare DIR data=... tokenizer=...")
+            raise ConfigError(
+                f"data.path={self.path} has no manifest.json; write one with posbench "
+                "prepare DIR data=... tokenizer=..."
+            )
         manifest = integrity.read(file, FIX)
         if manifest.get("format") != FORMAT:
-            raise ConfigError(f"{file} is not a {FORMAT} manifest (an earlier posbench's, or another program's); "
-                              f"{FIX}")
+            raise ConfigError(f"{file} is not a {FORMAT} manifest (an earlier posbench's, or another program's); {FIX}")
         _check_structure(manifest, file)
         for split in ("train", "val"):
             for shard in manifest["splits"][split]["shards"]:
                 size = (folder / shard["file"]).stat().st_size if (folder / shard["file"]).is_file() else None
                 expected = shard["tokens"] * np.dtype(manifest["dtype"]).itemsize
                 if size != expected:
-                    raise ConfigError(f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
-                                      f"the manifest says {expected}; {FIX}")
+                    raise ConfigError(
+                        f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
+                        f"the manifest says {expected}; {FIX}"
+                    )
         verify(folder, manifest)
         return manifest
 
@@ -286,16 +299,20 @@ class TokenShards:
         recipe = getattr(tokenizer, "recipe", None)
         if recipe is not None and getattr(tokenizer, "_tok", None) is None:  # trained, not yet: the recipe decides
             if recorded.get("recipe") != recipe():
-                raise ConfigError(f"data.path={self.path} was tokenized with tokenizer={recorded['config']} "
-                                  f"{recorded.get('recipe')}, not tokenizer={name} {recipe()}; set the tokenizer it "
-                                  "was written with, or run posbench prepare again with this one")
+                raise ConfigError(
+                    f"data.path={self.path} was tokenized with tokenizer={recorded['config']} "
+                    f"{recorded.get('recipe')}, not tokenizer={name} {recipe()}; set the tokenizer it "
+                    "was written with, or run posbench prepare again with this one"
+                )
             return
         digest = tokenizer.digest()
         if digest != recorded["digest"]:
-            raise ConfigError(f"data.path={self.path} was tokenized with tokenizer={recorded['config']} (digest "
-                              f"{recorded['digest'][:12]}…), not with the configured tokenizer={name} (digest "
-                              f"{digest[:12]}…); set the tokenizer it was written with, or run posbench "
-                              "prepare again with this one")
+            raise ConfigError(
+                f"data.path={self.path} was tokenized with tokenizer={recorded['config']} (digest "
+                f"{recorded['digest'][:12]}…), not with the configured tokenizer={name} (digest "
+                f"{digest[:12]}…); set the tokenizer it was written with, or run posbench "
+                "prepare again with this one"
+            )
 
     def load(self) -> TokenCorpus:
         manifest, folder = self.manifest(), self._folder()
@@ -305,14 +322,29 @@ class TokenShards:
 
         def ids(split: str) -> ShardedIds:
             shards = manifest["splits"][split]["shards"]
-            return ShardedIds([np.memmap(folder / s["file"], dtype=dtype, mode="r") if s["tokens"] else
-                               np.empty(0, dtype) for s in shards], manifest["tokenizer"]["vocab_size"],
-                              [s["blocks"] for s in shards] if by_block else None,
-                              int(manifest["block_bytes"]))
+            return ShardedIds(
+                [
+                    np.memmap(folder / s["file"], dtype=dtype, mode="r") if s["tokens"] else np.empty(0, dtype)
+                    for s in shards
+                ],
+                manifest["tokenizer"]["vocab_size"],
+                [s["blocks"] for s in shards] if by_block else None,
+                int(manifest["block_bytes"]),
+            )
 
         corpus, val = manifest["corpus"], manifest["splits"]["val"]
-        return TokenCorpus(corpus["name"], corpus["sha256"], corpus["bytes"], corpus["train_sha256"], ids("train"),
-                           ids("val"), val["bytes"] / max(1, val["tokens"]), self.windows, folder, manifest)
+        return TokenCorpus(
+            corpus["name"],
+            corpus["sha256"],
+            corpus["bytes"],
+            corpus["train_sha256"],
+            ids("train"),
+            ids("val"),
+            val["bytes"] / max(1, val["tokens"]),
+            self.windows,
+            folder,
+            manifest,
+        )
 
 
 class SlicedWindows(Dataset):
@@ -322,16 +354,27 @@ class SlicedWindows(Dataset):
     (g div W)-th window of the slice, windows advancing ``stride`` tokens and wrapping around.
     """
 
-    def __init__(self, ids, length: int, n: int, seed: int, objective, windows: str = "random",
-                 world_size: int = 1, stride: int | None = None):
+    def __init__(
+        self,
+        ids,
+        length: int,
+        n: int,
+        seed: int,
+        objective,
+        windows: str = "random",
+        world_size: int = 1,
+        stride: int | None = None,
+    ):
         self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
         self.windows, self.world_size, self.stride = windows, world_size, stride or length
         self.slices = [rank_slice(len(ids), r, world_size) for r in range(world_size)]
         smallest = min(end - start for start, end in self.slices)
         check_train_split(smallest, length)  # every rank's slice holds more than one window
         if world_size > 1 and smallest <= length:
-            raise ConfigError(f"each of the {world_size} ranks reads {smallest} training tokens, not more than one "
-                              f"window of {length}; lower data.seq_len or prepare a larger corpus")
+            raise ConfigError(
+                f"each of the {world_size} ranks reads {smallest} training tokens, not more than one "
+                f"window of {length}; lower data.seq_len or prepare a larger corpus"
+            )
 
     def __len__(self) -> int:
         return self.n
@@ -347,5 +390,5 @@ class SlicedWindows(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         gen = _generator(self.seed, index)
         start = self.start(index, gen)
-        window = torch.from_numpy(np.asarray(self.ids[start:start + self.length]).astype(np.int64))
+        window = torch.from_numpy(np.asarray(self.ids[start : start + self.length]).astype(np.int64))
         return self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)

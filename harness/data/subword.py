@@ -108,8 +108,9 @@ class Subword:
             text = data.decode("utf-8", errors="replace")
             encodings = self.tokenizer.encode_batch(text_chunks(text), add_special_tokens=False)
             dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
-            self._encoded[data] = np.concatenate([np.asarray(e.ids, dtype=dtype) for e in encodings] or
-                                                 [np.empty(0, dtype)])
+            self._encoded[data] = np.concatenate(
+                [np.asarray(e.ids, dtype=dtype) for e in encodings] or [np.empty(0, dtype)]
+            )
         return self._encoded[data]
 
     def decode(self, ids) -> str:
@@ -204,21 +205,32 @@ class Trained(Subword):
     kind: str
     requires = ("tokenizers",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
-    def __init__(self, vocab_size: int | None = None, path: str | None = None, min_frequency: int = 2,
-                 train_bytes: int | None = None):
+    def __init__(
+        self,
+        vocab_size: int | None = None,
+        path: str | None = None,
+        min_frequency: int = 2,
+        train_bytes: int | None = None,
+    ):
         """``train_bytes``: train on the training split's first this many bytes (a bounded sample of a large
         corpus; None: all of it)."""
         super().__init__()
         if train_bytes is not None and not (isinstance(train_bytes, int) and train_bytes >= 4096):
-            raise ConfigError(f"tokenizer.train_bytes={train_bytes} must be a whole number ≥ 4096, or null for the "
-                              "whole training split")
+            raise ConfigError(
+                f"tokenizer.train_bytes={train_bytes} must be a whole number ≥ 4096, or null for the "
+                "whole training split"
+            )
         if train_bytes is not None and path:
-            raise ConfigError("tokenizer.train_bytes sizes the sample a vocabulary is trained on; tokenizer.path "
-                              "loads a trained one: drop one of them")
+            raise ConfigError(
+                "tokenizer.train_bytes sizes the sample a vocabulary is trained on; tokenizer.path "
+                "loads a trained one: drop one of them"
+            )
         self.train_bytes = train_bytes
         if vocab_size is not None and not len(SPECIALS) + 256 <= vocab_size <= 2**32 - 1:
-            raise ConfigError(f"vocab_size={vocab_size} must be at least {len(SPECIALS) + 256} (the specials and "
-                              f"the byte alphabet), e.g. tokenizer.vocab_size={DEFAULT_VOCAB}")
+            raise ConfigError(
+                f"vocab_size={vocab_size} must be at least {len(SPECIALS) + 256} (the specials and "
+                f"the byte alphabet), e.g. tokenizer.vocab_size={DEFAULT_VOCAB}"
+            )
         if min_frequency < 1:
             raise ConfigError(f"min_frequency={min_frequency} must be ≥ 1")
         self.path, self.min_frequency = path, min_frequency
@@ -226,15 +238,20 @@ class Trained(Subword):
             self._tok = load_file(path)
             size = self._tok.get_vocab_size(with_added_tokens=True)
             if vocab_size is not None and vocab_size != size:
-                raise ConfigError(f"tokenizer.vocab_size={vocab_size} but tokenizer.path={path} holds {size} ids; "
-                                  "drop tokenizer.vocab_size (the file decides) or train one without tokenizer.path")
+                raise ConfigError(
+                    f"tokenizer.vocab_size={vocab_size} but tokenizer.path={path} holds {size} ids; "
+                    "drop tokenizer.vocab_size (the file decides) or train one without tokenizer.path"
+                )
             self.vocab_size = size
-            self.pad_id, self.mask_id = _special_id(self._tok, ("[PAD]", "<pad>")), \
-                _special_id(self._tok, ("[MASK]", "<mask>"))
+            self.pad_id, self.mask_id = (
+                _special_id(self._tok, ("[PAD]", "<pad>")),
+                _special_id(self._tok, ("[MASK]", "<mask>")),
+            )
             if self.pad_id is None:
                 raise ConfigError(f"tokenizer.path={path} has no [PAD] or <pad> token; add one to it")
-            self.special_tokens = tuple(t["content"] for t in json.loads(self._tok.to_str())["added_tokens"]
-                                        if t.get("special"))
+            self.special_tokens = tuple(
+                t["content"] for t in json.loads(self._tok.to_str())["added_tokens"] if t.get("special")
+            )
         else:
             self.vocab_size = vocab_size or DEFAULT_VOCAB
             self.pad_id, self.mask_id = SPECIALS.index("[PAD]"), SPECIALS.index("[MASK]")
@@ -255,8 +272,9 @@ class Trained(Subword):
         sample = corpus.train[: self.train_bytes]  # None: all of it
         cache = self.cache_path(integrity.sha256(sample))
         # a damaged or swapped file would change every id of the run: refused; an unsealed one is trained again
-        if cache.exists() and integrity.check_file(cache, "the cached vocabulary was damaged or replaced; delete it "
-                                                          "and the run trains it again"):
+        if cache.exists() and integrity.check_file(
+            cache, "the cached vocabulary was damaged or replaced; delete it and the run trains it again"
+        ):
             self._tok = load_file(str(cache))
         else:
             self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
@@ -288,8 +306,11 @@ class Trained(Subword):
     def cache_path(self, train_sha256: str) -> Path:
         from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
 
-        return (corpus_module.CACHE / "tokenizers" /
-                f"{self.kind}-v{self.asked}-f{self.min_frequency}-{train_sha256[:20]}.json")  # of the sample
+        return (
+            corpus_module.CACHE
+            / "tokenizers"
+            / f"{self.kind}-v{self.asked}-f{self.min_frequency}-{train_sha256[:20]}.json"
+        )  # of the sample
 
 
 class BPE(Trained):
@@ -314,15 +335,20 @@ def train_tokenizer(kind: str, train: bytes | Iterator[str], vocab_size: int, mi
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer: trainers.Trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIALS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
     else:
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=list(SPECIALS), show_progress=False)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS), show_progress=False
+        )
     chunks = text_chunks(train.decode("utf-8", errors="replace")) if isinstance(train, bytes) else train
     tok.train_from_iterator(chunks, trainer)
     if kind == "wordpiece":  # its trainer numbers the same tokens in another order run to run: fix one order
@@ -339,13 +365,17 @@ def load_file(path: str):
     if file.is_dir() and (file / "tokenizer.json").is_file():
         file = file / "tokenizer.json"
     if not file.is_file():
-        raise ConfigError(f"tokenizer.path={path} does not exist; point it at a tokenizer.json (or drop it to train "
-                          "one on the corpus)")
+        raise ConfigError(
+            f"tokenizer.path={path} does not exist; point it at a tokenizer.json (or drop it to train "
+            "one on the corpus)"
+        )
     try:
         return Tokenizer.from_file(str(file))
     except Exception as e:
-        raise ConfigError(f"tokenizer.path={path} is not a tokenizers JSON file ({' '.join(str(e).split())[:200]}); "
-                          "point it at the tokenizer.json a tokenizer saved") from None
+        raise ConfigError(
+            f"tokenizer.path={path} is not a tokenizers JSON file ({' '.join(str(e).split())[:200]}); "
+            "point it at the tokenizer.json a tokenizer saved"
+        ) from None
 
 
 def _special_id(tok, names: tuple[str, ...]) -> int | None:
@@ -363,8 +393,10 @@ class Pretrained(Subword):
     def __init__(self, name: str | None = None):
         super().__init__()
         if not name:
-            raise ConfigError("tokenizer=hf needs tokenizer.name=gpt2, bert-base-uncased or a folder a tokenizer "
-                              "was saved to (save_pretrained)")
+            raise ConfigError(
+                "tokenizer=hf needs tokenizer.name=gpt2, bert-base-uncased or a folder a tokenizer "
+                "was saved to (save_pretrained)"
+            )
         self.name = name
         local = Path(name).expanduser().exists()
         offline = None if local else hub.offline()  # asked before transformers is imported: it reads the setting then
@@ -373,12 +405,18 @@ class Pretrained(Subword):
         try:
             hf = AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as e:
-            why = (f"cannot load a tokenizer from this folder ({' '.join(str(e).split())[:160]})" if local else
-                   f"not in the Hugging Face cache, and the Hub was not asked ({offline})" if offline else
-                   "not in the Hugging Face cache and the Hub cannot be reached")
+            why = (
+                f"cannot load a tokenizer from this folder ({' '.join(str(e).split())[:160]})"
+                if local
+                else f"not in the Hugging Face cache, and the Hub was not asked ({offline})"
+                if offline
+                else "not in the Hugging Face cache and the Hub cannot be reached"
+            )
             save = f"AutoTokenizer.from_pretrained('{name}').save_pretrained('DIR')"
-            raise ConfigError(f"tokenizer.name={name}: {why}; where there is a network run python -c \"from "
-                              f"transformers import AutoTokenizer; {save}\" and set tokenizer.name=DIR") from None
+            raise ConfigError(
+                f'tokenizer.name={name}: {why}; where there is a network run python -c "from '
+                f'transformers import AutoTokenizer; {save}" and set tokenizer.name=DIR'
+            ) from None
         if not getattr(hf, "is_fast", False):
             raise ConfigError(f"tokenizer.name={name} has no fast (tokenizers) version; use one that does")
         self._tok = hf.backend_tokenizer

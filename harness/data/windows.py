@@ -19,8 +19,9 @@ def _generator(seed: int, index: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + index)
 
 
-def with_document_ids(example: dict[str, torch.Tensor], firsts: np.ndarray | None, start: int,
-                      length: int) -> dict[str, torch.Tensor]:
+def with_document_ids(
+    example: dict[str, torch.Tensor], firsts: np.ndarray | None, start: int, length: int
+) -> dict[str, torch.Tensor]:
     """``example`` with ``document_ids`` (T,) when the source passes documents: ``firsts`` (bool, one per token of
     the split) is True at each document's first token. The window's first token is in document 0 whatever it is;
     padding beyond the split continues the last document (masked anyway). None: the example as it was."""
@@ -77,20 +78,28 @@ class EvalWindows(Dataset):
     last K. The masking seed is fixed per window, so every evaluation scores the same tokens.
     """
 
-    def __init__(self, ids: np.ndarray, length: int, objective, pad_id: int, seed: int = 12345,
-                 starts: list[int] | None = None, score_from: list[int] | None = None,
-                 firsts: np.ndarray | None = None):
+    def __init__(
+        self,
+        ids: np.ndarray,
+        length: int,
+        objective,
+        pad_id: int,
+        seed: int = 12345,
+        starts: list[int] | None = None,
+        score_from: list[int] | None = None,
+        firsts: np.ndarray | None = None,
+    ):
         check_val_split(len(ids), objective.extra_tokens)
         self.ids, self.length, self.objective, self.pad_id, self.seed = ids, length, objective, pad_id, seed
         self.firsts = firsts  # True at each document's first token (``with_document_ids``), or None
         labels = length - objective.extra_tokens  # CLM windows overlap by the one shifted token
-        self.starts = starts if starts is not None else window_starts(len(ids) - objective.extra_tokens, labels,
-                                                                      labels)
+        self.starts = starts if starts is not None else window_starts(len(ids) - objective.extra_tokens, labels, labels)
         self.score_from = score_from or [0] * len(self.starts)
 
     @classmethod
-    def sliding(cls, ids: np.ndarray, length: int, stride: int, objective, pad_id: int,
-                firsts: np.ndarray | None = None) -> EvalWindows:
+    def sliding(
+        cls, ids: np.ndarray, length: int, stride: int, objective, pad_id: int, firsts: np.ndarray | None = None
+    ) -> EvalWindows:
         """Windows advancing ``stride`` tokens; each after the first scores only its last ``stride`` labels."""
         labels = length - objective.extra_tokens
         starts = window_starts(len(ids) - objective.extra_tokens, labels, stride)
@@ -98,13 +107,28 @@ class EvalWindows(Dataset):
         return cls(ids, length, objective, pad_id, starts=starts, score_from=score_from, firsts=firsts)
 
     @classmethod
-    def last_tokens(cls, ids: np.ndarray, length: int, ends: list[int], keep: int, objective,
-                    pad_id: int, firsts: np.ndarray | None = None) -> EvalWindows:
+    def last_tokens(
+        cls,
+        ids: np.ndarray,
+        length: int,
+        ends: list[int],
+        keep: int,
+        objective,
+        pad_id: int,
+        firsts: np.ndarray | None = None,
+    ) -> EvalWindows:
         """One window per sample ending at label index ``ends[j]`` (exclusive), scoring its last ``keep``
         labels: at every context length the same targets (Kazemnejad et al. 2023, App. F.3)."""
         labels = length - objective.extra_tokens
-        return cls(ids, length, objective, pad_id, starts=[e - labels for e in ends],
-                   score_from=[labels - keep] * len(ends), firsts=firsts)
+        return cls(
+            ids,
+            length,
+            objective,
+            pad_id,
+            starts=[e - labels for e in ends],
+            score_from=[labels - keep] * len(ends),
+            firsts=firsts,
+        )
 
     def __len__(self) -> int:
         return len(self.starts)

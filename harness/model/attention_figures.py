@@ -23,10 +23,18 @@ def draw(diag) -> dict[str, bytes]:
     T = (diag.measured()[0].pairs.numel() + 1) // 2
     note = [SIGNED_NOTE] if diag.signed else []
     return {
-        "attention_distance.png": heatmap(distance, ["Mean attention distance Σ_j w_ij |i − j| (tokens)",
-                                                     f"uniform over {T} keys: {(T * T - 1) / (3 * T):.1f}", *note]),
-        "attention_entropy.png": heatmap(entropy, ["Attention entropy −Σ_j w_ij ln w_ij (nats)",
-                                                   f"uniform over {T} keys: ln {T} = {math.log(T):.2f}", *note]),
+        "attention_distance.png": heatmap(
+            distance,
+            [
+                "Mean attention distance Σ_j w_ij |i − j| (tokens)",
+                f"uniform over {T} keys: {(T * T - 1) / (3 * T):.1f}",
+                *note,
+            ],
+        ),
+        "attention_entropy.png": heatmap(
+            entropy,
+            ["Attention entropy −Σ_j w_ij ln w_ij (nats)", f"uniform over {T} keys: ln {T} = {math.log(T):.2f}", *note],
+        ),
         "attention_by_offset.png": by_offset(diag, T, note),
         "attention_maps.png": maps(diag, note),
     }
@@ -79,8 +87,16 @@ def maps(diag, note: list[str]) -> bytes:
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_title(f"layer {layer} · head {head}", fontsize=7)
-    fig.suptitle("\n".join(["Attention of one validation window: query i down, key j across (colour capped at "
-                             "each map's 99.5th percentile)", *note]), fontsize=9)
+    fig.suptitle(
+        "\n".join(
+            [
+                "Attention of one validation window: query i down, key j across (colour capped at "
+                "each map's 99.5th percentile)",
+                *note,
+            ]
+        ),
+        fontsize=9,
+    )
     return _png(fig)
 
 

@@ -89,9 +89,13 @@ def attention_stats(w: Tensor, queries: Tensor | None = None) -> AttentionStats:
     column = (offset + T - 1).flatten()  # (T·T,)
     by_offset = w.new_zeros(H, 2 * T - 1).index_add_(1, column, w.sum(0).flatten(1))  # (H, 2T − 1)
     per_pair = counted.sum(0)[:, None].expand(T, T).flatten().double()  # counted queries at (i, ·)
-    return AttentionStats(distance=_per_head(w * offset.abs()), entropy=-_per_head(torch.xlogy(w, w)),
-                          queries=counted.sum().double(), by_offset=by_offset,
-                          pairs=w.new_zeros(2 * T - 1).index_add_(0, column, per_pair))
+    return AttentionStats(
+        distance=_per_head(w * offset.abs()),
+        entropy=-_per_head(torch.xlogy(w, w)),
+        queries=counted.sum().double(),
+        by_offset=by_offset,
+        pairs=w.new_zeros(2 * T - 1).index_add_(0, column, per_pair),
+    )
 
 
 def _per_head(x: Tensor) -> Tensor:
@@ -119,14 +123,20 @@ class Diagnostics:
         """``diag/mean_distance`` (tokens) and ``diag/entropy`` (nats), averaged over layers and heads."""
         distance = torch.stack([s.mean_distance for s in self.measured()])  # (L, H)
         entropy = torch.stack([s.mean_entropy for s in self.measured()])
-        return {"diag/mean_distance": float(distance.mean()), "diag/entropy": float(entropy.mean()),
-                "diag/weights_error": self.weights_error}
+        return {
+            "diag/mean_distance": float(distance.mean()),
+            "diag/entropy": float(entropy.mean()),
+            "diag/weights_error": self.weights_error,
+        }
 
     def files(self) -> dict[str, bytes | str]:
         from harness.model import attention_figures as figures  # lazy: matplotlib only when drawn
 
-        return {"attention_stats.csv": self.stats_csv(), "attention_by_offset.csv": self.offsets_csv(),
-                **figures.draw(self)}
+        return {
+            "attention_stats.csv": self.stats_csv(),
+            "attention_by_offset.csv": self.offsets_csv(),
+            **figures.draw(self),
+        }
 
     def stats_csv(self) -> str:
         out = io.StringIO()

@@ -38,7 +38,7 @@ from harness.errors import ConfigError
 @dataclass
 class LengthResults:
     losses: dict[int, float] = field(default_factory=dict)  # nats per predicted token, non-overlapping windows
-    skipped: dict[int, str] = field(default_factory=dict)   # length -> why it was not scored
+    skipped: dict[int, str] = field(default_factory=dict)  # length -> why it was not scored
     positions: dict[int, WindowScores] = field(default_factory=dict)  # the non-overlapping windows by position
     sliding: dict[int, float] = field(default_factory=dict)  # eval.stride: each window scores its new tokens
     last: dict[int, float] = field(default_factory=dict)  # eval.same_targets: the same final K tokens per sample
@@ -58,8 +58,16 @@ class WindowScores:
         return float(self.loss_sum.sum() / self.count.sum().clamp(min=1))
 
 
-def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[int], stride: int | None = None,
-                     same_targets: int | None = None) -> LengthResults:
+def evaluate_lengths(
+    module,
+    corpus,
+    tokenizer,
+    objective,
+    data,
+    lengths: list[int],
+    stride: int | None = None,
+    same_targets: int | None = None,
+) -> LengthResults:
     """Non-overlapping windows at each length; with ``stride``, sliding windows too; with ``same_targets``
     K, the last K tokens of the same samples at every length (causal objectives: config/pairings.py refuses others)."""
     results = LengthResults(stride=stride, keep=same_targets)
@@ -76,8 +84,9 @@ def evaluate_lengths(module, corpus, tokenizer, objective, data, lengths: list[i
     return results
 
 
-def _score_length_windows(module, ids, pad_id: int, objective, data, length: int, ends: list[int],
-                          results: LengthResults, firsts=None) -> None:
+def _score_length_windows(
+    module, ids, pad_id: int, objective, data, length: int, ends: list[int], results: LengthResults, firsts=None
+) -> None:
     tokens, batch = length + objective.extra_tokens, max(1, data.batch_size * data.seq_len // length)
     ids_l = budget_prefix(ids, length, objective.extra_tokens, _budget(data))
     firsts_l = None if firsts is None else firsts[: len(ids_l)]
@@ -171,16 +180,20 @@ def _score_length(module, loader, length: int, results: TaskResults) -> None:
 def scored_examples(batch: dict, correct: torch.Tensor) -> list[ScoredExample]:
     """One per row: its ``length``, exact match, and the task's other integer fields ((B,) each) as extras."""
     ints = {k: v.tolist() for k, v in batch.items() if k not in FORM_FIELDS}
-    return [ScoredExample(ints["length"][i], right, {k: v[i] for k, v in ints.items() if k != "length"})
-            for i, right in enumerate(correct.tolist())]
+    return [
+        ScoredExample(ints["length"][i], right, {k: v[i] for k, v in ints.items() if k != "length"})
+        for i, right in enumerate(correct.tolist())
+    ]
 
 
 def task_metrics(results: TaskResults) -> dict[str, float]:
-    return {**{f"val/acc_at_{n}": acc for n, acc in results.accuracy.items()},
-            **{f"val/token_acc_at_{n}": acc for n, acc in results.token_accuracy.items()},
-            **{f"val/loss_at_{n}": loss for n, loss in results.losses.items()},
-            **{f"val/blind_acc_at_{n}": b.acc for n, b in results.blind.items()},
-            **{f"val/blind_token_acc_at_{n}": b.token_acc for n, b in results.blind.items()}}
+    return {
+        **{f"val/acc_at_{n}": acc for n, acc in results.accuracy.items()},
+        **{f"val/token_acc_at_{n}": acc for n, acc in results.token_accuracy.items()},
+        **{f"val/loss_at_{n}": loss for n, loss in results.losses.items()},
+        **{f"val/blind_acc_at_{n}": b.acc for n, b in results.blind.items()},
+        **{f"val/blind_token_acc_at_{n}": b.token_acc for n, b in results.blind.items()},
+    }
 
 
 def evaluate_parts(module, task, corpus, batch_size: int) -> tuple[dict[str, float], str]:
@@ -192,11 +205,17 @@ def evaluate_parts(module, task, corpus, batch_size: int) -> tuple[dict[str, flo
         results = evaluate_task(module, part, corpus, batch_size)
         metrics.update({key.replace("val/", f"val/{name}/", 1): v for key, v in task_metrics(results).items()})
         trained = TaskResults()  # lengths drawn from train_lengths, as val/acc: key 0 stands for them
-        _score_length(module, DataLoader(part.validation_data(corpus, 0), batch_size=batch_size,
-                                         collate_fn=part.collate), 0, trained)
+        _score_length(
+            module,
+            DataLoader(part.validation_data(corpus, 0), batch_size=batch_size, collate_fn=part.collate),
+            0,
+            trained,
+        )
         metrics[f"val/{name}/acc"], metrics[f"val/{name}/token_acc"] = trained.accuracy[0], trained.token_accuracy[0]
-        tables.append(f"{name} (training lengths: per token {trained.token_accuracy[0]:.3f}, exact match "
-                      f"{trained.accuracy[0]:.3f}): " + accuracy_table(results))
+        tables.append(
+            f"{name} (training lengths: per token {trained.token_accuracy[0]:.3f}, exact match "
+            f"{trained.accuracy[0]:.3f}): " + accuracy_table(results)
+        )
     return metrics, "\n".join(tables)
 
 

@@ -65,17 +65,25 @@ class Extrapolation:
         return out
 
     def files(self, n_buckets: int) -> dict[str, bytes]:
-        rows = [(prefix.rstrip("/") or "configured", length, b) for prefix, results in self.conditions.items()
-                for length, scores in results.positions.items() for b in bucket_losses(scores, n_buckets)]
+        rows = [
+            (prefix.rstrip("/") or "configured", length, b)
+            for prefix, results in self.conditions.items()
+            for length, scores in results.positions.items()
+            for b in bucket_losses(scores, n_buckets)
+        ]
         csv = "condition,length,start,end,tokens,loss\n" + "".join(
-            f"{c},{n},{b.start},{b.end},{b.tokens},{b.loss:.6f}\n" for c, n, b in rows)
+            f"{c},{n},{b.start},{b.end},{b.tokens},{b.loss:.6f}\n" for c, n, b in rows
+        )
         files = {"loss_by_position.csv": csv.encode(), "loss_by_position.png": by_position_png(rows)}
         if len(self.conditions) > 1:
             files["loss_vs_length_by_scaling.png"] = by_length_png(self.conditions)
         if self.finetune_losses:  # the fine-tune's own training curve, per scaling
-            files["finetune_loss.csv"] = ("scaling,step,loss\n" + "".join(
-                f"{m},{i + 1},{v:.6f}\n" for m, losses in self.finetune_losses.items()
-                for i, v in enumerate(losses))).encode()
+            files["finetune_loss.csv"] = (
+                "scaling,step,loss\n"
+                + "".join(
+                    f"{m},{i + 1},{v:.6f}\n" for m, losses in self.finetune_losses.items() for i, v in enumerate(losses)
+                )
+            ).encode()
         return files
 
 
@@ -87,8 +95,9 @@ def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings,
         merged = LengthResults(stride=settings.stride, keep=settings.same_targets)
         for length in settings.lengths:
             with context(length):
-                part = evaluate_lengths(module, corpus, tokenizer, objective, data, [length], settings.stride,
-                                        settings.same_targets)
+                part = evaluate_lengths(
+                    module, corpus, tokenizer, objective, data, [length], settings.stride, settings.same_targets
+                )
             for name in ("losses", "skipped", "positions", "sliding", "last"):
                 getattr(merged, name).update(getattr(part, name))
         return merged
@@ -138,11 +147,19 @@ def by_length_png(conditions: dict[str, LengthResults]) -> bytes:
         line = ax.plot(lengths, [results.losses[n] for n in lengths], marker="o", label=name)[0]
         if results.sliding:
             slid = sorted(results.sliding)
-            ax.plot(slid, [results.sliding[n] for n in slid], ls="--", color=line.get_color(),
-                    label=f"{name}, stride {results.stride}")
+            ax.plot(
+                slid,
+                [results.sliding[n] for n in slid],
+                ls="--",
+                color=line.get_color(),
+                label=f"{name}, stride {results.stride}",
+            )
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="evaluation length (tokens)", ylabel="val loss (nats/token)",
-           title="One trained model under each length scaling")
+    ax.set(
+        xlabel="evaluation length (tokens)",
+        ylabel="val loss (nats/token)",
+        title="One trained model under each length scaling",
+    )
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -159,7 +176,7 @@ def by_position_png(rows: list[tuple[str, int, Bucket]]) -> bytes:
             ax.plot(centres, [b.loss for b in buckets], marker=".", label=f"L={length}")
         ax.set(title=name, xlabel="position in window (bucket centre)", ylabel="val loss (nats/token)")
         ax.legend(fontsize=7)
-    for ax in axes[len(names):]:
+    for ax in axes[len(names) :]:
         ax.set_visible(False)
     return _png(fig)
 

@@ -72,8 +72,10 @@ class LayeredScheme(PositionalScheme):
         for name, scheme in self.named():
             check_layerable(name, scheme, pattern.key)
             if scheme.randomize:
-                raise ConfigError(f"{pattern.key}: pos={name} has randomize=true, but the layers of a pattern share "
-                                  "the positions 0 … T−1; drop randomize or the pattern")
+                raise ConfigError(
+                    f"{pattern.key}: pos={name} has randomize=true, but the layers of a pattern share "
+                    "the positions 0 … T−1; drop randomize or the pattern"
+                )
         # the positions a rotary scheme hands out itself: RoPE reuses its cos, sin when it sees its own tensor
         rotary = [s for s in built if "rotary" in s.hooks()]
         self._positions_from = (rotary or built)[0]
@@ -108,8 +110,10 @@ class LayeredScheme(PositionalScheme):
     def rescaled(self, method: str, length: int, in_training: bool = False):
         """Each scheme that has length scaling ``method`` applies it; the others are unchanged."""
         if method not in self.length_scalings:
-            raise ConfigError(f"eval.scalings needs a positional scheme with length scalings; no scheme of "
-                              f"pos={self.label} has {method!r}: drop eval.scalings or use pos=rope")
+            raise ConfigError(
+                f"eval.scalings needs a positional scheme with length scalings; no scheme of "
+                f"pos={self.label} has {method!r}: drop eval.scalings or use pos=rope"
+            )
         with ExitStack() as stack:
             for s in self._built:
                 if method in s.length_scalings:
@@ -126,9 +130,11 @@ class LayeredScheme(PositionalScheme):
 def check_layerable(name: str, scheme: type[PositionalScheme] | PositionalScheme, key: str = "pos.layers") -> None:
     """A layer's scheme acts in attention: one that adds to the token embeddings acts below every layer at once."""
     if "embed" in scheme.hooks():
-        raise ConfigError(f"{key}: pos={name} adds to the token embeddings, below every layer, so it cannot be one "
-                          f"layer's scheme; use it alone (pos={name}) or pattern schemes that act in attention "
-                          "(a rotation or a logit bias)")
+        raise ConfigError(
+            f"{key}: pos={name} adds to the token embeddings, below every layer, so it cannot be one "
+            f"layer's scheme; use it alone (pos={name}) or pattern schemes that act in attention "
+            "(a rotation or a logit bias)"
+        )
 
 
 def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) -> None:
@@ -142,8 +148,9 @@ def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) ->
         reason = type(variant).refusal(scheme)
         if reason:
             name = pos.layer_names[layer] if isinstance(pos, LayeredScheme) else scheme.config_name()
-            raise IncompatiblePairing(f"incompatible pairing at layer {layer} (pos={name}, "
-                                      f"attn={variant.config_name()}): {reason}")
+            raise IncompatiblePairing(
+                f"incompatible pairing at layer {layer} (pos={name}, attn={variant.config_name()}): {reason}"
+            )
 
 
 # ---------------------------------------------------------------- names: a unit, its layers, its label
@@ -152,11 +159,14 @@ def check_layers(pos: PositionalScheme, variants: Sequence[AttentionVariant]) ->
 def layer_names(unit: Sequence[str], n_layers: int, key: str = "pos.layers") -> list[str]:
     """The repeating ``unit`` tiled to ``n_layers`` names: one per layer. Its length must divide n_layers."""
     if not unit:
-        raise ConfigError(f"{key}=[] names no layer; give one name per layer of a repeating unit, e.g. "
-                          f"{key}=[rope,rope,rope,none]")
+        raise ConfigError(
+            f"{key}=[] names no layer; give one name per layer of a repeating unit, e.g. {key}=[rope,rope,rope,none]"
+        )
     if n_layers % len(unit):
-        raise ConfigError(f"{key} has {len(unit)} entries, which does not divide model.n_layers={n_layers}; give a "
-                          f"unit whose length divides it (it repeats over the layers) or one name per layer")
+        raise ConfigError(
+            f"{key} has {len(unit)} entries, which does not divide model.n_layers={n_layers}; give a "
+            f"unit whose length divides it (it repeats over the layers) or one name per layer"
+        )
     return list(unit) * (n_layers // len(unit))
 
 
@@ -178,16 +188,19 @@ def unit_of_label(label: str) -> tuple[str, ...]:
     for part in _split_runs(label):
         name, times, count = part.replace("*", "×").partition("×")
         if not name or (times and not (count.isdigit() and int(count) > 0)):
-            raise ConfigError(f"{label!r} is no pattern name: write option names joined by +, a run as name×count "
-                              "(or name*count), e.g. rope×3+none")
+            raise ConfigError(
+                f"{label!r} is no pattern name: write option names joined by +, a run as name×count "
+                "(or name*count), e.g. rope×3+none"
+            )
         unit += [name] * (int(count) if count else 1)
     return tuple(unit)
 
 
 def _split_runs(label: str) -> list[str]:
     """A pattern's name split at the + between its runs (not at one inside an entry's settings)."""
-    return [p.replace("\0", "+") for p in
-            re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")]
+    return [
+        p.replace("\0", "+") for p in re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")
+    ]
 
 
 ENTRY = re.compile(r"([A-Za-z_][\w-]*)(?:\((.*)\))?")
@@ -199,8 +212,10 @@ def parse_entry(entry: str, key: str = "pos.layers") -> tuple[str, dict[str, obj
     match = ENTRY.fullmatch(entry.strip())
     pairs = [p.partition("=") for p in split_entries(match.group(2))] if match and match.group(2) else []
     if not match or any(not k.strip() or not eq or not v.strip() for k, eq, v in pairs):
-        raise ConfigError(f"{key}: {entry!r} is no layer entry; write an option name, or one with settings of its "
-                          "own, e.g. rope(base=1000000)")
+        raise ConfigError(
+            f"{key}: {entry!r} is no layer entry; write an option name, or one with settings of its "
+            "own, e.g. rope(base=1000000)"
+        )
     return match.group(1), {k.strip(): _scalar(v.strip()) for k, _, v in pairs}
 
 

@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def summed_cross_entropy(h: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, chunk: int,
-                         ignore_index: int) -> Tensor:
+def summed_cross_entropy(
+    h: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, chunk: int, ignore_index: int
+) -> Tensor:
     """Σ over scored tokens of −log softmax(h Wᵀ + b)[label]: h (N, C), weight (V, C), bias (V,) or None,
     labels (N,) with ``ignore_index`` where nothing is scored. Equal to ``F.cross_entropy(F.linear(h, weight,
     bias).float(), labels, ignore_index=ignore_index, reduction="sum")`` without the (N, V) logits."""
@@ -54,9 +55,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def forward(ctx, h, weight, bias, labels, chunk, ignore_index, dtype):
         total = h.new_zeros((), dtype=torch.promote_types(dtype, torch.float32))
         for start in range(0, len(h), chunk):
-            z = _logits(h[start:start + chunk], weight, bias, dtype)
-            total = total + F.cross_entropy(z, labels[start:start + chunk], ignore_index=ignore_index,
-                                            reduction="sum")
+            z = _logits(h[start : start + chunk], weight, bias, dtype)
+            total = total + F.cross_entropy(
+                z, labels[start : start + chunk], ignore_index=ignore_index, reduction="sum"
+            )
         ctx.save_for_backward(h, weight, bias, labels)
         ctx.chunk, ctx.ignore_index, ctx.dtype = chunk, ignore_index, dtype
         return total
@@ -69,7 +71,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         dw = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32), device=weight.device)
         db = None if bias is None else torch.zeros(bias.shape, dtype=dw.dtype, device=bias.device)
         for start in range(0, len(h), ctx.chunk):
-            part, y = h[start:start + ctx.chunk], labels[start:start + ctx.chunk]
+            part, y = h[start : start + ctx.chunk], labels[start : start + ctx.chunk]
             dz = torch.softmax(_logits(part, weight, bias, dtype), dim=-1)  # (chunk, V), in place from here on
             scored = y != ctx.ignore_index
             dz[scored.nonzero(as_tuple=True)[0], y[scored]] -= 1
@@ -77,9 +79,16 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             with torch.autocast(h.device.type, enabled=False):
                 low = dz.to(dtype)
                 if dh is not None:
-                    dh[start:start + ctx.chunk] = (low @ weight.to(dtype)).to(h.dtype)
+                    dh[start : start + ctx.chunk] = (low @ weight.to(dtype)).to(h.dtype)
                 dw += (low.T @ part.to(dtype)).to(dw.dtype)
                 if db is not None:
                     db += dz.sum(0).to(db.dtype)
-        return (dh, dw.to(weight.dtype) if ctx.needs_input_grad[1] else None,
-                None if db is None or not ctx.needs_input_grad[2] else db.to(bias.dtype), None, None, None, None)
+        return (
+            dh,
+            dw.to(weight.dtype) if ctx.needs_input_grad[1] else None,
+            None if db is None or not ctx.needs_input_grad[2] else db.to(bias.dtype),
+            None,
+            None,
+            None,
+            None,
+        )

@@ -33,8 +33,14 @@ if TYPE_CHECKING:  # the model it trains; imported for the annotation only
 
 
 class LanguageModel(L.LightningModule):
-    def __init__(self, model: Transformer, optimizer: Callable, schedule: Schedule,
-                 bytes_per_token: float | None, scores_sequences: bool = False):
+    def __init__(
+        self,
+        model: Transformer,
+        optimizer: Callable,
+        schedule: Schedule,
+        bytes_per_token: float | None,
+        scores_sequences: bool = False,
+    ):
         """``bytes_per_token``: bytes of validation text per token (harness/data/tokenizer.py), turning
         nats/token into bits/byte (``val/bpc``); None: no bits/byte (a synthetic task's answers are no text)."""
         super().__init__()
@@ -62,8 +68,9 @@ class LanguageModel(L.LightningModule):
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each."""
         logits = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, float64 kept
-        losses = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=IGNORE,
-                                 reduction="none")  # (B, V, T) in, (B, T) out
+        losses = F.cross_entropy(
+            logits.transpose(1, 2), batch["labels"], ignore_index=IGNORE, reduction="none"
+        )  # (B, V, T) in, (B, T) out
         return losses, batch["labels"] != IGNORE
 
     def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,8 +82,9 @@ class LanguageModel(L.LightningModule):
             return loss, n
         n = (batch["labels"] != IGNORE).sum()
         h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
-        loss = summed_cross_entropy(h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(), chunk,
-                                    IGNORE)
+        loss = summed_cross_entropy(
+            h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(), chunk, IGNORE
+        )
         return loss, n
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -86,14 +94,17 @@ class LanguageModel(L.LightningModule):
         # size makes DDP's gradient average exactly the single-process gradient at the same global
         # batch. On one device reduce() is the identity and this is loss_sum / n.
         global_sum, global_n = self.trainer.strategy.reduce(
-            torch.stack([loss_sum.detach().float(), n.float()]), reduce_op="sum")
+            torch.stack([loss_sum.detach().float(), n.float()]), reduce_op="sum"
+        )
         loss = loss_sum * self.trainer.world_size / global_n
         mean = global_sum / global_n  # the same on every rank, so all stop together on NaN
         if not torch.isfinite(mean):
             lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-            raise Diverged(f"training diverged: the loss is {mean.item()} at step {self.global_step} (lr then "
-                           f"{lr:.3g}); lower optim.optimizer.lr, lengthen optim.schedule.warmup_steps or clip "
-                           "gradients with trainer.gradient_clip_val")
+            raise Diverged(
+                f"training diverged: the loss is {mean.item()} at step {self.global_step} (lr then "
+                f"{lr:.3g}); lower optim.optimizer.lr, lengthen optim.schedule.warmup_steps or clip "
+                "gradients with trainer.gradient_clip_val"
+            )
         self.log("train/loss", mean, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning, undeclared on Trainer
@@ -120,16 +131,26 @@ class LanguageModel(L.LightningModule):
         else:
             loss_sum, n = self._loss_sum(batch["plain"])
         shuffled_sum, shuffled_n = self._loss_sum(batch["shuffled"])
-        self._val += torch.stack([loss_sum.double(), n.double(), shuffled_sum.double(), shuffled_n.double(),
-                                  *(torch.as_tensor(x, dtype=torch.float64, device=self.device) for x in counts)])
+        self._val += torch.stack(
+            [
+                loss_sum.double(),
+                n.double(),
+                shuffled_sum.double(),
+                shuffled_n.double(),
+                *(torch.as_tensor(x, dtype=torch.float64, device=self.device) for x in counts),
+            ]
+        )
 
     def on_validation_epoch_end(self):
         self._unscaled.close()
         sums = self.trainer.strategy.reduce(self._val, reduce_op="sum").tolist()
         total, n, shuffled, shuffled_n, right, sequences, tokens_right = sums
         loss = total / n  # nats per predicted token, weighted by tokens, not batches
-        metrics = {"val/loss": loss, "val/loss_shuffled": shuffled / shuffled_n,
-                   "val/order_gain": shuffled / shuffled_n - loss}
+        metrics = {
+            "val/loss": loss,
+            "val/loss_shuffled": shuffled / shuffled_n,
+            "val/order_gain": shuffled / shuffled_n - loss,
+        }
         if self.bytes_per_token:
             metrics["val/bpc"] = bits_per_byte(loss, self.bytes_per_token)
         if self.scores_sequences:  # exact match per sequence, and per answer token (Ruoss et al. 2023)

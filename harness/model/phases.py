@@ -54,7 +54,7 @@ class PhaseState:
 def state_at(phases: list[Phase], step: int) -> PhaseState:
     index = max((i for i, p in enumerate(phases) if p.at <= step), default=-1)
     pos_from, scaling, seq_len = -1, None, None
-    for i, p in enumerate(phases[:index + 1]):
+    for i, p in enumerate(phases[: index + 1]):
         if p.pos is not None:
             pos_from, scaling = i, None
         if p.scaling is not None:
@@ -88,7 +88,7 @@ class PositionPhases(L.Callback):
         if state.seq_len is not None:
             for key in ("input_ids", "labels", "key_padding_mask"):
                 if batch.get(key) is not None:
-                    batch[key] = batch[key][:, :state.seq_len]  # (B, T) -> (B, seq_len)
+                    batch[key] = batch[key][:, : state.seq_len]  # (B, T) -> (B, seq_len)
 
     def on_train_end(self, trainer, module):
         self._scaled.close()  # the final evaluation applies its own scalings (eval.scalings) to the scheme as trained

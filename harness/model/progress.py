@@ -23,8 +23,11 @@ from typing import TextIO
 from lightning.pytorch.callbacks import Callback, ProgressBar, RichProgressBar, TQDMProgressBar
 
 # Where Lightning's rank_zero_info writes (lightning/{pytorch,fabric}/utilities/rank_zero.py).
-LIGHTNING_INFO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                          "lightning.pytorch.trainer.connectors.checkpoint_connector")  # `weights_only` notes
+LIGHTNING_INFO_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.trainer.connectors.checkpoint_connector",
+)  # `weights_only` notes
 
 
 def progress_callbacks(mode: str, every: int, enabled: bool = True, stream: TextIO | None = None) -> list[Callback]:
@@ -56,8 +59,12 @@ def quiet_lightning_info() -> None:
 def quiet_lightning_pytree() -> None:
     """Lightning 2.6 builds torch's deprecated ``LeafSpec`` on every batch transfer: a FutureWarning per process
     that no posbench setting can act on (torch/utils/_pytree.py). Only that warning, only from that module."""
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            category=FutureWarning, module="lightning.pytorch.utilities._pytree")
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module="lightning.pytorch.utilities._pytree",
+    )
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -114,9 +121,11 @@ class ProgressLines(ProgressBar):
         step, total = trainer.global_step, trainer.max_steps
         done, elapsed = step - self._step0, time.perf_counter() - self._t0
         eta = clock(elapsed / done * (total - step)) if done > 0 else "—"
-        return (f"{kind:<5} step {step:>{len(str(total))}}/{total}  loss {_num(m, 'train/loss', 4)}"
-                f"  val loss {_num(m, 'val/loss', 4)}  tokens/s {_num(m, 'train/tokens_per_s', 0, ',')}"
-                f"  elapsed {clock(elapsed)}  ETA {eta}")
+        return (
+            f"{kind:<5} step {step:>{len(str(total))}}/{total}  loss {_num(m, 'train/loss', 4)}"
+            f"  val loss {_num(m, 'val/loss', 4)}  tokens/s {_num(m, 'train/tokens_per_s', 0, ',')}"
+            f"  elapsed {clock(elapsed)}  ETA {eta}"
+        )
 
     def _flush(self) -> None:
         if self._pending is not None:

@@ -117,8 +117,9 @@ class Attention(nn.Module):
 
 class FeedForward(nn.Sequential):
     def __init__(self, cfg: ModelConfig):
-        super().__init__(nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias), nn.GELU(),
-                         nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias))
+        super().__init__(
+            nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        )
 
 
 class SwiGLU(nn.Module):
@@ -152,29 +153,37 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, vocab_size: int, max_len: int, causal: bool,
-                 pos: Callable[[Shape], PositionalScheme] | LayerPattern,
-                 attn: Callable[[Shape], AttentionVariant] | LayerPattern):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        vocab_size: int,
+        max_len: int,
+        causal: bool,
+        pos: Callable[[Shape], PositionalScheme] | LayerPattern,
+        attn: Callable[[Shape], AttentionVariant] | LayerPattern,
+    ):
         super().__init__()
         self.cfg, self.causal = cfg, causal
-        shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal, cfg.restart_positions,
-                      cfg.document_mask)
+        shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal, cfg.restart_positions, cfg.document_mask)
         self.pos = LayeredScheme(shape, pos) if isinstance(pos, LayerPattern) else pos(shape)
-        variants = (attn.variants(shape) if isinstance(attn, LayerPattern) else
-                    [attn(shape) for _ in range(cfg.n_layers)])
+        variants = (
+            attn.variants(shape) if isinstance(attn, LayerPattern) else [attn(shape) for _ in range(cfg.n_layers)]
+        )
         check_layers(self.pos, variants)  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, v, _temperature(cfg, self.pos, layer, max_len))
-                                    for layer, v in enumerate(variants))
+        self.blocks = nn.ModuleList(
+            Block(cfg, v, _temperature(cfg, self.pos, layer, max_len)) for layer, v in enumerate(variants)
+        )
         self.variants = variants  # each block's, typed (the blocks hold and register them)
         self.norm_f = cfg.norm_layer(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.head: nn.Module = nn.Identity()
         self.head_bias: nn.Parameter | None = None
         self.decoder: nn.Linear | None = None
         if cfg.head == "bert":  # MLM head as in BERT: transform (dense, GELU, LN), then decode with the tied embedding
-            self.head = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias), nn.GELU(),
-                                      cfg.norm_layer(cfg.d_model))
+            self.head = nn.Sequential(
+                nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias), nn.GELU(), cfg.norm_layer(cfg.d_model)
+            )
             self.head_bias = nn.Parameter(torch.zeros(vocab_size)) if cfg.bias else None
         elif cfg.head == "untied":  # its own output layer (Llama's lm_head)
             self.decoder = nn.Linear(cfg.d_model, vocab_size, bias=False)
@@ -182,8 +191,13 @@ class Transformer(nn.Module):
             if part is not None:
                 part.apply(_init_weights)
 
-    def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None,
-                document_ids: Tensor | None = None, decode: bool = True) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        key_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        decode: bool = True,
+    ) -> Tensor:
         """input_ids: (B, T) -> logits (B, T, V): the decoder (``output_layer``) over ``hidden``; ``decode=False``:
         the decoder's input (B, T, C), for a loss that applies the decoder itself (harness/model/loss.py) — through
         ``__call__``, so a compiled model (model.compile) runs compiled either way."""
@@ -194,8 +208,9 @@ class Transformer(nn.Module):
         """The decoder's (weight (V, C), bias (V,) or None): the token embedding's when tied (BERT's head, ``tied``)."""
         return (self.tok_emb.weight if self.decoder is None else self.decoder.weight), self.head_bias
 
-    def hidden(self, input_ids: Tensor, key_padding_mask: Tensor | None = None,
-               document_ids: Tensor | None = None) -> Tensor:
+    def hidden(
+        self, input_ids: Tensor, key_padding_mask: Tensor | None = None, document_ids: Tensor | None = None
+    ) -> Tensor:
         """input_ids: (B, T) -> the decoder's input (B, T, C). key_padding_mask: (B, T) bool, True at real
         tokens, or None when nothing is padded. Nothing here reads a tensor's value (that would wait for the GPU):
         a batch of full windows reaches the model with None, its all-true mask dropped on the host before the batch
@@ -230,8 +245,10 @@ class Transformer(nn.Module):
 
     def layers(self) -> list[tuple[PositionalScheme, AttentionVariant]]:
         """Each layer's (positional scheme, attention variant): a pattern's own scheme for its layer."""
-        return [(self.pos.layer_scheme(i) if isinstance(self.pos, LayeredScheme) else self.pos, v)
-                for i, v in enumerate(self.variants)]
+        return [
+            (self.pos.layer_scheme(i) if isinstance(self.pos, LayeredScheme) else self.pos, v)
+            for i, v in enumerate(self.variants)
+        ]
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -246,8 +263,9 @@ def _temperature(cfg: ModelConfig, pos: PositionalScheme, layer: int, max_len: i
         scheme = pos.layer_scheme(layer) if isinstance(pos, LayeredScheme) else pos
         if scheme.hooks() & {"rotary", "logit_bias"}:
             return None
-    return LengthTemperature(cfg.temperature, cfg.n_heads, max_len, cfg.temperature_init, cfg.temperature_floor,
-                             cfg.temperature_scale)
+    return LengthTemperature(
+        cfg.temperature, cfg.n_heads, max_len, cfg.temperature_init, cfg.temperature_floor, cfg.temperature_scale
+    )
 
 
 def _init_weights(m: nn.Module) -> None:

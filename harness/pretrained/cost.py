@@ -46,11 +46,18 @@ class Shapes:
     def of(cls, config: dict) -> Shapes:
         d, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
         family = str(config.get("model_type", "llama"))
-        return cls(vocab=int(config["vocab_size"]), d=d, layers=int(config["num_hidden_layers"]), heads=heads,
-                   kv_heads=heads if family == "gpt_neox" else int(config.get("num_key_value_heads") or heads),
-                   head_dim=int(config.get("head_dim") or d // heads),
-                   mlp=int(config.get("intermediate_size") or 4 * d), gated=family not in UNGATED,
-                   tied=bool(config.get("tie_word_embeddings", family != "gpt_neox")), family=family)
+        return cls(
+            vocab=int(config["vocab_size"]),
+            d=d,
+            layers=int(config["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=heads if family == "gpt_neox" else int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or d // heads),
+            mlp=int(config.get("intermediate_size") or 4 * d),
+            gated=family not in UNGATED,
+            tied=bool(config.get("tie_word_embeddings", family != "gpt_neox")),
+            family=family,
+        )
 
 
 def parameter_count(config: dict) -> int:
@@ -74,16 +81,22 @@ def parameter_count(config: dict) -> int:
 def evaluation_bytes(config: dict, length: int) -> dict[str, float]:
     """The peak's parts (bytes, fp32) of a no-grad forward over ``length`` tokens, by what holds them."""
     s = Shapes.of(config)
-    return {"weights": 4.0 * parameter_count(config), "logits": 2.0 * length * s.vocab * 4,
-            "attention": 4.0 * s.heads * length * s.head_dim * 4, "activations": length * (4.0 * s.d + 3 * s.mlp) * 4}
+    return {
+        "weights": 4.0 * parameter_count(config),
+        "logits": 2.0 * length * s.vocab * 4,
+        "attention": 4.0 * s.heads * length * s.head_dim * 4,
+        "activations": length * (4.0 * s.d + 3 * s.mlp) * 4,
+    }
 
 
 def finetune_bytes(config: dict, length: int) -> dict[str, float]:
     """The peak's parts (bytes, fp32) of an AdamW step on one sequence of ``length`` tokens."""
     s = Shapes.of(config)
-    return {"weights, gradients, AdamW": 16.0 * parameter_count(config),
-            "logits": 4.0 * length * s.vocab * 4,
-            "kept for backward": s.layers * length * (16.0 * s.d + 8 * s.mlp) * 4}
+    return {
+        "weights, gradients, AdamW": 16.0 * parameter_count(config),
+        "logits": 4.0 * length * s.vocab * 4,
+        "kept for backward": s.layers * length * (16.0 * s.d + 8 * s.mlp) * 4,
+    }
 
 
 def forward_flops(config: dict, length: int) -> float:
@@ -107,8 +120,9 @@ def available_bytes(device: str = "cpu") -> float:
 def describe(parts: dict[str, float]) -> str:
     """'12.3 GiB (weights 10.0, logits 2.0, …)', in MiB below a GiB."""
     unit, size = ("GiB", GIB) if sum(parts.values()) >= GIB else ("MiB", 2.0**20)
-    return f"{sum(parts.values()) / size:.1f} {unit} (" + ", ".join(f"{k} {v / size:.2f}" for k, v in parts.items()) \
-        + ")"
+    return (
+        f"{sum(parts.values()) / size:.1f} {unit} (" + ", ".join(f"{k} {v / size:.2f}" for k, v in parts.items()) + ")"
+    )
 
 
 def hours(flops: float, gflops: float) -> str:

@@ -29,9 +29,16 @@ from harness.errors import ConfigError
 def refusal(model, causal: bool) -> str | None:
     """Why ``model`` (a posbench Transformer) has no transformers form, or None."""
     cfg = model.cfg
-    block = [f"model.{k}={v}" for k, v, want in (("norm_type", cfg.norm_type, "rmsnorm"), ("mlp", cfg.mlp, "swiglu"),
-                                                 ("bias", cfg.bias, False), ("norm", cfg.norm, "pre"))
-             if v != want]
+    block = [
+        f"model.{k}={v}"
+        for k, v, want in (
+            ("norm_type", cfg.norm_type, "rmsnorm"),
+            ("mlp", cfg.mlp, "swiglu"),
+            ("bias", cfg.bias, False),
+            ("norm", cfg.norm, "pre"),
+        )
+        if v != want
+    ]
     if block:
         return f"{block[0]}: transformers' Llama has the modern block (model=modern)"
     if cfg.head == "bert":
@@ -62,15 +69,27 @@ def hf_config(model, vocab_size: int, max_len: int, tokenizer: str | None = None
     ``posbench_tokenizer`` so that ``posbench hf-eval`` encodes text as training did (byte: the bytes themselves)."""
     cfg, scheme = model.cfg, model.layers()[0][0]
     qk = bool(cfg.qk_norm)
-    return {"architectures": ["Qwen3ForCausalLM" if qk else "LlamaForCausalLM"],
-            "model_type": "qwen3" if qk else "llama",
-            "vocab_size": vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.d_ff,
-            "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_heads,
-            "head_dim": cfg.d_model // cfg.n_heads, "max_position_embeddings": max_len, "rms_norm_eps": 1e-6,
-            "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
-            "tie_word_embeddings": cfg.head == "tied", "torch_dtype": "float32",
-            "rope_parameters": {"rope_type": "default", "rope_theta": float(scheme.base)},
-            **({"posbench_tokenizer": tokenizer} if tokenizer else {})}
+    return {
+        "architectures": ["Qwen3ForCausalLM" if qk else "LlamaForCausalLM"],
+        "model_type": "qwen3" if qk else "llama",
+        "vocab_size": vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.d_ff,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_heads,
+        "head_dim": cfg.d_model // cfg.n_heads,
+        "max_position_embeddings": max_len,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": cfg.head == "tied",
+        "torch_dtype": "float32",
+        "rope_parameters": {"rope_type": "default", "rope_theta": float(scheme.base)},
+        **({"posbench_tokenizer": tokenizer} if tokenizer else {}),
+    }
 
 
 def half_order(head_dim: int) -> Tensor:
@@ -90,22 +109,30 @@ def hf_state_dict(model) -> dict[str, Tensor]:
         q, k, v = block.attn.qkv.weight.split(c)
         gate, up = block.ff.gate_up.weight.split(cfg.d_ff)
         p = f"model.layers.{i}."
-        out |= {p + "self_attn.q_proj.weight": q[rows], p + "self_attn.k_proj.weight": k[rows],
-                p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": block.attn.out.weight,
-                p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-                p + "mlp.down_proj.weight": block.ff.down.weight,
-                p + "input_layernorm.weight": block.norm1.weight,
-                p + "post_attention_layernorm.weight": block.norm2.weight}
+        out |= {
+            p + "self_attn.q_proj.weight": q[rows],
+            p + "self_attn.k_proj.weight": k[rows],
+            p + "self_attn.v_proj.weight": v,
+            p + "self_attn.o_proj.weight": block.attn.out.weight,
+            p + "mlp.gate_proj.weight": gate,
+            p + "mlp.up_proj.weight": up,
+            p + "mlp.down_proj.weight": block.ff.down.weight,
+            p + "input_layernorm.weight": block.norm1.weight,
+            p + "post_attention_layernorm.weight": block.norm2.weight,
+        }
         if cfg.qk_norm:
-            out |= {p + "self_attn.q_norm.weight": block.attn.q_norm.weight[order],
-                    p + "self_attn.k_norm.weight": block.attn.k_norm.weight[order]}
+            out |= {
+                p + "self_attn.q_norm.weight": block.attn.q_norm.weight[order],
+                p + "self_attn.k_norm.weight": block.attn.k_norm.weight[order],
+            }
     if model.decoder is not None:
         out["lm_head.weight"] = model.decoder.weight
     return {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in out.items()}
 
 
-def hf_files(model, vocab_size: int, max_len: int, causal: bool,
-             tokenizer: str | None = None) -> dict[str, str | bytes]:
+def hf_files(
+    model, vocab_size: int, max_len: int, causal: bool, tokenizer: str | None = None
+) -> dict[str, str | bytes]:
     """``config.json`` and ``model.safetensors`` of ``model``, each with its ``.sha256`` beside it
     (harness/integrity.py: ``posbench hf-eval`` refuses a changed file before loading it; transformers ignores the
     seals); a one-line ConfigError where it has no such form."""
@@ -114,6 +141,9 @@ def hf_files(model, vocab_size: int, max_len: int, causal: bool,
         raise ConfigError(f"export=hf: {why}")
     from safetensors.torch import save
 
-    return integrity.sealed_files({
-        "config.json": json.dumps(hf_config(model, vocab_size, max_len, tokenizer), indent=2) + "\n",
-        "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"})})
+    return integrity.sealed_files(
+        {
+            "config.json": json.dumps(hf_config(model, vocab_size, max_len, tokenizer), indent=2) + "\n",
+            "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"}),
+        }
+    )

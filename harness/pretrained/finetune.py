@@ -11,8 +11,16 @@ import torch
 WARMUP = 20
 
 
-def finetune(model, ids: torch.Tensor, length: int, steps: int, lr: float = 2e-5, batch: int = 1,
-             seed: int = 0, bf16: bool | None = None) -> list[float]:
+def finetune(
+    model,
+    ids: torch.Tensor,
+    length: int,
+    steps: int,
+    lr: float = 2e-5,
+    batch: int = 1,
+    seed: int = 0,
+    bf16: bool | None = None,
+) -> list[float]:
     """Train ``model`` in place for ``steps`` AdamW steps on random windows of ``length`` + 1 tokens of ``ids``
     (1-D, on the model's device); returns each step's loss (nats/token). ``bf16``: autocast the forward to bfloat16
     (fp32 weights, gradients and optimizer); None: on a GPU only."""

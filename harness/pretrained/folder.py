@@ -31,8 +31,23 @@ if TYPE_CHECKING:
 MAX_LAYERS = 10_000  # no decoder has more; a typo's 100000000 would make every per-layer list that long
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")  # transformers' ROPE_INIT_FUNCTIONS
 LAYER_TYPES = ("full_attention", "sliding_attention")
-DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-          "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}  # safetensors' dtypes and their bytes
+DTYPES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+}  # safetensors' dtypes and their bytes
 EMBEDDINGS = ("embed_tokens.weight", "embed_in.weight", "wte.weight", "word_embeddings.weight")
 FIX = "re-save the model with save_pretrained, or export it again (export=hf)"
 SEALED = "export the model again (export=hf) or download its hf_model/ artifact again"  # a posbench export's fix
@@ -69,17 +84,23 @@ class HFConfig:
         check_fields(self, "")
         heads, width = self.num_attention_heads, self.hidden_size
         if heads and width and self.head_dim is None and width % heads:
-            raise ConfigError(f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
-                              f"{self.num_attention_heads}, and no head_dim is given")
+            raise ConfigError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}, and no head_dim is given"
+            )
         if heads and self.num_key_value_heads and heads % self.num_key_value_heads:
-            raise ConfigError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                              f"num_key_value_heads={self.num_key_value_heads}")
+            raise ConfigError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
         if self.layer_types is not None:
             unknown = [t for t in self.layer_types if t not in LAYER_TYPES]
             if unknown or len(self.layer_types) != (self.num_hidden_layers or len(self.layer_types)):
-                raise ConfigError(f"layer_types must list one of {', '.join(LAYER_TYPES)} per layer "
-                                  f"({self.num_hidden_layers}); it has {len(self.layer_types)}"
-                                  f"{f', with {unknown[0]!r}' if unknown else ''}")
+                raise ConfigError(
+                    f"layer_types must list one of {', '.join(LAYER_TYPES)} per layer "
+                    f"({self.num_hidden_layers}); it has {len(self.layer_types)}"
+                    f"{f', with {unknown[0]!r}' if unknown else ''}"
+                )
         for key in ("rope_parameters", "rope_scaling"):
             params = getattr(self, key)
             if params is not None:
@@ -94,7 +115,7 @@ def _check_rope(key: str, params: dict, layer_types: list[str] | None) -> None:
     """Flat (one dict for every layer) or nested by layer type (a dict or None per type)."""
     types = set(layer_types or []) | set(LAYER_TYPES)
     nested = bool(params) and all(k in types for k in params)
-    for where, entry in (params.items() if nested else [(None, params)]):
+    for where, entry in params.items() if nested else [(None, params)]:
         at = f"{key}.{where}" if where else key
         if entry is None and where:
             continue  # a layer type without RoPE
@@ -102,15 +123,30 @@ def _check_rope(key: str, params: dict, layer_types: list[str] | None) -> None:
             raise ConfigError(f"{at}={entry!r} must be a mapping (rope_type, rope_theta, …), or one per layer type")
         kind = entry.get("rope_type", entry.get("type", "default"))
         if kind not in ROPE_TYPES:
-            raise ConfigError(f"{at}.rope_type={kind!r} is no rope type transformers knows; use one of "
-                              f"{', '.join(ROPE_TYPES)}")
-        for name in ("rope_theta", "factor", "attention_factor", "beta_fast", "beta_slow", "partial_rotary_factor",
-                     "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
+            raise ConfigError(
+                f"{at}.rope_type={kind!r} is no rope type transformers knows; use one of {', '.join(ROPE_TYPES)}"
+            )
+        for name in (
+            "rope_theta",
+            "factor",
+            "attention_factor",
+            "beta_fast",
+            "beta_slow",
+            "partial_rotary_factor",
+            "original_max_position_embeddings",
+            "low_freq_factor",
+            "high_freq_factor",
+        ):
             value = entry.get(name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= 0 or (name == "partial_rotary_factor" and value > 1):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+                or (name == "partial_rotary_factor" and value > 1)
+            ):
                 rule = "a number in (0, 1]" if name == "partial_rotary_factor" else "a positive finite number"
                 raise ConfigError(f"{at}.{name}={value!r} must be {rule}")
         if kind != "default" and entry.get("factor") is None:
@@ -135,11 +171,11 @@ def read_config(path: Path) -> tuple[HFConfig, dict]:
     try:
         raw = json.loads(file.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{file} does not exist; give a transformers config.json or the folder holding one") \
-            from None
+        raise ConfigError(f"{file} does not exist; give a transformers config.json or the folder holding one") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{file} is not readable JSON ({type(e).__name__}: {' '.join(str(e).split())[:80]}); "
-                          f"{FIX}") from None
+        raise ConfigError(
+            f"{file} is not readable JSON ({type(e).__name__}: {' '.join(str(e).split())[:80]}); {FIX}"
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{file} holds {type(raw).__name__}, not a transformers config (an object); {FIX}")
     raw = raw.get("text_config", raw) if isinstance(raw.get("text_config"), dict) else raw  # a multimodal config
@@ -167,23 +203,29 @@ def unverified(folder: ModelFolder) -> str | None:
     """A note for a posbench export whose seals are gone: its bytes are not known to be the export's."""
     if folder.config.posbench_tokenizer is None or folder.sealed:
         return None
-    return (f"note: {folder.path} is a posbench export without its .sha256 seals: its files are unverified (export "
-            "it again to seal them)")
+    return (
+        f"note: {folder.path} is a posbench export without its .sha256 seals: its files are unverified (export "
+        "it again to seal them)"
+    )
 
 
 def _check_tokenizer(folder: Path) -> None:
     file = folder / "tokenizer.json"
     if not file.exists():
         if not any((folder / f).exists() for f in ("tokenizer_config.json", "tokenizer.model")):
-            raise ConfigError(f"{folder} holds no tokenizer (tokenizer.json) and is no byte-level posbench export; "
-                              "save the tokenizer beside the model (tokenizer.save_pretrained)")
+            raise ConfigError(
+                f"{folder} holds no tokenizer (tokenizer.json) and is no byte-level posbench export; "
+                "save the tokenizer beside the model (tokenizer.save_pretrained)"
+            )
         return
     try:
         if not isinstance(json.loads(file.read_text()), dict):
             raise ValueError("not an object")
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"{file} is not a tokenizers JSON file ({type(e).__name__}); save the tokenizer again "
-                          "(tokenizer.save_pretrained)") from None
+        raise ConfigError(
+            f"{file} is not a tokenizers JSON file ({type(e).__name__}); save the tokenizer again "
+            "(tokenizer.save_pretrained)"
+        ) from None
 
 
 def _check_weights(folder: Path, config: HFConfig) -> None:
@@ -202,8 +244,10 @@ def _check_weights(folder: Path, config: HFConfig) -> None:
     for file in files:
         for name, shape in _header(file).items():
             if name.endswith(EMBEDDINGS) and shape != [config.vocab_size, config.hidden_size]:
-                raise ConfigError(f"{file}: {name} is {'×'.join(map(str, shape))}, but config.json says vocab_size "
-                                  f"× hidden_size = {config.vocab_size}×{config.hidden_size}; {FIX}")
+                raise ConfigError(
+                    f"{file}: {name} is {'×'.join(map(str, shape))}, but config.json says vocab_size "
+                    f"× hidden_size = {config.vocab_size}×{config.hidden_size}; {FIX}"
+                )
 
 
 def _header(file: Path) -> dict[str, list[int]]:
@@ -224,15 +268,16 @@ def _header(file: Path) -> dict[str, list[int]]:
             begin, end = t["data_offsets"]
             count = math.prod(t["shape"])
             if t["dtype"] not in DTYPES or not 0 <= begin <= end <= data or end - begin != count * DTYPES[t["dtype"]]:
-                raise ValueError(f"{name}'s {t['dtype']} {t['shape']} at bytes {begin}…{end} is not in its "
-                                 f"{data:,} bytes of data (truncated?)")
+                raise ValueError(
+                    f"{name}'s {t['dtype']} {t['shape']} at bytes {begin}…{end} is not in its "
+                    f"{data:,} bytes of data (truncated?)"
+                )
             shapes[name] = list(t["shape"])
         return shapes
     except FileNotFoundError:
         raise ConfigError(f"{file} is missing; {FIX}") from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"{file} is not a whole safetensors file ({' '.join(str(e).split())[:160]}); {FIX}") \
-            from None
+        raise ConfigError(f"{file} is not a whole safetensors file ({' '.join(str(e).split())[:160]}); {FIX}") from None
 
 
 def check_finite(model: torch.nn.Module, folder: Path) -> None:
@@ -242,5 +287,6 @@ def check_finite(model: torch.nn.Module, folder: Path) -> None:
     for name, p in model.named_parameters():
         if not torch.isfinite(p).all():
             bad = int((~torch.isfinite(p)).sum())
-            raise ConfigError(f"{folder}: weight {name} holds {bad:,} NaN or infinite values; the weights are "
-                              f"damaged: {FIX}")
+            raise ConfigError(
+                f"{folder}: weight {name} holds {bad:,} NaN or infinite values; the weights are damaged: {FIX}"
+            )

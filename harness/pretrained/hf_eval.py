@@ -76,8 +76,9 @@ class EvalSpec:
 
     def cells(self) -> list[tuple[str, float]]:
         """(scaling, factor) per run: ``none`` (and ``none+…``) once, every other scaling at every factor."""
-        return [(m, 1.0) for m in self.scalings if unscaled(m)] + \
-            [(m, f) for m in self.scalings if not unscaled(m) for f in self.factors]
+        return [(m, 1.0) for m in self.scalings if unscaled(m)] + [
+            (m, f) for m in self.scalings if not unscaled(m) for f in self.factors
+        ]
 
     @property
     def short(self) -> int:
@@ -91,13 +92,33 @@ def parse(argv: list[str]) -> EvalSpec:
     """The command line as an ``EvalSpec``; a bad value is a ConfigError naming the fix."""
     a = _parser().parse_args(argv)
     claim = tuple(n.strip() for n in a.claim.split("<")) if a.claim.strip() else ()  # "<" alone: refused, not no claim
-    spec = EvalSpec(Path(a.model).expanduser(), _names(a.scalings), _numbers("--factors", a.factors, float),
-                    _numbers("--lengths", a.lengths, int), a.stride, a.budget, a.passkey_trials,
-                    _numbers("--depths", a.depths, float), a.text, a.experiment, a.tracking_uri, a.seed, a.check,
-                    a.key_short, Path(a.evaluator).expanduser() if a.evaluator else None, claim, a.level,
-                    a.margin,
-                    a.finetune_steps, a.finetune_length, a.finetune_lr, a.finetune_batch, a.memory, a.gflops,
-                    Path(a.out) if a.out else None)
+    spec = EvalSpec(
+        Path(a.model).expanduser(),
+        _names(a.scalings),
+        _numbers("--factors", a.factors, float),
+        _numbers("--lengths", a.lengths, int),
+        a.stride,
+        a.budget,
+        a.passkey_trials,
+        _numbers("--depths", a.depths, float),
+        a.text,
+        a.experiment,
+        a.tracking_uri,
+        a.seed,
+        a.check,
+        a.key_short,
+        Path(a.evaluator).expanduser() if a.evaluator else None,
+        claim,
+        a.level,
+        a.margin,
+        a.finetune_steps,
+        a.finetune_length,
+        a.finetune_lr,
+        a.finetune_batch,
+        a.memory,
+        a.gflops,
+        Path(a.out) if a.out else None,
+    )
     check(spec)
     return spec
 
@@ -105,8 +126,11 @@ def parse(argv: list[str]) -> EvalSpec:
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
-    p.add_argument("--scalings", default="none,linear,ntk,yarn",
-                   help=f"comma-separated, of {', '.join(METHODS)}, own; +resonance, +hope: posbench's θ (yarn+hope)")
+    p.add_argument(
+        "--scalings",
+        default="none,linear,ntk,yarn",
+        help=f"comma-separated, of {', '.join(METHODS)}, own; +resonance, +hope: posbench's θ (yarn+hope)",
+    )
     p.add_argument("--factors", default="2,4", help="comma-separated scaling factors s (each scaling but none)")
     p.add_argument("--lengths", default="256,512,1024", help="comma-separated context lengths L, in tokens")
     p.add_argument("--stride", type=int, default=None, help="sliding-window stride S (default L/2)")
@@ -114,12 +138,20 @@ def _parser() -> OneLineParser:
     p.add_argument("--passkey-trials", type=int, default=5, help="passkey prompts per length and depth (0: none)")
     p.add_argument("--depths", default="0,0.5,1", help="comma-separated passkey depths in [0, 1]")
     p.add_argument("--text", default="embedded", help="embedded (the stdlib prose's validation split) or a file")
-    p.add_argument("--key-short", type=int, default=None,
-                   help="LongPPL's short context in tokens (default half the shortest length; 0: no key tokens)")
-    p.add_argument("--evaluator", default=None, help="LongPPL's evaluator: a model folder with the same tokenizer "
-                   "(default: the model as trained)")
-    p.add_argument("--claim", default="", help="an ordering by loss beyond the trained context, best first: "
-                   "yarn<ntk<linear")
+    p.add_argument(
+        "--key-short",
+        type=int,
+        default=None,
+        help="LongPPL's short context in tokens (default half the shortest length; 0: no key tokens)",
+    )
+    p.add_argument(
+        "--evaluator",
+        default=None,
+        help="LongPPL's evaluator: a model folder with the same tokenizer (default: the model as trained)",
+    )
+    p.add_argument(
+        "--claim", default="", help="an ordering by loss beyond the trained context, best first: yarn<ntk<linear"
+    )
     p.add_argument("--level", type=float, default=0.05, help="the claim's family-wise level, Holm-corrected")
     p.add_argument("--margin", type=float, default=0.01, help="nats: a smaller |Δ| is negligible for the claim")
     p.add_argument("--finetune-steps", type=int, default=0, help="PI's short fine-tune per cell first (0: none)")
@@ -147,12 +179,19 @@ def unscaled(name: str) -> bool:
 
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n.split("+")[0] not in (*METHODS, OWN) or
-               any(m not in MODIFIERS for m in n.split("+")[1:]) or len(set(n.split("+"))) < len(n.split("+"))]
+    unknown = [
+        n
+        for n in names
+        if n.split("+")[0] not in (*METHODS, OWN)
+        or any(m not in MODIFIERS for m in n.split("+")[1:])
+        or len(set(n.split("+"))) < len(n.split("+"))
+    ]
     if unknown or not names:
-        raise ConfigError(f"--scalings={text}: {', '.join(unknown) or 'none given'} unknown; use some of "
-                          f"{', '.join(METHODS)} or own (the model's own rope_parameters), each optionally "
-                          "+resonance and/or +hope (yarn+resonance)")
+        raise ConfigError(
+            f"--scalings={text}: {', '.join(unknown) or 'none given'} unknown; use some of "
+            f"{', '.join(METHODS)} or own (the model's own rope_parameters), each optionally "
+            "+resonance and/or +hope (yarn+resonance)"
+        )
     return names
 
 
@@ -165,9 +204,14 @@ def _numbers(flag: str, text: str, kind) -> tuple:
 
 def _count_bounds(spec: EvalSpec) -> tuple[tuple[str, int | None, int], ...]:
     """The counts a flag can make large, each with its bound (a run no machine finishes is refused at once)."""
-    return (("--lengths", max(spec.lengths), 2**24), ("--budget", spec.budget, 10**9),
-            ("--passkey-trials", spec.passkey_trials, 10_000), ("--finetune-steps", spec.finetune_steps, 10**6),
-            ("--finetune-length", spec.finetune_length, 2**24), ("--finetune-batch", spec.finetune_batch, 4096))
+    return (
+        ("--lengths", max(spec.lengths), 2**24),
+        ("--budget", spec.budget, 10**9),
+        ("--passkey-trials", spec.passkey_trials, 10_000),
+        ("--finetune-steps", spec.finetune_steps, 10**6),
+        ("--finetune-length", spec.finetune_length, 2**24),
+        ("--finetune-batch", spec.finetune_batch, 4096),
+    )
 
 
 def check(spec: EvalSpec) -> None:
@@ -181,22 +225,32 @@ def check(spec: EvalSpec) -> None:
     if spec.stride is not None and not 0 < spec.stride <= min(spec.lengths):
         raise ConfigError(f"--stride={spec.stride} must lie in 1 … the shortest length {min(spec.lengths)}")
     if spec.budget < max(spec.lengths) or spec.passkey_trials < 0:
-        raise ConfigError(f"--budget={spec.budget} must cover the longest length {max(spec.lengths)} and "
-                          f"--passkey-trials={spec.passkey_trials} be ≥ 0")
+        raise ConfigError(
+            f"--budget={spec.budget} must cover the longest length {max(spec.lengths)} and "
+            f"--passkey-trials={spec.passkey_trials} be ≥ 0"
+        )
     if spec.key_short is not None and not 0 <= spec.key_short < max(spec.lengths):
-        raise ConfigError(f"--key-short={spec.key_short}: LongPPL's short context lies in 1 … the longest length − 1 "
-                          f"({max(spec.lengths) - 1}), or 0 for no key tokens")
-    for flag, value, ok, rule in (("--level", spec.level, 0 < spec.level < 1, "lies in (0, 1)"),
-                                  ("--margin", spec.margin, spec.margin >= 0, "is ≥ 0 (nats)"),
-                                  ("--gflops", spec.gflops, spec.gflops > 0, "is a positive rate"),
-                                  ("--memory", spec.memory_gib, spec.memory_gib is None or spec.memory_gib > 0,
-                                   "is a positive number of GiB")):
+        raise ConfigError(
+            f"--key-short={spec.key_short}: LongPPL's short context lies in 1 … the longest length − 1 "
+            f"({max(spec.lengths) - 1}), or 0 for no key tokens"
+        )
+    for flag, value, ok, rule in (
+        ("--level", spec.level, 0 < spec.level < 1, "lies in (0, 1)"),
+        ("--margin", spec.margin, spec.margin >= 0, "is ≥ 0 (nats)"),
+        ("--gflops", spec.gflops, spec.gflops > 0, "is a positive rate"),
+        ("--memory", spec.memory_gib, spec.memory_gib is None or spec.memory_gib > 0, "is a positive number of GiB"),
+    ):
         if not (ok and math.isfinite(value if value is not None else 0.0)):
             raise ConfigError(f"{flag}={value}: it {rule}")
-    if spec.finetune_steps < 0 or spec.finetune_batch < 1 or not (math.isfinite(spec.finetune_lr)
-                                                                  and spec.finetune_lr > 0):
-        raise ConfigError(f"--finetune-steps={spec.finetune_steps} ≥ 0, --finetune-batch={spec.finetune_batch} ≥ 1 "
-                          f"and --finetune-lr={spec.finetune_lr} > 0")
+    if (
+        spec.finetune_steps < 0
+        or spec.finetune_batch < 1
+        or not (math.isfinite(spec.finetune_lr) and spec.finetune_lr > 0)
+    ):
+        raise ConfigError(
+            f"--finetune-steps={spec.finetune_steps} ≥ 0, --finetune-batch={spec.finetune_batch} ≥ 1 "
+            f"and --finetune-lr={spec.finetune_lr} > 0"
+        )
     if spec.finetune_length is not None and spec.finetune_length < 2:
         raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
     for flag, value, most in _count_bounds(spec):
@@ -216,8 +270,11 @@ def _check_paths(spec: EvalSpec) -> None:
     for path, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
         if path is not None and not (path / "config.json").is_file():
             hub = not path.exists() and "/" in str(path) and not str(path).startswith((".", "/", "~"))
-            hint = " (a Hub name? nothing is downloaded: save the model with save_pretrained and give its folder)" \
-                if hub else ""
+            hint = (
+                " (a Hub name? nothing is downloaded: save the model with save_pretrained and give its folder)"
+                if hub
+                else ""
+            )
             raise ConfigError(f"{flag} {path} is not a model folder with a config.json{hint}")
         if path is not None:  # its config and its seal (harness/pretrained/folder.py); the rest after the budget
             folder.read(path, contents=False)
@@ -228,8 +285,10 @@ def _check_paths(spec: EvalSpec) -> None:
         try:
             text.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            raise ConfigError(f"--text={spec.text} is not UTF-8 (bad byte at offset {e.start:,}); convert it (iconv "
-                              "-t utf-8) or give another file") from None
+            raise ConfigError(
+                f"--text={spec.text} is not UTF-8 (bad byte at offset {e.start:,}); convert it (iconv "
+                "-t utf-8) or give another file"
+            ) from None
     if spec.out is not None:
         _check_out(spec.out)
     if not spec.experiment.strip():
@@ -249,8 +308,9 @@ def _check_out(out: Path) -> None:
     try:  # a probe, not a permission bit: root may "write" /proc, whose mkdir still fails
         Path(tempfile.mkdtemp(dir=existing, prefix=".posbench-probe-")).rmdir()
     except OSError as e:
-        raise ConfigError(f"--out {out}: cannot write in {existing} ({e.strerror or type(e).__name__}); give a "
-                          "writable folder") from None
+        raise ConfigError(
+            f"--out {out}: cannot write in {existing} ({e.strerror or type(e).__name__}); give a writable folder"
+        ) from None
 
 
 def read_config(path: Path) -> dict:
@@ -269,15 +329,18 @@ def _check_family(model: folder.ModelFolder) -> None:
 
     kind = model.config.model_type
     if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ConfigError(f"{model.path}/config.json: model_type={kind!r} is no causal LM transformers builds; give a "
-                          "decoder's folder (llama, mistral, qwen2, gpt_neox, …)")
+        raise ConfigError(
+            f"{model.path}/config.json: model_type={kind!r} is no causal LM transformers builds; give a "
+            "decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
+        )
 
 
 def trained_context(config: dict) -> int | None:
     """The context the model was trained at: its rope parameters' original length, else max_position_embeddings."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    n = (rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None) or \
-        config.get("max_position_embeddings")
+    n = (rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None) or config.get(
+        "max_position_embeddings"
+    )
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 
@@ -285,12 +348,16 @@ def _check_claim(spec: EvalSpec) -> None:
     if not spec.claim:
         return
     if len(spec.claim) < 2 or len(set(spec.claim)) < len(spec.claim) or any(m not in spec.scalings for m in spec.claim):
-        raise ConfigError(f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
-                          f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear")
+        raise ConfigError(
+            f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
+            f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear"
+        )
     context = trained_context(read_config(spec.model))
     if context is None or not any(n > context for n in spec.lengths):
-        raise ConfigError(f"--claim is judged beyond the trained context ({context or 'unknown'} tokens, "
-                          f"max_position_embeddings): add a --lengths value above it")
+        raise ConfigError(
+            f"--claim is judged beyond the trained context ({context or 'unknown'} tokens, "
+            f"max_position_embeddings): add a --lengths value above it"
+        )
 
 
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
@@ -310,8 +377,9 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     per_cell = 0.0
     for n in spec.lengths:
         windows = window_count(spec.budget, n, spec.stride_at(n))
-        per_cell += windows * cost.forward_flops(config, n) + \
-            spec.passkey_trials * len(spec.depths) * cost.forward_flops(config, n)
+        per_cell += windows * cost.forward_flops(config, n) + spec.passkey_trials * len(
+            spec.depths
+        ) * cost.forward_flops(config, n)
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, tune)
     return peak, per_cell * len(spec.cells())
 
@@ -320,16 +388,20 @@ def _check_budget(spec: EvalSpec) -> None:
     config = read_config(spec.model)
     missing = [k for k in SIZES if k not in config]
     if missing:
-        raise ConfigError(f"{spec.model}/config.json (model_type {config.get('model_type')!r}) lacks "
-                          f"{', '.join(missing)}: hf-eval reads RoPE decoders as transformers describes Llama, "
-                          "Mistral, Qwen2 or GPT-NeoX; give such a model")
+        raise ConfigError(
+            f"{spec.model}/config.json (model_type {config.get('model_type')!r}) lacks "
+            f"{', '.join(missing)}: hf-eval reads RoPE decoders as transformers describes Llama, "
+            "Mistral, Qwen2 or GPT-NeoX; give such a model"
+        )
     peak, _ = costs(spec, config)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # where load() puts the model
     have = spec.memory_gib * cost.GIB if spec.memory_gib else cost.available_bytes(device)
     if sum(peak.values()) > have:
-        raise ConfigError(f"{spec.model.name} at L={max(spec.lengths)} needs ≈ {cost.describe(peak)} > "
-                          f"{have / cost.GIB:.1f} GiB available: shorter --lengths, a smaller model, or --memory "
-                          "if more is free")
+        raise ConfigError(
+            f"{spec.model.name} at L={max(spec.lengths)} needs ≈ {cost.describe(peak)} > "
+            f"{have / cost.GIB:.1f} GiB available: shorter --lengths, a smaller model, or --memory "
+            "if more is free"
+        )
 
 
 def plan(spec: EvalSpec, starting: bool = False) -> str:
@@ -337,11 +409,13 @@ def plan(spec: EvalSpec, starting: bool = False) -> str:
     ``--gflops``, the fine-tuning steps included."""
     config = read_config(spec.model)
     peak, flops = costs(spec, config)
-    return (f"{'hf-eval' if starting else 'ok'}: {len(spec.cells())} cells (scaling × factor) at lengths "
-            f"{', '.join(map(str, spec.lengths))} on {spec.model}: {cost.parameter_count(config):,} parameters, "
-            f"peak ≈ {cost.describe(peak)}; ≈ {flops / 1e12:,.2f} TFLOP, {cost.hours(flops, spec.gflops)} at "
-            f"{spec.gflops:g} GFLOP/s (--gflops)" + ("; Ctrl-C stops it, its runs closed KILLED" if starting
-                                                      else "; nothing loaded"))
+    return (
+        f"{'hf-eval' if starting else 'ok'}: {len(spec.cells())} cells (scaling × factor) at lengths "
+        f"{', '.join(map(str, spec.lengths))} on {spec.model}: {cost.parameter_count(config):,} parameters, "
+        f"peak ≈ {cost.describe(peak)}; ≈ {flops / 1e12:,.2f} TFLOP, {cost.hours(flops, spec.gflops)} at "
+        f"{spec.gflops:g} GFLOP/s (--gflops)"
+        + ("; Ctrl-C stops it, its runs closed KILLED" if starting else "; nothing loaded")
+    )
 
 
 # ---------------------------------------------------------------- the model and its text
@@ -358,8 +432,9 @@ def load(path: Path):
     transformers.utils.logging.disable_progress_bar()  # what goes wrong is one line, not the library's bars before it
     transformers.utils.logging.set_verbosity_error()
     try:  # SDPA: no L × L matrix, the memory cost.py counts
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True,
-                                                     attn_implementation="sdpa").eval()
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, local_files_only=True, attn_implementation="sdpa"
+        ).eval()
     except ValueError:  # a family without SDPA: its default (eager) attention, beyond the estimate
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()
     model.config.use_cache = False  # one forward per window: a cache would only hold memory
@@ -393,12 +468,16 @@ def find_key_tokens(evaluator, ids: torch.Tensor, spec: EvalSpec) -> dict[int, t
         return {}
     apply_scaling(evaluator)  # its own rope_parameters: transformers' own rotary, to ≤ 1e-5 (test_pretrained.py)
     short = short_context_losses(evaluator, ids, spec.short, spec.budget)
-    return {n: key_tokens(token_losses(evaluator, ids, n, spec.stride_at(n), spec.budget), short)
-            for n in spec.lengths if n > spec.short + max(1, spec.short // 4)}
+    return {
+        n: key_tokens(token_losses(evaluator, ids, n, spec.stride_at(n), spec.budget), short)
+        for n in spec.lengths
+        if n > spec.short + max(1, spec.short // 4)
+    }
 
 
-def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, torch.Tensor] | None = None
-            ) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
+def measure(
+    model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, torch.Tensor] | None = None
+) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
     """One cell's metrics (loss, perplexity and cost by length; LongPPL where ``keys`` has key tokens; passkey
     accuracy by length and depth), and its per-label losses by length."""
     out: dict[str, float] = {}
@@ -406,8 +485,7 @@ def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, to
     for length in spec.lengths:
         started = time.perf_counter()
         losses[length] = nll = token_losses(model, ids, length, spec.stride_at(length), spec.budget)
-        forwarded = sum(min(length, len(ids) - 1 - s) for s in window_starts(len(nll), length,
-                                                                            spec.stride_at(length)))
+        forwarded = sum(min(length, len(ids) - 1 - s) for s in window_starts(len(nll), length, spec.stride_at(length)))
         out[f"cost/seconds_per_1k_tokens_at_{length}"] = (time.perf_counter() - started) / forwarded * 1000
         loss = float(nll.mean())
         out[f"val/loss_at_{length}"], out[f"val/ppl_at_{length}"] = loss, math.exp(min(loss, 700.0))
@@ -429,8 +507,9 @@ def measure(model, encode, ids: torch.Tensor, spec: EvalSpec, keys: dict[int, to
     return out, losses
 
 
-def _passkey_hits(model, encode, filler: list[int], length: int, depths: tuple[float, ...],
-                  keys: list[int]) -> dict[float, list[bool]] | None:
+def _passkey_hits(
+    model, encode, filler: list[int], length: int, depths: tuple[float, ...], keys: list[int]
+) -> dict[float, list[bool]] | None:
     """Whether each key is retrieved at each depth in a prompt of ``length`` tokens; None: a prompt does not fit."""
     hits: dict[float, list[bool]] = {d: [] for d in depths}
     for d in depths:
@@ -470,15 +549,22 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     with parent.open({"kind": "hf-eval"}, params):
         parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
-            child = TrackedRun(uri, spec.experiment, f"{method} x{factor:g}",
-                               {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"})
+            child = TrackedRun(
+                uri,
+                spec.experiment,
+                f"{method} x{factor:g}",
+                {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"},
+            )
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
-                results[method, factor], losses[method, factor] = _cell(model, encode, ids.to(device), spec, keys,
-                                                                         method, factor, tuning, child)
+                results[method, factor], losses[method, factor] = _cell(
+                    model, encode, ids.to(device), spec, keys, method, factor, tuning, child
+                )
                 if pretrained is not None:
                     model.load_state_dict(pretrained)
-            print(f"{method} x{factor:g}: " + ", ".join(f"{k}={v:.4g}" for k, v in results[method, factor].items()
-                                                        if k.startswith("val/loss")))
+            print(
+                f"{method} x{factor:g}: "
+                + ", ".join(f"{k}={v:.4g}" for k, v in results[method, factor].items() if k.startswith("val/loss"))
+            )
         rows = report.judge(spec, context, losses) if spec.claim else []
         if rows:
             parent.set_tags({"claim_verdict": report.verdict(rows)})
@@ -492,10 +578,14 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
 
 def _header(spec: EvalSpec, tune_length: int | None, command: str, seconds: float, run_id: str | None) -> str:
     """The report's title and how to regenerate it: the command, its wall time, the parent run."""
-    how = f"after {spec.finetune_steps} fine-tuning steps at {tune_length} tokens" if spec.finetune_steps \
-        else "zero-shot"
-    return (f"# hf-eval: {spec.model.name}, {how}\n\n" + (f"Command: `{command}` " if command else "") +
-            f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n")
+    how = (
+        f"after {spec.finetune_steps} fine-tuning steps at {tune_length} tokens" if spec.finetune_steps else "zero-shot"
+    )
+    return (
+        f"# hf-eval: {spec.model.name}, {how}\n\n"
+        + (f"Command: `{command}` " if command else "")
+        + f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n"
+    )
 
 
 class Tuning(NamedTuple):
@@ -528,25 +618,41 @@ def _key_tokens(spec: EvalSpec, model, encode, ids: torch.Tensor) -> dict:
     if spec.evaluator is not None:
         evaluator, encode_evaluator = load(spec.evaluator)
         if encode_evaluator(evaluation_text(spec.text)[:2000]) != encode(evaluation_text(spec.text)[:2000]):
-            raise ConfigError(f"--evaluator {spec.evaluator} tokenizes the text differently: LongPPL's key tokens "
-                              "need the evaluated model's tokenizer (give an evaluator of the same family)")
+            raise ConfigError(
+                f"--evaluator {spec.evaluator} tokenizes the text differently: LongPPL's key tokens "
+                "need the evaluated model's tokenizer (give an evaluator of the same family)"
+            )
     return find_key_tokens(evaluator, ids.to(next(evaluator.parameters()).device), spec)
 
 
 def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int | None) -> dict[str, str]:
     """The parent run's (and each cell's) parameters: what was evaluated, how, and against which claim."""
-    return {"model": str(spec.model), "lengths": ",".join(map(str, spec.lengths)), "stride": str(spec.stride),
-            "budget": str(spec.budget), "passkey_trials": str(spec.passkey_trials),
-            "depths": ",".join(f"{d:g}" for d in spec.depths), "text": spec.text, "seed": str(spec.seed),
-            "max_position_embeddings": str(max_positions), "trained_context": str(context),
-            "key_short": str(spec.short), "evaluator": str(spec.evaluator or "the model as trained"),
-            "claim": "<".join(spec.claim), "level": str(spec.level), "margin": str(spec.margin),
-            "finetune_steps": str(spec.finetune_steps), "finetune_length": str(tune_length),
-            "finetune_lr": str(spec.finetune_lr), "finetune_batch": str(spec.finetune_batch)}
+    return {
+        "model": str(spec.model),
+        "lengths": ",".join(map(str, spec.lengths)),
+        "stride": str(spec.stride),
+        "budget": str(spec.budget),
+        "passkey_trials": str(spec.passkey_trials),
+        "depths": ",".join(f"{d:g}" for d in spec.depths),
+        "text": spec.text,
+        "seed": str(spec.seed),
+        "max_position_embeddings": str(max_positions),
+        "trained_context": str(context),
+        "key_short": str(spec.short),
+        "evaluator": str(spec.evaluator or "the model as trained"),
+        "claim": "<".join(spec.claim),
+        "level": str(spec.level),
+        "margin": str(spec.margin),
+        "finetune_steps": str(spec.finetune_steps),
+        "finetune_length": str(tune_length),
+        "finetune_lr": str(spec.finetune_lr),
+        "finetune_batch": str(spec.finetune_batch),
+    }
 
 
-def _cell(model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, factor: float,
-          tuning: Tuning | None, child) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
+def _cell(
+    model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, factor: float, tuning: Tuning | None, child
+) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
     """One scaling × factor: the model's RoPE rescaled (and fine-tuned, ``tuning``: ids and length), then measured;
     logged to ``child``. The caller puts the pretrained weights back."""
     from harness.pretrained.finetune import finetune
@@ -554,18 +660,22 @@ def _cell(model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, f
 
     started = time.perf_counter()
     base, *mods = method.split("+")
-    apply_scaling(model, resonance="resonance" in mods, hope="hope" in mods,
-                  method=None if base == OWN else base, factor=factor)  # method None: the model's own scaling
+    apply_scaling(
+        model, resonance="resonance" in mods, hope="hope" in mods, method=None if base == OWN else base, factor=factor
+    )  # method None: the model's own scaling
     if tuning is not None:
-        curve = finetune(model, tuning.ids, tuning.length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch,
-                         spec.seed)
+        curve = finetune(
+            model, tuning.ids, tuning.length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed
+        )
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)
     diverged = [k for k, v in metrics.items() if k.startswith("val/loss") and not math.isfinite(v)]
     if diverged:  # weights that overflow float32 (a finite but huge value) give NaN losses: not a measurement
-        raise ConfigError(f"{spec.model}: the loss under {method} x{factor:g} is not finite ({diverged[0]}): its "
-                          "weights overflow in float32; check the folder's weights (re-save the model)")
+        raise ConfigError(
+            f"{spec.model}: the loss under {method} x{factor:g} is not finite ({diverged[0]}): its "
+            "weights overflow in float32; check the folder's weights (re-save the model)"
+        )
     child.log_scalars({**metrics, "seconds": time.perf_counter() - started}, 0)
     return metrics, losses
 
@@ -593,8 +703,11 @@ def main(argv: list[str]) -> int:
         code = exit_code(e)
         if code is None:
             raise
-        print(f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the hf-eval runs are closed KILLED; run "
-              "the same command again to evaluate from the start", file=sys.stderr)
+        print(
+            f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the hf-eval runs are closed KILLED; run "
+            "the same command again to evaluate from the start",
+            file=sys.stderr,
+        )
         return code
     print(text, end="")
     where = f" and {spec.out}/README.md" if spec.out else ""

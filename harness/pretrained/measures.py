@@ -49,8 +49,9 @@ def loss_by_length(model, ids: torch.Tensor, length: int, stride: int, budget: i
     return float(token_losses(model, ids, length, stride, budget).mean())
 
 
-def key_tokens(long: torch.Tensor, short: torch.Tensor, alpha: float = LSD_ALPHA,
-               beta: float = LCL_BETA) -> torch.Tensor:
+def key_tokens(
+    long: torch.Tensor, short: torch.Tensor, alpha: float = LSD_ALPHA, beta: float = LCL_BETA
+) -> torch.Tensor:
     """LongPPL's key-token mask from an evaluator's per-label NLL with the long and the short context
     (``token_losses`` at L and at short + w): LSD = short − long > α and LCL = −long > β. Shape of ``long``, bool.
     A label whose long context is no longer than its short one has LSD = 0: never key."""

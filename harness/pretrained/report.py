@@ -24,19 +24,37 @@ def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Te
         arms = [(m, 1.0 if m.split("+")[0] in ("none", "own") else factor) for m in spec.claim]
         for length in (n for n in spec.lengths if n > context):
             block = spec.stride_at(length)
-            means = {arm: [float(b.mean()) for b in losses[arm][length].split(block) if len(b) == block]
-                     for arm in arms}
+            means = {
+                arm: [float(b.mean()) for b in losses[arm][length].split(block) if len(b) == block] for arm in arms
+            }
             for a, b in zip(arms, arms[1:], strict=False):
                 interval = paired_interval(means[a], means[b])
                 p = paired_p_value(means[a], means[b])
-                rows.append({"factor": factor, "length": length, "a": a[0], "b": b[0], "blocks": len(means[a]),
-                             "diff": interval[0] if interval else float(torch.tensor(means[a]).mean() -
-                                                                         torch.tensor(means[b]).mean()),
-                             "low": interval[1] if interval else float("nan"),
-                             "high": interval[2] if interval else float("nan"), "p": 1.0 if p is None else p})
+                rows.append(
+                    {
+                        "factor": factor,
+                        "length": length,
+                        "a": a[0],
+                        "b": b[0],
+                        "blocks": len(means[a]),
+                        "diff": interval[0]
+                        if interval
+                        else float(torch.tensor(means[a]).mean() - torch.tensor(means[b]).mean()),
+                        "low": interval[1] if interval else float("nan"),
+                        "high": interval[2] if interval else float("nan"),
+                        "p": 1.0 if p is None else p,
+                    }
+                )
     for row, rejected in zip(rows, holm([r["p"] for r in rows], spec.level), strict=True):
-        row["decision"] = "inconclusive" if not rejected else f"negligible (below {spec.margin:g} nats)" \
-            if abs(row["diff"]) < spec.margin else "supports" if row["diff"] < 0 else "contradicts"
+        row["decision"] = (
+            "inconclusive"
+            if not rejected
+            else f"negligible (below {spec.margin:g} nats)"
+            if abs(row["diff"]) < spec.margin
+            else "supports"
+            if row["diff"] < 0
+            else "contradicts"
+        )
     return rows
 
 
@@ -46,13 +64,24 @@ def verdict(rows: list[dict]) -> str:
     return "supported" if rows and all(r["decision"] == "supports" for r in rows) else "inconclusive"
 
 
-
-def table(spec, results: dict[tuple[str, float], dict[str, float]], rows: list[dict] | None = None,
-          keys: dict[int, torch.Tensor] | None = None, context: int | None = None) -> str:
+def table(
+    spec,
+    results: dict[tuple[str, float], dict[str, float]],
+    rows: list[dict] | None = None,
+    keys: dict[int, torch.Tensor] | None = None,
+    context: int | None = None,
+) -> str:
     """The report: one row per cell (perplexity, LongPPL, passkey by length), then the claim's comparisons."""
     n = spec.lengths
-    head = "| scaling | factor | " + " | ".join(f"ppl at {x}" for x in n) + " | " + \
-        " | ".join(f"LongPPL at {x}" for x in n) + " | " + " | ".join(f"passkey at {x}" for x in n) + " |"
+    head = (
+        "| scaling | factor | "
+        + " | ".join(f"ppl at {x}" for x in n)
+        + " | "
+        + " | ".join(f"LongPPL at {x}" for x in n)
+        + " | "
+        + " | ".join(f"passkey at {x}" for x in n)
+        + " |"
+    )
     lines = [head, "|" + "---|" * (2 + 3 * len(n))]
     for (method, factor), m in results.items():
         ppl = [f"{m[f'val/ppl_at_{x}']:.3f}" for x in n]
@@ -60,31 +89,61 @@ def table(spec, results: dict[tuple[str, float], dict[str, float]], rows: list[d
         hit = [f"{m[f'passkey/acc_at_{x}']:.2f}" if f"passkey/acc_at_{x}" in m else "—" for x in n]
         lines.append(f"| {method} | {factor:g} | " + " | ".join(ppl + key + hit) + " |")
     if keys is not None:
-        own = "" if spec.evaluator else (" With the model as its own evaluator the key tokens are those it predicts "
-                                         "well unscaled (LCL > −2), so the `none` cell's LongPPL is low by "
-                                         "construction: compare the scaled cells with each other, or give "
-                                         "--evaluator a stronger model with the same tokenizer.")
-        lines += ["", "LongPPL's key tokens (LSD > 2 nats and LCL > −2 with the short context of "
-                  f"{spec.short} tokens, found by {spec.evaluator or 'the model as trained'}): " +
-                  (", ".join(f"{int(m.sum())} of {len(m)} at {x}" for x, m in keys.items()) or
-                   "none — no length exceeds the short context") + "; — where none was found." + own]
+        own = (
+            ""
+            if spec.evaluator
+            else (
+                " With the model as its own evaluator the key tokens are those it predicts "
+                "well unscaled (LCL > −2), so the `none` cell's LongPPL is low by "
+                "construction: compare the scaled cells with each other, or give "
+                "--evaluator a stronger model with the same tokenizer."
+            )
+        )
+        lines += [
+            "",
+            "LongPPL's key tokens (LSD > 2 nats and LCL > −2 with the short context of "
+            f"{spec.short} tokens, found by {spec.evaluator or 'the model as trained'}): "
+            + (
+                ", ".join(f"{int(m.sum())} of {len(m)} at {x}" for x, m in keys.items())
+                or "none — no length exceeds the short context"
+            )
+            + "; — where none was found."
+            + own,
+        ]
     lines += _passkey_bounds(results, n)
-    cost = {x: [m[f"cost/seconds_per_1k_tokens_at_{x}"] for m in results.values()
-                if f"cost/seconds_per_1k_tokens_at_{x}" in m] for x in n}
+    cost = {
+        x: [
+            m[f"cost/seconds_per_1k_tokens_at_{x}"]
+            for m in results.values()
+            if f"cost/seconds_per_1k_tokens_at_{x}" in m
+        ]
+        for x in n
+    }
     if all(cost.values()):
-        lines += ["", "Cost on this device, wall seconds per 1,000 tokens forwarded (median over cells): " +
-                  ", ".join(f"{sorted(c)[len(c) // 2]:.3g} at {x}" for x, c in cost.items()) + "."]
+        lines += [
+            "",
+            "Cost on this device, wall seconds per 1,000 tokens forwarded (median over cells): "
+            + ", ".join(f"{sorted(c)[len(c) // 2]:.3g} at {x}" for x, c in cost.items())
+            + ".",
+        ]
     if rows:
-        lines += ["", f"## Claim: {' < '.join(spec.claim)} in loss beyond the trained context ({context} tokens)", "",
-                  f"**Verdict: {verdict(rows)}** — {len(rows)} comparisons, paired t tests over blocks of the stride's "
-                  f"labels (the same tokens in both cells), Holm-corrected at family-wise α = {spec.level:g}; a "
-                  f"difference below {spec.margin:g} nats is negligible, for neither side. One text: a claim about "
-                  "this text and model, not about the scalings in general.", "",
-                  "| factor | length | comparison | Δ loss (nats) | 95 % interval | p | blocks | decision |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['factor']:g} | {r['length']} | {r['a']} − {r['b']} | {r['diff']:+.4f} | "
-                  f"{r['low']:+.4f} … {r['high']:+.4f} | {r['p']:.2g} | {r['blocks']} | {r['decision']} |"
-                  for r in rows]
+        lines += [
+            "",
+            f"## Claim: {' < '.join(spec.claim)} in loss beyond the trained context ({context} tokens)",
+            "",
+            f"**Verdict: {verdict(rows)}** — {len(rows)} comparisons, paired t tests over blocks of the stride's "
+            f"labels (the same tokens in both cells), Holm-corrected at family-wise α = {spec.level:g}; a "
+            f"difference below {spec.margin:g} nats is negligible, for neither side. One text: a claim about "
+            "this text and model, not about the scalings in general.",
+            "",
+            "| factor | length | comparison | Δ loss (nats) | 95 % interval | p | blocks | decision |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['factor']:g} | {r['length']} | {r['a']} − {r['b']} | {r['diff']:+.4f} | "
+            f"{r['low']:+.4f} … {r['high']:+.4f} | {r['p']:.2g} | {r['blocks']} | {r['decision']} |"
+            for r in rows
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -97,15 +156,24 @@ def _passkey_bounds(results: dict[tuple[str, float], dict[str, float]], lengths)
             said.append(f"{x}: every cell 0 — a floor")
         elif values and min(values) == 1:
             said.append(f"{x}: every cell 1 — a ceiling")
-    return ["", "Passkey retrieval cannot discriminate at " + "; ".join(said) + " (the model retrieves the key at no "
-            "depth, or at every one, whatever the scaling)."] if said else []
+    return (
+        [
+            "",
+            "Passkey retrieval cannot discriminate at " + "; ".join(said) + " (the model retrieves the key at no "
+            "depth, or at every one, whatever the scaling).",
+        ]
+        if said
+        else []
+    )
 
 
 def csv(results: dict[tuple[str, float], dict[str, float]]) -> str:
     names = sorted({k for m in results.values() for k in m})
     out = ["scaling,factor," + ",".join(names)]
-    out += [f"{method},{factor:g}," + ",".join(f"{m[k]:.6g}" if k in m else "" for k in names)
-            for (method, factor), m in results.items()]
+    out += [
+        f"{method},{factor:g}," + ",".join(f"{m[k]:.6g}" if k in m else "" for k in names)
+        for (method, factor), m in results.items()
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -119,8 +187,12 @@ def curves(spec, results: dict[tuple[str, float], dict[str, float]]) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 4))
     for (method, factor), m in results.items():
         ax.plot(spec.lengths, [m[f"val/loss_at_{x}"] for x in spec.lengths], marker="o", label=f"{method} ×{factor:g}")
-    ax.set(xscale="log", xlabel="context length L (tokens)", ylabel="loss (nats/token)",
-           title=f"{spec.model.name}: sliding-window loss by length")
+    ax.set(
+        xscale="log",
+        xlabel="context length L (tokens)",
+        ylabel="loss (nats/token)",
+        title=f"{spec.model.name}: sliding-window loss by length",
+    )
     ax.legend(fontsize=8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
@@ -130,8 +202,11 @@ def curves(spec, results: dict[tuple[str, float], dict[str, float]]) -> bytes:
 
 def files(spec, results, rows, keys, context, header: str = "") -> dict[str, str | bytes]:
     """The report's files; ``header`` (the command and its wall time) opens the markdown."""
-    return {"hf_eval.md": header + table(spec, results, rows, keys, context), "hf_eval.csv": csv(results),
-            "hf_eval_loss.png": curves(spec, results)}
+    return {
+        "hf_eval.md": header + table(spec, results, rows, keys, context),
+        "hf_eval.csv": csv(results),
+        "hf_eval_loss.png": curves(spec, results),
+    }
 
 
 def write(out: Path, files: dict[str, str | bytes]) -> None:

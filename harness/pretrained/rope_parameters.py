@@ -53,8 +53,11 @@ class Layers:
         """The command-line overrides that build these layers (a uniform model needs no pattern)."""
         pos = [f"pos={_name(self.pos[0])}"]
         pos += [f"+pos.layers={_listed(self.pos)}"] if len(set(self.pos)) > 1 else _flat(self.pos[0])
-        attn = ([f"attn={_name(self.attn[0])}", f"+attn.layers={_listed(self.attn)}"] if len(set(self.attn)) > 1
-                else [f"attn={_name(self.attn[0])}", *_flat(self.attn[0], "attn")])
+        attn = (
+            [f"attn={_name(self.attn[0])}", f"+attn.layers={_listed(self.attn)}"]
+            if len(set(self.attn)) > 1
+            else [f"attn={_name(self.attn[0])}", *_flat(self.attn[0], "attn")]
+        )
         rope = next((e for e in self.pos if e != "none"), None)
         if rope is not None and len(set(self.pos)) > 1:  # the pattern needs a layer named like pos=
             pos[0] = "pos=rope"
@@ -76,8 +79,9 @@ def _flat(entry: str, group: str = "pos") -> list[str]:
     return [f"{group}.{pair}" for pair in inside.split(",") if pair]
 
 
-def read(rope_parameters: dict, layer_types: list[str] | None, n_layers: int,
-         sliding_window: int | None = None) -> Layers:
+def read(
+    rope_parameters: dict, layer_types: list[str] | None, n_layers: int, sliding_window: int | None = None
+) -> Layers:
     """posbench's layers for a model with these ``rope_parameters`` (flat or nested by layer type) and
     ``layer_types`` (one per layer; None: every layer full attention)."""
     types = list(layer_types) if layer_types else ["full_attention"] * n_layers
@@ -90,8 +94,10 @@ def read(rope_parameters: dict, layer_types: list[str] | None, n_layers: int,
     pos = []
     for t in types:
         if nested and t not in rope_parameters:
-            raise ConfigError(f"rope_parameters is nested by layer type but has no entry for {t!r}; give one "
-                              "(None for a layer type without RoPE)")
+            raise ConfigError(
+                f"rope_parameters is nested by layer type but has no entry for {t!r}; give one "
+                "(None for a layer type without RoPE)"
+            )
         pos.append(_entry(rope_parameters[t] if nested else rope_parameters, t))
     if "sliding_attention" in types and not sliding_window:
         raise ConfigError("sliding_attention layers need the config's sliding_window (the window they attend)")
@@ -104,9 +110,11 @@ def _entry(params: dict | None, layer_type: str) -> str:
         return "none"
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default":
-        raise ConfigError(f"{layer_type}: rope_type={rope_type!r} is a length scaling; posbench applies scalings at "
-                          "evaluation (pos.scaling, eval.scalings), not per layer in training: read the model with "
-                          "rope_type default, then pos/scaling=<method> for its evaluation")
+        raise ConfigError(
+            f"{layer_type}: rope_type={rope_type!r} is a length scaling; posbench applies scalings at "
+            "evaluation (pos.scaling, eval.scalings), not per layer in training: read the model with "
+            "rope_type default, then pos/scaling=<method> for its evaluation"
+        )
     extra = sorted(set(params) - READ_KEYS - {"type"})
     if extra:
         raise ConfigError(f"{layer_type}: rope_parameters key {extra[0]!r} has no posbench form for rope_type default")
@@ -144,12 +152,16 @@ def write(layers: Sequence[tuple[PositionalScheme, AttentionVariant]]) -> tuple[
     for i, (scheme, variant) in enumerate(layers):
         layer_type = TYPE_OF_ATTN.get(variant.config_name())
         if layer_type is None:
-            raise ConfigError(f"layer {i}: attn={variant.config_name()} has no transformers layer type "
-                              f"(known: {', '.join(TYPE_OF_ATTN)})")
+            raise ConfigError(
+                f"layer {i}: attn={variant.config_name()} has no transformers layer type "
+                f"(known: {', '.join(TYPE_OF_ATTN)})"
+            )
         p = _params(scheme, i)
         if layer_type in per_type and per_type[layer_type] != p:
-            raise ConfigError(f"layer {i}: two {layer_type} layers with different RoPE settings; rope_parameters "
-                              "holds one per layer type")
+            raise ConfigError(
+                f"layer {i}: two {layer_type} layers with different RoPE settings; rope_parameters "
+                "holds one per layer type"
+            )
         per_type[layer_type] = p
         types.append(layer_type)
         params.append(p)

@@ -20,8 +20,14 @@ from harness.errors import ConfigError
 from positional.rope import hope_inv_freq, resonance_inv_freq, rope_inv_freq
 from positional.rope_scaling import RopeScaling
 
-HF_METHODS = {"default": "none", "linear": "linear", "dynamic": "dynamic_ntk", "yarn": "yarn", "llama3": "llama3",
-              "longrope": "longrope"}
+HF_METHODS = {
+    "default": "none",
+    "linear": "linear",
+    "dynamic": "dynamic_ntk",
+    "yarn": "yarn",
+    "llama3": "llama3",
+    "longrope": "longrope",
+}
 
 
 def rope_parameters(config) -> dict:
@@ -30,12 +36,17 @@ def rope_parameters(config) -> dict:
     params = getattr(config, "rope_parameters", None)
     if params is None:
         legacy = dict(getattr(config, "rope_scaling", None) or {})
-        params = {"rope_type": legacy.pop("rope_type", legacy.pop("type", "default")),
-                  "rope_theta": getattr(config, "rope_theta", 10000.0), **legacy}
+        params = {
+            "rope_type": legacy.pop("rope_type", legacy.pop("type", "default")),
+            "rope_theta": getattr(config, "rope_theta", 10000.0),
+            **legacy,
+        }
     params = dict(params)
     if "rope_theta" not in params and all(isinstance(v, dict) for v in params.values()):
-        raise ConfigError(f"rope_parameters per layer type ({', '.join(params)}): one scaling per layer type is not "
-                          "supported yet; give a model with one rope_parameters dict")
+        raise ConfigError(
+            f"rope_parameters per layer type ({', '.join(params)}): one scaling per layer type is not "
+            "supported yet; give a model with one rope_parameters dict"
+        )
     return params
 
 
@@ -52,31 +63,55 @@ def scaling_of(config, method: str | None = None, factor: float | None = None, *
     params = rope_parameters(config)
     own = HF_METHODS.get(params.get("rope_type", "default"))
     if own is None:
-        raise ConfigError(f"rope_type={params.get('rope_type')!r} has no posbench scaling; known: "
-                          f"{', '.join(HF_METHODS)}")
+        raise ConfigError(
+            f"rope_type={params.get('rope_type')!r} has no posbench scaling; known: {', '.join(HF_METHODS)}"
+        )
     max_pos = config.max_position_embeddings
     original = params.get("original_max_position_embeddings") or max_pos
     base, rotated = float(params["rope_theta"]), rotated_dims(config)
     if method is not None:  # posbench's scaling over the model's plain θ, trained at its context length
         variant = {"yarn_variant": "hf"} if method in ("yarn", "dynamic_ntk") else {}
-        return RopeScaling(method=method, factor=factor or 1.0, original_max_len=original, base=base, rotated=rotated,
-                           **{**variant, **options})
+        return RopeScaling(
+            method=method,
+            factor=factor or 1.0,
+            original_max_len=original,
+            base=base,
+            rotated=rotated,
+            **{**variant, **options},
+        )
     if own == "none":
         return RopeScaling(base=base, rotated=rotated)
     if own == "dynamic_ntk":
-        return RopeScaling(method=own, factor=float(params.get("factor", 1.0)), yarn_variant="hf",
-                           original_max_len=max_pos, base=base, rotated=rotated)
-    read = {"yarn": {"alpha": params.get("beta_slow", 1.0), "beta": params.get("beta_fast", 32.0),
-                     "yarn_variant": "hf", "truncate": params.get("truncate", True), "mscale": params.get("mscale"),
-                     "mscale_all_dim": params.get("mscale_all_dim"),
-                     "attention_factor": params.get("attention_factor")},
-            "llama3": {"low_freq_factor": params.get("low_freq_factor", 1.0),
-                       "high_freq_factor": params.get("high_freq_factor", 4.0)},
-            "longrope": {"short_factor": params.get("short_factor"), "long_factor": params.get("long_factor"),
-                         "attention_factor": params.get("attention_factor")}}.get(own, {})
+        return RopeScaling(
+            method=own,
+            factor=float(params.get("factor", 1.0)),
+            yarn_variant="hf",
+            original_max_len=max_pos,
+            base=base,
+            rotated=rotated,
+        )
+    read = {
+        "yarn": {
+            "alpha": params.get("beta_slow", 1.0),
+            "beta": params.get("beta_fast", 32.0),
+            "yarn_variant": "hf",
+            "truncate": params.get("truncate", True),
+            "mscale": params.get("mscale"),
+            "mscale_all_dim": params.get("mscale_all_dim"),
+            "attention_factor": params.get("attention_factor"),
+        },
+        "llama3": {
+            "low_freq_factor": params.get("low_freq_factor", 1.0),
+            "high_freq_factor": params.get("high_freq_factor", 4.0),
+        },
+        "longrope": {
+            "short_factor": params.get("short_factor"),
+            "long_factor": params.get("long_factor"),
+            "attention_factor": params.get("attention_factor"),
+        },
+    }.get(own, {})
     factor = params.get("factor") or (max_pos / original if own == "longrope" else 1.0)
-    return RopeScaling(method=own, factor=float(factor), original_max_len=original, base=base, rotated=rotated,
-                       **read)
+    return RopeScaling(method=own, factor=float(factor), original_max_len=original, base=base, rotated=rotated, **read)
 
 
 class ScaledRotary(nn.Module):
@@ -93,8 +128,10 @@ class ScaledRotary(nn.Module):
         self.base, self.rotated = scaling.base, scaling.rotated  # the θ being scaled
         self.resonance, self.hope = resonance, hope
         if hope and not self.theta().any():
-            raise ConfigError(f"+hope keeps the frequencies that turn within the trained context ({hope} tokens): "
-                              "none does here; drop +hope")
+            raise ConfigError(
+                f"+hope keeps the frequencies that turn within the trained context ({hope} tokens): "
+                "none does here; drop +hope"
+            )
 
     def theta(self, device=None) -> Tensor:
         """The unscaled θ (R/2,), fp64: the model's, then HoPE's selection and Resonance's rounding where set."""
@@ -113,16 +150,20 @@ class ScaledRotary(nn.Module):
 
 def rotary_modules(model) -> list[tuple[nn.Module, str]]:
     """(parent, attribute) of every module of ``model`` named ``rotary_emb``: where transformers keeps RoPE."""
-    found = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-             if name == "rotary_emb"]
+    found = [
+        (parent, name) for parent in model.modules() for name, child in parent.named_children() if name == "rotary_emb"
+    ]
     if not found:
-        raise ConfigError(f"{type(model).__name__} has no rotary_emb module: not a RoPE model transformers builds "
-                          "that way (Llama, Mistral, Qwen2, SmolLM, GPT-NeoX …)")
+        raise ConfigError(
+            f"{type(model).__name__} has no rotary_emb module: not a RoPE model transformers builds "
+            "that way (Llama, Mistral, Qwen2, SmolLM, GPT-NeoX …)"
+        )
     return found
 
 
-def apply_scaling(model, scaling: RopeScaling | None = None, resonance: bool = False, hope: bool = False,
-                  **how) -> RopeScaling:
+def apply_scaling(
+    model, scaling: RopeScaling | None = None, resonance: bool = False, hope: bool = False, **how
+) -> RopeScaling:
     """Swap ``model``'s rotary module(s) for posbench's: ``scaling``, or ``scaling_of(model.config, **how)``
     (``method=``, ``factor=``, options); ``resonance``, ``hope``: Resonance RoPE's and HoPE's θ on top (HoPE keeps
     the frequencies that turn within the trained context). Returns the scaling applied."""

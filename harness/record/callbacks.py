@@ -29,9 +29,17 @@ class RngState(L.Callback):
         legacy = np.random.get_state(legacy=True)  # numpy's stub types the call without ``legacy`` as a dict
         assert isinstance(legacy, tuple), "numpy's global RandomState is MT19937, whose legacy state is a tuple"
         kind, keys, pos, has_gauss, gauss = legacy
-        state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-                 "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                           "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+        state = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": {
+                "kind": kind,
+                "keys": torch.from_numpy(keys.astype(np.int64)),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "gauss": float(gauss),
+            },
+        }
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
@@ -101,5 +109,3 @@ class CommittedCheckpoints(L.Callback):
             if old not in (final, integrity.seal_path(final)):
                 old.unlink(missing_ok=True)
         self._pending = None
-
-

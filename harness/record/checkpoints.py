@@ -78,17 +78,23 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def checkpoint_step(path: Path) -> int:
-    integrity.check_file(path, f"delete it and its {integrity.FILE_SEAL} to resume from an earlier checkpoint, or drop "
-                               "resume=")
+    integrity.check_file(
+        path, f"delete it and its {integrity.FILE_SEAL} to resume from an earlier checkpoint, or drop resume="
+    )
     try:
         return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
     except Exception as e:
         why = " ".join(str(e).split()).split(". ")[0]  # torch's first sentence; the rest is advice
-        raise ConfigError(f"resume: checkpoint {path} is corrupt or truncated ({type(e).__name__}: {why}); delete it "
-                          "to resume from an earlier one, or drop resume=") from None
+        raise ConfigError(
+            f"resume: checkpoint {path} is corrupt or truncated ({type(e).__name__}: {why}); delete it "
+            "to resume from an earlier one, or drop resume="
+        ) from None
 
 
 def remove_checkpoints(directory: Path) -> None:
-    for path in [*directory.glob("step-*.ckpt"), *directory.glob(f"step-*.ckpt{integrity.FILE_SEAL}"),
-                 *directory.glob("pending.ckpt*")]:
+    for path in [
+        *directory.glob("step-*.ckpt"),
+        *directory.glob(f"step-*.ckpt{integrity.FILE_SEAL}"),
+        *directory.glob("pending.ckpt*"),
+    ]:
         path.unlink(missing_ok=True)

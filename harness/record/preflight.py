@@ -39,8 +39,10 @@ def store_to_read(configured: str | None, flag: str = "--tracking-uri") -> str:
     uri = resolve_tracking_uri(configured)
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
-        raise ConfigError(f"no MLflow store at {db}; pass {flag} sqlite:////path/to/mlflow.db or set "
-                          "MLFLOW_TRACKING_URI to the store your runs went to")
+        raise ConfigError(
+            f"no MLflow store at {db}; pass {flag} sqlite:////path/to/mlflow.db or set "
+            "MLFLOW_TRACKING_URI to the store your runs went to"
+        )
     check_store(uri)
     return uri
 
@@ -54,8 +56,9 @@ def output_dir(value: str | Path, flag: str = "--out") -> Path:
     path = Path(value).expanduser().absolute()
     existing, missing, is_dir = _deepest_existing(path)
     if not is_dir:
-        raise ConfigError(f"{flag}: cannot create {path} ({existing} is not a directory); choose a folder you "
-                          "can write")
+        raise ConfigError(
+            f"{flag}: cannot create {path} ({existing} is not a directory); choose a folder you can write"
+        )
     try:
         scratch = Path(tempfile.mkdtemp(prefix=".posbench-write-test-", dir=existing))
     except OSError as e:
@@ -80,18 +83,18 @@ def _deepest_existing(path: Path) -> tuple[Path, tuple[str, ...], bool]:
             mode = p.stat().st_mode
         except OSError:  # missing, below a file, a name too long: found higher up, refused by the probe
             continue
-        return p, path.parts[len(path.parts) - depth:], stat.S_ISDIR(mode)
+        return p, path.parts[len(path.parts) - depth :], stat.S_ISDIR(mode)
     raise AssertionError("the root always exists")
 
 
 def number(annotation: Any, kind: type = float):
     """An argparse ``type=`` for a flag whose value must be finite and fit ``annotation``'s declared range."""
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") \
-                from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
         if isinstance(value, float) and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text} must be a finite number")
         bad = violated(value, annotation)

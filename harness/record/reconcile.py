@@ -17,8 +17,10 @@ import socket
 from harness.record.run import mark_failed
 from harness.record.store import Store
 
-KILLED_REASON = ("the process training this run died without closing it (SIGKILL, OOM or power loss); "
-                 "found RUNNING with no live process by {by}")
+KILLED_REASON = (
+    "the process training this run died without closing it (SIGKILL, OOM or power loss); "
+    "found RUNNING with no live process by {by}"
+)
 
 
 def close_stale_runs(store: Store, experiment: str, config_hash: str, keep: str | None, by: str) -> list[str]:
@@ -32,16 +34,23 @@ def close_dead_runs(store: Store, experiment: str, keep: str | None = None) -> l
     """RUNNING runs of ``experiment`` owned by a process of this host that no longer exists."""
     host = socket.gethostname()
     runs = store.search(experiment, "attributes.status = 'RUNNING'")
-    dead = [r for r in runs if r.info.run_id != keep and r.data.tags.get("host") == host
-            and r.data.tags.get("pid", "").isdigit() and not alive(int(r.data.tags["pid"]))]
+    dead = [
+        r
+        for r in runs
+        if r.info.run_id != keep
+        and r.data.tags.get("host") == host
+        and r.data.tags.get("pid", "").isdigit()
+        and not alive(int(r.data.tags["pid"]))
+    ]
     return _close(dead, store, "a later start on this store (its process is gone)")
 
 
 def _close(runs: list, store: Store, by: str) -> list[str]:
     for run in runs:
         mark_failed(store, run.info.run_id, "killed", KILLED_REASON.format(by=by))
-        print(f"reconciled: MLflow run {run.info.run_id} was left RUNNING by a dead process; "
-              "now FAILED (failure=killed)")
+        print(
+            f"reconciled: MLflow run {run.info.run_id} was left RUNNING by a dead process; now FAILED (failure=killed)"
+        )
     return [r.info.run_id for r in runs]
 
 

@@ -95,17 +95,25 @@ class ResumePlan:
             return
         self._lock = DirLock(self.dir / "lock")
         if not self._lock.acquire():
-            raise ConfigError(f"another process is training this same config now (lock {self._lock.path}); "
-                              "wait for it to finish, or change the config (e.g. seed=)")
+            raise ConfigError(
+                f"another process is training this same config now (lock {self._lock.path}); "
+                "wait for it to finish, or change the config (e.g. seed=)"
+            )
         try:
-            close_stale_runs(self.store, self.experiment, self.config_hash, keep=self.run_id,
-                             by="a new run of the same config" if self.run_id is None else "its resume")
+            close_stale_runs(
+                self.store,
+                self.experiment,
+                self.config_hash,
+                keep=self.run_id,
+                by="a new run of the same config" if self.run_id is None else "its resume",
+            )
             close_dead_runs(self.store, self.experiment, keep=self.run_id)  # any config, this host
             if self.run_id is None:
                 remove_checkpoints(self.dir)  # a new run must never resume another run's state
             else:
                 warnings.filterwarnings(  # ContinueFrom continues the epoch at global_step × batch
-                    "ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
+                    "ignore", message="You're resuming from a checkpoint that ended before the epoch ended"
+                )
             yield self
             remove_checkpoints(self.dir)  # FINISHED: nothing left to resume
         finally:
@@ -150,11 +158,15 @@ def _checkpoint_and_link(mode: str | Path, plan: ResumePlan) -> tuple[Path | Non
     checkpoint_step(mode)  # a corrupt or truncated file is named so, whoever wrote it
     link = RunLink.load(mode.parent)
     if link is None:
-        raise ConfigError(f"resume={mode}: no {LINK} beside it, so which config wrote it is unknown; "
-                          "resume from the checkpoints/<hash>/ folder it was written in")
+        raise ConfigError(
+            f"resume={mode}: no {LINK} beside it, so which config wrote it is unknown; "
+            "resume from the checkpoints/<hash>/ folder it was written in"
+        )
     if link.config_hash != plan.config_hash:
-        raise ConfigError(f"resume={mode} was written by another config (hash {link.config_hash}, this one is "
-                          f"{plan.config_hash}); resume with the overrides it was trained with")
+        raise ConfigError(
+            f"resume={mode} was written by another config (hash {link.config_hash}, this one is "
+            f"{plan.config_hash}); resume with the overrides it was trained with"
+        )
     return mode, link
 
 
@@ -162,8 +174,10 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
     """Why there is nothing to resume; a run of this config left RUNNING by a dead process is closed
     first (only a config that ever opened a run has a link file, so only then is the store read)."""
     if run is not None and run.info.status == "FINISHED":
-        raise ConfigError(f"resume=true: run {run.info.run_id} of this config already FINISHED; nothing to resume "
-                          "(drop resume=true to train it again)")
+        raise ConfigError(
+            f"resume=true: run {run.info.run_id} of this config already FINISHED; nothing to resume "
+            "(drop resume=true to train it again)"
+        )
     lock = DirLock(plan.dir / "lock")
     if linked and lock.acquire():  # nobody trains it: a RUNNING run of this config is a dead process's
         try:
@@ -171,8 +185,10 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
         finally:
             lock.release()
     why = "its MLflow run is gone" if ckpt is not None else "no checkpoint"
-    raise ConfigError(f"resume=true: {why} for this config under {plan.dir}; run without resume=true "
-                      f"(checkpoints are written every checkpoint.every_n_steps={plan.every} steps)")
+    raise ConfigError(
+        f"resume=true: {why} for this config under {plan.dir}; run without resume=true "
+        f"(checkpoints are written every checkpoint.every_n_steps={plan.every} steps)"
+    )
 
 
 def _run_or_none(store: Store, run_id: str):

@@ -34,8 +34,9 @@ def is_locked(exc: BaseException) -> bool:
     return False
 
 
-def retry_locked(fn: Callable, attempts: int = 10, base: float = 0.05, cap: float = 4.0,
-                 sleep: Callable[[float], None] = time.sleep) -> Callable:
+def retry_locked(
+    fn: Callable, attempts: int = 10, base: float = 0.05, cap: float = 4.0, sleep: Callable[[float], None] = time.sleep
+) -> Callable:
     """``fn`` called again after a locked-store error: at most ``attempts`` calls, sleeping a
     uniform random time in [0, min(cap, base·2^i)] before retry i (~20 s worst case in all)."""
 
@@ -48,8 +49,10 @@ def retry_locked(fn: Callable, attempts: int = 10, base: float = 0.05, cap: floa
                 if not is_locked(e) or i == attempts - 1:
                     raise
                 delay = random.uniform(0, min(cap, base * 2**i))
-                print(f"mlflow store locked ({getattr(fn, '__name__', 'call')}); retry {i + 1} in {delay:.2f} s",
-                      file=sys.stderr)
+                print(
+                    f"mlflow store locked ({getattr(fn, '__name__', 'call')}); retry {i + 1} in {delay:.2f} s",
+                    file=sys.stderr,
+                )
                 sleep(delay)
 
     return call

@@ -32,7 +32,9 @@ from harness.record.store import Store
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
 # the user's mistake, not a cell the grid excludes). FloatingPointError is a NaN/inf loss.
 FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
-    (IncompatiblePairing, "incompatible"), (FloatingPointError, "diverged"))
+    (IncompatiblePairing, "incompatible"),
+    (FloatingPointError, "diverged"),
+)
 PARAM_BATCH, METRIC_BATCH = 100, 1000  # MLflow's limits per log_batch call
 
 
@@ -42,8 +44,7 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
     chain = [exc]
     while chain[-1].__cause__ is not None and len(chain) < 10:
         chain.append(chain[-1].__cause__)
-    kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)),
-                       ("error", exc))
+    kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)), ("error", exc))
     reason = " ".join(f"{type(cause).__name__}: {cause}".split())  # one line, for the runs table
     return {"failure": kind, "failure_reason": reason[:1000]}
 
@@ -64,8 +65,13 @@ def git_sha() -> str:
         except PackageNotFoundError:
             return "unknown"
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -110,8 +116,9 @@ class TrackedRun:
     # ------------------------------------------------------------ life
 
     @contextmanager
-    def open(self, tags: dict[str, str], params: dict[str, str], reopen: str | None = None,
-             owner: bool = True) -> Iterator[TrackedRun]:
+    def open(
+        self, tags: dict[str, str], params: dict[str, str], reopen: str | None = None, owner: bool = True
+    ) -> Iterator[TrackedRun]:
         """Create the run (or reopen run ``reopen``), yield, and close it whatever happens. Only the
         ``owner`` (global rank 0) touches the store."""
         self.start(tags, params, reopen, owner)
@@ -128,8 +135,9 @@ class TrackedRun:
         finally:
             self.end(status, failure)
 
-    def start(self, tags: dict[str, str], params: dict[str, str], reopen: str | None = None,
-              owner: bool = True) -> None:
+    def start(
+        self, tags: dict[str, str], params: dict[str, str], reopen: str | None = None, owner: bool = True
+    ) -> None:
         self.owner = owner
         if not owner or self.opened:
             return
@@ -154,8 +162,9 @@ class TrackedRun:
                 client.delete_tag(self.run_id, key)
         client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         client.update_run(self.run_id, status="RUNNING")
-        self.logged_through = {key: max(m.step for m in client.get_metric_history(self.run_id, key))
-                               for key in run.data.metrics}
+        self.logged_through = {
+            key: max(m.step for m in client.get_metric_history(self.run_id, key)) for key in run.data.metrics
+        }
 
     def end(self, status: str, failure: dict[str, str] | None = None) -> None:
         """Close the run once: FINISHED, KILLED, or FAILED with ``failure`` tags (``failure_tags``)."""
@@ -211,13 +220,13 @@ class TrackedRun:
 
         items = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), PARAM_BATCH):
-            self._write(params=items[i: i + PARAM_BATCH])
+            self._write(params=items[i : i + PARAM_BATCH])
 
     def log_metrics(self, metrics: Iterable) -> None:
         """``mlflow.entities.Metric`` points, in batches."""
         points = list(metrics)
         for i in range(0, len(points), METRIC_BATCH):
-            self._write(metrics=points[i: i + METRIC_BATCH])
+            self._write(metrics=points[i : i + METRIC_BATCH])
 
     def log_scalars(self, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric

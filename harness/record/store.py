@@ -33,7 +33,7 @@ def resolve_tracking_uri(configured: str | None) -> str:
 
 
 def sqlite_path(uri: str) -> Path | None:
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
 
 DASHBOARD = "http://127.0.0.1:5000"  # where dashboard_command serves the UI
@@ -70,8 +70,10 @@ def check_store(uri: str) -> None:
     elif parsed.scheme in ("http", "https"):
         _check_server(uri, parsed)
     elif parsed.scheme == "file" and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
-        raise ConfigError(f"tracking URI {uri!r} is MLflow's file store, which MLflow 3 refuses unless "
-                          f"MLFLOW_ALLOW_FILE_STORE=true; {FIX}")
+        raise ConfigError(
+            f"tracking URI {uri!r} is MLflow's file store, which MLflow 3 refuses unless "
+            f"MLFLOW_ALLOW_FILE_STORE=true; {FIX}"
+        )
 
 
 def _check_sqlite(uri: str) -> None:
@@ -79,11 +81,14 @@ def _check_sqlite(uri: str) -> None:
     if db is None or not (uri.startswith("sqlite:////") and len(uri) > len("sqlite:////")):
         raise ConfigError(f"tracking URI {uri!r} is not sqlite:////absolute/path.db (four slashes, absolute); {FIX}")
     if db.is_dir():
-        raise ConfigError(f"tracking URI {uri!r} names a directory; name a database file inside it, "
-                          f"e.g. sqlite:///{db / 'mlflow.db'}")
+        raise ConfigError(
+            f"tracking URI {uri!r} names a directory; name a database file inside it, e.g. sqlite:///{db / 'mlflow.db'}"
+        )
     if db.is_symlink() and not db.exists():  # sqlite would create nothing there and MLflow retry for minutes
-        raise ConfigError(f"tracking URI {uri!r} is a link to {os.readlink(db)}, which does not exist; point the "
-                          "link at the store, or logger.tracking_uri at the store's real path")
+        raise ConfigError(
+            f"tracking URI {uri!r} is a link to {os.readlink(db)}, which does not exist; point the "
+            "link at the store, or logger.tracking_uri at the store's real path"
+        )
     if db.exists():
         _check_database_file(db, uri)
     else:
@@ -95,18 +100,22 @@ def _check_database_file(db: Path, uri: str) -> None:
         with open(db, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))
     except OSError as e:
-        raise ConfigError(f"tracking URI {uri!r}: cannot read {db} ({e.strerror}); "
-                          "give a database you can read and write") from None
+        raise ConfigError(
+            f"tracking URI {uri!r}: cannot read {db} ({e.strerror}); give a database you can read and write"
+        ) from None
     if head and head != SQLITE_MAGIC:  # an empty file is a database sqlite will initialise
-        raise ConfigError(f"tracking URI {uri!r}: {db} exists but is not an sqlite database; "
-                          "point logger.tracking_uri at a new file or an MLflow store")
+        raise ConfigError(
+            f"tracking URI {uri!r}: {db} exists but is not an sqlite database; "
+            "point logger.tracking_uri at a new file or an MLflow store"
+        )
     damage = damage_of(db)
     if damage:
-        raise ConfigError(f"tracking URI {uri!r}: {db} is a damaged sqlite database ({damage}); restore it from "
-                          "a backup, or point the tracking URI at a new file")
+        raise ConfigError(
+            f"tracking URI {uri!r}: {db} is a damaged sqlite database ({damage}); restore it from "
+            "a backup, or point the tracking URI at a new file"
+        )
     if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"tracking URI {uri!r}: {db} (or its directory) is not writable; "
-                          "give a store you can write")
+        raise ConfigError(f"tracking URI {uri!r}: {db} (or its directory) is not writable; give a store you can write")
 
 
 QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: its time grows with the store
@@ -123,7 +132,7 @@ def damage_of(db: Path) -> str | None:
     if len(header) == 100:
         page_size = int.from_bytes(header[16:18], "big")
         page_size = 65536 if page_size == 1 else page_size
-        pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
+        pages, counter, valid_for = (int.from_bytes(header[i : i + 4], "big") for i in (28, 24, 92))
         if pages and counter == valid_for and size < pages * page_size:
             return f"truncated: {size:,} bytes of the {pages * page_size:,} its header counts"
     if size > QUICK_CHECK_MAX_BYTES or not header:
@@ -155,8 +164,10 @@ def _check_server(uri: str, parsed) -> None:
         pass  # it answered: a server is there (it may guard /health behind auth)
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
-        raise ConfigError(f"tracking server {uri} does not answer ({reason}); start it "
-                          "(mlflow server --host ... --port ...) or use a sqlite store") from None
+        raise ConfigError(
+            f"tracking server {uri} does not answer ({reason}); start it "
+            "(mlflow server --host ... --port ...) or use a sqlite store"
+        ) from None
 
 
 def check_writable_dir(path: Path, key: str, fix: str) -> None:

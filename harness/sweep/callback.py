@@ -68,8 +68,13 @@ class SweepRecord:
         fix = "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)"
         record = integrity.read(path, fix, keys=(f.name for f in fields(cls)))
         try:
-            return cls(str(record["parent_run_id"]), str(record["sweep_id"]), str(record["tracking_uri"]),
-                       str(record["experiment"]), [str(k) for k in record["swept_keys"]])
+            return cls(
+                str(record["parent_run_id"]),
+                str(record["sweep_id"]),
+                str(record["tracking_uri"]),
+                str(record["experiment"]),
+                [str(k) for k in record["swept_keys"]],
+            )
         except (KeyError, TypeError) as e:
             raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); {fix}") from None
 
@@ -78,8 +83,12 @@ class SweepRecord:
 
         parsed = OverridesParser.create().parse_overrides(job_overrides)
         cell = " ".join(str(o.input_line) for o in parsed if o.get_key_element() in self.swept_keys)
-        return {"mlflow.parentRunId": self.parent_run_id, "sweep_id": self.sweep_id,
-                "sweep_cell": cell, "sweep_job": str(job_num)}
+        return {
+            "mlflow.parentRunId": self.parent_run_id,
+            "sweep_id": self.sweep_id,
+            "sweep_cell": cell,
+            "sweep_job": str(job_num),
+        }
 
 
 def job_sweep_dir(hydra_cfg) -> Path:
@@ -125,8 +134,11 @@ class MlflowSweep(Callback):
         try:
             self._start(config)
         except Exception as e:
-            print(f"error: cannot create the sweep's MLflow parent run ({type(e).__name__}: {e}); "
-                  "check logger.tracking_uri or $MLFLOW_TRACKING_URI", file=sys.stderr)
+            print(
+                f"error: cannot create the sweep's MLflow parent run ({type(e).__name__}: {e}); "
+                "check logger.tracking_uri or $MLFLOW_TRACKING_URI",
+                file=sys.stderr,
+            )
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
@@ -141,13 +153,21 @@ class MlflowSweep(Callback):
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         self.parent = TrackedRun(uri, config.logger.experiment, name)
-        self.parent.start({"sweep_role": "parent", "sweep_id": sweep_id, "sweep_dir": str(sweep_dir),
-                           "sweep_overrides": " ".join(overrides)[:5000], "git_sha": git_sha(),
-                           # the launcher (e.g. hydra/launcher=joblib hydra.launcher.n_jobs=2): what the wall time means
-                           "hydra_overrides": " ".join(config.hydra.overrides.hydra)[:5000],
-                           # the comparison, declared before any cell trains (results/verdicts.py reads it back)
-                           BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or ""),
-                           ALPHA_TAG: str(OmegaConf.select(config, "report.alpha") or "")}, {})
+        self.parent.start(
+            {
+                "sweep_role": "parent",
+                "sweep_id": sweep_id,
+                "sweep_dir": str(sweep_dir),
+                "sweep_overrides": " ".join(overrides)[:5000],
+                "git_sha": git_sha(),
+                # the launcher (e.g. hydra/launcher=joblib hydra.launcher.n_jobs=2): what the wall time means
+                "hydra_overrides": " ".join(config.hydra.overrides.hydra)[:5000],
+                # the comparison, declared before any cell trains (results/verdicts.py reads it back)
+                BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or ""),
+                ALPHA_TAG: str(OmegaConf.select(config, "report.alpha") or ""),
+            },
+            {},
+        )
         parent_id = self.parent.run_id
         if parent_id is None:
             raise RuntimeError("the sweep's parent run did not start")
@@ -189,8 +209,12 @@ class MlflowSweep(Callback):
             mark_failed(parent.store, run_id, "error", "the job ended without closing its run")
         if stray:
             sweep = find_sweep(client, record.experiment, record.sweep_id)
-        report = sweep_report(client, sweep, OmegaConf.select(config, "report.target_loss"),
-                              min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN))
+        report = sweep_report(
+            client,
+            sweep,
+            OmegaConf.select(config, "report.target_loss"),
+            min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN),
+        )
         # the baseline is the one the parent run recorded when the sweep started (sweep_report reads it there)
         code = exit_code([c.status for c in report.cells])
         print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
@@ -204,8 +228,6 @@ class MlflowSweep(Callback):
         print(f"report: artifacts of MLflow run {parent.run_id} (experiment '{record.experiment}')")
         print(dashboard(record, sweep.experiment_id))
         return code
-
-
 
     def _close(self, status: str, reason: str | None = None) -> None:
         if self.parent is None or self.parent.closed:
@@ -221,8 +243,11 @@ class MlflowSweep(Callback):
                 self._stop_cells()
                 self._close("KILLED", "stopped by a signal; run the same command again: finished cells are kept")
             elif MachineFault.seen:
-                self._close("FAILED", f"writing failed: {MachineFault.seen}; run the same command again once there "
-                                      "is room: finished cells are kept")
+                self._close(
+                    "FAILED",
+                    f"writing failed: {MachineFault.seen}; run the same command again once there "
+                    "is room: finished cells are kept",
+                )
             else:
                 self._close("FAILED", "the sweep process exited before its end (crashed)")
         except Exception as e:
@@ -230,7 +255,6 @@ class MlflowSweep(Callback):
                 raise
             # the store cannot be written either: the parent stays RUNNING until the next sweep in this
             # experiment closes it (close_dead_runs); the one line was printed where the write first failed
-
 
     def _stop_cells(self, grace_s: float = 20.0) -> None:
         """A stopped sweep stops its cells: a launcher's worker (joblib, submitit) does not see the signal sent
@@ -243,8 +267,11 @@ class MlflowSweep(Callback):
         where = f"tags.sweep_id = '{self.record.sweep_id}' and attributes.status = 'RUNNING'"
         try:
             cells = [r for r in store.search(self.record.experiment, where) if r.info.run_id != self.parent.run_id]
-            pids = {int(r.data.tags["pid"]) for r in cells
-                    if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()}
+            pids = {
+                int(r.data.tags["pid"])
+                for r in cells
+                if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()
+            }
             for pid in pids - {os.getpid()}:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
@@ -253,8 +280,11 @@ class MlflowSweep(Callback):
                 time.sleep(0.2)
             for run in store.search(self.record.experiment, where):
                 if run.info.run_id != self.parent.run_id:
-                    store.client.set_tag(run.info.run_id, "failure_reason", "its sweep was stopped by a signal; "
-                                         "run the sweep's command again: finished cells are kept")
+                    store.client.set_tag(
+                        run.info.run_id,
+                        "failure_reason",
+                        "its sweep was stopped by a signal; run the sweep's command again: finished cells are kept",
+                    )
                     terminate(store, run.info.run_id, "KILLED")
         except Exception as e:  # the parent is closed KILLED all the same; a later start reconciles the cells
             print(f"warning: could not close the sweep's cells ({type(e).__name__}: {e})", file=sys.stderr)
@@ -280,6 +310,10 @@ def job_sweep_tags() -> dict[str, str]:
 def dashboard(record: SweepRecord, experiment_id: str) -> str:
     """The command that serves the UI, and the pages of exactly this sweep: its cells and its parent."""
     cells = dashboard_url(experiment_id, search=f"tags.sweep_id = '{record.sweep_id}'")
-    return "\n".join([f"dashboard:  {dashboard_command(record.tracking_uri)}",
-                      f"  cells:    {cells}",
-                      f"  report:   {dashboard_url(experiment_id, record.parent_run_id)}"])
+    return "\n".join(
+        [
+            f"dashboard:  {dashboard_command(record.tracking_uri)}",
+            f"  cells:    {cells}",
+            f"  report:   {dashboard_url(experiment_id, record.parent_run_id)}",
+        ]
+    )

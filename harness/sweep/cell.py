@@ -44,13 +44,20 @@ def train_cell(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
     skipped = skip_finished(spec, sweep_tags)
     if skipped is not None:
         return skipped
-    run = TrackedRun(resolve_tracking_uri(spec.logger.tracking_uri), spec.logger.experiment,
-                     run_name(spec.choices, spec.seed), sweep_tags)
+    run = TrackedRun(
+        resolve_tracking_uri(spec.logger.tracking_uri),
+        spec.logger.experiment,
+        run_name(spec.choices, spec.seed),
+        sweep_tags,
+    )
     try:
         summary = train(spec, run)
     except Exception as e:
-        if said_write_failure(e, "the sweep stops at this cell (every later one would fail alike): free space "
-                                 "(or raise the limit) and run the same command again: finished cells are kept"):
+        if said_write_failure(
+            e,
+            "the sweep stops at this cell (every later one would fail alike): free space "
+            "(or raise the limit) and run the same command again: finished cells are kept",
+        ):
             MachineFault.seen = write_failure(e)  # the machine, not the cell: every later cell would fail alike
             raise MachineFault(1) from None
         damaged = str(e) if isinstance(e, StoreDamaged) else store_damage(e)
@@ -96,16 +103,22 @@ def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
         return None
     adopt(store, run, sweep_tags)
     loss = run.data.metrics.get("val/loss")
-    print(f"skipped: {sweep_tags.get('sweep_cell') or run.info.run_name} already FINISHED as MLflow run "
-          f"{run.info.run_id} (val/loss {loss}); now a child of this sweep")
+    print(
+        f"skipped: {sweep_tags.get('sweep_cell') or run.info.run_name} already FINISHED as MLflow run "
+        f"{run.info.run_id} (val/loss {loss}); now a child of this sweep"
+    )
     return loss
 
 
 def finished_run(values: dict, experiment: str, store: Store):
     """The latest FINISHED run of this exact config in the store, or None."""
     h = config_hash(values, store.uri)
-    runs = store.search(experiment, f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
-                        max_results=1, order_by=["attributes.end_time DESC"])
+    runs = store.search(
+        experiment,
+        f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
+        max_results=1,
+        order_by=["attributes.end_time DESC"],
+    )
     return runs[0] if runs else None
 
 
@@ -114,7 +127,10 @@ def adopt(store: Store, run, sweep_tags: dict[str, str]) -> None:
     from mlflow.entities import RunTag
 
     previous = run.data.tags.get("mlflow.parentRunId")
-    tags = {**sweep_tags, **({"adopted_from_parent": previous} if previous else {}),
-            "skipped_in_sweep": sweep_tags.get("sweep_id", "")}
+    tags = {
+        **sweep_tags,
+        **({"adopted_from_parent": previous} if previous else {}),
+        "skipped_in_sweep": sweep_tags.get("sweep_id", ""),
+    }
     store.client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     seal(store.client, run.info.run_id)  # its record was checked when it was found; now with the sweep's tags

@@ -94,14 +94,18 @@ class CellwiseOptunaSweeper(Sweeper):
         try:
             from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
         except ImportError:
-            raise ConfigError("hydra/sweeper=cellwise_optuna (experiment=tune_lr) needs hydra-optuna-sweeper; "
-                              "pip install -e '.[tune]'") from None
+            raise ConfigError(
+                "hydra/sweeper=cellwise_optuna (experiment=tune_lr) needs hydra-optuna-sweeper; "
+                "pip install -e '.[tune]'"
+            ) from None
 
         for key in ("n_trials", "n_jobs"):
             value = optuna_options.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"hydra.sweeper.{key}={value!r} must be a positive integer "
-                                  f"({'trials per cell' if key == 'n_trials' else 'trials run at once'})")
+                raise ConfigError(
+                    f"hydra.sweeper.{key}={value!r} must be a positive integer "
+                    f"({'trials per cell' if key == 'n_trials' else 'trials run at once'})"
+                )
         # split here: the grid axes among them are not Optuna's
         self.params: dict[str, object] = {str(k): v for k, v in (params or {}).items()}
         self.study = OptunaSweeperImpl(params=None, **optuna_options)

@@ -17,9 +17,18 @@ import pytest
 from tests.helpers import ROOT
 
 # the preset at a size that trains nine cells quickly: too short for RoPE to use word order
-SHORT = ["model.d_model=64", "model.d_ff=128", "data.seq_len=32", "data.batch_size=16", "data.eval_batches=4",
-         "trainer.max_steps=60", "trainer.val_check_interval=20", "optim.schedule.warmup_steps=10",
-         "trainer.enable_progress_bar=false"]
+SHORT = [
+    "model.d_model=64",
+    "model.d_ff=128",
+    "data.seq_len=32",
+    "data.batch_size=16",
+    "data.eval_batches=4",
+    "trainer.max_steps=60",
+    "trainer.val_check_interval=20",
+    "optim.schedule.warmup_steps=10",
+    "trainer.enable_progress_bar=false",
+]
+
 
 @pytest.fixture(scope="module")
 def shortened(tmp_path_factory):
@@ -27,11 +36,17 @@ def shortened(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("ablation")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, "run.py", "-m", "experiment=ablation", *SHORT,
-                           f"hydra.sweep.dir={tmp / 'multirun'}"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": uri}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "run.py", "-m", "experiment=ablation", *SHORT, f"hydra.sweep.dir={tmp / 'multirun'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, MlflowClient(tracking_uri=uri)
+
 
 def test_every_cell_trains_once_as_a_child_of_the_sweep(shortened):
     """The preflight checks the cells in this process whatever launcher the preset picks: with the preset's
@@ -43,11 +58,13 @@ def test_every_cell_trains_once_as_a_child_of_the_sweep(shortened):
     children = [r for r in runs if r is not parent]
     assert len(children) == 9 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
     assert {(r.data.tags["pos"], r.data.tags["seed"]) for r in children} == {
-        (p, s) for p in ("none", "learned", "rope") for s in "012"}
+        (p, s) for p in ("none", "learned", "rope") for s in "012"
+    }
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert min(r.info.start_time for r in children) >= parent.info.start_time  # trained within the sweep
     for r in children:  # an MLM loss curve per cell: a validation every 20 steps
         assert [m.step for m in client.get_metric_history(r.info.run_id, "val/loss")] == [20, 40, 60]
+
 
 def test_the_printed_verdicts_are_the_stores_numbers(shortened):
     from harness.stats import welch_interval
@@ -60,16 +77,15 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
     report = sweep_report(client, find_sweep(client, "posbench"))
     printed = proc.stdout.splitlines()
     start = next(i for i, line in enumerate(printed) if line.startswith("Verdict on 2 comparisons"))
-    assert printed[start:start + 3] == console_summary(report).splitlines()[-3:]  # headline, then one line each
+    assert printed[start : start + 3] == console_summary(report).splitlines()[-3:]  # headline, then one line each
     found = {v.group.pos: v for v in verdicts(report.groups, MIN_ORDER_GAIN)}
     assert printed[start] == headline(list(found.values()), MIN_ORDER_GAIN)
-    for line in printed[start + 1:start + 3]:  # at 60 steps no arm uses word order: both premature, each curve
+    for line in printed[start + 1 : start + 3]:  # at 60 steps no arm uses word order: both premature, each curve
         pos = line.split()[0]
         assert line.startswith(f"  {pos} vs none (softmax): premature — train longer: order gain ")
         curve = found[pos].group.gain_curve()
         assert [s for s, _ in curve] == [20, 40, 60]
-        assert ("flat (" + ", ".join(f"{g:.3f}" for _, g in curve) + " at steps 20, 40, 60)" in line
-                or "rising" in line)
+        assert "flat (" + ", ".join(f"{g:.3f}" for _, g in curve) + " at steps 20, 40, 60)" in line or "rising" in line
 
     # judged on loss alone (a threshold every order gain passes), each line is the Welch interval of the finals
     for v in verdicts(report.groups, -1.0):
@@ -79,14 +95,28 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
         assert numbers == (f"{diff:+.4f}", f"{low:+.4f}", f"{high:+.4f}")
         assert v.verdict == ("lower" if high < 0 else "higher" if low > 0 else "tie")
 
+
 def test_a_checked_sweep_checks_every_cell_in_this_process_whatever_launcher_the_preset_picks(tmp_path):
     """``--check -m experiment=ablation`` once handed the cells to the preset's joblib workers, which were not in
     check mode and trained all nine (minutes, a store full of runs); now it answers in seconds, trains nothing."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for launcher in ([], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]):
-        proc = subprocess.run([sys.executable, "run.py", "-m", "--check", "experiment=ablation", *launcher,
-                               f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=ROOT, capture_output=True, text=True,
-                              env={**os.environ, "MLFLOW_TRACKING_URI": uri}, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "run.py",
+                "-m",
+                "--check",
+                "experiment=ablation",
+                *launcher,
+                f"hydra.sweep.dir={tmp_path / 'multirun'}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.count("ok: ") == 9, proc.stdout
         assert not (tmp_path / "mlflow.db").exists()  # no cell trained: training opens the store first

@@ -33,8 +33,18 @@ print(setting(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) /
 
 
 def child_faults(env: dict[str, str]) -> tuple[str, float]:
-    out = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
-                         text=True, check=True).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", CHILD],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     setting, faults = out.split("|")
     return setting, float(faults)
 

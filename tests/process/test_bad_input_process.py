@@ -28,17 +28,26 @@ def files(tmp_path_factory) -> Path:
 
 def run_py(args: list[str], store: str, tmp_path, **env) -> tuple[subprocess.CompletedProcess, float]:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run", *args],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": store, **env})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "MLFLOW_TRACKING_URI": store, **env},
+    )
     return proc, time.perf_counter() - started
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["pos=foo"], "Could not find 'pos/foo'; use one of pos="),  # Hydra's error, before our code runs
-    (["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),  # ours, inside the task function
-    (["hydra.run.dir=/proc/posbench"], "cannot write /proc/posbench"),  # Hydra creating its output dir
-], ids=["hydra-missing-option", "config-error", "unwritable-output-dir"])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["pos=foo"], "Could not find 'pos/foo'; use one of pos="),  # Hydra's error, before our code runs
+        (["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),  # ours, inside the task function
+        (["hydra.run.dir=/proc/posbench"], "cannot write /proc/posbench"),  # Hydra creating its output dir
+    ],
+    ids=["hydra-missing-option", "config-error", "unwritable-output-dir"],
+)
 def test_subprocess_exit_status_and_stderr(args, needle, store, tmp_path):
     proc, seconds = run_py(args, store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, needle)
@@ -51,8 +60,15 @@ def test_hydra_full_error_keeps_the_traceback(store, tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "Could not find 'pos/foo'" in proc.stderr
 
 
-FRESH_SAMPLE = ["unknown-pos", "lr-nan", "plus-typo-data", "seed-negative", "store-server-not-there",
-                "eval-length-beyond-split", "results-unknown-preset"]
+FRESH_SAMPLE = [
+    "unknown-pos",
+    "lr-nan",
+    "plus-typo-data",
+    "seed-negative",
+    "store-server-not-there",
+    "eval-length-beyond-split",
+    "results-unknown-preset",
+]
 
 
 @pytest.mark.parametrize("row_id", FRESH_SAMPLE)
@@ -65,8 +81,14 @@ def test_in_process_rows_match_fresh_interpreters(row_id, files, _empty_store, t
     request = row_request(row, files, _empty_store, tmp_path)  # a fresh copy of the empty store
     head = [str(ROOT / "run.py")] if row[0] == "run" else ["-m", row[0]]
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, *head, *request["argv"]], capture_output=True, text=True,
-                          cwd=request["cwd"], env={**os.environ, **request["env"]}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, *head, *request["argv"]],
+        capture_output=True,
+        text=True,
+        cwd=request["cwd"],
+        env={**os.environ, **request["env"]},
+        timeout=120,
+    )
     assert time.perf_counter() - started < 60  # a hang guard; a fresh interpreter pays seconds of imports
     assert (proc.returncode, proc.stderr.strip()) == (reply["code"], reply["stderr"].strip())
     assert reply["code"] == 2
@@ -101,26 +123,37 @@ def test_a_write_failure_mid_run_is_one_line(_empty_store, tmp_path):
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (db.stat().st_size // 2, resource.RLIM_INFINITY))  # no page past it
 
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120, preexec_fn=limit,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        preexec_fn=limit,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"},
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip() and "INFO mlflow" not in line]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: writing failed: "), lines
     assert "resume=true" in lines[0]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--matrix=foo"], "unknown matrix format 'foo'; use --matrix or --matrix=md"),
-    (["--matrix", "model.d_model=abc"], "--matrix lists every option and takes no setting but"),
-    (["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
-    (["--matrix", "pos._target_=nope.X"], "pos._target_='nope.X' cannot be imported (No module named 'nope')"),
-    (["--matrix", "pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of"),
-    (["--list", "--config-dir", "/nonexistent/conf"], "'/nonexistent/conf' not found; --config-dir (-cd) takes an"),
-], ids=["matrix-format", "matrix-setting", "list-group", "matrix-target", "matrix-pattern", "list-config-dir"])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--matrix=foo"], "unknown matrix format 'foo'; use --matrix or --matrix=md"),
+        (["--matrix", "model.d_model=abc"], "--matrix lists every option and takes no setting but"),
+        (["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
+        (["--matrix", "pos._target_=nope.X"], "pos._target_='nope.X' cannot be imported (No module named 'nope')"),
+        (["--matrix", "pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of"),
+        (["--list", "--config-dir", "/nonexistent/conf"], "'/nonexistent/conf' not found; --config-dir (-cd) takes an"),
+    ],
+    ids=["matrix-format", "matrix-setting", "list-group", "matrix-target", "matrix-pattern", "list-config-dir"],
+)
 def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert_one_line_error(proc.returncode, proc.stderr, needle)
     assert proc.stdout == ""
 
@@ -142,11 +175,27 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (room, resource.RLIM_INFINITY))
 
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *QUICK, "pos=rope,learned,t5",
-                           f"hydra.sweep.dir={tmp_path}/sweep"], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=300, preexec_fn=limit, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and "INFO mlflow" not in line
-             and "[HYDRA]" not in line]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "-m",
+            *QUICK,
+            "pos=rope,learned,t5",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        preexec_fn=limit,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"},
+    )
+    lines = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip() and "INFO mlflow" not in line and "[HYDRA]" not in line
+    ]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: writing failed: ") and "the sweep stops" in lines[0], lines
     assert "#1 : pos=learned" not in proc.stdout + proc.stderr  # the second cell was never launched
@@ -161,8 +210,11 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
 # any run is made.
 CACHES = {
     "corpus-cache-flipped": ([], "stdlib-prose-*.txt", "is damaged"),
-    "vocabulary-cache-flipped": (["data=text", "data.path={words}", "tokenizer=bpe", "tokenizer.vocab_size=300",
-                                  "task=clm"], "tokenizers/bpe-v300-*.json", "the cached vocabulary was damaged"),
+    "vocabulary-cache-flipped": (
+        ["data=text", "data.path={words}", "tokenizer=bpe", "tokenizer.vocab_size=300", "task=clm"],
+        "tokenizers/bpe-v300-*.json",
+        "the cached vocabulary was damaged",
+    ),
 }
 
 

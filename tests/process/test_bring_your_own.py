@@ -44,8 +44,13 @@ def test_bias_is_minus_softplus_w_times_distance():
 
 def repo_copy(dest: Path) -> Path:
     """The checkout's files as git sees them (tracked and untracked-not-ignored), nothing generated."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, listed):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -62,9 +67,25 @@ def test_one_file_and_one_yaml_join_every_test_that_enumerates_schemes(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(repo), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     # every test whose cells or rows come from conf/ (its name carries the scheme's), and the matrix's; the
     # bad-input table (whose option lists are derived too) and the install test run in the suite itself
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-k",
-                           f"({NAME} or matrix) and not install", "tests"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            "-k",
+            f"({NAME} or matrix) and not install",
+            "tests",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     counts = done.stdout.strip().splitlines()[-1]
     passed = int(counts.split(" passed")[0].split()[-1])

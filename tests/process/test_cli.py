@@ -13,9 +13,20 @@ from tests.helpers import ROOT, TINY
 
 def run_py(args, store, tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path}/run",
-                           f"hydra.sweep.dir={tmp_path}/multirun"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            *args,
+            f"hydra.run.dir={tmp_path}/run",
+            f"hydra.sweep.dir={tmp_path}/multirun",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
 
 
 def runs_in(store):
@@ -31,10 +42,18 @@ def test_run_py_prints_summary_and_dashboard_command(store, tmp_path):
     assert run.info.status == "FINISHED"
     kept = platform.libc_ver()[0] == "glibc" and os.environ.get("POSBENCH_MALLOC", "").strip().lower() != "system"
     assert run.data.tags["malloc"].startswith("glibc malloc, mmap off" if kept else "system malloc")  # run.py's
-    run_url = (f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
-               "?workflowType=machine_learning")  # MLflow 3's Model training view, not its GenAI one
-    for needle in ("final val loss", "val bits/byte", "train tokens/s", run.info.run_id,
-                   f"mlflow ui --backend-store-uri {store} --host 127.0.0.1", f"this run         {run_url}"):
+    run_url = (
+        f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+        "?workflowType=machine_learning"
+    )  # MLflow 3's Model training view, not its GenAI one
+    for needle in (
+        "final val loss",
+        "val bits/byte",
+        "train tokens/s",
+        run.info.run_id,
+        f"mlflow ui --backend-store-uri {store} --host 127.0.0.1",
+        f"this run         {run_url}",
+    ):
         assert needle in out.stdout
 
 
@@ -49,24 +68,50 @@ def test_multirun_logs_one_run_per_cell_in_one_experiment(store, tmp_path):
     assert {r.info.status for r in runs} == {"FINISHED"}
 
 
-@pytest.mark.parametrize("gain, signal, says", [
-    (0.8, "scheme", "uses word order"),
-    (0.01, "scheme", "NOT yet using word order (below report.min_order_gain=0.05): train longer"),
-    (0.0, "none", "cannot use word order (no positional scheme, bidirectional)"),
-])
+@pytest.mark.parametrize(
+    "gain, signal, says",
+    [
+        (0.8, "scheme", "uses word order"),
+        (0.01, "scheme", "NOT yet using word order (below report.min_order_gain=0.05): train longer"),
+        (0.0, "none", "cannot use word order (no positional scheme, bidirectional)"),
+    ],
+)
 def test_summary_says_whether_the_model_uses_word_order(gain, signal, says):
     from harness.train import Summary, format_summary
 
-    s = Summary("r", "pos=x", "sqlite:///m.db", "e", 2.0, None, 300, 1000.0, 10, 1.0, gain, 0.05,
-                experiment_id="1", order_signal=signal)
+    s = Summary(
+        "r",
+        "pos=x",
+        "sqlite:///m.db",
+        "e",
+        2.0,
+        None,
+        300,
+        1000.0,
+        10,
+        1.0,
+        gain,
+        0.05,
+        experiment_id="1",
+        order_signal=signal,
+    )
     assert f"order gain       {gain:+.4f} nats/token when word order is shuffled: {says}" in format_summary(s)
 
 
 def test_a_preset_with_every_axis_pinned_is_one_run_plus_prefixed_axes_too(store, tmp_path):
     """A preset's sweep axis added with '+' (randomized_positions' arms) is pinned by the same '+…' override, not
     refused as an unpinned axis."""
-    out = run_py(["--check", "experiment=randomized_positions", "pos=rope",
-                  "+experiment/randomized_positions/arm=randomized", "seed=0"], store, tmp_path)
+    out = run_py(
+        [
+            "--check",
+            "experiment=randomized_positions",
+            "pos=rope",
+            "+experiment/randomized_positions/arm=randomized",
+            "seed=0",
+        ],
+        store,
+        tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     out = run_py(["--check", "experiment=randomized_positions", "pos=rope", "seed=0"], store, tmp_path)
     assert out.returncode == 2 and "is a sweep over +experiment/randomized_positions/arm: add -m" in out.stderr

@@ -17,9 +17,18 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--virtual-time-budget=15000", "--window-size=1400,900"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=15000",
+    "--window-size=1400,900",
+]
 
 
 def free_port() -> int:
@@ -34,10 +43,25 @@ def mlflow_server(tiny_sweep, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("mlflow_server")
     port = free_port()
     # its own process group: mlflow server also starts a job consumer that outlives a plain kill
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tiny_sweep.uri,
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=(tmp_path / "server.log").open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            tiny_sweep.uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=(tmp_path / "server.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -66,23 +90,30 @@ def mlflow_server(tiny_sweep, tmp_path_factory):
 
 def chromium(tmp_path: Path, url: str, *action: str) -> str:
     profile = tmp_path / f"profile-{time.monotonic_ns()}"  # a fresh profile per load
-    proc = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *action, url],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *action, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
-@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
-                    reason=f"{CHROMIUM} not installed: run tools/ensure-chromium (as root) or apt-get install chromium")
+@pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK),
+    reason=f"{CHROMIUM} not installed: run tools/ensure-chromium (as root) or apt-get install chromium",
+)
 def test_dashboard_lists_children_and_parent_artifacts(tiny_sweep, mlflow_server, tmp_path):
     assert tiny_sweep.proc.returncode == 0, tiny_sweep.proc.stderr[-3000:]
     exp = tiny_sweep.parent.info.experiment_id
     sweep_id = tiny_sweep.parent.data.tags["sweep_id"]
     # The runs page nests children under their parent, collapsed; a filter plus a sort by
     # name shows them flat — the same view docs/dashboard.md tells a reader to open.
-    query = urllib.parse.urlencode({"searchFilter": f"tags.sweep_id = '{sweep_id}'",
-                                    "orderByKey": "attributes.run_name", "orderByAsc": "true"},
-                                   quote_via=urllib.parse.quote)
+    query = urllib.parse.urlencode(
+        {"searchFilter": f"tags.sweep_id = '{sweep_id}'", "orderByKey": "attributes.run_name", "orderByAsc": "true"},
+        quote_via=urllib.parse.quote,
+    )
     runs_url = f"{mlflow_server}/#/experiments/{exp}/runs?{query}"
     dom = chromium(tmp_path, runs_url, "--dump-dom")
     for child in tiny_sweep.children:
@@ -109,8 +140,10 @@ def printed_urls(stdout: str, server: str) -> dict[str, str]:
     return urls
 
 
-@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
-                    reason=f"{CHROMIUM} not installed: run tools/ensure-chromium (as root) or apt-get install chromium")
+@pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK),
+    reason=f"{CHROMIUM} not installed: run tools/ensure-chromium (as root) or apt-get install chromium",
+)
 def test_printed_urls_open_the_model_training_view_of_this_sweep(tiny_sweep, mlflow_server, tmp_path):
     urls = printed_urls(tiny_sweep.proc.stdout, mlflow_server)
     assert set(urls) == {"cells", "report"}, tiny_sweep.proc.stdout[-2000:]

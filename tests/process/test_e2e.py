@@ -23,8 +23,9 @@ def test_mlm_run_logs_contract(train_tiny):
     assert run.data.tags["malloc"] == allocator.setting()  # this process left malloc alone; run.py turns mmap off
     assert run.data.tags["attn_backend"] == "sdpa"  # the kernel softmax attention ran (attn.backend=sdpa)
     assert (run.data.tags["data"], run.data.tags["seed"]) == ("embedded", "0")
-    described = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
+    described = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     assert run.data.tags["git_sha"] == (described or "unknown")
     corpus = (CACHE / f"stdlib-prose-{platform.python_version()}.txt").read_bytes()  # the embedded corpus
     assert run.data.tags["corpus_sha256"] == hashlib.sha256(corpus).hexdigest()
@@ -43,8 +44,9 @@ def test_mlm_run_logs_contract(train_tiny):
 
 
 def test_loss_decreases_on_a_fixed_seed(train_tiny):
-    summary, client = train_tiny("trainer.max_steps=40", "trainer.val_check_interval=10",
-                                 "optim.optimizer.lr=3e-3", "model.dropout=0.0")
+    summary, client = train_tiny(
+        "trainer.max_steps=40", "trainer.val_check_interval=10", "optim.optimizer.lr=3e-3", "model.dropout=0.0"
+    )
     val = [m.value for m in sorted(client.get_metric_history(summary.run_id, "val/loss"), key=lambda m: m.step)]
     assert len(val) == 4 and val[-1] < val[0] - 0.3
     train = sorted(client.get_metric_history(summary.run_id, "train/loss"), key=lambda m: m.step)
@@ -63,9 +65,13 @@ def test_logged_learning_rate_follows_the_schedule_formula(train_tiny, decay):
     m + (1 − m)·(1 + cos πp)/2, linear m + (1 − m)(1 − p) or constant 1, with p = (k − W)/(T − W).
     The point logged at MLflow step s (steps completed) was read during step s, after s − 1 updates."""
     base, warmup, total, floor = 2e-3, 3, 12, 0.2
-    summary, client = train_tiny(f"trainer.max_steps={total}", f"optim.optimizer.lr={base}",
-                                 f"optim.schedule.warmup_steps={warmup}", f"optim.schedule.decay={decay}",
-                                 f"optim.schedule.min_lr_ratio={floor}")
+    summary, client = train_tiny(
+        f"trainer.max_steps={total}",
+        f"optim.optimizer.lr={base}",
+        f"optim.schedule.warmup_steps={warmup}",
+        f"optim.schedule.decay={decay}",
+        f"optim.schedule.min_lr_ratio={floor}",
+    )
 
     def expected(k: int) -> float:
         if k < warmup:

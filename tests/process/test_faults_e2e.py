@@ -24,12 +24,17 @@ for b in range(batches):  # small batches: as many write transactions as possibl
 client.set_terminated(run_id, "FINISHED")
 """
 
+
 def test_two_writers_hammering_one_store_lose_nothing(store):
     from mlflow.tracking import MlflowClient
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, store, name, "60"], env=env, cwd=ROOT,
-                              stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, store, name, "60"], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+        for name in ("a", "b")
+    ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     client = MlflowClient(store)
@@ -41,13 +46,22 @@ def test_two_writers_hammering_one_store_lose_nothing(store):
         assert steps == list(range(600))
     print(f"retries on a locked store: {sum(e.count('mlflow store locked') for e in errors)}")
 
+
 def test_two_run_py_jobs_at_once_log_every_point(store, tmp_path):
     from mlflow.tracking import MlflowClient
 
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *TINY, f"seed={seed}",
-                               f"hydra.run.dir={tmp_path}/run{seed}"], env=env, cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for seed in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), *TINY, f"seed={seed}", f"hydra.run.dir={tmp_path}/run{seed}"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (0, 1)
+    ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for e in errors]
     client = MlflowClient(store)

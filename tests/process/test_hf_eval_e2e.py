@@ -23,16 +23,38 @@ def test_train_export_extend_evaluate_offline_read_back_from_mlflow(train_tiny, 
 
     summary, client = train_tiny("model=modern", "task=clm", "export=hf", "trainer.max_steps=6")
     folder = client.download_artifacts(summary.run_id, "hf_model")
-    monkeypatch.setattr("sys.argv", ["posbench", "hf-eval", folder, "--scalings", "none,linear,yarn", "--factors", "2",
-                                     "--lengths", "32,128", "--budget", "256", "--passkey-trials", "2", "--depths",
-                                     "0,1", "--tracking-uri", store])
+    monkeypatch.setattr(
+        "sys.argv",
+        [
+            "posbench",
+            "hf-eval",
+            folder,
+            "--scalings",
+            "none,linear,yarn",
+            "--factors",
+            "2",
+            "--lengths",
+            "32,128",
+            "--budget",
+            "256",
+            "--passkey-trials",
+            "2",
+            "--depths",
+            "0,1",
+            "--tracking-uri",
+            store,
+        ],
+    )
     assert main() == 0
     exp = client.get_experiment_by_name("hf-eval")
     runs = client.search_runs([exp.experiment_id])
     parent = next(r for r in runs if r.data.tags.get("kind") == "hf-eval")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert sorted((r.data.tags["scaling"], r.data.tags["factor"]) for r in children) == \
-        [("linear", "2"), ("none", "1"), ("yarn", "2")]
+    assert sorted((r.data.tags["scaling"], r.data.tags["factor"]) for r in children) == [
+        ("linear", "2"),
+        ("none", "1"),
+        ("yarn", "2"),
+    ]
     for r in [parent, *children]:
         assert r.info.status == "FINISHED"
     none = next(r for r in children if r.data.tags["scaling"] == "none").data.metrics
@@ -45,6 +67,7 @@ def test_train_export_extend_evaluate_offline_read_back_from_mlflow(train_tiny, 
     assert "| none | 1 |" in report and "| yarn | 2 |" in report
     assert "parent run" in capsys.readouterr().out
 
+
 def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tmp_path, store):
     """A tiny Llama under none, linear and YaRN at 2×, fine-tuned 3 steps per cell first: each child holds its
     fine-tuning curve, the parent the key-token counts and the claim's verdict; --out has the report; the folder's
@@ -54,8 +77,23 @@ def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tm
     from harness.pretrained.hf_eval import main
 
     folder = tiny_llama(tmp_path / "tiny")
-    common = [str(folder), "--scalings", "none,linear,yarn", "--factors", "2", "--lengths", "32,128", "--budget",
-              "256", "--passkey-trials", "0", "--key-short", "8", "--tracking-uri", store]
+    common = [
+        str(folder),
+        "--scalings",
+        "none,linear,yarn",
+        "--factors",
+        "2",
+        "--lengths",
+        "32,128",
+        "--budget",
+        "256",
+        "--passkey-trials",
+        "0",
+        "--key-short",
+        "8",
+        "--tracking-uri",
+        store,
+    ]
     assert main([*common, "--claim", "yarn<linear", "--finetune-steps", "3", "--out", str(tmp_path / "out")]) == 0
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("hf-eval").experiment_id])
@@ -71,13 +109,16 @@ def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tm
     assert (tmp_path / "out" / "hf_eval_loss.png").read_bytes()[:4] == b"\x89PNG"
     none_tuned = next(r for r in children if r.data.tags["scaling"] == "none").data.metrics["val/loss_at_32"]
     assert main([*common, "--scalings", "none", "--experiment", "plain"]) == 0
-    plain = client.search_runs([client.get_experiment_by_name("plain").experiment_id],
-                               "tags.kind = 'hf-eval-cell'")[0].data.metrics["val/loss_at_32"]
+    plain = client.search_runs([client.get_experiment_by_name("plain").experiment_id], "tags.kind = 'hf-eval-cell'")[
+        0
+    ].data.metrics["val/loss_at_32"]
     assert none_tuned != plain  # the fine-tune reached the none cell's weights …
     assert main([*common, "--scalings", "none", "--experiment", "again"]) == 0
-    again = client.search_runs([client.get_experiment_by_name("again").experiment_id],
-                               "tags.kind = 'hf-eval-cell'")[0].data.metrics["val/loss_at_32"]
+    again = client.search_runs([client.get_experiment_by_name("again").experiment_id], "tags.kind = 'hf-eval-cell'")[
+        0
+    ].data.metrics["val/loss_at_32"]
     assert again == plain  # … and never the folder's: evaluation alone is deterministic
+
 
 PROBE = """
 import sys, torch, transformers
@@ -104,6 +145,7 @@ else:
 print(peak() - before, estimate)
 """
 
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the high-water mark from Linux's /proc")
 @pytest.mark.parametrize("mode, length, vocab", [("eval", 2048, 32000), ("finetune", 4096, 8000)])
 def test_the_memory_estimate_holds_against_the_measured_peak(mode, length, vocab):
@@ -113,10 +155,16 @@ def test_the_memory_estimate_holds_against_the_measured_peak(mode, length, vocab
 
     from tests.helpers import ROOT
 
-    done = subprocess.run([sys.executable, "-c", PROBE, mode, str(length), str(vocab)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, mode, str(length), str(vocab)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     measured, estimate = map(float, done.stdout.split())
     assert estimate == pytest.approx(measured, rel=0.15), (measured / 2**20, estimate / 2**20)
+
 
 @pytest.mark.parametrize("family", ["qwen2", "gpt_neox"])
 def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp_path, store, family):
@@ -130,19 +178,51 @@ def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp
 
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel()
-    bpe.train_from_iterator([evaluation_text("embedded", "train")[:200_000]],
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"]))
+    bpe.train_from_iterator(
+        [evaluation_text("embedded", "train")[:200_000]], trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"])
+    )
     folder = tmp_path / family
     transformers.PreTrainedTokenizerFast(tokenizer_object=bpe).save_pretrained(folder)
-    config = transformers.AutoConfig.for_model(family, vocab_size=300, hidden_size=32, num_hidden_layers=1,
-                                               num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                                               max_position_embeddings=32)
+    config = transformers.AutoConfig.for_model(
+        family,
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    assert main([str(folder), "--scalings", "none,yarn", "--factors", "4", "--lengths", "32,96", "--budget", "192",
-                 "--passkey-trials", "1", "--depths", "0.5", "--tracking-uri", store]) == 0
+    assert (
+        main(
+            [
+                str(folder),
+                "--scalings",
+                "none,yarn",
+                "--factors",
+                "4",
+                "--lengths",
+                "32,96",
+                "--budget",
+                "192",
+                "--passkey-trials",
+                "1",
+                "--depths",
+                "0.5",
+                "--tracking-uri",
+                store,
+            ]
+        )
+        == 0
+    )
     client = MlflowClient(store)
-    cells = {r.data.tags["scaling"]: r.data.metrics for r in client.search_runs(
-        [client.get_experiment_by_name("hf-eval").experiment_id], "tags.kind = 'hf-eval-cell'")}
+    cells = {
+        r.data.tags["scaling"]: r.data.metrics
+        for r in client.search_runs(
+            [client.get_experiment_by_name("hf-eval").experiment_id], "tags.kind = 'hf-eval-cell'"
+        )
+    }
     assert all(math.isfinite(m["val/loss_at_96"]) and m["val/loss_at_96"] > 0 for m in cells.values())
     assert cells["yarn"]["val/loss_at_96"] != cells["none"]["val/loss_at_96"]

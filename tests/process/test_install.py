@@ -46,8 +46,14 @@ class Installed:
     def run(self, *argv: str | Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
         """``argv`` in ``cwd``, with none of the checkout's settings; ``env``: the user's own (PYTHONPATH)."""
         kept = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI", HYDRA_FULL)}
-        return subprocess.run([str(a) for a in argv], cwd=self.cwd, env={**kept, "OMP_NUM_THREADS": "1", **env},
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [str(a) for a in argv],
+            cwd=self.cwd,
+            env={**kept, "OMP_NUM_THREADS": "1", **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     @property
     def user(self) -> dict[str, str]:
@@ -73,12 +79,19 @@ def fresh_venv(venv: Path) -> Path:
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    own = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                              capture_output=True, text=True, check=True).stdout.strip())
+    own = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     outer = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
     # addsitedir, not a bare path: the outer .pth files (the checkout's editable install among them) apply too
     (own / "zz_outer_environment.pth").write_text(
-        "".join(f"import site; site.addsitedir({d!r})\n" for d in dict.fromkeys(outer) if Path(d).is_dir()))
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in dict.fromkeys(outer) if Path(d).is_dir())
+    )
     return python
 
 
@@ -90,12 +103,33 @@ def installed(tmp_path_factory) -> Installed:
     python = fresh_venv(venv)
     # the outer pip and setuptools, seen through the .pth, build and install into the fresh venv (sys.prefix);
     # --ignore-installed: the checkout's editable posbench, seen the same way, is not the venv's to uninstall
-    done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--ignore-installed", "--disable-pip-version-check", str(src)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--ignore-installed",
+            "--disable-pip-version-check",
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     cwd = write_user_package(base / "elsewhere")  # the user's own package and config dir are where they work
     return Installed(python, venv / "bin" / "posbench", site, cwd)
 
@@ -106,8 +140,15 @@ def trained(installed) -> Installed:
     Its axis is a class of the user's package beside a built-in's, named by ``pos._target_`` (README, "Your own
     scheme"): the cells must be named after the classes and compared like any two options.
     (A single run starts the same way, through harness/main.py; tests/process/test_cli.py trains one.)"""
-    sweep = installed.run(installed.posbench, "-m", *TINY, "checkpoint.every_n_steps=0", "report.baseline=rope",
-                          "pos._target_=positional.rope.Rope,mypkg.decay.Decay", **installed.user)
+    sweep = installed.run(
+        installed.posbench,
+        "-m",
+        *TINY,
+        "checkpoint.every_n_steps=0",
+        "report.baseline=rope",
+        "pos._target_=positional.rope.Rope,mypkg.decay.Decay",
+        **installed.user,
+    )
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     installed.sweep_output = sweep.stdout + sweep.stderr
     return installed
@@ -115,10 +156,12 @@ def trained(installed) -> Installed:
 
 def test_import_positional_and_attention_without_the_harness_stack():
     """The maths rooms are a library: importing them loads no Lightning, MLflow, Hydra or OmegaConf."""
-    code = ("import sys, positional, attention\n"
-            "from positional import Rope, ALiBi, T5Bias, PositionalScheme, Shape\n"
-            "from attention import Softmax, Local, Performer, Linear, AttentionVariant, AttentionContext\n"
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    code = (
+        "import sys, positional, attention\n"
+        "from positional import Rope, ALiBi, T5Bias, PositionalScheme, Shape\n"
+        "from attention import Softmax, Local, Performer, Linear, AttentionVariant, AttentionContext\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert not HEAVY & set(done.stdout.split())
@@ -131,13 +174,15 @@ def test_import_positional_and_attention_without_the_harness_stack():
 
 
 def test_the_installed_copy_is_imported_and_finds_its_conf(installed):
-    code = ("import harness, positional, attention, results, hydra_plugins.posbench_sweeper as plugin\n"
-            "from harness.paths import CONF, project_root\n"
-            "from hydra.core.plugins import Plugins\n"
-            "from hydra.plugins.sweeper import Sweeper\n"
-            "names = {p.__module__ for p in Plugins.instance().discover(Sweeper)}\n"
-            "for m in (harness, positional, attention, results, plugin): print(m.__file__)\n"
-            "print(CONF / 'config.yaml'); print(project_root()); print('hydra_plugins.posbench_sweeper' in names)")
+    code = (
+        "import harness, positional, attention, results, hydra_plugins.posbench_sweeper as plugin\n"
+        "from harness.paths import CONF, project_root\n"
+        "from hydra.core.plugins import Plugins\n"
+        "from hydra.plugins.sweeper import Sweeper\n"
+        "names = {p.__module__ for p in Plugins.instance().discover(Sweeper)}\n"
+        "for m in (harness, positional, attention, results, plugin): print(m.__file__)\n"
+        "print(CONF / 'config.yaml'); print(project_root()); print('hydra_plugins.posbench_sweeper' in names)"
+    )
     done = installed.run(installed.python, "-c", code)
     assert done.returncode == 0, done.stderr
     *files, config, root, discovered = done.stdout.split("\n")[:-1]
@@ -201,17 +246,20 @@ def test_a_class_named_by_target_is_compared_with_a_built_in_in_its_sweep(traine
     assert len(verdicts) == 1 and verdicts[0].startswith("decay vs rope (softmax): "), trained.sweep_output[-3000:]
 
 
-@pytest.mark.parametrize("argv", [
-    ["--config-dir", "{conf}", "--matrix"],  # CONTRIBUTING's own command
-    ["--matrix", "--config-dir", "{conf}"],
-    ["--config-dir={conf}", "--matrix=md"],
-    ["--config-dir", "{conf}", "--list"],
-    ["-cd", "{conf}", "--list=md"],
-    ["--list", "hydra.searchpath=[file://{conf}]"],
-], ids=["cd-matrix", "matrix-cd", "cd=-matrix=md", "cd-list", "cd-short-list=md", "list-searchpath"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--config-dir", "{conf}", "--matrix"],  # CONTRIBUTING's own command
+        ["--matrix", "--config-dir", "{conf}"],
+        ["--config-dir={conf}", "--matrix=md"],
+        ["--config-dir", "{conf}", "--list"],
+        ["-cd", "{conf}", "--list=md"],
+        ["--list", "hydra.searchpath=[file://{conf}]"],
+    ],
+    ids=["cd-matrix", "matrix-cd", "cd=-matrix=md", "cd-list", "cd-short-list=md", "list-searchpath"],
+)
 def test_matrix_and_list_take_the_users_config_dir_in_any_position(installed, argv):
-    done = installed.run(installed.posbench, *(a.format(conf=installed.cwd / "myconf") for a in argv),
-                         **installed.user)
+    done = installed.run(installed.posbench, *(a.format(conf=installed.cwd / "myconf") for a in argv), **installed.user)
     assert done.returncode == 0, done.stderr
     assert any(line.lstrip("| `").startswith("decay") for line in done.stdout.splitlines()), done.stdout
 
@@ -235,35 +283,52 @@ def test_check_takes_the_users_config_dir_and_class(installed):
     assert done.returncode == 0 and "ok: pos=decay attn=softmax" in done.stdout, done.stderr
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--config-dir", "{conf}", "pos=decay", "pos.init=-1"], "error: pos.init=-1 must be positive"),  # as a key
-    (["pos._target_=mypkg.decay.Decay", "+pos.nope=1"], "pos.nope is not a setting of pos=decay"),
-    (["pos._target_=mypkg.nothere.Decay"], "pos._target_='mypkg.nothere.Decay' cannot be imported"),
-], ids=["own-error-as-key", "unknown-key-of-class", "class-not-importable"])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--config-dir", "{conf}", "pos=decay", "pos.init=-1"], "error: pos.init=-1 must be positive"),  # as a key
+        (["pos._target_=mypkg.decay.Decay", "+pos.nope=1"], "pos.nope is not a setting of pos=decay"),
+        (["pos._target_=mypkg.nothere.Decay"], "pos._target_='mypkg.nothere.Decay' cannot be imported"),
+    ],
+    ids=["own-error-as-key", "unknown-key-of-class", "class-not-importable"],
+)
 def test_the_users_scheme_is_refused_in_one_line_like_a_built_in(installed, argv, line):
-    done = installed.run(installed.posbench, "--check", *(a.format(conf=installed.cwd / "myconf") for a in argv),
-                         *TINY, **installed.user)
+    done = installed.run(
+        installed.posbench, "--check", *(a.format(conf=installed.cwd / "myconf") for a in argv), *TINY, **installed.user
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and line in done.stderr, done.stderr
 
 
 def test_an_option_whose_package_is_missing_is_refused_in_one_line(installed):
     """tokenizer=bpe without tokenizers (blocked as Python blocks a module): one line naming the extra, exit 2."""
-    code = ("import sys; sys.modules['tokenizers'] = None\n"
-            "from harness.main import main\n"
-            "sys.argv = ['posbench', '--check', 'tokenizer=bpe', 'task=clm']\n"
-            "sys.exit(main())")
+    code = (
+        "import sys; sys.modules['tokenizers'] = None\n"
+        "from harness.main import main\n"
+        "sys.argv = ['posbench', '--check', 'tokenizer=bpe', 'task=clm']\n"
+        "sys.exit(main())"
+    )
     done = installed.run(installed.python, "-c", code)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr == ("error: tokenizer=bpe needs tokenizers, which is not installed here; "
-                           "pip install 'posbench[hf]' (in a checkout: pip install -e '.[hf]')\n")
+    assert done.stderr == (
+        "error: tokenizer=bpe needs tokenizers, which is not installed here; "
+        "pip install 'posbench[hf]' (in a checkout: pip install -e '.[hf]')\n"
+    )
 
 
 def test_a_hub_tokenizer_without_network_is_refused_at_once(installed, tmp_path):
     """The README's GPU recipe (tokenizer=hf tokenizer.name=gpt2) where the Hub cannot be reached (here: a refused
     port as its endpoint, an empty cache): one line (one connection attempt, tests/unit/test_tokenizers.py counts
     it), not a wait on the libraries' retries."""
-    done = installed.run(installed.posbench, "--check", "task=clm", "tokenizer=hf", "tokenizer.name=gpt2",
-                         HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
+    done = installed.run(
+        installed.posbench,
+        "--check",
+        "task=clm",
+        "tokenizer=hf",
+        "tokenizer.name=gpt2",
+        HF_ENDPOINT="http://127.0.0.1:9",
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_OFFLINE="0",
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "the Hub was not asked (http://127.0.0.1:9 cannot be reached" in done.stderr
 
@@ -285,9 +350,18 @@ def readme_use_lines() -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
-SMOLLM_135M = {"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
-               "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-               "max_position_embeddings": 2048, "tie_word_embeddings": True, "rope_theta": 10000.0}
+SMOLLM_135M = {
+    "model_type": "llama",
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+    "rope_theta": 10000.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -307,13 +381,18 @@ def readme_files(installed) -> dict[str, str]:
     from tests.helpers import headers_only
 
     headers_only(model, SMOLLM_135M)  # the weights' header (a sparse file) and a tokenizer.json
-    return {"~/books/": str(books), "~/corpus/": str(corpus), " DIR ": " readme-shards ",
-            "~/models/SmolLM-135M": str(model)}
+    return {
+        "~/books/": str(books),
+        "~/corpus/": str(corpus),
+        " DIR ": " readme-shards ",
+        "~/models/SmolLM-135M": str(model),
+    }
 
 
 @pytest.mark.parametrize("line", readme_use_lines(), ids=lambda line: line.partition(" #")[0].strip())
-def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(installed, readme_files, line,
-                                                                                   tmp_path):
+def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(
+    installed, readme_files, line, tmp_path
+):
     """Each command of the README's "Use" block, as a user types it against an installed copy: validated with
     --check (a training line) or run as it is (--list, --matrix, --check, prepare), from another directory. A line
     the README shows refused ("the one line a bad config gets") must give exactly that: one line, exit 2."""

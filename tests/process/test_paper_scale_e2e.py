@@ -17,13 +17,22 @@ from tests.paper_presets import PAPER, _composed, _first_cell
 
 SHRUNK = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.batch_size=2"]
 
-ON_CPU = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.max_steps=3", "trainer.val_check_interval=3",
-          "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "optim.schedule.warmup_steps=1",
-          "data.eval_batches=1", "checkpoint.every_n_steps=0"]
+ON_CPU = [
+    "trainer.accelerator=cpu",
+    "trainer.devices=1",
+    "trainer.max_steps=3",
+    "trainer.val_check_interval=3",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "optim.schedule.warmup_steps=1",
+    "data.eval_batches=1",
+    "checkpoint.every_n_steps=0",
+]
 
 # the final evaluation kept cheap: sliding windows every 64 tokens at 8× the length are minutes of a CPU, and a
 # fine-tune of 400 steps per scaling would be 2000 steps; one step of each shows the path runs
 CHEAP_EVAL = {"alibi_extrapolation": ["eval.stride=null"], "rope_scaling": ["eval.finetune_steps=1"]}
+
 
 @pytest.mark.parametrize("preset", PAPER)
 def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
@@ -39,6 +48,7 @@ def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
     summary = train(spec)
     assert summary.step == 3
     assert summary.val_loss is not None and torch.isfinite(torch.tensor(summary.val_loss))
+
 
 def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_path):
     """What a researcher runs before paying for a GPU, at the paper's depth (12 layers) and vocabulary (GPT-2's
@@ -60,24 +70,71 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
     datasets.Dataset.from_dict({"text": docs[:1500]}).to_parquet(str(tmp_path / "owt" / "train.parquet"))
     datasets.Dataset.from_dict({"text": docs[-150:]}).to_parquet(str(tmp_path / "owt" / "validation.parquet"))
     vocab = ["tokenizer=bpe", "tokenizer.vocab_size=50257"]
-    manifest = prepare(tmp_path / "shards", ["data=hf", f"data.path={tmp_path / 'owt'}", "data.val_split=validation",
-                                             *vocab])
+    manifest = prepare(
+        tmp_path / "shards", ["data=hf", f"data.path={tmp_path / 'owt'}", "data.val_split=validation", *vocab]
+    )
     trained = manifest["tokenizer"]["vocab_size"]
     assert manifest["tokenizer"]["recipe"]["vocab_size"] == 50257 and 300 < trained < 50257
     assert manifest["splits"]["val"]["tokens"] > 0
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "POSBENCH_CACHE":
-           str(tmp_path / "cache")}
-    small = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.seq_len=64", "data.batch_size=1",
-             "data.eval_batches=1", "trainer.max_steps=1", "trainer.val_check_interval=1", "trainer.accelerator=cpu",
-             "trainer.precision=32", "trainer.enable_progress_bar=false", "seed=0"]
-    sweep = subprocess.run([sys.executable, "run.py", "-m", "experiment=eleuther_rotary", "scale=paper", "data=tokens",
-                            f"data.path={tmp_path / 'shards'}", *vocab, *small, "~paper",
-                            f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=300)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "POSBENCH_CACHE": str(tmp_path / "cache"),
+    }
+    small = [
+        "model.d_model=32",
+        "model.n_heads=2",
+        "model.d_ff=64",
+        "data.seq_len=64",
+        "data.batch_size=1",
+        "data.eval_batches=1",
+        "trainer.max_steps=1",
+        "trainer.val_check_interval=1",
+        "trainer.accelerator=cpu",
+        "trainer.precision=32",
+        "trainer.enable_progress_bar=false",
+        "seed=0",
+    ]
+    sweep = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "-m",
+            "experiment=eleuther_rotary",
+            "scale=paper",
+            "data=tokens",
+            f"data.path={tmp_path / 'shards'}",
+            *vocab,
+            *small,
+            "~paper",
+            f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert sweep.returncode == 0, sweep.stderr[-2000:]
-    report = subprocess.run([sys.executable, "-m", "results", "paper", "--preset", "eleuther_rotary", "--scale",
-                             "paper", "--out", str(tmp_path / "report")], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=120)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "results",
+            "paper",
+            "--preset",
+            "eleuther_rotary",
+            "--scale",
+            "paper",
+            "--out",
+            str(tmp_path / "report"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert report.returncode == 0, report.stderr[-2000:]
     text = (tmp_path / "report" / "README.md").read_text()
     assert text.startswith("# eleuther_rotary (paper scale)") and "**Verdict:" in text
@@ -89,5 +146,8 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
     assert sorted(cells) == ["learned", "rope", "t5"]
     for run in cells.values():
         assert run.info.status == "FINISHED" and run.data.params["model.n_layers"] == "12"
-        assert run.data.params["tokenizer.vocab_size"] == "50257" and run.data.params["data.path"] == \
-            str(tmp_path / "shards") and run.data.params["tokenizer.trained_vocab_size"] == str(trained)
+        assert (
+            run.data.params["tokenizer.vocab_size"] == "50257"
+            and run.data.params["data.path"] == str(tmp_path / "shards")
+            and run.data.params["tokenizer.trained_vocab_size"] == str(trained)
+        )

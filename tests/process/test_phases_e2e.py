@@ -18,13 +18,19 @@ from tests.helpers import ROOT, TINY
 
 CONSTANT = ["task=clm", "optim.schedule.decay=constant", "optim.schedule.warmup_steps=2", "model.dropout=0.0"]
 
+
 def test_a_drope_run_logs_its_boundary_and_trains_the_plain_runs_weights_up_to_it(train_tiny):
     """With a constant rate after warm-up, a run that drops RoPE at step 6 is, up to step 6, the plain RoPE run of
     6 steps (the same seed, the same batches): its val/loss there is that run's final one. After it train/phase
     is 1 and the final evaluation reads the model without positions."""
     plain, client = train_tiny(*CONSTANT, "trainer.max_steps=6", "trainer.val_check_interval=3")
-    drope, _ = train_tiny(*CONSTANT, "trainer.max_steps=9", "trainer.val_check_interval=3",
-                          "phases=[{at:6,pos:none}]", "eval.lengths=[32,64]")
+    drope, _ = train_tiny(
+        *CONSTANT,
+        "trainer.max_steps=9",
+        "trainer.val_check_interval=3",
+        "phases=[{at:6,pos:none}]",
+        "eval.lengths=[32,64]",
+    )
     phase = sorted((m.step, m.value) for m in client.get_metric_history(drope.run_id, "train/phase"))
     assert [v for s, v in phase if s <= 6] == [0.0] * 6 and [v for s, v in phase if s > 6] == [1.0] * 3
     val = dict((m.step, m.value) for m in client.get_metric_history(drope.run_id, "val/loss"))
@@ -33,6 +39,7 @@ def test_a_drope_run_logs_its_boundary_and_trains_the_plain_runs_weights_up_to_i
     assert run.data.tags["phases"] == "0: pos=rope · 6: pos=none" and run.info.status == "FINISHED"
     assert {"val/loss_at_32", "val/loss_at_64"} <= set(run.data.metrics)
 
+
 @pytest.fixture
 def float32():
     previous = torch.get_default_dtype()
@@ -40,17 +47,28 @@ def float32():
     yield
     torch.set_default_dtype(previous)
 
+
 def test_a_run_killed_past_a_boundary_resumes_in_its_phase(store, tmp_path, train_tiny, float32):
     """kill -9 before step 7 of 10, RoPE dropped at step 3, the last checkpoint at step 4: the resumed run trains
     steps 5-10 without RoPE and ends where the uninterrupted run does."""
     from mlflow.tracking import MlflowClient
 
-    args = [*CONSTANT, "trainer.max_steps=10", "trainer.val_check_interval=3", "checkpoint.every_n_steps=4",
-            "phases=[{at:3,pos:none}]"]
+    args = [
+        *CONSTANT,
+        "trainer.max_steps=10",
+        "trainer.val_check_interval=3",
+        "checkpoint.every_n_steps=4",
+        "phases=[{at:3,pos:none}]",
+    ]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run([sys.executable, str(ROOT / "tests" / "killer.py"), "6", *TINY, *args,
-                             f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "killer.py"), "6", *TINY, *args, f"hydra.run.dir={tmp_path}/run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed, client = train_tiny(*args, "resume=true")
     reference, _ = train_tiny(*args)

@@ -13,22 +13,41 @@ import sys
 
 from tests.helpers import ROOT, TINY
 
-LINE = re.compile(r"^(train|val)\s+step\s+(\d+)/12  loss (\d+\.\d{4})  val loss (—|\d+\.\d{4})  tokens/s ([\d,]+|—)"
-                  r"  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|—)$")
+LINE = re.compile(
+    r"^(train|val)\s+step\s+(\d+)/12  loss (\d+\.\d{4})  val loss (—|\d+\.\d{4})  tokens/s ([\d,]+|—)"
+    r"  elapsed \d+:\d\d:\d\d  ETA (\d+:\d\d:\d\d|—)$"
+)
+
 
 def test_a_redirected_run_prints_a_few_plain_lines(tmp_path, _empty_store):
     """A real run with stdout in a file (progress.mode=auto): a line per 4 steps and per validation, no '\\r',
     no Lightning banners."""
     log, db = tmp_path / "log", tmp_path / "mlflow.db"
     shutil.copyfile(_empty_store, db)  # a migrated store: creating one costs seconds
-    overrides = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval",
-                                                       "trainer.enable_progress_bar"))]
+    overrides = [
+        o
+        for o in TINY
+        if not o.startswith(("trainer.max_steps", "trainer.val_check_interval", "trainer.enable_progress_bar"))
+    ]
     with log.open("w") as out:
         proc = subprocess.run(
-            [sys.executable, "run.py", *overrides, "trainer.max_steps=12", "trainer.val_check_interval=6",
-             "progress.every_n_steps=4", "checkpoint.every_n_steps=0", f"hydra.run.dir={tmp_path / 'out'}"],
-            cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300,
-            env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+            [
+                sys.executable,
+                "run.py",
+                *overrides,
+                "trainer.max_steps=12",
+                "trainer.val_check_interval=6",
+                "progress.every_n_steps=4",
+                "checkpoint.every_n_steps=0",
+                f"hydra.run.dir={tmp_path / 'out'}",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"},
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = log.read_text()
     assert "\r" not in text

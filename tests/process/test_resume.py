@@ -32,9 +32,14 @@ def float32():
 def kill_at(step: int, store: str, tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """run.py in a subprocess that SIGKILLs itself before optimizer step ``step`` + 1."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1", **(env or {})}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "killer.py"), str(step), *args,
-                           f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "killer.py"), str(step), *args, f"hydra.run.dir={tmp_path}/run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -9, proc.stderr[-3000:]  # died by SIGKILL, not by an error
     return proc
 
@@ -105,10 +110,22 @@ def test_new_run_of_a_killed_config_closes_the_stale_run(store, tmp_path, train_
 def test_rerun_sweep_skips_finished_cells_and_resumes_the_killed_one(tmp_path):
     overrides = ["pos=rope,learned", *LONG]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "killer.py"), "6", "-m", *TINY, *overrides,
-                           f"hydra.sweep.dir={tmp_path}/first"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": uri, "KILL_POS": "learned",
-                               "OMP_NUM_THREADS": "1"}, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "killer.py"),
+            "6",
+            "-m",
+            *TINY,
+            *overrides,
+            f"hydra.sweep.dir={tmp_path}/first",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri, "KILL_POS": "learned", "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     assert proc.returncode == -9, proc.stderr[-3000:]
 
     s = run_sweep(tmp_path, *overrides)  # the same multirun again

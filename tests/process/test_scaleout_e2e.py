@@ -19,15 +19,22 @@ from tests.helpers import DDP_CPU, ROOT, TINY, run_sweep
 def _run_py(tmp_path, *args, timeout=300):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "run.py", *TINY, "model.dropout=0", *args,
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *TINY, "model.dropout=0", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(tracking_uri=uri)
     return proc, client, client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
 
+
 def _curve(client, run, metric):
     return {m.step: m.value for m in client.get_metric_history(run.info.run_id, metric)}
+
 
 # Tolerance of the DDP-vs-single comparison. The global batch holds the same examples in the same
 # order (rank_sampler), dropout is 0, the masks are functions of (seed, index), and each rank divides
@@ -37,6 +44,7 @@ def _curve(client, run, metric):
 # amplification of tiny gradient differences and still fails when the examples differ (a shuffled
 # sampler) or when ranks normalise by their own token count: both differ by more.
 DDP_TOLERANCE = 1e-4
+
 
 def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
     ddp_out, ddp_client, ddp_runs = _run_py(tmp_path / "ddp", *DDP_CPU)
@@ -53,6 +61,7 @@ def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
         diff = max(abs(ddp[s] - one[s]) for s in ddp)
         assert diff < DDP_TOLERANCE, f"{metric}: DDP and single process differ by {diff:.2e}"
 
+
 def _assert_one_parent_two_finished_children(sweep):
     assert sweep.proc.returncode == 0, sweep.proc.stderr[-3000:]
     assert sweep.parent is not None and sweep.parent.info.status == "FINISHED"
@@ -61,14 +70,19 @@ def _assert_one_parent_two_finished_children(sweep):
     assert {r.data.tags["mlflow.parentRunId"] for r in sweep.children} == {sweep.parent.info.run_id}
     assert sorted(p.name for p in sweep.sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0", "1"]
 
+
 # Sweeps of DDP jobs and the submitit launcher are a large share of the suite's time on 2 cores:
 # opt-in (POSBENCH_TEST_LAUNCHERS=1), as torch.compile below. DDP itself stays in every run (the test above).
-LAUNCHERS = pytest.mark.skipif(not os.environ.get("POSBENCH_TEST_LAUNCHERS"),
-                               reason="DDP sweeps, submitit: ~2 min on 2 cores; POSBENCH_TEST_LAUNCHERS=1 runs them")
+LAUNCHERS = pytest.mark.skipif(
+    not os.environ.get("POSBENCH_TEST_LAUNCHERS"),
+    reason="DDP sweeps, submitit: ~2 min on 2 cores; POSBENCH_TEST_LAUNCHERS=1 runs them",
+)
+
 
 @LAUNCHERS
-@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
-                         ids=["basic", "joblib"])
+@pytest.mark.parametrize(
+    "launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]], ids=["basic", "joblib"]
+)
 def test_multirun_with_ddp(launcher, tmp_path):
     """2 cells × 2 ranks: each rank 1 runs its own cell once, not the sweep; the second job gets a
     fresh process group."""
@@ -81,6 +95,7 @@ def test_multirun_with_ddp(launcher, tmp_path):
     assert after == before, "a rank started a sweep of its own"
     assert {r.data.params["train.world_size"] for r in sweep.children} == {"2"}
 
+
 @LAUNCHERS
 def test_submitit_local_multirun(tmp_path, monkeypatch):
     """submitit pickles each job and runs it in a fresh process: the job still finds its parent run
@@ -89,8 +104,11 @@ def test_submitit_local_multirun(tmp_path, monkeypatch):
     sweep = run_sweep(tmp_path, "pos=rope,learned", "hydra/launcher=submitit_local")
     _assert_one_parent_two_finished_children(sweep)
 
-@pytest.mark.skipif(not os.environ.get("POSBENCH_TEST_COMPILE"),
-                    reason="torch.compile of a 2-step run took 102 s on 2 busy cores; POSBENCH_TEST_COMPILE=1 runs it")
+
+@pytest.mark.skipif(
+    not os.environ.get("POSBENCH_TEST_COMPILE"),
+    reason="torch.compile of a 2-step run took 102 s on 2 busy cores; POSBENCH_TEST_COMPILE=1 runs it",
+)
 def test_compiled_model_trains(train_tiny):
     started = time.perf_counter()
     summary, client = train_tiny("model.compile=true", "trainer.max_steps=2", "trainer.val_check_interval=2")

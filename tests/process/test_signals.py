@@ -17,14 +17,31 @@ from tests.helpers import ROOT, TINY
 STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
 
 
-def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) -> tuple[subprocess.CompletedProcess,
-                                                                                          float]:
+def stopped_run(
+    signal_name: str, phase: str, store: str, tmp_path, *args: str
+) -> tuple[subprocess.CompletedProcess, float]:
     timefile = tmp_path / "sent"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "signaller.py"), signal_name, phase, str(timefile),
-                           *args, *TINY, *STEPS, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          preexec_fn=default_sigint)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "signaller.py"),
+            signal_name,
+            phase,
+            str(timefile),
+            *args,
+            *TINY,
+            *STEPS,
+            f"hydra.run.dir={tmp_path}/run",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=default_sigint,
+    )
     return proc, time.time() - float(timefile.read_text())
 
 
@@ -53,9 +70,14 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
 
     if (signal_name, phase) != ("TERM", "fit"):
         return  # resuming a KILLED run is the same whatever stopped it: once, from the checkpoint SIGTERM saved
-    resumed = subprocess.run([sys.executable, str(ROOT / "run.py"), *TINY, *STEPS, "resume=true",
-                              f"hydra.run.dir={tmp_path}/run2"], cwd=tmp_path, capture_output=True, text=True,
-                             env={**os.environ, "MLFLOW_TRACKING_URI": store}, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *TINY, *STEPS, "resume=true", f"hydra.run.dir={tmp_path}/run2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": store},
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
@@ -85,10 +107,24 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
     RUNNING — and exits 143 with one line."""
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-m", "pos=rope,none", "hydra/launcher=joblib",
-                             "hydra.launcher.n_jobs=2", *TINY, "trainer.max_steps=100000",
-                             f"hydra.sweep.dir={tmp_path}/sweep"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "-m",
+            "pos=rope,none",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            *TINY,
+            "trainer.max_steps=100000",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     client, deadline = MlflowClient(store), time.time() + 240
     while time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
         exp = client.get_experiment_by_name("posbench") if (tmp_path / "mlflow.db").exists() else None

@@ -17,15 +17,40 @@ from tests.helpers import ROOT, TINY, run_sweep
 @pytest.fixture(scope="module")
 def tuning(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tune")
-    sweep = run_sweep(tmp, "experiment=tune_lr", "pos=none,rope", "hydra.sweeper.n_trials=3",
-                      "logger.experiment=posbench", "trainer.max_steps=4", "trainer.val_check_interval=2")
+    sweep = run_sweep(
+        tmp,
+        "experiment=tune_lr",
+        "pos=none,rope",
+        "hydra.sweeper.n_trials=3",
+        "logger.experiment=posbench",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=2",
+    )
     out = tmp / "out"
-    report = subprocess.run([sys.executable, "-m", "results", "tune", "--experiment", "posbench", "--out", str(out),
-                             "--tracking-uri", sweep.uri], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "results",
+            "tune",
+            "--experiment",
+            "posbench",
+            "--out",
+            str(out),
+            "--tracking-uri",
+            sweep.uri,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return sweep, report, out
+
 
 def trials(sweep, pos: str) -> list:
     return [r for r in sweep.children if r.data.tags["pos"] == pos]
+
 
 def test_each_cell_gets_its_own_seeded_study_of_children_of_one_parent(tuning):
     sweep, _, _ = tuning
@@ -37,10 +62,15 @@ def test_each_cell_gets_its_own_seeded_study_of_children_of_one_parent(tuning):
         assert r.data.params["optim.schedule.warmup_steps"] == "2"  # TINY pins it: the command line wins
         assert r.data.tags["sweep_cell"].startswith("optim.optimizer.lr=")
     # every study starts from the configured sampler (seed 0): its first, random trials repeat across cells
-    tried = {pos: [r.data.params["optim.optimizer.lr"] for r in sorted(trials(sweep, pos),
-                                                                      key=lambda r: int(r.data.tags["sweep_job"]))]
-             for pos in ("none", "rope")}
+    tried = {
+        pos: [
+            r.data.params["optim.optimizer.lr"]
+            for r in sorted(trials(sweep, pos), key=lambda r: int(r.data.tags["sweep_job"]))
+        ]
+        for pos in ("none", "rope")
+    }
     assert tried["none"] == tried["rope"] and len(set(tried["none"])) == 3
+
 
 def test_best_json_holds_each_cells_lowest_final_loss(tuning):
     sweep, report, out = tuning
@@ -56,11 +86,24 @@ def test_best_json_holds_each_cells_lowest_final_loss(tuning):
     assert "| pos=rope attn=softmax | 3 (3) |" in text
     assert "Command: `python run.py -m " in text and " experiment=tune_lr pos=none,rope " in text
 
+
 def test_optim_tuned_runs_a_cell_at_its_tuned_values_and_logs_them(tuning, store, tmp_path):
     _, _, out = tuning
     best = json.loads((out / "best.json").read_text())["cells"]["pos=rope attn=softmax"]["values"]
-    proc = subprocess.run([sys.executable, "run.py", *TINY, "pos=rope", f"optim.tuned={out / 'best.json'}",
-                           f"hydra.run.dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            *TINY,
+            "pos=rope",
+            f"optim.tuned={out / 'best.json'}",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     from mlflow.tracking import MlflowClient
 

@@ -71,8 +71,7 @@ def first_symbol(tmp_path, monkeypatch) -> list[str]:
     return ["task=first_symbol", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
 
 
-def test_a_task_in_one_module_and_one_yaml_composes_validates_and_its_files_reach_the_run(first_symbol,
-                                                                                         train_tiny):
+def test_a_task_in_one_module_and_one_yaml_composes_validates_and_its_files_reach_the_run(first_symbol, train_tiny):
     spec = load(first_symbol)
     assert spec.choices.task == "first_symbol"
     task = spec.task.build(tokenizer=spec.tokenizer.build())
@@ -90,8 +89,9 @@ def test_a_task_in_one_module_and_one_yaml_composes_validates_and_its_files_reac
         assert run.data.metrics[f"val/token_acc_at_{length}"] == run.data.metrics[f"val/acc_at_{length}"]
     names = {a.path for a in client.list_artifacts(summary.run_id)}
     assert "first_symbol.csv" in names
-    rows = list(csv.DictReader(io.StringIO(Path(client.download_artifacts(summary.run_id, "first_symbol.csv"))
-                                           .read_text())))
+    rows = list(
+        csv.DictReader(io.StringIO(Path(client.download_artifacts(summary.run_id, "first_symbol.csv")).read_text()))
+    )
     assert len(rows) == 16 and {r["first"] for r in rows} <= set("abc")  # 8 per length, each with its extra
     for length in (2, 16):  # the hook saw the same outcomes the metrics count
         right = sum(int(r["correct"]) for r in rows if r["length"] == str(length))
@@ -99,14 +99,23 @@ def test_a_task_in_one_module_and_one_yaml_composes_validates_and_its_files_reac
 
 
 def test_passkey_depth_table_reaches_the_run_through_its_hook(train_tiny):
-    summary, client = train_tiny("task=passkey", "task.train_lengths=[124,130]", "task.eval_lengths=[124,520]",
-                                 "task.eval_examples=4", "task.depth_bins=2")
+    summary, client = train_tiny(
+        "task=passkey",
+        "task.train_lengths=[124,130]",
+        "task.eval_lengths=[124,520]",
+        "task.eval_examples=4",
+        "task.depth_bins=2",
+    )
     names = {a.path for a in client.list_artifacts(summary.run_id)}
     assert {"passkey_depth.csv", "passkey_depth.png"} <= names
     table = Path(client.download_artifacts(summary.run_id, "passkey_depth.csv")).read_text()
     rows = list(csv.DictReader(io.StringIO(table)))
     assert [(r["length"], r["depth_lo"], r["n"]) for r in rows] == [
-        ("124", "0", "2"), ("124", "50", "2"), ("520", "0", "2"), ("520", "50", "2")]  # depths spread evenly
+        ("124", "0", "2"),
+        ("124", "50", "2"),
+        ("520", "0", "2"),
+        ("520", "50", "2"),
+    ]  # depths spread evenly
     metrics = client.get_run(summary.run_id).data.metrics
     for length in (124, 520):
         right = sum(int(r["correct"]) for r in rows if r["length"] == str(length))

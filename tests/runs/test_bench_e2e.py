@@ -21,8 +21,24 @@ def test_tiny_bench_writes_report_and_mlflow_runs(tmp_path, store, monkeypatch):
     # tree dirty, and the report said "-dirty" of a clean commit
     described = iter(["c0ffee", "c0ffee-dirty"])
     monkeypatch.setattr(cli, "git_sha", lambda: next(described))
-    code = main(["--pos", "none,rope", "--attn", "softmax", "--lengths", "32,64", "--tokens", "128",
-                 "--repeats", "1", "--no-peers", "--no-targets", "--out", str(tmp_path)])
+    code = main(
+        [
+            "--pos",
+            "none,rope",
+            "--attn",
+            "softmax",
+            "--lengths",
+            "32,64",
+            "--tokens",
+            "128",
+            "--repeats",
+            "1",
+            "--no-peers",
+            "--no-targets",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
     assert {(r["pos"], r["seq_len"]) for r in rows} == {("none", "32"), ("none", "64"), ("rope", "32"), ("rope", "64")}

@@ -22,8 +22,24 @@ def test_a_failing_cell_is_a_failed_run_and_exit_1(monkeypatch, tmp_path, store)
 
     monkeypatch.setattr(cells, "build_transformer", build)
     monkeypatch.setattr(cli, "matmul_peak_flops", lambda device, sizes: measure.Peak(1e9, 64))
-    code = cli.main(["--pos", "none,rope", "--attn", "softmax", "--lengths", "32", "--tokens", "64", "--repeats",
-                     "1", "--no-peers", "--no-targets", "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "--pos",
+            "none,rope",
+            "--attn",
+            "softmax",
+            "--lengths",
+            "32",
+            "--tokens",
+            "64",
+            "--repeats",
+            "1",
+            "--no-peers",
+            "--no-targets",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 1 and "error: RuntimeError: kernel exploded" in (tmp_path / "README.md").read_text()
     client = MlflowClient(store)
     runs = {r.data.tags["pos"]: r for r in client.search_runs([client.get_experiment_by_name("bench").experiment_id])}

@@ -16,11 +16,17 @@ from harness.config.catalog import option_classes
 # every attention option that says which weights it applies (diagnostics=true refuses the others)
 VARIANTS = sorted(name for name, cls in option_classes("attn").items() if cls.implies_weights())
 
+
 @pytest.fixture(scope="module")
 def diagnosed_runs(train_tiny_shared):
     """One tiny run per variant with diagnostics=true (2 steps: the pictures of a barely trained model)."""
-    return {attn: train_tiny_shared("diagnostics=true", f"attn={attn}", "trainer.max_steps=2",
-                                    "trainer.val_check_interval=2") for attn in VARIANTS}
+    return {
+        attn: train_tiny_shared(
+            "diagnostics=true", f"attn={attn}", "trainer.max_steps=2", "trainer.val_check_interval=2"
+        )
+        for attn in VARIANTS
+    }
+
 
 @pytest.mark.parametrize("attn", VARIANTS)
 def test_a_run_with_diagnostics_attaches_them_for_every_variant(diagnosed_runs, attn):
@@ -30,8 +36,14 @@ def test_a_run_with_diagnostics_attaches_them_for_every_variant(diagnosed_runs, 
     run = client.get_run(summary.run_id)
     assert run.info.status == "FINISHED"
     names = {a.path.split("/")[-1] for a in client.list_artifacts(summary.run_id, "diagnostics")}
-    assert names == {"attention_stats.csv", "attention_by_offset.csv", "attention_distance.png",
-                     "attention_entropy.png", "attention_by_offset.png", "attention_maps.png"}
+    assert names == {
+        "attention_stats.csv",
+        "attention_by_offset.csv",
+        "attention_distance.png",
+        "attention_entropy.png",
+        "attention_by_offset.png",
+        "attention_maps.png",
+    }
     metrics = run.data.metrics
     T = 32  # TINY's data.seq_len
     assert 0.0 < metrics["diag/mean_distance"] < T - 1 and 0.0 < metrics["diag/entropy"] <= math.log(T) + 1e-6

@@ -12,6 +12,7 @@ import pytest
 
 DOCS = ["model.restart_positions=true", "model.document_mask=true"]
 
+
 def test_a_packed_document_run_trains_on_its_documents_and_logs_it(train_tiny):
     """CLM on the embedded corpus with both options: the run finishes, says so in its params, scores the order
     check, and its losses differ from the same run reading windows whole (the documents reached the model)."""
@@ -22,6 +23,7 @@ def test_a_packed_document_run_trains_on_its_documents_and_logs_it(train_tiny):
     assert run.data.params["model.restart_positions"] == "True" and run.data.params["model.document_mask"] == "True"
     assert np.isfinite(run.data.metrics["val/order_gain"]) and "val/loss_at_64" in run.data.metrics
     assert abs(docs.val_loss - plain.val_loss) > 1e-4, (docs.val_loss, plain.val_loss)
+
 
 def test_a_synthetic_task_is_one_document_an_example_and_trains_as_before(train_tiny):
     """task=reverse with both options: every example is one document, so the run is the plain run number for

@@ -16,16 +16,28 @@ def test_preset_sweep_then_paper_report(tmp_path):
     s = run_sweep(tmp_path, "experiment=roformer_mlm", "seed=0,1")
     assert s.proc.returncode == 0, s.proc.stderr[-2000:]
     sweep = find_sweep(s.client, "paper-roformer_mlm")  # a preset logs to its own experiment
-    assert sorted(r.data.tags["pos"] for r in sweep.runs) == ["learned", "learned", "rope", "rope",
-                                                             "sinusoidal", "sinusoidal"]
+    assert sorted(r.data.tags["pos"] for r in sweep.runs) == [
+        "learned",
+        "learned",
+        "rope",
+        "rope",
+        "sinusoidal",
+        "sinusoidal",
+    ]
     out = tmp_path / "results" / "roformer_mlm"
     args = argparse.Namespace(preset="roformer_mlm", scale="toy", sweep=None, out=str(out), tracking_uri=s.uri)
     assert main(args) == 0
     readme = (out / "README.md").read_text()
-    assert "Su et al. 2021" in readme and "val/loss: pos=rope − pos=learned" in readme \
+    assert (
+        "Su et al. 2021" in readme
+        and "val/loss: pos=rope − pos=learned" in readme
         and "pos=rope − pos=sinusoidal" in readme
-    assert [line for line in readme.splitlines() if line.startswith("**Verdict")] == \
-        [line for line in readme.splitlines() if line.startswith("**Verdict: ")] != []  # one verdict: the claim's
+    )
+    assert (
+        [line for line in readme.splitlines() if line.startswith("**Verdict")]
+        == [line for line in readme.splitlines() if line.startswith("**Verdict: ")]
+        != []
+    )  # one verdict: the claim's
     assert "### Final val loss against the sweep's baseline (not the claim's verdict)" in readme  # claim on val/loss
     assert "| final bits/byte |" in readme  # a text task: loss per byte beside nats per token
     assert f"--sweep {sweep.sweep_id}" in readme and "torch 2." in readme
@@ -35,6 +47,7 @@ def test_preset_sweep_then_paper_report(tmp_path):
     assert wall.startswith(f"Wall time: {minutes:.1f} min for {len(sweep.runs)} runs with `{launcher}` on host"), wall
     assert f"--sweep {sweep.sweep_id} --out {out}/`" in readme  # the sweep report's Regenerate line names where it is
     assert (out / "report.csv").exists() and "roformer_mlm" in (tmp_path / "results" / "README.md").read_text()
+
 
 def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
     """su_trainable_theta's report reads θ back from MLflow: the drift curve, θ_final/θ₀ per
@@ -51,9 +64,13 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(tmp_path):
     assert main(args) == 0
     readme = (out / "README.md").read_text()
     assert "## θ drift" in readme and "![theta_ratio](theta_ratio.png)" in readme
-    final = s.client.get_run(next(r.info.run_id for r in s.client.search_runs(
-        [s.client.get_experiment_by_name("paper-su_trainable_theta").experiment_id])
-        if r.data.tags.get("pos") == "rope_trainable")).data.metrics
+    final = s.client.get_run(
+        next(
+            r.info.run_id
+            for r in s.client.search_runs([s.client.get_experiment_by_name("paper-su_trainable_theta").experiment_id])
+            if r.data.tags.get("pos") == "rope_trainable"
+        )
+    ).data.metrics
     # two comparisons on one arm: each reads its own metric
     assert f"theta_rel_change of pos=rope_trainable < 0.05: per seed {final['pos/theta_rel_change']:.4g}" in readme
     ratio = final["pos/theta_max_log_ratio"]

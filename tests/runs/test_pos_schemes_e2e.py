@@ -68,8 +68,9 @@ def test_scheme_trains_mlm_with_softmax(train_tiny, name, halfway):
     check_run(summary, client, name, halfway)
 
 
-@pytest.mark.parametrize("cell", [c for c in compatibility() if c.pos in NEW and c.allowed],
-                         ids=lambda c: f"{c.pos}-{c.attn}")
+@pytest.mark.parametrize(
+    "cell", [c for c in compatibility() if c.pos in NEW and c.allowed], ids=lambda c: f"{c.pos}-{c.attn}"
+)
 def test_new_scheme_trains_20_steps_with_every_attention_it_claims(train_tiny_shared, cell, halfway):
     summary, client = train_tiny_shared(f"pos={cell.pos}", f"attn={cell.attn}", *LEARN, "optim.schedule.warmup_steps=4")
     run = check_run(summary, client, cell.pos, halfway)
@@ -80,8 +81,9 @@ def test_new_scheme_trains_20_steps_with_every_attention_it_claims(train_tiny_sh
 
 @pytest.mark.parametrize("name", RANDOMIZABLE)
 def test_randomized_positions_train_and_evaluate_beyond_the_training_length(train_tiny_shared, name, halfway):
-    summary, client = train_tiny_shared(f"pos={name}", "pos.randomize=true", "pos.max_position=64",
-                                        "eval.lengths=[32,64]", *LEARN)
+    summary, client = train_tiny_shared(
+        f"pos={name}", "pos.randomize=true", "pos.max_position=64", "eval.lengths=[32,64]", *LEARN
+    )
     run = check_run(summary, client, name, halfway)
     assert run.data.params["pos.randomize"] == "True" and run.data.params["pos.max_position"] == "64"
     assert math.isfinite(run.data.metrics["val/loss_at_64"])  # learned too: its table holds max_position
@@ -107,8 +109,9 @@ def test_rope_length_scaling_applies_to_the_final_evaluation_only(train_tiny, ha
     plain RoPE at the same seed: validation scores the model as trained, not under the scaling);
     the final evaluation at eval.lengths uses the scaled ones (a different val/loss_at_64)."""
     lengths = "eval.lengths=[64]"
-    scaled, client = train_tiny("pos=rope", "pos/scaling=yarn", "pos.scaling.factor=2", "pos.fraction=0.5", lengths,
-                                *LEARN)
+    scaled, client = train_tiny(
+        "pos=rope", "pos/scaling=yarn", "pos.scaling.factor=2", "pos.fraction=0.5", lengths, *LEARN
+    )
     plain, _ = train_tiny("pos=rope", "pos.fraction=0.5", lengths, *LEARN)
     run = check_run(scaled, client, "rope", halfway)
     assert run.data.params["pos.scaling.method"] == "yarn" and run.data.params["pos.scaling.original_max_len"] == "32"

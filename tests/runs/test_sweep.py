@@ -35,8 +35,10 @@ def test_sweep_is_one_parent_with_a_child_per_cell(tiny_sweep):
     assert any(line.startswith("pos=rope ") and "finished" in line for line in s.proc.stdout.splitlines())
     # ... then the verdict: no pos=none here and no report.baseline declared, so no scheme is made the other's
     # baseline after the fact (a sweep that declares one: tests/process/test_install.py's, report.baseline=rope)
-    assert ("\nNo verdict for attn=softmax: no baseline was declared and there is no pos=none to compare with; run "
-            "the sweep with report.baseline=<pos>, one of learned, rope, named before the results") in s.proc.stdout
+    assert (
+        "\nNo verdict for attn=softmax: no baseline was declared and there is no pos=none to compare with; run "
+        "the sweep with report.baseline=<pos>, one of learned, rope, named before the results"
+    ) in s.proc.stdout
     assert not any(" vs " in line for line in s.proc.stdout.splitlines())
 
 
@@ -50,8 +52,10 @@ def test_parent_row_has_headline_metrics_and_the_summary_links_this_sweep(tiny_s
     exp, sweep_id = parent.info.experiment_id, parent.data.tags["sweep_id"]
     base = f"http://127.0.0.1:5000/#/experiments/{exp}/runs"
     assert f"mlflow ui --backend-store-uri {s.uri} --host 127.0.0.1 --port 5000" in s.proc.stdout
-    assert (f"{base}?searchFilter=tags.sweep_id%20%3D%20%27{sweep_id}%27&orderByKey=attributes.run_name"
-            "&orderByAsc=true&workflowType=machine_learning") in s.proc.stdout
+    assert (
+        f"{base}?searchFilter=tags.sweep_id%20%3D%20%27{sweep_id}%27&orderByKey=attributes.run_name"
+        "&orderByAsc=true&workflowType=machine_learning"
+    ) in s.proc.stdout
     assert f"{base}/{parent.info.run_id}?workflowType=machine_learning" in s.proc.stdout
 
 
@@ -106,7 +110,9 @@ def test_sweep_name_shows_only_swept_overrides():
     from harness.sweep.callback import sweep_name
 
     assert sweep_name(["pos=rope,t5", "attn=performer", "seed=0,1,2", "model.n_layers=2"]) == (
-        "sweep pos=rope,t5 seed=0,1,2", ["pos", "seed"])
+        "sweep pos=rope,t5 seed=0,1,2",
+        ["pos", "seed"],
+    )
 
 
 def multirun_config(sweep_dir):
@@ -152,8 +158,10 @@ def cell(module_store, sweep_callback):
         spec = load([*TINY, *overrides], multirun=True)
         returned = train_cell(spec, sweep_callback.record.child_tags(list(overrides), 0))
         client = MlflowClient(tracking_uri=module_store[0])
-        runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id],
-                                  f"tags.`mlflow.parentRunId` = '{sweep_callback.record.parent_run_id}'")
+        runs = client.search_runs(
+            [client.get_experiment_by_name("posbench").experiment_id],
+            f"tags.`mlflow.parentRunId` = '{sweep_callback.record.parent_run_id}'",
+        )
         return returned, runs, sweep_callback
 
     return run
@@ -170,8 +178,9 @@ def test_incompatible_pairing_is_a_failed_child_run(cell, monkeypatch):
     [run] = runs
     assert run.info.status == "FAILED"
     assert run.data.tags["failure"] == "incompatible"
-    assert run.data.tags["failure_reason"] == \
-        "IncompatiblePairing: incompatible pairing: cannot honour this scheme (test)"
+    assert (
+        run.data.tags["failure_reason"] == "IncompatiblePairing: incompatible pairing: cannot honour this scheme (test)"
+    )
     assert run.data.tags["mlflow.parentRunId"] == callback.record.parent_run_id
     assert run.data.tags["pos"] == "learned" and run.info.run_name == "pos=learned attn=softmax seed=0"
 
@@ -212,17 +221,23 @@ def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(tmp_path)
     from tests.inprocess import run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run("run", ["-m", *TINY, "trainer.max_steps=2", "pos=rope,t5", "seed=0,1",
-                       f"hydra.sweep.dir={tmp_path / 'sweep'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
+    done = run(
+        "run",
+        ["-m", *TINY, "trainer.max_steps=2", "pos=rope,t5", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        str(tmp_path),
+        {"MLFLOW_TRACKING_URI": uri},
+    )
     assert done["code"] == 0, done["stderr"][-2000:]
 
     def first_val_loss(client, run_id: str) -> float:
         return min(client.get_metric_history(run_id, "val/loss"), key=lambda m: (m.step, m.timestamp)).value
 
     client = MlflowClient(tracking_uri=uri)
-    cells = {(r.data.tags["pos"], r.data.params["seed"]): first_val_loss(client, r.info.run_id)
-             for r in client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
-             if r.data.tags.get("sweep_role") != "parent"}
+    cells = {
+        (r.data.tags["pos"], r.data.params["seed"]): first_val_loss(client, r.info.run_id)
+        for r in client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+        if r.data.tags.get("sweep_role") != "parent"
+    }
     assert sorted(cells) == [("rope", "0"), ("rope", "1"), ("t5", "0"), ("t5", "1")]
     assert cells["rope", "0"] != cells["rope", "1"] and cells["t5", "0"] != cells["t5", "1"]
     alone = f"sqlite:///{tmp_path / 'alone.db'}"

@@ -4,7 +4,6 @@ model, fewer steps) is read back from MLflow: every cell trained once under the 
 lines the sweep printed are the ones the store's numbers give (a Welch interval recomputed from the final losses,
 a premature arm's order-gain curve)."""
 
-
 from omegaconf import OmegaConf
 
 from tests.helpers import ROOT, compose
@@ -18,5 +17,3 @@ def test_make_run_is_the_ablation_preset_three_arms_three_seeds_side_by_side():
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == -1  # every core
     assert cfg.task._target_.endswith("MaskedLM") and cfg.data.source._target_.endswith("Embedded")
     assert (cfg.model.n_layers, cfg.trainer.max_steps, cfg.optim.schedule.decay) == (2, 150, "constant")
-
-

@@ -21,9 +21,16 @@ import pytest
 from tests.helpers import ROOT
 
 PACKAGES = ("harness", "positional", "attention", "results")
-GROUND = {"harness.errors", "harness.ranges", "harness.paths", "harness.allocator", "harness.signals", "harness.extras",
-          "harness.integrity",
-          "harness.stats"}
+GROUND = {
+    "harness.errors",
+    "harness.ranges",
+    "harness.paths",
+    "harness.allocator",
+    "harness.signals",
+    "harness.extras",
+    "harness.integrity",
+    "harness.stats",
+}
 
 
 def project_modules() -> dict[str, Path]:
@@ -154,8 +161,10 @@ def test_each_room_imports_only_what_its_docstring_declares(room):
     assert used <= declared(room), f"{room} imports {sorted(used - declared(room))} without declaring it"
 
 
-@pytest.mark.parametrize("room", sorted(r for r, path in project_modules().items()
-                                        if r in room_graph() and "May import:" in path.read_text()))
+@pytest.mark.parametrize(
+    "room",
+    sorted(r for r, path in project_modules().items() if r in room_graph() and "May import:" in path.read_text()),
+)
 def test_each_room_imports_everything_its_docstring_declares(room):
     """A ``May import:`` line is the room's dependencies, not a wish list: a room it names and no longer imports
     (or a ground module named in it) makes the line false."""
@@ -192,8 +201,9 @@ def test_the_docstring_check_finds_an_unnamed_module(tmp_path):
     pkg = tmp_path / "p"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text('"""Owns: ``a``, b.py and sub/; c is only a word here; d options:\n'
-                                     'conf/grp/<name>.yaml ↔ p/<name>.py."""\n')
+    (pkg / "__init__.py").write_text(
+        '"""Owns: ``a``, b.py and sub/; c is only a word here; d options:\nconf/grp/<name>.yaml ↔ p/<name>.py."""\n'
+    )
     for name in ("a", "b", "c", "d", "e", "__main__"):
         (pkg / f"{name}.py").write_text("")
     (tmp_path / "conf" / "grp").mkdir(parents=True)
@@ -213,8 +223,11 @@ def unexplained_shared_names(root: Path = ROOT) -> list[str]:
     for paths in by_name.values():
         for path in paths:
             doc = ast.get_docstring(ast.parse((path.parent / "__init__.py").read_text())) or ""
-            out += [f"{path.relative_to(root)}: {other.relative_to(root)}" for other in paths
-                    if other != path and str(other.relative_to(root)) not in doc]
+            out += [
+                f"{path.relative_to(root)}: {other.relative_to(root)}"
+                for other in paths
+                if other != path and str(other.relative_to(root)) not in doc
+            ]
     return out
 
 
@@ -225,8 +238,10 @@ def test_a_module_name_two_rooms_share_is_explained_in_each():
 
 
 def test_the_shared_name_check_finds_an_unexplained_one(tmp_path):
-    for pkg, doc in (("harness", "``report``: this room's, where results/report.py is the sweep's"),
-                     ("results", "``report``")):
+    for pkg, doc in (
+        ("harness", "``report``: this room's, where results/report.py is the sweep's"),
+        ("results", "``report``"),
+    ):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text(f'"""{doc}"""\n')
         (tmp_path / pkg / "report.py").write_text("")

@@ -36,6 +36,7 @@ def files(tmp_path_factory) -> Path:
 def replies(files, _empty_store, tmp_path_factory) -> dict:
     """Every row, each in its own folder with its own copy of the empty store, one after another in this
     interpreter (forked processes cost more CPU than they saved)."""
+
     def one(row) -> tuple[str, dict]:
         tmp = tmp_path_factory.mktemp(row[1])
         request = row_request(row, files, _empty_store, tmp)
@@ -55,8 +56,7 @@ def test_bad_input_is_one_line_exit_2_and_no_run(row, replies):
 
 
 @pytest.mark.parametrize("case", DURING_RUN_CASES, ids=[c[0] for c in DURING_RUN_CASES])
-def test_damage_met_while_a_run_reads_is_one_line_and_the_run_closed_failed(case, files, _empty_store,
-                                                                               tmp_path):
+def test_damage_met_while_a_run_reads_is_one_line_and_the_run_closed_failed(case, files, _empty_store, tmp_path):
     request = row_request(("run", *case), files, _empty_store, tmp_path)
     reply = inprocess.run("run", request["argv"], request["cwd"], request["env"], request["timeout"])
     assert_one_line_error(reply["code"], reply["stderr"], case[2])
@@ -82,8 +82,14 @@ def test_learned_table_refuses_a_longer_sequence_with_the_fix():
     from harness.model.transformer import ModelConfig, Transformer
     from positional.learned import Learned
 
-    model = Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), 258, 8, False,
-                        pos=partial(Learned), attn=partial(Softmax))
+    model = Transformer(
+        ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32),
+        258,
+        8,
+        False,
+        pos=partial(Learned),
+        attn=partial(Softmax),
+    )
     with pytest.raises(ConfigError, match="has 8 positions but the input needs 16; train with a longer") as e:
         model(torch.zeros(1, 16, dtype=torch.long), torch.ones(1, 16, dtype=torch.bool))
     assert "\n" not in str(e.value)
@@ -104,5 +110,3 @@ def test_concurrent_checks_of_one_output_folder_all_pass_and_leave_nothing(tmp_p
         checked = [p for batch in pool.map(check, range(16)) for p in batch]
     assert set(checked) == {target}
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing left
-
-

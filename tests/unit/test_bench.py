@@ -1,6 +1,5 @@
 """The benchmark harness: FLOP counting against an analytic count, and a tiny end-to-end grid."""
 
-
 import pytest
 import torch
 
@@ -37,6 +36,7 @@ def test_measure_stops_repeating_once_a_cell_has_used_its_time():
 
     def step():
         time.sleep(0.03)
+
     assert measure(step, 10, "cpu", warmup=0, repeats=5, cell_s=0.05)["repeats"] == 2  # 0.03 + 0.03 ≥ 0.05
     assert measure(step, 10, "cpu", warmup=0, repeats=3)["repeats"] == 3
     assert measure(step, 10, "cpu", warmup=0, repeats=3, cell_s=0.0)["repeats"] == 1  # always at least one
@@ -61,8 +61,23 @@ def test_causal_cells_bench_a_causal_only_scheme(tmp_path):
     from harness.bench.cli import _lengths_of, parse
     from harness.bench.session import Options, Session
 
-    args = parse(["--pos", "fox", "--attn", "softmax", "--lengths", "16", "--tokens", "32", "--causal",
-                  "--out", str(tmp_path), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"])
+    args = parse(
+        [
+            "--pos",
+            "fox",
+            "--attn",
+            "softmax",
+            "--lengths",
+            "16",
+            "--tokens",
+            "32",
+            "--causal",
+            "--out",
+            str(tmp_path),
+            "--tracking-uri",
+            f"sqlite:///{tmp_path}/mlflow.db",
+        ]
+    )
     session = Session(Options("cpu", 1e9, repeats=1, cell_s=0.1))
     [causal] = _lengths_of(session, args, "fox", "softmax")
     assert args.causal and causal.status == "ok" and causal.step_s > 0

@@ -25,10 +25,22 @@ SMALL = ("model.n_layers=1", "model.d_model=64", "model.n_heads=2", "model.d_ff=
 
 
 def test_the_estimate_is_the_figure_check_gpu_memory_prints():
-    argv = ["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "data.batch_size=8",
-            "~paper", "budget.max_epochs=null"]  # the embedded corpus's bytes stand in, on purpose
-    done = subprocess.run([sys.executable, "run.py", "--check", "--gpu-memory", "80GB", *argv], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    argv = [
+        "experiment=eleuther_rotary",
+        "scale=paper",
+        "pos=rope",
+        "seed=0",
+        "data.batch_size=8",
+        "~paper",
+        "budget.max_epochs=null",
+    ]  # the embedded corpus's bytes stand in, on purpose
+    done = subprocess.run(
+        [sys.executable, "run.py", "--check", "--gpu-memory", "80GB", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     printed = re.search(r"a training step needs about (.*\)), fits", done.stdout).group(1)
     cell = gpu_memory.MemoryCell("eleuther_rotary", "rope", True, 258, "bytes", (8,))  # the embedded corpus' bytes
@@ -52,8 +64,9 @@ def reference_flex(q, k, v, score_mod=None, block_mask=None, kernel_options=None
 def test_a_bias_as_score_mod_is_the_dense_bias_in_fp64(name):
     torch.manual_seed(0)
     T = 48
-    scheme = build_transformer([f"pos={name}", *SMALL, "model.dropout=0.0", f"data.seq_len={T}"], 258, T,
-                               True).pos.double()
+    scheme = build_transformer(
+        [f"pos={name}", *SMALL, "model.dropout=0.0", f"data.seq_len={T}"], 258, T, True
+    ).pos.double()
     q, k, v = (torch.randn(2, 2, T, 32, dtype=torch.float64) for _ in range(3))
     p = flex.parity(name, scheme, q, k, v, True, reference_flex, lambda *a, **kw: "causal")
     assert p.out_err < 1e-13
@@ -82,8 +95,9 @@ def test_the_committed_report_is_what_render_writes(tmp_path):
     copy = tmp_path / "bench_gpu"
     shutil.copytree(COMMITTED, copy)
     gpu.main(["--out", str(copy), "--render"])
-    assert (copy / "README.md").read_text() == (COMMITTED / "README.md").read_text(), \
+    assert (copy / "README.md").read_text() == (COMMITTED / "README.md").read_text(), (
         "results/bench_gpu/README.md is stale: python -m harness.bench.gpu --out results/bench_gpu --render"
+    )
 
 
 def test_the_committed_memory_rows_fit_the_estimate_at_this_commit():
@@ -103,10 +117,31 @@ def test_a_cpu_run_writes_each_section_it_ran(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "D768", SMALL)
     monkeypatch.setattr(gpu, "STEP_CELLS", (("rope", "softmax"),))
     monkeypatch.setattr(gpu, "BF16_SCHEMES", ("rope",))
-    assert gpu.main(["--out", str(tmp_path), "--length", "32", "--tokens", "64", "--steps", "3",
-                     "--sections", "memory,steps,cuda"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "SHA256SUMS", "cuda.csv", "memory.csv",
-                                                          "run.log", "steps.csv"]
+    assert (
+        gpu.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--length",
+                "32",
+                "--tokens",
+                "64",
+                "--steps",
+                "3",
+                "--sections",
+                "memory,steps,cuda",
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "README.md",
+        "SHA256SUMS",
+        "cuda.csv",
+        "memory.csv",
+        "run.log",
+        "steps.csv",
+    ]
     assert integrity.check_report(tmp_path, "")  # each file as the run left it
     (tmp_path / "steps.csv").write_text((tmp_path / "steps.csv").read_text().replace("rope", "r0pe"))
     assert gpu.main(["--out", str(tmp_path), "--render"]) == 2  # --render reads the CSVs back: checked first
@@ -117,6 +152,5 @@ def test_a_cpu_run_writes_each_section_it_ran(tmp_path, monkeypatch):
 
 def test_unknown_sections_are_refused(tmp_path, capsys):
     assert gpu.main(["--out", str(tmp_path), "--sections", "memory,speed"]) == 2
-    assert capsys.readouterr().err.strip() == \
-        "error: --sections speed: use some of memory,steps,peers,flex,cuda"
+    assert capsys.readouterr().err.strip() == "error: --sections speed: use some of memory,steps,peers,flex,cuda"
     assert not list(tmp_path.iterdir())

@@ -52,14 +52,32 @@ def test_a_file_is_no_dir_and_a_folder_no_json(tmp_path, capsys):
     a_file = tmp_path / "f"
     a_file.write_text("x")
     assert "not a folder this user can write" in _refused(["--dir", str(a_file)], capsys)
-    assert "give a file path in a writable folder" in _refused(["--dir", str(tmp_path), "--json", str(tmp_path)],
-                                                                capsys)
+    assert "give a file path in a writable folder" in _refused(
+        ["--dir", str(tmp_path), "--json", str(tmp_path)], capsys
+    )
 
 
 def test_a_small_run_says_its_size_and_deletes_its_shard(tmp_path, capsys):
     out = tmp_path / "figures.json"
-    assert loader.main(["--presets", "grid", "--gb", "0.001", "--batches", "2", "--repeats", "1", "--dir",
-                        str(tmp_path), "--json", str(out)]) == 0
+    assert (
+        loader.main(
+            [
+                "--presets",
+                "grid",
+                "--gb",
+                "0.001",
+                "--batches",
+                "2",
+                "--repeats",
+                "1",
+                "--dir",
+                str(tmp_path),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed.startswith("0.001 GB shard (1,000,000 bytes): written in")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]  # the shard folder is gone
@@ -79,22 +97,44 @@ def test_a_prepared_folder_is_timed_as_it_is_and_left_in_place(tmp_path, capsys)
     assert size == 2 * manifest["splits"]["train"]["tokens"]
     before = sorted(p.name for p in shards.iterdir())
     out = tmp_path / "figures.json"
-    assert loader.main(["--shards", str(shards), "--presets", "grid", "--batches", "2", "--repeats", "1",
-                        "--json", str(out)]) == 0
+    assert (
+        loader.main(
+            ["--shards", str(shards), "--presets", "grid", "--batches", "2", "--repeats", "1", "--json", str(out)]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith(f"shards at {shards} ({size:,} bytes of training ids, vocabulary 258)")
     assert sorted(p.name for p in shards.iterdir()) == before
     figures = json.loads(out.read_text())
     assert figures["vocab"] == 258 and figures["shards"] == str(shards) and len(figures["rows"]) == 4
-    assert loader.main(["--shards", str(shards), "--presets", "grid", "--batches", "2", "--repeats", "1",
-                        "--vocab", "50257", "--json", str(out)]) == 0
+    assert (
+        loader.main(
+            [
+                "--shards",
+                str(shards),
+                "--presets",
+                "grid",
+                "--batches",
+                "2",
+                "--repeats",
+                "1",
+                "--vocab",
+                "50257",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["vocab"] == 50257
 
 
 def test_a_bad_shard_folder_is_one_line(tmp_path, capsys):
     from harness.bench.internals import write_random_shards
 
-    assert "--shards /nonexistent: data.path=/nonexistent has no manifest.json" in \
-        _refused(["--shards", "/nonexistent"], capsys)
+    assert "--shards /nonexistent: data.path=/nonexistent has no manifest.json" in _refused(
+        ["--shards", "/nonexistent"], capsys
+    )
     shards = tmp_path / "shards"
     shards.mkdir()
     write_random_shards(shards, 1000)

@@ -38,6 +38,7 @@ class FakeCuda:
 
             def elapsed_time(self, end):
                 return 250.0  # ms
+
         return Event()
 
     def synchronize(self):
@@ -101,6 +102,7 @@ def test_interval_of_ratios_is_the_median_with_its_order_statistic_interval():
 @pytest.mark.parametrize("n", range(1, 60))
 def test_median_rank_is_the_largest_rank_with_95_percent_coverage(n):
     """Coverage of [x_(k), x_(n+1−k)] for the median of any continuous distribution: 1 − 2·P(Bin(n, ½) < k)."""
+
     def coverage(k):
         return 1 - 2 * sum(math.comb(n, j) for j in range(k)) / 2**n
 
@@ -112,8 +114,10 @@ def test_median_rank_is_the_largest_rank_with_95_percent_coverage(n):
         assert coverage(1) < 0.95
 
 
-@pytest.mark.parametrize("low,high,at_most,at_least", [(0.5, 0.9, "met", "not met"), (1.1, 1.5, "not met", "met"),
-                                                       (0.9, 1.1, "unresolved", "unresolved")])
+@pytest.mark.parametrize(
+    "low,high,at_most,at_least",
+    [(0.5, 0.9, "met", "not met"), (1.1, 1.5, "not met", "met"), (0.9, 1.1, "unresolved", "unresolved")],
+)
 def test_a_goal_is_met_only_by_a_whole_interval(low, high, at_most, at_least):
     interval = Interval(math.sqrt(low * high), low, high)
     assert Goal("<=", 1.0).judge(interval) == at_most
@@ -179,7 +183,9 @@ def test_breakdown_ranks_ops_by_difference_and_says_what_the_slow_side_must_lose
     den = {"aten::mm": 0.50, "aten::_scaled_dot_product_flash_attention_for_cpu": 0.20, "aten::add": 0.02}
     b = breakdown(num, den, ("t5", "none"), "<=", 1.1, top=2)
     assert [(r.op, r.difference_s) for r in b.rows] == [
-        ("aten::bmm", pytest.approx(0.30)), ("aten::_scaled_dot_product_flash_attention_for_cpu", -0.20)]
+        ("aten::bmm", pytest.approx(0.30)),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu", -0.20),
+    ]
     assert (b.other.num_s, b.other.den_s) == (pytest.approx(0.56), pytest.approx(0.52))  # mm, softmax, add
     assert (b.num_s, b.den_s) == (pytest.approx(0.86), pytest.approx(0.72))
     assert b.side == "t5" and b.cut_s == pytest.approx(0.86 - 1.1 * 0.72)
@@ -202,9 +208,14 @@ def test_a_paired_target_not_met_is_profiled_op_by_op_and_reported(monkeypatch):
     monkeypatch.setattr(targets, "paired_rounds", lambda *a, **k: Interval(1.5, 1.2, 1.8, (1.5,)))
     torch.manual_seed(0)
     session = Session(Options("cpu", 1e9, 64, repeats=1), log=lambda line: None)
-    target = PairedTarget("T5 ÷ none", Goal("<=", 0.5), {"t5": Spec("t5", "softmax", 64, 2),
-                                                          "none": Spec("none", "softmax", 64, 2)},
-                          budget_s=0.0, num="t5", den="none")
+    target = PairedTarget(
+        "T5 ÷ none",
+        Goal("<=", 0.5),
+        {"t5": Spec("t5", "softmax", 64, 2), "none": Spec("none", "softmax", 64, 2)},
+        budget_s=0.0,
+        num="t5",
+        den="none",
+    )
     outcome = target.evaluate(session)
     assert outcome.verdict == "not met" and outcome.where is not None and not session._live  # released after
     b = outcome.where
@@ -219,9 +230,14 @@ def test_a_paired_target_not_met_is_profiled_op_by_op_and_reported(monkeypatch):
     rows = [line.split(" | ") for line in lines if line.startswith("| `")]
     assert len(rows) == 8 and all((kind == "kernel") == (op.strip("|` ") in KERNEL_OPS) for op, kind, *_ in rows)
     assert lines[-1].startswith("| **step** | — | ")
-    met = PairedTarget("none ÷ none", Goal("<=", 100), {"a": Spec("none", "softmax", 64, 2),
-                                                        "b": Spec("none", "softmax", 64, 1)},
-                       budget_s=0.0, num="a", den="b").evaluate(session)
+    met = PairedTarget(
+        "none ÷ none",
+        Goal("<=", 100),
+        {"a": Spec("none", "softmax", 64, 2), "b": Spec("none", "softmax", 64, 1)},
+        budget_s=0.0,
+        num="a",
+        den="b",
+    ).evaluate(session)
     assert met.verdict == "met" and met.where is None
     assert _where(types.SimpleNamespace(peers=[], targets=[met])) == []
 
@@ -232,10 +248,11 @@ def test_peers_table_gives_the_ceiling_no_fusion_could_pass():
     from harness.bench.report import _peers
 
     bert = next(p for p in PEERS if p.name == "HF BERT")
-    ours, theirs = (Result(n, "learned", "softmax", 512, 16, tokens_per_s=t, flops=7.1e10)
-                    for n, t in (("posbench", 10_500), ("HF BERT", 10_000)))
-    outcome = PeerOutcome(bert, ours, theirs, Interval(1.05, 0.95, 1.16, (1.0, 1.1)), "unresolved",
-                          kernel_share=0.84)
+    ours, theirs = (
+        Result(n, "learned", "softmax", 512, 16, tokens_per_s=t, flops=7.1e10)
+        for n, t in (("posbench", 10_500), ("HF BERT", 10_000))
+    )
+    outcome = PeerOutcome(bert, ours, theirs, Interval(1.05, 0.95, 1.16, (1.0, 1.1)), "unresolved", kernel_share=0.84)
     assert outcome.ceiling == pytest.approx(1.25)
     row = next(line for line in _peers([outcome]) if line.startswith("| HF BERT"))
     assert row.endswith("| 1.25 (84% kernels) |")
@@ -249,17 +266,29 @@ def test_a_peer_not_met_says_how_much_posbench_must_lose():
 
     bert = next(p for p in PEERS if p.name == "HF BERT")
     ours, theirs = (Result(n, "learned", "softmax", 512, 16) for n in ("posbench", "HF BERT"))
-    where = breakdown({"aten::mm": 0.20, "aten::gelu_backward": 0.040}, {"aten::mm": 0.21, "aten::gelu_backward": 0.01},
-                      ("HF BERT", "posbench"), ">=", 1.2)
-    lines = _where(types.SimpleNamespace(peers=[PeerOutcome(bert, ours, theirs, Interval(1.0, 0.9, 1.1, (1.0,)),
-                                                            "not met", where=where)], targets=[]))
+    where = breakdown(
+        {"aten::mm": 0.20, "aten::gelu_backward": 0.040},
+        {"aten::mm": 0.21, "aten::gelu_backward": 0.01},
+        ("HF BERT", "posbench"),
+        ">=",
+        1.2,
+    )
+    lines = _where(
+        types.SimpleNamespace(
+            peers=[PeerOutcome(bert, ours, theirs, Interval(1.0, 0.9, 1.1, (1.0,)), "not met", where=where)], targets=[]
+        )
+    )
     assert "### posbench ÷ HF BERT: not met" in lines
     assert "Profiled, HF BERT ÷ posbench = 1.09; for ≥ 1.2 the posbench step must lose 20.0 ms of 220.0 (9%)." in lines
     assert "| `aten::gelu_backward` | other | 40.0 | 10.0 | +30.0 |" in lines
     assert "| `aten::mm` | kernel | 200.0 | 210.0 | -10.0 |" in lines
     met_here = breakdown({"op": 1.3}, {"op": 1.0}, ("HF BERT", "posbench"), ">=", 1.2)
-    lines = _where(types.SimpleNamespace(peers=[PeerOutcome(bert, ours, theirs, Interval(1.0, 0.9, 1.1, (1.0,)),
-                                                            "unresolved", where=met_here)], targets=[]))
+    lines = _where(
+        types.SimpleNamespace(
+            peers=[PeerOutcome(bert, ours, theirs, Interval(1.0, 0.9, 1.1, (1.0,)), "unresolved", where=met_here)],
+            targets=[],
+        )
+    )
     assert any("within ≥ 1.2 at these times" in line for line in lines)
 
 
@@ -277,25 +306,30 @@ def test_local_attention_memory_per_token_does_not_grow_with_length():
 
 
 def test_memory_per_token_target_is_a_point_from_the_cells():
-    cells = {"num": Result("posbench", "none", "local", 16384, 1, peak_mem_mb=300.0),
-             "den": Result("posbench", "none", "local", 8192, 1, peak_mem_mb=160.0)}
+    cells = {
+        "num": Result("posbench", "none", "local", 16384, 1, peak_mem_mb=300.0),
+        "den": Result("posbench", "none", "local", 8192, 1, peak_mem_mb=160.0),
+    }
     target = MemoryPerTokenTarget("mem", Goal("<=", 1.5), {})
     interval, method, check = target.measure(None, cells)
     assert interval == Interval.point(300 / 16384 / (160 / 8192)) and "total peak ratio 1.88" in check
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--pos", "rope,nope"], f"--pos nope: not in conf/pos/; valid: {', '.join(option_classes('pos'))}"),
-    (["--attn", "flash"], f"--attn flash: not in conf/attn/; valid: {', '.join(option_classes('attn'))}"),
-    (["--pos", "rope×3+nope"], "--pos rope×3+nope: not in conf/pos/; valid: "),  # a pattern by its name
-    (["--attn", "local×0+softmax"], "'local×0+softmax' is no pattern name: write option names joined by +"),
-    (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
-    (["--lengths", "0"], "every length must be positive"),
-    (["--tokens", "0"], "argument --tokens: 0 must be a positive integer"),
-    (["--tokens", "many"], "argument --tokens: 'many' is not an integer"),
-    (["--cell-s", "-1"], "argument --cell-s: -1 must be a positive number"),
-    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--pos", "rope,nope"], f"--pos nope: not in conf/pos/; valid: {', '.join(option_classes('pos'))}"),
+        (["--attn", "flash"], f"--attn flash: not in conf/attn/; valid: {', '.join(option_classes('attn'))}"),
+        (["--pos", "rope×3+nope"], "--pos rope×3+nope: not in conf/pos/; valid: "),  # a pattern by its name
+        (["--attn", "local×0+softmax"], "'local×0+softmax' is no pattern name: write option names joined by +"),
+        (["--lengths", "512,abc"], "--lengths '512,abc': use a comma list of positive integers"),
+        (["--lengths", "0"], "every length must be positive"),
+        (["--tokens", "0"], "argument --tokens: 0 must be a positive integer"),
+        (["--tokens", "many"], "argument --tokens: 'many' is not an integer"),
+        (["--cell-s", "-1"], "argument --cell-s: -1 must be a positive number"),
+        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_nothing_written(args, needle, tmp_path, capsys):
     out = tmp_path / "report"
     assert cli.main([*args, "--out", str(out)]) == 2
@@ -312,8 +346,22 @@ def test_cuda_without_a_device_is_refused(monkeypatch, tmp_path, capsys):
 def test_nothing_measured_writes_no_report(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "matmul_peak_flops", lambda device, sizes: measure.Peak(1e9, 64))
     out = tmp_path / "report"
-    code = cli.main(["--pos", "xl", "--attn", "local", "--lengths", "32", "--tokens", "64", "--no-peers",
-                     "--no-targets", "--out", str(out)])
+    code = cli.main(
+        [
+            "--pos",
+            "xl",
+            "--attn",
+            "local",
+            "--lengths",
+            "32",
+            "--tokens",
+            "64",
+            "--no-peers",
+            "--no-targets",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 2 and not out.exists()
     assert "nothing was measured" in capsys.readouterr().err
 
@@ -330,8 +378,7 @@ def test_mfu_target_divides_each_steps_flop_rate_by_the_matmul_rate_timed_right_
         return 1.0 if fn == "step" else 2 * 64**3 / 1e9
 
     monkeypatch.setattr(targets, "time_call", fake_time)
-    session = types.SimpleNamespace(options=types.SimpleNamespace(device="cpu", peak_n=64),
-                                    step=lambda spec: "step")
+    session = types.SimpleNamespace(options=types.SimpleNamespace(device="cpu", peak_n=64), step=lambda spec: "step")
     cells = {"step": Result("posbench", "none", "softmax", 512, 8, flops=5e8)}
     target = targets.MfuTarget("mfu", Goal(">=", 0.45, percent=True), {"step": None})
     interval, method, _ = target.measure(session, cells)

@@ -52,14 +52,21 @@ from positional.rope_scaling import METHODS
 
 U = 2.0**-8  # bf16's unit roundoff
 T, VOCAB = 32, 258
-TINY = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.dropout=0.0",
-        f"data.seq_len={T}"]
+TINY = [
+    "model.n_layers=2",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "model.dropout=0.0",
+    f"data.seq_len={T}",
+]
 ALLOWED = [(c.pos, c.attn) for c in compatibility() if c.allowed]
 CAUSAL_ATTN = "softmax"  # every scheme pairs with it
 # a scheme defined for causal attention only (bidirectional_refusal: FoX) refuses the bidirectional cells
 BIDIRECTIONAL = [(pos, attn) for pos, attn in ALLOWED if option_classes("pos")[pos].bidirectional_refusal is None]
-CELLS = [(pos, attn, False) for pos, attn in BIDIRECTIONAL] + \
-        [(pos, CAUSAL_ATTN, True) for pos in dict.fromkeys(p for p, _ in ALLOWED)]
+CELLS = [(pos, attn, False) for pos, attn in BIDIRECTIONAL] + [
+    (pos, CAUSAL_ATTN, True) for pos in dict.fromkeys(p for p, _ in ALLOWED)
+]
 
 
 @functools.cache
@@ -112,8 +119,9 @@ def test_training_step_under_bf16_autocast_matches_fp32(pos, attn, causal):
     assert loss32 < 0.9 * torch.log(torch.tensor(float(VOCAB))), "the model did not move off its initial loss"
     assert grads16.keys() == grads32.keys()
     assert abs(loss16 - loss32) <= U * loss32, f"loss {loss16:.6f} vs fp32 {loss32:.6f}"
-    assert (logits16 - logits32).norm() <= 4 * U * logits32.norm(), \
+    assert (logits16 - logits32).norm() <= 4 * U * logits32.norm(), (
         f"logits off by {((logits16 - logits32).norm() / logits32.norm() / U):.2f}u"
+    )
     whole = torch.cat([g.flatten() for g in grads32.values()]).norm()
     diff = torch.cat([(grads16[n] - g).flatten() for n, g in grads32.items()]).norm()
     assert diff <= 4 * U * whole, f"gradient off by {diff / whole / U:.2f}u of its norm"
@@ -141,8 +149,9 @@ def _scheme(name: str, scaling: str | None = None):
     if scaling:
         overrides += [f"pos/scaling={scaling}", "pos.scaling.original_max_len=16"]
         overrides += ["pos.scaling.factor=4.0"] if scaling not in ("dynamic_ntk",) else []
-        overrides += [f"pos.scaling.{k}=[{','.join(map(str, v))}]" for k, v in LONGROPE_LISTS.items()
-                      if scaling == "longrope"]
+        overrides += [
+            f"pos.scaling.{k}=[{','.join(map(str, v))}]" for k, v in LONGROPE_LISTS.items() if scaling == "longrope"
+        ]
     scheme = compose_cell(overrides).pos.factory()(Shape(HEAD_DIM, 1, 1, 16, True))
     return scheme.eval() if scaling else scheme.train()  # a length scaling applies at evaluation
 
@@ -186,8 +195,10 @@ def test_rotary_scores_at_position_8192_in_a_bf16_model_match_float64(name):
 
 def test_a_bf16_model_keeps_theta_in_float64_and_moves_it():
     scheme = _scheme("rope_trainable").to(torch.bfloat16).to("meta")
-    assert {n: (t.dtype, t.device.type) for n, t in [*scheme.named_parameters(), *scheme.named_buffers()]} == \
-        {"inv_freq": (torch.float64, "meta"), "theta0": (torch.float64, "meta")}
+    assert {n: (t.dtype, t.device.type) for n, t in [*scheme.named_parameters(), *scheme.named_buffers()]} == {
+        "inv_freq": (torch.float64, "meta"),
+        "theta0": (torch.float64, "meta"),
+    }
 
 
 @pytest.mark.parametrize("scaling", SCALINGS)
@@ -217,8 +228,9 @@ def test_angles_computed_in_bf16_fail_the_check(monkeypatch):
     assert _far_error(_scheme("rope")) > 10 * FAR_TOL
 
 
-BIASED = sorted(name for name, cls in option_classes("pos").items()
-                if "logit_bias" in cls.hooks() and cls.bias_kind != "content")  # a content bias reads q and k too
+BIASED = sorted(
+    name for name, cls in option_classes("pos").items() if "logit_bias" in cls.hooks() and cls.bias_kind != "content"
+)  # a content bias reads q and k too
 
 
 @pytest.mark.parametrize("name", BIASED)

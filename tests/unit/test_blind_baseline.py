@@ -33,8 +33,8 @@ def test_reverse_blind_baseline_matches_the_bayes_rule_worked_out_by_enumeration
     """Binary reverse, encoder form: the bag is the string's counts, every output slot gets the majority symbol.
     Per token: E[max(c, n − c)] / n over c ~ Binomial(n, ½); exact match: only the two constant strings."""
     n = length
-    per_token = sum(math.comb(n, c) * max(c, n - c) for c in range(n + 1)) / (2 ** n * n)  # 0.6875 at n = 5
-    exact = 2 / 2 ** n  # a tie (c = n/2) is right half the time per token and never exactly
+    per_token = sum(math.comb(n, c) * max(c, n - c) for c in range(n + 1)) / (2**n * n)  # 0.6875 at n = 5
+    exact = 2 / 2**n  # a tie (c = n/2) is right half the time per token and never exactly
     b = blind_baseline(Reverse(form="encoder"), length, fit=4000, score=4000)
     assert b.seen == 1.0
     slots = 4000 * n
@@ -57,5 +57,14 @@ def test_a_task_run_logs_each_lengths_baseline_beside_its_accuracy(train_tiny, c
         assert f"val/token_acc_at_{length}" in metrics
     table = capsys.readouterr().out.split("task accuracy by length")[1].splitlines()
     tok = metrics["val/token_acc_at_5"]
-    assert table[1].split() == ["L=5", "per", "token", f"{tok:.3f}", "[1.000]", "exact", "match",
-                                f"{metrics['val/acc_at_5']:.3f}", "[1.000]"]
+    assert table[1].split() == [
+        "L=5",
+        "per",
+        "token",
+        f"{tok:.3f}",
+        "[1.000]",
+        "exact",
+        "match",
+        f"{metrics['val/acc_at_5']:.3f}",
+        "[1.000]",
+    ]

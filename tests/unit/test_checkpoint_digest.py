@@ -37,7 +37,7 @@ def _commit_steps(directory, *steps: int) -> None:
 def _flip(path, n: int = 400) -> None:
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
-    data[middle:middle + n] = bytes(b ^ 0xFF for b in data[middle:middle + n])
+    data[middle : middle + n] = bytes(b ^ 0xFF for b in data[middle : middle + n])
     path.write_bytes(bytes(data))
 
 

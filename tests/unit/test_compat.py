@@ -37,8 +37,12 @@ class ContentScheme(PositionalScheme):
 # (a band of logits) and kernelized attention (no logits, Toeplitz products) take biases of i − j only.
 # Each scheme's own test asserts its bias kind from its paper (XL and CoPE add terms made of q: content;
 # FIRE reads i as well as i − j: positional); the matrix follows from those declarations.
-FROM_THE_PAPERS = {"softmax": {"relative", "positional", "content"}, "local": {"relative"}, "linear": {"relative"},
-                   "performer": {"relative"}}
+FROM_THE_PAPERS = {
+    "softmax": {"relative", "positional", "content"},
+    "local": {"relative"},
+    "linear": {"relative"},
+    "performer": {"relative"},
+}
 # Softmax and the band form q̃ᵀk̃ at whatever width the scheme hands them (PoPE's 2D); kernelized attention applies
 # a feature map built for the head dim instead.
 TAKES_WIDE_ROTARY = {"softmax": True, "local": True, "linear": False, "performer": False}
@@ -77,8 +81,12 @@ def test_refused_pairing_fails_when_the_model_is_built():
 
 
 def test_renderings_list_every_option_and_number_the_reasons():
-    cells = [Pairing("rope", "softmax", None), Pairing("xl", "softmax", None),
-             Pairing("rope", "linear", None), Pairing("xl", "linear", "attn=linear cannot apply a content logit bias")]
+    cells = [
+        Pairing("rope", "softmax", None),
+        Pairing("xl", "softmax", None),
+        Pairing("rope", "linear", None),
+        Pairing("xl", "linear", "attn=linear cannot apply a content logit bias"),
+    ]
     text, md = render_text(cells), render_markdown(cells)
     assert "refused [1]" in text and "[1] attn=linear cannot apply a content logit bias" in text
     assert "| `xl` | ✓ | ✗ [1] |" in md and "1. attn=linear cannot apply a content logit bias" in md
@@ -92,5 +100,3 @@ def test_print_matrix_formats(capsys):
     assert print_matrix("--matrix=md") == 0 and capsys.readouterr().out.startswith("| pos \\ attn |")
     with pytest.raises(ConfigError, match="unknown matrix format 'html'; use --matrix or --matrix=md"):
         print_matrix("--matrix=html")  # run.py prints it on stderr (harness/cli.py _guarded)
-
-

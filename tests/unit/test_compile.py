@@ -9,15 +9,23 @@ import torch
 
 from harness.bench.internals import build_transformer
 
-CELLS = [("rope", "softmax"), ("t5", "softmax"), ("xl", "softmax"), ("alibi", "local"),
-         ("rope", "performer"), ("none", "linear"), ("t5", "linear")]
+CELLS = [
+    ("rope", "softmax"),
+    ("t5", "softmax"),
+    ("xl", "softmax"),
+    ("alibi", "local"),
+    ("rope", "performer"),
+    ("none", "linear"),
+    ("t5", "linear"),
+]
 
 
 @pytest.mark.parametrize("pos,attn", CELLS)
 def test_compiled_model_matches_eager(pos, attn):
     torch.manual_seed(0)
-    model = build_transformer([f"pos={pos}", f"attn={attn}", "model=small", "model.dropout=0.0", "data.seq_len=32"],
-                              258, 32, False)
+    model = build_transformer(
+        [f"pos={pos}", f"attn={attn}", "model=small", "model.dropout=0.0", "data.seq_len=32"], 258, 32, False
+    )
     ids = torch.randint(256, (2, 32))
 
     def logits_and_grads(forward):

@@ -75,10 +75,12 @@ def tokenizer_option(option: str, tmp_path):
         from transformers import PreTrainedTokenizerFast
 
         core = train_tokenizer("wordpiece", text, 300, 1)
-        PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", mask_token="[MASK]",
-                                unk_token="[UNK]").save_pretrained(str(tmp_path / "saved"))
+        PreTrainedTokenizerFast(
+            tokenizer_object=core, pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]"
+        ).save_pretrained(str(tmp_path / "saved"))
         return load(["tokenizer=hf", f"tokenizer.name={tmp_path / 'saved'}"]).tokenizer.build()
-    tok = load([f"tokenizer={option}", *(["tokenizer.vocab_size=300"] if option in ("bpe", "wordpiece") else [])
-                ]).tokenizer.build()
+    tok = load(
+        [f"tokenizer={option}", *(["tokenizer.vocab_size=300"] if option in ("bpe", "wordpiece") else [])]
+    ).tokenizer.build()
     tok.fit(SimpleNamespace(train=text, val=text))
     return tok

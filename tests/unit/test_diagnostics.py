@@ -30,9 +30,7 @@ def stats_of(rows: list[list[float]], queries=None):
 
 def test_a_hand_written_pattern():
     """Query 0 looks at itself, query 1 half at itself and half back, query 2 a quarter at each earlier key."""
-    s = stats_of([[1.0, 0.0, 0.0],
-                  [0.5, 0.5, 0.0],
-                  [0.25, 0.25, 0.5]])
+    s = stats_of([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
     assert_close(s.mean_distance, torch.tensor([(0 + 0.5 + (0.25 * 2 + 0.25 * 1)) / 3], dtype=F64))  # 5/12
     assert_close(s.mean_entropy, torch.tensor([(0 + math.log(2) + 1.5 * math.log(2)) / 3], dtype=F64))  # 5/6 ln 2
     # offsets −2 … 2: (0,2) → 0; (0,1), (1,2) → 0; the diagonal (1 + .5 + .5)/3; (1,0), (2,1) (.5 + .25)/2; (2,0) .25
@@ -67,7 +65,7 @@ def test_previous_token_attention_has_distance_t_minus_1_over_t_and_no_entropy()
     s = attention_stats(w[None, None])
     assert_close(s.mean_distance, torch.tensor([(T - 1) / T], dtype=F64))
     assert_close(s.mean_entropy, torch.zeros(1, dtype=F64))
-    assert_close(s.offset_profile[0, T - 1: T + 1], torch.tensor([1 / T, 1.0], dtype=F64))  # offsets 0 and 1
+    assert_close(s.offset_profile[0, T - 1 : T + 1], torch.tensor([1 / T, 1.0], dtype=F64))  # offsets 0 and 1
 
 
 def test_padded_queries_and_queries_without_keys_are_not_counted():
@@ -95,8 +93,17 @@ def test_as_distribution():
 
 def uniform_attention_model(attn: str, causal: bool, T: int) -> Transformer:
     """pos=none and q = k = 0: every variant attends uniformly over the keys it may see."""
-    spec = load(["pos=none", f"attn={attn}", "model.n_layers=2", "model.d_model=16", "model.n_heads=2",
-                 f"data.seq_len={T}", *(["attn.window=8"] if attn == "local" else [])])
+    spec = load(
+        [
+            "pos=none",
+            f"attn={attn}",
+            "model.n_layers=2",
+            "model.d_model=16",
+            "model.n_heads=2",
+            f"data.seq_len={T}",
+            *(["attn.window=8"] if attn == "local" else []),
+        ]
+    )
     torch.manual_seed(0)
     model = Transformer(spec.model, 258, T, causal, pos=spec.pos.factory(), attn=spec.attn.factory())
     with torch.no_grad():
@@ -119,8 +126,13 @@ def test_a_model_with_hand_set_uniform_attention_has_the_distance_it_should(attn
     T = 32
     model = uniform_attention_model(attn, causal, T)
     g = torch.Generator().manual_seed(1)
-    batches = [{"input_ids": torch.randint(0, 256, (4, T), generator=g),
-                "key_padding_mask": torch.ones(4, T, dtype=torch.bool)} for _ in range(2)]
+    batches = [
+        {
+            "input_ids": torch.randint(0, 256, (4, T), generator=g),
+            "key_padding_mask": torch.ones(4, T, dtype=torch.bool),
+        }
+        for _ in range(2)
+    ]
     diag = attention_diagnostics(model, batches, windows=6)
     keys = [seen_keys(attn, causal, T, i) for i in range(T)]
     distance = sum(sum(abs(i - j) for j in js) / len(js) for i, js in enumerate(keys)) / T
@@ -135,8 +147,10 @@ def test_a_model_with_hand_set_uniform_attention_has_the_distance_it_should(attn
 
 def test_files_hold_the_figures_and_the_numbers():
     model = uniform_attention_model("softmax", False, 16)
-    diag = attention_diagnostics(model, [{"input_ids": torch.zeros(2, 16, dtype=torch.long),
-                                          "key_padding_mask": torch.ones(2, 16, dtype=torch.bool)}])
+    diag = attention_diagnostics(
+        model,
+        [{"input_ids": torch.zeros(2, 16, dtype=torch.long), "key_padding_mask": torch.ones(2, 16, dtype=torch.bool)}],
+    )
     files = diag.files()
     figures = ["attention_distance.png", "attention_entropy.png", "attention_by_offset.png", "attention_maps.png"]
     assert sorted(files) == sorted(["attention_stats.csv", "attention_by_offset.csv", *figures])
@@ -176,18 +190,33 @@ def test_report_compares_mean_attention_distance_across_schemes(tmp_path):
     from results.report import write_report
 
     def cell(pos, attn, seed, distance):
-        return Cell(f"{pos}{attn}{seed}", "n", f"pos={pos} attn={attn} seed={seed}", pos, attn, str(seed), "finished",
-                    val=[(10, 3.0)], job=seed,
-                    metrics={"diag/mean_distance": distance, "diag/entropy": distance / 10})
+        return Cell(
+            f"{pos}{attn}{seed}",
+            "n",
+            f"pos={pos} attn={attn} seed={seed}",
+            pos,
+            attn,
+            str(seed),
+            "finished",
+            val=[(10, 3.0)],
+            job=seed,
+            metrics={"diag/mean_distance": distance, "diag/entropy": distance / 10},
+        )
 
-    cells = [cell("rope", "softmax", 0, 4.0), cell("rope", "softmax", 1, 6.0), cell("none", "softmax", 0, 9.0),
-             cell("rope", "local", 0, 2.0), Cell("x", "n", "pos=alibi", "alibi", "softmax", "0", "finished",
-                                                 val=[(10, 3.0)])]  # no diagnostics: left out of the panel
+    cells = [
+        cell("rope", "softmax", 0, 4.0),
+        cell("rope", "softmax", 1, 6.0),
+        cell("none", "softmax", 0, 9.0),
+        cell("rope", "local", 0, 2.0),
+        Cell("x", "n", "pos=alibi", "alibi", "softmax", "0", "finished", val=[(10, 3.0)]),
+    ]  # no diagnostics: left out of the panel
     written = write_report(build_report(cells, "t", []), tmp_path)
     assert tmp_path / "attention_distance.png" in written
     md = (tmp_path / "report.md").read_text()
     assert "## Attention (diagnostics=true)" in md
     assert "| rope | softmax | 5.00 ± 1.41 | 0.500 ± 0.141 |" in md and "| rope | local | 2.00 | 0.200 |" in md
     rows = {(r["pos"], r["attn"]): r for r in csv.DictReader((tmp_path / "report.csv").open())}
-    assert float(rows["none", "softmax"]["attn_distance_mean"]) == 9.0 and rows["alibi", "softmax"][
-        "attn_distance_mean"] == ""
+    assert (
+        float(rows["none", "softmax"]["attn_distance_mean"]) == 9.0
+        and rows["alibi", "softmax"]["attn_distance_mean"] == ""
+    )

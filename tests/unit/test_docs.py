@@ -45,7 +45,7 @@ def table(path: Path, first_header: str) -> list[dict[str, str]]:
         header = split_row(line)
         if header[:1] == [first_header]:
             rows = []
-            for row in lines[i + 2:]:  # past the |---| line
+            for row in lines[i + 2 :]:  # past the |---| line
                 cells = split_row(row)
                 if not cells:
                     break
@@ -83,9 +83,11 @@ def test_scheme_row_states_the_class_declarations(row, classes):
     assert (ROOT / "conf" / "pos" / f"{name}.yaml").is_file(), f"docs/schemes.md lists pos={name}: no YAML"
     cls = classes["pos"][name]
     assert set(ticked(row["hooks"])) == set(cls.hooks()), (
-        f"docs/schemes.md: pos={name} hooks {row['hooks']!r}, the class declares {sorted(cls.hooks())}")
+        f"docs/schemes.md: pos={name} hooks {row['hooks']!r}, the class declares {sorted(cls.hooks())}"
+    )
     assert ticked(row["logit bias"]) == [cls.bias_kind], (
-        f"docs/schemes.md: pos={name} logit bias {row['logit bias']!r}, the class declares {cls.bias_kind!r}")
+        f"docs/schemes.md: pos={name} logit bias {row['logit bias']!r}, the class declares {cls.bias_kind!r}"
+    )
 
 
 @pytest.mark.parametrize("row", VARIANT_ROWS, ids=lambda r: row_name(r, "`attn=`"))
@@ -94,7 +96,8 @@ def test_variant_row_states_the_accepted_bias_kinds(row, classes):
     assert (ROOT / "conf" / "attn" / f"{name}.yaml").is_file(), f"docs/schemes.md lists attn={name}: no YAML"
     cls = classes["attn"][name]
     assert set(ticked(row["accepts bias"])) == set(cls.accepts_bias), (
-        f"docs/schemes.md: attn={name} accepts {row['accepts bias']!r}, the class declares {sorted(cls.accepts_bias)}")
+        f"docs/schemes.md: attn={name} accepts {row['accepts bias']!r}, the class declares {sorted(cls.accepts_bias)}"
+    )
 
 
 def test_readme_presets_exist():
@@ -121,8 +124,7 @@ def slug(heading: str) -> str:
 
 
 def anchors(path: Path) -> set[str]:
-    headings = re.findall(r"^#+\s+(.*)$", re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M),
-                          flags=re.M)
+    headings = re.findall(r"^#+\s+(.*)$", re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M), flags=re.M)
     return {slug(h) for h in headings}
 
 
@@ -151,21 +153,25 @@ def test_no_session_history_or_pasted_matrix(path):
     history = re.findall(r"\bissue\s+#?\d+", text, flags=re.I)
     assert not history, f"{path.relative_to(ROOT)} mentions {history}: state the rule, not the story"
     assert not re.search(r"^\|\s*pos \\ attn\s*\|", text, flags=re.M), (
-        f"{path.relative_to(ROOT)} holds a pasted compatibility matrix; point to python run.py --matrix instead")
+        f"{path.relative_to(ROOT)} holds a pasted compatibility matrix; point to python run.py --matrix instead"
+    )
 
 
 # Where history must not be: the code, the tests and the configs (results/ only its code: its folders are reports).
 HISTORY_FREE_DIRS = ("harness", "positional", "attention", "tools", "tests", "conf", "hydra_plugins")
 HISTORY_FREE_FILES = ("run.py", "Makefile", "pyproject.toml")
 HISTORY_FREE_SUFFIXES = {".py", ".yaml", ".yml", ".toml", ".sh", ""}
-ISSUE_REF = re.compile(r"\bissues?\s*#?\d+|\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?|see|PR)\s+#\d+|\(#\d+\)|\bgh-\d+",
-                       flags=re.I)
+ISSUE_REF = re.compile(
+    r"\bissues?\s*#?\d+|\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?|see|PR)\s+#\d+|\(#\d+\)|\bgh-\d+", flags=re.I
+)
 # 7 to 40 lowercase hex digits with a digit and a letter, not inside a longer word or number
 COMMIT_HASH = re.compile(r"(?<![\w.-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])")
-HEX_WORDS_ALLOWED = frozenset({
-    "0123456789abcdef",  # the alphabet a sha256 line is checked against (harness/integrity.py)
-    "0123abcd",  # a made-up run id in tools/fuzz.py's damaged records
-})
+HEX_WORDS_ALLOWED = frozenset(
+    {
+        "0123456789abcdef",  # the alphabet a sha256 line is checked against (harness/integrity.py)
+        "0123abcd",  # a made-up run id in tools/fuzz.py's damaged records
+    }
+)
 
 
 def history_free_files() -> list[Path]:
@@ -173,8 +179,12 @@ def history_free_files() -> list[Path]:
     for folder in HISTORY_FREE_DIRS:
         for path in sorted((ROOT / folder).rglob("*")):
             rel = path.relative_to(ROOT)
-            if (path.is_file() and path.suffix in HISTORY_FREE_SUFFIXES and rel.parts[:2] != ("tests", "data")
-                    and not any(p.startswith(".") or p == "__pycache__" for p in rel.parts)):
+            if (
+                path.is_file()
+                and path.suffix in HISTORY_FREE_SUFFIXES
+                and rel.parts[:2] != ("tests", "data")
+                and not any(p.startswith(".") or p == "__pycache__" for p in rel.parts)
+            ):
                 files.append(path)
     return [*files, *sorted((ROOT / "results").rglob("*.py"))]
 

@@ -19,11 +19,31 @@ from harness.data.windows import TrainWindows, with_document_ids
 from harness.errors import ConfigError, IncompatiblePairing
 from positional.base import document_positions
 
-SCHEMES = ["alibi", "cope", "dd_alibi", "fire", "fox", "kerple", "learned", "none", "p_rope", "pope", "rope",
-           "rope_trainable", "sinusoidal", "t5", "xl", "xpos"]
+SCHEMES = [
+    "alibi",
+    "cope",
+    "dd_alibi",
+    "fire",
+    "fox",
+    "kerple",
+    "learned",
+    "none",
+    "p_rope",
+    "pope",
+    "rope",
+    "rope_trainable",
+    "sinusoidal",
+    "t5",
+    "xl",
+    "xpos",
+]
 # Refused, with the reason the refusal names: (scheme, causal) -> a phrase of it
-REFUSED = {("xl", True): "rel_shift", ("xl", False): "rel_shift", ("fire", False): "reads the last position",
-           ("fox", False): "bidirectional task"}
+REFUSED = {
+    ("xl", True): "rel_shift",
+    ("xl", False): "rel_shift",
+    ("fire", False): "reads the last position",
+    ("fox", False): "bidirectional task",
+}
 READS_NO_POSITION = {"none", "cope", "fox", "dd_alibi"}  # nothing to restart: restart_positions changes nothing
 ABSOLUTE = {"learned", "sinusoidal"}  # positions added to the embeddings: a window's offset shows without a restart
 
@@ -31,9 +51,19 @@ ABSOLUTE = {"learned", "sinusoidal"}  # positions added to the embeddings: a win
 def model(pos: str, causal: bool, restart: bool = True, mask: bool = True, attn: str = "softmax"):
     from harness.model.transformer import Transformer
 
-    spec = load([f"pos={pos}", f"attn={attn}", f"model.restart_positions={restart}",
-                 f"model.document_mask={mask}", "model.dropout=0", "model.n_layers=2", "model.d_model=32",
-                 "model.n_heads=2", "model.d_ff=64"])
+    spec = load(
+        [
+            f"pos={pos}",
+            f"attn={attn}",
+            f"model.restart_positions={restart}",
+            f"model.document_mask={mask}",
+            "model.dropout=0",
+            "model.n_layers=2",
+            "model.d_model=32",
+            "model.n_heads=2",
+            "model.d_ff=64",
+        ]
+    )
     torch.manual_seed(0)
     built = Transformer(spec.model, 40, 32, causal, spec.pos.factory(), spec.attn.factory())
     if pos == "xpos":  # ζ^(n/B) with the default B = 512 is ~1 over 16 positions: a shorter B makes the test bite

@@ -18,8 +18,11 @@ PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") i
 def sweep_cells(cfg) -> list[list[str]]:
     """The override lists the basic sweeper expands hydra.sweeper.params into (no glob here)."""
     params = cfg.hydra.sweeper.params
-    axes = [[f"{k}={v}" for v in str(values).split(",")] for k, values in params.items()
-            if not str(values).startswith("glob(")]
+    axes = [
+        [f"{k}={v}" for v in str(values).split(",")]
+        for k, values in params.items()
+        if not str(values).startswith("glob(")
+    ]
     return [list(c) for c in itertools.product(*axes)]
 
 
@@ -27,9 +30,20 @@ def test_the_presets_exist():
     """PRESETS is every conf/experiment/*.yaml but NO_CLAIM: a new preset is tested here with nothing to add, and
     the exclusions are exactly the presets without a claim."""
     every = {p.stem: OmegaConf.load(p) for p in (ROOT / "conf" / "experiment").glob("*.yaml")}
-    assert {"roformer_mlm", "roformer_performer", "eleuther_rotary", "su_trainable_theta", "su_linear_rope",
-            "alibi_extrapolation", "grid", "nope_length_generalization", "randomized_positions", "rope_scaling",
-            "partial_rope", "drope"} <= set(PRESETS)  # the glob finds them
+    assert {
+        "roformer_mlm",
+        "roformer_performer",
+        "eleuther_rotary",
+        "su_trainable_theta",
+        "su_linear_rope",
+        "alibi_extrapolation",
+        "grid",
+        "nope_length_generalization",
+        "randomized_positions",
+        "rope_scaling",
+        "partial_rope",
+        "drope",
+    } <= set(PRESETS)  # the glob finds them
     assert {name for name, cfg in every.items() if "claim" not in cfg} == NO_CLAIM
 
 
@@ -75,8 +89,14 @@ def test_every_toy_cell_builds_its_model(preset):
             continue
         spec = load([f"experiment={preset}", *cell], multirun=True)  # one cell of the sweep
         task = spec.task.build(tokenizer=ByteTokenizer())
-        model = Transformer(spec.model, 258, task.sequence_tokens(spec.data.seq_len), task.causal,
-                            pos=spec.pos.factory(), attn=spec.attn.factory())
+        model = Transformer(
+            spec.model,
+            258,
+            task.sequence_tokens(spec.data.seq_len),
+            task.causal,
+            pos=spec.pos.factory(),
+            attn=spec.attn.factory(),
+        )
         assert model.num_params() > 0
 
 
@@ -89,8 +109,9 @@ def test_grid_smoke_is_one_seed_of_the_toy_grid_with_fewer_steps():
 
 # a preset's budget per task or per scheme, in its folder: conf/experiment/<preset>/<axis>/<scale>/<option>.yaml, read
 # into trainer (a task's by conf/config.yaml's defaults, a scheme's by that scale file's own)
-BUDGETS = sorted((p, axis) for axis in ("task", "pos")
-                 for p in (ROOT / "conf" / "experiment").glob(f"*/{axis}/*/*.yaml"))
+BUDGETS = sorted(
+    (p, axis) for axis in ("task", "pos") for p in (ROOT / "conf" / "experiment").glob(f"*/{axis}/*/*.yaml")
+)
 
 
 def _budget(path, axis) -> tuple[str, str, str, int]:
@@ -123,6 +144,8 @@ def test_a_budget_moves_its_own_cells_only(path, axis):
     for other in (o for o in swept(preset, scale, axis) if not (path.parent / f"{o}.yaml").exists()):
         assert compose([f"experiment={preset}", f"scale={scale}", f"{axis}={other}"]).trainer.max_steps == scale_steps
     # the command line still wins over the preset's budget, and without experiment= nothing moves
-    assert compose([f"experiment={preset}", f"scale={scale}", f"{axis}={option}", "trainer.max_steps=7"]) \
-        .trainer.max_steps == 7
+    assert (
+        compose([f"experiment={preset}", f"scale={scale}", f"{axis}={option}", "trainer.max_steps=7"]).trainer.max_steps
+        == 7
+    )
     assert compose([f"{axis}={option}"]).trainer.max_steps == compose([]).trainer.max_steps

@@ -19,14 +19,24 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 V, T = 61, 16
-MODERN = dict(n_layers=2, d_model=32, n_heads=4, d_ff=48, dropout=0.0, norm_type="rmsnorm", mlp="swiglu", bias=False,
-              head="untied")
+MODERN = dict(
+    n_layers=2,
+    d_model=32,
+    n_heads=4,
+    d_ff=48,
+    dropout=0.0,
+    norm_type="rmsnorm",
+    mlp="swiglu",
+    bias=False,
+    head="untied",
+)
 
 
 def ours(layout="interleaved", **kw) -> Transformer:
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**{**MODERN, **kw}), V, T, True, lambda s: Rope(s, base=500.0, layout=layout),
-                        Softmax).eval()
+    model = Transformer(
+        ModelConfig(**{**MODERN, **kw}), V, T, True, lambda s: Rope(s, base=500.0, layout=layout), Softmax
+    ).eval()
     with torch.no_grad():  # norms off 1, so that a norm written to the wrong place shows
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -42,10 +52,15 @@ def loaded(model, tmp_path):
     return AutoModelForCausalLM.from_pretrained(tmp_path).eval()
 
 
-@pytest.mark.parametrize("layout, kw, arch", [("interleaved", {}, "LlamaForCausalLM"),
-                                              ("half", {}, "LlamaForCausalLM"),
-                                              ("interleaved", {"qk_norm": True}, "Qwen3ForCausalLM"),
-                                              ("half", {"head": "tied"}, "LlamaForCausalLM")])
+@pytest.mark.parametrize(
+    "layout, kw, arch",
+    [
+        ("interleaved", {}, "LlamaForCausalLM"),
+        ("half", {}, "LlamaForCausalLM"),
+        ("interleaved", {"qk_norm": True}, "Qwen3ForCausalLM"),
+        ("half", {"head": "tied"}, "LlamaForCausalLM"),
+    ],
+)
 def test_an_exported_model_loads_with_transformers_and_gives_the_same_logits(tmp_path, layout, kw, arch):
     model = ours(layout, **kw)
     hf = loaded(model, tmp_path)
@@ -70,13 +85,16 @@ def test_the_interleaved_layout_is_the_half_one_after_permuting_each_heads_dims(
     torch.testing.assert_close(b.rotate_k(k[..., order]), a.rotate_k(k)[..., order], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("kw, causal, needle", [
-    ({"norm_type": "layernorm"}, True, "model.norm_type=layernorm: transformers' Llama has the modern block"),
-    ({"head": "bert"}, True, "model.head=bert"),
-    ({"norm": "post"}, True, "model.norm=post"),
-    ({"temperature": "ssmax"}, True, "model.temperature=ssmax has no key in LlamaConfig"),
-    ({}, False, "a bidirectional task"),
-])
+@pytest.mark.parametrize(
+    "kw, causal, needle",
+    [
+        ({"norm_type": "layernorm"}, True, "model.norm_type=layernorm: transformers' Llama has the modern block"),
+        ({"head": "bert"}, True, "model.head=bert"),
+        ({"norm": "post"}, True, "model.norm=post"),
+        ({"temperature": "ssmax"}, True, "model.temperature=ssmax has no key in LlamaConfig"),
+        ({}, False, "a bidirectional task"),
+    ],
+)
 def test_what_llama_cannot_hold_is_refused_naming_it(kw, causal, needle):
     model = Transformer(ModelConfig(**{**MODERN, **kw}), V, T, causal, Rope, Softmax)
     assert needle in refusal(model, causal)
@@ -84,18 +102,19 @@ def test_what_llama_cannot_hold_is_refused_naming_it(kw, causal, needle):
         hf_files(model, V, T, causal)
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["pos=alibi"], "pos=alibi: LlamaForCausalLM applies RoPE"),
-    (["attn=local"], "attn=local: Llama's attention is full softmax attention"),
-    (["pos.fraction=0.5"], "pos.fraction=0.5"),
-    (["+pos.layers=[rope,none]"], "a per-layer pattern"),
-    (["phases=[{at:3,pos:none}]"], "pos=none: LlamaForCausalLM applies RoPE"),  # judged on the scheme it ends with
-    (["model=small"], "model.norm_type=layernorm"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["pos=alibi"], "pos=alibi: LlamaForCausalLM applies RoPE"),
+        (["attn=local"], "attn=local: Llama's attention is full softmax attention"),
+        (["pos.fraction=0.5"], "pos.fraction=0.5"),
+        (["+pos.layers=[rope,none]"], "a per-layer pattern"),
+        (["phases=[{at:3,pos:none}]"], "pos=none: LlamaForCausalLM applies RoPE"),  # judged on the scheme it ends with
+        (["model=small"], "model.norm_type=layernorm"),
+    ],
+)
 def test_a_run_asked_to_export_what_has_no_form_is_refused_before_training(overrides, needle):
     from tests.helpers import validated
 
     with pytest.raises(ConfigError, match=re.escape(f"export=hf: {needle}")):
         validated("model=modern", "task=clm", "export=hf", *overrides)
-
-

@@ -111,8 +111,14 @@ def test_same_targets_score_the_same_tokens_at_every_length():
     targets = {}
     for length in (8, 16, 64):
         windows = EvalWindows.last_tokens(ids, length + 1, ends, 8, objective, TOK.pad_id)
-        targets[length] = [[(windows.starts[k] + j, int(windows[k]["labels"][j])) for j in range(length)
-                            if windows[k]["labels"][j] != IGNORE] for k in range(len(ends))]
+        targets[length] = [
+            [
+                (windows.starts[k] + j, int(windows[k]["labels"][j]))
+                for j in range(length)
+                if windows[k]["labels"][j] != IGNORE
+            ]
+            for k in range(len(ends))
+        ]
     assert targets[8] == targets[16] == targets[64]
     assert [len(t) for t in targets[64]] == [8, 8, 8] and targets[64][0][0][0] == 56
 
@@ -161,8 +167,15 @@ def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_t
     before = {k: v.clone() for k, v in module.model.state_dict().items()}
     from harness.config.spec import EvalSettings
 
-    settings = EvalSettings(lengths=[16, 64], stride=8, same_targets=4, scalings=["none", "linear", "yarn"],
-                            finetune_steps=2, finetune_length=32, finetune_lr=1e-3)
+    settings = EvalSettings(
+        lengths=[16, 64],
+        stride=8,
+        same_targets=4,
+        scalings=["none", "linear", "yarn"],
+        finetune_steps=2,
+        finetune_length=32,
+        finetune_lr=1e-3,
+    )
     out = evaluate_extrapolation(module, CORPUS, TOK, CausalLM(TOK), data(eval_batches=2), settings, seed=0)
     metrics = out.metrics(bytes_per_token=1.0)
     for key in ("loss_at_16", "loss_at_64", "loss_at_64_stride_8", "loss_at_64_last_4"):
@@ -175,15 +188,29 @@ def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_t
     assert all(torch.equal(before[k], after[k]) for k in before)
     files = out.files(4)
     rows = list(csv.DictReader(io.StringIO(files["loss_by_position.csv"].decode())))
-    assert {r["condition"] for r in rows} == {"configured", "none", "linear", "yarn", "finetuned/none",
-                                               "finetuned/linear", "finetuned/yarn"}
+    assert {r["condition"] for r in rows} == {
+        "configured",
+        "none",
+        "linear",
+        "yarn",
+        "finetuned/none",
+        "finetuned/linear",
+        "finetuned/yarn",
+    }
     assert_figure(files["loss_by_position.png"])
     assert_figure(files["loss_vs_length_by_scaling.png"])
 
 
 def test_a_run_logs_every_condition_and_its_artifacts_to_mlflow(train_tiny):
-    summary, client = train_tiny("task=clm", "eval.lengths=[32,64]", "eval.stride=16", "eval.same_targets=8",
-                                 "eval.scalings=[none,ntk]", "eval.finetune_steps=1", "checkpoint.every_n_steps=0")
+    summary, client = train_tiny(
+        "task=clm",
+        "eval.lengths=[32,64]",
+        "eval.stride=16",
+        "eval.same_targets=8",
+        "eval.scalings=[none,ntk]",
+        "eval.finetune_steps=1",
+        "checkpoint.every_n_steps=0",
+    )
     run = client.get_run(summary.run_id)
     metrics = run.data.metrics
     for prefix in ("", "none/", "ntk/", "finetuned/none/", "finetuned/ntk/"):
@@ -193,4 +220,3 @@ def test_a_run_logs_every_condition_and_its_artifacts_to_mlflow(train_tiny):
     assert metrics["val/loss_at_32_stride_16"] != metrics["val/loss_at_32"]
     names = {a.path for a in client.list_artifacts(summary.run_id)}
     assert {"loss_by_position.csv", "loss_by_position.png", "loss_vs_length_by_scaling.png"} <= names
-

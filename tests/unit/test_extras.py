@@ -41,8 +41,10 @@ def pyproject_extras() -> dict[str, set[str]]:
     from setuptools.config.pyprojecttoml import read_configuration
 
     extras = read_configuration(ROOT / "pyproject.toml", expand=False)["project"]["optional-dependencies"]
-    names = {extra: {re.sub(r"[-_.]+", "_", re.match(r"[A-Za-z0-9._-]+", r)[0]).lower() for r in reqs}
-             for extra, reqs in extras.items()}
+    names = {
+        extra: {re.sub(r"[-_.]+", "_", re.match(r"[A-Za-z0-9._-]+", r)[0]).lower() for r in reqs}
+        for extra, reqs in extras.items()
+    }
     for extra, reqs in extras.items():  # posbench[hf,tune]: those extras' packages too
         for own in (m[1] for r in reqs if (m := re.match(r"posbench\[([^]]+)\]", r))):
             names[extra] |= set().union(*(names[e.strip()] for e in own.split(",")))
@@ -52,8 +54,11 @@ def pyproject_extras() -> dict[str, set[str]]:
 def test_every_declared_package_is_in_a_user_extra_and_the_hf_options_declare_theirs():
     from hydra.utils import get_object
 
-    declared = {where: tuple(getattr(get_object(t), "requires", ())) for where, t in declared_targets().items()
-                if not t.startswith(("hydra", "lightning"))}
+    declared = {
+        where: tuple(getattr(get_object(t), "requires", ()))
+        for where, t in declared_targets().items()
+        if not t.startswith(("hydra", "lightning"))
+    }
     extras = pyproject_extras()
     for where, modules in declared.items():
         for module in modules:
@@ -66,12 +71,15 @@ def test_every_declared_package_is_in_a_user_extra_and_the_hf_options_declare_th
     assert {"datasets", "tokenizers", "transformers"} <= extras["hf"]
 
 
-@pytest.mark.parametrize("overrides, module, owner", [
-    (["tokenizer=bpe", "task=clm"], "tokenizers", "tokenizer=bpe"),
-    (["tokenizer=wordpiece"], "tokenizers", "tokenizer=wordpiece"),
-    (["tokenizer=hf", "tokenizer.name=gpt2", "task=clm"], "transformers", "tokenizer=hf"),
-    (["data=hf", "data.path=/nonexistent/corpus"], "datasets", "data=hf"),
-])
+@pytest.mark.parametrize(
+    "overrides, module, owner",
+    [
+        (["tokenizer=bpe", "task=clm"], "tokenizers", "tokenizer=bpe"),
+        (["tokenizer=wordpiece"], "tokenizers", "tokenizer=wordpiece"),
+        (["tokenizer=hf", "tokenizer.name=gpt2", "task=clm"], "transformers", "tokenizer=hf"),
+        (["data=hf", "data.path=/nonexistent/corpus"], "datasets", "data=hf"),
+    ],
+)
 def test_a_missing_package_is_refused_in_one_line_naming_the_extra(store, monkeypatch, overrides, module, owner):
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ConfigError) as e:
@@ -94,4 +102,3 @@ def test_a_users_class_names_its_own_package():
     with pytest.raises(ConfigError, match="needs a and b, which are not installed"):
         require("x", ("a", "b"))
     require("x", ("sys", "json"))  # present: nothing to say
-

@@ -1,6 +1,5 @@
 """Faults: a locked sqlite store is retried, and concurrent writers lose no point."""
 
-
 import pytest
 
 

@@ -51,8 +51,9 @@ def test_rope_matches_explicit_block_rotation_and_preserves_norm():
     R = torch.zeros(d, d)
     for i in range(d // 2):
         a = m * base ** (-2 * i / d)
-        R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)],
-                                                                [math.sin(a), math.cos(a)]])
+        R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(
+            [[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]]
+        )
     torch.testing.assert_close(rotate_at(x, m, d), R @ x, rtol=0, atol=1e-12)
     assert float(rotate_at(x, 123, d).norm()) == pytest.approx(float(x.norm()), abs=1e-12)
 
@@ -79,8 +80,9 @@ def test_sinusoidal_table_against_formula():
     torch.testing.assert_close(Sinusoidal(shape(d_model=16)).embed(x, pos), table.expand(2, 50, 16))
     e = torch.randn(2, 50, 16, dtype=torch.float64)  # Vaswani §3.4: embeddings × √d_model, then + PE
     torch.testing.assert_close(Sinusoidal(shape(d_model=16)).embed(e, pos), e * 4.0 + table, rtol=0, atol=1e-12)
-    torch.testing.assert_close(Sinusoidal(shape(d_model=16), scale_embeddings=False).embed(e, pos), e + table,
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        Sinusoidal(shape(d_model=16), scale_embeddings=False).embed(e, pos), e + table, rtol=0, atol=1e-12
+    )
 
 
 def test_learned_adds_its_table_and_refuses_beyond_it():
@@ -106,6 +108,7 @@ def test_relative_bias_dense_is_toeplitz():
 
 
 # --- objectives --------------------------------------------------------------------
+
 
 def test_mlm_masking_proportions():
     """BERT: 15 % selected; of those 80 % [MASK], 10 % random, 10 % unchanged."""

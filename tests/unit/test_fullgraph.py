@@ -34,8 +34,14 @@ from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
 
 T, VOCAB = 16, 258
-TINY = ["model.n_layers=1", "model.d_model=16", "model.n_heads=2", "model.d_ff=32", "model.dropout=0.0",
-        f"data.seq_len={T}"]
+TINY = [
+    "model.n_layers=1",
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.d_ff=32",
+    "model.dropout=0.0",
+    f"data.seq_len={T}",
+]
 ALLOWED = [(c.pos, c.attn) for c in compatibility() if c.allowed]
 
 
@@ -70,10 +76,15 @@ def _is_causal(task: str) -> bool:
 
 def _reading_no_value(reads: list[str]):
     """A dynamo backend that runs the graph as traced and records every value it reads back to the host."""
+
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        reads.extend(f"{n.target} ({n.stack_trace.strip().splitlines()[-2].strip() if n.stack_trace else '?'})"
-                     for n in gm.graph.nodes if n.target in HOST_READS)
+        reads.extend(
+            f"{n.target} ({n.stack_trace.strip().splitlines()[-2].strip() if n.stack_trace else '?'})"
+            for n in gm.graph.nodes
+            if n.target in HOST_READS
+        )
         return gm.forward
+
     return backend
 
 
@@ -94,8 +105,17 @@ PATTERNS = [("rope+none", "local+softmax", "clm"), ("t5+none", "softmax", "mlm")
 def test_a_per_layer_pattern_traces_as_one_graph(pos, attn, task):
     tiny = [o for o in TINY if not o.startswith("model.n_layers")]
     window = [f"attn.window={T // 2}"] if attn.startswith("local") else []
-    _traces_as_one_graph([*option_overrides("pos", pos), *option_overrides("attn", attn), f"task={task}", *tiny,
-                          "model.n_layers=2", *window], _is_causal(task))
+    _traces_as_one_graph(
+        [
+            *option_overrides("pos", pos),
+            *option_overrides("attn", attn),
+            f"task={task}",
+            *tiny,
+            "model.n_layers=2",
+            *window,
+        ],
+        _is_causal(task),
+    )
 
 
 def _traces_as_one_graph(overrides: list[str], causal: bool) -> None:

@@ -64,21 +64,26 @@ def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
     assert passkey_retrieved(Oracle(encode("12345")), encode, filler, 40, 0.5, 12345) is None  # does not fit
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--scalings", "none,foo"], "--scalings=none,foo: foo unknown"),
-    (["--factors", "0.5"], "--factors=0.5: scaling factors are finite and ≥ 1"),
-    (["--lengths", "1"], "--lengths=1: give context lengths of at least 2 tokens"),
-    (["--lengths", "a,b"], "--lengths=a,b: give comma-separated integers"),
-    (["--depths", "1.5"], "--depths=1.5: depths lie in [0, 1]"),
-    (["--stride", "999"], "--stride=999 must lie in 1 … the shortest length"),
-    (["--budget", "10"], "--budget=10 must cover the longest length"),
-    (["--budget", "99999999999999999999"], "--budget=99999999999999999999 is more than an evaluation takes; give at "
-     "most 1,000,000,000"),
-    (["--passkey-trials", "100000"], "--passkey-trials=100000 is more than an evaluation takes"),
-    (["--experiment", ""], "--experiment '' names no MLflow experiment; give a name"),
-    (["--seed", "-1"], "--seed=-1 must lie in"),
-    (["--tracking-uri", "abc"], "tracking URI 'abc' has scheme '', which MLflow cannot open"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--scalings", "none,foo"], "--scalings=none,foo: foo unknown"),
+        (["--factors", "0.5"], "--factors=0.5: scaling factors are finite and ≥ 1"),
+        (["--lengths", "1"], "--lengths=1: give context lengths of at least 2 tokens"),
+        (["--lengths", "a,b"], "--lengths=a,b: give comma-separated integers"),
+        (["--depths", "1.5"], "--depths=1.5: depths lie in [0, 1]"),
+        (["--stride", "999"], "--stride=999 must lie in 1 … the shortest length"),
+        (["--budget", "10"], "--budget=10 must cover the longest length"),
+        (
+            ["--budget", "99999999999999999999"],
+            "--budget=99999999999999999999 is more than an evaluation takes; give at most 1,000,000,000",
+        ),
+        (["--passkey-trials", "100000"], "--passkey-trials=100000 is more than an evaluation takes"),
+        (["--experiment", ""], "--experiment '' names no MLflow experiment; give a name"),
+        (["--seed", "-1"], "--seed=-1 must lie in"),
+        (["--tracking-uri", "abc"], "tracking URI 'abc' has scheme '', which MLflow cannot open"),
+    ],
+)
 def test_a_bad_option_is_one_line_naming_the_fix(tmp_path, argv, needle):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("[", r"\[").replace("+", r"\+")):
@@ -152,24 +157,38 @@ def _losses(diffs: dict[str, float], noise: float = 0.01, blocks: int = 8, strid
     """Per-label losses at L = 64 for each scaling at factor 2: a common base + the scaling's shift + noise."""
     g = torch.Generator().manual_seed(1)
     base = torch.rand(blocks * stride, generator=g, dtype=torch.float64) * 3
-    return {(m, 2.0): {64: base + shift + noise * torch.randn(blocks * stride, generator=g, dtype=torch.float64)}
-            for m, shift in diffs.items()}
+    return {
+        (m, 2.0): {64: base + shift + noise * torch.randn(blocks * stride, generator=g, dtype=torch.float64)}
+        for m, shift in diffs.items()
+    }
 
 
-@pytest.mark.parametrize("diffs, decisions, verdict", [
-    ({"yarn": 0.0, "ntk": 0.2, "linear": 0.5}, ["supports", "supports"], "supported"),
-    ({"yarn": 0.0, "ntk": 0.2, "linear": 0.1}, ["supports", "contradicts"], "contradicted"),
-    ({"yarn": 0.0, "ntk": 0.003, "linear": 0.5}, ["negligible (below 0.01 nats)", "supports"], "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "diffs, decisions, verdict",
+    [
+        ({"yarn": 0.0, "ntk": 0.2, "linear": 0.5}, ["supports", "supports"], "supported"),
+        ({"yarn": 0.0, "ntk": 0.2, "linear": 0.1}, ["supports", "contradicts"], "contradicted"),
+        ({"yarn": 0.0, "ntk": 0.003, "linear": 0.5}, ["negligible (below 0.01 nats)", "supports"], "inconclusive"),
+    ],
+)
 def test_the_claim_is_judged_pair_by_pair_with_holm(diffs, decisions, verdict):
     from harness.pretrained.report import judge
     from harness.pretrained.report import verdict as overall
 
-    spec = EvalSpec(Path("."), scalings=("yarn", "ntk", "linear"), factors=(2.0,), lengths=(32, 64), stride=16,
-                    claim=("yarn", "ntk", "linear"), margin=0.01)
+    spec = EvalSpec(
+        Path("."),
+        scalings=("yarn", "ntk", "linear"),
+        factors=(2.0,),
+        lengths=(32, 64),
+        stride=16,
+        claim=("yarn", "ntk", "linear"),
+        margin=0.01,
+    )
     rows = judge(spec, 48, _losses(diffs, noise=0.001))
-    assert [(r["length"], r["a"], r["b"], r["blocks"]) for r in rows] == \
-        [(64, "yarn", "ntk", 8), (64, "ntk", "linear", 8)]
+    assert [(r["length"], r["a"], r["b"], r["blocks"]) for r in rows] == [
+        (64, "yarn", "ntk", 8),
+        (64, "ntk", "linear", 8),
+    ]
     assert [r["decision"] for r in rows] == decisions
     assert overall(rows) == verdict
 
@@ -182,37 +201,67 @@ def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
     from harness.pretrained.report import judge
 
     losses = _losses({"yarn": 0.0, "ntk": 0.004, "linear": 0.03}, noise=0.02)
-    spec = EvalSpec(Path("."), scalings=("yarn", "ntk", "linear"), factors=(2.0,), lengths=(64,), stride=16,
-                    claim=("yarn", "ntk", "linear"), margin=0.0, level=0.05)
+    spec = EvalSpec(
+        Path("."),
+        scalings=("yarn", "ntk", "linear"),
+        factors=(2.0,),
+        lengths=(64,),
+        stride=16,
+        claim=("yarn", "ntk", "linear"),
+        margin=0.0,
+        level=0.05,
+    )
     rows = judge(spec, 48, losses)
     for row in rows:
         a = [float(b.mean()) for b in losses[row["a"], 2.0][64].split(16)]
         b = [float(b.mean()) for b in losses[row["b"], 2.0][64].split(16)]
         assert row["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-9)
     small, large = sorted(r["p"] for r in rows)
-    assert [r["decision"] != "inconclusive" for r in rows] == \
-        [small <= 0.025 and (r["p"] == small or large <= 0.05) for r in rows]
+    assert [r["decision"] != "inconclusive" for r in rows] == [
+        small <= 0.025 and (r["p"] == small or large <= 0.05) for r in rows
+    ]
 
 
 # ---------------------------------------------------------------- what it costs, before loading
 
-LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
-             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
 
 
-@pytest.mark.parametrize("family, extra", [
-    ("llama", {}), ("llama", {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
-    ("mistral", {"head_dim": 24}), ("qwen2", {"tie_word_embeddings": True}), ("gpt_neox", {"rotary_pct": 0.25}),
-])
+@pytest.mark.parametrize(
+    "family, extra",
+    [
+        ("llama", {}),
+        ("llama", {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
+        ("mistral", {"head_dim": 24}),
+        ("qwen2", {"tie_word_embeddings": True}),
+        ("gpt_neox", {"rotary_pct": 0.25}),
+    ],
+)
 def test_the_parameter_count_from_config_json_is_transformers_exact(family, extra):
     import transformers
 
     from harness.pretrained.cost import parameter_count
 
-    config = transformers.AutoConfig.for_model(family, vocab_size=97, hidden_size=64, num_hidden_layers=2,
-                                               num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-                                               **extra)
+    config = transformers.AutoConfig.for_model(
+        family,
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        **extra,
+    )
     model = transformers.AutoModelForCausalLM.from_config(config)
     assert parameter_count(config.to_dict()) == sum(p.numel() for p in model.parameters())
 
@@ -245,26 +294,41 @@ def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
     assert sum(tuned_peak.values()) > 4 * sum(peak.values()) and tuned > flops  # 16 bytes per parameter + a copy
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--claim", "yarn<foo"], "--claim=yarn<foo: order two or more distinct scalings of --scalings"),
-    (["--claim", "yarn"], "--claim=yarn: order two or more"),
-    (["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "64"], "judged beyond the trained context (64 tokens"),
-    (["--key-short", "5000"], "--key-short=5000: LongPPL's short context lies in 1"),
-    (["--margin", "-1"], "--margin=-1.0: it is ≥ 0"),
-    (["--finetune-lr", "0"], "--finetune-lr=0.0 > 0"),
-    (["--finetune-length", "1"], "--finetune-length=1: at least 2 tokens"),
-    (["--evaluator", "/nonexistent/model"], "--evaluator /nonexistent/model is not a model folder"),
-    (["--memory", "abc"], "argument --memory: invalid float value: 'abc'; see posbench hf-eval --help"),
-    (["--bogus"], "unrecognized arguments: --bogus; see posbench hf-eval --help"),
-    (["--gflops", "0"], "--gflops=0.0: it is a positive rate"),
-    (["--level", "nan"], "--level=nan: it lies in (0, 1"),
-    (["--out", "/proc/posbench"], "--out /proc/posbench: cannot write in /proc"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--claim", "yarn<foo"], "--claim=yarn<foo: order two or more distinct scalings of --scalings"),
+        (["--claim", "yarn"], "--claim=yarn: order two or more"),
+        (
+            ["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "64"],
+            "judged beyond the trained context (64 tokens",
+        ),
+        (["--key-short", "5000"], "--key-short=5000: LongPPL's short context lies in 1"),
+        (["--margin", "-1"], "--margin=-1.0: it is ≥ 0"),
+        (["--finetune-lr", "0"], "--finetune-lr=0.0 > 0"),
+        (["--finetune-length", "1"], "--finetune-length=1: at least 2 tokens"),
+        (["--evaluator", "/nonexistent/model"], "--evaluator /nonexistent/model is not a model folder"),
+        (["--memory", "abc"], "argument --memory: invalid float value: 'abc'; see posbench hf-eval --help"),
+        (["--bogus"], "unrecognized arguments: --bogus; see posbench hf-eval --help"),
+        (["--gflops", "0"], "--gflops=0.0: it is a positive rate"),
+        (["--level", "nan"], "--level=nan: it lies in (0, 1"),
+        (["--out", "/proc/posbench"], "--out /proc/posbench: cannot write in /proc"),
+    ],
+)
 def test_a_bad_claim_evaluator_or_finetune_option_is_one_line(tmp_path, argv, needle):
     import json
 
-    (tmp_path / "config.json").write_text(json.dumps({**LLAMA2_7B, "hidden_size": 64, "num_hidden_layers": 1,
-                                                      "intermediate_size": 64, "max_position_embeddings": 64}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                **LLAMA2_7B,
+                "hidden_size": 64,
+                "num_hidden_layers": 1,
+                "intermediate_size": 64,
+                "max_position_embeddings": 64,
+            }
+        )
+    )
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("+", r"\+")):
         parse([str(tmp_path), *argv])
 
@@ -273,8 +337,11 @@ def test_a_model_without_rope_sizes_is_named_with_its_type(tmp_path):
     import json
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "vocab_size": 50}))
-    with pytest.raises(ConfigError, match=r"\(model_type 'gpt2'\) lacks hidden_size, num_hidden_layers, "
-                                          "num_attention_heads: hf-eval reads RoPE decoders"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\(model_type 'gpt2'\) lacks hidden_size, num_hidden_layers, "
+        "num_attention_heads: hf-eval reads RoPE decoders",
+    ):
         parse([str(tmp_path)])
 
 
@@ -290,9 +357,16 @@ def test_pis_finetune_lowers_the_loss_at_the_new_length(bf16):
     from harness.pretrained.rotary import apply_scaling
 
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=32)).eval()
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=32,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=32,
+        )
+    ).eval()
     apply_scaling(model, method="linear", factor=2.0)
     ids = torch.arange(32).repeat(20)  # a counting text: learnable at once
     before = loss_by_length(model, ids, 64, 32, 256)
@@ -302,8 +376,19 @@ def test_pis_finetune_lowers_the_loss_at_the_new_length(bf16):
 
 
 def test_posbenchs_own_theta_is_a_scaling_suffix_and_hope_needs_a_turning_frequency(tmp_path):
-    spec = parse([str(tiny_llama(tmp_path / "m")), "--scalings", "none+hope,yarn+resonance+hope", "--factors", "2",
-                  "--lengths", "32", "--budget", "64"])
+    spec = parse(
+        [
+            str(tiny_llama(tmp_path / "m")),
+            "--scalings",
+            "none+hope,yarn+resonance+hope",
+            "--factors",
+            "2",
+            "--lengths",
+            "32",
+            "--budget",
+            "64",
+        ]
+    )
     assert spec.cells() == [("none+hope", 1.0), ("yarn+resonance+hope", 2.0)]
     with pytest.raises(ConfigError, match="--scalings=yarn\\+foo: yarn\\+foo unknown; use some of"):
         parse([str(tmp_path / "m"), "--scalings", "yarn+foo"])
@@ -311,9 +396,16 @@ def test_posbenchs_own_theta_is_a_scaling_suffix_and_hope_needs_a_turning_freque
 
     from harness.pretrained.rotary import apply_scaling
 
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=4))  # no θ turns within 4 tokens: the fastest, θ_0 = 1, takes 2π ≈ 6.3
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=16,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=4,
+        )
+    )  # no θ turns within 4 tokens: the fastest, θ_0 = 1, takes 2π ≈ 6.3
     with pytest.raises(ConfigError, match="\\+hope keeps the frequencies that turn within the trained context"):
         apply_scaling(model, method="none", hope=True)
 
@@ -323,14 +415,29 @@ def test_the_own_cell_is_the_model_as_its_config_scales_it(tmp_path):
     runs them, at factor 1 — the logits of the model as loaded; `none` is the plain θ under it."""
     import transformers
 
-
-    spec = parse([str(tiny_llama(tmp_path / "m")), "--scalings", "own,none,yarn", "--factors", "2", "--lengths",
-                  "32", "--budget", "64"])
+    spec = parse(
+        [
+            str(tiny_llama(tmp_path / "m")),
+            "--scalings",
+            "own,none,yarn",
+            "--factors",
+            "2",
+            "--lengths",
+            "32",
+            "--budget",
+            "64",
+        ]
+    )
     assert spec.cells() == [("own", 1.0), ("none", 1.0), ("yarn", 2.0)]
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                      intermediate_size=64, max_position_embeddings=128,
-                                      rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
-                                                       "original_max_position_embeddings": 32})
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 32},
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
     ids = (torch.arange(96) * 7 % 64)[None]

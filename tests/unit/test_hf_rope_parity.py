@@ -33,7 +33,7 @@ RTOL = 1e-12
 # HF's float32 path rounds i/R (2^-24 relative) before b^(i/R) amplifies it by up to ln b' ≈ 18 (b' = 500000
 # after a ×128 dynamic base change), and its float32 ramp weights then mix θ with θ/s (×(s − 1) ≤ 15
 # relative to θ'): 2^-24 · 64 ≈ 3.8e-6 bounds both with room.
-F32_RTOL = 64 * 2.0 ** -24
+F32_RTOL = 64 * 2.0**-24
 HEADS = [(32, 1.0), (96, 1.0), (128, 1.0), (128, 0.5)]  # (head dim D, rotary fraction); 96: i/R not exact
 BASES = [10000.0, 500000.0]
 FACTORS = [2.0, 4.0, 8.0, 16.0, 2.5, 6.25]  # 6.25·L and 2.5·L stay whole lengths
@@ -51,15 +51,22 @@ class _Float64Torch:
 
 @contextlib.contextmanager
 def hf_float64():
-    with mock.patch.object(hf_rope, "torch", _Float64Torch()), \
-            mock.patch.object(torch.Tensor, "float", torch.Tensor.double):
+    with (
+        mock.patch.object(hf_rope, "torch", _Float64Torch()),
+        mock.patch.object(torch.Tensor, "float", torch.Tensor.double),
+    ):
         yield
 
 
 def hf_config(head_dim: int, fraction: float, base: float, max_pos: int, **rope) -> PretrainedConfig:
     parameters = dict(rope_theta=base, partial_rotary_factor=fraction, **rope)
-    return PretrainedConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim,
-                            max_position_embeddings=max_pos, rope_parameters=parameters)
+    return PretrainedConfig(
+        hidden_size=2 * head_dim,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        max_position_embeddings=max_pos,
+        rope_parameters=parameters,
+    )
 
 
 def hf_both(config: PretrainedConfig, seq_len: int | None) -> tuple[tuple[torch.Tensor, float], torch.Tensor]:
@@ -85,8 +92,15 @@ def compare(method: str, got: ScaledFrequencies, config: PretrainedConfig, seq_l
     (want, factor), want32 = hf_both(config, seq_len)
     rel = ((got.inv_freq - want).abs() / want).max().item()
     rel32 = ((got.inv_freq - want32.to(F64)).abs() / got.inv_freq).max().item()
-    assert rel <= RTOL and abs(got.attention_scale - factor) <= 1e-12 and rel32 <= F32_RTOL, \
-        (method, config.rope_parameters, seq_len, rel, got.attention_scale, factor, rel32)
+    assert rel <= RTOL and abs(got.attention_scale - factor) <= 1e-12 and rel32 <= F32_RTOL, (
+        method,
+        config.rope_parameters,
+        seq_len,
+        rel,
+        got.attention_scale,
+        factor,
+        rel32,
+    )
     row = [(got.inv_freq - want).abs().max().item(), rel, abs(got.attention_scale - factor), rel32]
     DIFFS[method] = [max(a, b) for a, b in zip(DIFFS.get(method, row), row, strict=True)]
 
@@ -95,8 +109,10 @@ def compare(method: str, got: ScaledFrequencies, config: PretrainedConfig, seq_l
 def print_max_differences():
     yield
     for method, (d, rel, att, rel32) in sorted(DIFFS.items()):
-        print(f"\nHF parity {method:12s} max|Δθ'| {d:.2e}  max|Δθ'|/θ' {rel:.2e}  max|Δattn| {att:.2e}  "
-              f"float32 HF max|Δθ'|/θ' {rel32:.2e}")
+        print(
+            f"\nHF parity {method:12s} max|Δθ'| {d:.2e}  max|Δθ'|/θ' {rel:.2e}  max|Δattn| {att:.2e}  "
+            f"float32 HF max|Δθ'|/θ' {rel32:.2e}"
+        )
 
 
 @pytest.fixture(params=HEADS, ids=lambda h: f"D{h[0]}x{h[1]}")
@@ -127,13 +143,16 @@ def test_dynamic_ntk_hf_takes_hfs_factor(head, base):
     for k in [1.0, *FACTORS]:
         for L in ORIGINAL:
             for length in (L // 2, L, 3 * L, 8 * L + 5):  # below, at and above L
-                got = ours(*head, base, length, method="dynamic_ntk", yarn_variant="hf", factor=k,
-                           original_max_len=L)
+                got = ours(*head, base, length, method="dynamic_ntk", yarn_variant="hf", factor=k, original_max_len=L)
                 compare("dynamic_ntk", got, hf_config(*head, base, L, rope_type="dynamic", factor=k), length)
 
 
-YARN_OPTIONS = [dict(), dict(truncate=False), dict(alpha=2.0, beta=16.0, mscale=1.0, mscale_all_dim=0.5),
-                dict(alpha=0.5, beta=64.0, truncate=False, attention_factor=1.3)]
+YARN_OPTIONS = [
+    dict(),
+    dict(truncate=False),
+    dict(alpha=2.0, beta=16.0, mscale=1.0, mscale_all_dim=0.5),
+    dict(alpha=0.5, beta=64.0, truncate=False, attention_factor=1.3),
+]
 
 
 def yarn_hf_keys(alpha=1.0, beta=32.0, **rest) -> dict:
@@ -145,8 +164,15 @@ def test_yarn_hf_is_hf_yarn(head, base):
         for L in ORIGINAL:
             for options in YARN_OPTIONS:
                 got = ours(*head, base, 1, method="yarn", yarn_variant="hf", factor=s, original_max_len=L, **options)
-                config = hf_config(*head, base, int(s * L), rope_type="yarn", factor=s,
-                                   original_max_position_embeddings=L, **yarn_hf_keys(**options))
+                config = hf_config(
+                    *head,
+                    base,
+                    int(s * L),
+                    rope_type="yarn",
+                    factor=s,
+                    original_max_position_embeddings=L,
+                    **yarn_hf_keys(**options),
+                )
                 compare("yarn (hf)", got, config, None)
 
 
@@ -154,10 +180,26 @@ def test_llama3_is_hf_llama3(head, base):
     for s in FACTORS:
         for L in ORIGINAL:
             for low, high in ((1.0, 4.0), (2.0, 32.0)):  # Meta's, and one with the bands elsewhere
-                got = ours(*head, base, 1, method="llama3", factor=s, original_max_len=L, low_freq_factor=low,
-                           high_freq_factor=high)
-                config = hf_config(*head, base, int(s * L), rope_type="llama3", factor=s, low_freq_factor=low,
-                                   high_freq_factor=high, original_max_position_embeddings=L)
+                got = ours(
+                    *head,
+                    base,
+                    1,
+                    method="llama3",
+                    factor=s,
+                    original_max_len=L,
+                    low_freq_factor=low,
+                    high_freq_factor=high,
+                )
+                config = hf_config(
+                    *head,
+                    base,
+                    int(s * L),
+                    rope_type="llama3",
+                    factor=s,
+                    low_freq_factor=low,
+                    high_freq_factor=high,
+                    original_max_position_embeddings=L,
+                )
                 compare("llama3", got, config, None)
 
 
@@ -165,7 +207,7 @@ def longrope_lists(n: int, s: float, seed: int) -> tuple[list[float], list[float
     """Searched-looking factors: short ones near 1, long ones growing from 1 to about s."""
     g = torch.Generator().manual_seed(seed)
     short = (1 + 0.2 * torch.rand(n, generator=g, dtype=F64)).tolist()
-    long = (1 + (s - 1) * torch.linspace(0, 1, n, dtype=F64) ** 2 * (0.5 + torch.rand(n, generator=g, dtype=F64)))
+    long = 1 + (s - 1) * torch.linspace(0, 1, n, dtype=F64) ** 2 * (0.5 + torch.rand(n, generator=g, dtype=F64))
     return short, long.tolist()
 
 
@@ -176,27 +218,66 @@ def test_longrope_is_hf_longrope(head, base):
         for L in ORIGINAL:
             for extra in (dict(), dict(attention_factor=1.1)):
                 for length in (L, L + 1):  # HF switches to long_factor at T > L
-                    got = ours(*head, base, length, method="longrope", factor=s, original_max_len=L,
-                               short_factor=short, long_factor=long, **extra)
-                    config = hf_config(*head, base, int(s * L), rope_type="longrope", factor=s, short_factor=short,
-                                       long_factor=long, original_max_position_embeddings=L, **extra)
+                    got = ours(
+                        *head,
+                        base,
+                        length,
+                        method="longrope",
+                        factor=s,
+                        original_max_len=L,
+                        short_factor=short,
+                        long_factor=long,
+                        **extra,
+                    )
+                    config = hf_config(
+                        *head,
+                        base,
+                        int(s * L),
+                        rope_type="longrope",
+                        factor=s,
+                        short_factor=short,
+                        long_factor=long,
+                        original_max_position_embeddings=L,
+                        **extra,
+                    )
                     compare("longrope", got, config, length)
 
 
 # ---- end to end: a Rope module in eval mode rotates by positions × HF's θ', scaled by HF's factor -------------
 
+
 def e2e_cases(D: int, L: int):
     """(posbench pos.* options, HF rope_parameters, HF max_position_embeddings) for each new scaling."""
     short, long = longrope_lists(D // 4, 4.0, 0)  # fraction 0.5: R/2 = D/4 frequencies
     return [
-        (dict(scaling="llama3", factor=4.0), dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0,
-                                                 high_freq_factor=4.0, original_max_position_embeddings=L), 4 * L),
-        (dict(scaling="yarn", yarn_variant="hf", factor=4.0), dict(rope_type="yarn", factor=4.0,
-                                                                  original_max_position_embeddings=L), 4 * L),
+        (
+            dict(scaling="llama3", factor=4.0),
+            dict(
+                rope_type="llama3",
+                factor=4.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=L,
+            ),
+            4 * L,
+        ),
+        (
+            dict(scaling="yarn", yarn_variant="hf", factor=4.0),
+            dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=L),
+            4 * L,
+        ),
         (dict(scaling="dynamic_ntk", yarn_variant="hf", factor=3.0), dict(rope_type="dynamic", factor=3.0), L),
-        (dict(scaling="longrope", factor=4.0, short_factor=short, long_factor=long),
-         dict(rope_type="longrope", factor=4.0, short_factor=short, long_factor=long,
-              original_max_position_embeddings=L), 4 * L),
+        (
+            dict(scaling="longrope", factor=4.0, short_factor=short, long_factor=long),
+            dict(
+                rope_type="longrope",
+                factor=4.0,
+                short_factor=short,
+                long_factor=long,
+                original_max_position_embeddings=L,
+            ),
+            4 * L,
+        ),
     ]
 
 
@@ -214,8 +295,8 @@ def test_rope_module_rotates_by_hfs_angles_and_leaves_pass_through_dims(case):
         torch.testing.assert_close(rot.cos, angles.cos() * factor, rtol=0, atol=1e-12)
         torch.testing.assert_close(rot.sin, angles.sin() * factor, rtol=0, atol=1e-12)
         out = rot.rotate(x[:, :length])
-        assert torch.equal(out[..., D // 2:], x[:, :length, D // 2:])  # HF scales cos and sin only
-        torch.testing.assert_close(out[..., :D // 2].norm(dim=-1), x[:, :length, :D // 2].norm(dim=-1) * factor)
+        assert torch.equal(out[..., D // 2 :], x[:, :length, D // 2 :])  # HF scales cos and sin only
+        torch.testing.assert_close(out[..., : D // 2].norm(dim=-1), x[:, :length, : D // 2].norm(dim=-1) * factor)
 
 
 @pytest.mark.parametrize("rope_type", ["dynamic", "longrope"])
@@ -229,10 +310,18 @@ def test_hfs_update_path_picks_the_frequencies_posbench_picks_at_each_length(rop
 
     D, L, s = 64, 256, 4.0
     short, long = longrope_lists(D // 2, s, 1)
-    rope = dict(rope_type="dynamic", factor=2.0) if rope_type == "dynamic" else \
-        dict(rope_type="longrope", factor=s, short_factor=short, long_factor=long, original_max_position_embeddings=L)
-    scaling = dict(method="dynamic_ntk", yarn_variant="hf", factor=2.0) if rope_type == "dynamic" else \
-        dict(method="longrope", factor=s, short_factor=short, long_factor=long)
+    rope = (
+        dict(rope_type="dynamic", factor=2.0)
+        if rope_type == "dynamic"
+        else dict(
+            rope_type="longrope", factor=s, short_factor=short, long_factor=long, original_max_position_embeddings=L
+        )
+    )
+    scaling = (
+        dict(method="dynamic_ntk", yarn_variant="hf", factor=2.0)
+        if rope_type == "dynamic"
+        else dict(method="longrope", factor=s, short_factor=short, long_factor=long)
+    )
     for length in (L // 2, L, L + 1, 5 * L):
         hf = LlamaRotaryEmbedding(hf_config(D, 1.0, 10000.0, L if rope_type == "dynamic" else int(s * L), **rope))
         hf(torch.zeros(1, dtype=torch.float32), torch.arange(length)[None])

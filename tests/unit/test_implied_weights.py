@@ -28,9 +28,12 @@ T, D, H = 13, 8, 2
 def make(name: str, causal: bool, rope_mode: str = "pre_feature") -> AttentionVariant:
     torch.manual_seed(0)
     shape = Shape(D * H, H, 1, 64, causal)
-    made = {"softmax": lambda: Softmax(shape, backend="math"), "local": lambda: Local(shape, window=4),
-            "linear": lambda: Linear(shape, rope_mode),
-            "performer": lambda: Performer(shape, nb_features=16, rope_mode=rope_mode)}
+    made = {
+        "softmax": lambda: Softmax(shape, backend="math"),
+        "local": lambda: Local(shape, window=4),
+        "linear": lambda: Linear(shape, rope_mode),
+        "performer": lambda: Performer(shape, nb_features=16, rope_mode=rope_mode),
+    }
     assert name in made, f"attn={name} has no explicit reference here: add how to build it and its reference weights"
     return made[name]().double().eval()
 
@@ -75,15 +78,20 @@ def reference_kernel_weights(variant, q, k, *, causal, keep, bias, rot, numerato
 # every conf/attn option (a new variant fails in make() until its reference is written); a kernelized one in both
 # of its RoPE modes
 KERNELIZED = {name for name, cls in option_classes("attn").items() if issubclass(cls, KernelizedAttention)}
-CASES = [(name, causal, mode) for name in sorted(option_classes("attn")) for causal in (False, True)
-         for mode in (("pre_feature", "numerator") if name in KERNELIZED else ("pre_feature",))]
+CASES = [
+    (name, causal, mode)
+    for name in sorted(option_classes("attn"))
+    for causal in (False, True)
+    for mode in (("pre_feature", "numerator") if name in KERNELIZED else ("pre_feature",))
+]
 
 
 @pytest.mark.parametrize("with_rope", [False, True])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("name,causal,rope_mode", CASES)
-def test_implied_weights_equal_the_explicit_reference_and_reproduce_the_output(name, causal, rope_mode, with_bias,
-                                                                                with_rope):
+def test_implied_weights_equal_the_explicit_reference_and_reproduce_the_output(
+    name, causal, rope_mode, with_bias, with_rope
+):
     variant = make(name, causal, rope_mode)
     q, k, v = qkv(B=2, H=H, T=T, D=D, scale=0.7)
     keep = padding(2, T)
@@ -96,8 +104,9 @@ def test_implied_weights_equal_the_explicit_reference_and_reproduce_the_output(n
     if name not in KERNELIZED:
         ref = reference_softmax_weights(q, k, causal=causal, keep=keep, bias=bias, rot=rot, band=band)
     else:
-        ref = reference_kernel_weights(variant, q, k, causal=causal, keep=keep, bias=bias, rot=rot,
-                                       numerator=rope_mode == "numerator")
+        ref = reference_kernel_weights(
+            variant, q, k, causal=causal, keep=keep, bias=bias, rot=rot, numerator=rope_mode == "numerator"
+        )
     assert_close(w, ref, rtol=1e-10, atol=1e-12)
     assert_close(w @ v, variant(q, k, v, ctx), rtol=1e-10, atol=1e-10)  # the weights the variant applies
 
@@ -121,8 +130,9 @@ def test_softmax_honours_a_content_bias_and_rows_without_keys_are_zero():
     keep[1, :4] = False  # left padding under a causal mask: queries 0…3 of row 1 see no key
     ctx = AttentionContext(bias=ContentBias(), causal=True, key_padding_mask=keep)
     w = variant.implied_weights(q, k, ctx)
-    assert_close(w, reference_softmax_weights(q, k, causal=True, keep=keep, bias=ContentBias(), rot=None),
-                 rtol=1e-10, atol=1e-12)
+    assert_close(
+        w, reference_softmax_weights(q, k, causal=True, keep=keep, bias=ContentBias(), rot=None), rtol=1e-10, atol=1e-12
+    )
     assert (w[1, :, :4] == 0).all() and torch.isfinite(w).all()
     assert_close(w @ v, variant(q, k, v, ctx), rtol=1e-10, atol=1e-10)
 
@@ -161,8 +171,9 @@ def test_every_scheme_with_every_variant_applies_its_implied_weights(pos, attn, 
     if not causal and option_classes("pos")[pos].bidirectional_refusal:
         pytest.skip(option_classes("pos")[pos].bidirectional_refusal)  # FoX: defined for causal attention only
     shape = Shape(D * H, H, 1, 32, causal)
-    scheme, variant = (choice(group, name).factory()(shape).double().eval() for group, name in
-                       (("pos", pos), ("attn", attn)))
+    scheme, variant = (
+        choice(group, name).factory()(shape).double().eval() for group, name in (("pos", pos), ("attn", attn))
+    )
     if variant.refusal(type(scheme)):
         pytest.skip(variant.refusal(type(scheme)))
     positions = torch.arange(T)

@@ -180,8 +180,9 @@ def test_toeplitz_path_gradients_match_explicit_form(causal, path):
     table = torch.randn(H, 39, generator=g, dtype=F64, requires_grad=True)
     w = torch.randn(2, H, 20, 4, generator=g, dtype=F64)  # a random cotangent
 
-    out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal,
-                               relative_coefficients(table, 20, causal), toeplitz=path)
+    out = kernelized_attention(
+        Features(phi_q, phi_k, phi_q, phi_k), v, causal, relative_coefficients(table, 20, causal), toeplitz=path
+    )
     grads = torch.autograd.grad((out * w).sum(), (phi_q, phi_k, v, table))
     ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=RelativeBias(table, 20, 20))
     ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, table))
@@ -307,8 +308,14 @@ def test_band_path_gradients_reach_the_bias_parameters_exactly(causal, chunk, mo
     v = torch.randn(2, H, t, 4, generator=g, dtype=F64, requires_grad=True)
     w = torch.randn(2, H, t, 4, generator=g, dtype=F64)
     pos, b = scheme_bias("t5", causal, t)
-    out = kernelized_attention(Features(phi_q, phi_k, phi_q, phi_k), v, causal,
-                               relative_coefficients(b.table, t, causal), toeplitz="band", far=b.far)
+    out = kernelized_attention(
+        Features(phi_q, phi_k, phi_q, phi_k),
+        v,
+        causal,
+        relative_coefficients(b.table, t, causal),
+        toeplitz="band",
+        far=b.far,
+    )
     grads = torch.autograd.grad((out * w).sum(), (phi_q, phi_k, v, pos.bias))
     ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=pos.logit_bias(torch.arange(t), 0))
     ref_grads = torch.autograd.grad((ref * w).sum(), (phi_q, phi_k, v, pos.bias))

@@ -28,8 +28,13 @@ from positional.rope import Rope
 from positional.t5 import T5Bias
 
 F64 = torch.float64
-SCHEMES = {"rope": partial(Rope, base=100.0), "none": NoPosition, "t5": partial(T5Bias, per_layer=True),
-           "alibi": ALiBi, "rope(base=10000)": Rope}
+SCHEMES = {
+    "rope": partial(Rope, base=100.0),
+    "none": NoPosition,
+    "t5": partial(T5Bias, per_layer=True),
+    "alibi": ALiBi,
+    "rope(base=10000)": Rope,
+}
 VARIANTS = {"softmax": partial(Softmax, backend="math"), "local": partial(Local, window=4)}
 
 
@@ -53,25 +58,28 @@ def by_hand(m: Transformer, pos_names, attn_names, ids, causal):
         block = copy.deepcopy(block)
         block.attn.variant = VARIANTS[a](shape).double()
         scheme = schemes[p]
-        ctx = AttentionContext(rotary=scheme.rotary(positions), bias=scheme.logit_bias(positions, layer),
-                               causal=causal)
+        ctx = AttentionContext(rotary=scheme.rotary(positions), bias=scheme.logit_bias(positions, layer), causal=causal)
         x = block(x, ctx)
     return torch.nn.functional.linear(m.head(m.norm_f(x)), m.tok_emb.weight, m.head_bias)
 
 
-@pytest.mark.parametrize("unit,attn_unit,n_layers,causal", [
-    (["rope", "rope", "rope", "none"], ["local", "local", "local", "softmax"], 4, False),  # iRoPE × local:global
-    (["rope", "none"], ["softmax"], 4, True),  # a unit of two, repeated twice
-    (["t5", "none", "alibi"], ["local", "softmax"], 6, True),  # a per-layer table is indexed by the model's layer
-    (["rope", "rope(base=10000)"], ["local", "softmax"], 4, True),  # Gemma: one θ on local layers, another global
-])
+@pytest.mark.parametrize(
+    "unit,attn_unit,n_layers,causal",
+    [
+        (["rope", "rope", "rope", "none"], ["local", "local", "local", "softmax"], 4, False),  # iRoPE × local:global
+        (["rope", "none"], ["softmax"], 4, True),  # a unit of two, repeated twice
+        (["t5", "none", "alibi"], ["local", "softmax"], 6, True),  # a per-layer table is indexed by the model's layer
+        (["rope", "rope(base=10000)"], ["local", "softmax"], 4, True),  # Gemma: one θ on local layers, another global
+    ],
+)
 def test_a_pattern_equals_its_layers_wired_by_hand(unit, attn_unit, n_layers, causal):
     m = model(pattern("pos.layers", unit, SCHEMES), pattern("attn.layers", attn_unit, VARIANTS), n_layers, causal)
     ids = torch.randint(0, 40, (3, 12), generator=torch.Generator().manual_seed(1))
     want = by_hand(m, layer_names(unit, n_layers), layer_names(attn_unit, n_layers), ids, causal)
     torch.testing.assert_close(m(ids), want, rtol=0, atol=0)  # the same operations: bit for bit
-    assert [type(b.attn.variant).__name__ for b in m.blocks] == \
-        [type(VARIANTS[a](m.pos.shape)).__name__ for a in layer_names(attn_unit, n_layers)]
+    assert [type(b.attn.variant).__name__ for b in m.blocks] == [
+        type(VARIANTS[a](m.pos.shape)).__name__ for a in layer_names(attn_unit, n_layers)
+    ]
 
 
 def test_a_pattern_of_one_scheme_is_that_scheme():
@@ -152,10 +160,10 @@ def test_bench_builds_a_pattern_from_its_name():
     assert option_overrides("pos", "rope+rope(base=1e6)") == ["pos=rope", "+pos.layers=[rope,'rope(base=1e6)']"]
 
 
-@pytest.mark.parametrize("unit,n_layers,needle", [
-    ([], 4, "names no layer"),
-    (["rope", "rope", "none"], 4, "has 3 entries, which does not divide model.n_layers=4"),
-])
+@pytest.mark.parametrize(
+    "unit,n_layers,needle",
+    [([], 4, "names no layer"), (["rope", "rope", "none"], 4, "has 3 entries, which does not divide model.n_layers=4")],
+)
 def test_bad_pattern_lengths_are_one_line_errors(unit, n_layers, needle):
     with pytest.raises(ConfigError, match=needle):
         layer_names(unit, n_layers)
@@ -169,16 +177,17 @@ def test_an_incompatible_layer_is_refused_naming_the_layer():
         model(pattern("pos.layers", ["none", "xl"], {**SCHEMES, "xl": TransformerXL}), Performer)
     with pytest.raises(IncompatiblePairing, match=r"at layer 3 \(pos=xl, attn=local\)"):
         model(partial(TransformerXL), pattern("attn.layers", ["softmax", "softmax", "softmax", "local"], VARIANTS))
-    model(pattern("pos.layers", ["none", "xl"], {**SCHEMES, "xl": TransformerXL}),  # xl only on softmax layers
-          pattern("attn.layers", ["local", "softmax"], VARIANTS))
+    model(
+        pattern("pos.layers", ["none", "xl"], {**SCHEMES, "xl": TransformerXL}),  # xl only on softmax layers
+        pattern("attn.layers", ["local", "softmax"], VARIANTS),
+    )
 
 
 def test_a_scheme_that_adds_to_the_embeddings_is_refused_in_a_pattern():
     from positional.sinusoidal import Sinusoidal
 
     with pytest.raises(ConfigError, match="pos=sinusoidal adds to the token embeddings"):
-        model(pattern("pos.layers", ["rope", "sinusoidal"], {**SCHEMES, "sinusoidal": Sinusoidal}),
-              VARIANTS["softmax"])
+        model(pattern("pos.layers", ["rope", "sinusoidal"], {**SCHEMES, "sinusoidal": Sinusoidal}), VARIANTS["softmax"])
 
 
 # ---------------------------------------------------------------- through the config
@@ -192,8 +201,9 @@ def config(*overrides):
 
 
 def test_the_config_builds_the_pattern_from_the_node_and_the_other_options():
-    spec, choices = config("pos=rope", "pos.base=500", "+pos.layers=[rope,rope,rope,none]", "attn=local",
-                           "+attn.layers=[local,softmax]")
+    spec, choices = config(
+        "pos=rope", "pos.base=500", "+pos.layers=[rope,rope,rope,none]", "attn=local", "+attn.layers=[local,softmax]"
+    )
     named = {g: getattr(spec.choices, g) for g in choices}
     assert named == {**choices, "pos": "rope×3+none", "attn": "local+softmax"}
     pos, attn = spec.pos.factory(), spec.attn.factory()
@@ -214,11 +224,14 @@ def test_diagnostics_need_the_weights_of_every_variant_a_pattern_names(monkeypat
         check(spec)
 
 
-@pytest.mark.parametrize("overrides,needle", [
-    (["+pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of conf/pos/"),
-    (["+pos.layers=[none,alibi]"], "names no rope layer, so the pos=rope settings would be unused"),
-    (["+pos.layers=5"], "pos.layers=5 must be a list of pos option names"),
-])
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (["+pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use names of conf/pos/"),
+        (["+pos.layers=[none,alibi]"], "names no rope layer, so the pos=rope settings would be unused"),
+        (["+pos.layers=5"], "pos.layers=5 must be a list of pos option names"),
+    ],
+)
 def test_bad_patterns_in_the_config_are_one_line_errors(overrides, needle):
     with pytest.raises(ConfigError, match=needle):  # refused where the spec is typed, or when its pos is built
         config(*overrides)[0].pos.factory()
@@ -248,11 +261,14 @@ def test_an_entry_with_settings_of_its_own_is_its_own_scheme():
     assert scheme.layer_scheme(1) is local
 
 
-@pytest.mark.parametrize("entry,needle", [
-    ("rope(bse=2)", "pos.layers[1].bse is not a key of pos=rope; use some of base, layout"),  # named where typed
-    ("rope(base)", "pos.layers[1]='rope(base)' is no entry; write an option name, or one with settings"),
-    ("rope(base=0)", "pos.layers[1].base=0 must be a positive finite number"),  # not pos.base, which was not set
-])
+@pytest.mark.parametrize(
+    "entry,needle",
+    [
+        ("rope(bse=2)", "pos.layers[1].bse is not a key of pos=rope; use some of base, layout"),  # named where typed
+        ("rope(base)", "pos.layers[1]='rope(base)' is no entry; write an option name, or one with settings"),
+        ("rope(base=0)", "pos.layers[1].base=0 must be a positive finite number"),  # not pos.base, which was not set
+    ],
+)
 def test_a_bad_entry_is_a_one_line_error(entry, needle):
     from positional.base import Shape
 
@@ -278,10 +294,13 @@ def test_the_matrix_adds_a_row_and_a_column_per_pattern_refusing_where_any_layer
     assert rows[0].split()[-1] == "local+softmax" and any(r.startswith("none+xl ") for r in rows)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["pos.layers=[rope,sinusoidal]"], "pos=sinusoidal adds to the token embeddings"),
-    (["+attn.layers=[local,flash]"], "attn.layers names 'flash', which is no attn option"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["pos.layers=[rope,sinusoidal]"], "pos=sinusoidal adds to the token embeddings"),
+        (["+attn.layers=[local,flash]"], "attn.layers names 'flash', which is no attn option"),
+    ],
+)
 def test_the_matrix_refuses_a_bad_pattern_in_one_line(argv, needle):
     from harness.config.compat import print_matrix
 

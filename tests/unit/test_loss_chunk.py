@@ -16,8 +16,7 @@ IGNORE = -100
 
 def _plain(h, w, b, y):  # as LanguageModel._scored: bf16 logits reduced in fp32, fp64 kept
     z = F.linear(h, w, b)
-    return F.cross_entropy(z.to(torch.promote_types(z.dtype, torch.float32)), y, ignore_index=IGNORE,
-                           reduction="sum")
+    return F.cross_entropy(z.to(torch.promote_types(z.dtype, torch.float32)), y, ignore_index=IGNORE, reduction="sum")
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 37, 64])  # one token, not dividing N, exactly N, more than N
@@ -66,10 +65,16 @@ def test_a_model_trains_the_same_with_and_without_chunks(train_tiny):
     assert chunked.val_loss == pytest.approx(plain.val_loss, rel=1e-5)
 
 
-@pytest.mark.parametrize("value, words", [(0, "a positive number of tokens or null"),
-                                          (-8, "a positive number of tokens or null"),
-                                          (2.5, "an integer or null"), (True, "an integer or null"),
-                                          ("many", "an integer or null")])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (0, "a positive number of tokens or null"),
+        (-8, "a positive number of tokens or null"),
+        (2.5, "an integer or null"),
+        (True, "an integer or null"),
+        ("many", "an integer or null"),
+    ],
+)
 def test_a_chunk_that_is_not_a_positive_count_is_refused(value, words):
     """Built from Python, in the words the validation pass uses for model.loss_chunk (harness/ranges.py)."""
     with pytest.raises(ConfigError, match=rf"^model.loss_chunk=.* must be {words}$"):
@@ -83,10 +88,19 @@ def test_the_estimate_counts_one_chunks_logits_and_a_refusal_names_the_chunk_tha
     """The EleutherAI 125M shape with GPT-2's vocabulary at 32×2048 tokens a step: the logits are 42.9 of 69.3 GiB
     whole, 5.4 GiB at 8,192 tokens a time (the blocks' terms unchanged); a GPU the whole logits overflow is told
     the largest power-of-two chunk that fits."""
+
     def estimate(chunk):
-        return gpu_estimate("a training step", "data.batch_size=32 or data.seq_len=2048", 124_439_808,
-                            ModelConfig(**GPT3_SMALL, loss_chunk=chunk), 50257, 32, 2048, "bf16-mixed",
-                            SchemeTerms(rotary=True))
+        return gpu_estimate(
+            "a training step",
+            "data.batch_size=32 or data.seq_len=2048",
+            124_439_808,
+            ModelConfig(**GPT3_SMALL, loss_chunk=chunk),
+            50257,
+            32,
+            2048,
+            "bf16-mixed",
+            SchemeTerms(rotary=True),
+        )
 
     whole, chunked = estimate(None), estimate(8192)
     assert whole.logits == 32 * 2048 * 50257 * (2 + 4 + 4 + 4) and chunked.logits == 8192 * 50257 * 14
@@ -113,8 +127,15 @@ def test_the_committed_cpu_memory_table_is_the_benchmarks_own():
 
     folder = ROOT / "results" / "bench_cpu_memory"
     with (folder / "memory.csv").open() as f:
-        rows = [Row(**{k: (v if k in ("shape", "precision") else float(v) if "." in v or "nan" in v else int(v))
-                       for k, v in r.items()}) for r in csv.DictReader(f)]
+        rows = [
+            Row(
+                **{
+                    k: (v if k in ("shape", "precision") else float(v) if "." in v or "nan" in v else int(v))
+                    for k, v in r.items()
+                }
+            )
+            for r in csv.DictReader(f)
+        ]
     assert [(r.shape, r.precision) for r in rows] == [(s[0], p) for s in SHAPES for p in PRECISIONS]
     text = (folder / "README.md").read_text()
     command, seconds = re.search(r"Command: `([^`]*)` \((\d+) s", text).groups()
@@ -122,8 +143,13 @@ def test_the_committed_cpu_memory_table_is_the_benchmarks_own():
     assert all(not math.isnan(r.resident_ratio) for r in rows)
 
 
-@pytest.mark.parametrize("argv, words", [(["--shapes", "3"], "unrecognized arguments: --shapes 3"),
-                                          (["--out", "/proc/posbench"], "--out: cannot write /proc/posbench")])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--shapes", "3"], "unrecognized arguments: --shapes 3"),
+        (["--out", "/proc/posbench"], "--out: cannot write /proc/posbench"),
+    ],
+)
 def test_the_cpu_memory_bench_refuses_bad_flags_in_one_line_before_measuring(argv, words, capsys):
     from harness.bench.cpu_memory import main
 

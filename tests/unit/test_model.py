@@ -57,8 +57,12 @@ def test_a_padding_mask_without_padding_is_dropped_on_the_host_with_the_same_log
     full, padded = torch.ones(2, 16, dtype=torch.bool), torch.arange(16).expand(2, 16) < 11
     batch = without_full_masks({"input_ids": x, "key_padding_mask": full})
     assert batch["key_padding_mask"] is None
-    pairs = without_full_masks({"plain": {"input_ids": x, "key_padding_mask": full},  # validation's pairs
-                                "shuffled": {"input_ids": x, "key_padding_mask": padded}})
+    pairs = without_full_masks(
+        {
+            "plain": {"input_ids": x, "key_padding_mask": full},  # validation's pairs
+            "shuffled": {"input_ids": x, "key_padding_mask": padded},
+        }
+    )
     assert pairs["plain"]["key_padding_mask"] is None and pairs["shuffled"]["key_padding_mask"] is padded
     assert on_device({"input_ids": x, "key_padding_mask": full}, "cpu")["key_padding_mask"] is None
     assert torch.equal(model(x, full), model(x)) and seen == [full, None]  # the model uses what it is given
@@ -77,12 +81,15 @@ def test_without_positions_mlm_is_permutation_equivariant():
     assert not torch.allclose(rope(x)[0, perm], rope(x[:, perm])[0], atol=1e-4)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(d_model=30, n_heads=4), "not divisible"),
-    (dict(n_layers=0), "positive"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(norm="middle"), "norm"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(d_model=30, n_heads=4), "not divisible"),
+        (dict(n_layers=0), "positive"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(norm="middle"), "norm"),
+    ],
+)
 def test_model_config_refuses_bad_shapes(kw, match):
     with pytest.raises(ConfigError, match=match):
         ModelConfig(**kw)

@@ -55,9 +55,20 @@ def copy_into_hf(model: Transformer, hf) -> None:
 
 
 def hf_config(cls, **kw):
-    return cls(vocab_size=V, hidden_size=C, intermediate_size=FF, num_hidden_layers=2, num_attention_heads=H,
-               num_key_value_heads=H, head_dim=C // H, max_position_embeddings=T, rms_norm_eps=1e-6,
-               tie_word_embeddings=False, attention_bias=False, **kw)
+    return cls(
+        vocab_size=V,
+        hidden_size=C,
+        intermediate_size=FF,
+        num_hidden_layers=2,
+        num_attention_heads=H,
+        num_key_value_heads=H,
+        head_dim=C // H,
+        max_position_embeddings=T,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        **kw,
+    )
 
 
 def randomized(model: Transformer) -> Transformer:
@@ -120,12 +131,17 @@ def test_the_classic_block_is_unchanged_by_the_new_keys():
     assert model.num_params() == 2 * per_layer + V * C + 2 * C + C * C + 3 * C + V  # embedding, final LN, BERT head
 
 
-@pytest.mark.parametrize("bad, match", [({"mlp": "relu"}, "model.mlp='relu'"),
-                                        ({"norm_type": "batchnorm"}, "model.norm_type"),
-                                        ({"head": "shared"}, "model.head"),
-                                        ({"qk_norm": "yes"}, "model.qk_norm"),
-                                        ({"temperature": "yarn"}, "model.temperature"),
-                                        ({"temperature_floor": 0}, "model.temperature_floor")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"mlp": "relu"}, "model.mlp='relu'"),
+        ({"norm_type": "batchnorm"}, "model.norm_type"),
+        ({"head": "shared"}, "model.head"),
+        ({"qk_norm": "yes"}, "model.qk_norm"),
+        ({"temperature": "yarn"}, "model.temperature"),
+        ({"temperature_floor": 0}, "model.temperature_floor"),
+    ],
+)
 def test_a_bad_block_key_is_refused_naming_it(bad, match):
     with pytest.raises(ConfigError, match=match):
         ModelConfig(**bad)
@@ -147,15 +163,25 @@ def test_ssmax_keeps_the_largest_weight_near_one_where_softmax_fades():
         if n >= 1000:
             assert plain < 0.2 and scaled > 0.85
     got = ssmax_factor(torch.tensor([0.5, 2.0], dtype=torch.float64), torch.tensor([1, 8])).squeeze(-1)
-    torch.testing.assert_close(got, torch.tensor([[0.0, 0.5 * math.log(8)], [0.0, 2 * math.log(8)]],
-                                                 dtype=torch.float64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(
+        got, torch.tensor([[0.0, 0.5 * math.log(8)], [0.0, 2 * math.log(8)]], dtype=torch.float64), rtol=0, atol=1e-15
+    )
 
 
 def test_llama4_temperature_by_hand():
     """τ_i = 1 + β·log(1 + ⌊(i + 1)/F⌋): 1 below F, then steps at every multiple of F."""
     got = llama4_factor(9, floor=4, scale=0.1, dtype=torch.float64)[:, 0].tolist()
-    want = [1, 1, 1, 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(2),
-            1 + 0.1 * math.log(3), 1 + 0.1 * math.log(3)]
+    want = [
+        1,
+        1,
+        1,
+        1 + 0.1 * math.log(2),
+        1 + 0.1 * math.log(2),
+        1 + 0.1 * math.log(2),
+        1 + 0.1 * math.log(2),
+        1 + 0.1 * math.log(3),
+        1 + 0.1 * math.log(3),
+    ]
     assert got == pytest.approx(want, rel=1e-15)
 
 
@@ -167,13 +193,31 @@ def test_llama4_temperature_matches_transformers_nope_attention():
     from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 
     torch.manual_seed(0)
-    config = Llama4TextConfig(hidden_size=C, num_attention_heads=H, num_key_value_heads=H, head_dim=C // H,
-                              num_hidden_layers=1, no_rope_layers=[0], attn_temperature_tuning=True, floor_scale=4,
-                              attn_scale=0.1, use_qk_norm=False, attention_bias=False)
+    config = Llama4TextConfig(
+        hidden_size=C,
+        num_attention_heads=H,
+        num_key_value_heads=H,
+        head_dim=C // H,
+        num_hidden_layers=1,
+        no_rope_layers=[0],
+        attn_temperature_tuning=True,
+        floor_scale=4,
+        attn_scale=0.1,
+        use_qk_norm=False,
+        attention_bias=False,
+    )
     config._attn_implementation = "eager"
     theirs = Llama4TextAttention(config, 0).double().eval()
-    cfg = ModelConfig(n_layers=1, d_model=C, n_heads=H, d_ff=FF, bias=False, temperature="llama4",
-                      temperature_floor=4, temperature_scale=0.1)
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=C,
+        n_heads=H,
+        d_ff=FF,
+        bias=False,
+        temperature="llama4",
+        temperature_floor=4,
+        temperature_scale=0.1,
+    )
     model = Transformer(cfg, V, T, True, NoPosition, Softmax).double().eval()
     mine = model.blocks[0].attn
     with torch.no_grad():
@@ -216,8 +260,7 @@ def test_keys_attended_counts_the_window_and_the_padding():
     assert Local(shape, window=3).keys_attended(5, both).tolist() == [2, 3, 3, 3, 2]
     pad = AttentionContext(key_padding_mask=torch.tensor([[True] * 5, [True, True, True, False, False]]))
     assert Softmax(shape).keys_attended(5, pad).squeeze(1).tolist() == [[5] * 5, [3] * 5]
-    assert Local(shape, window=3).keys_attended(5, pad).squeeze(1).tolist() == [[2, 3, 3, 3, 2],
-                                                                                          [2, 3, 2, 1, 1]]
+    assert Local(shape, window=3).keys_attended(5, pad).squeeze(1).tolist() == [[2, 3, 3, 3, 2], [2, 3, 2, 1, 1]]
 
 
 def test_temperature_on_nope_layers_only():

@@ -31,21 +31,27 @@ def test_welch_interval_matches_the_textbook_formula():
     assert welch_interval([1.0], [2.0, 3.0]) is None  # one seed: no interval
 
 
-@pytest.mark.parametrize("lower, than, verdict", [
-    ([1.0, 1.1, 1.05], [2.0, 2.1, 2.05], "supports"),
-    ([2.0, 2.1, 2.05], [1.0, 1.1, 1.05], "contradicts"),
-    ([1.0, 2.0, 1.5], [1.2, 1.9, 1.4], "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "lower, than, verdict",
+    [
+        ([1.0, 1.1, 1.05], [2.0, 2.1, 2.05], "supports"),
+        ([2.0, 2.1, 2.05], [1.0, 1.1, 1.05], "contradicts"),
+        ([1.0, 2.0, 1.5], [1.2, 1.9, 1.4], "inconclusive"),
+    ],
+)
 def test_comparison_verdicts(lower, than, verdict):
     c = {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}
     assert compare(c, {"pos=rope": lower, "pos=learned": than}).verdict == verdict
 
 
-@pytest.mark.parametrize("first, other, verdict", [
-    ([1.0, 2.0, 3.0], [1.1, 2.12, 3.09], "supports"),  # a wide spread across seeds, a steady paired gap
-    ([1.1, 2.12, 3.09], [1.0, 2.0, 3.0], "contradicts"),
-    ([1.0, 2.0, 3.0], [1.1, 1.9, 3.0], "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "first, other, verdict",
+    [
+        ([1.0, 2.0, 3.0], [1.1, 2.12, 3.09], "supports"),  # a wide spread across seeds, a steady paired gap
+        ([1.1, 2.12, 3.09], [1.0, 2.0, 3.0], "contradicts"),
+        ([1.0, 2.0, 3.0], [1.1, 1.9, 3.0], "inconclusive"),
+    ],
+)
 def test_paired_comparisons_of_two_metrics_of_the_same_models(first, other, verdict):
     c = {"metric": "val/yarn/loss_at_256", "lower_than_metric": "val/ntk/loss_at_256", "cell": "pos=rope"}
     outcome = compare(c, {"val/yarn/loss_at_256": first, "val/ntk/loss_at_256": other})
@@ -73,8 +79,10 @@ def test_paired_values_keep_each_seeds_two_metrics_together():
 
     metrics = {"r0": {"a": 1.0, "b": 2.0}, "r1": {"a": 3.0}, "r2": {"a": 5.0, "b": 4.0}, "r3": {"a": 0.0, "b": 0.0}}
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
-    cells = [SimpleNamespace(run_id=rid, task="", finished=rid != "r3", label=f"pos=rope seed={i}")
-             for i, rid in enumerate(metrics)]
+    cells = [
+        SimpleNamespace(run_id=rid, task="", finished=rid != "r3", label=f"pos=rope seed={i}")
+        for i, rid in enumerate(metrics)
+    ]
     c = {"metric": "a", "lower_than_metric": "b", "cell": "pos=rope"}
     assert arm_values(client, cells, [c]) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
 
@@ -89,15 +97,30 @@ def test_a_mixture_parts_metric_is_read_from_a_run_trained_on_that_task_alone():
     from results.paper import arm_values, readiness
 
     def cell(rid, task, arm):
-        return Cell(run_id=rid, name=rid, label=f"{arm} seed={rid[-1]}", pos="rope", attn="softmax",
-                    seed=rid[-1], status="finished", task=task, metrics=metrics[rid])
+        return Cell(
+            run_id=rid,
+            name=rid,
+            label=f"{arm} seed={rid[-1]}",
+            pos="rope",
+            attn="softmax",
+            seed=rid[-1],
+            status="finished",
+            task=task,
+            metrics=metrics[rid],
+        )
 
-    metrics = {"a0": {"val/token_acc_at_12": 0.5, "val/token_acc": 0.3},
-               "a1": {"val/token_acc_at_12": 0.6, "val/token_acc": 0.4},
-               "b0": {"val/token_acc_at_12": 0.2, "val/token_acc": 1.0, "val/reverse/token_acc_at_12": 9.0},
-               "c0": {"val/reverse/token_acc_at_12": 0.7, "val/reverse/token_acc": 1.0}}
-    cells = [cell("a0", "reverse", "+arm=r"), cell("a1", "reverse", "+arm=r"), cell("b0", "copy", "+arm=o"),
-             cell("c0", "mixture", "+arm=m")]
+    metrics = {
+        "a0": {"val/token_acc_at_12": 0.5, "val/token_acc": 0.3},
+        "a1": {"val/token_acc_at_12": 0.6, "val/token_acc": 0.4},
+        "b0": {"val/token_acc_at_12": 0.2, "val/token_acc": 1.0, "val/reverse/token_acc_at_12": 9.0},
+        "c0": {"val/reverse/token_acc_at_12": 0.7, "val/reverse/token_acc": 1.0},
+    }
+    cells = [
+        cell("a0", "reverse", "+arm=r"),
+        cell("a1", "reverse", "+arm=r"),
+        cell("b0", "copy", "+arm=o"),
+        cell("c0", "mixture", "+arm=m"),
+    ]
     assert own_metric(cells[0], "val/reverse/token_acc_at_12") == "val/token_acc_at_12"
     assert own_metric(cells[0], "val/copy/token_acc_at_12") == "val/copy/token_acc_at_12"
     assert own_metric(cells[0], "val/loss") == "val/loss"
@@ -116,11 +139,17 @@ def test_minus_compares_each_seeds_growth_between_two_metrics():
 
     from results.paper import arm_values
 
-    metrics = {"a0": {"long": 3.0, "short": 2.0}, "a1": {"long": 3.2, "short": 2.1},
-               "b0": {"long": 2.9, "short": 2.5}, "b1": {"long": 3.0, "short": 2.7}, "b2": {"long": 1.0}}
+    metrics = {
+        "a0": {"long": 3.0, "short": 2.0},
+        "a1": {"long": 3.2, "short": 2.1},
+        "b0": {"long": 2.9, "short": 2.5},
+        "b1": {"long": 3.0, "short": 2.7},
+        "b2": {"long": 1.0},
+    }
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
-    cells = [SimpleNamespace(run_id=rid, task="", finished=True, label=f"pos={rid[0]} seed={rid[1]}")
-             for rid in metrics]
+    cells = [
+        SimpleNamespace(run_id=rid, task="", finished=True, label=f"pos={rid[0]} seed={rid[1]}") for rid in metrics
+    ]
     c = {"metric": "long", "minus": "short", "lower": "pos=b", "than": "pos=a"}
     values = arm_values(client, cells, [c])
     assert values["pos=a"] == pytest.approx([1.0, 1.1]) and values["pos=b"] == pytest.approx([0.4, 0.3])  # b2: no short
@@ -148,10 +177,12 @@ def test_minimum_detectable_effect_matches_the_formula():
     assert f"detectable |Δ| ≥ {want:.4f} at 80 % power" in text
 
 
-def cell(label: str, gain: float | None, acc: float | None = None, signal: str = "scheme",
-         token_acc: float | None = None) -> Cell:
-    metrics = {k: v for k, v in (("val/order_gain", gain), ("val/acc", acc), ("val/token_acc", token_acc))
-               if v is not None}
+def cell(
+    label: str, gain: float | None, acc: float | None = None, signal: str = "scheme", token_acc: float | None = None
+) -> Cell:
+    metrics = {
+        k: v for k, v in (("val/order_gain", gain), ("val/acc", acc), ("val/token_acc", token_acc)) if v is not None
+    }
     return Cell("id", label, label, "p", "a", "0", "finished", metrics=metrics, order_signal=signal)
 
 
@@ -190,24 +221,50 @@ def test_a_claim_on_per_token_accuracy_asks_the_training_lengths_of_per_token_ac
 def test_a_claim_on_a_mixture_part_asks_that_part_its_training_lengths():
     """task=mixture trains several tasks in one run: a claim on reverse (val/reverse/token_acc_at_16) asks the
     arms' reverse at the training lengths (val/reverse/token_acc), not the pooled val/token_acc nor copy's."""
+
     def part_cell(label, reverse, copy):
-        return Cell("id", label, label, "p", "a", "0", "finished", order_signal="scheme",
-                    metrics={"val/order_gain": 0.4, "val/token_acc": 0.999, "val/reverse/token_acc": reverse,
-                             "val/copy/token_acc": copy, "val/reverse/acc": 0.5})
+        return Cell(
+            "id",
+            label,
+            label,
+            "p",
+            "a",
+            "0",
+            "finished",
+            order_signal="scheme",
+            metrics={
+                "val/order_gain": 0.4,
+                "val/token_acc": 0.999,
+                "val/reverse/token_acc": reverse,
+                "val/copy/token_acc": copy,
+                "val/reverse/acc": 0.5,
+            },
+        )
+
     cells = [part_cell("pos=rope", 0.995, 0.90), part_cell("pos=none", 0.97, 1.0)]
     on_reverse = {"metric": "val/reverse/token_acc_at_16", "higher": "pos=rope", "than": "pos=none"}
     on_copy = {"metric": "val/copy/token_acc_at_16", "higher": "pos=rope", "than": "pos=none"}
     unready = readiness(cells, [on_reverse], min_gain=0.05)
     assert set(unready) == {"pos=none"} and "in-distribution reverse per-token accuracy 0.970" in unready["pos=none"]
     assert set(readiness(cells, [on_copy], min_gain=0.05)) == {"pos=rope"}
-    assert set(readiness(cells, [dict(on_reverse, metric="val/reverse/acc_at_16")], min_gain=0.05)) == \
-        {"pos=rope", "pos=none"}  # exact match of the part: 0.5
+    assert set(readiness(cells, [dict(on_reverse, metric="val/reverse/acc_at_16")], min_gain=0.05)) == {
+        "pos=rope",
+        "pos=none",
+    }  # exact match of the part: 0.5
 
 
-@pytest.mark.parametrize(("metric", "asked"), [
-    ("val/acc_at_16", "val/acc"), ("val/token_acc_at_80", "val/token_acc"), ("val/sort/acc_at_12", "val/sort/acc"),
-    ("val/missing_duplicate/token_acc_at_24", "val/missing_duplicate/token_acc"), ("val/loss", "val/acc"),
-    ("val/blind_token_acc_at_16", "val/acc"), ("val/loss_at_16", "val/acc")])
+@pytest.mark.parametrize(
+    ("metric", "asked"),
+    [
+        ("val/acc_at_16", "val/acc"),
+        ("val/token_acc_at_80", "val/token_acc"),
+        ("val/sort/acc_at_12", "val/sort/acc"),
+        ("val/missing_duplicate/token_acc_at_24", "val/missing_duplicate/token_acc"),
+        ("val/loss", "val/acc"),
+        ("val/blind_token_acc_at_16", "val/acc"),
+        ("val/loss_at_16", "val/acc"),
+    ],
+)
 def test_the_in_distribution_metric_of_a_comparison(metric, asked):
     assert in_distribution_metric(metric) == asked
 
@@ -218,8 +275,9 @@ def test_threshold_comparison_and_overall_rule():
     assert compare(c, {"pos=rope_trainable": [0.01, 0.2]}).verdict == "inconclusive"
     assert compare(c, {"pos=rope_trainable": [0.1, 0.2]}).verdict == "contradicts"
     s, c_, i = Outcome("", "supports"), Outcome("", "contradicts"), Outcome("", "inconclusive")
-    assert overall([s, s]) == "reproduced" and overall([s, i]) == "inconclusive" \
-        and overall([s, c_]) == "not reproduced"
+    assert (
+        overall([s, s]) == "reproduced" and overall([s, i]) == "inconclusive" and overall([s, c_]) == "not reproduced"
+    )
 
 
 def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_path, monkeypatch):
@@ -234,16 +292,22 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
             self.order_gain, self.metrics, self.order_signal = 1.0, {}, "scheme"  # models that use order
             self.task = ""
 
-    cells = [Cell(f"pos={p} seed={s}", loss) for p, losses in
-             {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()
-             for s, loss in enumerate(losses)]
-    monkeypatch.setattr(store, "generate",
-                        lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nbody\n"))
+    cells = [
+        Cell(f"pos={p} seed={s}", loss)
+        for p, losses in {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()
+        for s, loss in enumerate(losses)
+    ]
+    monkeypatch.setattr(
+        store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nbody\n")
+    )
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
     sweep = argparse.Namespace(runs=[], sweep_id="s1")
-    claim = {"source": "src", "statement": "st",
-             "comparisons": [{"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}],
-             "also": [{"metric": "val/loss", "lower": "pos=none", "than": "pos=rope"}]}
+    claim = {
+        "source": "src",
+        "statement": "st",
+        "comparisons": [{"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}],
+        "also": [{"metric": "val/loss", "lower": "pos=none", "than": "pos=rope"}],
+    }
     verdict = paper.write_paper_report(None, sweep, "demo", "toy", claim, tmp_path / "demo")
     assert "val/loss: pos=rope − pos=learned = -1.0000" in (tmp_path / "demo" / "README.md").read_text()
     readme = (tmp_path / "demo" / "README.md").read_text()
@@ -252,9 +316,11 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
     assert "(secondary: not part of the verdict) | contradicts |" in readme
 
 
-SWEEP_REPORT = ("# sweep\nExperiment `e`.\n\n**Verdict on 2 comparisons: 1 lower and 0 higher than their baseline "
-                "beyond seed noise; 1 ties.**\n\n## Scheme × attention\n\n| table |\n\n## Verdicts\n\nVerdict on 2 "
-                "comparisons: …\n\n| cell | verdict |\n\n## Cells\n\n| cells |\n")
+SWEEP_REPORT = (
+    "# sweep\nExperiment `e`.\n\n**Verdict on 2 comparisons: 1 lower and 0 higher than their baseline "
+    "beyond seed noise; 1 ties.**\n\n## Scheme × attention\n\n| table |\n\n## Verdicts\n\nVerdict on 2 "
+    "comparisons: …\n\n| cell | verdict |\n\n## Cells\n\n| cells |\n"
+)
 
 
 @pytest.mark.parametrize("metric,kept", [("val/acc_at_12", False), ("val/loss", True)])
@@ -272,17 +338,22 @@ def test_a_paper_report_has_one_verdict_the_claims(metric, kept, tmp_path, monke
     values = {"rope": [0.1, 0.12, 0.11], "none": [0.9, 0.92, 0.91]}
     cells = [Cell(f"pos={p} seed={s}", v) for p, vs in values.items() for s, v in enumerate(vs)]
     by_id = {c.run_id: c for c in cells}
-    client = argparse.Namespace(get_run=lambda rid: argparse.Namespace(data=argparse.Namespace(
-        metrics=by_id[rid].metrics)))
+    client = argparse.Namespace(
+        get_run=lambda rid: argparse.Namespace(data=argparse.Namespace(metrics=by_id[rid].metrics))
+    )
     monkeypatch.setattr(store, "generate", lambda c, sweep, out, **kw: (out / "report.md").write_text(SWEEP_REPORT))
     monkeypatch.setattr(store, "cells_of", lambda c, sweep: cells)
     monkeypatch.setattr(paper, "readiness", lambda *a, **kw: {})
-    claim = {"source": "src", "statement": "st",
-             "comparisons": [{"metric": metric, "lower": "pos=rope", "than": "pos=none"}]}
+    claim = {
+        "source": "src",
+        "statement": "st",
+        "comparisons": [{"metric": metric, "lower": "pos=rope", "than": "pos=none"}],
+    }
     paper.write_paper_report(client, argparse.Namespace(runs=[], sweep_id="s1"), "demo", "toy", claim, tmp_path / "d")
     readme = (tmp_path / "d" / "README.md").read_text()
-    assert [line for line in readme.splitlines() if "Verdict" in line and line.startswith("**")] == \
-        [line for line in readme.splitlines() if line.startswith("**Verdict: ")]
+    assert [line for line in readme.splitlines() if "Verdict" in line and line.startswith("**")] == [
+        line for line in readme.splitlines() if line.startswith("**Verdict: ")
+    ]
     assert "## Scheme × attention" in readme and "## Cells" in readme
     assert ("### Final val loss against the sweep's baseline (not the claim's verdict)" in readme) == kept
     assert "## Verdicts" not in readme
@@ -293,13 +364,30 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
     from results.cells import Cell
     from results.grid import grid_section
 
-    losses = {("none", "softmax"): [3.0, 3.1, 3.2], ("rope", "softmax"): [2.0, 2.1, 2.2],
-              ("learned", "softmax"): [3.0, 3.2, 3.1], ("none", "linear"): [3.0, 3.0, 3.3],
-              ("rope", "linear"): [3.5, 3.6, 3.7]}
-    cells = [Cell(f"r{pos}{attn}{s}", "n", f"pos={pos} attn={attn} seed={s}", pos, attn, str(s), "finished",
-                  val=[(100, x)]) for (pos, attn), xs in losses.items() for s, x in enumerate(xs)]
-    cells.append(Cell("rx", "n", "pos=xl attn=linear seed=0", "xl", "linear", "0", "incompatible",
-                      reason="kernelized attention never forms the logit"))
+    losses = {
+        ("none", "softmax"): [3.0, 3.1, 3.2],
+        ("rope", "softmax"): [2.0, 2.1, 2.2],
+        ("learned", "softmax"): [3.0, 3.2, 3.1],
+        ("none", "linear"): [3.0, 3.0, 3.3],
+        ("rope", "linear"): [3.5, 3.6, 3.7],
+    }
+    cells = [
+        Cell(f"r{pos}{attn}{s}", "n", f"pos={pos} attn={attn} seed={s}", pos, attn, str(s), "finished", val=[(100, x)])
+        for (pos, attn), xs in losses.items()
+        for s, x in enumerate(xs)
+    ]
+    cells.append(
+        Cell(
+            "rx",
+            "n",
+            "pos=xl attn=linear seed=0",
+            "xl",
+            "linear",
+            "0",
+            "incompatible",
+            reason="kernelized attention never forms the logit",
+        )
+    )
     lines = grid_section(None, cells, tmp_path)
     text = "\n".join(lines)
     from harness.stats import welch_p_value
@@ -313,8 +401,9 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
     learned = text.split("| learned |")[1].splitlines()[0]
     assert learned.startswith(" — | +0.000 [") and learned.endswith("] p=1 ≈ (n=3) |")
     row = text.split("| rope |")[1].splitlines()[0]
-    assert row.endswith(f"] p={worse:.1g} worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] p={p:.1g} better "
-                        "(n=3) |")
+    assert row.endswith(
+        f"] p={worse:.1g} worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] p={p:.1g} better (n=3) |"
+    )
     assert "| xl | refused | — |" in text
     assert "Holm's step-down procedure over the grid's 3 cells with a p-value rejects at family-wise α = 0.05" in text
     assert "1 of 3 cells beat `pos=none` beyond seed noise (Holm-corrected), 1 are worse, 1 are within noise." in text
@@ -353,9 +442,18 @@ def test_grid_section_says_what_each_cell_learned_and_flags_cells_not_using_orde
     from results.grid import grid_section
 
     def one(pos, attn, s, gain, acc, signal="scheme"):
-        return Cell(f"r{pos}{attn}{s}", "n", f"pos={pos} attn={attn} seed={s}", pos, attn, str(s), "finished",
-                    val=[(100, 1.0 - gain / 10)], metrics={"val/order_gain": gain, "val/acc": acc},
-                    order_signal=signal)
+        return Cell(
+            f"r{pos}{attn}{s}",
+            "n",
+            f"pos={pos} attn={attn} seed={s}",
+            pos,
+            attn,
+            str(s),
+            "finished",
+            val=[(100, 1.0 - gain / 10)],
+            metrics={"val/order_gain": gain, "val/acc": acc},
+            order_signal=signal,
+        )
 
     cells = [one("none", "softmax", s, 0.0, 0.0, "none") for s in range(2)]
     cells += [one("rope", "softmax", s, 2.0 + s, 1.0) for s in range(2)]
@@ -372,14 +470,28 @@ def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp
     from results.cells import Cell
     from results.grid import grid_section
 
-    cells = [Cell(f"r{p}", "n", f"pos={p} attn=softmax seed=0", p, "softmax", "0", "finished", val=[(100, x)])
-             for p, x in (("none", 0.5), ("rope", 0.2))]
-    cells.append(Cell("rl", "n", "pos=rope attn=local seed=0", "rope", "local", "0", "incompatible",
-                      reason="attn.window=32 exceeds the longest sequence"))
+    cells = [
+        Cell(f"r{p}", "n", f"pos={p} attn=softmax seed=0", p, "softmax", "0", "finished", val=[(100, x)])
+        for p, x in (("none", 0.5), ("rope", 0.2))
+    ]
+    cells.append(
+        Cell(
+            "rl",
+            "n",
+            "pos=rope attn=local seed=0",
+            "rope",
+            "local",
+            "0",
+            "incompatible",
+            reason="attn.window=32 exceeds the longest sequence",
+        )
+    )
     text = "\n".join(grid_section(None, cells, tmp_path))
     assert "| rope | refused | -0.300 (no interval: one seed) |" in text
-    assert "0 of 0 cells beat `pos=none` beyond seed noise (Holm-corrected), 0 are worse, 0 are within noise; 1 have " \
+    assert (
+        "0 of 0 cells beat `pos=none` beyond seed noise (Holm-corrected), 0 are worse, 0 are within noise; 1 have "
         "too few" in text
+    )
 
 
 def test_the_report_says_where_randomized_cells_were_evaluated():
@@ -393,13 +505,17 @@ def test_the_report_says_where_randomized_cells_were_evaluated():
     assert sampled == {"eval_positions": "sampled", "max_position": 64} and ordered["eval_positions"] == "ordered"
 
     def cell(**sampling):
-        return Cell(run_id="r", name="n", label="l", pos="rope", attn="softmax", seed="0", status="finished",
-                    **sampling)
+        return Cell(
+            run_id="r", name="n", label="l", pos="rope", attn="softmax", seed="0", status="finished", **sampling
+        )
 
     assert evaluation_positions([cell(), cell()]) == []  # nothing randomized: nothing to say
     line = evaluation_positions([cell(), cell(**sampled)])[0]
-    assert "a fresh sorted sample of positions per forward (`pos.eval_positions=sampled`" in line \
-        and "max_position 64" in line and "the others at 0 … T−1" in line
+    assert (
+        "a fresh sorted sample of positions per forward (`pos.eval_positions=sampled`" in line
+        and "max_position 64" in line
+        and "the others at 0 … T−1" in line
+    )
     both = evaluation_positions([cell(**sampled), cell(**ordered)])[0]
     assert "`pos.eval_positions=ordered`" in both and "`pos.eval_positions=sampled`" in both
 
@@ -407,14 +523,21 @@ def test_the_report_says_where_randomized_cells_were_evaluated():
 def test_where_a_claim_starts_to_hold_along_the_scale_axis():
     from results.paper import PREMATURE, along_scale
 
-    assert along_scale({"toy": PREMATURE, "toy2x": "inconclusive", "toy4x": "reproduced"}) == \
-        f"holds from scale toy4x (toy: {PREMATURE}; toy2x: inconclusive; toy4x: reproduced)"
+    assert (
+        along_scale({"toy": PREMATURE, "toy2x": "inconclusive", "toy4x": "reproduced"})
+        == f"holds from scale toy4x (toy: {PREMATURE}; toy2x: inconclusive; toy4x: reproduced)"
+    )
     assert along_scale({"toy": "reproduced", "toy2x": "inconclusive", "toy4x": "reproduced"}).startswith(
-        "holds from scale toy4x")  # held at toy, lost at 2×: it holds from where it holds at every larger scale
-    assert along_scale({"toy": "not reproduced", "toy2x": "not reproduced"}) == \
-        "not reproduced at every scale (toy, toy2x): does not move with scale here"
-    assert along_scale({"toy": "reproduced", "toy2x": "not reproduced"}) == \
-        "changes with scale without holding: toy: reproduced; toy2x: not reproduced"
+        "holds from scale toy4x"
+    )  # held at toy, lost at 2×: it holds from where it holds at every larger scale
+    assert (
+        along_scale({"toy": "not reproduced", "toy2x": "not reproduced"})
+        == "not reproduced at every scale (toy, toy2x): does not move with scale here"
+    )
+    assert (
+        along_scale({"toy": "reproduced", "toy2x": "not reproduced"})
+        == "changes with scale without holding: toy: reproduced; toy2x: not reproduced"
+    )
 
 
 def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alone(tmp_path, monkeypatch):
@@ -426,19 +549,31 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
             self.order_gain, self.metrics, self.order_signal, self.task = 1.0, {}, "scheme", ""
 
-    losses = {("toy", "rope"): [2.0, 2.1, 2.05], ("toy", "learned"): [1.0, 1.1, 1.05],  # toy: the claim fails
-              ("toy2x", "rope"): [1.0, 1.1, 1.05], ("toy2x", "learned"): [2.0, 2.1, 2.05]}  # 2×: it holds
-    cells = [Cell(f"pos={p} seed={i} scale={s}", loss) for (s, p), seeds in losses.items()
-             for i, loss in enumerate(seeds)]
+    losses = {
+        ("toy", "rope"): [2.0, 2.1, 2.05],
+        ("toy", "learned"): [1.0, 1.1, 1.05],  # toy: the claim fails
+        ("toy2x", "rope"): [1.0, 1.1, 1.05],
+        ("toy2x", "learned"): [2.0, 2.1, 2.05],
+    }  # 2×: it holds
+    cells = [
+        Cell(f"pos={p} seed={i} scale={s}", loss) for (s, p), seeds in losses.items() for i, loss in enumerate(seeds)
+    ]
     monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
-    claim = {"source": "src", "statement": "st",  # the second comparison's arm is not in this sweep: it drops out
-             "comparisons": [{"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"},
-                             {"metric": "val/loss", "lower": "pos=alibi", "than": "pos=learned"}]}
+    claim = {
+        "source": "src",
+        "statement": "st",  # the second comparison's arm is not in this sweep: it drops out
+        "comparisons": [
+            {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"},
+            {"metric": "val/loss", "lower": "pos=alibi", "than": "pos=learned"},
+        ],
+    }
     sweep = argparse.Namespace(runs=[], sweep_id="s1")
     verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
-    assert verdict == ("holds from scale toy2x (toy: not reproduced; toy2x: reproduced), on 1 of the claim's 2 "
-                       "primary comparisons (the others' arms or metrics were not trained in this sweep)")
+    assert verdict == (
+        "holds from scale toy2x (toy: not reproduced; toy2x: reproduced), on 1 of the claim's 2 "
+        "primary comparisons (the others' arms or metrics were not trained in this sweep)"
+    )
     readme = (tmp_path / "demo" / "README.md").read_text()
     assert f"**Verdict: {verdict}.**" in readme and "scale=toy,toy2x`" in readme
     assert "| toy | not reproduced | val/loss: pos=rope − pos=learned = +1.0000" in readme  # n = 3 vs 3 each
@@ -456,22 +591,35 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
             self.label, self.finished, self.final_loss, self.run_id = label, True, loss, label
             self.order_gain, self.metrics, self.order_signal, self.task = 1.0, {}, "scheme", ""
 
-    cells = [Cell(f"pos={p} seed={i} scale={s}", loss + i / 20) for s in ("toy", "toy2x")
-             for p, loss in (("rope", 1.0), ("learned", 2.0)) for i in range(3)]
+    cells = [
+        Cell(f"pos={p} seed={i} scale={s}", loss + i / 20)
+        for s in ("toy", "toy2x")
+        for p, loss in (("rope", 1.0), ("learned", 2.0))
+        for i in range(3)
+    ]
     monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
-    claim = {"source": "src", "statement": "st", "comparisons": [
-        {"metric": "val/loss", "lower": "task=reverse pos=rope", "than": "task=reverse pos=learned"},
-        {"metric": "val/loss", "lower": "task=copy pos=rope", "than": "task=copy pos=learned"}]}  # not swept: drops
+    claim = {
+        "source": "src",
+        "statement": "st",
+        "comparisons": [
+            {"metric": "val/loss", "lower": "task=reverse pos=rope", "than": "task=reverse pos=learned"},
+            {"metric": "val/loss", "lower": "task=copy pos=rope", "than": "task=copy pos=learned"},
+        ],
+    }  # not swept: drops
     tags = {"sweep_overrides": "experiment=demo task=reverse pos=rope,learned scale=toy,toy2x"}
     info = argparse.Namespace(start_time=0, end_time=None)
     parent = argparse.Namespace(data=argparse.Namespace(tags=tags), info=info)
     sweep = argparse.Namespace(runs=[], sweep_id="s1", parent=parent)
     verdict = paper.write_paper_report(None, sweep, "demo", "toy,toy2x", claim, tmp_path / "demo")
-    assert verdict == ("reproduced at every scale (toy, toy2x): does not move with scale here, on 1 of the claim's "
-                       "2 primary comparisons (the others' arms or metrics were not trained in this sweep)")
-    assert "Command: `python run.py -m experiment=demo task=reverse pos=rope,learned scale=toy,toy2x`" in \
-        (tmp_path / "demo" / "README.md").read_text()
+    assert verdict == (
+        "reproduced at every scale (toy, toy2x): does not move with scale here, on 1 of the claim's "
+        "2 primary comparisons (the others' arms or metrics were not trained in this sweep)"
+    )
+    assert (
+        "Command: `python run.py -m experiment=demo task=reverse pos=rope,learned scale=toy,toy2x`"
+        in (tmp_path / "demo" / "README.md").read_text()
+    )
 
 
 def test_the_committed_index_is_what_the_reports_say(tmp_path):
@@ -494,11 +642,14 @@ def test_the_committed_index_is_what_the_reports_say(tmp_path):
     assert "| Verdict: inconclusive at toy scale. |" in render_index(copy).split("[roformer_mlm]")[1].splitlines()[0]
 
 
-@pytest.mark.parametrize("metric, a, b, verdict, said", [
-    ("val/acc_at_12", [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "floor", "every seed of both arms is 0 — a floor"),
-    ("val/copy/token_acc_at_12", [1.0, 1.0], [1.0, 1.0], "ceiling", "every seed of both arms is 1 — a ceiling"),
-    ("val/loss_at_64", [2.5, 2.5], [2.5, 2.5], "no spread", "every seed of both arms is 2.5: no spread"),
-])
+@pytest.mark.parametrize(
+    "metric, a, b, verdict, said",
+    [
+        ("val/acc_at_12", [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "floor", "every seed of both arms is 0 — a floor"),
+        ("val/copy/token_acc_at_12", [1.0, 1.0], [1.0, 1.0], "ceiling", "every seed of both arms is 1 — a ceiling"),
+        ("val/loss_at_64", [2.5, 2.5], [2.5, 2.5], "no spread", "every seed of both arms is 2.5: no spread"),
+    ],
+)
 def test_a_comparison_that_cannot_discriminate_is_named_and_left_out_of_the_verdict(metric, a, b, verdict, said):
     """The committed nope_length_generalization report called "+0.0000 (95 % CI +0.0000 … +0.0000; detectable
     |Δ| ≥ 0.0000 at 80 % power)" inconclusive: every arm was 0 exact match at 2×, a floor."""
@@ -511,8 +662,10 @@ def test_a_comparison_that_cannot_discriminate_is_named_and_left_out_of_the_verd
 
 
 def test_arms_without_spread_but_apart_keep_their_verdict_without_a_power_figure():
-    found = compare({"metric": "val/acc_at_12", "higher": "pos=none", "than": "pos=rope"},
-                    {"pos=none": [1.0, 1.0], "pos=rope": [0.0, 0.0]})
+    found = compare(
+        {"metric": "val/acc_at_12", "higher": "pos=none", "than": "pos=rope"},
+        {"pos=none": [1.0, 1.0], "pos=rope": [0.0, 0.0]},
+    )
     assert found.verdict == "supports" and "detectable" not in found.text
 
 
@@ -543,8 +696,12 @@ def test_a_family_of_comparisons_is_decided_together():
     neither at α = 0.05 (0.03 > 0.025), so the claim is inconclusive, not reproduced by chance."""
     from results.paper import corrected, family_line
 
-    found = [Outcome("a", "supports", 0.03, True), Outcome("b", "supports", 0.04, True),
-             Outcome("c", "premature", 0.001, True), Outcome("d", "floor")]
+    found = [
+        Outcome("a", "supports", 0.03, True),
+        Outcome("b", "supports", 0.04, True),
+        Outcome("c", "premature", 0.001, True),
+        Outcome("d", "floor"),
+    ]
     decided = corrected(found, 0.05)
     assert [o.verdict for o in decided] == ["inconclusive", "inconclusive", "premature", "floor"]
     assert overall(decided) == PREMATURE
@@ -568,7 +725,8 @@ def test_seeds_needed_is_the_least_n_whose_detectable_effect_reaches_the_differe
 
     def detectable(k: int) -> float:
         return (stats.t.ppf(0.975, 2 * k - 2) + stats.t.ppf(0.8, 2 * k - 2)) * math.sqrt(
-            (statistics.variance(a) + statistics.variance(b)) / k)
+            (statistics.variance(a) + statistics.variance(b)) / k
+        )
 
     assert n is not None and detectable(n) <= abs(diff) < detectable(n - 1)
     assert seeds_needed(a, b, 0.0) is None and seeds_needed([1.0, 1.0], [1.0, 1.0], 0.5) is None
@@ -599,9 +757,14 @@ def test_the_margin_p_value_is_two_one_sided_welch_tests_inside_and_one_outside(
     assert margin_p_value([1.0], b, m) is None and margin_p_value([1.0, 1.0], [1.02, 1.02], m) == (0.0, True)
 
 
-@pytest.mark.parametrize("a, b, verdict", [([2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], "supports"),
-                                           ([2.01, 2.05, 1.98, 2.03], [2.22, 2.20, 2.24], "contradicts"),
-                                           ([2.01, 2.35, 1.70, 2.03], [2.02, 2.00, 2.04], "inconclusive")])
+@pytest.mark.parametrize(
+    "a, b, verdict",
+    [
+        ([2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], "supports"),
+        ([2.01, 2.05, 1.98, 2.03], [2.22, 2.20, 2.24], "contradicts"),
+        ([2.01, 2.35, 1.70, 2.03], [2.02, 2.00, 2.04], "inconclusive"),
+    ],
+)
 def test_an_equivalence_comparison_supports_inside_the_margin_and_contradicts_beyond_it(a, b, verdict):
     from results.paper import corrected
 
@@ -619,13 +782,16 @@ def test_than_metric_reads_the_reference_arm_on_its_own_metric():
 
     from results.paper import arm_values
 
-    metrics = {"d0": {"val/loss_at_256": 2.0, "val/yarn/loss_at_256": 9.0},
-               "d1": {"val/loss_at_256": 2.1},
-               "r0": {"val/loss_at_256": 1.0, "val/yarn/loss_at_256": 2.5},
-               "r1": {"val/loss_at_256": 1.1, "val/yarn/loss_at_256": 2.7}}
+    metrics = {
+        "d0": {"val/loss_at_256": 2.0, "val/yarn/loss_at_256": 9.0},
+        "d1": {"val/loss_at_256": 2.1},
+        "r0": {"val/loss_at_256": 1.0, "val/yarn/loss_at_256": 2.5},
+        "r1": {"val/loss_at_256": 1.1, "val/yarn/loss_at_256": 2.7},
+    }
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
-    cells = [SimpleNamespace(run_id=rid, task="", finished=True, label=f"+arm={rid[0]} seed={rid[1]}")
-             for rid in metrics]
+    cells = [
+        SimpleNamespace(run_id=rid, task="", finished=True, label=f"+arm={rid[0]} seed={rid[1]}") for rid in metrics
+    ]
     c = {"metric": "val/loss_at_256", "lower": "+arm=d", "than": "+arm=r", "than_metric": "val/yarn/loss_at_256"}
     values = arm_values(client, cells, [c])
     assert values == {"+arm=d": [2.0, 2.1], "+arm=r": [2.5, 2.7]}
@@ -639,8 +805,10 @@ def test_a_metric_no_run_logged_is_not_measured_and_leaves_the_verdict():
     seeds'; a claim none of whose comparisons was measured is 'not measured'."""
     comparison = {"metric": "val/reverse/token_acc_at_12", "higher": "+arm=r", "than": "+arm=o"}
     outcome = compare(comparison, {"+arm=r": [], "+arm=o": []})
-    assert outcome.verdict == "not measured" and "no finished run of either arm logged val/reverse/token_acc" in \
-        outcome.text
+    assert (
+        outcome.verdict == "not measured"
+        and "no finished run of either arm logged val/reverse/token_acc" in outcome.text
+    )
     assert overall([outcome, outcome]) == "not measured"
     measured = compare({**comparison, "metric": "val/acc"}, {"+arm=r": [0.9, 0.95, 0.92], "+arm=o": [0.5, 0.4, 0.45]})
     assert overall([outcome, measured]) == overall([measured]) == "reproduced"

@@ -52,7 +52,8 @@ def test_every_paper_preset_on_the_embedded_corpus_is_refused_with_the_fix(prese
     said = str(e.value)
     if expected == "paper":
         assert said.startswith("this scale=paper setting is the paper's model on ") and said.endswith(
-            "or ~paper to train this substitute on purpose")
+            "or ~paper to train this substitute on purpose"
+        )
     else:
         assert "beyond budget.max_epochs=100" in said and said.endswith("budget.max_epochs=null to train it anyway")
 
@@ -60,20 +61,30 @@ def test_every_paper_preset_on_the_embedded_corpus_is_refused_with_the_fix(prese
 def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys):
     from harness.cli import check_command
 
-    spec = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "budget.max_epochs=null"],
-                     stand_in=False)
+    spec = _composed(
+        ["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "budget.max_epochs=null"], stand_in=False
+    )
     with pytest.raises(ConfigError, match=r"GPT-2's BPE \(50,257 tokens\); this tokenizer's 258 make it 85.8M"):
         check(spec, GPU)
-    assert check_command(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "~paper",
-                          "budget.max_epochs=null"], [], False, GPU.named) == 0
+    assert (
+        check_command(
+            ["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "~paper", "budget.max_epochs=null"],
+            [],
+            False,
+            GPU.named,
+        )
+        == 0
+    )
     line = capsys.readouterr().out
     # 55,000 steps × 32 × 2048 tokens × 8 accumulated (GPT-3 Small's 0.5M); 6·N + 6·L·T·C FLOPs a token; hours at
     # 989 TFLOP/s × 0.4
     tokens = 55_000 * 32 * 2048 * 8
     n = 12 * (4 * 768**2 + 2 * 768 * 3072) + 768 * 258
     flops = tokens * (6 * n + 6 * 12 * 2048 * 768)
-    assert " · 55000 steps of 32×2048 tokens × 8 accumulated · 28.8B tokens (15,312.2 epochs) · " \
+    assert (
+        " · 55000 steps of 32×2048 tokens × 8 accumulated · 28.8B tokens (15,312.2 epochs) · "
         f"{flops:.1e} FLOPs ≈ {flops / (989e12 * 0.4) / 3600:,.1f} GPU-hours" in line
+    )
 
 
 def test_the_1b4_setting_is_the_blogs_pile_model_at_gpt3_xls_batch():
@@ -88,8 +99,17 @@ def test_the_1b4_setting_is_the_blogs_pile_model_at_gpt3_xls_batch():
     assert 1.41e9 < model.num_params() < 1.42e9  # 1,414,455,296: the blog rounds to 1.4B
     step = spec.data.batch_size * spec.data.seq_len * spec.trainer.accumulate_grad_batches
     assert step == 1_048_576 and abs(step / paper["batch_tokens"] - 1) < 0.05
-    est = gpu_estimate("x", "y", model.num_params(), spec.model, vocab, spec.data.batch_size,
-                       spec.data.seq_len, spec.trainer.precision, SchemeTerms.of(model.pos))
+    est = gpu_estimate(
+        "x",
+        "y",
+        model.num_params(),
+        spec.model,
+        vocab,
+        spec.data.batch_size,
+        spec.data.seq_len,
+        spec.trainer.precision,
+        SchemeTerms.of(model.pos),
+    )
     assert est.total <= GPU.memory and est.logits == 8192 * vocab * (2 + 4 + 4 + 4)  # model.loss_chunk=8192
 
 
@@ -97,8 +117,7 @@ def _built_with(spec, vocab: int):
     from harness.model.transformer import Transformer
 
     with torch.device("meta"):
-        return Transformer(spec.model, vocab, spec.data.seq_len, True, pos=spec.pos.factory(),
-                           attn=spec.attn.factory())
+        return Transformer(spec.model, vocab, spec.data.seq_len, True, pos=spec.pos.factory(), attn=spec.attn.factory())
 
 
 def test_the_paper_presets_are_enumerated():
@@ -130,14 +149,16 @@ def test_the_estimate_equals_a_hand_computation():
     assert checked.n_params == params == 85_844_994
     states = params * (4 + 4 + 2 * 4 + 2)  # fp32 weight, gradient, two AdamW moments; bf16 copy for the products
     a, r = 2, 4  # bf16 activations, fp32 residual stream
-    per_layer = (2 * r * C  # the two LayerNorms' inputs
-                 + 2 * a * C  # their outputs as the projections take them
-                 + 3 * a * C  # q, k, v
-                 + 2 * a * C  # q, k rotated
-                 + 2 * a * C  # attention output and its copy
-                 + 2 * a * F  # MLP hidden before and after GELU
-                 + 4 * H  # log-sum-exp
-                 + 2 * C)  # two dropout masks
+    per_layer = (
+        2 * r * C  # the two LayerNorms' inputs
+        + 2 * a * C  # their outputs as the projections take them
+        + 3 * a * C  # q, k, v
+        + 2 * a * C  # q, k rotated
+        + 2 * a * C  # attention output and its copy
+        + 2 * a * F  # MLP hidden before and after GELU
+        + 4 * H  # log-sum-exp
+        + 2 * C
+    )  # two dropout masks
     assert per_layer == 33_840
     tokens = 64 * 512
     activations = tokens * (L * per_layer + 2 * r * C + 3 * a * C)
@@ -152,18 +173,29 @@ def test_the_modern_block_estimate_equals_a_hand_computation():
     """The Llama/Qwen3 block (model=modern: RMSNorm, SwiGLU, no biases, an untied head after the final norm) at
     d512 × 4, fp32 and bf16-mixed: the terms the GELU block's hand computation has, with RMSNorm's normalised input
     kept beside its input (fp32 under autocast) and SwiGLU's four F-wide tensors (gate|up, SiLU(gate), product)."""
-    model = ModelConfig(n_layers=4, d_model=512, n_heads=8, d_ff=344, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
-                        bias=False, head="untied")
+    model = ModelConfig(
+        n_layers=4,
+        d_model=512,
+        n_heads=8,
+        d_ff=344,
+        dropout=0.0,
+        norm_type="rmsnorm",
+        mlp="swiglu",
+        bias=False,
+        head="untied",
+    )
     C, F, H, L, V, tokens = 512, 344, 8, 4, 258, 8 * 512
     for precision, a in (("32-true", 4), ("bf16-mixed", 2)):
         r = 4
-        per_layer = (2 * 2 * r * C  # the two RMSNorms' inputs and normalised inputs
-                     + 2 * a * C  # their outputs as the projections take them
-                     + 3 * a * C  # q, k, v
-                     + 2 * a * C  # q, k rotated
-                     + 2 * a * C  # attention output and its copy
-                     + 4 * a * F  # gate|up, SiLU(gate), their product
-                     + 4 * H)  # log-sum-exp
+        per_layer = (
+            2 * 2 * r * C  # the two RMSNorms' inputs and normalised inputs
+            + 2 * a * C  # their outputs as the projections take them
+            + 3 * a * C  # q, k, v
+            + 2 * a * C  # q, k rotated
+            + 2 * a * C  # attention output and its copy
+            + 4 * a * F  # gate|up, SiLU(gate), their product
+            + 4 * H
+        )  # log-sum-exp
         head = 2 * r * C + a * C  # the final RMSNorm's input and normalised input, the decoder's input
         est = gpu_estimate("x", "y", 1000, model, V, 8, 512, precision, SchemeTerms(rotary=True))
         assert est.activations == tokens * (L * per_layer + head), precision
@@ -179,8 +211,9 @@ def test_a_learned_bias_adds_its_tables_and_the_kernels_gradient():
     pairs = 4 * 32 * 32
     assert t5.activations - plain.activations == 4 * pairs + 2 * pairs * 2 + 2 * 8 * pairs
     assert alibi.activations - plain.activations == 4 * pairs + 2 * pairs * 2
-    per_layer = gpu_estimate("x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="fixed",
-                                                                                          bias_per_layer=True))
+    per_layer = gpu_estimate(
+        "x", "y", 1000, model, 100, 8, 32, "bf16-mixed", SchemeTerms(bias="fixed", bias_per_layer=True)
+    )
     assert per_layer.activations - alibi.activations == 4 * pairs  # a second layer's own table
 
 
@@ -213,8 +246,18 @@ def test_the_fp32_estimate_agrees_with_the_meta_rehearsal(pos, dropout):
     from harness.config.rehearsal import rehearse
 
     B, T = 4, 256
-    spec = _composed([f"pos={pos}", "model.n_layers=2", "model.d_model=128", "model.n_heads=4",
-                      "model.d_ff=512", f"model.dropout={dropout}", f"data.seq_len={T}", "task=clm"])
+    spec = _composed(
+        [
+            f"pos={pos}",
+            "model.n_layers=2",
+            "model.d_model=128",
+            "model.n_heads=4",
+            "model.d_ff=512",
+            f"model.dropout={dropout}",
+            f"data.seq_len={T}",
+            "task=clm",
+        ]
+    )
     model_cfg = spec.model
     model = _built_with(spec, 258)
     measured = rehearse(model, spec.values, B, T, [], None)[0].needs
@@ -228,8 +271,16 @@ def test_every_precision_lightning_accepts_has_an_estimate():
     assert {str(p) for p in spec.PRECISIONS.__args__} == set(PRECISIONS)
 
 
-@pytest.mark.parametrize("text,bytes_", [("80GB", 80 * 10**9), ("80GiB", 80 * 2**30), ("40gb", 40 * 10**9),
-                                         ("0.5MB", 500_000), ("1.5TiB", int(1.5 * 2**40))])
+@pytest.mark.parametrize(
+    "text,bytes_",
+    [
+        ("80GB", 80 * 10**9),
+        ("80GiB", 80 * 2**30),
+        ("40gb", 40 * 10**9),
+        ("0.5MB", 500_000),
+        ("1.5TiB", int(1.5 * 2**40)),
+    ],
+)
 def test_gpu_sizes_parse(text, bytes_):
     assert parse_size(text) == bytes_
 
@@ -246,9 +297,11 @@ def test_check_prints_the_estimate_and_that_it_fits(capsys):
     print(ok_line(check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU), "", GPU))
     line = capsys.readouterr().out.strip()
     assert line.startswith("ok: pos=rope attn=softmax task=mlm")
-    assert line.endswith("GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (1.4 GiB weights, gradients "
-                         "and AdamW state, 12.7 GiB activations and 0.0 GiB logits for 64×512 tokens (8192 at a "
-                         "time)), fits")
+    assert line.endswith(
+        "GPU of 80GB (74.5 GiB): a training step needs about 14.2 GiB (1.4 GiB weights, gradients "
+        "and AdamW state, 12.7 GiB activations and 0.0 GiB logits for 64×512 tokens (8192 at a "
+        "time)), fits"
+    )
 
 
 def test_a_step_that_does_not_fit_is_refused_with_its_figure():
@@ -257,12 +310,17 @@ def test_a_step_that_does_not_fit_is_refused_with_its_figure():
     spec = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
     with pytest.raises(ConfigError) as e:
         check(spec, NamedGpu.parse("14GiB"))
-    assert str(e.value) == ("on a GPU of 14GiB (14.0 GiB) a training step does not fit: it needs about 14.2 GiB (1.4 "
-                            "GiB weights, gradients and AdamW state, 12.7 GiB activations and 0.0 GiB logits for "
-                            "64×512 tokens (8192 at a time)); lower data.batch_size=64 or data.seq_len=512, or name a "
-                            "larger GPU with --gpu-memory")
-    with pytest.raises(ConfigError, match=r"on a GPU of 8GiB \(8.0 GiB\) a training step does not fit: it needs at "
-                                          r"least 13.1 GiB"):
+    assert str(e.value) == (
+        "on a GPU of 14GiB (14.0 GiB) a training step does not fit: it needs about 14.2 GiB (1.4 "
+        "GiB weights, gradients and AdamW state, 12.7 GiB activations and 0.0 GiB logits for "
+        "64×512 tokens (8192 at a time)); lower data.batch_size=64 or data.seq_len=512, or name a "
+        "larger GPU with --gpu-memory"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"on a GPU of 8GiB \(8.0 GiB\) a training step does not fit: it needs at "
+        r"least 13.1 GiB",
+    ):
         check(spec, NamedGpu.parse("8GiB"))
 
 

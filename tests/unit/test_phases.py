@@ -21,8 +21,12 @@ from positional.rope import Rope
 def test_the_state_at_a_step_carries_what_a_phase_leaves_out():
     """A phase's keys last until another sets them; a new scheme drops the scaling."""
     rope = lambda shape: Rope(shape)  # noqa: E731
-    phases = [Phase(10, "scaling=yarn", scaling="yarn", factor=2.0), Phase(20, "seq_len=16", seq_len=16),
-              Phase(30, "pos=rope", pos=rope), Phase(40, "scaling=linear", scaling="linear", factor=4.0)]
+    phases = [
+        Phase(10, "scaling=yarn", scaling="yarn", factor=2.0),
+        Phase(20, "seq_len=16", seq_len=16),
+        Phase(30, "pos=rope", pos=rope),
+        Phase(40, "scaling=linear", scaling="linear", factor=4.0),
+    ]
     assert state_at(phases, 9) == state_at([], 0) == PhaseState(-1, -1, None, None)
     assert state_at(phases, 10) == PhaseState(0, -1, ("yarn", 2.0), None)
     assert state_at(phases, 25) == PhaseState(1, -1, ("yarn", 2.0), 16)
@@ -34,8 +38,14 @@ def test_the_state_at_a_step_carries_what_a_phase_leaves_out():
 def module_of(model):
     """What the callback reads of a LightningModule."""
     logged = {}
-    return types.SimpleNamespace(model=model, device=torch.device("cpu"), global_step=0, scaled_in_training=False,
-                                 log=lambda k, v: logged.__setitem__(k, v), logged=logged)
+    return types.SimpleNamespace(
+        model=model,
+        device=torch.device("cpu"),
+        global_step=0,
+        scaled_in_training=False,
+        log=lambda k, v: logged.__setitem__(k, v),
+        logged=logged,
+    )
 
 
 def tiny(pos=Rope):
@@ -81,22 +91,25 @@ def test_a_training_time_scaling_is_in_force_in_its_phase_and_validated_with():
         torch.testing.assert_close(scaled, reference(ids), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("phases, needle", [
-    ("[{at:3,pso:none}]", "phases[0].pso is no phase key; use at, pos, scaling, factor, seq_len"),
-    ("[{pos:none}]", "phases[0] has no 'at'"),
-    ("[{at:3}]", "phases[0] changes nothing"),
-    ("[{at:3,scaling:yarn}]", "phases[0]: scaling and factor go together"),
-    ("[{at:3,scaling:yarn,factor:0.5}]", "phases[0].factor=0.5 must be a number > 1"),
-    ("[{at:4,pos:none},{at:3,pos:rope}]", "phases[1].at=3 must lie after the previous phase's (4)"),
-    ("[{at:6,pos:none}]", "phases[0].at=6 must lie after the previous phase's (0) and before trainer.max_steps=6"),
-    ("[{at:3,pos:t5}]", "phases[0].pos=t5 has trained parameters"),
-    ("[{at:3,pos:nope}]", "phases[0].pos names 'nope', which is no pos option; use names of conf/pos/"),
-    ("[{at:3,pos:'rope(bse=2)'}]", "phases[0].pos.bse is not a key of pos=rope; use some of base, layout"),
-    ("[{at:3,pos:none},{at:4,scaling:yarn,factor:2}]", "phases[1].scaling=yarn: the scheme in force then has no"),
-    ("[{at:3,seq_len:64}]", "phases[0].seq_len=64 must lie in 2 … data.seq_len=32"),
-    ("[{at:3,at2:1}]", "phases[0].at2 is no phase key"),
-    ("[3]", "phases[0]=3 must be a mapping such as {at: 300, pos: none}"),
-])
+@pytest.mark.parametrize(
+    "phases, needle",
+    [
+        ("[{at:3,pso:none}]", "phases[0].pso is no phase key; use at, pos, scaling, factor, seq_len"),
+        ("[{pos:none}]", "phases[0] has no 'at'"),
+        ("[{at:3}]", "phases[0] changes nothing"),
+        ("[{at:3,scaling:yarn}]", "phases[0]: scaling and factor go together"),
+        ("[{at:3,scaling:yarn,factor:0.5}]", "phases[0].factor=0.5 must be a number > 1"),
+        ("[{at:4,pos:none},{at:3,pos:rope}]", "phases[1].at=3 must lie after the previous phase's (4)"),
+        ("[{at:6,pos:none}]", "phases[0].at=6 must lie after the previous phase's (0) and before trainer.max_steps=6"),
+        ("[{at:3,pos:t5}]", "phases[0].pos=t5 has trained parameters"),
+        ("[{at:3,pos:nope}]", "phases[0].pos names 'nope', which is no pos option; use names of conf/pos/"),
+        ("[{at:3,pos:'rope(bse=2)'}]", "phases[0].pos.bse is not a key of pos=rope; use some of base, layout"),
+        ("[{at:3,pos:none},{at:4,scaling:yarn,factor:2}]", "phases[1].scaling=yarn: the scheme in force then has no"),
+        ("[{at:3,seq_len:64}]", "phases[0].seq_len=64 must lie in 2 … data.seq_len=32"),
+        ("[{at:3,at2:1}]", "phases[0].at2 is no phase key"),
+        ("[3]", "phases[0]=3 must be a mapping such as {at: 300, pos: none}"),
+    ],
+)
 def test_a_bad_phase_is_refused_in_one_line(phases, needle):
     from tests.helpers import validated
 

@@ -9,19 +9,19 @@ from positional.base import Shape
 
 def test_slopes_for_eight_heads():
     # power of two: 2^(−8/8·h) = 1/2, 1/4, …, 1/256 (the paper's example)
-    assert alibi_slopes(8).tolist() == [2.0 ** -h for h in range(1, 9)]
+    assert alibi_slopes(8).tolist() == [2.0**-h for h in range(1, 9)]
 
 
 def test_slopes_for_twelve_heads():
     # closest power of two below is 8: its 8 slopes, then slopes 1, 3, 5, 7 of the 16-head set 2^(−h/2)
-    want = [2.0 ** -h for h in range(1, 9)] + [2.0 ** -0.5, 2.0 ** -1.5, 2.0 ** -2.5, 2.0 ** -3.5]
+    want = [2.0**-h for h in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
     assert alibi_slopes(12).tolist() == pytest.approx(want, rel=1e-15)
 
 
 def test_slopes_for_other_counts():
-    assert alibi_slopes(1).tolist() == [2.0 ** -8]
-    assert alibi_slopes(4).tolist() == pytest.approx([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8])
-    assert alibi_slopes(6).tolist() == pytest.approx([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3])
+    assert alibi_slopes(1).tolist() == [2.0**-8]
+    assert alibi_slopes(4).tolist() == pytest.approx([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])
+    assert alibi_slopes(6).tolist() == pytest.approx([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3])
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -34,7 +34,7 @@ def explicit(q, k, table, npos, causal):
                 for j in range(k.shape[2]):
                     if causal and j > i:
                         continue
-                    p = min(sum(g[min(i, j): max(i, j) + 1]), npos - 1)
+                    p = min(sum(g[min(i, j) : max(i, j) + 1]), npos - 1)
                     e = table[npos:] if j > i else table[:npos]  # keys after the query: the second table
                     lo, hi, w = math.floor(p), math.ceil(p), p - math.floor(p)
                     out[b, h, i, j] = w * float(q[b, h, i] @ e[hi]) + (1 - w) * float(q[b, h, i] @ e[lo])
@@ -49,14 +49,18 @@ def test_counted_positions_are_sums_of_gates_between_key_and_query(causal):
         for j in range(7):
             if causal and j > i:
                 continue
-            assert_close(got[:, i, j], g[:, i, min(i, j): max(i, j) + 1].sum(-1), rtol=1e-14, atol=1e-14)
+            assert_close(got[:, i, j], g[:, i, min(i, j) : max(i, j) + 1].sum(-1), rtol=1e-14, atol=1e-14)
 
 
 def test_interpolation_between_integer_positions():
     q_e = torch.tensor([[[0.0, 10.0, 20.0, 35.0]]], dtype=F64)  # q·e[n] for n = 0 … 3
     pos = torch.tensor([[[0.0, 0.25, 1.5, 3.0, 2.9]]], dtype=F64)
-    assert_close(cope_interpolate(q_e.expand(1, 1, 4), pos), torch.tensor([[[0.0, 2.5, 15.0, 35.0, 33.5]]],
-                                                                              dtype=F64), rtol=0, atol=1e-13)
+    assert_close(
+        cope_interpolate(q_e.expand(1, 1, 4), pos),
+        torch.tensor([[[0.0, 2.5, 15.0, 35.0, 33.5]]], dtype=F64),
+        rtol=0,
+        atol=1e-13,
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -35,8 +35,10 @@ def explicit(x, weight, bias, causal: bool, scale: float = 1.0):
     out = torch.zeros(x.shape[0], H, T, T, dtype=F64)
     for b in range(x.shape[0]):
         for h in range(H):
+
             def log_f(row, t, b=b):
                 return scale * log_sigmoid(float(weight[row] @ x[b, t] + bias[row]))
+
             for i in range(T):
                 for j in range(T):
                     if j <= i:
@@ -55,7 +57,7 @@ def test_forget_bias_sums_the_log_gates_between_key_and_query():
     got = forget_bias(log_f)
     for i in range(T):
         for j in range(i + 1):
-            assert_close(got[..., i, j], log_f[..., j + 1: i + 1].sum(-1), rtol=0, atol=1e-14)
+            assert_close(got[..., i, j], log_f[..., j + 1 : i + 1].sum(-1), rtol=0, atol=1e-14)
     assert (got.diagonal(dim1=-2, dim2=-1) == 0).all() and (got.tril() <= 0).all()  # decays, never raises
     log_g = -torch.rand(2, 3, T, dtype=F64)
     both = two_way_forget_bias(log_f, log_g)
@@ -63,7 +65,7 @@ def test_forget_bias_sums_the_log_gates_between_key_and_query():
     assert_close(both[..., ~ahead], got[..., ~ahead], rtol=0, atol=0)
     for i in range(T):
         for j in range(i + 1, T):
-            assert_close(both[..., i, j], log_g[..., i + 1: j + 1].sum(-1), rtol=0, atol=1e-14)
+            assert_close(both[..., i, j], log_g[..., i + 1 : j + 1].sum(-1), rtol=0, atol=1e-14)
 
 
 def test_forget_bias_gradients_are_autograds_of_the_plain_differences():
@@ -72,13 +74,14 @@ def test_forget_bias_gradients_are_autograds_of_the_plain_differences():
     assert torch.autograd.gradcheck(two_way_forget_bias, (log_f, log_g))
     weights = torch.randn(2, 3, T, T, dtype=F64)
     cum = log_f.cumsum(-1)
-    want, = torch.autograd.grad(((cum[..., :, None] - cum[..., None, :]) * weights).sum(), log_f)
-    got, = torch.autograd.grad((forget_bias(log_f) * weights).sum(), log_f)
+    (want,) = torch.autograd.grad(((cum[..., :, None] - cum[..., None, :]) * weights).sum(), log_f)
+    (got,) = torch.autograd.grad((forget_bias(log_f) * weights).sum(), log_f)
     assert_close(got, want, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("cls,causal", [(ForgettingTransformer, True), (DataDependentALiBi, True),
-                                        (DataDependentALiBi, False)])
+@pytest.mark.parametrize(
+    "cls,causal", [(ForgettingTransformer, True), (DataDependentALiBi, True), (DataDependentALiBi, False)]
+)
 def test_bias_of_each_layer_equals_the_explicit_form(cls, causal):
     torch.manual_seed(0)
     s = cls(Shape(C, H, 2, 32, causal), init_std=0.5, bias_init=1.5).double()
@@ -102,8 +105,10 @@ def test_inputs_at_padded_positions_do_not_change_the_bias_between_real_tokens(c
     x = inputs(10)
     x2 = x.clone()
     x2[:, [t for t in range(T) if t not in real.tolist()]] = 9.0
-    a, b = (s.logit_bias(torch.arange(T), 0).for_input(xx).dense(None, None)[..., real[:, None], real[None, :]]
-            for xx in (x, x2))
+    a, b = (
+        s.logit_bias(torch.arange(T), 0).for_input(xx).dense(None, None)[..., real[:, None], real[None, :]]
+        for xx in (x, x2)
+    )
     keep = torch.ones(len(real), len(real), dtype=torch.bool)
     keep = keep.tril() if causal else keep
     assert_close(a[..., keep], b[..., keep], rtol=0, atol=1e-12)  # differences of running sums: round-off only
@@ -166,7 +171,8 @@ def test_the_gates_read_the_attention_input_of_their_layer(norm):
     for layer, block in enumerate(model.blocks):
         block.attn.register_forward_pre_hook(lambda m, args, layer=layer: seen.__setitem__(("x", layer), args[0]))
         block.attn.variant.register_forward_pre_hook(
-            lambda m, args, layer=layer: seen.__setitem__(("bias", layer), args[3].bias))
+            lambda m, args, layer=layer: seen.__setitem__(("bias", layer), args[3].bias)
+        )
     model(torch.randint(0, 11, (B, T)))
     for layer in range(2):
         gate = model.pos.gates[layer]
@@ -185,8 +191,9 @@ def test_softmax_attention_applies_the_bias_as_forgetting_attention():
     from attention.base import AttentionContext
 
     got = Softmax(s.shape, backend="math")(q, k, v, AttentionContext(bias=bias, causal=True))
-    logits = q @ k.transpose(-1, -2) / math.sqrt(D) + explicit(x, s.gates[0].weight.detach(),
-                                                                   s.gates[0].bias.detach(), causal=True)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(D) + explicit(
+        x, s.gates[0].weight.detach(), s.gates[0].bias.detach(), causal=True
+    )
     logits = logits.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     assert_close(got, logits.softmax(-1) @ v, rtol=1e-12, atol=1e-12)
 
@@ -213,15 +220,26 @@ def test_the_optimizer_steps_the_gates_and_a_checkpoint_restores_them(tmp_path):
     def module(seed):
         torch.manual_seed(seed)
         spec = load(["pos=fox", "task=clm"])
-        return LanguageModel(tiny_model(ForgettingTransformer, n_layers=2), spec.optimizer.factory(),
-                             spec.schedule.build(), bytes_per_token=None)
+        return LanguageModel(
+            tiny_model(ForgettingTransformer, n_layers=2),
+            spec.optimizer.factory(),
+            spec.schedule.build(),
+            bytes_per_token=None,
+        )
 
     trained = module(6)
     before = [g.weight.detach().clone() for g in trained.model.pos.gates]
     ids = torch.randint(0, 11, (4, 4, T), generator=torch.Generator().manual_seed(7))
     batches = [{"input_ids": b[:, :-1], "key_padding_mask": None, "labels": b[:, 1:]} for b in ids]
-    trainer = L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_steps=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(trained, torch.utils.data.DataLoader(batches, batch_size=None))
     for gate, start in zip(trained.model.pos.gates, before, strict=True):
         assert not torch.equal(gate.weight, start)

@@ -27,7 +27,7 @@ def scheme(variant: str, causal: bool, per_layer=False, seed=0) -> Kerple:
 def published(variant: str, r1: float, r2: float, i: int, j: int) -> float:
     """The paper's kernels, one (query, key) at a time."""
     d = abs(i - j)
-    return -r1 * math.log(1 + r2 * d) if variant == "log" else -r1 * d ** r2
+    return -r1 * math.log(1 + r2 * d) if variant == "log" else -r1 * d**r2
 
 
 @pytest.mark.parametrize("variant", ["log", "power"])
@@ -51,7 +51,7 @@ def test_bias_is_relative_and_depends_on_the_offset_only(variant):
     dense = bias.dense()[0]  # (H, 30, 30)
     short = s.logit_biases(torch.arange(12), 2)[0].dense()[0]
     for shift in (0, 7, 18):  # any window of the longer input sees the same bias as the short input
-        assert_close(dense[:, shift:shift + 12, shift:shift + 12], short, rtol=0, atol=0)
+        assert_close(dense[:, shift : shift + 12, shift : shift + 12], short, rtol=0, atol=0)
     assert (dense <= 0).all() and (dense.diagonal(dim1=-2, dim2=-1) == 0).all()  # a penalty, 0 at distance 0
 
 

@@ -63,8 +63,11 @@ def test_kept_pairs_turn_as_in_rope_and_the_rest_stay_exactly(layout):
     angles = torch.arange(T, dtype=F64)[:, None] * torch.tensor(theta, dtype=F64)  # (T, k)
     R = rotation_matrices(angles.cos(), angles.sin())  # (T, 2k, 2k), pairs (0, 1), (2, 3), …
     k = len(theta)
-    pairs = [(2 * i, 2 * i + 1) for i in range(D // 2)] if layout == "interleaved" else \
-        [(i, i + D // 2) for i in range(D // 2)]
+    pairs = (
+        [(2 * i, 2 * i + 1) for i in range(D // 2)]
+        if layout == "interleaved"
+        else [(i, i + D // 2) for i in range(D // 2)]
+    )
     turned = [d for i in range(k) for d in pairs[i]]
     still = [d for i in range(k, D // 2) for d in pairs[i]]
     assert_close(out[:, turned], torch.einsum("tmn,tn->tm", R, x[:, turned]), rtol=0, atol=1e-13)
@@ -84,8 +87,10 @@ def test_removed_pairs_pass_the_rotation_bit_for_bit_in_every_dtype():
 def test_scores_depend_only_on_the_offset(layout):
     q, k, _ = qkv(B=1, H=1, T=10, D=D, seed=4)
     scheme = PRope(Shape(D, 1, 1, 10, False), p=0.5, layout=layout)
-    scores = [(lambda r: r.rotate(q) @ r.rotate(k).transpose(-1, -2))(scheme.rotary(torch.arange(10) + s))
-              for s in (0, 3, 5000)]
+    scores = [
+        (lambda r: r.rotate(q) @ r.rotate(k).transpose(-1, -2))(scheme.rotary(torch.arange(10) + s))
+        for s in (0, 3, 5000)
+    ]
     for other in scores[1:]:
         assert_close(other, scores[0], rtol=1e-11, atol=1e-11)
 
@@ -99,8 +104,7 @@ def test_is_not_partial_rotary():
     assert turning == list(range(8)) and partial_rotary.cos.shape == (8, 8)
     slowest = torch.tensor([10000.0 ** (-14 / 64), 10000.0 ** (-14 / 16)], dtype=F64)  # p-RoPE, partial
     assert_close(torch.atan2(p_rope.sin[1, 7], p_rope.cos[1, 7]).to(F64), slowest[0], rtol=1e-7, atol=0)
-    assert_close(torch.atan2(partial_rotary.sin[1, 7], partial_rotary.cos[1, 7]).to(F64), slowest[1],
-                 rtol=1e-6, atol=0)
+    assert_close(torch.atan2(partial_rotary.sin[1, 7], partial_rotary.cos[1, 7]).to(F64), slowest[1], rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("p", [0.25, 0.5, 0.8, 1.0])
@@ -110,8 +114,12 @@ def test_matches_hugging_face_proportional_rope(p):
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
     T = 40
-    config = LlamaConfig(hidden_size=2 * D, num_attention_heads=2, head_dim=D, rope_parameters={
-        "rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": p})
+    config = LlamaConfig(
+        hidden_size=2 * D,
+        num_attention_heads=2,
+        head_dim=D,
+        rope_parameters={"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": p},
+    )
     hf_theta, _ = ROPE_INIT_FUNCTIONS["proportional"](config, "cpu")  # float32
     ours = p_rope_inv_freq(D, p, 10000.0)
     assert torch.equal(hf_theta == 0, ours == 0)  # the same pairs are left unrotated

@@ -40,8 +40,9 @@ def explicit_scores(q, k, q_pos, k_pos, delta, base=10000.0):
     out = torch.zeros(B, nh, tq, k.shape[-2], dtype=F64)
     for a, t in enumerate(q_pos.tolist()):
         for b, s in enumerate(k_pos.tolist()):  # one (t, s) pair at a time, the sum over c written out
-            out[:, :, a, b] = (F.softplus(q[:, :, a]) * F.softplus(k[:, :, b])
-                               * torch.cos((s - t) * theta + delta)).sum(-1)  # (B, H)
+            out[:, :, a, b] = (
+                F.softplus(q[:, :, a]) * F.softplus(k[:, :, b]) * torch.cos((s - t) * theta + delta)
+            ).sum(-1)  # (B, H)
     return out
 
 

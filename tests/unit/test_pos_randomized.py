@@ -64,8 +64,14 @@ class Probe(PositionalScheme):
 
 
 def _probe_model(**sampling) -> Transformer:
-    return Transformer(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_ff=16), 10, 12, True,
-                       pos=randomized(Probe, randomize=True, max_position=100, **sampling), attn=partial(Softmax))
+    return Transformer(
+        ModelConfig(n_layers=2, d_model=16, n_heads=2, d_ff=16),
+        10,
+        12,
+        True,
+        pos=randomized(Probe, randomize=True, max_position=100, **sampling),
+        attn=partial(Softmax),
+    )
 
 
 def test_the_model_draws_once_per_training_forward():
@@ -169,19 +175,23 @@ def test_a_randomized_relative_bias_is_refused_where_only_toeplitz_biases_are_ap
         assert "pos.randomize=true" in variant.refusal(t5)
     cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=16)
     with pytest.raises(IncompatiblePairing, match="attn=local cannot apply a positional logit bias .pos=t5."):
-        Transformer(cfg, 10, 12, True, pos=randomized(T5Bias, randomize=True, max_position=64),
-                    attn=partial(Local, window=4))
+        Transformer(
+            cfg, 10, 12, True, pos=randomized(T5Bias, randomize=True, max_position=64), attn=partial(Local, window=4)
+        )
     Transformer(cfg, 10, 12, True, pos=randomized(T5Bias, randomize=True, max_position=64), attn=partial(Softmax))
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(randomize=True), "needs max_position ≥ the training length 12"),
-    (dict(randomize=True, max_position=8), "needs max_position ≥ the training length 12"),
-    (dict(max_position=64), "^max_position=64 only applies with randomize=true"),
-    (dict(randomize="yes", max_position=64), "^randomize='yes': use true or false"),
-    (dict(eval_positions="ordered"), "^eval_positions=ordered only applies with randomize=true"),
-    (dict(randomize=True, max_position=64, eval_positions="random"), "^eval_positions='random': use sampled or"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(randomize=True), "needs max_position ≥ the training length 12"),
+        (dict(randomize=True, max_position=8), "needs max_position ≥ the training length 12"),
+        (dict(max_position=64), "^max_position=64 only applies with randomize=true"),
+        (dict(randomize="yes", max_position=64), "^randomize='yes': use true or false"),
+        (dict(eval_positions="ordered"), "^eval_positions=ordered only applies with randomize=true"),
+        (dict(randomize=True, max_position=64, eval_positions="random"), "^eval_positions='random': use sampled or"),
+    ],
+)
 def test_bad_sampling_options_are_refused_in_one_line(kw, match):
     with pytest.raises(ConfigError, match=match) as e:
         randomized(ALiBi, **kw)(SHAPE)
@@ -198,8 +208,6 @@ def test_schemes_without_positions_refuse_randomize(name):
         pos(SHAPE)
 
 
-
-
 def test_randomized_positions_are_a_wrapper_no_scheme_repeats():
     """No scheme's signature or YAML names pos.randomize & co: the wrapper (positional/randomized.py) takes them
     for any scheme, Probe above included, and conf/config.yaml gives every pos node them once."""
@@ -214,7 +222,8 @@ def test_randomized_positions_are_a_wrapper_no_scheme_repeats():
         assert not set(KEYS) & set(inspect.signature(cls.__init__).parameters), name
         assert not set(KEYS) & set(OmegaConf.load(CONF / "pos" / f"{name}.yaml")), name
     assert {k: v for k, v in OmegaConf.load(CONF / "config.yaml").pos.items()} == dict.fromkeys(KEYS, None) | {
-        "randomize": False}
+        "randomize": False
+    }
 
 
 def test_the_catalogue_says_any_pos_takes_randomized_positions_and_which_refuse():

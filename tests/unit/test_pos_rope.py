@@ -20,7 +20,7 @@ def rotate_at(rope: Rope, x: torch.Tensor, positions) -> torch.Tensor:
 
 def test_inv_freq_is_base_to_the_minus_2i_over_d():
     theta = rope_inv_freq(8, 10000.0, F64)
-    torch.testing.assert_close(theta, torch.tensor([1.0, 10.0 ** -1, 10.0 ** -2, 10.0 ** -3], dtype=F64))
+    torch.testing.assert_close(theta, torch.tensor([1.0, 10.0**-1, 10.0**-2, 10.0**-3], dtype=F64))
 
 
 def test_interleaved_equals_complex_multiplication():
@@ -57,8 +57,9 @@ def test_half_layout_is_interleaved_up_to_a_dim_permutation():
     x = torch.randn(4, 6, 16, dtype=F64, generator=g)
     cos, sin = (f(rope_angles(torch.arange(6), rope_inv_freq(16, 10000.0, F64))) for f in (torch.cos, torch.sin))
     perm = torch.arange(16).view(2, 8).T.flatten()  # half-layout dim order -> interleaved pairs
-    torch.testing.assert_close(apply_rope_half(x, cos, sin)[..., perm], apply_rope(x[..., perm], cos, sin),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        apply_rope_half(x, cos, sin)[..., perm], apply_rope(x[..., perm], cos, sin), rtol=0, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -112,8 +113,12 @@ def test_complex_form_equals_real_form_on_any_layout_and_dtype():
     ref = torch.autograd.grad((real_form(qkv[..., 1:9]) * w).sum(), qkv)[0]
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-15)
     half = qkv.detach()[..., :8].to(torch.bfloat16)
-    torch.testing.assert_close(apply_rope(half, cos.to(half.dtype), sin.to(half.dtype)),
-                               real_form(half.double()).to(torch.bfloat16), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(
+        apply_rope(half, cos.to(half.dtype), sin.to(half.dtype)),
+        real_form(half.double()).to(torch.bfloat16),
+        rtol=2e-2,
+        atol=2e-2,
+    )
 
 
 def test_cos_sin_are_built_once_per_length_and_rebuilt_when_positions_or_theta_change():
@@ -128,8 +133,9 @@ def test_cos_sin_are_built_once_per_length_and_rebuilt_when_positions_or_theta_c
     shifted = rope.rotary(torch.arange(1, 10))
     torch.testing.assert_close(shifted.cos, torch.cos(rope_angles(torch.arange(1, 10), rope.inv_freq)))
     rope.inv_freq.mul_(0.5)  # θ changed in place (e.g. a loaded state): angles follow
-    torch.testing.assert_close(rope.rotary(rope.positions(9)).sin,
-                               torch.sin(rope_angles(torch.arange(9), rope.inv_freq)), rtol=0, atol=0)
+    torch.testing.assert_close(
+        rope.rotary(rope.positions(9)).sin, torch.sin(rope_angles(torch.arange(9), rope.inv_freq)), rtol=0, atol=0
+    )
     assert rope.positions(12).numel() == 12 and torch.equal(rope.positions(12), torch.arange(12))
 
 

@@ -120,8 +120,9 @@ def test_with_both_off_rope_is_bit_identical():
     x = torch.randn(2, 2, 40, D)
     angles = rope_angles(torch.arange(40), rope_inv_freq(D, 10000.0, F64))
     want = apply_rope(x, angles.cos().float(), angles.sin().float())
-    assert torch.equal(Rope(Shape(2 * D, 2, 2, L, False), resonance=False, hope=False).rotary(torch.arange(40))
-                       .rotate(x), want)
+    assert torch.equal(
+        Rope(Shape(2 * D, 2, 2, L, False), resonance=False, hope=False).rotary(torch.arange(40)).rotate(x), want
+    )
     cfg = ModelConfig(n_layers=2, d_model=2 * D, n_heads=2, d_ff=32, dropout=0.0)
     ids = torch.randint(0, 20, (2, 24))
     outs = []
@@ -137,12 +138,15 @@ def test_options_compose_from_the_config():
     assert compose(["pos=rope"]).pos.resonance is False and compose(["pos=rope"]).pos.hope is False
 
 
-@pytest.mark.parametrize("build,message", [
-    (partial(Rope, resonance="yes"), "resonance='yes': use true or false"),
-    (partial(Rope, hope=1), "hope=1: use true or false"),
-    (partial(RopeTrainable, hope=True), "hope=true fixes θ (pos=rope's option), but pos=rope_trainable learns θ"),
-    (partial(RopeTrainable, resonance=True), "resonance=true fixes θ"),
-])
+@pytest.mark.parametrize(
+    "build,message",
+    [
+        (partial(Rope, resonance="yes"), "resonance='yes': use true or false"),
+        (partial(Rope, hope=1), "hope=1: use true or false"),
+        (partial(RopeTrainable, hope=True), "hope=true fixes θ (pos=rope's option), but pos=rope_trainable learns θ"),
+        (partial(RopeTrainable, resonance=True), "resonance=true fixes θ"),
+    ],
+)
 def test_bad_options_are_refused_in_one_line(build, message):
     with pytest.raises(ConfigError) as e:
         build(Shape(2 * D, 2, 1, L, False))

@@ -31,8 +31,12 @@ def expected(positions, theta, scale=1.0):
 
 def test_ntk_is_a_base_change():
     for s in (2.0, 8.0):
-        torch.testing.assert_close(ntk_inv_freq(rope_inv_freq(D, BASE, F64), s),
-                                   rope_inv_freq(D, BASE * s ** (D / (D - 2)), F64), rtol=1e-14, atol=0)
+        torch.testing.assert_close(
+            ntk_inv_freq(rope_inv_freq(D, BASE, F64), s),
+            rope_inv_freq(D, BASE * s ** (D / (D - 2)), F64),
+            rtol=1e-14,
+            atol=0,
+        )
 
 
 def test_linear_is_position_interpolation():
@@ -91,7 +95,7 @@ def test_yarn_temperature_scales_pass_through_dims_too():
     rope = scheme(scaling="yarn", factor=4.0, fraction=0.5)
     x = torch.randn(3, 5, D, dtype=F64)
     out = rope.rotary(torch.arange(5)).rotate(x)
-    torch.testing.assert_close(out[..., D // 2:], x[..., D // 2:] * (0.1 * math.log(4.0) + 1))
+    torch.testing.assert_close(out[..., D // 2 :], x[..., D // 2 :] * (0.1 * math.log(4.0) + 1))
     torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1) * (0.1 * math.log(4.0) + 1))
 
 
@@ -111,20 +115,30 @@ def test_training_always_uses_plain_angles(scaling):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kw", [dict(scaling="longrope"), dict(scaling="linear", factor=0.5),
-                                dict(factor=2.0), dict(scaling="dynamic_ntk", factor=2.0),
-                                dict(scaling="ntk", factor=2.0, beta=16.0),
-                                dict(scaling="yarn", factor=2.0, alpha=4.0, beta=2.0)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(scaling="longrope"),
+        dict(scaling="linear", factor=0.5),
+        dict(factor=2.0),
+        dict(scaling="dynamic_ntk", factor=2.0),
+        dict(scaling="ntk", factor=2.0, beta=16.0),
+        dict(scaling="yarn", factor=2.0, alpha=4.0, beta=2.0),
+    ],
+)
 def test_bad_scaling_options_are_refused_in_one_line(kw):
     with pytest.raises(ConfigError) as e:
         scheme(**kw)
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("head_dim, length, kept, interpolated, ramped", [
-    (32, 64, 0, 11, 5),     # conf/experiment/rope_scaling/scale/toy.yaml: a 32-dim head trained at 64 tokens
-    (128, 4096, 21, 18, 25),  # LLaMA 2: 128-dim heads trained at 4096
-])
+@pytest.mark.parametrize(
+    "head_dim, length, kept, interpolated, ramped",
+    [
+        (32, 64, 0, 11, 5),  # conf/experiment/rope_scaling/scale/toy.yaml: a 32-dim head trained at 64 tokens
+        (128, 4096, 21, 18, 25),  # LLaMA 2: 128-dim heads trained at 4096
+    ],
+)
 def test_yarn_ramp_at_toy_and_llama_scale(head_dim, length, kept, interpolated, ramped):
     """The counts the rope_scaling toy report quotes: pairs whose angle YaRN keeps (≥ β = 32 turns in the
     training window), interpolates exactly as PI (< α = 1 turn) and ramps between (s = 4)."""

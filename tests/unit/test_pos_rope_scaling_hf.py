@@ -65,8 +65,9 @@ def test_llama3_is_metas_three_bands():
     s, low, high = 8.0, 1.0, 4.0
     theta = rope_inv_freq(D, BASE, F64)
     wavelen = 2 * math.pi / theta
-    assert (wavelen < L / high).any() and (wavelen > L / low).any() and \
-        ((wavelen > L / high) & (wavelen < L / low)).any()
+    assert (
+        (wavelen < L / high).any() and (wavelen > L / low).any() and ((wavelen > L / high) & (wavelen < L / low)).any()
+    )
     want = torch.tensor(llama3_reference(theta.tolist(), s, low, high), dtype=F64)
     torch.testing.assert_close(llama3_inv_freq(theta, s, L, low, high), want, rtol=1e-14, atol=0)
     positions = torch.arange(4 * L)
@@ -122,21 +123,24 @@ def test_longrope_switches_factors_past_the_training_length():
 SHORT = [1.0] * (D // 4)  # fraction 0.5: R/2 = D/4 frequencies
 
 
-@pytest.mark.parametrize("kw, pass_through", [
-    (dict(scaling="yarn", factor=4.0), 0.1 * math.log(4.0) + 1),  # the paper: all of q·k divided by t
-    (dict(scaling="yarn", yarn_variant="hf", factor=4.0), 1.0),  # HF scales cos and sin only
-    (dict(scaling="yarn", yarn_variant="hf", factor=4.0, mscale=1.0, mscale_all_dim=0.5), 1.0),
-    (dict(scaling="longrope", factor=4.0, short_factor=SHORT, long_factor=SHORT), 1.0),
-])
+@pytest.mark.parametrize(
+    "kw, pass_through",
+    [
+        (dict(scaling="yarn", factor=4.0), 0.1 * math.log(4.0) + 1),  # the paper: all of q·k divided by t
+        (dict(scaling="yarn", yarn_variant="hf", factor=4.0), 1.0),  # HF scales cos and sin only
+        (dict(scaling="yarn", yarn_variant="hf", factor=4.0, mscale=1.0, mscale_all_dim=0.5), 1.0),
+        (dict(scaling="longrope", factor=4.0, short_factor=SHORT, long_factor=SHORT), 1.0),
+    ],
+)
 def test_pass_through_dims_follow_the_variants_convention(kw, pass_through):
     rope = scheme(fraction=0.5, **kw)
     x = torch.randn(3, 5, D, dtype=F64, generator=torch.Generator().manual_seed(0))
     rot = rope.rotary(torch.arange(5))
     out = rot.rotate(x)
-    torch.testing.assert_close(out[..., D // 2:], x[..., D // 2:] * pass_through, rtol=1e-15, atol=0)
+    torch.testing.assert_close(out[..., D // 2 :], x[..., D // 2 :] * pass_through, rtol=1e-15, atol=0)
     scale = rot.cos[0, 0].item()  # position 0: cos = attention scale
     assert scale > 1
-    torch.testing.assert_close(out[..., :D // 2].norm(dim=-1), x[..., :D // 2].norm(dim=-1) * scale)
+    torch.testing.assert_close(out[..., : D // 2].norm(dim=-1), x[..., : D // 2].norm(dim=-1) * scale)
 
 
 def test_a_swapped_scaling_is_all_the_rope_module_reads():
@@ -144,8 +148,12 @@ def test_a_swapped_scaling_is_all_the_rope_module_reads():
     positions = torch.arange(3 * L)
     trained = scheme(scaling="yarn", factor=4.0)
     geometry = trained.scaling  # carries original_max_len, base and rotated; options left at their defaults
-    swaps = [dict(scaling="llama3", factor=4.0), dict(scaling="yarn", yarn_variant="hf", factor=2.0),
-             dict(scaling="dynamic_ntk", yarn_variant="hf", factor=2.0), dict(scaling="none")]
+    swaps = [
+        dict(scaling="llama3", factor=4.0),
+        dict(scaling="yarn", yarn_variant="hf", factor=2.0),
+        dict(scaling="dynamic_ntk", yarn_variant="hf", factor=2.0),
+        dict(scaling="none"),
+    ]
     for options in swaps:
         method, rest = options["scaling"], {k: v for k, v in options.items() if k != "scaling"}
         trained.scaling = dataclasses.replace(geometry, method=method, **{"factor": 1.0, **rest})
@@ -153,8 +161,9 @@ def test_a_swapped_scaling_is_all_the_rope_module_reads():
             assert torch.equal(g, w)
 
 
-@pytest.mark.parametrize("kw", [dict(scaling="llama3", factor=4.0),
-                                dict(scaling="yarn", yarn_variant="hf", factor=4.0)])
+@pytest.mark.parametrize(
+    "kw", [dict(scaling="llama3", factor=4.0), dict(scaling="yarn", yarn_variant="hf", factor=4.0)]
+)
 def test_hf_forms_scale_a_learned_theta(kw):
     rope = RopeTrainable(Shape(2 * D, 2, 2, L, causal=False), **rope_args(**kw)).double().eval()
     with torch.no_grad():
@@ -169,25 +178,28 @@ def test_hf_forms_scale_a_learned_theta(kw):
 LISTS = dict(short_factor=[1.0] * (D // 2), long_factor=[2.0] * (D // 2))
 
 
-@pytest.mark.parametrize("kw", [
-    dict(scaling="llama3", factor=4.0, low_freq_factor=4.0, high_freq_factor=1.0),  # low ≥ high
-    dict(scaling="llama3", factor=4.0, low_freq_factor=0.0),
-    dict(scaling="longrope", factor=4.0, short_factor=[1.0] * 3, long_factor=[1.0] * 3),  # R/2 = 16 needed
-    dict(scaling="longrope", factor=4.0, short_factor=[1.0] * (D // 2)),  # no long_factor
-    dict(scaling="longrope", factor=4.0, short_factor=[1.0] * (D // 2), long_factor=[1.0] * (D // 2 - 1) + [0.0]),
-    dict(scaling="longrope", factor=4.0, short_factor=["x"] * (D // 2), long_factor=[1.0] * (D // 2)),
-    dict(scaling="yarn", factor=2.0, yarn_variant="transformers"),
-    dict(scaling="linear", factor=2.0, yarn_variant="hf"),  # the variant belongs to yarn and dynamic_ntk
-    dict(scaling="ntk", factor=2.0, low_freq_factor=2.0),  # llama3's option
-    dict(scaling="llama3", factor=2.0, **LISTS),  # longrope's options
-    dict(scaling="yarn", factor=2.0, truncate=False),  # HF's fields need yarn_variant=hf
-    dict(scaling="yarn", factor=2.0, attention_factor=1.2),
-    dict(scaling="yarn", yarn_variant="hf", factor=2.0, mscale=1.0),  # mscale without mscale_all_dim
-    dict(scaling="yarn", yarn_variant="hf", factor=2.0, mscale=1.0, mscale_all_dim=1.0, attention_factor=1.0),
-    dict(scaling="yarn", yarn_variant="hf", factor=2.0, alpha=0.0),  # HF would read beta_slow=0 as 1
-    dict(scaling="longrope", factor=2.0, attention_factor=0.0, **LISTS),
-    dict(scaling="dynamic_ntk", yarn_variant="hf", factor=0.5),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(scaling="llama3", factor=4.0, low_freq_factor=4.0, high_freq_factor=1.0),  # low ≥ high
+        dict(scaling="llama3", factor=4.0, low_freq_factor=0.0),
+        dict(scaling="longrope", factor=4.0, short_factor=[1.0] * 3, long_factor=[1.0] * 3),  # R/2 = 16 needed
+        dict(scaling="longrope", factor=4.0, short_factor=[1.0] * (D // 2)),  # no long_factor
+        dict(scaling="longrope", factor=4.0, short_factor=[1.0] * (D // 2), long_factor=[1.0] * (D // 2 - 1) + [0.0]),
+        dict(scaling="longrope", factor=4.0, short_factor=["x"] * (D // 2), long_factor=[1.0] * (D // 2)),
+        dict(scaling="yarn", factor=2.0, yarn_variant="transformers"),
+        dict(scaling="linear", factor=2.0, yarn_variant="hf"),  # the variant belongs to yarn and dynamic_ntk
+        dict(scaling="ntk", factor=2.0, low_freq_factor=2.0),  # llama3's option
+        dict(scaling="llama3", factor=2.0, **LISTS),  # longrope's options
+        dict(scaling="yarn", factor=2.0, truncate=False),  # HF's fields need yarn_variant=hf
+        dict(scaling="yarn", factor=2.0, attention_factor=1.2),
+        dict(scaling="yarn", yarn_variant="hf", factor=2.0, mscale=1.0),  # mscale without mscale_all_dim
+        dict(scaling="yarn", yarn_variant="hf", factor=2.0, mscale=1.0, mscale_all_dim=1.0, attention_factor=1.0),
+        dict(scaling="yarn", yarn_variant="hf", factor=2.0, alpha=0.0),  # HF would read beta_slow=0 as 1
+        dict(scaling="longrope", factor=2.0, attention_factor=0.0, **LISTS),
+        dict(scaling="dynamic_ntk", yarn_variant="hf", factor=0.5),
+    ],
+)
 def test_bad_hf_options_are_refused_in_one_line(kw):
     with pytest.raises(ConfigError) as e:
         scheme(**kw)
@@ -226,9 +238,16 @@ def test_each_scaling_file_holds_its_methods_options_and_builds_it(method):
 
 def test_lists_compose_from_the_command_line():
     short = ",".join(["1.5"] * (D // 2))
-    spec = load(["pos=rope_trainable", "pos/scaling=longrope", "pos.scaling.factor=2",
-                 f"pos.scaling.short_factor=[{short}]", f"pos.scaling.long_factor=[{short}]",
-                 "pos.scaling.attention_factor=1.1"])
+    spec = load(
+        [
+            "pos=rope_trainable",
+            "pos/scaling=longrope",
+            "pos.scaling.factor=2",
+            f"pos.scaling.short_factor=[{short}]",
+            f"pos.scaling.long_factor=[{short}]",
+            "pos.scaling.attention_factor=1.1",
+        ]
+    )
     rope = spec.pos.factory()(Shape(2 * D, 2, 2, spec.data.seq_len, causal=False))
     assert rope.scaling.short_factor == (1.5,) * (D // 2) and rope.scaling.base == spec.pos.option.kwargs["base"]
     assert rope.scaling.rotated == D and rope.scaling.attention_factor == 1.1

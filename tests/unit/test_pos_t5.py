@@ -36,6 +36,7 @@ def test_buckets_match_the_published_rule(bidirectional, num_buckets, max_distan
 def test_known_values_of_the_default_rule():
     def b(rel, bidi):
         return relative_position_bucket(torch.tensor([rel]), bidi).item()
+
     # bidirectional: 16 buckets a direction, 8 exact; the future (key after query) is offset by 16
     distances = (0, 1, 7, 8, 11, 16, 32, 64, 127, 128, 1000)
     assert [b(-d, True) for d in distances] == [0, 1, 7, 8, 8, 10, 12, 14, 15, 15, 15]

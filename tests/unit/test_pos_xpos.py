@@ -86,7 +86,7 @@ def x_transformers_xpos(q, k, exact: bool):
         theirs.inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=F64) / D))
         theirs.scale = (torch.arange(0, D, 2, dtype=F64) + 0.4 * D) / (1.4 * D)
     freqs, scale = theirs.forward_from_seq_len(q.shape[-2])  # (1, T, D) each
-    return apply_rotary_pos_emb(q, freqs, scale), apply_rotary_pos_emb(k, freqs, scale ** -1.0)
+    return apply_rotary_pos_emb(q, freqs, scale), apply_rotary_pos_emb(k, freqs, scale**-1.0)
 
 
 @pytest.mark.parametrize("T", [33, 64])  # odd and even: both centre at ⌊T/2⌋
@@ -114,8 +114,9 @@ def test_at_width_is_xpos_at_that_width():
     torch.testing.assert_close(rot.at_width(8).rotate_k(x), narrow.rotate_k(x), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("variant", [Softmax(Shape(2 * D, 2, 1, 40, True), backend="math"),
-                                     Local(Shape(2 * D, 2, 1, 40, True), window=40)])
+@pytest.mark.parametrize(
+    "variant", [Softmax(Shape(2 * D, 2, 1, 40, True), backend="math"), Local(Shape(2 * D, 2, 1, 40, True), window=40)]
+)
 def test_attention_variants_scale_queries_and_keys_apart(variant):
     from attention.base import AttentionContext
 

@@ -26,25 +26,39 @@ SCALINGS = {  # rope_parameters beyond rope_type and rope_theta; max_position_em
     "linear": ({"factor": 4.0}, L),
     "dynamic": ({"factor": 2.0}, L),
     "yarn": ({"factor": 4.0, "original_max_position_embeddings": L}, 4 * L),
-    "llama3": ({"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": L}, 4 * L),
+    "llama3": (
+        {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": L},
+        4 * L,
+    ),
     "longrope": ({"factor": 4.0, "original_max_position_embeddings": L}, 4 * L),
 }
 
 
 def tiny(family: str, rope_type: str = "default", seed: int = 0, **extra):
     params, max_pos = SCALINGS[rope_type]
-    params = {"rope_type": rope_type, "rope_theta": 10000.0, **params,
-              **(_longrope(family) if rope_type == "longrope" else {}), **extra}
-    common = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
-                  max_position_embeddings=max_pos)
+    params = {
+        "rope_type": rope_type,
+        "rope_theta": 10000.0,
+        **params,
+        **(_longrope(family) if rope_type == "longrope" else {}),
+        **extra,
+    }
+    common = dict(
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=max_pos,
+    )
     if family == "gpt_neox":
         params["partial_rotary_factor"] = 0.25
         config = transformers.GPTNeoXConfig(**common, rope_parameters=params)
         cls = transformers.GPTNeoXForCausalLM
     else:
         config = (transformers.LlamaConfig if family == "llama" else transformers.Qwen2Config)(
-            **common, num_key_value_heads=2, rope_parameters=params)
+            **common, num_key_value_heads=2, rope_parameters=params
+        )
         cls = transformers.LlamaForCausalLM if family == "llama" else transformers.Qwen2ForCausalLM
     torch.manual_seed(seed)
     return cls(config).eval()
@@ -67,8 +81,9 @@ def test_posbench_rotary_on_the_same_weights_gives_transformers_logits(family, r
         torch.testing.assert_close(logits(ours, length), logits(tiny(family, rope_type), length), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("method,rope_type,factor", [("linear", "linear", 4.0), ("yarn", "yarn", 4.0),
-                                                     ("dynamic_ntk", "dynamic", 2.0)])
+@pytest.mark.parametrize(
+    "method,rope_type,factor", [("linear", "linear", 4.0), ("yarn", "yarn", 4.0), ("dynamic_ntk", "dynamic", 2.0)]
+)
 def test_the_papers_protocol_each_scaling_on_one_pretrained_model(method, rope_type, factor):
     """A model trained at L extended by posbench's scaling equals transformers' model configured with it."""
     base = tiny("llama")
@@ -91,8 +106,10 @@ def test_a_model_without_rope_and_per_layer_type_parameters_are_refused():
     with pytest.raises(ConfigError, match="has no rotary_emb module"):
         apply_scaling(gpt2, scaling_of(tiny("llama").config))
     config = tiny("llama").config
-    config.rope_parameters = {"full_attention": {"rope_type": "default", "rope_theta": 1e4},
-                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e6}}
+    config.rope_parameters = {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e6},
+    }
     with pytest.raises(ConfigError, match="rope_parameters per layer type"):
         rope_parameters(config)
 

@@ -66,8 +66,9 @@ def test_lightning_info_is_quiet_only_off_a_terminal(lightning_levels):
 
 
 def test_progress_settings_are_checked(store):
-    assert validate([*TINY, "progress.mode=lines", "trainer.enable_progress_bar=true"]).progress == \
-        ProgressSettings("lines", 50)
+    assert validate([*TINY, "progress.mode=lines", "trainer.enable_progress_bar=true"]).progress == ProgressSettings(
+        "lines", 50
+    )
     assert validate(TINY).progress.mode == "auto"  # auto with no bar: the tests' setting, allowed
     with pytest.raises(ConfigError, match="progress.mode=bar asks for progress but trainer.enable_progress_bar=false"):
         validate([*TINY, "progress.mode=bar"])

@@ -15,8 +15,14 @@ from harness.config.rehearsal import OVERCOUNT, Largest, Phase, _forward, _step,
 from harness.errors import ConfigError
 
 T, B, VOCAB = 64, 4, 258
-SMALL = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.d_ff=128", "model.dropout=0.0",
-         f"data.seq_len={T}"]
+SMALL = [
+    "model.n_layers=2",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=128",
+    "model.dropout=0.0",
+    f"data.seq_len={T}",
+]
 ALLOWED = [(c.pos, c.attn) for c in compatibility() if c.allowed]
 
 
@@ -76,13 +82,19 @@ def test_an_evaluation_forward_holds_no_activations_for_backward():
     assert _forward(model, B, T).peak < _step(model, B, T).peak
 
 
-@pytest.mark.parametrize("shape, keys, named", [
-    ((8, 2, 32, 32, 100_000_000), {"data.batch_size": 8, "model.n_heads": 2, "pos.mlp_width": 100_000_000},
-     "pos.mlp_width"),
-    ((8, 2, 32, 200_000_001), {"model.d_model": 32, "pos.npos": 100_000_000}, "pos.npos"),  # 2·npos + 1 rows
-    ((100_000_000, 32, 258), {"data.batch_size": 100_000_000, "data.seq_len": 32}, "data.batch_size"),
-    ((7, 3), {"model.d_model": 32}, None),
-])
+@pytest.mark.parametrize(
+    "shape, keys, named",
+    [
+        (
+            (8, 2, 32, 32, 100_000_000),
+            {"data.batch_size": 8, "model.n_heads": 2, "pos.mlp_width": 100_000_000},
+            "pos.mlp_width",
+        ),
+        ((8, 2, 32, 200_000_001), {"model.d_model": 32, "pos.npos": 100_000_000}, "pos.npos"),  # 2·npos + 1 rows
+        ((100_000_000, 32, 258), {"data.batch_size": 100_000_000, "data.seq_len": 32}, "data.batch_size"),
+        ((7, 3), {"model.d_model": 32}, None),
+    ],
+)
 def test_the_key_named_is_the_one_that_sets_the_largest_dimension(shape, keys, named):
     phase = Phase("a training step", 1, Largest(1, shape, "pos.mlps.0"), "lower sizes", keys)
     assert culprit(phase) == named
@@ -145,10 +157,15 @@ def test_matrix_products_are_counted_and_a_phase_that_computes_for_hours_is_refu
     phase = Phase("scoring eval.lengths entry 64", 1, None, "drop 64 from eval.lengths or shorten it", {}, 2 * limit)
     for rate in (1e9, 35e9):  # a loaded machine, an idle one: the same refusal
         monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda rate=rate: rate)
-        with pytest.raises(ConfigError, match=r"computes 7\.2e\+14 FLOP, more than 1 h even at 100 GFLOP/s \(≈ "
-                                              r"[\d,.]+ h on this CPU now\); drop 64 from"):
+        with pytest.raises(
+            ConfigError,
+            match=r"computes 7\.2e\+14 FLOP, more than 1 h even at 100 GFLOP/s \(≈ "
+            r"[\d,.]+ h on this CPU now\); drop 64 from",
+        ):
             rehearsal.check_phases([phase], on_gpu=False)
     rehearsal.check_phases([phase], on_gpu=True)  # a GPU run is not timed by a CPU's rate
     monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: pytest.fail("an accepted phase reads no clock"))
-    rehearsal.check_phases([Phase("a training step", 1, None, "", {}, short),
-                            Phase("one length", 1, None, "", {}, 0.99 * limit)], on_gpu=False)
+    rehearsal.check_phases(
+        [Phase("a training step", 1, None, "", {}, short), Phase("one length", 1, None, "", {}, 0.99 * limit)],
+        on_gpu=False,
+    )

@@ -10,8 +10,18 @@ from results.cells import Cell, build_report, default_target, mean_std, steps_to
 
 
 def make_cell(pos, seed, val, status="finished", attn="softmax", job=0, **kw):
-    return Cell(run_id=f"{pos}-{seed}", name=f"pos={pos} attn={attn} seed={seed}", label=f"pos={pos} seed={seed}",
-                pos=pos, attn=attn, seed=str(seed), status=status, val=val, job=job, **kw)
+    return Cell(
+        run_id=f"{pos}-{seed}",
+        name=f"pos={pos} attn={attn} seed={seed}",
+        label=f"pos={pos} seed={seed}",
+        pos=pos,
+        attn=attn,
+        seed=str(seed),
+        status=status,
+        val=val,
+        job=job,
+        **kw,
+    )
 
 
 CELLS = [
@@ -59,13 +69,25 @@ def write_synthetic_store(uri: str) -> str:
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.create_experiment("synthetic")
-    parent = client.create_run(exp, run_name="sweep pos=rope,learned seed=0,1",
-                               tags={"sweep_role": "parent", "sweep_id": "s1"}).info.run_id
-    cells = [("rope", 0, [3.2, 2.0], None), ("rope", 1, [2.9, 2.4], None), ("learned", 0, [3.3, 3.1], None),
-             ("learned", 1, [], "incompatible")]
+    parent = client.create_run(
+        exp, run_name="sweep pos=rope,learned seed=0,1", tags={"sweep_role": "parent", "sweep_id": "s1"}
+    ).info.run_id
+    cells = [
+        ("rope", 0, [3.2, 2.0], None),
+        ("rope", 1, [2.9, 2.4], None),
+        ("learned", 0, [3.3, 3.1], None),
+        ("learned", 1, [], "incompatible"),
+    ]
     for job, (pos, seed, losses, failure) in enumerate(cells):
-        tags = {"pos": pos, "attn": "softmax", "seed": str(seed), "mlflow.parentRunId": parent, "sweep_id": "s1",
-                "sweep_cell": f"pos={pos} seed={seed}", "sweep_job": str(job)}
+        tags = {
+            "pos": pos,
+            "attn": "softmax",
+            "seed": str(seed),
+            "mlflow.parentRunId": parent,
+            "sweep_id": "s1",
+            "sweep_cell": f"pos={pos} seed={seed}",
+            "sweep_job": str(job),
+        }
         if failure:
             tags |= {"failure": failure, "failure_reason": "ConfigError: refused"}
         run = client.create_run(exp, run_name=f"pos={pos} attn=softmax seed={seed}", tags=tags).info.run_id
@@ -92,8 +114,10 @@ def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
     client = MlflowClient(tracking_uri=uri)
     sweep = find_sweep(client, "synthetic", None)
     assert "5 runs" not in sweep_report(client, sweep).header[0]  # 4 cells and the parent, none sealed
-    assert "4 runs (5 closed before posbench sealed run records: their values are read unchecked)" in \
-        sweep_report(client, sweep).header[0]
+    assert (
+        "4 runs (5 closed before posbench sealed run records: their values are read unchecked)"
+        in sweep_report(client, sweep).header[0]
+    )
     for run in [*sweep.runs[:2], sweep.parent]:
         seal(client, run.info.run_id)
     sweep = find_sweep(client, "synthetic", None)
@@ -110,8 +134,13 @@ def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     write_synthetic_store(uri)
     out = tmp_path / "out"
     assert main(["report", "--experiment", "synthetic", "--out", str(out), "--tracking-uri", uri]) == 0
-    assert {p.name for p in out.iterdir()} == {"report.md", "report.csv", "val_loss_curves.png",
-                                              "final_val_loss_heatmap.png", "SHA256SUMS"}
+    assert {p.name for p in out.iterdir()} == {
+        "report.md",
+        "report.csv",
+        "val_loss_curves.png",
+        "final_val_loss_heatmap.png",
+        "SHA256SUMS",
+    }
     assert integrity.check_report(out, "") and len((out / "SHA256SUMS").read_text().splitlines()) == 4  # every file
     rows = {r["pos"]: r for r in csv.DictReader((out / "report.csv").open())}
     rope = rows["rope"]
@@ -125,8 +154,9 @@ def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "sweep pos=rope,learned seed=0,1 (s1)" in md and "| rope | softmax | 0,1 | finished |" in md
 
-    assert main(["report", "--experiment", "synthetic", "--sweep", "nope", "--out", str(out),
-                 "--tracking-uri", uri]) == 2
+    assert (
+        main(["report", "--experiment", "synthetic", "--sweep", "nope", "--out", str(out), "--tracking-uri", uri]) == 2
+    )
     last = capsys.readouterr().err.strip().splitlines()[-1]  # (MLflow logs its own lines above)
     assert last.startswith("error: no sweep 'nope' in experiment 'synthetic'; omit --sweep")
 
@@ -138,23 +168,47 @@ def test_headline_metrics_count_cells_and_take_finished_losses():
     def cell(status, losses):
         return Cell("id", "name", "label", "rope", "softmax", "0", status, val=list(enumerate(losses)))
 
-    cells = [cell("finished", [3.0, 2.5]), cell("finished", [3.0, 2.75]), cell("incompatible", []),
-             cell("diverged", [3.0, 1.0]), cell("error", [])]  # a diverged cell's last loss is not a result
-    assert headline_metrics(cells) == {"sweep/best_val_loss": 2.5, "sweep/worst_val_loss": 2.75,
-                                       "sweep/cells_finished": 2, "sweep/cells_refused": 1, "sweep/cells_failed": 2}
-    assert headline_metrics([cell("incompatible", [])]) == {"sweep/cells_finished": 0, "sweep/cells_refused": 1,
-                                                            "sweep/cells_failed": 0}
+    cells = [
+        cell("finished", [3.0, 2.5]),
+        cell("finished", [3.0, 2.75]),
+        cell("incompatible", []),
+        cell("diverged", [3.0, 1.0]),
+        cell("error", []),
+    ]  # a diverged cell's last loss is not a result
+    assert headline_metrics(cells) == {
+        "sweep/best_val_loss": 2.5,
+        "sweep/worst_val_loss": 2.75,
+        "sweep/cells_finished": 2,
+        "sweep/cells_refused": 1,
+        "sweep/cells_failed": 2,
+    }
+    assert headline_metrics([cell("incompatible", [])]) == {
+        "sweep/cells_finished": 0,
+        "sweep/cells_refused": 1,
+        "sweep/cells_failed": 0,
+    }
 
 
 def test_every_evaluation_condition_gets_a_row_of_its_own():
     """Scalings, fine-tunes, sliding windows and same-targets are tabled apart, mean ± std over seeds."""
     from results.report import markdown
 
-    runs = [{"val/loss_at_64": 2.0 + s, "val/loss_at_128": 2.1 + s, "val/yarn/loss_at_128": 2.5 + s,
-             "val/finetuned/yarn/loss_at_128": 2.2 + s, "val/loss_at_128_stride_16": 2.05 + s,
-             "val/loss_at_128_last_32": 1.9 + s, "val/order_gain": 1.0} for s in (0.0, 0.2)]
-    cells = [make_cell("rope", i, [(10, 2.0)], metrics=m, at_length={64: m["val/loss_at_64"]}, job=i)
-             for i, m in enumerate(runs)]
+    runs = [
+        {
+            "val/loss_at_64": 2.0 + s,
+            "val/loss_at_128": 2.1 + s,
+            "val/yarn/loss_at_128": 2.5 + s,
+            "val/finetuned/yarn/loss_at_128": 2.2 + s,
+            "val/loss_at_128_stride_16": 2.05 + s,
+            "val/loss_at_128_last_32": 1.9 + s,
+            "val/order_gain": 1.0,
+        }
+        for s in (0.0, 0.2)
+    ]
+    cells = [
+        make_cell("rope", i, [(10, 2.0)], metrics=m, at_length={64: m["val/loss_at_64"]}, job=i)
+        for i, m in enumerate(runs)
+    ]
     group = build_report(cells, "t", []).groups[0]
     assert set(group.conditions) == {"windows", "yarn", "yarn, fine-tuned", "sliding, stride 16", "last 32 tokens"}
     assert group.conditions["yarn"][128].mean == pytest.approx(2.6)
@@ -171,13 +225,23 @@ def test_task_accuracies_by_length_sit_beside_each_tasks_position_blind_baseline
     from results.report import markdown
 
     def metrics(token, exact, blind):
-        return {"val/token_acc_at_8": token, "val/acc_at_8": exact, "val/token_acc_at_16": token / 2,
-                "val/acc_at_16": 0.0, "val/blind_token_acc_at_8": blind, "val/blind_acc_at_8": 0.01,
-                "val/blind_token_acc_at_16": blind - 0.1, "val/blind_acc_at_16": 0.0}
+        return {
+            "val/token_acc_at_8": token,
+            "val/acc_at_8": exact,
+            "val/token_acc_at_16": token / 2,
+            "val/acc_at_16": 0.0,
+            "val/blind_token_acc_at_8": blind,
+            "val/blind_acc_at_8": 0.01,
+            "val/blind_token_acc_at_16": blind - 0.1,
+            "val/blind_acc_at_16": 0.0,
+        }
 
-    cells = [make_cell(pos, s, [(10, 1.0)], variant="task=reverse", metrics=metrics(t, e, 0.64), job=j)
-             for j, (pos, s, t, e) in enumerate([("rope", 0, 0.9, 0.5), ("rope", 1, 0.8, 0.3),
-                                                   ("alibi", 0, 0.7, 0.1), ("alibi", 1, 0.7, 0.1)])]
+    cells = [
+        make_cell(pos, s, [(10, 1.0)], variant="task=reverse", metrics=metrics(t, e, 0.64), job=j)
+        for j, (pos, s, t, e) in enumerate(
+            [("rope", 0, 0.9, 0.5), ("rope", 1, 0.8, 0.3), ("alibi", 0, 0.7, 0.1), ("alibi", 1, 0.7, 0.1)]
+        )
+    ]
     text = markdown(build_report(cells, "t", []), [])
     assert "## Accuracy vs evaluation length (synthetic tasks)" in text
     assert "| rope task=reverse | softmax | 0.850 ± 0.071 (0.400 ± 0.141) | 0.425 ± 0.035 (0.000 ± 0.000) |" in text
@@ -191,12 +255,21 @@ def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
     from results.report import markdown
 
     def metrics(reverse):
-        return {"val/token_acc_at_8": 0.8, "val/acc_at_8": 0.2, "val/reverse/token_acc_at_8": reverse,
-                "val/reverse/acc_at_8": 0.1, "val/sort/token_acc_at_8": 0.95, "val/sort/acc_at_8": 0.6,
-                "val/reverse/blind_token_acc_at_8": 0.6, "val/reverse/blind_acc_at_8": 0.01}
+        return {
+            "val/token_acc_at_8": 0.8,
+            "val/acc_at_8": 0.2,
+            "val/reverse/token_acc_at_8": reverse,
+            "val/reverse/acc_at_8": 0.1,
+            "val/sort/token_acc_at_8": 0.95,
+            "val/sort/acc_at_8": 0.6,
+            "val/reverse/blind_token_acc_at_8": 0.6,
+            "val/reverse/blind_acc_at_8": 0.01,
+        }
 
-    cells = [make_cell(pos, s, [(10, 1.0)], variant="task=mixture", metrics=metrics(r), job=j)
-             for j, (pos, s, r) in enumerate([("rope", 0, 0.7), ("rope", 1, 0.9), ("alibi", 0, 0.5)])]
+    cells = [
+        make_cell(pos, s, [(10, 1.0)], variant="task=mixture", metrics=metrics(r), job=j)
+        for j, (pos, s, r) in enumerate([("rope", 0, 0.7), ("rope", 1, 0.9), ("alibi", 0, 0.5)])
+    ]
     text = markdown(build_report(cells, "t", []), [])
     assert "| rope task=mixture | softmax | 0.800 ± 0.000 (0.200 ± 0.000) |" in text
     assert "| rope task=mixture · reverse | softmax | 0.800 ± 0.141 (0.100 ± 0.000) |" in text
@@ -248,10 +321,18 @@ def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
 
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "results", "report", "--tracking-uri", tiny_sweep.uri, "--out",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    done = subprocess.run(
+        [sys.executable, "-m", "results", "report", "--tracking-uri", tiny_sweep.uri, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith("error: writing failed: a file-size limit (ulimit -f) was hit") and \
-        "put back as they were" in line
+    assert (
+        line.startswith("error: writing failed: a file-size limit (ulimit -f) was hit")
+        and "put back as they were" in line
+    )
     assert not out.exists() or not any(out.iterdir())

@@ -37,11 +37,21 @@ def layers_of(model):
 def gemma3():
     from transformers import Gemma3TextConfig
 
-    return Gemma3TextConfig(vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                            num_attention_heads=2, num_key_value_heads=2, head_dim=HEAD_DIM, sliding_window=16,
-                            layer_types=["sliding_attention"] * 3 + ["full_attention"],
-                            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-                                             "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0}})
+    return Gemma3TextConfig(
+        vocab_size=258,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=HEAD_DIM,
+        sliding_window=16,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+        },
+    )
 
 
 def test_a_nested_dict_per_layer_type_reads_into_patterns_with_transformers_frequencies_per_layer():
@@ -69,8 +79,10 @@ def test_a_nested_dict_per_layer_type_reads_into_patterns_with_transformers_freq
         torch.testing.assert_close(rotation.rotate_q(q), want, rtol=1e-5, atol=1e-5)
     params, types = write(layers_of(model))
     assert types == config.layer_types
-    assert params == {t: {k: config.rope_parameters[t][k] for k in ("rope_type", "rope_theta")}
-                      for t in ("sliding_attention", "full_attention")}
+    assert params == {
+        t: {k: config.rope_parameters[t][k] for k in ("rope_type", "rope_theta")}
+        for t in ("sliding_attention", "full_attention")
+    }
 
 
 def test_a_flat_dict_with_partial_rotary_reads_into_one_scheme_and_writes_back_flat():
@@ -78,23 +90,40 @@ def test_a_flat_dict_with_partial_rotary_reads_into_one_scheme_and_writes_back_f
     from transformers import GPTNeoXConfig
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 
-    config = GPTNeoXConfig(vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500.0,
-                                                                   "partial_rotary_factor": 0.25})
+    config = GPTNeoXConfig(
+        vocab_size=258,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+    )
     layers = read_config(config)
-    assert layers.overrides() == ["pos=rope", "pos.base=500.0", "pos.fraction=0.25", "pos.layout=half",
-                                  "model.n_layers=2", "attn=softmax"]
+    assert layers.overrides() == [
+        "pos=rope",
+        "pos.base=500.0",
+        "pos.fraction=0.25",
+        "pos.layout=half",
+        "model.n_layers=2",
+        "attn=softmax",
+    ]
     model = built(layers.overrides())
     theirs = GPTNeoXRotaryEmbedding(config).inv_freq.double()
     assert theirs.shape == (2,)  # R/2 for R = 0.25 · 16
     torch.testing.assert_close(model.pos.inv_freq, theirs, rtol=1e-6, atol=0)
-    assert write(layers_of(model)) == ({"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
-                                       ["full_attention", "full_attention"])
+    assert write(layers_of(model)) == (
+        {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+        ["full_attention", "full_attention"],
+    )
 
 
 def test_a_layer_type_without_rope_is_nope_and_nope_is_written_as_none():
-    layers = read({"full_attention": None, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
-                  ["sliding_attention", "full_attention"], 2, sliding_window=8)
+    layers = read(
+        {"full_attention": None, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        ["sliding_attention", "full_attention"],
+        2,
+        sliding_window=8,
+    )
     assert layers.pos == ("rope(base=10000.0,layout=half)", "none")
     model = built(layers.overrides())
     assert [s.config_name() for s, _ in layers_of(model)] == ["rope", "none"]
@@ -103,26 +132,38 @@ def test_a_layer_type_without_rope_is_nope_and_nope_is_written_as_none():
     assert types == ["sliding_attention", "full_attention"]
 
 
-@pytest.mark.parametrize("params, types, needle", [
-    ({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}, None, "rope_type='yarn' is a length scaling"),
-    ({"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1]}, None, "key 'mrope_section' has no posbench"),
-    ({"full_attention": {"rope_type": "default"}}, ["chunked_attention", "full_attention"], "'chunked_attention'"),
-    ({"full_attention": {"rope_type": "default"}}, ["sliding_attention", "full_attention"], "no entry for"),
-    ({"rope_type": "default"}, ["sliding_attention", "full_attention"], "need the config's sliding_window"),
-    ({"rope_type": "default"}, ["full_attention"], "layer_types has 1 entries for 2 layers"),
-])
+@pytest.mark.parametrize(
+    "params, types, needle",
+    [
+        ({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}, None, "rope_type='yarn' is a length scaling"),
+        (
+            {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1]},
+            None,
+            "key 'mrope_section' has no posbench",
+        ),
+        ({"full_attention": {"rope_type": "default"}}, ["chunked_attention", "full_attention"], "'chunked_attention'"),
+        ({"full_attention": {"rope_type": "default"}}, ["sliding_attention", "full_attention"], "no entry for"),
+        ({"rope_type": "default"}, ["sliding_attention", "full_attention"], "need the config's sliding_window"),
+        ({"rope_type": "default"}, ["full_attention"], "layer_types has 1 entries for 2 layers"),
+    ],
+)
 def test_what_has_no_posbench_form_is_refused_naming_it(params, types, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         read(params, types, 2)
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["pos=alibi"], "pos=alibi has no transformers rope_parameters form"),
-    (["pos=rope", "pos.resonance=true"], "pos.resonance has no key"),
-    (["attn=performer"], "attn=performer has no transformers layer type"),
-    (["pos=rope", "model.n_layers=2", "+pos.layers=[rope,'rope(base=500)']", "attn=softmax"],
-     "two full_attention layers with different RoPE settings"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["pos=alibi"], "pos=alibi has no transformers rope_parameters form"),
+        (["pos=rope", "pos.resonance=true"], "pos.resonance has no key"),
+        (["attn=performer"], "attn=performer has no transformers layer type"),
+        (
+            ["pos=rope", "model.n_layers=2", "+pos.layers=[rope,'rope(base=500)']", "attn=softmax"],
+            "two full_attention layers with different RoPE settings",
+        ),
+    ],
+)
 def test_a_model_the_format_cannot_hold_is_refused_naming_why(overrides, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         write(layers_of(built(overrides)))
@@ -133,15 +174,29 @@ def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
     $(posbench hf-rope CONFIG)``, the documented use: a ``$(…)`` splits words and removes no quote, so the overrides
     hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes."""
     (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
-    out = subprocess.run([sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "+attn.layers=['local(window=16)'," in out.stdout and "model.n_layers=4" in out.stdout
-    run = subprocess.run(["bash", "-c", f'"{sys.executable}" run.py check $("{sys.executable}" run.py hf-rope '
-                          f'"{tmp_path}") trainer.max_steps=2'], cwd=ROOT, capture_output=True, text=True,
-                         timeout=240)
+    run = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'"{sys.executable}" run.py check $("{sys.executable}" run.py hf-rope "{tmp_path}") trainer.max_steps=2',
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert run.returncode == 0 and run.stdout.startswith("ok: pos=rope"), run.stderr[-2000:]
-    bad = subprocess.run([sys.executable, "run.py", "hf-rope", str(tmp_path / "missing.json")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "run.py", "hf-rope", str(tmp_path / "missing.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "missing.json does not exist; give a transformers config.json or the folder holding one" in bad.stderr

@@ -20,11 +20,20 @@ LOSS = 1.2345678901234567  # a value whose eight bytes occur nowhere else in the
 def _store(tmp_path: Path, n_metrics: int = 0) -> tuple[Path, str, MlflowClient]:
     db = tmp_path / "mlflow.db"
     client = MlflowClient(f"sqlite:///{db}")
-    run_id = client.create_run(client.create_experiment("posbench"), run_name="pos=rope attn=softmax seed=0",
-                               tags={"pos": "rope", "attn": "softmax", MARK_TAG: "1"}).info.run_id  # as TrackedRun
-    client.log_batch(run_id, params=[Param("data.seq_len", "128"), Param("model.n_params", "1000")],
-                     metrics=[Metric("val/loss", LOSS - 1, 0, 1), Metric("val/loss", LOSS, 1, 2),
-                              *(Metric(f"val/acc_at_{i}", 0.5, 1, 2) for i in range(n_metrics))])
+    run_id = client.create_run(
+        client.create_experiment("posbench"),
+        run_name="pos=rope attn=softmax seed=0",
+        tags={"pos": "rope", "attn": "softmax", MARK_TAG: "1"},
+    ).info.run_id  # as TrackedRun
+    client.log_batch(
+        run_id,
+        params=[Param("data.seq_len", "128"), Param("model.n_params", "1000")],
+        metrics=[
+            Metric("val/loss", LOSS - 1, 0, 1),
+            Metric("val/loss", LOSS, 1, 2),
+            *(Metric(f"val/acc_at_{i}", 0.5, 1, 2) for i in range(n_metrics)),
+        ],
+    )
     client.set_terminated(run_id, "FINISHED")
     seal(client, run_id)
     return db, run_id, client
@@ -76,15 +85,27 @@ DAMAGE = [
     ("a tag", lambda db: _sql(db, "UPDATE tags SET value = 'alibi' WHERE key = 'pos'"), "a tag differs"),
     ("a tag deleted", lambda db: _sql(db, "DELETE FROM tags WHERE key = 'attn'"), "tag 'attn' is gone"),
     ("the status", lambda db: _sql(db, "UPDATE runs SET status = 'FAILED'"), "its status"),
-    ("the latest value", lambda db: _sql(db, "UPDATE latest_metrics SET value = 0.5 WHERE key = 'val/loss'"),
-     "a metric's latest value"),
-    ("a history point", lambda db: _sql(db, "UPDATE metrics SET value = 9 WHERE key = 'val/loss' AND step = 1"),
-     "metric 'val/loss''s history"),
-    ("the seal", lambda db: _sql(db, f"UPDATE tags SET value = substr(value, 2) WHERE key = '{SEAL_TAG}'"),
-     "its seal is unreadable"),
+    (
+        "the latest value",
+        lambda db: _sql(db, "UPDATE latest_metrics SET value = 0.5 WHERE key = 'val/loss'"),
+        "a metric's latest value",
+    ),
+    (
+        "a history point",
+        lambda db: _sql(db, "UPDATE metrics SET value = 9 WHERE key = 'val/loss' AND step = 1"),
+        "metric 'val/loss''s history",
+    ),
+    (
+        "the seal",
+        lambda db: _sql(db, f"UPDATE tags SET value = substr(value, 2) WHERE key = '{SEAL_TAG}'"),
+        "its seal is unreadable",
+    ),
     ("the seal deleted", lambda db: _sql(db, f"DELETE FROM tags WHERE key = '{SEAL_TAG}'"), "its seal is gone"),
-    ("the seal's key", lambda db: _sql(db, f"UPDATE tags SET key = 'posbench.sea1' WHERE key = '{SEAL_TAG}'"),
-     "its seal's key reads 'posbench.sea1'"),
+    (
+        "the seal's key",
+        lambda db: _sql(db, f"UPDATE tags SET key = 'posbench.sea1' WHERE key = '{SEAL_TAG}'"),
+        "its seal's key reads 'posbench.sea1'",
+    ),
 ]
 
 
@@ -96,8 +117,7 @@ def test_a_changed_record_is_refused_in_one_line_naming_the_run(tmp_path, damage
         _read(db, run_id)
     line = str(refused.value)
     assert needle in line and run_id in line and "pos=rope attn=softmax seed=0" in line and "\n" not in line
-    assert line.endswith("restore the store from a copy, or delete that run in the dashboard and run its command "
-                         "again")
+    assert line.endswith("restore the store from a copy, or delete that run in the dashboard and run its command again")
 
 
 def test_more_metrics_than_a_tag_holds_digests_of_are_sealed_together(tmp_path):

@@ -17,12 +17,15 @@ from tests.helpers import DDP_CPU, ROOT, TINY, compose
 # ---------------------------------------------------------------- presets and arithmetic
 
 
-@pytest.mark.parametrize("overrides, accelerator, precision, strategy", [
-    (["trainer=cpu"], "cpu", "32-true", None),
-    (["trainer=gpu"], "gpu", "bf16-mixed", None),
-    (["trainer=ddp"], "gpu", "bf16-mixed", "ddp"),
-    (DDP_CPU, "cpu", "32-true", "ddp"),  # fp32 on CPU: it must match a single-process run
-])
+@pytest.mark.parametrize(
+    "overrides, accelerator, precision, strategy",
+    [
+        (["trainer=cpu"], "cpu", "32-true", None),
+        (["trainer=gpu"], "gpu", "bf16-mixed", None),
+        (["trainer=ddp"], "gpu", "bf16-mixed", "ddp"),
+        (DDP_CPU, "cpu", "32-true", "ddp"),  # fp32 on CPU: it must match a single-process run
+    ],
+)
 def test_trainer_presets(overrides, accelerator, precision, strategy):
     trainer = compose(overrides).trainer
     assert (trainer.accelerator, trainer.precision, trainer.get("strategy")) == (accelerator, precision, strategy)
@@ -39,15 +42,22 @@ def test_effective_batch_and_lr_are_logged_unscaled():
     scale = BatchGeometry(batch_size=8, accumulate=3, world_size=4, lr=1e-3)
     assert scale.effective_batch == 96
     assert scale.train_examples(max_steps=10) == 960  # every rank reads max_steps × batch × accumulate
-    assert scale.params() == {"train.world_size": "4", "train.effective_batch": "96",
-                              "train.effective_lr": "0.001", "train.lr_scaling": "none"}
+    assert scale.params() == {
+        "train.world_size": "4",
+        "train.effective_batch": "96",
+        "train.effective_lr": "0.001",
+        "train.lr_scaling": "none",
+    }
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("trainer.num_nodes=0", "trainer.num_nodes=0"),
-    ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0"),
-    ("trainer.devices=0", "trainer.devices=0"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("trainer.num_nodes=0", "trainer.num_nodes=0"),
+        ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0"),
+        ("trainer.devices=0", "trainer.devices=0"),
+    ],
+)
 def test_bad_trainer_settings_are_one_line_errors(override, needle):
     with pytest.raises(ConfigError, match=needle):
         check_trainer([*DDP_CPU, override])
@@ -73,8 +83,11 @@ def _rank_loaders(dataset, batch: int, world: int, train: bool, start: int = 0) 
     from harness.data.windows import ContinueFrom
 
     def sampler(r):
-        return (ContinueFrom(dataset, start, r, world) if train else
-                UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=r, shuffle=False))
+        return (
+            ContinueFrom(dataset, start, r, world)
+            if train
+            else UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=r, shuffle=False)
+        )
 
     return [DataLoader(dataset, batch_size=batch, sampler=sampler(r)) for r in range(world)]
 
@@ -120,5 +133,10 @@ def test_rank_command_is_a_single_run_of_the_job():
     cmd = rank_command(["pos=rope", "trainer=ddp"], "/sweep/3", "config")
     assert cmd[:2] == [sys.executable, str(ROOT / "run.py")]
     assert "-m" not in cmd and "--multirun" not in cmd
-    assert cmd[2:] == ["--config-name=config", "pos=rope", "trainer=ddp", 'hydra.run.dir="/sweep/3"',
-                       "hydra.output_subdir=null"]
+    assert cmd[2:] == [
+        "--config-name=config",
+        "pos=rope",
+        "trainer=ddp",
+        'hydra.run.dir="/sweep/3"',
+        "hydra.output_subdir=null",
+    ]

@@ -94,7 +94,7 @@ def test_a_tuned_best_json_changed_after_it_was_written_is_refused(tmp_path, at)
     text = best.read_text()
     digits = [i for i, c in enumerate(text) if c.isdigit()]
     i = digits[int(at * (len(digits) - 1))]
-    best.write_text(text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:])  # still JSON: only the seal knows
+    best.write_text(text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1 :])  # still JSON: only the seal knows
     with pytest.raises(ConfigError, match="changed after python -m results tune wrote it"):
         tuned_values(str(best), "rope", "softmax")
 
@@ -112,8 +112,11 @@ def test_a_record_whose_seal_key_itself_was_damaged_is_not_taken_for_one_from_be
     from harness.record.checkpoints import RunLink
     from harness.sweep.callback import SweepRecord
 
-    record = RunLink("abc", "h", "sqlite:///x.db", "posbench") if kind == "run.json" else \
-        SweepRecord("abc", "s", "sqlite:///x.db", "posbench", ["pos"])
+    record = (
+        RunLink("abc", "h", "sqlite:///x.db", "posbench")
+        if kind == "run.json"
+        else SweepRecord("abc", "s", "sqlite:///x.db", "posbench", ["pos"])
+    )
     record.save(tmp_path)
     path = tmp_path / kind
     path.write_text(path.read_text().replace('"sha256"', '"sha257"').replace('"abc"', '"abd"'))
@@ -128,8 +131,17 @@ def _export(tmp_path: Path) -> Path:
     from positional.rope import Rope
 
     torch.manual_seed(0)
-    cfg = ModelConfig(n_layers=1, d_model=32, n_heads=4, d_ff=48, dropout=0.0, norm_type="rmsnorm", mlp="swiglu",
-                      bias=False, head="untied")
+    cfg = ModelConfig(
+        n_layers=1,
+        d_model=32,
+        n_heads=4,
+        d_ff=48,
+        dropout=0.0,
+        norm_type="rmsnorm",
+        mlp="swiglu",
+        bias=False,
+        head="untied",
+    )
     model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
     folder = tmp_path / "hf_model"
     folder.mkdir()
@@ -144,10 +156,22 @@ def test_an_exported_model_changed_since_export_is_refused_by_hf_eval_before_loa
     from harness.pretrained.hf_eval import parse
 
     folder = _export(tmp_path)
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "config.json.sha256", "model.safetensors",
-                                                       "model.safetensors.sha256"]
-    argv = [str(folder), "--lengths", "16", "--budget", "64", "--check", "--tracking-uri",
-            f"sqlite:///{tmp_path / 'm.db'}"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "config.json.sha256",
+        "model.safetensors",
+        "model.safetensors.sha256",
+    ]
+    argv = [
+        str(folder),
+        "--lengths",
+        "16",
+        "--budget",
+        "64",
+        "--check",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'm.db'}",
+    ]
     parse(argv)  # whole: accepted
     flipped(folder / name, at)
     with pytest.raises(ConfigError, match=rf"{name} is damaged .*export the model again"):
@@ -229,8 +253,7 @@ def test_results_index_refuses_a_report_folder_changed_after_it_was_sealed(tmp_p
     assert not (tmp_path / "README.md").exists()
 
 
-def test_a_report_folder_from_before_seals_is_indexed_and_a_readme_written_after_the_seal_is_refused(tmp_path,
-                                                                                                   capsys):
+def test_a_report_folder_from_before_seals_is_indexed_and_a_readme_written_after_the_seal_is_refused(tmp_path, capsys):
     from results.__main__ import main
 
     folder = _report_folder(tmp_path)

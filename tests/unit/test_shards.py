@@ -22,9 +22,11 @@ from tests.helpers import validated
 
 main = COMMANDS["prepare"]
 
+
 def text(n_lines: int = 1500) -> bytes:
-    return "".join(f"Line {i}: positions {i % 13} and attention {i % 7} in a transformer.\n"
-                   for i in range(n_lines)).encode()
+    return "".join(
+        f"Line {i}: positions {i % 13} and attention {i % 7} in a transformer.\n" for i in range(n_lines)
+    ).encode()
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +75,8 @@ def test_prepare_writes_the_ids_once_with_a_manifest(byte_shards, corpus_file):
     train = manifest["splits"]["train"]
     assert train["tokens"] == train["bytes"] == len(corpus.train) and len(train["shards"]) > 1  # 10,000 ids a shard
     loaded = TokenShards(str(byte_shards)).load()
-    assert bytes(np.asarray(loaded.train_ids[0:len(loaded.train_ids)]).astype(np.uint8)) == corpus.train
-    assert bytes(np.asarray(loaded.val_ids[0:len(loaded.val_ids)]).astype(np.uint8)) == corpus.val
+    assert bytes(np.asarray(loaded.train_ids[0 : len(loaded.train_ids)]).astype(np.uint8)) == corpus.train
+    assert bytes(np.asarray(loaded.val_ids[0 : len(loaded.val_ids)]).astype(np.uint8)) == corpus.val
     assert loaded.val_bytes_per_token == 1.0
     assert token_dtype(65535) == np.uint16 and token_dtype(65536) == np.uint32
 
@@ -125,8 +127,9 @@ def test_training_from_shards_equals_training_from_the_text(byte_shards, corpus_
     assert np.isfinite(sequential.val_loss)
 
 
-def test_a_trained_vocabulary_is_read_back_and_another_tokenizer_refused(corpus_file, tmp_path, monkeypatch,
-                                                                         train_tiny_shared):
+def test_a_trained_vocabulary_is_read_back_and_another_tokenizer_refused(
+    corpus_file, tmp_path, monkeypatch, train_tiny_shared
+):
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
     out = tmp_path / "bpe"
     assert main([str(out), "data=text", f"data.path={corpus_file}", "tokenizer=bpe", "tokenizer.vocab_size=300"]) == 0
@@ -136,17 +139,24 @@ def test_a_trained_vocabulary_is_read_back_and_another_tokenizer_refused(corpus_
     tok.fit(corpus)
     assert manifest["tokenizer"]["digest"] == tok.digest()
     loaded = TokenShards(str(out)).load()
-    assert np.array_equal(np.asarray(loaded.val_ids[0:len(loaded.val_ids)]), tok.encode(corpus.val))
+    assert np.array_equal(np.asarray(loaded.val_ids[0 : len(loaded.val_ids)]), tok.encode(corpus.val))
     assert loaded.val_bytes_per_token == len(corpus.val) / len(tok.encode(corpus.val))
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "empty-cache")  # another machine: no cache
-    summary, _ = run(train_tiny_shared, "data=tokens", f"data.path={out}", "tokenizer=bpe", "tokenizer.vocab_size=300",
-                     "task=clm")
+    summary, _ = run(
+        train_tiny_shared, "data=tokens", f"data.path={out}", "tokenizer=bpe", "tokenizer.vocab_size=300", "task=clm"
+    )
     assert summary.val_bpc == pytest.approx(summary.val_loss / (loaded.val_bytes_per_token * np.log(2)))
-    with pytest.raises(ConfigError, match=r"was tokenized with tokenizer=bpe \{.*\}, not tokenizer=bpe .*'vocab_size'"
-                                          r": 512"):
+    with pytest.raises(
+        ConfigError,
+        match=r"was tokenized with tokenizer=bpe \{.*\}, not tokenizer=bpe .*'vocab_size'"
+        r": 512",
+    ):
         checked("data=tokens", f"data.path={out}", "tokenizer=bpe", "tokenizer.vocab_size=512")
-    with pytest.raises(ConfigError, match=r"was tokenized with tokenizer=bpe \(digest .*\), not with the configured "
-                                          r"tokenizer=byte"):
+    with pytest.raises(
+        ConfigError,
+        match=r"was tokenized with tokenizer=bpe \(digest .*\), not with the configured "
+        r"tokenizer=byte",
+    ):
         checked("data=tokens", f"data.path={out}")
     tok.tokenizer.save(str(tmp_path / "tokenizer.json"))  # the same vocabulary, by path: its digest matches
     checked("data=tokens", f"data.path={out}", "tokenizer=bpe", f"tokenizer.path={tmp_path / 'tokenizer.json'}")
@@ -167,8 +177,7 @@ def test_streamed_prepare_writes_what_the_in_memory_one_does(tmp_path, val_by):
     assert memory == stream  # same corpus hashes, token and byte counts
     for split in ("train", "val"):
         a, b = (TokenShards(str(tmp_path / kind)).load().ids(split) for kind in ("memory", "stream"))
-        assert np.array_equal(a[0:len(a)], b[0:len(b)]) and len(a) > 0
-
+        assert np.array_equal(a[0 : len(a)], b[0 : len(b)]) and len(a) > 0
 
 
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
@@ -184,16 +193,22 @@ def test_a_vocabulary_trained_from_a_stream_is_the_in_memory_one(tmp_path, kind,
     ds = datasets.Dataset.from_dict({"text": rows})
     named = val_split == "validation"
     (datasets.DatasetDict(train=ds, validation=ds.select(range(300))) if named else ds).save_to_disk(
-        str(tmp_path / "ds"))
-    common = ["data=hf", f"data.path={tmp_path / 'ds'}", f"tokenizer={kind}", "tokenizer.vocab_size=400",
-              *(["data.val_split=validation"] if named else ["data.val_by=block"] if val_split else [])]
+        str(tmp_path / "ds")
+    )
+    common = [
+        "data=hf",
+        f"data.path={tmp_path / 'ds'}",
+        f"tokenizer={kind}",
+        "tokenizer.vocab_size=400",
+        *(["data.val_split=validation"] if named else ["data.val_by=block"] if val_split else []),
+    ]
     memory = prepare(tmp_path / "memory", common)
     stream = prepare(tmp_path / "stream", [*common, "data.streaming=true"])
     assert memory == stream  # corpus hashes, the tokenizer's digest and recipe, token and byte counts
     assert (tmp_path / "memory" / "tokenizer.json").read_text() == (tmp_path / "stream" / "tokenizer.json").read_text()
     for split in ("train", "val"):
         a, b = (TokenShards(str(tmp_path / k)).load().ids(split) for k in ("memory", "stream"))
-        assert np.array_equal(a[0:len(a)], b[0:len(b)]) and len(a) > 0
+        assert np.array_equal(a[0 : len(a)], b[0 : len(b)]) and len(a) > 0
 
 
 def test_stream_chunks_are_text_chunks_of_the_join():
@@ -205,13 +220,19 @@ def test_stream_chunks_are_text_chunks_of_the_join():
         assert list(stream_chunks(pieces, size=64)) == text_chunks(text, size=64)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data=tokens"], "data=tokens needs the folder posbench prepare wrote: add data.path=DIR"),
-    (["data=tokens", "data.path={tmp}"], "has no manifest.json; write one with posbench prepare"),
-    (["data=tokens", "data.path={shards}", "data.windows=shuffled"], "data.windows='shuffled': use data.windows="),
-    (["data=tokens", "data.path={shards}", "task=copy"], "data=tokens holds token ids of text for task=mlm or task="),
-    (["+data.windows=sequential"], "data=embedded does not read data.windows"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data=tokens"], "data=tokens needs the folder posbench prepare wrote: add data.path=DIR"),
+        (["data=tokens", "data.path={tmp}"], "has no manifest.json; write one with posbench prepare"),
+        (["data=tokens", "data.path={shards}", "data.windows=shuffled"], "data.windows='shuffled': use data.windows="),
+        (
+            ["data=tokens", "data.path={shards}", "task=copy"],
+            "data=tokens holds token ids of text for task=mlm or task=",
+        ),
+        (["+data.windows=sequential"], "data=embedded does not read data.windows"),
+    ],
+)
 def test_bad_input_is_one_line(overrides, message, byte_shards, tmp_path):
     with pytest.raises(ConfigError) as e:
         checked(*(o.format(tmp=tmp_path, shards=byte_shards) for o in overrides))
@@ -264,11 +285,15 @@ def test_loader_bench_flops_and_shapes():
     assert train_flops_per_token(shapes, 258) == 6 * 85_132_800 + 6 * 12 * 512 * 768
 
 
-@pytest.mark.parametrize("out,words", [("", "DIR '' names no folder; give one"),
-                                       ("/proc/posbench-shards", "cannot create /proc/posbench-shards ("),
-                                       ("{file}/sub", "is a file, not a folder; choose another DIR")])
-def test_prepare_refuses_a_folder_it_cannot_write_before_reading_the_corpus(out, words, tmp_path, capsys,
-                                                                           monkeypatch):
+@pytest.mark.parametrize(
+    "out,words",
+    [
+        ("", "DIR '' names no folder; give one"),
+        ("/proc/posbench-shards", "cannot create /proc/posbench-shards ("),
+        ("{file}/sub", "is a file, not a folder; choose another DIR"),
+    ],
+)
+def test_prepare_refuses_a_folder_it_cannot_write_before_reading_the_corpus(out, words, tmp_path, capsys, monkeypatch):
     """DIR '', a file or a folder that cannot be made is one line, exit 2, nothing written in the working
     directory."""
     (tmp_path / "file").write_text("x")
@@ -300,7 +325,7 @@ def _resealed(folder, edit=lambda manifest: None):
         for entry in split["shards"]:
             data = (folder / entry["file"]).read_bytes()
             entry["sha256"] = integrity.sha256(data)
-            entry["blocks"] = [block_digest(hashlib.sha256(data[i:i + size])) for i in range(0, len(data), size)]
+            entry["blocks"] = [block_digest(hashlib.sha256(data[i : i + size])) for i in range(0, len(data), size)]
     edit(manifest)
     integrity.write(folder / "manifest.json", manifest)
 
@@ -311,8 +336,7 @@ def test_a_shard_overwritten_with_other_bytes_is_refused_when_a_window_reaches_t
     not an IndexError in the embedding."""
     folder = _copy(byte_shards, tmp_path)
     shard = folder / "train-00000.bin"
-    shard.write_bytes(np.random.default_rng(0).integers(0, 2**16, shard.stat().st_size // 2, dtype=np.uint16)
-                      .tobytes())
+    shard.write_bytes(np.random.default_rng(0).integers(0, 2**16, shard.stat().st_size // 2, dtype=np.uint16).tobytes())
     with pytest.raises(ConfigError, match=r"train-00000.bin is damaged \(its sha256"):  # caught before any window
         TokenShards(str(folder)).sizes()
     _resealed(folder)
@@ -324,12 +348,15 @@ def test_a_shard_overwritten_with_other_bytes_is_refused_when_a_window_reaches_t
     assert np.asarray(corpus.val_ids[0:64]).max() < 258  # the intact shards still read
 
 
-@pytest.mark.parametrize("edit,words", [
-    (lambda m: m["splits"]["train"].pop("bytes"), "(KeyError: no 'bytes')"),
-    (lambda m: m["tokenizer"].update(vocab_size="abc"), "(ValueError: invalid literal for int()"),
-    (lambda m: m["splits"]["val"]["shards"][0].update(file="../../etc/passwd"), "(ValueError: shard '../../etc"),
-    (lambda m: m.update(splits=[]), "(TypeError: list indices must be integers"),
-])
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (lambda m: m["splits"]["train"].pop("bytes"), "(KeyError: no 'bytes')"),
+        (lambda m: m["tokenizer"].update(vocab_size="abc"), "(ValueError: invalid literal for int()"),
+        (lambda m: m["splits"]["val"]["shards"][0].update(file="../../etc/passwd"), "(ValueError: shard '../../etc"),
+        (lambda m: m.update(splits=[]), "(TypeError: list indices must be integers"),
+    ],
+)
 def test_an_edited_manifest_is_one_line(edit, words, byte_shards, tmp_path):
     """An edited manifest.json is one line: caught by its seal, or, sealed again after the edit, by its structure,
     never a traceback."""
@@ -355,8 +382,11 @@ def test_a_swapped_vocabulary_beside_the_shards_is_refused(corpus_file, tmp_path
     other = BPE(vocab_size=290)
     other.fit(TextFiles(str(corpus_file)).load())
     other.tokenizer.save(str(out / "tokenizer.json"))
-    with pytest.raises(ConfigError, match=r"tokenizer.json is damaged \(its sha256 .* is not the .* manifest.json "
-                                          r"records\); write the folder again"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tokenizer.json is damaged \(its sha256 .* is not the .* manifest.json "
+        r"records\); write the folder again",
+    ):
         BPE(vocab_size=300).fit(TokenShards(str(out)).load())  # its bytes, checked before tokenizers parses them
 
 
@@ -400,8 +430,11 @@ def test_a_flipped_byte_in_a_shard_is_caught_before_use(byte_shards, tmp_path, m
     assert all(len(s["sha256"]) == 64 for split in manifest["splits"].values() for s in split["shards"])
     assert TokenShards(str(folder)).sizes()[0] > 0  # whole: accepted
     _flip(folder / "train-00001.bin", 1_234)
-    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged \(its sha256 .* is not the .* manifest.json "
-                                          r"records\); write the folder again with posbench prepare"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train-00001.bin is damaged \(its sha256 .* is not the .* manifest.json "
+        r"records\); write the folder again with posbench prepare",
+    ):
         TokenShards(str(folder)).sizes()
 
 
@@ -435,9 +468,12 @@ def test_a_large_folder_checks_each_block_a_read_reaches_before_it_is_used(corpu
     os.utime(file, ns=(info.st_atime_ns, info.st_mtime_ns))  # in place: a stamp or a size check would not see it
     fresh = TokenShards(str(folder)).load().train_ids  # the next process: nothing read yet, so nothing refused
     assert np.array_equal(fresh[0:50], clean) and np.array_equal(fresh[10_000:12_000], first[:2_000])
-    with pytest.raises(ConfigError, match=r"train-00001.bin is damaged: its bytes 4096–5120 do not hash to the "
-                                          r"digest manifest.json records .*; write the folder again with posbench "
-                                          r"prepare"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train-00001.bin is damaged: its bytes 4096–5120 do not hash to the "
+        r"digest manifest.json records .*; write the folder again with posbench "
+        r"prepare",
+    ):
         fresh[12_000:12_600]  # a window crossing into the damaged block
     assert np.array_equal(fresh[16_000:17_000], first[6_000:7_000])  # other blocks still read
 
@@ -486,8 +522,11 @@ def test_an_edited_manifest_is_caught_and_one_of_another_format_refused(byte_sha
     with pytest.raises(ConfigError, match=r"manifest.json is damaged \(its content no longer matches its sha256\)"):
         TokenShards(str(folder)).sizes()
     integrity.write(file, {**manifest, "format": "posbench-tokens-1"})  # an earlier posbench's folder
-    with pytest.raises(ConfigError, match=r"manifest.json is not a posbench-tokens-2 manifest \(an earlier "
-                                          r"posbench's, or another program's\); write the folder again"):
+    with pytest.raises(
+        ConfigError,
+        match=r"manifest.json is not a posbench-tokens-2 manifest \(an earlier "
+        r"posbench's, or another program's\); write the folder again",
+    ):
         TokenShards(str(folder)).sizes()
 
 
@@ -510,12 +549,19 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
 
-    done = subprocess.run([sys.executable, "run.py", "prepare", str(out), "data=embedded"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    done = subprocess.run(
+        [sys.executable, "run.py", "prepare", str(out), "data=embedded"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [
         f"error: writing failed: a file-size limit (ulimit -f) was hit; nothing was left in {out}: free space (or "
-        "raise the limit) and run prepare again"]
+        "raise the limit) and run prepare again"
+    ]
     assert (sorted(p.name for p in out.iterdir()) == ["notes.txt"]) if made else not out.exists()
 
 
@@ -533,9 +579,21 @@ def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
     rows = [f"row {i} " + "word " * (i % 50) for i in range(200_000)]
     datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "run.py", "prepare", str(out), "data=hf",
-                             f"data.path={tmp_path / 'ds'}", "data.streaming=true"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "run.py",
+            "prepare",
+            str(out),
+            "data=hf",
+            f"data.path={tmp_path / 'ds'}",
+            "data.streaming=true",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (out / "train-00000.bin").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -546,8 +604,10 @@ def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
     assert err.strip() == f"stopped: nothing was left in {out}" and not out.exists()
 
 
-@pytest.mark.parametrize("argv, words", [([], "the following arguments are required: out"),
-                                          (["x", "--shard-tokens", "many"], "invalid int value: 'many'")])
+@pytest.mark.parametrize(
+    "argv, words",
+    [([], "the following arguments are required: out"), (["x", "--shard-tokens", "many"], "invalid int value: 'many'")],
+)
 def test_prepare_usage_mistakes_are_one_line(argv, words, capsys):
     """argparse's usage block was three lines; the tools share harness.errors.OneLineParser."""
     assert main(argv) == 2
@@ -555,8 +615,10 @@ def test_prepare_usage_mistakes_are_one_line(argv, words, capsys):
     assert line.startswith("error: ") and words in line and line.endswith("see posbench prepare --help")
 
 
-@pytest.mark.parametrize("value, limit", [(None, 1 << 30), ("0", 0), ("5000000000", 5_000_000_000), ("-1", None),
-                                          ("1GB", None), ("", None), ("1e9", None)])
+@pytest.mark.parametrize(
+    "value, limit",
+    [(None, 1 << 30), ("0", 0), ("5000000000", 5_000_000_000), ("-1", None), ("1GB", None), ("", None), ("1e9", None)],
+)
 def test_the_whole_hash_limit_is_a_whole_number_of_bytes(value, limit, monkeypatch):
     from harness.data.shards import HASH_WHOLE_ENV, hash_whole_bytes
 

@@ -149,6 +149,7 @@ def clean_probe():
 
 def test_xformers_that_imports_but_cannot_run_is_refused_in_one_line_with_versions(monkeypatch, clean_probe):
     """The GPU machine's failure: a wheel built for another torch/CUDA imports, then fails when called."""
+
     def broken(q, k, v, **kw):
         raise NotImplementedError("xFormers wasn't build with CUDA support\n  memory_efficient_attention ...")
 
@@ -157,8 +158,14 @@ def test_xformers_that_imports_but_cannot_run_is_refused_in_one_line_with_versio
         Softmax(SHAPE, backend="xformers")
     message = str(err.value)
     assert "\n" not in message
-    for needle in ("xFormers wasn't build with CUDA support", "xformers 0.0.35", f"torch {torch.__version__}",
-                   "CUDA ", "python -m xformers.info", "use backend=sdpa"):
+    for needle in (
+        "xFormers wasn't build with CUDA support",
+        "xformers 0.0.35",
+        f"torch {torch.__version__}",
+        "CUDA ",
+        "python -m xformers.info",
+        "use backend=sdpa",
+    ):
         assert needle in message, (needle, message)
     assert Softmax(SHAPE, backend="auto").candidates == ["sdpa"]  # auto leaves a broken xformers out
 

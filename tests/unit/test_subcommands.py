@@ -28,8 +28,10 @@ def test_help_names_every_command(monkeypatch, capsys):
     assert all(f"posbench {name}" in out or f"|{name}" in out or f"{name}|" in out for name in posbench.COMMANDS)
 
 
-@pytest.mark.parametrize("command,older", [(["list", "--md"], ["--list=md"]), (["matrix"], ["--matrix"]),
-                                           (["matrix", "--md"], ["--matrix=md"])])
+@pytest.mark.parametrize(
+    "command,older",
+    [(["list", "--md"], ["--list=md"]), (["matrix"], ["--matrix"]), (["matrix", "--md"], ["--matrix=md"])],
+)
 def test_list_and_matrix_print_what_the_flags_print(command, older, monkeypatch, capsys):
     new = _run(monkeypatch, capsys, *command)
     assert new == _run(monkeypatch, capsys, *older) and new[0] == 0 and new[1]

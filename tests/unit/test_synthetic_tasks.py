@@ -30,8 +30,10 @@ from tests.helpers import ROOT, assert_figure
 
 MASK, PAD = 257, 256
 # Filler without digits, so the key's digits are the only ones in a passkey example.
-FILLER = b"".join(b"Sentence %b of the filler text, with words and no numbers at all. " % w
-                  for w in (b"one", b"two", b"three", b"four", b"five", b"six", b"seven", b"eight") * 8)
+FILLER = b"".join(
+    b"Sentence %b of the filler text, with words and no numbers at all. " % w
+    for w in (b"one", b"two", b"three", b"four", b"five", b"six", b"seven", b"eight") * 8
+)
 TASK_CLASSES = {name: cls for name, cls in option_classes("task").items() if issubclass(cls, SyntheticTask)}
 TASKS = sorted(TASK_CLASSES)  # every conf/task option but the language-modelling objectives (mlm, clm)
 
@@ -56,11 +58,18 @@ def scored(e: dict) -> str:
 
 def all_tasks(filler=FILLER):
     """(task, filler) for every task and form; passkey's lengths made short for speed."""
-    return [(Copy(), None), (Copy(form="encoder"), None), (Reverse(), None), (Reverse(form="encoder"), None),
-            (Sort(), None), (Sort(form="encoder"), None),
-            (MissingDuplicate(), None), (AssociativeRecall(), None),
-            (Passkey(train_lengths=[130, 160], eval_lengths=[140, 640]), filler),
-            (Passkey(form="encoder", train_lengths=[130, 160], eval_lengths=[140, 640]), filler)]
+    return [
+        (Copy(), None),
+        (Copy(form="encoder"), None),
+        (Reverse(), None),
+        (Reverse(form="encoder"), None),
+        (Sort(), None),
+        (Sort(form="encoder"), None),
+        (MissingDuplicate(), None),
+        (AssociativeRecall(), None),
+        (Passkey(train_lengths=[130, 160], eval_lengths=[140, 640]), filler),
+        (Passkey(form="encoder", train_lengths=[130, 160], eval_lengths=[140, 640]), filler),
+    ]
 
 
 def task_id(x) -> str:
@@ -68,6 +77,7 @@ def task_id(x) -> str:
 
 
 # --- configs ----------------------------------------------------------------------------------
+
 
 def test_every_task_and_form_is_in_the_example_checks():
     """all_tasks() builds each task by hand (its constructor arguments, passkey's filler): a new conf/task option
@@ -90,33 +100,42 @@ def test_each_config_builds_its_task(name):
     assert task.tokens_for(task.train_lengths[1]) > task.train_lengths[0]
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: MissingDuplicate(form="causal"),
-     "task.form='causal' is not a form of task=missing_duplicate; use task.form=encoder"),
-    (lambda: AssociativeRecall(form="encoder"), "use task.form=causal (a bidirectional model without positions"),
-    (lambda: Copy(form="decoder"), "use task.form=causal or task.form=encoder"),
-    (lambda: Copy(train_lengths=[40]), "task.train_lengths=[40] must be [shortest, longest]"),
-    (lambda: Copy(train_lengths=[20, 1]), "must be [shortest, longest]"),
-    (lambda: Copy(train_lengths="1-20"), "must be a list of integers"),
-    (lambda: Copy(train_lengths=[0, 20]), "[0] below task=copy's shortest length 1"),
-    (lambda: Copy(eval_lengths=[10, 20, 40]), "must reach 4 × the longest training length (80); add 80"),
-    (lambda: Copy(eval_lengths=[80, 40]), "non-empty increasing list"),
-    (lambda: Copy(alphabet="a"), "at least 2 distinct characters"),
-    (lambda: Copy(alphabet="ab|"), "contains '|'"),
-    (lambda: Copy(alphabet="a b"), "contains ' '"),
-    (lambda: AssociativeRecall(eval_lengths=[4, 64]), "64 exceeds task=associative_recall's longest length 52"),
-    (lambda: AssociativeRecall(keys="abc", values="cde"), "share 'c'; keep them disjoint"),
-    (lambda: Passkey(train_lengths=[100, 200], eval_lengths=[800]), "[100] below task=passkey's shortest length 123"),
-    (lambda: Passkey(depth_bins=20), "task.depth_bins=20 must be an integer in 1..10"),
-    (lambda: Copy(eval_examples=0), "task.eval_examples=0 must be a positive integer"),
-    (lambda: Copy(tokenizer=type("T", (), {"byte_level": False})()), "use tokenizer=byte"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (
+            lambda: MissingDuplicate(form="causal"),
+            "task.form='causal' is not a form of task=missing_duplicate; use task.form=encoder",
+        ),
+        (lambda: AssociativeRecall(form="encoder"), "use task.form=causal (a bidirectional model without positions"),
+        (lambda: Copy(form="decoder"), "use task.form=causal or task.form=encoder"),
+        (lambda: Copy(train_lengths=[40]), "task.train_lengths=[40] must be [shortest, longest]"),
+        (lambda: Copy(train_lengths=[20, 1]), "must be [shortest, longest]"),
+        (lambda: Copy(train_lengths="1-20"), "must be a list of integers"),
+        (lambda: Copy(train_lengths=[0, 20]), "[0] below task=copy's shortest length 1"),
+        (lambda: Copy(eval_lengths=[10, 20, 40]), "must reach 4 × the longest training length (80); add 80"),
+        (lambda: Copy(eval_lengths=[80, 40]), "non-empty increasing list"),
+        (lambda: Copy(alphabet="a"), "at least 2 distinct characters"),
+        (lambda: Copy(alphabet="ab|"), "contains '|'"),
+        (lambda: Copy(alphabet="a b"), "contains ' '"),
+        (lambda: AssociativeRecall(eval_lengths=[4, 64]), "64 exceeds task=associative_recall's longest length 52"),
+        (lambda: AssociativeRecall(keys="abc", values="cde"), "share 'c'; keep them disjoint"),
+        (
+            lambda: Passkey(train_lengths=[100, 200], eval_lengths=[800]),
+            "[100] below task=passkey's shortest length 123",
+        ),
+        (lambda: Passkey(depth_bins=20), "task.depth_bins=20 must be an integer in 1..10"),
+        (lambda: Copy(eval_examples=0), "task.eval_examples=0 must be a positive integer"),
+        (lambda: Copy(tokenizer=type("T", (), {"byte_level": False})()), "use tokenizer=byte"),
+    ],
+)
 def test_bad_arguments_are_refused_with_the_fix(build, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         build()
 
 
 # --- determinism, lengths, sizes --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("task, filler", all_tasks(), ids=task_id)
 def test_examples_are_pure_functions_of_seed_and_index(task, filler):
@@ -157,6 +176,7 @@ def test_lengths_in_range_and_tokens_for_is_the_sequence_length(task, filler):
 
 # --- exact formats ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cls, f", [(Copy, lambda w: w), (Reverse, lambda w: w[::-1])])
 def test_copy_and_reverse_causal_format(cls, f):
     task = cls()
@@ -168,7 +188,7 @@ def test_copy_and_reverse_causal_format(cls, f):
         assert s == w + "|" + f(w) + "." and set(w) <= set("abcdefghijklmnopqrstuvwxyz")
         # scored: exactly the output and the terminator, each label the next character
         assert scored(e) == f(w) + "."
-        assert (e["labels"][: n] == IGNORE).all() and (e["labels"][n:] != IGNORE).all()
+        assert (e["labels"][:n] == IGNORE).all() and (e["labels"][n:] != IGNORE).all()
         assert e["labels"][n:].tolist() == e["input_ids"][n + 1 :].tolist() + [ord(".")]
 
 
@@ -270,6 +290,7 @@ def test_passkey_evaluation_spreads_depths_evenly_and_refuses_missing_filler():
 
 # --- batching and scoring ---------------------------------------------------------------------
 
+
 def test_collate_right_pads_and_stacks_integer_fields():
     task = Passkey(train_lengths=[130, 200], eval_lengths=[800])
     a, b = task.eval_dataset(130, n=1, filler=FILLER)[0], task.eval_dataset(140, n=1, filler=FILLER)[0]
@@ -303,8 +324,16 @@ def test_token_hits_count_the_scored_positions_argmax_gets_right():
 
 
 def test_depth_table_and_files_hold_the_right_numbers(tmp_path):
-    records = [(100, 5, True), (100, 5, False), (100, 95, True), (100, 100, True),  # 100 % joins the last bin
-               (400, 15, False), (400, 55, True), (400, 59, True), (400, 60, False)]
+    records = [
+        (100, 5, True),
+        (100, 5, False),
+        (100, 95, True),
+        (100, 100, True),  # 100 % joins the last bin
+        (400, 15, False),
+        (400, 55, True),
+        (400, 59, True),
+        (400, 60, False),
+    ]
     table = depth_table(records, n_bins=10)
     assert table.lengths == (100, 400)
     assert table.total[:, 0].tolist() == [2, 0, 0, 0, 0, 0, 0, 0, 0, 2]
@@ -314,10 +343,22 @@ def test_depth_table_and_files_hold_the_right_numbers(tmp_path):
     csv_path, png_path = write_depth_table(records, tmp_path / "out", n_bins=10)
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) == 20
-    assert rows[0] == {"length": "100", "depth_lo": "0", "depth_hi": "10", "n": "2", "correct": "1",
-                       "accuracy": "0.500000"}
-    assert rows[15] == {"length": "400", "depth_lo": "50", "depth_hi": "60", "n": "2", "correct": "2",
-                        "accuracy": "1.000000"}
+    assert rows[0] == {
+        "length": "100",
+        "depth_lo": "0",
+        "depth_hi": "10",
+        "n": "2",
+        "correct": "1",
+        "accuracy": "0.500000",
+    }
+    assert rows[15] == {
+        "length": "400",
+        "depth_lo": "50",
+        "depth_hi": "60",
+        "n": "2",
+        "correct": "2",
+        "accuracy": "1.000000",
+    }
     assert rows[3]["n"] == "0" and rows[3]["accuracy"] == ""
     image = assert_figure(png_path)
     assert image.shape[0] > image.shape[1]  # 10 depth bins down, 2 lengths across: taller than wide
@@ -330,7 +371,11 @@ def test_passkey_artifacts_hook_writes_the_depth_table_of_the_scored_examples(tm
     assert set(files) == {"passkey_depth.csv", "passkey_depth.png"}
     rows = list(csv.DictReader(io.StringIO(files["passkey_depth.csv"].decode())))
     assert [(r["length"], r["depth_lo"], r["n"], r["correct"]) for r in rows] == [
-        ("100", "0", "1", "1"), ("100", "50", "1", "0"), ("400", "0", "1", "0"), ("400", "50", "1", "1")]
+        ("100", "0", "1", "1"),
+        ("100", "50", "1", "0"),
+        ("400", "0", "1", "0"),
+        ("400", "50", "1", "1"),
+    ]
     assert_figure(files["passkey_depth.png"])
     assert Passkey(train_lengths=[130, 200], eval_lengths=[800]).artifacts(TaskResults()) == {}  # all skipped
     assert Copy().artifacts(results) == {}  # a task without files of its own
@@ -342,13 +387,16 @@ def test_evaluation_keeps_each_examples_length_outcome_and_extras():
     task = Passkey(train_lengths=[130, 200], eval_lengths=[800])
     examples = [task.eval_dataset(length, n=2, filler=FILLER)[i] for length in (130, 140) for i in range(2)]
     got = scored_examples(task.collate(examples), torch.tensor([True, False, False, True]))
-    assert got == [ScoredExample(e["length"], c, {"depth": e["depth"]})
-                   for e, c in zip(examples, [True, False, False, True], strict=True)]
+    assert got == [
+        ScoredExample(e["length"], c, {"depth": e["depth"]})
+        for e, c in zip(examples, [True, False, False, True], strict=True)
+    ]
     blank = MissingDuplicate().eval_dataset(5, n=1)[0]
     assert scored_examples(collate([blank], PAD), torch.tensor([True]))[0].extras == {"blank": blank["blank"]}
 
 
 # --- order shuffling -------------------------------------------------------
+
 
 def test_real_permutation_moves_only_real_positions():
     valid = torch.tensor([True] * 6 + [False] * 3)
@@ -413,14 +461,16 @@ def test_causal_shuffle_of_a_task_example_keeps_its_tokens_and_moves_targets_wit
 
 # --- learnable --------------------------------------------------------------------------------
 
+
 class TinyCausalLM(nn.Module):
     """One pre-LN layer, learned positions: the smallest model that can copy."""
 
     def __init__(self, vocab: int = 258, d: int = 64, max_len: int = 32):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
-        self.layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True,
-                                                norm_first=True)
+        self.layer = nn.TransformerEncoderLayer(
+            d, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.head = nn.Linear(d, vocab)
 
     def forward(self, ids, key_padding_mask):

@@ -19,8 +19,7 @@ PARTS = ["reverse", "copy", "sort", "missing_duplicate"]
 
 
 def mixture(**kw) -> Mixture:
-    return Mixture(**{"form": "encoder", "parts": PARTS, "train_lengths": [1, 6], "eval_lengths": [3, 6, 12, 24],
-                      **kw})
+    return Mixture(**{"form": "encoder", "parts": PARTS, "train_lengths": [1, 6], "eval_lengths": [3, 6, 12, 24], **kw})
 
 
 def answer_of(example: dict) -> tuple[list[int], list[int]]:
@@ -74,20 +73,26 @@ def test_a_part_may_be_a_class_by_its_dotted_path():
     assert list(task.parts) == ["reverse", "sort"] and isinstance(task.parts["sort"], Sort)
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"parts": ["reverse", "reverse"]}, "must list distinct task names"),
-    ({"parts": []}, "must list distinct task names"),
-    ({"parts": "reverse"}, "must list distinct task names"),
-    ({"parts": ["reverse", "nonesuch"]}, "no task 'nonesuch' (harness/data/tasks/nonesuch.py)"),
-    ({"parts": ["reverse", "mixture"]}, "'mixture' is not a task name"),
-    ({"parts": ["reverse", "passkey"]}, "task=passkey cuts corpus text"),
-    ({"parts": ["reverse", "associative_recall"]}, "give associative_recall's symbols"),
-    ({"alphabets": {"copy": "01"}}, "the parts' symbols must be disjoint"),
-    ({"parts": ["reverse", "collections.Counter"]}, "collections.Counter is not a SyntheticTask"),
-    ({"parts": ["reverse", "nopkg_here.tasks.Shift"]}, "cannot import 'nopkg_here.tasks.Shift'; put its package on"),
-    ({"form": "causal"}, "task.form='causal' is not a form of task=missing_duplicate"),
-    ({"form": None, "parts": ["reverse", "missing_duplicate"]}, "different forms by default"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"parts": ["reverse", "reverse"]}, "must list distinct task names"),
+        ({"parts": []}, "must list distinct task names"),
+        ({"parts": "reverse"}, "must list distinct task names"),
+        ({"parts": ["reverse", "nonesuch"]}, "no task 'nonesuch' (harness/data/tasks/nonesuch.py)"),
+        ({"parts": ["reverse", "mixture"]}, "'mixture' is not a task name"),
+        ({"parts": ["reverse", "passkey"]}, "task=passkey cuts corpus text"),
+        ({"parts": ["reverse", "associative_recall"]}, "give associative_recall's symbols"),
+        ({"alphabets": {"copy": "01"}}, "the parts' symbols must be disjoint"),
+        ({"parts": ["reverse", "collections.Counter"]}, "collections.Counter is not a SyntheticTask"),
+        (
+            {"parts": ["reverse", "nopkg_here.tasks.Shift"]},
+            "cannot import 'nopkg_here.tasks.Shift'; put its package on",
+        ),
+        ({"form": "causal"}, "task.form='causal' is not a form of task=missing_duplicate"),
+        ({"form": None, "parts": ["reverse", "missing_duplicate"]}, "different forms by default"),
+    ],
+)
 def test_bad_mixtures_are_refused_with_the_fix(kw, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         mixture(**kw)
@@ -96,8 +101,14 @@ def test_bad_mixtures_are_refused_with_the_fix(kw, message):
 def test_each_part_is_scored_on_its_own_and_read_back_from_mlflow(train_tiny):
     """A few steps of task=mixture: every part's accuracies at the training lengths and at each evaluation
     length are logged under val/<part>/, beside the pooled ones."""
-    summary, client = train_tiny("task=mixture", "task.parts=[reverse,sort]", "task.train_lengths=[1,3]",
-                                 "task.eval_lengths=[2,12]", "task.eval_examples=16", "model.n_layers=1")
+    summary, client = train_tiny(
+        "task=mixture",
+        "task.parts=[reverse,sort]",
+        "task.train_lengths=[1,3]",
+        "task.eval_lengths=[2,12]",
+        "task.eval_examples=16",
+        "model.n_layers=1",
+    )
     metrics = client.get_run(summary.run_id).data.metrics
     for part in ("reverse", "sort"):
         for key in ("acc", "token_acc", "acc_at_2", "token_acc_at_12", "loss_at_12", "blind_token_acc_at_2"):

@@ -21,13 +21,16 @@ def _batches(*overrides: str, n: int = 4) -> list[dict[str, torch.Tensor]]:
     corpus = checked.source.load()
     checked.tokenizer.fit(corpus)
     built = build(checked, corpus, 0, logger=False, callbacks=[])
-    return [{k: v.clone() for k, v in b.items() if isinstance(v, torch.Tensor)}
-            for b in itertools.islice(built.train_loader, n)]
+    return [
+        {k: v.clone() for k, v in b.items() if isinstance(v, torch.Tensor)}
+        for b in itertools.islice(built.train_loader, n)
+    ]
 
 
 def _same(a: list[dict], b: list[dict]) -> bool:
-    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-                                    for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.mark.parametrize("task", ["mlm", "clm"])

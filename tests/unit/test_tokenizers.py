@@ -19,8 +19,26 @@ from harness.data.subword import BPE, Pretrained, WordPiece, train_tokenizer
 from harness.data.tokenizer import ByteTokenizer, bytes_per_token
 from harness.errors import ConfigError
 
-WORDS = ["position", "positional", "encoding", "encodings", "rotary", "relative", "absolute", "attention",
-         "transformer", "transformers", "the", "a", "of", "and", "extrapolation", "length", "lengths", "bias"]
+WORDS = [
+    "position",
+    "positional",
+    "encoding",
+    "encodings",
+    "rotary",
+    "relative",
+    "absolute",
+    "attention",
+    "transformer",
+    "transformers",
+    "the",
+    "a",
+    "of",
+    "and",
+    "extrapolation",
+    "length",
+    "lengths",
+    "bias",
+]
 
 
 SYLLABLES = ["ka", "lo", "mi", "ter", "zun", "pra", "vel", "dos", "qui", "ny"]
@@ -31,8 +49,11 @@ def make_text(n_words: int = 12_000, seed: int = 0) -> bytes:
     rng = random.Random(seed)
     lines, line = [], []
     for _ in range(n_words):
-        line.append(rng.choice(WORDS) if rng.random() < 0.6 else
-                    "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+        line.append(
+            rng.choice(WORDS)
+            if rng.random() < 0.6
+            else "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        )
         if len(line) == 12:
             lines.append(" ".join(line).capitalize() + ".")
             line = []
@@ -113,8 +134,16 @@ def saved_hf(tmp_path, corpus, kind: str, **specials) -> str:
 def test_hf_tokenizer_from_a_saved_folder(corpus, tmp_path):
     from transformers import AutoTokenizer
 
-    folder = saved_hf(tmp_path, corpus, "wordpiece", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
-                      cls_token="[CLS]", sep_token="[SEP]")
+    folder = saved_hf(
+        tmp_path,
+        corpus,
+        "wordpiece",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+    )
     tok = Pretrained(folder)
     reference = AutoTokenizer.from_pretrained(folder)
     text = corpus.val.decode()
@@ -165,7 +194,7 @@ def test_mlm_masks_with_the_vocabularys_own_mask_and_draws_regular_ids(cls, corp
     mlm = MaskedLM(tok, mask_prob=0.5, p_mask=0.4, p_random=0.4)
     masked, randoms = 0, []
     for i in range(32):
-        window = ids[i * 128:(i + 1) * 128]
+        window = ids[i * 128 : (i + 1) * 128]
         ex = mlm.make_example(window, torch.ones(128, dtype=torch.bool), torch.Generator().manual_seed(i))
         selected = ex["labels"] != IGNORE
         assert torch.equal(ex["labels"][selected], window[selected])
@@ -186,8 +215,11 @@ def test_byte_masking_is_unchanged_by_the_regular_id_table():
     u_select, u_action = torch.rand(2, 64, generator=gen)
     selected = u_select < 0.15
     random_ids = torch.randint(256, (64,), generator=gen)
-    expected = torch.where(selected & (u_action < 0.8), 257, torch.where(
-        selected & (u_action >= 0.8) & (u_action < 0.9), random_ids, window))
+    expected = torch.where(
+        selected & (u_action < 0.8),
+        257,
+        torch.where(selected & (u_action >= 0.8) & (u_action < 0.9), random_ids, window),
+    )
     assert torch.equal(ex["input_ids"], expected)
 
 
@@ -207,7 +239,7 @@ def test_whole_word_masking_selects_every_token_of_a_word_or_none(kind, corpus, 
     n_selected = n_tokens = 0
     split_words = 0
     for i in range(40):
-        window = ids[i * 96:(i + 1) * 96]
+        window = ids[i * 96 : (i + 1) * 96]
         ex = mlm.make_example(window, torch.ones(96, dtype=torch.bool), torch.Generator().manual_seed(i))
         selected, word = ex["labels"] != IGNORE, words_of(tok.word_continues(window))
         for w in word.unique():
@@ -223,8 +255,14 @@ def test_word_boundaries_of_each_vocabulary(corpus, cache):
     byte = ByteTokenizer()
     text = torch.tensor(list(b"Rotary, relative encodings"))
     words = words_of(byte.word_continues(text))
-    assert [bytes(text[words == w].tolist()).decode() for w in words.unique()] == \
-        ["Rotary", ",", " ", "relative", " ", "encodings"]
+    assert [bytes(text[words == w].tolist()).decode() for w in words.unique()] == [
+        "Rotary",
+        ",",
+        " ",
+        "relative",
+        " ",
+        "encodings",
+    ]
     for cls in (BPE, WordPiece):
         tok = cls(vocab_size=300)
         tok.fit(corpus)
@@ -235,8 +273,9 @@ def test_word_boundaries_of_each_vocabulary(corpus, cache):
 
 
 @pytest.mark.parametrize("tokenizer, task", [("bpe", "clm"), ("wordpiece", "clm"), ("hf", "mlm")])
-def test_bits_per_byte_of_a_run_is_nats_times_tokens_over_bytes_ln2(tokenizer, task, tmp_path, train_tiny_shared,
-                                                                    monkeypatch):
+def test_bits_per_byte_of_a_run_is_nats_times_tokens_over_bytes_ln2(
+    tokenizer, task, tmp_path, train_tiny_shared, monkeypatch
+):
     """A few training steps with each tokenizer (hf: a saved folder, whole-word MLM); the logged bits/byte is the
     validation loss × the split's tokens / (its bytes × ln 2)."""
     from harness.data.corpus import TextFiles
@@ -248,11 +287,19 @@ def test_bits_per_byte_of_a_run_is_nats_times_tokens_over_bytes_ln2(tokenizer, t
         folder = saved_hf(tmp_path, corpus, "wordpiece", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]")
         chosen, tok = ["tokenizer=hf", f"tokenizer.name={folder}", "task.whole_word=true"], Pretrained(folder)
     else:
-        chosen, tok = [f"tokenizer={tokenizer}", "tokenizer.vocab_size=300"], \
-            (BPE if tokenizer == "bpe" else WordPiece)(vocab_size=300)
-    summary, client = train_tiny_shared("data=text", f"data.path={tmp_path / 'corpus.txt'}", f"task={task}", *chosen,
-                                        "data.eval_batches=null", "trainer.max_steps=2",
-                                        "trainer.val_check_interval=2")
+        chosen, tok = (
+            [f"tokenizer={tokenizer}", "tokenizer.vocab_size=300"],
+            (BPE if tokenizer == "bpe" else WordPiece)(vocab_size=300),
+        )
+    summary, client = train_tiny_shared(
+        "data=text",
+        f"data.path={tmp_path / 'corpus.txt'}",
+        f"task={task}",
+        *chosen,
+        "data.eval_batches=null",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+    )
     tok.fit(corpus)  # the run's vocabulary (trained ones: from the cache the run filled)
     n_tokens, n_bytes = len(tok.encode(corpus.val)), len(corpus.val)
     assert n_bytes > 1.5 * n_tokens  # subword tokens: several bytes each
@@ -288,8 +335,11 @@ def test_a_cached_vocabulary_swapped_or_damaged_is_refused_and_an_unsealed_one_r
     good = file.read_bytes()
     BPE(vocab_size=280).fit(corpus)
     file.write_bytes(next((cache / "tokenizers").glob("bpe-v280-*.json")).read_bytes())  # valid, but another
-    with pytest.raises(ConfigError, match=r"bpe-v300-.*\.json is damaged \(its sha256 .*\); the cached vocabulary was "
-                                          r"damaged or replaced; delete it"):
+    with pytest.raises(
+        ConfigError,
+        match=r"bpe-v300-.*\.json is damaged \(its sha256 .*\); the cached vocabulary was "
+        r"damaged or replaced; delete it",
+    ):
         BPE(vocab_size=300).fit(corpus)
     file.write_bytes(good[:100] + bytes([good[100] ^ 1]) + good[101:])
     with pytest.raises(ConfigError, match="damaged or replaced"):

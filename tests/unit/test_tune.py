@@ -2,14 +2,19 @@
 sweep's one parent run, each cell's best values in best.json (python -m results tune), and
 optim.tuned running a cell at them with the rate logged as its param."""
 
-
-
 from harness.sweep.tune import split_grid
 
 
 def test_comma_lists_are_cells_and_the_rest_is_searched_or_fixed():
-    cells, rest = split_grid(["pos=rope,t5", "attn=softmax", "optim.optimizer.lr=tag(log, interval(1e-4, 1e-2))",
-                              "seed=0,1", "pos.base=choice(100,1000)"])
+    cells, rest = split_grid(
+        [
+            "pos=rope,t5",
+            "attn=softmax",
+            "optim.optimizer.lr=tag(log, interval(1e-4, 1e-2))",
+            "seed=0,1",
+            "pos.base=choice(100,1000)",
+        ]
+    )
     assert cells == [["pos=rope", "seed=0"], ["pos=rope", "seed=1"], ["pos=t5", "seed=0"], ["pos=t5", "seed=1"]]
     assert rest == ["attn=softmax", "optim.optimizer.lr=tag(log, interval(1e-4, 1e-2))", "pos.base=choice(100,1000)"]
     assert split_grid(["attn=softmax"]) == ([[]], ["attn=softmax"])  # no axis: one study
@@ -89,7 +94,8 @@ def test_a_cell_whose_every_trial_failed_is_reported_and_the_sweep_goes_on(tmp_p
     _tuner(tmp_path, [RuntimeError("refused"), None], ValueError("optuna: no completed trial")).sweep(["pos=rope,t5"])
     assert capsys.readouterr().out.splitlines() == [
         "tune: pos=rope: no trial finished (refused or failed; see the sweep's table)",
-        "tune: pos=t5: no trial finished (refused or failed; see the sweep's table)"]
+        "tune: pos=t5: no trial finished (refused or failed; see the sweep's table)",
+    ]
     _tuner(tmp_path, [None, None], ValueError("no completed trial"), checking=True).sweep(["pos=rope"])
     assert capsys.readouterr().out == "tune: (no grid axes): 2 trials checked (--check trains nothing)\n"
 

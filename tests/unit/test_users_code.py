@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-THEIRS = textwrap.dedent('''\
+THEIRS = textwrap.dedent("""\
     from positional.base import PositionalScheme
 
 
@@ -32,7 +32,7 @@ THEIRS = textwrap.dedent('''\
 
         def hooks(self):
             return frozenset({"embed"})
-    ''')
+    """)
 
 
 @pytest.fixture
@@ -45,16 +45,23 @@ def home(tmp_path):
 def run(home, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={home}/run"], cwd=home,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={home}/run"],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("target, where", [("theirs.BadInit", "theirs.BadInit.check"),
-                                           ("theirs.BadForward", "theirs.BadForward.embed")])
+@pytest.mark.parametrize(
+    "target, where", [("theirs.BadInit", "theirs.BadInit.check"), ("theirs.BadForward", "theirs.BadForward.embed")]
+)
 def test_a_users_class_that_raises_is_named_with_its_own_frames_only(home, target, where):
     done = run(home, f"pos._target_={target}", "model.n_layers=1", "trainer.max_steps=2")
     assert done.returncode == 1, done.stderr[-2000:]
-    error = done.stderr[done.stderr.index("error: "):]
+    error = done.stderr[done.stderr.index("error: ") :]
     assert error.startswith("error: your code raised ") and f"({where}, {home / 'theirs' / '__init__.py'}" in error
     frames = [line for line in error.splitlines() if line.strip().startswith("File ")]
     assert frames and all(str(home) in f for f in frames)  # no frame of posbench, Hydra or Lightning

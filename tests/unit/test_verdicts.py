@@ -11,8 +11,20 @@ def cell(pos, seed, loss, gain=1.0, attn="softmax", variant="", signal="scheme",
     """``gains``: the order gain's history as (step, value); its last value is ``gain``'s default."""
     gains = list(gains) or ([] if gain is None else [(100, gain)])
     metrics = {} if gain is None else {"val/order_gain": gains[-1][1]}
-    return Cell(f"{pos}{attn}{variant}{seed}", "n", f"pos={pos} {variant}".strip(), pos, attn, str(seed), status,
-                variant=variant, val=[(100, loss)], metrics=metrics, order_signal=signal, gains=gains)
+    return Cell(
+        f"{pos}{attn}{variant}{seed}",
+        "n",
+        f"pos={pos} {variant}".strip(),
+        pos,
+        attn,
+        str(seed),
+        status,
+        variant=variant,
+        val=[(100, loss)],
+        metrics=metrics,
+        order_signal=signal,
+        gains=gains,
+    )
 
 
 def report(cells):
@@ -33,8 +45,10 @@ def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_dete
     n = seeds_needed([3.0, 3.2, 2.9], [3.0, 3.1, 3.05], diff)  # what would settle the tie, were Δ as measured
     assert (f"n ≥ {n} per scheme would detect" if n else "more than 1000 seeds per scheme") in found["learned"].text
     line = headline(list(found.values()), 0.05)
-    assert line.startswith("Verdict on 2 comparisons: 1 lower and 0 higher than their baseline beyond seed noise "
-                           "(Holm-corrected over 2 at family-wise α = 0.05); 1 tie (the seeds could detect")
+    assert line.startswith(
+        "Verdict on 2 comparisons: 1 lower and 0 higher than their baseline beyond seed noise "
+        "(Holm-corrected over 2 at family-wise α = 0.05); 1 tie (the seeds could detect"
+    )
     p = welch_p_value([2.0, 2.1, 2.05], [3.0, 3.1, 3.05])
     assert found["rope"].p == pytest.approx(p) and f"p = {p:.2g}" in found["rope"].text
 
@@ -96,7 +110,8 @@ def test_a_declared_baseline_is_the_baseline_whatever_the_results(declared, loss
     named = Declared(declared, "declared before the sweep ran (report.baseline)")
     found = verdicts(report(cells).groups, 0.05, named)
     assert {v.baseline.pos for v in found} == {declared} and {v.group.pos for v in found} == {"rope", "t5", "none"} - {
-        declared}
+        declared
+    }
     other = next(v for v in found if v.group.pos != "none")
     assert other.verdict == ("lower" if (t5 < rope) == (declared == "rope") else "higher")
     assert missing_baseline(report(cells).groups, named) is None
@@ -108,17 +123,22 @@ def test_a_declared_baseline_absent_from_the_sweep_is_said_not_replaced():
     assert verdicts(report(cells).groups, 0.05, named) == []
     assert missing_baseline(report(cells).groups, named) == (
         "No verdict for attn=softmax: report.baseline=alibi is not among its finished schemes (rope, t5); "
-        "declare one of them.")
+        "declare one of them."
+    )
 
 
 def test_variants_compare_within_themselves_and_one_seed_has_no_interval():
-    cells = [cell("none", 0, 3.0, gain=0.0, signal="none", variant="task=copy"),
-             cell("rope", 0, 2.0, variant="task=copy"),
-             cell("none", 0, 1.0, gain=0.0, signal="none", variant="task=reverse"),
-             cell("rope", 0, 1.5, variant="task=reverse")]
+    cells = [
+        cell("none", 0, 3.0, gain=0.0, signal="none", variant="task=copy"),
+        cell("rope", 0, 2.0, variant="task=copy"),
+        cell("none", 0, 1.0, gain=0.0, signal="none", variant="task=reverse"),
+        cell("rope", 0, 1.5, variant="task=reverse"),
+    ]
     found = verdicts(report(cells).groups, 0.05)
     assert [(v.group.variant, v.baseline.variant, v.verdict) for v in found] == [
-        ("task=copy", "task=copy", "one seed"), ("task=reverse", "task=reverse", "one seed")]
+        ("task=copy", "task=copy", "one seed"),
+        ("task=reverse", "task=reverse", "one seed"),
+    ]
     assert "add seeds" in found[0].text
 
 
@@ -131,22 +151,29 @@ def test_failed_cells_are_left_out_and_nothing_to_compare_says_so():
 def test_a_premature_scheme_says_how_many_steps_it_needs_from_its_own_curve():
     """Rising: the last two validations' rate (seeds' mean) carried on to min_order_gain; flat: no estimate."""
     none = [cell("none", s, 3.0, gain=0.0, signal="none") for s in range(3)]
-    rising = [cell("rope", s, 2.9, gains=[(50, 0.0), (100, 0.01 + s / 1000), (150, 0.03 + s / 1000)])
-              for s in range(3)]  # mean 0.011 → 0.031 over 50 steps: 0.04 per 100; 0.05 is 0.019 away: 48 steps
+    rising = [
+        cell("rope", s, 2.9, gains=[(50, 0.0), (100, 0.01 + s / 1000), (150, 0.03 + s / 1000)]) for s in range(3)
+    ]  # mean 0.011 → 0.031 over 50 steps: 0.04 per 100; 0.05 is 0.019 away: 48 steps
     [v] = verdicts(report(none + rising).groups, 0.05)
     assert v.verdict == "premature"
-    assert v.text.endswith("rising 0.040 per 100 steps (steps 100–150): at that rate it reaches 0.05 near step 198 "
-                           "(trainer.max_steps)")
+    assert v.text.endswith(
+        "rising 0.040 per 100 steps (steps 100–150): at that rate it reaches 0.05 near step 198 (trainer.max_steps)"
+    )
     flat = [cell("learned", s, 3.0, gains=[(50, 0.0), (100, 0.001), (150, 0.004)]) for s in range(3)]  # +0.003
     [v] = verdicts(report(none + flat).groups, 0.05)  # below a tenth of min_order_gain: noise, not a rise
-    assert v.text.endswith("flat (0.000, 0.001, 0.004 at steps 50, 100, 150): no rise measured yet, so it needs "
-                           "several times 150 steps")
-    ragged = [cell("learned", 0, 3.0, gains=[(50, 0.0), (100, 0.02)]),  # a seed without step 150: the steps all
-              cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.03), (150, 0.04)])]  # seeds logged count
+    assert v.text.endswith(
+        "flat (0.000, 0.001, 0.004 at steps 50, 100, 150): no rise measured yet, so it needs several times 150 steps"
+    )
+    ragged = [
+        cell("learned", 0, 3.0, gains=[(50, 0.0), (100, 0.02)]),  # a seed without step 150: the steps all
+        cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.03), (150, 0.04)]),
+    ]  # seeds logged count
     [v] = verdicts(report(none + ragged).groups, 0.05)
     assert "rising 0.050 per 100 steps (steps 50–100)" in v.text
-    past = [cell("learned", 0, 3.0, gains=[(50, 0.0), (100, 0.06)]),  # the shared steps' mean is past 0.05 while
-            cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.08), (150, 0.01)])]  # the finals' mean is not
+    past = [
+        cell("learned", 0, 3.0, gains=[(50, 0.0), (100, 0.06)]),  # the shared steps' mean is past 0.05 while
+        cell("learned", 1, 3.0, gains=[(50, 0.0), (100, 0.08), (150, 0.01)]),
+    ]  # the finals' mean is not
     [v] = verdicts(report(none + past).groups, 0.05)
     assert v.verdict == "premature" and v.text.endswith("near step 101 (trainer.max_steps)")  # never at or before
 
@@ -176,9 +203,11 @@ def test_the_console_summary_ends_with_the_verdicts_and_marks_cells_that_ignore_
     assert lines[-3] == headline(found, 0.05)
     rope_v = next(v for v in found if v.group.pos == "rope")
     assert lines[-2] == f"  rope vs none (softmax): lower: {rope_v.text}"
-    assert lines[-1] == ("  learned vs none (softmax): premature — train longer: order gain 0.001 < 0.05, "
-                         "not yet using word order; one validation: no trend measured (log more: "
-                         "trainer.val_check_interval)")
+    assert lines[-1] == (
+        "  learned vs none (softmax): premature — train longer: order gain 0.001 < 0.05, "
+        "not yet using word order; one validation: no trend measured (log more: "
+        "trainer.val_check_interval)"
+    )
 
 
 def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch):
@@ -191,7 +220,8 @@ def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch
 
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: [])
     for tags, alpha in (({ALPHA_TAG: "0.01", BASELINE_TAG: ""}, 0.01), ({}, 0.05)):  # a sweep from before: 0.05
-        parent = argparse.Namespace(data=argparse.Namespace(tags=tags),
-                                    info=argparse.Namespace(run_id="p", status="FINISHED"))
+        parent = argparse.Namespace(
+            data=argparse.Namespace(tags=tags), info=argparse.Namespace(run_id="p", status="FINISHED")
+        )
         sweep = argparse.Namespace(experiment="e", sweep_id="s", parent=parent, runs=[], title="t")
         assert store.sweep_report(None, sweep).alpha == alpha

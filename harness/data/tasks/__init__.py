@@ -24,5 +24,16 @@ from harness.data.tasks.base import (
     token_hits,
 )
 
-__all__ = ["EVAL_SEED", "FORM_FIELDS", "Layout", "ScoredExample", "ScoredTask", "SyntheticTask", "TaskExamples",
-           "TaskResults", "collate", "exact_match", "token_hits"]
+__all__ = [
+    "EVAL_SEED",
+    "FORM_FIELDS",
+    "Layout",
+    "ScoredExample",
+    "ScoredTask",
+    "SyntheticTask",
+    "TaskExamples",
+    "TaskResults",
+    "collate",
+    "exact_match",
+    "token_hits",
+]

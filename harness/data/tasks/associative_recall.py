@@ -35,19 +35,31 @@ class AssociativeRecall(SyntheticTask):
 
     forms = ("causal",)
 
-    def __init__(self, tokenizer=None, form: str | None = None, keys: str = KEYS, values: str = VALUES,
-                 train_lengths=(1, 8), eval_lengths=(4, 8, 16, 32), eval_examples: int = 128):
+    def __init__(
+        self,
+        tokenizer=None,
+        form: str | None = None,
+        keys: str = KEYS,
+        values: str = VALUES,
+        train_lengths=(1, 8),
+        eval_lengths=(4, 8, 16, 32),
+        eval_examples: int = 128,
+    ):
         self.keys = symbols("task.keys", keys, reserved=SEP)
         self.values = symbols("task.values", values, reserved=SEP)
         shared = sorted(set(keys) & set(values))
         if shared:
-            raise ConfigError(f"task.keys and task.values share {''.join(shared)!r}; keep them disjoint, so a "
-                              "value never reads as a key")
+            raise ConfigError(
+                f"task.keys and task.values share {''.join(shared)!r}; keep them disjoint, so a "
+                "value never reads as a key"
+            )
         super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
 
     def form_note(self) -> str:
-        return (" (a bidirectional model without positions sees a bag of tokens and could not pair keys with "
-                "values, so MQAR would stop being the positional control Zoology makes it)")
+        return (
+            " (a bidirectional model without positions sees a bag of tokens and could not pair keys with "
+            "values, so MQAR would stop being the positional control Zoology makes it)"
+        )
 
     def max_length(self) -> int:
         return len(self.keys)

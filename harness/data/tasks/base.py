@@ -57,8 +57,10 @@ def symbols(key: str, text, reserved: str = "") -> Tensor:
         raise ConfigError(f"{key}={text!r} must be a string of at least 2 distinct characters, e.g. {key}=abcd")
     bad = sorted({c for c in text if ord(c) not in PRINTABLE or c in reserved})
     if bad:
-        raise ConfigError(f"{key}={text!r} contains {''.join(bad)!r}: use printable ASCII other than space and "
-                          f"the task's separators {reserved!r}")
+        raise ConfigError(
+            f"{key}={text!r} contains {''.join(bad)!r}: use printable ASCII other than space and "
+            f"the task's separators {reserved!r}"
+        )
     return ascii_ids(text)
 
 
@@ -76,8 +78,11 @@ def causal_form(layout: Layout) -> dict[str, Tensor]:
     if layout.answer[0]:
         raise ValueError("a causal layout cannot start with an answer: nothing predicts position 0")
     labels = torch.where(layout.answer[1:], layout.tokens[1:], IGNORE)
-    return {"input_ids": layout.tokens[:-1], "labels": labels,
-            "key_padding_mask": torch.ones(len(labels), dtype=torch.bool)}
+    return {
+        "input_ids": layout.tokens[:-1],
+        "labels": labels,
+        "key_padding_mask": torch.ones(len(labels), dtype=torch.bool),
+    }
 
 
 def encoder_form(layout: Layout, mask_id: int) -> dict[str, Tensor]:
@@ -184,15 +189,23 @@ class SyntheticTask:
     scores_sequences: ClassVar[bool] = True  # exact match per sequence: val/acc, val/acc_at_<L>
     extra_tokens: ClassVar[int] = 0
 
-    def __init__(self, tokenizer=None, form: str | None = None, train_lengths=(1, 20),
-                 eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
+    def __init__(
+        self,
+        tokenizer=None,
+        form: str | None = None,
+        train_lengths=(1, 20),
+        eval_lengths=(5, 10, 20, 40, 80),
+        eval_examples: int = 128,
+    ):
         self.tok = tokenizer if tokenizer is not None else ByteTokenizer()
         if not getattr(self.tok, "byte_level", False):
             raise ConfigError(f"task={self.config_name()} writes its symbols as bytes; use tokenizer=byte")
         form = self.forms[0] if form is None else form
         if form not in self.forms:
-            raise ConfigError(f"task.form={form!r} is not a form of task={self.config_name()}; use "
-                              f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note()}")
+            raise ConfigError(
+                f"task.form={form!r} is not a form of task={self.config_name()}; use "
+                f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note()}"
+            )
         self.form = form
         self.train_lengths = self._check_train(train_lengths)
         self.eval_lengths = self._check_eval(eval_lengths)
@@ -225,8 +238,10 @@ class SyntheticTask:
     def _check_train(self, value) -> tuple[int, int]:
         lengths = _int_list("task.train_lengths", value)
         if len(lengths) != 2 or lengths[0] > lengths[1]:
-            raise ConfigError(f"task.train_lengths={lengths} must be [shortest, longest] (a uniform range), "
-                              "e.g. task.train_lengths=[1,20]")
+            raise ConfigError(
+                f"task.train_lengths={lengths} must be [shortest, longest] (a uniform range), "
+                "e.g. task.train_lengths=[1,20]"
+            )
         self.check_lengths("task.train_lengths", lengths)
         return lengths[0], lengths[1]
 
@@ -237,20 +252,26 @@ class SyntheticTask:
         self.check_lengths("task.eval_lengths", lengths)
         need = 4 * self.train_lengths[1]  # length generalization is judged at ≥ 4× the longest training length
         if lengths[-1] < need:
-            raise ConfigError(f"task.eval_lengths={lengths} must reach 4 × the longest training length "
-                              f"({need}); add {need} or lower task.train_lengths")
+            raise ConfigError(
+                f"task.eval_lengths={lengths} must reach 4 × the longest training length "
+                f"({need}); add {need} or lower task.train_lengths"
+            )
         return tuple(lengths)
 
     def check_lengths(self, key: str, lengths: list[int]) -> None:
         """Lengths (sorted) within [min_length, max_length]."""
         low = [n for n in lengths if n < self.min_length()]
         if low:
-            raise ConfigError(f"{key}={lengths}: {low} below task={self.config_name()}'s shortest length "
-                              f"{self.min_length()}; raise them")
+            raise ConfigError(
+                f"{key}={lengths}: {low} below task={self.config_name()}'s shortest length "
+                f"{self.min_length()}; raise them"
+            )
         top = self.max_length()
         if top is not None and lengths[-1] > top:
-            raise ConfigError(f"{key}={lengths}: {lengths[-1]} exceeds task={self.config_name()}'s longest length "
-                              f"{top} ({self.max_length_reason()}); lower it")
+            raise ConfigError(
+                f"{key}={lengths}: {lengths[-1]} exceeds task={self.config_name()}'s longest length "
+                f"{top} ({self.max_length_reason()}); lower it"
+            )
 
     def max_length_reason(self) -> str:
         return ""
@@ -262,8 +283,10 @@ class SyntheticTask:
     def given_filler(self, filler: Tensor | None) -> Tensor:
         """``filler``, refused when a dataset was built without it."""
         if filler is None:
-            raise ConfigError(f"task={self.config_name()} hides its answer in filler text: build its datasets with "
-                              "filler=corpus.train (training) or filler=corpus.val (evaluation)")
+            raise ConfigError(
+                f"task={self.config_name()} hides its answer in filler text: build its datasets with "
+                "filler=corpus.train (training) or filler=corpus.val (evaluation)"
+            )
         return filler
 
     # --- sizes and examples -----------------------------------------------------------------
@@ -312,8 +335,10 @@ class SyntheticTask:
         if self.needs_filler:
             longest = max(self.train_lengths[1], self.eval_lengths[-1])
             if min(train_bytes, val_bytes) < longest:
-                raise ConfigError(f"task={self.config_name()} cuts filler of up to {longest} bytes from each split, "
-                                  f"but the corpus splits hold {train_bytes} and {val_bytes}; use a larger corpus")
+                raise ConfigError(
+                    f"task={self.config_name()} cuts filler of up to {longest} bytes from each split, "
+                    f"but the corpus splits hold {train_bytes} and {val_bytes}; use a larger corpus"
+                )
 
     def training_data(self, corpus, seq_len: int, n: int, seed: int) -> TaskExamples:
         return self.train_dataset(seed, n, filler=corpus.train if self.needs_filler else None)
@@ -332,8 +357,9 @@ class SyntheticTask:
         """``n`` training examples, each with its length drawn uniformly from ``train_lengths``."""
         return TaskExamples(self, n, seed, TRAIN, None, filler)
 
-    def eval_dataset(self, length: int | None, n: int | None = None, seed: int = EVAL_SEED,
-                     filler: bytes | None = None) -> TaskExamples:
+    def eval_dataset(
+        self, length: int | None, n: int | None = None, seed: int = EVAL_SEED, filler: bytes | None = None
+    ) -> TaskExamples:
         """``n`` (default ``eval_examples``) evaluation examples at ``length``; ``length=None`` draws
         lengths from ``train_lengths`` (the in-distribution set behind ``val/acc``)."""
         return TaskExamples(self, self.eval_examples if n is None else n, seed, EVAL, length, filler)
@@ -349,8 +375,7 @@ class SyntheticTask:
 class TaskExamples(Dataset):
     """Example i is a pure function of (seed, split, length, i); lengths drawn per example."""
 
-    def __init__(self, task: SyntheticTask, n: int, seed: int, stream: int, length: int | None,
-                 filler: bytes | None):
+    def __init__(self, task: SyntheticTask, n: int, seed: int, stream: int, length: int | None, filler: bytes | None):
         if n <= 0:
             raise ConfigError(f"a task dataset needs at least one example, got n={n}")
         if length is not None:

@@ -23,8 +23,15 @@ class MissingDuplicate(SyntheticTask):
 
     forms = ("encoder",)
 
-    def __init__(self, tokenizer=None, form: str | None = None, alphabet: str = BINARY,
-                 train_lengths=(1, 20), eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
+    def __init__(
+        self,
+        tokenizer=None,
+        form: str | None = None,
+        alphabet: str = BINARY,
+        train_lengths=(1, 20),
+        eval_lengths=(5, 10, 20, 40, 80),
+        eval_examples: int = 128,
+    ):
         super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
         self.alphabet = symbols("task.alphabet", alphabet)
 

@@ -55,10 +55,17 @@ def part_class(name: str) -> type[SyntheticTask]:
     try:
         module = importlib.import_module(f"harness.data.tasks.{name}")
     except ModuleNotFoundError:
-        raise ConfigError(f"task.parts: no task {name!r} (harness/data/tasks/{name}.py); "
-                          "python run.py --list names the tasks") from None
-    found = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, SyntheticTask)
-             and c.__module__ == module.__name__ and c.config_name() == name]
+        raise ConfigError(
+            f"task.parts: no task {name!r} (harness/data/tasks/{name}.py); python run.py --list names the tasks"
+        ) from None
+    found = [
+        c
+        for c in vars(module).values()
+        if isinstance(c, type)
+        and issubclass(c, SyntheticTask)
+        and c.__module__ == module.__name__
+        and c.config_name() == name
+    ]
     if len(found) != 1:
         raise ConfigError(f"task.parts: harness/data/tasks/{name}.py defines no single task class")
     return found[0]
@@ -67,9 +74,16 @@ def part_class(name: str) -> type[SyntheticTask]:
 class Mixture(SyntheticTask):
     """One example of a part drawn uniformly; the length is the parts' own (the same unit for each: |w|)."""
 
-    def __init__(self, tokenizer=None, form: str | None = None, parts: Sequence[str] = ("reverse", "copy"),
-                 alphabets: dict | None = None, train_lengths: Sequence[int] = (1, 20),
-                 eval_lengths: Sequence[int] = (5, 10, 20, 40, 80), eval_examples: int = 128):
+    def __init__(
+        self,
+        tokenizer=None,
+        form: str | None = None,
+        parts: Sequence[str] = ("reverse", "copy"),
+        alphabets: dict | None = None,
+        train_lengths: Sequence[int] = (1, 20),
+        eval_lengths: Sequence[int] = (5, 10, 20, 40, 80),
+        eval_examples: int = 128,
+    ):
         names = list(parts) if parts is not None and not isinstance(parts, str) else None
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"task.parts={parts!r} must list distinct task names, e.g. task.parts=[reverse,copy]")
@@ -84,19 +98,26 @@ class Mixture(SyntheticTask):
             if name not in alphabets:
                 raise ConfigError(f"task.parts: give {name}'s symbols, e.g. +task.alphabets.{name}=xy")
             build: Callable[..., SyntheticTask] = cls  # a part's class takes alphabet= beyond SyntheticTask's own
-            part = build(tokenizer, form, alphabet=alphabets[name], train_lengths=train_lengths,
-                         eval_lengths=eval_lengths, eval_examples=eval_examples)
+            part = build(
+                tokenizer,
+                form,
+                alphabet=alphabets[name],
+                train_lengths=train_lengths,
+                eval_lengths=eval_lengths,
+                eval_examples=eval_examples,
+            )
             if not isinstance(part, Lettered):
                 raise ConfigError(f"task.parts: task={name} keeps no alphabet, which tells a mixture's parts apart")
             self.parts[name], letters[name] = part, part.alphabet
         symbols = [set(a.tolist()) for a in letters.values()]
         if sum(len(s) for s in symbols) != len(set().union(*symbols)):
-            raise ConfigError(f"task.alphabets: the parts' symbols must be disjoint (they tell the model the task), "
-                              f"got {({n: bytes(a.tolist()).decode() for n, a in letters.items()})}")
+            raise ConfigError(
+                f"task.alphabets: the parts' symbols must be disjoint (they tell the model the task), "
+                f"got { ({n: bytes(a.tolist()).decode() for n, a in letters.items()}) }"
+            )
         forms = {p.form for p in self.parts.values()}
         if len(forms) != 1:
-            raise ConfigError(f"task.parts: the parts take different forms by default ({sorted(forms)}); "
-                              "set task.form")
+            raise ConfigError(f"task.parts: the parts take different forms by default ({sorted(forms)}); set task.form")
         super().__init__(tokenizer, forms.pop(), train_lengths, eval_lengths, eval_examples)  # a form of every part
 
     def min_length(self) -> int:

@@ -50,12 +50,21 @@ class Passkey(SyntheticTask):
 
     needs_filler = True
 
-    def __init__(self, tokenizer=None, form: str | None = None, train_lengths=(128, 256),
-                 eval_lengths=(128, 256, 512, 1024), eval_examples: int = 100, depth_bins: int = 10):
+    def __init__(
+        self,
+        tokenizer=None,
+        form: str | None = None,
+        train_lengths=(128, 256),
+        eval_lengths=(128, 256, 512, 1024),
+        eval_examples: int = 100,
+        depth_bins: int = 10,
+    ):
         super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
         if isinstance(depth_bins, bool) or not isinstance(depth_bins, int) or not 1 <= depth_bins <= 10:
-            raise ConfigError(f"task.depth_bins={depth_bins!r} must be an integer in 1..10 (depths have percent "
-                              "resolution over ≥ 20 filler bytes), e.g. 10")
+            raise ConfigError(
+                f"task.depth_bins={depth_bins!r} must be an integer in 1..10 (depths have percent "
+                "resolution over ≥ 20 filler bytes), e.g. 10"
+            )
         self.depth_bins = depth_bins
 
     def min_length(self) -> int:
@@ -74,11 +83,18 @@ class Passkey(SyntheticTask):
     def check_filler(self, filler: Tensor | None, longest: int) -> None:
         filler = self.given_filler(filler)
         if len(filler) < self.filler_size(longest):
-            raise ConfigError(f"the filler text holds {len(filler)} bytes, fewer than the {self.filler_size(longest)} "
-                              f"a passkey example of length {longest} needs; use a larger corpus or shorter lengths")
+            raise ConfigError(
+                f"the filler text holds {len(filler)} bytes, fewer than the {self.filler_size(longest)} "
+                f"a passkey example of length {longest} needs; use a larger corpus or shorter lengths"
+            )
 
-    def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None,
-               depth_range: tuple[int, int] | None = None) -> Layout:
+    def layout(
+        self,
+        length: int,
+        gen: torch.Generator,
+        filler: Tensor | None = None,
+        depth_range: tuple[int, int] | None = None,
+    ) -> Layout:
         """``depth_range``: the insertion points b to draw from (default: all 0 … F)."""
         filler = self.given_filler(filler)
         F = self.filler_size(length)
@@ -111,6 +127,7 @@ class Passkey(SyntheticTask):
 
 
 # --- accuracy by (length, depth) ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DepthTable:
@@ -148,8 +165,9 @@ def depth_table(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> D
     return DepthTable(lengths, n_bins, total, correct)
 
 
-def write_depth_table(records: Iterable[tuple[int, int, bool]], out_dir: str | Path, n_bins: int = 10,
-                      stem: str = "passkey_depth") -> tuple[Path, Path]:
+def write_depth_table(
+    records: Iterable[tuple[int, int, bool]], out_dir: str | Path, n_bins: int = 10, stem: str = "passkey_depth"
+) -> tuple[Path, Path]:
     """``<stem>.csv`` (length, depth_lo, depth_hi, n, correct, accuracy) and ``<stem>.png``
     (heatmap: length across, depth down, as in the needle-in-a-haystack plots). Returns both paths."""
     table = depth_table(records, n_bins)

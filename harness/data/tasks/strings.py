@@ -32,8 +32,15 @@ class Transduction(SyntheticTask):
     # binary strings (Ruoss et al., vocab_size=2); a task may name others
     causal_alphabet, encoder_alphabet = LOWERCASE, BINARY
 
-    def __init__(self, tokenizer=None, form: str | None = None, alphabet: str | None = None,
-                 train_lengths=(1, 20), eval_lengths=(5, 10, 20, 40, 80), eval_examples: int = 128):
+    def __init__(
+        self,
+        tokenizer=None,
+        form: str | None = None,
+        alphabet: str | None = None,
+        train_lengths=(1, 20),
+        eval_lengths=(5, 10, 20, 40, 80),
+        eval_examples: int = 128,
+    ):
         super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
         alphabet = (self.causal_alphabet if self.causal else self.encoder_alphabet) if alphabet is None else alphabet
         self.alphabet = symbols("task.alphabet", alphabet, reserved=SEP + END)
