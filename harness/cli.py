@@ -82,10 +82,7 @@ def _single_run(args: list[str], overrides: list[str]) -> int:
         if flag in ("--cfg", "-c"):
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             if value not in ("job", "hydra", "all"):
-                raise ConfigError(
-                    f"{flag} {value}: {flag} prints the config, and takes job, hydra or all (e.g. "
-                    f"python run.py --cfg job)"
-                )
+                raise ConfigError(f"{flag} {value}: {flag} prints the config; use {flag} job, hydra or all")
     check_single(overrides)
     return 0
 

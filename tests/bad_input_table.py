@@ -738,6 +738,75 @@ RUN_CASES += [
         ["ENV:POSBENCH_HASH_WHOLE_BYTES=1GB", "data=tokens", "data.path={files}/shards"],
         "POSBENCH_HASH_WHOLE_BYTES='1GB' must be a whole number of bytes",
     ),
+    # ---- a nested value is checked where it was typed, with its own path: phases[i], pos.layers[i]
+    (
+        "phases-factor-nan",
+        ["task=clm", "phases=[{{at: 1, scaling: yarn, factor: nan}}]"],
+        "phases[0].factor=nan must be a finite number",
+    ),
+    (
+        "phases-factor-inf",
+        ["task=clm", "phases=[{{at: 1, scaling: yarn, factor: inf}}]"],
+        "phases[0].factor=inf must be a finite number",
+    ),
+    (
+        "phases-factor-overflow",
+        ["task=clm", "phases=[{{at: 1, scaling: yarn, factor: 1e308}}]"],
+        "phases[0].factor=1e+308 must be a number > 1",
+    ),
+    (
+        "phases-pos-base-zero",
+        ["task=clm", "phases=[{{at: 1, pos: 'rope(base=0)'}}]"],
+        "phases[0].pos.base=0 must be a positive finite number",
+    ),
+    (
+        "phases-pos-unknown",
+        ["task=clm", "phases=[{{at: 1, pos: nonexistent}}]"],
+        "phases[0].pos names 'nonexistent', which is no pos option; use names of conf/pos/",
+    ),
+    (
+        "layers-entry-base-zero",
+        ["model.n_layers=2", "+pos.layers=['rope(base=0)',rope]"],
+        "pos.layers[0].base=0 must be a positive finite number",
+    ),
+    (
+        "layers-entry-malformed",
+        ["+pos.layers=['rope(base=1e6)(x=1)']"],
+        "pos.layers[0]='rope(base=1e6)(x=1)' is no entry; write an option name",
+    ),
+    ("layers-entry-unknown-option", ["+pos.layers=[foo]"], "pos.layers names 'foo', which is no pos option"),
+    ("layers-entry-key-twice", ["+pos.layers=['rope(base=1e6, base=2)']"], "sets base twice; give each setting once"),
+    (
+        "temperature-init-overflow",
+        ["model=modern", "task=clm", "model.temperature=ssmax", "model.temperature_init=1e308"],
+        "must be within float32's range",
+    ),
+    (
+        "export-after-scaling-phase",
+        ["model=modern", "task=clm", "export=hf", "phases=[{{at: 1, scaling: yarn, factor: 2}}]"],
+        "export=hf writes the model's RoPE without a training-time scaling",
+    ),
+    # ---- values the earlier rounds left to a library's own text
+    (
+        "max-position-int64",
+        ["pos.randomize=true", "pos.max_position=9223372036854775807"],
+        "pos.max_position=9223372036854775807 must be at most 1,099,511,627,776",
+    ),
+    ("tuned-values-a-string", ["optim.tuned={files}/tuned_string.json"], "are not a mapping of keys to numbers"),
+    ("seed-sweep-without-m", ["seed=0,1"], "seed=0,1 is a sweep over several values: add -m"),
+    ("accelerator-tpu-absent", ["trainer.accelerator=tpu"], "trainer.accelerator=tpu needs a TPU and torch_xla"),
+    (
+        "val-check-interval-over-one",
+        ["trainer.val_check_interval=1.5"],
+        "trainer.val_check_interval=1.5 must be a whole number of optimizer steps or a fraction ≤ 1",
+    ),
+    ("cfg-unknown-part", ["--cfg=foo"], "--cfg foo: --cfg prints the config; use --cfg job, hydra or all"),
+    (
+        "hf-parquet-schemas-differ",
+        ["data=hf", "data.path={files}/parquets"],
+        "b.parquet's columns (text: int64, other: string) differ from a.parquet's",
+    ),
+    ("hf-parquet-damaged", ["data=hf", "data.path={files}/notparquet"], "is not a readable parquet file"),
 ]
 
 # Damage a run meets only as it reads (``python run.py`` rows): one line, exit 2, and the run it had opened closed

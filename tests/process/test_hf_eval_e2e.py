@@ -226,3 +226,58 @@ def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp
     }
     assert all(math.isfinite(m["val/loss_at_96"]) and m["val/loss_at_96"] > 0 for m in cells.values())
     assert cells["yarn"]["val/loss_at_96"] != cells["none"]["val/loss_at_96"]
+
+
+@pytest.mark.parametrize("name, number, code", [("SIGTERM", 15, 143), ("Ctrl-C", 2, 130)])
+def test_a_stopped_hf_eval_closes_every_run_killed_in_one_line(name, number, code, tmp_path):
+    """A preempted job (SIGTERM) or Ctrl-C mid-evaluation: the exit code of the signal, one line saying the runs are
+    closed KILLED, and no run left RUNNING in the store."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT
+
+    folder = tiny_llama(tmp_path / "tiny")
+    store = tmp_path / "mlflow.db"
+    argv = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "hf-eval",
+        str(folder),
+        "--lengths",
+        "32,64",
+        "--budget",
+        "200000",
+        "--passkey-trials",
+        "0",
+        "--tracking-uri",
+        f"sqlite:///{store}",
+    ]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def running() -> int:
+        if not store.exists():
+            return 0
+        try:
+            with sqlite3.connect(store) as db:
+                return db.execute("select count(*) from runs where status = 'RUNNING'").fetchone()[0]
+        except sqlite3.OperationalError:  # the tables are being made
+            return 0
+
+    deadline = time.monotonic() + 300  # a hang guard, not a timing
+    while running() < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the parent and its first cell are open
+    assert proc.poll() is None, "hf-eval ended before it could be stopped"
+    proc.send_signal(signal.Signals(number))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == code and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == (
+        f"error: stopped by {name}: the hf-eval runs are closed KILLED; run the same command again to evaluate from "
+        "the start"
+    )
+    with sqlite3.connect(store) as db:
+        statuses = [s for (s,) in db.execute("select status from runs")]
+    assert statuses and set(statuses) == {"KILLED"}

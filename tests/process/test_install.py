@@ -407,6 +407,8 @@ def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_cop
         argv = [installed.python, *words[1:]]
     elif words[0] == "posbench" and args[:1] == ["hf-eval"]:  # its own --check: options and folder, nothing loaded
         argv = [installed.posbench, *args, "--check"]
+    elif words[0] == "posbench" and args[:1] == ["prepare"]:  # run as it is: it writes the shards
+        argv = [installed.posbench, *args]
     elif words[0] == "posbench" and args[:1] in (["run"], ["check"], ["list"], ["matrix"]):  # a subcommand
         argv = [installed.posbench, "check" if args[0] == "run" else args[0], *args[1:]]
     else:

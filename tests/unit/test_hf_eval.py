@@ -454,3 +454,39 @@ def test_the_own_cell_is_the_model_as_its_config_scales_it(tmp_path):
     apply_scaling(model, method="none")
     torch.testing.assert_close(own, loaded, rtol=0, atol=1e-5)
     assert (logits() - own).abs().max() > 1e-4  # the plain θ is another model (random weights: a small change)
+
+
+@pytest.mark.parametrize(
+    "n_labels, length, stride",
+    [(1, 1, 1), (10, 4, 1), (10, 4, 3), (10, 10, 2), (3, 8, 4), (1000, 64, 32), (1001, 64, 32), (999, 64, 7)],
+)
+def test_the_window_count_of_the_cost_check_is_the_listed_one_in_closed_form(n_labels, length, stride):
+    """The cost check counts windows without listing them: the same number as the windows the evaluation scores,
+    so --budget 1000000000 --lengths 2 costs the check nothing (a list of 10⁹ starts grew past 6 GB)."""
+    from harness.data.windows import window_count, window_starts
+
+    assert window_count(n_labels, length, stride) == len(window_starts(n_labels, length, stride))
+    assert window_count(10**9, 2, 1) == 10**9 - 1  # the count of a budget far past what a list could hold
+
+
+def test_a_posbench_export_without_its_seals_is_said_to_be_unverified(tmp_path):
+    """Its bytes are not known to be the export's: the command says so (a third-party folder carries no seals by
+    design, and a sealed export is verified)."""
+    import json
+
+    from harness import integrity
+    from harness.pretrained import folder as model_folder
+
+    path = tiny_llama(tmp_path / "export")  # saved as a byte-level posbench export, without its seals
+    note = model_folder.unverified(model_folder.read(path))
+    assert note is not None and note.startswith(f"note: {path} is a posbench export without its .sha256 seals")
+    for name in ("config.json", "model.safetensors"):
+        integrity.seal_file(path / name)
+    assert model_folder.unverified(model_folder.read(path)) is None
+    config = json.loads((path / "config.json").read_text())
+    del config["posbench_tokenizer"]  # another project's folder: no seals to expect
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "config.json.sha256").unlink()
+    (path / "model.safetensors.sha256").unlink()
+    (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": {}}}))
+    assert model_folder.unverified(model_folder.read(path, contents=False)) is None

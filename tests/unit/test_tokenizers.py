@@ -349,3 +349,27 @@ def test_a_cached_vocabulary_swapped_or_damaged_is_refused_and_an_unsealed_one_r
     seal.unlink()  # an older cache, unsealed: trained again, then sealed
     BPE(vocab_size=300).fit(corpus)
     assert file.read_bytes() == good and seal.read_text().strip() == hashlib.sha256(good).hexdigest()
+
+
+def test_a_vocabulary_the_text_cannot_fill_gives_the_model_its_own_size(corpus, cache, capsys):
+    """tokenizer.vocab_size=50257 on a small text trains fewer ids (no more merges occur in it): the model gets the
+    trained size, so no embedding row is for an id that can never occur; the run says so, a paper's size must be met,
+    and the recipe keeps what was asked (the cache and a prepared folder are keyed by it)."""
+    from types import SimpleNamespace
+
+    from harness.train import _trained_vocabulary
+
+    tok = BPE(vocab_size=50257)
+    tok.fit(corpus)
+    trained = tok.tokenizer.get_vocab_size(with_added_tokens=True)
+    assert trained < 50257 and tok.vocab_size == trained and tok.recipe()["vocab_size"] == 50257
+    spec = SimpleNamespace(run=SimpleNamespace(paper=None))
+    assert _trained_vocabulary(spec, 50257, trained) == trained
+    assert capsys.readouterr().err.strip() == (
+        f"tokenizer: the training split gives {trained:,} ids of tokenizer.vocab_size=50,257 (no more merges occur in "
+        f"it); the model has {trained:,} embedding rows"
+    )
+    with pytest.raises(
+        ConfigError, match=f"the paper's model with 50,257 token ids, and this corpus trains {trained:,}"
+    ):
+        _trained_vocabulary(SimpleNamespace(run=SimpleNamespace(paper={"vocab_size": 50257})), 50257, trained)
