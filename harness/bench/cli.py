@@ -8,7 +8,6 @@ The report goes to --out (default bench-out/, ignored by git); results/bench/ on
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -22,20 +21,11 @@ from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
-from harness.errors import ConfigError
+from harness.errors import ConfigError, OneLineParser
 from harness.ranges import NonNegative, Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir, store_to_write
 
 MAX_TOKENS = 2**24  # tokens in a step (and the longest length): 16M, beyond any GPU's activations
-
-
-class BadInput(ValueError):
-    """A flag the bench refuses: reported as one line, exit 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own errors: one line too, not usage + message
-        raise BadInput(message)
 
 
 @dataclass(frozen=True)
@@ -57,8 +47,8 @@ class Args:
     causal: bool = False  # the grid's cells with a causal mask (a causal-only scheme, FoX, refuses the other)
 
 
-def _parser() -> Parser:
-    p = Parser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m harness.bench", description="Benchmarks: what each pos × attn cell costs.")
     # the grid's default is pos=none, so the default run stays short on a laptop; RoPE's and T5's cost
     # are measured by the targets (and the peers) against pos=none. --pos none,rope,t5 for the full grid.
     p.add_argument("--pos", default="none", help="comma list of conf/pos options or per-layer patterns (rope×3+none)")
@@ -114,12 +104,9 @@ def _parser() -> Parser:
 
 def parse(argv: list[str] | None) -> Args:
     a = _parser().parse_args(argv)
-    try:  # where it writes, checked before minutes of measuring (harness/record/preflight.py)
-        out, uri = output_dir(a.out, "--out"), store_to_write(a.tracking_uri)
-    except ConfigError as e:
-        raise BadInput(str(e)) from None
+    out, uri = output_dir(a.out, "--out"), store_to_write(a.tracking_uri)  # checked before minutes of measuring
     if a.device == "cuda" and not torch.cuda.is_available():
-        raise BadInput(
+        raise ConfigError(
             f"--device cuda: no CUDA device here (torch {torch.__version__}, built for CUDA "
             f"{torch.version.cuda}); use --device cpu, or install a CUDA build of torch"
         )
@@ -145,9 +132,10 @@ def parse(argv: list[str] | None) -> Args:
 def _options(text: str, group: str) -> list[str]:
     """Option names, or per-layer patterns by name (``rope×3+none``: harness/model/layers.py)."""
     chosen, valid = [x for x in text.split(",") if x], available(group)
-    unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in _unit(x)} <= set(valid)]
+    unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in pattern_unit(x)} <= set(valid)]
     if unknown or not chosen:
-        raise BadInput(f"--{group} {','.join(unknown) or repr(text)}: not in conf/{group}/; valid: {', '.join(valid)}")
+        named = ",".join(unknown) or repr(text)
+        raise ConfigError(f"--{group} {named}: not in conf/{group}/; valid: {', '.join(valid)}")
     return chosen
 
 
@@ -155,33 +143,26 @@ def _model(name: str) -> str:
     """One conf/model option (the grid's every cell has the same model)."""
     valid = available("model")
     if name not in valid:
-        raise BadInput(f"--model {name!r}: not in conf/model/; valid: {', '.join(valid)}")
+        raise ConfigError(f"--model {name!r}: not in conf/model/; valid: {', '.join(valid)}")
     return name
-
-
-def _unit(name: str) -> tuple[str, ...]:
-    try:
-        return pattern_unit(name)
-    except ConfigError as e:
-        raise BadInput(str(e)) from None
 
 
 def _lengths(text: str) -> list[int]:
     try:
         lengths = [int(x) for x in text.split(",")]
     except ValueError:
-        raise BadInput(f"--lengths {text!r}: use a comma list of positive integers, e.g. 512,1024") from None
+        raise ConfigError(f"--lengths {text!r}: use a comma list of positive integers, e.g. 512,1024") from None
     if any(t <= 0 for t in lengths):
-        raise BadInput(f"--lengths {text!r}: every length must be positive")
+        raise ConfigError(f"--lengths {text!r}: every length must be positive")
     if max(lengths) > MAX_TOKENS:
-        raise BadInput(f"--lengths {text!r}: every length must be at most {MAX_TOKENS:,} tokens")
+        raise ConfigError(f"--lengths {text!r}: every length must be at most {MAX_TOKENS:,} tokens")
     return lengths
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
-    except BadInput as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     command = " ".join(["python -m harness.bench", *(argv if argv is not None else sys.argv[1:])])

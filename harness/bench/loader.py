@@ -39,9 +39,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.bench.cli import BadInput, Parser
 from harness.bench.internals import max_workers, shard_loader, write_random_shards
-from harness.errors import ConfigError
+from harness.errors import ConfigError, OneLineParser
 from harness.paths import CONF
 from harness.ranges import Fraction, Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir
@@ -123,8 +122,8 @@ class Args:
     shards: Path | None = None  # a prepared folder to time instead of random shards
 
 
-def _parser() -> Parser:
-    p = Parser(prog="python -m harness.bench.loader", description=__doc__.split("\n\n")[0])
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m harness.bench.loader", description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", default=",".join(TEXT_PRESETS), help="comma-separated presets with a paper scale")
     p.add_argument(
         "--gb", type=number(Positive), default=None, help="size of the generated shard, GB (10^9 bytes; default 1)"
@@ -160,13 +159,13 @@ def _parser() -> Parser:
 
 
 def parse(argv: list[str] | None) -> Args:
-    """The flags, each checked; a BadInput names the fix."""
+    """The flags, each checked; a ConfigError names the fix."""
     a = _parser().parse_args(argv)
     presets = [x for x in a.presets.split(",") if x]
     have = preset_scales_with_paper()
     unknown = [x for x in presets if x not in have]
     if unknown or not presets:
-        raise BadInput(
+        raise ConfigError(
             f"--presets {','.join(unknown) or repr(a.presets)}: no paper scale "
             f"(conf/experiment/<preset>/scale/paper.yaml); use some of {', '.join(have)}"
         )
@@ -174,19 +173,19 @@ def parse(argv: list[str] | None) -> Args:
     need = max(paper_shapes(p)["batch_size"] * (paper_shapes(p)["seq_len"] + 1) for p in presets) * 2  # uint16
     if a.shards is not None:
         if a.gb is not None:
-            raise BadInput("--gb sizes the random shard written when --shards is not given; give one of them")
+            raise ConfigError("--gb sizes the random shard written when --shards is not given; give one of them")
         shards, vocab = _prepared(a.shards, need // 2)
         folder, gb = shards, None
     else:
         folder, gb, shards, vocab = _writable_dir(a.dir), 1.0 if a.gb is None else a.gb, None, 258
         if gb * 1e9 < need:
-            raise BadInput(
+            raise ConfigError(
                 f"--gb {gb:g} holds less than one batch of the largest preset ({need:,} bytes); "
                 f"give at least --gb {math.ceil(need / 1e7) / 100:g}"
             )
         free = shutil.disk_usage(folder).free
         if gb * 1e9 > MARGIN * free:
-            raise BadInput(
+            raise ConfigError(
                 f"--gb {gb:g} needs {gb:g} GB at {folder}, which has {free / 1e9:.1f} GB free; "
                 f"give --gb {MARGIN * free / 1e9:.1f} or less, or --dir a folder with more room"
             )
@@ -194,11 +193,8 @@ def parse(argv: list[str] | None) -> Args:
     if a.json is not None:
         out = Path(a.json).expanduser().absolute()
         if out.is_dir() or not os.access(_writable_dir(str(out.parent), "--json"), os.W_OK):
-            raise BadInput(f"--json {a.json}: give a file path in a writable folder")
-        try:  # a folder os.access calls writable may still refuse a file (/proc): written to, as --out is
-            output_dir(out.parent, "--json")
-        except ConfigError as e:
-            raise BadInput(str(e)) from None
+            raise ConfigError(f"--json {a.json}: give a file path in a writable folder")
+        output_dir(out.parent, "--json")  # a folder os.access calls writable may still refuse a file (/proc)
     return Args(
         presets,
         gb,
@@ -225,9 +221,9 @@ def _prepared(text: str, tokens: int) -> tuple[Path, int]:
         train, _ = source.sizes()
         vocab = int(source.manifest()["tokenizer"]["vocab_size"])
     except ConfigError as e:
-        raise BadInput(f"--shards {text}: {e}") from None
+        raise ConfigError(f"--shards {text}: {e}") from None
     if train < tokens:
-        raise BadInput(
+        raise ConfigError(
             f"--shards {text}: its training split holds {train:,} ids, less than one batch of the "
             f"largest preset ({tokens:,}); give a larger folder or --presets with smaller batches"
         )
@@ -241,7 +237,7 @@ def _workers(text: str) -> list[int]:
     except ValueError:
         workers = []
     if not workers or any(w < 0 or w > bound for w in workers):
-        raise BadInput(
+        raise ConfigError(
             f"--workers {text!r}: give a comma list of worker counts from 0 to {bound} "
             f"({per_core} per core here, as data.num_workers), e.g. 0,2,4"
         )
@@ -251,7 +247,7 @@ def _workers(text: str) -> list[int]:
 def _writable_dir(text: str, flag: str = "--dir") -> Path:
     folder = Path(text).expanduser().absolute()
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise BadInput(f"{flag} {text!r}: not a folder this user can write; give an existing, writable folder")
+        raise ConfigError(f"{flag} {text!r}: not a folder this user can write; give an existing, writable folder")
     return folder
 
 
@@ -338,7 +334,7 @@ def show(figures: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
-    except BadInput as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     figures = measure(args)
