@@ -352,3 +352,19 @@ def test_favor_features_equal_performer_pytorch_softmax_kernel_with_gradients(is
     (d_ours,) = torch.autograd.grad((ours * cotangent).sum(), x)
     (d_ref,) = torch.autograd.grad((ref * cotangent).sum(), x)
     assert_close(d_ours, d_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_the_projection_is_a_pure_function_of_its_seed_with_orthogonal_gaussian_rows():
+    """Performer's projection (left out of tests/unit/test_construction.py's fingerprints: QR's last bits are the
+    CPU's) is the same for the same seed, and each block of D rows is orthogonal (Choromanski et al. 2021, §2.4)."""
+    from performer_pytorch.performer_pytorch import gaussian_orthogonal_random_matrix
+
+    from attention.performer import draw_projection
+
+    w = draw_projection(2 * D, D, seed=5)
+    assert torch.equal(w, draw_projection(2 * D, D, seed=5)) and not torch.equal(w, draw_projection(2 * D, D, seed=6))
+    for block in (w[:D].double(), w[D:].double()):
+        gram = block @ block.T
+        assert_close(gram, torch.diag(torch.diagonal(gram)), rtol=0, atol=1e-4 * float(gram.diagonal().max()))
+    torch.manual_seed(5)
+    assert_close(w, gaussian_orthogonal_random_matrix(2 * D, D, scaling=0), rtol=1e-5, atol=1e-6)
