@@ -6,8 +6,8 @@ Every import statement of the project's code counts, including those inside func
 import is still a dependency). A *room* is a subpackage of harness/ (``harness.record``), one of
 harness's top-level modules (``harness.train``), or a top-level package (``positional``); its
 docstring's ``May import:`` paragraph names the rooms it may use. ``harness.errors``, ``harness.ranges``,
-``harness.paths``, ``harness.allocator``, ``harness.signals``, ``harness.extras`` and ``harness.stats`` are the
-ground: anyone may import them.
+``harness.paths``, ``harness.allocator``, ``harness.signals``, ``harness.extras``, ``harness.integrity``,
+``harness.stats`` and ``harness.sequential`` are the ground: anyone may import them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ GROUND = {
     "harness.extras",
     "harness.integrity",
     "harness.stats",
+    "harness.sequential",
 }
 
 
