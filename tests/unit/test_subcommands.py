@@ -50,7 +50,10 @@ def test_results_and_bench_commands_are_their_modules(monkeypatch, capsys, tmp_p
     code, out, _ = _run(monkeypatch, capsys, "index", "--dir", str(tmp_path))
     assert code == 0 and (tmp_path / "README.md").exists()
     code, _, err = _run(monkeypatch, capsys, "bench", "loader", "--gb", "0")
-    assert code == 2 and err == "error: argument --gb: 0 must be a positive number\n"
+    assert (
+        code == 2
+        and err == "error: argument --gb: 0 must be a positive number; see python -m harness.bench.loader --help\n"
+    )
     code, _, err = _run(monkeypatch, capsys, "prepare", str(tmp_path / "out"), "--shard-tokens", "0")
     assert code == 2 and "--shard-tokens=0 must be a positive number of token ids" in err
 
