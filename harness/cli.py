@@ -108,7 +108,7 @@ def _gpu_memory(args: list[str], checking: bool) -> tuple[str | None, list[str]]
 def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_memory: str | None) -> int:
     """``--check``: each cell checked in this process; no run is opened. 2 if any cell was refused."""
     gpu = NamedGpu.parse(gpu_memory or DEFAULT_GPU_MEMORY)
-    budgets, refused = [], 0
+    budgets, refused, seeds = [], 0, 1
     for cell in cells(overrides, dirs) if multirun else [overrides]:
         named = " ".join(cell) if multirun else ""
         try:
@@ -121,14 +121,16 @@ def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_mem
             print(f"refused: {named}: {message}", file=sys.stderr)  # the ok lines on stdout are what would train
             continue
         budgets.append(checked.budget)
+        seeds = checked.spec.report.max_seeds if checked.spec.report.seeds == "auto" else 1  # each cell's most runs
         print(ok_line(checked, named, gpu))
     if len(budgets) > 1:
         from harness.config.budget import short_count
 
-        tokens, flops = sum(b.tokens for b in budgets), sum(b.flops for b in budgets)
-        hours = [b.gpu_hours for b in budgets if b.gpu_hours is not None]
+        tokens, flops = seeds * sum(b.tokens for b in budgets), seeds * sum(b.flops for b in budgets)
+        hours = [seeds * b.gpu_hours for b in budgets if b.gpu_hours is not None]
         gpu_hours = f" ≈ {sum(hours):,.1f} GPU-hours" if len(hours) == len(budgets) else ""
-        print(f"sweep: {len(budgets)} cells · {short_count(tokens)} tokens · {flops:.1e} FLOPs{gpu_hours}")
+        runs = f" × up to {seeds} seeds (report.seeds=auto), at most" if seeds > 1 else ""
+        print(f"sweep: {len(budgets)} cells{runs} · {short_count(tokens)} tokens · {flops:.1e} FLOPs{gpu_hours}")
     return 2 if refused else 0
 
 

@@ -15,6 +15,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.sequential import Design
 
 LENGTH_METRIC = re.compile(r"^val/loss_at_(\d+)$")
 # every evaluation condition of harness/model/extrapolation.py: val/[finetuned/][<scaling>/]loss_at_<L>[_stride_<S>
@@ -31,6 +35,8 @@ NAMING_KEYS = ("pos._target_", "attn._target_", "pos.layers", "attn.layers")
 MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs/verdicts.md)
 BASELINE_TAG = "report_baseline"  # the sweep's parent run: report.baseline as declared when the sweep started
 ALPHA_TAG = "report_alpha"  # and report.alpha, the family-wise level its comparisons are corrected to
+MARGIN_TAG = "report_margin"  # and report.margin, the equivalence margin ("": none declared)
+STAGES_TAG = "report_stages"  # report.seeds=auto: "stage,max_seeds,spending" of its looks ("": a fixed seed axis)
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,8 @@ class Report:
     min_order_gain: float = MIN_ORDER_GAIN
     baseline: Declared | None = None  # the pos each scheme is compared with, and when it was named
     alpha: float = 0.05  # report.alpha: the family-wise level of the verdicts (Holm), as the sweep recorded it
+    margin: float | None = None  # report.margin: the equivalence margin the sweep recorded (None: none declared)
+    staged: Design | None = None  # report.seeds=auto: the design its sweeper decided by (None: fixed seeds)
 
     @property
     def lengths(self) -> list[int]:
@@ -284,8 +292,11 @@ def build_report(
     min_order_gain: float = MIN_ORDER_GAIN,
     baseline: Declared | None = None,
     alpha: float = 0.05,
+    margin: float | None = None,
+    staged: Design | None = None,
 ) -> Report:
     note = "configured (report.target_loss / --target)"
     if target is None:
         target, note = default_target(cells), "the worst finished cell's final val loss"
-    return Report(title, cells, group_cells(cells, target), target, note, header, min_order_gain, baseline, alpha)
+    groups = group_cells(cells, target)
+    return Report(title, cells, groups, target, note, header, min_order_gain, baseline, alpha, margin, staged)

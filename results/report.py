@@ -71,14 +71,14 @@ def markdown(r: Report, plots: list[str]) -> str:
         ]
         for g in r.groups
     ]
-    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha)
+    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha, r.margin, r.staged)
     missing = verdicts.missing_baseline(r.groups, r.baseline)
     lines = [
         f"# {r.title}",
         "",
         *r.header,
         "",
-        f"**{verdicts.headline(found, r.min_order_gain, missing, r.alpha)}**",
+        f"**{verdicts.headline(found, r.min_order_gain, missing, r.alpha, r.margin)}**",
         "",
         "## Scheme × attention",
         "",
@@ -98,7 +98,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         "resting on it says little about its positional scheme.",
         "",
     ]
-    lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha)
+    lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha, r.margin)
     if r.lengths:
         lines += [
             "## Loss vs evaluation length (nats/token)",
@@ -326,8 +326,9 @@ def console_summary(r: Report) -> str:
             f"  {_cell_order_gain(c, r.min_order_gain)}"
         )
     lines += [f"  {c.label}: {c.reason}" for c in cells if c.reason]
-    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha)
-    lines += ["", verdicts.headline(found, r.min_order_gain, verdicts.missing_baseline(r.groups, r.baseline), r.alpha)]
+    found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha, r.margin, r.staged)
+    missing = verdicts.missing_baseline(r.groups, r.baseline)
+    lines += ["", verdicts.headline(found, r.min_order_gain, missing, r.alpha, r.margin)]
     for f in found:
         text = f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}"
         lines.append(f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): {text}")  # same variant

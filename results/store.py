@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, NAMING_KEYS, SKIPPED_TAG, Cell
 
@@ -194,7 +194,8 @@ def sweep_report(
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
     (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
     sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
-    from results.cells import ALPHA_TAG, BASELINE_TAG, Declared, build_report
+    from harness.sequential import Design, Spending
+    from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, STAGES_TAG, Declared, build_report
 
     header = [
         f"Experiment `{sweep.experiment}`"
@@ -214,8 +215,21 @@ def sweep_report(
         if recorded
         else None
     )
-    alpha = float(sweep.parent.data.tags.get(ALPHA_TAG) or 0.05) if sweep.parent else 0.05
-    return build_report(cells_of(client, sweep), sweep.title, header, target, min_order_gain, declared, alpha)
+    tags = sweep.parent.data.tags if sweep.parent else {}
+    alpha, margin = float(tags.get(ALPHA_TAG) or 0.05), float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
+    stage, most, spending = (tags.get(STAGES_TAG) or ",,").split(",")
+    staged = Design(alpha, int(stage), int(most), cast(Spending, spending), margin) if stage else None
+    return build_report(
+        cells_of(client, sweep),
+        sweep.title,
+        header,
+        target,
+        min_order_gain,
+        declared,
+        alpha,
+        margin,
+        staged,
+    )
 
 
 def generate(

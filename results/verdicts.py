@@ -11,13 +11,17 @@ gets no verdict, and one line asking for ``report.baseline``. Each comparison ge
               results/cells.py): its loss says nothing about its positional scheme — train longer; how
               much longer comes from its own order-gain curve (``trend``)
   lower / higher   Welch's t test of the difference rejects after Holm's correction over the sweep's
-              comparisons (the family: every comparison with a p-value) at family-wise level report.alpha
+              hypotheses (the family: every comparison with two seeds a side) at family-wise level report.alpha
               (0.05; recorded when the sweep starts): a grid of 32 comparisons at 95 % each would call
               one or two "beyond noise" by chance alone
-  tie         it does not; the minimum detectable effect (harness.stats) says how large a difference
-              this seed count would have caught 80 % of the time, so a reader knows what the tie means
-              (no figure where neither side varies: identical seeds have no spread to measure power by)
+  equivalent  the two one-sided tests show |Δ| < report.margin, the margin declared (and recorded) before the
+              sweep ran; each comparison's equivalence is a hypothesis of the same Holm family
+  inconclusive  neither rejects: no evidence either way, never read as a tie; the minimum detectable effect
+              (harness.stats) says how large a difference this seed count would have caught 80 % of the time,
+              and how many seeds the measured one would need
   one seed    fewer than two finished seeds on a side: no interval (add seed=0,1,2)
+
+The decisions are harness/sequential.py's, one look of its group-sequential design (a fixed number of seeds).
 
 ``headline`` condenses them into the sentence the report opens with.
 """
@@ -27,7 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.stats import holm, minimum_detectable_effect, welch_interval, welch_p_value, what_settles
+from harness import sequential
+from harness.stats import minimum_detectable_effect, welch_interval, welch_p_value, what_settles
 from results.cells import Declared, Group
 
 BASELINE = "none"
@@ -40,7 +45,7 @@ RISING = 0.1
 class Verdict:
     group: Group
     baseline: Group
-    verdict: str  # premature | lower | higher | tie | one seed ("tested": judged, not yet decided by Holm)
+    verdict: str  # premature | lower | higher | equivalent | inconclusive | one seed ("tested": not yet decided)
     text: str  # the table's cell: numbers and the reason
     p: float | None = None  # Welch's two-sided p, for a comparison in the corrected family
 
@@ -100,38 +105,32 @@ def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     return Verdict(g, base, "tested", f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}", p)
 
 
-def decided(v: Verdict, rejected: bool, m: int, alpha: float) -> Verdict:
-    """A tested comparison's verdict once Holm's procedure over the ``m`` of its family has decided it."""
-    a, b = _finals(v.group), _finals(v.baseline)
-    diff = sum(a) / len(a) - sum(b) / len(b)
-    holm_said = f"Holm over {m} at α = {alpha:g}"
-    if rejected:
-        word = "lower" if diff < 0 else "higher"
-        return Verdict(
-            v.group,
-            v.baseline,
-            word,
-            f"{v.text}: {word} loss beyond seed noise ({holm_said}; n = {len(a)} vs {len(b)})",
-            v.p,
+def decided(v: Verdict, c: sequential.Comparison, hypotheses: int, design: sequential.Design) -> Verdict:
+    """A tested comparison's verdict once the family (``hypotheses`` of them, Holm at the design's level) has decided
+    it; a staged design (report.seeds=auto) also says at which look."""
+    a, b, margin = c.a, c.b, design.margin
+    said = f"Holm over {hypotheses} hypothes{'es' if hypotheses != 1 else 'is'} at α = {design.alpha:g}"
+    looks = design.looks
+    if len(looks) > 1 and c.decided_at is not None:
+        said += f", look {c.decided_at + 1} of {len(looks)}, {design.spending} boundary"
+    said += f"; n = {len(a)} vs {len(b)}"
+    verdict = c.verdict
+    if verdict in ("lower", "higher"):
+        also = f"; and within ±{margin:g}: negligible at the declared margin" if c.equivalence_at is not None else ""
+        text = f"{v.text}: {verdict} loss beyond seed noise ({said}){also}"
+    elif verdict == "equivalent":
+        text = f"{v.text}: equivalent within ±{margin:g} (report.margin; two one-sided tests, {said})"
+    elif len(set(a)) == 1 and len(set(b)) == 1:  # no spread on either side: no power to speak of
+        text = f"{v.text}: inconclusive — every seed of both: one loss (no spread: no power figure; {said})"
+    else:
+        diff = sum(a) / len(a) - sum(b) / len(b)
+        settles = what_settles(a, b, diff, per="scheme")
+        untested = "" if margin is not None else "; no margin declared, so equivalence is not tested (report.margin)"
+        text = (
+            f"{v.text}: inconclusive ({said}); the seeds detect |Δ| ≥ {minimum_detectable_effect(a, b):.4f}"
+            f"{settles}{untested}"
         )
-    if len(set(a)) == 1 and len(set(b)) == 1:  # no spread on either side: no power to speak of
-        return Verdict(
-            v.group,
-            v.baseline,
-            "tie",
-            f"{v.text}: tie — every seed of both gives the same loss "
-            f"(no spread: no power figure; n = {len(a)} vs {len(b)})",
-            v.p,
-        )
-    mde = minimum_detectable_effect(a, b)
-    settles = what_settles(a, b, diff, per="scheme")
-    return Verdict(
-        v.group,
-        v.baseline,
-        "tie",
-        f"{v.text}: tie within seed noise ({holm_said}); n = {len(a)} vs {len(b)} detects |Δ| ≥ {mde:.4f}{settles}",
-        v.p,
-    )
+    return Verdict(v.group, v.baseline, verdict, text, v.p)
 
 
 def trend(g: Group, min_gain: float) -> str:
@@ -155,45 +154,83 @@ def trend(g: Group, min_gain: float) -> str:
 
 
 def verdicts(
-    groups: list[Group], min_gain: float, declared: Declared | None = None, alpha: float = ALPHA
+    groups: list[Group],
+    min_gain: float,
+    declared: Declared | None = None,
+    alpha: float = ALPHA,
+    margin: float | None = None,
+    staged: sequential.Design | None = None,
 ) -> list[Verdict]:
-    """One verdict per group that is not its (attention, variant)'s baseline; the comparisons with a p-value are
-    one family, Holm-corrected at family-wise level ``alpha``."""
-    out = []
+    """One verdict per group that is not its (attention, variant)'s baseline. Every comparison with two seeds a
+    side (a premature one included: its label says premature, its hypotheses still count) is one family
+    (harness/sequential.py: Holm at family-wise level ``alpha`` over each one's difference and, with a declared
+    ``margin``, its equivalence). ``staged``: the design of a sweep that added seeds in stages
+    (report.seeds=auto), replayed look by look from the seeds' losses in seed order, as its sweeper decided."""
+    pairs = []
     for key in dict.fromkeys((g.attn, g.variant) for g in groups):
         members = [g for g in groups if (g.attn, g.variant) == key]
         base = baseline_of(members, declared)
-        out += [
-            judge(g, base, min_gain) for g in members if base is not None and g is not base and g.final.mean is not None
-        ]
-    family = [i for i, v in enumerate(out) if v.p is not None]
-    for i, rejected in zip(family, holm([out[i].p or 0.0 for i in family], alpha), strict=True):
-        out[i] = decided(out[i], rejected, len(family), alpha)
+        pairs += [(g, base) for g in members if base is not None and g is not base and g.final.mean is not None]
+    testable = [(g, base) for g, base in pairs if min(len(_finals(g)), len(_finals(base))) >= 2]
+    design = staged or sequential.Design(alpha=alpha, margin=margin)
+    if staged is None:  # one look at the seeds there are
+        family = [sequential.Comparison(_key(g), _key(base), _finals(g), _finals(base)) for g, base in testable]
+        sequential.judge(family, design, len(design.looks) - 1)
+    else:
+        by_seed = {_key(g): _by_seed(g) for pair in testable for g in pair}
+        family = sequential.settle(
+            [(_key(g), _key(base)) for g, base in testable],
+            design,
+            lambda need: {k: [x for seed, x in by_seed[k] if seed < n] for k, n in need.items()},
+        )
+    found = {c.arm: c for c in family}
+    hypotheses = len(family) * (1 if design.margin is None else 2)
+    out = []
+    for g, base in pairs:
+        v = judge(g, base, min_gain)
+        c = found.get(_key(g))
+        out.append(decided(v, c, hypotheses, design) if v.verdict == "tested" and c is not None else v)
     return out
 
 
-def headline(found: list[Verdict], min_gain: float, missing: str | None = None, alpha: float = ALPHA) -> str:
+def _key(g: Group) -> str:
+    return f"{g.label} {g.attn} {g.variant}"
+
+
+def _by_seed(g: Group) -> list[tuple[int, float]]:
+    """(seed, final loss) of each finished seed, in seed order."""
+    seeds = [(int(c.seed), c.final_loss) for c in g.cells if c.finished and c.final_loss is not None]
+    return sorted((seed, loss) for seed, loss in seeds if loss is not None)
+
+
+def headline(
+    found: list[Verdict], min_gain: float, missing: str | None = None, alpha: float = ALPHA, margin: float | None = None
+) -> str:
     """One sentence: how many comparisons separate, how many are premature, what the ties could detect; then
     ``missing`` (``missing_baseline``), where some schemes had no declared baseline to be compared with."""
     if not found:
         return missing or (
             "Verdict: nothing to compare (a comparison needs two finished schemes with the same attention)."
         )
-    return _counted(found, min_gain, alpha) + (f" {missing}" if missing else "")
+    return _counted(found, min_gain, alpha, margin) + (f" {missing}" if missing else "")
 
 
-def _counted(found: list[Verdict], min_gain: float, alpha: float = ALPHA) -> str:
-    count = {v: sum(f.verdict == v for f in found) for v in ("lower", "higher", "tie", "premature", "one seed")}
-    tested = sum(f.p is not None for f in found)
-    corrected = f" (Holm-corrected over {tested} at family-wise α = {alpha:g})" if tested else ""
+def _counted(found: list[Verdict], min_gain: float, alpha: float, margin: float | None) -> str:
+    kinds = ("lower", "higher", "equivalent", "inconclusive", "premature", "one seed")
+    count = {v: sum(f.verdict == v for f in found) for v in kinds}
+    tested = any(f.p is not None for f in found)
+    corrected = f" (Holm-corrected at family-wise α = {alpha:g})" if tested else ""
     parts = [
         f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise{corrected}",
-        f"{count['tie']} tie{'s' * (count['tie'] != 1)}",
+        f"{count['equivalent']} equivalent within ±{margin:g} (report.margin)"
+        if margin is not None
+        else "none can be equivalent (no report.margin declared)",
+        f"{count['inconclusive']} inconclusive",
     ]
     mdes = [
         mde
         for f in found
-        if f.verdict == "tie" and "no spread" not in f.text
+        if f.verdict == "inconclusive" and "no spread" not in f.text
         if (mde := minimum_detectable_effect(_finals(f.group), _finals(f.baseline))) is not None
     ]
     if mdes:
@@ -213,6 +250,7 @@ def section(
     declared: Declared | None = None,
     missing: str | None = None,
     alpha: float = ALPHA,
+    margin: float | None = None,
 ) -> list[str]:
     """The report's Verdicts section (markdown lines) for ``verdicts(...)``."""
     if not found:
@@ -224,11 +262,18 @@ def section(
     return [
         "## Verdicts",
         "",
-        headline(found, min_gain, missing, alpha),
+        headline(found, min_gain, missing, alpha, margin),
         "",
         "Each scheme's per-seed final val loss against the baseline with the same attention (and the same "
         f"other overrides): {named}. Δ in nats/token with its Welch 95 % interval and Welch's two-sided p; "
-        "lower / higher only where Holm's step-down procedure over all of them rejects (report.alpha).",
+        "lower / higher only where Holm's step-down procedure over the family rejects (report.alpha); "
+        + (
+            f"equivalent only where the two one-sided tests show |Δ| < {margin:g}, the margin declared before the "
+            "sweep ran (report.margin), in the same family; "
+            if margin is not None
+            else "no equivalence margin was declared (report.margin), so no comparison can be shown equivalent; "
+        )
+        + "inconclusive otherwise: no evidence either way.",
         "",
         "| cell | attn | baseline | verdict | detail |",
         "|---|---|---|---|---|",

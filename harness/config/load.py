@@ -345,14 +345,41 @@ def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[lis
         parser = OverridesParser.create(config_loader=loader)  # type: ignore[arg-type]  # Hydra's own loader
         given = parser.parse_overrides(list(overrides))
         first = [_values(o)[0] for o in given]
-        sweeper = compose(first, config_dirs, hydra=True).hydra.sweeper
-        _check_sweeper(sweeper)
-        params = sweeper.get("params") or {}
+        cfg = compose(first, config_dirs, hydra=True)
+        _check_sweeper(cfg.hydra.sweeper)
+        params = cfg.hydra.sweeper.get("params") or {}
         every = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides])
     axes: dict[str, list[str]] = {}
     for override in every:
         axes[override.get_key_element()] = _values(override)
+    if OmegaConf.select(cfg, "report.seeds") == "auto":  # the sweeper trains the seeds: a preset's seed axis goes
+        _check_stages(cfg, axes, {o.get_key_element() for o in given})
+        axes.pop("seed", None)
     return [list(cell) for cell in itertools.product(*axes.values())]
+
+
+def _check_stages(cfg: DictConfig, axes: dict[str, list[str]], typed: set[str]) -> None:
+    """report.seeds=auto: posbench's sweeper trains each arm's seeds and compares each pos with the baseline of its
+    other overrides (harness/sweep/stages.py), so the sweep needs that sweeper, a pos axis holding the baseline, and
+    no seed of its own."""
+    target = str(cfg.hydra.sweeper.get("_target_", ""))
+    if not target.endswith(".StagedSweeper"):
+        raise ConfigError(
+            f"report.seeds=auto adds seeds through posbench's own sweeper, and this sweep runs {target} "
+            "(a tuning study runs its own trials); drop report.seeds=auto"
+        )
+    if "seed" in typed:
+        raise ConfigError(
+            f"report.seeds=auto trains each arm's seeds itself (0, 1, … up to report.max_seeds="
+            f"{cfg.report.max_seeds}); drop seed=... from the sweep"
+        )
+    pos = [value.partition("=")[2] for value in axes.get("pos", [])]
+    baseline = cfg.report.baseline or "none"
+    if len(pos) < 2 or baseline not in pos:
+        raise ConfigError(
+            f"report.seeds=auto decides each pos against the baseline pos={baseline} (report.baseline), and this "
+            f"sweep's pos is {','.join(pos) or 'not swept'}; sweep pos with it, e.g. pos={baseline},rope"
+        )
 
 
 def _check_sweeper(node: DictConfig) -> None:

@@ -238,9 +238,19 @@ class ReportSettings:
     min_order_gain: NonNegative = 0.05  # val/order_gain below it: "not yet using order" (conf/config.yaml says why)
     baseline: str | None = None  # the pos the report compares every other scheme with (results/verdicts.py)
     alpha: SignificanceLevel = 0.05  # a paper claim's family-wise level, Holm-corrected (results/paper.py)
+    margin: Positive | None = None  # equivalence margin of a sweep's verdicts, nats/token (results/verdicts.py)
+    seeds: Literal["fixed", "auto"] = "fixed"  # auto: seeds added in stages until each comparison is decided
+    stage: Annotated[int, Range("at least 2 (a t test needs two seeds a side)", ge=2, le=1000)] = 3
+    max_seeds: Annotated[int, Range("at least 2", ge=2, le=1000)] = 10  # seeds per arm at the last look
+    spending: Literal["obrien-fleming", "pocock"] = "obrien-fleming"  # the α-spending of the looks' boundaries
 
     def __post_init__(self):
         check_fields(self, "report")
+        if self.max_seeds < self.stage:
+            raise ConfigError(
+                f"report.max_seeds={self.max_seeds} is below report.stage={self.stage}, the first look's seeds; "
+                f"raise report.max_seeds or lower report.stage"
+            )
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,8 @@ def check_known(node: str, keys: list[str], known: list[str], what: str) -> None
         if key in known or key.startswith("_"):
             continue
         full = f"{node}.{key}" if node else key
-        near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        prefixed = [k for k in known if k.startswith(key)]  # a name cut short (report.target): its whole name
+        near = prefixed[:1] if len(prefixed) == 1 else difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = MOVED.get(full) or (
             f"did you mean {f'{node}.' if node else ''}{near[0]}?"
             if near

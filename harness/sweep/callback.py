@@ -111,6 +111,13 @@ def sweep_name(task_overrides: list[str]) -> tuple[str, list[str]]:
     return "sweep " + (" ".join(str(o.input_line) for o in shown) or "(defaults)"), [o.get_key_element() for o in swept]
 
 
+def _stages(config: DictConfig) -> str:
+    """``stage,max_seeds,spending`` under report.seeds=auto, else ""."""
+    if OmegaConf.select(config, "report.seeds") != "auto":
+        return ""
+    return ",".join(str(OmegaConf.select(config, f"report.{key}")) for key in ("stage", "max_seeds", "spending"))
+
+
 def exit_code(statuses: list[str]) -> int:
     if any(s not in OK_STATUSES for s in statuses):
         return 1
@@ -142,13 +149,14 @@ class MlflowSweep(Callback):
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
-        from results.cells import ALPHA_TAG, BASELINE_TAG
+        from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, STAGES_TAG
 
         overrides = list(config.hydra.overrides.task)
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
         params = config.hydra.sweeper.get("params") or {}
         preset_axes = [f"{k}={v}" for k, v in params.items() if not any(o.startswith(f"{k}=") for o in overrides)]
         name, swept = sweep_name(overrides + preset_axes)
+        swept += ["seed"] if OmegaConf.select(config, "report.seeds") == "auto" else []  # the sweeper adds it
         uri = resolve_tracking_uri(config.logger.tracking_uri)
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
@@ -165,6 +173,9 @@ class MlflowSweep(Callback):
                 # the comparison, declared before any cell trains (results/verdicts.py reads it back)
                 BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or ""),
                 ALPHA_TAG: str(OmegaConf.select(config, "report.alpha") or ""),
+                MARGIN_TAG: str(OmegaConf.select(config, "report.margin") or ""),
+                # report.seeds=auto: the design its looks were judged by, for the report to replay them
+                STAGES_TAG: _stages(config),
             },
             {},
         )

@@ -93,7 +93,7 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
         diff, low, high = welch_interval(*finals)
         numbers = re.search(r"Δ = (\S+) \[(\S+), (\S+)\]", v.text).groups()
         assert numbers == (f"{diff:+.4f}", f"{low:+.4f}", f"{high:+.4f}")
-        assert v.verdict == ("lower" if high < 0 else "higher" if low > 0 else "tie")
+        assert v.verdict == ("lower" if high < 0 else "higher" if low > 0 else "inconclusive")
 
 
 def test_a_checked_sweep_checks_every_cell_in_this_process_whatever_launcher_the_preset_picks(tmp_path):

@@ -266,3 +266,29 @@ def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warnin
     warned = [line for line in again["stderr"].splitlines() if line.startswith("warning: run ")]
     assert len(warned) == 1 and damaged in warned[0] and warned[0].endswith("; this cell trains again")
     assert "skipped: seed=0" in again["stdout"] and "skipped: seed=1" not in again["stdout"]
+
+
+def test_seeds_in_stages_are_recorded_look_by_look_and_replayed_by_the_report(tmp_path):
+    """report.seeds=auto: the sweeper trains 2 seeds per arm, then more only while the comparison is undecided;
+    the parent run records the design and each look, and the report, reading the runs back, decides as it did."""
+    from results.store import find_sweep, sweep_report
+    from results.verdicts import verdicts
+
+    s = run_sweep(tmp_path, "pos=none,rope", "report.seeds=auto", "report.stage=2", "report.max_seeds=4")
+    assert s.proc.returncode == 0, s.proc.stderr[-3000:]
+    tags = s.parent.data.tags
+    assert tags["report_stages"] == "2,4,obrien-fleming" and "seed=" not in tags["sweep_overrides"]
+    seeds = {
+        pos: sorted(int(r.data.tags["seed"]) for r in s.children if r.data.tags["pos"] == pos)
+        for pos in ("none", "rope")
+    }
+    assert seeds["none"] == seeds["rope"] in ([0, 1], [0, 1, 2, 3])
+    [look] = [k for k in (1, 2) if "pos=rope vs pos=none: " in tags.get(f"look_{k}", "")]
+    assert tags["look_1"].startswith("2 seeds per arm: ") and look == len(seeds["rope"]) // 2
+    trained = s.client.get_metric_history(s.parent.info.run_id, "stages/trained")
+    assert trained[-1].value == len(s.children) and [m.step for m in trained] == list(range(1, look + 1))
+    sweep = find_sweep(s.client, "posbench", tags["sweep_id"])
+    report = sweep_report(s.client, sweep)
+    [v] = verdicts(report.groups, -1.0, staged=report.staged)  # judged on loss alone, as the sweeper judged
+    assert f"look {look} of 2" in v.text and f"n = {len(seeds['rope'])} vs {len(seeds['none'])}" in v.text
+    assert f"pos=rope vs pos=none: {v.verdict}" in tags[f"look_{look}"]

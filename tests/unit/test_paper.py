@@ -318,7 +318,7 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
 
 SWEEP_REPORT = (
     "# sweep\nExperiment `e`.\n\n**Verdict on 2 comparisons: 1 lower and 0 higher than their baseline "
-    "beyond seed noise; 1 ties.**\n\n## Scheme × attention\n\n| table |\n\n## Verdicts\n\nVerdict on 2 "
+    "beyond seed noise; 1 inconclusive.**\n\n## Scheme × attention\n\n| table |\n\n## Verdicts\n\nVerdict on 2 "
     "comparisons: …\n\n| cell | verdict |\n\n## Cells\n\n| cells |\n"
 )
 

@@ -338,9 +338,10 @@ def test_check_of_a_sweep_ends_with_what_the_whole_sweep_costs(monkeypatch, caps
     from harness import cli
     from harness.config.budget import Budget
 
-    def sweep_line(budgets: list[Budget]) -> str:
+    def sweep_line(budgets: list[Budget], seeds: str = "fixed") -> str:
         """The last line `--check -m` prints for a sweep whose cells check with these budgets."""
-        checked = iter([SimpleNamespace(budget=b) for b in budgets])
+        report = SimpleNamespace(report=SimpleNamespace(seeds=seeds, max_seeds=10))
+        checked = iter([SimpleNamespace(budget=b, spec=report) for b in budgets])
         monkeypatch.setattr(cli, "cells", lambda overrides, dirs: [[f"seed={i}"] for i in range(len(budgets))])
         monkeypatch.setattr(cli, "load", lambda cell, dirs, multirun: cell)
         monkeypatch.setattr(cli, "check", lambda spec, gpu: next(checked))
@@ -352,3 +353,8 @@ def test_check_of_a_sweep_ends_with_what_the_whole_sweep_costs(monkeypatch, caps
     assert sweep_line([cell] * 9) == "sweep: 9 cells · 259.5B tokens · 1.6e+20 FLOPs ≈ 113.4 GPU-hours"
     cpu = Budget(tokens=1000, train_tokens=None, flops=2e9, gpu_hours=None)
     assert sweep_line([cell, cpu]) == "sweep: 2 cells · 28.8B tokens · 1.8e+19 FLOPs"
+    # report.seeds=auto: the worst case, every cell trained to report.max_seeds
+    worst = (
+        "sweep: 9 cells × up to 10 seeds (report.seeds=auto), at most · 2.6T tokens · 1.6e+21 FLOPs ≈ 1,134.0 GPU-hours"
+    )
+    assert sweep_line([cell] * 9, "auto") == worst

@@ -1,4 +1,5 @@
-"""Every sweep report opens with a verdict: beyond seed noise, a tie with its detectable effect, or premature."""
+"""Every sweep report opens with a verdict: beyond seed noise, equivalent within a declared margin, inconclusive with
+its detectable effect (never a "tie" by non-rejection), or premature."""
 
 import pytest
 
@@ -31,7 +32,7 @@ def report(cells):
     return build_report(cells, "t", [])
 
 
-def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_detect():
+def test_a_scheme_beyond_seed_noise_is_lower_and_an_undecided_one_says_what_it_could_detect():
     none = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate([3.0, 3.1, 3.05])]
     rope = [cell("rope", s, x) for s, x in enumerate([2.0, 2.1, 2.05])]  # far below none
     learned = [cell("learned", s, x) for s, x in enumerate([3.0, 3.2, 2.9])]  # overlaps none
@@ -39,15 +40,17 @@ def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_dete
     assert set(found) == {"rope", "learned"} and {v.baseline.pos for v in found.values()} == {"none"}
     assert found["rope"].verdict == "lower"
     diff, low, high = welch_interval([3.0, 3.2, 2.9], [3.0, 3.1, 3.05])
-    assert found["learned"].verdict == "tie" and low < 0 < high
+    assert found["learned"].verdict == "inconclusive" and low < 0 < high
     mde = minimum_detectable_effect([3.0, 3.2, 2.9], [3.0, 3.1, 3.05])
-    assert f"detects |Δ| ≥ {mde:.4f}" in found["learned"].text and f"{diff:+.4f}" in found["learned"].text
-    n = seeds_needed([3.0, 3.2, 2.9], [3.0, 3.1, 3.05], diff)  # what would settle the tie, were Δ as measured
+    assert f"the seeds detect |Δ| ≥ {mde:.4f}" in found["learned"].text and f"{diff:+.4f}" in found["learned"].text
+    n = seeds_needed([3.0, 3.2, 2.9], [3.0, 3.1, 3.05], diff)  # what would settle it, were Δ as measured
     assert (f"n ≥ {n} per scheme would detect" if n else "more than 1000 seeds per scheme") in found["learned"].text
+    assert "no margin declared, so equivalence is not tested (report.margin)" in found["learned"].text
     line = headline(list(found.values()), 0.05)
     assert line.startswith(
         "Verdict on 2 comparisons: 1 lower and 0 higher than their baseline beyond seed noise "
-        "(Holm-corrected over 2 at family-wise α = 0.05); 1 tie (the seeds could detect"
+        "(Holm-corrected at family-wise α = 0.05); none can be equivalent (no report.margin "
+        "declared); 1 inconclusive (the seeds could detect"
     )
     p = welch_p_value([2.0, 2.1, 2.05], [3.0, 3.1, 3.05])
     assert found["rope"].p == pytest.approx(p) and f"p = {p:.2g}" in found["rope"].text
@@ -55,28 +58,51 @@ def test_a_scheme_beyond_seed_noise_is_lower_and_the_tie_says_what_it_could_dete
 
 def test_the_sweeps_comparisons_are_one_family_corrected_by_holm():
     """One scheme 0.1 nats below none with p ≈ 0.02 is "lower" alone; five such schemes in one sweep are five tests,
-    and at family-wise 0.05 Holm asks the smallest p to clear 0.01: each is then a tie. A stricter report.alpha
-    turns a lone one into a tie too."""
+    and at family-wise 0.05 Holm asks the smallest p to clear 0.01: each is then inconclusive. A stricter
+    report.alpha leaves a lone one inconclusive too."""
     none = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate([3.0, 3.06, 3.03])]
     schemes = [[cell(f"s{k}", s, x) for s, x in enumerate([2.92, 2.98, 2.95])] for k in range(5)]
     p = welch_p_value([2.92, 2.98, 2.95], [3.0, 3.06, 3.03])
     assert 0.01 < p < 0.05
     [alone] = verdicts(report(none + schemes[0]).groups, 0.05)
-    assert alone.verdict == "lower" and "Holm over 1 at α = 0.05" in alone.text
+    assert alone.verdict == "lower" and "Holm over 1 hypothesis at α = 0.05" in alone.text
     five = verdicts(report(none + [c for s in schemes for c in s]).groups, 0.05)
-    assert [v.verdict for v in five] == ["tie"] * 5 and all("Holm over 5 at α = 0.05" in v.text for v in five)
+    assert [v.verdict for v in five] == ["inconclusive"] * 5
+    assert all("Holm over 5 hypotheses at α = 0.05" in v.text for v in five)
     [strict] = verdicts(report(none + schemes[0]).groups, 0.05, alpha=0.01)
-    assert strict.verdict == "tie" and "Holm over 1 at α = 0.01" in strict.text
+    assert strict.verdict == "inconclusive" and "Holm over 1 hypothesis at α = 0.01" in strict.text
 
 
-def test_identical_seeds_are_a_tie_without_a_power_figure():
+def test_identical_seeds_are_inconclusive_without_a_power_figure_unless_a_margin_was_declared():
     """A scheme that changes nothing (every seed's loss equal to none's): p = 1, and no spread to measure power by,
-    so no "detects |Δ| ≥ 0.0000" line."""
+    so no "detects |Δ| ≥ 0.0000" line; with a margin declared, the difference is known to be 0: equivalent."""
     none = [cell("none", s, 2.5, gain=0.0, signal="none") for s in range(3)]
     same = [cell("same", s, 2.5) for s in range(3)]
     [v] = verdicts(report(none + same).groups, 0.05)
-    assert v.verdict == "tie" and "no spread: no power figure" in v.text and "detects" not in v.text
+    assert v.verdict == "inconclusive" and "no spread: no power figure" in v.text and "detects" not in v.text
     assert "could detect" not in headline([v], 0.05)
+    [v] = verdicts(report(none + same).groups, 0.05, margin=0.01)
+    assert v.verdict == "equivalent" and "within ±0.01" in v.text
+
+
+def test_equivalence_needs_a_declared_margin_and_two_one_sided_tests_that_reject():
+    """Two schemes 0.002 nats apart with seeds spread by ~0.01: not different, and within ±0.05 by TOST (each
+    one-sided test's p well below α / 2, the Holm level of two hypotheses); within ±0.005 it cannot be shown, so
+    it stays inconclusive; with no margin it is never called equivalent."""
+    from harness.sequential import equivalence_p
+
+    base = [3.000, 3.010, 2.990, 3.005, 2.995]
+    other = [3.002, 3.012, 2.992, 3.007, 2.997, 3.001]
+    none = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate(base)]
+    close = [cell("close", s, x) for s, x in enumerate(other)]
+    assert equivalence_p(other, base, 0.05) < 0.025 < equivalence_p(other, base, 0.005)
+    [wide] = verdicts(report(none + close).groups, 0.05, margin=0.05)
+    assert wide.verdict == "equivalent" and "Holm over 2 hypotheses" in wide.text
+    [narrow] = verdicts(report(none + close).groups, 0.05, margin=0.005)
+    assert narrow.verdict == "inconclusive" and "no margin declared" not in narrow.text
+    [undeclared] = verdicts(report(none + close).groups, 0.05)
+    assert undeclared.verdict == "inconclusive" and "no margin declared" in undeclared.text
+    assert "1 equivalent within ±0.05 (report.margin)" in headline([wide], 0.05, margin=0.05)
 
 
 def test_a_scheme_whose_models_ignore_order_is_premature_whatever_its_loss():
@@ -211,17 +237,19 @@ def test_the_console_summary_ends_with_the_verdicts_and_marks_cells_that_ignore_
 
 
 def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch):
-    """report.alpha=0.01 on the command line is tagged on the sweep's parent run at its start (with
-    report.baseline: harness/sweep/callback.py), and the report reads its family-wise level back from there."""
+    """report.alpha=0.01 (and report.margin) on the command line is tagged on the sweep's parent run at its start
+    (with report.baseline: harness/sweep/callback.py), and the report reads its level and margin back from there."""
     import argparse
 
     import results.store as store
-    from results.cells import ALPHA_TAG, BASELINE_TAG
+    from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG
 
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: [])
-    for tags, alpha in (({ALPHA_TAG: "0.01", BASELINE_TAG: ""}, 0.01), ({}, 0.05)):  # a sweep from before: 0.05
+    recorded = ({ALPHA_TAG: "0.01", BASELINE_TAG: "", MARGIN_TAG: "0.02"}, 0.01, 0.02)
+    for tags, alpha, margin in (recorded, ({MARGIN_TAG: ""}, 0.05, None), ({}, 0.05, None)):  # {}: from before
         parent = argparse.Namespace(
             data=argparse.Namespace(tags=tags), info=argparse.Namespace(run_id="p", status="FINISHED")
         )
         sweep = argparse.Namespace(experiment="e", sweep_id="s", parent=parent, runs=[], title="t")
-        assert store.sweep_report(None, sweep).alpha == alpha
+        read = store.sweep_report(None, sweep)
+        assert (read.alpha, read.margin) == (alpha, margin)
