@@ -78,8 +78,9 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
     printed = proc.stdout.splitlines()
     start = next(i for i, line in enumerate(printed) if line.startswith("Verdict on 2 comparisons"))
     assert printed[start : start + 3] == console_summary(report).splitlines()[-3:]  # headline, then one line each
-    found = {v.group.pos: v for v in verdicts(report.groups, MIN_ORDER_GAIN)}
-    assert printed[start] == headline(list(found.values()), MIN_ORDER_GAIN)
+    found = {v.group.pos: v for v in verdicts(report.groups, MIN_ORDER_GAIN, margin=report.margin)}
+    assert report.margin == 0.02  # the preset's, recorded on the parent run when the sweep started
+    assert printed[start] == headline(list(found.values()), MIN_ORDER_GAIN, margin=report.margin)
     for line in printed[start + 1 : start + 3]:  # at 60 steps no arm uses word order: both premature, each curve
         pos = line.split()[0]
         assert line.startswith(f"  {pos} vs none (softmax): premature — train longer: order gain ")
