@@ -122,7 +122,9 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
 
     found = {}
     saved = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
-    argparse.ArgumentParser.parse_args = argparse.ArgumentParser.parse_known_args = caught  # type: ignore[method-assign]
+    # each command's parser is caught where it would parse: argparse's methods patched for this loop, put back after
+    patched = argparse.ArgumentParser
+    patched.parse_args = patched.parse_known_args = caught  # type: ignore[method-assign]  # patched on purpose
     try:
         for key in BASES:
             try:
@@ -134,7 +136,7 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
                         parser = action.choices[key[0]]
                 found[key] = parser
     finally:
-        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved  # type: ignore[method-assign]
+        patched.parse_args, patched.parse_known_args = saved  # type: ignore[method-assign]  # restored
     return found
 
 
