@@ -1290,30 +1290,10 @@ def _sealed_report(d: Path) -> None:
 
 def _exports(d: Path) -> None:
     """A tiny model exported as export=hf writes it, twice: one bit of its weights flipped, its config edited."""
-    import torch
+    from tests.helpers import tiny_export
 
-    from attention.softmax import Softmax
-    from harness.model.transformer import ModelConfig, Transformer
-    from harness.pretrained.export import hf_files
-    from positional.rope import Rope
-
-    cfg = ModelConfig(
-        n_layers=1,
-        d_model=32,
-        n_heads=4,
-        d_ff=48,
-        dropout=0.0,
-        norm_type="rmsnorm",
-        mlp="swiglu",
-        bias=False,
-        head="untied",
-    )
-    with torch.random.fork_rng():
-        model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
     for name in ("export_flipped", "export_edited"):
-        (d / name).mkdir()
-        for file, content in hf_files(model, 61, 16, causal=True).items():
-            (d / name / file).write_bytes(content if isinstance(content, bytes) else content.encode())
+        tiny_export(d / name)
     weights = bytearray((d / "export_flipped" / "model.safetensors").read_bytes())
     weights[-7] ^= 0x01
     (d / "export_flipped" / "model.safetensors").write_bytes(bytes(weights))

@@ -212,4 +212,25 @@ def tiny_llama(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+def tiny_export(folder: Path, tokenizer: str | None = None) -> Path:
+    """A 1-layer modern-block causal LM (RoPE, base 500) as ``export=hf`` writes it, seals included, into a new
+    ``folder``: the same weights every call (its own seed; the global generator is left as it was)."""
+    import torch
+
+    from attention.softmax import Softmax
+    from harness.model.transformer import ModelConfig, Transformer
+    from harness.pretrained.export import hf_files
+    from positional.rope import Rope
+
+    modern = dict(norm_type="rmsnorm", mlp="swiglu", bias=False, head="untied")
+    cfg = ModelConfig(n_layers=1, d_model=32, n_heads=4, d_ff=48, dropout=0.0, **modern)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
+    folder.mkdir()
+    for name, content in hf_files(model, 61, 16, causal=True, tokenizer=tokenizer).items():
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return folder
+
+
 DDP_CPU = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]  # two ranks on this CPU (gloo)

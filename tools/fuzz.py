@@ -321,6 +321,7 @@ def damage_kinds(root: Path) -> list[Kind]:
     from harness.record.callbacks import CommittedCheckpoints
     from harness.record.checkpoints import RunLink, checkpoint_step, latest_checkpoint
     from harness.sweep.callback import SweepRecord
+    from tests.helpers import tiny_export
 
     root.mkdir(parents=True)
     words = root / "words.txt"
@@ -383,7 +384,7 @@ def damage_kinds(root: Path) -> list[Kind]:
     RunLink("0123abcd", "f" * 16, "sqlite:////tmp/mlflow.db", "posbench").save(checkpoints)
     SweepRecord("0123abcd", "20261127-000000-abcd", "sqlite:////tmp/mlflow.db", "posbench", ["pos"]).save(sweep)
     integrity.write(tuned / "best.json", {"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3e-4}}}})
-    _export(export)
+    tiny_export(export)
     (report / "README.md").write_text("# grid\n\n**Verdict: rope lower than t5 (p = 0.03)**\n" + "text\n" * 40)
     (report / "report.csv").write_text("pos,final_val_loss\nrope,2.5\nt5,2.7\n")
     (report / "plot.png").write_bytes(bytes(range(256)) * 16)
@@ -431,32 +432,6 @@ def damage_kinds(root: Path) -> list[Kind]:
             for name in ("README.md", "plot.png", integrity.SUMS)
         ),
     ]
-
-
-def _export(folder: Path) -> None:
-    import torch
-
-    from attention.softmax import Softmax
-    from harness.model.transformer import ModelConfig, Transformer
-    from harness.pretrained.export import hf_files
-    from positional.rope import Rope
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        n_layers=1,
-        d_model=32,
-        n_heads=4,
-        d_ff=48,
-        dropout=0.0,
-        norm_type="rmsnorm",
-        mlp="swiglu",
-        bias=False,
-        head="untied",
-    )
-    model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
-    folder.mkdir()
-    for name, content in hf_files(model, 61, 16, causal=True).items():
-        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
 def damage_try(kind: Kind, place: int, each_byte: bool) -> Try:

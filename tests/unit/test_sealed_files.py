@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from harness import integrity
 from harness.errors import ConfigError
@@ -125,29 +124,9 @@ def test_a_record_whose_seal_key_itself_was_damaged_is_not_taken_for_one_from_be
 
 
 def _export(tmp_path: Path) -> Path:
-    from attention.softmax import Softmax
-    from harness.model.transformer import ModelConfig, Transformer
-    from harness.pretrained.export import hf_files
-    from positional.rope import Rope
+    from tests.helpers import tiny_export
 
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        n_layers=1,
-        d_model=32,
-        n_heads=4,
-        d_ff=48,
-        dropout=0.0,
-        norm_type="rmsnorm",
-        mlp="swiglu",
-        bias=False,
-        head="untied",
-    )
-    model = Transformer(cfg, 61, 16, True, lambda s: Rope(s, base=500.0), Softmax).eval()
-    folder = tmp_path / "hf_model"
-    folder.mkdir()
-    for name, content in hf_files(model, 61, 16, causal=True, tokenizer="byte").items():  # ids are bytes
-        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    return folder
+    return tiny_export(tmp_path / "hf_model", tokenizer="byte")  # ids are bytes
 
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
