@@ -125,13 +125,15 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    client, deadline = MlflowClient(store), time.time() + 240
-    while time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
+    client, deadline, training = MlflowClient(store), time.time() + 1200, False  # a hang guard, not a timing
+    while not training and time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
         exp = client.get_experiment_by_name("posbench") if (tmp_path / "mlflow.db").exists() else None
         runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []
-        if any(r.data.tags.get("sweep_role") != "parent" and r.data.tags.get("pid") != str(proc.pid) for r in runs):
-            break
-        time.sleep(1)
+        training = any(
+            r.data.tags.get("sweep_role") != "parent" and r.data.tags.get("pid") != str(proc.pid) for r in runs
+        )
+        time.sleep(0 if training else 1)
+    assert training, "no cell started training in a worker before the sweep was to be stopped"
     proc.terminate()
     stderr = proc.communicate(timeout=120)[1]
     assert proc.returncode == 143, stderr[-3000:]
