@@ -30,6 +30,8 @@ from typing import Literal
 
 import numpy as np
 
+from harness.stats import t_sf, welch, welch_p_value
+
 Spending = Literal["obrien-fleming", "pocock"]
 SPENDINGS: tuple[Spending, ...] = ("obrien-fleming", "pocock")
 POWER = 0.8  # futility: a comparison stops when more seeds would decide it with less than this power
@@ -56,7 +58,7 @@ class Design:
         """The p-value at or below which a test at ``level`` rejects at look ``look`` (0-based), ``sides`` 2 for a
         two-sided p, 1 for a one-sided one."""
         fractions = tuple(n / self.most for n in self.looks)
-        return sides * _normal_sf(critical_values(level, fractions, sides, self.spending)[look])
+        return sides * t_sf(critical_values(level, fractions, sides, self.spending)[look], math.inf)
 
 
 def spent(alpha: float, t: float, spending: Spending) -> float:
@@ -119,35 +121,13 @@ def _simpson(x: np.ndarray) -> np.ndarray:
     return w * h / 3
 
 
-def _normal_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
 # ---------------------------------------------------------------- one comparison's tests
 
 
-def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """(Δ = mean(a) − mean(b), its standard error, Welch's degrees of freedom); each side needs ≥ 2 values."""
-    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
-    va = math.fsum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
-    vb = math.fsum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else math.inf
-    return ma - mb, se, df
-
-
-def _t_sf(x: float, df: float) -> float:
-    from scipy.special import stdtr
-
-    return float(stdtr(df, -x)) if math.isfinite(df) else _normal_sf(x)
-
-
 def difference_p(a: list[float], b: list[float]) -> float:
-    """Welch's two-sided p of Δ = 0 (no spread on either side: 0 if the means differ, else 1)."""
-    diff, se, df = welch(a, b)
-    if se == 0:
-        return 0.0 if diff else 1.0
-    return min(1.0, 2 * _t_sf(abs(diff) / se, df))
+    """Welch's two-sided p of Δ = 0 (harness/stats.py); each side holds ≥ 2 values here."""
+    p = welch_p_value(a, b)
+    return 1.0 if p is None else p
 
 
 def equivalence_p(a: list[float], b: list[float], margin: float) -> float:
@@ -156,7 +136,7 @@ def equivalence_p(a: list[float], b: list[float], margin: float) -> float:
     diff, se, df = welch(a, b)
     if se == 0:
         return 0.0 if abs(diff) < margin else 1.0
-    return max(_t_sf((diff + margin) / se, df), _t_sf((margin - diff) / se, df))
+    return max(t_sf((diff + margin) / se, df), t_sf((margin - diff) / se, df))
 
 
 def seeds_to_decide(a: list[float], b: list[float], effect: float, level: float, sides: int, most: int) -> int | None:

@@ -74,19 +74,33 @@ def what_settles(a: list[float], b: list[float], diff: float, per: str = "arm") 
     )
 
 
+def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """(Δ = mean(a) − mean(b), its standard error, Welch's degrees of freedom); each side needs ≥ 2 values. Plain
+    floats (no ``statistics`` Fractions): harness/sequential.py calls it in its simulations' inner loop."""
+    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+    va = math.fsum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = math.fsum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else math.inf
+    return ma - mb, se, df
+
+
+def t_sf(x: float, df: float) -> float:
+    """Student's t survival function (scipy's ``stdtr``, a ufunc: fast for one value); df = ∞: the normal's."""
+    from scipy.special import stdtr
+
+    return float(stdtr(df, -x)) if math.isfinite(df) else 0.5 * math.erfc(x / math.sqrt(2))
+
+
 def welch_p_value(a: list[float], b: list[float]) -> float | None:
     """Two-sided p of Welch's t test of mean(a) = mean(b) (the test ``welch_interval`` inverts), or None when either
     arm has < 2 values. No spread on either side: 0 if the means differ, else 1."""
     if len(a) < 2 or len(b) < 2:
         return None
-    from scipy import stats
-
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    diff, se = statistics.fmean(a) - statistics.fmean(b), math.sqrt(va + vb)
+    diff, se, df = welch(a, b)
     if se == 0:
         return 0.0 if diff else 1.0
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return float(2 * stats.t.sf(abs(diff) / se, df))
+    return min(1.0, 2 * t_sf(abs(diff) / se, df))
 
 
 def paired_p_value(a: list[float], b: list[float]) -> float | None:
