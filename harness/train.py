@@ -11,6 +11,7 @@ ground.
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 import time
@@ -24,7 +25,7 @@ from harness.config.spec import Choices, RunSpec
 from harness.data.corpus import Corpus, with_documents
 from harness.errors import ConfigError
 from harness.record.resume import plan_resume
-from harness.record.run import TrackedRun, flatten, git_sha
+from harness.record.run import WINDOWS_ARTIFACT, TrackedRun, flatten, git_sha
 from harness.record.store import dashboard_command, dashboard_url
 from harness.scaleout import job_ranks
 from harness.signals import lightning_owns_sigterm, terminating
@@ -85,6 +86,8 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         plan.link(run.run_id)
         run.log_files({"config.yaml": _yaml(spec.values)})
         final = fit(built, plan.ckpt)
+        sums, tokens = built.module.val_windows.T.tolist()
+        run.log_files(integrity.sealed_files({WINDOWS_ARTIFACT: json.dumps({"loss_sum": sums, "tokens": tokens})}))
         run.set_tags(backend_tags(built.model))
         logger.flush()
         evaluate(built, checked, corpus, run, final["step"])

@@ -77,6 +77,7 @@ class Cell:
     eval_positions: str | None = None
     max_position: int | None = None
     task: str = ""  # the run's task (tag ``task``): ``mixture`` or one task's name
+    windows: dict[str, list[float]] | None = None  # the final validation per window (results/spread.py)
 
     @property
     def order_gain(self) -> float | None:

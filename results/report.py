@@ -8,7 +8,7 @@ import io
 import re
 from pathlib import Path
 
-from results import plots, verdicts
+from results import plots, spread, verdicts
 from results.cells import Cell, Group, Report, Stat, mean_std
 
 TOKEN_ACC = re.compile(r"^val/token_acc_at_(\d+)$")  # a synthetic task's per-token accuracy at length L
@@ -99,6 +99,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         "",
     ]
     lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha, r.margin)
+    lines += _spread_section(r)
     if r.lengths:
         lines += [
             "## Loss vs evaluation length (nats/token)",
@@ -158,6 +159,51 @@ def markdown(r: Report, plots: list[str]) -> str:
 
 # after an order gain: whether the model uses word order (None: it cannot — NoPE in a bidirectional model)
 ORDER_MARK = {None: " (NoPE, bidirectional: none by construction)", True: "", False: " ⚠ not yet using order"}
+
+
+def _spread_section(r: Report) -> list[str]:
+    """Each arm's spread between runs, split into its seeds' part and its validation sample's (results/spread.py),
+    and the validation sample's error on the arm's Δ from its baseline, the windows paired."""
+    tables = [(g, spread.table([c.windows for c in g.cells if c.finished and c.windows])) for g in r.groups]
+    rows = []
+    for g, x in tables:
+        if x is None:
+            continue
+        base = verdicts.baseline_of([h for h in r.groups if (h.attn, h.variant) == (g.attn, g.variant)], r.baseline)
+        y = next((t for h, t in tables if h is base and h is not g), None)
+        paired = spread.paired_error(x, y) if y is not None else None
+        part = spread.split(x)
+        rows.append(
+            [
+                g.pos,
+                g.attn,
+                *([g.variant] if any(h.variant for h in r.groups) else []),
+                f"{part.runs} × {part.windows}",
+                f"{part.spread:.4f}",
+                f"{part.seeds:.4f}",
+                f"{part.sample:.4f}",
+                "—" if paired is None else f"{paired:.4f}",
+                part.shrinks,
+            ]
+        )
+    if not rows:
+        return []
+    head = ["pos", "attn", *(["variant"] if any(h.variant for h in r.groups) else [])]
+    head += ["runs × windows", "sd between runs", "seeds", "validation sample", "on Δ vs baseline", "shrunk by"]
+    return [
+        "## Where the spread comes from",
+        "",
+        *_md_table(head, rows),
+        "",
+        "Every run scores the same validation windows. sd between runs: of the final val loss (nats/token); "
+        "seeds: the part the trained models differ by, which only more seeds average out; validation sample: the "
+        "part from how each model fares on the windows drawn, which more validation windows shrink (σ_e/√n of the "
+        "seeds × windows table, results/spread.py); the two add in squares. On Δ vs baseline: the error the finite "
+        "validation sample puts on the arm's difference from its baseline, the windows paired (sd of the per-window "
+        "differences / √n); the verdicts' intervals hold the windows fixed and leave it out. shrunk by: the larger "
+        "part.",
+        "",
+    ]
 
 
 def order_gain(g: Group, min_gain: float) -> str:

@@ -7,6 +7,7 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -118,8 +119,41 @@ def cell_of(client, run) -> Cell:
         metrics=dict(run.data.metrics),
         order_signal=tags.get("order_signal", "scheme"),
         task=tags.get("task", ""),
+        windows=run_windows(client, run.info.run_id) if status == "finished" else None,
         **_sampling(params),
     )
+
+
+def run_windows(client, run_id: str) -> dict[str, list[float]] | None:
+    """The run's per-window validation losses (harness/model/module.py); None for a run that did not record them."""
+    import json
+
+    from harness.record.run import WINDOWS_ARTIFACT
+
+    text = artifact_text(client, run_id, WINDOWS_ARTIFACT)
+    return None if text is None else json.loads(text)
+
+
+def artifact_text(client, run_id: str, name: str) -> str | None:
+    """A file the run logged (None: it logged none by that name), checked against its seal when it was logged with
+    one (harness/integrity.py's ``sealed_files``); MLflow's download progress bar kept off the report's output."""
+    import os
+    from unittest import mock
+
+    from harness import integrity
+
+    logged = {a.path for a in client.list_artifacts(run_id)}
+    if name not in logged:
+        return None
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}),
+    ):
+        path = Path(client.download_artifacts(run_id, name, tmp))
+        if integrity.seal_path(path).name in logged:
+            client.download_artifacts(run_id, integrity.seal_path(path).name, tmp)
+            integrity.check_file(path, f"train run {run_id} again (its artifacts are not what it logged)")
+        return path.read_text()
 
 
 def _sampling(params: dict[str, str]) -> dict:

@@ -15,22 +15,18 @@ import csv
 import io
 from pathlib import Path
 
-from harness import integrity
 from harness.errors import ConfigError
 
 DRIFT_METRICS = ("pos/theta_rel_change", "pos/theta_max_log_ratio")
 
 
 def _theta_rows(client, run_id: str) -> list[dict[str, float]]:
-    import tempfile
+    from results.store import artifact_text
 
     fix = f"train run {run_id} again (its artifacts are not what it logged)"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(client.download_artifacts(run_id, "theta.csv", tmp))
-        if "theta.csv.sha256" in {a.path for a in client.list_artifacts(run_id)}:  # sealed when logged (train.py)
-            client.download_artifacts(run_id, "theta.csv.sha256", tmp)
-            integrity.check_file(path, fix)
-        text = path.read_text()
+    text = artifact_text(client, run_id, "theta.csv")  # sealed when logged (harness/train.py)
+    if text is None:
+        raise ConfigError(f"run {run_id} logged no theta.csv; {fix}")
     try:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
     except (TypeError, ValueError) as e:

@@ -5,7 +5,9 @@ Validation scores each example twice, as written and with its token order permut
 difference, in nats per scored token — how much the model uses word order. A task scored
 per sequence (the synthetic tasks) also logs ``val/acc``, the exact-match accuracy, and
 ``val/token_acc``, the per-token accuracy over answer tokens. Text logs ``val/bpc``, bits per byte of the
-text the tokens cover (nats/token × tokens/byte ÷ ln 2), comparable across tokenizers.
+text the tokens cover (nats/token × tokens/byte ÷ ln 2), comparable across tokenizers. The last validation's
+loss per window (``val_windows``) goes to the run as an artifact: every run scores the same windows, so a report
+can tell the spread between seeds from the finite validation sample's (results/spread.py).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class LanguageModel(L.LightningModule):
         self.bytes_per_token = bytes_per_token
         self.scores_sequences = scores_sequences
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
+        self.val_windows = torch.zeros(0, 2, dtype=torch.float64)  # the last evaluation's, per window (below)
         self.scaled_in_training = False  # a phase trains with a length scaling (harness/model/phases.py)
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
@@ -66,12 +69,14 @@ class LanguageModel(L.LightningModule):
 
     def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each."""
+        losses, scored, _ = self._token_losses(batch)
+        return losses, scored
+
+    def _token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         logits = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, float64 kept
-        losses = F.cross_entropy(
-            logits.transpose(1, 2), batch["labels"], ignore_index=IGNORE, reduction="none"
-        )  # (B, V, T) in, (B, T) out
-        return losses, batch["labels"] != IGNORE
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, float64 kept
+        losses = F.cross_entropy(wide.transpose(1, 2), batch["labels"], ignore_index=IGNORE, reduction="none")
+        return losses, batch["labels"] != IGNORE, logits  # (B, V, T) in, (B, T) out
 
     def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed cross-entropy over the scored tokens, their count); with ``model.loss_chunk`` set, from that many
@@ -116,20 +121,34 @@ class LanguageModel(L.LightningModule):
         # summed loss, scored tokens, shuffled summed loss, shuffled tokens, right sequences, sequences,
         # right scored tokens
         self._val = torch.zeros(7, dtype=torch.float64, device=self.device)
+        self._windows: list[torch.Tensor] = []  # (B, 2) per batch: each window's summed loss and scored tokens
         # validation scores the model as trained: a configured length scaling (pos.scaling, RoPE's) is for the
         # final evaluation's lengths, and at factor > 1 it would change val/loss at the training length too
         self._unscaled = contextlib.ExitStack()  # (a phase that trains with a scaling is validated with it)
         if "none" in self.model.pos.length_scalings and not self.scaled_in_training:
             self._unscaled.enter_context(self.model.pos.rescaled("none", 1))
 
+    def _window_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(each window's summed cross-entropy, float64, and scored tokens, (B,) each; the logits, or None under
+        ``model.loss_chunk`` on text, whose windows are scored one at a time without them)."""
+        labels, chunk = batch["labels"], self.model.cfg.loss_chunk
+        if chunk is None or self.scores_sequences:
+            losses, scored, logits = self._token_losses(batch)
+            return losses.double().sum(1), scored.sum(1), logits
+        h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
+        head = self.model.output_layer()
+        sums = [summed_cross_entropy(h[b], *head, labels[b], chunk, IGNORE).double() for b in range(len(h))]
+        return torch.stack(sums), (labels != IGNORE).sum(1), None
+
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         labels = batch["plain"]["labels"]
         counts: tuple[torch.Tensor | int, ...] = (0, 0, 0)  # right sequences, sequences, right scored tokens
+        sums, tokens, logits = self._window_losses(batch["plain"])
+        self._windows.append(torch.stack([sums, tokens.double()], 1))
+        loss_sum, n = sums.sum(), tokens.sum()
         if self.scores_sequences:  # exact match needs the logits
-            loss_sum, n, logits = self._scored(batch["plain"])
+            assert logits is not None
             counts = (exact_match(logits, labels).sum(), len(labels), token_hits(logits, labels)[0])
-        else:
-            loss_sum, n = self._loss_sum(batch["plain"])
         shuffled_sum, shuffled_n = self._loss_sum(batch["shuffled"])
         self._val += torch.stack(
             [
@@ -145,6 +164,7 @@ class LanguageModel(L.LightningModule):
         self._unscaled.close()
         sums = self.trainer.strategy.reduce(self._val, reduce_op="sum").tolist()
         total, n, shuffled, shuffled_n, right, sequences, tokens_right = sums
+        windows = self._gathered_windows()
         loss = total / n  # nats per predicted token, weighted by tokens, not batches
         metrics = {
             "val/loss": loss,
@@ -158,6 +178,21 @@ class LanguageModel(L.LightningModule):
         self.log_dict(metrics, prog_bar=True)
         if not self.trainer.sanity_checking:
             self.val_results.append({"step": self.global_step, **metrics})
+            self.val_windows = windows
+
+    def _gathered_windows(self) -> torch.Tensor:
+        """Every validation window's (summed loss, scored tokens), (N, 2) float64 on the host, in the validation
+        set's order: with DDP rank r scored windows r, r + W, r + 2W, … (UnrepeatedDistributedSampler), so the
+        ranks' rows, padded to one length, interleave back."""
+        local = torch.cat(self._windows) if self._windows else torch.zeros(0, 2, dtype=torch.float64)
+        world = self.trainer.world_size
+        if world == 1:
+            return local.cpu()
+        longest = int(self.trainer.strategy.reduce(torch.tensor(float(len(local)), device=self.device), "max"))
+        padded = torch.full((longest, 2), math.nan, dtype=torch.float64, device=self.device)
+        padded[: len(local)] = local
+        rows = self.trainer.strategy.all_gather(padded).transpose(0, 1).reshape(-1, 2)  # (W, longest, 2) → window order
+        return rows[~rows[:, 0].isnan()].cpu()
 
     def configure_optimizers(self):
         decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]

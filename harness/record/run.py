@@ -37,6 +37,8 @@ FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
 )
 PARAM_BATCH, METRIC_BATCH = 100, 1000  # MLflow's limits per log_batch call
 
+WINDOWS_ARTIFACT = "val_windows.json"  # the final validation per window: {"loss_sum": [...], "tokens": [...]}
+
 
 def failure_tags(exc: BaseException) -> dict[str, str]:
     """``failure`` and ``failure_reason`` for an exception, looking through its cause chain (Hydra's

@@ -292,3 +292,16 @@ def test_seeds_in_stages_are_recorded_look_by_look_and_replayed_by_the_report(tm
     [v] = verdicts(report.groups, -1.0, staged=report.staged)  # judged on loss alone, as the sweeper judged
     assert f"look {look} of 2" in v.text and f"n = {len(seeds['rope'])} vs {len(seeds['none'])}" in v.text
     assert f"pos=rope vs pos=none: {v.verdict}" in tags[f"look_{look}"]
+    # where each arm's spread comes from: every run recorded its validation windows, the same ones
+    from results.report import markdown
+    from results.spread import split, table
+
+    text = markdown(report, [])
+    assert "## Where the spread comes from" in text
+    for g in report.groups:
+        x = table([c.windows for c in g.cells])
+        assert x is not None and x.shape == (len(seeds[g.pos]), x.shape[1]) and x.shape[1] > 1
+        finals = sorted(c.final_loss for c in g.cells)
+        assert sorted(x.mean(axis=1)) == pytest.approx(finals, rel=1e-6)  # the metric is logged in float32
+        part = split(x)
+        assert f"| {g.pos} | softmax | {part.runs} × {part.windows} | {part.spread:.4f} | {part.seeds:.4f} |" in text

@@ -9,6 +9,7 @@ from harness.config.resources import NamedGpu, SchemeTerms, check_gpu, gpu_estim
 from harness.errors import ConfigError
 from harness.model.loss import summed_cross_entropy
 from harness.model.transformer import ModelConfig
+from results.store import run_windows
 from tests.helpers import ROOT
 
 IGNORE = -100
@@ -63,6 +64,13 @@ def test_a_model_trains_the_same_with_and_without_chunks(train_tiny):
     assert len(losses(plain.run_id)) == 3
     assert losses(chunked.run_id) == pytest.approx(losses(plain.run_id), rel=1e-5)
     assert chunked.val_loss == pytest.approx(plain.val_loss, rel=1e-5)
+    # each validation window's loss, recorded for results/spread.py: chunked one window at a time, the same
+    plain_windows, chunked_windows = (run_windows(client, r.run_id) for r in (plain, chunked))
+    assert plain_windows is not None and chunked_windows is not None
+    assert chunked_windows["tokens"] == plain_windows["tokens"] and len(plain_windows["tokens"]) > 1
+    assert chunked_windows["loss_sum"] == pytest.approx(plain_windows["loss_sum"], rel=1e-5)
+    for run, windows in ((plain, plain_windows), (chunked, chunked_windows)):
+        assert sum(windows["loss_sum"]) / sum(windows["tokens"]) == pytest.approx(run.val_loss, rel=1e-12)
 
 
 @pytest.mark.parametrize(
