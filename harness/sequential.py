@@ -1,9 +1,11 @@
 """Comparisons decided in stages of seeds: a group-sequential design whose family-wise error stays ≤ α.
 
-A sweep compares each arm with its baseline on per-seed values (a final val loss). Each comparison holds two
-hypotheses: *difference* (Welch's two-sided t test of Δ = 0; rejected: ``lower`` or ``higher``) and, where a margin m
-was declared before the results, *equivalence* (two one-sided Welch tests of |Δ| ≥ m, Schuirmann 1987; rejected:
-``equivalent``). Neither rejected: ``inconclusive`` — non-rejection is never read as a tie.
+A sweep compares each arm with its baseline on per-seed values (a final val loss). Each comparison holds
+hypotheses declared before the results: *difference* (Welch's two-sided t test of Δ = 0; rejected: ``lower`` or
+``higher``) and, where a margin m was declared, *equivalence* (two one-sided Welch tests of |Δ| ≥ m, Schuirmann 1987;
+rejected: ``equivalent``); a paper's claim that two arms agree within ±m holds equivalence and *beyond* (|Δ| ≤ m,
+tested on both sides at the margin; rejected: ``beyond``, the difference shown outside it) instead. None rejected:
+``inconclusive`` — non-rejection is never read as a tie.
 
 The family: every hypothesis of every comparison, decided by Holm's step-down procedure (Holm 1979) — a hypothesis
 is tested at α / (the family's hypotheses not yet rejected) and the level of the rest rises as hypotheses fall.
@@ -48,6 +50,11 @@ class Design:
     most: int = 3  # seeds per arm at the last look; most == stage: one look (a fixed number of seeds)
     spending: Spending = "obrien-fleming"
     margin: float | None = None  # equivalence margin (the metric's units); None: no equivalence test
+
+    def comparison(self, arm: str, baseline: str, a: list[float] | None = None, b: list[float] | None = None):
+        """A sweep's comparison of ``arm`` with ``baseline``: difference, and equivalence with the design's margin."""
+        kinds = ("difference", "equivalence") if self.margin is not None else ("difference",)
+        return Comparison(arm, baseline, a or [], b or [], kinds, self.margin)
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -139,6 +146,16 @@ def equivalence_p(a: list[float], b: list[float], margin: float) -> float:
     return max(t_sf((diff + margin) / se, df), t_sf((margin - diff) / se, df))
 
 
+def beyond_p(a: list[float], b: list[float], margin: float) -> float:
+    """The p of |Δ| ≤ margin against |Δ| > margin: Welch's one-sided p of Δ̂ past the margin on its own side, doubled
+    for the side read from the data (a level-α test, conservative when the margin is many standard errors wide):
+    small when the difference is shown outside ±margin. No spread: 0 if |Δ| > margin, else 1."""
+    diff, se, df = welch(a, b)
+    if se == 0:
+        return 0.0 if abs(diff) > margin else 1.0
+    return min(1.0, 2 * t_sf((abs(diff) - margin) / se, df))
+
+
 def seeds_to_decide(a: list[float], b: list[float], effect: float, level: float, sides: int, most: int) -> int | None:
     """Seeds per arm (the same on both sides) with which a test at ``level`` shows ``effect`` with 80 % power if the
     seeds spread as these do: the least n with (z_{1−level/sides} + z_{power})·√((s_a² + s_b²)/n) ≤ effect (the
@@ -160,58 +177,60 @@ def _variance(x: list[float]) -> float:
 # ---------------------------------------------------------------- the family, look by look
 
 
+SIDES = {"difference": 2, "equivalence": 1, "beyond": 2}  # each hypothesis's p: two- or one-sided (its boundary)
+
+
 @dataclass
 class Comparison:
-    """One arm (``a``) against its baseline (``b``): the per-seed values so far and what the family decided."""
+    """One arm (``a``) against its baseline (``b``): its hypotheses, the per-seed values so far and what the family
+    decided."""
 
     arm: str
     baseline: str = ""
     a: list[float] = field(default_factory=list)
     b: list[float] = field(default_factory=list)
-    difference_at: int | None = None  # the look at which Δ = 0 was rejected
-    equivalence_at: int | None = None  # the look at which |Δ| ≥ margin was rejected
+    kinds: tuple[str, ...] = ("difference",)  # its hypotheses (SIDES' keys)
+    margin: float | None = None  # for equivalence and beyond: ±margin in the values' units
+    rejected: dict[str, int] = field(default_factory=dict)  # hypothesis -> the look at which it was rejected
     futile_at: int | None = None  # the look after which more seeds could not decide it (or the last look)
 
     @property
     def running(self) -> bool:
-        """Still taking seeds: neither hypothesis rejected, not stopped for futility."""
-        return self.difference_at is None and self.equivalence_at is None and self.futile_at is None
+        """Still taking seeds: no hypothesis rejected, not stopped for futility."""
+        return not self.rejected and self.futile_at is None
 
     @property
     def verdict(self) -> str:
-        """lower | higher | equivalent | inconclusive, or running while it takes seeds."""
-        if self.difference_at is not None:
+        """lower | higher | equivalent | beyond | inconclusive, or running while it takes seeds."""
+        if "difference" in self.rejected:
             return "lower" if welch(self.a, self.b)[0] < 0 else "higher"
-        if self.equivalence_at is not None:
-            return "equivalent"
+        if self.rejected:
+            return "equivalent" if "equivalence" in self.rejected else "beyond"
         return "running" if self.running else "inconclusive"
 
     @property
     def decided_at(self) -> int | None:
         """The look that ended it: a hypothesis rejected, futility, or the last look."""
-        looks = [k for k in (self.difference_at, self.equivalence_at, self.futile_at) if k is not None]
+        looks = [*self.rejected.values(), *([] if self.futile_at is None else [self.futile_at])]
         return min(looks) if looks else None
 
 
 def judge(family: list[Comparison], design: Design, look: int) -> None:
     """Look ``look`` (0-based) at the comparisons still running, each holding that look's seeds (≥ 2 a side):
-    Holm's step-down over the family's hypotheses not yet rejected (a comparison's difference and, with a margin,
-    its equivalence), each test against its group-sequential boundary at its current level; then the last look
-    closes what is undecided, and an earlier one stops what more seeds could not decide (futility)."""
-    kinds = ("difference", "equivalence") if design.margin is not None else ("difference",)
+    Holm's step-down over the family's hypotheses not yet rejected, each test against its group-sequential boundary
+    at its current level; then the last look closes what is undecided, and an earlier one stops what more seeds
+    could not decide (futility)."""
     looking = [c for c in family if c.running and min(len(c.a), len(c.b)) >= 2]  # fewer: failed seeds, no test yet
     while True:
-        open_ = [(c, kind) for c in family for kind in kinds if getattr(c, f"{kind}_at") is None]
+        open_ = [(c, kind) for c in family for kind in c.kinds if kind not in c.rejected]
         level = design.alpha / max(1, len(open_))
         rejected = [
-            (c, kind)
-            for c, kind in open_
-            if c in looking and _p(c, kind, design) <= design.nominal(level, look, 2 if kind == "difference" else 1)
+            (c, kind) for c, kind in open_ if c in looking and _p(c, kind) <= design.nominal(level, look, SIDES[kind])
         ]
         if not rejected:
             break
         for c, kind in rejected:
-            setattr(c, f"{kind}_at", look)
+            c.rejected[kind] = look
     for c in (c for c in family if c.running):
         if look == len(design.looks) - 1 or (c in looking and not _decidable(c, design, level)):
             c.futile_at = look
@@ -221,26 +240,33 @@ def _decidable(c: Comparison, design: Design, level: float) -> bool:
     """Whether ``most`` seeds could decide ``c`` at ``level`` (the most its tests get while nothing else is
     rejected) for a difference as favourable as the measured one's 80 % interval allows, at the measured spread."""
     diff, se, _ = welch(c.a, c.b)
-    reach = FUTILITY_Z * se
-    if seeds_to_decide(c.a, c.b, abs(diff) + reach, level, 2, design.most) is not None:
-        return True
-    margin = design.margin
+    reach, margin = FUTILITY_Z * se, c.margin or 0.0
     closest = max(0.0, abs(diff) - reach)
-    return margin is not None and seeds_to_decide(c.a, c.b, margin - closest, level, 1, design.most) is not None
+    effects = {  # the distance each hypothesis needs shown, at its most favourable
+        "difference": abs(diff) + reach,
+        "equivalence": margin - closest,
+        "beyond": abs(diff) + reach - margin,
+    }
+    return any(seeds_to_decide(c.a, c.b, effects[k], level, SIDES[k], design.most) is not None for k in c.kinds)
 
 
-def _p(c: Comparison, kind: str, design: Design) -> float:
-    return difference_p(c.a, c.b) if kind == "difference" else equivalence_p(c.a, c.b, design.margin or 0.0)
+def _p(c: Comparison, kind: str) -> float:
+    if kind == "difference":
+        return difference_p(c.a, c.b)
+    return equivalence_p(c.a, c.b, c.margin or 0.0) if kind == "equivalence" else beyond_p(c.a, c.b, c.margin or 0.0)
 
 
 def settle(
-    pairs: list[tuple[str, str]], design: Design, draw: Callable[[dict[str, int]], dict[str, list[float]]]
+    pairs: list[tuple[str, str]] | list[Comparison],
+    design: Design,
+    draw: Callable[[dict[str, int]], dict[str, list[float]]],
 ) -> list[Comparison]:
-    """Each (arm, baseline) pair compared look by look, as one family: ``draw`` gets the seeds each arm needs at a
-    look (the arms of the comparisons still running and their baselines: the first n seeds) and returns each one's
-    per-seed values among those seeds (a sweep trains the seeds it lacks and reads their final losses; a failed
-    seed has none); returns the family, each comparison decided."""
-    family = [Comparison(arm, baseline) for arm, baseline in pairs]
+    """Each comparison decided look by look, as one family: ``pairs`` are (arm, baseline) names, each compared on
+    difference and, with the design's margin, equivalence (or comparisons with hypotheses of their own). ``draw``
+    gets the seeds each arm needs at a look (the arms of the comparisons still running and their baselines: the
+    first n seeds) and returns each one's per-seed values among those seeds (a sweep trains the seeds it lacks and
+    reads their values; a failed seed has none); returns the family, each comparison decided."""
+    family = [p if isinstance(p, Comparison) else design.comparison(*p) for p in pairs]
     for look, n in enumerate(design.looks):
         running = [c for c in family if c.running]
         if not running:

@@ -116,27 +116,6 @@ def paired_p_value(a: list[float], b: list[float]) -> float | None:
     return float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(len(d))), len(d) - 1))
 
 
-def margin_p_value(a: list[float], b: list[float], margin: float) -> tuple[float, bool] | None:
-    """For a claim that mean(a) − mean(b) lies within ±margin: (p, within), or None when either arm has < 2 values.
-    Where the measured |Δ| ≤ margin, p is the two one-sided tests' (Schuirmann 1987, TOST: the larger of the Welch
-    p-values of Δ > −margin and of Δ < +margin) and ``within`` is True: a small p shows the difference inside the
-    margin. Where |Δ| > margin, p is the one-sided Welch p of Δ beyond the margin on its own side and ``within``
-    is False: a small p shows it outside. No spread on either side: p is 0 (the difference is known exactly)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy import stats
-
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    diff, se = statistics.fmean(a) - statistics.fmean(b), math.sqrt(va + vb)
-    within = abs(diff) <= margin
-    if se == 0:
-        return 0.0, within
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    if within:
-        return float(max(stats.t.sf((diff + margin) / se, df), stats.t.sf((margin - diff) / se, df))), True
-    return float(stats.t.sf((abs(diff) - margin) / se, df)), False
-
-
 def holm(pvalues: list[float], alpha: float) -> list[bool]:
     """Which hypotheses of a family Holm's step-down procedure rejects at family-wise level ``alpha`` (Holm 1979):
     with the p-values in ascending order p_(1) ≤ … ≤ p_(m), reject H_(k) while p_(k) ≤ α / (m − k + 1), and stop at

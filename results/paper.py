@@ -36,10 +36,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import integrity
+from harness import integrity, sequential
 from harness.stats import (
     holm,
-    margin_p_value,
     minimum_detectable_effect,
     paired_detectable_effect,
     paired_interval,
@@ -66,6 +65,7 @@ class Outcome:
     verdict: str  # supports | contradicts | inconclusive | premature | floor | ceiling | no spread
     p: float | None = None  # two-sided p of the comparison's own test (an arm or paired comparison)
     claimed: bool | None = None  # the difference lies in the claimed direction
+    hypotheses: int = 1  # in the family's correction: an agreement claim holds two (equivalence and beyond)
 
 
 def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str, str] | None = None) -> Outcome:
@@ -134,20 +134,24 @@ def _as_read(comparison: dict) -> str:
 
 
 def _compare_close(comparison: dict, values: dict[str, list[float]]) -> Outcome:
-    """``{metric, close: A, to: B, within: m}``: the claim that A's metric is B's within ±m (an equivalence claim,
-    e.g. "RoPE on 10 % of the dimensions converges like full RoPE"). Its p (``margin_p_value``) tests the side the
-    measured difference is on: inside the margin, a rejection supports the claim; outside, it contradicts it."""
+    """``{metric, close: A, to: B, within: m}``: the claim that A's metric is B's within ±m (an agreement claim, e.g.
+    "RoPE on 10 % of the dimensions converges like full RoPE"), two hypotheses declared with it (harness/sequential.py):
+    equivalence (two one-sided tests, Schuirmann 1987; rejected, it supports the claim) and beyond (|Δ| ≤ m tested at
+    the margin on both sides; rejected, it contradicts it). Its p is the one of the two on the measured difference's
+    side; the other's is at least ½ and cannot reject."""
     metric, margin = comparison["metric"], float(comparison["within"])
     first, than = values[comparison["close"]], values[comparison["to"]]
     head = f"{metric}: {comparison['close']} − {comparison['to']}{_as_read(comparison)} within ±{margin:g}"
-    ci, tested = welch_interval(first, than), margin_p_value(first, than, margin)
-    if ci is None or tested is None:
+    ci = welch_interval(first, than)
+    if ci is None:
         return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
     degenerate = _degenerate(metric, first, than)
     if degenerate:
         return Outcome(f"{head}: {degenerate[1]} (n = {len(first)} vs {len(than)})", degenerate[0])
-    (diff, low, high), (p, within) = ci, tested
-    side = "inside the margin (two one-sided tests)" if within else "beyond the margin (one-sided)"
+    diff, low, high = ci
+    within = abs(diff) <= margin
+    p = sequential.equivalence_p(first, than, margin) if within else sequential.beyond_p(first, than, margin)
+    side = "inside the margin (two one-sided tests)" if within else "beyond the margin (tested on both sides of it)"
     verdict = ("supports" if within else "contradicts") if p <= ALPHA else "inconclusive"  # before the correction
     n = seeds_needed(first, than, abs(abs(diff) - margin))  # the distance to the margin, as a difference to detect
     settle = f"; n ≥ {n} per arm would settle it if the difference is as measured" if n else ""
@@ -157,6 +161,7 @@ def _compare_close(comparison: dict, values: dict[str, list[float]]) -> Outcome:
         verdict,
         p,
         within,
+        hypotheses=2,
     )
 
 
@@ -216,20 +221,22 @@ def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
     95 % interval each would let m comparisons reach a verdict by chance m times as often. Premature, floor,
     ceiling and threshold comparisons keep their verdicts and are not in the family."""
     family = [i for i, o in enumerate(outcomes) if in_family(o)]
-    rejected = holm([outcomes[i].p or 0.0 for i in family], alpha)  # p is set for every member
+    # an agreement claim's second hypothesis (p ≥ ½ on the far side of the margin) counts in m and never rejects
+    stand_ins = [1.0] * sum(outcomes[i].hypotheses - 1 for i in family)
+    rejected = holm([*(outcomes[i].p or 0.0 for i in family), *stand_ins], alpha)  # p is set for every member
     decided = list(outcomes)
-    for i, reject in zip(family, rejected, strict=True):
+    for i, reject in zip(family, rejected, strict=False):
         o = outcomes[i]
         verdict = ("supports" if o.claimed else "contradicts") if reject else "inconclusive"
-        decided[i] = Outcome(o.text, verdict, o.p, o.claimed)
+        decided[i] = Outcome(o.text, verdict, o.p, o.claimed, o.hypotheses)
     return decided
 
 
 def family_line(outcomes: list[Outcome], alpha: float) -> str:
     """What the report says of its correction: the family's size and the procedure and level used."""
-    m = sum(in_family(o) for o in outcomes)
+    m = sum(o.hypotheses for o in outcomes if in_family(o))
     return (
-        f"Corrected for {m} comparison{'s' * (m != 1)}: Holm–Bonferroni at family-wise α = {alpha:g} "
+        f"Corrected for {m} hypothes{'es' if m != 1 else 'is'}: Holm–Bonferroni at family-wise α = {alpha:g} "
         "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
         "comparison supports or contradicts the claim only when its corrected test rejects; premature, floor "
         "and ceiling comparisons are not in the family. Arms that share a seed trained on the same batches in "

@@ -116,7 +116,7 @@ def decided(v: Verdict, c: sequential.Comparison, hypotheses: int, design: seque
     said += f"; n = {len(a)} vs {len(b)}"
     verdict = c.verdict
     if verdict in ("lower", "higher"):
-        also = f"; and within ±{margin:g}: negligible at the declared margin" if c.equivalence_at is not None else ""
+        also = f"; and within ±{margin:g}: negligible at the declared margin" if "equivalence" in c.rejected else ""
         text = f"{v.text}: {verdict} loss beyond seed noise ({said}){also}"
     elif verdict == "equivalent":
         text = f"{v.text}: equivalent within ±{margin:g} (report.margin; two one-sided tests, {said})"
@@ -174,7 +174,7 @@ def verdicts(
     testable = [(g, base) for g, base in pairs if min(len(_finals(g)), len(_finals(base))) >= 2]
     design = staged or sequential.Design(alpha=alpha, margin=margin)
     if staged is None:  # one look at the seeds there are
-        family = [sequential.Comparison(_key(g), _key(base), _finals(g), _finals(base)) for g, base in testable]
+        family = [design.comparison(_key(g), _key(base), _finals(g), _finals(base)) for g, base in testable]
         sequential.judge(family, design, len(design.looks) - 1)
     else:
         by_seed = {_key(g): _by_seed(g) for pair in testable for g in pair}

@@ -707,7 +707,7 @@ def test_a_family_of_comparisons_is_decided_together():
     assert overall(decided) == PREMATURE
     decided = corrected([Outcome("a", "supports", 0.001, True), Outcome("b", "inconclusive", 0.02, False)], 0.05)
     assert [o.verdict for o in decided] == ["supports", "contradicts"]  # 0.02 ≤ 0.05/1 after the first
-    assert "Corrected for 2 comparisons: Holm–Bonferroni at family-wise α = 0.05" in family_line(decided, 0.05)
+    assert "Corrected for 2 hypotheses: Holm–Bonferroni at family-wise α = 0.05" in family_line(decided, 0.05)
 
 
 def test_seeds_needed_is_the_least_n_whose_detectable_effect_reaches_the_difference():
@@ -735,32 +735,33 @@ def test_seeds_needed_is_the_least_n_whose_detectable_effect_reaches_the_differe
     assert found.verdict == "inconclusive" and f"n ≥ {n} per arm would detect |Δ| = {abs(diff):.4f}" in found.text
 
 
-def test_the_margin_p_value_is_two_one_sided_welch_tests_inside_and_one_outside():
-    """An equivalence claim, ``close: A, to: B, within: m``: inside the margin p is TOST's (Schuirmann 1987), the
-    larger of the one-sided Welch p-values of Δ > −m and Δ < m (scipy's ``ttest_ind`` on shifted arms); outside,
-    the one-sided p of Δ beyond m on its side."""
+def test_an_agreement_claims_p_values_are_two_one_sided_welch_tests_inside_and_both_sides_outside():
+    """``close: A, to: B, within: m`` (harness/sequential.py): equivalence's p is TOST's (Schuirmann 1987), the larger
+    of the one-sided Welch p-values of Δ > −m and Δ < m (scipy's ``ttest_ind`` on shifted arms); beyond's is the
+    one-sided p of Δ past the margin on its side, doubled for the side read from the data."""
     from scipy import stats
 
-    from harness.stats import margin_p_value
+    from harness.sequential import beyond_p, equivalence_p
 
     a, b, m = [2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], 0.05
 
-    def one_sided(shift: float, side: str) -> float:
+    def one_sided(b: list[float], shift: float, side: str) -> float:
         return stats.ttest_ind(a, [x + shift for x in b], equal_var=False, alternative=side).pvalue
 
-    p, within = margin_p_value(a, b, m)
-    assert within and p == pytest.approx(max(one_sided(-m, "greater"), one_sided(m, "less")), rel=1e-12)
+    tost = max(one_sided(b, -m, "greater"), one_sided(b, m, "less"))
+    assert equivalence_p(a, b, m) == pytest.approx(tost, rel=1e-12) and beyond_p(a, b, m) == 1.0
     far = [x + 0.2 for x in b]  # Δ ≈ −0.19: beyond −m
-    p, within = margin_p_value(a, far, m)
-    expected = stats.ttest_ind(a, [x - m for x in far], equal_var=False, alternative="less").pvalue
-    assert not within and p == pytest.approx(expected, rel=1e-12)
-    assert margin_p_value([1.0], b, m) is None and margin_p_value([1.0, 1.0], [1.02, 1.02], m) == (0.0, True)
+    assert beyond_p(a, far, m) == pytest.approx(2 * one_sided(far, -m, "less"), rel=1e-12)
+    assert equivalence_p(a, far, m) > 0.5
+    assert equivalence_p([1.0, 1.0], [1.02, 1.02], m) == 0.0 and beyond_p([1.0, 1.0], [1.02, 1.02], m) == 1.0
 
 
 @pytest.mark.parametrize(
     "a, b, verdict",
     [
-        ([2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], "supports"),
+        ([2.01, 2.03, 2.00, 2.02], [2.02, 2.00, 2.03], "supports"),
+        # inside the margin at p = 0.027: not below α / 2, the level of one of an agreement claim's two hypotheses
+        ([2.01, 2.05, 1.98, 2.03], [2.02, 2.00, 2.04], "inconclusive (corrected)"),
         ([2.01, 2.05, 1.98, 2.03], [2.22, 2.20, 2.24], "contradicts"),
         ([2.01, 2.35, 1.70, 2.03], [2.02, 2.00, 2.04], "inconclusive"),
     ],
@@ -771,9 +772,9 @@ def test_an_equivalence_comparison_supports_inside_the_margin_and_contradicts_be
     comparison = {"metric": "val/loss", "close": "pos=rope_10", "to": "pos=rope", "within": 0.05}
     found = compare(comparison, {"pos=rope_10": a, "pos=rope": b})
     decided = corrected([found], 0.05)[0]
-    assert decided.verdict == verdict, found.text
+    assert decided.verdict == verdict.removesuffix(" (corrected)"), found.text
     assert "within ±0.05" in found.text and "p = " in found.text
-    assert ("would settle it" in found.text) == (verdict == "inconclusive")
+    assert ("would settle it" in found.text) == (verdict == "inconclusive")  # uncorrected: p above α
 
 
 def test_than_metric_reads_the_reference_arm_on_its_own_metric():

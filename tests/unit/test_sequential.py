@@ -23,10 +23,14 @@ class Simulated:
     seeds: float  # mean seeds per arm
 
 
-def simulate(design: Design, means: list[float], sds: list[float], reps: int, seed: int = 0) -> Simulated:
+def simulate(
+    design: Design, means: list[float], sds: list[float], reps: int, seed: int = 0, agreement: bool = False
+) -> Simulated:
     """``reps`` experiments through the decision code (``settle``), arm i's per-seed values drawn from
-    N(means[i], sds[i]²), arm 0 the baseline. A false claim: lower/higher where the means are equal or in the wrong
-    direction, equivalent where |Δ| ≥ the margin."""
+    N(means[i], sds[i]²), arm 0 the baseline; ``agreement``: each comparison is a claim that the arms agree within
+    the margin (equivalence and beyond), else a sweep's (difference, and equivalence with a margin). A false claim:
+    lower/higher where the means are equal or in the wrong direction, equivalent where |Δ| ≥ the margin, beyond
+    where |Δ| ≤ it."""
     rng = np.random.default_rng(seed)
     arms = [str(i) for i in range(len(means))]
     false = decided = seeds = 0
@@ -38,7 +42,9 @@ def simulate(design: Design, means: list[float], sds: list[float], reps: int, se
             taken.update({a: max(taken[a], n) for a, n in need.items()})
             return {a: pool[a][:n] for a, n in need.items()}
 
-        family = settle([(a, "0") for a in arms[1:]], design, draw)
+        kinds = ("equivalence", "beyond")
+        pairs = [Comparison(a, "0", kinds=kinds, margin=design.margin) if agreement else (a, "0") for a in arms[1:]]
+        family = settle(pairs, design, draw)
         seeds += sum(taken.values())
         decided += sum(c.verdict != "inconclusive" for c in family)
         false += any(_false(c.verdict, means[int(c.arm)] - means[0], design.margin) for c in family)
@@ -48,6 +54,8 @@ def simulate(design: Design, means: list[float], sds: list[float], reps: int, se
 def _false(verdict: str, true_diff: float, margin: float | None) -> bool:
     if verdict in ("lower", "higher"):
         return true_diff == 0 or (verdict == "lower") != (true_diff < 0)
+    if verdict == "beyond":
+        return margin is None or abs(true_diff) <= margin
     return verdict == "equivalent" and (margin is None or abs(true_diff) >= margin)
 
 
@@ -97,9 +105,10 @@ def test_a_difference_and_its_equivalence_can_both_fall_at_one_look():
     """Many seeds, a difference of 0.01 with a spread of 0.001: different, and within ±0.05 — lower, negligible."""
     rng = np.random.default_rng(0)
     base = rng.normal(1.0, 0.001, 20).tolist()
-    c = Comparison("a", "base", rng.normal(0.99, 0.001, 20).tolist(), base)
-    judge([c], Design(stage=20, most=20, margin=0.05), 0)
-    assert c.verdict == "lower" and c.difference_at == 0 and c.equivalence_at == 0
+    design = Design(stage=20, most=20, margin=0.05)
+    c = design.comparison("a", "base", rng.normal(0.99, 0.001, 20).tolist(), base)
+    judge([c], design, 0)
+    assert c.verdict == "lower" and c.rejected == {"difference": 0, "equivalence": 0}
 
 
 @pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
@@ -120,6 +129,21 @@ def test_a_false_equivalence_is_as_rare(spending):
     reps, alpha = 1000, 0.05
     found = simulate(Design(alpha, 3, 9, spending, margin=0.5), [0.0, 0.5, -0.5, 0.5], [1.0] * 4, reps, seed=7)
     assert found.false_claims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
+
+
+@pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
+def test_a_claim_of_agreement_errs_as_rarely_at_the_margin_and_decides_both_ways(spending):
+    """A paper's "A ≈ B within ±m" (equivalence and beyond, two hypotheses each): with every arm exactly at the
+    margin both are false, and any decision is a false claim; far inside it is decided equivalent, far outside
+    beyond, each with seeds to spare."""
+    reps, alpha = 1000, 0.05
+    design = Design(alpha, 3, 9, spending, margin=0.5)
+    at = simulate(design, [0.0, 0.5, -0.5, 0.5], [1.0] * 4, reps, seed=11, agreement=True)
+    assert at.false_claims <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
+    inside = simulate(design, [0.0, 0.0, 0.0], [0.1] * 3, 200, seed=12, agreement=True)
+    outside = simulate(design, [0.0, 2.0, -2.0], [0.3] * 3, 200, seed=13, agreement=True)
+    for found in (inside, outside):
+        assert found.decided > 0.9 and found.false_claims < 0.02 and found.seeds <= 6  # of at most 9
 
 
 def test_a_large_effect_stops_at_the_first_look_and_a_small_one_takes_more_seeds():
