@@ -36,7 +36,7 @@ MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs
 BASELINE_TAG = "report_baseline"  # the sweep's parent run: report.baseline as declared when the sweep started
 ALPHA_TAG = "report_alpha"  # and report.alpha, the family-wise level its comparisons are corrected to
 MARGIN_TAG = "report_margin"  # and report.margin, the equivalence margin ("": none declared)
-STAGES_TAG = "report_stages"  # report.seeds=auto: "stage,max_seeds,spending" of its looks ("": a fixed seed axis)
+STAGES_TAG = "report_stages"  # report.seeds=auto: "stage,max_seeds,spending[,claim]" of its looks ("": fixed seeds)
 
 
 @dataclass(frozen=True)

@@ -342,6 +342,72 @@ def _final(client, cell, metric: str, minus: str | None = None) -> float | None:
     return client.get_run(cell.run_id).data.metrics.get(own_metric(cell, metric))
 
 
+def claim_family(comparisons: list[dict]) -> list[sequential.Comparison]:
+    """A claim's comparisons as the family a sweep with ``report.seeds=auto`` decides look by look, each side keyed
+    ``<index>:<arm>``: a direction claim (lower/higher) holds the difference hypothesis, an agreement claim (close)
+    equivalence and beyond at its margin (harness/sequential.py)."""
+    family = []
+    for i, c in enumerate(comparisons):
+        if "close" in c:
+            kinds, margin = ("equivalence", "beyond"), float(c["within"])
+            family.append(sequential.Comparison(f"{i}:{c['close']}", f"{i}:{c['to']}", kinds=kinds, margin=margin))
+        else:
+            side = "lower" if "lower" in c else "higher"
+            family.append(sequential.Comparison(f"{i}:{c[side]}", f"{i}:{c['than']}"))
+    return family
+
+
+def claim_values(client, cells, comparisons: list[dict], need: dict[str, int]) -> dict[str, list[float]]:
+    """Per ``<index>:<arm>`` key of ``claim_family``, the arm's values on its comparison's metric among its first n
+    seeds, in seed order (what a look of the sweep saw)."""
+    values = {}
+    for key, n in need.items():
+        i, arm = key.split(":", 1)
+        early = sorted((c for c in cells if c.seed.isdigit() and int(c.seed) < n), key=lambda c: int(c.seed))
+        values[key] = arm_values(client, early, [comparisons[int(i)]])[arm]
+    return values
+
+
+def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.Design, gain: float) -> list[Outcome]:
+    """The claim's comparisons as its sweep decided them look by look (``claim_family``, replayed from the runs):
+    each one's numbers at the seeds it stopped with, its verdict from the family's group-sequential Holm procedure
+    (a premature arm, a floor or a ceiling still said as such)."""
+    family = sequential.settle(
+        claim_family(comparisons), design, lambda need: claim_values(client, cells, comparisons, need)
+    )
+    looks = len(design.looks)
+    outcomes = []
+    for comparison, c in zip(comparisons, family, strict=True):
+        arms = {key.split(":", 1)[1]: v for key, v in ((c.arm, c.a), (c.baseline, c.b))}
+        o = compare(comparison, arms, readiness(cells, [comparison], gain))
+        if o.verdict == "premature" or o.verdict in DEGENERATE:
+            outcomes.append(o)
+            continue
+        claimed = {"lower": "lower", "higher": "higher", "close": "equivalent"}[
+            next(k for k in ARM_KEYS if k in comparison)
+        ]
+        verdict = (
+            "supports" if c.verdict == claimed else "inconclusive" if c.verdict == "inconclusive" else "contradicts"
+        )
+        when = f"; decided at look {(c.decided_at or 0) + 1} of {looks}" if c.verdict != "inconclusive" else ""
+        text = f"{o.text}{when or f'; undecided after look {(c.decided_at or 0) + 1} of {looks}'}"
+        outcomes.append(Outcome(text, verdict, o.p, o.claimed, o.hypotheses))
+    return outcomes
+
+
+def staged_line(outcomes: list[Outcome], design: sequential.Design) -> str:
+    """What the report says of a staged claim's family: its design and its size."""
+    m = sum(o.hypotheses for o in outcomes if o.verdict != "premature" and o.verdict not in DEGENERATE)
+    return (
+        f"Seeds in stages (report.seeds=auto): {design.stage} per arm, then {design.stage} more at each look to the "
+        f"comparisons still undecided, up to {design.most}; "
+        f"{m} hypothes{'es' if m != 1 else 'is'} decided as one family by Holm's procedure, each test against a "
+        f"{design.spending} α-spending boundary (harness/sequential.py) at family-wise α = {design.alpha:g}. A "
+        "comparison supports or contradicts the claim only when one of its hypotheses is rejected; futility stops "
+        "one that more seeds could not decide. Arms that share a seed trained on the same batches in the same order."
+    )
+
+
 def wall_time(sweep) -> str:
     """The sweep's wall time: its parent run's start to end (the whole `run.py -m`, cells and report)."""
     parent = getattr(sweep, "parent", None)
@@ -360,7 +426,7 @@ def write_paper_report(
     client, sweep, preset: str, scale: str, claim: dict, out: Path, shown: Path | None = None
 ) -> str:
     """README.md and the sweep's report into ``out`` (``integrity.report_folder``'s staging folder, to be ``shown``)."""
-    from results.store import cells_of, generate
+    from results.store import cells_of, generate, staged_design
 
     out.mkdir(parents=True, exist_ok=True)
     generate(client, sweep, out, shown_out=shown or out)
@@ -386,7 +452,11 @@ def write_paper_report(
         }
         return _write_scales_report(sweep, preset, scales, claim, per_scale, out)
     alpha = claim.get("alpha", ALPHA)
-    outcomes = corrected([judged(c) for c in claim["comparisons"]], alpha)
+    design = staged_design(sweep, claim=True)
+    if design is not None:  # the sweep added seeds by the claim's comparisons: their decisions, replayed
+        outcomes = staged_outcomes(client, cells, claim["comparisons"], design, gain)
+    else:
+        outcomes = corrected([judged(c) for c in claim["comparisons"]], alpha)
     verdict = overall(outcomes)
     secondary = corrected([judged(c) for c in claim.get("also", [])], alpha)  # a family of its own, not the verdict
     lines = [
@@ -397,7 +467,7 @@ def write_paper_report(
         f"**Verdict: {verdict} at {scale} scale.** " + " ".join(f"{o.text} → {o.verdict}." for o in outcomes),
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
-        *([family_line(outcomes, alpha), ""] if outcomes else []),  # no claim (grid): no family to correct
+        *([family_line(outcomes, alpha) if design is None else staged_line(outcomes, design), ""] if outcomes else []),
         *_provenance(
             sweep, _overrides(sweep) or f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"
         ),

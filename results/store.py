@@ -228,8 +228,7 @@ def sweep_report(
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
     (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
     sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
-    from harness.sequential import Design, Spending
-    from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, STAGES_TAG, Declared, build_report
+    from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, Declared, build_report
 
     header = [
         f"Experiment `{sweep.experiment}`"
@@ -251,8 +250,7 @@ def sweep_report(
     )
     tags = sweep.parent.data.tags if sweep.parent else {}
     alpha, margin = float(tags.get(ALPHA_TAG) or 0.05), float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
-    stage, most, spending = (tags.get(STAGES_TAG) or ",,").split(",")
-    staged = Design(alpha, int(stage), int(most), cast(Spending, spending), margin) if stage else None
+    staged = staged_design(sweep, claim=False)
     return build_report(
         cells_of(client, sweep),
         sweep.title,
@@ -264,6 +262,22 @@ def sweep_report(
         margin,
         staged,
     )
+
+
+def staged_design(sweep: Sweep, claim: bool):
+    """The design of a sweep that added seeds in stages (report.seeds=auto, its parent's ``report_stages``) when it
+    decided by its preset's claim (``claim``) or by each pos against the baseline (not ``claim``); else None (the
+    other kind's seeds are then read as fixed: one look at the seeds there are)."""
+    from harness.sequential import Design, Spending
+    from results.cells import ALPHA_TAG, MARGIN_TAG, STAGES_TAG
+
+    parent = getattr(sweep, "parent", None)
+    tags = parent.data.tags if parent else {}
+    stage, most, spending, *by = (tags.get(STAGES_TAG) or ",,").split(",")
+    if not stage or (by == ["claim"]) != claim:
+        return None
+    margin = float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
+    return Design(float(tags.get(ALPHA_TAG) or 0.05), int(stage), int(most), cast(Spending, spending), margin)
 
 
 def generate(

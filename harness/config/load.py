@@ -373,6 +373,10 @@ def _check_stages(cfg: DictConfig, axes: dict[str, list[str]], typed: set[str]) 
             f"report.seeds=auto trains each arm's seeds itself (0, 1, … up to report.max_seeds="
             f"{cfg.report.max_seeds}); drop seed=... from the sweep"
         )
+    claim = claim_comparisons(cfg)
+    if claim:
+        _check_staged_claim(claim, axes)
+        return
     pos = [value.partition("=")[2] for value in axes.get("pos", [])]
     baseline = cfg.report.baseline or "none"
     if len(pos) < 2 or baseline not in pos:
@@ -380,6 +384,47 @@ def _check_stages(cfg: DictConfig, axes: dict[str, list[str]], typed: set[str]) 
             f"report.seeds=auto decides each pos against the baseline pos={baseline} (report.baseline), and this "
             f"sweep's pos is {','.join(pos) or 'not swept'}; sweep pos with it, e.g. pos={baseline},rope"
         )
+
+
+def claim_comparisons(config: DictConfig) -> list[dict]:
+    """The comparisons of the preset's claim (conf/experiment/<preset>.yaml), resolved: under report.seeds=auto a
+    preset with a claim adds seeds by them, each a comparison of two arms (results/paper.py's ``claim_family``)."""
+    claim = OmegaConf.select(config, "claim")
+    if claim is None:
+        return []
+    return list(OmegaConf.to_container(claim, resolve=True).get("comparisons") or [])  # type: ignore[union-attr]  # a mapping
+
+
+def in_arm(cell: list[str], arm: str) -> bool:
+    """Whether a cell (its overrides) trains an arm of a claim (``task=copy pos=none``): each of the arm's overrides
+    of a key the sweep sets is the cell's (a key it does not set is the preset's, the same for every cell)."""
+    keys = {o.partition("=")[0] for o in cell}
+    return all(o in cell for o in arm.split() if o.partition("=")[0] in keys)
+
+
+def _check_staged_claim(claim: list[dict], axes: dict[str, list[str]]) -> None:
+    """A preset's claim decided in stages: each comparison of two arms (not a threshold or two metrics of one arm,
+    which have no staged test), each arm trained by some cell, one scale (each scale is a family of its own)."""
+    if len(axes.get("scale", [])) > 1:
+        raise ConfigError(
+            "report.seeds=auto decides a claim's comparisons as one family, and a sweep over scale judges each "
+            "scale as its own; run one scale per sweep (scale=toy, then scale=toy2x …)"
+        )
+    cells = [list(cell) for cell in itertools.product(*(v for k, v in axes.items() if k != "seed"))]
+    for i, comparison in enumerate(claim):
+        kind = next((k for k in ("lower", "higher", "close") if k in comparison), None)
+        if kind is None:
+            raise ConfigError(
+                f"report.seeds=auto decides a claim's comparisons of two arms, and claim.comparisons[{i}] is "
+                f"{'a threshold (below)' if 'below' in comparison else 'two metrics of one arm'}; run fixed seeds "
+                "(drop report.seeds=auto)"
+            )
+        for arm in (comparison[kind], comparison["to" if kind == "close" else "than"]):
+            if not any(in_arm(cell, arm) for cell in cells):
+                raise ConfigError(
+                    f"report.seeds=auto trains the arms of claim.comparisons[{i}], and no cell of this sweep is "
+                    f"{arm}; sweep its overrides too, or drop report.seeds=auto"
+                )
 
 
 def _check_sweeper(node: DictConfig) -> None:

@@ -112,10 +112,14 @@ def sweep_name(task_overrides: list[str]) -> tuple[str, list[str]]:
 
 
 def _stages(config: DictConfig) -> str:
-    """``stage,max_seeds,spending`` under report.seeds=auto, else ""."""
+    """``stage,max_seeds,spending`` under report.seeds=auto (``,claim`` where it decides by the preset's claim),
+    else ""."""
+    from harness.config.load import claim_comparisons
+
     if OmegaConf.select(config, "report.seeds") != "auto":
         return ""
-    return ",".join(str(OmegaConf.select(config, f"report.{key}")) for key in ("stage", "max_seeds", "spending"))
+    design = [str(OmegaConf.select(config, f"report.{key}")) for key in ("stage", "max_seeds", "spending")]
+    return ",".join([*design, *(["claim"] if claim_comparisons(config) else [])])
 
 
 def exit_code(statuses: list[str]) -> int:

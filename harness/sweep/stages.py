@@ -5,7 +5,9 @@
 running lack (seeds 0 … n − 1: ``report.stage`` at the first look, as many more at each later one, up to
 ``report.max_seeds``), reads their final losses, and lets harness/sequential.py decide the family — each pos
 against the baseline of its attention and other overrides (``report.baseline``, else ``pos=none``), the
-comparisons of the whole sweep one Holm family, boundaries spent over the looks (``report.spending``). A
+comparisons of the whole sweep one Holm family, boundaries spent over the looks (``report.spending``). A preset
+with a claim is decided by the claim's comparisons instead, each on its own metric read back from the store
+(results/paper.py's ``claim_family``; a cell no comparison reads keeps the first look's seeds). A
 comparison stops taking seeds once decided or when more could not decide it; its baseline trains while any
 comparison with it runs. Each look's decisions go on the sweep's parent run (tags ``look_<k>``, metrics
 ``stages/running`` and ``stages/trained`` by look), and the report replays the same decisions from the runs
@@ -24,6 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from harness import sequential
+from harness.config.load import claim_comparisons, in_arm
 
 
 def design_of(report: Any) -> sequential.Design:
@@ -86,7 +89,7 @@ class StagedSweeper(BasicSweeper):
         returns: list[Sequence[Any]] = []
         launcher = self.launcher
 
-        def draw(need: dict[str, int]) -> dict[str, list[float]]:
+        def train(need: dict[str, int]) -> None:
             jobs = [(name, s) for name, n in need.items() for s in range(len(losses[name]), n)]
             if jobs:
                 batch = [[*named[name], f"seed={s}"] for name, s in jobs]
@@ -95,12 +98,42 @@ class StagedSweeper(BasicSweeper):
                     losses[name].append(result.return_value)  # a job that raised re-raises here, as in the basic one
                 returns.append(launched)
             trained.append(sum(len(v) for v in losses.values()))
+
+        def draw(need: dict[str, int]) -> dict[str, list[float]]:
+            train(need)
             return {name: [x for x in losses[name][:n] if x is not None] for name, n in need.items()}
 
+        def draw_claim(need: dict[str, int]) -> dict[str, list[float]]:  # keys <index>:<arm> (results/paper.py)
+            arms = [(key.partition(":")[2], n) for key, n in need.items()]
+            # a cell in no running comparison (an arm only secondary comparisons read) keeps the first look's seeds
+            least = design.stage
+            train(
+                {name: max([n for arm, n in arms if in_arm(cell, arm)], default=least) for name, cell in named.items()}
+            )
+            return claim_values(*_store_cells(sweep_dir), claim, need)
+
         design = design_of(report)
-        family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw)
+        claim = claim_comparisons(self.config)
+        if claim:
+            from results.paper import claim_family, claim_values
+
+            family = sequential.settle(claim_family(claim), design, draw_claim)
+        else:
+            family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw)
         _record(sweep_dir, family, design, trained)
         return returns
+
+
+def _store_cells(sweep_dir: Path) -> tuple[Any, list]:
+    """(the store's client, the sweep's runs as report cells) for a look that reads its arms' metrics."""
+    from harness.record.store import Store
+    from harness.sweep.callback import SweepRecord
+    from results.store import cells_of, find_sweep
+
+    record = SweepRecord.load(sweep_dir)
+    assert record is not None, "the sweep callback writes its record before the first look"
+    client = Store.open(record.tracking_uri).client
+    return client, cells_of(client, find_sweep(client, record.experiment, record.sweep_id))
 
 
 def _record(
@@ -119,9 +152,16 @@ def _record(
         ended = [c for c in family if c.decided_at == k]
         futile = " (more seeds could not decide it)" if k < len(design.looks) - 1 else " (the last look)"
         said = "; ".join(
-            f"{c.arm} vs {c.baseline}: {c.verdict}{futile if c.verdict == 'inconclusive' else ''}" for c in ended
+            f"{_shown(c.arm)} vs {_shown(c.baseline)}: {c.verdict}{futile if c.verdict == 'inconclusive' else ''}"
+            for c in ended
         )
         client.set_tag(record.parent_run_id, f"look_{k + 1}", f"{n} seeds per arm: {said or 'nothing decided'}"[:5000])
         running = sum(1 for c in family if c.decided_at is not None and c.decided_at > k)
         client.log_metric(record.parent_run_id, "stages/running", running, step=k + 1)
         client.log_metric(record.parent_run_id, "stages/trained", runs, step=k + 1)
+
+
+def _shown(key: str) -> str:
+    """A comparison's side as the dashboard shows it: a claim's ``<index>:<arm>`` as ``claim[<index>] <arm>``."""
+    index, colon, arm = key.partition(":")
+    return f"claim[{index}] {arm}" if colon and index.isdigit() else key

@@ -94,6 +94,13 @@ def test_cells_are_named_by_what_varies_and_compared_with_the_baseline_of_their_
         (["seed=0,1"], "report.seeds=auto trains each arm's seeds itself"),
         (["pos=rope,t5"], "decides each pos against the baseline pos=none (report.baseline)"),
         (["experiment=tune_lr"], "adds seeds through posbench's own sweeper"),
+        # a preset's claim: its comparisons of two arms are the family (results/paper.py's claim_family)
+        (["experiment=rope_scaling"], "claim.comparisons[0] is two metrics of one arm; run fixed seeds"),
+        (
+            ["experiment=partial_rope", "+experiment/partial_rope/arm=rope_full,nope"],
+            "no cell of this sweep is +experiment/partial_rope/arm=rope_10",
+        ),
+        (["experiment=randomized_positions", "scale=toy,toy2x"], "run one scale per sweep"),
     ],
 )
 def test_a_sweep_it_cannot_stage_is_refused_before_it_starts(overrides, message):
@@ -101,7 +108,7 @@ def test_a_sweep_it_cannot_stage_is_refused_before_it_starts(overrides, message)
     from harness.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        cells(["report.seeds=auto", *(["pos=none,rope"] if "pos" not in overrides[0] else []), *overrides])
+        cells(["report.seeds=auto", *(["pos=none,rope"] if overrides[0][:4] not in ("pos=", "expe") else []), *overrides])
 
 
 def test_a_presets_seed_axis_gives_way_to_the_looks():
@@ -112,3 +119,46 @@ def test_a_presets_seed_axis_gives_way_to_the_looks():
         ["pos=learned", "experiment=ablation", "report.seeds=auto"],
         ["pos=rope", "experiment=ablation", "report.seeds=auto"],
     ]
+
+
+CLAIM = [
+    {"metric": "val/loss", "lower": "pos=rope", "than": "pos=none"},
+    {"metric": "val/loss", "close": "pos=learned", "to": "pos=none", "within": 0.02},
+]
+
+
+def test_a_preset_with_a_claim_adds_seeds_by_its_comparisons_and_the_report_replays_them(tmp_path, monkeypatch):
+    """A claim's comparisons are the family: rope's large lead is decided with the first 3 seeds; learned's 0.06
+    from none against a ±0.02 agreement claim (spread 0.05) takes more. The paper report, reading the same cells,
+    decides the same comparisons at the same looks with the same seeds."""
+    from harness.sweep import stages
+    from results.paper import staged_outcomes
+
+    means = {"none": 3.0, "rope": 2.0, "learned": 2.94}
+    launcher = Launcher(means)
+
+    def cells():
+        return [
+            Cell(f"{pos}{seed}", "n", f"pos={pos}", pos, "softmax", str(seed), "finished", val=[(1, loss)], metrics={})
+            for (pos, seed), loss in zip(launcher.jobs, _losses(launcher), strict=True)
+        ]
+
+    monkeypatch.setattr(stages, "_store_cells", lambda sweep_dir: (None, cells()))
+    sweeper = StagedSweeper(max_batch_size=None, params={"pos": ",".join(means)})
+    settings = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
+    sweeper.config = OmegaConf.create(
+        {"report": settings, "claim": {"comparisons": CLAIM}, "hydra": {"sweep": {"dir": str(tmp_path)}}}
+    )
+    sweeper.hydra_context = SimpleNamespace(config_loader=None)
+    sweeper.launcher = launcher
+    sweeper.sweep([])
+    seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in means}
+    assert seeds["rope"] == [0, 1, 2] and len(seeds["learned"]) > 3 and seeds["none"] == seeds["learned"]
+
+    design = design_of(OmegaConf.create(settings))
+    rope, learned = staged_outcomes(None, cells(), CLAIM, design, gain=-1.0)
+    assert rope.verdict == "supports" and rope.text.endswith("decided at look 1 of 3") and "n = 3 vs 3" in rope.text
+    n = len(seeds["learned"])
+    assert f"n = {n} vs {n}" in learned.text and learned.hypotheses == 2
+    # 0.047 measured beyond ±0.02, not beyond it by enough at 9 seeds: never "supports", undecided here
+    assert learned.verdict == "inconclusive" and learned.text.endswith("undecided after look 3 of 3")
