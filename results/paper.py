@@ -664,7 +664,7 @@ def render_index(results_dir: Path) -> str:
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
         rows.append(
             f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
-            f"{verdict.split('**')[1] if verdict else '—'} |"
+            f"{verdict.split('**')[1] if verdict else '—'} | {_cost(text)} |"
         )
     return (
         "\n".join(
@@ -679,13 +679,23 @@ def render_index(results_dir: Path) -> str:
                 "This index: `python -m results index` "
                 "(tests/unit/test_paper.py fails when it disagrees with the reports).",
                 "",
-                "| report | what | verdict / summary |",
-                "|---|---|---|",
+                "| report | what | verdict / summary | runs, wall time |",
+                "|---|---|---|---|",
                 *rows,
             ]
         )
         + "\n"
     )
+
+
+def _cost(text: list[str]) -> str:
+    """A report's runs and wall time from its ``Wall time:`` line (``wall_time``), and whether its seeds came in
+    stages (report.seeds=auto); — where it has none."""
+    found = next((m for line in text if (m := re.match(r"Wall time: ([\d.]+) min for (\d+) runs", line))), None)
+    if found is None:
+        return "—"
+    staged = any(line.startswith("Seeds in stages") for line in text)
+    return f"{found[2]} runs, {found[1]} min{', seeds in stages' if staged else ''}"
 
 
 def main(args) -> int:
