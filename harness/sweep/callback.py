@@ -159,8 +159,9 @@ class MlflowSweep(Callback):
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
         params = config.hydra.sweeper.get("params") or {}
         preset_axes = [f"{k}={v}" for k, v in params.items() if not any(o.startswith(f"{k}=") for o in overrides)]
-        name, swept = sweep_name(overrides + preset_axes)
-        swept += ["seed"] if OmegaConf.select(config, "report.seeds") == "auto" else []  # the sweeper adds it
+        staged = OmegaConf.select(config, "report.seeds") == "auto"  # the sweeper's looks replace a preset's seeds
+        name, swept = sweep_name(overrides + [o for o in preset_axes if not (staged and o.startswith("seed="))])
+        swept += ["seed"] if staged else []  # the sweeper adds it
         uri = resolve_tracking_uri(config.logger.tracking_uri)
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()

@@ -210,6 +210,27 @@ def test_an_aborted_sweep_leaves_no_parent_running(module_store, sweep_callback)
     assert run.info.status == "FAILED" and run.data.tags["failure"] == "aborted"
 
 
+def test_a_staged_presets_parent_is_named_without_the_seed_axis_its_looks_replace(module_store, tmp_path):
+    """experiment=ablation sweeps seed=0,1,2; under report.seeds=auto the sweeper trains the seeds, and the parent's
+    name and recorded axes say so."""
+    from mlflow.tracking import MlflowClient
+    from omegaconf import open_dict
+
+    from harness.sweep.callback import MlflowSweep
+
+    cfg = compose(["experiment=ablation", "report.seeds=auto", f"hydra.sweep.dir={tmp_path}"])
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = ["experiment=ablation", "report.seeds=auto"]
+    callback = MlflowSweep()
+    callback.on_multirun_start(cfg)
+    try:
+        run = MlflowClient(tracking_uri=module_store[0]).get_run(callback.record.parent_run_id)
+        assert run.info.run_name == "sweep pos=none,learned,rope" and callback.record.swept_keys == ["pos", "seed"]
+        assert run.data.tags["report_stages"] == "3,10,obrien-fleming"
+    finally:
+        callback._abort()
+
+
 def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(tmp_path):
     """The preflight checks every cell on meta first; a cell launched in this process (the basic launcher) then
     constructs its model once, directly, after its seed: its first validation loss is that of a single run of the

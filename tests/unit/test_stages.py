@@ -108,7 +108,9 @@ def test_a_sweep_it_cannot_stage_is_refused_before_it_starts(overrides, message)
     from harness.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        cells(["report.seeds=auto", *(["pos=none,rope"] if overrides[0][:4] not in ("pos=", "expe") else []), *overrides])
+        cells(
+            ["report.seeds=auto", *(["pos=none,rope"] if overrides[0][:4] not in ("pos=", "expe") else []), *overrides]
+        )
 
 
 def test_a_presets_seed_axis_gives_way_to_the_looks():
