@@ -217,7 +217,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
                 checked.tokenizer.vocab_size,
                 built.model.pos.shape.max_len,
                 task.causal,
-                checked.tokenizer.config_name(),
+                checked.tokenizer,
             ),
             "hf_model",
         )

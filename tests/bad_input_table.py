@@ -932,6 +932,11 @@ POSBENCH_CASES = [
         "config.json is damaged",
     ),
     ("hf-rope-export-config-edited", ["hf-rope", "{files}/export_edited"], "config.json is damaged"),
+    (
+        "hf-eval-model-without-tokenizer",
+        ["hf-eval", "{files}/export_untokenized", "--lengths", "16", "--budget", "64", "--check"],
+        "holds no tokenizer (tokenizer.json); save the tokenizer beside the model",
+    ),
     # ---- a model folder is input too, read and checked before anything is loaded
     ("hf-rope-config-a-list", ["hf-rope", "{files}/hf_list"], "holds list, not a transformers config (an object)"),
     ("hf-rope-hidden-size-word", ["hf-rope", "{files}/hf_hidden_word"], "hidden_size='abc' must be an integer"),
@@ -1289,10 +1294,11 @@ def _sealed_report(d: Path) -> None:
 
 
 def _exports(d: Path) -> None:
-    """A tiny model exported as export=hf writes it, twice: one bit of its weights flipped, its config edited."""
+    """A tiny model exported as export=hf writes it, three times: one bit of its weights flipped, its config edited,
+    and written without its tokenizer."""
     from tests.helpers import tiny_export
 
-    for name in ("export_flipped", "export_edited"):
+    for name in ("export_flipped", "export_edited", "export_untokenized"):
         tiny_export(d / name)
     weights = bytearray((d / "export_flipped" / "model.safetensors").read_bytes())
     weights[-7] ^= 0x01

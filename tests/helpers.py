@@ -189,12 +189,15 @@ def rope_args(scaling: str = "none", **kw) -> dict:
 
 
 def tiny_llama(folder: Path, seed: int = 0) -> Path:
-    """A 2-layer Llama (GQA, 4 heads, 2 key/value heads) saved to ``folder`` with byte ids: a pretrained model
-    for hf-eval's tests."""
+    """A 2-layer Llama (GQA, 4 heads, 2 key/value heads) saved to ``folder`` with posbench's byte tokenizer (as an
+    export writes it, without seals): a pretrained model for hf-eval's tests."""
     import json
 
     import torch
     import transformers
+
+    from harness.data.tokenizer import ByteTokenizer
+    from harness.pretrained.export import tokenizer_files
 
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
@@ -209,10 +212,12 @@ def tiny_llama(folder: Path, seed: int = 0) -> Path:
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     on_disk = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**on_disk, "posbench_tokenizer": "byte"}))
+    for name, text in tokenizer_files(ByteTokenizer(), 64).items():
+        (folder / name).write_text(str(text))
     return folder
 
 
-def tiny_export(folder: Path, tokenizer: str | None = None) -> Path:
+def tiny_export(folder: Path, tokenizer=None) -> Path:
     """A 1-layer modern-block causal LM (RoPE, base 500) as ``export=hf`` writes it, seals included, into a new
     ``folder``: the same weights every call (its own seed; the global generator is left as it was)."""
     import torch

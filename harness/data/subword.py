@@ -166,7 +166,7 @@ def _wordpiece_prefix(tok) -> str | None:
 _BYTE_DECODER: dict[str, int] | None = None
 
 
-def _byte_decoder() -> dict[str, int]:
+def byte_alphabet() -> dict[str, int]:
     """GPT-2's printable stand-in of each byte (the ByteLevel pre-tokenizer's alphabet) → the byte."""
     global _BYTE_DECODER
     if _BYTE_DECODER is None:
@@ -185,7 +185,7 @@ def _byte_decoder() -> dict[str, int]:
 def _surface(token: str, byte_level: bool) -> bytes:
     """The bytes a vocabulary entry stands for: byte-level tokens through GPT-2's byte map, SentencePiece's
     ▁ as a space, others as written."""
-    decoder = _byte_decoder()
+    decoder = byte_alphabet()
     if byte_level and all(c in decoder for c in token):
         return bytes(decoder[c] for c in token)
     return token.replace("▁", " ").encode("utf-8")

@@ -8,13 +8,14 @@ import torch
 from torch import Tensor
 
 from harness import integrity
-from harness.data.subword import continues_word, word_byte
+from harness.data.subword import byte_alphabet, continues_word, word_byte
 
 
 class ByteTokenizer:
     """256 byte ids + [PAD] + [MASK]. One token per byte, so nats/token → bits/byte is /ln 2."""
 
     byte_level = True
+    special_tokens = ("<|pad|>", "<|mask|>")  # ids 256 and 257, as an exported tokenizer.json names them
 
     def __init__(self):
         self.pad_id = 256
@@ -46,6 +47,18 @@ class ByteTokenizer:
 
     def digest(self) -> str:
         return integrity.sha256(b"posbench byte tokenizer: ids 0-255 bytes, 256 [PAD], 257 [MASK]")
+
+    @property
+    def tokenizer(self):
+        """The same ids as a ``tokenizers.Tokenizer`` (what an export writes as tokenizer.json): GPT-2's byte-level
+        alphabet, each byte its own id, no merges, the whole text one piece; then the two specials."""
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+        tok = Tokenizer(models.BPE(vocab=dict(byte_alphabet()), merges=[]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([AddedToken(t, special=True) for t in self.special_tokens])
+        return tok
 
 
 def bytes_per_token(corpus, tokenizer) -> float:

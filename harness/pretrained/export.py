@@ -12,6 +12,12 @@ What maps (checked by ``refusal`` before a run trains, so a run asked to export 
 Names follow transformers' Llama: model.embed_tokens, model.layers.<i>.self_attn.{q,k,v,o}_proj,
 mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm, model.norm, lm_head.
 
+The run's tokenizer goes beside them as ``tokenizer.json`` (the ``tokenizers`` library's file: the byte tokenizer as
+a byte-level BPE without merges, each byte its own id; a trained or loaded subword vocabulary as it is) and
+``tokenizer_config.json`` (its pad, mask and unknown tokens), so ``AutoTokenizer.from_pretrained(folder)`` encodes
+text to the ids the model trained on, and tools that load both (lm-evaluation-harness, ``posbench hf-eval``) need
+nothing of posbench.
+
 Nothing here imports transformers (config.json is written by hand); safetensors writes the weights.
 """
 
@@ -66,7 +72,7 @@ def refusal(model, causal: bool) -> str | None:
 
 def hf_config(model, vocab_size: int, max_len: int, tokenizer: str | None = None) -> dict:
     """transformers' config.json of ``model``; ``tokenizer``: posbench's tokenizer option the ids are of, kept as
-    ``posbench_tokenizer`` so that ``posbench hf-eval`` encodes text as training did (byte: the bytes themselves)."""
+    ``posbench_tokenizer`` (it marks a posbench export, whose seals ``posbench hf-eval`` checks)."""
     cfg, scheme = model.cfg, model.layers()[0][0]
     qk = bool(cfg.qk_norm)
     return {
@@ -130,20 +136,36 @@ def hf_state_dict(model) -> dict[str, Tensor]:
     return {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in out.items()}
 
 
-def hf_files(
-    model, vocab_size: int, max_len: int, causal: bool, tokenizer: str | None = None
-) -> dict[str, str | bytes]:
-    """``config.json`` and ``model.safetensors`` of ``model``, each with its ``.sha256`` beside it
-    (harness/integrity.py: ``posbench hf-eval`` refuses a changed file before loading it; transformers ignores the
-    seals); a one-line ConfigError where it has no such form."""
+def hf_files(model, vocab_size: int, max_len: int, causal: bool, tokenizer=None) -> dict[str, str | bytes]:
+    """``config.json`` and ``model.safetensors`` of ``model`` and, given the run's ``tokenizer``, its
+    ``tokenizer_files``, each with its ``.sha256`` beside it (harness/integrity.py: ``posbench hf-eval`` refuses a
+    changed file before loading it; transformers ignores the seals); a one-line ConfigError where it has no such
+    form."""
     why = refusal(model, causal)
     if why:
         raise ConfigError(f"export=hf: {why}")
     from safetensors.torch import save
 
+    name = tokenizer.config_name() if tokenizer is not None else None
     return integrity.sealed_files(
         {
-            "config.json": json.dumps(hf_config(model, vocab_size, max_len, tokenizer), indent=2) + "\n",
+            "config.json": json.dumps(hf_config(model, vocab_size, max_len, name), indent=2) + "\n",
             "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"}),
+            **(tokenizer_files(tokenizer, max_len) if tokenizer is not None else {}),
         }
     )
+
+
+def tokenizer_files(tokenizer, max_len: int) -> dict[str, str | bytes]:
+    """``tokenizer.json`` and ``tokenizer_config.json``: the run's tokenizer as ``AutoTokenizer`` loads it (this
+    module's docstring), its pad, mask and unknown tokens named where the vocabulary has them."""
+    backend = tokenizer.tokenizer  # a tokenizers.Tokenizer (harness/data/tokenizer.py, harness/data/subword.py)
+    ids = {"pad": tokenizer.pad_id, "mask": tokenizer.mask_id, "unk": backend.token_to_id("[UNK]")}
+    named = {f"{kind}_token": backend.id_to_token(i) for kind, i in ids.items() if i is not None}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_len,
+        "clean_up_tokenization_spaces": False,
+        **named,
+    }
+    return {"tokenizer.json": backend.to_str(), "tokenizer_config.json": json.dumps(config, indent=2) + "\n"}

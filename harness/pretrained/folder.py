@@ -78,7 +78,7 @@ class HFConfig:
     tie_word_embeddings: bool | None = None
     attention_bias: bool | None = None
     mlp_bias: bool | None = None
-    posbench_tokenizer: str | None = None  # a posbench export's tokenizer (byte: the ids are UTF-8 bytes)
+    posbench_tokenizer: str | None = None  # a posbench export's tokenizer option (it writes tokenizer.json too)
 
     def __post_init__(self):
         check_fields(self, "")
@@ -160,10 +160,6 @@ class ModelFolder:
     raw: dict  # config.json as written (transformers reads the rest)
     sealed: bool  # a posbench export whose seals were checked
 
-    @property
-    def byte_level(self) -> bool:
-        return self.config.posbench_tokenizer == "byte"
-
 
 def read_config(path: Path) -> tuple[HFConfig, dict]:
     """config.json (a file, or a folder holding one) as an ``HFConfig`` and as written."""
@@ -194,8 +190,7 @@ def read(folder: Path, contents: bool = True) -> ModelFolder:
     if contents:
         is_sealed = integrity.check_file(folder / "model.safetensors", SEALED) and is_sealed
         _check_weights(folder, config)
-        if config.posbench_tokenizer != "byte":
-            _check_tokenizer(folder)
+        is_sealed = _check_tokenizer(folder) and is_sealed
     return ModelFolder(folder, config, raw, is_sealed)
 
 
@@ -209,15 +204,17 @@ def unverified(folder: ModelFolder) -> str | None:
     )
 
 
-def _check_tokenizer(folder: Path) -> None:
+def _check_tokenizer(folder: Path) -> bool:
+    """The folder's tokenizer readable (its seal first, where an export wrote one); whether it was sealed."""
     file = folder / "tokenizer.json"
     if not file.exists():
         if not any((folder / f).exists() for f in ("tokenizer_config.json", "tokenizer.model")):
             raise ConfigError(
-                f"{folder} holds no tokenizer (tokenizer.json) and is no byte-level posbench export; "
-                "save the tokenizer beside the model (tokenizer.save_pretrained)"
+                f"{folder} holds no tokenizer (tokenizer.json); save the tokenizer beside the model "
+                "(tokenizer.save_pretrained), or export a posbench model again (export=hf writes its own)"
             )
-        return
+        return False
+    sealed = integrity.check_file(file, SEALED)
     try:
         if not isinstance(json.loads(file.read_text()), dict):
             raise ValueError("not an object")
@@ -226,6 +223,7 @@ def _check_tokenizer(folder: Path) -> None:
             f"{file} is not a tokenizers JSON file ({type(e).__name__}); save the tokenizer again "
             "(tokenizer.save_pretrained)"
         ) from None
+    return sealed
 
 
 def _check_weights(folder: Path, config: HFConfig) -> None:

@@ -441,9 +441,7 @@ def load(path: Path):
     folder.check_finite(model, path)
     if torch.cuda.is_available():
         model = model.cuda()
-    if folder.read_config(path)[0].posbench_tokenizer == "byte":  # a byte-level posbench export: ids are bytes
-        return model, lambda text: list(text.encode("utf-8"))
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)  # a posbench export's too (its tokenizer.json)
     return model, lambda text: tok.encode(text, add_special_tokens=False)
 
 

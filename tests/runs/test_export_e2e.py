@@ -11,12 +11,17 @@ import torch
 
 
 def test_a_runs_exported_model_loads_from_its_mlflow_artifacts(train_tiny):
-    from transformers import AutoModelForCausalLM
+    """Model and tokenizer, as any transformers user loads them: the tokenizer gives the run's byte ids."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     summary, client = train_tiny("model=modern", "task=clm", "export=hf", "trainer.max_steps=4")
     folder = client.download_artifacts(summary.run_id, "hf_model")
     hf = AutoModelForCausalLM.from_pretrained(folder).eval()
     assert type(hf).__name__ == "LlamaForCausalLM" and hf.config.vocab_size == 258
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text = "Positions, naïvely: 漢字"
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    assert ids[0].tolist() == list(text.encode()) and tokenizer.pad_token_id == 256
     with torch.no_grad():
-        logits = hf(torch.randint(258, (1, 32))).logits
-    assert logits.shape == (1, 32, 258) and torch.isfinite(logits).all()
+        logits = hf(ids).logits
+    assert logits.shape == (1, len(text.encode()), 258) and torch.isfinite(logits).all()

@@ -482,11 +482,14 @@ def test_a_posbench_export_without_its_seals_is_said_to_be_unverified(tmp_path):
     assert note is not None and note.startswith(f"note: {path} is a posbench export without its .sha256 seals")
     for name in ("config.json", "model.safetensors"):
         integrity.seal_file(path / name)
+    assert model_folder.unverified(model_folder.read(path)) is not None  # its tokenizer.json is not sealed yet
+    integrity.seal_file(path / "tokenizer.json")
     assert model_folder.unverified(model_folder.read(path)) is None
     config = json.loads((path / "config.json").read_text())
     del config["posbench_tokenizer"]  # another project's folder: no seals to expect
     (path / "config.json").write_text(json.dumps(config))
     (path / "config.json.sha256").unlink()
     (path / "model.safetensors.sha256").unlink()
+    (path / "tokenizer.json.sha256").unlink()
     (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": {}}}))
     assert model_folder.unverified(model_folder.read(path, contents=False)) is None

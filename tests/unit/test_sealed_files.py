@@ -124,12 +124,13 @@ def test_a_record_whose_seal_key_itself_was_damaged_is_not_taken_for_one_from_be
 
 
 def _export(tmp_path: Path) -> Path:
+    from harness.data.tokenizer import ByteTokenizer
     from tests.helpers import tiny_export
 
-    return tiny_export(tmp_path / "hf_model", tokenizer="byte")  # ids are bytes
+    return tiny_export(tmp_path / "hf_model", tokenizer=ByteTokenizer())  # ids are bytes
 
 
-@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "tokenizer.json"])
 @pytest.mark.parametrize("at", PLACES)
 def test_an_exported_model_changed_since_export_is_refused_by_hf_eval_before_loading(tmp_path, name, at):
     from harness.pretrained.hf_eval import parse
@@ -140,6 +141,10 @@ def test_an_exported_model_changed_since_export_is_refused_by_hf_eval_before_loa
         "config.json.sha256",
         "model.safetensors",
         "model.safetensors.sha256",
+        "tokenizer.json",
+        "tokenizer.json.sha256",
+        "tokenizer_config.json",
+        "tokenizer_config.json.sha256",
     ]
     argv = [
         str(folder),

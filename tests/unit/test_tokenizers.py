@@ -373,3 +373,26 @@ def test_a_vocabulary_the_text_cannot_fill_gives_the_model_its_own_size(corpus, 
         ConfigError, match=f"the paper's model with 50,257 token ids, and this corpus trains {trained:,}"
     ):
         _trained_vocabulary(SimpleNamespace(run=SimpleNamespace(paper={"vocab_size": 50257})), 50257, trained)
+
+
+@pytest.mark.parametrize("kind", ["byte", "bpe", "wordpiece"])
+def test_an_exported_tokenizer_loads_with_autotokenizer_and_encodes_as_the_run_did(kind, corpus, cache, tmp_path):
+    """export=hf writes the run's tokenizer (harness/pretrained/export.py): transformers' AutoTokenizer loads the
+    folder and gives the ids the model trained on, text with multi-byte characters, tabs and blank lines included,
+    and names the vocabulary's pad and mask tokens."""
+    from transformers import AutoTokenizer
+
+    from harness.pretrained.export import tokenizer_files
+
+    tok = {"byte": ByteTokenizer, "bpe": lambda: BPE(vocab_size=300, min_frequency=1), "wordpiece": WordPiece}[kind]()
+    tok.fit(corpus)
+    for name, text in tokenizer_files(tok, 128).items():
+        (tmp_path / name).write_text(str(text))
+    loaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    texts = [corpus.val.decode()[:4000], "Zürich\tnaïve — 漢字 €5\n\n  two  spaces\nend", ""]
+    for text in texts:
+        ours = tok.encode(text.encode()).tolist()
+        assert loaded.encode(text, add_special_tokens=False) == ours
+        assert loaded.decode(ours, skip_special_tokens=True) == tok.decode(ours)
+    assert (loaded.pad_token_id, loaded.mask_token_id) == (tok.pad_id, tok.mask_id)
+    assert loaded.model_max_length == 128
