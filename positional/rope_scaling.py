@@ -70,9 +70,11 @@ def yarn_inv_freq(inv_freq: Tensor, s: float, original_max_len: int, alpha: floa
 
     r_d = L/λ_d with wavelength λ_d = 2π/θ_d (turns per training window); the ramp
     γ(r) = 0 for r < α, 1 for r > β, (r − α)/(β − α) between: slow dims interpolate, fast ones
-    keep their angle.
+    keep their angle. α = β is a step at α (Llama 4's llama3 setting: low = high = 1).
     """
     r = original_max_len * inv_freq / (2 * math.pi)
+    if alpha == beta:
+        return torch.where(r > alpha, inv_freq, inv_freq / s)
     gamma = ((r - alpha) / (beta - alpha)).clamp(0.0, 1.0)
     return (1 - gamma) * inv_freq / s + gamma * inv_freq
 
@@ -429,10 +431,10 @@ def _check_yarn(c: RopeScaling) -> None:
 
 
 def _check_llama3(c: RopeScaling) -> None:
-    if not 0 < c.low_freq_factor < c.high_freq_factor:
+    if not 0 < c.low_freq_factor <= c.high_freq_factor:
         raise ConfigError(
             f"low_freq_factor={c.low_freq_factor}, high_freq_factor={c.high_freq_factor}: "
-            "llama3 needs 0 < low_freq_factor < high_freq_factor"
+            "llama3 needs 0 < low_freq_factor ≤ high_freq_factor"
         )
 
 

@@ -1093,6 +1093,26 @@ POSBENCH_CASES = [
         "holds 1 NaN or infinite values",
     ),
     (
+        "hf-eval-tokenizer-of-another-model",
+        [
+            "hf-eval",
+            "{files}/hf_other_tokenizer",
+            "--lengths",
+            "16",
+            "--budget",
+            "64",
+            "--passkey-trials",
+            "0",
+            "--key-short",
+            "0",
+            "--scalings",
+            "none",
+            "--tracking-uri",
+            "{store}",
+        ],
+        "and its model embeds 64 ids: another model's tokenizer; save the model's own tokenizer beside it",
+    ),
+    (
         "prepare-shard-tokens-one",
         ["prepare", "{tmp}/o", "data=text", "data.path={files}/small.txt", "--shard-tokens", "1"],
         "--shard-tokens=1 would write up to",
@@ -1245,6 +1265,12 @@ def _model_folders(d: Path) -> None:
         ("hf_wrong_shape", {"vocab_size": 65}),
     ):
         variant(name, {k: v for k, v in {**base, **change}.items() if v is not None}, keep=name != "hf_list")
+    from harness.data.tokenizer import ByteTokenizer
+    from harness.pretrained.export import tokenizer_files
+
+    other = variant("hf_other_tokenizer")
+    for name, text in tokenizer_files(ByteTokenizer(), 64).items():  # ids up to 255: the model embeds 64
+        (other / name).write_text(str(text))
     weights = (d / "hf_model" / "model.safetensors").read_bytes()
     (variant("hf_truncated") / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     flipped = bytearray(weights)

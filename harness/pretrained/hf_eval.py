@@ -530,8 +530,8 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     from harness.record.store import resolve_tracking_uri
 
     model, encode = load(spec.model)
-    print(plan(spec, starting=True), flush=True)  # the model loaded and its weights checked: the sweep begins
-    ids, tuning = _token_ids(spec, encode)
+    ids, tuning = _token_ids(spec, encode, model.get_input_embeddings().num_embeddings)
+    print(plan(spec, starting=True), flush=True)  # the model loaded, its weights and ids checked: the sweep begins
     tune_length = None if tuning is None else tuning.length
     keys = _key_tokens(spec, model, encode, ids)
     context = trained_context(model.config.to_dict()) or 0
@@ -593,12 +593,17 @@ class Tuning(NamedTuple):
     length: int
 
 
-def _token_ids(spec: EvalSpec, encode) -> tuple[torch.Tensor, Tuning | None]:
+def _token_ids(spec: EvalSpec, encode, rows: int) -> tuple[torch.Tensor, Tuning | None]:
     """The evaluated text's ids (the budget plus the longest length), and with --finetune-steps the fine-tuning
-    text's ids and length."""
+    text's ids and length; refused where the tokenizer gives an id the model's ``rows`` embeddings do not hold."""
     ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1])
     if len(ids) < max(spec.lengths) + 1:
         raise ConfigError(f"--text={spec.text} holds {len(ids)} tokens, fewer than the longest length + 1")
+    if int(ids.max()) >= rows:
+        raise ConfigError(
+            f"{spec.model}'s tokenizer gives id {int(ids.max())} for this text and its model embeds {rows} ids: "
+            "another model's tokenizer; save the model's own tokenizer beside it (tokenizer.save_pretrained)"
+        )
     if not spec.finetune_steps:
         return ids, None
     tune_length = spec.finetune_length or max(spec.lengths)

@@ -1,12 +1,15 @@
 """posbench's RoPE scalings on a Hugging Face causal LM: its rotary module swapped for one fed by posbench.
 
-transformers' decoder models (Llama, Mistral, Qwen2, SmolLM, GPT-NeoX, …) compute RoPE once per forward in a
-``rotary_emb`` module, ``forward(x, position_ids) -> (cos, sin)``, with cos and sin of shape (B, T, R) — the R/2
-angles m·θ_i written twice, [θ, θ] — each multiplied by the scaling's attention factor (HF applies YaRN's and
-LongRoPE's factor to cos and sin, posbench's ``yarn_variant=hf`` convention). ``ScaledRotary`` returns the same
-tensors from posbench's θ' (``RopeScaling.frequencies``, the length read as max(position) + 1, as HF's
-``dynamic_rope_update`` does), so the attention layers are untouched and any scaling posbench implements runs
-on the pretrained weights. Key mapping (tests/unit/test_hf_rope_parity.py): base ↔ rope_theta, fraction ↔
+transformers' decoder models compute RoPE once per forward in a ``rotary_emb`` module, ``forward(x, position_ids)``,
+from which every attention layer rotates q and k. ``ScaledRotary`` returns what the module it replaces returned, from
+posbench's θ' (``RopeScaling.frequencies``, the length read as max(position) + 1, as HF's ``dynamic_rope_update``
+does), times the scaling's attention factor (HF applies YaRN's and LongRoPE's factor to cos and sin, posbench's
+``yarn_variant=hf`` convention), so the attention layers are untouched and any scaling posbench implements runs on
+the pretrained weights. What each family's module returns is read from the module itself (one call at position 0,
+against its ``inv_freq`` of R/2 angles): (cos, sin) of the angles written twice, [θ, θ] (Llama, Qwen, Mistral,
+DeepSeek, Gemma, GPT-NeoX); (cos, sin) of the R/2 angles once (GPT-OSS); complex e^{iθ} (Llama 4). A module with
+rope_parameters per layer type (Gemma 3: ``forward(x, position_ids, layer_type)``, ``<type>_inv_freq``) gets one
+scaling per type. Key mapping (tests/unit/test_hf_rope_parity.py): base ↔ rope_theta, fraction ↔
 partial_rotary_factor, original_max_len ↔ original_max_position_embeddings (max_position_embeddings for dynamic
 and for a model that states no original), alpha/beta ↔ beta_slow/beta_fast.
 """
@@ -30,9 +33,10 @@ HF_METHODS = {
 }
 
 
-def rope_parameters(config) -> dict:
+def rope_parameters(config, layer_type: str | None = None) -> dict:
     """The model's RoPE settings as transformers v5 holds them (``rope_parameters``), or v4's ``rope_theta`` +
-    ``rope_scaling``; a per-layer-type dict (v5 ``{"full_attention": {...}, ...}``) is refused here for now."""
+    ``rope_scaling``; those of ``layer_type`` where they are given per layer type (v5 ``{"full_attention": {...},
+    "sliding_attention": {...}}``, ``layer_types``)."""
     params = getattr(config, "rope_parameters", None)
     if params is None:
         legacy = dict(getattr(config, "rope_scaling", None) or {})
@@ -42,25 +46,39 @@ def rope_parameters(config) -> dict:
             **legacy,
         }
     params = dict(params)
-    if "rope_theta" not in params and all(isinstance(v, dict) for v in params.values()):
-        raise ConfigError(
-            f"rope_parameters per layer type ({', '.join(params)}): one scaling per layer type is not "
-            "supported yet; give a model with one rope_parameters dict"
-        )
+    if per_layer_type(params):
+        if layer_type not in params or not isinstance(params[layer_type], dict):
+            raise ConfigError(
+                f"rope_parameters per layer type ({', '.join(params)}) hold no RoPE for layer type {layer_type!r}"
+            )
+        return dict(params[layer_type])
     return params
 
 
-def rotated_dims(config) -> int:
+def per_layer_type(params: dict) -> bool:
+    return "rope_theta" not in params and all(isinstance(v, dict) or v is None for v in params.values())
+
+
+def rotated_dims(config, layer_type: str | None = None) -> int:
     """R: the head dim times ``partial_rotary_factor``, as transformers computes it (int, even)."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    fraction = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
-    return int(head_dim * fraction)
+    params = rope_parameters(config, layer_type)
+    return int(head_dim * params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)))
 
 
-def scaling_of(config, method: str | None = None, factor: float | None = None, **options) -> RopeScaling:
-    """A ``RopeScaling`` for the model: its own ``rope_parameters`` (``method`` None), or ``method`` at ``factor``
-    on its θ (the PI / NTK / YaRN papers' protocol: a pretrained model extended by each scaling in turn)."""
-    params = rope_parameters(config)
+def scaling_of(
+    config,
+    method: str | None = None,
+    factor: float | None = None,
+    layer_type: str | None = None,
+    rotated: int | None = None,
+    **options,
+) -> RopeScaling:
+    """A ``RopeScaling`` for the model (of ``layer_type``'s layers, where its rope_parameters are per layer type): its
+    own ``rope_parameters`` (``method`` None), or ``method`` at ``factor`` on its θ (the PI / NTK / YaRN papers'
+    protocol: a pretrained model extended by each scaling in turn). ``rotated``: R, where the rotary module says it
+    (DeepSeek's MLA rotates ``qk_rope_head_dim``, not its head dim)."""
+    params = rope_parameters(config, layer_type)
     own = HF_METHODS.get(params.get("rope_type", "default"))
     if own is None:
         raise ConfigError(
@@ -68,7 +86,7 @@ def scaling_of(config, method: str | None = None, factor: float | None = None, *
         )
     max_pos = config.max_position_embeddings
     original = params.get("original_max_position_embeddings") or max_pos
-    base, rotated = float(params["rope_theta"]), rotated_dims(config)
+    base, rotated = float(params["rope_theta"]), rotated or rotated_dims(config, layer_type)
     if method is not None:  # posbench's scaling over the model's plain θ, trained at its context length
         variant = {"yarn_variant": "hf"} if method in ("yarn", "dynamic_ntk") else {}
         return RopeScaling(
@@ -115,36 +133,47 @@ def scaling_of(config, method: str | None = None, factor: float | None = None, *
 
 
 class ScaledRotary(nn.Module):
-    """A drop-in for transformers' ``<Model>RotaryEmbedding``: (cos, sin) of (B, T, R) from posbench's θ'.
+    """A drop-in for transformers' ``<Model>RotaryEmbedding``: what it returned (``form``: "doubled", "half" or
+    "complex", this module's docstring), from posbench's θ' — one scaling per layer type, keyed None for a model
+    with one.
 
     ``resonance``, ``hope``: posbench's schemes beyond transformers', on the pretrained θ as positional/rope.py
     applies them (HoPE's selection at the trained context ``hope``, then Resonance's rounding, then the scaling)."""
 
-    def __init__(self, scaling: RopeScaling, resonance: bool = False, hope: int | None = None):
+    def __init__(
+        self,
+        scalings: dict[str | None, RopeScaling],
+        form: str = "doubled",
+        resonance: bool = False,
+        hope: int | None = None,
+    ):
         super().__init__()
-        if scaling.base is None or scaling.rotated is None:
-            raise ConfigError("ScaledRotary needs the scaling's base and rotated width (scaling_of sets them)")
-        self.scaling = scaling  # θ is derived in fp64 at each call: no buffer a model.to(bfloat16) would round
-        self.base, self.rotated = scaling.base, scaling.rotated  # the θ being scaled
+        if any(s.base is None or s.rotated is None for s in scalings.values()):
+            raise ConfigError("ScaledRotary needs each scaling's base and rotated width (scaling_of sets them)")
+        self.scalings, self.form = scalings, form  # θ is derived in fp64 at each call: no buffer to round
         self.resonance, self.hope = resonance, hope
-        if hope and not self.theta().any():
+        if hope and not all(self.theta(s).any() for s in scalings.values()):
             raise ConfigError(
                 f"+hope keeps the frequencies that turn within the trained context ({hope} tokens): "
                 "none does here; drop +hope"
             )
 
-    def theta(self, device=None) -> Tensor:
+    def theta(self, scaling: RopeScaling, device=None) -> Tensor:
         """The unscaled θ (R/2,), fp64: the model's, then HoPE's selection and Resonance's rounding where set."""
-        theta = rope_inv_freq(self.rotated, self.base, torch.float64, device)
+        assert scaling.base is not None and scaling.rotated is not None
+        theta = rope_inv_freq(scaling.rotated, scaling.base, torch.float64, device)
         if self.hope:
             theta = hope_inv_freq(theta, self.hope)
         return resonance_inv_freq(theta) if self.resonance else theta
 
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        length = int(position_ids.max()) + 1
-        scaled = self.scaling.frequencies(self.theta(x.device), length)
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None):
+        scaling = self.scalings[layer_type]
+        scaled = scaling.frequencies(self.theta(scaling, x.device), int(position_ids.max()) + 1)
         angles = position_ids[..., None].double() * scaled.inv_freq  # (B, T, R/2), fp64
-        emb = angles.repeat(1, 1, 2)  # (B, T, R): [θ, θ] as transformers lays them out
+        if self.form == "complex":  # e^{iθ}, complex64 as transformers' from float32 angles (complex128 in float64)
+            unit = torch.polar(torch.full_like(angles, scaled.attention_scale), angles)
+            return unit.to(torch.complex128 if x.dtype == torch.float64 else torch.complex64)
+        emb = angles if self.form == "half" else torch.cat((angles, angles), dim=-1)  # [θ, θ] as transformers
         return (emb.cos() * scaled.attention_scale).to(x.dtype), (emb.sin() * scaled.attention_scale).to(x.dtype)
 
 
@@ -161,14 +190,58 @@ def rotary_modules(model) -> list[tuple[nn.Module, str]]:
     return found
 
 
+def form_of(module: nn.Module, layer_type: str | None) -> tuple[str, int]:
+    """(what ``module`` returns — "doubled", "half" or "complex" —, R) read from one call at position 0, against
+    its ``inv_freq`` (``<layer_type>_inv_freq``) of R/2 angles."""
+    inv_freq = getattr(module, f"{layer_type}_inv_freq" if layer_type else "inv_freq", None)
+    if not isinstance(inv_freq, Tensor):
+        raise ConfigError(f"{type(module).__name__} keeps no inv_freq: not a rotary module posbench can stand in for")
+    x, position = (
+        torch.zeros(1, 1, 1, device=inv_freq.device),
+        torch.zeros(1, 1, dtype=torch.long, device=inv_freq.device),
+    )
+    with torch.no_grad():
+        out = module(x, position, layer_type) if layer_type else module(x, position)
+    half = len(inv_freq)
+    width = out.shape[-1] if isinstance(out, Tensor) else out[0].shape[-1]
+    if isinstance(out, Tensor) and out.is_complex() and width == half:
+        return "complex", 2 * half
+    if not isinstance(out, Tensor) and width in (half, 2 * half):
+        return "half" if width == half else "doubled", 2 * half
+    raise ConfigError(
+        f"{type(module).__name__} returns {type(out).__name__} of width {width} for {half} angles: a rotary "
+        "form posbench does not know"
+    )
+
+
+def layer_types_of(config) -> list[str | None]:
+    """The layer types with rope_parameters of their own (Gemma 3's full and sliding attention), else [None]."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and per_layer_type(params):
+        return [t for t, p in params.items() if isinstance(p, dict)]
+    return [None]
+
+
 def apply_scaling(
     model, scaling: RopeScaling | None = None, resonance: bool = False, hope: bool = False, **how
-) -> RopeScaling:
-    """Swap ``model``'s rotary module(s) for posbench's: ``scaling``, or ``scaling_of(model.config, **how)``
-    (``method=``, ``factor=``, options); ``resonance``, ``hope``: Resonance RoPE's and HoPE's θ on top (HoPE keeps
-    the frequencies that turn within the trained context). Returns the scaling applied."""
-    scaling = scaling or scaling_of(model.config, **how)
-    context = scaling.original_max_len or model.config.max_position_embeddings
+) -> dict[str | None, RopeScaling]:
+    """Swap ``model``'s rotary module(s) for posbench's: ``scaling``, or per layer type ``scaling_of(model.config,
+    **how)`` (``method=``, ``factor=``, options; a method applies to every layer type's θ); ``resonance``, ``hope``:
+    Resonance RoPE's and HoPE's θ on top (HoPE keeps the frequencies that turn within the trained context). Returns
+    the scalings applied, by layer type (None: one for the model)."""
+    applied: dict[str | None, RopeScaling] = {}
     for parent, name in rotary_modules(model):
-        setattr(parent, name, ScaledRotary(scaling, resonance, context if hope else None))
-    return scaling
+        original, forms = getattr(parent, name), {}
+        for layer_type in layer_types_of(model.config):
+            if isinstance(original, ScaledRotary):  # swapped before (hf-eval's cells, one after the other)
+                form, rotated = original.form, original.scalings[layer_type].rotated
+            else:
+                form, rotated = form_of(original, layer_type)
+            forms[layer_type] = form
+            applied[layer_type] = scaling or scaling_of(model.config, layer_type=layer_type, rotated=rotated, **how)
+        if len(set(forms.values())) != 1:
+            raise ConfigError(f"{type(original).__name__} returns another form per layer type: {forms}")
+        context = {t: s.original_max_len or model.config.max_position_embeddings for t, s in applied.items()}
+        hoped = min(context.values()) if hope else None
+        setattr(parent, name, ScaledRotary(dict(applied), next(iter(forms.values())), resonance, hoped))
+    return applied

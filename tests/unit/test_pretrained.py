@@ -1,6 +1,7 @@
 """posbench's RoPE scalings on a Hugging Face causal LM's own weights: with the same weights,
 the model whose rotary module posbench feeds gives the logits transformers gives through its ``rope_parameters``
-(fp32, ≤ 1e-5), per scaling and per model family (Llama; Qwen2; GPT-NeoX with partial rotary); and the papers'
+(fp32, ≤ 1e-5), per scaling and per model family (Llama; Qwen2; GPT-NeoX with partial rotary; the shipping
+families' own settings: tests/unit/test_shipping_rope.py); and the papers'
 protocol — one pretrained model, each scaling applied in turn — equals a model configured with that scaling."""
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def test_a_scaled_model_differs_from_the_plain_one_beyond_its_context():
     assert (logits(plain, 3 * L) - logits(scaled, 3 * L)).abs().max() > 1e-3
 
 
-def test_a_model_without_rope_and_per_layer_type_parameters_are_refused():
+def test_a_model_without_rope_is_refused_and_per_layer_type_parameters_are_read_per_type():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     with pytest.raises(ConfigError, match="has no rotary_emb module"):
         apply_scaling(gpt2, scaling_of(tiny("llama").config))
@@ -110,8 +111,9 @@ def test_a_model_without_rope_and_per_layer_type_parameters_are_refused():
         "full_attention": {"rope_type": "default", "rope_theta": 1e4},
         "sliding_attention": {"rope_type": "default", "rope_theta": 1e6},
     }
-    with pytest.raises(ConfigError, match="rope_parameters per layer type"):
-        rope_parameters(config)
+    assert rope_parameters(config, "sliding_attention")["rope_theta"] == 1e6
+    with pytest.raises(ConfigError, match="hold no RoPE for layer type 'chunked_attention'"):
+        rope_parameters(config, "chunked_attention")
 
 
 @pytest.mark.parametrize("options", [{"resonance": True}, {"hope": True}, {"resonance": True, "hope": True}])
