@@ -395,14 +395,18 @@ def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.D
     return outcomes
 
 
+SPENDING_NAMES = {"obrien-fleming": "an O'Brien–Fleming-type", "pocock": "a Pocock-type"}  # Lan–DeMets'
+
+
 def staged_line(outcomes: list[Outcome], design: sequential.Design) -> str:
     """What the report says of a staged claim's family: its design and its size."""
     m = sum(o.hypotheses for o in outcomes if o.verdict != "premature" and o.verdict not in DEGENERATE)
     return (
         f"Seeds in stages (report.seeds=auto): {design.stage} per arm, then {design.stage} more at each look to the "
         f"comparisons still undecided, up to {design.most}; "
-        f"{m} hypothes{'es' if m != 1 else 'is'} decided as one family by Holm's procedure, each test against a "
-        f"{design.spending} α-spending boundary (harness/sequential.py) at family-wise α = {design.alpha:g}. A "
+        f"{m} hypothes{'es' if m != 1 else 'is'} decided as one family by Holm's procedure, each test against "
+        f"{SPENDING_NAMES[design.spending]} α-spending boundary (harness/sequential.py) at family-wise α = "
+        f"{design.alpha:g}. A "
         "comparison supports or contradicts the claim only when one of its hypotheses is rejected; futility stops "
         "one that more seeds could not decide. Arms that share a seed trained on the same batches in the same order."
     )
