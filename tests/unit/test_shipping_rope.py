@@ -228,3 +228,39 @@ def test_gpt_oss_yarn_correction_range_is_the_published_one():
     low, high = yarn_ramp_bounds(64, 150000.0, 4096, 1.0, 32.0, truncate=False)
     assert (round(low, 4), round(high, 4)) == (8.0928, 17.3980)
     assert yarn_ramp_bounds(64, 150000.0, 4096, 1.0, 32.0, truncate=True) == (8, 18)
+
+
+def test_hf_eval_runs_a_model_with_rope_per_layer_type(tmp_path):
+    """Gemma 3's form (a base per layer type) through the whole command: its own scaling and YaRN on both types'
+    θ, each cell's losses read back from MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.data.tokenizer import ByteTokenizer
+    from harness.pretrained.export import tokenizer_files
+    from harness.pretrained.hf_eval import main
+
+    rope = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+    }
+    config = transformers.Gemma3TextConfig(
+        **{**SMALL, "vocab_size": 258},
+        hidden_size=64,
+        head_dim=64,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=64,
+        rope_parameters=rope,
+    )
+    torch.manual_seed(0)
+    transformers.Gemma3ForCausalLM(config).save_pretrained(tmp_path / "gemma")
+    for name, text in tokenizer_files(ByteTokenizer(), 64).items():
+        (tmp_path / "gemma" / name).write_text(str(text))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    argv = [str(tmp_path / "gemma"), "--scalings", "own,yarn", "--factors", "2", "--lengths", "32,128"]
+    assert main([*argv, "--budget", "128", "--key-short", "0", "--passkey-trials", "0", "--tracking-uri", uri]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("hf-eval").experiment_id])
+    cells = {r.data.tags.get("scaling"): r.data.metrics for r in runs if "val/loss_at_128" in r.data.metrics}
+    assert set(cells) == {"own", "yarn"} and all(0 < m["val/loss_at_128"] < 10 for m in cells.values())
+    assert cells["own"]["val/loss_at_32"] != cells["yarn"]["val/loss_at_32"]
