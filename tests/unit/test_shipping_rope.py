@@ -106,18 +106,19 @@ def gpt_oss():
     return transformers.GptOssForCausalLM(config)
 
 
-def gemma3():  # Gemma 3: local layers θ 10,000; global θ 1,000,000 with linear ×8; head dim 256
+def gemma3(head_dim: int = 256, context: int = 131072, vocab: int = 97):
+    """Gemma 3: local layers θ 10,000; global θ 1,000,000 with linear ×8; head dim 256."""
     rope = {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
         "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
     }
     config = transformers.Gemma3TextConfig(
-        **SMALL,
+        **{**SMALL, "vocab_size": vocab},
         hidden_size=64,
-        head_dim=256,
+        head_dim=head_dim,
         sliding_window=16,
         layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=131072,
+        max_position_embeddings=context,
         rope_parameters=rope,
     )
     return transformers.Gemma3ForCausalLM(config)
@@ -239,21 +240,8 @@ def test_hf_eval_runs_a_model_with_rope_per_layer_type(tmp_path):
     from harness.pretrained.export import tokenizer_files
     from harness.pretrained.hf_eval import main
 
-    rope = {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-        "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
-    }
-    config = transformers.Gemma3TextConfig(
-        **{**SMALL, "vocab_size": 258},
-        hidden_size=64,
-        head_dim=64,
-        sliding_window=16,
-        layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=64,
-        rope_parameters=rope,
-    )
     torch.manual_seed(0)
-    transformers.Gemma3ForCausalLM(config).save_pretrained(tmp_path / "gemma")
+    gemma3(head_dim=64, context=64, vocab=258).save_pretrained(tmp_path / "gemma")  # the byte tokenizer's ids
     for name, text in tokenizer_files(ByteTokenizer(), 64).items():
         (tmp_path / "gemma" / name).write_text(str(text))
     uri = f"sqlite:///{tmp_path / 'm.db'}"
