@@ -73,6 +73,7 @@ class EvalSpec:
     memory_gib: float | None = None  # None: what the device has available now
     gflops: float = 100.0  # the sustained rate the time estimate assumes
     out: Path | None = None  # also write the report there (README.md + report.csv)
+    window: int | None = None  # Self-Extend's neighbour window; None: half the model's trained context
 
     def cells(self) -> list[tuple[str, float]]:
         """(scaling, factor) per run: ``none`` (and ``none+…``) once, every other scaling at every factor."""
@@ -118,6 +119,7 @@ def parse(argv: list[str]) -> EvalSpec:
         a.memory,
         a.gflops,
         Path(a.out) if a.out else None,
+        a.window,
     )
     check(spec)
     return spec
@@ -134,6 +136,12 @@ def _parser() -> OneLineParser:
     p.add_argument("--factors", default="2,4", help="comma-separated scaling factors s (each scaling but none)")
     p.add_argument("--lengths", default="256,512,1024", help="comma-separated context lengths L, in tokens")
     p.add_argument("--stride", type=int, default=None, help="sliding-window stride S (default L/2)")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="self_extend's neighbour window W (default half the trained context); its factor is the group size",
+    )
     p.add_argument("--budget", type=int, default=4096, help="tokens scored at each length")
     p.add_argument("--passkey-trials", type=int, default=5, help="passkey prompts per length and depth (0: none)")
     p.add_argument("--depths", default="0,0.5,1", help="comma-separated passkey depths in [0, 1]")
@@ -170,6 +178,9 @@ def _parser() -> OneLineParser:
 
 MODIFIERS = ("resonance", "hope")  # posbench's θ beyond transformers': yarn+resonance, none+hope
 OWN = "own"  # the model's own rope_parameters (Llama 3.1's llama3, a YaRN-extended yarn), as transformers runs it
+SELF_EXTEND = (
+    "self_extend"  # Self-Extend over the model's own RoPE: factor = group size (harness/pretrained/self_extend.py)
+)
 
 
 def unscaled(name: str) -> bool:
@@ -182,14 +193,14 @@ def _names(text: str) -> tuple[str, ...]:
     unknown = [
         n
         for n in names
-        if n.split("+")[0] not in (*METHODS, OWN)
+        if n.split("+")[0] not in (*METHODS, OWN, SELF_EXTEND)
         or any(m not in MODIFIERS for m in n.split("+")[1:])
         or len(set(n.split("+"))) < len(n.split("+"))
     ]
     if unknown or not names:
         raise ConfigError(
             f"--scalings={text}: {', '.join(unknown) or 'none given'} unknown; use some of "
-            f"{', '.join(METHODS)} or own (the model's own rope_parameters), each optionally "
+            f"{', '.join(METHODS)}, own (the model's own rope_parameters) or self_extend, each optionally "
             "+resonance and/or +hope (yarn+resonance)"
         )
     return names
@@ -222,6 +233,13 @@ def check(spec: EvalSpec) -> None:
         raise ConfigError(f"--factors={','.join(map(str, spec.factors))}: scaling factors are finite and ≥ 1")
     if any(not 0 <= d <= 1 for d in spec.depths):
         raise ConfigError(f"--depths={','.join(map(str, spec.depths))}: depths lie in [0, 1] (0: the key first)")
+    if any(m == SELF_EXTEND for m in spec.scalings) and any(f != int(f) for f in spec.factors):
+        raise ConfigError(
+            f"--factors={','.join(f'{f:g}' for f in spec.factors)}: self_extend's factor is its group size, a whole "
+            "number"
+        )
+    if spec.window is not None and spec.window < 1:
+        raise ConfigError(f"--window={spec.window}: Self-Extend's neighbour window is a positive number of tokens")
     if spec.stride is not None and not 0 < spec.stride <= min(spec.lengths):
         raise ConfigError(f"--stride={spec.stride} must lie in 1 … the shortest length {min(spec.lengths)}")
     if spec.budget < max(spec.lengths) or spec.passkey_trials < 0:
@@ -547,11 +565,17 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     with parent.open({"kind": "hf-eval"}, params):
         parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
+            window = _window(spec, model) if method == SELF_EXTEND else None
             child = TrackedRun(
                 uri,
                 spec.experiment,
-                f"{method} x{factor:g}",
-                {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"},
+                f"{method} x{factor:g}" + (f" window {window}" if window else ""),
+                {
+                    "mlflow.parentRunId": parent.run_id or "",
+                    "scaling": method,
+                    "factor": f"{factor:g}",
+                    **({"window": str(window)} if window else {}),
+                },
             )
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
                 results[method, factor], losses[method, factor] = _cell(
@@ -591,6 +615,11 @@ class Tuning(NamedTuple):
 
     ids: torch.Tensor
     length: int
+
+
+def _window(spec: EvalSpec, model) -> int:
+    """Self-Extend's neighbour window: --window, else half the model's trained context."""
+    return spec.window or max(1, (trained_context(model.config.to_dict()) or model.config.max_position_embeddings) // 2)
 
 
 def _token_ids(spec: EvalSpec, encode, rows: int) -> tuple[torch.Tensor, Tuning | None]:
@@ -663,9 +692,15 @@ def _cell(
 
     started = time.perf_counter()
     base, *mods = method.split("+")
+    own = base in (OWN, SELF_EXTEND)
     apply_scaling(
-        model, resonance="resonance" in mods, hope="hope" in mods, method=None if base == OWN else base, factor=factor
+        model, resonance="resonance" in mods, hope="hope" in mods, method=None if own else base, factor=factor
     )  # method None: the model's own scaling
+    attention = model.config._attn_implementation
+    if base == SELF_EXTEND:
+        from harness.pretrained.self_extend import apply_self_extend
+
+        apply_self_extend(model, int(factor), _window(spec, model))
     if tuning is not None:
         curve = finetune(
             model, tuning.ids, tuning.length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed
@@ -673,6 +708,7 @@ def _cell(
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)
+    model.set_attn_implementation(attention)  # Self-Extend's, only for its own cell
     diverged = [k for k, v in metrics.items() if k.startswith("val/loss") and not math.isfinite(v)]
     if diverged:  # weights that overflow float32 (a finite but huge value) give NaN losses: not a measurement
         raise ConfigError(

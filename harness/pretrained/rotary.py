@@ -192,7 +192,10 @@ def rotary_modules(model) -> list[tuple[nn.Module, str]]:
 
 def form_of(module: nn.Module, layer_type: str | None) -> tuple[str, int]:
     """(what ``module`` returns — "doubled", "half" or "complex" —, R) read from one call at position 0, against
-    its ``inv_freq`` (``<layer_type>_inv_freq``) of R/2 angles."""
+    its ``inv_freq`` (``<layer_type>_inv_freq``) of R/2 angles; a ``ScaledRotary`` (swapped in before: hf-eval's
+    cells, one after the other) says its own."""
+    if isinstance(module, ScaledRotary):
+        return module.form, module.scalings[layer_type].rotated or 0
     inv_freq = getattr(module, f"{layer_type}_inv_freq" if layer_type else "inv_freq", None)
     if not isinstance(inv_freq, Tensor):
         raise ConfigError(f"{type(module).__name__} keeps no inv_freq: not a rotary module posbench can stand in for")
@@ -233,10 +236,7 @@ def apply_scaling(
     for parent, name in rotary_modules(model):
         original, forms = getattr(parent, name), {}
         for layer_type in layer_types_of(model.config):
-            if isinstance(original, ScaledRotary):  # swapped before (hf-eval's cells, one after the other)
-                form, rotated = original.form, original.scalings[layer_type].rotated
-            else:
-                form, rotated = form_of(original, layer_type)
+            form, rotated = form_of(original, layer_type)
             forms[layer_type] = form
             applied[layer_type] = scaling or scaling_of(model.config, layer_type=layer_type, rotated=rotated, **how)
         if len(set(forms.values())) != 1:
