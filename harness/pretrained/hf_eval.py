@@ -178,14 +178,14 @@ def _parser() -> OneLineParser:
 
 MODIFIERS = ("resonance", "hope")  # posbench's θ beyond transformers': yarn+resonance, none+hope
 OWN = "own"  # the model's own rope_parameters (Llama 3.1's llama3, a YaRN-extended yarn), as transformers runs it
-SELF_EXTEND = (
-    "self_extend"  # Self-Extend over the model's own RoPE: factor = group size (harness/pretrained/self_extend.py)
-)
+# remapped positions over the model's own RoPE (harness/pretrained/remapped.py): Self-Extend (factor: its group size)
+# and Dual Chunk Attention (at factor 1)
+SELF_EXTEND, DCA = "self_extend", "dca"
 
 
 def unscaled(name: str) -> bool:
-    """A cell at factor 1: the plain θ (``none``) or the model's own scaling (``own``)."""
-    return name.split("+")[0] in ("none", OWN)
+    """A cell at factor 1: the plain θ (``none``), the model's own scaling (``own``) or DCA."""
+    return name.split("+")[0] in ("none", OWN, DCA)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -193,14 +193,14 @@ def _names(text: str) -> tuple[str, ...]:
     unknown = [
         n
         for n in names
-        if n.split("+")[0] not in (*METHODS, OWN, SELF_EXTEND)
+        if n.split("+")[0] not in (*METHODS, OWN, SELF_EXTEND, DCA)
         or any(m not in MODIFIERS for m in n.split("+")[1:])
         or len(set(n.split("+"))) < len(n.split("+"))
     ]
     if unknown or not names:
         raise ConfigError(
             f"--scalings={text}: {', '.join(unknown) or 'none given'} unknown; use some of "
-            f"{', '.join(METHODS)}, own (the model's own rope_parameters) or self_extend, each optionally "
+            f"{', '.join(METHODS)}, own (the model's own rope_parameters), self_extend or dca, each optionally "
             "+resonance and/or +hope (yarn+resonance)"
         )
     return names
@@ -565,17 +565,12 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     with parent.open({"kind": "hf-eval"}, params):
         parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
-            window = _window(spec, model) if method == SELF_EXTEND else None
+            remap = _remap(spec, model, method, factor)
             child = TrackedRun(
                 uri,
                 spec.experiment,
-                f"{method} x{factor:g}" + (f" window {window}" if window else ""),
-                {
-                    "mlflow.parentRunId": parent.run_id or "",
-                    "scaling": method,
-                    "factor": f"{factor:g}",
-                    **({"window": str(window)} if window else {}),
-                },
+                remap.name() if remap else f"{method} x{factor:g}",
+                {"mlflow.parentRunId": parent.run_id or "", "scaling": method, "factor": f"{factor:g}"},
             )
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
                 results[method, factor], losses[method, factor] = _cell(
@@ -617,9 +612,18 @@ class Tuning(NamedTuple):
     length: int
 
 
-def _window(spec: EvalSpec, model) -> int:
-    """Self-Extend's neighbour window: --window, else half the model's trained context."""
-    return spec.window or max(1, (trained_context(model.config.to_dict()) or model.config.max_position_embeddings) // 2)
+def _remap(spec: EvalSpec, model, method: str, factor: float):
+    """The remapped positions of a ``self_extend`` or ``dca`` cell, else None. From the model's trained context L:
+    Self-Extend's window --window, else L/2 (its group size the factor); DCA's chunk 11L/16 and local window L/16,
+    the authors' defaults (chunk + local = 3L/4)."""
+    from harness.pretrained.remapped import DualChunk, SelfExtend
+
+    context = trained_context(model.config.to_dict()) or model.config.max_position_embeddings
+    if method == SELF_EXTEND:
+        return SelfExtend(int(factor), spec.window or max(1, context // 2))
+    if method == DCA:
+        return DualChunk(max(1, context * 11 // 16), max(1, context // 16))
+    return None
 
 
 def _token_ids(spec: EvalSpec, encode, rows: int) -> tuple[torch.Tensor, Tuning | None]:
@@ -692,15 +696,19 @@ def _cell(
 
     started = time.perf_counter()
     base, *mods = method.split("+")
-    own = base in (OWN, SELF_EXTEND)
+    remap = _remap(spec, model, base, factor)
     apply_scaling(
-        model, resonance="resonance" in mods, hope="hope" in mods, method=None if own else base, factor=factor
+        model,
+        resonance="resonance" in mods,
+        hope="hope" in mods,
+        method=None if remap or base == OWN else base,
+        factor=factor,
     )  # method None: the model's own scaling
     attention = model.config._attn_implementation
-    if base == SELF_EXTEND:
-        from harness.pretrained.self_extend import apply_self_extend
+    if remap:
+        from harness.pretrained.remapped import apply_remapped
 
-        apply_self_extend(model, int(factor), _window(spec, model))
+        apply_remapped(model, remap)
     if tuning is not None:
         curve = finetune(
             model, tuning.ids, tuning.length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed
@@ -708,7 +716,7 @@ def _cell(
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)
-    model.set_attn_implementation(attention)  # Self-Extend's, only for its own cell
+    model.set_attn_implementation(attention)  # remapped positions: only for their own cell
     diverged = [k for k, v in metrics.items() if k.startswith("val/loss") and not math.isfinite(v)]
     if diverged:  # weights that overflow float32 (a finite but huge value) give NaN losses: not a measurement
         raise ConfigError(

@@ -1,0 +1,128 @@
+"""Training-free context extension by remapped positions, on a Hugging Face causal LM: each query-key pair attends
+with RoPE at positions chosen for that pair, so no distance the model sees lies beyond what it trained on.
+
+- **Self-Extend** (Jin et al. 2024, "LLM Maybe LongLM: Self-Extend LLM Context Window Without Tuning",
+  arXiv:2401.01325, §3): a pair with i − j < W (the neighbour window) at i and j as trained; a farther one with the
+  query at ⌊i/G⌋ + W − ⌊W/G⌋ and the key at ⌊j/G⌋ (G: the group size), distances that continue the window's.
+- **Dual Chunk Attention** (An et al. 2024, "Training-Free Long-Context Scaling of Large Language Models",
+  arXiv:2402.17463, §3; the authors' ChunkLlama code for its constants): the sequence cut into chunks of s tokens;
+  every key at its position within its chunk, j mod s; the query at its own, i mod s, for keys of its chunk
+  (intra-chunk), at min(i mod s + s, s + w) for keys of the chunk before (successive: its first w queries keep
+  their distance to the neighbouring chunk, w the local window), and at min(2s − 1, s + w) for older chunks
+  (inter-chunk). Qwen2.5-1M ships DCA.
+
+In both, the pairs' logits are merged before one softmax. transformers rotates q and k at 0 … T − 1 before its
+attention function runs; ``remapped_attention`` (registered as an attention implementation) turns them once more by
+the position each pair needs minus the one it has (RoPE's rotations compose: R(a)·R(b) = R(a + b)), with the
+model's own frequencies (``scaling_of``: its rope_parameters, as posbench's rotary computes them at the sequence's
+length). Models whose rotary is transformers' doubled form over the whole head (Llama, Mistral, Qwen …); others are
+refused naming why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from harness.errors import ConfigError
+from harness.pretrained.rotary import form_of, rotary_modules, scaling_of
+from positional.rope import rope_inv_freq
+from positional.rope_scaling import RopeScaling
+
+NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
+
+
+@dataclass(frozen=True)
+class SelfExtend:
+    group: int  # G
+    window: int  # W, the neighbour window
+
+    def parts(self, length: int, device=None) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """(query positions (T,), key positions (T,), the pairs (T, T) they serve) of each kind of pair."""
+        i = torch.arange(length, device=device)
+        near = (i[:, None] - i[None, :]) < self.window
+        grouped = i // self.group + self.window - self.window // self.group
+        return [(i, i, near), (grouped, i // self.group, ~near)]
+
+    def name(self) -> str:
+        return f"self_extend group {self.group} window {self.window}"
+
+
+@dataclass(frozen=True)
+class DualChunk:
+    chunk: int  # s
+    local: int  # w, the local window of the successive chunk
+
+    def parts(self, length: int, device=None) -> list[tuple[Tensor, Tensor, Tensor]]:
+        i = torch.arange(length, device=device)
+        within, chunk = i % self.chunk, i // self.chunk
+        apart = chunk[:, None] - chunk[None, :]
+        successive = torch.clamp(within + self.chunk, max=self.chunk + self.local)
+        inter = torch.full_like(i, min(2 * self.chunk - 1, self.chunk + self.local))
+        return [(within, within, apart == 0), (successive, within, apart == 1), (inter, within, apart >= 2)]
+
+    def name(self) -> str:
+        return f"dca chunk {self.chunk} local {self.local}"
+
+
+Remap = SelfExtend | DualChunk
+
+
+def apply_remapped(model, remap: Remap) -> None:
+    """``remap`` (Self-Extend or DCA, this module's docstring) as ``model``'s attention; put it back with
+    ``model.set_attn_implementation`` (hf-eval does after the cell)."""
+    values = [remap.group, remap.window] if isinstance(remap, SelfExtend) else [remap.chunk, remap.local]
+    if min(values) < 1:
+        raise ConfigError(f"{remap.name()}: its sizes are whole numbers ≥ 1")
+    [(parent, name)] = rotary_modules(model)
+    form, rotated = form_of(getattr(parent, name), None)
+    head = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+    if form != "doubled" or rotated != head:
+        raise ConfigError(
+            f"{remap.name()} re-rotates whole heads in transformers' doubled form; {type(model).__name__} rotates "
+            f"{rotated} of {head} dimensions in its {form} form"
+        )
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, remapped_attention)
+    scaling = scaling_of(model.config, rotated=rotated)
+    for module in model.modules():
+        if hasattr(module, "num_key_value_groups"):  # an attention layer
+            module.posbench_remap = (remap, scaling)
+    model.set_attn_implementation(NAME)
+
+
+def remapped_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
+    """transformers' attention function over remapped positions: q, k (B, H, T, D) rotated at 0 … T − 1."""
+    remap, rope = module.posbench_remap
+    length = query.shape[-2]
+    groups = module.num_key_value_groups
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    theta = _frequencies(rope, length, query.device)
+    position = torch.arange(length, device=query.device)
+    scores = torch.zeros(*query.shape[:-1], length, dtype=query.dtype, device=query.device)
+    for at_q, at_k, pairs in remap.parts(length, query.device):
+        logits = torch.matmul(_turn(query, at_q - position, theta), _turn(key, at_k - position, theta).transpose(2, 3))
+        scores = torch.where(pairs, logits * scaling, scores)
+    scores = scores.masked_fill(position[:, None] < position[None, :], float("-inf"))  # causal
+    if attention_mask is not None:
+        mask = attention_mask[..., :length]
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(query.dtype, torch.float32)).to(query.dtype)
+    weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def _frequencies(rope: RopeScaling, length: int, device) -> Tensor:
+    assert rope.rotated is not None and rope.base is not None
+    return rope.frequencies(rope_inv_freq(rope.rotated, rope.base, torch.float64, device), length).inv_freq
+
+
+def _turn(x: Tensor, by: Tensor, theta: Tensor) -> Tensor:
+    """x (B, H, T, D) in the doubled form, each position t turned by ``by[t]`` positions more."""
+    angles = by[:, None].double() * theta  # (T, D/2)
+    cos, sin = torch.cat((angles, angles), -1).cos().to(x.dtype), torch.cat((angles, angles), -1).sin().to(x.dtype)
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin

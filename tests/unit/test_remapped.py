@@ -1,0 +1,164 @@
+"""Self-Extend and Dual Chunk Attention (harness/pretrained/remapped.py) against their papers' definitions, in
+float64: each pair's logit from q and k rotated at the positions Jin et al. 2024 (§3) and An et al. 2024 (§3, with
+the authors' constants) give that pair, computed here pair by pair; and their limits: group size 1, a window or a
+chunk past the sequence is the model's own attention."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import transformers
+
+from harness.errors import ConfigError
+from harness.pretrained.remapped import NAME, DualChunk, SelfExtend, apply_remapped, remapped_attention
+from harness.pretrained.rotary import apply_scaling
+
+F64 = torch.float64
+
+
+def tiny_llama(theta: float = 10000.0):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+    )
+    return transformers.LlamaForCausalLM(config).to(F64).eval()
+
+
+def rotated(x: torch.Tensor, positions: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """x (…, D) rotated at ``positions`` (…,) in transformers' doubled form, from scratch."""
+    angles = positions[..., None].to(F64) * theta
+    cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def self_extend_at(i: int, j: int, group: int, window: int) -> tuple[int, int]:
+    """Jin et al. 2024: for i − j < W, q at i and k at j; else q at ⌊i/G⌋ + W − ⌊W/G⌋ and k at ⌊j/G⌋."""
+    return (i, j) if i - j < window else (i // group + window - window // group, j // group)
+
+
+def dca_at(i: int, j: int, chunk: int, local: int) -> tuple[int, int]:
+    """An et al. 2024: k at j mod s; q at i mod s within its chunk, at min(i mod s + s, s + w) against the chunk
+    before, at min(2s − 1, s + w) against older ones."""
+    apart = i // chunk - j // chunk
+    if apart == 0:
+        return i % chunk, j % chunk
+    return (min(i % chunk + chunk, chunk + local) if apart == 1 else min(2 * chunk - 1, chunk + local)), j % chunk
+
+
+def reference(q, k, v, at, theta: torch.Tensor, scaling: float) -> torch.Tensor:
+    """The attention output (B, T, H, D) pair by pair, q and k rotated at ``at(i, j)``; one softmax."""
+    batch, heads, length, _ = q.shape
+    scores = torch.full((batch, heads, length, length), -math.inf, dtype=F64)
+    for i in range(length):
+        for j in range(i + 1):
+            pq, pk = (torch.tensor(p) for p in at(i, j))
+            scores[..., i, j] = (rotated(q[..., i, :], pq, theta) * rotated(k[..., j, :], pk, theta)).sum(-1) * scaling
+    return torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "remap",
+    [
+        SelfExtend(2, 4),
+        SelfExtend(3, 5),
+        SelfExtend(4, 8),
+        SelfExtend(1, 4),
+        SelfExtend(4, 32),
+        DualChunk(5, 2),
+        DualChunk(6, 1),
+        DualChunk(4, 4),
+        DualChunk(32, 2),
+    ],
+    ids=lambda r: r.name(),
+)
+def test_remapped_attention_is_its_papers_definition_pair_by_pair(remap):
+    """Random q, k, v as a head sees them (rotated at 0 … T − 1 by the model's RoPE before the attention function),
+    against each pair computed from the unrotated q and k at the paper's positions."""
+    model = tiny_llama()
+    apply_remapped(model, remap)
+    length, theta = 20, 10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 4, length, 16, dtype=F64) for _ in range(3))
+    position = torch.arange(length)
+    attention = next(m for m in model.modules() if hasattr(m, "posbench_remap"))
+    attention.num_key_value_groups = 1  # these q, k, v have a head each
+    got, _ = remapped_attention(attention, rotated(q, position, theta), rotated(k, position, theta), v, None, 0.25)
+    if isinstance(remap, SelfExtend):
+        at = lambda i, j: self_extend_at(i, j, remap.group, remap.window)  # noqa: E731
+    else:
+        at = lambda i, j: dca_at(i, j, remap.chunk, remap.local)  # noqa: E731
+    torch.testing.assert_close(got, reference(q, k, v, at, theta, 0.25), rtol=0, atol=1e-12)
+
+
+def logits(model, length: int = 24) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=(torch.arange(length)[None] * 7) % 97).logits
+
+
+def test_group_one_or_a_window_or_chunk_past_the_sequence_is_the_models_own_attention():
+    plain = logits(tiny_llama())
+    for remap in (SelfExtend(1, 4), SelfExtend(4, 24), DualChunk(24, 3)):
+        model = tiny_llama()
+        apply_remapped(model, remap)
+        torch.testing.assert_close(logits(model), plain, rtol=0, atol=1e-12)
+    for remap in (SelfExtend(4, 8), DualChunk(8, 2)):
+        model = tiny_llama()
+        apply_remapped(model, remap)
+        assert (logits(model) - plain).abs().max() > 1e-4  # remapped positions beyond the window change the logits
+    model.set_attn_implementation("sdpa")  # the tiny model's own: hf-eval puts it back after the cell
+    torch.testing.assert_close(logits(model), plain, rtol=0, atol=1e-12)
+
+
+def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate():
+    model, plain = tiny_llama(), tiny_llama()
+    apply_scaling(model)  # the model's own RoPE through posbench's rotary (fp64 angles), as hf-eval's cells run it
+    apply_scaling(plain)
+    apply_remapped(model, SelfExtend(1, 4))
+    assert model.config._attn_implementation == NAME
+    torch.testing.assert_close(logits(model), logits(plain), rtol=0, atol=1e-12)
+    neox = transformers.GPTNeoXForCausalLM(
+        transformers.GPTNeoXConfig(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25},
+        )
+    )
+    with pytest.raises(ConfigError, match="rotates 4 of 16 dimensions in its doubled form"):
+        apply_remapped(neox, SelfExtend(2, 4))
+    with pytest.raises(ConfigError, match="dca chunk 0 local 4: its sizes are whole numbers ≥ 1"):
+        apply_remapped(tiny_llama(), DualChunk(0, 4))
+
+
+def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_names(tmp_path):
+    """`--scalings self_extend,dca,none --factors 4`: Self-Extend's group size is the factor, its window half the
+    trained context (64 → 32) unless --window says; DCA runs once, chunk 11L/16 = 44 and local window L/16 = 4; each
+    cell named with its settings, read back from MLflow; the next cell runs the model's own attention again."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.pretrained.hf_eval import main, parse
+    from tests.helpers import tiny_llama as saved_llama
+
+    folder, uri = saved_llama(tmp_path / "m"), f"sqlite:///{tmp_path / 'm.db'}"
+    argv = [str(folder), "--scalings", "self_extend,dca,none", "--factors", "4", "--lengths", "32,128"]
+    assert main([*argv, "--budget", "128", "--key-short", "0", "--passkey-trials", "0", "--tracking-uri", uri]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("hf-eval").experiment_id])
+    at = {r.info.run_name: r.data.metrics["val/loss_at_32"] for r in runs if "val/loss_at_128" in r.data.metrics}
+    assert set(at) == {"self_extend group 4 window 32", "dca chunk 44 local 4", "none x1"}
+    assert at["self_extend group 4 window 32"] == pytest.approx(at["none x1"], rel=1e-6)  # within the window
+    assert at["dca chunk 44 local 4"] == pytest.approx(at["none x1"], rel=1e-6)  # within one chunk
+    with pytest.raises(ConfigError, match="self_extend's factor is its group size, a whole number"):
+        parse([*argv[:-4], "--factors", "2.5", "--lengths", "32"])
