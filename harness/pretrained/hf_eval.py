@@ -487,7 +487,7 @@ def find_key_tokens(evaluator, ids: torch.Tensor, spec: EvalSpec) -> dict[int, t
     return {
         n: key_tokens(token_losses(evaluator, ids, n, spec.stride_at(n), spec.budget), short)
         for n in spec.lengths
-        if n > spec.short + max(1, spec.short // 4)
+        if n > spec.short + max(1, spec.short // 4) - 1  # longer than the short windows
     }
 
 

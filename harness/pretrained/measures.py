@@ -7,8 +7,9 @@
 - ``key_tokens``: LongPPL's key tokens (Fang et al. 2025, "What is wrong with perplexity for long-context language
   modeling?", §3.2, Eq. 3–5): with an evaluator model, the long-short difference LSD(x_j) = log P(x_j | long) −
   log P(x_j | short) and the long-context likelihood LCL(x_j) = log P(x_j | long); x_j is key when LSD > α and
-  LCL > β (α = 2, β = −2 as the paper's code). Short contexts are the paper's: the last ``short`` … ``short + w``
-  tokens (windows of short + w advancing w; w = short / 4). LongPPL = exp(mean NLL over the key tokens).
+  LCL > β (α = 2, β = −2 as the paper's code). Short contexts are the authors' (their ``longppl`` package's
+  ``find_key_token``: truncation length s, sliding window w): the last s … s + w − 1 tokens, windows of s + w − 1
+  advancing w from the text's start, w = s / 4. LongPPL = exp(mean NLL over the key tokens).
 - ``passkey_retrieved``: passkey retrieval (Mohtashami & Jaggi 2023, as PI §3.2 runs it), teacher-forced greedy.
 
 Notation: L context length, S stride, V vocabulary, j a label's index in the text (it predicts ids[j + 1]).
@@ -53,15 +54,18 @@ def key_tokens(
     long: torch.Tensor, short: torch.Tensor, alpha: float = LSD_ALPHA, beta: float = LCL_BETA
 ) -> torch.Tensor:
     """LongPPL's key-token mask from an evaluator's per-label NLL with the long and the short context
-    (``token_losses`` at L and at short + w): LSD = short − long > α and LCL = −long > β. Shape of ``long``, bool.
+    (``token_losses`` at L and ``short_context_losses``): LSD = short − long > α and LCL = −long > β. Shape of
+    ``long``, bool.
     A label whose long context is no longer than its short one has LSD = 0: never key."""
     return ((short - long) > alpha) & (-long > beta)
 
 
 def short_context_losses(model, ids: torch.Tensor, short: int, budget: int) -> torch.Tensor:
-    """The evaluator's NLL of each label given only the last ``short`` … ``short + w`` tokens (w = short / 4)."""
+    """The evaluator's NLL of each label given only the last ``short`` … ``short + w − 1`` tokens (w = short / 4):
+    windows of short + w − 1 advancing w, so the token at position p sits at p − start ∈ [short, short + w) of its
+    window, as ``longppl``'s (tests/unit/test_longppl_parity.py)."""
     step = max(1, short // 4)
-    return token_losses(model, ids, short + step, step, budget)
+    return token_losses(model, ids, short + step - 1, step, budget)
 
 
 @torch.no_grad()
