@@ -9,12 +9,12 @@ written as a Llama / Qwen3 folder that ``from_pretrained`` loads (``export``); a
 config.json, weight headers and tokenizer typed and checked before a weight is loaded (``folder``). transformers
 is imported only to run a model (``hf_eval``, ``remapped``'s attention registry): the model is duck-typed.
 
-Also: evaluating such a model under each scaling and factor, as the PI / NTK / YaRN / LongPPL papers did
-(``posbench hf-eval``): the command, its checks and the MLflow runs (``hf_eval``), what is measured (``measures``:
-perplexity by length with sliding windows, LongPPL's key tokens, passkey retrieval), what it will cost before a
-weight is read (``cost``), PI's short fine-tune (``finetune``), Self-Extend and Dual Chunk Attention as training-free
-extensions beside the scalings (``remapped``: remapped positions per query-key pair) and the report with the claim's verdict (``report``: hf-eval's
-files, as harness/bench/report.py and results/report.py write their commands' own).
+Also: evaluating such a model under each scaling and factor, as the PI / NTK / YaRN / LongPPL papers did (``posbench
+hf-eval``): the command, its checks and the MLflow runs (``hf_eval``), what is measured (``measures``: perplexity by
+length with sliding windows, LongPPL's key tokens, passkey retrieval), what it will cost before a weight is read
+(``cost``), PI's short fine-tune (``finetune``), Self-Extend and Dual Chunk Attention as training-free extensions
+beside the scalings (``remapped``: remapped positions per query-key pair) and the report with the claim's verdict
+(``report``: hf-eval's files, as harness/bench/report.py and results/report.py write their commands' own).
 
 May import: positional, attention (the layers it writes as rope_parameters), harness.data (the evaluation text and
 its windows), harness.record (the evaluation's MLflow runs), and the ground.
