@@ -188,7 +188,9 @@ class LanguageModel(L.LightningModule):
         world = self.trainer.world_size
         if world == 1:
             return local.cpu()
-        longest = int(self.trainer.strategy.reduce(torch.tensor(float(len(local)), device=self.device), "max"))
+        longest = int(
+            self.trainer.strategy.reduce(torch.tensor(float(len(local)), device=self.device), reduce_op="max")
+        )
         padded = torch.full((longest, 2), math.nan, dtype=torch.float64, device=self.device)
         padded[: len(local)] = local
         rows = self.trainer.strategy.all_gather(padded).transpose(0, 1).reshape(-1, 2)  # (W, longest, 2) → window order

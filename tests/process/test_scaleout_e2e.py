@@ -60,6 +60,15 @@ def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
         assert ddp.keys() == one.keys() and len(ddp) >= 2
         diff = max(abs(ddp[s] - one[s]) for s in ddp)
         assert diff < DDP_TOLERANCE, f"{metric}: DDP and single process differ by {diff:.2e}"
+    # each validation window's loss, gathered from both ranks back into the validation set's order
+    from results.store import run_windows
+
+    ddp_windows, one_windows = run_windows(ddp_client, run.info.run_id), run_windows(one_client, single.info.run_id)
+    assert ddp_windows is not None and one_windows is not None
+    assert ddp_windows["tokens"] == one_windows["tokens"] and len(one_windows["tokens"]) > 2
+    assert max(abs(a - b) for a, b in zip(ddp_windows["loss_sum"], one_windows["loss_sum"], strict=True)) < 64 * (
+        DDP_TOLERANCE
+    )  # a window's summed loss: 32 tokens' losses (data.seq_len=32), each within the tolerance, with room
 
 
 def _assert_one_parent_two_finished_children(sweep):
