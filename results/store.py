@@ -91,7 +91,9 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
     return Sweep(experiment, exp.experiment_id, None, None, runs)
 
 
-def cell_of(client, run) -> Cell:
+def cell_of(client, run, windows: bool = False) -> Cell:
+    """``windows``: also read the run's per-window validation losses (an artifact download: the report's spread
+    table needs them; a claim's look or a tuning report does not)."""
     tags, params = run.data.tags, run.data.params
     status, reason = _status(run)
     history = client.get_metric_history(run.info.run_id, "val/loss") if status != "incompatible" else []
@@ -119,7 +121,7 @@ def cell_of(client, run) -> Cell:
         metrics=dict(run.data.metrics),
         order_signal=tags.get("order_signal", "scheme"),
         task=tags.get("task", ""),
-        windows=run_windows(client, run.info.run_id) if status == "finished" else None,
+        windows=run_windows(client, run.info.run_id) if windows and status == "finished" else None,
         **_sampling(params),
     )
 
@@ -167,8 +169,8 @@ def _sampling(params: dict[str, str]) -> dict:
     }
 
 
-def cells_of(client, sweep: Sweep) -> list:
-    cells = [cell_of(client, run) for run in sweep.runs]
+def cells_of(client, sweep: Sweep, windows: bool = False) -> list:
+    cells = [cell_of(client, run, windows) for run in sweep.runs]
     if sweep.sweep_id is None:  # no job numbers: order by start time
         order = {r.info.run_id: r.info.start_time for r in sweep.runs}
         for c in cells:
@@ -252,7 +254,7 @@ def sweep_report(
     alpha, margin = float(tags.get(ALPHA_TAG) or 0.05), float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
     staged = staged_design(sweep, claim=False)
     return build_report(
-        cells_of(client, sweep),
+        cells_of(client, sweep, windows=True),
         sweep.title,
         header,
         target,
