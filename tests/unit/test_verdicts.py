@@ -244,7 +244,7 @@ def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch
     import results.store as store
     from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG
 
-    monkeypatch.setattr(store, "cells_of", lambda client, sweep: [])
+    monkeypatch.setattr(store, "cells_of", lambda client, sweep, windows=False: [])
     recorded = ({ALPHA_TAG: "0.01", BASELINE_TAG: "", MARGIN_TAG: "0.02"}, 0.01, 0.02)
     for tags, alpha, margin in (recorded, ({MARGIN_TAG: ""}, 0.05, None), ({}, 0.05, None)):  # {}: from before
         parent = argparse.Namespace(
