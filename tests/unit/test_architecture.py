@@ -13,6 +13,7 @@ docstring's ``May import:`` paragraph names the rooms it may use. ``harness.erro
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def imports_of(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     return out
 
 
+@functools.cache  # parsing every file is the cost; collection asks for the graph once per room
 def graph() -> dict[str, set[str]]:
     modules = project_modules()
     return {name: imports_of(path, name, modules) for name, path in modules.items()}
@@ -111,6 +113,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+@functools.cache
 def room_graph() -> dict[str, set[str]]:
     rooms: dict[str, set[str]] = {}
     for module, targets in graph().items():
