@@ -33,26 +33,25 @@ def files(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def replies(files, _empty_store, tmp_path_factory) -> dict:
-    """Every row, each in its own folder with its own copy of the empty store, one after another in this
-    interpreter (forked processes cost more CPU than they saved)."""
+def reply(files, _empty_store, tmp_path_factory):
+    """reply(row): the row's command in its own folder with its own copy of the empty store, in this interpreter
+    (forked processes cost more CPU than they saved)."""
 
-    def one(row) -> tuple[str, dict]:
+    def one(row) -> dict:
         tmp = tmp_path_factory.mktemp(row[1])
         request = row_request(row, files, _empty_store, tmp)
-        reply = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
-        reply["runs"] = run_count(tmp / "mlflow.db")
-        return row[1], reply
+        out = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
+        return {**out, "runs": run_count(tmp / "mlflow.db")}
 
-    return dict(one(row) for row in ROWS)
+    return one
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r[1] for r in ROWS])
-def test_bad_input_is_one_line_exit_2_and_no_run(row, replies):
-    reply = replies[row[1]]
-    assert_one_line_error(reply["code"], reply["stderr"], row[3])
-    assert reply["stdout"].strip() == ""
-    assert reply["runs"] == 0  # refused before any MLflow run was created (tests/inprocess.py guards against a hang)
+def test_bad_input_is_one_line_exit_2_and_no_run(row, reply):
+    got = reply(row)
+    assert_one_line_error(got["code"], got["stderr"], row[3])
+    assert got["stdout"].strip() == ""
+    assert got["runs"] == 0  # refused before any MLflow run was created (tests/inprocess.py guards against a hang)
 
 
 @pytest.mark.parametrize("case", DURING_RUN_CASES, ids=[c[0] for c in DURING_RUN_CASES])
