@@ -1135,6 +1135,21 @@ POSBENCH_CASES = [
         ],
         "--claim=<: order two or more distinct",
     ),
+    (
+        "hf-eval-lm-eval-task-unknown",
+        ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--check", "--lm-eval", "niah_singel_1"],
+        "--lm-eval=niah_singel_1: niah_singel_1 is no lm-eval task; offline ones: niah_single_1",
+    ),
+    (
+        "hf-eval-lm-eval-limit-zero",
+        ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--lm-eval-limit", "0"],
+        "--lm-eval-limit=0 must be at least 1 (documents per task)",
+    ),
+    (
+        "hf-eval-lm-eval-length-too-short",
+        ["hf-eval", "{files}/hf_model", "--lengths", "64", "--budget", "64", "--check", "--lm-eval", "niah_single_1"],
+        "--lm-eval=niah_single_1 at --lengths 64: Could not generate any sample",
+    ),
 ]
 
 ROWS = (

@@ -13,7 +13,8 @@ Also: evaluating such a model under each scaling and factor, as the PI / NTK / Y
 hf-eval``): the command, its checks and the MLflow runs (``hf_eval``), what is measured (``measures``: perplexity by
 length with sliding windows, LongPPL's key tokens, passkey retrieval), what it will cost before a weight is read
 (``cost``), PI's short fine-tune (``finetune``), Self-Extend and Dual Chunk Attention as training-free extensions
-beside the scalings (``remapped``: remapped positions per query-key pair) and the report with the claim's verdict
+beside the scalings (``remapped``: remapped positions per query-key pair), lm-evaluation-harness's tasks on each
+cell (``lm_eval_tasks``) and the report with the claim's verdict
 (``report``: hf-eval's files, as harness/bench/report.py and results/report.py write their commands' own).
 
 May import: positional, attention (the layers it writes as rope_parameters), harness.data (the evaluation text and

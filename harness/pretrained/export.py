@@ -158,7 +158,9 @@ def hf_files(model, vocab_size: int, max_len: int, causal: bool, tokenizer=None)
 
 def tokenizer_files(tokenizer, max_len: int) -> dict[str, str | bytes]:
     """``tokenizer.json`` and ``tokenizer_config.json``: the run's tokenizer as ``AutoTokenizer`` loads it (this
-    module's docstring), its pad, mask and unknown tokens named where the vocabulary has them."""
+    module's docstring), its pad, mask and unknown tokens named where the vocabulary has them. The pad token is also
+    its end-of-sequence token: generation (lm-eval's ``generate_until``) asks for one, and a posbench model, trained on
+    packed text, never predicts the pad, so a generation runs to its length limit, as the model would."""
     backend = tokenizer.tokenizer  # a tokenizers.Tokenizer (harness/data/tokenizer.py, harness/data/subword.py)
     ids = {"pad": tokenizer.pad_id, "mask": tokenizer.mask_id, "unk": backend.token_to_id("[UNK]")}
     named = {f"{kind}_token": backend.id_to_token(i) for kind, i in ids.items() if i is not None}
@@ -167,5 +169,6 @@ def tokenizer_files(tokenizer, max_len: int) -> dict[str, str | bytes]:
         "model_max_length": max_len,
         "clean_up_tokenization_spaces": False,
         **named,
+        "eos_token": named["pad_token"],
     }
     return {"tokenizer.json": backend.to_str(), "tokenizer_config.json": json.dumps(config, indent=2) + "\n"}

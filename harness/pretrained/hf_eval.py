@@ -10,6 +10,8 @@ Per cell (harness/pretrained/measures.py defines each):
     one fixed evaluator (``--evaluator``: another folder with the same tokenizer, as the paper's; default the
     model as trained) so every cell is scored on the same tokens, ``key/count_at_<L>`` on the parent;
   - passkey retrieval by depth and length -> ``passkey/acc_at_<L>``, ``passkey/acc_at_<L>_depth_<d>``;
+  - with ``--lm-eval TASKS``: lm-evaluation-harness's tasks on the cell's model, the RULER ones sized to each length
+    (harness/pretrained/lm_eval_tasks.py) -> ``lm_eval/<task>_at_<L>``, the responses as ``lm_eval_samples.jsonl``;
   - with ``--finetune-steps N``: first N AdamW steps at ``--finetune-length`` under the cell's scaling (PI's
     protocol, harness/pretrained/finetune.py), the weights put back after the cell -> ``finetune/loss`` by step.
 
@@ -74,6 +76,8 @@ class EvalSpec:
     gflops: float = 100.0  # the sustained rate the time estimate assumes
     out: Path | None = None  # also write the report there (README.md + report.csv)
     window: int | None = None  # Self-Extend's neighbour window; None: half the model's trained context
+    lm_eval: tuple[str, ...] = ()  # lm-evaluation-harness tasks run on every cell
+    lm_eval_limit: int = 20  # documents per task (and per length for RULER's)
 
     def cells(self) -> list[tuple[str, float]]:
         """(scaling, factor) per run: ``none`` (and ``none+…``) once, every other scaling at every factor."""
@@ -120,6 +124,8 @@ def parse(argv: list[str]) -> EvalSpec:
         a.gflops,
         Path(a.out) if a.out else None,
         a.window,
+        tuple(n.strip() for n in a.lm_eval.split(",") if n.strip()),
+        a.lm_eval_limit,
     )
     check(spec)
     return spec
@@ -143,6 +149,12 @@ def _parser() -> OneLineParser:
         help="self_extend's neighbour window W (default half the trained context); its factor is the group size",
     )
     p.add_argument("--budget", type=int, default=4096, help="tokens scored at each length")
+    p.add_argument(
+        "--lm-eval",
+        default="",
+        help="lm-eval tasks run on every cell, RULER's sized to --lengths (offline: niah_single_1,ruler_vt,ruler_fwe)",
+    )
+    p.add_argument("--lm-eval-limit", type=int, default=20, help="documents per lm-eval task (and per length)")
     p.add_argument("--passkey-trials", type=int, default=5, help="passkey prompts per length and depth (0: none)")
     p.add_argument("--depths", default="0,0.5,1", help="comma-separated passkey depths in [0, 1]")
     p.add_argument("--text", default="embedded", help="embedded (the stdlib prose's validation split) or a file")
@@ -222,6 +234,7 @@ def _count_bounds(spec: EvalSpec) -> tuple[tuple[str, int | None, int], ...]:
         ("--finetune-steps", spec.finetune_steps, 10**6),
         ("--finetune-length", spec.finetune_length, 2**24),
         ("--finetune-batch", spec.finetune_batch, 4096),
+        ("--lm-eval-limit", spec.lm_eval_limit, 100_000),
     )
 
 
@@ -271,10 +284,16 @@ def check(spec: EvalSpec) -> None:
         )
     if spec.finetune_length is not None and spec.finetune_length < 2:
         raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
+    if spec.lm_eval_limit < 1:
+        raise ConfigError(f"--lm-eval-limit={spec.lm_eval_limit} must be at least 1 (documents per task)")
     for flag, value, most in _count_bounds(spec):
         if value is not None and value > most:
             raise ConfigError(f"{flag}={value} is more than an evaluation takes; give at most {most:,}")
     _check_paths(spec)
+    if spec.lm_eval:
+        from harness.pretrained.lm_eval_tasks import build
+
+        build(spec.model, spec.lm_eval, spec.lengths)
     _check_claim(spec)
     _check_budget(spec)
     for path in (spec.model, spec.evaluator):  # the weights' headers and shapes, the tokenizer: before a weight loads
@@ -395,9 +414,8 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     per_cell = 0.0
     for n in spec.lengths:
         windows = window_count(spec.budget, n, spec.stride_at(n))
-        per_cell += windows * cost.forward_flops(config, n) + spec.passkey_trials * len(
-            spec.depths
-        ) * cost.forward_flops(config, n)
+        prompts = spec.passkey_trials * len(spec.depths) + 2 * spec.lm_eval_limit * len(spec.lm_eval)
+        per_cell += (windows + prompts) * cost.forward_flops(config, n)
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, tune)
     return peak, per_cell * len(spec.cells())
 
@@ -683,6 +701,8 @@ def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int |
         "finetune_length": str(tune_length),
         "finetune_lr": str(spec.finetune_lr),
         "finetune_batch": str(spec.finetune_batch),
+        "lm_eval": ",".join(spec.lm_eval),
+        "lm_eval_limit": str(spec.lm_eval_limit),
     }
 
 
@@ -716,6 +736,12 @@ def _cell(
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)
+    if spec.lm_eval:
+        from harness.pretrained.lm_eval_tasks import scores
+
+        scored, samples = scores(model, spec.model, spec.lm_eval, spec.lengths, spec.lm_eval_limit, spec.seed)
+        metrics.update(scored)
+        child.log_files({"lm_eval_samples.jsonl": samples})
     model.set_attn_implementation(attention)  # remapped positions: only for their own cell
     diverged = [k for k, v in metrics.items() if k.startswith("val/loss") and not math.isfinite(v)]
     if diverged:  # weights that overflow float32 (a finite but huge value) give NaN losses: not a measurement

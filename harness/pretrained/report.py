@@ -110,7 +110,8 @@ def table(
             + "; — where none was found."
             + own,
         ]
-    lines += _passkey_bounds(results, n)
+    lines += _bounds("Passkey retrieval", {str(x): f"passkey/acc_at_{x}" for x in n}, results)
+    lines += _lm_eval_table(results)
     cost = {
         x: [
             m[f"cost/seconds_per_1k_tokens_at_{x}"]
@@ -147,24 +148,36 @@ def table(
     return "\n".join(lines) + "\n"
 
 
-def _passkey_bounds(results: dict[tuple[str, float], dict[str, float]], lengths) -> list[str]:
-    """A floor or ceiling named: every cell 0 (or 1) at a length cannot tell the scalings apart there."""
+def _bounds(what: str, names: dict[str, str], results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
+    """A floor or ceiling named (``names``: the metric by how the report says it): every cell 0 (or 1) on a score
+    cannot tell the scalings apart there."""
     said = []
-    for x in lengths:
-        values = [m[f"passkey/acc_at_{x}"] for m in results.values() if f"passkey/acc_at_{x}" in m]
+    for label, name in names.items():
+        values = [m[name] for m in results.values() if name in m]
         if values and max(values) == 0:
-            said.append(f"{x}: every cell 0 — a floor")
+            said.append(f"{label}: every cell 0 — a floor")
         elif values and min(values) == 1:
-            said.append(f"{x}: every cell 1 — a ceiling")
-    return (
-        [
-            "",
-            "Passkey retrieval cannot discriminate at " + "; ".join(said) + " (the model retrieves the key at no "
-            "depth, or at every one, whatever the scaling).",
-        ]
-        if said
-        else []
-    )
+            said.append(f"{label}: every cell 1 — a ceiling")
+    return [
+        f"\n{what} cannot discriminate at " + "; ".join(said) + " (the model scores the same whatever the scaling)."
+    ][: bool(said)]
+
+
+def _lm_eval_table(results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
+    """lm-evaluation-harness's scores per cell (``--lm-eval``), with their floors and ceilings."""
+    names = sorted({k for m in results.values() for k in m if k.startswith("lm_eval/")})
+    if not names:
+        return []
+    lines = [
+        "",
+        "## lm-evaluation-harness",
+        "",
+        "| scaling | factor | " + " | ".join(x[8:].replace("_at_", " at ") for x in names) + " |",
+    ]
+    lines.append("|" + "---|" * (2 + len(names)))
+    for (method, factor), m in results.items():
+        lines.append(f"| {method} | {factor:g} | " + " | ".join(f"{m[x]:.3g}" if x in m else "—" for x in names) + " |")
+    return lines + _bounds("lm-eval", {x[8:].replace("_at_", " at "): x for x in names}, results)
 
 
 def csv(results: dict[tuple[str, float], dict[str, float]]) -> str:

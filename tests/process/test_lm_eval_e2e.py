@@ -1,0 +1,62 @@
+"""``posbench hf-eval --lm-eval``: lm-evaluation-harness's tasks on an exported posbench model, unscaled and under a
+scaling, offline, logged to MLflow beside hf-eval's own measures — and the same responses as lm-eval's own route
+(``lm_eval --model hf --model_args pretrained=DIR``) on the folder, and on the folder saved with that scaling."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+TASK, LENGTH, DOCS = "niah_single_1", 512, 2  # RULER's single needle in a repeated-sentence haystack: no download
+
+
+def lm_eval_own_route(folder: Path) -> list[str]:
+    """The responses of lm-eval's Hugging Face backend loading ``folder`` itself, as its command line does."""
+    import lm_eval
+
+    out = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={folder},dtype=float32,max_length={LENGTH + 128}",
+        tasks=[TASK],
+        metadata={"max_seq_lengths": [LENGTH]},
+        samples={TASK: list(range(DOCS))},
+        device="cpu",
+        batch_size=1,
+    )
+    return [s["resps"][0][0] for s in out["samples"][TASK]]
+
+
+def test_an_export_and_its_scaled_cell_score_as_lm_evals_own_command(train_tiny, store, monkeypatch):
+    from harness.main import main
+
+    summary, client = train_tiny("model=modern", "task=clm", "export=hf", "trainer.max_steps=6")
+    folder = Path(client.download_artifacts(summary.run_id, "hf_model"))
+    argv = ["posbench", "hf-eval", str(folder), "--scalings", "none,linear", "--factors", "2"]
+    argv += ["--lengths", str(LENGTH), "--budget", str(LENGTH), "--passkey-trials", "0", "--key-short", "0"]
+    monkeypatch.setattr("sys.argv", [*argv, "--lm-eval", TASK, "--lm-eval-limit", str(DOCS), "--tracking-uri", store])
+    assert main() == 0
+
+    runs = client.search_runs([client.get_experiment_by_name("hf-eval").experiment_id])
+    cells = {r.data.tags["scaling"]: r for r in runs if "scaling" in r.data.tags}
+    responses = {}
+    for scaling, run in cells.items():
+        assert run.info.status == "FINISHED"
+        assert 0 <= run.data.metrics[f"lm_eval/{TASK}_at_{LENGTH}"] <= 100
+        text = Path(client.download_artifacts(run.info.run_id, "lm_eval_samples.jsonl")).read_text()
+        rows = [json.loads(line) for line in text.splitlines()]
+        assert [r["task"] for r in rows] == [TASK] * DOCS and all(r["target"] for r in rows)
+        responses[scaling] = [r["response"] for r in rows]
+
+    scaled = shutil.copytree(folder, folder.parent / "linear2")
+    config = json.loads((scaled / "config.json").read_text())
+    theta = config["rope_parameters"]["rope_theta"]
+    config["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": theta}
+    (scaled / "config.json").write_text(json.dumps(config))
+    assert lm_eval_own_route(folder) == responses["none"]
+    assert lm_eval_own_route(scaled) == responses["linear"]
+    assert responses["none"] != responses["linear"]  # the scaling reached the generation
