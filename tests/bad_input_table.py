@@ -1146,6 +1146,11 @@ POSBENCH_CASES = [
         "--lm-eval-limit=0 must be at least 1 (documents per task)",
     ),
     (
+        "hf-eval-lm-eval-lengths-one",
+        ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--lm-eval-lengths", "1"],
+        "--lm-eval-lengths=1: each must be 2 tokens or more",
+    ),
+    (
         "hf-eval-lm-eval-length-too-short",
         ["hf-eval", "{files}/hf_model", "--lengths", "64", "--budget", "64", "--check", "--lm-eval", "niah_single_1"],
         "--lm-eval=niah_single_1 at --lengths 64: Could not generate any sample",

@@ -42,6 +42,7 @@ import torch
 from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser
 from harness.pretrained import cost, folder, report
+from harness.pretrained.lm_eval_tasks import GENERATED
 from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
 from positional.rope_scaling import METHODS
 
@@ -78,12 +79,18 @@ class EvalSpec:
     window: int | None = None  # Self-Extend's neighbour window; None: half the model's trained context
     lm_eval: tuple[str, ...] = ()  # lm-evaluation-harness tasks run on every cell
     lm_eval_limit: int = 20  # documents per task (and per length for RULER's)
+    lm_eval_lengths: tuple[int, ...] = ()  # RULER's lengths; (): --lengths
 
     def cells(self) -> list[tuple[str, float]]:
         """(scaling, factor) per run: ``none`` (and ``none+…``) once, every other scaling at every factor."""
         return [(m, 1.0) for m in self.scalings if unscaled(m)] + [
             (m, f) for m in self.scalings if not unscaled(m) for f in self.factors
         ]
+
+    @property
+    def task_lengths(self) -> tuple[int, ...]:
+        """The lengths lm-eval's RULER tasks are generated at."""
+        return self.lm_eval_lengths or self.lengths
 
     @property
     def short(self) -> int:
@@ -126,6 +133,7 @@ def parse(argv: list[str]) -> EvalSpec:
         a.window,
         tuple(n.strip() for n in a.lm_eval.split(",") if n.strip()),
         a.lm_eval_limit,
+        _numbers("--lm-eval-lengths", a.lm_eval_lengths, int),
     )
     check(spec)
     return spec
@@ -155,6 +163,7 @@ def _parser() -> OneLineParser:
         help="lm-eval tasks run on every cell, RULER's sized to --lengths (offline: niah_single_1,ruler_vt,ruler_fwe)",
     )
     p.add_argument("--lm-eval-limit", type=int, default=20, help="documents per lm-eval task (and per length)")
+    p.add_argument("--lm-eval-lengths", default="", help="comma-separated lengths of RULER's tasks (default --lengths)")
     p.add_argument("--passkey-trials", type=int, default=5, help="passkey prompts per length and depth (0: none)")
     p.add_argument("--depths", default="0,0.5,1", help="comma-separated passkey depths in [0, 1]")
     p.add_argument("--text", default="embedded", help="embedded (the stdlib prose's validation split) or a file")
@@ -284,6 +293,10 @@ def check(spec: EvalSpec) -> None:
         )
     if spec.finetune_length is not None and spec.finetune_length < 2:
         raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
+    if any(n < 2 for n in spec.lm_eval_lengths):
+        raise ConfigError(
+            f"--lm-eval-lengths={','.join(map(str, spec.lm_eval_lengths))}: each must be 2 tokens or more"
+        )
     if spec.lm_eval_limit < 1:
         raise ConfigError(f"--lm-eval-limit={spec.lm_eval_limit} must be at least 1 (documents per task)")
     for flag, value, most in _count_bounds(spec):
@@ -293,7 +306,7 @@ def check(spec: EvalSpec) -> None:
     if spec.lm_eval:
         from harness.pretrained.lm_eval_tasks import build
 
-        build(spec.model, spec.lm_eval, spec.lengths)
+        build(spec.model, spec.lm_eval, spec.task_lengths)
     _check_claim(spec)
     _check_budget(spec)
     for path in (spec.model, spec.evaluator):  # the weights' headers and shapes, the tokenizer: before a weight loads
@@ -404,7 +417,8 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     """(the peak's parts in bytes, the sweep's FLOPs) from config.json alone."""
     longest = max(spec.lengths)
     tune = spec.finetune_length or longest
-    peak = cost.evaluation_bytes(config, longest)
+    generated = max(spec.task_lengths) + GENERATED if spec.lm_eval else 0  # a prompt and RULER's longest answer
+    peak = cost.evaluation_bytes(config, max(longest, generated))
     if spec.finetune_steps:
         peak = max(peak, cost.finetune_bytes(config, tune), key=lambda parts: sum(parts.values()))
     if spec.evaluator is not None:
@@ -414,8 +428,9 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     per_cell = 0.0
     for n in spec.lengths:
         windows = window_count(spec.budget, n, spec.stride_at(n))
-        prompts = spec.passkey_trials * len(spec.depths) + 2 * spec.lm_eval_limit * len(spec.lm_eval)
-        per_cell += (windows + prompts) * cost.forward_flops(config, n)
+        per_cell += (windows + spec.passkey_trials * len(spec.depths)) * cost.forward_flops(config, n)
+    for n in spec.task_lengths if spec.lm_eval else ():  # a prompt's forward, and its answer's about as much again
+        per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n)
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, tune)
     return peak, per_cell * len(spec.cells())
 
@@ -703,6 +718,7 @@ def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int |
         "finetune_batch": str(spec.finetune_batch),
         "lm_eval": ",".join(spec.lm_eval),
         "lm_eval_limit": str(spec.lm_eval_limit),
+        "lm_eval_lengths": ",".join(map(str, spec.task_lengths)) if spec.lm_eval else "",
     }
 
 
@@ -739,7 +755,7 @@ def _cell(
     if spec.lm_eval:
         from harness.pretrained.lm_eval_tasks import scores
 
-        scored, samples = scores(model, spec.model, spec.lm_eval, spec.lengths, spec.lm_eval_limit, spec.seed)
+        scored, samples = scores(model, spec.model, spec.lm_eval, spec.task_lengths, spec.lm_eval_limit, spec.seed)
         metrics.update(scored)
         child.log_files({"lm_eval_samples.jsonl": samples})
     model.set_attn_implementation(attention)  # remapped positions: only for their own cell
