@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 import torch
 
@@ -109,25 +109,11 @@ def x_transformers(kind: str, flash: bool = False) -> Callable[[Shape], Built]:
     return build
 
 
-class _HfShape(TypedDict):
-    """A peer's shape in the keywords BertConfig and RoFormerConfig share (dropout off)."""
-
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-    hidden_dropout_prob: float
-    attention_probs_dropout_prob: float
-    is_decoder: bool
-
-
 def _hf(kind: str) -> Callable[[Shape], Built]:
     def build(s: Shape) -> Built:
         import transformers
 
-        common = _HfShape(
+        common: dict[str, Any] = dict(  # the keywords BertConfig and RoFormerConfig share (dropout off)
             vocab_size=s.V,
             hidden_size=s.C,
             num_hidden_layers=s.L,

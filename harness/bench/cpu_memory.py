@@ -150,13 +150,12 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
     import torch
 
     from harness.allocator import keep_freed_memory
-    from harness.bench.gpu_memory import _loss
-    from harness.bench.internals import compose_cell, composed_model, optimizer_for, step_estimate
+    from harness.bench.gpu_memory import train_steps
+    from harness.bench.internals import compose_cell, composed_model, step_estimate
 
     keep_freed_memory()
     name, overrides, vocab, causal = SHAPES[index]
-    overrides_ = [*BASE, *overrides, f"trainer.precision={precision}"]
-    cfg = compose_cell(overrides_)
+    cfg = compose_cell([*BASE, *overrides, f"trainer.precision={precision}"])
     batch, t = int(cfg.data.batch_size), cfg.data.seq_len
     torch.manual_seed(0)
     ids = torch.randint(vocab, (batch, t))
@@ -165,14 +164,7 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
     before = _status_kib("VmRSS")
     started = time.perf_counter()
     model = composed_model(cfg, vocab, causal, "cpu").train()
-    optimizer = optimizer_for(cfg, model)
-    chunk = cfg.model.loss_chunk
-    for _ in range(steps):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-            loss = _loss(model, ids, labels, chunk)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    train_steps(cfg, model, ids, labels, steps, bf16=precision == "bf16-mixed")
     measured = (_status_kib("VmHWM") - before) * 1024
     mib = 2**20
     return Row(

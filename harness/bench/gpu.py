@@ -131,8 +131,8 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
                 "fp32_grad_max_rel_err": max(p.grad_err.values()),
                 "grads_compared": " ".join(sorted(p.grad_err)),
                 "note": p.note,
+                "grad_errors": " ".join(f"{n}={e:.1e}" for n, e in sorted(p.grad_err.items())),
             }
-            row["grad_errors"] = " ".join(f"{n}={e:.1e}" for n, e in sorted(p.grad_err.items()))
             row |= _timed(scheme, compiled, create_block_mask, device, t, batch, budget_s)
         except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
             row["note"] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
@@ -189,18 +189,17 @@ def cuda_rows(device: str) -> list[dict]:
     """What only a CUDA machine can check: ``attn.backend=xformers`` refused in one line when its wheel does
     not run here, and a training step under bf16 autocast against fp32 (same weights, same batch) per scheme."""
     refusal = xformers_refusal()
-    if refusal is None:
-        rows: list[dict] = [{"check": "attn.backend=xformers", "result": "built: xformers runs here"}]
-    else:
-        one_line = "\n" not in refusal
-        rows = [
-            {
-                "check": "attn.backend=xformers",
-                "result": f"refused in {'one line' if one_line else 'lines'}",
-                "ok": one_line,
-                "detail": refusal,
-            }
-        ]
+    one_line = refusal is not None and "\n" not in refusal
+    rows: list[dict] = [
+        {"check": "attn.backend=xformers", "result": "built: xformers runs here"}
+        if refusal is None
+        else {
+            "check": "attn.backend=xformers",
+            "result": f"refused in {'one line' if one_line else 'lines'}",
+            "ok": one_line,
+            "detail": refusal,
+        }
+    ]
     for pos in BF16_SCHEMES:
         torch.manual_seed(0)
         model = build_transformer([f"pos={pos}", "model.dropout=0.0", "data.seq_len=512"], 258, 512, True)
@@ -233,9 +232,8 @@ def cuda_rows(device: str) -> list[dict]:
 def write_csv(path: Path, rows: list[dict]) -> None:
     if not rows:
         return
-    keys = list(dict.fromkeys(k for r in rows for k in r))
     with path.open("w", newline="") as f:  # an empty section writes no file
-        w = csv.DictWriter(f, fieldnames=keys)
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
 
@@ -294,16 +292,12 @@ def _parse(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     try:
         a = _parse(argv)
+        if a.render:
+            render(a.out, check=True)
+            return 0
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if a.render:
-        try:
-            render(a.out, check=True)
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return 0
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a.out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])

@@ -106,20 +106,26 @@ def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryR
 
 
 def _train(cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
-    """The cell's model built on ``device`` and trained ``steps`` optimizer steps as harness.model.module trains
-    (autocast bf16 on CUDA, the preset's AdamW with no decay on biases and norms, fp32 cross-entropy over every
-    logit); the seconds of all but the first. Built here, the model is freed before ``release`` whether the steps
-    end or run out of memory."""
+    """The cell's model built on ``device`` and trained by ``train_steps`` (bf16 autocast on CUDA); the seconds of
+    all but the first step. Built here, the model is freed before ``release`` whether the steps end or run out of
+    memory."""
     model = composed_model(cfg, cell.vocab, cell.causal, device).train()
-    optimizer = optimizer_for(cfg, model)
     ids = torch.randint(cell.vocab, (batch, t), device=device)
     labels = ids.roll(-1, dims=1) if cell.causal else torch.where(torch.rand(batch, t, device=device) < 0.15, ids, -100)
+    return train_steps(cfg, model, ids, labels, steps, bf16=device == "cuda")
+
+
+def train_steps(cfg, model: Transformer, ids: torch.Tensor, labels: torch.Tensor, steps: int, bf16: bool) -> float:
+    """``steps`` optimizer steps as harness.model.module trains (the spec's AdamW with no decay on biases and norms,
+    fp32 cross-entropy over every logit, bf16 autocast when ``bf16``); the seconds of all but the first."""
+    device = ids.device.type
+    optimizer = optimizer_for(cfg, model)
     started = 0.0
     for i in range(steps):
         if i == 1:
             _sync(device)
             started = time.perf_counter()
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = _loss(model, ids, labels, cfg.model.loss_chunk)
         loss.backward()
         optimizer.step()

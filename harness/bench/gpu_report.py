@@ -15,16 +15,16 @@ def _rows(folder: Path, name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _num(x: str | None) -> float:
+def _num(x: str | float | None) -> float:
     try:
         return float(x) if x not in (None, "") else float("nan")
     except ValueError:
         return float("nan")
 
 
-def _f(x: str | None, spec: str, unit: str = "") -> str:
+def _f(x: str | float | None, spec: str) -> str:
     v = _num(x)
-    return "—" if v != v else f"{format(v, spec)}{unit}"
+    return "—" if v != v else format(v, spec)
 
 
 def _table(header: list[str], lines: list[list[str]]) -> list[str]:
@@ -135,12 +135,12 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
                 r["pos"],
                 r["attn"],
                 r["batch"],
-                _f(_ms(r["step_s"]), ",.1f"),
+                _f(_num(r["step_s"]) * 1e3, ",.1f"),
                 _f(r["tokens_per_s"], ",.0f"),
-                _f(_tflops(r), ",.0f"),
+                _f(_num(r["flops"]) / _num(r["step_s"]) / 1e12, ",.0f"),
                 _f(r["mfu"], ".1%"),
                 _f(r.get("mfu_datasheet"), ".1%"),
-                _f(_gib(r["peak_mem_mb"]), ".1f"),
+                _f(_num(r["peak_mem_mb"]) / 1024, ".1f"),
                 r["status"] + (f": {r['reason'][:80]}" if r["reason"] else ""),
             ]
             for r in rows
@@ -195,18 +195,6 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
             lines,
         )
     return out
-
-
-def _ms(step_s: str) -> str:
-    return str(_num(step_s) * 1e3)
-
-
-def _gib(mb: str) -> str:
-    return str(_num(mb) / 1024)
-
-
-def _tflops(r: dict[str, str]) -> str:
-    return str(_num(r["flops"]) / _num(r["step_s"]) / 1e12)
 
 
 def flex_section(rows: list[dict[str, str]]) -> list[str]:
@@ -272,12 +260,14 @@ def _ratio(r: dict[str, str], path: str) -> str:
 def cuda_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return []
-    out = ["## CUDA-only checks", ""]
-    out += _table(
-        ["check", "result", "ok", "detail"],
-        [[r["check"], r["result"], r.get("ok", ""), r.get("detail", "")[:200]] for r in rows],
-    )
-    return out
+    return [
+        "## CUDA-only checks",
+        "",
+        *_table(
+            ["check", "result", "ok", "detail"],
+            [[r["check"], r["result"], r.get("ok", ""), r.get("detail", "")[:200]] for r in rows],
+        ),
+    ]
 
 
 def render(folder: Path, check: bool = False) -> Path:

@@ -102,7 +102,7 @@ def xformers_refusal() -> str | None:
     return None
 
 
-def write_random_shards(folder, n_tokens: int, vocab: int = 258, seed: int = 0) -> None:
+def write_random_shards(folder, n_tokens: int, seed: int = 0) -> None:
     """Random uint16 ids in one training shard (and a small validation one), with a byte-tokenizer manifest: a
     ``data=tokens`` folder of ``n_tokens`` ids (the loader bench's corpus)."""
     import numpy as np

@@ -70,10 +70,6 @@ def _keys(path: Path) -> DictConfig:
     return cfg
 
 
-def preset_scales_with_paper() -> list[str]:
-    return sorted(p.parent.parent.name for p in (CONF / "experiment").glob("*/scale/paper.yaml"))
-
-
 def train_flops_per_token(shapes: dict, vocab: int) -> float:
     """6·N + 6·n_layers·T·d (module docstring)."""
     d, layers = shapes["d_model"], shapes["n_layers"]
@@ -99,7 +95,7 @@ def loader_tokens_per_s(
 
 def startup_seconds(folder: Path, shapes: dict) -> float:
     """From the source's checks to the first batch (modules imported before: a run has imported them)."""
-    start = time.perf_counter()  # the loader's modules are imported by now: a run has imported them
+    start = time.perf_counter()
     next(iter(shard_loader(folder, "mlm", "random", shapes["seq_len"], shapes["batch_size"], 4)))
     return time.perf_counter() - start
 
@@ -162,7 +158,7 @@ def parse(argv: list[str] | None) -> Args:
     """The flags, each checked; a ConfigError names the fix."""
     a = _parser().parse_args(argv)
     presets = [x for x in a.presets.split(",") if x]
-    have = preset_scales_with_paper()
+    have = sorted(p.parent.parent.name for p in (CONF / "experiment").glob("*/scale/paper.yaml"))
     unknown = [x for x in presets if x not in have]
     if unknown or not presets:
         raise ConfigError(
@@ -263,17 +259,15 @@ def measure(args: Args) -> dict:
         "vocab": args.vocab,
         "gb": args.gb,
         "shards": str(folder) if own else None,
+        "write_seconds": None,
     }
     try:
-        if own:
-            figures["write_seconds"] = None
-            figures["shard_bytes"] = sum(f.stat().st_size for f in folder.glob("train-*.bin"))
-        else:
+        if not own:
             assert args.gb is not None, "parse sets --gb whenever --shards is not given"
             start = time.perf_counter()
-            write_random_shards(folder, int(args.gb * 1e9) // 2)
+            write_random_shards(folder, int(args.gb * 1e9) // 2)  # one training shard
             figures["write_seconds"] = time.perf_counter() - start
-            figures["shard_bytes"] = (folder / "train-00000.bin").stat().st_size
+        figures["shard_bytes"] = sum(f.stat().st_size for f in folder.glob("train-*.bin"))
         figures["startup_seconds"] = startup_seconds(folder, paper_shapes(args.presets[0]))
         for preset in args.presets:
             shapes = paper_shapes(preset)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import itertools
 import statistics
 import threading
 import time
@@ -21,6 +22,8 @@ from typing import NamedTuple, TypedDict
 
 import torch
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+from torch.utils import flop_counter as fc
 
 Step = Callable[[], object]  # what a call returns is not read
 
@@ -56,8 +59,6 @@ def peak_allocated_bytes(fn: Step, device: str, cuda=torch.cuda) -> float:
 def cpu_peak_allocated_bytes(fn: Step) -> int:
     """The profiler records every CPU allocation (+bytes) and free (−bytes) with its time; their running
     sum is the bytes of live tensors allocated since the start, its maximum the step's peak."""
-    from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = [
@@ -65,11 +66,7 @@ def cpu_peak_allocated_bytes(fn: Step) -> int:
         for e in prof.profiler.kineto_results.events()
         if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
     ]
-    live = peak = 0
-    for e in sorted(events, key=lambda e: e.start_ns()):
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
+    return max([0, *itertools.accumulate(e.nbytes() for e in sorted(events, key=lambda e: e.start_ns()))])
 
 
 def _rss_bytes() -> int:
@@ -138,8 +135,6 @@ def matmul_peak_flops(device: str = "cpu", sizes: tuple[int, ...] = (2048, 4096)
 def _register_cpu_sdpa_flops() -> None:
     """torch's FlopCounterMode knows the CUDA SDPA kernels but not the CPU flash kernel that
     F.scaled_dot_product_attention dispatches to here; without this, attention counts 0 FLOPs."""
-    from torch.utils import flop_counter as fc
-
     fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
     if fwd in fc.flop_registry:
@@ -156,10 +151,8 @@ def _register_cpu_sdpa_flops() -> None:
 
 def count_flops(step: Step) -> float:
     """FLOPs of one call, from the shapes of its matmul/bmm/SDPA ops (torch.utils.flop_counter)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     _register_cpu_sdpa_flops()
-    with FlopCounterMode(display=False) as counter:
+    with fc.FlopCounterMode(display=False) as counter:
         step()
     return float(counter.get_total_flops())
 
@@ -168,7 +161,6 @@ class Measured(TypedDict):
     step_s: float  # median of the timed steps
     tokens_per_s: float
     repeats: int  # timed steps behind step_s
-    step_times: list[float]
 
 
 def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int, cell_s: float = float("inf")) -> Measured:
@@ -182,7 +174,7 @@ def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int, cel
         if sum(times) >= cell_s:
             break
     step_s = statistics.median(times)
-    return Measured(step_s=step_s, tokens_per_s=tokens / step_s, repeats=len(times), step_times=times)
+    return Measured(step_s=step_s, tokens_per_s=tokens / step_s, repeats=len(times))
 
 
 def make_step(

@@ -31,37 +31,24 @@ def prepare(spec: Spec, build: Callable[[Spec], Built], device: str) -> Live:
     return Live(make_step(forward, module, ids, autocast=device == "cuda"), module)
 
 
-def abba_round(num: Step, den: Step, i: int, device: str) -> float:
-    """Round i's ratio num/den: num first in even rounds, den first in odd ones."""
-    if i % 2 == 0:
-        t_num, t_den = time_call(num, device), time_call(den, device)
-    else:
-        t_den, t_num = time_call(den, device), time_call(num, device)
-    return t_num / t_den
-
-
 def paired_rounds(
-    num: Step,
-    den: Step,
-    device: str,
-    goal: Goal | None = None,
-    value: Callable[[float], float] = lambda r: r,
-    min_rounds: int = MIN_ROUNDS,
-    max_rounds: int = 40,
-    budget_s: float = 30.0,
+    num: Step, den: Step, device: str, goal: Goal | None = None, max_rounds: int = 40, budget_s: float = 30.0
 ) -> Interval:
-    """The median of step(num)/step(den) over ABBA rounds of two warm steps, with its 95 % interval
-    (``Interval.of_ratios``). After ``min_rounds`` (at least ``MIN_ROUNDS``: fewer have no such interval),
-    stop as soon as the interval of ``value(ratio)`` (increasing, e.g. r − 1 for an overhead) is on one side
-    of ``goal``, or after ``max_rounds`` rounds or ``budget_s`` seconds, whichever comes first."""
-    min_rounds = max(min_rounds, MIN_ROUNDS)
+    """The median of step(num)/step(den) over ABBA rounds of two warm steps (num first in even rounds, den first
+    in odd ones), with its 95 % interval (``Interval.of_ratios``). After ``MIN_ROUNDS`` (fewer have no such
+    interval), stop as soon as the interval is on one side of ``goal``, or after ``max_rounds`` rounds or
+    ``budget_s`` seconds, whichever comes first."""
     started = time.perf_counter()
     ratios: list[float] = []
-    while len(ratios) < max(max_rounds, min_rounds):
-        ratios.append(abba_round(num, den, len(ratios), device))
-        if len(ratios) < min_rounds:
-            continue
-        interval = Interval.of_ratios(ratios)
-        if (goal is not None and goal.resolved(interval.map(value))) or time.perf_counter() - started >= budget_s:
+    while len(ratios) < max(max_rounds, MIN_ROUNDS):
+        if len(ratios) % 2 == 0:
+            t_num, t_den = time_call(num, device), time_call(den, device)
+        else:
+            t_den, t_num = time_call(den, device), time_call(num, device)
+        ratios.append(t_num / t_den)
+        if len(ratios) >= MIN_ROUNDS and (
+            (goal is not None and goal.resolved(Interval.of_ratios(ratios)))
+            or time.perf_counter() - started >= budget_s
+        ):
             break
     return Interval.of_ratios(ratios)

@@ -25,6 +25,17 @@ from torch.profiler import ProfilerActivity, profile, record_function
 RANGE = "posbench.positional"
 
 
+def _ranged(fn, wrap_result: bool = False):
+    """``fn`` run inside ``RANGE``; ``wrap_result``: what it returns (a rotary object) wrapped in ``_Profiled``."""
+
+    def call(*args, **kwargs):
+        with record_function(RANGE):
+            out = fn(*args, **kwargs)
+        return _Profiled(out) if wrap_result and out is not None else out
+
+    return call
+
+
 class _Profiled:
     """Delegates to a rotary object; its rotate*/at_width calls run inside the positional range."""
 
@@ -35,35 +46,20 @@ class _Profiled:
         attr = getattr(self._inner, name)
         if not callable(attr) or not (name.startswith("rotate") or name == "at_width"):
             return attr
-
-        def wrapped(*args, **kwargs):
-            with record_function(RANGE):
-                out = attr(*args, **kwargs)
-            return _Profiled(out) if name == "at_width" else out
-
-        return wrapped
+        return _ranged(attr, wrap_result=name == "at_width")
 
 
 @contextmanager
 def positional_ranges(scheme: torch.nn.Module):
     """Run the scheme's hooks inside ``RANGE`` while the context is open (instance attributes shadow the
     class's methods, and are deleted afterwards)."""
-
-    def ranged(hook, wrap_result=False):
-        def call(*args, **kwargs):
-            with record_function(RANGE):
-                out = hook(*args, **kwargs)
-            return _Profiled(out) if wrap_result and out is not None else out
-
-        return call
-
-    scheme.embed = ranged(scheme.embed)
-    scheme.rotary = ranged(scheme.rotary, wrap_result=True)
-    scheme.logit_biases = ranged(scheme.logit_biases)
+    hooks = ("embed", "rotary", "logit_biases")
+    for name in hooks:
+        setattr(scheme, name, _ranged(getattr(scheme, name), wrap_result=name == "rotary"))
     try:
         yield
     finally:
-        for name in ("embed", "rotary", "logit_biases"):
+        for name in hooks:
             del scheme.__dict__[name]
 
 
@@ -103,10 +99,11 @@ def _positional_us(events) -> tuple[float, float]:
     events = sorted(events, key=lambda e: e.time_range.start)
     ranges = [e for e in events if e.name == RANGE and (e.cpu_parent is None or e.cpu_parent.name != RANGE)]
     spans = [(r.time_range.start, r.time_range.end) for r in ranges]
-    creator = {}
-    for e in events:
-        if e.sequence_nr >= 0 and e.fwd_thread == 0 and not e.name.startswith("autograd::"):
-            creator[e.sequence_nr] = e
+    creator = {
+        e.sequence_nr: e
+        for e in events
+        if e.sequence_nr >= 0 and e.fwd_thread == 0 and not e.name.startswith("autograd::")
+    }
     ours = {
         nr
         for nr, e in creator.items()

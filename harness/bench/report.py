@@ -41,18 +41,10 @@ class Report:
 
 def _cpu_name() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def device_name(device: str) -> str:
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
-    return f"{_cpu_name()}, {torch.get_num_threads()} threads"
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
 
 
 def _fmt(r: Result, key: str, scale: float = 1.0, spec: str = ",.1f") -> str:
@@ -69,28 +61,34 @@ def _interval(i: Interval | None, fmt) -> tuple[str, str]:
 def write_report(folder: Path, report: Report) -> None:
     """README.md, bench.csv and the plots into ``folder``, written whole or not at all and sealed."""
     with report_folder(folder) as out:
-        _write(out, report)
-
-
-def _write(out: Path, report: Report) -> None:
-    rows = report.rows()
-    with open(out / "bench.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(Result)])
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
-    _plots(out, report.grid, report.device)
-    lines = [*_header(report), *_grid(report.grid), *_peers(report.peers), *_targets(report.targets), *_where(report)]
-    (out / "README.md").write_text("\n".join(lines) + "\n")
+        with open(out / "bench.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(Result)])
+            writer.writeheader()
+            writer.writerows(asdict(r) for r in report.rows())
+        _plots(out, report.grid, report.device)
+        lines = [
+            *_header(report),
+            *_grid(report.grid),
+            *_peers(report.peers),
+            *_targets(report.targets),
+            *_where(report),
+        ]
+        (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
 def _header(report: Report) -> list[str]:
     kind = "bf16" if report.device == "cuda" else "fp32"
+    device = (
+        f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
+        if report.device == "cuda"
+        else f"{_cpu_name()}, {torch.get_num_threads()} threads"
+    )
     return [
         "# Benchmark: cost of each scheme × attention cell",
         "",
         f"Regenerate: `{report.command}` (took {report.seconds:.0f} s).",
         "",
-        f"Device: {device_name(report.device)}. torch {torch.__version__}, commit {report.commit}. Measured peak "
+        f"Device: {device}. torch {torch.__version__}, commit {report.commit}. Measured peak "
         f"(best {kind} square matmul, n = {report.peak.n}): {report.peak.flops / 1e9:,.1f} GFLOP/s. "
         f"Allocator: {allocator.setting()} (harness/allocator.py).",
         "",
@@ -254,8 +252,9 @@ def _plots(out: Path, grid: list[Result], device: str) -> None:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for attn in attns:
             for pos in poses:
-                pts = sorted((r.seq_len, getattr(r, key)) for r in ok if r.attn == attn and r.pos == pos)
-                pts = [(x, y) for x, y in pts if y > 0]
+                pts = sorted(
+                    (r.seq_len, getattr(r, key)) for r in ok if r.attn == attn and r.pos == pos and getattr(r, key) > 0
+                )
                 if pts:
                     ax.plot(
                         *zip(*pts, strict=True),

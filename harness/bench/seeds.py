@@ -23,15 +23,17 @@ import subprocess
 import sys
 import time
 
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, stack_module_state, vmap
+
+from harness.bench.internals import build_transformer
+
 STEPS, WARMUP, ROUNDS = 8, 2, 3
 B, T, V = 32, 128, 258
 
 
 def _models(seeds: int):
-    import torch
-
-    from harness.bench.internals import build_transformer
-
     overrides = [
         "pos=none",
         "attn=softmax",
@@ -50,14 +52,10 @@ def _models(seeds: int):
 
 
 def _loss(logits, y):
-    import torch.nn.functional as F
-
     return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
 
 
 def sequential_step(seeds: int):
-    import torch
-
     models = _models(seeds)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in models]
     x, y = torch.randint(0, V, (seeds, B, T)), torch.randint(0, V, (seeds, B, T))
@@ -73,9 +71,6 @@ def sequential_step(seeds: int):
 
 
 def stacked_step(seeds: int):
-    import torch
-    from torch.func import functional_call, stack_module_state, vmap
-
     models = _models(seeds)
     params, _ = stack_module_state(models)  # each weight (S, ...)
     params = {k: v.detach().requires_grad_() for k, v in params.items()}
@@ -102,8 +97,6 @@ def stacked_step(seeds: int):
 
 def timed(way: str, seeds: int, threads: int) -> float:
     """Seconds per step of ``seeds`` seeds, in this process."""
-    import torch
-
     torch.set_num_threads(threads)
     step = (stacked_step if way == "stacked" else sequential_step)(seeds)
     for _ in range(WARMUP):

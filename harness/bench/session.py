@@ -68,7 +68,8 @@ class Session:
             if keep and live is not None:
                 self._live[key] = live
         elif keep and key not in self._live and self.measured[key].ok:  # measured earlier, released since
-            self._live[key] = _warm(prepare(spec, build, self.options.device))
+            self._live[key] = prepare(spec, build, self.options.device)
+            self._live[key].step()  # warm
         return self.measured[key]
 
     def step(self, spec: Spec, name: str = "posbench") -> Step:
@@ -100,11 +101,6 @@ class Session:
             r.status, r.reason, live = "error", " ".join(f"{type(e).__name__}: {e}".split())[:300], None
         trim()
         return r, live
-
-
-def _warm(live: Live) -> Live:
-    live.step()
-    return live
 
 
 def _line(r: Result) -> str:

@@ -97,8 +97,7 @@ class OverheadTarget(Target):
         paired = f"paired end-to-end {_fmt(check, self.goal)} over {len(check.samples)} rounds"
         if device == "cuda":
             return check, f"paired ABBA, {len(check.samples)} rounds", ""
-        scheme = session.model(self.cells["with"]).pos
-        shares = positional_share(scheme, steps[0], self.profiled_steps)
+        shares = positional_share(session.model(self.cells["with"]).pos, steps[0], self.profiled_steps)
         share = Interval.of_values([s.overhead for s in shares])
         return share, f"its ops profiled inside {len(shares)} steps", paired
 
@@ -237,8 +236,7 @@ class PeerOutcome:
 
 def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.0) -> PeerOutcome:
     """The peer and posbench at one shape, then ABBA rounds of the two warm steps until resolved."""
-    build = peer.builder()
-    ours, theirs = session.cell(spec, keep=True), session.cell(spec, peer.name, build, keep=True)
+    ours, theirs = session.cell(spec, keep=True), session.cell(spec, peer.name, peer.builder(), keep=True)
     if not (ours.ok and theirs.ok):
         why = "; ".join(f"{r.name} {r.status}: {r.reason[:60]}" for r in (ours, theirs) if not r.ok)
         session.release()
