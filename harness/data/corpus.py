@@ -174,18 +174,14 @@ _SKIP_DIRS = {
 }
 
 
-def stdlib_prose() -> str:
-    """pydoc topics (sorted by key) then stdlib docstrings (files sorted by path), joined by blank lines."""
-    return "\n\n".join(stdlib_parts())
-
-
 def joined_starts(sizes: list[int], separator: int = 2) -> np.ndarray:
     """Byte offsets where each of the parts of ``sizes`` bytes starts once joined by a ``separator``-byte gap."""
     return np.concatenate(([0], np.cumsum(np.asarray(sizes[:-1], dtype=np.int64) + separator))).astype(np.int64)
 
 
 def stdlib_parts() -> list[str]:
-    """The embedded corpus's documents: each pydoc topic, each docstring."""
+    """The embedded corpus's documents: each pydoc topic (sorted by key), then each stdlib docstring (files sorted by
+    path)."""
     import pydoc_data.topics
 
     parts = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
@@ -238,7 +234,8 @@ class Embedded:
         cache = CACHE / f"stdlib-prose-{_version()}.txt"
         if not (cache.exists() and integrity.check_file(cache, _rebuilt(cache))):
             cache.parent.mkdir(parents=True, exist_ok=True)
-            integrity.write_bytes(cache, stdlib_prose().encode("utf-8"))  # atomic: concurrent runs never read half
+            # the documents joined by blank lines; atomic: concurrent runs never read half
+            integrity.write_bytes(cache, "\n\n".join(stdlib_parts()).encode("utf-8"))
         return cache
 
 

@@ -270,25 +270,23 @@ class HFDataset:
 
     def _data_files(self, root: Path) -> list[Path]:
         if root.is_file():
-            files = [root]
-        else:
-            files = sorted(
-                p
-                for p in root.rglob("*")
-                if p.is_file()
-                and p.suffix.lower() in BUILDERS
-                and not any(part.startswith(".") for part in p.relative_to(root).parts)
-            )
-            if not files:
+            if root.suffix.lower() not in BUILDERS:
                 raise ConfigError(
-                    f"data.path={self.path} holds no save_to_disk dataset and no "
-                    f"{', '.join(sorted(BUILDERS))} files; point it at one"
+                    f"data.path={root}: a {root.suffix or 'suffix-less'} file is no data file "
+                    f"datasets reads here; use {', '.join(sorted(BUILDERS))}, or data=text for plain text"
                 )
-        unknown = [f for f in files if f.suffix.lower() not in BUILDERS]
-        if unknown:
+            return [root]
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file()
+            and p.suffix.lower() in BUILDERS
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
+        if not files:
             raise ConfigError(
-                f"data.path={unknown[0]}: a {unknown[0].suffix or 'suffix-less'} file is no data file "
-                f"datasets reads here; use {', '.join(sorted(BUILDERS))}, or data=text for plain text"
+                f"data.path={self.path} holds no save_to_disk dataset and no "
+                f"{', '.join(sorted(BUILDERS))} files; point it at one"
             )
         return files
 
@@ -342,17 +340,12 @@ def _datasets():
 
 def _batches(dataset, what: str) -> Iterator[dict]:
     """A dataset's batches; a file the library cannot read as it streams is one line (a ConfigError)."""
-    batches = iter(dataset.iter(batch_size=1024))
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except Exception as e:  # datasets' and pyarrow's own errors on a damaged or mismatched file
-            raise ConfigError(
-                f"{what} cannot be read ({type(e).__name__}: {_first_line(e)}); fix the file or convert it"
-            ) from None
-        yield batch
+    try:
+        yield from dataset.iter(batch_size=1024)
+    except Exception as e:  # datasets' and pyarrow's own errors on a damaged or mismatched file
+        raise ConfigError(
+            f"{what} cannot be read ({type(e).__name__}: {_first_line(e)}); fix the file or convert it"
+        ) from None
 
 
 def _check_schemas(files: list[Path], path: str) -> None:

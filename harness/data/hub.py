@@ -25,20 +25,16 @@ def offline() -> str | None:
     putting this process in Hugging Face's offline mode."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in TRUE:
         return "HF_HUB_OFFLINE is set"
-    why = _unreachable(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    why = unreachable(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     if why is not None:
         _go_offline()
     return why
 
 
-def unreachable(url: str) -> str | None:
-    """Why ``url``'s host cannot be reached (one TCP connection, at most a few seconds, asked once per process), or
-    None: a download's precondition, checked by the checks and the run alike (enwik8)."""
-    return _unreachable(url)
-
-
 @functools.cache
-def _unreachable(endpoint: str) -> str | None:
+def unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint``'s host cannot be reached (one TCP connection, at most a few seconds, asked once per process),
+    or None: a download's precondition, checked by the checks and the run alike (enwik8)."""
     parts = urlsplit(endpoint)
     host, port = parts.hostname or endpoint, parts.port or (80 if parts.scheme == "http" else 443)
     answer: list[str | None] = []

@@ -30,6 +30,7 @@ from typing import BinaryIO
 import numpy as np
 
 from harness import integrity
+from harness.data.hf import SEPARATOR, is_val_row, row_of, row_pieces
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
 from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError
@@ -52,11 +53,8 @@ class ShardWriter:
         self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
         self.block_bytes = block_bytes
         self.shards: list[dict] = []
-        self.tokens, self.bytes = 0, 0
+        self.bytes = 0
         self._file: BinaryIO | None = None  # the open shard
-        self._hash = hashlib.sha256()  # its sha256, recorded in the manifest
-        self._block, self._filled = hashlib.sha256(), 0
-        self._blocks: list[str] = []  # its blocks' digests
 
     def write(self, ids: np.ndarray, n_bytes: int = 0) -> None:
         self.bytes += n_bytes
@@ -66,12 +64,8 @@ class ShardWriter:
                 self._file = self._open()
             room = self.shard_tokens - self.shards[-1]["tokens"]
             head, ids = ids[:room], ids[room:]
-            data = head.tobytes()
-            self._file.write(data)
-            self._hash.update(data)
-            self._add_to_blocks(data)
+            self._file.write(head.tobytes())
             self.shards[-1]["tokens"] += len(head)
-            self.tokens += len(head)
 
     def _open(self) -> BinaryIO:
         """The next shard's file, the one before sealed."""
@@ -81,29 +75,19 @@ class ShardWriter:
         self.shards.append({"file": name, "tokens": 0})
         return file
 
-    def _add_to_blocks(self, data: bytes) -> None:
-        view = memoryview(data)
-        while len(view):
-            chunk, view = view[: self.block_bytes - self._filled], view[self.block_bytes - self._filled :]
-            self._block.update(chunk)
-            self._filled += len(chunk)
-            if self._filled == self.block_bytes:
-                self._end_block()
-
-    def _end_block(self) -> None:
-        self._blocks.append(block_digest(self._block))
-        self._block, self._filled = hashlib.sha256(), 0
-
     def _seal(self) -> None:
         """Close the open shard and record its sha256 and its blocks' digests (checked before use:
-        harness/data/shards.py)."""
+        harness/data/shards.py), read back from the file just written (still in the page cache, so cheap next to
+        tokenizing it)."""
         if self._file is not None:
             self._file.close()
-            if self._filled:
-                self._end_block()
-            self.shards[-1]["sha256"], self.shards[-1]["blocks"] = self._hash.hexdigest(), self._blocks
-            self._file, self._hash = None, hashlib.sha256()
-            self._blocks = []
+            self._file = None
+            whole, blocks = hashlib.sha256(), []
+            with open(self.folder / self.shards[-1]["file"], "rb") as f:
+                while block := f.read(self.block_bytes):
+                    whole.update(block)
+                    blocks.append(block_digest(hashlib.sha256(block)))
+            self.shards[-1]["sha256"], self.shards[-1]["blocks"] = whole.hexdigest(), blocks
 
     def close(self) -> dict:
         self._seal()
@@ -112,7 +96,7 @@ class ShardWriter:
             self.shards.append(
                 {"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest(), "blocks": []}
             )
-        return {"tokens": self.tokens, "bytes": self.bytes, "shards": self.shards}
+        return {"tokens": sum(s["tokens"] for s in self.shards), "bytes": self.bytes, "shards": self.shards}
 
 
 def pieces(data: bytes, size: int = PIECE) -> Iterator[bytes]:
@@ -246,47 +230,87 @@ def _remove_partial(folder: Path, writers: dict[str, ShardWriter], existed: bool
 
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
-    """Rows read lazily, each row whole to its side (data.val_by=document) or split by 4 KiB blocks as
-    ``block_split`` would split their join, encoded piece by piece."""
-    from harness.data.hf import SEPARATOR, is_val_row, row_of
-
+    """Rows read lazily and sent to their sides as ``_sides`` cuts them; each split's bytes are encoded in pieces
+    that end at a newline (``PIECE`` bytes or more) as they fill."""
     if hasattr(tokenizer, "fit_stream") and getattr(tokenizer, "_tok", None) is None:
         # a first pass over the stream: the vocabulary, nothing held (only the first train_bytes, when set)
         tokenizer.fit_stream(_train_text(source, getattr(tokenizer, "train_bytes", None)))
-    # a named validation split, or whole rows, is validation: no block of the training split goes there
-    by_document = getattr(source, "by_document", False)
-    splitter = _Splitter(tokenizer, writers, sys.maxsize if source.val_split or by_document else source.val_every)
-    whole, total = hashlib.sha256(), 0
-    for i, data in enumerate(_rows(source, source.split)):
-        whole.update(data)
-        total += len(data)
-        if by_document:
-            splitter.add_row("val" if is_val_row(i, source.val_every) else "train", row_of(i, data))
-        else:
-            splitter.feed(data)
-    splitter.end_blocks()
-    if by_document:
-        source.check_sides(splitter.rows["train"], splitter.rows["val"])
-    if source.val_split:
-        whole.update(SEPARATOR)
-        total += len(SEPARATOR)
-        for data in _rows(source, source.val_split):
-            whole.update(data)
-            total += len(data)
-            splitter.add("val", data)
-    splitter.finish()
+    whole, train = _Tally(), _Tally()
+    buffers = {"train": bytearray(), "val": bytearray()}
+
+    def encode(split: str, final: bool = False) -> None:
+        """The split's bytes held up to their last newline (all of them when ``final``) to its shards."""
+        buf = buffers[split]
+        cut = len(buf) if final else buf.rfind(b"\n") + 1
+        if cut:
+            writers[split].write(tokenizer.encode(bytes(buf[:cut])), cut)
+            del buf[:cut]
+
+    for split, data, last in _sides(source, whole):
+        if split == "train":
+            train.update(data)
+        buffers[split].extend(data)
+        if len(buffers[split]) >= PIECE and not last:  # the last, partial block waits for the final piece
+            encode(split)
+    for split in buffers:
+        encode(split, final=True)
     return {
         "name": f"hf:{source.describe()}",
-        "sha256": whole.hexdigest(),
-        "bytes": total,
-        "train_sha256": splitter.train_hash.hexdigest(),
+        "sha256": whole.sha256.hexdigest(),
+        "bytes": whole.bytes,
+        "train_sha256": train.sha256.hexdigest(),
     }
 
 
+class _Tally:
+    """A running sha256 and byte count."""
+
+    def __init__(self) -> None:
+        self.sha256, self.bytes = hashlib.sha256(), 0
+
+    def update(self, data: bytes) -> None:
+        self.sha256.update(data)
+        self.bytes += len(data)
+
+
+BLOCK = 4096  # block_split's blocks (harness/data/corpus.py)
+
+
+def _sides(source, whole: _Tally) -> Iterator[tuple[str, bytes, bool]]:
+    """(split, bytes, last) as the stream passes: each row of the training split whole to its side, after a blank line
+    when the side has one already (data.val_by=document), or the 4 KiB blocks of the rows' join, every
+    ``val_every``-th to validation (``block_split``'s rule; none when a named split is validation), ``last`` on the
+    final, partial one; then the rows of a named validation split. ``whole`` is updated with the corpus's text: the
+    training rows' join, then a blank line and the validation rows'."""
+    by_document = getattr(source, "by_document", False)
+    val_every = sys.maxsize if source.val_split else source.val_every
+    pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
+    for i, data in enumerate(_rows(source, source.split)):
+        whole.update(data)
+        if by_document:
+            side = "val" if is_val_row(i, val_every) else "train"
+            yield side, (SEPARATOR if rows[side] else b"") + row_of(i, data), False
+            rows[side] += 1
+        else:
+            pending.extend(data)
+            while len(pending) >= BLOCK:
+                yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
+                del pending[:BLOCK]
+                n_block += 1
+    if by_document:
+        source.check_sides(rows["train"], rows["val"])
+    yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending), True
+    if source.val_split:
+        whole.update(SEPARATOR)
+        for data in _rows(source, source.val_split):
+            whole.update(data)
+            yield "val", data, False
+
+
 def _train_text(source, limit: int | None = None) -> Iterator[str]:
-    """The training split's text as the stream passes (the rows or blocks ``_Splitter`` sends to train, decoded
-    incrementally: a character a block boundary cuts decodes as the whole split's decode would), its first
-    ``limit`` bytes when given (the stream is read no further)."""
+    """The training split's text as the stream passes (what ``_sides`` sends to train, decoded incrementally: a
+    character a block boundary cuts decodes as the whole split's decode would), its first ``limit`` bytes when given
+    (the stream is read no further)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -297,101 +321,14 @@ def _train_text(source, limit: int | None = None) -> Iterator[str]:
         block, left = block[:left], left - min(left, len(block))
         return decoder.decode(block, final=left == 0)
 
-    for block in _train_bytes(source):
-        yield take(block)
-        if not left:
-            return
+    for split, block, last in _sides(source, _Tally()):
+        if split == "train":
+            yield take(block)
+        if last or not left:  # a named validation split's rows follow the last block
+            break
     yield decoder.decode(b"", final=True)
-
-
-def _train_bytes(source) -> Iterator[bytes]:
-    """The training split's bytes in pieces: its rows joined by blank lines (data.val_by=document), or the blocks
-    ``block_split`` keeps for training."""
-    from harness.data.hf import SEPARATOR, is_val_row, row_of
-
-    if getattr(source, "by_document", False):
-        started = False
-        for i, data in enumerate(_rows(source, source.split)):
-            if not is_val_row(i, source.val_every):
-                yield (SEPARATOR if started else b"") + row_of(i, data)
-                started = True
-        return
-    val_every = sys.maxsize if source.val_split else source.val_every
-    pending, n_block = bytearray(), 0
-    for data in _rows(source, source.split):
-        pending.extend(data)
-        while len(pending) >= _Splitter.BLOCK:
-            if n_block % val_every != val_every - 1:
-                yield bytes(pending[: _Splitter.BLOCK])
-            del pending[: _Splitter.BLOCK]
-            n_block += 1
-    if n_block % val_every != val_every - 1:
-        yield bytes(pending)
 
 
 def _rows(source, split: str) -> Iterator[bytes]:
     """The split's rows joined by blank lines, one piece a row; at most ``max_bytes`` (cut at a character)."""
-    from harness.data.hf import row_pieces
-
     return row_pieces(source.texts(split), source.max_bytes)
-
-
-class _Splitter:
-    """A byte stream cut into 4 KiB blocks, every ``val_every``-th block to validation (``block_split``'s rule);
-    each split's bytes are encoded in pieces that end at a newline (``PIECE`` bytes or more) as they fill."""
-
-    BLOCK = 4096
-
-    def __init__(self, tokenizer, writers: dict[str, ShardWriter], val_every: int):
-        self.tokenizer, self.writers, self.val_every = tokenizer, writers, val_every
-        self.buffers = {"train": bytearray(), "val": bytearray()}
-        self.pending, self.n_block, self.train_hash = bytearray(), 0, hashlib.sha256()
-        self.rows = {"train": 0, "val": 0}  # rows sent whole (add_row)
-
-    def _split(self) -> str:
-        return "val" if self.n_block % self.val_every == self.val_every - 1 else "train"
-
-    def feed(self, data: bytes) -> None:
-        self.pending.extend(data)
-        while len(self.pending) >= self.BLOCK:
-            chunk = bytes(self.pending[: self.BLOCK])
-            del self.pending[: self.BLOCK]
-            self._to(self._split(), chunk)
-            self.n_block += 1
-
-    def end_blocks(self) -> None:
-        """The last, partial block to the split its index falls in (encoded by ``finish``)."""
-        split = self._split()
-        if split == "train":
-            self.train_hash.update(self.pending)
-        self.buffers[split].extend(self.pending)
-        self.pending.clear()
-
-    def add_row(self, split: str, row: bytes) -> None:
-        """A row whole to a split, after a blank line when the split has one already (data.val_by=document)."""
-        from harness.data.hf import SEPARATOR
-
-        self._to(split, (SEPARATOR if self.rows[split] else b"") + row)
-        self.rows[split] += 1
-
-    def add(self, split: str, data: bytes) -> None:
-        """Bytes straight to a split (a named validation split's rows)."""
-        self.buffers[split].extend(data)
-        if len(self.buffers[split]) >= PIECE:
-            self._flush(split)
-
-    def finish(self) -> None:
-        for split in ("train", "val"):
-            self._flush(split, final=True)
-
-    def _to(self, split: str, chunk: bytes) -> None:
-        if split == "train":
-            self.train_hash.update(chunk)
-        self.add(split, chunk)
-
-    def _flush(self, split: str, final: bool = False) -> None:
-        buf = self.buffers[split]
-        cut = len(buf) if final else buf.rfind(b"\n") + 1
-        if cut:
-            self.writers[split].write(self.tokenizer.encode(bytes(buf[:cut])), cut)
-            del buf[:cut]

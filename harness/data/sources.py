@@ -20,7 +20,6 @@ class Source(Protocol):
 
     def sizes(self) -> tuple[int, int]:
         """(training, validation) size, without reading the corpus."""
-        ...
 
     def load(self) -> Corpus:  # a TokenCorpus for pre-tokenized shards
         ...

@@ -21,8 +21,8 @@ shards record it). ``fit(corpus)`` trains or loads before the first ``encode``.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -68,13 +68,7 @@ def stream_chunks(pieces: Iterable[str], size: int = CHUNK) -> Iterator[str]:
 
 def text_chunks(text: str, size: int = CHUNK) -> list[str]:
     """``text`` cut into pieces of about ``size`` characters, each ending at a line end (or the text's end)."""
-    chunks, start = [], 0
-    while start < len(text):
-        end = text.find("\n", start + size)
-        end = len(text) if end < 0 else end + 1
-        chunks.append(text[start:end])
-        start = end
-    return chunks
+    return list(stream_chunks([text], size))
 
 
 class Subword:
@@ -86,8 +80,6 @@ class Subword:
     def __init__(self):
         self._tok = None  # tokenizers.Tokenizer, once fitted or loaded
         self._encoded: dict[bytes, np.ndarray] = {}  # the splits already encoded (train, val)
-        self._regular: Tensor | None = None
-        self._word_tables: tuple[Tensor, Tensor] | None = None
 
     # --- what the harness calls
 
@@ -128,24 +120,28 @@ class Subword:
 
     def regular_ids(self) -> Tensor:
         """The ids a random replacement draws from: every id of the vocabulary but the specials."""
-        if self._regular is None:
-            keep = torch.ones(self.tokenizer.get_vocab_size(with_added_tokens=True), dtype=torch.bool)
-            keep[self.special_ids] = False
-            self._regular = keep.nonzero().squeeze(1)
         return self._regular
+
+    @functools.cached_property
+    def _regular(self) -> Tensor:
+        keep = torch.ones(self.tokenizer.get_vocab_size(with_added_tokens=True), dtype=torch.bool)
+        keep[self.special_ids] = False
+        return keep.nonzero().squeeze(1)
 
     def word_continues(self, ids: Tensor) -> Tensor:
         """(T,) bool: token t continues the word of token t − 1 (whole-word masking)."""
-        if self._word_tables is None:
-            self._word_tables = self._tables()
         return continues_word(ids, *self._word_tables)
 
-    def _tables(self) -> tuple[Tensor, Tensor]:
+    @functools.cached_property
+    def _word_tables(self) -> tuple[Tensor, Tensor]:
         """(starts_inside, ends_inside) per id, read from each token's surface form."""
         tok, n = self.tokenizer, self.vocab_size
         starts, ends = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
         specials = set(self.special_ids)
-        prefix, byte_level = _wordpiece_prefix(tok), _is_byte_level(tok)
+        pipeline = json.loads(tok.to_str())
+        model = pipeline["model"]
+        prefix = model.get("continuing_subword_prefix", "##") if model["type"] == "WordPiece" else None
+        byte_level = any("ByteLevel" in json.dumps(pipeline.get(part)) for part in ("pre_tokenizer", "decoder"))
         for token, i in tok.get_vocab(with_added_tokens=True).items():
             if i >= n or i in specials:
                 continue
@@ -158,28 +154,13 @@ class Subword:
         return starts, ends
 
 
-def _wordpiece_prefix(tok) -> str | None:
-    model = json.loads(tok.to_str())["model"]
-    return model.get("continuing_subword_prefix", "##") if model["type"] == "WordPiece" else None
-
-
-_BYTE_DECODER: dict[str, int] | None = None
-
-
+@functools.cache
 def byte_alphabet() -> dict[str, int]:
-    """GPT-2's printable stand-in of each byte (the ByteLevel pre-tokenizer's alphabet) → the byte."""
-    global _BYTE_DECODER
-    if _BYTE_DECODER is None:
-        keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-        table, extra = {}, 0
-        for b in range(256):
-            if b in keep:
-                table[chr(b)] = b
-            else:
-                table[chr(256 + extra)] = b
-                extra += 1
-        _BYTE_DECODER = table
-    return _BYTE_DECODER
+    """GPT-2's printable stand-in of each byte (the ByteLevel pre-tokenizer's alphabet) → the byte: a printable
+    byte stands for itself, the others in order for 256, 257, …"""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in keep]
+    return {chr(b) if b in keep else chr(256 + others.index(b)): b for b in range(256)}
 
 
 def _surface(token: str, byte_level: bool) -> bytes:
@@ -189,11 +170,6 @@ def _surface(token: str, byte_level: bool) -> bytes:
     if byte_level and all(c in decoder for c in token):
         return bytes(decoder[c] for c in token)
     return token.replace("▁", " ").encode("utf-8")
-
-
-def _is_byte_level(tok) -> bool:
-    pipeline = json.loads(tok.to_str())
-    return any("ByteLevel" in json.dumps(pipeline.get(part)) for part in ("pre_tokenizer", "decoder"))
 
 
 # --------------------------------------------------------------------------- trained on the corpus
@@ -279,10 +255,9 @@ class Trained(Subword):
         else:
             self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            self._tok.save(str(tmp))
-            tmp.replace(cache)  # atomic: two runs training at once never read half a file
-            integrity.seal_file(cache)  # until it is there, the cache reads as unsealed: trained again, never trusted
+            # atomic: two runs training at once never read half a file; until its seal is there, the cache reads as
+            # unsealed: trained again, never trusted (the bytes are those Tokenizer.save writes)
+            integrity.write_bytes(cache, self._tok.to_str(pretty=True).encode("utf-8"))
         self._trained()
 
     def fit_stream(self, texts: Iterable[str]) -> None:

@@ -26,6 +26,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from harness.data.objectives import IGNORE, Task
@@ -33,7 +34,6 @@ from harness.data.tasks.blind import Blind
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
 
-FORMS = ("causal", "encoder")
 PRINTABLE = range(0x21, 0x7F)  # printable ASCII without space: one byte, one token, readable when decoded
 EVAL_SEED = 12345  # one fixed evaluation set for every run, seed and cell, so accuracies compare
 TRAIN, EVAL = 0, 1  # generator streams: an evaluation example never repeats a training example's draws
@@ -73,37 +73,14 @@ class Layout:
     extras: dict[str, int] = field(default_factory=dict)  # per-example ints (e.g. passkey depth)
 
 
-def causal_form(layout: Layout) -> dict[str, Tensor]:
-    """Teacher forcing: position t sees tokens ≤ t and is scored on token t + 1 if that is an answer."""
-    if layout.answer[0]:
-        raise ValueError("a causal layout cannot start with an answer: nothing predicts position 0")
-    labels = torch.where(layout.answer[1:], layout.tokens[1:], IGNORE)
-    return {
-        "input_ids": layout.tokens[:-1],
-        "labels": labels,
-        "key_padding_mask": torch.ones(len(labels), dtype=torch.bool),
-    }
-
-
-def encoder_form(layout: Layout, mask_id: int) -> dict[str, Tensor]:
-    """Ruoss et al. 2023's empty output slots: answers become [MASK] inputs, scored in place."""
-    inputs = torch.where(layout.answer, mask_id, layout.tokens)
-    labels = torch.where(layout.answer, layout.tokens, IGNORE)
-    return {"input_ids": inputs, "labels": labels, "key_padding_mask": torch.ones(len(labels), dtype=torch.bool)}
-
-
 def collate(examples: list[dict], pad_id: int) -> dict[str, Tensor]:
     """Right-pads variable-length examples (positions start at 0 on the left): input_ids with
     ``pad_id``, labels with -100, key_padding_mask False; integer fields become (B,) tensors."""
-    T = max(len(e["input_ids"]) for e in examples)
     fill = dict(zip(FORM_FIELDS, (pad_id, IGNORE, False), strict=True))
     batch = {}
-    for key, value in examples[0].items():
-        if key in fill:
-            out = torch.full((len(examples), T), fill[key], dtype=value.dtype)  # (B, T)
-            for row, e in zip(out, examples, strict=True):
-                row[: len(e[key])] = e[key]
-            batch[key] = out
+    for key in examples[0]:
+        if key in fill:  # (B, T)
+            batch[key] = pad_sequence([e[key] for e in examples], batch_first=True, padding_value=fill[key])
         else:
             batch[key] = torch.tensor([int(e[key]) for e in examples], dtype=torch.long)  # (B,)
     return batch
@@ -184,10 +161,9 @@ class SyntheticTask:
     files to the run. associative_recall.py is the smallest whole task to copy.
     """
 
-    forms: ClassVar[tuple[str, ...]] = FORMS
+    forms: ClassVar[tuple[str, ...]] = ("causal", "encoder")
     needs_filler: ClassVar[bool] = False  # passkey hides its key in corpus text
     scores_sequences: ClassVar[bool] = True  # exact match per sequence: val/acc, val/acc_at_<L>
-    extra_tokens: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -308,9 +284,18 @@ class SyntheticTask:
         return self.finish(self.layout(length, gen, filler), length)
 
     def finish(self, lay: Layout, length: int) -> dict:
-        """A layout in this task's form."""
-        out = causal_form(lay) if self.causal else encoder_form(lay, self.tok.mask_id)
-        return {**out, "length": length, **lay.extras}
+        """A layout in this task's form (the module docstring): causal, teacher forcing, position t sees tokens ≤ t
+        and is scored on token t + 1 if that is an answer; encoder, Ruoss et al. 2023's empty output slots, answers
+        become [MASK] inputs, scored in place."""
+        if self.causal:
+            if lay.answer[0]:
+                raise ValueError("a causal layout cannot start with an answer: nothing predicts position 0")
+            inputs, labels = lay.tokens[:-1], torch.where(lay.answer[1:], lay.tokens[1:], IGNORE)
+        else:
+            inputs = torch.where(lay.answer, self.tok.mask_id, lay.tokens)
+            labels = torch.where(lay.answer, lay.tokens, IGNORE)
+        mask = torch.ones(len(labels), dtype=torch.bool)
+        return {"input_ids": inputs, "labels": labels, "key_padding_mask": mask, "length": length, **lay.extras}
 
     def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
         """An evaluation example; a task may stratify by ``index`` (passkey spreads its depths)."""

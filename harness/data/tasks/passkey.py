@@ -68,13 +68,10 @@ class Passkey(SyntheticTask):
         self.depth_bins = depth_bins
 
     def min_length(self) -> int:
-        return self.layout_size_inverse(FIXED + MIN_FILLER)
+        return FIXED + MIN_FILLER - (1 if self.causal else 0)  # the length whose layout holds MIN_FILLER
 
     def layout_size(self, length: int) -> int:
         return length + 1 if self.causal else length  # length counts the model's tokens
-
-    def layout_size_inverse(self, n: int) -> int:
-        return n - 1 if self.causal else n
 
     def filler_size(self, length: int) -> int:
         """F: filler bytes in a ``length`` example."""
