@@ -185,8 +185,7 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
     Returns None when there is nothing to add (so a fused kernel can use is_causal).
     Shape broadcastable to (B, H, Tq, Tk); masked entries are -inf.
     """
-    has_extra = ctx.bias is not None or ctx.key_padding_mask is not None or ctx.document_ids is not None
-    if not has_extra:
+    if ctx.bias is None and ctx.key_padding_mask is None and ctx.document_ids is None:
         return None
     t_q, t_k = q.shape[-2], k.shape[-2]
     mask = q.new_zeros(1, 1, t_q, t_k) if ctx.bias is None else ctx.bias.dense(q, k).to(q.dtype)
@@ -208,15 +207,12 @@ def count_keys(t: int, ctx: AttentionContext, band: tuple[int, int], device=None
     (a causal model's padding follows its real tokens, so a real query's prefix holds no padded key)."""
     left, right = band[0], 0 if ctx.causal else band[1]
     i = torch.arange(t, device=device)
-    if ctx.document_ids is not None:  # keys of the query's own document only (model.document_mask)
-        j = i
-        seen = ((i[:, None] - j[None, :]) <= left) & ((j[None, :] - i[:, None]) <= right)  # (T, T)
-        seen = seen[None] & (ctx.document_ids[:, :, None] == ctx.document_ids[:, None, :])  # (B, T, T)
-        if ctx.key_padding_mask is not None and not ctx.causal:
-            seen = seen & ctx.key_padding_mask[:, None, :]
-        return seen.sum(-1).clamp(min=1)[:, None, :]  # (B, 1, T)
-    if ctx.key_padding_mask is None or ctx.causal:
+    real = None if ctx.causal else ctx.key_padding_mask  # (B, T): causal padding follows the real tokens
+    if ctx.document_ids is None and real is None:
         return i.clamp(max=left) + (t - 1 - i).clamp(max=right) + 1
-    j = torch.arange(t, device=device)
-    seen = ((i[:, None] - j[None, :]) <= left) & ((j[None, :] - i[:, None]) <= right)  # (T, T)
-    return (seen[None] & ctx.key_padding_mask[:, None, :]).sum(-1).clamp(min=1)[:, None, :]  # (B, 1, T)
+    seen = ((i[:, None] - i[None, :]) <= left) & ((i[None, :] - i[:, None]) <= right)  # (T, T)
+    if ctx.document_ids is not None:  # keys of the query's own document only (model.document_mask)
+        seen = seen & (ctx.document_ids[:, :, None] == ctx.document_ids[:, None, :])  # (B, T, T)
+    if real is not None:
+        seen = seen & real[:, None, :]  # (B, T, T)
+    return seen.sum(-1).clamp(min=1)[:, None, :]  # (B, 1, T)

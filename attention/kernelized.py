@@ -53,18 +53,14 @@ BAND_CHUNK = 64  # band_contract's chunk C; the dense band reaches K = ⌈d/C⌉
 ToeplitzPath = Literal["auto", "fft", "dense", "band"]
 
 
-def _fft_size(n_off: int) -> int:
-    # circular convolution of length L ≥ Tq + Tk − 1 keeps every offset −(Tk−1) … Tq−1 apart (no wrap-around)
-    return 1 << (n_off - 1).bit_length()
-
-
 def circulant_kernel(coeffs: Tensor, t_k: int) -> Tensor:
     """The first column a of the L×L circulant matrix whose top-left Tq×Tk block is the Toeplitz matrix:
     a[d mod L] = coeffs at offset d = i − j, zero elsewhere, so y_i = Σ_j a[(i − j) mod L] x_j for
     i < Tq and the output is the first Tq entries of the circular convolution (no slicing from the middle).
     coeffs: (H, Tq + Tk − 1) -> (H, L)."""
     n_off = coeffs.shape[-1]
-    gap = coeffs.new_zeros(coeffs.shape[0], _fft_size(n_off) - n_off)
+    # circular convolution of length L ≥ Tq + Tk − 1 keeps every offset −(Tk−1) … Tq−1 apart (no wrap-around)
+    gap = coeffs.new_zeros(coeffs.shape[0], (1 << (n_off - 1).bit_length()) - n_off)
     return torch.cat([coeffs[:, t_k - 1 :], gap, coeffs[:, : t_k - 1]], -1)  # offsets 0 … Tq−1, pad, −(Tk−1) … −1
 
 
@@ -338,7 +334,7 @@ class _ToeplitzContract(torch.autograd.Function):
         q_t, k_t, v_t, g_t = (t.transpose(-1, -2) for t in (q, k, v, grad))  # (B, H, ·, T)
         conj = spectrum.conj().resolve_conj()[:, None]  # (H, 1, 1, L/2 + 1): Cᵀ in frequency
         B, H, M, E = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
-        padded = _zero_padded(q_t, (B, H, min(feature_block(B, H, E, size), M), E), size)
+        padded = q_t.new_zeros(B, H, min(feature_block(B, H, E, size), M), E, size)  # (B, H, b, E, L)
         dq_t, dk_t, dv_t = q_t.new_zeros(q_t.shape), k_t.new_zeros(k_t.shape), v_t.new_zeros(v_t.shape)
         d_spec = spectrum.new_zeros(spectrum.shape[0], spectrum.shape[-1]) if ctx.needs_input_grad[3] else None
         for m, y, x_f in _blocks(k_t, v_t, spectrum, size, keep_spectrum=d_spec is not None):
@@ -360,7 +356,7 @@ def _blocks(k_t: Tensor, v_t: Tensor, spectrum: Tensor, size: int, keep_spectrum
     B, H, M, T = k_t.shape
     E = v_t.shape[2]
     block = feature_block(B, H, E, size)
-    padded = _zero_padded(k_t, (B, H, min(block, M), E), size)  # tail stays 0: no pad per FFT call
+    padded = k_t.new_zeros(B, H, min(block, M), E, size)  # written into [..., :T], tail 0: no pad per FFT call
     for m0 in range(0, M, block):
         m = slice(m0, min(M, m0 + block))
         x = padded[:, :, : m.stop - m0]
@@ -368,19 +364,6 @@ def _blocks(k_t: Tensor, v_t: Tensor, spectrum: Tensor, size: int, keep_spectrum
         x_f = torch.fft.rfft(x)  # (B, H, b, E, L/2 + 1)
         y = torch.fft.irfft(x_f * spectrum[:, None] if keep_spectrum else x_f.mul_(spectrum[:, None]), n=size)
         yield m, y[..., :T], (x_f if keep_spectrum else None)
-
-
-def _zero_padded(like: Tensor, lead: tuple[int, ...], size: int) -> Tensor:
-    return like.new_zeros(*lead, size)  # (..., L): signals written into [..., :T], zeros after
-
-
-def linear_contract(q: Tensor, k: Tensor, v: Tensor, causal: bool, coeffs: Tensor | None) -> Tensor:
-    """Σ_j c_ij (q_iᵀ k_j) v_j for the three kinds of c (see module docstring). -> (B, H, T, E)."""
-    if coeffs is not None:  # causality is already in the coefficients
-        return toeplitz_contract(q, k, v, coeffs)
-    if causal:
-        return causal_linear_contract(q, k, v)
-    return q @ (k.transpose(-1, -2) @ v)  # (B, H, T, M) @ (B, H, M, E)
 
 
 @dataclass(frozen=True)
@@ -431,7 +414,7 @@ def kernelized_attention(
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
     elif causal:
-        num, den = _num_den(f, v, lambda q, k, x: linear_contract(q, k, x, causal, None))
+        num, den = _num_den(f, v, causal_linear_contract)
     elif f.q_num is f.q and f.k_num is f.k:  # Eq. 6 with a column of ones on v: the denominator rides along
         # (Σ_j φ(k_j) as its own product is a matrix-vector forward and an outer-product backward, both far
         # below the matmul rate)
@@ -495,11 +478,11 @@ class KernelizedAttention(AttentionVariant):
             # differently ("view size is not compatible" at run time, attn=linear); inductor fuses the copies
             p = replace(p, q=p.q.contiguous(), k=p.k.contiguous())
         f = self.features(p)  # (B, H, T, M) each
-        coeffs = far = None
-        if bias is not None:  # relative (accepts_bias): a per-offset table, maybe with its far field
-            coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, p.ctx.causal)
-            far = bias.far
-        return kernelized_attention(f, v, p.ctx.causal, coeffs, far=far)  # (B, H, T, D)
+        if bias is None:
+            return kernelized_attention(f, v, p.ctx.causal)  # (B, H, T, D)
+        # relative (accepts_bias): a per-offset table, maybe with its far field
+        coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, p.ctx.causal)
+        return kernelized_attention(f, v, p.ctx.causal, coeffs, far=bias.far)  # (B, H, T, D)
 
     def weights(self, p: Positioned) -> Tensor:
         """w_ij = c_ij φ_num(q_i)ᵀφ_num(k_j) / Σ_j c_ij φ(q_i)ᵀφ(k_j) (Katharopoulos et al. 2020, Eq. 4), with
@@ -527,14 +510,13 @@ class KernelizedAttention(AttentionVariant):
         phi_q, phi_k = self.feature_map(q, is_query=True), self.feature_map(k, is_query=False)  # (B, H, T, M)
         if padded is not None:
             phi_k = phi_k.masked_fill(padded, 0.0)
-        f = Features(phi_q, phi_k, phi_q, phi_k)
-        if p.rotary is not None:
-            at_width = getattr(p.rotary, "at_width", None)
-            if at_width is None:
-                raise ConfigError(
-                    f"rope_mode=numerator needs a rotation that can act on {phi_q.shape[-1]}-wide "
-                    "features (at_width); use rope_mode=pre_feature with this positional scheme"
-                )
-            rotation = at_width(phi_q.shape[-1])
-            f = replace(f, q_num=rotation.rotate_q(phi_q), k_num=rotation.rotate_k(phi_k))
-        return f
+        if p.rotary is None:
+            return Features(phi_q, phi_k, phi_q, phi_k)
+        at_width = getattr(p.rotary, "at_width", None)
+        if at_width is None:
+            raise ConfigError(
+                f"rope_mode=numerator needs a rotation that can act on {phi_q.shape[-1]}-wide "
+                "features (at_width); use rope_mode=pre_feature with this positional scheme"
+            )
+        rotation = at_width(phi_q.shape[-1])
+        return Features(phi_q, phi_k, rotation.rotate_q(phi_q), rotation.rotate_k(phi_k))

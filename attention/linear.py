@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.kernelized import KernelizedAttention, RopeMode
-from positional.base import Shape
+from attention.kernelized import KernelizedAttention
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
@@ -20,8 +19,5 @@ def elu_feature_map(x: Tensor) -> Tensor:
 
 
 class Linear(KernelizedAttention):
-    def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
-        super().__init__(shape, rope_mode)
-
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         return elu_feature_map(x)  # (B, H, T, D)

@@ -176,17 +176,6 @@ BACKENDS: dict[str, Backend] = {"sdpa": sdpa_attention, "math": math_attention, 
 PROBE_DEVICE = "cuda"  # where the xformers probe runs (a test points it at a fake)
 
 
-def installed_versions() -> str:
-    """xformers / torch / CUDA as installed here, for the refusal message."""
-    try:
-        import xformers
-
-        xf = f"xformers {getattr(xformers, '__version__', '?')}"
-    except ImportError:
-        xf = "xformers not installed"
-    return f"{xf}, torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
-
-
 @functools.cache
 def xformers_problem() -> str | None:
     """Why xformers cannot run here, or None: a CUDA device, an importable xformers, and a tiny real
@@ -212,8 +201,15 @@ def require_xformers() -> None:
     """Refuse attn.backend=xformers at construction, in one line, when it cannot run here."""
     problem = xformers_problem()
     if problem:
+        try:  # the versions installed here, for the message
+            import xformers
+
+            xf = f"xformers {getattr(xformers, '__version__', '?')}"
+        except ImportError:
+            xf = "xformers not installed"
         raise ConfigError(
-            f"backend=xformers cannot run here: {problem} [{installed_versions()}]; install "
+            f"backend=xformers cannot run here: {problem} [{xf}, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda or 'none'}]; install "
             "an xformers build for this torch and CUDA (python -m xformers.info shows what one was "
             "built for) or use backend=sdpa"
         )

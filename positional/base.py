@@ -240,8 +240,16 @@ class PositionalScheme(nn.Module):
             )
         if shape.sampling is not None:
             check_sampling(type(self), shape, True, shape.sampling.max_position, shape.sampling.eval_positions)
-        if shape.restart_positions:
-            _check_restart(type(self), self.randomize)
+        if shape.restart_positions and self.restart_refusal:  # this scheme cannot take positions per row
+            raise IncompatiblePairing(
+                f"incompatible pairing: model.restart_positions=true with pos={self.config_name()}: "
+                f"{self.restart_refusal}; set model.restart_positions=false or use another pos"
+            )
+        if shape.restart_positions and self.randomize:
+            raise ConfigError(
+                "model.restart_positions=true with pos.randomize=true: randomized positions are drawn once "
+                "per window, not per document; drop one of the two"
+            )
         if (self.randomize or shape.restart_positions) and self.bias_kind == "relative":
             self.bias_kind = "positional"  # c[p_i − p_j] over sampled or restarted p is no Toeplitz matrix in (i, j)
         self._eval_draws = torch.Generator().manual_seed(EVAL_SEED)  # CPU, like the training draws
@@ -369,20 +377,6 @@ class PositionalScheme(nn.Module):
     def artifacts(self) -> dict[str, str]:
         """Files (name -> text) attached to the MLflow run when training ends."""
         return {}
-
-
-def _check_restart(cls: type[PositionalScheme], randomize: bool) -> None:
-    """model.restart_positions=true: refused where this scheme cannot take positions per row."""
-    if cls.restart_refusal:
-        raise IncompatiblePairing(
-            f"incompatible pairing: model.restart_positions=true with pos={cls.config_name()}: "
-            f"{cls.restart_refusal}; set model.restart_positions=false or use another pos"
-        )
-    if randomize:
-        raise ConfigError(
-            "model.restart_positions=true with pos.randomize=true: randomized positions are drawn once "
-            "per window, not per document; drop one of the two"
-        )
 
 
 def check_sampling(

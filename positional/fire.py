@@ -101,8 +101,8 @@ class Fire(PositionalScheme):
         at = layer if self.per_layer else 0
         c, threshold, mlp = self.c[at].abs(), (self.L_multiplier[at] * self.init_L).abs(), self.mlps[at]
         x = fire_inputs(positions, c, threshold, self.shape.causal, self.eps)  # (T, T) or (B, T, T), fp32 or wider
-        bias = mlp(x.unsqueeze(-1).to(next(mlp.parameters()).dtype))  # (…, T, T, H); the first Linear's dtype
-        bias = bias.movedim(-1, -3)  # (…, H, T, T)
+        # (…, T, T, H) in the first Linear's dtype, moved to (…, H, T, T)
+        bias = mlp(x.unsqueeze(-1).to(next(mlp.parameters()).dtype)).movedim(-1, -3)
         return PositionalBias(bias if bias.dim() == 4 else bias.unsqueeze(0))  # (1 or B, H, T, T)
 
     @torch.no_grad()

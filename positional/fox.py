@@ -82,8 +82,7 @@ class ForgetGateBias(LogitBias):
             raise RuntimeError("a forget-gate bias reads the layer input: call for_input(x) first (the model does)")
         if self.causal:
             return forget_bias(self.log_f)
-        forward, backward = self.log_f.chunk(2, dim=1)  # (B, H, T) each
-        return two_way_forget_bias(forward, backward)
+        return two_way_forget_bias(*self.log_f.chunk(2, dim=1))  # the forward, then the backward gates: (B, H, T) each
 
 
 class ForgettingTransformer(PositionalScheme):

@@ -70,8 +70,8 @@ class Kerple(PositionalScheme):
         return super().logit_biases(positions, n_layers)
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
-        offsets = self.offsets(positions)  # (2S−1,) p_i − p_j; S = T unless randomized
-        distance = offsets.abs().to(self.r1.dtype)  # causal: the future is masked, its entries unused
+        # (2S−1,) |p_i − p_j|; S = T unless randomized. Causal: the future is masked, its entries unused
+        distance = self.offsets(positions).abs().to(self.r1.dtype)
         at = layer if self.per_layer else 0
         table = KERNELS[self.variant](distance, self.r1[at], self.r2[at])  # (H, 2S−1)
         return bias_over_offsets(table, positions)

@@ -72,12 +72,10 @@ class PolarRotary(Rotary):
         return self._cast[dtype]
 
     def rotate_q(self, x: Tensor) -> Tensor:
-        cos, sin, _, _ = self._tables(x.dtype)
-        return polar_features(x, cos, sin)  # (B, H, T, 2D)
+        return polar_features(x, *self._tables(x.dtype)[:2])  # (B, H, T, 2D): √2·cos tθ, √2·sin tθ
 
     def rotate_k(self, x: Tensor) -> Tensor:
-        _, _, cos, sin = self._tables(x.dtype)
-        return polar_features(x, cos, sin)  # (B, H, T, 2D)
+        return polar_features(x, *self._tables(x.dtype)[2:])  # (B, H, T, 2D): cos(sθ + δ), sin(sθ + δ)
 
     def rotate(self, x: Tensor) -> Tensor:
         raise TypeError("PoPE maps queries and keys differently (the key's phase carries δ): use rotate_q / rotate_k")

@@ -129,13 +129,9 @@ def _turn_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, turn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
     # trainable θ: autograd differentiates the angles too; under torch.compile (model.compile=true): plain
     # ops, which inductor fuses, since dynamo cannot trace the eager kernels' out= views and complex views
-    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
-        return _differentiable_turn(x, cos, sin, turn)
-    return _Rotate.apply(x, cos, sin, turn)
-
-
-def _differentiable_turn(x: Tensor, cos: Tensor, sin: Tensor, turn) -> Tensor:
-    """The same maps in plain autograd-visible ops, for angles that need gradients."""
+    if not (cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling()):
+        return _Rotate.apply(x, cos, sin, turn)
+    # the same maps in plain autograd-visible ops
     if turn is _turn_halves:
         x1, x2 = x.chunk(2, dim=-1)  # (..., T, R/2) each
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -305,13 +301,13 @@ class Rope(PositionalScheme):
     def _rotation(self, positions: Tensor, width: int) -> Rotation:
         theta = self.theta_at(rotated_width(width, self.fraction))
         # length scaling changes evaluation only (and a fine-tune under ``rescaled``); training sees plain angles
-        f = (
-            ScaledFrequencies(theta, 1.0)
-            if self.training and not self.scale_in_training
-            else self.scaling.frequencies(theta, self._length(positions))
-        )
-        s = f.attention_scale
-        cos, sin = self._cos_sin(positions, f.inv_freq, s)  # (T, R/2) each
+        if self.training and not self.scale_in_training:
+            f = ScaledFrequencies(theta, 1.0)
+        else:  # at T = the largest position + 1, which dynamic_ntk and longrope read: the count of positions
+            # 0 … T−1 (restarted per document: T too), so no value is read, except for a sorted sample
+            # (pos.randomize=true): a fine-tune under ``rescaled``, or evaluation at pos.eval_positions=sampled
+            f = self.scaling.frequencies(theta, int(positions[-1]) + 1 if self.sampling else positions.shape[-1])
+        cos, sin = self._cos_sin(positions, f.inv_freq, f.attention_scale)  # (T, R/2) each
         return Rotation(
             cos,
             sin,
@@ -320,12 +316,6 @@ class Rope(PositionalScheme):
             heads=self.rotate_heads,
             at_width=lambda w: self._rotation(positions, w),
         )
-
-    def _length(self, positions: Tensor) -> int:
-        """T = the largest position + 1, which dynamic_ntk and longrope read: the count of positions 0 … T−1, so
-        no value is read, except for a sorted sample (pos.randomize=true) under a scaling: a fine-tune under
-        ``rescaled``, or evaluation at sampled positions (pos.eval_positions=sampled)."""
-        return int(positions[-1]) + 1 if self.sampling else positions.shape[-1]  # restarted per document: T too
 
     def _cos_sin(self, positions: Tensor, inv_freq: Tensor, s: float) -> tuple[Tensor, Tensor]:
         """s·cos, s·sin of m·θ, built once per length and reused by later forwards while the positions are this

@@ -54,7 +54,6 @@ class RopeTrainable(Rope):
 
     @torch.no_grad()
     def artifacts(self) -> dict[str, str]:
-        rows = ["i,theta0,theta_final,ratio"]
-        for i, (t0, t) in enumerate(zip(self.theta0.tolist(), self.inv_freq.tolist(), strict=True)):
-            rows.append(f"{i},{t0:.10g},{t:.10g},{t / t0:.10g}")
+        pairs = enumerate(zip(self.theta0.tolist(), self.inv_freq.tolist(), strict=True))
+        rows = ["i,theta0,theta_final,ratio", *(f"{i},{t0:.10g},{t:.10g},{t / t0:.10g}" for i, (t0, t) in pairs)]
         return {"theta.csv": "\n".join(rows) + "\n"}

@@ -76,8 +76,10 @@ class T5Bias(PositionalScheme):
         self.bias = nn.Parameter(torch.randn(n_tables, shape.n_heads, num_buckets) * init_std)  # (L or 1, H, NB)
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
-        offsets = self.offsets(positions)  # (2S−1,) p_i − p_j; S = T unless randomized
-        buckets = relative_position_bucket(-offsets, not self.shape.causal, self.num_buckets, self.max_distance)
+        # over the offsets p_i − p_j, (2S−1,); S = T unless randomized
+        buckets = relative_position_bucket(
+            -self.offsets(positions), not self.shape.causal, self.num_buckets, self.max_distance
+        )
         table = self.bias[layer if self.per_layer else 0]  # (H, NB)
         # from max_distance on, each direction has one bucket (relative_position_bucket): constant
         far = FarField(self.max_distance, table.new_zeros(2, table.shape[0]).detach())

@@ -55,7 +55,7 @@ def heatmap(grid: np.ndarray, title: list[str]) -> bytes:
     ax.set(xlabel="head", ylabel="layer")
     fig.colorbar(image, ax=ax)
     fig.suptitle("\n".join(title), fontsize=9)
-    return _png(fig)
+    return png(fig)
 
 
 def by_offset(diag, T: int, note: list[str]) -> bytes:
@@ -72,7 +72,7 @@ def by_offset(diag, T: int, note: list[str]) -> bytes:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.suptitle("\n".join(["Attention weight by relative offset (mean over queries and heads)", *note]), fontsize=9)
-    return _png(fig)
+    return png(fig)
 
 
 def maps(diag, note: list[str]) -> bytes:
@@ -97,10 +97,10 @@ def maps(diag, note: list[str]) -> bytes:
         ),
         fontsize=9,
     )
-    return _png(fig)
+    return png(fig)
 
 
-def _png(fig: Figure) -> bytes:
+def png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     return buffer.getvalue()

@@ -90,17 +90,12 @@ def attention_stats(w: Tensor, queries: Tensor | None = None) -> AttentionStats:
     by_offset = w.new_zeros(H, 2 * T - 1).index_add_(1, column, w.sum(0).flatten(1))  # (H, 2T − 1)
     per_pair = counted.sum(0)[:, None].expand(T, T).flatten().double()  # counted queries at (i, ·)
     return AttentionStats(
-        distance=_per_head(w * offset.abs()),
-        entropy=-_per_head(torch.xlogy(w, w)),
+        distance=(w * offset.abs()).sum(-1).sum((0, 2)),  # Σ over keys, then over batch and queries: (H,)
+        entropy=-torch.xlogy(w, w).sum(-1).sum((0, 2)),
         queries=counted.sum().double(),
         by_offset=by_offset,
         pairs=w.new_zeros(2 * T - 1).index_add_(0, column, per_pair),
     )
-
-
-def _per_head(x: Tensor) -> Tensor:
-    """Σ over keys, then over batch and queries: (B, H, T, T) -> (H,)."""
-    return x.sum(-1).sum((0, 2))
 
 
 @dataclass
@@ -121,11 +116,9 @@ class Diagnostics:
 
     def metrics(self) -> dict[str, float]:
         """``diag/mean_distance`` (tokens) and ``diag/entropy`` (nats), averaged over layers and heads."""
-        distance = torch.stack([s.mean_distance for s in self.measured()])  # (L, H)
-        entropy = torch.stack([s.mean_entropy for s in self.measured()])
-        return {
-            "diag/mean_distance": float(distance.mean()),
-            "diag/entropy": float(entropy.mean()),
+        return {  # each the mean of an (L, H) stack
+            "diag/mean_distance": float(torch.stack([s.mean_distance for s in self.measured()]).mean()),
+            "diag/entropy": float(torch.stack([s.mean_entropy for s in self.measured()]).mean()),
             "diag/weights_error": self.weights_error,
         }
 
@@ -139,23 +132,32 @@ class Diagnostics:
         }
 
     def stats_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(["layer", "head", "mean_distance", "entropy", "queries"])
-        for layer, s in enumerate(self.measured()):
-            for head, (d, e) in enumerate(zip(s.mean_distance.tolist(), s.mean_entropy.tolist(), strict=True)):
-                writer.writerow([layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)])
-        return out.getvalue()
+        return _csv(
+            ["layer", "head", "mean_distance", "entropy", "queries"],
+            (
+                [layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)]
+                for layer, s in enumerate(self.measured())
+                for head, (d, e) in enumerate(zip(s.mean_distance.tolist(), s.mean_entropy.tolist(), strict=True))
+            ),
+        )
 
     def offsets_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(["layer", "head", "offset", "mean_weight"])
-        for layer, s in enumerate(self.measured()):
-            T = (s.pairs.numel() + 1) // 2
-            for head, row in enumerate(s.offset_profile.tolist()):
-                writer.writerows([layer, head, o - (T - 1), f"{x:.6g}"] for o, x in enumerate(row) if not math.isnan(x))
-        return out.getvalue()
+        return _csv(  # column o of a profile over 2T − 1 offsets holds offset o − (T − 1)
+            ["layer", "head", "offset", "mean_weight"],
+            (
+                [layer, head, o - s.pairs.numel() // 2, f"{x:.6g}"]
+                for layer, s in enumerate(self.measured())
+                for head, row in enumerate(s.offset_profile.tolist())
+                for o, x in enumerate(row)
+                if not math.isnan(x)
+            ),
+        )
+
+
+def _csv(header: list[str], rows) -> str:
+    out = io.StringIO()
+    csv.writer(out).writerows([header, *rows])
+    return out.getvalue()
 
 
 def attention_diagnostics(model, loader, windows: int = WINDOWS) -> Diagnostics:

@@ -125,7 +125,7 @@ def score_windows(module, windows, batch_size: int) -> WindowScores:
     count: Tensor | None = None
     with torch.no_grad():
         for batch in DataLoader(windows, batch_size=batch_size):
-            losses, scored = module.token_losses(on_device(batch, module.device))  # (B, T)
+            losses, scored, _ = module.token_losses(on_device(batch, module.device))  # (B, T)
             loss_sum = losses.double().sum(0).cpu() + (0 if loss_sum is None else loss_sum)  # (T,)
             count = scored.double().sum(0).cpu() + (0 if count is None else count)
     if loss_sum is None or count is None:

@@ -15,7 +15,6 @@ non-overlapping windows' loss in ``eval.position_buckets`` buckets of position),
 
 from __future__ import annotations
 
-import io
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from harness.data.loaders import on_device
+from harness.model.attention_figures import png
 from harness.model.evaluate import LengthResults, WindowScores, evaluate_lengths, length_metrics
 
 
@@ -59,10 +59,11 @@ class Extrapolation:
         return self.conditions[""].skipped
 
     def metrics(self, bytes_per_token: float | None) -> dict[str, float]:
-        out = {}
-        for prefix, results in self.conditions.items():
-            out.update(length_metrics(results, bytes_per_token, prefix))
-        return out
+        return {
+            key: value
+            for prefix, results in self.conditions.items()
+            for key, value in length_metrics(results, bytes_per_token, prefix).items()
+        }
 
     def files(self, n_buckets: int) -> dict[str, bytes]:
         rows = [
@@ -161,7 +162,7 @@ def by_length_png(conditions: dict[str, LengthResults]) -> bytes:
         title="One trained model under each length scaling",
     )
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def by_position_png(rows: list[tuple[str, int, Bucket]]) -> bytes:
@@ -178,10 +179,4 @@ def by_position_png(rows: list[tuple[str, int, Bucket]]) -> bytes:
         ax.legend(fontsize=7)
     for ax in axes[len(names) :]:
         ax.set_visible(False)
-    return _png(fig)
-
-
-def _png(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    return png(fig)

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from torch import Tensor, nn
@@ -172,12 +173,7 @@ def layer_names(unit: Sequence[str], n_layers: int, key: str = "pos.layers") -> 
 
 def pattern_label(unit: Sequence[str]) -> str:
     """The name of a pattern: its unit with runs written name×count, joined by +, e.g. ``rope×3+none``."""
-    runs: list[list] = []
-    for name in unit:
-        if runs and runs[-1][0] == name:
-            runs[-1][1] += 1
-        else:
-            runs.append([name, 1])
+    runs = [(name, len(list(run))) for name, run in groupby(unit)]
     return "+".join(name if count == 1 else f"{name}×{count}" for name, count in runs)
 
 
@@ -185,7 +181,9 @@ def unit_of_label(label: str) -> tuple[str, ...]:
     """The unit a pattern's name spells (``pattern_label``'s inverse; ``*`` may stand for ``×``): ``rope×3+none``
     -> (rope, rope, rope, none). A plain option name is a unit of one."""
     unit: list[str] = []
-    for part in _split_runs(label):
+    # split at the + between its runs, not at one inside an entry's settings
+    parts = re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")
+    for part in (p.replace("\0", "+") for p in parts):
         name, times, count = part.replace("*", "×").partition("×")
         if not name or (times and not (count.isdigit() and int(count) > 0)):
             raise ConfigError(
@@ -194,10 +192,3 @@ def unit_of_label(label: str) -> tuple[str, ...]:
             )
         unit += [name] * (int(count) if count else 1)
     return tuple(unit)
-
-
-def _split_runs(label: str) -> list[str]:
-    """A pattern's name split at the + between its runs (not at one inside an entry's settings)."""
-    return [
-        p.replace("\0", "+") for p in re.sub(r"\([^)]*\)", lambda m: m.group(0).replace("+", "\0"), label).split("+")
-    ]

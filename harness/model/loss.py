@@ -32,16 +32,10 @@ def summed_cross_entropy(
     """Σ over scored tokens of −log softmax(h Wᵀ + b)[label]: h (N, C), weight (V, C), bias (V,) or None,
     labels (N,) with ``ignore_index`` where nothing is scored. Equal to ``F.cross_entropy(F.linear(h, weight,
     bias).float(), labels, ignore_index=ignore_index, reduction="sum")`` without the (N, V) logits."""
-    dtype = _compute_dtype(h)
-    return _ChunkedCrossEntropy.apply(h, weight, bias, labels, chunk, ignore_index, dtype)
-
-
-def _compute_dtype(h: Tensor) -> torch.dtype:
-    """The dtype autocast would give ``F.linear`` here (its own, when it is on), else h's."""
     device = h.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return h.dtype
+    # the dtype autocast would give ``F.linear`` here (its own, when it is on), else h's
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+    return _ChunkedCrossEntropy.apply(h, weight, bias, labels, chunk, ignore_index, dtype)
 
 
 def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype) -> Tensor:

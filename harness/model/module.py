@@ -67,12 +67,8 @@ class LanguageModel(L.LightningModule):
         loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
         return loss, n, out
 
-    def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each."""
-        losses, scored, _ = self._token_losses(batch)
-        return losses, scored
-
-    def _token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each; the logits."""
         logits = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
         wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, float64 kept
         losses = F.cross_entropy(wide.transpose(1, 2), batch["labels"], ignore_index=IGNORE, reduction="none")
@@ -87,10 +83,9 @@ class LanguageModel(L.LightningModule):
             return loss, n
         n = (batch["labels"] != IGNORE).sum()
         h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
-        loss = summed_cross_entropy(
+        return summed_cross_entropy(
             h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(), chunk, IGNORE
-        )
-        return loss, n
+        ), n
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss_sum, n = self._loss_sum(batch)
@@ -133,7 +128,7 @@ class LanguageModel(L.LightningModule):
         ``model.loss_chunk`` on text, whose windows are scored one at a time without them)."""
         labels, chunk = batch["labels"], self.model.cfg.loss_chunk
         if chunk is None or self.scores_sequences:
-            losses, scored, logits = self._token_losses(batch)
+            losses, scored, logits = self.token_losses(batch)
             return losses.double().sum(1), scored.sum(1), logits
         h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
         head = self.model.output_layer()

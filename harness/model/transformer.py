@@ -239,9 +239,10 @@ class Transformer(nn.Module):
 
     def diagnostics(self) -> dict[str, float]:
         """What the scheme and the first layer's variant report about themselves."""
-        pos = {f"pos/{k}": v for k, v in self.pos.diagnostics().items()}
-        attn = {f"attn/{k}": v for k, v in self.variants[0].diagnostics().items()}
-        return {**pos, **attn}
+        return {
+            **{f"pos/{k}": v for k, v in self.pos.diagnostics().items()},
+            **{f"attn/{k}": v for k, v in self.variants[0].diagnostics().items()},
+        }
 
     def layers(self) -> list[tuple[PositionalScheme, AttentionVariant]]:
         """Each layer's (positional scheme, attention variant): a pattern's own scheme for its layer."""
