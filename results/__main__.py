@@ -18,7 +18,7 @@ from harness.config.spec import ReportSettings
 from harness.errors import ConfigError, OneLineParser, said_write_failure
 from harness.paths import CONF, project_root
 from harness.ranges import field_hints
-from harness.record.preflight import number
+from harness.record.preflight import number, output_dir
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 def report_command(args) -> int:
     from harness.integrity import report_folder
     from results.cells import MIN_ORDER_GAIN
-    from results.store import find_sweep, generate, open_store, writable_out
+    from results.store import find_sweep, generate, open_store
 
-    out = writable_out(args.out)
+    out = output_dir(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
     gain = MIN_ORDER_GAIN if args.min_order_gain is None else args.min_order_gain
@@ -110,9 +110,9 @@ def report_command(args) -> int:
 def tune_command(args) -> int:
     from harness.integrity import report_folder
     from results import tune
-    from results.store import find_sweep, open_store, writable_out
+    from results.store import find_sweep, open_store
 
-    out = writable_out(args.out)
+    out = output_dir(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
     root = project_root()
@@ -144,7 +144,6 @@ def index_command(args) -> int:
 
 def paper_command(args) -> int:
     from results.paper import main as paper_main
-    from results.store import writable_out
 
     # paper presets state a claim; a tuning preset (experiment=tune_lr) has none: `python -m results tune`
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
@@ -160,7 +159,7 @@ def paper_command(args) -> int:
                 f"{', '.join(scales)} (several comma-separated for a sweep over scale)"
             )
     axis = "_scales" if "," in args.scale else ""  # a scale sweep's report beside the preset's own
-    args.out = writable_out(args.out or project_root() / "results" / f"{args.preset}{axis}")
+    args.out = output_dir(args.out or project_root() / "results" / f"{args.preset}{axis}")
     return paper_main(args)
 
 

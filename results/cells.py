@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -93,10 +94,6 @@ class Cell:
         return self.metrics.get("val/bpc")
 
     @property
-    def token_acc(self) -> float | None:
-        return self.metrics.get("val/token_acc")
-
-    @property
     def attn_distance(self) -> float | None:
         return self.metrics.get("diag/mean_distance")  # diagnostics=true: tokens
 
@@ -173,12 +170,8 @@ class Group:
 
     @property
     def status(self) -> str:
-        counts: dict[str, int] = {}
-        for c in self.cells:
-            counts[c.status] = counts.get(c.status, 0) + 1
-        if len(counts) == 1:
-            return next(iter(counts))
-        return ", ".join(f"{n} {s}" for s, n in counts.items())
+        counts = Counter(c.status for c in self.cells)  # in the order first seen
+        return next(iter(counts)) if len(counts) == 1 else ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
 def mean_std(values: list[float]) -> Stat:
@@ -198,8 +191,7 @@ def steps_to_target(val: list[tuple[int, float]], target: float) -> int | None:
 
 def default_target(cells: list[Cell]) -> float | None:
     """The worst finished cell's final val loss: every finished cell reaches it."""
-    finals = [c.final_loss for c in cells if c.finished and c.final_loss is not None]
-    return max(finals) if finals else None
+    return max((c.final_loss for c in cells if c.finished and c.final_loss is not None), default=None)
 
 
 def group_cells(cells: list[Cell], target: float | None) -> list[Group]:

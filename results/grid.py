@@ -30,16 +30,13 @@ def _finals(cells) -> dict[tuple[str, str], list[float]]:
 
 def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:
     """(pos, attn) -> (Δ, CI low, CI high, n) against pos=none with the same attn; None without an interval."""
-
     finals = _finals(cells)
-    out = {}
-    for (pos, attn), xs in finals.items():
-        if pos == BASELINE:
-            continue
-        base = finals.get((BASELINE, attn), [])
-        ci = welch_interval(xs, base) if base else None
-        out[(pos, attn)] = (*ci, len(xs)) if ci is not None else None
-    return out
+    cis = {
+        (pos, attn): welch_interval(xs, finals[(BASELINE, attn)]) if (BASELINE, attn) in finals else None
+        for (pos, attn), xs in finals.items()
+        if pos != BASELINE
+    }
+    return {key: (*ci, len(finals[key])) if ci is not None else None for key, ci in cis.items()}
 
 
 def decisions(
@@ -125,7 +122,7 @@ def grid_section(client, cells, out: Path) -> list[str]:
                 shown_p = f" p={p:.1g}" if p is not None else ""
                 row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]{shown_p} {mark} (n={n})")
         lines.append(f"| {pos} | " + " | ".join(row) + " |")
-    shown = [v for v in d.values() if v is not None]
+    shown = {key: v for key, v in d.items() if v is not None}  # the cells with an interval
     better = sum(mark == "better" for _, mark in decided.values())
     worse = sum(mark == "worse" for _, mark in decided.values())
     premature = sum(mark == "premature" for _, mark in decided.values())
@@ -148,12 +145,10 @@ def grid_section(client, cells, out: Path) -> list[str]:
         "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |",
         "|---|" + "---|" * len(attns),
     ]
-    for pos in [BASELINE, *poss]:
-        lines.append(
-            f"| {pos} | "
-            + " | ".join("refused" if (pos, a) in refused else what.get((pos, a), "—") for a in attns)
-            + " |"
-        )
+    lines += [
+        f"| {pos} | " + " | ".join("refused" if (pos, a) in refused else what.get((pos, a), "—") for a in attns) + " |"
+        for pos in [BASELINE, *poss]
+    ]
     lines += [
         "",
         f"{len(what) - len(unready)} of {len(what)} trained cells use word order or cannot "
@@ -162,28 +157,27 @@ def grid_section(client, cells, out: Path) -> list[str]:
         + ".",
         "",
     ]
-    for reason in sorted(set(refused.values())):
-        cells_refused = ", ".join(f"{p}×{a}" for (p, a), r in refused.items() if r == reason)
-        lines.append(f"Refused ({cells_refused}): {reason}")
+    lines += [
+        f"Refused ({', '.join(f'{p}×{a}' for (p, a), r in refused.items() if r == reason)}): {reason}"
+        for reason in sorted(set(refused.values()))
+    ]
 
     grid = np.full((len(poss), len(attns)), np.nan)
-    for (pos, attn), v in d.items():
-        if v is not None:
-            grid[poss.index(pos), attns.index(attn)] = v[0]
+    for (pos, attn), v in shown.items():
+        grid[poss.index(pos), attns.index(attn)] = v[0]
     span = float(np.nanmax(np.abs(grid))) if not np.isnan(grid).all() else 1.0
     fig, ax = plt.subplots(figsize=(2.4 * len(attns) + 3, 0.7 * len(poss) + 2.2), layout="constrained")
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="lightgrey")  # blue: lower loss than none
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-span, vmax=span, aspect="auto")
-    for (pos, attn), v in d.items():
-        if v is not None:
-            ax.text(
-                attns.index(attn),
-                poss.index(pos),
-                f"{v[0]:+.3f}\n{decided.get((pos, attn), (0, '≈'))[1]}",
-                ha="center",
-                va="center",
-                fontsize=9,
-            )
+    for (pos, attn), v in shown.items():
+        ax.text(
+            attns.index(attn),
+            poss.index(pos),
+            f"{v[0]:+.3f}\n{decided.get((pos, attn), (0, '≈'))[1]}",
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
     for pos, attn in refused:
         if pos in poss:
             ax.text(attns.index(attn), poss.index(pos), "refused", ha="center", va="center", fontsize=9)

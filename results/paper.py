@@ -82,8 +82,7 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
     A claim's ``comparisons`` decide its verdict; its optional ``also`` list holds secondary
     comparisons (e.g. a second paper's claim on the same runs) that are reported beside it."""
     outcome = _compare(comparison, values)
-    arms = [comparison.get(k) for k in ARM_KEYS]
-    why = [f"{arm}: {(unready or {})[arm]}" for arm in arms if arm in (unready or {})]
+    why = [f"{arm}: {unready[arm]}" for arm in (comparison.get(k) for k in ARM_KEYS) if unready and arm in unready]
     if why:
         return Outcome(f"{outcome.text} [{'; '.join(why)}]", "premature")
     return outcome
@@ -278,12 +277,8 @@ def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]
     unready: dict[str, str] = {}
     for comparison in comparisons:
         metric = in_distribution_metric(str(comparison["metric"]))
-        for arm in (comparison.get(k) for k in ARM_KEYS):
-            if not arm:  # a side this comparison does not have
-                continue
-            members = [c for c in cells if c.finished and in_arm(c, arm)]
-            why = _unready(members, min_gain, metric)
-            if why:
+        for arm in (comparison[k] for k in ARM_KEYS if comparison.get(k)):  # the sides this comparison has
+            if why := _unready([c for c in cells if c.finished and in_arm(c, arm)], min_gain, metric):
                 unready[arm] = why
     return unready
 
@@ -315,8 +310,11 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
     for comparison in comparisons:
         if "lower_than_metric" in comparison:  # two metrics of the same cells: keyed by metric, pairs kept together
             metrics = (comparison["metric"], comparison["lower_than_metric"])
-            members = [c for c in cells if c.finished and in_arm(c, comparison["cell"])]
-            pairs = [tuple(_final(client, c, m) for m in metrics) for c in members]
+            pairs = [
+                tuple(_final(client, c, m) for m in metrics)
+                for c in cells
+                if c.finished and in_arm(c, comparison["cell"])
+            ]
             pairs = [p for p in pairs if None not in p]
             values.update({m: [p[i] for p in pairs] for i, m in enumerate(metrics)})
             continue
@@ -327,8 +325,9 @@ def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]
             metric = (
                 comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else comparison["metric"]
             )
-            members = [c for c in cells if c.finished and in_arm(c, arm)]
-            finals = (_final(client, c, metric, comparison.get("minus")) for c in members)
+            finals = (
+                _final(client, c, metric, comparison.get("minus")) for c in cells if c.finished and in_arm(c, arm)
+            )
             values[arm] = [v for v in finals if v is not None]
     return values
 
@@ -457,10 +456,11 @@ def write_paper_report(
         return _write_scales_report(sweep, preset, scales, claim, per_scale, out)
     alpha = claim.get("alpha", ALPHA)
     design = staged_design(sweep, claim=True)
-    if design is not None:  # the sweep added seeds by the claim's comparisons: their decisions, replayed
-        outcomes = staged_outcomes(client, cells, claim["comparisons"], design, gain)
-    else:
-        outcomes = corrected([judged(c) for c in claim["comparisons"]], alpha)
+    outcomes = (  # a sweep that added seeds by the claim's comparisons: their decisions, replayed
+        staged_outcomes(client, cells, claim["comparisons"], design, gain)
+        if design is not None
+        else corrected([judged(c) for c in claim["comparisons"]], alpha)
+    )
     verdict = overall(outcomes)
     secondary = corrected([judged(c) for c in claim.get("also", [])], alpha)  # a family of its own, not the verdict
     lines = [
@@ -503,7 +503,6 @@ def _write_scales_report(
     summary = along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
     summary += _coverage(per_scale, len(claim["comparisons"]))
     joined = ",".join(scales)
-    alpha = claim.get("alpha", ALPHA)
     lines = [
         f"# {preset} (scales {', '.join(scales)})",
         "",
@@ -511,7 +510,7 @@ def _write_scales_report(
         "",
         f"**Verdict: {summary}.**",
         "",
-        "Per scale, c" + family_line(next(iter(per_scale.values()), []), alpha).removeprefix("C"),
+        "Per scale, c" + family_line(next(iter(per_scale.values()), []), claim.get("alpha", ALPHA)).removeprefix("C"),
         "",
         *_provenance(
             sweep, _overrides(sweep) or f"experiment={preset} scale={joined}", f"--preset {preset} --scale {joined}"
@@ -643,10 +642,7 @@ def _sections(client, cells, claim: dict, out: Path) -> list[str]:
     from results.theta import theta_section
 
     SECTIONS = {"theta": theta_section, "grid": grid_section}
-    lines: list[str] = []
-    for name in claim.get("sections", []):
-        lines += [*SECTIONS[name](client, cells, out), ""]
-    return lines
+    return [line for name in claim.get("sections", []) for line in (*SECTIONS[name](client, cells, out), "")]
 
 
 def write_index(results_dir: Path) -> None:

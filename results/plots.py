@@ -92,11 +92,10 @@ def final_loss_heatmap(r: Report, path: Path) -> Path:
     cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # darker = higher loss = worse
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
     for g in r.groups:
-        text = g.final.fmt(3).replace(" ± ", "\n± ") if g.final.mean is not None else g.status
         ax.text(
             cols.index(g.attn),
             rows.index(g.label),
-            text,
+            g.final.fmt(3).replace(" ± ", "\n± ") if g.final.mean is not None else g.status,
             ha="center",
             va="center",
             fontsize=9,

@@ -109,8 +109,7 @@ def markdown(r: Report, plots: list[str]) -> str:
             "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).",
             "",
         ]
-    accuracy_table = _accuracy_rows(r)
-    if accuracy_table:
+    if accuracy_table := _accuracy_rows(r):
         lines += [
             "## Accuracy vs evaluation length (synthetic tasks)",
             "",
@@ -188,8 +187,17 @@ def _spread_section(r: Report) -> list[str]:
         )
     if not rows:
         return []
-    head = ["pos", "attn", *(["variant"] if any(h.variant for h in r.groups) else [])]
-    head += ["runs × windows", "sd between runs", "seeds", "validation sample", "on Δ vs baseline", "shrunk by"]
+    head = [
+        "pos",
+        "attn",
+        *(["variant"] if any(h.variant for h in r.groups) else []),
+        "runs × windows",
+        "sd between runs",
+        "seeds",
+        "validation sample",
+        "on Δ vs baseline",
+        "shrunk by",
+    ]
     return [
         "## Where the spread comes from",
         "",
@@ -208,20 +216,24 @@ def _spread_section(r: Report) -> list[str]:
 
 def order_gain(g: Group, min_gain: float) -> str:
     """The group's order gain, marked when the model does not (yet) use word order."""
-    using = g.using_order(min_gain)
-    if g.order_gain.mean is None:
-        return "—"
-    return g.order_gain.fmt(3) + ORDER_MARK[using]
+    return "—" if g.order_gain.mean is None else g.order_gain.fmt(3) + ORDER_MARK[g.using_order(min_gain)]
 
 
 def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
-    head = ["pos", "attn", *(f"L={n}" for n in r.lengths)]
-    rows = []
-    for g in r.groups:
-        skipped = {n for c in g.cells for n in c.skipped_lengths}
-        row = [g.at_length[n].fmt() if n in g.at_length else ("n/a" if n in skipped else "—") for n in r.lengths]
-        rows.append([g.label, g.attn, *row])
-    return head, rows
+    rows = [
+        [
+            g.label,
+            g.attn,
+            *(
+                g.at_length[n].fmt()
+                if n in g.at_length
+                else ("n/a" if any(n in c.skipped_lengths for c in g.cells) else "—")
+                for n in r.lengths
+            ),
+        ]
+        for g in r.groups
+    ]
+    return ["pos", "attn", *(f"L={n}" for n in r.lengths)], rows
 
 
 def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
@@ -270,12 +282,12 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
 
 def _condition_rows(r: Report) -> tuple[list[str], list[list[str]]]:
     lengths = sorted({n for g in r.groups for by_len in g.conditions.values() for n in by_len})
-    head = ["pos", "attn", "evaluation", *(f"L={n}" for n in lengths)]
-    rows = []
-    for g in r.groups:
-        for name, by_len in sorted(g.conditions.items(), key=lambda kv: (kv[0] != "windows", "fine-tuned" in kv[0])):
-            rows.append([g.label, g.attn, name, *(by_len[n].fmt() if n in by_len else "—" for n in lengths)])
-    return head, rows
+    rows = [
+        [g.label, g.attn, name, *(by_len[n].fmt() if n in by_len else "—" for n in lengths)]
+        for g in r.groups
+        for name, by_len in sorted(g.conditions.items(), key=lambda kv: (kv[0] != "windows", "fine-tuned" in kv[0]))
+    ]
+    return ["pos", "attn", "evaluation", *(f"L={n}" for n in lengths)], rows
 
 
 def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
@@ -328,35 +340,35 @@ def to_csv(r: Report) -> str:
     writer = csv.writer(out)
     writer.writerow(fields)
     opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
-    for g in r.groups:
-        writer.writerow(
-            [
-                g.pos,
-                g.attn,
-                g.variant,
-                _seeds(g),
-                g.final.n,
-                g.status,
-                opt(g.final.mean),
-                opt(g.final.std),
-                opt(g.best.mean),
-                opt(g.best.std),
-                opt(r.target),
-                opt(g.steps.mean),
-                opt(g.steps.std),
-                g.steps.n,
-                opt(g.tokens_per_s.mean),
-                opt(g.n_params),
-                *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
-                opt(g.order_gain.mean),
-                opt(g.order_gain.std),
-                opt(g.using_order(r.min_order_gain)),
-                opt(g.acc.mean),
-                opt(g.acc.std),
-                opt(g.attn_distance.mean),
-                opt(g.attn_entropy.mean),
-            ]
-        )
+    writer.writerows(
+        [
+            g.pos,
+            g.attn,
+            g.variant,
+            _seeds(g),
+            g.final.n,
+            g.status,
+            opt(g.final.mean),
+            opt(g.final.std),
+            opt(g.best.mean),
+            opt(g.best.std),
+            opt(r.target),
+            opt(g.steps.mean),
+            opt(g.steps.std),
+            g.steps.n,
+            opt(g.tokens_per_s.mean),
+            opt(g.n_params),
+            *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
+            opt(g.order_gain.mean),
+            opt(g.order_gain.std),
+            opt(g.using_order(r.min_order_gain)),
+            opt(g.acc.mean),
+            opt(g.acc.std),
+            opt(g.attn_distance.mean),
+            opt(g.attn_entropy.mean),
+        ]
+        for g in r.groups
+    )
     return out.getvalue()
 
 
@@ -366,18 +378,20 @@ def console_summary(r: Report) -> str:
     cells = sorted(r.cells, key=lambda c: c.job)
     width = max([len("cell"), *(len(c.label) for c in cells)])
     lines = [f"{'cell':<{width}}  {'status':<12}  {'val loss':>9}  {'tokens/s':>9}  order gain"]
-    for c in cells:
-        lines.append(
-            f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
-            f"  {_cell_order_gain(c, r.min_order_gain)}"
-        )
+    lines += [
+        f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
+        f"  {_cell_order_gain(c, r.min_order_gain)}"
+        for c in cells
+    ]
     lines += [f"  {c.label}: {c.reason}" for c in cells if c.reason]
     found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha, r.margin, r.staged)
     missing = verdicts.missing_baseline(r.groups, r.baseline)
     lines += ["", verdicts.headline(found, r.min_order_gain, missing, r.alpha, r.margin)]
-    for f in found:
-        text = f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}"
-        lines.append(f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): {text}")  # same variant
+    lines += [
+        f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): "  # same variant
+        + (f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}")
+        for f in found
+    ]
     return "\n".join(lines)
 
 

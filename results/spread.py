@@ -44,9 +44,7 @@ def table(records: list[dict[str, list[float]]]) -> np.ndarray | None:
     if len(records) < 2:
         return None
     tokens = np.asarray(records[0]["tokens"], dtype=np.float64)
-    if len(tokens) < 2 or tokens.sum() <= 0:
-        return None
-    if any(not np.array_equal(np.asarray(r["tokens"], dtype=np.float64), tokens) for r in records):
+    if len(tokens) < 2 or tokens.sum() <= 0 or any(not np.array_equal(r["tokens"], tokens) for r in records):
         return None
     return np.asarray([r["loss_sum"] for r in records], dtype=np.float64) / tokens.mean()
 

@@ -30,13 +30,6 @@ def open_store(tracking_uri: str | None):
     return uri, Store.open(uri).client
 
 
-def writable_out(out: str | Path) -> Path:
-    """--out, checked writable (harness/record/preflight.py; nothing is left there before the report)."""
-    from harness.record.preflight import output_dir
-
-    return output_dir(out, "--out")
-
-
 @dataclass
 class Sweep:
     experiment: str
@@ -71,8 +64,11 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
     parents = client.search_runs([exp.experiment_id], where, max_results=1, order_by=["attributes.start_time DESC"])
     if parents:
         parent = parents[0]
-        children = search_all(client, exp.experiment_id, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-        runs = [r for r in children if "pos" in r.data.tags]  # posbench's cells: a run of another project has none
+        runs = [  # posbench's cells: a run of another project has none
+            r
+            for r in search_all(client, exp.experiment_id, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+            if "pos" in r.data.tags
+        ]
         if not runs:
             raise LookupError(
                 f"the latest sweep of experiment {experiment!r} (parent run {parent.info.run_id}) holds "
@@ -172,9 +168,8 @@ def _sampling(params: dict[str, str]) -> dict:
 def cells_of(client, sweep: Sweep, windows: bool = False) -> list:
     cells = [cell_of(client, run, windows) for run in sweep.runs]
     if sweep.sweep_id is None:  # no job numbers: order by start time
-        order = {r.info.run_id: r.info.start_time for r in sweep.runs}
-        for c in cells:
-            c.job = order[c.run_id]
+        for c, run in zip(cells, sweep.runs, strict=True):
+            c.job = run.info.start_time
     return cells
 
 
@@ -242,17 +237,14 @@ def sweep_report(
         "",
         f"Regenerate: `{regenerate_command(sweep, shown_out)}`",
     ]
-    recorded = sweep.parent.data.tags.get(BASELINE_TAG) if sweep.parent else None
+    tags = sweep.parent.data.tags if sweep.parent else {}
     declared = (
         Declared(baseline, "given to the report after the sweep ran (--baseline)")
         if baseline
-        else Declared(recorded, "declared before the sweep ran (report.baseline)")
-        if recorded
+        else Declared(tags[BASELINE_TAG], "declared before the sweep ran (report.baseline)")
+        if tags.get(BASELINE_TAG)
         else None
     )
-    tags = sweep.parent.data.tags if sweep.parent else {}
-    alpha, margin = float(tags.get(ALPHA_TAG) or 0.05), float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
-    staged = staged_design(sweep, claim=False)
     return build_report(
         cells_of(client, sweep, windows=True),
         sweep.title,
@@ -260,9 +252,9 @@ def sweep_report(
         target,
         min_order_gain,
         declared,
-        alpha,
-        margin,
-        staged,
+        float(tags.get(ALPHA_TAG) or 0.05),
+        float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None,
+        staged_design(sweep, claim=False),
     )
 
 
@@ -292,8 +284,6 @@ def generate(
     baseline: str | None = None,
 ) -> list:
     """Write the report of ``sweep`` into out_dir; the paths written."""
-    from pathlib import Path
-
     from results.report import write_report
 
     return write_report(sweep_report(client, sweep, target, shown_out, min_order_gain, baseline), Path(out_dir))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 
-DRIFT_METRICS = ("pos/theta_rel_change", "pos/theta_max_log_ratio")
+# the drift metrics the scheme logs, each with its plot's y label
+DRIFT_METRICS = {"pos/theta_rel_change": "‖θ − θ₀‖ / ‖θ₀‖", "pos/theta_max_log_ratio": "max_i |log θ_i / θ₀_i|"}
 
 
 def _theta_rows(client, run_id: str) -> list[dict[str, float]]:
@@ -50,13 +51,11 @@ def theta_section(client, cells, out: Path) -> list[str]:
             pts = sorted((m.step, m.value) for m in client.get_metric_history(c.run_id, metric))
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker=".", label=f"seed {c.seed}")
-    for ax, metric in zip(axes, DRIFT_METRICS, strict=True):
-        ax.set_xlabel("optimizer step")
+    for ax, (metric, ylabel) in zip(axes, DRIFT_METRICS.items(), strict=True):
+        ax.set(xlabel="optimizer step", ylabel=ylabel)
         ax.set_title(metric.split("/", 1)[1], fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].set_ylabel("‖θ − θ₀‖ / ‖θ₀‖")
-    axes[1].set_ylabel("max_i |log θ_i / θ₀_i|")
     fig.suptitle("trainable RoPE: drift of θ during training", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "theta_drift.png", dpi=120)
@@ -72,10 +71,12 @@ def theta_section(client, cells, out: Path) -> list[str]:
             xs, ys = zip(*flips, strict=True)
             ax.scatter(xs, ys, marker="x", s=60, color=line.get_color(), zorder=3)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("θ₀ = base^(−2i/d)  (frequency at initialisation)")
-    ax.set_ylabel("|θ_final / θ₀|   (× = sign flipped)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="θ₀ = base^(−2i/d)  (frequency at initialisation)",
+        ylabel="|θ_final / θ₀|   (× = sign flipped)",
+    )
     ax.set_title("trainable RoPE: final θ relative to its initialisation, per frequency", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
@@ -87,8 +88,10 @@ def theta_section(client, cells, out: Path) -> list[str]:
     with open(out / "theta.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["i", "theta0", *[f"ratio_seed{s}" for s in seeds]])
-        for i, row in enumerate(tables[seeds[0]]):
-            writer.writerow([i, f"{row['theta0']:.10g}", *[f"{tables[s][i]['ratio']:.6g}" for s in seeds]])
+        writer.writerows(
+            [i, f"{row['theta0']:.10g}", *[f"{tables[s][i]['ratio']:.6g}" for s in seeds]]
+            for i, row in enumerate(tables[seeds[0]])
+        )
 
     lines = [
         "## θ drift",

@@ -63,10 +63,9 @@ def baseline_of(groups: list[Group], declared: Declared | None = None) -> Group 
 
 def missing_baseline(groups: list[Group], declared: Declared | None = None) -> str | None:
     """One line when some attention (and variant) has schemes to compare but not its baseline: what to declare."""
-    keys = dict.fromkeys((g.attn, g.variant) for g in groups)
     unmatched = [
         key
-        for key in keys
+        for key in dict.fromkeys((g.attn, g.variant) for g in groups)
         if sum(g.final.mean is not None for g in groups if (g.attn, g.variant) == key) >= 2
         and baseline_of([g for g in groups if (g.attn, g.variant) == key], declared) is None
     ]
@@ -105,14 +104,16 @@ def judge(g: Group, base: Group, min_gain: float) -> Verdict:
     return Verdict(g, base, "tested", f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}", p)
 
 
-def decided(v: Verdict, c: sequential.Comparison, hypotheses: int, design: sequential.Design) -> Verdict:
+def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design: sequential.Design) -> Verdict:
     """A tested comparison's verdict once the family (``hypotheses`` of them, Holm at the design's level) has decided
-    it; a staged design (report.seeds=auto) also says at which look."""
+    it; a staged design (report.seeds=auto) also says at which look. Any other (``v`` premature or one seed, or not
+    in the family: ``c`` None) is ``v``."""
+    if v.verdict != "tested" or c is None:
+        return v
     a, b, margin = c.a, c.b, design.margin
     said = f"Holm over {hypotheses} hypothes{'es' if hypotheses != 1 else 'is'} at α = {design.alpha:g}"
-    looks = design.looks
-    if len(looks) > 1 and c.decided_at is not None:
-        said += f", look {c.decided_at + 1} of {len(looks)}, {design.spending} boundary"
+    if len(design.looks) > 1 and c.decided_at is not None:
+        said += f", look {c.decided_at + 1} of {len(design.looks)}, {design.spending} boundary"
     said += f"; n = {len(a)} vs {len(b)}"
     verdict = c.verdict
     if verdict in ("lower", "higher"):
@@ -185,12 +186,7 @@ def verdicts(
         )
     found = {c.arm: c for c in family}
     hypotheses = len(family) * (1 if design.margin is None else 2)
-    out = []
-    for g, base in pairs:
-        v = judge(g, base, min_gain)
-        c = found.get(_key(g))
-        out.append(decided(v, c, hypotheses, design) if v.verdict == "tested" and c is not None else v)
-    return out
+    return [decided(judge(g, base, min_gain), found.get(_key(g)), hypotheses, design) for g, base in pairs]
 
 
 def _key(g: Group) -> str:
@@ -199,8 +195,7 @@ def _key(g: Group) -> str:
 
 def _by_seed(g: Group) -> list[tuple[int, float]]:
     """(seed, final loss) of each finished seed, in seed order."""
-    seeds = [(int(c.seed), c.final_loss) for c in g.cells if c.finished and c.final_loss is not None]
-    return sorted((seed, loss) for seed, loss in seeds if loss is not None)
+    return sorted((int(c.seed), loss) for c in g.cells if c.finished and (loss := c.final_loss) is not None)
 
 
 def headline(
@@ -212,14 +207,9 @@ def headline(
         return missing or (
             "Verdict: nothing to compare (a comparison needs two finished schemes with the same attention)."
         )
-    return _counted(found, min_gain, alpha, margin) + (f" {missing}" if missing else "")
-
-
-def _counted(found: list[Verdict], min_gain: float, alpha: float, margin: float | None) -> str:
     kinds = ("lower", "higher", "equivalent", "inconclusive", "premature", "one seed")
     count = {v: sum(f.verdict == v for f in found) for v in kinds}
-    tested = any(f.p is not None for f in found)
-    corrected = f" (Holm-corrected at family-wise α = {alpha:g})" if tested else ""
+    corrected = f" (Holm-corrected at family-wise α = {alpha:g})" if any(f.p is not None for f in found) else ""
     parts = [
         f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise{corrected}",
         f"{count['equivalent']} equivalent within ±{margin:g} (report.margin)"
@@ -241,7 +231,8 @@ def _counted(found: list[Verdict], min_gain: float, alpha: float, margin: float 
         )
     if count["one seed"]:
         parts.append(f"{count['one seed']} with one seed (no interval)")
-    return f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: " + "; ".join(parts) + "."
+    count_line = f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: " + "; ".join(parts) + "."
+    return count_line + (f" {missing}" if missing else "")
 
 
 def section(
