@@ -260,12 +260,15 @@ def settle(
     pairs: list[tuple[str, str]] | list[Comparison],
     design: Design,
     draw: Callable[[dict[str, int]], dict[str, list[float]]],
+    stop: Callable[[Comparison, int], bool] | None = None,
 ) -> list[Comparison]:
     """Each comparison decided look by look, as one family: ``pairs`` are (arm, baseline) names, each compared on
     difference and, with the design's margin, equivalence (or comparisons with hypotheses of their own). ``draw``
     gets the seeds each arm needs at a look (the arms of the comparisons still running and their baselines: the
     first n seeds) and returns each one's per-seed values among those seeds (a sweep trains the seeds it lacks and
-    reads their values; a failed seed has none); returns the family, each comparison decided."""
+    reads their values; a failed seed has none); returns the family, each comparison decided. ``stop(c, n)``: a
+    comparison more seeds cannot help at n seeds (a claim's arm not yet using word order) ends at that look,
+    undecided; its hypotheses stay in Holm's count."""
     family = [p if isinstance(p, Comparison) else design.comparison(*p) for p in pairs]
     for look, n in enumerate(design.looks):
         running = [c for c in family if c.running]
@@ -274,5 +277,7 @@ def settle(
         values = draw({name: n for c in running for name in (c.arm, c.baseline)})
         for c in running:
             c.a, c.b = values[c.arm], values[c.baseline]
+            if stop is not None and stop(c, n):
+                c.futile_at = look
         judge(family, design, look)
     return family

@@ -33,6 +33,7 @@ scale here" (one verdict at every scale), or each scale's verdict in order.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
     outcome = _compare(comparison, values)
     why = [f"{arm}: {unready[arm]}" for arm in (comparison.get(k) for k in ARM_KEYS) if unready and arm in unready]
     if why:
-        return Outcome(f"{outcome.text} [{'; '.join(why)}]", "premature")
+        return Outcome(f"{outcome.text} [{'; '.join(why)}]", "premature", hypotheses=outcome.hypotheses)
     return outcome
 
 
@@ -367,12 +368,28 @@ def claim_values(client, cells, comparisons: list[dict], need: dict[str, int]) -
     return values
 
 
+def not_ready(cells: Callable[[], list], comparisons: list[dict], gain: float) -> Callable:
+    """``settle``'s stop for a claim: a comparison (``<index>:<arm>`` keys of ``claim_family``) whose arms, at the
+    first n seeds a look trained, are not ready (``readiness``: not yet using word order) ends at that look; more
+    seeds would not train a model longer. ``cells``: the sweep's cells as the look sees them (read once per look)."""
+    seen: dict[int, list] = {}
+
+    def stop(c: sequential.Comparison, n: int) -> bool:
+        early = seen.setdefault(n, [x for x in cells() if x.seed.isdigit() and int(x.seed) < n])
+        return bool(readiness(early, [comparisons[int(c.arm.split(":", 1)[0])]], gain))
+
+    return stop
+
+
 def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.Design, gain: float) -> list[Outcome]:
     """The claim's comparisons as its sweep decided them look by look (``claim_family``, replayed from the runs):
     each one's numbers at the seeds it stopped with, its verdict from the family's group-sequential Holm procedure
     (a premature arm, a floor or a ceiling still said as such)."""
     family = sequential.settle(
-        claim_family(comparisons), design, lambda need: claim_values(client, cells, comparisons, need)
+        claim_family(comparisons),
+        design,
+        lambda need: claim_values(client, cells, comparisons, need),
+        not_ready(lambda: cells, comparisons, gain),
     )
     looks = len(design.looks)
     outcomes = []
@@ -399,7 +416,7 @@ SPENDING_NAMES = {"obrien-fleming": "an O'Brien–Fleming-type", "pocock": "a Po
 
 def staged_line(outcomes: list[Outcome], design: sequential.Design) -> str:
     """What the report says of a staged claim's family: its design and its size."""
-    m = sum(o.hypotheses for o in outcomes if o.verdict != "premature" and o.verdict not in DEGENERATE)
+    m = sum(o.hypotheses for o in outcomes)  # a premature one too: it ended at its first look, still counted
     return (
         f"Seeds in stages (report.seeds=auto): {design.stage} per arm, then {design.stage} more at each look to the "
         f"comparisons still undecided, up to {design.most}; "

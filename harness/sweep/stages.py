@@ -8,7 +8,8 @@ against the baseline of its attention and other overrides (``report.baseline``, 
 comparisons of the whole sweep one Holm family, boundaries spent over the looks (``report.spending``). A preset
 with a claim is decided by the claim's comparisons instead, each on its own metric read back from the store
 (results/paper.py's ``claim_family``; a cell no comparison reads keeps the first look's seeds). A
-comparison stops taking seeds once decided or when more could not decide it; its baseline trains while any
+comparison stops taking seeds once decided, when more could not decide it, or when an arm is not yet using word
+order (the report's readiness: more seeds do not train a model longer); its baseline trains while any
 comparison with it runs. Each look's decisions go on the sweep's parent run (tags ``look_<k>``, metrics
 ``stages/running`` and ``stages/trained`` by look), and the report replays the same decisions from the runs
 (results/verdicts.py). A stopped sweep run again adopts its finished seeds and continues where its looks were.
@@ -115,9 +116,11 @@ class StagedSweeper(BasicSweeper):
         design = design_of(report)
         claim = claim_comparisons(self.config)
         if claim:
-            from results.paper import claim_family, claim_values
+            from results.paper import claim_family, claim_values, not_ready
 
-            family = sequential.settle(claim_family(claim), design, draw_claim)
+            gain = OmegaConf.select(self.config, "claim.min_order_gain", default=report.min_order_gain)
+            stop = not_ready(lambda: _store_cells(sweep_dir)[1], claim, float(gain))
+            family = sequential.settle(claim_family(claim), design, draw_claim, stop)
         else:
             family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw)
         _record(sweep_dir, family, design, trained)

@@ -129,6 +129,25 @@ CLAIM = [
 ]
 
 
+SETTINGS = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
+
+
+def staged_sweep(tmp_path, launcher, means: dict[str, float]) -> dict[str, list[int]]:
+    """The sweeper under report.seeds=auto with CLAIM, on a stand-in launcher: the seeds each pos trained."""
+    sweeper = StagedSweeper(max_batch_size=None, params={"pos": ",".join(means)})
+    sweeper.config = OmegaConf.create(
+        {
+            "report": {**SETTINGS, "min_order_gain": 0.05},
+            "claim": {"comparisons": CLAIM},
+            "hydra": {"sweep": {"dir": str(tmp_path)}},
+        }
+    )
+    sweeper.hydra_context = SimpleNamespace(config_loader=None)
+    sweeper.launcher = launcher
+    sweeper.sweep([])
+    return {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in means}
+
+
 def test_a_preset_with_a_claim_adds_seeds_by_its_comparisons_and_the_report_replays_them(tmp_path, monkeypatch):
     """A claim's comparisons are the family: rope's large lead is decided with the first 3 seeds; learned's 0.06
     from none against a ±0.02 agreement claim (spread 0.05) takes more. The paper report, reading the same cells,
@@ -146,21 +165,36 @@ def test_a_preset_with_a_claim_adds_seeds_by_its_comparisons_and_the_report_repl
         ]
 
     monkeypatch.setattr(stages, "_store_cells", lambda sweep_dir: (None, cells()))
-    sweeper = StagedSweeper(max_batch_size=None, params={"pos": ",".join(means)})
-    settings = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
-    sweeper.config = OmegaConf.create(
-        {"report": settings, "claim": {"comparisons": CLAIM}, "hydra": {"sweep": {"dir": str(tmp_path)}}}
-    )
-    sweeper.hydra_context = SimpleNamespace(config_loader=None)
-    sweeper.launcher = launcher
-    sweeper.sweep([])
-    seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in means}
+    seeds = staged_sweep(tmp_path, launcher, means)
     assert seeds["rope"] == [0, 1, 2] and len(seeds["learned"]) > 3 and seeds["none"] == seeds["learned"]
 
-    design = design_of(OmegaConf.create(settings))
+    design = design_of(OmegaConf.create(SETTINGS))
     rope, learned = staged_outcomes(None, cells(), CLAIM, design, gain=-1.0)
     assert rope.verdict == "supports" and rope.text.endswith("decided at look 1 of 3") and "n = 3 vs 3" in rope.text
     n = len(seeds["learned"])
     assert f"n = {n} vs {n}" in learned.text and learned.hypotheses == 2
     # 0.047 measured beyond ±0.02, not beyond it by enough at 9 seeds: never "supports", undecided here
     assert learned.verdict == "inconclusive" and learned.text.endswith("undecided after look 3 of 3")
+
+
+def test_a_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first_look(tmp_path, monkeypatch):
+    """The same sweep, learned not yet using word order (order gain 0 < 0.05): more seeds cannot train it longer, so
+    its comparison ends with the first look's 3 seeds (it took more above) and the report calls it premature."""
+    from harness.sweep import stages
+    from results.paper import staged_outcomes
+
+    means = {"none": 3.0, "rope": 2.0, "learned": 2.94}
+    launcher = Launcher(means)
+
+    def cells():
+        return [
+            Cell(f"{pos}{seed}", "n", f"pos={pos}", pos, "softmax", str(seed), "finished", val=[(1, loss)], metrics=m)
+            for (pos, seed), loss in zip(launcher.jobs, _losses(launcher), strict=True)
+            for m in [{"val/order_gain": 0.0 if pos == "learned" else 0.5}]
+        ]
+
+    monkeypatch.setattr(stages, "_store_cells", lambda sweep_dir: (None, cells()))
+    seeds = staged_sweep(tmp_path, launcher, means)
+    assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "learned": [0, 1, 2]}
+    rope, learned = staged_outcomes(None, cells(), CLAIM, design_of(OmegaConf.create(SETTINGS)), gain=0.05)
+    assert rope.verdict == "supports" and learned.verdict == "premature" and "n = 3 vs 3" in learned.text
