@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import tiny_llama
+from tests.process.test_signals import default_sigint
 
 
 def test_train_export_extend_evaluate_offline_read_back_from_mlflow(train_tiny, store, capsys, monkeypatch):
@@ -258,7 +259,9 @@ def test_a_stopped_hf_eval_closes_every_run_killed_in_one_line(name, number, cod
         "--tracking-uri",
         f"sqlite:///{store}",
     ]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(  # SIGINT at its default, as a terminal gives it (tests/process/test_signals.py)
+        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
 
     def running() -> int:
         if not store.exists():
