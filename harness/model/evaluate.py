@@ -28,7 +28,15 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from harness.data.loaders import on_device
-from harness.data.tasks import FORM_FIELDS, ScoredExample, ScoredTask, TaskResults, exact_match, token_hits
+from harness.data.tasks import (
+    FORM_FIELDS,
+    ScoredExample,
+    ScoredTask,
+    TaskResults,
+    exact_match,
+    string_hits,
+    token_hits,
+)
 from harness.data.tasks.blind import blind_baseline
 from harness.data.tokenizer import document_firsts, split_ids
 from harness.data.windows import EvalWindows
@@ -154,15 +162,15 @@ def evaluate_task(module, task: ScoredTask, corpus, batch_size: int) -> TaskResu
             results.blind[length] = blind
         loader = DataLoader(task.length_data(corpus, length), batch_size=batch_size, collate_fn=task.collate)
         try:
-            _score_length(module, loader, length, results)
+            _score_length(module, loader, length, results, getattr(task, "partial_credit", False))
         except ConfigError as e:  # the scheme's explicit refusal (a learned table too short)
             results.skipped[length] = str(e)
             print(f"task.eval_lengths: skipped L={length}: {e}")
     return results
 
 
-def _score_length(module, loader, length: int, results: TaskResults) -> None:
-    total, count, right, sequences, tokens_right, examples = 0.0, 0, 0, 0, 0, []
+def _score_length(module, loader, length: int, results: TaskResults, strings: bool = False) -> None:
+    total, count, right, sequences, tokens_right, found, examples = 0.0, 0, 0, 0, 0, 0.0, []
     with torch.no_grad():
         for batch in loader:
             batch = on_device(batch, module.device)
@@ -171,9 +179,12 @@ def _score_length(module, loader, length: int, results: TaskResults) -> None:
             total, count = total + float(loss_sum), count + int(n)
             right, sequences = right + int(correct.sum()), sequences + len(correct)
             tokens_right += int(token_hits(logits, batch["labels"])[0])  # of the n scored: n counts them
+            found += float(string_hits(logits, batch["labels"]).sum()) if strings else 0.0
             examples += scored_examples(batch, correct)
     results.accuracy[length], results.losses[length] = right / sequences, total / max(count, 1)
     results.token_accuracy[length] = tokens_right / max(count, 1)
+    if strings:
+        results.strings[length] = found / sequences
     results.examples += examples  # only once the whole length is scored: a refused length leaves none
 
 
@@ -191,6 +202,7 @@ def task_metrics(results: TaskResults) -> dict[str, float]:
         **{f"val/acc_at_{n}": acc for n, acc in results.accuracy.items()},
         **{f"val/token_acc_at_{n}": acc for n, acc in results.token_accuracy.items()},
         **{f"val/loss_at_{n}": loss for n, loss in results.losses.items()},
+        **{f"val/match_at_{n}": share for n, share in results.strings.items()},
         **{f"val/blind_acc_at_{n}": b.acc for n, b in results.blind.items()},
         **{f"val/blind_token_acc_at_{n}": b.token_acc for n, b in results.blind.items()},
     }

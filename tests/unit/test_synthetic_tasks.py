@@ -23,6 +23,7 @@ from harness.data.tasks.copy import Copy
 from harness.data.tasks.missing_duplicate import MissingDuplicate
 from harness.data.tasks.passkey import NEEDLE, QUESTION, Passkey, depth_table, write_depth_table
 from harness.data.tasks.reverse import Reverse
+from harness.data.tasks.ruler import Ruler
 from harness.data.tasks.sort import Sort
 from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
@@ -69,6 +70,7 @@ def all_tasks(filler=FILLER):
         (AssociativeRecall(), None),
         (Passkey(train_lengths=[130, 160], eval_lengths=[140, 640]), filler),
         (Passkey(form="encoder", train_lengths=[130, 160], eval_lengths=[140, 640]), filler),
+        (Ruler(train_lengths=[100, 128], eval_lengths=[128, 512]), filler),
     ]
 
 

@@ -21,6 +21,7 @@ from harness.data.tasks.base import (
     TaskResults,
     collate,
     exact_match,
+    string_hits,
     token_hits,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "TaskResults",
     "collate",
     "exact_match",
+    "string_hits",
     "token_hits",
 ]

@@ -109,6 +109,19 @@ def token_hits(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     return ((logits.argmax(dim=-1) == labels) & scored).sum(), scored.sum()
 
 
+def string_hits(logits: Tensor, labels: Tensor) -> Tensor:
+    """(B, T, V), (B, T) -> (B,): the share of each sequence's expected strings (maximal runs of scored positions)
+    with every position's argmax right — RULER's ``string_match_all`` under teacher forcing (harness/data/tasks/
+    ruler.py); exact match is this share being 1."""
+    scored = labels != IGNORE
+    starts = scored & ~torch.nn.functional.pad(scored, (1, 0))[:, :-1]
+    run = starts.cumsum(dim=1) * scored  # (B, T): 1, 2, … per string, 0 elsewhere
+    wrong = torch.zeros(labels.shape[0], labels.shape[1] + 1).scatter_add_(
+        1, run, ((logits.argmax(dim=-1) != labels) & scored).float()
+    )
+    return 1 - (wrong[:, 1:] > 0).sum(dim=1) / starts.sum(dim=1).clamp(min=1)
+
+
 @dataclass(frozen=True)
 class ScoredExample:
     """One evaluation example's outcome."""
@@ -125,6 +138,7 @@ class TaskResults:
     accuracy: dict[int, float] = field(default_factory=dict)  # exact-match accuracy per task length
     token_accuracy: dict[int, float] = field(default_factory=dict)  # right answer tokens ÷ answer tokens
     losses: dict[int, float] = field(default_factory=dict)  # nats per answer token
+    strings: dict[int, float] = field(default_factory=dict)  # share of expected strings right (``partial_credit``)
     skipped: dict[int, str] = field(default_factory=dict)  # length -> why it was not scored (the scheme refused)
     examples: list[ScoredExample] = field(default_factory=list)  # every scored example, in evaluation order
     blind: dict[int, Blind] = field(default_factory=dict)  # length -> the position-blind baseline, where defined
@@ -164,6 +178,7 @@ class SyntheticTask:
     forms: ClassVar[tuple[str, ...]] = ("causal", "encoder")
     needs_filler: ClassVar[bool] = False  # passkey hides its key in corpus text
     scores_sequences: ClassVar[bool] = True  # exact match per sequence: val/acc, val/acc_at_<L>
+    partial_credit: ClassVar[bool] = False  # also the share of expected strings right: val/match_at_<L>
 
     def __init__(
         self,
