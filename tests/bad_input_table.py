@@ -1155,6 +1155,17 @@ POSBENCH_CASES = [
         ["hf-eval", "{files}/hf_model", "--lengths", "64", "--budget", "64", "--check", "--lm-eval", "niah_single_1"],
         "--lm-eval=niah_single_1 at --lengths 64: Could not generate any sample",
     ),
+    (
+        "hf-eval-tasks-unknown",
+        ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--tasks", "niah_single,needle"],
+        "--tasks=niah_single,needle: needle is no task; use niah_single, niah_multikey",
+    ),
+    (
+        "hf-eval-task-trials-zero",
+        ["hf-eval", "{files}/hf_model", "--lengths", "16", "--budget", "64", "--tasks", "vt", "--task-trials", "0"],
+        "--task-trials=0 must be at least 1 (prompts per variant and length)",
+    ),
+    ("ruler-variant-unknown", ["task=ruler", "task.variant=niah"], "task.variant='niah' is no RULER variant; use one"),
 ]
 
 ROWS = (

@@ -15,6 +15,7 @@ A weight that is NaN or infinite is refused once the model is loaded (``check_fi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -202,6 +203,14 @@ def unverified(folder: ModelFolder) -> str | None:
         f"note: {folder.path} is a posbench export without its .sha256 seals: its files are unverified (export "
         "it again to seal them)"
     )
+
+
+@functools.cache
+def tokenizer(path: Path):
+    """The folder's tokenizer (a posbench export's too: its tokenizer.json), loaded once."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def _check_tokenizer(folder: Path) -> bool:

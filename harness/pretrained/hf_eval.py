@@ -10,6 +10,8 @@ Per cell (harness/pretrained/measures.py defines each):
     one fixed evaluator (``--evaluator``: another folder with the same tokenizer, as the paper's; default the
     model as trained) so every cell is scored on the same tokens, ``key/count_at_<L>`` on the parent;
   - passkey retrieval by depth and length -> ``passkey/acc_at_<L>``, ``passkey/acc_at_<L>_depth_<d>``;
+  - with ``--tasks VARIANTS``: posbench's RULER-style tasks (harness/data/tasks/ruler.py, the haystack from
+    ``--text``) generated greedily -> ``ruler/<variant>_at_<L>``, RULER's share of the expected strings;
   - with ``--lm-eval TASKS``: lm-evaluation-harness's tasks on the cell's model, the RULER ones sized to each length
     (harness/pretrained/lm_eval_tasks.py) -> ``lm_eval/<task>_at_<L>``, the responses as ``lm_eval_samples.jsonl``;
   - with ``--finetune-steps N``: first N AdamW steps at ``--finetune-length`` under the cell's scaling (PI's
@@ -39,11 +41,18 @@ from typing import NamedTuple
 
 import torch
 
+from harness.data.tasks.ruler import VARIANTS
 from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser
 from harness.pretrained import cost, folder, report
 from harness.pretrained.lm_eval_tasks import GENERATED
-from harness.pretrained.measures import key_tokens, passkey_retrieved, short_context_losses, token_losses
+from harness.pretrained.measures import (
+    key_tokens,
+    passkey_retrieved,
+    ruler_score,
+    short_context_losses,
+    token_losses,
+)
 from positional.rope_scaling import METHODS
 
 
@@ -77,6 +86,8 @@ class EvalSpec:
     gflops: float = 100.0  # the sustained rate the time estimate assumes
     out: Path | None = None  # also write the report there (README.md + report.csv)
     window: int | None = None  # Self-Extend's neighbour window; None: half the model's trained context
+    tasks: tuple[str, ...] = ()  # posbench's RULER-style variants run on every cell
+    task_trials: int = 5  # prompts per variant and length
     lm_eval: tuple[str, ...] = ()  # lm-evaluation-harness tasks run on every cell
     lm_eval_limit: int = 20  # documents per task (and per length for RULER's)
     lm_eval_lengths: tuple[int, ...] = ()  # RULER's lengths; (): --lengths
@@ -131,6 +142,8 @@ def parse(argv: list[str]) -> EvalSpec:
         a.gflops,
         Path(a.out) if a.out else None,
         a.window,
+        tuple(n.strip() for n in a.tasks.split(",") if n.strip()),
+        a.task_trials,
         tuple(n.strip() for n in a.lm_eval.split(",") if n.strip()),
         a.lm_eval_limit,
         _numbers("--lm-eval-lengths", a.lm_eval_lengths, int),
@@ -157,6 +170,8 @@ def _parser() -> OneLineParser:
         help="self_extend's neighbour window W (default half the trained context); its factor is the group size",
     )
     p.add_argument("--budget", type=int, default=4096, help="tokens scored at each length")
+    p.add_argument("--tasks", default="", help="comma-separated RULER-style variants: niah_single, …, vt, cwe, fwe")
+    p.add_argument("--task-trials", type=int, default=5, help="prompts per --tasks variant and length")
     p.add_argument(
         "--lm-eval",
         default="",
@@ -244,6 +259,7 @@ def _count_bounds(spec: EvalSpec) -> tuple[tuple[str, int | None, int], ...]:
         ("--finetune-length", spec.finetune_length, 2**24),
         ("--finetune-batch", spec.finetune_batch, 4096),
         ("--lm-eval-limit", spec.lm_eval_limit, 100_000),
+        ("--task-trials", spec.task_trials, 10_000),
     )
 
 
@@ -297,6 +313,11 @@ def check(spec: EvalSpec) -> None:
         raise ConfigError(
             f"--lm-eval-lengths={','.join(map(str, spec.lm_eval_lengths))}: each must be 2 tokens or more"
         )
+    unknown = [t for t in spec.tasks if t not in VARIANTS]
+    if unknown:
+        raise ConfigError(f"--tasks={','.join(spec.tasks)}: {unknown[0]} is no task; use {', '.join(VARIANTS)}")
+    if spec.task_trials < 1:
+        raise ConfigError(f"--task-trials={spec.task_trials} must be at least 1 (prompts per variant and length)")
     if spec.lm_eval_limit < 1:
         raise ConfigError(f"--lm-eval-limit={spec.lm_eval_limit} must be at least 1 (documents per task)")
     for flag, value, most in _count_bounds(spec):
@@ -431,6 +452,8 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
         per_cell += (windows + spec.passkey_trials * len(spec.depths)) * cost.forward_flops(config, n)
     for n in spec.task_lengths if spec.lm_eval else ():  # a prompt's forward, and its answer's about as much again
         per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n)
+    for n in spec.lengths:  # a --tasks prompt: about 48 forwards (its answer and 8 tokens more, no cache)
+        per_cell += 48 * spec.task_trials * len(spec.tasks) * cost.forward_flops(config, n)
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, tune)
     return peak, per_cell * len(spec.cells())
 
@@ -477,7 +500,7 @@ def load(path: Path):
     by harness/pretrained/folder.py before)."""
     try:
         import transformers
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
     except ImportError:
         raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
     transformers.utils.logging.disable_progress_bar()  # what goes wrong is one line, not the library's bars before it
@@ -492,7 +515,7 @@ def load(path: Path):
     folder.check_finite(model, path)
     if torch.cuda.is_available():
         model = model.cuda()
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)  # a posbench export's too (its tokenizer.json)
+    tok = folder.tokenizer(path)
     return model, lambda text: tok.encode(text, add_special_tokens=False)
 
 
@@ -752,6 +775,12 @@ def _cell(
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)
     metrics, losses = measure(model, encode, ids, spec, keys)
+    for variant in spec.tasks:
+        decode = folder.tokenizer(spec.model).decode
+        for length in spec.lengths:
+            score = ruler_score(model, encode, decode, ids.tolist(), variant, length, spec.task_trials, spec.seed)
+            if score is not None:  # a prompt that does not fit: no figure rather than a wrong one
+                metrics[f"ruler/{variant}_at_{length}"] = score
     if spec.lm_eval:
         from harness.pretrained.lm_eval_tasks import scores
 

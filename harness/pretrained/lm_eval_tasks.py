@@ -70,11 +70,11 @@ def scores(model, folder: Path, names: tuple[str, ...], lengths: tuple[int, ...]
     with ``folder``'s tokenizer, ``limit`` documents per task (and per length for RULER's)."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
-    from transformers import AutoTokenizer
+
+    from harness.pretrained.folder import tokenizer
 
     manager, tasks = build(folder, names, lengths)
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    wrapped = HFLM(pretrained=model, tokenizer=tokenizer, max_length=max(lengths) + GENERATED, batch_size=1)
+    wrapped = HFLM(pretrained=model, tokenizer=tokenizer(folder), max_length=max(lengths) + GENERATED, batch_size=1)
     out = lm_eval.simple_evaluate(
         model=wrapped,
         tasks=tasks,

@@ -11,6 +11,7 @@
   ``find_key_token``: truncation length s, sliding window w): the last s … s + w − 1 tokens, windows of s + w − 1
   advancing w from the text's start, w = s / 4. LongPPL = exp(mean NLL over the key tokens).
 - ``passkey_retrieved``: passkey retrieval (Mohtashami & Jaggi 2023, as PI §3.2 runs it), teacher-forced greedy.
+- ``ruler_score``: a RULER-style task (harness/data/tasks/ruler.py), generated greedily and scored as RULER scores.
 
 Notation: L context length, S stride, V vocabulary, j a label's index in the text (it predicts ids[j + 1]).
 """
@@ -81,3 +82,30 @@ def passkey_retrieved(model, encode, filler: list[int], length: int, depth: floa
     ids = torch.tensor(prompt + answer[:-1])[None]  # (1, ≤ L)
     predicted = model(input_ids=ids).logits[0, len(prompt) - 1 :].argmax(-1)  # (len(answer),)
     return predicted.tolist() == answer
+
+
+@torch.no_grad()
+def greedy(model, prompt: list[int], new: int) -> list[int]:
+    """``new`` tokens after ``prompt``, each the argmax given all before it (no cache: any ``forward`` will do)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor(prompt, device=device)[None]
+    for _ in range(new):
+        ids = torch.cat([ids, model(input_ids=ids).logits[0, -1].argmax().view(1, 1)], dim=1)
+    return ids[0, len(prompt) :].tolist()
+
+
+def ruler_score(model, encode, decode, filler: list[int], variant: str, length: int, trials: int, seed: int):
+    """RULER's ``string_match_all`` averaged over ``trials`` prompts of ``variant`` whose prompt and answer take
+    ``length`` tokens, each answered by ``greedy`` with room for its answer and 8 tokens more; None when a prompt does
+    not fit."""
+    from harness.data.tasks.ruler import example, string_match_all
+
+    scores = []
+    for trial in range(trials):
+        drawn = example(variant, length, encode, filler, torch.Generator().manual_seed(seed * 10_007 + trial))
+        if drawn is None:
+            return None
+        prompt, answers, expected = drawn
+        said = decode(greedy(model, prompt, sum(map(len, answers)) + 8))
+        scores.append(string_match_all(said, expected))
+    return sum(scores) / len(scores)

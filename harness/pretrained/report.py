@@ -111,7 +111,8 @@ def table(
             + own,
         ]
     lines += _bounds("Passkey retrieval", {str(x): f"passkey/acc_at_{x}" for x in n}, results)
-    lines += _lm_eval_table(results)
+    lines += _score_table("ruler/", "RULER-style tasks (RULER's share of the expected strings)", results)
+    lines += _score_table("lm_eval/", "lm-evaluation-harness", results)
     cost = {
         x: [
             m[f"cost/seconds_per_1k_tokens_at_{x}"]
@@ -163,21 +164,16 @@ def _bounds(what: str, names: dict[str, str], results: dict[tuple[str, float], d
     ][: bool(said)]
 
 
-def _lm_eval_table(results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
-    """lm-evaluation-harness's scores per cell (``--lm-eval``), with their floors and ceilings."""
-    names = sorted({k for m in results.values() for k in m if k.startswith("lm_eval/")})
-    if not names:
-        return []
-    lines = [
-        "",
-        "## lm-evaluation-harness",
-        "",
-        "| scaling | factor | " + " | ".join(x[8:].replace("_at_", " at ") for x in names) + " |",
-    ]
-    lines.append("|" + "---|" * (2 + len(names)))
+def _score_table(prefix: str, title: str, results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
+    """The scores named ``prefix…`` per cell (``ruler/``: --tasks; ``lm_eval/``: --lm-eval), with their floors and
+    ceilings."""
+    names = sorted({k for m in results.values() for k in m if k.startswith(prefix)})
+    said = {x: x[len(prefix) :].replace("_at_", " at ") for x in names}
+    lines = ["", f"## {title}", "", "| scaling | factor | " + " | ".join(said.values()) + " |", "|---|---|"]
+    lines[-1] += "---|" * len(names)
     for (method, factor), m in results.items():
         lines.append(f"| {method} | {factor:g} | " + " | ".join(f"{m[x]:.3g}" if x in m else "—" for x in names) + " |")
-    return lines + _bounds("lm-eval", {x[8:].replace("_at_", " at "): x for x in names}, results)
+    return (lines + _bounds(title, {v: k for k, v in said.items()}, results)) if names else []
 
 
 def csv(results: dict[tuple[str, float], dict[str, float]]) -> str:

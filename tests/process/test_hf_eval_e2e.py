@@ -42,6 +42,10 @@ def test_train_export_extend_evaluate_offline_read_back_from_mlflow(train_tiny, 
             "2",
             "--depths",
             "0,1",
+            "--tasks",
+            "niah_single",
+            "--task-trials",
+            "2",
             "--tracking-uri",
             store,
         ],
@@ -64,8 +68,11 @@ def test_train_export_extend_evaluate_offline_read_back_from_mlflow(train_tiny, 
     assert linear["val/loss_at_32"] != none["val/loss_at_32"]  # the scaling reached the model's rotary module
     assert {"passkey/acc_at_128", "passkey/acc_at_128_depth_0", "passkey/acc_at_128_depth_1"} <= set(none)
     assert "passkey/acc_at_32" not in none  # the needle and question do not fit in 32 bytes: no figure
+    assert 0 <= none["ruler/niah_single_at_128"] <= 1 and "ruler/niah_single_at_32" not in none  # nor RULER's
     report = Path(client.download_artifacts(parent.info.run_id, "hf_eval.md")).read_text()
-    assert "| none | 1 |" in report and "| yarn | 2 |" in report
+    assert (
+        "| none | 1 |" in report and "| yarn | 2 |" in report and "| scaling | factor | niah_single at 128 |" in report
+    )
     assert "parent run" in capsys.readouterr().out
 
 

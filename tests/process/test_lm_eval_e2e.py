@@ -15,8 +15,9 @@ pytest.importorskip("lm_eval")
 TASK, LENGTH, DOCS = "niah_single_1", 512, 2  # RULER's single needle in a repeated-sentence haystack: no download
 
 
-def lm_eval_own_route(folder: Path) -> list[str]:
-    """The responses of lm-eval's Hugging Face backend loading ``folder`` itself, as its command line does."""
+def lm_eval_own_route(folder: Path) -> list[dict]:
+    """The samples (prompt, response, score) of lm-eval's Hugging Face backend loading ``folder`` itself, as its
+    command line does."""
     import lm_eval
 
     out = lm_eval.simple_evaluate(
@@ -28,7 +29,11 @@ def lm_eval_own_route(folder: Path) -> list[str]:
         device="cpu",
         batch_size=1,
     )
-    return [s["resps"][0][0] for s in out["samples"][TASK]]
+    return out["samples"][TASK]
+
+
+def responses(samples: list[dict]) -> list[str]:
+    return [s["resps"][0][0] for s in samples]
 
 
 def test_an_export_and_its_scaled_cell_score_as_lm_evals_own_command(train_tiny, store, monkeypatch):
@@ -43,20 +48,36 @@ def test_an_export_and_its_scaled_cell_score_as_lm_evals_own_command(train_tiny,
 
     runs = client.search_runs([client.get_experiment_by_name("hf-eval").experiment_id])
     cells = {r.data.tags["scaling"]: r for r in runs if "scaling" in r.data.tags}
-    responses = {}
+    said = {}
     for scaling, run in cells.items():
         assert run.info.status == "FINISHED"
         assert 0 <= run.data.metrics[f"lm_eval/{TASK}_at_{LENGTH}"] <= 100
         text = Path(client.download_artifacts(run.info.run_id, "lm_eval_samples.jsonl")).read_text()
         rows = [json.loads(line) for line in text.splitlines()]
         assert [r["task"] for r in rows] == [TASK] * DOCS and all(r["target"] for r in rows)
-        responses[scaling] = [r["response"] for r in rows]
+        said[scaling] = [r["response"] for r in rows]
 
     scaled = shutil.copytree(folder, folder.parent / "linear2")
     config = json.loads((scaled / "config.json").read_text())
     theta = config["rope_parameters"]["rope_theta"]
     config["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": theta}
     (scaled / "config.json").write_text(json.dumps(config))
-    assert lm_eval_own_route(folder) == responses["none"]
-    assert lm_eval_own_route(scaled) == responses["linear"]
-    assert responses["none"] != responses["linear"]  # the scaling reached the generation
+    own = lm_eval_own_route(folder)
+    assert responses(own) == said["none"]
+    assert responses(lm_eval_own_route(scaled)) == said["linear"]
+    assert said["none"] != said["linear"]  # the scaling reached the generation
+
+    # hf-eval --tasks' own route (greedy decoding, RULER's string_match_all) on lm-eval's documents: the same
+    # responses and the same scores as lm-eval's
+    from harness.data.tasks.ruler import string_match_all
+    from harness.pretrained.folder import tokenizer
+    from harness.pretrained.hf_eval import load
+    from harness.pretrained.measures import greedy
+
+    model, encode = load(folder)
+    eos = tokenizer(folder).eos_token_id
+    for sample in own:
+        ids = greedy(model, encode(sample["arguments"][0][0])[-LENGTH:], 128)
+        text = tokenizer(folder).decode(ids[: ids.index(eos)] if eos in ids else ids)
+        assert text == sample["resps"][0][0]
+        assert string_match_all(text, sample["doc"]["outputs"]) == sample[str(LENGTH)]
