@@ -3,8 +3,8 @@
 Owns: the scheme interface (``base``: embed / rotary / logit-bias hooks and their declarations; each option room's
 interface is its ``base``, as attention/base.py and harness/data/tasks/base.py), every scheme
 (conf/pos/<name>.yaml ↔ positional/<name>.py) with their pure maths functions, RoPE's length scalings
-(``rope_scaling``, conf/pos/scaling/<method>.yaml) and randomized positions, a wrapper any scheme takes
-(``randomized``).
+(``rope_scaling``, conf/pos/scaling/<method>.yaml), RoPE's positions remapped per query-key pair by Self-Extend and
+Dual Chunk Attention (``rope_remapped``), and randomized positions, a wrapper any scheme takes (``randomized``).
 
 May import: nothing of the project but the ground (harness.errors, harness.ranges).
 """

@@ -9,7 +9,8 @@ only (Eq. 16). Options:
   fraction  partial rotary (GPT-J / GPT-NeoX rotary_pct): only the first R = fraction·D dims
             turn, with θ over R; the other D − R dims pass through
   scaling   eval-time length scaling (positional/rope_scaling.py; conf/pos/scaling/<method>.yaml, picked with
-            pos/scaling=<method>); training uses plain angles.
+            pos/scaling=<method>); training uses plain angles. ``eval.scalings`` also takes Self-Extend and Dual
+            Chunk Attention, which remap positions per query-key pair (positional/rope_remapped.py).
   resonance Resonance RoPE (Wang et al. 2024, arXiv:2403.00071, Alg. 1): every wavelength λ_i = 2π/θ_i rounded
             to the nearest integer, θ̃_i = 2π/round(λ_i), so each pair's angle repeats exactly every λ̃_i
             positions and a position beyond the training length shows no angle training did not (for pairs with
@@ -42,7 +43,8 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from positional.base import PositionalScheme, Rotary, Shape
+from positional.base import LogitBias, PositionalScheme, Rotary, Shape
+from positional.rope_remapped import REMAPS, DualChunk, Remap, RemappedLogits, SelfExtend
 from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, as_field_of, scaling_for
 
 
@@ -196,7 +198,7 @@ class Rotation(Rotary):
 
 class Rope(PositionalScheme):
     inv_freq: Tensor  # (R/2,) θ, a buffer (a Parameter in pos=rope_trainable)
-    length_scalings = tuple(METHODS)
+    length_scalings = (*METHODS, *REMAPS)
 
     def __init__(
         self,
@@ -248,6 +250,7 @@ class Rope(PositionalScheme):
         self.scaling = _complete(scaling or RopeScaling, base, r, shape.max_len)
         self._register_theta(self.frequencies_at(r))
         self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
+        self.remap: Remap | None = None  # Self-Extend or DCA, inside ``rescaled``
 
     @contextmanager
     def rescaled(self, method: str, length: int, in_training: bool = False) -> Iterator[RopeScaling]:
@@ -255,6 +258,14 @@ class Rope(PositionalScheme):
         restore the configured one: one trained model, scored under every scaling. s = the configured scaling's
         factor where that is set (≠ 1), else max(1, length / original_max_len)."""
         own = self.scaling
+        if method in REMAPS:  # the configured θ, its positions remapped per pair (sizes from the trained length)
+            trained = own.training_length
+            self.remap = SelfExtend.fitting(length, trained) if method == "self_extend" else DualChunk.fitting(trained)
+            try:
+                yield own
+            finally:
+                self.remap = None
+            return
         s = own.factor if own.factor != 1 else max(1.0, length / own.training_length)
         self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
         try:
@@ -297,6 +308,14 @@ class Rope(PositionalScheme):
 
     def rotary(self, positions: Tensor) -> Rotation:
         return self._rotation(positions, self.shape.head_dim)  # once per forward, shared by all layers
+
+    def logit_biases(self, positions: Tensor, n_layers: int) -> list[LogitBias | None]:
+        """None, or under ``rescaled`` Self-Extend's or DCA's remapped logits (positional/rope_remapped.py)."""
+        if self.remap is None:
+            return super().logit_biases(positions, n_layers)
+        return [
+            RemappedLogits(self.remap, positions, lambda x, at: self._rotation(at, x.shape[-1]).rotate(x))
+        ] * n_layers
 
     def _rotation(self, positions: Tensor, width: int) -> Rotation:
         theta = self.theta_at(rotated_width(width, self.fraction))

@@ -72,7 +72,7 @@ def check(spec: RunSpec, gpu: NamedGpu | None = None) -> Checked:
     phases = pairings.checked_phases(spec, model, task)
     if spec.run.export == "hf":
         pairings.check_exportable(pairings.final_model(phases, model), task, phases)
-    pairings.check_extrapolation(spec.eval, task, pairings.final_scheme(phases, model), spec.choices.task)
+    pairings.check_extrapolation(spec.eval, task, pairings.final_model(phases, model), spec.choices.task)
     train_tokens = resources.check_splits(source, task, tokenizer, spec.data, spec.eval.lengths, spec.eval.tune_length)
     resources.check_rank_slices(source, task, spec.data, spec.trainer)
     budget = budget_of(

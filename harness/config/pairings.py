@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attention.base import AttentionVariant
 from harness.config.spec import SOURCE_KEYS, Choice, Choices, DataSettings, EvalSettings, PhaseSpec, RunSpec
 from harness.data.objectives import Task
 from harness.data.sources import Source, Tokenizer
@@ -22,6 +23,7 @@ from harness.errors import ConfigError, IncompatiblePairing
 from harness.model.layers import check_layers
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import PositionalScheme
+from positional.rope_remapped import REMAPS
 from positional.rope_scaling import as_field_of
 
 if TYPE_CHECKING:  # harness.model.phases imports Lightning (seconds), which a refusal must not pay for
@@ -110,9 +112,11 @@ def check_diagnosable(attn: Choice) -> None:
             )
 
 
-def check_extrapolation(settings: EvalSettings, task: Task, pos: PositionalScheme, task_name: str) -> None:
+def check_extrapolation(settings: EvalSettings, task: Task, model: Transformer, task_name: str) -> None:
     """eval.stride and eval.same_targets read a causal model's next-token losses; eval.scalings names
-    length scalings the scheme declares (``length_scalings``), each built dry here at every length."""
+    length scalings the model's final scheme declares (``length_scalings``), each built dry here at every length;
+    Self-Extend and DCA only with attention that forms the logits they remap."""
+    pos = model.pos
     for key in ("stride", "same_targets"):
         if getattr(settings, key) and not task.causal:
             raise ConfigError(
@@ -129,6 +133,16 @@ def check_extrapolation(settings: EvalSettings, task: Task, pos: PositionalSchem
         raise ConfigError(
             f"eval.scalings: {unknown} are not length scalings of pos={pos.config_name()}; "
             f"use some of {', '.join(pos.length_scalings)}"
+        )
+    remapped = next((m for m in settings.scalings if m in REMAPS), None)
+    variant = next(
+        (a for a in model.modules() if isinstance(a, AttentionVariant) and "content" not in a.accepts_bias), None
+    )
+    if remapped and variant is not None:
+        raise ConfigError(
+            f"eval.scalings={remapped} remaps positions per query-key pair, a content logit bias, and "
+            f"attn={variant.config_name()} cannot apply one ({variant.bias_refusals.get('content', 'no T×T logits')}); "
+            f"use attn=softmax or drop {remapped} from eval.scalings"
         )
     lengths = [*settings.lengths, *([settings.finetune_length] if settings.finetune_length else [])]
     for method in settings.scalings:

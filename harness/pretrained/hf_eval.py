@@ -672,13 +672,13 @@ def _remap(spec: EvalSpec, model, method: str, factor: float):
     """The remapped positions of a ``self_extend`` or ``dca`` cell, else None. From the model's trained context L:
     Self-Extend's window --window, else L/2 (its group size the factor); DCA's chunk 11L/16 and local window L/16,
     the authors' defaults (chunk + local = 3L/4)."""
-    from harness.pretrained.remapped import DualChunk, SelfExtend
+    from positional.rope_remapped import DualChunk, SelfExtend
 
     context = trained_context(model.config.to_dict()) or model.config.max_position_embeddings
     if method == SELF_EXTEND:
         return SelfExtend(int(factor), spec.window or max(1, context // 2))
     if method == DCA:
-        return DualChunk(max(1, context * 11 // 16), max(1, context // 16))
+        return DualChunk.fitting(context)
     return None
 
 

@@ -1,5 +1,6 @@
 """Training-free context extension by remapped positions, on a Hugging Face causal LM: each query-key pair attends
-with RoPE at positions chosen for that pair, so no distance the model sees lies beyond what it trained on.
+with RoPE at positions chosen for that pair, so no distance the model sees lies beyond what it trained on. The two
+remappings are defined once, in positional/rope_remapped.py, for posbench's own models and these alike:
 
 - **Self-Extend** (Jin et al. 2024, "LLM Maybe LongLM: Self-Extend LLM Context Window Without Tuning",
   arXiv:2401.01325, §3): a pair with i − j < W (the neighbour window) at i and j as trained; a farther one with the
@@ -21,53 +22,16 @@ refused naming why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
 from harness.pretrained.rotary import form_of, rotary_modules, scaling_of
 from positional.rope import rope_inv_freq
+from positional.rope_remapped import Remap, SelfExtend
 from positional.rope_scaling import RopeScaling
 
 NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
-
-
-@dataclass(frozen=True)
-class SelfExtend:
-    group: int  # G
-    window: int  # W, the neighbour window
-
-    def parts(self, length: int, device=None) -> list[tuple[Tensor, Tensor, Tensor]]:
-        """(query positions (T,), key positions (T,), the pairs (T, T) they serve) of each kind of pair."""
-        i = torch.arange(length, device=device)
-        near = (i[:, None] - i[None, :]) < self.window
-        grouped = i // self.group + self.window - self.window // self.group
-        return [(i, i, near), (grouped, i // self.group, ~near)]
-
-    def name(self) -> str:
-        return f"self_extend group {self.group} window {self.window}"
-
-
-@dataclass(frozen=True)
-class DualChunk:
-    chunk: int  # s
-    local: int  # w, the local window of the successive chunk
-
-    def parts(self, length: int, device=None) -> list[tuple[Tensor, Tensor, Tensor]]:
-        i = torch.arange(length, device=device)
-        within, chunk = i % self.chunk, i // self.chunk
-        apart = chunk[:, None] - chunk[None, :]
-        successive = torch.clamp(within + self.chunk, max=self.chunk + self.local)
-        inter = torch.full_like(i, min(2 * self.chunk - 1, self.chunk + self.local))
-        return [(within, within, apart == 0), (successive, within, apart == 1), (inter, within, apart >= 2)]
-
-    def name(self) -> str:
-        return f"dca chunk {self.chunk} local {self.local}"
-
-
-Remap = SelfExtend | DualChunk
 
 
 def apply_remapped(model, remap: Remap) -> None:
@@ -103,7 +67,7 @@ def remapped_attention(module, query, key, value, attention_mask, scaling: float
     theta = _frequencies(rope, length, query.device)
     position = torch.arange(length, device=query.device)
     scores = torch.zeros(*query.shape[:-1], length, dtype=query.dtype, device=query.device)
-    for at_q, at_k, pairs in remap.parts(length, query.device):
+    for at_q, at_k, pairs in remap.parts(position):
         logits = torch.matmul(_turn(query, at_q - position, theta), _turn(key, at_k - position, theta).transpose(2, 3))
         scores = torch.where(pairs, logits * scaling, scores)
     scores = scores.masked_fill(position[:, None] < position[None, :], float("-inf"))  # causal

@@ -12,8 +12,9 @@ import torch
 import transformers
 
 from harness.errors import ConfigError
-from harness.pretrained.remapped import NAME, DualChunk, SelfExtend, apply_remapped, remapped_attention
+from harness.pretrained.remapped import NAME, apply_remapped, remapped_attention
 from harness.pretrained.rotary import apply_scaling
+from positional.rope_remapped import DualChunk, SelfExtend
 
 F64 = torch.float64
 
