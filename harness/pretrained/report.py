@@ -167,13 +167,19 @@ def _bounds(what: str, names: dict[str, str], results: dict[tuple[str, float], d
 def _score_table(prefix: str, title: str, results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
     """The scores named ``prefix…`` per cell (``ruler/``: --tasks; ``lm_eval/``: --lm-eval), with their floors and
     ceilings."""
-    names = sorted({k for m in results.values() for k in m if k.startswith(prefix)})
+    names = sorted({k for m in results.values() for k in m if k.startswith(prefix)}, key=_by_length)
     said = {x: x[len(prefix) :].replace("_at_", " at ") for x in names}
     lines = ["", f"## {title}", "", "| scaling | factor | " + " | ".join(said.values()) + " |", "|---|---|"]
     lines[-1] += "---|" * len(names)
     for (method, factor), m in results.items():
         lines.append(f"| {method} | {factor:g} | " + " | ".join(f"{m[x]:.3g}" if x in m else "—" for x in names) + " |")
     return (lines + _bounds(title, {v: k for k, v in said.items()}, results)) if names else []
+
+
+def _by_length(name: str) -> tuple[str, int]:
+    """``ruler/vt_at_512`` as (``ruler/vt``, 512): a task's lengths in order, 256 before 1024."""
+    task, _, length = name.rpartition("_at_")
+    return (task, int(length)) if length.isdigit() else (name, 0)
 
 
 def csv(results: dict[tuple[str, float], dict[str, float]]) -> str:

@@ -493,3 +493,12 @@ def test_a_posbench_export_without_its_seals_is_said_to_be_unverified(tmp_path):
     (path / "tokenizer.json.sha256").unlink()
     (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": {}}}))
     assert model_folder.unverified(model_folder.read(path, contents=False)) is None
+
+
+def test_score_tables_list_each_tasks_lengths_in_order():
+    """--tasks' and --lm-eval's tables: columns by task, then length as a number (256 before 1024)."""
+    from harness.pretrained.report import _score_table
+
+    cells = {("none", 1.0): {f"ruler/{t}_at_{n}": 0.5 for t in ("vt", "cwe") for n in (1024, 256, 512)}}
+    head = _score_table("ruler/", "RULER-style tasks", cells)[3]
+    assert head == "| scaling | factor | cwe at 256 | cwe at 512 | cwe at 1024 | vt at 256 | vt at 512 | vt at 1024 |"
