@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attention.base import AttentionVariant
 from harness.config.spec import SOURCE_KEYS, Choice, Choices, DataSettings, EvalSettings, PhaseSpec, RunSpec
 from harness.data.objectives import Task
 from harness.data.sources import Source, Tokenizer
@@ -135,8 +134,9 @@ def check_extrapolation(settings: EvalSettings, task: Task, model: Transformer, 
             f"use some of {', '.join(pos.length_scalings)}"
         )
     remapped = next((m for m in settings.scalings if m in REMAPS), None)
-    variant = next(
-        (a for a in model.modules() if isinstance(a, AttentionVariant) and "content" not in a.accepts_bias), None
+    variant = next(  # a per-layer pattern's non-RoPE layers are not remapped
+        (v for scheme, v in model.layers() if remapped in scheme.length_scalings and "content" not in v.accepts_bias),
+        None,
     )
     if remapped and variant is not None:
         raise ConfigError(

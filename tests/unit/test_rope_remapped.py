@@ -58,3 +58,7 @@ def test_attention_without_logits_refuses_it_before_training():
     with pytest.raises(ConfigError, match="eval.scalings=self_extend remaps positions per query-key pair"):
         check(spec)
     check(load(["task=clm", "eval.lengths=[256]", "eval.scalings=[none,self_extend,dca]"]))
+    pattern = ["task=clm", "eval.lengths=[256]", "eval.scalings=[dca]", "+pos.layers=[rope,none]", "attn=softmax"]
+    check(load([*pattern, "+attn.layers=[softmax,local]"]))  # only the RoPE layers are remapped: softmax's
+    with pytest.raises(ConfigError, match="eval.scalings=dca remaps positions per query-key pair, a content logit"):
+        check(load([*pattern, "+attn.layers=[local,softmax]"]))
