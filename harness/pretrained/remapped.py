@@ -1,16 +1,7 @@
 """Training-free context extension by remapped positions, on a Hugging Face causal LM: each query-key pair attends
 with RoPE at positions chosen for that pair, so no distance the model sees lies beyond what it trained on. The two
-remappings are defined once, in positional/rope_remapped.py, for posbench's own models and these alike:
-
-- **Self-Extend** (Jin et al. 2024, "LLM Maybe LongLM: Self-Extend LLM Context Window Without Tuning",
-  arXiv:2401.01325, §3): a pair with i − j < W (the neighbour window) at i and j as trained; a farther one with the
-  query at ⌊i/G⌋ + W − ⌊W/G⌋ and the key at ⌊j/G⌋ (G: the group size), distances that continue the window's.
-- **Dual Chunk Attention** (An et al. 2024, "Training-Free Long-Context Scaling of Large Language Models",
-  arXiv:2402.17463, §3; the authors' ChunkLlama code for its constants): the sequence cut into chunks of s tokens;
-  every key at its position within its chunk, j mod s; the query at its own, i mod s, for keys of its chunk
-  (intra-chunk), at min(i mod s + s, s + w) for keys of the chunk before (successive: its first w queries keep
-  their distance to the neighbouring chunk, w the local window), and at min(2s − 1, s + w) for older chunks
-  (inter-chunk). Qwen2.5-1M ships DCA.
+remappings, Self-Extend (Jin et al. 2024) and Dual Chunk Attention (An et al. 2024), are defined once, in
+positional/rope_remapped.py, for posbench's own models and these alike.
 
 In both, the pairs' logits are merged before one softmax. transformers rotates q and k at 0 … T − 1 before its
 attention function runs; ``remapped_attention`` (registered as an attention implementation) turns them once more by
