@@ -1,6 +1,6 @@
-"""Self-Extend and DCA on posbench's own RoPE models (positional/rope_remapped.py, ``eval.scalings``): the same logits
-as hf-eval's remapped attention on the model's export (whose attention tests/unit/test_remapped.py holds to the
-papers' definitions pair by pair), beyond the trained length; refused with attention that never forms the logits."""
+"""Self-Extend and DCA on posbench's own RoPE models (positional/rope_remapped.py, ``eval.scalings``): each pair as
+the papers define it (float64, 1e-12); the same logits as hf-eval's remapped attention on the model's export, beyond
+the trained length; refused with attention that never forms the logits."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
+from positional.rope_remapped import DualChunk, SelfExtend
 from tests.unit.test_export import T as TRAINED
 from tests.unit.test_export import loaded, ours
 
@@ -16,7 +17,6 @@ from tests.unit.test_export import loaded, ours
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_posbench_remapped_logits_equal_hf_evals_on_the_export(tmp_path, method, layout):
     from harness.pretrained.remapped import apply_remapped
-    from positional.rope_remapped import DualChunk, SelfExtend
 
     model = ours(layout).double()
     hf = loaded(model, tmp_path).double()
@@ -37,7 +37,6 @@ def test_posbench_remapped_logits_equal_hf_evals_on_the_export(tmp_path, method,
 
 def test_self_extend_fits_the_farthest_distance_inside_the_trained_length():
     """W = 8 of a trained 16; G the smallest group whose farthest distance (query L − 1, key 0) is at most 15."""
-    from positional.rope_remapped import SelfExtend
 
     def widest(remap: SelfExtend, length: int) -> int:
         i = torch.arange(length)
@@ -62,3 +61,31 @@ def test_attention_without_logits_refuses_it_before_training():
     check(load([*pattern, "+attn.layers=[softmax,local]"]))  # only the RoPE layers are remapped: softmax's
     with pytest.raises(ConfigError, match="eval.scalings=dca remaps positions per query-key pair, a content logit"):
         check(load([*pattern, "+attn.layers=[local,softmax]"]))
+
+
+@pytest.mark.parametrize(
+    "made", [SelfExtend(2, 4), SelfExtend(4, 8), DualChunk(5, 2), DualChunk(6, 1)], ids=lambda r: r.name()
+)
+def test_posbench_softmax_under_a_remap_is_the_papers_definition_pair_by_pair(made):
+    """pos=rope (the half layout: transformers' doubled form) and attn=softmax, q, k, v random in float64: the output
+    equals each pair computed from scratch at the paper's positions (tests/unit/test_remapped.py's reference)."""
+    from attention.base import AttentionContext
+    from attention.softmax import Softmax
+    from positional.base import Shape
+    from positional.rope import Rope
+    from tests.unit.test_remapped import dca_at, reference, self_extend_at
+
+    shape = Shape(64, 4, 1, 16, True)
+    rope = Rope(shape, base=10000.0, layout="half").eval()
+    rope.remap = made
+    length, theta = 20, 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 4, length, 16, dtype=torch.float64) for _ in range(3))
+    positions = rope.positions(length)
+    ctx = AttentionContext(rope.rotary(positions), rope.logit_biases(positions, 1)[0], causal=True)
+    got = Softmax(shape, backend="math")(q, k, v, ctx).transpose(1, 2)
+    if isinstance(made, SelfExtend):
+        at = lambda i, j: self_extend_at(i, j, made.group, made.window)  # noqa: E731
+    else:
+        at = lambda i, j: dca_at(i, j, made.chunk, made.local)  # noqa: E731
+    torch.testing.assert_close(got, reference(q, k, v, at, theta, 16**-0.5), rtol=0, atol=1e-12)
