@@ -225,9 +225,10 @@ class Ruler(SyntheticTask):
         return length + 1  # the causal form reads all but the last token
 
     def check_filler(self, filler: Tensor | None, longest: int) -> None:
-        if len(self.given_filler(filler)) < longest:
+        held = len(self.given_filler(filler))
+        if held < longest:
             raise ConfigError(
-                f"the filler text holds {len(self.given_filler(filler))} bytes, fewer than a task=ruler example of "
+                f"the filler text holds {held} bytes, fewer than a task=ruler example of "
                 f"length {longest} may cut; use a larger corpus or shorter lengths"
             )
 
