@@ -6,14 +6,20 @@ exception raised mid-step could leave an optimizer half-updated) and raises its 
 ``SystemExit`` with no code, which would exit 0 and make a preempted SLURM job look like success.
 ``CommittedCheckpoints.on_exception`` saves a checkpoint at that step. Outside them (building, the final
 evaluation, the report) ``terminating()`` turns SIGTERM into ``Stopped(143)`` at once. Either way
-``exit_code`` names the status the process must exit with.
+``exit_code`` names the status the process must exit with. ``held()`` keeps a stop out of the few lines that write
+a run's record (created and not yet known, or half-closed), raising it when they end.
 
 Ground: imports nothing from the project.
 """
 
 from __future__ import annotations
 
+import _thread
+import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -39,17 +45,58 @@ def stopped() -> int | None:
 @contextmanager
 def terminating() -> Iterator[None]:
     """SIGTERM raises ``Stopped(143)`` where the code is not inside a Lightning loop, which handles it itself
-    (its handler calls this one too: then it does nothing). The previous handler is restored after."""
+    (its handler calls this one too: then it does nothing). A stop (SIGTERM or Ctrl-C) raised while a finalizer
+    runs — the database driver's weakref callbacks, mid-write — is dropped by Python after printing it; it is
+    raised again a moment later instead. The previous handlers are restored after."""
 
     def handler(signum, frame):
         if not _State.in_lightning:
             raise Stopped(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def dropped(unraisable) -> None:  # a stop raised inside a finalizer, which Python prints and drops: sent again
+        if isinstance(unraisable.exc_value, (Stopped, KeyboardInterrupt)):
+            kind = signal.SIGTERM if isinstance(unraisable.exc_value, Stopped) else signal.SIGINT
+            _thread.start_new_thread(_interrupt_soon, (kind,))  # not from here: it would be dropped again
+        else:
+            previous_hook(unraisable)
+
+    previous, previous_hook = signal.signal(signal.SIGTERM, handler), sys.unraisablehook
+    sys.unraisablehook = dropped
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
+
+
+def _interrupt_soon(kind: signal.Signals) -> None:
+    """From another thread: the main thread's handler for ``kind`` runs once it is back in ordinary code."""
+    time.sleep(0.05)
+    _thread.interrupt_main(kind)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """SIGTERM and Ctrl-C wait until the block ends, then act as they would have: an exception raised between
+    a run written to the store and its id kept would leave it RUNNING with nothing to close it, and one raised
+    inside a garbage collector's callback (the database driver's, mid-write) is printed and dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    kinds = (signal.SIGINT, signal.SIGTERM)
+    previous = {kind: signal.signal(kind, lambda signum, frame: arrived.append(signum)) for kind in kinds}
+    try:
+        yield
+    finally:
+        for kind, handler in previous.items():
+            signal.signal(kind, handler)
+        for signum in dict.fromkeys(arrived):  # each kind once, in the order it came
+            handler = previous[signal.Signals(signum)]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from harness.errors import IncompatiblePairing
 from harness.integrity import MARK_TAG, SEAL_TAG, seal
 from harness.paths import ROOT, in_checkout
 from harness.record.store import Store
+from harness.signals import held
 
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
 # the user's mistake, not a cell the grid excludes). FloatingPointError is a NaN/inf loss.
@@ -123,9 +124,9 @@ class TrackedRun:
     ) -> Iterator[TrackedRun]:
         """Create the run (or reopen run ``reopen``), yield, and close it whatever happens. Only the
         ``owner`` (global rank 0) touches the store."""
-        self.start(tags, params, reopen, owner)
         status, failure = "FAILED", None
         try:
+            self.start(tags, params, reopen, owner)
             yield self
             status = "FINISHED"
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C (Lightning turns it into exit(1)), SIGTERM
@@ -144,13 +145,14 @@ class TrackedRun:
         if not owner or self.opened:
             return
         client, tags = self.store.client, {**tags, **self.tags, **process_tags()}
-        if reopen:
-            self.run_id = reopen
-            self._reopen(tags)
-        else:
-            exp = self.store.experiment_id(self.experiment)
-            self.run_id = client.create_run(exp, run_name=self.name, tags={**tags, MARK_TAG: "1"}).info.run_id
-            self.log_params(params)
+        with held():  # a stop meanwhile would leave a RUNNING row this object does not know
+            if reopen:
+                self.run_id = reopen
+                self._reopen(tags)
+            else:
+                exp = self.store.experiment_id(self.experiment)
+                self.run_id = client.create_run(exp, run_name=self.name, tags={**tags, MARK_TAG: "1"}).info.run_id
+                self.log_params(params)
 
     def _reopen(self, tags: dict[str, str]) -> None:
         """Back to RUNNING, without the failure tags of the attempt that died; params were logged
@@ -173,9 +175,10 @@ class TrackedRun:
         if not self.owner or self.run_id is None or self.closed:  # not ours to close, never opened, or closed
             return
         self.closed = True
-        if failure:
-            self.set_tags(failure)
-        terminate(self.store, self.run_id, status)
+        with held():
+            if failure:
+                self.set_tags(failure)
+            terminate(self.store, self.run_id, status)
         if status == "FINISHED":
             self._check_store_whole()
 

@@ -144,3 +144,41 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
     cells = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
     assert parent.info.status == "KILLED" and cells
     assert {r.info.status for r in cells} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in cells]
+
+
+PROGRAM = """
+import os, signal, sys, weakref
+from harness.signals import exit_code, terminating
+
+class Thing:
+    pass
+
+def finalizer(ref):  # the signal is handled in here, as it was inside the database driver's weakref callbacks
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    sum(range(1000))
+
+try:
+    with terminating():
+        thing = Thing()
+        ref = weakref.ref(thing, finalizer)
+        del thing
+        while True:
+            sum(range(1000))
+except BaseException as e:
+    print(exit_code(e))
+"""
+
+
+@pytest.mark.parametrize("signal_name,code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_stop_raised_inside_a_finalizer_still_stops(signal_name, code):
+    """Python prints and drops an exception raised inside a finalizer: a stop that lands there is raised again in
+    ordinary code, and nothing is printed but the stop."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROGRAM, signal_name],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard: without the re-raise the loop never ends
+        preexec_fn=default_sigint,
+    )
+    assert (proc.stdout.strip(), proc.stderr) == (str(code), "")
