@@ -389,35 +389,68 @@ def readme_files(installed) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("line", readme_use_lines(), ids=lambda line: line.partition(" #")[0].strip())
-def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(
-    installed, readme_files, line, tmp_path
-):
-    """Each command of the README's "Use" block, as a user types it against an installed copy: validated with
-    --check (a training line) or run as it is (--list, --matrix, --check, prepare), from another directory. A line
-    the README shows refused ("the one line a bad config gets") must give exactly that: one line, exit 2."""
+def readme_argv(line: str, files: dict[str, str]) -> tuple[str, list[str]]:
+    """The entry (posbench, or a module of ``python -m``) and argv a README line runs as: a training line with
+    --check, hf-eval's with its own --check (nothing loaded), prepare as it is (it writes the shards)."""
     import shlex
 
-    command, _, comment = line.partition(" #")
-    for shown, real in readme_files.items():
+    command = line.partition(" #")[0]
+    for shown, real in files.items():
         command = command.replace(shown, real)
     words = shlex.split(command)
     args = words[2:] if words[0] == "python" else words[1:]
     if words[:2] == ["python", "-m"]:
-        argv = [installed.python, *words[1:]]
-    elif words[0] == "posbench" and args[:1] == ["hf-eval"]:  # its own --check: options and folder, nothing loaded
-        argv = [installed.posbench, *args, "--check"]
-    elif words[0] == "posbench" and args[:1] == ["prepare"]:  # run as it is: it writes the shards
-        argv = [installed.posbench, *args]
-    elif words[0] == "posbench" and args[:1] in (["run"], ["check"], ["list"], ["matrix"]):  # a subcommand
-        argv = [installed.posbench, "check" if args[0] == "run" else args[0], *args[1:]]
-    else:
-        own = {a.split("=")[0] for a in args} & {"--list", "--matrix", "--check"}
-        argv = [installed.posbench, *([] if own else ["--check"]), *args]
-    done = installed.run(*argv, POSBENCH_CACHE=str(tmp_path / "cache"))
-    if "bad config" in comment:
-        assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, line
+        return words[2], words[3:]
+    if words[0] == "posbench" and args[:1] == ["hf-eval"]:
+        return "posbench", [*args, "--check"]
+    if words[0] == "posbench" and args[:1] in (["prepare"], ["check"], ["list"], ["matrix"]):
+        return "posbench", args
+    if words[0] == "posbench" and args[:1] == ["run"]:
+        return "posbench", ["check", *args[1:]]
+    own = {a.split("=")[0] for a in args} & {"--list", "--matrix", "--check"}
+    return "posbench", [*([] if own else ["--check"]), *args]
+
+
+DRIVER = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("inprocess", sys.argv[1])  # by path: the checkout is not on sys.path
+inprocess = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(inprocess)
+import harness
+requests = json.loads(open(sys.argv[2]).read())
+replies = [inprocess.run(entry, argv, cwd, env, 300) for entry, argv, cwd, env in requests]
+open(sys.argv[3], "w").write(json.dumps({"harness": harness.__file__, "replies": replies}))
+"""
+
+
+@pytest.fixture(scope="module")
+def readme_replies(installed, readme_files, tmp_path_factory) -> dict[str, dict]:
+    """Every line of the README's "Use" block run by the installed copy, in one interpreter of its environment
+    (tests/inprocess.py: the entry functions the commands call, each with its own streams and exit status; a
+    fresh interpreter per line would pay the imports seventeen times)."""
+    work = tmp_path_factory.mktemp("readme")
+    env = {"POSBENCH_CACHE": str(work / "cache")}
+    requests = [[*readme_argv(line, readme_files), str(installed.cwd), env] for line in readme_use_lines()]
+    (work / "requests.json").write_text(json.dumps(requests))
+    done = installed.run(
+        installed.python, "-c", DRIVER, ROOT / "tests" / "inprocess.py", work / "requests.json", work / "replies.json"
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    replies = json.loads((work / "replies.json").read_text())
+    assert Path(replies["harness"]).is_relative_to(installed.site), replies["harness"]  # the installed copy ran
+    return dict(zip(readme_use_lines(), replies["replies"], strict=True))
+
+
+@pytest.mark.parametrize("line", readme_use_lines(), ids=lambda line: line.partition(" #")[0].strip())
+def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(readme_replies, line):
+    """Each command of the README's "Use" block, as a user types it against an installed copy: validated with
+    --check (a training line) or run as it is (--list, --matrix, --check, prepare), from another directory. A line
+    the README shows refused ("the one line a bad config gets") must give exactly that: one line, exit 2."""
+    done = readme_replies[line]
+    if "bad config" in line.partition(" #")[2]:
+        assert done["code"] == 2 and done["stderr"].startswith("error: ") and done["stderr"].count("\n") == 1, line
         return
-    assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-    if ("--check" in argv or "check" in argv[1:2]) and "-m" not in args:
-        assert done.stdout.startswith("ok: "), done.stdout
+    assert done["code"] == 0, f"{line}\n{done['stdout'][-2000:]}{done['stderr'][-2000:]}"
+    entry, argv = readme_argv(line, {})
+    if ("--check" in argv or argv[:1] == ["check"]) and entry == "posbench":
+        assert done["stdout"].startswith("ok: "), done["stdout"]
