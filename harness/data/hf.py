@@ -86,10 +86,10 @@ class HFDataset:
             if self.by_document:
                 data, train, val = self._document_split()
             elif self.val_split:
-                train, val = (_join(self.texts(s), self.max_bytes) for s in (self.split, self.val_split))
+                train, val = (b"".join(row_pieces(self.texts(s), self.max_bytes)) for s in (self.split, self.val_split))
                 data = train + SEPARATOR + val
             else:
-                data = _join(self.texts(self.split), self.max_bytes)
+                data = b"".join(row_pieces(self.texts(self.split), self.max_bytes))
                 train, val = block_split(data, self.val_every)
             if len(data) < 4096:
                 raise ConfigError(
@@ -380,7 +380,7 @@ def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
     for i, text in enumerate(texts):
         data = (SEPARATOR if i else b"") + text.encode("utf-8")
         if max_bytes is not None and held + len(data) >= max_bytes:
-            yield _cut_utf8(data, max_bytes - held)
+            yield data[: max_bytes - held].decode("utf-8", errors="ignore").encode("utf-8")  # less a character cut
             return
         held += len(data)
         yield data
@@ -394,24 +394,6 @@ def row_of(i: int, piece: bytes) -> bytes:
 def is_val_row(i: int, val_every: int) -> bool:
     """Whether row ``i`` goes to validation under data.val_by=document: every ``val_every``-th."""
     return i % val_every == val_every - 1
-
-
-def _join(texts: Iterator[str], max_bytes: int | None) -> bytes:
-    """Rows joined by blank lines; with ``max_bytes``, stop reading once that much is held (then cut there)."""
-    parts, total = [], 0
-    for text in texts:
-        data = text.encode("utf-8")
-        parts.append(data)
-        total += len(data) + len(SEPARATOR)
-        if max_bytes is not None and total >= max_bytes:
-            break
-    joined = SEPARATOR.join(parts)
-    return joined if max_bytes is None else _cut_utf8(joined, max_bytes)
-
-
-def _cut_utf8(data: bytes, n: int) -> bytes:
-    """The first ``n`` bytes, less a character the cut would split."""
-    return data[:n].decode("utf-8", errors="ignore").encode("utf-8") if len(data) > n else data
 
 
 def _first_line(e: BaseException) -> str:

@@ -90,12 +90,9 @@ class ShardWriter:
             self.shards[-1]["sha256"], self.shards[-1]["blocks"] = whole.hexdigest(), blocks
 
     def close(self) -> dict:
-        self._seal()
         if not self.shards:  # an empty split still has its (empty) shard
-            (self.folder / f"{self.split}-00000.bin").write_bytes(b"")
-            self.shards.append(
-                {"file": f"{self.split}-00000.bin", "tokens": 0, "sha256": hashlib.sha256().hexdigest(), "blocks": []}
-            )
+            self._file = self._open()
+        self._seal()
         return {"tokens": sum(s["tokens"] for s in self.shards), "bytes": self.bytes, "shards": self.shards}
 
 
@@ -285,7 +282,7 @@ def _sides(source, whole: _Tally) -> Iterator[tuple[str, bytes, bool]]:
     by_document = getattr(source, "by_document", False)
     val_every = sys.maxsize if source.val_split else source.val_every
     pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
-    for i, data in enumerate(_rows(source, source.split)):
+    for i, data in enumerate(row_pieces(source.texts(source.split), source.max_bytes)):
         whole.update(data)
         if by_document:
             side = "val" if is_val_row(i, val_every) else "train"
@@ -302,7 +299,7 @@ def _sides(source, whole: _Tally) -> Iterator[tuple[str, bytes, bool]]:
     yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending), True
     if source.val_split:
         whole.update(SEPARATOR)
-        for data in _rows(source, source.val_split):
+        for data in row_pieces(source.texts(source.val_split), source.max_bytes):
             whole.update(data)
             yield "val", data, False
 
@@ -327,8 +324,3 @@ def _train_text(source, limit: int | None = None) -> Iterator[str]:
         if last or not left:  # a named validation split's rows follow the last block
             break
     yield decoder.decode(b"", final=True)
-
-
-def _rows(source, split: str) -> Iterator[bytes]:
-    """The split's rows joined by blank lines, one piece a row; at most ``max_bytes`` (cut at a character)."""
-    return row_pieces(source.texts(split), source.max_bytes)
