@@ -55,17 +55,14 @@ class AssociativeRecall(SyntheticTask):
             )
         super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
 
-    def form_note(self) -> str:
-        return (
-            " (a bidirectional model without positions sees a bag of tokens and could not pair keys with "
-            "values, so MQAR would stop being the positional control Zoology makes it)"
-        )
+    form_note = (
+        " (a bidirectional model without positions sees a bag of tokens and could not pair keys with "
+        "values, so MQAR would stop being the positional control Zoology makes it)"
+    )
+    max_length_reason = "each pair needs a distinct key; give a longer task.keys"
 
     def max_length(self) -> int:
         return len(self.keys)
-
-    def max_length_reason(self) -> str:
-        return "each pair needs a distinct key; give a longer task.keys"
 
     def layout_size(self, length: int) -> int:
         return 4 * length + 1

@@ -77,13 +77,12 @@ def collate(examples: list[dict], pad_id: int) -> dict[str, Tensor]:
     """Right-pads variable-length examples (positions start at 0 on the left): input_ids with
     ``pad_id``, labels with -100, key_padding_mask False; integer fields become (B,) tensors."""
     fill = dict(zip(FORM_FIELDS, (pad_id, IGNORE, False), strict=True))
-    batch = {}
-    for key in examples[0]:
-        if key in fill:  # (B, T)
-            batch[key] = pad_sequence([e[key] for e in examples], batch_first=True, padding_value=fill[key])
-        else:
-            batch[key] = torch.tensor([int(e[key]) for e in examples], dtype=torch.long)  # (B,)
-    return batch
+    return {
+        key: pad_sequence([e[key] for e in examples], batch_first=True, padding_value=fill[key])  # (B, T)
+        if key in fill
+        else torch.tensor([int(e[key]) for e in examples], dtype=torch.long)  # (B,)
+        for key in examples[0]
+    }
 
 
 def exact_match(logits: Tensor, labels: Tensor) -> Tensor:
@@ -179,6 +178,8 @@ class SyntheticTask:
     needs_filler: ClassVar[bool] = False  # passkey hides its key in corpus text
     scores_sequences: ClassVar[bool] = True  # exact match per sequence: val/acc, val/acc_at_<L>
     partial_credit: ClassVar[bool] = False  # also the share of expected strings right: val/match_at_<L>
+    form_note: ClassVar[str] = ""  # why a form is missing (appended to the refusal)
+    max_length_reason: ClassVar[str] = ""  # why lengths stop at max_length (in the refusal)
 
     def __init__(
         self,
@@ -195,7 +196,7 @@ class SyntheticTask:
         if form not in self.forms:
             raise ConfigError(
                 f"task.form={form!r} is not a form of task={self.config_name()}; use "
-                f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note()}"
+                f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note}"
             )
         self.form = form
         self.train_lengths = self._check_train(train_lengths)
@@ -213,10 +214,6 @@ class SyntheticTask:
     def causal(self) -> bool:
         """The attention mask the model needs."""
         return self.form == "causal"
-
-    def form_note(self) -> str:
-        """Why a form is missing (appended to the refusal)."""
-        return ""
 
     def min_length(self) -> int:
         """The shortest length the task can build."""
@@ -261,11 +258,8 @@ class SyntheticTask:
         if top is not None and lengths[-1] > top:
             raise ConfigError(
                 f"{key}={lengths}: {lengths[-1]} exceeds task={self.config_name()}'s longest length "
-                f"{top} ({self.max_length_reason()}); lower it"
+                f"{top} ({self.max_length_reason}); lower it"
             )
-
-    def max_length_reason(self) -> str:
-        return ""
 
     def check_filler(self, filler: Tensor | None, longest: int) -> None:
         """Tasks that need filler text refuse a dataset built without it."""
@@ -383,8 +377,7 @@ class TaskExamples(Dataset):
         self.task, self.n, self.seed, self.stream, self.length = task, n, seed, stream, length
         self.filler = None if filler is None else torch.from_numpy(np.frombuffer(filler, dtype=np.uint8).copy())
         if task.needs_filler:
-            longest = length if length is not None else task.train_lengths[1]
-            task.check_filler(self.filler, longest)
+            task.check_filler(self.filler, length if length is not None else task.train_lengths[1])
 
     def __len__(self) -> int:
         return self.n

@@ -35,8 +35,7 @@ class MissingDuplicate(SyntheticTask):
         super().__init__(tokenizer, form, train_lengths, eval_lengths, eval_examples)
         self.alphabet = symbols("task.alphabet", alphabet)
 
-    def form_note(self) -> str:
-        return " (the blank sits inside the second copy; Ruoss et al. pose it to a bidirectional encoder)"
+    form_note = " (the blank sits inside the second copy; Ruoss et al. pose it to a bidirectional encoder)"
 
     def layout_size(self, length: int) -> int:
         return 2 * length

@@ -109,8 +109,7 @@ class Passkey(SyntheticTask):
         points = np.arange(F + 1)
         # depth_bin is non-decreasing in b, so one bin's insertion points are a contiguous range
         inside = points[depth_bin(100 * points // F, self.depth_bins) == index % self.depth_bins]
-        lay = self.layout(length, gen, filler, depth_range=(int(inside[0]), int(inside[-1])))
-        return self.finish(lay, length)
+        return self.finish(self.layout(length, gen, filler, depth_range=(int(inside[0]), int(inside[-1]))), length)
 
     def artifacts(self, results: TaskResults) -> dict[str, bytes]:
         """``passkey_depth.csv`` and ``passkey_depth.png``: exact match by length × depth bin (none when

@@ -54,14 +54,10 @@ class Drawn:
     words: list[str] | None = None
 
 
-def _word(gen: torch.Generator, letters: str, n: int) -> str:
-    return "".join(letters[int(i)] for i in torch.randint(len(letters), (n,), generator=gen))
-
-
 def _distinct(gen: torch.Generator, count: int, letters: str = string.ascii_lowercase, n: int = 6) -> list[str]:
     words: list[str] = []
     while len(words) < count:
-        word = _word(gen, letters, n)
+        word = "".join(letters[int(i)] for i in torch.randint(len(letters), (n,), generator=gen))
         words += [word] if word not in words else []
     return words
 

@@ -54,8 +54,7 @@ class Transduction(SyntheticTask):
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
         w = random_string(self.alphabet, length, gen)
         if self.causal:
-            tokens = torch.cat([w, ascii_ids(SEP), self.transform(w), ascii_ids(END)])
-            n_answer = length + 1
+            tokens, n_answer = torch.cat([w, ascii_ids(SEP), self.transform(w), ascii_ids(END)]), length + 1
         else:
             tokens, n_answer = torch.cat([w, self.transform(w)]), length
         answer = torch.arange(len(tokens)) >= len(tokens) - n_answer
