@@ -52,9 +52,10 @@ def block_split(data: bytes, val_every: int = 20, block: int = 4096) -> tuple[by
     Spreading val across the corpus keeps it representative of every source file.
     """
     blocks = [data[i : i + block] for i in range(0, len(data), block)]
-    val = b"".join(b for n, b in enumerate(blocks) if n % val_every == val_every - 1)
-    train = b"".join(b for n, b in enumerate(blocks) if n % val_every != val_every - 1)
-    return train, val
+    return (
+        b"".join(b for n, b in enumerate(blocks) if n % val_every != val_every - 1),
+        b"".join(b for n, b in enumerate(blocks) if n % val_every == val_every - 1),
+    )
 
 
 def split_starts(

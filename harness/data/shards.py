@@ -274,15 +274,14 @@ class TokenShards:
         if manifest.get("format") != FORMAT:
             raise ConfigError(f"{file} is not a {FORMAT} manifest (an earlier posbench's, or another program's); {FIX}")
         _check_structure(manifest, file)
-        for split in ("train", "val"):
-            for shard in manifest["splits"][split]["shards"]:
-                size = (folder / shard["file"]).stat().st_size if (folder / shard["file"]).is_file() else None
-                expected = shard["tokens"] * np.dtype(manifest["dtype"]).itemsize
-                if size != expected:
-                    raise ConfigError(
-                        f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
-                        f"the manifest says {expected}; {FIX}"
-                    )
+        for shard in _shard_list(manifest):
+            size = (folder / shard["file"]).stat().st_size if (folder / shard["file"]).is_file() else None
+            expected = shard["tokens"] * np.dtype(manifest["dtype"]).itemsize
+            if size != expected:
+                raise ConfigError(
+                    f"{folder / shard['file']} is {'missing' if size is None else f'{size} bytes'}, "
+                    f"the manifest says {expected}; {FIX}"
+                )
         verify(folder, manifest)
         return manifest
 

@@ -97,11 +97,11 @@ class Subword:
         if data not in self._encoded:
             if len(self._encoded) >= 2:
                 self._encoded.clear()
-            text = data.decode("utf-8", errors="replace")
-            encodings = self.tokenizer.encode_batch(text_chunks(text), add_special_tokens=False)
+            chunks = text_chunks(data.decode("utf-8", errors="replace"))
             dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
             self._encoded[data] = np.concatenate(
-                [np.asarray(e.ids, dtype=dtype) for e in encodings] or [np.empty(0, dtype)]
+                [np.asarray(e.ids, dtype=dtype) for e in self.tokenizer.encode_batch(chunks, add_special_tokens=False)]
+                or [np.empty(0, dtype)]
             )
         return self._encoded[data]
 
@@ -120,10 +120,6 @@ class Subword:
 
     def regular_ids(self) -> Tensor:
         """The ids a random replacement draws from: every id of the vocabulary but the specials."""
-        return self._regular
-
-    @functools.cached_property
-    def _regular(self) -> Tensor:
         keep = torch.ones(self.tokenizer.get_vocab_size(with_added_tokens=True), dtype=torch.bool)
         keep[self.special_ids] = False
         return keep.nonzero().squeeze(1)

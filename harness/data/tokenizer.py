@@ -18,10 +18,7 @@ class ByteTokenizer:
     special_tokens = ("<|pad|>", "<|mask|>")  # ids 256 and 257, as an exported tokenizer.json names them
 
     def __init__(self):
-        self.pad_id = 256
-        self.mask_id = 257
-        self.vocab_size = 258
-        self.n_regular = 256  # ids a random replacement may draw (BERT's 10 % random tokens)
+        self.pad_id, self.mask_id, self.vocab_size = 256, 257, 258
         words = torch.tensor([word_byte(b) for b in range(256)] + [False, False])
         self._word_tables = (words, words)  # a byte continues a word when it and the one before are word bytes
 
@@ -39,7 +36,8 @@ class ByteTokenizer:
         return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
 
     def regular_ids(self) -> Tensor:
-        return torch.arange(self.n_regular)
+        """The ids a random replacement may draw (BERT's 10 % random tokens): the bytes."""
+        return torch.arange(256)
 
     def word_continues(self, ids: Tensor) -> Tensor:
         """(T,) bool: byte t continues the word of byte t − 1 (both letters, digits, '_' or non-ASCII)."""
