@@ -303,8 +303,7 @@ class TextFiles:
         return files
 
     def load(self) -> Corpus:
-        files = self._files()
-        data = b"\n\n".join(f.read_bytes() for f in files)  # each checked UTF-8 by _files()
+        data = b"\n\n".join(f.read_bytes() for f in self._files())  # each checked UTF-8 by _files()
         if len(data) < 4096:
             raise ConfigError(f"data.path={self.path} holds {len(data)} bytes; give at least 4 KiB of text")
         return _corpus(f"text:{self._root().name}", data, *block_split(data, self.val_every))

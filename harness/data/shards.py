@@ -29,11 +29,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from harness import integrity
 from harness.data.corpus import check_train_split
-from harness.data.windows import _generator
+from harness.data.windows import TrainWindows
 from harness.errors import ConfigError
 
 FORMAT = "posbench-tokens-2"  # a folder of another format is refused: write it again
@@ -346,7 +345,7 @@ class TokenShards:
         )
 
 
-class SlicedWindows(Dataset):
+class SlicedWindows(TrainWindows):
     """``n`` training windows of ``length`` tokens; example g lies in rank (g mod W)'s ``rank_slice``.
 
     random: a uniform start in the slice, drawn from (seed, g) as ``TrainWindows`` draws it; sequential: the
@@ -364,14 +363,11 @@ class SlicedWindows(Dataset):
         world_size: int = 1,
         stride: int | None = None,
     ):
-        self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
         self.windows, self.world_size, self.stride = windows, world_size, stride or length
         self.slices = [rank_slice(len(ids), r, world_size) for r in range(world_size)]
-        # every rank's slice holds more than one window
+        # every rank's slice holds more than one window (checked first: the whole split then holds one too)
         check_train_split(min(end - start for start, end in self.slices), length)
-
-    def __len__(self) -> int:
-        return self.n
+        super().__init__(ids, length, n, seed, objective)
 
     def start(self, index: int, gen: torch.Generator) -> int:
         """Where example ``index`` starts (random: drawn from ``gen``, which then goes on to the objective)."""
@@ -380,9 +376,3 @@ class SlicedWindows(Dataset):
             return lo + int(torch.randint(hi - lo - self.length + 1, (1,), generator=gen))
         per_slice = (hi - lo - self.length) // self.stride + 1
         return lo + (index // self.world_size) % per_slice * self.stride
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        gen = _generator(self.seed, index)
-        start = self.start(index, gen)
-        window = torch.from_numpy(np.asarray(self.ids[start : start + self.length]).astype(np.int64))
-        return self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)

@@ -41,16 +41,19 @@ class TrainWindows(Dataset):
     def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective, firsts: np.ndarray | None = None):
         """``firsts``: True at each document's first token (``with_document_ids``), or None."""
         check_train_split(len(ids), length)
-        self.ids, self.length, self.n, self.seed, self.objective = ids, length, n, seed, objective
-        self.firsts = firsts
+        self.ids, self.length, self.n, self.seed, self.objective, self.firsts = ids, length, n, seed, objective, firsts
 
     def __len__(self) -> int:
         return self.n
 
+    def start(self, index: int, gen: torch.Generator) -> int:
+        """Where example ``index`` starts: drawn from ``gen``, which then goes on to the objective."""
+        return int(torch.randint(len(self.ids) - self.length + 1, (1,), generator=gen))
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         gen = _generator(self.seed, index)
-        start = int(torch.randint(len(self.ids) - self.length + 1, (1,), generator=gen))
-        window = torch.from_numpy(self.ids[start : start + self.length].astype(np.int64))
+        start = self.start(index, gen)
+        window = torch.from_numpy(np.asarray(self.ids[start : start + self.length]).astype(np.int64))
         example = self.objective.make_example(window, torch.ones(self.length, dtype=torch.bool), gen)
         return with_document_ids(example, self.firsts, start, self.length)
 

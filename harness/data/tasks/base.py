@@ -303,8 +303,13 @@ class SyntheticTask:
         else:
             inputs = torch.where(lay.answer, self.tok.mask_id, lay.tokens)
             labels = torch.where(lay.answer, lay.tokens, IGNORE)
-        mask = torch.ones(len(labels), dtype=torch.bool)
-        return {"input_ids": inputs, "labels": labels, "key_padding_mask": mask, "length": length, **lay.extras}
+        return {
+            "input_ids": inputs,
+            "labels": labels,
+            "key_padding_mask": torch.ones(len(labels), dtype=torch.bool),  # (T,) every position real
+            "length": length,
+            **lay.extras,
+        }
 
     def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
         """An evaluation example; a task may stratify by ``index`` (passkey spreads its depths)."""
