@@ -239,21 +239,20 @@ class Trained(Subword):
         fitted = getattr(corpus, "fitted_tokenizer", None)
         if fitted is not None:  # pre-tokenized shards: the vocabulary they were written with (prepare.py)
             self._tok = fitted(self)
-            self._trained()
-            return
-        sample = corpus.train[: self.train_bytes]  # None: all of it
-        cache = self.cache_path(integrity.sha256(sample))
-        # a damaged or swapped file would change every id of the run: refused; an unsealed one is trained again
-        if cache.exists() and integrity.check_file(
-            cache, "the cached vocabulary was damaged or replaced; delete it and the run trains it again"
-        ):
-            self._tok = load_file(str(cache))
         else:
-            self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            # atomic: two runs training at once never read half a file; until its seal is there, the cache reads as
-            # unsealed: trained again, never trusted (the bytes are those Tokenizer.save writes)
-            integrity.write_bytes(cache, self._tok.to_str(pretty=True).encode("utf-8"))
+            sample = corpus.train[: self.train_bytes]  # None: all of it
+            cache = self.cache_path(integrity.sha256(sample))
+            # a damaged or swapped file would change every id of the run: refused; an unsealed one is trained again
+            if cache.exists() and integrity.check_file(
+                cache, "the cached vocabulary was damaged or replaced; delete it and the run trains it again"
+            ):
+                self._tok = load_file(str(cache))
+            else:
+                self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                # atomic: two runs training at once never read half a file; until its seal is there, the cache reads
+                # as unsealed: trained again, never trusted (the bytes are those Tokenizer.save writes)
+                integrity.write_bytes(cache, self._tok.to_str(pretty=True).encode("utf-8"))
         self._trained()
 
     def fit_stream(self, texts: Iterable[str]) -> None:
