@@ -139,9 +139,7 @@ def _check_rope(key: str, params: dict, layer_types: list[str] | None) -> None:
             "high_freq_factor",
         ):
             value = entry.get(name)
-            if value is None:
-                continue
-            if (
+            if value is not None and (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
                 or not math.isfinite(value)
@@ -158,12 +156,11 @@ def _check_rope(key: str, params: dict, layer_types: list[str] | None) -> None:
 class ModelFolder:
     path: Path
     config: HFConfig
-    raw: dict  # config.json as written (transformers reads the rest)
     sealed: bool  # a posbench export whose seals were checked
 
 
-def read_config(path: Path) -> tuple[HFConfig, dict]:
-    """config.json (a file, or a folder holding one) as an ``HFConfig`` and as written."""
+def read_config(path: Path) -> HFConfig:
+    """config.json (a file, or a folder holding one) as an ``HFConfig`` (transformers reads the rest)."""
     file = path / "config.json" if path.is_dir() else path
     try:
         raw = json.loads(file.read_text())
@@ -178,7 +175,7 @@ def read_config(path: Path) -> tuple[HFConfig, dict]:
     raw = raw.get("text_config", raw) if isinstance(raw.get("text_config"), dict) else raw  # a multimodal config
     known = {k: raw[k] for k in field_hints(HFConfig) if k in raw}
     try:
-        return HFConfig(**known), raw
+        return HFConfig(**known)
     except ConfigError as e:
         raise ConfigError(f"{file}: {e}; fix that field, or {FIX}") from None
 
@@ -187,12 +184,12 @@ def read(folder: Path, contents: bool = True) -> ModelFolder:
     """The folder's config (its seal first, if it has one) and, with ``contents``, its weights' headers (their seal
     first) and its tokenizer, checked."""
     is_sealed = integrity.check_file(folder / "config.json", SEALED)
-    config, raw = read_config(folder)
+    config = read_config(folder)
     if contents:
         is_sealed = integrity.check_file(folder / "model.safetensors", SEALED) and is_sealed
         _check_weights(folder, config)
         is_sealed = _check_tokenizer(folder) and is_sealed
-    return ModelFolder(folder, config, raw, is_sealed)
+    return ModelFolder(folder, config, is_sealed)
 
 
 def unverified(folder: ModelFolder) -> str | None:

@@ -37,7 +37,6 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
@@ -104,6 +103,11 @@ class EvalSpec:
         return self.lm_eval_lengths or self.lengths
 
     @property
+    def tune_length(self) -> int:
+        """The window --finetune-steps trains on."""
+        return self.finetune_length or max(self.lengths)
+
+    @property
     def short(self) -> int:
         return min(self.lengths) // 2 if self.key_short is None else self.key_short
 
@@ -155,59 +159,63 @@ def parse(argv: list[str]) -> EvalSpec:
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="posbench hf-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a local directory in save_pretrained's format (config.json + weights)")
-    p.add_argument(
-        "--scalings",
-        default="none,linear,ntk,yarn",
-        help=f"comma-separated, of {', '.join(METHODS)}, own; +resonance, +hope: posbench's θ (yarn+hope)",
-    )
-    p.add_argument("--factors", default="2,4", help="comma-separated scaling factors s (each scaling but none)")
-    p.add_argument("--lengths", default="256,512,1024", help="comma-separated context lengths L, in tokens")
-    p.add_argument("--stride", type=int, default=None, help="sliding-window stride S (default L/2)")
-    p.add_argument(
-        "--window",
-        type=int,
-        default=None,
-        help="self_extend's neighbour window W (default half the trained context); its factor is the group size",
-    )
-    p.add_argument("--budget", type=int, default=4096, help="tokens scored at each length")
-    p.add_argument("--tasks", default="", help="comma-separated RULER-style variants: niah_single, …, vt, cwe, fwe")
-    p.add_argument("--task-trials", type=int, default=5, help="prompts per --tasks variant and length")
-    p.add_argument(
-        "--lm-eval",
-        default="",
-        help="lm-eval tasks run on every cell, RULER's sized to --lengths (offline: niah_single_1,ruler_vt,ruler_fwe)",
-    )
-    p.add_argument("--lm-eval-limit", type=int, default=20, help="documents per lm-eval task (and per length)")
-    p.add_argument("--lm-eval-lengths", default="", help="comma-separated lengths of RULER's tasks (default --lengths)")
-    p.add_argument("--passkey-trials", type=int, default=5, help="passkey prompts per length and depth (0: none)")
-    p.add_argument("--depths", default="0,0.5,1", help="comma-separated passkey depths in [0, 1]")
-    p.add_argument("--text", default="embedded", help="embedded (the stdlib prose's validation split) or a file")
-    p.add_argument(
-        "--key-short",
-        type=int,
-        default=None,
-        help="LongPPL's short context in tokens (default half the shortest length; 0: no key tokens)",
-    )
-    p.add_argument(
-        "--evaluator",
-        default=None,
-        help="LongPPL's evaluator: a model folder with the same tokenizer (default: the model as trained)",
-    )
-    p.add_argument(
-        "--claim", default="", help="an ordering by loss beyond the trained context, best first: yarn<ntk<linear"
-    )
-    p.add_argument("--level", type=float, default=0.05, help="the claim's family-wise level, Holm-corrected")
-    p.add_argument("--margin", type=float, default=0.01, help="nats: a smaller |Δ| is negligible for the claim")
-    p.add_argument("--finetune-steps", type=int, default=0, help="PI's short fine-tune per cell first (0: none)")
-    p.add_argument("--finetune-length", type=int, default=None, help="its window (default the longest length)")
-    p.add_argument("--finetune-lr", type=float, default=2e-5)
-    p.add_argument("--finetune-batch", type=int, default=1)
-    p.add_argument("--memory", type=float, default=None, help="GiB the run may use (default: available now)")
-    p.add_argument("--gflops", type=float, default=100.0, help="the sustained GFLOP/s the time estimate assumes")
-    p.add_argument("--out", default=None, help="also write the report to this folder (README.md, report.csv)")
-    p.add_argument("--experiment", default="hf-eval", help="the MLflow experiment")
-    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else <root>/mlflow.db")
-    p.add_argument("--seed", type=int, default=0)
+    for flag, kind, default, help in (  # as --help lists them
+        (
+            "--scalings",
+            str,
+            "none,linear,ntk,yarn",
+            f"comma-separated, of {', '.join(METHODS)}, own; +resonance, +hope: posbench's θ (yarn+hope)",
+        ),
+        ("--factors", str, "2,4", "comma-separated scaling factors s (each scaling but none)"),
+        ("--lengths", str, "256,512,1024", "comma-separated context lengths L, in tokens"),
+        ("--stride", int, None, "sliding-window stride S (default L/2)"),
+        (
+            "--window",
+            int,
+            None,
+            "self_extend's neighbour window W (default half the trained context); its factor is the group size",
+        ),
+        ("--budget", int, 4096, "tokens scored at each length"),
+        ("--tasks", str, "", "comma-separated RULER-style variants: niah_single, …, vt, cwe, fwe"),
+        ("--task-trials", int, 5, "prompts per --tasks variant and length"),
+        (
+            "--lm-eval",
+            str,
+            "",
+            "lm-eval tasks run on every cell, RULER's sized to --lengths (offline: niah_single_1,ruler_vt,ruler_fwe)",
+        ),
+        ("--lm-eval-limit", int, 20, "documents per lm-eval task (and per length)"),
+        ("--lm-eval-lengths", str, "", "comma-separated lengths of RULER's tasks (default --lengths)"),
+        ("--passkey-trials", int, 5, "passkey prompts per length and depth (0: none)"),
+        ("--depths", str, "0,0.5,1", "comma-separated passkey depths in [0, 1]"),
+        ("--text", str, "embedded", "embedded (the stdlib prose's validation split) or a file"),
+        (
+            "--key-short",
+            int,
+            None,
+            "LongPPL's short context in tokens (default half the shortest length; 0: no key tokens)",
+        ),
+        (
+            "--evaluator",
+            str,
+            None,
+            "LongPPL's evaluator: a model folder with the same tokenizer (default: the model as trained)",
+        ),
+        ("--claim", str, "", "an ordering by loss beyond the trained context, best first: yarn<ntk<linear"),
+        ("--level", float, 0.05, "the claim's family-wise level, Holm-corrected"),
+        ("--margin", float, 0.01, "nats: a smaller |Δ| is negligible for the claim"),
+        ("--finetune-steps", int, 0, "PI's short fine-tune per cell first (0: none)"),
+        ("--finetune-length", int, None, "its window (default the longest length)"),
+        ("--finetune-lr", float, 2e-5, None),
+        ("--finetune-batch", int, 1, None),
+        ("--memory", float, None, "GiB the run may use (default: available now)"),
+        ("--gflops", float, 100.0, "the sustained GFLOP/s the time estimate assumes"),
+        ("--out", str, None, "also write the report to this folder (README.md, report.csv)"),
+        ("--experiment", str, "hf-eval", "the MLflow experiment"),
+        ("--tracking-uri", str, None, "default: $MLFLOW_TRACKING_URI, else <root>/mlflow.db"),
+        ("--seed", int, 0, None),
+    ):
+        p.add_argument(flag, type=kind, default=default, help=help)
     p.add_argument("--check", action="store_true", help="check the options, folder and budget; load nothing")
     return p
 
@@ -249,9 +257,76 @@ def _numbers(flag: str, text: str, kind) -> tuple:
         raise ConfigError(f"{flag}={text}: give comma-separated {'integers' if kind is int else 'numbers'}") from None
 
 
-def _count_bounds(spec: EvalSpec) -> tuple[tuple[str, int | None, int], ...]:
-    """The counts a flag can make large, each with its bound (a run no machine finishes is refused at once)."""
-    return (
+def check(spec: EvalSpec) -> None:
+    """Every value's range, the model directory and what the run will cost, before any weight is loaded."""
+    if not spec.lengths or any(n < 2 for n in spec.lengths):
+        raise ConfigError(f"--lengths={','.join(map(str, spec.lengths))}: give context lengths of at least 2 tokens")
+    unknown_task = next((t for t in spec.tasks if t not in VARIANTS), None)
+    for ok, refusal in (  # in this order: the first that fails is said
+        (
+            all(1 <= f < math.inf for f in spec.factors),
+            f"--factors={','.join(map(str, spec.factors))}: scaling factors are finite and ≥ 1",
+        ),
+        (
+            all(0 <= d <= 1 for d in spec.depths),
+            f"--depths={','.join(map(str, spec.depths))}: depths lie in [0, 1] (0: the key first)",
+        ),
+        (
+            SELF_EXTEND not in spec.scalings or all(f % 1 == 0 for f in spec.factors),
+            f"--factors={','.join(f'{f:g}' for f in spec.factors)}: self_extend's factor is its group size, a whole "
+            "number",
+        ),
+        (
+            spec.window is None or spec.window >= 1,
+            f"--window={spec.window}: Self-Extend's neighbour window is a positive number of tokens",
+        ),
+        (
+            spec.stride is None or 0 < spec.stride <= min(spec.lengths),
+            f"--stride={spec.stride} must lie in 1 … the shortest length {min(spec.lengths)}",
+        ),
+        (
+            spec.budget >= max(spec.lengths) and spec.passkey_trials >= 0,
+            f"--budget={spec.budget} must cover the longest length {max(spec.lengths)} and "
+            f"--passkey-trials={spec.passkey_trials} be ≥ 0",
+        ),
+        (
+            spec.key_short is None or 0 <= spec.key_short < max(spec.lengths),
+            f"--key-short={spec.key_short}: LongPPL's short context lies in 1 … the longest length − 1 "
+            f"({max(spec.lengths) - 1}), or 0 for no key tokens",
+        ),
+        (0 < spec.level < 1, f"--level={spec.level}: it lies in (0, 1)"),
+        (0 <= spec.margin < math.inf, f"--margin={spec.margin}: it is ≥ 0 (nats)"),
+        (0 < spec.gflops < math.inf, f"--gflops={spec.gflops}: it is a positive rate"),
+        (
+            spec.memory_gib is None or 0 < spec.memory_gib < math.inf,
+            f"--memory={spec.memory_gib}: it is a positive number of GiB",
+        ),
+        (
+            spec.finetune_steps >= 0 and spec.finetune_batch >= 1 and 0 < spec.finetune_lr < math.inf,
+            f"--finetune-steps={spec.finetune_steps} ≥ 0, --finetune-batch={spec.finetune_batch} ≥ 1 "
+            f"and --finetune-lr={spec.finetune_lr} > 0",
+        ),
+        (
+            spec.finetune_length is None or spec.finetune_length >= 2,
+            f"--finetune-length={spec.finetune_length}: at least 2 tokens",
+        ),
+        (
+            all(n >= 2 for n in spec.lm_eval_lengths),
+            f"--lm-eval-lengths={','.join(map(str, spec.lm_eval_lengths))}: each must be 2 tokens or more",
+        ),
+        (
+            unknown_task is None,
+            f"--tasks={','.join(spec.tasks)}: {unknown_task} is no task; use {', '.join(VARIANTS)}",
+        ),
+        (
+            spec.task_trials >= 1,
+            f"--task-trials={spec.task_trials} must be at least 1 (prompts per variant and length)",
+        ),
+        (spec.lm_eval_limit >= 1, f"--lm-eval-limit={spec.lm_eval_limit} must be at least 1 (documents per task)"),
+    ):
+        if not ok:
+            raise ConfigError(refusal)
+    for flag, value, most in (  # the counts a flag can make large: a run no machine finishes is refused at once
         ("--lengths", max(spec.lengths), 2**24),
         ("--budget", spec.budget, 10**9),
         ("--passkey-trials", spec.passkey_trials, 10_000),
@@ -260,67 +335,7 @@ def _count_bounds(spec: EvalSpec) -> tuple[tuple[str, int | None, int], ...]:
         ("--finetune-batch", spec.finetune_batch, 4096),
         ("--lm-eval-limit", spec.lm_eval_limit, 100_000),
         ("--task-trials", spec.task_trials, 10_000),
-    )
-
-
-def check(spec: EvalSpec) -> None:
-    """Every value's range, the model directory and what the run will cost, before any weight is loaded."""
-    if not spec.lengths or any(n < 2 for n in spec.lengths):
-        raise ConfigError(f"--lengths={','.join(map(str, spec.lengths))}: give context lengths of at least 2 tokens")
-    if any(not (math.isfinite(f) and f >= 1) for f in spec.factors):
-        raise ConfigError(f"--factors={','.join(map(str, spec.factors))}: scaling factors are finite and ≥ 1")
-    if any(not 0 <= d <= 1 for d in spec.depths):
-        raise ConfigError(f"--depths={','.join(map(str, spec.depths))}: depths lie in [0, 1] (0: the key first)")
-    if any(m == SELF_EXTEND for m in spec.scalings) and any(f != int(f) for f in spec.factors):
-        raise ConfigError(
-            f"--factors={','.join(f'{f:g}' for f in spec.factors)}: self_extend's factor is its group size, a whole "
-            "number"
-        )
-    if spec.window is not None and spec.window < 1:
-        raise ConfigError(f"--window={spec.window}: Self-Extend's neighbour window is a positive number of tokens")
-    if spec.stride is not None and not 0 < spec.stride <= min(spec.lengths):
-        raise ConfigError(f"--stride={spec.stride} must lie in 1 … the shortest length {min(spec.lengths)}")
-    if spec.budget < max(spec.lengths) or spec.passkey_trials < 0:
-        raise ConfigError(
-            f"--budget={spec.budget} must cover the longest length {max(spec.lengths)} and "
-            f"--passkey-trials={spec.passkey_trials} be ≥ 0"
-        )
-    if spec.key_short is not None and not 0 <= spec.key_short < max(spec.lengths):
-        raise ConfigError(
-            f"--key-short={spec.key_short}: LongPPL's short context lies in 1 … the longest length − 1 "
-            f"({max(spec.lengths) - 1}), or 0 for no key tokens"
-        )
-    for flag, value, ok, rule in (
-        ("--level", spec.level, 0 < spec.level < 1, "lies in (0, 1)"),
-        ("--margin", spec.margin, spec.margin >= 0, "is ≥ 0 (nats)"),
-        ("--gflops", spec.gflops, spec.gflops > 0, "is a positive rate"),
-        ("--memory", spec.memory_gib, spec.memory_gib is None or spec.memory_gib > 0, "is a positive number of GiB"),
     ):
-        if not (ok and math.isfinite(value if value is not None else 0.0)):
-            raise ConfigError(f"{flag}={value}: it {rule}")
-    if (
-        spec.finetune_steps < 0
-        or spec.finetune_batch < 1
-        or not (math.isfinite(spec.finetune_lr) and spec.finetune_lr > 0)
-    ):
-        raise ConfigError(
-            f"--finetune-steps={spec.finetune_steps} ≥ 0, --finetune-batch={spec.finetune_batch} ≥ 1 "
-            f"and --finetune-lr={spec.finetune_lr} > 0"
-        )
-    if spec.finetune_length is not None and spec.finetune_length < 2:
-        raise ConfigError(f"--finetune-length={spec.finetune_length}: at least 2 tokens")
-    if any(n < 2 for n in spec.lm_eval_lengths):
-        raise ConfigError(
-            f"--lm-eval-lengths={','.join(map(str, spec.lm_eval_lengths))}: each must be 2 tokens or more"
-        )
-    unknown = [t for t in spec.tasks if t not in VARIANTS]
-    if unknown:
-        raise ConfigError(f"--tasks={','.join(spec.tasks)}: {unknown[0]} is no task; use {', '.join(VARIANTS)}")
-    if spec.task_trials < 1:
-        raise ConfigError(f"--task-trials={spec.task_trials} must be at least 1 (prompts per variant and length)")
-    if spec.lm_eval_limit < 1:
-        raise ConfigError(f"--lm-eval-limit={spec.lm_eval_limit} must be at least 1 (documents per task)")
-    for flag, value, most in _count_bounds(spec):
         if value is not None and value > most:
             raise ConfigError(f"{flag}={value} is more than an evaluation takes; give at most {most:,}")
     _check_paths(spec)
@@ -384,11 +399,6 @@ def _check_out(out: Path) -> None:
         ) from None
 
 
-def read_config(path: Path) -> dict:
-    """config.json's fields posbench reads, checked (harness/pretrained/folder.py), as transformers names them."""
-    return folder.read_config(path)[0].as_dict()
-
-
 def _check_family(model: folder.ModelFolder) -> None:
     """A family transformers builds as a causal LM (read without importing transformers when it is missing: the
     load says which extra)."""
@@ -398,11 +408,10 @@ def _check_family(model: folder.ModelFolder) -> None:
         return
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    kind = model.config.model_type
-    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model.config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ConfigError(
-            f"{model.path}/config.json: model_type={kind!r} is no causal LM transformers builds; give a "
-            "decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
+            f"{model.path}/config.json: model_type={model.config.model_type!r} is no causal LM transformers builds; "
+            "give a decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
         )
 
 
@@ -423,7 +432,7 @@ def _check_claim(spec: EvalSpec) -> None:
             f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
             f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear"
         )
-    context = trained_context(read_config(spec.model))
+    context = trained_context(folder.read_config(spec.model).as_dict())
     if context is None or not any(n > context for n in spec.lengths):
         raise ConfigError(
             f"--claim is judged beyond the trained context ({context or 'unknown'} tokens, "
@@ -436,30 +445,29 @@ SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"
 
 def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     """(the peak's parts in bytes, the sweep's FLOPs) from config.json alone."""
-    longest = max(spec.lengths)
-    tune = spec.finetune_length or longest
     generated = max(spec.task_lengths) + GENERATED if spec.lm_eval else 0  # a prompt and RULER's longest answer
-    peak = cost.evaluation_bytes(config, max(longest, generated))
+    peak = cost.evaluation_bytes(config, max(*spec.lengths, generated))
     if spec.finetune_steps:
-        peak = max(peak, cost.finetune_bytes(config, tune), key=lambda parts: sum(parts.values()))
+        peak = max(peak, cost.finetune_bytes(config, spec.tune_length), key=lambda parts: sum(parts.values()))
     if spec.evaluator is not None:
-        peak = {**peak, "evaluator weights": 4.0 * cost.parameter_count(read_config(spec.evaluator))}
+        peak = {**peak, "evaluator weights": 4.0 * cost.parameter_count(folder.read_config(spec.evaluator).as_dict())}
     if spec.finetune_steps:
         peak = {**peak, "pretrained weights kept": 4.0 * cost.parameter_count(config)}
     per_cell = 0.0
+    # per length: its windows, its passkey prompts, a --tasks prompt's about 48 forwards (its answer and 8 tokens
+    # more, no cache)
     for n in spec.lengths:
         windows = window_count(spec.budget, n, spec.stride_at(n))
-        per_cell += (windows + spec.passkey_trials * len(spec.depths)) * cost.forward_flops(config, n)
+        prompts = spec.passkey_trials * len(spec.depths) + 48 * spec.task_trials * len(spec.tasks)
+        per_cell += (windows + prompts) * cost.forward_flops(config, n)
     for n in spec.task_lengths if spec.lm_eval else ():  # a prompt's forward, and its answer's about as much again
         per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n)
-    for n in spec.lengths:  # a --tasks prompt: about 48 forwards (its answer and 8 tokens more, no cache)
-        per_cell += 48 * spec.task_trials * len(spec.tasks) * cost.forward_flops(config, n)
-    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, tune)
+    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, spec.tune_length)
     return peak, per_cell * len(spec.cells())
 
 
 def _check_budget(spec: EvalSpec) -> None:
-    config = read_config(spec.model)
+    config = folder.read_config(spec.model).as_dict()
     missing = [k for k in SIZES if k not in config]
     if missing:
         raise ConfigError(
@@ -481,7 +489,7 @@ def _check_budget(spec: EvalSpec) -> None:
 def plan(spec: EvalSpec, starting: bool = False) -> str:
     """What ``--check`` prints (and a run, as it starts): cells, parameters, peak memory, FLOPs and time at
     ``--gflops``, the fine-tuning steps included."""
-    config = read_config(spec.model)
+    config = folder.read_config(spec.model).as_dict()
     peak, flops = costs(spec, config)
     return (
         f"{'hf-eval' if starting else 'ok'}: {len(spec.cells())} cells (scaling × factor) at lengths "
@@ -559,38 +567,25 @@ def measure(
         losses[length] = nll = token_losses(model, ids, length, spec.stride_at(length), spec.budget)
         forwarded = sum(min(length, len(ids) - 1 - s) for s in window_starts(len(nll), length, spec.stride_at(length)))
         out[f"cost/seconds_per_1k_tokens_at_{length}"] = (time.perf_counter() - started) / forwarded * 1000
-        loss = float(nll.mean())
-        out[f"val/loss_at_{length}"], out[f"val/ppl_at_{length}"] = loss, math.exp(min(loss, 700.0))
         mask = (keys or {}).get(length)
-        if mask is not None and mask.any():
-            key = float(nll[mask].mean())
-            out[f"key/loss_at_{length}"], out[f"key/ppl_at_{length}"] = key, math.exp(min(key, 700.0))
+        scored = {"val": nll, **({"key": nll[mask]} if mask is not None and mask.any() else {})}
+        for split, values in scored.items():
+            loss = float(values.mean())
+            out[f"{split}/loss_at_{length}"], out[f"{split}/ppl_at_{length}"] = loss, math.exp(min(loss, 700.0))
     if spec.passkey_trials:
         filler = ids.tolist()
         g = torch.Generator().manual_seed(spec.seed)
         keys_ = torch.randint(10_000, 100_000, (spec.passkey_trials,), generator=g).tolist()
         for length in spec.lengths:
-            hits = _passkey_hits(model, encode, filler, length, spec.depths, keys_)
-            if hits is None:
+            hits = {d: [passkey_retrieved(model, encode, filler, length, d, k) for k in keys_] for d in spec.depths}
+            if any(None in trials for trials in hits.values()):
                 continue  # the prompt does not fit: no figure rather than a wrong one
             for d, trials in hits.items():
-                out[f"passkey/acc_at_{length}_depth_{d:g}"] = sum(trials) / len(trials)
-            out[f"passkey/acc_at_{length}"] = sum(sum(t) for t in hits.values()) / sum(len(t) for t in hits.values())
+                out[f"passkey/acc_at_{length}_depth_{d:g}"] = trials.count(True) / len(trials)
+            out[f"passkey/acc_at_{length}"] = sum(hits[d].count(True) for d in spec.depths) / (
+                len(keys_) * len(spec.depths)
+            )
     return out, losses
-
-
-def _passkey_hits(
-    model, encode, filler: list[int], length: int, depths: tuple[float, ...], keys: list[int]
-) -> dict[float, list[bool]] | None:
-    """Whether each key is retrieved at each depth in a prompt of ``length`` tokens; None: a prompt does not fit."""
-    hits: dict[float, list[bool]] = {d: [] for d in depths}
-    for d in depths:
-        for k in keys:
-            hit = passkey_retrieved(model, encode, filler, length, d, k)
-            if hit is None:
-                return None
-            hits[d].append(hit)
-    return hits
 
 
 # ---------------------------------------------------------------- the sweep, in MLflow
@@ -604,20 +599,17 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     from harness.record.store import resolve_tracking_uri
 
     model, encode = load(spec.model)
-    ids, tuning = _token_ids(spec, encode, model.get_input_embeddings().num_embeddings)
+    device = next(model.parameters()).device
+    ids, tune_ids = _token_ids(spec, encode, model.get_input_embeddings().num_embeddings, device)
     print(plan(spec, starting=True), flush=True)  # the model loaded, its weights and ids checked: the sweep begins
-    tune_length = None if tuning is None else tuning.length
     keys = _key_tokens(spec, model, encode, ids)
     context = trained_context(model.config.to_dict()) or 0
     uri = resolve_tracking_uri(spec.tracking_uri)
-    params = _params(spec, model.config.max_position_embeddings, context, tune_length)
+    params = _params(spec, model.config.max_position_embeddings, context)
     parent = TrackedRun(uri, spec.experiment, f"hf-eval {spec.model.name}")
     results: dict[tuple[str, float], dict[str, float]] = {}
     losses: dict[tuple[str, float], dict[int, torch.Tensor]] = {}
     pretrained = {k: v.detach().clone() for k, v in model.state_dict().items()} if spec.finetune_steps else None
-    device = next(model.parameters()).device
-    if tuning is not None:
-        tuning = tuning._replace(ids=tuning.ids.to(device))
     with parent.open({"kind": "hf-eval"}, params):
         parent.log_scalars({f"key/count_at_{n}": float(m.sum()) for n, m in keys.items()}, 0)
         for method, factor in spec.cells():
@@ -630,7 +622,7 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
             )
             with child.open({"kind": "hf-eval-cell"}, {**params, "scaling": method, "factor": f"{factor:g}"}):
                 results[method, factor], losses[method, factor] = _cell(
-                    model, encode, ids.to(device), spec, keys, method, factor, tuning, child
+                    model, encode, ids, spec, keys, method, factor, tune_ids, child
                 )
                 if pretrained is not None:
                     model.load_state_dict(pretrained)
@@ -641,7 +633,7 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
         rows = report.judge(spec, context, losses) if spec.claim else []
         if rows:
             parent.set_tags({"claim_verdict": report.verdict(rows)})
-        header = _header(spec, tune_length, command, time.perf_counter() - began, parent.run_id)
+        header = _header(spec, command, time.perf_counter() - began, parent.run_id)
         files = report.files(spec, results, rows, keys, context, header)
         parent.log_files(files)
         if spec.out is not None:
@@ -649,23 +641,18 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
     return parent.run_id or "", results, rows, str(files["hf_eval.md"])
 
 
-def _header(spec: EvalSpec, tune_length: int | None, command: str, seconds: float, run_id: str | None) -> str:
+def _header(spec: EvalSpec, command: str, seconds: float, run_id: str | None) -> str:
     """The report's title and how to regenerate it: the command, its wall time, the parent run."""
     how = (
-        f"after {spec.finetune_steps} fine-tuning steps at {tune_length} tokens" if spec.finetune_steps else "zero-shot"
+        f"after {spec.finetune_steps} fine-tuning steps at {spec.tune_length} tokens"
+        if spec.finetune_steps
+        else "zero-shot"
     )
     return (
         f"# hf-eval: {spec.model.name}, {how}\n\n"
         + (f"Command: `{command}` " if command else "")
         + f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n"
     )
-
-
-class Tuning(NamedTuple):
-    """What --finetune-steps trains on: the fine-tuning text's ids, in windows of ``length`` tokens."""
-
-    ids: torch.Tensor
-    length: int
 
 
 def _remap(spec: EvalSpec, model, method: str, factor: float):
@@ -682,10 +669,10 @@ def _remap(spec: EvalSpec, model, method: str, factor: float):
     return None
 
 
-def _token_ids(spec: EvalSpec, encode, rows: int) -> tuple[torch.Tensor, Tuning | None]:
+def _token_ids(spec: EvalSpec, encode, rows: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The evaluated text's ids (the budget plus the longest length), and with --finetune-steps the fine-tuning
-    text's ids and length; refused where the tokenizer gives an id the model's ``rows`` embeddings do not hold."""
-    ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1])
+    text's, on ``device``; refused where the tokenizer gives an id the model's ``rows`` embeddings do not hold."""
+    ids = torch.tensor(encode(evaluation_text(spec.text))[: spec.budget + max(spec.lengths) + 1], device=device)
     if len(ids) < max(spec.lengths) + 1:
         raise ConfigError(f"--text={spec.text} holds {len(ids)} tokens, fewer than the longest length + 1")
     if int(ids.max()) >= rows:
@@ -695,12 +682,11 @@ def _token_ids(spec: EvalSpec, encode, rows: int) -> tuple[torch.Tensor, Tuning 
         )
     if not spec.finetune_steps:
         return ids, None
-    tune_length = spec.finetune_length or max(spec.lengths)
     split = "train" if spec.text == "embedded" else "val"  # a user's file: the text itself, said in the report
-    train_ids = torch.tensor(encode(evaluation_text(spec.text, split)))
-    if len(train_ids) < tune_length + 2:
+    train_ids = torch.tensor(encode(evaluation_text(spec.text, split)), device=device)
+    if len(train_ids) < spec.tune_length + 2:
         raise ConfigError(f"the fine-tuning text holds {len(train_ids)} tokens, fewer than --finetune-length + 2")
-    return ids, Tuning(train_ids, tune_length)
+    return ids, train_ids
 
 
 def _key_tokens(spec: EvalSpec, model, encode, ids: torch.Tensor) -> dict:
@@ -717,7 +703,7 @@ def _key_tokens(spec: EvalSpec, model, encode, ids: torch.Tensor) -> dict:
     return find_key_tokens(evaluator, ids.to(next(evaluator.parameters()).device), spec)
 
 
-def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int | None) -> dict[str, str]:
+def _params(spec: EvalSpec, max_positions: int, context: int) -> dict[str, str]:
     """The parent run's (and each cell's) parameters: what was evaluated, how, and against which claim."""
     return {
         "model": str(spec.model),
@@ -736,7 +722,7 @@ def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int |
         "level": str(spec.level),
         "margin": str(spec.margin),
         "finetune_steps": str(spec.finetune_steps),
-        "finetune_length": str(tune_length),
+        "finetune_length": str(spec.tune_length if spec.finetune_steps else None),
         "finetune_lr": str(spec.finetune_lr),
         "finetune_batch": str(spec.finetune_batch),
         "lm_eval": ",".join(spec.lm_eval),
@@ -746,10 +732,10 @@ def _params(spec: EvalSpec, max_positions: int, context: int, tune_length: int |
 
 
 def _cell(
-    model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, factor: float, tuning: Tuning | None, child
+    model, encode, ids: torch.Tensor, spec: EvalSpec, keys, method: str, factor: float, tune_ids, child
 ) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
-    """One scaling × factor: the model's RoPE rescaled (and fine-tuned, ``tuning``: ids and length), then measured;
-    logged to ``child``. The caller puts the pretrained weights back."""
+    """One scaling × factor: the model's RoPE rescaled (and fine-tuned on ``tune_ids``, the fine-tuning text), then
+    measured; logged to ``child``. The caller puts the pretrained weights back."""
     from harness.pretrained.finetune import finetune
     from harness.pretrained.rotary import apply_scaling
 
@@ -768,9 +754,9 @@ def _cell(
         from harness.pretrained.remapped import apply_remapped
 
         apply_remapped(model, remap)
-    if tuning is not None:
+    if tune_ids is not None:
         curve = finetune(
-            model, tuning.ids, tuning.length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed
+            model, tune_ids, spec.tune_length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed
         )
         for step, value in enumerate(curve):
             child.log_scalars({"finetune/loss": value}, step)

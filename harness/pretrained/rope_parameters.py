@@ -129,7 +129,7 @@ def read_config(config) -> Layers:
 
         path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
         integrity.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
-        config = read_typed(path)[0].as_dict()  # every field it reads typed and ranged (harness/pretrained/folder.py)
+        config = read_typed(path).as_dict()  # every field it reads typed and ranged (harness/pretrained/folder.py)
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     params = get("rope_parameters")
     if params is None:  # v4: rope_theta (+ rope_scaling, refused by _entry unless default)
