@@ -91,11 +91,10 @@ def scores(model, folder: Path, names: tuple[str, ...], lengths: tuple[int, ...]
             metric, _, _ = key.partition(",")
             if not isinstance(value, int | float) or metric.endswith("_stderr") or metric == "sample_len":
                 continue
-            if metric.isdigit():  # a RULER length: only those asked (the others read -1)
-                if int(metric) in lengths:
-                    metrics[f"lm_eval/{task}_at_{metric}"] = float(value)
-            else:
+            if not metric.isdigit():
                 metrics[f"lm_eval/{task}/{metric}"] = float(value)
+            elif int(metric) in lengths:  # a RULER length: only those asked (the others read -1)
+                metrics[f"lm_eval/{task}_at_{metric}"] = float(value)
     samples = [
         {"task": task, "target": s["target"], "response": s["resps"][0][0], "prompt_tail": s["arguments"][0][0][-120:]}
         for task, rows in out["samples"].items()

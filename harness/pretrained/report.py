@@ -73,21 +73,19 @@ def table(
 ) -> str:
     """The report: one row per cell (perplexity, LongPPL, passkey by length), then the claim's comparisons."""
     n = spec.lengths
-    head = (
-        "| scaling | factor | "
-        + " | ".join(f"ppl at {x}" for x in n)
-        + " | "
-        + " | ".join(f"LongPPL at {x}" for x in n)
-        + " | "
-        + " | ".join(f"passkey at {x}" for x in n)
-        + " |"
-    )
-    lines = [head, "|" + "---|" * (2 + 3 * len(n))]
+    columns = [  # (heading, metric, format): "—" where a cell has no such metric
+        (f"{said} at {x}", f"{metric}_at_{x}", form)
+        for said, metric, form in (
+            ("ppl", "val/ppl", ".3f"),
+            ("LongPPL", "key/ppl", ".3f"),
+            ("passkey", "passkey/acc", ".2f"),
+        )
+        for x in n
+    ]
+    lines = ["| scaling | factor | " + " | ".join(c[0] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
     for (method, factor), m in results.items():
-        ppl = [f"{m[f'val/ppl_at_{x}']:.3f}" for x in n]
-        key = [f"{m[f'key/ppl_at_{x}']:.3f}" if f"key/ppl_at_{x}" in m else "—" for x in n]
-        hit = [f"{m[f'passkey/acc_at_{x}']:.2f}" if f"passkey/acc_at_{x}" in m else "—" for x in n]
-        lines.append(f"| {method} | {factor:g} | " + " | ".join(ppl + key + hit) + " |")
+        cells = [format(m[metric], form) if metric in m else "—" for _, metric, form in columns]
+        lines.append(f"| {method} | {factor:g} | " + " | ".join(cells) + " |")
     if keys is not None:
         own = (
             ""

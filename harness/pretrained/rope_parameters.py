@@ -51,16 +51,16 @@ class Layers:
 
     def overrides(self) -> list[str]:
         """The command-line overrides that build these layers (a uniform model needs no pattern)."""
-        pos = [f"pos={_name(self.pos[0])}"]
-        pos += [f"+pos.layers={_listed(self.pos)}"] if len(set(self.pos)) > 1 else _flat(self.pos[0])
+        pos = (  # a pattern mixes rope with none, and needs a layer named like pos=
+            ["pos=rope", f"+pos.layers={_listed(self.pos)}"]
+            if len(set(self.pos)) > 1
+            else [f"pos={_name(self.pos[0])}", *_flat(self.pos[0])]
+        )
         attn = (
             [f"attn={_name(self.attn[0])}", f"+attn.layers={_listed(self.attn)}"]
             if len(set(self.attn)) > 1
             else [f"attn={_name(self.attn[0])}", *_flat(self.attn[0], "attn")]
         )
-        rope = next((e for e in self.pos if e != "none"), None)
-        if rope is not None and len(set(self.pos)) > 1:  # the pattern needs a layer named like pos=
-            pos[0] = "pos=rope"
         return [*pos, f"model.n_layers={len(self.pos)}", *attn]
 
 

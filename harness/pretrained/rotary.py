@@ -59,13 +59,6 @@ def per_layer_type(params: dict) -> bool:
     return "rope_theta" not in params and all(isinstance(v, dict) or v is None for v in params.values())
 
 
-def rotated_dims(config, layer_type: str | None = None) -> int:
-    """R: the head dim times ``partial_rotary_factor``, as transformers computes it (int, even)."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    params = rope_parameters(config, layer_type)
-    return int(head_dim * params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)))
-
-
 def scaling_of(
     config,
     method: str | None = None,
@@ -86,7 +79,10 @@ def scaling_of(
         )
     max_pos = config.max_position_embeddings
     original = params.get("original_max_position_embeddings") or max_pos
-    base, rotated = float(params["rope_theta"]), rotated or rotated_dims(config, layer_type)
+    base = float(params["rope_theta"])
+    if not rotated:  # R: the head dim times partial_rotary_factor, as transformers computes it (int, even)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        rotated = int(head_dim * params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)))
     if method is not None:  # posbench's scaling over the model's plain θ, trained at its context length
         variant = {"yarn_variant": "hf"} if method in ("yarn", "dynamic_ntk") else {}
         return RopeScaling(
