@@ -47,18 +47,23 @@ def refusal(model, causal: bool) -> str | None:
     ]
     if block:
         return f"{block[0]}: transformers' Llama has the modern block (model=modern)"
-    if cfg.head == "bert":
-        return "model.head=bert: Llama's head is the final norm then a linear layer (model.head=untied or tied)"
-    if cfg.temperature != "none":
-        return f"model.temperature={cfg.temperature} has no key in LlamaConfig"
-    if not causal:
-        return "a bidirectional task: LlamaForCausalLM is a causal LM (task=clm)"
     names = {v.config_name() for v in model.variants}
-    if names != {"softmax"}:
-        return f"attn={'+'.join(sorted(names))}: Llama's attention is full softmax attention on every layer"
     schemes = {id(s): s for s, _ in model.layers()}
-    if len(schemes) != 1:
-        return "a per-layer pattern (pos.layers): LlamaForCausalLM has one RoPE for every layer"
+    for refused, why in (  # in this order: the first that holds is said
+        (
+            cfg.head == "bert",
+            "model.head=bert: Llama's head is the final norm then a linear layer (model.head=untied or tied)",
+        ),
+        (cfg.temperature != "none", f"model.temperature={cfg.temperature} has no key in LlamaConfig"),
+        (not causal, "a bidirectional task: LlamaForCausalLM is a causal LM (task=clm)"),
+        (
+            names != {"softmax"},
+            f"attn={'+'.join(sorted(names))}: Llama's attention is full softmax attention on every layer",
+        ),
+        (len(schemes) != 1, "a per-layer pattern (pos.layers): LlamaForCausalLM has one RoPE for every layer"),
+    ):
+        if refused:
+            return why
     scheme = next(iter(schemes.values()))
     if scheme.config_name() != "rope":
         return f"pos={scheme.config_name()}: LlamaForCausalLM applies RoPE (pos=rope)"

@@ -102,8 +102,7 @@ class HFConfig:
                     f"({self.num_hidden_layers}); it has {len(self.layer_types)}"
                     f"{f', with {unknown[0]!r}' if unknown else ''}"
                 )
-        for key in ("rope_parameters", "rope_scaling"):
-            params = getattr(self, key)
+        for key, params in (("rope_parameters", self.rope_parameters), ("rope_scaling", self.rope_scaling)):
             if params is not None:
                 _check_rope(key, params, self.layer_types)
 
@@ -173,9 +172,8 @@ def read_config(path: Path) -> HFConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{file} holds {type(raw).__name__}, not a transformers config (an object); {FIX}")
     raw = raw.get("text_config", raw) if isinstance(raw.get("text_config"), dict) else raw  # a multimodal config
-    known = {k: raw[k] for k in field_hints(HFConfig) if k in raw}
     try:
-        return HFConfig(**known)
+        return HFConfig(**{k: raw[k] for k in field_hints(HFConfig) if k in raw})
     except ConfigError as e:
         raise ConfigError(f"{file}: {e}; fix that field, or {FIX}") from None
 
@@ -290,7 +288,7 @@ def check_finite(model: torch.nn.Module, folder: Path) -> None:
 
     for name, p in model.named_parameters():
         if not torch.isfinite(p).all():
-            bad = int((~torch.isfinite(p)).sum())
             raise ConfigError(
-                f"{folder}: weight {name} holds {bad:,} NaN or infinite values; the weights are damaged: {FIX}"
+                f"{folder}: weight {name} holds {int((~torch.isfinite(p)).sum()):,} NaN or infinite values; the "
+                f"weights are damaged: {FIX}"
             )

@@ -74,9 +74,8 @@ def scores(model, folder: Path, names: tuple[str, ...], lengths: tuple[int, ...]
     from harness.pretrained.folder import tokenizer
 
     manager, tasks = build(folder, names, lengths)
-    wrapped = HFLM(pretrained=model, tokenizer=tokenizer(folder), max_length=max(lengths) + GENERATED, batch_size=1)
     out = lm_eval.simple_evaluate(
-        model=wrapped,
+        model=HFLM(pretrained=model, tokenizer=tokenizer(folder), max_length=max(lengths) + GENERATED, batch_size=1),
         tasks=tasks,
         task_manager=manager,
         samples={task.task_name: first(task.eval_docs, limit) for task in tasks},

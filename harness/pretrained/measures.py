@@ -87,8 +87,7 @@ def passkey_retrieved(model, encode, filler: list[int], length: int, depth: floa
 @torch.no_grad()
 def greedy(model, prompt: list[int], new: int) -> list[int]:
     """``new`` tokens after ``prompt``, each the argmax given all before it (no cache: any ``forward`` will do)."""
-    device = next(model.parameters()).device
-    ids = torch.tensor(prompt, device=device)[None]
+    ids = torch.tensor(prompt, device=next(model.parameters()).device)[None]  # (1, T)
     for _ in range(new):
         ids = torch.cat([ids, model(input_ids=ids).logits[0, -1].argmax().view(1, 1)], dim=1)
     return ids[0, len(prompt) :].tolist()

@@ -167,8 +167,13 @@ def _score_table(prefix: str, title: str, results: dict[tuple[str, float], dict[
     ceilings."""
     names = sorted({k for m in results.values() for k in m if k.startswith(prefix)}, key=_by_length)
     said = {x: x[len(prefix) :].replace("_at_", " at ") for x in names}
-    lines = ["", f"## {title}", "", "| scaling | factor | " + " | ".join(said.values()) + " |", "|---|---|"]
-    lines[-1] += "---|" * len(names)
+    lines = [
+        "",
+        f"## {title}",
+        "",
+        "| scaling | factor | " + " | ".join(said.values()) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
     for (method, factor), m in results.items():
         lines.append(f"| {method} | {factor:g} | " + " | ".join(f"{m[x]:.3g}" if x in m else "—" for x in names) + " |")
     return (lines + _bounds(title, {v: k for k, v in said.items()}, results)) if names else []

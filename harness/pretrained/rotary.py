@@ -45,14 +45,13 @@ def rope_parameters(config, layer_type: str | None = None) -> dict:
             "rope_theta": getattr(config, "rope_theta", 10000.0),
             **legacy,
         }
-    params = dict(params)
     if per_layer_type(params):
         if layer_type not in params or not isinstance(params[layer_type], dict):
             raise ConfigError(
                 f"rope_parameters per layer type ({', '.join(params)}) hold no RoPE for layer type {layer_type!r}"
             )
         return dict(params[layer_type])
-    return params
+    return dict(params)
 
 
 def per_layer_type(params: dict) -> bool:
@@ -237,7 +236,8 @@ def apply_scaling(
             applied[layer_type] = scaling or scaling_of(model.config, layer_type=layer_type, rotated=rotated, **how)
         if len(set(forms.values())) != 1:
             raise ConfigError(f"{type(original).__name__} returns another form per layer type: {forms}")
-        context = {t: s.original_max_len or model.config.max_position_embeddings for t, s in applied.items()}
-        hoped = min(context.values()) if hope else None
-        setattr(parent, name, ScaledRotary(dict(applied), next(iter(forms.values())), resonance, hoped))
+        trained = min(s.original_max_len or model.config.max_position_embeddings for s in applied.values())
+        setattr(
+            parent, name, ScaledRotary(dict(applied), next(iter(forms.values())), resonance, trained if hope else None)
+        )
     return applied
