@@ -235,10 +235,9 @@ def _check_weights(folder: Path, config: HFConfig) -> None:
     index = folder / "model.safetensors.index.json"
     if not files and index.exists():
         try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            files = [folder / str(n) for n in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{index} is no safetensors index ({type(e).__name__}); {FIX}") from None
-        files = [folder / str(n) for n in names]
     if not files:
         if (folder / "pytorch_model.bin").exists():
             return  # a pickle: read by torch when loaded
