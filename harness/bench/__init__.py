@@ -3,10 +3,10 @@ and whether the speed targets are met (``python -m harness.bench``, cli.py: this
 harness/cli.py holds ``run``'s).
 
 Owns: measuring a step (``measure``: time, allocated memory, FLOPs, matmul peak; ``profiled``: a
-scheme's own share of a step), paired timing (``pairing``), intervals and verdicts (``stats``: order statistics of
-timing rounds, whose noise is one-sided, where harness/stats.py compares seeds), the cells and peers (``cells``: a
-benchmark's pos × attn cell at one shape, built to be timed; results/cells.py is a trained sweep's), the targets
-(``targets``), a run's bookkeeping (``session``) and the report (``report``: the benchmark's files, as
+scheme's own share of a step), intervals and verdicts (``stats``: order statistics of timing rounds, whose noise is
+one-sided, where harness/stats.py compares seeds), the cells and peers (``cells``: a benchmark's pos × attn cell at
+one shape, built to be timed; results/cells.py is a trained sweep's), the targets (``targets``), a run's
+bookkeeping and its paired timing of two warm steps (``session``) and the report (``report``: the benchmark's files, as
 harness/pretrained/report.py and results/report.py write their commands' own); and the GPU check, one prepared
 run for a GPU lent for minutes (``python -m harness.bench.gpu``: ``gpu``, the memory estimate against the
 measured peak in ``gpu_memory``, bias schemes through flex_attention in ``flex``, its report in ``gpu_report``;

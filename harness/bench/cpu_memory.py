@@ -21,7 +21,6 @@ logits' under bf16 autocast, where the CPU's cross-entropy holds fewer bytes a l
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -259,13 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m harness.bench.cpu_memory" + (f" --out {args.out}" if args.out else "")
     text = render(rows, command, time.perf_counter() - started)
     if args.out:
+        from harness.bench.report import write_csv
         from harness.integrity import report_folder
 
         with report_folder(Path(args.out)) as out:  # written whole or not at all, then sealed
-            with (out / "memory.csv").open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-                writer.writeheader()
-                writer.writerows(asdict(r) for r in rows)
+            write_csv(out / "memory.csv", [asdict(r) for r in rows])
             (out / "README.md").write_text(text)
     print(text)
     return 0

@@ -24,7 +24,6 @@ Each section writes its CSV as soon as it ends, so a run stopped early still lea
 
 from __future__ import annotations
 
-import csv
 import platform
 import sys
 import time
@@ -36,12 +35,12 @@ import torch.nn.functional as F
 
 from harness.bench.cells import PEERS, Peer, Spec, x_transformers
 from harness.bench.cli import MAX_TOKENS
-from harness.bench.gpu_memory import MEMORY_CELLS, memory_row, release
+from harness.bench.gpu_memory import MEMORY_CELLS, memory_row
 from harness.bench.gpu_report import render
 from harness.bench.internals import build_transformer, git_sha, xformers_refusal
-from harness.bench.measure import matmul_peak_flops
-from harness.bench.pairing import paired_rounds
-from harness.bench.session import Options, Session
+from harness.bench.measure import matmul_peak_flops, trim
+from harness.bench.report import write_csv
+from harness.bench.session import Options, Session, paired_rounds
 from harness.bench.stats import Goal
 from harness.bench.targets import compare_peer
 from harness.errors import ConfigError, OneLineParser
@@ -137,7 +136,7 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
         except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
             row["note"] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         rows.append(row)
-        release(device)
+        trim(device)
     return rows
 
 
@@ -227,15 +226,6 @@ def cuda_rows(device: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------- the run
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        return
-    with path.open("w", newline="") as f:  # an empty section writes no file
-        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
 
 
 def device_line(device: str) -> tuple[str, float | None]:
@@ -342,7 +332,7 @@ def _run_sections(
             log.append(f"{name}: failed: {' '.join(f'{type(e).__name__}: {e}'.split())[:300]}")
             rows = []
         session.release()
-        write_csv(out / f"{name}.csv", rows)
+        write_csv(out / f"{name}.csv", rows)  # an empty section writes no file
         log.append(f"{name}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
         print(log[-1], flush=True)
     log.append(f"total: {time.perf_counter() - started:.0f} s")

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.bench.internals import compose_cell, composed_model, optimizer_for, step_estimate
+from harness.bench.measure import trim
 from harness.model.loss import summed_cross_entropy
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryR
         est.activations / 2**30,
         est.logits / 2**30,
     )
-    release(device)
+    trim(device)
     base = torch.cuda.memory_allocated() if device == "cuda" else 0
     try:
         seconds = _train(cfg, batch, t, cell, device, steps)
@@ -101,13 +102,13 @@ def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryR
         row.status = "out of memory"
         if device == "cuda":
             row.measured_gib = torch.cuda.max_memory_allocated() / 2**30  # the peak reached before it failed
-    release(device)
+    trim(device)
     return row
 
 
 def _train(cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -> float:
     """The cell's model built on ``device`` and trained by ``train_steps`` (bf16 autocast on CUDA); the seconds of
-    all but the first step. Built here, the model is freed before ``release`` whether the steps end or run out of
+    all but the first step. Built here, the model is freed before ``trim`` whether the steps end or run out of
     memory."""
     model = composed_model(cfg, cell.vocab, cell.causal, device).train()
     ids = torch.randint(cell.vocab, (batch, t), device=device)
@@ -146,13 +147,3 @@ def _loss(model: Transformer, ids: torch.Tensor, labels: torch.Tensor, chunk: in
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def release(device: str) -> None:
-    """Free what the last cell left (Python garbage, the CUDA cache) and restart the peak count."""
-    import gc
-
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()

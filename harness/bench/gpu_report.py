@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from harness.bench.report import table
+
 
 def _rows(folder: Path, name: str) -> list[dict[str, str]]:
     path = folder / f"{name}.csv"
@@ -25,15 +27,6 @@ def _num(x: str | float | None) -> float:
 def _f(x: str | float | None, spec: str) -> str:
     v = _num(x)
     return "—" if v != v else format(v, spec)
-
-
-def _table(header: list[str], lines: list[list[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(line) + " |" for line in lines),
-        "",
-    ]
 
 
 def memory_section(rows: list[dict[str, str]]) -> list[str]:
@@ -68,24 +61,27 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
         ]
         for r, e in zip(rows, now, strict=True)
     ]
-    out += _table(
-        [
-            "preset",
-            "batch",
-            "T",
-            "vocab",
-            "params",
-            "estimate (GiB)",
-            "states / activations / logits",
-            "measured (GiB)",
-            "measured ÷ estimate",
-            "estimate now (GiB)",
-            "measured ÷ estimate now",
-            "tokens/s",
-            "status",
-        ],
-        lines,
-    )
+    out += [
+        *table(
+            [
+                "preset",
+                "batch",
+                "T",
+                "vocab",
+                "params",
+                "estimate (GiB)",
+                "states / activations / logits",
+                "measured (GiB)",
+                "measured ÷ estimate",
+                "estimate now (GiB)",
+                "measured ÷ estimate now",
+                "tokens/s",
+                "status",
+            ],
+            lines,
+        ),
+        "",
+    ]
     out += [
         _spread("When measured", [_num(r["measured_over_estimate"]) for r in rows if r["status"] == "ok"]),
         _spread(
@@ -145,21 +141,24 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
             ]
             for r in rows
         ]
-        out += _table(
-            [
-                "pos",
-                "attn",
-                "batch",
-                "step (ms)",
-                "tokens/s",
-                "TFLOP/s",
-                "MFU (measured peak)",
-                "MFU (datasheet)",
-                "peak (GiB)",
-                "status",
-            ],
-            lines,
-        )
+        out += [
+            *table(
+                [
+                    "pos",
+                    "attn",
+                    "batch",
+                    "step (ms)",
+                    "tokens/s",
+                    "TFLOP/s",
+                    "MFU (measured peak)",
+                    "MFU (datasheet)",
+                    "peak (GiB)",
+                    "status",
+                ],
+                lines,
+            ),
+            "",
+        ]
     if peers:
         out += [
             "## Peers at the same shape (paired)",
@@ -181,19 +180,22 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
             ]
             for r in peers
         ]
-        out += _table(
-            [
-                "peer",
-                "posbench cell",
-                "peer tokens/s",
-                "posbench tokens/s",
-                "posbench ÷ peer",
-                "95 % interval",
-                "rounds",
-                "note",
-            ],
-            lines,
-        )
+        out += [
+            *table(
+                [
+                    "peer",
+                    "posbench cell",
+                    "peer tokens/s",
+                    "posbench tokens/s",
+                    "posbench ÷ peer",
+                    "95 % interval",
+                    "rounds",
+                    "note",
+                ],
+                lines,
+            ),
+            "",
+        ]
     return out
 
 
@@ -224,19 +226,22 @@ def flex_section(rows: list[dict[str, str]]) -> list[str]:
         ]
         for r in rows
     ]
-    out += _table(
-        [
-            "scheme",
-            "out max abs err",
-            "gradient rel errors",
-            "flex ÷ SDPA",
-            "flex, no bias ÷ SDPA",
-            "dense ÷ SDPA (posbench today)",
-            "flex tiles",
-            "note",
-        ],
-        lines,
-    )
+    out += [
+        *table(
+            [
+                "scheme",
+                "out max abs err",
+                "gradient rel errors",
+                "flex ÷ SDPA",
+                "flex, no bias ÷ SDPA",
+                "dense ÷ SDPA (posbench today)",
+                "flex tiles",
+                "note",
+            ],
+            lines,
+        ),
+        "",
+    ]
     failures = sorted({r["kernel_failures"] for r in rows if r.get("kernel_failures")})
     out += [f"Tiles that did not compile: {f[:300]}" for f in failures] + [""] if failures else []
     out += [
@@ -263,10 +268,11 @@ def cuda_section(rows: list[dict[str, str]]) -> list[str]:
     return [
         "## CUDA-only checks",
         "",
-        *_table(
+        *table(
             ["check", "result", "ok", "detail"],
             [[r["check"], r["result"], r.get("ok", ""), r.get("detail", "")[:200]] for r in rows],
         ),
+        "",
     ]
 
 

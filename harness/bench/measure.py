@@ -74,13 +74,17 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def trim() -> None:
-    """Collect garbage and hand freed pages back (glibc), so the next cell starts from a clean slate."""
+def trim(device: str = "cpu") -> None:
+    """Collect garbage and hand freed pages back (glibc; on ``cuda`` also the CUDA cache, and the peak count
+    restarts), so the next cell starts from a clean slate."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:
         pass
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 class PeakRss:

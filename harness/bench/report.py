@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import platform
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -58,13 +58,25 @@ def _interval(i: Interval | None, fmt) -> tuple[str, str]:
     return fmt(i.estimate), (fmt(i.low) if i.low == i.high else f"[{fmt(i.low)}, {fmt(i.high)}]")
 
 
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """The rows under a column for every key any of them has; no rows, no file."""
+    if rows:
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def table(header: list[str], rows: list[list[str]], align: str = "") -> list[str]:
+    """A markdown table; ``align``: a letter per column, ``r`` for a right-aligned one (default: all left)."""
+    rule = "".join("---:|" if a == "r" else "---|" for a in align or "l" * len(header))
+    return [f"| {' | '.join(header)} |", f"|{rule}", *(f"| {' | '.join(row)} |" for row in rows)]
+
+
 def write_report(folder: Path, report: Report) -> None:
     """README.md, bench.csv and the plots into ``folder``, written whole or not at all and sealed."""
     with report_folder(folder) as out:
-        with open(out / "bench.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(Result)])
-            writer.writeheader()
-            writer.writerows(asdict(r) for r in report.rows())
+        write_csv(out / "bench.csv", [asdict(r) for r in report.rows()])
         _plots(out, report.grid, report.device)
         lines = [
             *_header(report),
@@ -106,21 +118,23 @@ def _header(report: Report) -> list[str]:
 
 
 def _grid(grid: list[Result]) -> list[str]:
-    lines = [
-        "## Grid",
-        "",
-        "| pos | attn | T | batch | step (ms) | tokens/s | peak mem (MB) | GFLOP/step | MFU | status |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    header = ["pos", "attn", "T", "batch", "step (ms)", "tokens/s", "peak mem (MB)", "GFLOP/step", "MFU", "status"]
+    rows = [
+        [
+            r.pos,
+            r.attn,
+            str(r.seq_len),
+            str(r.batch),
+            _fmt(r, "step_s", 1e3),
+            _fmt(r, "tokens_per_s", 1, ",.0f"),
+            _fmt(r, "peak_mem_mb"),
+            _fmt(r, "flops", 1e-9, ",.2f"),
+            f"{_fmt(r, 'mfu', 100, '.1f')}{'%' if r.ok else ''}",
+            r.status if r.ok else f"{r.status}: {r.reason[:80]}",
+        ]
+        for r in grid
     ]
-    for r in grid:
-        status = r.status if r.ok else f"{r.status}: {r.reason[:80]}"
-        lines.append(
-            f"| {r.pos} | {r.attn} | {r.seq_len} | {r.batch} | {_fmt(r, 'step_s', 1e3)} | "
-            f"{_fmt(r, 'tokens_per_s', 1, ',.0f')} | {_fmt(r, 'peak_mem_mb')} | "
-            f"{_fmt(r, 'flops', 1e-9, ',.2f')} | {_fmt(r, 'mfu', 100, '.1f')}{'%' if r.ok else ''} "
-            f"| {status} |"
-        )
-    return lines
+    return ["## Grid", "", *table(header, rows, "llrrrrrrrl")]
 
 
 def _peers(peers: list[PeerOutcome]) -> list[str]:
@@ -141,21 +155,34 @@ def _peers(peers: list[PeerOutcome]) -> list[str]:
         "step profiled after the rounds, CPU only); below 1.2, no fusion of the other ops can meet the goal "
         "at this shape: only faster kernels or less work could.",
         "",
-        "| peer | posbench cell | peer tokens/s | posbench tokens/s | peer / posbench GFLOP | posbench ÷ peer "
-        "| 95 % interval | goal ≥ 1.2 | rounds | ceiling |",
-        "|---|---|---:|---:|---:|---:|---|---|---:|---:|",
     ]
-    for p in peers:
-        value, interval = _interval(p.interval, lambda x: f"{x:.2f}")
-        verdict = p.verdict if p.interval is not None else f"not measured ({p.why})"
-        lines.append(
-            f"| {p.peer.name} | pos={p.ours.pos} attn={p.ours.attn} | "
-            f"{_fmt(p.theirs, 'tokens_per_s', 1, ',.0f')} | {_fmt(p.ours, 'tokens_per_s', 1, ',.0f')} | "
-            f"{_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / "
-            f"{_fmt(p.ours, 'flops', 1e-9, ',.1f')} | {value} | {interval} | {verdict} | "
-            f"{len(p.interval.samples) if p.interval else '—'} | "
-            f"{'—' if p.ceiling is None else f'{p.ceiling:.2f} ({p.kernel_share:.0%} kernels)'} |"
-        )
+    header = [
+        "peer",
+        "posbench cell",
+        "peer tokens/s",
+        "posbench tokens/s",
+        "peer / posbench GFLOP",
+        "posbench ÷ peer",
+        "95 % interval",
+        "goal ≥ 1.2",
+        "rounds",
+        "ceiling",
+    ]
+    rows = [
+        [
+            p.peer.name,
+            f"pos={p.ours.pos} attn={p.ours.attn}",
+            _fmt(p.theirs, "tokens_per_s", 1, ",.0f"),
+            _fmt(p.ours, "tokens_per_s", 1, ",.0f"),
+            f"{_fmt(p.theirs, 'flops', 1e-9, ',.1f')} / {_fmt(p.ours, 'flops', 1e-9, ',.1f')}",
+            *_interval(p.interval, lambda x: f"{x:.2f}"),
+            p.verdict if p.interval is not None else f"not measured ({p.why})",
+            str(len(p.interval.samples)) if p.interval else "—",
+            "—" if p.ceiling is None else f"{p.ceiling:.2f} ({p.kernel_share:.0%} kernels)",
+        ]
+        for p in peers
+    ]
+    lines += table(header, rows, "llrrrrllrr")
     notes = [f"- {p.peer.name}: {p.peer.note}" for p in peers if p.peer.note]
     return lines + (["", *notes] if notes else [])
 
@@ -171,13 +198,12 @@ def _targets(targets: list[Outcome]) -> list[str]:
         "with its order-statistic interval, harness/bench/stats.py); the verdict is met only when the whole "
         "interval satisfies the goal, not met when none of it does, unresolved when it straddles the goal.",
         "",
-        "| target | goal | measured | 95 % interval | verdict | how | check |",
-        "|---|---|---:|---|---|---|---|",
     ]
-    for t in targets:
-        value, interval = _interval(t.interval, t.goal.format)
-        lines.append(f"| {t.label} | {t.goal} | {value} | {interval} | {t.verdict} | {t.method} | {t.check or '—'} |")
-    return lines
+    rows = [
+        [t.label, str(t.goal), *_interval(t.interval, t.goal.format), t.verdict, t.method, t.check or "—"]
+        for t in targets
+    ]
+    return lines + table(["target", "goal", "measured", "95 % interval", "verdict", "how", "check"], rows, "llrllll")
 
 
 def _where(report: Report) -> list[str]:
@@ -204,20 +230,16 @@ def _where(report: Report) -> list[str]:
             "",
             _cut(b),
             "",
-            f"| op | kind | {b.num} (ms) | {b.den} (ms) | difference (ms) |",
-            "|---|---|---:|---:|---:|",
         ]
-        for r in b.rows:
-            kind = "kernel" if r.op in KERNEL_OPS else "other"
-            lines.append(
-                f"| `{r.op}` | {kind} | {r.num_s * 1e3:.1f} | {r.den_s * 1e3:.1f} | {r.difference_s * 1e3:+.1f} |"
-            )
-        o = b.other
-        lines += [
-            f"| {o.op} | — | {o.num_s * 1e3:.1f} | {o.den_s * 1e3:.1f} | {o.difference_s * 1e3:+.1f} |",
-            f"| **step** | — | {b.num_s * 1e3:.1f} | {b.den_s * 1e3:.1f} | {(b.num_s - b.den_s) * 1e3:+.1f} |",
-        ]
+        rows = [[f"`{r.op}`", "kernel" if r.op in KERNEL_OPS else "other", *_ms(r.num_s, r.den_s)] for r in b.rows]
+        rows += [[b.other.op, "—", *_ms(b.other.num_s, b.other.den_s)], ["**step**", "—", *_ms(b.num_s, b.den_s)]]
+        lines += table(["op", "kind", f"{b.num} (ms)", f"{b.den} (ms)", "difference (ms)"], rows, "llrrr")
     return lines
+
+
+def _ms(num_s: float, den_s: float) -> list[str]:
+    """A breakdown row's three times: each side's and their difference, in ms."""
+    return [f"{num_s * 1e3:.1f}", f"{den_s * 1e3:.1f}", f"{(num_s - den_s) * 1e3:+.1f}"]
 
 
 def _cut(b: Breakdown) -> str:

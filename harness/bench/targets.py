@@ -2,7 +2,7 @@
 interval; the verdict is "met" only when the whole interval satisfies the goal (stats.Goal.judge).
 
 Kinds of measurement:
-  PairedTarget        a ratio of two cells' step times, by ABBA rounds until resolved (pairing.py)
+  PairedTarget        a ratio of two cells' step times, by ABBA rounds until resolved (session.py)
   OverheadTarget      a scheme's own ops as a share of the step, profiled inside it (profiled.py), with the
                       end-to-end paired ratio beside it as a check
   MfuTarget           FLOPs / step time / the run's matmul peak, over timed steps
@@ -19,9 +19,8 @@ import torch
 
 from harness.bench.cells import Peer, Spec
 from harness.bench.measure import time_call
-from harness.bench.pairing import paired_rounds
 from harness.bench.profiled import Breakdown, breakdown, kernel_share, op_times, paired_op_times, positional_share
-from harness.bench.session import Result, Session
+from harness.bench.session import Result, Session, paired_rounds
 from harness.bench.stats import MIN_ROUNDS, Goal, Interval, Verdict
 
 

@@ -12,9 +12,8 @@ import torch
 
 from harness.bench import cli, measure
 from harness.bench.cells import Spec, build_posbench
-from harness.bench.pairing import paired_rounds, prepare
 from harness.bench.profiled import breakdown, kernel_share, op_times, positional_share
-from harness.bench.session import Result
+from harness.bench.session import Result, paired_rounds, prepare
 from harness.bench.stats import MIN_ROUNDS, Goal, Interval, median_rank, t975
 from harness.bench.targets import MemoryPerTokenTarget, PeerOutcome
 from harness.config.catalog import option_classes
@@ -130,10 +129,10 @@ def test_paired_rounds_stop_once_resolved_and_give_up_at_the_round_budget(monkey
     """Scripted step times: a steady 2× ratio is resolved against ≤ 20 after the minimum 6 rounds; ratios
     alternating 1.0 / 1.2 straddle a goal of 1.1 however many rounds, so every allowed round is used (and
     never fewer than 6, whatever max_rounds says: fewer have no interval)."""
-    from harness.bench import pairing
+    from harness.bench import session
 
     times = {"num": iter([]), "den": iter([])}
-    monkeypatch.setattr(pairing, "time_call", lambda step, device: next(times[step()]))
+    monkeypatch.setattr(session, "time_call", lambda step, device: next(times[step()]))
     times.update(num=iter([2.0] * 10), den=iter([1.0] * 10))
     clear = paired_rounds(lambda: "num", lambda: "den", "cpu", Goal("<=", 20), max_rounds=10)
     assert len(clear.samples) == MIN_ROUNDS == 6 and clear.estimate == pytest.approx(2.0)
