@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from harness.bench.internals import ROOT, build_transformer, compose_cell, option_overrides
+
+if TYPE_CHECKING:
+    from harness.bench.internals import ModelConfig
 
 VOCAB = 258  # the byte tokenizer: 256 bytes + [PAD] + [MASK]
 
@@ -57,97 +60,80 @@ def build_posbench(spec: Spec) -> Built:
 
 
 @dataclass(frozen=True)
-class Shape:
-    """The shape a peer is built at: layers, width, heads, feed-forward width, vocabulary, length."""
-
-    L: int
-    C: int
-    H: int
-    F: int
-    V: int
-    T: int
-    causal: bool
-
-
-def peer_shape(spec: Spec) -> Shape:
-    m = compose_cell(spec.overrides).model
-    return Shape(m.n_layers, m.d_model, m.n_heads, m.d_ff, VOCAB, spec.seq_len, spec.causal)
-
-
-@dataclass(frozen=True)
 class Peer:
     name: str
     pos: str  # the posbench cell it is compared with
     attn: str
-    build: Callable[[Shape], Built]
+    build: Callable[[ModelConfig, Spec], Built]  # at the posbench cell's model settings and shape
     note: str = ""  # where it does different work at the same shape
 
     def builder(self) -> Callable[[Spec], Built]:
-        return lambda spec: self.build(peer_shape(spec))
+        return lambda spec: self.build(compose_cell(spec.overrides).model, spec)
 
 
-def x_transformers(kind: str, flash: bool = False) -> Callable[[Shape], Built]:
+def x_transformers(kind: str, flash: bool = False) -> Callable[[ModelConfig, Spec], Built]:
     """x-transformers with its defaults (``attn_flash=False``: its own attention, the T × T weights
     materialised), or with ``attn_flash=True`` (torch's SDPA, a bias passed to it as a mask)."""
 
-    def build(s: Shape) -> Built:
+    def build(m: ModelConfig, spec: Spec) -> Built:
         from x_transformers import Decoder, Encoder, TransformerWrapper
 
+        head = m.d_model // m.n_heads
         options = {
             kind: True,
-            **({"rotary_emb_dim": s.C // s.H} if kind == "rotary_pos_emb" else {}),  # full rotary
+            **({"rotary_emb_dim": head} if kind == "rotary_pos_emb" else {}),  # full rotary
             **({"attn_flash": True} if flash else {}),
         }
-        layers = (Decoder if s.causal else Encoder)(
-            dim=s.C, depth=s.L, heads=s.H, attn_dim_head=s.C // s.H, ff_mult=s.F // s.C, **options
+        layers = (Decoder if spec.causal else Encoder)(
+            dim=m.d_model, depth=m.n_layers, heads=m.n_heads, attn_dim_head=head, ff_mult=m.d_ff // m.d_model, **options
         )
         model = TransformerWrapper(
-            num_tokens=s.V, max_seq_len=s.T, attn_layers=layers, use_abs_pos_emb=False, tie_embedding=True
+            num_tokens=VOCAB, max_seq_len=spec.seq_len, attn_layers=layers, use_abs_pos_emb=False, tie_embedding=True
         )
         return Built(model, model)
 
     return build
 
 
-def _hf(kind: str) -> Callable[[Shape], Built]:
-    def build(s: Shape) -> Built:
+def _hf(kind: str) -> Callable[[ModelConfig, Spec], Built]:
+    def build(m: ModelConfig, spec: Spec) -> Built:
         import transformers
 
         common: dict[str, Any] = dict(  # the keywords BertConfig and RoFormerConfig share (dropout off)
-            vocab_size=s.V,
-            hidden_size=s.C,
-            num_hidden_layers=s.L,
-            num_attention_heads=s.H,
-            intermediate_size=s.F,
-            max_position_embeddings=s.T,
+            vocab_size=VOCAB,
+            hidden_size=m.d_model,
+            num_hidden_layers=m.n_layers,
+            num_attention_heads=m.n_heads,
+            intermediate_size=m.d_ff,
+            max_position_embeddings=spec.seq_len,
             hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0,
-            is_decoder=s.causal,
+            is_decoder=spec.causal,
         )
         model: transformers.PreTrainedModel
         if kind == "roformer":
-            roformer = transformers.RoFormerConfig(embedding_size=s.C, **common)
-            model = (transformers.RoFormerForCausalLM if s.causal else transformers.RoFormerForMaskedLM)(roformer)
+            roformer = transformers.RoFormerConfig(embedding_size=m.d_model, **common)
+            model = (transformers.RoFormerForCausalLM if spec.causal else transformers.RoFormerForMaskedLM)(roformer)
         else:
             bert = transformers.BertConfig(**common)
-            model = (transformers.BertLMHeadModel if s.causal else transformers.BertForMaskedLM)(bert)
+            model = (transformers.BertLMHeadModel if spec.causal else transformers.BertForMaskedLM)(bert)
         return Built(model, lambda ids: model(input_ids=ids).logits)
 
     return build
 
 
-def _performer_lm(s: Shape) -> Built:
+def _performer_lm(m: ModelConfig, spec: Spec) -> Built:
     from performer_pytorch import PerformerLM
 
     model = PerformerLM(
-        num_tokens=s.V,
-        max_seq_len=s.T,
-        dim=s.C,
-        depth=s.L,
-        heads=s.H,
-        dim_head=s.C // s.H,
-        causal=s.causal,
-        ff_mult=s.F // s.C,
+        num_tokens=VOCAB,
+        max_seq_len=spec.seq_len,
+        dim=m.d_model,
+        depth=m.n_layers,
+        heads=m.n_heads,
+        dim_head=m.d_model // m.n_heads,
+        causal=spec.causal,
+        ff_mult=m.d_ff // m.d_model,
         rotary_position_emb=True,
         tie_embed=True,
     )

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from harness.config.estimates import GpuEstimate
     from harness.config.spec import RunSpec
-    from harness.model.transformer import Transformer
+    from harness.model.transformer import ModelConfig, Transformer  # noqa: F401 — ModelConfig: for cells.py
 
 
 def compose_cell(overrides: list[str]) -> RunSpec:
