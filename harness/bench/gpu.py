@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from harness.bench.cells import PEERS, Peer, Spec, x_transformers
 from harness.bench.cli import MAX_TOKENS
+from harness.bench.flex import attention_steps, parity
 from harness.bench.gpu_memory import MEMORY_CELLS, memory_row
 from harness.bench.gpu_report import render
 from harness.bench.internals import build_transformer, git_sha, xformers_refusal
@@ -114,8 +115,6 @@ FLEX_SCHEMES = ("t5", "alibi", "kerple", "fire")
 def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from harness.bench.flex import parity
-
     compiled = torch.compile(flex_attention, dynamic=False)
     rows = []
     for name in FLEX_SCHEMES:
@@ -150,8 +149,6 @@ KERNEL_OPTIONS = (
 
 
 def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int, budget_s: float) -> dict:
-    from harness.bench.flex import attention_steps
-
     failures = []
     for options in KERNEL_OPTIONS:
 

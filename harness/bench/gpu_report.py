@@ -61,7 +61,8 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
         ]
         for r, e in zip(rows, now, strict=True)
     ]
-    out += [
+    return [
+        *out,
         *table(
             [
                 "preset",
@@ -81,8 +82,6 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
             lines,
         ),
         "",
-    ]
-    out += [
         _spread("When measured", [_num(r["measured_over_estimate"]) for r in rows if r["status"] == "ok"]),
         _spread(
             "At this commit",
@@ -90,7 +89,6 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
         ),
         "",
     ]
-    return out
 
 
 def _estimate_now(row: dict[str, str]) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from harness.errors import ConfigError, IncompatiblePairing
 from harness.paths import ROOT, project_root  # noqa: F401 — re-exported for the room
 
 if TYPE_CHECKING:
@@ -92,7 +93,6 @@ def optimizer_for(spec: RunSpec, model: Transformer) -> Optimizer:
 def xformers_refusal() -> str | None:
     """What ``attn.backend=xformers`` says where it cannot run (None where it builds)."""
     from attention.softmax import Softmax
-    from harness.errors import ConfigError
     from positional.base import Shape
 
     try:
@@ -184,7 +184,6 @@ def log_cell_run(
     (``TrackedRun``) sets its status from whether its body raised."""
     from mlflow.entities import Metric
 
-    from harness.errors import IncompatiblePairing
     from harness.record.run import TrackedRun
     from harness.record.store import resolve_tracking_uri
 
