@@ -60,16 +60,12 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
         return 2
     if checking:
         return _guarded(lambda: check_command(overrides, dirs, multirun, gpu_memory), overrides)
+    refused = _guarded(lambda: preflight(overrides, dirs) if multirun else _single_run(args, overrides), overrides)
+    if refused:
+        return refused
     if multirun:
-        refused = _guarded(lambda: preflight(overrides, dirs), overrides)
-        if refused:
-            return refused
         flag = next(a for a in args if a in MULTIRUN_FLAGS)  # Hydra's parser takes -m before the overrides only
         args = [flag, *(a for a in args if a != flag)]
-    else:
-        refused = _guarded(lambda: _single_run(args, overrides), overrides)
-        if refused:
-            return refused
     return run_app(train_app, args)
 
 
