@@ -62,6 +62,13 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _replace(path: Path, data: str | bytes, tmp: Path | None = None) -> None:
+    """``data`` to ``path`` whole or not at all: written to ``tmp`` (beside it) and renamed over it."""
+    tmp = tmp or path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    tmp.replace(path)
+
+
 def check_digest(path: Path, recorded: str, where: str, fix: str) -> None:
     """The one comparison: ``path``'s bytes hash to ``recorded`` (which ``where`` holds: "its .sha256 holds", "its
     SHA256SUMS lists", "manifest.json records"), else a ConfigError naming the file and ``fix`` (a flipped byte, a
@@ -82,9 +89,7 @@ def digest(record: dict, key: str = SEAL) -> str:
 
 def write(path: Path, record: dict) -> None:
     """``record`` and its seal to ``path``, atomically."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps({**record, SEAL: digest(record)}, indent=1))
-    tmp.replace(path)
+    _replace(path, json.dumps({**record, SEAL: digest(record)}, indent=1))
 
 
 def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
@@ -153,17 +158,12 @@ def written_digest(seal: Path) -> str:
 
 def seal_file(path: Path) -> None:
     """``<path>.sha256`` for the file at ``path`` as it is now, written whole or not at all."""
-    seal = seal_path(path)
-    tmp = seal.with_name(f"{seal.name}.tmp{os.getpid()}")
-    tmp.write_text(file_digest(path) + "\n")
-    tmp.replace(seal)
+    _replace(seal_path(path), file_digest(path) + "\n")
 
 
 def write_bytes(path: Path, data: bytes) -> None:
     """``data`` to ``path`` atomically, then its seal (a crash between leaves a file without one: unsealed)."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    _replace(path, data)
     seal_file(path)
 
 
@@ -214,9 +214,8 @@ def seal_report(folder: Path) -> list[str]:
     ones), one ``<hex>  <name>`` line each, written whole or not at all; the names it lists. ``report_folder`` calls
     it on its staging folder; a command that adds to a folder over several runs (the GPU benchmark) calls it last."""
     names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != SUMS and not p.name.startswith("."))
-    tmp = folder / f".{SUMS}.tmp{os.getpid()}"
-    tmp.write_text("".join(f"{file_digest(folder / name)}  {name}\n" for name in names))
-    tmp.replace(folder / SUMS)
+    sums = "".join(f"{file_digest(folder / name)}  {name}\n" for name in names)
+    _replace(folder / SUMS, sums, folder / f".{SUMS}.tmp{os.getpid()}")  # hidden: not a file of the report
     return names
 
 
