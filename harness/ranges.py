@@ -14,18 +14,19 @@ The ground: imports only harness.errors.
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import functools
 import inspect
 import math
 import types
 import typing
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from harness.errors import ConfigError
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Range:
     """A closed or open interval for a number; ``words`` say it in a message ("a positive integer")."""
 
@@ -81,7 +82,7 @@ def violated(value: Any, annotation: Any) -> Range | None:
         inner = violated(value, base)
         if inner:
             return inner
-        if _number(value) and _fits_number(value, base):
+        if base in (int, float) and fits(value, base):  # a range bounds a number
             return next((r for r in meta if isinstance(r, Range) and not r.holds(value)), None)
         return None
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -91,14 +92,6 @@ def violated(value: Any, annotation: Any) -> Range | None:
         per_item = args[:1] * len(value) if origin is list or args[-1] is Ellipsis else args
         return next((r for v, a in zip(value, per_item, strict=False) if (r := violated(v, a))), None)
     return None
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _fits_number(value: Any, base: Any) -> bool:
-    return base is float or (base is int and isinstance(value, int))
 
 
 def ranged(init):
@@ -193,8 +186,6 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 def field_hints(cls: type) -> dict[str, Any]:
     """A dataclass's fields and their annotations, ranges (``Annotated``) kept (read once per class)."""
-    import dataclasses
-
     if cls not in _HINTS:
         hints = typing.get_type_hints(cls, include_extras=True)
         _HINTS[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -204,6 +195,16 @@ def field_hints(cls: type) -> dict[str, Any]:
 def _allows_none(annotation: Any) -> bool:
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     return union and type(None) in typing.get_args(annotation)
+
+
+# the YAML scalars' annotations and the Python types that fit each (an integer is a fine float)
+_SCALARS: dict[Any, tuple[type, ...]] = {
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+    type(None): (type(None),),
+    None: (type(None),),
+}
 
 
 def fits(value: Any, annotation: Any) -> bool:
@@ -216,35 +217,17 @@ def fits(value: Any, annotation: Any) -> bool:
         return any(value == a and type(value) is type(a) for a in args) or (
             isinstance(value, int) and not isinstance(value, bool) and value in args
         )
-    if origin in (list, tuple, typing.Sequence, _abc_sequence()):
+    if origin in (list, tuple, typing.Sequence, collections.abc.Sequence):
         return isinstance(value, (list, tuple)) and _items_fit(value, origin, args)
     if origin is dict or annotation is dict:
         return isinstance(value, dict)
-    if annotation is type(None) or annotation is None:
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if origin is _abc_callable():
+    if annotation in _SCALARS:  # a bool is an int to isinstance: it fits bool only
+        return isinstance(value, _SCALARS[annotation]) and (annotation is bool or not isinstance(value, bool))
+    if origin is collections.abc.Callable:
         return False  # no plain YAML value is callable: an object comes as a node with _target_, checked as one
     if isinstance(annotation, type):
         return isinstance(value, annotation)
     return True  # a typing construct we do not model (TypeVar): accept
-
-
-def _abc_callable():
-    import collections.abc
-
-    return collections.abc.Callable
-
-
-def _abc_sequence():
-    import collections.abc
-
-    return collections.abc.Sequence
 
 
 def _items_fit(value, origin, args) -> bool:
@@ -265,9 +248,9 @@ def describe(annotation: Any, plural: bool = False) -> str:
         return " or ".join(dict.fromkeys(shown)) + (" or null" if type(None) in args else "")
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
-    if origin is _abc_callable():
+    if origin is collections.abc.Callable:
         return "config nodes with _target_" if plural else "a config node with _target_"
-    if origin in (list, tuple) or origin is _abc_sequence():
+    if origin in (list, tuple) or origin is collections.abc.Sequence:
         item = f" of {describe(args[0], plural=True)}" if args and args[-1] is not Ellipsis or len(args) == 2 else ""
         return ("lists" if plural else "a list") + item
     names = {
