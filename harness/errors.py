@@ -133,9 +133,7 @@ def users_code_failed(exc: BaseException) -> str | None:
     """Where the error was raised in the user's own code (a ``pos._target_`` class, a task of theirs): its class
     named and only its frames shown. None when the innermost frame is not the user's (a crash of posbench or a
     library keeps its whole traceback)."""
-    inner = exc
-    while (inner.__cause__ or inner.__context__) is not None:
-        inner = inner.__cause__ or inner.__context__ or inner
+    *_, inner = _chain(exc)  # the innermost exception: where the error began
     frames = traceback.extract_tb(inner.__traceback__)
     if not frames or not _users_file(frames[-1].filename):
         return None

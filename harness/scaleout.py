@@ -104,7 +104,9 @@ def job_ranks(trainer) -> Iterator[None]:
     if not _needs_own_ranks(trainer):
         yield
         return
-    saved_env, saved_threads = dict(os.environ), _num_threads()
+    import torch
+
+    saved_env, saved_threads = dict(os.environ), torch.get_num_threads()
     procs: list[subprocess.Popen] = []
     try:
         procs = _start_ranks(trainer)
@@ -115,7 +117,12 @@ def job_ranks(trainer) -> Iterator[None]:
     finally:
         _reap(procs)
         _destroy_process_group()
-        _restore(saved_env, saved_threads)
+        for key in RANK_ENV:
+            if key in saved_env:
+                os.environ[key] = saved_env[key]
+            else:
+                os.environ.pop(key, None)
+        torch.set_num_threads(saved_threads)  # Lightning divides the cores among the ranks
 
 
 def _needs_own_ranks(trainer) -> bool:
@@ -196,20 +203,3 @@ def _destroy_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _num_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
-def _restore(saved_env: dict[str, str], threads: int) -> None:
-    import torch
-
-    for key in RANK_ENV:
-        if key in saved_env:
-            os.environ[key] = saved_env[key]
-        else:
-            os.environ.pop(key, None)
-    torch.set_num_threads(threads)  # Lightning divides the cores among the ranks

@@ -60,6 +60,8 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
     corpus = _corpus(checked)
     vocab = _trained_vocabulary(spec, asked, checked.tokenizer.vocab_size)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
+    from omegaconf import OmegaConf
+
     from harness.config.build import build
     from harness.model.module import Throughput
     from harness.record.logger import RunLogger, StepClock
@@ -84,7 +86,7 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         tags["phases"] = describe(list(checked.phases), spec.choices.pos)
     with terminating(), plan.session(built.owner), run.open(tags, params, reopen=plan.run_id, owner=built.owner):
         plan.link(run.run_id)
-        run.log_files({"config.yaml": _yaml(spec.values)})
+        run.log_files({"config.yaml": OmegaConf.to_yaml(spec.values)})
         final = fit(built, plan.ckpt)
         sums, tokens = built.module.val_windows.T.tolist()
         run.log_files(integrity.sealed_files({WINDOWS_ARTIFACT: json.dumps({"loss_sum": sums, "tokens": tokens})}))
@@ -108,12 +110,6 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         run.experiment_id if run.owner else "",
         signal,
     )
-
-
-def _yaml(values: dict) -> str:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(values)
 
 
 def _trained_vocabulary(spec: RunSpec, asked: int, trained: int) -> int:
@@ -233,8 +229,6 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
 def rope_parameters_file(model) -> dict[str, str]:
     """``rope_parameters.json``: the trained model's RoPE as transformers v5 states it, with its layer types
     (harness/pretrained/rope_parameters.py); nothing for a model that format cannot hold (ALiBi, Performer, …)."""
-    import json
-
     from harness.pretrained.rope_parameters import write
 
     try:
