@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError, IncompatiblePairing
-from positional.base import BiasKind, LogitBias, PositionalScheme, RelativeBias, Rotary, Shape
+from positional.base import BiasKind, LogitBias, PositionalScheme, RelativeBias, Rotary, Shape, later_keys
 
 
 @dataclass(frozen=True)
@@ -196,8 +196,7 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
         other = ctx.document_ids[:, None, :, None] != ctx.document_ids[:, None, None, :]  # (B, 1, Tq, Tk)
         mask = mask.masked_fill(other, float("-inf"))
     if ctx.causal:
-        future = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).triu(1)
-        mask = mask.masked_fill(future, float("-inf"))
+        mask = mask.masked_fill(later_keys(t_q, t_k, q.device), float("-inf"))
     return mask
 
 

@@ -31,6 +31,7 @@ the denominator's column of ones), N chunks of C positions, L FFT length.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal, NamedTuple
 
 import torch
@@ -39,7 +40,7 @@ from torch import Tensor
 
 from attention.base import AttentionVariant, Positioned
 from harness.errors import ConfigError
-from positional.base import FarField, Shape
+from positional.base import FarField, Shape, toeplitz_dense
 
 RopeMode = Literal["pre_feature", "numerator"]
 CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M, E) states
@@ -64,28 +65,21 @@ def circulant_kernel(coeffs: Tensor, t_k: int) -> Tensor:
     return torch.cat([coeffs[:, t_k - 1 :], gap, coeffs[:, : t_k - 1]], -1)  # offsets 0 … Tq−1, pad, −(Tk−1) … −1
 
 
-def fft_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Working precision of the FFTs: float64 for float64 inputs, float32 otherwise (faster).
-    fp32 round-off is relative to the largest output of a convolution; kernelized_attention keeps its
-    denominator in float64 and checks the numerator's bound (``numerator_fft_dtype``)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def numerator_fft_dtype(den: Tensor, dtype: torch.dtype) -> torch.dtype:
-    """fp32 for the numerator's FFTs when its round-off stays within ``FFT_RTOL`` of max|v|, else float64.
+    """fp32 for the numerator's FFTs when its round-off stays within ``FFT_RTOL`` of max|v|, else float64 (always for
+    float64 inputs; kernelized_attention keeps its denominator in float64 whatever the inputs).
 
     fp32 FFT round-off is ~eps of a convolution's largest output, so output i = num_i / den_i is off by
     about eps · max(den) / den_i · max|v|, within the bound eps · max(den) / min(den) · max|v|
     (tests/unit/test_kernelized.py). Bidirectional rows see similar weight (a small ratio: fp32); causal rows
     near the start see few keys (ratio ~T), so long causal sequences keep float64.
     """
-    wanted = fft_dtype(dtype)
-    if wanted == torch.float64:
-        return wanted
+    if dtype == torch.float64:
+        return dtype
     den = den.detach()
     seen = den[den > 0]
     ratio = float(den.amax() / seen.amin()) if seen.numel() else float("inf")
-    return wanted if torch.finfo(wanted).eps * ratio <= FFT_RTOL else torch.float64
+    return torch.float32 if torch.finfo(torch.float32).eps * ratio <= FFT_RTOL else torch.float64
 
 
 def _spectrum(kernel: Tensor, dtype: torch.dtype) -> Tensor:
@@ -104,12 +98,6 @@ def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
     if causal:
         table = table.masked_fill(offsets < 0, float("-inf"))
     return torch.exp(table - table.amax(-1, keepdim=True).detach())
-
-
-def toeplitz_dense(coeffs: Tensor, t_q: int, t_k: int) -> Tensor:
-    """The Toeplitz matrices themselves: C[h, i, j] = coeffs[h, i − j + Tk − 1]. (H, Tq + Tk − 1) -> (H, Tq, Tk)."""
-    offsets = torch.arange(t_q, device=coeffs.device)[:, None] - torch.arange(t_k, device=coeffs.device) + t_k - 1
-    return coeffs[:, offsets]
 
 
 def dense_path(q: Tensor, k: Tensor, path: ToeplitzPath) -> bool:
@@ -292,10 +280,10 @@ def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: to
     Every one of the M·E sequences k_{·m} v_{·e} is Toeplitz-multiplied by FFT. A block of features goes
     through one rfft/irfft call (``feature_block``), and backward is written out (``_ToeplitzContract``)
     so that nothing of size T·M·E is kept: memory O(T·(M + E)) plus one block's O(T·block·E).
-    ``dtype``: FFT precision, ``fft_dtype(v.dtype)`` by default.
+    ``dtype``: FFT precision; by default float64 for float64 inputs, float32 otherwise (faster).
     q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E) in v's dtype.
     """
-    dtype = dtype or fft_dtype(v.dtype)
+    dtype = dtype or (torch.float64 if v.dtype == torch.float64 else torch.float32)
     kernel = circulant_kernel(coeffs, k.shape[-2])  # (H, L)
     out = _ToeplitzContract.apply(q.to(dtype), k.to(dtype), v.to(dtype), kernel.to(dtype))
     return out.to(v.dtype)
@@ -398,9 +386,9 @@ def kernelized_attention(
     path = None if coeffs is None else bias_path(f.q, f.k, far, toeplitz, causal)
     if path == "band":
         assert far is not None and coeffs is not None  # bias_path chooses the band for a declared far field only
-        layout = band_layout(far)
-        contract = lambda q, k, x: band_contract(q, k, x, coeffs, far, causal, layout)  # noqa: E731
-        num, den = _num_den(f, v, contract)
+        num, den = _num_den(
+            f, v, partial(band_contract, coeffs=coeffs, far=far, causal=causal, layout=band_layout(far))
+        )
     elif path == "dense":
         assert coeffs is not None  # a path is chosen for a bias only
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)

@@ -33,7 +33,7 @@ from torch import Tensor
 from attention.base import AttentionVariant, Positioned
 from harness.errors import ConfigError
 from harness.ranges import DropoutRate, ranged
-from positional.base import Shape
+from positional.base import Shape, later_keys
 
 # (q, k, v, mask, causal, dropout_p) -> (B, H, Tq, D); mask already holds causal when it is not None
 Backend = Callable[[Tensor, Tensor, Tensor, "Tensor | None", bool, float], Tensor]
@@ -148,8 +148,7 @@ def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> 
     if mask is not None:
         logits = logits + mask
     elif causal:
-        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
-        logits = logits.masked_fill(future, float("-inf"))
+        logits = logits.masked_fill(later_keys(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     return masked_softmax(logits)
 
 

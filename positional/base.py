@@ -135,9 +135,7 @@ class RelativeBias(LogitBias):
     def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:
         """Built once per object: layers that share a bias share one gather (and one scatter in backward)."""
         if self._dense is None:
-            i = torch.arange(self.t_q, device=self.table.device)[:, None]
-            j = torch.arange(self.t_k, device=self.table.device)[None, :]
-            self._dense = self.table[:, i - j + self.t_k - 1].unsqueeze(0)  # (1, H, Tq, Tk)
+            self._dense = toeplitz_dense(self.table, self.t_q, self.t_k).unsqueeze(0)  # (1, H, Tq, Tk)
         return self._dense
 
 
@@ -151,6 +149,17 @@ class PositionalBias(LogitBias):
 
     def dense(self, q: Tensor | None = None, k: Tensor | None = None) -> Tensor:
         return self.values
+
+
+def toeplitz_dense(coeffs: Tensor, t_q: int, t_k: int) -> Tensor:
+    """The Toeplitz matrices themselves: C[h, i, j] = coeffs[h, i − j + Tk − 1]. (H, Tq + Tk − 1) -> (H, Tq, Tk)."""
+    offsets = torch.arange(t_q, device=coeffs.device)[:, None] - torch.arange(t_k, device=coeffs.device) + t_k - 1
+    return coeffs[:, offsets]
+
+
+def later_keys(t_q: int, t_k: int, device=None) -> Tensor:
+    """(Tq, Tk) bool, True where the key comes after the query (j > i): what a causal mask hides."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1)
 
 
 def relative_offsets(t_q: int, t_k: int, device=None) -> Tensor:
@@ -381,8 +390,9 @@ class PositionalScheme(nn.Module):
 
 def check_sampling(
     cls: Any, shape: Shape, randomize: bool, max_position: int | None, eval_positions: str | None
-) -> tuple[bool, int | None, EvalPositions | None]:
-    """Validate pos.randomize / pos.max_position / pos.eval_positions before anything is built; one-line errors."""
+) -> Sampling | None:
+    """Validate pos.randomize / pos.max_position / pos.eval_positions before anything is built; one-line errors.
+    Returns the sampling they ask for (None: positions 0 … T−1)."""
     name = cls.config_name() if hasattr(cls, "config_name") else getattr(cls, "__name__", "this scheme")
     if not isinstance(randomize, bool):
         raise ConfigError(f"randomize={randomize!r}: use true or false")
@@ -392,7 +402,7 @@ def check_sampling(
         for key, value in (("max_position", max_position), ("eval_positions", eval_positions)):
             if value is not None:
                 raise ConfigError(f"{key}={value} only applies with randomize=true; set randomize=true or drop {key}")
-        return False, None, None
+        return None
     if getattr(cls, "randomize_refusal", None):
         raise ConfigError(
             f"randomize=true with pos={name}: {cls.randomize_refusal}; "
@@ -403,4 +413,4 @@ def check_sampling(
             f"randomize=true needs max_position ≥ the training length {shape.max_len} (data.seq_len) "
             f"(got {max_position}); positions are drawn from [0, max_position)"
         )
-    return True, max_position, "ordered" if eval_positions == "ordered" else "sampled"
+    return Sampling(max_position, "ordered" if eval_positions == "ordered" else "sampled")

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from harness.errors import ConfigError
 from harness.ranges import NonNegative, ranged
-from positional.base import LogitBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalScheme, Shape, later_keys
 
 
 def cope_positions(gates: Tensor, causal: bool) -> Tensor:
@@ -48,7 +48,7 @@ def cope_positions(gates: Tensor, causal: bool) -> Tensor:
     if causal:
         return before
     g_ii = gates.diagonal(dim1=-2, dim2=-1)[..., None]  # (…, T, 1)
-    return torch.where(_later_keys(gates), c - c_ii + g_ii, before)
+    return torch.where(later_keys(gates.shape[-2], gates.shape[-1], gates.device), c - c_ii + g_ii, before)
 
 
 def cope_interpolate(q_e: Tensor, pos: Tensor) -> Tensor:
@@ -64,11 +64,6 @@ def cope_interpolate(q_e: Tensor, pos: Tensor) -> Tensor:
     return q_e.gather(-1, n) + (pos - low) * step.gather(-1, n)  # the gradient reaches the gates through w
 
 
-def _later_keys(x: Tensor) -> Tensor:
-    t_q, t_k = x.shape[-2:]
-    return torch.ones(t_q, t_k, dtype=torch.bool, device=x.device).triu(1)  # (Tq, Tk): j > i
-
-
 class CoPEBias(LogitBias):
     kind = "content"
 
@@ -82,7 +77,7 @@ class CoPEBias(LogitBias):
         logits = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)  # (B, H, T, T), q_i·k_j/√D
         pos = cope_positions(torch.sigmoid(logits.to(work)), self.causal).clamp(0, self.npos - 1)
         if not self.causal:  # keys after the query index e': columns npos … 2·npos − 1
-            pos = pos + _later_keys(pos) * self.npos
+            pos = pos + later_keys(pos.shape[-2], pos.shape[-1], pos.device) * self.npos
         q_e = q.to(work) @ self.table.to(work).T  # (B, H, T, P)
         return cope_interpolate(q_e, pos)
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.ranges import Float32, NonNegative, ranged
-from positional.base import LogitBias, PositionalScheme, Shape
+from positional.base import LogitBias, PositionalScheme, Shape, later_keys
 
 
 def forget_bias(log_f: Tensor) -> Tensor:
@@ -53,7 +53,7 @@ def two_way_forget_bias(log_f: Tensor, log_g: Tensor) -> Tensor:
     """The bidirectional form of x-transformers' DataDependentAlibi: F_i − F_j for j ≤ i from the forward gates f,
     G_j − G_i = Σ_{l=i+1..j} log g_l for j > i from the backward gates g (keys after the query decay by the
     gates between them too). log_f, log_g: (…, T) -> (…, T, T)."""
-    ahead = torch.ones(log_f.shape[-1], log_f.shape[-1], dtype=torch.bool, device=log_f.device).triu(1)  # j > i
+    ahead = later_keys(log_f.shape[-1], log_f.shape[-1], log_f.device)  # j > i
     return torch.where(ahead, forget_bias(log_g).transpose(-1, -2), forget_bias(log_f))
 
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from harness.errors import ConfigError
 from positional.base import PositionalScheme, Rotary, Shape
+from positional.rope import rope_angles
 
 
 def pope_inv_freq(head_dim: int, base: float, dtype=torch.float64, device=None) -> Tensor:
@@ -44,13 +45,6 @@ def polar_features(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x: (B, H, T, D); cos, sin of the phases φ: broadcastable to it. Returns (B, H, T, 2D)."""
     mu = F.softplus(x)
     return torch.cat((mu * cos, mu * sin), dim=-1)
-
-
-def polar_phases(positions: Tensor, theta: Tensor) -> Tensor:
-    """tθ_c for every position t and frequency c. Shape (T, D); positions per row (B, T) give (B, 1, T, D), which
-    broadcasts over the heads."""
-    phases = positions.to(theta.dtype)[..., None] * theta  # (..., T, D)
-    return phases if positions.dim() == 1 else phases.unsqueeze(-3)
 
 
 class PolarRotary(Rotary):
@@ -108,6 +102,6 @@ class PoPE(PositionalScheme):
         return self.delta.view(h, d).clamp(-2 * math.pi, 0.0)
 
     def rotary(self, positions: Tensor) -> PolarRotary:
-        angles = polar_phases(positions, self.inv_freq)  # (T, D) float64
+        angles = rope_angles(positions, self.inv_freq)  # (T, D) float64: the phases tθ_c, (B, 1, T, D) per row
         delta = self.phase_shift()[:, None, :]  # (H, 1, D)
         return PolarRotary(angles.cos(), angles.sin(), delta.cos(), delta.sin())

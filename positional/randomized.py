@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from positional.base import EvalPositions, PositionalScheme, Sampling, Shape, check_sampling
+from positional.base import EvalPositions, PositionalScheme, Shape, check_sampling
 
 KEYS = ("randomize", "max_position", "eval_positions")
 
@@ -34,9 +34,7 @@ def randomized(
     scheme: Any = cls or (factory if isinstance(factory, type) else getattr(factory, "func", None))
 
     def build(shape: Shape) -> PositionalScheme:
-        on, most, evals = check_sampling(scheme, shape, randomize, max_position, eval_positions)
-        if not on or most is None or evals is None:  # check_sampling sets both when on
-            return factory(shape)
-        return factory(replace(shape, sampling=Sampling(most, evals)))
+        sampling = check_sampling(scheme, shape, randomize, max_position, eval_positions)
+        return factory(shape if sampling is None else replace(shape, sampling=sampling))
 
     return build

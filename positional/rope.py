@@ -373,10 +373,11 @@ def _complete(
     """The scaling for this θ (base, rotated width), over the training length unless it names its own; its errors
     worded as fields of Rope's ``scaling`` argument (``scaling.factor=0 …``)."""
     try:
-        if isinstance(scaling, RopeScaling):
-            built = replace(scaling, base=base, rotated=rotated)
-        else:
-            built = scaling(base=base, rotated=rotated)
+        built = (
+            replace(scaling, base=base, rotated=rotated)
+            if isinstance(scaling, RopeScaling)
+            else scaling(base=base, rotated=rotated)
+        )
         return built if built.original_max_len is not None else replace(built, original_max_len=max_len)
     except ConfigError as e:
         raise ConfigError(as_field_of("scaling", str(e))) from None

@@ -202,7 +202,8 @@ def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
 
 
 def _longrope(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
-    short, long = c.factor_lists
+    short, long = c.short_factor, c.long_factor
+    assert short is not None and long is not None  # method=longrope's check requires both on construction
     if len(short) != theta.numel():
         raise ConfigError(
             f"short_factor/long_factor have {len(short)} entries but this rotation turns "
@@ -339,20 +340,12 @@ class RopeScaling:
             )
         return self.original_max_len
 
-    @property
-    def factor_lists(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """LongRoPE's (short_factor, long_factor), which method=longrope's check requires on construction."""
-        if self.short_factor is None or self.long_factor is None:
-            raise ConfigError(f"method={self.method} has no short_factor/long_factor lists; use method=longrope")
-        return self.short_factor, self.long_factor
-
 
 def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScaling:
     """``method`` at factor s for the θ ``configured`` scales (its L, base and rotated width), with the options
     ``method`` reads taken from ``configured`` and the others at their defaults (eval.scalings: one trained model,
     every scaling). Methods that take no s (none, dynamic_ntk) get factor 1, except the configured method itself:
     HF's dynamic NTK (yarn_variant=hf) reads its own k from ``factor``, which must reach the scaled model."""
-    kept = {name: getattr(configured, name) for name in OPTIONS_READ[method]}
     if method not in LENGTH_RATIO_METHODS:
         factor = configured.factor if method == configured.method else 1.0
     return RopeScaling(
@@ -361,7 +354,7 @@ def scaling_for(configured: RopeScaling, method: str, factor: float) -> RopeScal
         original_max_len=configured.original_max_len,
         base=configured.base,
         rotated=configured.rotated,
-        **kept,
+        **{name: getattr(configured, name) for name in OPTIONS_READ[method]},
     )
 
 
