@@ -284,9 +284,8 @@ def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: to
     q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E) in v's dtype.
     """
     dtype = dtype or (torch.float64 if v.dtype == torch.float64 else torch.float32)
-    kernel = circulant_kernel(coeffs, k.shape[-2])  # (H, L)
-    out = _ToeplitzContract.apply(q.to(dtype), k.to(dtype), v.to(dtype), kernel.to(dtype))
-    return out.to(v.dtype)
+    kernel = circulant_kernel(coeffs, k.shape[-2]).to(dtype)  # (H, L)
+    return _ToeplitzContract.apply(q.to(dtype), k.to(dtype), v.to(dtype), kernel).to(v.dtype)
 
 
 def feature_block(batch: int, heads: int, width: int, size: int) -> int:
@@ -469,7 +468,7 @@ class KernelizedAttention(AttentionVariant):
         if bias is None:
             return kernelized_attention(f, v, p.ctx.causal)  # (B, H, T, D)
         # relative (accepts_bias): a per-offset table, maybe with its far field
-        coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, p.ctx.causal)
+        coeffs = relative_coefficients(bias.table.to(v.dtype), bias.t_k, p.ctx.causal)  # (H, Tq + Tk − 1)
         return kernelized_attention(f, v, p.ctx.causal, coeffs, far=bias.far)  # (B, H, T, D)
 
     def weights(self, p: Positioned) -> Tensor:

@@ -113,10 +113,8 @@ class Local(AttentionVariant):
     def attend(self, p: Positioned, v: Tensor) -> Tensor:
         bias = p.relative(self.config_name())  # kind "relative" only (accepts_bias)
         left, right = band_limits(self.window, p.ctx.causal)
-        table = bias.table if bias is not None else None
-        return banded_attention(
-            p.q, p.k, v, left, right, min(self.block, p.q.shape[-2]), table, p.ctx.key_padding_mask
-        )  # (B, H, T, D)
+        table = None if bias is None else bias.table  # (H, 2T − 1)
+        return banded_attention(p.q, p.k, v, left, right, min(self.block, p.q.shape[-2]), table, p.ctx.key_padding_mask)
 
     def weights(self, p: Positioned) -> Tensor:
         """The band's softmax written densely (Longformer §3.1): softmax(q kᵀ/√D + b) over −right ≤ i − j ≤ left,

@@ -120,8 +120,7 @@ class Performer(KernelizedAttention):
         self.register_buffer("projection", torch.empty(m, shape.head_dim))
         if not self.base_seed.is_meta:  # on meta (the checks' construction) there is no seed's value to draw from
             with torch.no_grad():
-                seed = redraw_seed(int(self.base_seed), 0)
-                self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
+                self.projection.copy_(draw_projection(m, shape.head_dim, redraw_seed(int(self.base_seed), 0)))
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc
@@ -134,8 +133,9 @@ class Performer(KernelizedAttention):
         n = step // self.redraw_interval
         if n != self.redraws:
             if n or self.redraws is not None:  # draw 0 is the constructor's (or a checkpoint's, which holds n's)
-                seed = redraw_seed(int(self.base_seed), n)
-                self.projection.copy_(draw_projection(self.nb_features, self.shape.head_dim, seed))
+                self.projection.copy_(
+                    draw_projection(self.nb_features, self.shape.head_dim, redraw_seed(int(self.base_seed), n))
+                )
             self.redraws = n
 
     def diagnostics(self) -> dict[str, float]:

@@ -26,8 +26,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
 
     low = 1 << (n_heads.bit_length() - 1)  # closest power of two ≤ H
-    slopes = geometric(low) + geometric(2 * low)[0::2][: n_heads - low]
-    return torch.tensor(slopes, dtype=torch.float64)
+    return torch.tensor(geometric(low) + geometric(2 * low)[0::2][: n_heads - low], dtype=torch.float64)
 
 
 class ALiBi(PositionalScheme):

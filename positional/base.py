@@ -326,8 +326,7 @@ class PositionalScheme(nn.Module):
                     f"max_position={self.max_position} < sequence length {t}: T distinct "
                     f"positions cannot be drawn; raise max_position{ordered}"
                 )
-            generator = None if self.training else self._eval_draws
-            return randomized_positions(t, self.max_position, generator).to(device)
+            return randomized_positions(t, self.max_position, None if self.training else self._eval_draws).to(device)
         return torch.arange(t, device=device)
 
     @classmethod

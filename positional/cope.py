@@ -78,8 +78,7 @@ class CoPEBias(LogitBias):
         pos = cope_positions(torch.sigmoid(logits.to(work)), self.causal).clamp(0, self.npos - 1)
         if not self.causal:  # keys after the query index e': columns npos … 2·npos − 1
             pos = pos + later_keys(pos.shape[-2], pos.shape[-1], pos.device) * self.npos
-        q_e = q.to(work) @ self.table.to(work).T  # (B, H, T, P)
-        return cope_interpolate(q_e, pos)
+        return cope_interpolate(q.to(work) @ self.table.to(work).T, pos)  # q·e[n]: (B, H, T, P)
 
 
 class CoPE(PositionalScheme):

@@ -73,8 +73,9 @@ class Kerple(PositionalScheme):
         # (2S−1,) |p_i − p_j|; S = T unless randomized. Causal: the future is masked, its entries unused
         distance = self.offsets(positions).abs().to(self.r1.dtype)
         at = layer if self.per_layer else 0
-        table = KERNELS[self.variant](distance, self.r1[at], self.r2[at])  # (H, 2S−1)
-        return bias_over_offsets(table, positions)
+        return bias_over_offsets(
+            KERNELS[self.variant](distance, self.r1[at], self.r2[at]), positions
+        )  # table (H, 2S−1)
 
     @torch.no_grad()
     def diagnostics(self) -> dict[str, float]:

@@ -25,8 +25,7 @@ def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tens
     """(T,) positions -> (T, dim) table ((B, T) -> (B, T, dim)); even columns sin, odd columns cos."""
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)
     angles = positions.to(torch.float64)[..., None] * inv_freq  # (T, dim/2)
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (T, dim): sin, cos interleaved
-    return table[..., :dim]
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)[..., :dim]  # (T, dim): sin, cos interleaved
 
 
 class Sinusoidal(PositionalScheme):
@@ -37,5 +36,5 @@ class Sinusoidal(PositionalScheme):
         self.embed_scale = math.sqrt(shape.d_model) if scale_embeddings else 1.0
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        table = sinusoidal_table(positions, x.shape[-1], self.base).to(x.dtype)  # (T, C) or (B, T, C)
-        return x * self.embed_scale + table  # (B, T, C)
+        # (B, T, C) + the table (T, C) or (B, T, C)
+        return x * self.embed_scale + sinusoidal_table(positions, x.shape[-1], self.base).to(x.dtype)

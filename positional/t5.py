@@ -72,8 +72,8 @@ class T5Bias(PositionalScheme):
             raise ConfigError(f"max_distance={max_distance} must exceed num_buckets/2 = {num_buckets // 2}")
         self.num_buckets, self.max_distance, self.per_layer = num_buckets, max_distance, per_layer
         self.bias_depends_on_layer = per_layer  # one table shared by all layers otherwise, as in T5
-        n_tables = shape.n_layers if per_layer else 1
-        self.bias = nn.Parameter(torch.randn(n_tables, shape.n_heads, num_buckets) * init_std)  # (L or 1, H, NB)
+        tables = (shape.n_layers if per_layer else 1, shape.n_heads, num_buckets)  # (L or 1, H, NB)
+        self.bias = nn.Parameter(torch.randn(tables) * init_std)
 
     def logit_bias(self, positions: Tensor, layer: int) -> LogitBias:
         # over the offsets p_i − p_j, (2S−1,); S = T unless randomized
