@@ -416,8 +416,7 @@ class SealedClient:
         known = self._intact.get((run_id, run.data.tags.get(SEAL_TAG, "")))
         if known is not None and known.get(key) == _history(points):
             return points
-        intact = check_history(
+        self._intact[run_id, run.data.tags.get(SEAL_TAG, "")] = check_history(
             run, key, points, lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics}
         )
-        self._intact[run_id, run.data.tags.get(SEAL_TAG, "")] = intact
         return points

@@ -193,8 +193,9 @@ def field_hints(cls: type) -> dict[str, Any]:
 
 
 def _allows_none(annotation: Any) -> bool:
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    return union and type(None) in typing.get_args(annotation)
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
+        annotation
+    )
 
 
 # the YAML scalars' annotations and the Python types that fit each (an integer is a fine float)

@@ -220,8 +220,8 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
     if spec.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 
-        plain = (pair["plain"] for pair in built.val_loader)  # validation batches are (plain, shuffled) pairs
-        diagnostics = attention_diagnostics(built.model, plain)
+        # validation batches are (plain, shuffled) pairs
+        diagnostics = attention_diagnostics(built.model, (pair["plain"] for pair in built.val_loader))
         run.log_scalars(diagnostics.metrics(), step)
         run.log_files(diagnostics.files(), "diagnostics")
 
