@@ -190,11 +190,7 @@ def _prepare(rest: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
     parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
     try:
-        args = parser.parse_args(rest)
-    except ConfigError as e:  # a usage mistake (OneLineParser)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
+        args = parser.parse_args(rest)  # a usage mistake is a ConfigError (OneLineParser): its one line below
         with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
             manifest = prepare_shards(args.out, args.overrides, args.shard_tokens)
     except (KeyboardInterrupt, SystemExit) as e:
@@ -227,10 +223,9 @@ def _hf_rope(rest: list[str]) -> int:
     rope_parameters.py): no spaces inside one, and Hydra's own quotes as they are (a ``$(…)`` removes no quote)."""
     from harness.pretrained.rope_parameters import read_config
 
-    if len(rest) != 1 or rest[0].startswith("-"):
-        print("error: posbench hf-rope takes one argument, a transformers config.json or its folder", file=sys.stderr)
-        return 2
     try:
+        if len(rest) != 1 or rest[0].startswith("-"):
+            raise ConfigError("posbench hf-rope takes one argument, a transformers config.json or its folder")
         layers = read_config(rest[0])
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
