@@ -190,8 +190,7 @@ def additive_mask(ctx: AttentionContext, q: Tensor, k: Tensor) -> Tensor | None:
     t_q, t_k = q.shape[-2], k.shape[-2]
     mask = q.new_zeros(1, 1, t_q, t_k) if ctx.bias is None else ctx.bias.dense(q, k).to(q.dtype)
     if ctx.key_padding_mask is not None:
-        keep = ctx.key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
-        mask = mask.masked_fill(~keep, float("-inf"))
+        mask = mask.masked_fill(~ctx.key_padding_mask[:, None, None, :], float("-inf"))  # padded keys: (B, 1, 1, Tk)
     if ctx.document_ids is not None:  # no attention across packed documents (model.document_mask)
         other = ctx.document_ids[:, None, :, None] != ctx.document_ids[:, None, None, :]  # (B, 1, Tq, Tk)
         mask = mask.masked_fill(other, float("-inf"))

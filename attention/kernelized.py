@@ -402,13 +402,10 @@ def kernelized_attention(
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
     elif causal:
         num, den = _num_den(f, v, causal_linear_contract)
-    elif f.q_num is f.q and f.k_num is f.k:  # Eq. 6 with a column of ones on v: the denominator rides along
-        # (Σ_j φ(k_j) as its own product is a matrix-vector forward and an outer-product backward, both far
-        # below the matmul rate)
+    else:  # Eq. 6: φ(q_i)ᵀ (Σ_j φ(k_j) x_jᵀ), (B, H, T, M) @ (B, H, M, ·); sharing features, the denominator
+        # rides along as a column of ones on v (Σ_j φ(k_j) as its own product is a matrix-vector forward and an
+        # outer-product backward, both far below the matmul rate)
         num, den = _num_den(f, v, lambda q, k, x: q @ (k.transpose(-1, -2) @ x))
-    else:  # numerator-mode RoPE: the denominator needs Σ_j φ(k_j) only
-        num = f.q_num @ (f.k_num.transpose(-1, -2) @ v)  # (B, H, T, M) @ (B, H, M, D)
-        den = f.q @ f.k.sum(-2).unsqueeze(-1)  # (B, H, T, M) @ (B, H, M, 1)
     floor: float | Tensor = 0.0
     if path == "fft":
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)

@@ -239,14 +239,13 @@ class Rope(PositionalScheme):
             if not isinstance(value, bool):
                 raise ConfigError(f"{name}={value!r}: use true or false")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
-        self.resonance, self.hope = resonance, hope
+        self.resonance, self.hope, self.rotate_heads = resonance, hope, rotate_heads
         if hope and not self.frequencies_at(r).any():
             raise ConfigError(
                 f"hope=true keeps the frequencies that turn at least once within the training length "
                 f"{self.position_range}, and none does (the fastest turns once in 2π ≈ 6.3 positions); "
                 "train on longer sequences or set hope=false"
             )
-        self.rotate_heads = rotate_heads
         self.scaling = _complete(scaling or RopeScaling, base, r, shape.max_len)
         self._register_theta(self.frequencies_at(r))
         self.scale_in_training = False  # True only inside ``rescaled(..., in_training=True)``: a fine-tune
