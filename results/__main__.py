@@ -19,15 +19,25 @@ from harness.errors import ConfigError, OneLineParser, said_write_failure
 from harness.paths import CONF, project_root
 from harness.ranges import field_hints
 from harness.record.preflight import number, output_dir
+from results.cells import MIN_ORDER_GAIN
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m results", description=__doc__.splitlines()[0])
     commands = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    report = commands.add_parser("report", help="write a sweep's comparison report from MLflow")
-    report.add_argument("--experiment", default="posbench", help="MLflow experiment name (default: posbench)")
-    report.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
-    report.add_argument("--out", required=True, help="output directory, e.g. results/posbench/")
+    report, paper, tune, index = (
+        commands.add_parser(name, help=said)
+        for name, said in (
+            ("report", "write a sweep's comparison report from MLflow"),
+            ("paper", "a paper preset's claim report (README.md with verdict)"),
+            ("tune", "a tuning sweep's best values per cell (best.json, README.md)"),
+            ("index", "rewrite results/README.md from the reports' verdict lines"),
+        )
+    )
+    for sub, experiment in ((report, "posbench"), (tune, "tune_lr")):  # a sweep read back: the same three flags
+        sub.add_argument("--experiment", default=experiment, help=f"MLflow experiment name (default: {experiment})")
+        sub.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
+        sub.add_argument("--out", required=True, help=f"output directory, e.g. results/{experiment}/")
     declared = field_hints(ReportSettings)  # run.py's report.* ranges: one declaration for both
     report.add_argument(
         "--target",
@@ -43,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--min-order-gain",
         type=number(declared["min_order_gain"]),
-        default=None,
+        default=MIN_ORDER_GAIN,
         help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)",
     )
     report.add_argument(
@@ -53,7 +63,6 @@ def parser() -> argparse.ArgumentParser:
         help="the pos to compare every scheme with; default: the sweep's report.baseline, recorded "
         "before it ran (else pos=none). A baseline given here is named as given after the run",
     )
-    paper = commands.add_parser("paper", help="a paper preset's claim report (README.md with verdict)")
     paper.add_argument("--preset", required=True, help="conf/experiment/<preset>.yaml")
     paper.add_argument(
         "--scale",
@@ -63,12 +72,7 @@ def parser() -> argparse.ArgumentParser:
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
-    tune = commands.add_parser("tune", help="a tuning sweep's best values per cell (best.json, README.md)")
-    tune.add_argument("--experiment", default="tune_lr", help="MLflow experiment name (default: tune_lr)")
-    tune.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
-    tune.add_argument("--out", required=True, help="output directory, e.g. results/tune_lr/")
     tune.add_argument("--tracking-uri", default=None)
-    index = commands.add_parser("index", help="rewrite results/README.md from the reports' verdict lines")
     index.add_argument("--dir", default=None, help="the reports' folder (default: <project>/results)")
     return p
 
@@ -76,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
-        commands = {"paper": paper_command, "tune": tune_command, "report": report_command, "index": index_command}
+        commands = {"paper": paper_command, "tune": sweep_command, "report": sweep_command, "index": index_command}
         return commands[args.command](args)
     except (ConfigError, LookupError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -91,38 +95,30 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def report_command(args) -> int:
+def sweep_command(args) -> int:
+    """``report`` and ``tune``: a sweep read back (``--experiment``, ``--sweep``) into the folder ``--out``."""
     from harness.integrity import report_folder
-    from results.cells import MIN_ORDER_GAIN
+    from results import tune
+    from results.paper import write_index
     from results.store import find_sweep, generate, open_store
 
     out = output_dir(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
-    gain = MIN_ORDER_GAIN if args.min_order_gain is None else args.min_order_gain
-    with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
-        written = generate(client, sweep, staging, args.target, min_order_gain=gain, baseline=args.baseline)
-    for path in written:
-        print(out / path.name)
-    return 0
-
-
-def tune_command(args) -> int:
-    from harness.integrity import report_folder
-    from results import tune
-    from results.store import find_sweep, open_store
-
-    out = output_dir(args.out)
-    uri, client = open_store(args.tracking_uri)
-    sweep = find_sweep(client, args.experiment, args.sweep)
     root = project_root()
-    shown = out.relative_to(root) if out.is_relative_to(root) else out
-    regenerate = f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
     with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
-        written = tune.write(client, sweep, staging, regenerate)
-    if out.parent == root / "results":  # a committed report: refresh the index, as `paper` does
-        from results.paper import write_index
-
+        if args.command == "report":
+            written = generate(
+                client, sweep, staging, args.target, min_order_gain=args.min_order_gain, baseline=args.baseline
+            )
+        else:
+            shown = out.relative_to(root) if out.is_relative_to(root) else out
+            regenerate = (
+                f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
+            )
+            written = tune.write(client, sweep, staging, regenerate)
+    # a committed tuning report: refresh the index, as `paper` does
+    if args.command == "tune" and out.parent == root / "results":
         write_index(out.parent)
     for path in written:
         print(out / path.name)
