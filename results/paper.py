@@ -90,78 +90,77 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
 
 
 def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
+    """Three forms share the interval and its checks. Two metrics of the same models (``lower_than_metric``): the
+    paired interval of the per-seed differences. An agreement claim (``{metric, close: A, to: B, within: m}``, e.g.
+    "RoPE on 10 % of the dimensions converges like full RoPE") holds two hypotheses declared with it
+    (harness/sequential.py): equivalence (two one-sided tests, Schuirmann 1987; rejected, it supports the claim) and
+    beyond (|Δ| ≤ m tested at the margin on both sides; rejected, it contradicts it); its p is the one of the two on
+    the measured difference's side, the other's is at least ½ and cannot reject. A direction claim (``lower`` /
+    ``higher`` ``than``): Welch's interval. The reference arm (``than``, ``to``) is read on ``than_metric`` where the
+    comparison names one: `` (its val/yarn/loss_at_256)`` in the text."""
     metric = comparison["metric"]
+    as_read = f" (its {comparison['than_metric']})" if comparison.get("than_metric") else ""
     if "lower_than_metric" in comparison:
-        return _compare_paired(comparison, values)
-    if "close" in comparison:
-        return _compare_close(comparison, values)
-    if "below" in comparison:
+        other = comparison["lower_than_metric"]
+        first, than = values[metric], values[other]
+        head = f"{metric} − {other} on the same models ({comparison['cell']}, paired by seed)"
+        ci, n = paired_interval(first, than), f"n = {len(first)}"
+    elif "close" in comparison:
+        margin = float(comparison["within"])
+        first, than = values[comparison["close"]], values[comparison["to"]]
+        head = f"{metric}: {comparison['close']} − {comparison['to']}{as_read} within ±{margin:g}"
+        ci, n = welch_interval(first, than), f"n = {len(first)} vs {len(than)}"
+    elif "below" in comparison:
         xs, limit = values[comparison["cell"]], comparison["below"]
         shown = ", ".join(f"{x:.4g}" for x in xs) or "no finished run"
         verdict = "supports" if xs and max(xs) < limit else "contradicts" if xs and min(xs) >= limit else "inconclusive"
         return Outcome(f"{metric} of {comparison['cell']} < {limit}: per seed {shown}", verdict)
-    side = "lower" if "lower" in comparison else "higher"
-    first, than = values[comparison[side]], values[comparison["than"]]
-    ci = welch_interval(first, than)
-    shown_metric = f"({metric} − {comparison['minus']})" if comparison.get("minus") else metric
-    head = f"{shown_metric}: {comparison[side]} − {comparison['than']}{_as_read(comparison)}"
-    if not first and not than:  # e.g. a task override that renames the metric: say so, not "too few seeds"
-        return Outcome(f"{head}: not measured — no finished run of either arm logged {metric}", "not measured")
+    else:
+        side = "lower" if "lower" in comparison else "higher"
+        first, than = values[comparison[side]], values[comparison["than"]]
+        shown_metric = f"({metric} − {comparison['minus']})" if comparison.get("minus") else metric
+        head = f"{shown_metric}: {comparison[side]} − {comparison['than']}{as_read}"
+        ci, n = welch_interval(first, than), f"n = {len(first)} vs {len(than)}"
+        if not first and not than:  # e.g. a task override that renames the metric: say so, not "too few seeds"
+            return Outcome(f"{head}: not measured — no finished run of either arm logged {metric}", "not measured")
     if ci is None:
-        return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
+        return Outcome(f"{head}: {n}, too few seeds for an interval", "inconclusive")
     degenerate = _degenerate(metric, first, than)
     if degenerate:
-        return Outcome(f"{head}: {degenerate[1]} (n = {len(first)} vs {len(than)})", degenerate[0])
+        return Outcome(f"{head}: {degenerate[1]} ({n})", degenerate[0])
     diff, low, high = ci
-    claimed, against = (high < 0, low > 0) if side == "lower" else (low > 0, high < 0)
+    if "close" in comparison:
+        within = abs(diff) <= margin
+        tested = sequential.equivalence_p(first, than, margin) if within else sequential.beyond_p(first, than, margin)
+        side = "inside the margin (two one-sided tests)" if within else "beyond the margin (tested on both sides of it)"
+        # before the family's correction
+        verdict = ("supports" if within else "contradicts") if tested <= ALPHA else "inconclusive"
+        needed = seeds_needed(first, than, abs(abs(diff) - margin))  # the distance to the margin, as a difference
+        settle = f"; n ≥ {needed} per arm would settle it if the difference is as measured" if needed else ""
+        return Outcome(
+            f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {tested:.2g} {side}; {n}"
+            f"{settle if verdict == 'inconclusive' else ''})",
+            verdict,
+            tested,
+            within,
+            hypotheses=2,
+        )
+    paired = "lower_than_metric" in comparison
+    lower = paired or side == "lower"
+    claimed, against = (high < 0, low > 0) if lower else (low > 0, high < 0)
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
-    mde, p = minimum_detectable_effect(first, than), welch_p_value(first, than)
+    if paired:
+        mde, p = paired_detectable_effect(first, than), paired_p_value(first, than)
+    else:
+        mde, p = minimum_detectable_effect(first, than), welch_p_value(first, than)
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
-    if verdict == "inconclusive":  # what would settle it, if the effect is as measured
+    if verdict == "inconclusive" and not paired:  # what would settle it, if the effect is as measured
         power += what_settles(first, than, diff)
     return Outcome(
-        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)} vs {len(than)}{power})",
+        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; {n}{power})",
         verdict,
         p,
-        (diff < 0) == (side == "lower") and diff != 0,
-    )
-
-
-def _as_read(comparison: dict) -> str:
-    """`` (its val/yarn/loss_at_256)``: the reference arm's own metric, where the comparison names one
-    (``than_metric``: e.g. a model without RoPE at 4× against a RoPE model under YaRN at 4×)."""
-    return f" (its {comparison['than_metric']})" if comparison.get("than_metric") else ""
-
-
-def _compare_close(comparison: dict, values: dict[str, list[float]]) -> Outcome:
-    """``{metric, close: A, to: B, within: m}``: the claim that A's metric is B's within ±m (an agreement claim, e.g.
-    "RoPE on 10 % of the dimensions converges like full RoPE"), two hypotheses declared with it (harness/sequential.py):
-    equivalence (two one-sided tests, Schuirmann 1987; rejected, it supports the claim) and beyond (|Δ| ≤ m tested at
-    the margin on both sides; rejected, it contradicts it). Its p is the one of the two on the measured difference's
-    side; the other's is at least ½ and cannot reject."""
-    metric, margin = comparison["metric"], float(comparison["within"])
-    first, than = values[comparison["close"]], values[comparison["to"]]
-    head = f"{metric}: {comparison['close']} − {comparison['to']}{_as_read(comparison)} within ±{margin:g}"
-    ci = welch_interval(first, than)
-    if ci is None:
-        return Outcome(f"{head}: n = {len(first)} vs {len(than)}, too few seeds for an interval", "inconclusive")
-    degenerate = _degenerate(metric, first, than)
-    if degenerate:
-        return Outcome(f"{head}: {degenerate[1]} (n = {len(first)} vs {len(than)})", degenerate[0])
-    diff, low, high = ci
-    within = abs(diff) <= margin
-    p = sequential.equivalence_p(first, than, margin) if within else sequential.beyond_p(first, than, margin)
-    side = "inside the margin (two one-sided tests)" if within else "beyond the margin (tested on both sides of it)"
-    verdict = ("supports" if within else "contradicts") if p <= ALPHA else "inconclusive"  # before the correction
-    n = seeds_needed(first, than, abs(abs(diff) - margin))  # the distance to the margin, as a difference to detect
-    settle = f"; n ≥ {n} per arm would settle it if the difference is as measured" if n else ""
-    return Outcome(
-        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g} {side}; n = {len(first)} "
-        f"vs {len(than)}{settle if verdict == 'inconclusive' else ''})",
-        verdict,
-        p,
-        within,
-        hypotheses=2,
+        (diff < 0) == lower and diff != 0,
     )
 
 
@@ -185,28 +184,6 @@ def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str
             "cannot discriminate here; left out of the verdict"
         )
     return "no spread", f"every seed of both arms is {value:.6g}: no spread to compare; left out of the verdict"
-
-
-def _compare_paired(comparison: dict, values: dict[str, list[float]]) -> Outcome:
-    metric, other = comparison["metric"], comparison["lower_than_metric"]
-    first, than = values[metric], values[other]
-    head = f"{metric} − {other} on the same models ({comparison['cell']}, paired by seed)"
-    ci = paired_interval(first, than)
-    if ci is None:
-        return Outcome(f"{head}: n = {len(first)}, too few seeds for an interval", "inconclusive")
-    degenerate = _degenerate(metric, first, than)
-    if degenerate:
-        return Outcome(f"{head}: {degenerate[1]} (n = {len(first)})", degenerate[0])
-    diff, low, high = ci
-    verdict = "supports" if high < 0 else "contradicts" if low > 0 else "inconclusive"
-    mde, p = paired_detectable_effect(first, than), paired_p_value(first, than)
-    power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread of the differences
-    return Outcome(
-        f"{head} = {diff:+.4f} (95 % CI {low:+.4f} … {high:+.4f}; p = {p:.2g}; n = {len(first)}{power})",
-        verdict,
-        p,
-        diff < 0,
-    )
 
 
 def in_family(o: Outcome) -> bool:
@@ -346,15 +323,14 @@ def claim_family(comparisons: list[dict]) -> list[sequential.Comparison]:
     """A claim's comparisons as the family a sweep with ``report.seeds=auto`` decides look by look, each side keyed
     ``<index>:<arm>``: a direction claim (lower/higher) holds the difference hypothesis, an agreement claim (close)
     equivalence and beyond at its margin (harness/sequential.py)."""
-    family = []
-    for i, c in enumerate(comparisons):
-        if "close" in c:
-            kinds, margin = ("equivalence", "beyond"), float(c["within"])
-            family.append(sequential.Comparison(f"{i}:{c['close']}", f"{i}:{c['to']}", kinds=kinds, margin=margin))
-        else:
-            side = "lower" if "lower" in c else "higher"
-            family.append(sequential.Comparison(f"{i}:{c[side]}", f"{i}:{c['than']}"))
-    return family
+    return [
+        sequential.Comparison(
+            f"{i}:{c['close']}", f"{i}:{c['to']}", kinds=("equivalence", "beyond"), margin=float(c["within"])
+        )
+        if "close" in c
+        else sequential.Comparison(f"{i}:{c['lower' if 'lower' in c else 'higher']}", f"{i}:{c['than']}")
+        for i, c in enumerate(comparisons)
+    ]
 
 
 def claim_values(client, cells, comparisons: list[dict], need: dict[str, int]) -> dict[str, list[float]]:
