@@ -52,6 +52,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -121,11 +122,11 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
         raise _Captured(self)
 
     found = {}
-    saved = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
     # each command's parser is caught where it would parse: argparse's methods patched for this loop, put back after
-    patched = argparse.ArgumentParser
-    patched.parse_args = patched.parse_known_args = caught  # type: ignore[method-assign]  # patched on purpose
-    try:
+    with (
+        mock.patch.object(argparse.ArgumentParser, "parse_args", caught),
+        mock.patch.object(argparse.ArgumentParser, "parse_known_args", caught),
+    ):
         for key in BASES:
             try:
                 posbench.COMMANDS[key[0]](list(key[1:]))
@@ -135,8 +136,6 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
                     if isinstance(action, argparse._SubParsersAction):
                         parser = action.choices[key[0]]
                 found[key] = parser
-    finally:
-        patched.parse_args, patched.parse_known_args = saved  # type: ignore[method-assign]  # restored
     return found
 
 
@@ -280,16 +279,20 @@ def value_try(
         reply = command(argv, folder, files, timeout, process)
         kind = "left RUNNING" if left_running(folder) else classify(reply)
         if kind == "accepted" and argv[0] == "check" and run_accepted:  # then trained: check and run agree?
-            run = [
-                "run",
-                *argv[1:],
-                "trainer.val_check_interval=2",
-                "data.eval_batches=1",
-                "trainer.enable_progress_bar=false",
-                "checkpoint.every_n_steps=0",
-                f"hydra.run.dir={folder}/run",
-            ]
-            reply = command(run, folder, files, max(timeout, 120.0))
+            reply = command(
+                [
+                    "run",
+                    *argv[1:],
+                    "trainer.val_check_interval=2",
+                    "data.eval_batches=1",
+                    "trainer.enable_progress_bar=false",
+                    "checkpoint.every_n_steps=0",
+                    f"hydra.run.dir={folder}/run",
+                ],
+                folder,
+                files,
+                max(timeout, 120.0),
+            )
             kind = "left RUNNING" if left_running(folder) else classify(reply)
         return kind, f"exit {reply['code']}: " + " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]
 
@@ -336,14 +339,11 @@ def damage_kinds(root: Path) -> list[Kind]:
         return TokenShards(str(folder / "f")).sizes()
 
     def by_block(folder: Path):
-        os.environ["POSBENCH_HASH_WHOLE_BYTES"] = "0"
-        try:
+        with mock.patch.dict(os.environ, {"POSBENCH_HASH_WHOLE_BYTES": "0"}):
             loaded = TokenShards(str(folder / "f")).load()
             for ids in (loaded.train_ids, loaded.val_ids):
                 for start in range(0, len(ids), 4096):  # every window a run could read
                     ids[start : start + 4096]
-        finally:
-            del os.environ["POSBENCH_HASH_WHOLE_BYTES"]
 
     def in_cache(folder: Path, read):
         corpus_module.CACHE = folder / "c"
@@ -355,15 +355,13 @@ def damage_kinds(root: Path) -> list[Kind]:
     prepare_shards(bpe / "f", ["data=text", f"data.path={words}", "tokenizer=bpe", "tokenizer.vocab_size=300"])
 
     corpus_cache = root / "corpus_cache"
-    corpus_module.CACHE = corpus_cache / "c"
-    Embedded().load()
+    in_cache(corpus_cache, Embedded().load)
     Embedded().document_starts()
     text = next((corpus_cache / "c").glob("stdlib-prose-*.txt")).name
     starts = next((corpus_cache / "c").glob("*.starts.npy")).name
 
     vocab_cache = root / "vocab_cache"
-    corpus_module.CACHE = vocab_cache / "c"
-    text_corpus = TextFiles(str(words)).load()
+    text_corpus = in_cache(vocab_cache, TextFiles(str(words)).load)
     BPE(vocab_size=300).fit(text_corpus)
     vocabulary = "c/tokenizers/" + next((vocab_cache / "c" / "tokenizers").glob("bpe-v300-*.json")).name
 
