@@ -34,6 +34,9 @@ GRID_KEYS = ("pos", "attn", "seed")  # sweep axes the report has columns for; ot
 # so a sweep over them is a sweep over that column: pos._target_=positional.rope.Rope,mypkg.decay.Decay
 NAMING_KEYS = ("pos._target_", "attn._target_", "pos.layers", "attn.layers")
 MIN_ORDER_GAIN = 0.05  # report.min_order_gain's default (conf/config.yaml; docs/verdicts.md)
+ALPHA = (
+    0.05  # report.alpha's default: the family-wise level a report's (or a claim's) comparisons are Holm-corrected to
+)
 BASELINE_TAG = "report_baseline"  # the sweep's parent run: report.baseline as declared when the sweep started
 ALPHA_TAG = "report_alpha"  # and report.alpha, the family-wise level its comparisons are corrected to
 MARGIN_TAG = "report_margin"  # and report.margin, the equivalence margin ("": none declared)
@@ -178,10 +181,8 @@ def mean_std(values: list[float]) -> Stat:
     if not values:
         return Stat(None, None, 0)
     mean = sum(values) / len(values)
-    if len(values) < 2:
-        return Stat(mean, None, 1)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return Stat(mean, math.sqrt(var), len(values))
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+    return Stat(mean, std, len(values))
 
 
 def steps_to_target(val: list[tuple[int, float]], target: float) -> int | None:
@@ -267,7 +268,7 @@ class Report:
     header: list[str]  # lines under the title: experiment, sweep, how to regenerate
     min_order_gain: float = MIN_ORDER_GAIN
     baseline: Declared | None = None  # the pos each scheme is compared with, and when it was named
-    alpha: float = 0.05  # report.alpha: the family-wise level of the verdicts (Holm), as the sweep recorded it
+    alpha: float = ALPHA  # report.alpha: the family-wise level of the verdicts (Holm), as the sweep recorded it
     margin: float | None = None  # report.margin: the equivalence margin the sweep recorded (None: none declared)
     staged: Design | None = None  # report.seeds=auto: the design its sweeper decided by (None: fixed seeds)
 
@@ -284,7 +285,7 @@ def build_report(
     target: float | None = None,
     min_order_gain: float = MIN_ORDER_GAIN,
     baseline: Declared | None = None,
-    alpha: float = 0.05,
+    alpha: float = ALPHA,
     margin: float | None = None,
     staged: Design | None = None,
 ) -> Report:

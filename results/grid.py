@@ -14,10 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.stats import welch_interval
-from results.cells import MIN_ORDER_GAIN
-
-BASELINE = "none"
-ALPHA = 0.05
+from results.cells import ALPHA, MIN_ORDER_GAIN, group_cells
+from results.report import md_table
+from results.verdicts import BASELINE, verdicts
 
 
 def _finals(cells) -> dict[tuple[str, str], list[float]]:
@@ -46,9 +45,6 @@ def decisions(
     verdicts (results/verdicts.py), so the grid and the report say one thing — the cells with a p-value one family,
     Holm-corrected at ``alpha`` (a grid of 32 cells at 95 % each would mark one or two by chance); a cell whose
     models do not use word order yet is premature and outside the family."""
-    from results.cells import group_cells
-    from results.verdicts import verdicts
-
     marks = {"lower": "better", "higher": "worse", "premature": "premature"}
     return {
         (v.group.pos, v.group.attn): (v.p, marks.get(v.verdict, "≈"))
@@ -91,6 +87,27 @@ def grid_section(client, cells, out: Path) -> list[str]:
         for c in cells
         if c.status in ("incompatible", "error") and c.reason and (c.pos, c.attn) not in trained
     }
+
+    def delta_cell(pos: str, attn: str) -> str:
+        if (pos, attn) in refused:
+            return "refused"
+        delta = d.get((pos, attn))
+        if delta is None:
+            finals, base = losses.get((pos, attn)), losses.get((BASELINE, attn))
+            if finals and base:
+                return f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
+            return "—"
+        diff, low, high, n = delta
+        p, mark = decided.get((pos, attn), (None, "≈"))
+        return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]{f' p={p:.1g}' if p is not None else ''} {mark} (n={n})"
+
+    shown = {key: v for key, v in d.items() if v is not None}  # the cells with an interval
+    better = sum(mark == "better" for _, mark in decided.values())
+    worse = sum(mark == "worse" for _, mark in decided.values())
+    premature = sum(mark == "premature" for _, mark in decided.values())
+    what = learned(cells)
+    unready = [k for k, v in what.items() if "not yet" in v]
+    head = ["pos", *(f"attn={a}" for a in attns)]
     lines = [
         "## Each scheme against no position encoding",
         "",
@@ -100,66 +117,35 @@ def grid_section(client, cells, out: Path) -> list[str]:
         f"rejects at family-wise α = {ALPHA:g} (the sweep report's verdicts), ≈ where it does not; premature: "
         "the cell's models do not use word order yet (outside the family).",
         "",
-        "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |",
-        "|---|" + "---|" * len(attns),
-    ]
-    for pos in poss:
-        row = []
-        for attn in attns:
-            delta = d.get((pos, attn))
-            if (pos, attn) in refused:
-                row.append("refused")
-            elif delta is None:
-                finals, base = losses.get((pos, attn)), losses.get((BASELINE, attn))
-                row.append(
-                    f"{sum(finals) / len(finals) - sum(base) / len(base):+.3f} (no interval: one seed)"
-                    if finals and base
-                    else "—"
-                )
-            else:
-                diff, low, high, n = delta
-                p, mark = decided.get((pos, attn), (None, "≈"))
-                shown_p = f" p={p:.1g}" if p is not None else ""
-                row.append(f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]{shown_p} {mark} (n={n})")
-        lines.append(f"| {pos} | " + " | ".join(row) + " |")
-    shown = {key: v for key, v in d.items() if v is not None}  # the cells with an interval
-    better = sum(mark == "better" for _, mark in decided.values())
-    worse = sum(mark == "worse" for _, mark in decided.values())
-    premature = sum(mark == "premature" for _, mark in decided.values())
-    lines += [
+        *md_table(head, [[pos, *(delta_cell(pos, a) for a in attns)] for pos in poss]),
         "",
         f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
         f"{worse} are worse, "
         f"{len(shown) - better - worse - premature} are within noise"
         + (f", {premature} premature" if premature else "")
         + (f"; {len(d) - len(shown)} have too few seeds for an interval." if len(d) > len(shown) else "."),
-    ]
-    what = learned(cells)
-    unready = [k for k, v in what.items() if "not yet" in v]
-    lines += [
         "",
         "What each cell learned: exact match on the training lengths (synthetic tasks; mean over seeds) and "
         f"the order gain (nats/token lost when each window's order is shuffled; below {MIN_ORDER_GAIN}: not yet "
         "using order, and its Δ says little about its scheme).",
         "",
-        "| pos | " + " | ".join(f"attn={a}" for a in attns) + " |",
-        "|---|" + "---|" * len(attns),
-    ]
-    lines += [
-        f"| {pos} | " + " | ".join("refused" if (pos, a) in refused else what.get((pos, a), "—") for a in attns) + " |"
-        for pos in [BASELINE, *poss]
-    ]
-    lines += [
+        *md_table(
+            head,
+            [
+                [pos, *("refused" if (pos, a) in refused else what.get((pos, a), "—") for a in attns)]
+                for pos in [BASELINE, *poss]
+            ],
+        ),
         "",
         f"{len(what) - len(unready)} of {len(what)} trained cells use word order or cannot "
         f"(pos={BASELINE}); {len(unready)} do not yet"
         + (": " + ", ".join(f"{p}×{a}" for p, a in unready) if unready else "")
         + ".",
         "",
-    ]
-    lines += [
-        f"Refused ({', '.join(f'{p}×{a}' for (p, a), r in refused.items() if r == reason)}): {reason}"
-        for reason in sorted(set(refused.values()))
+        *(
+            f"Refused ({', '.join(f'{p}×{a}' for (p, a), r in refused.items() if r == reason)}): {reason}"
+            for reason in sorted(set(refused.values()))
+        ),
     ]
 
     grid = np.full((len(poss), len(attns)), np.nan)

@@ -49,11 +49,10 @@ from harness.stats import (
     welch_p_value,
     what_settles,
 )
-from results.cells import GRID_KEYS, MIN_ORDER_GAIN, own_metric
+from results.cells import ALPHA, GRID_KEYS, MIN_ORDER_GAIN, own_metric
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
-ALPHA = 0.05  # report.alpha's default: a claim's comparisons, Holm-corrected at this family-wise level
 # a comparison whose arms cannot differ here: every seed of both at the same bound (an accuracy of 0 or 1), or with
 # no spread at all. Named, and left out of the claim's verdict: it says nothing either way.
 DEGENERATE = ("floor", "ceiling", "no spread", "not measured")  # "not measured": no run of either arm logged it
@@ -367,7 +366,6 @@ def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.D
         lambda need: claim_values(client, cells, comparisons, need),
         not_ready(lambda: cells, comparisons, gain),
     )
-    looks = len(design.looks)
     outcomes = []
     for comparison, c in zip(comparisons, family, strict=True):
         arms = {key.split(":", 1)[1]: v for key, v in ((c.arm, c.a), (c.baseline, c.b))}
@@ -381,9 +379,9 @@ def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.D
         verdict = (
             "supports" if c.verdict == claimed else "inconclusive" if c.verdict == "inconclusive" else "contradicts"
         )
-        when = f"; decided at look {(c.decided_at or 0) + 1} of {looks}" if c.verdict != "inconclusive" else ""
-        text = f"{o.text}{when or f'; undecided after look {(c.decided_at or 0) + 1} of {looks}'}"
-        outcomes.append(Outcome(text, verdict, o.p, o.claimed, o.hypotheses))
+        look = f"look {(c.decided_at or 0) + 1} of {len(design.looks)}"
+        when = f"; decided at {look}" if c.verdict != "inconclusive" else f"; undecided after {look}"
+        outcomes.append(Outcome(o.text + when, verdict, o.p, o.claimed, o.hypotheses))
     return outcomes
 
 
@@ -493,8 +491,9 @@ def _write_scales_report(
 ) -> str:
     """README.md of a sweep over scale: the line on where the claim holds, then each scale's comparisons."""
     verdicts = {s: overall(outcomes) for s, outcomes in per_scale.items()}
-    summary = along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
-    summary += _coverage(per_scale, len(claim["comparisons"]))
+    summary = (
+        along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
+    ) + _coverage(per_scale, len(claim["comparisons"]))
     joined = ",".join(scales)
     lines = [
         f"# {preset} (scales {', '.join(scales)})",
@@ -696,10 +695,9 @@ def main(args) -> int:
     from harness.config.load import load
     from results.store import find_sweep, open_store
 
-    spec = load([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"], multirun=True)  # a scale axis:
-    claim = dict(spec.run.claim or {})  # its first scale's claim
-    claim.setdefault("min_order_gain", spec.report.min_order_gain)
-    claim.setdefault("alpha", spec.report.alpha)
+    spec = load([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"], multirun=True)
+    # a scale axis: its first scale's claim, judged at the preset's report.* unless the claim sets its own
+    claim = {"min_order_gain": spec.report.min_order_gain, "alpha": spec.report.alpha, **(spec.run.claim or {})}
     uri, client = open_store(args.tracking_uri)
     try:
         sweep = find_sweep(client, spec.logger.experiment, args.sweep)

@@ -82,7 +82,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         "",
         "## Scheme × attention",
         "",
-        *_md_table(head, rows),
+        *md_table(head, rows),
         "",
         "Losses in nats/token (mean ± sample std over finished seeds)"
         + (
@@ -104,7 +104,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         lines += [
             "## Loss vs evaluation length (nats/token)",
             "",
-            *_md_table(*_length_rows(r)),
+            *md_table(*_length_rows(r)),
             "",
             "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).",
             "",
@@ -113,7 +113,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         lines += [
             "## Accuracy vs evaluation length (synthetic tasks)",
             "",
-            *_md_table(*accuracy_table),
+            *md_table(*accuracy_table),
             "",
             "Per output token (`val/token_acc_at_<L>`, Ruoss et al. 2023; mean ± std over seeds), then exact "
             "match per sequence in parentheses (`val/acc_at_<L>`, Kazemnejad et al. 2023). The *position-blind* "
@@ -125,7 +125,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         lines += [
             "## Loss vs length under each evaluation (nats/token)",
             "",
-            *_md_table(*_condition_rows(r)),
+            *md_table(*_condition_rows(r)),
             "",
             "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
             "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
@@ -139,19 +139,23 @@ def markdown(r: Report, plots: list[str]) -> str:
         lines += [
             "## Attention (diagnostics=true)",
             "",
-            *_md_table(*_attention_rows(r)),
+            *md_table(*_attention_rows(r)),
             "",
             "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "
             "heads and layers on 16 validation windows (mean ± std over seeds); each run's `diagnostics/` "
             "artifacts hold them per layer and head, by offset, and as maps.",
             "",
         ]
-    cell_head = ["cell", "run", "status", "final val loss", "tokens/s", "reason"]
     cell_rows = [
         [c.label, c.name, c.status, _num(c.final_loss, 4), _num(c.tokens_per_s, 0), c.reason]
         for c in sorted(r.cells, key=lambda c: c.job)
     ]
-    lines += ["## Cells", "", *_md_table(cell_head, cell_rows), ""]
+    lines += [
+        "## Cells",
+        "",
+        *md_table(["cell", "run", "status", "final val loss", "tokens/s", "reason"], cell_rows),
+        "",
+    ]
     lines += [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
@@ -201,7 +205,7 @@ def _spread_section(r: Report) -> list[str]:
     return [
         "## Where the spread comes from",
         "",
-        *_md_table(head, rows),
+        *md_table(head, rows),
         "",
         "Every run scores the same validation windows. sd between runs: of the final val loss (nats/token); "
         "seeds: the part the trained models differ by, which only more seeds average out; validation sample: the "
@@ -255,10 +259,9 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
             prefix = "val/" if part is None else f"val/{part}/"
             token = [at(g.cells, f"{prefix}token_acc", n) for n in lengths]
             exact = [at(g.cells, f"{prefix}acc", n) for n in lengths]
-            label = g.label if part is None else f"{g.label} · {part}"
             rows.append(
                 [
-                    label,
+                    g.label if part is None else f"{g.label} · {part}",
                     g.attn,
                     *(
                         f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
@@ -272,11 +275,16 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
             if task not in blind_done and any(b.mean is not None for b in blind):
                 blind_done.add(task)
                 blind_exact = [at(g.cells, f"{prefix}blind_acc", n) for n in lengths]
-                shown = [
-                    f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
-                    for b, e in zip(blind, blind_exact, strict=True)
-                ]
-                rows.append([f"position-blind {task}".strip(), "—", *shown])
+                rows.append(
+                    [
+                        f"position-blind {task}".strip(),
+                        "—",
+                        *(
+                            f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
+                            for b, e in zip(blind, blind_exact, strict=True)
+                        ),
+                    ]
+                )
     return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
 
@@ -299,7 +307,7 @@ def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
     ]
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731 — a pipe would split the column
     return [
         "| " + " | ".join(head) + " |",
@@ -407,13 +415,13 @@ def headline_metrics(cells: list[Cell]) -> dict[str, float]:
     finals = [c.final_loss for c in cells if c.finished and c.final_loss is not None]
     refused = sum(c.status == "incompatible" for c in cells)
     finished = sum(c.finished for c in cells)
-    counts = {
+    losses = {"sweep/best_val_loss": min(finals), "sweep/worst_val_loss": max(finals)} if finals else {}
+    return {
+        **losses,
         "sweep/cells_finished": finished,
         "sweep/cells_refused": refused,
         "sweep/cells_failed": len(cells) - finished - refused,
     }
-    losses = {"sweep/best_val_loss": min(finals), "sweep/worst_val_loss": max(finals)} if finals else {}
-    return {**losses, **counts}
 
 
 def write_report(r: Report, out_dir: Path) -> list[Path]:

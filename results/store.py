@@ -12,7 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from results.cells import GRID_KEYS, LENGTH_METRIC, MIN_ORDER_GAIN, NAMING_KEYS, SKIPPED_TAG, Cell
+from results.cells import (
+    ALPHA,
+    ALPHA_TAG,
+    BASELINE_TAG,
+    GRID_KEYS,
+    LENGTH_METRIC,
+    MARGIN_TAG,
+    MIN_ORDER_GAIN,
+    NAMING_KEYS,
+    SKIPPED_TAG,
+    STAGES_TAG,
+    Cell,
+    Declared,
+    build_report,
+)
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -60,8 +74,12 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise LookupError(f"no experiment {experiment!r} in this store; pass --tracking-uri or set MLFLOW_TRACKING_URI")
-    where = PARENT_FILTER + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else "")
-    parents = client.search_runs([exp.experiment_id], where, max_results=1, order_by=["attributes.start_time DESC"])
+    parents = client.search_runs(
+        [exp.experiment_id],
+        PARENT_FILTER + (f" and tags.sweep_id = '{sweep_id}'" if sweep_id else ""),
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     if parents:
         parent = parents[0]
         runs = [  # posbench's cells: a run of another project has none
@@ -202,8 +220,11 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
     root = project_root()
     out = Path(out_dir).resolve() if out_dir is not None else root / "results" / sweep.experiment
     shown = out.relative_to(root) if out.is_relative_to(root) else out
-    flag = f" --sweep {sweep.sweep_id}" if sweep.sweep_id else ""
-    return f"python -m results report --experiment {sweep.experiment}{flag} --out {shown}/"
+    return (
+        f"python -m results report --experiment {sweep.experiment}"
+        + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "")
+        + f" --out {shown}/"
+    )
 
 
 def _unchecked(sweep: Sweep) -> str:
@@ -225,8 +246,6 @@ def sweep_report(
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
     (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
     sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
-    from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, Declared, build_report
-
     header = [
         f"Experiment `{sweep.experiment}`"
         + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
@@ -252,7 +271,7 @@ def sweep_report(
         target,
         min_order_gain,
         declared,
-        float(tags.get(ALPHA_TAG) or 0.05),
+        float(tags.get(ALPHA_TAG) or ALPHA),
         float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None,
         staged_design(sweep, claim=False),
     )
@@ -263,7 +282,6 @@ def staged_design(sweep: Sweep, claim: bool):
     decided by its preset's claim (``claim``) or by each pos against the baseline (not ``claim``); else None (the
     other kind's seeds are then read as fixed: one look at the seeds there are)."""
     from harness.sequential import Design, Spending
-    from results.cells import ALPHA_TAG, MARGIN_TAG, STAGES_TAG
 
     parent = getattr(sweep, "parent", None)
     tags = parent.data.tags if parent else {}
@@ -271,7 +289,7 @@ def staged_design(sweep: Sweep, claim: bool):
     if not stage or (by == ["claim"]) != claim:
         return None
     margin = float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
-    return Design(float(tags.get(ALPHA_TAG) or 0.05), int(stage), int(most), cast(Spending, spending), margin)
+    return Design(float(tags.get(ALPHA_TAG) or ALPHA), int(stage), int(most), cast(Spending, spending), margin)
 
 
 def generate(

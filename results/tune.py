@@ -16,6 +16,7 @@ import yaml
 
 from harness import integrity
 from results.cells import Cell
+from results.report import md_table
 
 
 def cell_key(pos: str, attn: str) -> str:
@@ -71,7 +72,6 @@ def best_json(tuned: list[Tuned], source: dict[str, str]) -> dict:
 
 def markdown(tuned: list[Tuned], source: dict[str, str], wall_min: float | None) -> str:
     keys = sorted({k for t in tuned for c in t.trials for k in searched_values(c)})
-    head = ["cell", "trials (finished)", *(f"best {k}" for k in keys), "best val loss", "worst val loss"]
     rows = []
     for t in tuned:
         best = searched_values(t.best) if t.best else {}
@@ -103,11 +103,13 @@ def markdown(tuned: list[Tuned], source: dict[str, str], wall_min: float | None)
             "(nats/token). `best.json` holds the best values; `optim.tuned=results/tune_lr/best.json` reruns any "
             "preset at them.",
             "",
-            *_table(head, rows),
+            *md_table(
+                ["cell", "trials (finished)", *(f"best {k}" for k in keys), "best val loss", "worst val loss"], rows
+            ),
             "",
             "## Every trial",
             "",
-            *_table(["cell", "trial", *keys, "status", "final val loss"], trial_rows),
+            *md_table(["cell", "trial", *keys, "status", "final val loss"], trial_rows),
             "",
         ]
     )
@@ -121,10 +123,6 @@ def _fmt(value) -> str:
 
 def _loss(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def write(client, sweep, out: Path, regenerate: str) -> list[Path]:

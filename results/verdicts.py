@@ -33,10 +33,9 @@ from dataclasses import dataclass
 
 from harness import sequential
 from harness.stats import minimum_detectable_effect, welch_interval, welch_p_value, what_settles
-from results.cells import Declared, Group
+from results.cells import ALPHA, Declared, Group
 
 BASELINE = "none"
-ALPHA = 0.05  # report.alpha's default: the family-wise level of a report's comparisons
 # a rise between the last two validations smaller than this share of min_order_gain is read as flat (noise)
 RISING = 0.1
 
@@ -143,9 +142,10 @@ def trend(g: Group, min_gain: float) -> str:
         return "one validation: no trend measured (log more: trainer.val_check_interval)"
     (s0, g0), (s1, g1) = curve[-2], curve[-1]
     if g1 - g0 <= RISING * min_gain:
-        shown = ", ".join(f"{v:.3f}" for _, v in curve[-4:])
-        steps = ", ".join(str(s) for s, _ in curve[-4:])
-        return f"flat ({shown} at steps {steps}): no rise measured yet, so it needs several times {s1:,} steps"
+        return (
+            f"flat ({', '.join(f'{v:.3f}' for _, v in curve[-4:])} at steps {', '.join(str(s) for s, _ in curve[-4:])})"
+            f": no rise measured yet, so it needs several times {s1:,} steps"
+        )
     rate = (g1 - g0) / (s1 - s0)
     needed = s1 + max(1, math.ceil((min_gain - g1) / rate))  # ≥ 1: seeds without the last step may lift the curve
     return (
@@ -231,8 +231,12 @@ def headline(
         )
     if count["one seed"]:
         parts.append(f"{count['one seed']} with one seed (no interval)")
-    count_line = f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: " + "; ".join(parts) + "."
-    return count_line + (f" {missing}" if missing else "")
+    return (
+        f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: "
+        + "; ".join(parts)
+        + "."
+        + (f" {missing}" if missing else "")
+    )
 
 
 def section(
