@@ -92,17 +92,8 @@ class Cell:
         return self.metrics.get("val/acc")
 
     @property
-    def bpc(self) -> float | None:
-        """The last val/bpc: bits per byte of text (a text task's val loss, tokenizer-independent)."""
-        return self.metrics.get("val/bpc")
-
-    @property
     def attn_distance(self) -> float | None:
         return self.metrics.get("diag/mean_distance")  # diagnostics=true: tokens
-
-    @property
-    def attn_entropy(self) -> float | None:
-        return self.metrics.get("diag/entropy")  # nats
 
     @property
     def finished(self) -> bool:
@@ -146,8 +137,9 @@ class Group:
     order_gain: Stat  # val/order_gain: nats/token lost when the order inside a window is shuffled
     acc: Stat  # val/acc (synthetic tasks): exact match on in-distribution lengths
     attn_distance: Stat = Stat(None, None, 0)  # over the finished seeds that logged diagnostics
-    bpc: Stat = Stat(None, None, 0)  # val/bpc at the end: bits per byte (text tasks)
-    attn_entropy: Stat = Stat(None, None, 0)
+    # val/bpc at the end: bits per byte of text (a text task's val loss, tokenizer-independent)
+    bpc: Stat = Stat(None, None, 0)
+    attn_entropy: Stat = Stat(None, None, 0)  # diag/entropy, nats
     # evaluation condition (condition_name) -> length -> loss over the finished seeds
     conditions: dict[str, dict[int, Stat]] = field(default_factory=dict)
 
@@ -218,10 +210,10 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         n_params=next((c.n_params for c in cells if c.n_params is not None), None),
         at_length={n: mean_std([c.at_length[n] for c in done if n in c.at_length]) for n in lengths},
         attn_distance=mean_std([c.attn_distance for c in done if c.attn_distance is not None]),
-        attn_entropy=mean_std([c.attn_entropy for c in done if c.attn_entropy is not None]),
+        attn_entropy=mean_std([c.metrics["diag/entropy"] for c in done if "diag/entropy" in c.metrics]),
         order_gain=mean_std([c.order_gain for c in done if c.order_gain is not None]),
         acc=mean_std([c.acc for c in done if c.acc is not None]),
-        bpc=mean_std([c.bpc for c in done if c.bpc is not None]),
+        bpc=mean_std([c.metrics["val/bpc"] for c in done if "val/bpc" in c.metrics]),
         conditions=_conditions(done),
     )
 

@@ -561,15 +561,13 @@ def _sweep_report(out: Path, claim_metrics: set[str]) -> list[str]:
     body = re.sub(r"^\*\*(Verdict on |No verdict |Verdict: )[^\n]*\*\*\n\n", "", body, count=1, flags=re.M)
     verdicts = re.search(r"^## Verdicts\n.*?(?=^## |\Z)", body, flags=re.S | re.M)
     if verdicts:
-        kept = (
-            (
-                "### Final val loss against the sweep's baseline (not the claim's verdict)\n"
-                + verdicts.group(0).split("\n", 1)[1]
-            )
+        body = body.replace(
+            verdicts.group(0),
+            "### Final val loss against the sweep's baseline (not the claim's verdict)\n"
+            + verdicts.group(0).split("\n", 1)[1]
             if "val/loss" in claim_metrics
-            else ""
+            else "",
         )
-        body = body.replace(verdicts.group(0), kept)
     return ["## Sweep report", "", body]
 
 

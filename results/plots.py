@@ -46,12 +46,16 @@ def _title(fig, *lines: str, fontsize: float = 10) -> None:
     fig.suptitle("\n".join(textwrap.fill(line, chars) for line in lines), fontsize=fontsize)
 
 
-def _panels(r: Report, title: str, width: float = 5.5):
+def _panels(r: Report, title: str, xlabel: str, ylabel: str, width: float = 5.5, grid: str = "both"):
+    """One panel per attention variant, titled by it, labelled and gridded (along ``grid``)."""
     attns = list(dict.fromkeys(g.attn for g in r.groups))
     fig, axes = plt.subplots(
         1, len(attns), figsize=(width * len(attns) + 1.5, 4.8), sharey=True, squeeze=False, layout="constrained"
     )
     _title(fig, title, r.title)
+    for attn, ax in zip(attns, axes[0], strict=True):
+        ax.set(title=f"attn={attn}", xlabel=xlabel, ylabel=ylabel)
+        ax.grid(alpha=0.3, axis=grid)
     return fig, dict(zip(attns, axes[0], strict=True))
 
 
@@ -64,7 +68,7 @@ def mean_curve(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def val_loss_curves(r: Report, colours: dict, path: Path) -> Path:
-    fig, panels = _panels(r, "Validation loss during training (mean ± std over seeds)")
+    fig, panels = _panels(r, "Validation loss during training (mean ± std over seeds)", "optimizer step", LOSS)
     for attn, ax in panels.items():
         for g in (g for g in r.groups if g.attn == attn):
             done = [c for c in g.cells if c.finished and c.val]
@@ -73,9 +77,7 @@ def val_loss_curves(r: Report, colours: dict, path: Path) -> Path:
             steps, mean, std = mean_curve(done)
             ax.plot(steps, mean, marker="o", ms=3, color=colours[g.label], label=f"{g.label} (n={len(done)})")
             ax.fill_between(steps, mean - std, mean + std, color=colours[g.label], alpha=0.2, linewidth=0)
-        ax.set(title=f"attn={attn}", xlabel="optimizer step", ylabel=LOSS)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(title="pos", fontsize=8)
     return _save(fig, path)
@@ -119,7 +121,12 @@ def _ink(image, value: float | None) -> str:
 
 
 def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
-    fig, panels = _panels(r, "Length extrapolation: val loss of the final model vs evaluation length")
+    fig, panels = _panels(
+        r,
+        "Length extrapolation: val loss of the final model vs evaluation length",
+        "evaluation length (tokens, log scale)",
+        LOSS,
+    )
     train_lens = {c.train_len for c in r.cells if c.train_len}
     for attn, ax in panels.items():
         for g in (g for g in r.groups if g.attn == attn and g.at_length):
@@ -134,8 +141,6 @@ def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.set_xticks(r.lengths, [str(n) for n in r.lengths])
         ax.minorticks_off()
-        ax.set(title=f"attn={attn}", xlabel="evaluation length (tokens, log scale)", ylabel=LOSS)
-        ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(title="pos", fontsize=8)
     return _save(fig, path)
@@ -144,15 +149,18 @@ def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
 def attention_distance(r: Report, colours: dict, path: Path) -> Path:
     """Mean attention distance per scheme, one panel per attention variant (runs with diagnostics=true)."""
     fig, panels = _panels(
-        r, "Mean attention distance of the final model (mean ± std over seeds; diagnostics=true)", width=4.0
+        r,
+        "Mean attention distance of the final model (mean ± std over seeds; diagnostics=true)",
+        "positional scheme (pos)",
+        "Σ_j w_ij |i − j| (tokens)",
+        width=4.0,
+        grid="y",
     )
     for attn, ax in panels.items():
         groups = [g for g in r.groups if g.attn == attn and g.attn_distance.mean is not None]
         for x, g in enumerate(groups):
             ax.bar(x, g.attn_distance.mean, yerr=g.attn_distance.std or 0.0, capsize=3, color=colours[g.label])
         ax.set_xticks(range(len(groups)), [g.label for g in groups], rotation=30, ha="right")
-        ax.set(title=f"attn={attn}", xlabel="positional scheme (pos)", ylabel="Σ_j w_ij |i − j| (tokens)")
-        ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
 

@@ -191,21 +191,23 @@ def _spread_section(r: Report) -> list[str]:
         )
     if not rows:
         return []
-    head = [
-        "pos",
-        "attn",
-        *(["variant"] if any(h.variant for h in r.groups) else []),
-        "runs × windows",
-        "sd between runs",
-        "seeds",
-        "validation sample",
-        "on Δ vs baseline",
-        "shrunk by",
-    ]
     return [
         "## Where the spread comes from",
         "",
-        *md_table(head, rows),
+        *md_table(
+            [
+                "pos",
+                "attn",
+                *(["variant"] if any(h.variant for h in r.groups) else []),
+                "runs × windows",
+                "sd between runs",
+                "seeds",
+                "validation sample",
+                "on Δ vs baseline",
+                "shrunk by",
+            ],
+            rows,
+        ),
         "",
         "Every run scores the same validation windows. sd between runs: of the final val loss (nats/token); "
         "seeds: the part the trained models differ by, which only more seeds average out; validation sample: the "
@@ -319,34 +321,35 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 def to_csv(r: Report) -> str:
     out = io.StringIO()
     lengths = r.lengths
-    fields = [
-        "pos",
-        "attn",
-        "variant",
-        "seeds",
-        "n_finished",
-        "status",
-        "final_val_loss_mean",
-        "final_val_loss_std",
-        "best_val_loss_mean",
-        "best_val_loss_std",
-        "target_loss",
-        "steps_to_target_mean",
-        "steps_to_target_std",
-        "seeds_reaching_target",
-        "tokens_per_s_mean",
-        "n_params",
-        *(f"val_loss_at_{n}_mean" for n in lengths),
-        "order_gain_mean",
-        "order_gain_std",
-        "using_order",
-        "val_acc_mean",
-        "val_acc_std",
-        "attn_distance_mean",
-        "attn_entropy_mean",
-    ]
     writer = csv.writer(out)
-    writer.writerow(fields)
+    writer.writerow(
+        [
+            "pos",
+            "attn",
+            "variant",
+            "seeds",
+            "n_finished",
+            "status",
+            "final_val_loss_mean",
+            "final_val_loss_std",
+            "best_val_loss_mean",
+            "best_val_loss_std",
+            "target_loss",
+            "steps_to_target_mean",
+            "steps_to_target_std",
+            "seeds_reaching_target",
+            "tokens_per_s_mean",
+            "n_params",
+            *(f"val_loss_at_{n}_mean" for n in lengths),
+            "order_gain_mean",
+            "order_gain_std",
+            "using_order",
+            "val_acc_mean",
+            "val_acc_std",
+            "attn_distance_mean",
+            "attn_entropy_mean",
+        ]
+    )
     opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
     writer.writerows(
         [

@@ -123,8 +123,7 @@ def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design
     elif len(set(a)) == 1 and len(set(b)) == 1:  # no spread on either side: no power to speak of
         text = f"{v.text}: inconclusive — every seed of both: one loss (no spread: no power figure; {said})"
     else:
-        diff = sum(a) / len(a) - sum(b) / len(b)
-        settles = what_settles(a, b, diff, per="scheme")
+        settles = what_settles(a, b, sum(a) / len(a) - sum(b) / len(b), per="scheme")
         untested = "" if margin is not None else "; no margin declared, so equivalence is not tested (report.margin)"
         text = (
             f"{v.text}: inconclusive ({said}); the seeds detect |Δ| ≥ {minimum_detectable_effect(a, b):.4f}"
@@ -207,8 +206,10 @@ def headline(
         return missing or (
             "Verdict: nothing to compare (a comparison needs two finished schemes with the same attention)."
         )
-    kinds = ("lower", "higher", "equivalent", "inconclusive", "premature", "one seed")
-    count = {v: sum(f.verdict == v for f in found) for v in kinds}
+    count = {
+        v: sum(f.verdict == v for f in found)
+        for v in ("lower", "higher", "equivalent", "inconclusive", "premature", "one seed")
+    }
     corrected = f" (Holm-corrected at family-wise α = {alpha:g})" if any(f.p is not None for f in found) else ""
     parts = [
         f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise{corrected}",
