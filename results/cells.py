@@ -222,7 +222,6 @@ def condition_name(match: re.Match) -> str:
     """How a CONDITION_METRIC was scored, in words: ``windows``, ``sliding, stride 16``, ``yarn``,
     ``yarn, fine-tuned``, ``last 32 tokens``."""
     prefix = match["prefix"] or ""
-    tuned = prefix.startswith("finetuned/")
     scaling = prefix.removeprefix("finetuned/")
     how = (
         f"sliding, stride {match['stride']}"
@@ -230,7 +229,7 @@ def condition_name(match: re.Match) -> str:
         else (f"last {match['last']} tokens" if match["last"] else "")
     )
     words = [w for w in (scaling, how) if w] or ["windows"]
-    return ", ".join(words + (["fine-tuned"] if tuned else []))
+    return ", ".join(words + (["fine-tuned"] if prefix.startswith("finetuned/") else []))
 
 
 def _conditions(done: list[Cell]) -> dict[str, dict[int, Stat]]:
