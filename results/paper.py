@@ -370,18 +370,18 @@ def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.D
     for comparison, c in zip(comparisons, family, strict=True):
         arms = {key.split(":", 1)[1]: v for key, v in ((c.arm, c.a), (c.baseline, c.b))}
         o = compare(comparison, arms, readiness(cells, [comparison], gain))
-        if o.verdict == "premature" or o.verdict in DEGENERATE:
+        if o.verdict in ("premature", *DEGENERATE):  # said as such, whatever the looks decided
             outcomes.append(o)
-            continue
-        claimed = {"lower": "lower", "higher": "higher", "close": "equivalent"}[
-            next(k for k in ARM_KEYS if k in comparison)
-        ]
-        verdict = (
-            "supports" if c.verdict == claimed else "inconclusive" if c.verdict == "inconclusive" else "contradicts"
-        )
-        look = f"look {(c.decided_at or 0) + 1} of {len(design.looks)}"
-        when = f"; decided at {look}" if c.verdict != "inconclusive" else f"; undecided after {look}"
-        outcomes.append(Outcome(o.text + when, verdict, o.p, o.claimed, o.hypotheses))
+        else:
+            claimed = {"lower": "lower", "higher": "higher", "close": "equivalent"}[
+                next(k for k in ARM_KEYS if k in comparison)
+            ]
+            verdict = (
+                "supports" if c.verdict == claimed else "inconclusive" if c.verdict == "inconclusive" else "contradicts"
+            )
+            look = f"look {(c.decided_at or 0) + 1} of {len(design.looks)}"
+            when = f"; decided at {look}" if c.verdict != "inconclusive" else f"; undecided after {look}"
+            outcomes.append(Outcome(o.text + when, verdict, o.p, o.claimed, o.hypotheses))
     return outcomes
 
 
@@ -526,8 +526,8 @@ def _coverage(per_scale: dict[str, list[Outcome]], declared: int) -> str:
     """What part of the claim a scale sweep tested: a sweep that narrows the preset (``task=reverse pos=rope``)
     measures some of its primary comparisons (each scale lists the same ones, in order); its verdict is about
     those, and says so."""
-    rows = list(zip(*per_scale.values(), strict=True))  # one row per comparison, across the scales
-    measured = sum(any(o.verdict != "not measured" for o in row) for row in rows)
+    # a row per comparison, across the scales
+    measured = sum(any(o.verdict != "not measured" for o in row) for row in zip(*per_scale.values(), strict=True))
     if not per_scale or measured == declared:
         return ""
     return (

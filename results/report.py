@@ -25,8 +25,7 @@ def _steps(g: Group) -> str:
     done = sum(c.finished for c in g.cells)
     if g.steps.mean is None:
         return "—" if done == 0 else "not reached"
-    reached = "" if g.steps.n == done else f" ({g.steps.n}/{done} seeds)"
-    return g.steps.fmt(0) + reached
+    return g.steps.fmt(0) + ("" if g.steps.n == done else f" ({g.steps.n}/{done} seeds)")
 
 
 def _seeds(g: Group) -> str:
