@@ -497,11 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show-accepted", action="store_true", help="print accepted tries too")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds a value try may take in process")
     args = p.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="posbench-fuzz-"))
     from harness.data import corpus
 
-    cache = corpus.CACHE  # the damage table points it at its folders
-    try:
+    with (
+        tempfile.TemporaryDirectory(prefix="posbench-fuzz-", ignore_cleanup_errors=True) as tmp,
+        mock.patch.object(corpus, "CACHE", corpus.CACHE),  # the damage table points it at its folders
+    ):
+        work = Path(tmp)
         found = tries(work, args)
         print(f"{len(found)} tries", flush=True)
         counts: collections.Counter[str] = collections.Counter()
@@ -520,9 +522,6 @@ def main(argv: list[str] | None = None) -> int:
             "allowed)"
         )
         return 1 if missed else 0
-    finally:
-        corpus.CACHE = cache
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
