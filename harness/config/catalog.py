@@ -13,7 +13,7 @@ Nothing here is a list of options: every name comes from a file or a class.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,29 +68,34 @@ def locate(key: str, target: str) -> type:
         hydra_log.disabled = level
 
 
-def check_catalogue_args(flag: str, argv: list[str]) -> None:
+def check_catalogue_args(flag: str, argv: list[str]) -> str:
     """``--matrix`` and ``--list`` read the options of conf/ and of the ``--config-dir`` / ``hydra.searchpath``
-    dirs, and ``<group>._target_=`` classes: any other argument would be ignored, so it is refused."""
+    dirs, and ``<group>._target_=`` classes: any other argument would be ignored, so it is refused. Returns the
+    format the flag asks for: text, or md (``--list=md``)."""
+    name, _, fmt = flag.partition("=")
+    if (fmt or "text") not in ("text", "md"):
+        raise ConfigError(f"unknown {name.lstrip('-')} format {fmt!r}; use {name} or {name}=md")
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        name, eq, _ = arg.partition("=")
-        if name in CONFIG_DIR_FLAGS:
+        key, eq, _ = arg.partition("=")
+        if key in CONFIG_DIR_FLAGS:
             skip = not eq
             continue
-        if name.lstrip("+") == "hydra.searchpath" or name.lstrip("+~") in {f"{g}._target_" for g in GROUPS}:
+        if key.lstrip("+") == "hydra.searchpath" or key.lstrip("+~") in {f"{g}._target_" for g in GROUPS}:
             continue
-        matrix = flag.startswith("--matrix")
-        if matrix and name.lstrip("+") in ("pos.layers", "attn.layers"):  # a per-layer pattern's row (column)
+        matrix = name == "--matrix"
+        if matrix and key.lstrip("+") in ("pos.layers", "attn.layers"):  # a per-layer pattern's row (column)
             continue
         patterns = ", pos.layers=[...], attn.layers=[...]" if matrix else ""
         raise ConfigError(
-            f"{flag.partition('=')[0]} lists every option and takes no setting but --config-dir DIR, "
+            f"{name} lists every option and takes no setting but --config-dir DIR, "
             f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}{patterns}; "
             f"drop {arg}"
         )
+    return fmt or "text"
 
 
 def search_dirs(extra: Sequence[str | Path] = ()) -> list[Path]:
@@ -246,10 +251,10 @@ def check_interface(group: str, cls: object, target: str) -> None:
         )
 
 
-def option_name(cls: type) -> str:
+def option_name(cls: Callable) -> str:
     """A class's option name: its own ``config_name()`` (schemes and variants: the module's last part)."""
     name = getattr(cls, "config_name", None)
-    return name() if callable(name) else cls.__module__.rsplit(".", 1)[-1]
+    return str(name()) if callable(name) else cls.__module__.rsplit(".", 1)[-1]
 
 
 # ---------------------------------------------------------------- python run.py --list
@@ -317,9 +322,6 @@ def render_catalogue(
 
 def print_catalogue(flag: str, argv: list[str]) -> int:
     """``--list`` (text) or ``--list=md``; returns the exit status."""
-    fmt = flag.partition("=")[2] or "text"
-    if fmt not in ("text", "md"):
-        raise ConfigError(f"unknown list format {fmt!r}; use --list or --list=md")
-    check_catalogue_args(flag, argv)
+    fmt = check_catalogue_args(flag, argv)
     print(render_catalogue(user_config_dirs(argv), markdown=fmt == "md", targets=target_overrides(argv)), end="")
     return 0

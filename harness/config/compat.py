@@ -150,11 +150,8 @@ def print_matrix(flag: str, argv: Sequence[str] = ()) -> int:
     """``--matrix`` (text) or ``--matrix=md``, over conf/, the ``--config-dir`` options, any
     ``pos._target_=`` / ``attn._target_=`` class and any ``pos.layers=`` / ``attn.layers=`` pattern in ``argv``;
     returns the exit status."""
-    fmt = flag.partition("=")[2] or "text"
-    if fmt not in ("text", "md"):
-        raise ConfigError(f"unknown matrix format {fmt!r}; use --matrix or --matrix=md")
     argv = list(argv)
-    check_catalogue_args(flag, argv)
+    fmt = check_catalogue_args(flag, argv)
     pairings = compatibility(user_config_dirs(argv), target_overrides(argv), pattern_overrides(argv))
     print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")
     return 0

@@ -37,13 +37,9 @@ def choice(group: str, node: Json, name: str, option_node: OptionNode) -> Choice
     for i, entry in enumerate(unit):
         if entry in entries:
             continue
-        key = f"{group}.{LAYERS}[{i}]"
-        entry_name, extra = parse_entry(entry, key)
-        base = option_node(group, entry_name, f"{group}.{LAYERS}") if entry_name != option.name else own
-        entries[entry] = component(
-            key, _with(base, extra, key, group, entry_name), f"{group}={entry_name}", group, ("shape",)
+        names[entry], entries[entry] = entry_component(
+            group, entry, f"{group}.{LAYERS}[{i}]", f"{group}.{LAYERS}", (option.name, own), option_node
         )
-        names[entry] = entry_name
     if option.name not in names.values():
         raise ConfigError(
             f"{group}.{LAYERS}={list(unit)} names no {option.name} layer, so the {group}={option.name} "
@@ -71,13 +67,19 @@ def pattern_unit(value: object, group: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _with(base: Json, extra: dict[str, object], key: str, group: str, name: str) -> Json:
-    """An option's node with an entry's own settings (``rope(base=1e6)``), each a key the option has."""
+def entry_component(
+    group: str, entry: str, key: str, listed: str, own: tuple[str, Json], option_node: OptionNode
+) -> tuple[str, Component]:
+    """An entry's option name and its component, typed at ``key``: the run's own option (``own``: its name and node)
+    builds from the run's node, another from its conf/ YAML (named at ``listed`` if it is none); the entry's own
+    settings (``rope(base=1e6)``) are each a key the option has."""
+    name, extra = parse_entry(entry, key)
+    base = own[1] if name == own[0] else option_node(group, name, listed)
     unknown = [k for k in extra if k.startswith("_") or k not in base]
     if unknown:
         keys = ", ".join(k for k in base if not k.startswith("_"))
         raise ConfigError(f"{key}.{unknown[0]} is not a key of {group}={name}; use some of {keys}")
-    return {**base, **extra}
+    return name, component(key, {**base, **extra}, f"{group}={name}", group, ("shape",))
 
 
 ENTRY = re.compile(r"([A-Za-z_][\w-]*)(?:\(([^()]*)\))?")
@@ -158,9 +160,5 @@ def _phase(raw: object, index: int, own_name: str, own: Json, option_node: Optio
             f"none or 'rope(base=500000)'"
         )
     if isinstance(entry, str):
-        name, extra = parse_entry(entry, f"{key}.pos")
-        base = own if name == own_name else option_node("pos", name, f"{key}.pos")
-        scheme = component(
-            f"{key}.pos", _with(base, extra, f"{key}.pos", "pos", name), f"pos={name}", "pos", ("shape",)
-        )
+        scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), option_node)[1]
     return made(PhaseSpec, {**raw, "key": key, "pos": scheme, "pos_entry": entry})

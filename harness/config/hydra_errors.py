@@ -21,6 +21,8 @@ def user_error(exc: BaseException, args: list[str]) -> str | None:
     import yaml
     from hydra import errors as hydra
 
+    from harness.config.load import parsed_overrides as overrides
+
     if isinstance(exc, ConfigError):
         return one_line(exc)
     if isinstance(exc, yaml.YAMLError):  # a config file (conf/ or a --config-dir) that does not parse
@@ -154,16 +156,3 @@ def _nearest(key: str) -> tuple[str | None, object]:
     keys = [str(k) for k in node.keys()] if hasattr(node, "keys") else []
     near = difflib.get_close_matches(key.rsplit(".", 1)[1], keys, n=1, cutoff=0.6)
     return (f"{key.rsplit('.', 1)[0]}.{near[0]}=..." if near else None), node if keys else None
-
-
-def overrides(args: list[str]) -> list:
-    """``args``' overrides as Hydra's own parser reads them; the flags and their values left out; [] where the
-    parser refuses them (that error is said on its own)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    valued = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"}
-    kept = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in valued)]
-    try:
-        return OverridesParser.create().parse_overrides(kept)
-    except Exception:
-        return []

@@ -11,27 +11,22 @@ Hydra's basic sweeper does, so a check of a sweep is a loop of ``check(load(cell
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import inspect
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra.conf import HydraConf
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from harness.config.catalog import GROUPS as CLASS_GROUPS
-from harness.config.catalog import check_interface, locate, option_name, option_node
+from harness.config.catalog import check_interface, locate, option_name, option_node, target_overrides
 from harness.config.entries import LAYERS, choice, own_node, pattern_unit, phases
 from harness.config.spec import (
-    BudgetSettings,
-    CheckpointSettings,
     Choices,
-    DataSettings,
-    EvalSettings,
     Json,
-    LoggerSettings,
-    ProgressSettings,
-    ReportSettings,
     RunSettings,
     RunSpec,
 )
@@ -109,19 +104,26 @@ def from_job(cfg: DictConfig, multirun: bool) -> RunSpec:
 
 def check_single(overrides: Sequence[str]) -> None:
     """A sweep's values (``seed=0,1``) in a command without -m: said in one line (Hydra lists three readings)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except Exception:  # the parser's own refusal is said when the config is composed
-        return
-    swept = next((o for o in parsed if o.is_sweep_override()), None)
+    swept = next((o for o in parsed_overrides(list(overrides)) if o.is_sweep_override()), None)
     if swept is not None:
         key = swept.get_key_element()
         raise ConfigError(
             f"{swept.input_line} is a sweep over several values: add -m to run a cell per value, or "
             f"write a list as {key}=[...] (quoted: '{key}=[a,b]')"
         )
+
+
+def parsed_overrides(args: list[str]) -> list:
+    """``args``' overrides as Hydra's own parser reads them; the flags and their values left out; [] where the
+    parser refuses them (that error is said when the config is composed)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    valued = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"}
+    kept = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in valued)]
+    try:
+        return OverridesParser.create().parse_overrides(kept)
+    except Exception:
+        return []
 
 
 def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> None:
@@ -150,35 +152,15 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
             unit = pattern_unit(OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers, group)
             names[group] = pattern_label(unit)
     tuned = apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
-    named = Choices(
-        str(names["pos"]),
-        str(names["attn"]),
-        str(names["task"]),
-        str(names["data"]),
-        _or_none(names.get("experiment")),
-        _or_none(names.get("scale")),
-    )
-
-    def other_option(group: str, name: str, key: str) -> Json:
-        return option_node(group, name, key, config_dirs)
-
+    experiment, scale = (None if names.get(g) is None else str(names[g]) for g in ("experiment", "scale"))
+    named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]), experiment, scale)
     try:
-        run = spec_of(resolved(cfg), named, other_option)
+        run = spec_of(resolved(cfg), named, functools.partial(option_node, extra=config_dirs))
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
             raise
         raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
-    return run if not tuned else _with_tuned(run, tuned)
-
-
-def _or_none(name: str | None) -> str | None:
-    return None if name is None else str(name)
-
-
-def _with_tuned(run: RunSpec, tuned: dict[str, str]) -> RunSpec:
-    import dataclasses
-
     return dataclasses.replace(run, tuned=tuned)
 
 
@@ -220,11 +202,7 @@ def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
     option's keys only those the class's constructor takes stay (keys the command line sets always stay, so one
     the class does not take is refused, not dropped). Returns the renamed groups."""
     names = {}
-    for override in overrides:
-        key, _, target = override.partition("=")
-        group, _, rest = key.lstrip("+~").partition(".")
-        if rest != "_target_" or group not in CLASS_GROUPS or not target:
-            continue
+    for group, target in target_overrides(overrides).items():
         try:
             cls = locate(f"{group}._target_", target)
         except ConfigError:  # refused with its line when the node is typed
@@ -277,20 +255,15 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
                 f"(python run.py --help lists them) or set one key with {key}.KEY=VALUE"
             )
     data_node = node_of(values, "data")
-    data = settings(
-        DataSettings, "data", {k: v for k, v in data_node.items() if k != "source"}, f"data ({choices.data})"
-    )
-    evaluation = settings(EvalSettings, "eval", node_of(values, "eval"))
-    report = settings(ReportSettings, "report", node_of(values, "report"))
-    logger = settings(LoggerSettings, "logger", node_of(values, "logger"))
-    progress = settings(ProgressSettings, "progress", node_of(values, "progress"))
-    budget = settings(BudgetSettings, "budget", node_of(values, "budget"))
-    checkpoint = settings(CheckpointSettings, "checkpoint", node_of(values, "checkpoint"))
+    nodes = {**values, "data": {k: v for k, v in data_node.items() if k != "source"}}  # data.source: a component
+    plain: dict[str, Any] = {
+        k: settings(c, k, node_of(nodes, k), f"data ({choices.data})" if k == "data" else k) for k, c in PLAIN.items()
+    }
     run = settings(RunSettings, "", {k: v for k, v in values.items() if k in top and k != "phases"}, "the config")
     trainer = trainer_settings(node_of(values, "trainer"))
-    if progress.mode != "auto" and not trainer.enable_progress_bar:
+    if plain["progress"].mode != "auto" and not trainer.enable_progress_bar:
         raise ConfigError(
-            f"progress.mode={progress.mode} asks for progress but "
+            f"progress.mode={plain['progress'].mode} asks for progress but "
             "trainer.enable_progress_bar=false turns it off; drop one of the two"
         )
     optim = node_of(values, "optim")
@@ -305,13 +278,7 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
     return RunSpec(
         choices=choices,
         run=run,
-        data=data,
-        eval=evaluation,
-        report=report,
-        logger=logger,
-        progress=progress,
-        budget=budget,
-        checkpoint=checkpoint,
+        **plain,
         trainer=trainer,
         model=model,
         source=component("data.source", node_of(data_node, "source"), f"data={choices.data}"),

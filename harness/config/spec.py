@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
+from harness.config.catalog import option_name
 from harness.errors import ConfigError
 from harness.ranges import (
     FLOAT32_MAX,
@@ -388,14 +389,7 @@ class Component(Generic[T]):
         scheme's ``shape``, a task's ``tokenizer``). A constructor's one-line error names the key as typed."""
         bound = {k: v.factory() if isinstance(v, Component) else v for k, v in self.kwargs.items()}
         names = [*self.kwargs, *(k for v in self.kwargs.values() if isinstance(v, Component) for k in v.kwargs)]
-
-        def make(*args: object, **supplied: object) -> T:
-            try:
-                return self.target(*args, **bound, **supplied)
-            except ConfigError as e:
-                raise type(e)(keyed(str(e), self.key, names)) from None
-
-        return make
+        return keyed(self.target, self.key, names, bound)
 
     def build(self, *args: object, **supplied: object) -> T:
         return self.factory()(*args, **supplied)
@@ -403,17 +397,24 @@ class Component(Generic[T]):
     @property
     def name(self) -> str:
         """The option name a class goes by (``config_name()``, else its module's last part)."""
-        named = getattr(self.target, "config_name", None)
-        return str(named()) if callable(named) else self.target.__module__.rsplit(".", 1)[-1]
+        return option_name(self.target)
 
 
-def keyed(message: str, node: str, names: list[str]) -> str:
-    """A library error (``base=0 must be positive``) worded as the config key (``pos.base=0 …``): every ``name=``
-    of a constructor argument not already part of a dotted key gets the node's prefix, and so does a field of one
-    (``scaling.factor=`` -> ``pos.scaling.factor=``)."""
-    for name in sorted(set(names), key=len, reverse=True):
-        message = re.sub(rf"(?<![\w.\]]){re.escape(name)}(?==|\.\w+=)", f"{node}.{name}", message)
-    return message
+def keyed(make: Callable[..., T], node: str, names: list[str], bound: Mapping[str, object]) -> Callable[..., T]:
+    """``make`` with ``bound`` passed, a library error it raises (``base=0 must be positive``) worded as the config
+    key (``pos.base=0 …``): every ``name=`` of a constructor argument not already part of a dotted key gets the
+    node's prefix, and so does a field of one (``scaling.factor=`` -> ``pos.scaling.factor=``)."""
+
+    def call(*args: object, **supplied: object) -> T:
+        try:
+            return make(*args, **bound, **supplied)
+        except ConfigError as e:
+            message = str(e)
+            for name in sorted(set(names), key=len, reverse=True):
+                message = re.sub(rf"(?<![\w.\]]){re.escape(name)}(?==|\.\w+=)", f"{node}.{name}", message)
+            raise type(e)(message) from None
+
+    return call
 
 
 @dataclass(frozen=True)
@@ -462,14 +463,7 @@ class Choice(Generic[T]):
             r.eval_positions,
             cls=component.target,
         )
-
-        def make(*args: object) -> T:
-            try:
-                return wrapped(*args)
-            except ConfigError as e:  # the wrapper's keys are the pos node's: pos.randomize=true …
-                raise type(e)(keyed(str(e), component.key, list(KEYS))) from None
-
-        return make
+        return keyed(wrapped, component.key, list(KEYS), {})  # the wrapper's keys are the pos node's: pos.randomize=…
 
 
 @dataclass(frozen=True)

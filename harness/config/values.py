@@ -38,14 +38,14 @@ from harness.paths import CONF
 from harness.ranges import check_magnitude, check_value, field_hints
 
 GROUPS = ("pos", "attn", "model", "data", "tokenizer", "task", "optim", "trainer", "logger")
-PLAIN: dict[str, type] = {
-    "budget": BudgetSettings,
+PLAIN: dict[str, type] = {  # the settings nodes, in the order they are checked (RunSpec's fields of the same names)
     "data": DataSettings,
     "eval": EvalSettings,
-    "checkpoint": CheckpointSettings,
     "report": ReportSettings,
     "logger": LoggerSettings,
     "progress": ProgressSettings,
+    "budget": BudgetSettings,
+    "checkpoint": CheckpointSettings,
 }
 # Parameters of a ``_target_`` the harness passes itself, by node.
 SUPPLIED = {"scaling": ("base", "rotated")}  # pos.scaling: Rope completes it with the θ it scales
