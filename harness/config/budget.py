@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.config.estimates import Footprint
 from harness.errors import ConfigError
 
 
@@ -47,13 +48,6 @@ def short_count(n: float) -> str:
     return f"{n:,.0f}"
 
 
-def flops_per_token(model, vocab: int, length: int) -> float:
-    """6·N + 6·L·T·C, N = L·(4·C² + m·C·F) + C·V, m = 2 MLP matrices (GELU) or 3 (SwiGLU) (module docstring)."""
-    c, layers = model.d_model, model.n_layers
-    n = layers * (4 * c * c + model.mlp_matrices * c * model.d_ff) + c * vocab
-    return 6 * n + 6 * layers * length * c
-
-
 def budget_of(
     settings, trainer, data, task, model, vocab: int, n_params: int, train_tokens: int | None, paper: dict | None
 ) -> Budget:
@@ -62,9 +56,9 @@ def budget_of(
     world = (trainer.devices if isinstance(trainer.devices, int) and trainer.devices > 0 else 1) * trainer.num_nodes
     step = data.batch_size * length * world * trainer.accumulate_grad_batches
     tokens = trainer.max_steps * step
-    flops = tokens * flops_per_token(model, vocab, length)
-    on_gpu = trainer.accelerator in ("gpu", "cuda")
-    hours = flops / (settings.gpu_tflops * 1e12 * settings.mfu) / 3600 if on_gpu else None
+    n = Footprint.of_blocks(model, vocab).n_params  # N = L·(4·C² + m·C·F) + C·V (module docstring)
+    flops = tokens * (6 * n + 6 * model.n_layers * length * model.d_model)
+    hours = flops / (settings.gpu_tflops * 1e12 * settings.mfu) / 3600 if trainer.on_gpu else None
     known = None if task.scores_sequences else train_tokens
     found = Budget(tokens, known, flops, hours, _beside_paper(paper, vocab, n_params, step))
     if settings.max_epochs is not None and found.epochs is not None and found.epochs > settings.max_epochs:

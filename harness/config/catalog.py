@@ -98,18 +98,13 @@ def check_catalogue_args(flag: str, argv: list[str]) -> str:
     return fmt or "text"
 
 
-def search_dirs(extra: Sequence[str | Path] = ()) -> list[Path]:
-    """The project's conf/ followed by the user's config directories (first one wins a name)."""
-    return [CONF, *(Path(d).expanduser().absolute() for d in extra)]
-
-
 def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = True) -> dict[str, Option]:
-    """Every option of ``group`` on the search path, by name, in name order (``need_target``: only those that name
-    a class, as a pos, attn or task option must)."""
+    """Every option of ``group`` on the search path (conf/, then the user's config directories), by name, in name
+    order (``need_target``: only those that name a class, as a pos, attn or task option must)."""
     import yaml
 
     found: dict[str, Option] = {}
-    for root in search_dirs(extra):
+    for root in [CONF, *(Path(d).expanduser().absolute() for d in extra)]:  # the first one wins a name
         for path in sorted((root / group).glob("*.yaml")):
             node = yaml.safe_load(path.read_text()) or {}
             target = node.get("_target_") if isinstance(node, dict) else None

@@ -66,8 +66,8 @@ def check(spec: RunSpec, gpu: NamedGpu | None = None) -> Checked:
     _check_optimizer(spec)
     if spec.run.diagnostics:
         pairings.check_diagnosable(spec.attn)
-    for_gpu = resources.gpu_phases(spec, tokenizer.vocab_size, task) if spec.trainer.on_gpu and gpu else None
-    model = resources.meta_model(spec, tokenizer.vocab_size, task, gpu, for_gpu)
+    for_gpu = gpu if spec.trainer.on_gpu else None  # a GPU run is estimated for the named GPU, a CPU run rehearsed
+    model = resources.meta_model(spec, tokenizer.vocab_size, task, for_gpu)
     documents = pairings.check_documents(spec.model, source, tokenizer, task, spec.choices.data)
     phases = pairings.checked_phases(spec, model, task)
     if spec.run.export == "hf":
@@ -88,7 +88,9 @@ def check(spec: RunSpec, gpu: NamedGpu | None = None) -> Checked:
     )
     resources.check_device(spec.trainer, for_named_gpu=gpu is not None)
     estimate = (
-        resources.check_memory_and_time(spec, model, task, for_gpu, gpu) if for_gpu or not spec.trainer.on_gpu else None
+        resources.check_memory_and_time(spec, model, tokenizer.vocab_size, task, for_gpu)
+        if for_gpu or not spec.trainer.on_gpu
+        else None
     )
     return Checked(spec, uri, tokenizer, task, source, model.num_params(), budget, phases, documents, estimate)
 

@@ -227,26 +227,19 @@ def _check_trainable(scheme: PositionalScheme, what: str) -> None:
         )
 
 
-def final_scheme(phases: tuple[Phase, ...], model: Transformer) -> PositionalScheme:
-    """The scheme in force when training ends (the final evaluation's), built on meta."""
+def final_model(phases: tuple[Phase, ...], model: Transformer) -> Transformer:
+    """``model`` with the scheme in force when training ends (the final evaluation's), built on meta; the same
+    model when nothing is phased."""
     if not phases:
-        return model.pos
+        return model
     from harness.model.phases import state_at
 
     state = state_at(list(phases), 10**18)
     build = phases[state.pos_from].pos if state.pos_from >= 0 else None
     if build is None:
-        return model.pos
-    with torch.device("meta"):
-        return build(model.pos.shape)
-
-
-def final_model(phases: tuple[Phase, ...], model: Transformer) -> Transformer:
-    """``model`` with the scheme it ends training with (the same model when nothing is phased)."""
-    scheme = final_scheme(phases, model)
-    if scheme is model.pos:
         return model
     ended = copy.copy(model)  # a shallow copy: the same modules, only its scheme replaced
     ended._modules = dict(model._modules)
-    ended._modules["pos"] = scheme
+    with torch.device("meta"):
+        ended._modules["pos"] = build(model.pos.shape)
     return ended

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -35,9 +34,7 @@ from harness.config.spec import DataSettings, RunSpec, TrainerSettings
 from harness.data.objectives import Task
 from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError
-from harness.model.transformer import Block, ModelConfig, Transformer
-
-Estimates = Callable[..., list[GpuEstimate]]  # (parameters, model config, scheme terms, variant bytes) -> estimates
+from harness.model.transformer import Block, Transformer
 
 
 def check_splits(
@@ -124,13 +121,14 @@ def check_device(trainer: TrainerSettings, for_named_gpu: bool = False) -> None:
 # ---------------------------------------------------------------- memory and time
 
 
-def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None, for_gpu: Estimates | None) -> Transformer:
+def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None) -> Transformer:
     """The model built on torch's meta device (every constructor check runs, nothing is allocated), after the
-    blocks' footprint, a lower bound, has been checked against this machine's memory or the named GPU's."""
+    blocks' footprint, a lower bound, has been checked against this machine's memory or the named GPU's (``gpu``:
+    a GPU run checked for a GPU of that size)."""
     length = task.sequence_tokens(spec.data.seq_len)
     blocks = Footprint.of_blocks(spec.model, vocab)
-    if for_gpu and gpu:
-        check_gpu(for_gpu(blocks.n_params, spec.model), gpu, lower_bound=True)
+    if gpu:
+        check_gpu(gpu_estimates(spec, vocab, task, blocks.n_params), gpu, lower_bound=True)
     else:
         check_memory(blocks, spec.data.batch_size, length, on_gpu=False)
     with torch.device("meta"):
@@ -149,9 +147,11 @@ def model_of(spec: RunSpec, vocab: int, task: Task) -> Transformer:
     )
 
 
-def gpu_phases(spec: RunSpec, vocab: int, task: Task) -> Estimates:
-    """(parameters, model config, scheme terms, variant bytes) -> the GPU estimates of a training step and of a
-    fine-tune step."""
+def gpu_estimates(
+    spec: RunSpec, vocab: int, task: Task, n_params: int, scheme: SchemeTerms = PLAIN, variant: int = 0
+) -> list[GpuEstimate]:
+    """The GPU estimates of a training step and of a fine-tune step of a model of ``n_params`` parameters;
+    ``variant``: the bytes a layer of the attention variant keeps beyond softmax's at the training step's tokens."""
     data, length, tune_length = spec.data, task.sequence_tokens(spec.data.seq_len), spec.eval.tune_length
     phases = [
         (
@@ -166,38 +166,32 @@ def gpu_phases(spec: RunSpec, vocab: int, task: Task) -> Estimates:
         phases.append(
             (f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}", batch, tokens)
         )
-
-    def estimates(
-        n_params: int, model: ModelConfig, scheme: SchemeTerms = PLAIN, variant: int = 0
-    ) -> list[GpuEstimate]:
-        return [
-            gpu_estimate(
-                what,
-                shrink,
-                n_params,
-                model,
-                vocab,
-                b,
-                t,
-                str(spec.trainer.precision),
-                scheme,
-                variant * b * t // (data.batch_size * length),
-            )  # measured at the training step's tokens
-            for what, shrink, b, t in phases
-        ]
-
-    return estimates
+    return [
+        gpu_estimate(
+            what,
+            shrink,
+            n_params,
+            spec.model,
+            vocab,
+            b,
+            t,
+            str(spec.trainer.precision),
+            scheme,
+            variant * b * t // (data.batch_size * length),
+        )  # measured at the training step's tokens
+        for what, shrink, b, t in phases
+    ]
 
 
 def check_memory_and_time(
-    spec: RunSpec, model: Transformer, task: Task, for_gpu: Estimates | None, gpu: NamedGpu | None
+    spec: RunSpec, model: Transformer, vocab: int, task: Task, gpu: NamedGpu | None
 ) -> GpuEstimate | None:
-    """A GPU run checked for a named GPU: the estimate of its largest step against it (returned); a CPU run: the
-    model rehearsed on meta against this machine's memory (a GPU's kernels, autocast, are not on meta)."""
+    """A GPU run checked for a named GPU (``gpu``): the estimate of its largest step against it (returned); a CPU
+    run: the model rehearsed on meta against this machine's memory (a GPU's kernels, autocast, are not on meta)."""
     data = spec.data
-    if for_gpu and gpu:
+    if gpu:
         variant = variant_bytes_per_layer(spec, model, task)
-        return check_gpu(for_gpu(model.num_params(), spec.model, SchemeTerms.of(model.pos), variant), gpu)
+        return check_gpu(gpu_estimates(spec, vocab, task, model.num_params(), SchemeTerms.of(model.pos), variant), gpu)
     tune = spec.eval.tune_length
     check_phases(
         rehearse(
