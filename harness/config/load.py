@@ -149,8 +149,8 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
         if layers is not None:
             from harness.model.layers import pattern_label
 
-            unit = pattern_unit(OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers, group)
-            names[group] = pattern_label(unit)
+            unit = OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers
+            names[group] = pattern_label(pattern_unit(unit, group))
     tuned = apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
     experiment, scale = (None if names.get(g) is None else str(names[g]) for g in ("experiment", "scale"))
     named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]), experiment, scale)
@@ -208,10 +208,9 @@ def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
         except ConfigError:  # refused with its line when the node is typed
             continue
         check_interface(group, cls, target)
-        params = {
+        keep = {
             n for n, p in inspect.signature(cls).parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        }
-        keep = params | {
+        } | {
             o.partition("=")[0].lstrip("+").split(".")[1]
             for o in overrides
             if o.partition("=")[0].lstrip("+").startswith(f"{group}.")
@@ -311,14 +310,11 @@ def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[lis
     with initialized() as loader:
         parser = OverridesParser.create(config_loader=loader)  # type: ignore[arg-type]  # Hydra's own loader
         given = parser.parse_overrides(list(overrides))
-        first = [_values(o)[0] for o in given]
-        cfg = compose(first, config_dirs, hydra=True)
+        cfg = compose([_values(o)[0] for o in given], config_dirs, hydra=True)
         _check_sweeper(cfg.hydra.sweeper)
         params = cfg.hydra.sweeper.get("params") or {}
         every = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides])
-    axes: dict[str, list[str]] = {}
-    for override in every:
-        axes[override.get_key_element()] = _values(override)
+    axes = {override.get_key_element(): _values(override) for override in every}
     if OmegaConf.select(cfg, "report.seeds") == "auto":  # the sweeper trains the seeds: a preset's seed axis goes
         _check_stages(cfg, axes, {o.get_key_element() for o in given})
         axes.pop("seed", None)

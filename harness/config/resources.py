@@ -125,12 +125,11 @@ def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None) -> T
     """The model built on torch's meta device (every constructor check runs, nothing is allocated), after the
     blocks' footprint, a lower bound, has been checked against this machine's memory or the named GPU's (``gpu``:
     a GPU run checked for a GPU of that size)."""
-    length = task.sequence_tokens(spec.data.seq_len)
     blocks = Footprint.of_blocks(spec.model, vocab)
     if gpu:
         check_gpu(gpu_estimates(spec, vocab, task, blocks.n_params), gpu, lower_bound=True)
     else:
-        check_memory(blocks, spec.data.batch_size, length, on_gpu=False)
+        check_memory(blocks, spec.data.batch_size, task.sequence_tokens(spec.data.seq_len), on_gpu=False)
     with torch.device("meta"):
         return model_of(spec, vocab, task)
 

@@ -446,8 +446,9 @@ class Choice(Generic[T]):
         if self.pattern:
             from harness.model.layers import LayerPattern
 
-            key = f"{self.option.key}.layers"
-            return LayerPattern(key, self.pattern, {e: self._wrapped(c) for e, c in self.entries.items()})
+            return LayerPattern(
+                f"{self.option.key}.layers", self.pattern, {e: self._wrapped(c) for e, c in self.entries.items()}
+            )
         return self._wrapped(self.option)
 
     def _wrapped(self, component: Component[T]) -> Callable[..., T]:
@@ -455,9 +456,9 @@ class Choice(Generic[T]):
             return component.factory()
         from positional.randomized import KEYS, randomized
 
-        r, scheme = self.randomize, component.factory()  # Randomize is set on pos only (entries.choice)
+        r = self.randomize  # set on pos only (entries.choice)
         wrapped = randomized(
-            scheme,  # type: ignore[arg-type]  # T is PositionalScheme
+            component.factory(),  # type: ignore[arg-type]  # T is PositionalScheme
             r.randomize,
             r.max_position,
             r.eval_positions,
