@@ -51,7 +51,8 @@ def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, cal
     if spec.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = trainer_of(spec.trainer, logger, callbacks)
-    geometry = BatchGeometry.of(trainer, data.batch_size, spec.lr)
+    lr = spec.optimizer.kwargs.get("lr")  # for the effective rate it reports; 0 for an optimizer without one
+    geometry = BatchGeometry.of(trainer, data.batch_size, float(lr) if isinstance(lr, (int, float)) else 0.0)
     train_dl, val_dl = make_loaders(
         corpus,
         task,

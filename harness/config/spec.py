@@ -530,8 +530,3 @@ class RunSpec:
     @property
     def seed(self) -> int:
         return self.run.seed
-
-    @property
-    def lr(self) -> float:
-        lr = self.optimizer.kwargs.get("lr")
-        return float(lr) if isinstance(lr, (int, float)) else 0.0
