@@ -75,14 +75,10 @@ def check_catalogue_args(flag: str, argv: list[str]) -> str:
     name, _, fmt = flag.partition("=")
     if (fmt or "text") not in ("text", "md"):
         raise ConfigError(f"unknown {name.lstrip('-')} format {fmt!r}; use {name} or {name}=md")
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        key, eq, _ = arg.partition("=")
-        if key in CONFIG_DIR_FLAGS:
-            skip = not eq
+    valued = {i + 1 for i, a in enumerate(argv) if a in CONFIG_DIR_FLAGS}  # --config-dir DIR's DIR
+    for i, arg in enumerate(argv):
+        key = arg.partition("=")[0]
+        if i in valued or key in CONFIG_DIR_FLAGS:
             continue
         if key.lstrip("+") == "hydra.searchpath" or key.lstrip("+~") in {f"{g}._target_" for g in GROUPS}:
             continue

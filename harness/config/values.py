@@ -134,13 +134,13 @@ def component(
     for name in keys:
         value = node[name]
         if isinstance(value, dict) and "_target_" in value:  # an object handed in (pos.scaling): its own keys
-            kwargs[name] = component(f"{key}.{name}", value, f"{key}.{name}", supplied=SUPPLIED.get(name, ()))
-            continue
-        try:
-            check_value(f"{key}.{name}", value, fields.get(name, Any))
-            check_magnitude(f"{key}.{name}", value, fields.get(name, Any))
-        except ConfigError as e:
-            raise ConfigError(f"{e}{_nested_group_hint(key, name)}") from None
+            value = component(f"{key}.{name}", value, f"{key}.{name}", supplied=SUPPLIED.get(name, ()))
+        else:
+            try:
+                check_value(f"{key}.{name}", value, fields.get(name, Any))
+                check_magnitude(f"{key}.{name}", value, fields.get(name, Any))
+            except ConfigError as e:
+                raise ConfigError(f"{e}{_nested_group_hint(key, name)}") from None
         kwargs[name] = value
     return Component(key, target, kwargs)
 
