@@ -250,12 +250,7 @@ def gpu_estimate(
     the bytes a layer of it keeps beyond softmax's in fp32 (measured on meta tensors: ``variant_bytes_per_layer``),
     at a/4 of that. A scheme's own intermediates (FIRE's MLP over every pair of positions) are not in the formula.
     """
-    try:
-        p = PRECISIONS[str(precision)]
-    except KeyError:
-        raise ConfigError(
-            f"trainer.precision={precision} has no memory estimate; use one of {', '.join(PRECISIONS)}"
-        ) from None
+    p = PRECISIONS[str(precision)]  # every trainer.precision the spec takes (harness/config/spec.py) has one
     tokens = batch * length
     states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
     variant = model.n_layers * variant_fp32 * p.activation // 4
