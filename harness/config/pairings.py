@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.config.spec import SOURCE_KEYS, Choice, Choices, DataSettings, EvalSettings, PhaseSpec, RunSpec
+from harness.config.spec import SOURCE_KEYS, Choice, Choices, Component, DataSettings, EvalSettings, RunSpec
 from harness.data.objectives import Task
 from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError, IncompatiblePairing
@@ -179,12 +179,11 @@ def checked_phases(spec: RunSpec, model: Transformer, task: Task) -> tuple[Phase
                 f"trainer.max_steps={spec.trainer.max_steps}, in increasing order"
             )
         if phase.pos is not None:
-            scheme = _phase_scheme(phase, model, key)
+            scheme = _phase_scheme(phase.pos, f"{key}.pos={phase.pos_entry}", model)
         if phase.scaling is not None and phase.scaling not in scheme.length_scalings:
-            has = ", ".join(scheme.length_scalings) or "none"
             raise ConfigError(
                 f"{key}.scaling={phase.scaling}: the scheme in force then has no such length scaling "
-                f"(its scalings: {has})"
+                f"(its scalings: {', '.join(scheme.length_scalings) or 'none'})"
             )
         if phase.seq_len is not None:
             _check_seq_len(phase.seq_len, task, spec.data, key)
@@ -194,15 +193,15 @@ def checked_phases(spec: RunSpec, model: Transformer, task: Task) -> tuple[Phase
     return tuple(phases)
 
 
-def _phase_scheme(phase: PhaseSpec, model: Transformer, key: str) -> PositionalScheme:
-    assert phase.pos is not None
+def _phase_scheme(pos: Component, what: str, model: Transformer) -> PositionalScheme:
+    """A phase's scheme (``what``: ``phases[0].pos=none``), built on meta, paired with every layer's variant."""
     with torch.device("meta"):
-        scheme = phase.pos.build(model.pos.shape)
+        scheme = pos.build(model.pos.shape)
     try:
         check_layers(scheme, model.variants)
     except IncompatiblePairing as e:
-        raise IncompatiblePairing(f"{key}.pos={phase.pos_entry}: {e}") from None
-    _check_trainable(scheme, f"{key}.pos={phase.pos_entry}")
+        raise IncompatiblePairing(f"{what}: {e}") from None
+    _check_trainable(scheme, what)
     return scheme
 
 

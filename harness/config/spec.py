@@ -326,7 +326,20 @@ class TrainerSettings:
                 "every trainer.val_check_interval optimizer steps over the whole run (its training "
                 "loader is one epoch); leave it null and set trainer.val_check_interval"
             )
-        self._check_devices()
+        d = self.devices
+        if isinstance(d, int) and (d == 0 or d < -1):
+            raise ConfigError(f"trainer.devices={d} must be a positive count, -1 (all) or auto")
+        if isinstance(d, list) and not d:
+            raise ConfigError("trainer.devices=[] names no device; give a count, -1 (all), a list of ids or auto")
+        if isinstance(d, str) and d != "auto" and not d.replace(",", "").strip().isdigit():
+            raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
+        # Lightning's CPUAccelerator takes a count of processes only
+        if self.accelerator == "cpu" and (d == -1 or isinstance(d, list) or (isinstance(d, str) and "," in d)):
+            raise ConfigError(
+                f"trainer.devices={d} with trainer.accelerator=cpu: CPU processes are counted, not "
+                "listed (-1 and ids are for GPUs); give a positive count, e.g. trainer.devices=2, or "
+                "auto"
+            )
         self._check_strategy()
 
     def _check_strategy(self) -> None:
@@ -340,22 +353,6 @@ class TrainerSettings:
                     f"trainer.strategy={self.strategy!r} is not a Lightning strategy; use auto, "
                     f"{', '.join(n for n in names if '_find_unused' not in n)}"
                 )
-
-    def _check_devices(self) -> None:
-        d = self.devices
-        if isinstance(d, int) and (d == 0 or d < -1):
-            raise ConfigError(f"trainer.devices={d} must be a positive count, -1 (all) or auto")
-        if isinstance(d, list) and not d:
-            raise ConfigError("trainer.devices=[] names no device; give a count, -1 (all), a list of ids or auto")
-        if isinstance(d, str) and d != "auto" and not d.replace(",", "").strip().isdigit():
-            raise ConfigError(f"trainer.devices={d!r} must be a positive count, -1 (all), a list of ids or auto")
-        on_cpu = self.accelerator == "cpu"  # Lightning's CPUAccelerator takes a count of processes only
-        if on_cpu and (d == -1 or isinstance(d, list) or (isinstance(d, str) and "," in d)):
-            raise ConfigError(
-                f"trainer.devices={d} with trainer.accelerator=cpu: CPU processes are counted, not "
-                "listed (-1 and ids are for GPUs); give a positive count, e.g. trainer.devices=2, or "
-                "auto"
-            )
 
     @property
     def on_gpu(self) -> bool:
