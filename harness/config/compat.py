@@ -115,10 +115,13 @@ def _refusal(schemes: Layers, variants: Layers) -> str | None:
 
 
 def _grid(pairings: list[Pairing]) -> tuple[list[str], list[str], dict[tuple[str, str], Pairing], list[str]]:
-    pos = list(dict.fromkeys(c.pos for c in pairings))
-    attn = list(dict.fromkeys(c.attn for c in pairings))
-    reasons = list(dict.fromkeys(c.refusal for c in pairings if c.refusal))
-    return pos, attn, {(c.pos, c.attn): c for c in pairings}, reasons
+    """The rows, the columns, each pairing by (row, column), and the refusals' reasons, each once."""
+    return (
+        list(dict.fromkeys(c.pos for c in pairings)),
+        list(dict.fromkeys(c.attn for c in pairings)),
+        {(c.pos, c.attn): c for c in pairings},
+        list(dict.fromkeys(c.refusal for c in pairings if c.refusal)),
+    )
 
 
 def _mark(pairing: Pairing, reasons: list[str], yes: str, no: str) -> str:
