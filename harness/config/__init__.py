@@ -17,6 +17,8 @@ May import: harness.data, harness.model, harness.record (its store checks), harn
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 
 def precision_for(accelerator: str) -> str:
     """``${precision_for:${.accelerator}}`` in conf/trainer/ddp.yaml: bf16 autocast where it pays
@@ -25,11 +27,5 @@ def precision_for(accelerator: str) -> str:
     return "32-true" if str(accelerator) == "cpu" else "bf16-mixed"
 
 
-def register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("precision_for"):
-        OmegaConf.register_new_resolver("precision_for", precision_for)
-
-
-register_resolvers()
+if not OmegaConf.has_resolver("precision_for"):
+    OmegaConf.register_new_resolver("precision_for", precision_for)
