@@ -35,17 +35,10 @@ class Option:
     group: str
     name: str
     target: str  # the dotted path of the class its YAML names ("" for an option without one)
-    path: Path
+    node: dict  # its YAML, as written (its own keys; ``defaults`` not merged)
 
     def load(self) -> type:
         return locate(f"{self.group}._target_", self.target)
-
-    def node(self) -> dict:
-        """The option's YAML, as written (its own keys; ``defaults`` not merged)."""
-        import yaml
-
-        node = yaml.safe_load(self.path.read_text()) or {}
-        return node if isinstance(node, dict) else {}
 
 
 def locate(key: str, target: str) -> type:
@@ -103,9 +96,9 @@ def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = Tr
     for root in [CONF, *(Path(d).expanduser().absolute() for d in extra)]:  # the first one wins a name
         for path in sorted((root / group).glob("*.yaml")):
             node = yaml.safe_load(path.read_text()) or {}
-            target = node.get("_target_") if isinstance(node, dict) else None
-            if path.stem not in found and (target or not need_target):
-                found[path.stem] = Option(group, path.stem, str(target or ""), path)
+            node = node if isinstance(node, dict) else {}
+            if path.stem not in found and (node.get("_target_") or not need_target):
+                found[path.stem] = Option(group, path.stem, str(node.get("_target_") or ""), node)
     return dict(sorted(found.items()))
 
 
@@ -148,7 +141,7 @@ def option_node(group: str, name: str, key: str, extra: Sequence[str | Path] = (
         raise ConfigError(
             f"{key} names {name!r}, which is no {group} option; use names of conf/{group}/: {', '.join(found)}"
         )
-    node = found[name].node()
+    node = dict(found[name].node)
     merged: dict = {}
     for parent in node.pop("defaults", None) or []:
         if isinstance(parent, str) and parent != "_self_":
@@ -172,7 +165,7 @@ def options_with_key(key: str) -> list[str]:
         return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
 
     return [
-        f"{group}={name}" for name, option in options(group, need_target=False).items() if defines(option.node(), rest)
+        f"{group}={name}" for name, option in options(group, need_target=False).items() if defines(option.node, rest)
     ]
 
 
@@ -186,7 +179,7 @@ def nested_options_with_key(key: str) -> list[str]:
         f"{head}/{sub.name}={name}"
         for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
         for name, option in options(f"{head}/{sub.name}", need_target=False).items()
-        if rest in option.node()
+        if rest in option.node
     ]
 
 
@@ -201,7 +194,7 @@ def groups_listing(group: str) -> list[str]:
             return False
         return any(
             (isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
-            for d in found[name].node().get("defaults", [])
+            for d in found[name].node.get("defaults", [])
         )
 
     return [f"{parent}={name}" for name in found if holds(name)]
