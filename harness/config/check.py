@@ -102,7 +102,7 @@ def _check_optimizer(spec: RunSpec) -> None:
     spec.schedule.build()
     try:
         spec.optimizer.build([torch.zeros(1, requires_grad=True)])
+    except ConfigError:
+        raise
     except (ValueError, TypeError) as e:  # torch's own argument checks
-        if isinstance(e, ConfigError):
-            raise
         raise ConfigError(f"optim.optimizer: {' '.join(str(e).split())}; fix that value of optim.optimizer") from None
