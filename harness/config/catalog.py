@@ -37,9 +37,6 @@ class Option:
     target: str  # the dotted path of the class its YAML names ("" for an option without one)
     node: dict  # its YAML, as written (its own keys; ``defaults`` not merged)
 
-    def load(self) -> type:
-        return locate(f"{self.group}._target_", self.target)
-
 
 def locate(key: str, target: str) -> type:
     """The class a ``_target_`` names; a one-line ConfigError if it does not import."""
@@ -104,7 +101,7 @@ def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = Tr
 
 def option_classes(group: str, extra: Sequence[str | Path] = ()) -> dict[str, type]:
     """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
-    return {name: option.load() for name, option in options(group, extra).items()}
+    return {name: locate(f"{group}._target_", option.target) for name, option in options(group, extra).items()}
 
 
 def user_config_dirs(argv: list[str]) -> list[str]:
@@ -278,7 +275,7 @@ def render_catalogue(
     lines = []
     targets = targets or {}
     for group in GROUPS:
-        found = {name: option.load() for name, option in options(group, extra).items()}
+        found = option_classes(group, extra)
         if group in targets:
             cls = locate(f"{group}._target_", targets[group])
             check_interface(group, cls, targets[group])
