@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
@@ -28,14 +27,6 @@ INTERFACES = {
     "task": ("harness.data.objectives", "Task", "a task"),
 }
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
-
-
-@dataclass(frozen=True)
-class Option:
-    group: str
-    name: str
-    target: str  # the dotted path of the class its YAML names ("" for an option without one)
-    node: dict  # its YAML, as written (its own keys; ``defaults`` not merged)
 
 
 def locate(key: str, target: str) -> type:
@@ -84,24 +75,25 @@ def check_catalogue_args(flag: str, argv: list[str]) -> str:
     return fmt or "text"
 
 
-def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = True) -> dict[str, Option]:
+def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = True) -> dict[str, dict]:
     """Every option of ``group`` on the search path (conf/, then the user's config directories), by name, in name
-    order (``need_target``: only those that name a class, as a pos, attn or task option must)."""
+    order, as its YAML node is written (its own keys; ``defaults`` not merged); ``need_target``: only those that name
+    a class, as a pos, attn or task option must."""
     import yaml
 
-    found: dict[str, Option] = {}
+    found: dict[str, dict] = {}
     for root in [CONF, *(Path(d).expanduser().absolute() for d in extra)]:  # the first one wins a name
         for path in sorted((root / group).glob("*.yaml")):
             node = yaml.safe_load(path.read_text()) or {}
             node = node if isinstance(node, dict) else {}
             if path.stem not in found and (node.get("_target_") or not need_target):
-                found[path.stem] = Option(group, path.stem, str(node.get("_target_") or ""), node)
+                found[path.stem] = node
     return dict(sorted(found.items()))
 
 
 def option_classes(group: str, extra: Sequence[str | Path] = ()) -> dict[str, type]:
     """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
-    return {name: locate(f"{group}._target_", option.target) for name, option in options(group, extra).items()}
+    return {name: locate(f"{group}._target_", str(node["_target_"])) for name, node in options(group, extra).items()}
 
 
 def user_config_dirs(argv: list[str]) -> list[str]:
@@ -138,7 +130,7 @@ def option_node(group: str, name: str, key: str, extra: Sequence[str | Path] = (
         raise ConfigError(
             f"{key} names {name!r}, which is no {group} option; use names of conf/{group}/: {', '.join(found)}"
         )
-    node = dict(found[name].node)
+    node = dict(found[name])
     merged: dict = {}
     for parent in node.pop("defaults", None) or []:
         if isinstance(parent, str) and parent != "_self_":
@@ -161,9 +153,7 @@ def options_with_key(key: str) -> list[str]:
     def defines(node: object, parts: list[str]) -> bool:
         return not parts or (isinstance(node, dict) and parts[0] in node and defines(node[parts[0]], parts[1:]))
 
-    return [
-        f"{group}={name}" for name, option in options(group, need_target=False).items() if defines(option.node, rest)
-    ]
+    return [f"{group}={name}" for name, node in options(group, need_target=False).items() if defines(node, rest)]
 
 
 def nested_options_with_key(key: str) -> list[str]:
@@ -175,8 +165,8 @@ def nested_options_with_key(key: str) -> list[str]:
     return [
         f"{head}/{sub.name}={name}"
         for sub in sorted(p for p in (CONF / head).iterdir() if p.is_dir())
-        for name, option in options(f"{head}/{sub.name}", need_target=False).items()
-        if rest in option.node
+        for name, node in options(f"{head}/{sub.name}", need_target=False).items()
+        if rest in node
     ]
 
 
@@ -191,7 +181,7 @@ def groups_listing(group: str) -> list[str]:
             return False
         return any(
             (isinstance(d, dict) and sub in d) or (isinstance(d, str) and holds(d, seen | {name}))
-            for d in found[name].node.get("defaults", [])
+            for d in found[name].get("defaults", [])
         )
 
     return [f"{parent}={name}" for name in found if holds(name)]
