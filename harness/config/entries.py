@@ -160,5 +160,5 @@ def _phase(raw: object, index: int, own_name: str, own: Json, option_node: Optio
             f"none or 'rope(base=500000)'"
         )
     if isinstance(entry, str):
-        scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), option_node)[1]
+        _, scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), option_node)
     return made(PhaseSpec, {**raw, "key": key, "pos": scheme, "pos_entry": entry})
