@@ -44,8 +44,7 @@ class Built:
 
 def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, callbacks: Sequence[Callback]) -> Built:
     """Seed, then model → Trainer (its world size sizes the data, its rank decides who logs) → loaders."""
-    spec, task = checked.spec, checked.task
-    data = spec.data
+    spec, task, data = checked.spec, checked.task, checked.spec.data
     L.seed_everything(spec.seed, verbose=False)
     model = model_of(spec, checked.tokenizer.vocab_size, task)
     if spec.model.compile:
