@@ -5,7 +5,7 @@ Rooms (each says in its ``__init__`` what it owns and which rooms it may import)
   config/      the edge: load → RunSpec → check → build, the option catalogue, the matrix
   data/        what the model reads: corpora, tokenizers, windows, objectives, synthetic tasks, shards
   model/       the network and how it learns and is scored: transformer, LightningModule, evaluation
-  record/      the MLflow run record: store, the run's one owner, logger, resume, checkpoints, reconcile
+  record/      the MLflow run record: store, the run's one owner, logger, resume, checkpoints
   sweep/       multirun: the sweep's parent run, one cell per job, the report at the end, tuning
   pretrained/  RoPE scalings on a Hugging Face causal LM's own weights (``posbench hf-eval``), export
   bench/       benchmarks (``python -m harness.bench``)

@@ -64,7 +64,7 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
 
     from harness.config.build import build
     from harness.model.module import Throughput
-    from harness.record.logger import RunLogger, StepClock
+    from harness.record.callbacks import RunLogger, StepClock
 
     clock, throughput = StepClock(), Throughput(every=spec.trainer.log_every_n_steps)
     logger = RunLogger(run, clock)

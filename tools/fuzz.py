@@ -322,7 +322,7 @@ def damage_kinds(root: Path) -> list[Kind]:
     from harness.data.subword import BPE
     from harness.main import prepare_shards
     from harness.record.callbacks import CommittedCheckpoints
-    from harness.record.checkpoints import RunLink, checkpoint_step, latest_checkpoint
+    from harness.record.resume import RunLink, checkpoint_step, latest_checkpoint
     from harness.sweep.callback import SweepRecord
     from tests.helpers import tiny_export
 

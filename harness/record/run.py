@@ -5,8 +5,15 @@ store's one client, and closes it in a ``finally``: FINISHED, KILLED on Ctrl-C /
 with tags ``failure`` (incompatible | diverged | error) and a one-line ``failure_reason``. On DDP ranks
 other than 0 it is inert: every method does nothing, so no caller needs a rank guard.
 
-``mark_failed`` closes runs whose owner is gone (a SIGKILLed process, a job killed by the OOM killer);
-it lives here so that status writes stay in one module.
+``mark_failed`` closes runs whose owner is gone (a SIGKILLed process, a job killed by the OOM killer, power
+loss); it lives here so that status writes stay in one module. Two ways to know a RUNNING run is dead, each checked
+when a later process starts on the same store:
+- ``close_dead_runs``: the run's ``host`` tag is this machine and its ``pid`` no longer exists
+  (any run, whatever its config: plain runs, sweep cells, sweep parents);
+- ``close_stale_runs``: the run trains the same config (tag ``config_hash``) and the config's lock is
+  free — the kernel drops a flock when its holder dies, even by SIGKILL, on any host sharing the
+  filesystem.
+Both close the run FAILED with ``failure=killed`` and a reason naming who found it.
 
 Contract (reports depend on these names): run name ``pos=<p> attn=<a> seed=<s>``; tags ``pos attn task
 data seed git_sha corpus_sha256 host pid``; params = the flattened resolved config; metrics at the
@@ -36,7 +43,7 @@ FAILURE_KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (IncompatiblePairing, "incompatible"),
     (FloatingPointError, "diverged"),
 )
-PARAM_BATCH, METRIC_BATCH = 100, 1000  # MLflow's limits per log_batch call
+BATCH = {"params": 100, "metrics": 1000, "tags": 100}  # MLflow's limits per log_batch call
 
 WINDOWS_ARTIFACT = "val_windows.json"  # the final validation per window: {"loss_sum": [...], "tokens": [...]}
 
@@ -50,11 +57,6 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
     kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)), ("error", exc))
     reason = " ".join(f"{type(cause).__name__}: {cause}".split())  # one line, for the runs table
     return {"failure": kind, "failure_reason": reason[:1000]}
-
-
-def process_tags() -> dict[str, str]:
-    """Who owns a run: a later start on the same host closes it if that process is gone."""
-    return {"host": socket.gethostname(), "pid": str(os.getpid())}
 
 
 def git_sha() -> str:
@@ -101,7 +103,7 @@ class TrackedRun:
         self.run_id: str | None = None
         self.owner = True  # False on DDP ranks other than 0: then every method does nothing
         self.closed = False
-        # per metric, the last step already in the store when a run is reopened (see record/logger.py)
+        # per metric, the last step already in the store when a run is reopened (see record/callbacks.py)
         self.logged_through: dict[str, int] = {}
 
     @property
@@ -144,14 +146,17 @@ class TrackedRun:
         self.owner = owner
         if not owner or self.opened:
             return
-        client, tags = self.store.client, {**tags, **self.tags, **process_tags()}
+        # host and pid say who owns the run: a later start on the same host closes it if that process is gone
+        tags = {**tags, **self.tags, "host": socket.gethostname(), "pid": str(os.getpid())}
         with held():  # a stop meanwhile would leave a RUNNING row this object does not know
             if reopen:
                 self.run_id = reopen
                 self._reopen(tags)
             else:
                 exp = self.store.experiment_id(self.experiment)
-                self.run_id = client.create_run(exp, run_name=self.name, tags={**tags, MARK_TAG: "1"}).info.run_id
+                self.run_id = self.store.client.create_run(
+                    exp, run_name=self.name, tags={**tags, MARK_TAG: "1"}
+                ).info.run_id
                 self.log_params(params)
 
     def _reopen(self, tags: dict[str, str]) -> None:
@@ -190,7 +195,7 @@ class TrackedRun:
         import sqlite3
 
         from harness.errors import StoreDamaged, damaged_store_line
-        from harness.record.store import damage_of, sqlite_path
+        from harness.record.store import damage_of, is_locked, sqlite_path
 
         db = sqlite_path(self.uri)
         if db is None or not db.exists():
@@ -203,8 +208,7 @@ class TrackedRun:
                 why = damage_of(db)
                 conn.rollback()
         except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
-            busy = (getattr(e, "sqlite_errorname", None) or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
-            why = None if busy else " ".join(str(e).split())
+            why = None if is_locked(e) else " ".join(str(e).split())
         if why:
             raise StoreDamaged(damaged_store_line(str(db), why))
 
@@ -223,15 +227,11 @@ class TrackedRun:
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, v) for k, v in params.items()]
-        for i in range(0, len(items), PARAM_BATCH):
-            self._write(params=items[i : i + PARAM_BATCH])
+        self._write("params", [Param(k, v) for k, v in params.items()])
 
     def log_metrics(self, metrics: Iterable) -> None:
-        """``mlflow.entities.Metric`` points, in batches."""
-        points = list(metrics)
-        for i in range(0, len(points), METRIC_BATCH):
-            self._write(metrics=points[i : i + METRIC_BATCH])
+        """``mlflow.entities.Metric`` points."""
+        self._write("metrics", list(metrics))
 
     def log_scalars(self, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -242,8 +242,7 @@ class TrackedRun:
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        if tags:
-            self._write(tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        self._write("tags", [RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
     def log_files(self, files: Mapping[str, str | bytes], subdir: str | None = None) -> None:
         """Artifacts from memory: name -> text or bytes."""
@@ -259,9 +258,11 @@ class TrackedRun:
         if self._writable:
             self.store.client.log_artifacts(self.run_id, str(directory))
 
-    def _write(self, **batch) -> None:
+    def _write(self, kind: str, items: list) -> None:
+        """``items`` of one ``kind`` (params, metrics or tags), in batches of MLflow's limit."""
         if self._writable:
-            self.store.client.log_batch(self.run_id, **batch)
+            for i in range(0, len(items), BATCH[kind]):
+                self.store.client.log_batch(self.run_id, **{kind: items[i : i + BATCH[kind]]})
 
 
 def mark_failed(store: Store, run_id: str, kind: str, reason: str) -> None:
@@ -275,3 +276,52 @@ def terminate(store: Store, run_id: str, status: str) -> None:
     """Close run ``run_id`` with ``status`` and seal its record (harness/integrity.py)."""
     store.client.set_terminated(run_id, status=status)
     seal(store.client, run_id)
+
+
+# ---------------------------------------------------------------- runs whose process died
+
+KILLED_REASON = (
+    "the process training this run died without closing it (SIGKILL, OOM or power loss); "
+    "found RUNNING with no live process by {by}"
+)
+
+
+def close_stale_runs(store: Store, experiment: str, config_hash: str, keep: str | None, by: str) -> None:
+    """This config's RUNNING runs other than ``keep``. Call only while holding the config's lock,
+    i.e. when no live process (on this filesystem) trains it."""
+    runs = store.search(experiment, f"tags.config_hash = '{config_hash}' and attributes.status = 'RUNNING'")
+    _close([r for r in runs if r.info.run_id != keep], store, by)
+
+
+def close_dead_runs(store: Store, experiment: str, keep: str | None = None) -> None:
+    """RUNNING runs of ``experiment`` owned by a process of this host that no longer exists."""
+    host = socket.gethostname()
+    dead = [
+        r
+        for r in store.search(experiment, "attributes.status = 'RUNNING'")
+        if r.info.run_id != keep
+        and r.data.tags.get("host") == host
+        and r.data.tags.get("pid", "").isdigit()
+        and not alive(int(r.data.tags["pid"]))
+    ]
+    _close(dead, store, "a later start on this store (its process is gone)")
+
+
+def _close(runs: list, store: Store, by: str) -> None:
+    for run in runs:
+        mark_failed(store, run.info.run_id, "killed", KILLED_REASON.format(by=by))
+        print(
+            f"reconciled: MLflow run {run.info.run_id} was left RUNNING by a dead process; now FAILED (failure=killed)"
+        )
+
+
+def alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True

@@ -4,15 +4,27 @@
 ``sqlite:///<project root>/mlflow.db``). ``check_store`` says, quickly and without importing MLflow,
 whether MLflow could open it (the config room calls it before anything is built). ``Store.open``
 gives the process's one retrying client for a URI.
+
+Retries: two jobs writing one sqlite file (``hydra/launcher=joblib``, or two ``run.py`` at once) take
+turns on its single write lock. MLflow sets ``busy_timeout`` (20 s), but SQLite does not wait
+for a lock when waiting could deadlock (a read transaction upgrading to a write while another
+writer holds the lock): that call fails at once with "database is locked". The transaction was
+rolled back, so calling again is safe. Backoff is exponential with full jitter (two writers
+that collided should not collide again in lock-step) and bounded, so a store that stays locked
+still fails loudly instead of hanging a job.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import random
+import sys
+import time
 import urllib.error
 import urllib.request
-from functools import cache
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
@@ -142,8 +154,7 @@ def damage_of(db: Path) -> str | None:
             verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.OperationalError as e:
         # sqlite_errorname: Python 3.11+ (on 3.10 an error is never taken for a busy store)
-        busy = (getattr(e, "sqlite_errorname", None) or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
-        return None if busy else str(e)  # a busy store is not a damaged one
+        return None if is_locked(e) else str(e)  # a busy store is not a damaged one
     except sqlite3.DatabaseError as e:
         return str(e)
     return None if verdict == "ok" else verdict
@@ -180,7 +191,62 @@ def check_writable_dir(path: Path, key: str, fix: str) -> None:
         raise ConfigError(f"{key}: {path} is not writable; {fix}")
 
 
-# ---------------------------------------------------------------- the client
+# ---------------------------------------------------------------- the client, retrying a locked store
+
+LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # sqlite's result codes for a store another writer holds
+
+
+def is_locked(exc: BaseException) -> bool:
+    """True if ``exc`` or anything in its cause chain is SQLite's lock error (by its result code, which Python's
+    sqlite3 errors carry under MLflow's and SQLAlchemy's)."""
+    link: BaseException | None = exc
+    for _ in range(10):
+        if link is None:
+            return False
+        if (getattr(link, "sqlite_errorname", None) or "").startswith(LOCKED):
+            return True
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def retry_locked(
+    fn: Callable, attempts: int = 10, base: float = 0.05, cap: float = 4.0, sleep: Callable[[float], None] = time.sleep
+) -> Callable:
+    """``fn`` called again after a locked-store error: at most ``attempts`` calls, sleeping a
+    uniform random time in [0, min(cap, base·2^i)] before retry i (~20 s worst case in all)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        for i in range(attempts):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if not is_locked(e) or i == attempts - 1:
+                    raise
+                delay = random.uniform(0, min(cap, base * 2**i))
+                print(
+                    f"mlflow store locked ({getattr(fn, '__name__', 'call')}); retry {i + 1} in {delay:.2f} s",
+                    file=sys.stderr,
+                )
+                sleep(delay)
+
+    return call
+
+
+class RetryingClient:
+    """An MlflowClient whose every method retries on a locked store (metric batches, params,
+    tags, status, searches: each is one transaction, so each retries alone)."""
+
+    def __init__(self, client: Any):
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_client":
+            # unpickling (joblib, submitit ship the sweep callback) looks up __setstate__ & co.
+            # before _client exists; delegating those would recurse forever
+            raise AttributeError(name)
+        attr = getattr(self._client, name)
+        return retry_locked(attr) if callable(attr) else attr
 
 
 class Store:
@@ -190,9 +256,31 @@ class Store:
         self.uri, self.client = uri, client
 
     @staticmethod
+    @functools.cache
     def open(uri: str) -> Store:
         """The process's store for ``uri`` (one client per URI and process)."""
-        return _open(uri)
+        import logging
+
+        from mlflow.tracking import MlflowClient
+
+        from harness.integrity import SealedClient
+
+        # MLflow logs each database error with its traceback, then raises it: the exception is what we report
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+        check_store(uri)
+        db = sqlite_path(uri)
+        if db is None:
+            return Store(uri, SealedClient(RetryingClient(MlflowClient(tracking_uri=uri))))
+        db.parent.mkdir(parents=True, exist_ok=True)
+        # MLflow creates and migrates a new sqlite store when a process first opens it; two processes
+        # doing that at once race in its alembic migration ("table _alembic_tmp_... already exists",
+        # "expected to match one row"), so they take turns opening it.
+        with open(db.with_name(db.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)
+        return Store(uri, SealedClient(RetryingClient(client)))  # two jobs may share one sqlite file
 
     def experiment_id(self, name: str) -> str:
         """The experiment's id, created (with its artifacts beside a sqlite store) if missing."""
@@ -214,30 +302,3 @@ class Store:
         """Runs of ``experiment`` matching the filter ``where``; [] if the experiment does not exist."""
         exp = self.client.get_experiment_by_name(experiment)
         return [] if exp is None else list(self.client.search_runs([exp.experiment_id], where, **kwargs))
-
-
-@cache
-def _open(uri: str) -> Store:
-    import logging
-
-    from mlflow.tracking import MlflowClient
-
-    from harness.integrity import SealedClient
-    from harness.record.retry import RetryingClient
-
-    # MLflow logs each database error with its traceback, then raises it: the exception is what we report
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-
-    check_store(uri)
-    db = sqlite_path(uri)
-    if db is None:
-        return Store(uri, SealedClient(RetryingClient(MlflowClient(tracking_uri=uri))))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    # MLflow creates and migrates a new sqlite store when a process first opens it; two processes
-    # doing that at once race in its alembic migration ("table _alembic_tmp_... already exists",
-    # "expected to match one row"), so they take turns opening it.
-    with open(db.with_name(db.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        client = MlflowClient(tracking_uri=uri)
-        client.search_experiments(max_results=1)
-    return Store(uri, SealedClient(RetryingClient(client)))  # two jobs may share one sqlite file

@@ -35,8 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import integrity
 from harness.errors import ConfigError, MachineFault, write_failure
-from harness.record.reconcile import alive, close_dead_runs
-from harness.record.run import TrackedRun, git_sha, mark_failed, terminate
+from harness.record.run import TrackedRun, alive, close_dead_runs, git_sha, mark_failed, terminate
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 from harness.signals import Stopped, stopped
 from harness.signals import exit_code as stop_code

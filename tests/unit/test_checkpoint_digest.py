@@ -11,7 +11,7 @@ import torch
 from harness.errors import ConfigError
 from harness.integrity import seal_path
 from harness.record.callbacks import CommittedCheckpoints
-from harness.record.checkpoints import checkpoint_step, latest_checkpoint, remove_checkpoints
+from harness.record.resume import checkpoint_step, latest_checkpoint, remove_checkpoints
 
 
 class Trainer:
@@ -89,7 +89,7 @@ def test_a_damaged_run_record_is_one_line_naming_it(tmp_path, damage):
     import json
 
     from harness.errors import ConfigError
-    from harness.record.checkpoints import LINK, RunLink
+    from harness.record.resume import LINK, RunLink
     from harness.sweep.callback import RECORD, SweepRecord
 
     RunLink("r1", "h", "sqlite:///x.db", "e").save(tmp_path)

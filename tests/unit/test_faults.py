@@ -31,7 +31,7 @@ def locked_error():
 
 
 def test_locked_store_is_retried_with_growing_jittered_waits():
-    from harness.record.retry import retry_locked
+    from harness.record.store import retry_locked
 
     calls, waits = [], []
 
@@ -49,7 +49,7 @@ def test_locked_store_is_retried_with_growing_jittered_waits():
 def test_retries_are_bounded_and_other_errors_are_not_retried():
     from mlflow.exceptions import MlflowException
 
-    from harness.record.retry import retry_locked
+    from harness.record.store import retry_locked
 
     calls = []
 
@@ -73,8 +73,7 @@ def test_retries_are_bounded_and_other_errors_are_not_retried():
 
 def test_client_methods_are_wrapped(store, monkeypatch):
     from harness.integrity import SealedClient
-    from harness.record.retry import RetryingClient
-    from harness.record.store import Store
+    from harness.record.store import RetryingClient, Store
 
     client = Store.open(store).client
     assert isinstance(client, SealedClient) and isinstance(client.raw, RetryingClient)  # seals checked, then retried

@@ -152,7 +152,7 @@ def test_resuming_a_damaged_record_is_refused_or_started_anew(tmp_path, monkeypa
     """resume=true on a run whose record changed since it closed: its one line; resume=auto (a sweep's cells): one
     warning, and the run starts anew (nothing is resumed into a damaged record)."""
     from harness.record import resume
-    from harness.record.checkpoints import RunLink
+    from harness.record.resume import RunLink
     from tests.helpers import spec
 
     db, run_id, client = _store(tmp_path)

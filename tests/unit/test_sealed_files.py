@@ -108,7 +108,7 @@ def test_a_best_json_from_before_seals_is_read_as_it_is(tmp_path):
 
 @pytest.mark.parametrize("kind", ["run.json", "mlflow_sweep.json"])
 def test_a_record_whose_seal_key_itself_was_damaged_is_not_taken_for_one_from_before_seals(tmp_path, kind):
-    from harness.record.checkpoints import RunLink
+    from harness.record.resume import RunLink
     from harness.sweep.callback import SweepRecord
 
     record = (
