@@ -50,9 +50,14 @@ def heatmap(grid: np.ndarray, title: list[str]) -> bytes:
     for (layer, head), value in np.ndenumerate(grid):
         light = hi == lo or (value - lo) / (hi - lo) > 0.6  # viridis is light at the top of its range
         ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=8, color="black" if light else "white")
-    ax.set_xticks(range(H), [str(h) for h in range(H)])
-    ax.set_yticks(range(L), [str(layer) for layer in range(L)])
-    ax.set(xlabel="head", ylabel="layer")
+    ax.set(
+        xticks=range(H),
+        xticklabels=[str(h) for h in range(H)],
+        yticks=range(L),
+        yticklabels=[str(layer) for layer in range(L)],
+        xlabel="head",
+        ylabel="layer",
+    )
     fig.colorbar(image, ax=ax)
     fig.suptitle("\n".join(title), fontsize=9)
     return png(fig)
@@ -67,8 +72,9 @@ def by_offset(diag, T: int, note: list[str]) -> bytes:
         profile = np.nanmean(s.offset_profile.numpy(), axis=0)  # (2T − 1,)
         ax.plot(offsets, np.where(profile > 0, profile, np.nan), label=f"layer {layer}", lw=1.2)
     ax.axhline(1 / T, color="grey", ls=":", label=f"uniform over {T} keys")
-    ax.set_yscale("log")
-    ax.set(xlabel="offset i − j (tokens; > 0: the key precedes the query)", ylabel="mean attention weight")
+    ax.set(
+        yscale="log", xlabel="offset i − j (tokens; > 0: the key precedes the query)", ylabel="mean attention weight"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.suptitle("\n".join(["Attention weight by relative offset (mean over queries and heads)", *note]), fontsize=9)
@@ -84,8 +90,7 @@ def maps(diag, note: list[str]) -> bytes:
         image = diag.maps[layer][head].numpy()
         top = float(np.quantile(image, 0.995)) or None  # a few peaked entries would leave the rest dark
         ax.imshow(image, cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
         ax.set_title(f"layer {layer} · head {head}", fontsize=7)
     fig.suptitle(
         "\n".join(

@@ -233,8 +233,8 @@ def evaluate_parts(module, task, corpus, batch_size: int) -> tuple[dict[str, flo
 
 def accuracy_table(results: TaskResults) -> str:
     """The final model's accuracies per length, each beside its position-blind baseline [in brackets]."""
-    blind = bool(results.blind)
-    lines = ["task accuracy by length" + (" [position-blind baseline, harness/data/tasks/blind.py]" if blind else "")]
+    baseline = " [position-blind baseline, harness/data/tasks/blind.py]" if results.blind else ""
+    lines = ["task accuracy by length" + baseline]
     for n in sorted({*results.accuracy, *results.skipped}):
         if n in results.skipped:
             lines.append(f"  L={n:<5} skipped: {results.skipped[n]}")

@@ -107,12 +107,15 @@ def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings,
     for method in settings.scalings:
         out.conditions[f"{method}/"] = score(lambda length, m=method: pos.rescaled(m, length))
     if settings.finetune_steps:
-        tune_length = settings.tune_length
         trained = {k: v.detach().clone() for k, v in module.model.state_dict().items()}
         for method in settings.scalings:
-            with pos.rescaled(method, tune_length, in_training=True):
-                out.finetune_losses[method] = finetune(module, corpus, objective, data, settings, tune_length, seed)
-            out.conditions[f"finetuned/{method}/"] = score(lambda length, m=method: pos.rescaled(m, tune_length))
+            with pos.rescaled(method, settings.tune_length, in_training=True):
+                out.finetune_losses[method] = finetune(
+                    module, corpus, objective, data, settings, settings.tune_length, seed
+                )
+            out.conditions[f"finetuned/{method}/"] = score(
+                lambda length, m=method: pos.rescaled(m, settings.tune_length)
+            )
             module.model.load_state_dict(trained)  # every scaling fine-tunes the same trained weights
     return out
 

@@ -61,11 +61,10 @@ class LanguageModel(L.LightningModule):
 
     def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
-        n = (batch["labels"] != IGNORE).sum()
         out = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
         wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
         loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
-        return loss, n, out
+        return loss, (batch["labels"] != IGNORE).sum(), out
 
     def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each; the logits."""
@@ -107,9 +106,9 @@ class LanguageModel(L.LightningModule):
             )
         self.log("train/loss", mean, prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
-        every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning, undeclared on Trainer
-        if (self.global_step + 1) % every == 0:  # the steps Lightning writes its rows at (its logger connector:
-            self.log_dict(self.model.diagnostics())  # batches stepped + 1); else 9 late
+        # the steps Lightning writes its rows at (its logger connector: batches stepped + 1); else 9 late
+        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]  # undeclared
+            self.log_dict(self.model.diagnostics())
         return loss
 
     def on_validation_epoch_start(self):
@@ -140,15 +139,14 @@ class LanguageModel(L.LightningModule):
         counts: tuple[torch.Tensor | int, ...] = (0, 0, 0)  # right sequences, sequences, right scored tokens
         sums, tokens, logits = self._window_losses(batch["plain"])
         self._windows.append(torch.stack([sums, tokens.double()], 1))
-        loss_sum, n = sums.sum(), tokens.sum()
         if self.scores_sequences:  # exact match needs the logits
             assert logits is not None
             counts = (exact_match(logits, labels).sum(), len(labels), token_hits(logits, labels)[0])
         shuffled_sum, shuffled_n = self._loss_sum(batch["shuffled"])
         self._val += torch.stack(
             [
-                loss_sum.double(),
-                n.double(),
+                sums.sum().double(),
+                tokens.sum().double(),
                 shuffled_sum.double(),
                 shuffled_n.double(),
                 *(torch.as_tensor(x, dtype=torch.float64, device=self.device) for x in counts),
@@ -157,8 +155,9 @@ class LanguageModel(L.LightningModule):
 
     def on_validation_epoch_end(self):
         self._unscaled.close()
-        sums = self.trainer.strategy.reduce(self._val, reduce_op="sum").tolist()
-        total, n, shuffled, shuffled_n, right, sequences, tokens_right = sums
+        total, n, shuffled, shuffled_n, right, sequences, tokens_right = self.trainer.strategy.reduce(
+            self._val, reduce_op="sum"
+        ).tolist()
         windows = self._gathered_windows()
         loss = total / n  # nats per predicted token, weighted by tokens, not batches
         metrics = {
@@ -180,8 +179,7 @@ class LanguageModel(L.LightningModule):
         set's order: with DDP rank r scored windows r, r + W, r + 2W, … (UnrepeatedDistributedSampler), so the
         ranks' rows, padded to one length, interleave back."""
         local = torch.cat(self._windows) if self._windows else torch.zeros(0, 2, dtype=torch.float64)
-        world = self.trainer.world_size
-        if world == 1:
+        if self.trainer.world_size == 1:
             return local.cpu()
         longest = int(
             self.trainer.strategy.reduce(torch.tensor(float(len(local)), device=self.device), reduce_op="max")
@@ -195,8 +193,9 @@ class LanguageModel(L.LightningModule):
         decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]  # biases, norms
         optimizer = self.make_optimizer([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
-        total = self.trainer.max_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(self.schedule.factor, total_steps=total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, partial(self.schedule.factor, total_steps=self.trainer.max_steps)
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 

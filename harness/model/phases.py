@@ -99,8 +99,7 @@ class PositionPhases(L.Callback):
         self._scaled.close()
         self._own = self._own or model.pos
         scheme = self._own if state.pos_from < 0 else self._scheme(state.pos_from, module)
-        if model.pos is not scheme:
-            model.pos = scheme
+        model.pos = scheme
         module.scaled_in_training = state.scaling is not None
         if state.scaling is not None:
             method, factor = state.scaling

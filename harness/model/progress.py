@@ -8,7 +8,7 @@ one line every ``trainer.progress_every_n_steps`` optimizer steps and one at eac
 per batch. ``trainer.enable_progress_bar=false`` still shows nothing.
 
 A redirected run also drops Lightning's one-time INFO banners (GPU/TPU availability, a LitLogger tip,
-"fit stopped"), which say nothing about the run; its warnings stay (``quiet_lightning_info``).
+"fit stopped"), which say nothing about the run; its warnings stay (``LIGHTNING_INFO_LOGGERS``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ def progress_callbacks(mode: str, every: int, enabled: bool = True, stream: Text
     ``trainer.enable_progress_bar`` is false. auto: a bar if ``stream`` (stdout) is a terminal, else lines."""
     stream = stream or sys.stdout
     quiet_lightning_pytree()
-    if not _isatty(stream):
-        quiet_lightning_info()
+    if not _isatty(
+        stream
+    ):  # Lightning's INFO lines off, WARNING and above kept (its docs: "Configure console logging")
+        for name in LIGHTNING_INFO_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     if not enabled:
         return []
     if mode == "auto":
@@ -48,12 +51,6 @@ def progress_callbacks(mode: str, every: int, enabled: bool = True, stream: Text
 
 def rich_available() -> bool:
     return importlib.util.find_spec("rich") is not None
-
-
-def quiet_lightning_info() -> None:
-    """Lightning's INFO lines off, WARNING and above kept (Lightning's docs: "Configure console logging")."""
-    for name in LIGHTNING_INFO_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def quiet_lightning_pytree() -> None:

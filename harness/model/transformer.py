@@ -115,13 +115,6 @@ class Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, T, C))
 
 
-class FeedForward(nn.Sequential):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(
-            nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
-        )
-
-
 class SwiGLU(nn.Module):
     """(Swish(x W) ⊙ x V) W₂, Shazeer 2020 Eq. 6 (Swish = SiLU, β = 1): W, V fused into one C → 2F layer."""
 
@@ -141,7 +134,15 @@ class Block(nn.Module):
         self.pre = cfg.norm == "pre"
         self.norm1, self.norm2 = cfg.norm_layer(cfg.d_model), cfg.norm_layer(cfg.d_model)
         self.attn = Attention(cfg, variant, temperature)
-        self.ff = SwiGLU(cfg) if cfg.mlp == "swiglu" else FeedForward(cfg)
+        self.ff = (
+            SwiGLU(cfg)
+            if cfg.mlp == "swiglu"
+            else nn.Sequential(  # GELU's: W₂ GELU(x W₁)
+                nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias),
+                nn.GELU(),
+                nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias),
+            )
+        )
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, ctx: AttentionContext) -> Tensor:
@@ -166,16 +167,16 @@ class Transformer(nn.Module):
         self.cfg, self.causal = cfg, causal
         shape = Shape(cfg.d_model, cfg.n_heads, cfg.n_layers, max_len, causal, cfg.restart_positions, cfg.document_mask)
         self.pos = LayeredScheme(shape, pos) if isinstance(pos, LayerPattern) else pos(shape)
-        variants = (
+        # each block's variant, typed (the blocks hold and register them)
+        self.variants = (
             attn.variants(shape) if isinstance(attn, LayerPattern) else [attn(shape) for _ in range(cfg.n_layers)]
         )
-        check_layers(self.pos, variants)  # the built scheme: its options may change its declaration
+        check_layers(self.pos, self.variants)  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            Block(cfg, v, _temperature(cfg, self.pos, layer, max_len)) for layer, v in enumerate(variants)
+            Block(cfg, v, _temperature(cfg, self.pos, layer, max_len)) for layer, v in enumerate(self.variants)
         )
-        self.variants = variants  # each block's, typed (the blocks hold and register them)
         self.norm_f = cfg.norm_layer(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.head: nn.Module = nn.Identity()
         self.head_bias: nn.Parameter | None = None
@@ -218,13 +219,12 @@ class Transformer(nn.Module):
         still costs a bias scheme's step a mask pass).
         document_ids: (B, T), equal within each packed document, or None (each row one document): read only under
         model.restart_positions (positions restart per document, (B, T)) and model.document_mask."""
-        T = input_ids.shape[1]
         if document_ids is not None and self.pos.shape.restart_positions:
             positions = document_positions(document_ids)  # (B, T): each document's tokens at 0, 1, …
         else:
-            positions = self.pos.positions(T, input_ids.device)  # (T,): 0 … T−1, or a training-time sample
+            positions = self.pos.positions(input_ids.shape[1], input_ids.device)  # (T,): 0 … T−1, or a sample
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
-        isolate = document_ids if self.pos.shape.document_mask else None
+        isolate = document_ids if self.pos.shape.document_mask else None  # attention kept inside each document
         base = AttentionContext(causal=self.causal, key_padding_mask=key_padding_mask, document_ids=isolate)
         n = len(self.blocks)
         rotaries, biases = self.pos.rotaries(positions, n), self.pos.logit_biases(positions, n)  # one per layer

@@ -76,10 +76,9 @@ class CommittedCheckpoints(L.Callback):
         self._committed = 0  # the step of the last committed checkpoint (0: none yet)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if step == 0 or step % self.every or step == self._saved_step:
-            return  # not due, or a further micro-batch of gradient accumulation
-        self._save(trainer, step)
+        step = trainer.global_step  # not due, or a further micro-batch of gradient accumulation: no save
+        if not (step == 0 or step % self.every or step == self._saved_step):
+            self._save(trainer, step)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
         self._commit(trainer)

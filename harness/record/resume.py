@@ -28,7 +28,6 @@ Why no metric point is written twice or lost:
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import json
 import os
@@ -107,8 +106,7 @@ class DirLock:
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
-    found = sorted(directory.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[1]))
-    return found[-1] if found else None
+    return max(directory.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[1]), default=None)
 
 
 def checkpoint_step(path: Path) -> int:
@@ -139,11 +137,9 @@ def remove_checkpoints(directory: Path) -> None:
 
 def config_hash(values: dict, uri: str) -> str:
     """sha256 of the resolved config ``values`` minus volatile keys, plus the store it is logged to."""
-    resolved = copy.deepcopy(values)
-    for key in VOLATILE:
-        resolved.pop(key, None)
-    for key in VOLATILE_TRAINER:
-        resolved.get("trainer", {}).pop(key, None)
+    resolved = {k: v for k, v in values.items() if k not in VOLATILE}
+    if "trainer" in resolved:
+        resolved["trainer"] = {k: v for k, v in resolved["trainer"].items() if k not in VOLATILE_TRAINER}
     payload = json.dumps({"config": resolved, "tracking_uri": uri}, sort_keys=True, default=str)
     return integrity.sha256(payload)[:16]
 

@@ -101,13 +101,9 @@ def _check_sqlite(uri: str) -> None:
             f"tracking URI {uri!r} is a link to {os.readlink(db)}, which does not exist; point the "
             "link at the store, or logger.tracking_uri at the store's real path"
         )
-    if db.exists():
-        _check_database_file(db, uri)
-    else:
+    if not db.exists():
         check_writable_dir(db.parent, "logger.tracking_uri", "point it at a directory you can write")
-
-
-def _check_database_file(db: Path, uri: str) -> None:
+        return
     try:
         with open(db, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))

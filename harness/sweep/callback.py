@@ -124,9 +124,7 @@ def _stages(config: DictConfig) -> str:
 def exit_code(statuses: list[str]) -> int:
     if any(s not in OK_STATUSES for s in statuses):
         return 1
-    if "finished" not in statuses:
-        return 2  # nothing trained: like a single run with a bad config
-    return 0
+    return 0 if "finished" in statuses else 2  # 2: nothing trained, like a single run with a bad config
 
 
 class MlflowSweep(Callback):
@@ -183,11 +181,9 @@ class MlflowSweep(Callback):
             },
             {},
         )
-        parent_id = self.parent.run_id
-        if parent_id is None:
-            raise RuntimeError("the sweep's parent run did not start")
-        close_dead_runs(self.parent.store, config.logger.experiment, keep=parent_id)  # killed earlier
-        self.record = SweepRecord(parent_id, sweep_id, uri, config.logger.experiment, swept)
+        assert self.parent.run_id is not None, "start creates the run or raises"
+        close_dead_runs(self.parent.store, config.logger.experiment, keep=self.parent.run_id)  # killed earlier
+        self.record = SweepRecord(self.parent.run_id, sweep_id, uri, config.logger.experiment, swept)
         atexit.register(self._abort)  # no parent left RUNNING if the sweep dies before its end
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # SIGTERM would skip atexit
             self.previous_sigterm = signal.signal(signal.SIGTERM, _stop)
@@ -281,17 +277,18 @@ class MlflowSweep(Callback):
         store, host = self.parent.store, socket.gethostname()
         where = f"tags.sweep_id = '{self.record.sweep_id}' and attributes.status = 'RUNNING'"
         try:
-            cells = [r for r in store.search(self.record.experiment, where) if r.info.run_id != self.parent.run_id]
-            pids = {
+            pids = {  # the cells' processes on this host, other than this one
                 int(r.data.tags["pid"])
-                for r in cells
-                if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()
-            }
-            for pid in pids - {os.getpid()}:
+                for r in store.search(self.record.experiment, where)
+                if r.info.run_id != self.parent.run_id
+                and r.data.tags.get("host") == host
+                and r.data.tags.get("pid", "").isdigit()
+            } - {os.getpid()}
+            for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + grace_s
-            while any(alive(pid) for pid in pids - {os.getpid()}) and time.monotonic() < deadline:
+            while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
                 time.sleep(0.2)
             for run in store.search(self.record.experiment, where):
                 if run.info.run_id != self.parent.run_id:
@@ -324,11 +321,10 @@ def job_sweep_tags() -> dict[str, str]:
 
 def dashboard(record: SweepRecord, experiment_id: str) -> str:
     """The command that serves the UI, and the pages of exactly this sweep: its cells and its parent."""
-    cells = dashboard_url(experiment_id, search=f"tags.sweep_id = '{record.sweep_id}'")
     return "\n".join(
         [
             f"dashboard:  {dashboard_command(record.tracking_uri)}",
-            f"  cells:    {cells}",
+            f"  cells:    {dashboard_url(experiment_id, search=f'tags.sweep_id = {record.sweep_id!r}')}",
             f"  report:   {dashboard_url(experiment_id, record.parent_run_id)}",
         ]
     )

@@ -67,7 +67,13 @@ def train_cell(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
             MachineFault.seen = "the tracking store was damaged while a cell wrote to it"
             raise MachineFault(1) from None
         if not run.opened and is_rank_zero():  # refused before its run existed: record it
-            record_refusal(run, spec, e)
+            try:
+                run.record_refusal(cell_tags(spec), flatten(spec.values), e)
+            except Exception as bad:  # e.g. the store itself is what was refused
+                print(
+                    f"warning: could not record the refused cell in MLflow ({type(bad).__name__}: {bad})",
+                    file=sys.stderr,
+                )
         failure = failure_tags(e)
         if failure["failure"] == "error":  # a crash: the traceback is what one needs to fix it
             traceback.print_exc()
@@ -78,13 +84,6 @@ def train_cell(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
     return summary.val_loss
 
 
-def record_refusal(run: TrackedRun, spec: RunSpec, exc: BaseException) -> None:
-    try:
-        run.record_refusal(cell_tags(spec), flatten(spec.values), exc)
-    except Exception as e:  # e.g. the store itself is what was refused
-        print(f"warning: could not record the refused cell in MLflow ({type(e).__name__}: {e})", file=sys.stderr)
-
-
 def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
     """A re-run sweep does not retrain a cell whose exact config already FINISHED in this store:
     that run is adopted as a child of this sweep and its final val loss returned. Unfinished
@@ -93,14 +92,20 @@ def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
         return None
     try:
         store = Store.open(resolve_tracking_uri(spec.logger.tracking_uri))
-        run = finished_run(spec.values, spec.logger.experiment, store)
+        runs = store.search(  # the latest FINISHED run of this exact config
+            spec.logger.experiment,
+            f"tags.config_hash = '{config_hash(spec.values, store.uri)}' and attributes.status = 'FINISHED'",
+            max_results=1,
+            order_by=["attributes.end_time DESC"],
+        )
     except RecordDamaged as e:  # its record changed since it closed (harness/integrity.py): not adopted
         warn(e, "this cell trains again")
         return None
     except Exception:  # e.g. a bad store: train() refuses it with the reason
         return None
-    if run is None:
+    if not runs:
         return None
+    run = runs[0]
     adopt(store, run, sweep_tags)
     loss = run.data.metrics.get("val/loss")
     print(
@@ -108,18 +113,6 @@ def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
         f"{run.info.run_id} (val/loss {loss}); now a child of this sweep"
     )
     return loss
-
-
-def finished_run(values: dict, experiment: str, store: Store):
-    """The latest FINISHED run of this exact config in the store, or None."""
-    h = config_hash(values, store.uri)
-    runs = store.search(
-        experiment,
-        f"tags.config_hash = '{h}' and attributes.status = 'FINISHED'",
-        max_results=1,
-        order_by=["attributes.end_time DESC"],
-    )
-    return runs[0] if runs else None
 
 
 def adopt(store: Store, run, sweep_tags: dict[str, str]) -> None:
