@@ -18,13 +18,11 @@ SIGNED_NOTE = "|w| renormalised per query: numerator-mode RoPE applies signed we
 
 def draw(diag) -> dict[str, bytes]:
     """``diag``: a ``Diagnostics``. Returns attention_{distance,entropy,by_offset,maps}.png."""
-    distance = torch.stack([s.mean_distance for s in diag.measured()]).numpy()  # (L, H)
-    entropy = torch.stack([s.mean_entropy for s in diag.measured()]).numpy()
     T = (diag.measured()[0].pairs.numel() + 1) // 2
     note = [SIGNED_NOTE] if diag.signed else []
     return {
         "attention_distance.png": heatmap(
-            distance,
+            torch.stack([s.mean_distance for s in diag.measured()]).numpy(),  # (L, H)
             [
                 "Mean attention distance Σ_j w_ij |i − j| (tokens)",
                 f"uniform over {T} keys: {(T * T - 1) / (3 * T):.1f}",
@@ -32,7 +30,7 @@ def draw(diag) -> dict[str, bytes]:
             ],
         ),
         "attention_entropy.png": heatmap(
-            entropy,
+            torch.stack([s.mean_entropy for s in diag.measured()]).numpy(),
             ["Attention entropy −Σ_j w_ij ln w_ij (nats)", f"uniform over {T} keys: ln {T} = {math.log(T):.2f}", *note],
         ),
         "attention_by_offset.png": by_offset(diag, T, note),

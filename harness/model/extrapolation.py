@@ -176,8 +176,9 @@ def by_position_png(rows: list[tuple[str, int, Bucket]]) -> bytes:
     for ax, name in zip(axes, names, strict=False):
         for length in sorted({n for c, n, _ in rows if c == name}):
             buckets = [b for c, n, b in rows if c == name and n == length]
-            centres = [(b.start + b.end) / 2 for b in buckets]
-            ax.plot(centres, [b.loss for b in buckets], marker=".", label=f"L={length}")
+            ax.plot(
+                [(b.start + b.end) / 2 for b in buckets], [b.loss for b in buckets], marker=".", label=f"L={length}"
+            )
         ax.set(title=name, xlabel="position in window (bucket centre)", ylabel="val loss (nats/token)")
         ax.legend(fontsize=7)
     for ax in axes[len(names) :]:

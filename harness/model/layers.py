@@ -42,17 +42,9 @@ class LayerPattern:
     unit: tuple[str, ...]
     factories: Mapping[str, Callable[[Shape], Any]]  # a scheme's or a variant's, by entry name
 
-    @property
-    def label(self) -> str:
-        return pattern_label(self.unit)
-
-    def per_layer(self, n_layers: int) -> list[str]:
-        """Each layer's entry: the unit tiled to n_layers."""
-        return layer_names(self.unit, n_layers, self.key)
-
     def variants(self, shape: Shape) -> list[AttentionVariant]:
         """One attention variant per layer (each layer owns its module, as with a single variant)."""
-        return [self.factories[name](shape) for name in self.per_layer(shape.n_layers)]
+        return [self.factories[name](shape) for name in layer_names(self.unit, shape.n_layers, self.key)]
 
 
 class LayeredScheme(PositionalScheme):
@@ -65,7 +57,8 @@ class LayeredScheme(PositionalScheme):
 
     def __init__(self, shape: Shape, pattern: LayerPattern):
         super().__init__(shape)
-        self.label, self.layer_names = pattern.label, pattern.per_layer(shape.n_layers)
+        self.label = pattern_label(pattern.unit)
+        self.layer_names = layer_names(pattern.unit, shape.n_layers, pattern.key)  # the unit tiled to the layers
         self.names = list(dict.fromkeys(pattern.unit))  # the distinct entries, each built once
         built: list[PositionalScheme] = [pattern.factories[name](shape) for name in self.names]
         self.schemes = nn.ModuleList(built)  # registered as submodules (state_dict keys schemes.<i>.…)
@@ -78,8 +71,7 @@ class LayeredScheme(PositionalScheme):
                     "the positions 0 … T−1; drop randomize or the pattern"
                 )
         # the positions a rotary scheme hands out itself: RoPE reuses its cos, sin when it sees its own tensor
-        rotary = [s for s in built if "rotary" in s.hooks()]
-        self._positions_from = (rotary or built)[0]
+        self._positions_from = next((s for s in built if "rotary" in s.hooks()), built[0])
         self.length_scalings = tuple(dict.fromkeys(m for s in built for m in s.length_scalings))
 
     def named(self) -> list[tuple[str, PositionalScheme]]:

@@ -47,8 +47,7 @@ class LanguageModel(L.LightningModule):
         nats/token into bits/byte (``val/bpc``); None: no bits/byte (a synthetic task's answers are no text)."""
         super().__init__()
         self.model, self.make_optimizer, self.schedule = model, optimizer, schedule
-        self.bytes_per_token = bytes_per_token
-        self.scores_sequences = scores_sequences
+        self.bytes_per_token, self.scores_sequences = bytes_per_token, scores_sequences
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
         self.val_windows = torch.zeros(0, 2, dtype=torch.float64)  # the last evaluation's, per window (below)
         self.scaled_in_training = False  # a phase trains with a length scaling (harness/model/phases.py)

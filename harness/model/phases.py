@@ -102,10 +102,8 @@ class PositionPhases(L.Callback):
         model.pos = scheme
         module.scaled_in_training = state.scaling is not None
         if state.scaling is not None:
-            method, factor = state.scaling
-            length = round(factor * scheme.shape.max_len)
-            self._scaled = ExitStack()
-            self._scaled.enter_context(scheme.rescaled(method, length, in_training=True))
+            method, factor = state.scaling  # the closed stack takes the new phase's scaling
+            self._scaled.enter_context(scheme.rescaled(method, round(factor * scheme.shape.max_len), in_training=True))
         if self.state is not None or state.index >= 0:
             phase = self.phases[state.index].label if state.index >= 0 else "the config's own"
             print(f"phase {state.index + 1} from step {module.global_step}: {phase}", flush=True)

@@ -178,16 +178,16 @@ class Transformer(nn.Module):
             Block(cfg, v, _temperature(cfg, self.pos, layer, max_len)) for layer, v in enumerate(self.variants)
         )
         self.norm_f = cfg.norm_layer(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        self.head: nn.Module = nn.Identity()
-        self.head_bias: nn.Parameter | None = None
-        self.decoder: nn.Linear | None = None
-        if cfg.head == "bert":  # MLM head as in BERT: transform (dense, GELU, LN), then decode with the tied embedding
-            self.head = nn.Sequential(
-                nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias), nn.GELU(), cfg.norm_layer(cfg.d_model)
-            )
-            self.head_bias = nn.Parameter(torch.zeros(vocab_size)) if cfg.bias else None
-        elif cfg.head == "untied":  # its own output layer (Llama's lm_head)
-            self.decoder = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        # BERT's MLM head: transform (dense, GELU, LN), then decode with the tied embedding
+        bert = cfg.head == "bert"
+        self.head: nn.Module = (
+            nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias), nn.GELU(), cfg.norm_layer(cfg.d_model))
+            if bert
+            else nn.Identity()
+        )
+        self.head_bias = nn.Parameter(torch.zeros(vocab_size)) if bert and cfg.bias else None
+        # untied: its own output layer (Llama's lm_head)
+        self.decoder = nn.Linear(cfg.d_model, vocab_size, bias=False) if cfg.head == "untied" else None
         for part in (self.tok_emb, self.blocks, self.head, self.decoder):  # the scheme keeps its own init
             if part is not None:
                 part.apply(_init_weights)

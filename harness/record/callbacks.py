@@ -164,9 +164,10 @@ class RunLogger(Logger):
         from mlflow.entities import Metric
 
         now, step = int(time.time() * 1000), self.clock.step
-        through = self.run.logged_through
         self._buffer.extend(
-            Metric(k, float(v), now, step) for k, v in metrics.items() if k != "epoch" and step > through.get(k, -1)
+            Metric(k, float(v), now, step)
+            for k, v in metrics.items()
+            if k != "epoch" and step > self.run.logged_through.get(k, -1)
         )
         if len(self._buffer) >= self.flush_points or time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()

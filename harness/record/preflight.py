@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -60,17 +59,15 @@ def output_dir(value: str | Path, flag: str = "--out") -> Path:
             f"{flag}: cannot create {path} ({existing} is not a directory); choose a folder you can write"
         )
     try:
-        scratch = Path(tempfile.mkdtemp(prefix=".posbench-write-test-", dir=existing))
+        with tempfile.TemporaryDirectory(
+            prefix=".posbench-write-test-", dir=existing, ignore_cleanup_errors=True
+        ) as scratch:
+            # the missing part of the path, made under the scratch folder: a name the file system refuses shows
+            probe = Path(scratch).joinpath(*missing)
+            probe.mkdir(parents=True, exist_ok=True)
+            (probe / "probe").write_bytes(b"")
     except OSError as e:
         raise ConfigError(f"{flag}: cannot write {path} ({e.strerror}); choose a folder you can write") from None
-    try:  # the missing part of the path, made under the scratch folder: a name the file system refuses shows
-        probe = scratch.joinpath(*missing)
-        probe.mkdir(parents=True, exist_ok=True)
-        (probe / "probe").write_bytes(b"")
-    except OSError as e:
-        raise ConfigError(f"{flag}: cannot write {path} ({e.strerror}); choose a folder you can write") from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return path
 
 

@@ -165,8 +165,7 @@ def _check_server(uri: str, parsed) -> None:
         raise ConfigError(f"tracking URI {uri!r} has a malformed port; {FIX}") from None
     health = f"{parsed.scheme}://{parsed.hostname}{f':{port}' if port else ''}{parsed.path.rstrip('/')}/health"
     try:
-        with urllib.request.urlopen(health, timeout=HTTP_TIMEOUT_S):  # noqa: S310 (a URI the user gave)
-            pass
+        urllib.request.urlopen(health, timeout=HTTP_TIMEOUT_S).close()  # noqa: S310 (a URI the user gave)
     except urllib.error.HTTPError:
         pass  # it answered: a server is there (it may guard /health behind auth)
     except (OSError, ValueError) as e:

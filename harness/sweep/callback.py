@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from types import FrameType
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,7 +43,6 @@ from harness.signals import exit_code as stop_code
 
 RECORD = "mlflow_sweep.json"
 OK_STATUSES = ("finished", "incompatible")
-Handler = Callable[[int, FrameType | None], object] | int | None  # what signal.signal returns
 
 
 @dataclass
@@ -78,8 +78,6 @@ class SweepRecord:
             raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); {fix}") from None
 
     def child_tags(self, job_overrides: list[str], job_num: int) -> dict[str, str]:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
         parsed = OverridesParser.create().parse_overrides(job_overrides)
         cell = " ".join(str(o.input_line) for o in parsed if o.get_key_element() in self.swept_keys)
         return {
@@ -102,8 +100,6 @@ def job_sweep_dir(hydra_cfg) -> Path:
 
 def sweep_name(task_overrides: list[str]) -> tuple[str, list[str]]:
     """``sweep pos=rope,t5 attn=performer`` from the sweep's overrides, and the swept keys."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parsed = OverridesParser.create().parse_overrides(task_overrides)
     swept = [o for o in parsed if o.is_sweep_override()]
     shown = swept or parsed  # `-m` over single values: name it by all its overrides
@@ -134,7 +130,7 @@ class MlflowSweep(Callback):
     def __init__(self) -> None:
         self.parent: TrackedRun | None = None
         self.record: SweepRecord | None = None
-        self.previous_sigterm: Handler = None
+        self.previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None  # signal.signal's
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exception into a warning and carries on; a sweep without

@@ -107,9 +107,11 @@ class StagedSweeper(BasicSweeper):
         def draw_claim(need: dict[str, int]) -> dict[str, list[float]]:  # keys <index>:<arm> (results/paper.py)
             arms = [(key.partition(":")[2], n) for key, n in need.items()]
             # a cell in no running comparison (an arm only secondary comparisons read) keeps the first look's seeds
-            least = design.stage
             train(
-                {name: max([n for arm, n in arms if in_arm(cell, arm)], default=least) for name, cell in named.items()}
+                {
+                    name: max([n for arm, n in arms if in_arm(cell, arm)], default=design.stage)
+                    for name, cell in named.items()
+                }
             )
             return claim_values(*_store_cells(sweep_dir), claim, need)
 

@@ -51,8 +51,7 @@ def split_grid(arguments: list[str]) -> tuple[list[list[str]], list[str]]:
     for line, override in zip(arguments, OverridesParser.create().parse_overrides(arguments), strict=True):
         value = override.value()
         if isinstance(value, ChoiceSweep) and value.simple_form:  # `a,b`, not `choice(a,b)`
-            key = override.get_key_element()
-            axes.append([f"{key}={v}" for v in override.sweep_string_iterator()])
+            axes.append([f"{override.get_key_element()}={v}" for v in override.sweep_string_iterator()])
         else:
             rest.append(line)
     return [list(cell) for cell in itertools.product(*axes)], rest
@@ -137,10 +136,15 @@ class CellwiseOptunaSweeper(Sweeper):
                 if counter.finished:
                     raise
                 # ``run.py --check`` drops the sweep callback (harness/cli.py): every trial returns no loss
-                if "mlflow_sweep" not in (self.config.hydra.get("callbacks") or {}):
-                    print(f"tune: {label}: {self.study.n_trials} trials checked (--check trains nothing)")
-                else:
-                    print(f"tune: {label}: no trial finished (refused or failed; see the sweep's table)")
+                checking = "mlflow_sweep" not in (self.config.hydra.get("callbacks") or {})
+                print(
+                    f"tune: {label}: "
+                    + (
+                        f"{self.study.n_trials} trials checked (--check trains nothing)"
+                        if checking
+                        else "no trial finished (refused or failed; see the sweep's table)"
+                    )
+                )
                 continue
             results = OmegaConf.to_container(OmegaConf.load(sweep_dir / RESULTS))
             assert isinstance(results, dict), f"hydra-optuna-sweeper writes a mapping to {RESULTS}"
