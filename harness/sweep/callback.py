@@ -88,13 +88,6 @@ class SweepRecord:
         }
 
 
-def job_sweep_dir(hydra_cfg) -> Path:
-    """The sweep dir as the launcher made it, from inside a job (robust to hydra.job.chdir)."""
-    out = Path(hydra_cfg.runtime.output_dir)  # absolute: <sweep.dir>/<sweep.subdir>
-    depth = len(Path(str(hydra_cfg.sweep.subdir)).parts)
-    return out.parents[depth - 1] if depth else out
-
-
 # ---------------------------------------------------------------- the launching side
 
 
@@ -308,7 +301,10 @@ def job_sweep_tags() -> dict[str, str]:
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
-    record = SweepRecord.load(job_sweep_dir(hc))
+    # the sweep dir as the launcher made it, from the job's own output dir (robust to hydra.job.chdir)
+    out = Path(hc.runtime.output_dir)  # absolute: <sweep.dir>/<sweep.subdir>
+    depth = len(Path(str(hc.sweep.subdir)).parts)
+    record = SweepRecord.load(out.parents[depth - 1] if depth else out)
     if record is None:  # the callback was removed from hydra.callbacks: plain, unparented runs
         print(f"warning: no {RECORD} in the sweep dir; this cell's run has no parent", file=sys.stderr)
         return {}
