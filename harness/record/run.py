@@ -55,8 +55,8 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
     while chain[-1].__cause__ is not None and len(chain) < 10:
         chain.append(chain[-1].__cause__)
     kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)), ("error", exc))
-    reason = " ".join(f"{type(cause).__name__}: {cause}".split())  # one line, for the runs table
-    return {"failure": kind, "failure_reason": reason[:1000]}
+    # one line, for the runs table
+    return {"failure": kind, "failure_reason": " ".join(f"{type(cause).__name__}: {cause}".split())[:1000]}
 
 
 def git_sha() -> str:

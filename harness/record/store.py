@@ -169,9 +169,8 @@ def _check_server(uri: str, parsed) -> None:
     except urllib.error.HTTPError:
         pass  # it answered: a server is there (it may guard /health behind auth)
     except (OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
         raise ConfigError(
-            f"tracking server {uri} does not answer ({reason}); start it "
+            f"tracking server {uri} does not answer ({getattr(e, 'reason', e)}); start it "
             "(mlflow server --host ... --port ...) or use a sqlite store"
         ) from None
 

@@ -116,6 +116,10 @@ class CellwiseOptunaSweeper(Sweeper):
         assert self.study.launcher is not None, "the study's setup builds its launcher"
         self.study.launcher = CountingLauncher(self.study.launcher)
 
+    def _checking(self) -> bool:
+        """``run.py --check`` drops the sweep callback (harness/cli.py): every trial returns no loss."""
+        return "mlflow_sweep" not in (self.config.hydra.get("callbacks") or {})
+
     def sweep(self, arguments: list[str]) -> None:
         given = {a.split("=", 1)[0].lstrip("+~") for a in arguments}
         preset = [f"{k}={v}" for k, v in self.params.items() if k not in given]  # the command line wins
@@ -135,13 +139,11 @@ class CellwiseOptunaSweeper(Sweeper):
             except ValueError:  # optuna's study.best_trial, when no trial of the study completed
                 if counter.finished:
                     raise
-                # ``run.py --check`` drops the sweep callback (harness/cli.py): every trial returns no loss
-                checking = "mlflow_sweep" not in (self.config.hydra.get("callbacks") or {})
                 print(
                     f"tune: {label}: "
                     + (
                         f"{self.study.n_trials} trials checked (--check trains nothing)"
-                        if checking
+                        if self._checking()
                         else "no trial finished (refused or failed; see the sweep's table)"
                     )
                 )
