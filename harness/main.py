@@ -190,7 +190,11 @@ def _prepare(rest: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
     parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
     try:
-        args = parser.parse_args(rest)  # a usage mistake is a ConfigError (OneLineParser): its one line below
+        args = parser.parse_args(rest)
+    except ConfigError as e:  # a usage mistake (OneLineParser)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
         with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
             manifest = prepare_shards(args.out, args.overrides, args.shard_tokens)
     except (KeyboardInterrupt, SystemExit) as e:
