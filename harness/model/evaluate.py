@@ -21,6 +21,7 @@ applicable — tag ``eval_skipped_at_<L>`` with the reason — and the run goes 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -75,9 +76,11 @@ def evaluate_lengths(
     lengths: list[int],
     stride: int | None = None,
     same_targets: int | None = None,
+    context=lambda length: nullcontext(),
 ) -> LengthResults:
     """Non-overlapping windows at each length; with ``stride``, sliding windows too; with ``same_targets``
-    K, the last K tokens of the same samples at every length (causal objectives: config/pairings.py refuses others)."""
+    K, the last K tokens of the same samples at every length (causal objectives: config/pairings.py refuses others).
+    ``context(length)``: what applies while scoring at that length (a length scaling)."""
     results = LengthResults(stride=stride, keep=same_targets)
     ids = split_ids(corpus, tokenizer, "val")
     firsts = document_firsts(corpus, tokenizer, "val")  # packed documents' first tokens, when the run asks for them
@@ -85,7 +88,8 @@ def evaluate_lengths(
     module.eval()
     for length in lengths:
         try:
-            _score_length_windows(module, ids, tokenizer.pad_id, objective, data, length, ends, results, firsts)
+            with context(length):
+                _score_length_windows(module, ids, tokenizer.pad_id, objective, data, length, ends, results, firsts)
         except ConfigError as e:  # the scheme's explicit refusal, not an index error
             results.skipped[length] = str(e)
             print(f"eval.lengths: skipped L={length}: {e}")

@@ -93,15 +93,10 @@ def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings,
     pos, out = module.model.pos, Extrapolation()
 
     def score(context) -> LengthResults:  # context(length): what applies while scoring at that length
-        merged = LengthResults(stride=settings.stride, keep=settings.same_targets)
-        for length in settings.lengths:
-            with context(length):
-                part = evaluate_lengths(
-                    module, corpus, tokenizer, objective, data, [length], settings.stride, settings.same_targets
-                )
-            for name in ("losses", "skipped", "positions", "sliding", "last"):
-                getattr(merged, name).update(getattr(part, name))
-        return merged
+        lengths = list(settings.lengths)  # one call: the same-targets samples end where the longest length puts them
+        return evaluate_lengths(
+            module, corpus, tokenizer, objective, data, lengths, settings.stride, settings.same_targets, context
+        )
 
     out.conditions[""] = score(lambda length: nullcontext())
     for method in settings.scalings:

@@ -123,6 +123,22 @@ def test_same_targets_score_the_same_tokens_at_every_length():
     assert [len(t) for t in targets[64]] == [8, 8, 8] and targets[64][0][0][0] == 56
 
 
+def test_a_run_scores_the_same_targets_at_every_length(monkeypatch):
+    from harness.config.spec import EvalSettings
+
+    seen = {}
+    last_tokens = EvalWindows.last_tokens
+
+    def recorded(ids, tokens, ends, keep, *rest, **kw):
+        seen[tokens] = list(ends)
+        return last_tokens(ids, tokens, ends, keep, *rest, **kw)
+
+    monkeypatch.setattr(EvalWindows, "last_tokens", staticmethod(recorded))
+    settings = EvalSettings(lengths=[8, 16, 64], same_targets=4)
+    evaluate_extrapolation(tiny_module(), CORPUS, TOK, CausalLM(TOK), data(eval_batches=2), settings, seed=0)
+    assert sorted(seen) == [9, 17, 65] and seen[9] == seen[17] == seen[65] and seen[65][0] == 64
+
+
 def test_rescaled_swaps_the_scaling_and_restores_it():
     module = tiny_module(pos=Rope, max_len=16)
     pos = module.model.pos
