@@ -6,7 +6,6 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 
 from __future__ import annotations
 
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 PARENT_FILTER = "tags.sweep_role = 'parent'"
-LEGACY_ARM = re.compile(r"^\+arm=([a-z0-9_]+)/([a-z0-9_]+)$")  # conf/arm/<preset>/<arm>.yaml, before it moved
 
 
 def open_store(tracking_uri: str | None):
@@ -116,13 +114,13 @@ def cell_of(client, run, windows: bool = False) -> Cell:
     return Cell(
         run_id=run.info.run_id,
         name=run.info.run_name,
-        label=renamed_arms(tags.get("sweep_cell") or run.info.run_name),
+        label=tags.get("sweep_cell") or run.info.run_name,
         pos=tags.get("pos", "?"),
         attn=tags.get("attn", "?"),
         seed=tags.get("seed", "?"),
         status=status,
         reason=reason,
-        variant=_variant(renamed_arms(tags.get("sweep_cell", ""))),
+        variant=_variant(tags.get("sweep_cell", "")),
         val=sorted((m.step, m.value) for m in history),
         gains=sorted((m.step, m.value) for m in gains),
         # mean of the logged windows: each covers the same number of training steps
@@ -198,12 +196,6 @@ def _status(run) -> tuple[str, str]:
     if run.info.status == "FAILED":
         return tags.get("failure", "error"), tags.get("failure_reason", "")
     return run.info.status.lower(), tags.get("failure_reason", "")  # killed, running, scheduled
-
-
-def renamed_arms(cell: str) -> str:
-    """A cell label with the arm overrides of stores written before arms moved into their preset's folder
-    (``+arm=drope/rope``) in today's spelling (``+experiment/drope/arm=rope``), so a claim finds its old cells."""
-    return " ".join(LEGACY_ARM.sub(r"+experiment/\1/arm=\2", o) for o in cell.split())
 
 
 def _variant(cell: str) -> str:
