@@ -420,23 +420,6 @@ def test_an_arm_fixed_by_the_preset_matches_cells_labelled_by_seed_only():
     assert in_arm(swept, "task=copy pos=rope") and not in_arm(swept, "task=reverse pos=rope")
 
 
-def test_cells_of_a_store_written_before_arms_moved_still_match_the_presets_claims():
-    """Stores written while arms were conf/arm/<preset>/<arm>.yaml label a cell +arm=<preset>/<arm>; the presets'
-    claims now name +experiment/<preset>/arm=<arm>: reading the store renames the old spelling, nothing else."""
-    from omegaconf import OmegaConf
-
-    from results.store import renamed_arms
-
-    claim = OmegaConf.load(ROOT / "conf/experiment/randomized_positions.yaml").claim.comparisons[0]
-    assert claim.higher == "pos=rope +experiment/randomized_positions/arm=randomized"
-    old = renamed_arms("pos=rope +arm=randomized_positions/randomized seed=2")
-    assert old == "pos=rope +experiment/randomized_positions/arm=randomized seed=2"
-    cell = Cell("id", "n", old, "rope", "softmax", "2", "finished")
-    assert in_arm(cell, claim.higher) and not in_arm(cell, claim.than)
-    for kept in ("pos=rope seed=0", "+experiment/drope/arm=rope", "+arm=r", "optim.optimizer.lr=0.001"):
-        assert renamed_arms(kept) == kept
-
-
 def test_grid_section_says_what_each_cell_learned_and_flags_cells_not_using_order(tmp_path):
     from results.cells import Cell
     from results.grid import grid_section
