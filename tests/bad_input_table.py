@@ -18,7 +18,7 @@ import sqlite3
 import zipfile
 from pathlib import Path
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 QUICK = [*TINY, "trainer.max_steps=2"]
 
@@ -1422,8 +1422,8 @@ def row_request(row, files: Path, empty_store: Path, tmp: Path) -> dict:
     if entry == "run":  # Hydra's flags (-m) before the overrides, as a user types them
         flags = [a for a in args if a.startswith("-")]
         argv = [*flags, *QUICK, f"hydra.run.dir={tmp}/run", *(a for a in args if not a.startswith("-"))]
-        return {"argv": argv, "cwd": str(tmp), "env": env, "timeout": 120}
-    return {"argv": args, "module": entry, "cwd": str(tmp), "env": env, "timeout": 120}
+        return {"argv": argv, "cwd": str(tmp), "env": env, "timeout": HANG}
+    return {"argv": args, "module": entry, "cwd": str(tmp), "env": env, "timeout": HANG}
 
 
 def run_count(db: Path) -> int:

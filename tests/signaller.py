@@ -1,7 +1,7 @@
 """``python tests/signaller.py SIGNAL PHASE TIMEFILE run.py-args…``: run.py, which sends itself SIGNAL (TERM or
 INT) in PHASE — ``fit`` (before optimizer step 3), ``evaluation`` (as the final evaluation starts) or
 ``report`` (as a sweep's report starts, its cells done) — and writes the time it did to TIMEFILE, so a test
-can measure how long the process takes to exit after it.
+knows the signal was sent (and ``fit`` sends it once).
 """
 
 import os

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import HANG, ROOT
 
 # the preset at a size that trains nine cells quickly: too short for RoPE to use word order
 SHORT = [
@@ -42,7 +42,7 @@ def shortened(tmp_path_factory):
         capture_output=True,
         text=True,
         env={**os.environ, "MLFLOW_TRACKING_URI": uri},
-        timeout=300,
+        timeout=HANG,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, MlflowClient(tracking_uri=uri)
@@ -116,7 +116,7 @@ def test_a_checked_sweep_checks_every_cell_in_this_process_whatever_launcher_the
             capture_output=True,
             text=True,
             env={**os.environ, "MLFLOW_TRACKING_URI": uri},
-            timeout=120,
+            timeout=HANG,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.count("ok: ") == 9, proc.stdout

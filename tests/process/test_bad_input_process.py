@@ -11,14 +11,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests import inprocess
 from tests.bad_input_table import QUICK, ROWS, assert_one_line_error, prepare_inputs, row_request, runs_in
-from tests.helpers import ROOT
+from tests.helpers import HANG, ROOT
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +25,15 @@ def files(tmp_path_factory) -> Path:
     return prepare_inputs(tmp_path_factory.mktemp("inputs"))
 
 
-def run_py(args: list[str], store: str, tmp_path, **env) -> tuple[subprocess.CompletedProcess, float]:
-    started = time.perf_counter()
-    proc = subprocess.run(
+def run_py(args: list[str], store: str, tmp_path, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, str(ROOT / "run.py"), *QUICK, f"hydra.run.dir={tmp_path}/run", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=120,
+        timeout=HANG,
         env={**os.environ, "MLFLOW_TRACKING_URI": store, **env},
     )
-    return proc, time.perf_counter() - started
 
 
 @pytest.mark.parametrize(
@@ -49,14 +46,13 @@ def run_py(args: list[str], store: str, tmp_path, **env) -> tuple[subprocess.Com
     ids=["hydra-missing-option", "config-error", "unwritable-output-dir"],
 )
 def test_subprocess_exit_status_and_stderr(args, needle, store, tmp_path):
-    proc, seconds = run_py(args, store, tmp_path)
+    proc = run_py(args, store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, needle)
-    assert seconds < 60  # a hang guard, not a timing: a refusal pays seconds of imports
     assert runs_in(store) == []
 
 
 def test_hydra_full_error_keeps_the_traceback(store, tmp_path):
-    proc, _ = run_py(["pos=foo"], store, tmp_path, HYDRA_FULL_ERROR="1")
+    proc = run_py(["pos=foo"], store, tmp_path, HYDRA_FULL_ERROR="1")
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "Could not find 'pos/foo'" in proc.stderr
 
 
@@ -81,16 +77,14 @@ def test_in_process_rows_match_fresh_interpreters(row_id, files, _empty_store, t
     reply = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
     request = row_request(row, files, _empty_store, tmp_path)  # a fresh copy of the empty store
     head = [str(ROOT / "run.py")] if row[0] == "run" else ["-m", row[0]]
-    started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, *head, *request["argv"]],
         capture_output=True,
         text=True,
         cwd=request["cwd"],
         env={**os.environ, **request["env"]},
-        timeout=120,
+        timeout=HANG,
     )
-    assert time.perf_counter() - started < 60  # a hang guard; a fresh interpreter pays seconds of imports
     assert (proc.returncode, proc.stderr.strip()) == (reply["code"], reply["stderr"].strip())
     assert reply["code"] == 2
 
@@ -98,7 +92,7 @@ def test_in_process_rows_match_fresh_interpreters(row_id, files, _empty_store, t
 def test_a_diverged_run_is_one_line_naming_the_step_and_the_fix(store, tmp_path):
     """Not bad input (the run trained, and is recorded FAILED with failure=diverged), but the same promise:
     one line, no traceback."""
-    proc, _ = run_py(["optim.optimizer.lr=1e10"], store, tmp_path)
+    proc = run_py(["optim.optimizer.lr=1e10"], store, tmp_path)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(lines) == 1 and "training diverged: the loss is nan at step 1" in lines[0], lines
@@ -109,7 +103,7 @@ def test_a_diverged_run_is_one_line_naming_the_step_and_the_fix(store, tmp_path)
 
 def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
     """Hydra's parser takes -m before the overrides only; run.py moves it there (and checks the sweep)."""
-    proc, _ = run_py(["attn=softmax", "-m", "pos=rope,foo"], store, tmp_path)
+    proc = run_py(["attn=softmax", "-m", "pos=rope,foo"], store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, "Could not find 'pos/foo'")
 
 
@@ -129,7 +123,7 @@ def test_a_write_failure_mid_run_is_one_line(_empty_store, tmp_path):
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=120,
+        timeout=HANG,
         preexec_fn=limit,
         env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"},
     )
@@ -153,14 +147,14 @@ def test_a_write_failure_mid_run_is_one_line(_empty_store, tmp_path):
 )
 def test_matrix_and_list_mistakes_are_one_line_on_stderr(args, needle, tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        [sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=tmp_path, timeout=HANG
     )
     assert_one_line_error(proc.returncode, proc.stderr, needle)
     assert proc.stdout == ""
 
 
 def test_an_unknown_allocator_setting_is_refused(store, tmp_path):
-    proc, _ = run_py([], store, tmp_path, POSBENCH_MALLOC="jemalloc")
+    proc = run_py([], store, tmp_path, POSBENCH_MALLOC="jemalloc")
     assert_one_line_error(proc.returncode, proc.stderr, "POSBENCH_MALLOC='jemalloc': use POSBENCH_MALLOC=system")
 
 
@@ -188,7 +182,7 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=300,
+        timeout=HANG,
         preexec_fn=limit,
         env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"},
     )
@@ -237,7 +231,7 @@ def test_a_damaged_cache_is_refused_by_the_next_command_in_one_line(kind, store,
     data = bytearray(built.read_bytes())
     data[len(data) // 2] ^= 0x01
     built.write_bytes(bytes(data))
-    proc, _ = run_py(args, store, tmp_path, POSBENCH_CACHE=str(cache))
+    proc = run_py(args, store, tmp_path, POSBENCH_CACHE=str(cache))
     assert_one_line_error(proc.returncode, proc.stderr, needle)
     assert built.name in proc.stderr and "delete" in proc.stderr
     assert runs_in(store) == []

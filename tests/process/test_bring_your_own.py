@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import HANG, ROOT
 from tests.user_package import SCHEME, yaml_for
 
 NAME = "byodecay"  # a name no other test id contains, so -k selects exactly the tests it joins
@@ -84,7 +84,7 @@ def test_one_file_and_one_yaml_join_every_test_that_enumerates_schemes(tmp_path)
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG,
     )
     assert done.returncode == 0, done.stdout[-3000:]
     counts = done.stdout.strip().splitlines()[-1]

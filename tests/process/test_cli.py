@@ -8,7 +8,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 
 def run_py(args, store, tmp_path):
@@ -25,7 +25,7 @@ def run_py(args, store, tmp_path):
         text=True,
         env=env,
         cwd=tmp_path,
-        timeout=300,
+        timeout=HANG,
     )
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import HANG
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--headless",
@@ -64,7 +66,7 @@ def mlflow_server(tiny_sweep, tmp_path_factory):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + HANG
         while True:
             try:
                 if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
@@ -94,7 +96,7 @@ def chromium(tmp_path: Path, url: str, *action: str) -> str:
         [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *action, url],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

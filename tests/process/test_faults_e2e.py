@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 WRITER = """
 import sys, time
@@ -35,7 +35,7 @@ def test_two_writers_hammering_one_store_lose_nothing(store):
         )
         for name in ("a", "b")
     ]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
+    errors = [p.communicate(timeout=HANG)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
@@ -62,7 +62,7 @@ def test_two_run_py_jobs_at_once_log_every_point(store, tmp_path):
         )
         for seed in (0, 1)
     ]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
+    errors = [p.communicate(timeout=HANG)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for e in errors]
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import tiny_llama
+from tests.helpers import HANG, tiny_llama
 from tests.process.test_signals import default_sigint
 
 
@@ -168,7 +168,7 @@ def test_the_memory_estimate_holds_against_the_measured_peak(mode, length, vocab
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=300,
+        timeout=HANG,
     )
     measured, estimate = map(float, done.stdout.split())
     assert estimate == pytest.approx(measured, rel=0.15), (measured / 2**20, estimate / 2**20)
@@ -279,12 +279,12 @@ def test_a_stopped_hf_eval_closes_every_run_killed_in_one_line(name, number, cod
         except sqlite3.OperationalError:  # the tables are being made
             return 0
 
-    deadline = time.monotonic() + 1200  # a hang guard, not a timing: on a busy machine the model loads slowly
+    deadline = time.monotonic() + HANG
     while running() < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)  # until the parent and its first cell are open
     assert proc.poll() is None and running() >= 2, "hf-eval ended (or never opened its runs) before it was stopped"
     proc.send_signal(signal.Signals(number))
-    _, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == code and "Traceback" not in err, err[-2000:]
     assert err.strip().splitlines()[-1] == (
         f"error: stopped by {name}: the hf-eval runs are closed KILLED; run the same command again to evaluate from "

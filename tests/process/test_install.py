@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 from tests.user_package import write_user_package
 
 HEAVY = {"lightning", "pytorch_lightning", "mlflow", "hydra", "omegaconf"}
@@ -43,7 +43,7 @@ class Installed:
     cwd: Path  # where the commands run: neither the checkout nor the environment
     sweep_output: str = ""  # what the trained fixture's sweep printed
 
-    def run(self, *argv: str | Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    def run(self, *argv: str | Path, **env: str) -> subprocess.CompletedProcess:
         """``argv`` in ``cwd``, with none of the checkout's settings; ``env``: the user's own (PYTHONPATH)."""
         kept = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI", HYDRA_FULL)}
         return subprocess.run(
@@ -52,7 +52,7 @@ class Installed:
             env={**kept, "OMP_NUM_THREADS": "1", **env},
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=HANG,
         )
 
     @property
@@ -119,7 +119,7 @@ def installed(tmp_path_factory) -> Installed:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     site = Path(
@@ -162,7 +162,7 @@ def test_import_positional_and_attention_without_the_harness_stack():
         "from attention import Softmax, Local, Performer, Linear, AttentionVariant, AttentionContext\n"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG)
     assert done.returncode == 0, done.stderr
     assert not HEAVY & set(done.stdout.split())
     import attention

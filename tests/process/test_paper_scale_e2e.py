@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import ROOT
+from tests.helpers import HANG, ROOT
 from tests.paper_presets import PAPER, _composed, _first_cell
 
 SHRUNK = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.batch_size=2"]
@@ -113,7 +113,7 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     report = subprocess.run(
@@ -133,7 +133,7 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert report.returncode == 0, report.stderr[-2000:]
     text = (tmp_path / "report" / "README.md").read_text()

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 CONSTANT = ["task=clm", "optim.schedule.decay=constant", "optim.schedule.warmup_steps=2", "model.dropout=0.0"]
 
@@ -67,7 +67,7 @@ def test_a_run_killed_past_a_boundary_resumes_in_its_phase(store, tmp_path, trai
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed, client = train_tiny(*args, "resume=true")

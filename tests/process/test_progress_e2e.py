@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 LINE = re.compile(
     r"^(train|val)\s+step\s+(\d+)/12  loss (\d+\.\d{4})  val loss (—|\d+\.\d{4})  tokens/s ([\d,]+|—)"
@@ -45,7 +45,7 @@ def test_a_redirected_run_prints_a_few_plain_lines(tmp_path, _empty_store):
             stdout=out,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=300,
+            timeout=HANG,
             env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"},
         )
     assert proc.returncode == 0, proc.stderr[-2000:]

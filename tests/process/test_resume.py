@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, TINY, run_sweep
+from tests.helpers import HANG, ROOT, TINY, run_sweep
 
 # 10 steps, validation every 3, a checkpoint every 4; killed before step 7: the committed
 # checkpoint is step 4, and the store already holds points for steps 5 and 6.
@@ -38,7 +38,7 @@ def kill_at(step: int, store: str, tmp_path, *args: str, env: dict | None = None
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert proc.returncode == -9, proc.stderr[-3000:]  # died by SIGKILL, not by an error
     return proc
@@ -124,7 +124,7 @@ def test_rerun_sweep_skips_finished_cells_and_resumes_the_killed_one(tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "MLFLOW_TRACKING_URI": uri, "KILL_POS": "learned", "OMP_NUM_THREADS": "1"},
-        timeout=300,
+        timeout=HANG,
     )
     assert proc.returncode == -9, proc.stderr[-3000:]
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from tests.helpers import DDP_CPU, ROOT, TINY, run_sweep
+from tests.helpers import DDP_CPU, HANG, ROOT, TINY, run_sweep
 
 
-def _run_py(tmp_path, *args, timeout=300):
+def _run_py(tmp_path, *args):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
@@ -25,7 +25,7 @@ def _run_py(tmp_path, *args, timeout=300):
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=HANG,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(tracking_uri=uri)

@@ -1,5 +1,5 @@
 """A stopped run tells the truth, as real processes: SIGTERM exits 143 and Ctrl-C (SIGINT) 130, in training
-and in the final evaluation, within seconds; the MLflow run is closed KILLED (never left RUNNING, never
+and in the final evaluation; the MLflow run is closed KILLED (never left RUNNING, never
 FINISHED); one line on stderr says how to resume; and resume=true then finishes the same run. A sweep
 stopped in a cell or in its report closes its parent KILLED too."""
 
@@ -12,15 +12,13 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
 
 
-def stopped_run(
-    signal_name: str, phase: str, store: str, tmp_path, *args: str
-) -> tuple[subprocess.CompletedProcess, float]:
-    timefile = tmp_path / "sent"
+def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    sent = tmp_path / "sent"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [
@@ -28,7 +26,7 @@ def stopped_run(
             str(ROOT / "tests" / "signaller.py"),
             signal_name,
             phase,
-            str(timefile),
+            str(sent),
             *args,
             *TINY,
             *STEPS,
@@ -39,10 +37,11 @@ def stopped_run(
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
         preexec_fn=default_sigint,
     )
-    return proc, time.time() - float(timefile.read_text())
+    assert sent.exists(), proc.stderr[-3000:]  # the signal was sent in the phase asked for
+    return proc
 
 
 def default_sigint() -> None:
@@ -55,9 +54,8 @@ def default_sigint() -> None:
 @pytest.mark.parametrize("phase", ["fit", "evaluation"])
 def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, phase, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc, seconds = stopped_run(signal_name, phase, store, tmp_path)
+    proc = stopped_run(signal_name, phase, store, tmp_path)
     assert proc.returncode == code, proc.stderr[-3000:]
-    assert seconds < 120, seconds  # a hang guard, not a timing (how fast a run stops is the machine's to say)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "resume with the same command plus resume=true" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -76,7 +74,7 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
         capture_output=True,
         text=True,
         env={**os.environ, "MLFLOW_TRACKING_URI": store},
-        timeout=300,
+        timeout=HANG,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
@@ -88,9 +86,8 @@ def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
     """SIGTERM in a cell's training or in the sweep's report: exit 143, one line, the parent KILLED (not FAILED,
     which says the sweep broke), the cell KILLED in training and FINISHED before the report."""
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc, seconds = stopped_run("TERM", phase, store, tmp_path, "-m", "pos=rope")
+    proc = stopped_run("TERM", phase, store, tmp_path, "-m", "pos=rope")
     assert proc.returncode == 143, proc.stderr[-3000:]
-    assert seconds < 120, seconds  # a hang guard, not a timing
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
     client = MlflowClient(store)
@@ -125,7 +122,7 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    client, deadline, training = MlflowClient(store), time.time() + 1200, False  # a hang guard, not a timing
+    client, deadline, training = MlflowClient(store), time.time() + HANG, False
     while not training and time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
         exp = client.get_experiment_by_name("posbench") if (tmp_path / "mlflow.db").exists() else None
         runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []
@@ -135,7 +132,7 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
         time.sleep(0 if training else 1)
     assert training, "no cell started training in a worker before the sweep was to be stopped"
     proc.terminate()
-    stderr = proc.communicate(timeout=120)[1]
+    stderr = proc.communicate(timeout=HANG)[1]
     assert proc.returncode == 143, stderr[-3000:]
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0] and "Traceback" not in stderr, stderr[-3000:]
@@ -178,7 +175,7 @@ def test_a_stop_raised_inside_a_finalizer_still_stops(signal_name, code):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,  # a hang guard: without the re-raise the loop never ends
+        timeout=HANG,  # a hang guard: without the re-raise the loop never ends
         preexec_fn=default_sigint,
     )
     assert (proc.stdout.strip(), proc.stderr) == (str(code), "")

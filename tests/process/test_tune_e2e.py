@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, TINY, run_sweep
+from tests.helpers import HANG, ROOT, TINY, run_sweep
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def tuning(tmp_path_factory):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     return sweep, report, out
 
@@ -102,7 +102,7 @@ def test_optim_tuned_runs_a_cell_at_its_tuned_values_and_logs_them(tuning, store
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     from mlflow.tracking import MlflowClient

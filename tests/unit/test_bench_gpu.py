@@ -18,7 +18,7 @@ import torch
 from harness import integrity
 from harness.bench import flex, gpu, gpu_memory
 from harness.bench.internals import build_transformer
-from tests.helpers import ROOT
+from tests.helpers import HANG, ROOT
 
 COMMITTED = ROOT / "results" / "bench_gpu"
 SMALL = ("model.n_layers=1", "model.d_model=64", "model.n_heads=2", "model.d_ff=128")
@@ -39,7 +39,7 @@ def test_the_estimate_is_the_figure_check_gpu_memory_prints():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert done.returncode == 0, done.stderr
     printed = re.search(r"a training step needs about (.*\)), fits", done.stdout).group(1)

@@ -315,7 +315,7 @@ def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
     import subprocess
     import sys
 
-    from tests.helpers import ROOT
+    from tests.helpers import HANG, ROOT
 
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
@@ -326,7 +326,7 @@ def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
         preexec_fn=limit,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -14,7 +14,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.pretrained.rope_parameters import read, read_config, write
-from tests.helpers import ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY
 
 transformers = pytest.importorskip("transformers")
 
@@ -175,7 +175,7 @@ def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
     hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes."""
     (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
     out = subprocess.run(
-        [sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=HANG
     )
     assert out.returncode == 0, out.stderr
     assert "+attn.layers=['local(window=16)'," in out.stdout and "model.n_layers=4" in out.stdout
@@ -188,7 +188,7 @@ def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG,
     )
     assert run.returncode == 0 and run.stdout.startswith("ok: pos=rope"), run.stderr[-2000:]
     bad = subprocess.run(
@@ -196,7 +196,7 @@ def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "missing.json does not exist; give a transformers config.json or the folder holding one" in bad.stderr

@@ -18,7 +18,7 @@ from harness.data.windows import ContinueFrom, TrainWindows
 from harness.errors import ConfigError
 from harness.main import COMMANDS
 from harness.main import prepare_shards as prepare
-from tests.helpers import validated
+from tests.helpers import HANG, validated
 
 main = COMMANDS["prepare"]
 
@@ -554,7 +554,7 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
         preexec_fn=limit,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -594,12 +594,12 @@ def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG
     while not (out / "train-00000.bin").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert proc.poll() is None, "prepare ended before it could be stopped"
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
     assert err.strip() == f"stopped: nothing was left in {out}" and not out.exists()
 

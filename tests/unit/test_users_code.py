@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import HANG, ROOT
 
 THEIRS = textwrap.dedent("""\
     from positional.base import PositionalScheme
@@ -51,7 +51,7 @@ def run(home, *args: str) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
 
 
