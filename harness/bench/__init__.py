@@ -17,6 +17,6 @@ results/bench_gpu/); and the smaller benchmarks, each its own command: the data 
 room only harness.main imports it (``posbench bench`` runs these commands).
 
 May import: attention and positional (what the benchmarks time); harness.config, harness.data, harness.model
-and harness.record through ``internals`` alone (so a move elsewhere in harness/ is fixed in that one file);
-and the ground.
+and harness.record (``internals`` assembles from them what several benchmarks share: a cell's config and model,
+a step's memory estimate and optimizer, random shards and their loader, a cell's MLflow run); and the ground.
 """

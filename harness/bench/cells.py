@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from harness.bench.internals import ROOT, build_transformer, compose_cell, option_overrides
+from harness.bench.internals import build_transformer, compose_cell, option_overrides
+from harness.paths import ROOT
 
 if TYPE_CHECKING:
-    from harness.bench.internals import ModelConfig
+    from harness.model.transformer import ModelConfig
 
 VOCAB = 258  # the byte tokenizer: 256 bytes + [PAD] + [MASK]
 

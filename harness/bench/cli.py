@@ -16,14 +16,17 @@ from pathlib import Path
 import torch
 
 from harness.bench.cells import PEERS, Spec, available
-from harness.bench.internals import git_sha, log_cell_run, pattern_unit, project_root
+from harness.bench.internals import log_cell_run
 from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
 from harness.errors import ConfigError, OneLineParser
+from harness.model.layers import unit_of_label
+from harness.paths import project_root
 from harness.ranges import NonNegative, Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir, store_to_write
+from harness.record.run import git_sha
 
 MAX_TOKENS = 2**24  # tokens in a step (and the longest length): 16M, beyond any GPU's activations
 
@@ -132,7 +135,7 @@ def parse(argv: list[str] | None) -> Args:
 def _options(text: str, group: str) -> list[str]:
     """Option names, or per-layer patterns by name (``rope×3+none``: harness/model/layers.py)."""
     chosen, valid = [x for x in text.split(",") if x], available(group)
-    unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in pattern_unit(x)} <= set(valid)]
+    unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in unit_of_label(x)} <= set(valid)]
     if unknown or not chosen:
         named = ",".join(unknown) or repr(text)
         raise ConfigError(f"--{group} {named}: not in conf/{group}/; valid: {', '.join(valid)}")

@@ -38,7 +38,7 @@ from harness.bench.cli import MAX_TOKENS
 from harness.bench.flex import attention_steps, parity
 from harness.bench.gpu_memory import MEMORY_CELLS, memory_row
 from harness.bench.gpu_report import render
-from harness.bench.internals import build_transformer, git_sha, xformers_refusal
+from harness.bench.internals import build_transformer, xformers_refusal
 from harness.bench.measure import matmul_peak_flops, trim
 from harness.bench.report import write_csv
 from harness.bench.session import Options, Session, paired_rounds
@@ -47,6 +47,7 @@ from harness.bench.targets import compare_peer
 from harness.errors import ConfigError, OneLineParser
 from harness.ranges import Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir
+from harness.record.run import git_sha
 
 D768 = ("model.n_layers=12", "model.d_model=768", "model.n_heads=12", "model.d_ff=3072")
 DATASHEET_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM, TFLOP/s

@@ -23,7 +23,7 @@ from harness.bench.measure import trim
 from harness.model.loss import summed_cross_entropy
 
 if TYPE_CHECKING:
-    from harness.bench.internals import Transformer
+    from harness.model.transformer import Transformer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
-"""The bench room's only door into the rest of the harness: config composition, the model, instantiation,
-MLflow tracking and the project root. Every other module of harness/bench imports these from here, so a
-move elsewhere in harness/ is fixed in this file alone.
+"""What the bench room's modules build from the rest of the harness: a composed cell and its model, a step's
+memory estimate and optimizer, random shards and their loader, a cell's MLflow run.
 """
 
 from __future__ import annotations
@@ -9,14 +8,13 @@ import time
 from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError, IncompatiblePairing
-from harness.paths import ROOT, project_root  # noqa: F401 — re-exported for the room
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
 
     from harness.config.estimates import GpuEstimate
     from harness.config.spec import RunSpec
-    from harness.model.transformer import ModelConfig, Transformer  # noqa: F401 — ModelConfig: for cells.py
+    from harness.model.transformer import Transformer
 
 
 def compose_cell(overrides: list[str]) -> RunSpec:
@@ -26,17 +24,12 @@ def compose_cell(overrides: list[str]) -> RunSpec:
     return load(overrides, multirun=True)  # a cell of a preset may leave its sweep axes (seed) to the caller
 
 
-def pattern_unit(name: str) -> tuple[str, ...]:
-    """The option names a pattern's name spells, one per layer of its unit; a ConfigError if it spells none."""
-    from harness.model.layers import unit_of_label
-
-    return unit_of_label(name)
-
-
 def option_overrides(group: str, name: str) -> list[str]:
     """``pos=rope``; for a per-layer pattern's name (``rope×3+none``) its first option and the pattern,
     ``pos=rope +pos.layers=[rope,rope,rope,none]`` (harness/model/layers.py)."""
-    unit = pattern_unit(name)
+    from harness.model.layers import unit_of_label
+
+    unit = unit_of_label(name)
     if len(unit) == 1 and "(" not in name:
         return [f"{group}={name}"]
     first = unit[0].partition("(")[0]
@@ -150,20 +143,6 @@ def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size:
         corpus, task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0, num_workers=workers
     )
     return train
-
-
-def max_workers() -> tuple[int, int]:
-    """(the most data loader workers a run may ask for here, how many per core): ``data.num_workers``'s bound."""
-    from harness.config.spec import WORKERS_PER_CORE
-    from harness.config.spec import max_workers as bound
-
-    return bound(), WORKERS_PER_CORE
-
-
-def git_sha() -> str:
-    from harness.record.run import git_sha as sha
-
-    return sha()
 
 
 class CellFailed(Exception):

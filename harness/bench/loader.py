@@ -21,7 +21,7 @@ The goal: the loader at ≥ 10 × the model's tokens/s, so data never stalls a s
 
 Every flag is checked before anything is written (one line naming the fix, exit 2): a shard smaller than one
 batch of the largest preset, or larger than the free space at ``--dir`` (less a margin), is refused; worker
-counts are bounded as ``data.num_workers`` is (``internals.max_workers``); the shard is always deleted after.
+counts are bounded as ``data.num_workers`` is (``harness.config.spec.max_workers``); the shard is always deleted after.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.bench.internals import max_workers, shard_loader, write_random_shards
+from harness.bench.internals import shard_loader, write_random_shards
+from harness.config.spec import WORKERS_PER_CORE, max_workers
 from harness.errors import ConfigError, OneLineParser
 from harness.paths import CONF
 from harness.ranges import Fraction, Positive, PositiveInt, at_most
@@ -227,7 +228,7 @@ def _prepared(text: str, tokens: int) -> tuple[Path, int]:
 
 
 def _workers(text: str) -> list[int]:
-    bound, per_core = max_workers()
+    bound = max_workers()
     try:
         workers = [int(x) for x in text.split(",")]
     except ValueError:
@@ -235,7 +236,7 @@ def _workers(text: str) -> list[int]:
     if not workers or any(w < 0 or w > bound for w in workers):
         raise ConfigError(
             f"--workers {text!r}: give a comma list of worker counts from 0 to {bound} "
-            f"({per_core} per core here, as data.num_workers), e.g. 0,2,4"
+            f"({WORKERS_PER_CORE} per core here, as data.num_workers), e.g. 0,2,4"
         )
     return workers
 
