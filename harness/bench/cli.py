@@ -16,12 +16,11 @@ from pathlib import Path
 import torch
 
 from harness.bench.cells import PEERS, Spec, available
-from harness.bench.internals import log_cell_run
 from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
-from harness.errors import ConfigError, OneLineParser
+from harness.errors import ConfigError, IncompatiblePairing, OneLineParser
 from harness.model.layers import unit_of_label
 from harness.paths import project_root
 from harness.ranges import NonNegative, Positive, PositiveInt, at_most
@@ -222,10 +221,21 @@ def _lengths_of(session: Session, args: Args, pos: str, attn: str) -> list[Resul
     return results
 
 
+class CellFailed(Exception):
+    """Raised inside a cell's MLflow run so that the run ends FAILED with the cell's reason."""
+
+
 def log_results(uri: str | None, results: list[Result], peak: Peak, device: str, sha: str) -> None:
     """One MLflow run per measured cell in experiment ``bench``, tagged with a shared bench_id and the commit
-    measured (``sha``)."""
+    measured (``sha``): FINISHED for status ok, else FAILED with tags ``failure`` (incompatible for a refused
+    cell, error for one that raised) and ``failure_reason``. The run's owner (``TrackedRun``) sets its status
+    from whether its body raised."""
     import uuid
+
+    from mlflow.entities import Metric
+
+    from harness.record.run import TrackedRun
+    from harness.record.store import resolve_tracking_uri
 
     bench_id = uuid.uuid4().hex[:12]
     for r in results:
@@ -243,6 +253,15 @@ def log_results(uri: str | None, results: list[Result], peak: Peak, device: str,
         }
         params = {"seq_len": str(r.seq_len), "batch": str(r.batch), "peak_flops": f"{peak.flops:.4g}"}
         metrics = {k: v for k, v in vars(r).items() if isinstance(v, float) and v == v}
-        log_cell_run(
-            uri, f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}", tags, params, metrics, r.status, r.reason
-        )
+        now = int(time.time() * 1000)
+        try:
+            with TrackedRun(
+                resolve_tracking_uri(uri), "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}"
+            ).open(tags, params) as run:
+                run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
+                if r.status == "refused":
+                    raise IncompatiblePairing(r.reason)
+                if r.status != "ok":
+                    raise CellFailed(r.reason)
+        except (CellFailed, IncompatiblePairing):
+            pass  # on record: the run is FAILED with the reason; the bench's exit code reports errors

@@ -1,13 +1,12 @@
 """What the bench room's modules build from the rest of the harness: a composed cell and its model, a step's
-memory estimate and optimizer, random shards and their loader, a cell's MLflow run.
+memory estimate and optimizer, random shards and their loader.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from harness.errors import ConfigError, IncompatiblePairing
+from harness.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -143,36 +142,3 @@ def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size:
         corpus, task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0, num_workers=workers
     )
     return train
-
-
-class CellFailed(Exception):
-    """Raised inside a cell's MLflow run so that the run ends FAILED with the cell's reason."""
-
-
-def log_cell_run(
-    uri: str | None,
-    name: str,
-    tags: dict[str, str],
-    params: dict[str, str],
-    metrics: dict[str, float],
-    status: str,
-    reason: str,
-) -> None:
-    """One MLflow run in experiment ``bench``: FINISHED for status ok, else FAILED with tags ``failure``
-    (incompatible for a refused cell, error for one that raised) and ``failure_reason``. The run's owner
-    (``TrackedRun``) sets its status from whether its body raised."""
-    from mlflow.entities import Metric
-
-    from harness.record.run import TrackedRun
-    from harness.record.store import resolve_tracking_uri
-
-    now = int(time.time() * 1000)
-    try:
-        with TrackedRun(resolve_tracking_uri(uri), "bench", name).open(tags, params) as run:
-            run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
-            if status == "refused":
-                raise IncompatiblePairing(reason)
-            if status != "ok":
-                raise CellFailed(reason)
-    except (CellFailed, IncompatiblePairing):
-        pass  # on record: the run is FAILED with the reason; the bench's exit code reports errors
