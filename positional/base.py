@@ -162,11 +162,6 @@ def later_keys(t_q: int, t_k: int, device=None) -> Tensor:
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1)
 
 
-def relative_offsets(t_q: int, t_k: int, device=None) -> Tensor:
-    """The offsets i - j covered by a RelativeBias table: -(Tk-1) … (Tq-1)."""
-    return torch.arange(-(t_k - 1), t_q, device=device)
-
-
 def document_positions(document_ids: Tensor) -> Tensor:
     """Positions that restart at each packed document: p_t = t − (the index of the first token of t's document).
     ``document_ids``: (B, T), equal within a document, changing where one starts. Returns (B, T) long; a row
@@ -177,16 +172,8 @@ def document_positions(document_ids: Tensor) -> Tensor:
     return t - torch.where(first, t, torch.zeros_like(t)).cummax(dim=-1).values
 
 
-def position_offsets(positions: Tensor) -> Tensor:
-    """The offsets p_i - p_j that sorted ``positions`` (T,) can produce: -(S-1) … S-1, S = p_last - p_first + 1.
-
-    For positions 0 … T-1 (S = T) this is ``relative_offsets(T, T)``, a RelativeBias table's columns."""
-    span = int(positions[-1] - positions[0]) + 1
-    return relative_offsets(span, span, positions.device)
-
-
 def bias_over_offsets(table: Tensor, positions: Tensor, far: FarField | None = None) -> LogitBias:
-    """b_ij = table[h, p_i - p_j + S - 1] for a table over ``position_offsets(positions)``, (H, 2S-1).
+    """b_ij = table[h, p_i - p_j + S - 1] for a table over the offsets ``PositionalScheme.offsets`` gives, (H, 2S-1).
 
     Consecutive positions give the Toeplitz ``RelativeBias``; sampled ones (randomized positions,
     Ruoss et al. 2023) a ``PositionalBias``: p_i - p_j is no function of i - j there. ``far``: the
@@ -308,14 +295,14 @@ class PositionalScheme(nn.Module):
         return self.max_position if self.max_position is not None else self.shape.max_len  # set iff randomize
 
     def offsets(self, positions: Tensor) -> Tensor:
-        """The offsets p_i - p_j a relative table over ``positions`` must cover (``position_offsets``).
+        """The offsets p_i - p_j a relative table over ``positions`` must cover: -(S-1) … S-1, S = p_last - p_first + 1
+        for sorted positions (T,); for 0 … T-1 (S = T) a RelativeBias table's columns.
 
-        Unless positions are randomized the model hands every hook 0 … T-1, so these are -(T-1) … T-1
-        and no position value is read (reading one would synchronise a GPU on every forward)."""
-        if self.randomize:
-            return position_offsets(positions)
-        t = positions.shape[-1]  # positions restarted per document (B, T) lie in 0 … T−1 too
-        return relative_offsets(t, t, positions.device)
+        Unless positions are randomized the model hands every hook 0 … T-1, so S = T and no position value is read
+        (reading one would synchronise a GPU on every forward)."""
+        # positions restarted per document (B, T) lie in 0 … T−1 too
+        span = int(positions[-1] - positions[0]) + 1 if self.randomize else positions.shape[-1]
+        return torch.arange(-(span - 1), span, device=positions.device)
 
     def positions(self, t: int, device=None) -> Tensor:
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""

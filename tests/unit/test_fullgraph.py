@@ -16,7 +16,7 @@ scheme and every variant runs causal and padded.
 
 Not covered: randomized positions (pos.randomize=true, training only). The T sampled positions decide
 shapes and branches there: the span S of a relative table (2S − 1 offsets, positional/base.py
-``position_offsets``) and the length a scaled RoPE reads; and they are drawn on the CPU and copied to the
+``PositionalScheme.offsets``) and the length a scaled RoPE reads; and they are drawn on the CPU and copied to the
 device. Sync-free, it would need tables over the static range ±(max_position − 1) and a pinned,
 non-blocking copy (a change to positional/base.py and the relative schemes).
 """
