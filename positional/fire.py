@@ -46,11 +46,6 @@ def fire_psi(x: Tensor, c: Tensor) -> Tensor:
     return torch.log1p(c * x)
 
 
-def fire_input(offset: Tensor, reach: Tensor, c: Tensor, threshold: Tensor, eps: float = 1e-6) -> Tensor:
-    """sign(o)·ψ(|o|) / (ψ(max(L, N)) + ε) for offsets o and reaches N (broadcast together); L = ``threshold``."""
-    return torch.sign(offset) * fire_psi(offset.abs(), c) / (fire_psi(torch.maximum(reach, threshold), c) + eps)
-
-
 def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, eps: float = 1e-6) -> Tensor:
     """The MLP's input per (i, j): sign(p_i − p_j)·ψ(|p_i − p_j|) / (ψ(max(L, N_i)) + ε). (T,) -> (T, T), or
     positions per row (B, T) -> (B, T, T) (causal only: the bidirectional N_i reads the last position).
@@ -61,8 +56,9 @@ def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, e
     """
     work = torch.promote_types(c.dtype, torch.float32)
     p, c, threshold = positions.to(work), c.to(work), threshold.to(work)
-    reach = p if causal else torch.maximum(p, p[-1] - p)  # (T,) N_i
-    return fire_input(p[..., :, None] - p[..., None, :], reach[..., :, None], c, threshold, eps)  # (T, T)
+    reach = (p if causal else torch.maximum(p, p[-1] - p))[..., :, None]  # (T, 1) N_i
+    offset = p[..., :, None] - p[..., None, :]  # (T, T) p_i − p_j
+    return torch.sign(offset) * fire_psi(offset.abs(), c) / (fire_psi(torch.maximum(reach, threshold), c) + eps)
 
 
 class Fire(PositionalScheme):
