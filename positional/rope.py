@@ -94,23 +94,16 @@ def apply_rope_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 _COMPLEX = (torch.float32, torch.float64)
 
 
-def _pairs_viewable(x: Tensor) -> bool:
-    """view_as_complex needs unit stride within a pair and even strides/offset elsewhere."""
-    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
-
-
-def _as_complex(x: Tensor) -> Tensor:
-    """(..., T, R) real -> (..., T, R/2) complex, a view whenever the strides allow (a q/k view of a
-    fused qkv projection does), else a copy."""
-    return torch.view_as_complex((x if _pairs_viewable(x) else x.contiguous()).unflatten(-1, (-1, 2)))
-
-
 def _turn_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """The interleaved rotation, no autograd: (..., T, R) -> (..., T, R)."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous, whatever x's strides: the
     # q/k views of a fused projection come out in (B, H, T, D) order, so the next matmul needs no copy
     if x.dtype in _COMPLEX:
-        torch.mul(_as_complex(x), torch.complex(cos, sin), out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
+        # (..., T, R/2) complex, a view whenever the strides allow (a q/k view of a fused qkv projection does), else
+        # a copy: view_as_complex needs unit stride within a pair and even strides/offset elsewhere
+        viewable = x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
+        pairs = torch.view_as_complex((x if viewable else x.contiguous()).unflatten(-1, (-1, 2)))
+        torch.mul(pairs, torch.complex(cos, sin), out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
         return out
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, R/2) each, strided views
     torch.mul(even, cos, out=out[..., 0::2]).addcmul_(odd, sin, value=-1)  # x_2i cos − x_2i+1 sin
