@@ -383,31 +383,28 @@ def kernelized_attention(
     ``far``: the bias's declared far field (``band_contract``), if any.
     """
     path = None if coeffs is None else bias_path(f.q, f.k, far, toeplitz, causal)
-    if path == "band":
-        assert far is not None and coeffs is not None  # bias_path chooses the band for a declared far field only
+    floor: float | Tensor = 0.0  # the denominator at or below which a query counts as seeing no key
+    if coeffs is None and causal:
+        num, den = _num_den(f, v, causal_linear_contract)
+    elif coeffs is None:  # Eq. 6: φ(q_i)ᵀ (Σ_j φ(k_j) x_jᵀ), (B, H, T, M) @ (B, H, M, ·); sharing features, the
+        # denominator rides along as a column of ones on v (Σ_j φ(k_j) as its own product is a matrix-vector forward
+        # and an outer-product backward, both far below the matmul rate)
+        num, den = _num_den(f, v, lambda q, k, x: q @ (k.transpose(-1, -2) @ x))
+    elif path == "band":
+        assert far is not None  # bias_path chooses the band for a declared far field only
         num, den = _num_den(
             f, v, partial(band_contract, coeffs=coeffs, far=far, causal=causal, layout=band_layout(far))
         )
     elif path == "dense":
-        assert coeffs is not None  # a path is chosen for a bias only
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
         weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
         den = weights.sum(-1, keepdim=True)
         if f.q_num is not f.q or f.k_num is not f.k:
             weights = (f.q_num @ f.k_num.transpose(-1, -2)) * c
         num = weights @ v
-    elif path == "fft":
-        assert coeffs is not None
+    else:  # fft
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
-    elif causal:
-        num, den = _num_den(f, v, causal_linear_contract)
-    else:  # Eq. 6: φ(q_i)ᵀ (Σ_j φ(k_j) x_jᵀ), (B, H, T, M) @ (B, H, M, ·); sharing features, the denominator
-        # rides along as a column of ones on v (Σ_j φ(k_j) as its own product is a matrix-vector forward and an
-        # outer-product backward, both far below the matmul rate)
-        num, den = _num_den(f, v, lambda q, k, x: q @ (k.transpose(-1, -2) @ x))
-    floor: float | Tensor = 0.0
-    if path == "fft":
         floor = NO_WEIGHT * (f.q @ f.k.sum(-2, keepdim=True).transpose(-1, -2)).detach()  # (B, H, T, 1)
     # an unseeing row divides by +inf: 0, with zero gradients, in one pass over num (not two wheres and a divide)
     return num / torch.where(den > floor, den, torch.inf)
