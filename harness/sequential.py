@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from harness.stats import t_sf, welch, welch_p_value
+from harness.stats import sample_variance, t_sf, welch, welch_p_value
 
 Spending = Literal["obrien-fleming", "pocock"]
 SPENDINGS: tuple[Spending, ...] = ("obrien-fleming", "pocock")
@@ -164,14 +164,9 @@ def seeds_to_decide(a: list[float], b: list[float], effect: float, level: float,
 
     if effect <= 0:
         return None
-    spread = _variance(a) + _variance(b)
+    spread = sample_variance(a) + sample_variance(b)
     n = math.ceil(spread * ((norm.isf(level / sides) + norm.isf(1 - POWER)) / effect) ** 2)
     return max(n, 2) if n <= most else None
-
-
-def _variance(x: list[float]) -> float:
-    mean = math.fsum(x) / len(x)
-    return math.fsum((v - mean) ** 2 for v in x) / (len(x) - 1)
 
 
 # ---------------------------------------------------------------- the family, look by look

@@ -1,26 +1,88 @@
 """Statistics of a comparison between arms: the Welch interval of a difference of means; and, for two
-metrics of the same models (one per seed), the paired t interval of their per-seed differences."""
+metrics of the same models (one per seed), the paired t interval of their per-seed differences.
+
+Each is a t test's terms (Δ, its standard error, the degrees of freedom: ``welch``, ``_paired``), from which its
+interval, the smallest effect it detects and its p-value follow alike."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
+
+Terms = tuple[float, float, float]  # (Δ, its standard error, the t statistic's degrees of freedom)
+
+
+def sample_variance(x: list[float]) -> float:
+    """s² in plain floats: fast where a simulation computes it many times (``statistics.variance`` is exact)."""
+    mean = math.fsum(x) / len(x)
+    return math.fsum((v - mean) ** 2 for v in x) / (len(x) - 1)
+
+
+def welch(a: list[float], b: list[float], variance: Callable[[list[float]], float] = sample_variance) -> Terms:
+    """(Δ = mean(a) − mean(b), its standard error, Welch's degrees of freedom: ∞ without spread); each side needs ≥ 2
+    values. Plain floats by default: harness/sequential.py calls it in its simulations' inner loop."""
+    va, vb = variance(a) / len(a), variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else math.inf
+    return statistics.fmean(a) - statistics.fmean(b), se, df
+
+
+def _exact_welch(a: list[float], b: list[float]) -> Terms | None:
+    """``welch`` with exact variances, for what a report prints; None when either arm has < 2 values."""
+    return welch(a, b, statistics.variance) if len(a) >= 2 and len(b) >= 2 else None
+
+
+def _paired(a: list[float], b: list[float]) -> Terms | None:
+    """(mean of d_i = a_i − b_i, its standard error s_d/√n, n − 1), pairs measured on the same model (seed i): the
+    one-sample t test's terms; None when n < 2."""
+    if len(a) < 2:
+        return None
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    return statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d) - 1
+
+
+def t_sf(x: float, df: float) -> float:
+    """Student's t survival function (scipy's ``stdtr``, a ufunc: fast for one value); df = ∞: the normal's."""
+    from scipy.special import stdtr
+
+    return float(stdtr(df, -x)) if math.isfinite(df) else 0.5 * math.erfc(x / math.sqrt(2))
+
+
+def _interval(terms: Terms | None, level: float) -> tuple[float, float, float] | None:
+    """(Δ, low, high): Δ ± t_{1−α/2, df}·se."""
+    if terms is None:
+        return None
+    from scipy import stats
+
+    diff, se, df = terms
+    half = stats.t.ppf(0.5 + level / 2, df) * se
+    return diff, diff - half, diff + half
+
+
+def _detectable(terms: Terms | None, level: float, power: float) -> float | None:
+    """(t_{1−α/2, df} + t_{power, df})·se: the smallest |Δ| the test detects with probability ``power``."""
+    if terms is None:
+        return None
+    from scipy import stats
+
+    _, se, df = terms
+    return (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * se
+
+
+def _p_value(terms: Terms | None) -> float | None:
+    """Two-sided p of the t test of Δ = 0. No spread: 0 if Δ ≠ 0, else 1."""
+    if terms is None:
+        return None
+    diff, se, df = terms
+    if se == 0:
+        return 0.0 if diff else 1.0
+    return min(1.0, 2 * t_sf(abs(diff) / se, df))
 
 
 def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
     """(Δ, low, high) for mean(a) − mean(b), or None when either arm has < 2 values."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy import stats
-
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return diff, diff, diff
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = stats.t.ppf(0.5 + level / 2, df) * se
-    return diff, diff - half, diff + half
+    return _interval(_exact_welch(a, b), level)
 
 
 def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.95, power: float = 0.8) -> float | None:
@@ -28,16 +90,13 @@ def minimum_detectable_effect(a: list[float], b: list[float], level: float = 0.9
     given these seeds' spread: (t_{1−α/2, ν} + t_{power, ν}) · √(s_a²/n_a + s_b²/n_b), ν Welch's degrees of
     freedom (the normal-approximation sample-size formula with t quantiles; e.g. Cohen 1988, ch. 2).
     A tie with |Δ| below it says little: the seed count could not have told such effects from noise."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy import stats
+    return _detectable(_exact_welch(a, b), level, power)
 
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return 0.0
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * se
+
+def welch_p_value(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p of Welch's t test of mean(a) = mean(b) (the test ``welch_interval`` inverts), or None when either
+    arm has < 2 values. No spread on either side: 0 if the means differ, else 1."""
+    return _p_value(welch(a, b) if len(a) >= 2 and len(b) >= 2 else None)
 
 
 def seeds_needed(
@@ -74,46 +133,23 @@ def what_settles(a: list[float], b: list[float], diff: float, per: str = "arm") 
     )
 
 
-def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """(Δ = mean(a) − mean(b), its standard error, Welch's degrees of freedom); each side needs ≥ 2 values. Plain
-    floats (no ``statistics`` Fractions): harness/sequential.py calls it in its simulations' inner loop."""
-    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
-    va = math.fsum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
-    vb = math.fsum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else math.inf
-    return ma - mb, se, df
+def paired_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """(Δ, low, high) for the mean of d_i = a_i − b_i, pairs measured on the same model (seed i): Student's
+    one-sample t interval mean(d) ± t_{1−α/2, n−1}·s_d/√n (e.g. Wasserman 2004, §10.2). None when n < 2."""
+    if len(a) != len(b):
+        raise ValueError(f"paired values need one pair per seed: {len(a)} vs {len(b)}")
+    return _interval(_paired(a, b), level)
 
 
-def t_sf(x: float, df: float) -> float:
-    """Student's t survival function (scipy's ``stdtr``, a ufunc: fast for one value); df = ∞: the normal's."""
-    from scipy.special import stdtr
-
-    return float(stdtr(df, -x)) if math.isfinite(df) else 0.5 * math.erfc(x / math.sqrt(2))
-
-
-def welch_p_value(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p of Welch's t test of mean(a) = mean(b) (the test ``welch_interval`` inverts), or None when either
-    arm has < 2 values. No spread on either side: 0 if the means differ, else 1."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    diff, se, df = welch(a, b)
-    if se == 0:
-        return 0.0 if diff else 1.0
-    return min(1.0, 2 * t_sf(abs(diff) / se, df))
+def paired_detectable_effect(a: list[float], b: list[float], level: float = 0.95, power: float = 0.8) -> float | None:
+    """The smallest |mean(a − b)| the paired t test detects with probability ``power``:
+    (t_{1−α/2, n−1} + t_{power, n−1})·s_d/√n (as ``minimum_detectable_effect``, one sample of differences)."""
+    return _detectable(_paired(a, b), level, power)
 
 
 def paired_p_value(a: list[float], b: list[float]) -> float | None:
     """Two-sided p of the paired t test of mean(a − b) = 0 (the test ``paired_interval`` inverts); None if n < 2."""
-    if len(a) < 2:
-        return None
-    from scipy import stats
-
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    mean, sd = statistics.fmean(d), statistics.stdev(d)
-    if sd == 0:
-        return 0.0 if mean else 1.0
-    return float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(len(d))), len(d) - 1))
+    return _p_value(_paired(a, b))
 
 
 def holm(pvalues: list[float], alpha: float) -> list[bool]:
@@ -127,33 +163,3 @@ def holm(pvalues: list[float], alpha: float) -> list[bool]:
             break
         rejected[i] = True
     return rejected
-
-
-def paired_interval(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
-    """(Δ, low, high) for the mean of d_i = a_i − b_i, pairs measured on the same model (seed i): Student's
-    one-sample t interval mean(d) ± t_{1−α/2, n−1}·s_d/√n (e.g. Wasserman 2004, §10.2). None when n < 2."""
-    if len(a) != len(b):
-        raise ValueError(f"paired values need one pair per seed: {len(a)} vs {len(b)}")
-    if len(a) < 2:
-        return None
-    from scipy import stats
-
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    diff, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
-    half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * se
-    return diff, diff - half, diff + half
-
-
-def paired_detectable_effect(a: list[float], b: list[float], level: float = 0.95, power: float = 0.8) -> float | None:
-    """The smallest |mean(a − b)| the paired t test detects with probability ``power``:
-    (t_{1−α/2, n−1} + t_{power, n−1})·s_d/√n (as ``minimum_detectable_effect``, one sample of differences)."""
-    if len(a) < 2:
-        return None
-    from scipy import stats
-
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    return (
-        (stats.t.ppf(0.5 + level / 2, len(d) - 1) + stats.t.ppf(power, len(d) - 1))
-        * statistics.stdev(d)
-        / math.sqrt(len(d))
-    )
