@@ -35,7 +35,6 @@ import numpy as np
 from harness.stats import sample_variance, t_sf, welch, welch_p_value
 
 Spending = Literal["obrien-fleming", "pocock"]
-SPENDINGS: tuple[Spending, ...] = ("obrien-fleming", "pocock")
 POWER = 0.8  # futility: a comparison stops when more seeds would decide it with less than this power
 FUTILITY_Z = 1.2816  # z_0.9: futility reads the difference at the edge of its 80 % interval that favours deciding
 GRID = 601  # points of the numerical integration on each look's continuation region
@@ -129,12 +128,6 @@ def _simpson(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- one comparison's tests
-
-
-def difference_p(a: list[float], b: list[float]) -> float:
-    """Welch's two-sided p of Δ = 0 (harness/stats.py); each side holds ≥ 2 values here."""
-    p = welch_p_value(a, b)
-    return 1.0 if p is None else p
 
 
 def equivalence_p(a: list[float], b: list[float], margin: float) -> float:
@@ -246,8 +239,10 @@ def _decidable(c: Comparison, design: Design, level: float) -> bool:
 
 
 def _p(c: Comparison, kind: str) -> float:
-    if kind == "difference":
-        return difference_p(c.a, c.b)
+    """The p-value of ``c``'s hypothesis ``kind``; each side holds ≥ 2 values here."""
+    if kind == "difference":  # Welch's two-sided p of Δ = 0 (harness/stats.py)
+        p = welch_p_value(c.a, c.b)
+        return 1.0 if p is None else p
     return equivalence_p(c.a, c.b, c.margin or 0.0) if kind == "equivalence" else beyond_p(c.a, c.b, c.margin or 0.0)
 
 
