@@ -149,13 +149,6 @@ def check_folder(folder: Path, fix: str) -> None:
             check_file(path, fix)
 
 
-def written_digest(seal: Path) -> str:
-    """The digest a ``.sha256`` seal holds, as its writer wrote it (a damaged byte that is no UTF-8 reads as a
-    character that matches no digest, and one that turns its newline into other white space counts too: a seal is
-    exactly its digest and a newline, so any flipped bit of it refuses the file it seals)."""
-    return seal.read_bytes().decode("utf-8", errors="replace").removesuffix("\n")
-
-
 def seal_file(path: Path) -> None:
     """``<path>.sha256`` for the file at ``path`` as it is now, written whole or not at all."""
     _replace(seal_path(path), file_digest(path) + "\n")
@@ -171,8 +164,10 @@ def check_file(path: Path, fix: str) -> bool:
     """Whether ``path`` is sealed (False: no ``.sha256`` beside it); a ConfigError naming it and ``fix`` when its
     bytes are not those sealed (a flipped byte, a truncation, another file put in its place)."""
     seal = seal_path(path)
+    # a seal is exactly its digest and a newline, as its writer wrote it: any flipped bit of it refuses the file it
+    # seals (a byte that is no UTF-8 reads as a character that matches no digest)
     try:
-        written = written_digest(seal)
+        written = seal.read_bytes().decode("utf-8", errors="replace").removesuffix("\n")
     except FileNotFoundError:
         return False
     except OSError as e:
