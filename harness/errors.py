@@ -138,10 +138,8 @@ def users_code_failed(exc: BaseException) -> str | None:
     if not frames or not _users_file(frames[-1].filename):
         return None
     shown = "".join(traceback.format_list([f for f in frames if _users_file(f.filename)])).rstrip()
-    tb = inner.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    self = tb.tb_frame.f_locals.get("self") if tb is not None else None  # the user's class, if a method raised
+    *_, (frame, _) = traceback.walk_tb(inner.__traceback__)  # where it was raised: the user's own frame
+    self = frame.f_locals.get("self")  # the user's class, if a method raised
     name = (
         f"{type(self).__module__}.{type(self).__qualname__}.{frames[-1].name}" if self is not None else frames[-1].name
     )
