@@ -41,10 +41,7 @@ def rope_decay_bound(distances: Tensor, head_dim: int = 128, base: float = 10000
 
 def rope_decay(out: Path) -> None:
     """Su's relative upper bound for d = 128, base 10000, m = 0 … 256."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from results.plots import plt
 
     m = torch.arange(0, 257)
     bound = rope_decay_bound(m)

@@ -71,11 +71,9 @@ def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], st
 
 
 def grid_section(client, cells, out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from results.plots import plt, save
 
     d, losses, decided = deltas(cells), _finals(cells), decisions(cells)
     poss = sorted({c.pos for c in cells} - {BASELINE})
@@ -175,6 +173,5 @@ def grid_section(client, cells, out: Path) -> list[str]:
         title=f"Final val loss − pos={BASELINE} (same attn), mean over seeds; ≈: not beyond noise (Holm)",
     )
     fig.colorbar(image, ax=ax, label="Δ nats/token")
-    fig.savefig(out / "grid_delta.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "grid_delta.png")
     return lines + ["", "![grid_delta](grid_delta.png)"]

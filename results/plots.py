@@ -1,4 +1,5 @@
-"""The report's PNG plots (matplotlib, headless Agg backend).
+"""The report's PNG plots (matplotlib, headless Agg backend); a paper report's sections (results/grid.py,
+results/theta.py) draw theirs with the same pyplot and ``save``, the standalone figures (results/figures.py) with it.
 
 One colour per scheme throughout, one panel per attention variant; every title names the
 sweep; losses in nats/token, time in optimizer steps.
@@ -80,7 +81,7 @@ def val_loss_curves(r: Report, colours: dict, path: Path) -> Path:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.has_data():
             ax.legend(title="pos", fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def final_loss_heatmap(r: Report, path: Path) -> Path:
@@ -109,7 +110,7 @@ def final_loss_heatmap(r: Report, path: Path) -> Path:
     _title(fig, "Final val loss (nats/token), mean ± std over seeds", r.title)
     if not np.isnan(grid).all():
         fig.colorbar(image, ax=ax, label="final " + LOSS)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _ink(image, value: float | None) -> str:
@@ -143,7 +144,7 @@ def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
         ax.minorticks_off()
         if ax.has_data():
             ax.legend(title="pos", fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def attention_distance(r: Report, colours: dict, path: Path) -> Path:
@@ -161,10 +162,10 @@ def attention_distance(r: Report, colours: dict, path: Path) -> Path:
         for x, g in enumerate(groups):
             ax.bar(x, g.attn_distance.mean, yerr=g.attn_distance.std or 0.0, capsize=3, color=colours[g.label])
         ax.set_xticks(range(len(groups)), [g.label for g in groups], rotation=30, ha="right")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
+def save(fig, path: Path, dpi: int = 110) -> Path:
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path

@@ -35,10 +35,7 @@ def _theta_rows(client, run_id: str) -> list[dict[str, float]]:
 
 
 def theta_section(client, cells, out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from results.plots import plt, save
 
     runs = sorted((c for c in cells if c.pos == "rope_trainable" and c.status == "finished"), key=lambda c: c.seed)
     if not runs:
@@ -58,8 +55,7 @@ def theta_section(client, cells, out: Path) -> list[str]:
         ax.legend(fontsize=8)
     fig.suptitle("trainable RoPE: drift of θ during training", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "theta_drift.png", dpi=120)
-    plt.close(fig)
+    save(fig, out / "theta_drift.png", dpi=120)
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for seed, rows in tables.items():
@@ -81,8 +77,7 @@ def theta_section(client, cells, out: Path) -> list[str]:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "theta_ratio.png", dpi=120)
-    plt.close(fig)
+    save(fig, out / "theta_ratio.png", dpi=120)
 
     seeds = list(tables)
     with open(out / "theta.csv", "w", newline="") as f:
