@@ -139,8 +139,9 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
     return found
 
 
-def flag_values() -> list[tuple[str, list[str]]]:
-    """(label, argv): each value of ``FLAG_VALUES`` for each flag that takes a value."""
+def flag_values(fast: bool = False) -> list[tuple[str, list[str]]]:
+    """(label, argv): each value of ``FLAG_VALUES`` for each flag that takes a value (``fast``: "nan" for each flag
+    that parses its value as a number, its parser declaring a type)."""
     tries = []
     for key, parser in parsers().items():
         for action in parser._actions:
@@ -149,12 +150,14 @@ def flag_values() -> list[tuple[str, list[str]]]:
             flag, base = action.option_strings[-1], list(BASES[key])
             if flag in base:  # the base's own value replaced
                 del base[base.index(flag) : base.index(flag) + 2]
-            tries += [(f"{' '.join(key)} {flag}={value!r}", [*base, flag, value]) for value in FLAG_VALUES]
+            values = (["nan"] if action.type not in (None, str) else []) if fast else FLAG_VALUES
+            tries += [(f"{' '.join(key)} {flag}={value!r}", [*base, flag, value]) for value in values]
     return tries
 
 
-def config_values() -> list[tuple[str, list[str]]]:
-    """(label, argv): each value of ``CONFIG_VALUES`` for every leaf key of each group's every option, under check."""
+def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
+    """(label, argv): each value of ``CONFIG_VALUES`` for every leaf key of each group's every option, under check
+    (``fast``: the 64-bit overflow alone)."""
     from omegaconf import OmegaConf
 
     from harness.config.load import compose
@@ -170,7 +173,7 @@ def config_values() -> list[tuple[str, list[str]]]:
                 seen.add(leaf)
                 tries += [
                     (f"{group}={option} {leaf}={value}", ["check", *SMALL, f"{group}={option}", f"{leaf}={value}"])
-                    for value in CONFIG_VALUES
+                    for value in (["99999999999999999999"] if fast else CONFIG_VALUES)
                 ]
     return tries
 
@@ -181,13 +184,6 @@ def _leaves(node, prefix: str):
             yield from _leaves(v, f"{prefix}.{k}")
     else:
         yield prefix
-
-
-def is_typed(label: str) -> bool:
-    """Whether the flag of a flag try's ``label`` parses its value as a number (its parser declares a type)."""
-    key, flag = label.split(" --")[0], "--" + label.split(" --")[1].split("=")[0]
-    action = next(a for a in parsers()[tuple(key.split())]._actions if flag in a.option_strings)
-    return action.type not in (None, str)
 
 
 def classify(reply: dict) -> str:
@@ -277,8 +273,8 @@ def value_try(
 ) -> Try:
     def attempt(folder: Path) -> tuple[str, str]:
         reply = command(argv, folder, files, timeout, process)
-        kind = "left RUNNING" if left_running(folder) else classify(reply)
-        if kind == "accepted" and argv[0] == "check" and run_accepted:  # then trained: check and run agree?
+        # a config value check accepted, then trained: do check and run agree?
+        if run_accepted and argv[0] == "check" and not left_running(folder) and classify(reply) == "accepted":
             reply = command(
                 [
                     "run",
@@ -293,7 +289,7 @@ def value_try(
                 files,
                 max(timeout, 120.0),
             )
-            kind = "left RUNNING" if left_running(folder) else classify(reply)
+        kind = "left RUNNING" if left_running(folder) else classify(reply)
         return kind, f"exit {reply['code']}: " + " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]
 
     return Try(label, attempt)
@@ -470,11 +466,7 @@ def tries(work: Path, args: argparse.Namespace) -> list[Try]:
     """The round's tries (``--fast``: a 64-bit overflow for every config key, "nan" for every typed flag, and the
     damage at the 16 spread places only)."""
     timeout = 60.0 if args.processes else args.timeout
-    values = [*flag_values(), *config_values()] if args.table in ("all", "values") else []
-    if args.fast:
-        values = [
-            t for t in values if t[0].endswith("=99999999999999999999") or (t[0].endswith("='nan'") and is_typed(t[0]))
-        ]
+    values = [*flag_values(args.fast), *config_values(args.fast)] if args.table in ("all", "values") else []
     if args.only:
         values = [t for t in values if t[0].startswith(tuple(args.only.split(",")))]
     if args.processes:  # a sample spread evenly over the round, each try a real process
