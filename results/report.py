@@ -98,53 +98,52 @@ def markdown(r: Report, plots: list[str]) -> str:
         "",
     ]
     lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha, r.margin)
-    lines += _spread_section(r)
-    if r.lengths:
-        lines += [
-            "## Loss vs evaluation length (nats/token)",
-            "",
-            *md_table(*_length_rows(r)),
-            "",
+    measured = [  # (title, its table: None where no cell measured it, what the table shows)
+        (
+            "Where the spread comes from",
+            _spread_rows(r),
+            "Every run scores the same validation windows. sd between runs: of the final val loss (nats/token); seeds:"
+            " the part the trained models differ by, which only more seeds average out; validation sample: the part "
+            "from how each model fares on the windows drawn, which more validation windows shrink (σ_e/√n of the seeds"
+            " × windows table, results/spread.py); the two add in squares. On Δ vs baseline: the error the finite "
+            "validation sample puts on the arm's difference from its baseline, the windows paired (sd of the "
+            "per-window differences / √n); the verdicts' intervals hold the windows fixed and leave it out. shrunk by:"
+            " the larger part.",
+        ),
+        (
+            "Loss vs evaluation length (nats/token)",
+            _length_rows(r) if r.lengths else None,
             "n/a: the scheme refuses that length (see the run's `eval_skipped_at_<L>` tag).",
-            "",
-        ]
-    if accuracy_table := _accuracy_rows(r):
-        lines += [
-            "## Accuracy vs evaluation length (synthetic tasks)",
-            "",
-            *md_table(*accuracy_table),
-            "",
+        ),
+        (
+            "Accuracy vs evaluation length (synthetic tasks)",
+            _accuracy_rows(r),
             "Per output token (`val/token_acc_at_<L>`, Ruoss et al. 2023; mean ± std over seeds), then exact "
             "match per sequence in parentheses (`val/acc_at_<L>`, Kazemnejad et al. 2023). The *position-blind* "
             "rows are what the best rule over the bag of input tokens scores on the same lengths "
             "(harness/data/tasks/blind.py; encoder forms): a score at or below it shows no use of positions.",
-            "",
-        ]
-    if any(set(g.conditions) - {"windows"} for g in r.groups):
-        lines += [
-            "## Loss vs length under each evaluation (nats/token)",
-            "",
-            *md_table(*_condition_rows(r)),
-            "",
+        ),
+        (
+            "Loss vs length under each evaluation (nats/token)",
+            _condition_rows(r) if any(set(g.conditions) - {"windows"} for g in r.groups) else None,
             "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
             "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
             "the same trained model evaluated with that RoPE scaling (s = L ÷ training length); fine-tuned: "
             "after eval.finetune_steps at eval.finetune_length with that scaling applied; last K tokens: "
             "the same final K targets of each sample scored with L tokens of context. posbench's "
             "docs/length-extrapolation.md.",
-            "",
-        ]
-    if any(g.attn_distance.mean is not None for g in r.groups):
-        lines += [
-            "## Attention (diagnostics=true)",
-            "",
-            *md_table(*_attention_rows(r)),
-            "",
+        ),
+        (
+            "Attention (diagnostics=true)",
+            _attention_rows(r) if any(g.attn_distance.mean is not None for g in r.groups) else None,
             "Σ_j w_ij |i − j| and −Σ_j w_ij ln w_ij of the final model's attention, averaged over queries, "
             "heads and layers on 16 validation windows (mean ± std over seeds); each run's `diagnostics/` "
             "artifacts hold them per layer and head, by offset, and as maps.",
-            "",
-        ]
+        ),
+    ]
+    for title, table, note in measured:
+        if table is not None:
+            lines += [f"## {title}", "", *md_table(*table), "", note, ""]
     cell_rows = [
         [c.label, c.name, c.status, _num(c.final_loss, 4), _num(c.tokens_per_s, 0), c.reason]
         for c in sorted(r.cells, key=lambda c: c.job)
@@ -163,7 +162,7 @@ def markdown(r: Report, plots: list[str]) -> str:
 ORDER_MARK = {None: " (NoPE, bidirectional: none by construction)", True: "", False: " ⚠ not yet using order"}
 
 
-def _spread_section(r: Report) -> list[str]:
+def _spread_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     """Each arm's spread between runs, split into its seeds' part and its validation sample's (results/spread.py),
     and the validation sample's error on the arm's Δ from its baseline, the windows paired."""
     tables = [(g, spread.table([c.windows for c in g.cells if c.finished and c.windows])) for g in r.groups]
@@ -189,34 +188,21 @@ def _spread_section(r: Report) -> list[str]:
             ]
         )
     if not rows:
-        return []
-    return [
-        "## Where the spread comes from",
-        "",
-        *md_table(
-            [
-                "pos",
-                "attn",
-                *(["variant"] if any(h.variant for h in r.groups) else []),
-                "runs × windows",
-                "sd between runs",
-                "seeds",
-                "validation sample",
-                "on Δ vs baseline",
-                "shrunk by",
-            ],
-            rows,
-        ),
-        "",
-        "Every run scores the same validation windows. sd between runs: of the final val loss (nats/token); "
-        "seeds: the part the trained models differ by, which only more seeds average out; validation sample: the "
-        "part from how each model fares on the windows drawn, which more validation windows shrink (σ_e/√n of the "
-        "seeds × windows table, results/spread.py); the two add in squares. On Δ vs baseline: the error the finite "
-        "validation sample puts on the arm's difference from its baseline, the windows paired (sd of the per-window "
-        "differences / √n); the verdicts' intervals hold the windows fixed and leave it out. shrunk by: the larger "
-        "part.",
-        "",
-    ]
+        return None
+    return (
+        [
+            "pos",
+            "attn",
+            *(["variant"] if any(h.variant for h in r.groups) else []),
+            "runs × windows",
+            "sd between runs",
+            "seeds",
+            "validation sample",
+            "on Δ vs baseline",
+            "shrunk by",
+        ],
+        rows,
+    )
 
 
 def order_gain(g: Group, min_gain: float) -> str:
