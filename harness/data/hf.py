@@ -21,12 +21,13 @@ from with ``data=tokens``.
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness import integrity
 from harness.data import hub
-from harness.data.corpus import Corpus, _check_val_every, block_split
+from harness.data.corpus import Corpus, _check_val_every
 from harness.errors import ConfigError
 
 # file suffix -> the ``datasets`` builder that reads it
@@ -40,7 +41,19 @@ BUILDERS = {
     ".arrow": "arrow",
 }
 SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
+BLOCK = 4096  # block_split's blocks (harness/data/corpus.py)
 VAL_BY = ("document", "block")  # data.val_by without a named validation split: whole rows, or 4 KiB blocks
+
+
+class Tally:
+    """A running sha256 and byte count."""
+
+    def __init__(self) -> None:
+        self.sha256, self.bytes = hashlib.sha256(), 0
+
+    def update(self, data: bytes) -> None:
+        self.sha256.update(data)
+        self.bytes += len(data)
 
 
 class HFDataset:
@@ -83,20 +96,16 @@ class HFDataset:
 
     def load(self) -> Corpus:
         if self._corpus is None:
-            if self.by_document:
-                data, train, val = self._document_split()
-            elif self.val_split:
-                train, val = (b"".join(row_pieces(self.texts(s), self.max_bytes)) for s in (self.split, self.val_split))
-                data = train + SEPARATOR + val
-            else:
-                data = b"".join(row_pieces(self.texts(self.split), self.max_bytes))
-                train, val = block_split(data, self.val_every)
-            if len(data) < 4096:
+            whole, sides = Tally(), {"train": bytearray(), "val": bytearray()}
+            for split, data, _ in self.sides(whole):
+                sides[split] += data
+            if whole.bytes < 4096:
                 raise ConfigError(
-                    f"{self.describe()} holds {len(data)} bytes of text in column "
+                    f"{self.describe()} holds {whole.bytes} bytes of text in column "
                     f"{self.text_column!r}; give at least 4 KiB"
                 )
-            self._corpus = Corpus(f"hf:{self.describe()}", train, val, integrity.sha256(data), len(data))
+            train, val = bytes(sides["train"]), bytes(sides["val"])
+            self._corpus = Corpus(f"hf:{self.describe()}", train, val, whole.sha256.hexdigest(), whole.bytes)
         return self._corpus
 
     @property
@@ -104,14 +113,36 @@ class HFDataset:
         """Validation is whole rows of the training split (no named validation split, data.val_by=document)."""
         return not self.val_split and self.val_by == "document"
 
-    def _document_split(self) -> tuple[bytes, bytes, bytes]:
-        """(the whole text, the training rows', the validation rows'), each side's rows joined by blank lines."""
-        pieces = list(row_pieces(self.texts(self.split), self.max_bytes))
-        sides: dict[bool, list[bytes]] = {False: [], True: []}
-        for i, piece in enumerate(pieces):
-            sides[is_val_row(i, self.val_every)].append(row_of(i, piece))
-        self.check_sides(len(sides[False]), len(sides[True]))
-        return b"".join(pieces), SEPARATOR.join(sides[False]), SEPARATOR.join(sides[True])
+    def sides(self, whole: Tally) -> Iterator[tuple[str, bytes, bool]]:
+        """(split, bytes, last) as the rows pass, read lazily when streaming (``load`` joins each split's, ``posbench
+        prepare`` encodes them as they come): each row of the training split whole to its side, after a blank line
+        when the side has one already (data.val_by=document), or the 4 KiB blocks of the rows' join, every
+        ``val_every``-th to validation (``block_split``'s rule; none when a named split is validation), ``last`` on
+        the final, partial one; then the rows of a named validation split. ``whole`` is updated with the corpus's
+        text: the training rows' join, then a blank line and the validation rows'."""
+        val_every = sys.maxsize if self.val_split else self.val_every
+        pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
+        for i, data in enumerate(row_pieces(self.texts(self.split), self.max_bytes)):
+            whole.update(data)
+            if self.by_document:
+                side = "val" if is_val_row(i, val_every) else "train"
+                row = data[len(SEPARATOR) :] if i else data  # without the separator row_pieces put before it
+                yield side, (SEPARATOR if rows[side] else b"") + row, False
+                rows[side] += 1
+            else:
+                pending.extend(data)
+                while len(pending) >= BLOCK:
+                    yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
+                    del pending[:BLOCK]
+                    n_block += 1
+        if self.by_document:
+            self.check_sides(rows["train"], rows["val"])
+        yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending), True
+        if self.val_split:
+            whole.update(SEPARATOR)
+            for data in row_pieces(self.texts(self.val_split), self.max_bytes):
+                whole.update(data)
+                yield "val", data, False
 
     def check_sides(self, train_rows: int, val_rows: int) -> None:
         """Refuse a document split that leaves a side without a row."""
@@ -384,11 +415,6 @@ def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
             return
         held += len(data)
         yield data
-
-
-def row_of(i: int, piece: bytes) -> bytes:
-    """Row ``i``'s text from its piece (``row_pieces``): without the separator before it."""
-    return piece[len(SEPARATOR) :] if i else piece
 
 
 def is_val_row(i: int, val_every: int) -> bool:

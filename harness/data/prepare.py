@@ -10,9 +10,9 @@ format). Text is encoded in pieces of about ``PIECE`` bytes cut at line ends, so
 piece's ids, not the corpus's.
 
 ``data=hf data.streaming=true`` streams rows without holding the corpus: each row goes whole to its side as it
-passes (every ``val_every``-th to validation, ``data.val_by=document``, as ``HFDataset`` splits in memory) or
-the 4 KiB blocks of the joined rows do (``data.val_by=block``, as ``block_split``), so a corpus larger than memory
-is prepared. A vocabulary to train (tokenizer=bpe, wordpiece) is trained in a first pass
+passes (every ``val_every``-th to validation, ``data.val_by=document``) or the 4 KiB blocks of the joined rows do
+(``data.val_by=block``, as ``block_split``), cut by ``HFDataset.sides`` as a run in memory cuts them, so a corpus
+larger than memory is prepared. A vocabulary to train (tokenizer=bpe, wordpiece) is trained in a first pass
 over the stream from the training blocks' text as it passes (the same vocabulary as in memory), then the second pass
 encodes.
 """
@@ -30,7 +30,7 @@ from typing import BinaryIO
 import numpy as np
 
 from harness import integrity
-from harness.data.hf import SEPARATOR, is_val_row, row_of, row_pieces
+from harness.data.hf import Tally
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
 from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError
@@ -227,12 +227,12 @@ def _remove_partial(folder: Path, writers: dict[str, ShardWriter], existed: bool
 
 
 def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
-    """Rows read lazily and sent to their sides as ``_sides`` cuts them; each split's bytes are encoded in pieces
-    that end at a newline (``PIECE`` bytes or more) as they fill."""
+    """Rows read lazily and sent to their sides as ``HFDataset.sides`` cuts them; each split's bytes are encoded in
+    pieces that end at a newline (``PIECE`` bytes or more) as they fill."""
     if hasattr(tokenizer, "fit_stream") and getattr(tokenizer, "_tok", None) is None:
         # a first pass over the stream: the vocabulary, nothing held (only the first train_bytes, when set)
         tokenizer.fit_stream(_train_text(source, getattr(tokenizer, "train_bytes", None)))
-    whole, train = _Tally(), _Tally()
+    whole, train = Tally(), Tally()
     buffers = {"train": bytearray(), "val": bytearray()}
 
     def encode(split: str, final: bool = False) -> None:
@@ -243,7 +243,7 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
             writers[split].write(tokenizer.encode(bytes(buf[:cut])), cut)
             del buf[:cut]
 
-    for split, data, last in _sides(source, whole):
+    for split, data, last in source.sides(whole):
         if split == "train":
             train.update(data)
         buffers[split].extend(data)
@@ -259,53 +259,8 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
     }
 
 
-class _Tally:
-    """A running sha256 and byte count."""
-
-    def __init__(self) -> None:
-        self.sha256, self.bytes = hashlib.sha256(), 0
-
-    def update(self, data: bytes) -> None:
-        self.sha256.update(data)
-        self.bytes += len(data)
-
-
-BLOCK = 4096  # block_split's blocks (harness/data/corpus.py)
-
-
-def _sides(source, whole: _Tally) -> Iterator[tuple[str, bytes, bool]]:
-    """(split, bytes, last) as the stream passes: each row of the training split whole to its side, after a blank line
-    when the side has one already (data.val_by=document), or the 4 KiB blocks of the rows' join, every
-    ``val_every``-th to validation (``block_split``'s rule; none when a named split is validation), ``last`` on the
-    final, partial one; then the rows of a named validation split. ``whole`` is updated with the corpus's text: the
-    training rows' join, then a blank line and the validation rows'."""
-    by_document = getattr(source, "by_document", False)
-    val_every = sys.maxsize if source.val_split else source.val_every
-    pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
-    for i, data in enumerate(row_pieces(source.texts(source.split), source.max_bytes)):
-        whole.update(data)
-        if by_document:
-            side = "val" if is_val_row(i, val_every) else "train"
-            yield side, (SEPARATOR if rows[side] else b"") + row_of(i, data), False
-            rows[side] += 1
-        else:
-            pending.extend(data)
-            while len(pending) >= BLOCK:
-                yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
-                del pending[:BLOCK]
-                n_block += 1
-    if by_document:
-        source.check_sides(rows["train"], rows["val"])
-    yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending), True
-    if source.val_split:
-        whole.update(SEPARATOR)
-        for data in row_pieces(source.texts(source.val_split), source.max_bytes):
-            whole.update(data)
-            yield "val", data, False
-
-
 def _train_text(source, limit: int | None = None) -> Iterator[str]:
-    """The training split's text as the stream passes (what ``_sides`` sends to train, decoded incrementally: a
+    """The training split's text as the stream passes (what ``HFDataset.sides`` sends to train, decoded incrementally: a
     character a block boundary cuts decodes as the whole split's decode would), its first ``limit`` bytes when given
     (the stream is read no further)."""
     import codecs
@@ -318,7 +273,7 @@ def _train_text(source, limit: int | None = None) -> Iterator[str]:
         block, left = block[:left], left - min(left, len(block))
         return decoder.decode(block, final=left == 0)
 
-    for split, block, last in _sides(source, _Tally()):
+    for split, block, last in source.sides(Tally()):
         if split == "train":
             yield take(block)
         if last or not left:  # a named validation split's rows follow the last block
