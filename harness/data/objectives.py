@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from harness.data.corpus import check_train_split, check_val_split
+from harness.data.sources import Tokenizer
 from harness.data.tokenizer import document_firsts, split_ids
 from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
@@ -50,18 +51,6 @@ class Task(Protocol):
         """The validation set, the same at every validation."""
 
 
-class TextTokenizer(Protocol):
-    """What the text objectives call on the run's tokenizer (harness/data/tokenizer.py, harness/data/subword.py)."""
-
-    pad_id: int
-
-    def encode(self, data: bytes) -> np.ndarray: ...
-
-    def regular_ids(self) -> Tensor: ...
-
-    def word_continues(self, ids: Tensor) -> Tensor: ...
-
-
 class TextObjective:
     """Windows of a corpus (harness/data/windows.py), scored per token."""
 
@@ -71,7 +60,7 @@ class TextObjective:
     collate = None  # torch's default collate: windows have one length
 
     name: str  # two objectives share this module, so each declares its option name
-    tok: TextTokenizer
+    tok: Tokenizer
 
     @classmethod
     def config_name(cls) -> str:

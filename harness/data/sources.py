@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
+from torch import Tensor
 
 from harness.data.corpus import Corpus
 
@@ -43,3 +44,9 @@ class Tokenizer(Protocol):
     def decode(self, ids: object) -> str: ...
 
     def digest(self) -> str: ...
+
+    def regular_ids(self) -> Tensor:  # masked LM only (as word_continues): what its random replacement draws
+        ...
+
+    def word_continues(self, ids: Tensor) -> Tensor:  # (T,) bool: token t continues t − 1's word (whole-word masking)
+        ...
