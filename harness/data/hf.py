@@ -116,10 +116,10 @@ class HFDataset:
     def sides(self, whole: Tally) -> Iterator[tuple[str, bytes, bool]]:
         """(split, bytes, last) as the rows pass, read lazily when streaming (``load`` joins each split's, ``posbench
         prepare`` encodes them as they come): each row of the training split whole to its side, after a blank line
-        when the side has one already (data.val_by=document), or the 4 KiB blocks of the rows' join, every
-        ``val_every``-th to validation (``block_split``'s rule; none when a named split is validation), ``last`` on
-        the final, partial one; then the rows of a named validation split. ``whole`` is updated with the corpus's
-        text: the training rows' join, then a blank line and the validation rows'."""
+        when the side has one already (data.val_by=document; refused when a side gets none), or the 4 KiB blocks of
+        the rows' join, every ``val_every``-th to validation (``block_split``'s rule; none when a named split is
+        validation), ``last`` on the final, partial one; then the rows of a named validation split. ``whole`` is
+        updated with the corpus's text: the training rows' join, then a blank line and the validation rows'."""
         val_every = sys.maxsize if self.val_split else self.val_every
         pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
         for i, data in enumerate(row_pieces(self.texts(self.split), self.max_bytes)):
@@ -135,24 +135,19 @@ class HFDataset:
                     yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
                     del pending[:BLOCK]
                     n_block += 1
-        if self.by_document:
-            self.check_sides(rows["train"], rows["val"])
+        if self.by_document and not (rows["train"] and rows["val"]):
+            raise ConfigError(
+                f"{self.describe()} has {rows['train'] + rows['val']} rows: every data.source.val_every="
+                f"{self.val_every}-th row whole to validation leaves "
+                f"{'validation' if not rows['val'] else 'training'} empty; give more rows, a smaller "
+                "data.source.val_every, data.val_by=block, or a named data.val_split"
+            )
         yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending), True
         if self.val_split:
             whole.update(SEPARATOR)
             for data in row_pieces(self.texts(self.val_split), self.max_bytes):
                 whole.update(data)
                 yield "val", data, False
-
-    def check_sides(self, train_rows: int, val_rows: int) -> None:
-        """Refuse a document split that leaves a side without a row."""
-        if not train_rows or not val_rows:
-            raise ConfigError(
-                f"{self.describe()} has {train_rows + val_rows} rows: every data.source.val_every="
-                f"{self.val_every}-th row whole to validation leaves "
-                f"{'validation' if not val_rows else 'training'} empty; give more rows, a smaller "
-                "data.source.val_every, data.val_by=block, or a named data.val_split"
-            )
 
     def describe(self) -> str:
         if self.path:
