@@ -54,8 +54,8 @@ class Task(Protocol):
 class TextObjective:
     """Windows of a corpus (harness/data/windows.py), scored per token."""
 
-    causal: bool = False
-    extra_tokens: int = 0
+    causal: bool = False  # masked LM's bidirectional windows, unless an objective says otherwise
+    extra_tokens: int = 0  # tokens a window holds beyond the model's inputs (masked LM: none)
     scores_sequences = False
     collate = None  # torch's default collate: windows have one length
 
@@ -123,8 +123,6 @@ class MaskedLM(TextObjective):
     """
 
     name = "mlm"
-    causal = False
-    extra_tokens = 0  # a window of T tokens gives T inputs
 
     def __init__(
         self, tokenizer, mask_prob: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1, whole_word: bool = False
