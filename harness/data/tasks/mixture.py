@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -29,13 +28,6 @@ from harness.errors import ConfigError
 # each part's symbols when task.alphabets does not name them: pairwise disjoint, the binary tasks binary and
 # bucket sort with five symbols (Ruoss et al. 2023's vocabulary sizes)
 ALPHABETS = {"reverse": "01", "copy": "23", "missing_duplicate": "45", "sort": "abcde"}
-
-
-@runtime_checkable
-class Lettered(Protocol):
-    """What a part is beyond a SyntheticTask: built with ``alphabet=``, it keeps its symbols as (A,) byte ids."""
-
-    alphabet: Tensor
 
 
 def part_class(name: str) -> type[SyntheticTask]:
@@ -106,7 +98,7 @@ class Mixture(SyntheticTask):
                 eval_lengths=eval_lengths,
                 eval_examples=eval_examples,
             )
-            if not isinstance(part, Lettered):
+            if not hasattr(part, "alphabet"):  # built with alphabet=, a part keeps its symbols as (A,) byte ids
                 raise ConfigError(f"task.parts: task={name} keeps no alphabet, which tells a mixture's parts apart")
             self.parts[name], letters[name] = part, part.alphabet
         symbols = [set(a.tolist()) for a in letters.values()]
