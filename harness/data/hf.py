@@ -108,11 +108,6 @@ class HFDataset:
             self._corpus = Corpus(f"hf:{self.describe()}", train, val, whole.sha256.hexdigest(), whole.bytes)
         return self._corpus
 
-    @property
-    def by_document(self) -> bool:
-        """Validation is whole rows of the training split (no named validation split, data.val_by=document)."""
-        return not self.val_split and self.val_by == "document"
-
     def sides(self, whole: Tally) -> Iterator[tuple[str, bytes, bool]]:
         """(split, bytes, last) as the rows pass, read lazily when streaming (``load`` joins each split's, ``posbench
         prepare`` encodes them as they come): each row of the training split whole to its side, after a blank line
@@ -120,11 +115,12 @@ class HFDataset:
         the rows' join, every ``val_every``-th to validation (``block_split``'s rule; none when a named split is
         validation), ``last`` on the final, partial one; then the rows of a named validation split. ``whole`` is
         updated with the corpus's text: the training rows' join, then a blank line and the validation rows'."""
+        by_document = not self.val_split and self.val_by == "document"  # validation: whole training rows
         val_every = sys.maxsize if self.val_split else self.val_every
         pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
         for i, data in enumerate(row_pieces(self.texts(self.split), self.max_bytes)):
             whole.update(data)
-            if self.by_document:
+            if by_document:
                 side = "val" if is_val_row(i, val_every) else "train"
                 row = data[len(SEPARATOR) :] if i else data  # without the separator row_pieces put before it
                 yield side, (SEPARATOR if rows[side] else b"") + row, False
@@ -135,7 +131,7 @@ class HFDataset:
                     yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
                     del pending[:BLOCK]
                     n_block += 1
-        if self.by_document and not (rows["train"] and rows["val"]):
+        if by_document and not (rows["train"] and rows["val"]):
             raise ConfigError(
                 f"{self.describe()} has {rows['train'] + rows['val']} rows: every data.source.val_every="
                 f"{self.val_every}-th row whole to validation leaves "
