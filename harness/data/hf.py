@@ -9,7 +9,8 @@ Validation is the ``data.val_split`` split when it is named (e.g. ``validation``
 of the Hub, or the local files named by it, ``split_files``), else every ``data.source.val_every``-th row of the
 training split, whole (``data.val_by=document``: a document is never cut between the two sides, so no validation
 text was half seen in training), or every ``data.source.val_every``-th 4 KiB block of the training text
-(``data.val_by=block``, ``block_split``, as the other sources, whose documents are not rows, split).
+(``data.val_by=block``, ``block_split``'s rule, by which the other sources, whose documents are not rows, split);
+``HFDataset.sides`` cuts them, for a run and for ``posbench prepare`` alike.
 
 ``data.streaming=true`` reads rows lazily (``datasets``' streaming mode: a hub corpus is not downloaded
 whole) and stops at ``data.max_bytes`` of text per split; a corpus larger than memory is tokenized once into
@@ -409,7 +410,8 @@ def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
 
 
 def is_val_row(i: int, val_every: int) -> bool:
-    """Whether row ``i`` goes to validation under data.val_by=document: every ``val_every``-th."""
+    """Whether row ``i`` (data.val_by=document) or 4 KiB block ``i`` (data.val_by=block) goes to validation: every
+    ``val_every``-th."""
     return i % val_every == val_every - 1
 
 
