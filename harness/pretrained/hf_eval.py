@@ -43,8 +43,9 @@ import torch
 from harness.data.tasks.ruler import VARIANTS
 from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser
-from harness.pretrained import cost, folder, report
-from harness.pretrained.lm_eval_tasks import GENERATED
+from harness.pretrained import cost, folder, remapped, report, rotary
+from harness.pretrained.finetune import finetune
+from harness.pretrained.lm_eval_tasks import GENERATED, build, scores
 from harness.pretrained.measures import (
     key_tokens,
     passkey_retrieved,
@@ -340,8 +341,6 @@ def check(spec: EvalSpec) -> None:
             raise ConfigError(f"{flag}={value} is more than an evaluation takes; give at most {most:,}")
     _check_paths(spec)
     if spec.lm_eval:
-        from harness.pretrained.lm_eval_tasks import build
-
         build(spec.model, spec.lm_eval, spec.task_lengths)
     _check_claim(spec)
     _check_budget(spec)
@@ -542,11 +541,9 @@ def evaluation_text(text: str, split: str = "val") -> str:
 def find_key_tokens(evaluator, ids: torch.Tensor, spec: EvalSpec) -> dict[int, torch.Tensor]:
     """LongPPL's key-token mask per length > the short context, from the one evaluator (measures.py), with the RoPE
     its own config gives it (a long-context evaluator keeps its own scaling; the model itself is taken as trained)."""
-    from harness.pretrained.rotary import apply_scaling
-
     if not spec.short:
         return {}
-    apply_scaling(evaluator)  # its own rope_parameters: transformers' own rotary, to ≤ 1e-5 (test_pretrained.py)
+    rotary.apply_scaling(evaluator)  # its own rope_parameters: transformers' own rotary, to ≤ 1e-5 (test_pretrained.py)
     short = short_context_losses(evaluator, ids, spec.short, spec.budget)
     return {
         n: key_tokens(token_losses(evaluator, ids, n, spec.stride_at(n), spec.budget), short)
@@ -736,13 +733,10 @@ def _cell(
 ) -> tuple[dict[str, float], dict[int, torch.Tensor]]:
     """One scaling × factor: the model's RoPE rescaled (and fine-tuned on ``tune_ids``, the fine-tuning text), then
     measured; logged to ``child``. The caller puts the pretrained weights back."""
-    from harness.pretrained.finetune import finetune
-    from harness.pretrained.rotary import apply_scaling
-
     started = time.perf_counter()
     base, *mods = method.split("+")
     remap = _remap(spec, model, base, factor)
-    apply_scaling(
+    rotary.apply_scaling(
         model,
         resonance="resonance" in mods,
         hope="hope" in mods,
@@ -751,9 +745,7 @@ def _cell(
     )  # method None: the model's own scaling
     attention = model.config._attn_implementation
     if remap:
-        from harness.pretrained.remapped import apply_remapped
-
-        apply_remapped(model, remap)
+        remapped.apply_remapped(model, remap)
     if tune_ids is not None:
         curve = finetune(
             model, tune_ids, spec.tune_length, spec.finetune_steps, spec.finetune_lr, spec.finetune_batch, spec.seed
@@ -768,8 +760,6 @@ def _cell(
             if score is not None:  # a prompt that does not fit: no figure rather than a wrong one
                 metrics[f"ruler/{variant}_at_{length}"] = score
     if spec.lm_eval:
-        from harness.pretrained.lm_eval_tasks import scores
-
         scored, samples = scores(model, spec.model, spec.lm_eval, spec.task_lengths, spec.lm_eval_limit, spec.seed)
         metrics.update(scored)
         child.log_files({"lm_eval_samples.jsonl": samples})
