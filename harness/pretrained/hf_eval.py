@@ -630,26 +630,11 @@ def run(spec: EvalSpec, command: str = "") -> tuple[str, dict[tuple[str, float],
         rows = report.judge(spec, context, losses) if spec.claim else []
         if rows:
             parent.set_tags({"claim_verdict": report.verdict(rows)})
-        header = _header(spec, command, time.perf_counter() - began, parent.run_id)
-        files = report.files(spec, results, rows, keys, context, header)
+        files = report.files(spec, results, rows, keys, context, command, time.perf_counter() - began, parent.run_id)
         parent.log_files(files)
         if spec.out is not None:
             report.write(spec.out, files)
     return parent.run_id or "", results, rows, str(files["hf_eval.md"])
-
-
-def _header(spec: EvalSpec, command: str, seconds: float, run_id: str | None) -> str:
-    """The report's title and how to regenerate it: the command, its wall time, the parent run."""
-    how = (
-        f"after {spec.finetune_steps} fine-tuning steps at {spec.tune_length} tokens"
-        if spec.finetune_steps
-        else "zero-shot"
-    )
-    return (
-        f"# hf-eval: {spec.model.name}, {how}\n\n"
-        + (f"Command: `{command}` " if command else "")
-        + f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n"
-    )
 
 
 def _remap(spec: EvalSpec, model, method: str, factor: float):

@@ -218,8 +218,21 @@ def curves(spec, results: dict[tuple[str, float], dict[str, float]]) -> bytes:
     return buf.getvalue()
 
 
-def files(spec, results, rows, keys, context, header: str = "") -> dict[str, str | bytes]:
-    """The report's files; ``header`` (the command and its wall time) opens the markdown."""
+def files(
+    spec, results, rows, keys, context, command: str, seconds: float, run_id: str | None
+) -> dict[str, str | bytes]:
+    """The report's files, the markdown opened by its title and how to regenerate it: ``command`` (none: not said),
+    its wall time ``seconds`` and the parent run ``run_id``."""
+    how = (
+        f"after {spec.finetune_steps} fine-tuning steps at {spec.tune_length} tokens"
+        if spec.finetune_steps
+        else "zero-shot"
+    )
+    header = (
+        f"# hf-eval: {spec.model.name}, {how}\n\n"
+        + (f"Command: `{command}` " if command else "")
+        + f"(wall time {seconds / 60:.1f} min; MLflow parent run `{run_id}`, experiment `{spec.experiment}`).\n\n"
+    )
     return {
         "hf_eval.md": header + table(spec, results, rows, keys, context),
         "hf_eval.csv": csv(results),
