@@ -20,7 +20,6 @@ from harness.errors import ConfigError
 from harness.pretrained.rotary import form_of, rotary_modules, scaling_of
 from positional.rope import rope_inv_freq
 from positional.rope_remapped import Remap, SelfExtend
-from positional.rope_scaling import RopeScaling
 
 NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
 
@@ -55,7 +54,8 @@ def remapped_attention(module, query, key, value, attention_mask, scaling: float
     length = query.shape[-2]
     groups = module.num_key_value_groups
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    theta = _frequencies(rope, length, query.device)
+    assert rope.rotated is not None and rope.base is not None  # scaling_of sets both
+    theta = rope.frequencies(rope_inv_freq(rope.rotated, rope.base, torch.float64, query.device), length).inv_freq
     position = torch.arange(length, device=query.device)
     scores = torch.zeros(*query.shape[:-1], length, dtype=query.dtype, device=query.device)
     for at_q, at_k, pairs in remap.parts(position):
@@ -68,11 +68,6 @@ def remapped_attention(module, query, key, value, attention_mask, scaling: float
     weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(query.dtype, torch.float32)).to(query.dtype)
     weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
-
-
-def _frequencies(rope: RopeScaling, length: int, device) -> Tensor:
-    assert rope.rotated is not None and rope.base is not None
-    return rope.frequencies(rope_inv_freq(rope.rotated, rope.base, torch.float64, device), length).inv_freq
 
 
 def _turn(x: Tensor, by: Tensor, theta: Tensor) -> Tensor:
