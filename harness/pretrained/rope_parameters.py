@@ -50,33 +50,23 @@ class Layers:
     attn: tuple[str, ...]
 
     def overrides(self) -> list[str]:
-        """The command-line overrides that build these layers (a uniform model needs no pattern)."""
-        pos = (  # a pattern mixes rope with none, and needs a layer named like pos=
-            ["pos=rope", f"+pos.layers={_listed(self.pos)}"]
-            if len(set(self.pos)) > 1
-            else [f"pos={_name(self.pos[0])}", *_flat(self.pos[0])]
-        )
-        attn = (
-            [f"attn={_name(self.attn[0])}", f"+attn.layers={_listed(self.attn)}"]
-            if len(set(self.attn)) > 1
-            else [f"attn={_name(self.attn[0])}", *_flat(self.attn[0], "attn")]
-        )
-        return [*pos, f"model.n_layers={len(self.pos)}", *attn]
+        """The command-line overrides that build these layers (a uniform model needs no pattern; a pos pattern mixes
+        rope with none, and needs a layer named like pos=)."""
+        return [*_group("pos", self.pos, "rope"), f"model.n_layers={len(self.pos)}", *_group("attn", self.attn)]
+
+
+def _group(group: str, entries: tuple[str, ...], mixed: str | None = None) -> list[str]:
+    """One group's overrides: the same ``rope(base=1,fraction=0.5)`` on every layer -> [pos=rope, pos.base=1,
+    pos.fraction=0.5]; a pattern -> the group named ``mixed`` (None: as its first layer) and its ``layers``."""
+    name, _, inside = entries[0].partition("(")
+    if len(set(entries)) > 1:
+        return [f"{group}={mixed or name}", f"+{group}.layers={_listed(entries)}"]
+    return [f"{group}={name}", *(f"{group}.{pair}" for pair in inside.rstrip(")").split(",") if pair)]
 
 
 def _listed(entries: tuple[str, ...]) -> str:
     """A Hydra list of entries, those with settings quoted (Hydra would read ``rope(…)`` as a function call)."""
     return "[" + ",".join(f"'{e}'" if "(" in e else e for e in entries) + "]"
-
-
-def _name(entry: str) -> str:
-    return entry.partition("(")[0]
-
-
-def _flat(entry: str, group: str = "pos") -> list[str]:
-    """``rope(base=1,fraction=0.5)`` -> [pos.base=1, pos.fraction=0.5]."""
-    inside = entry.partition("(")[2].rstrip(")")
-    return [f"{group}.{pair}" for pair in inside.split(",") if pair]
 
 
 def read(
