@@ -8,6 +8,7 @@ loaded, each refusal one line naming the file and the field.
   the file: a truncated or damaged file is found without reading its data), the input embedding's shape against
   ``vocab_size × hidden_size``; ``pytorch_model.bin`` is taken as it is;
 - the tokenizer: ``tokenizer.json`` parses; a posbench export of a byte-level model needs none;
+- the family: ``model_type`` one transformers builds as a causal LM (where transformers is installed);
 - a posbench export (``posbench_tokenizer`` in its config) carries ``.sha256`` seals: a changed byte is refused, and
   an export without them is said to be unverified.
 A weight that is NaN or infinite is refused once the model is loaded (``check_finite``).
@@ -16,6 +17,7 @@ A weight that is NaN or infinite is refused once the model is loaded (``check_fi
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -180,13 +182,22 @@ def read_config(path: Path) -> HFConfig:
 
 def read(folder: Path, contents: bool = True) -> ModelFolder:
     """The folder's config (its seal first, if it has one) and, with ``contents``, its weights' headers (their seal
-    first) and its tokenizer, checked."""
+    first), its tokenizer and its family, one transformers builds as a causal LM (unchecked without transformers:
+    the load says which extra), checked."""
     is_sealed = integrity.check_file(folder / "config.json", SEALED)
     config = read_config(folder)
     if contents:
         is_sealed = integrity.check_file(folder / "model.safetensors", SEALED) and is_sealed
         _check_weights(folder, config)
         is_sealed = _check_tokenizer(folder) and is_sealed
+        if importlib.util.find_spec("transformers") is not None:
+            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+            if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+                raise ConfigError(
+                    f"{folder}/config.json: model_type={config.model_type!r} is no causal LM transformers builds; "
+                    "give a decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
+                )
     return ModelFolder(folder, config, is_sealed)
 
 

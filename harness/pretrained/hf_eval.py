@@ -344,9 +344,9 @@ def check(spec: EvalSpec) -> None:
         build(spec.model, spec.lm_eval, spec.task_lengths)
     _check_claim(spec)
     _check_budget(spec)
-    for path in (spec.model, spec.evaluator):  # the weights' headers and shapes, the tokenizer: before a weight loads
+    for path in (spec.model, spec.evaluator):  # weights' headers and shapes, tokenizer, family: before a weight loads
         if path is not None:
-            _check_family(folder.read(path))
+            folder.read(path)
 
 
 def _check_paths(spec: EvalSpec) -> None:
@@ -396,22 +396,6 @@ def _check_out(out: Path) -> None:
         raise ConfigError(
             f"--out {out}: cannot write in {existing} ({e.strerror or type(e).__name__}); give a writable folder"
         ) from None
-
-
-def _check_family(model: folder.ModelFolder) -> None:
-    """A family transformers builds as a causal LM (read without importing transformers when it is missing: the
-    load says which extra)."""
-    import importlib.util
-
-    if importlib.util.find_spec("transformers") is None:
-        return
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    if model.config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ConfigError(
-            f"{model.path}/config.json: model_type={model.config.model_type!r} is no causal LM transformers builds; "
-            "give a decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
-        )
 
 
 def trained_context(config: dict) -> int | None:
