@@ -147,12 +147,11 @@ def write(layers: Sequence[tuple[PositionalScheme, AttentionVariant]]) -> tuple[
                 f"(known: {', '.join(TYPE_OF_ATTN)})"
             )
         p = _params(scheme, i)
-        if layer_type in per_type and per_type[layer_type] != p:
+        if per_type.setdefault(layer_type, p) != p:  # the first layer of its type set it
             raise ConfigError(
                 f"layer {i}: two {layer_type} layers with different RoPE settings; rope_parameters "
                 "holds one per layer type"
             )
-        per_type[layer_type] = p
         types.append(layer_type)
         params.append(p)
     if all(p == params[0] for p in params) and params[0] is not None:
