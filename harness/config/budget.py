@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.config.estimates import Footprint
+from harness.config.estimates import blocks_params
 from harness.errors import ConfigError
 
 
@@ -56,7 +56,7 @@ def budget_of(
     world = (trainer.devices if isinstance(trainer.devices, int) and trainer.devices > 0 else 1) * trainer.num_nodes
     step = data.batch_size * length * world * trainer.accumulate_grad_batches
     tokens = trainer.max_steps * step
-    n = Footprint.of_blocks(model, vocab).n_params  # N = L·(4·C² + m·C·F) + C·V (module docstring)
+    n = blocks_params(model, vocab)  # N = L·(4·C² + m·C·F) + C·V (module docstring)
     flops = tokens * (6 * n + 6 * model.n_layers * length * model.d_model)
     hours = flops / (settings.gpu_tflops * 1e12 * settings.mfu) / 3600 if trainer.on_gpu else None
     known = None if task.scores_sequences else train_tokens

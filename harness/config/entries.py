@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from harness.config.spec import Choice, Component, Json, PhaseSpec, Randomize
-from harness.config.values import OptionNode, component, made, settings
+from harness.config.values import OptionNode, component, settings
 from harness.errors import ConfigError
 from positional.randomized import KEYS as RANDOMIZE  # the pos keys of the wrapper any scheme takes
 
@@ -161,4 +161,4 @@ def _phase(raw: object, index: int, own_name: str, own: Json, option_node: Optio
         )
     if isinstance(entry, str):
         _, scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), option_node)
-    return made(PhaseSpec, {**raw, "key": key, "pos": scheme, "pos_entry": entry})
+    return settings(PhaseSpec, key, {**raw, "key": key, "pos": scheme, "pos_entry": entry})

@@ -25,75 +25,53 @@ from harness.errors import ConfigError
 FLOAT = 4  # bytes; the CPU trains in fp32
 
 
-@dataclass(frozen=True)
-class Footprint:
-    n_params: int
-    d_model: int
-    d_ff: int
-    n_layers: int
-    vocab: int
-    loss_chunk: int | None = None  # model.loss_chunk: the tokens whose logits exist at once (None: all of a step)
-
-    @classmethod
-    def of_blocks(cls, model, vocab: int) -> Footprint:
-        """The transformer blocks and embeddings alone: per layer 4·C² + m·C·F weights (attention, MLP: m = 2
-        for GELU, 3 for SwiGLU), plus V·C embeddings."""
-        c, f = model.d_model, model.d_ff
-        params = model.n_layers * (4 * c * c + model.mlp_matrices * c * f) + vocab * c
-        return cls(params, c, f, model.n_layers, vocab, model.loss_chunk)
-
-    def logit_tokens(self, tokens: int) -> int:
-        return min(tokens, self.loss_chunk or tokens)
-
-    def training_bytes(self, batch: int, length: int) -> int:
-        tokens = batch * length
-        activations = (
-            self.n_layers * tokens * (10 * self.d_model + 2 * self.d_ff) + 2 * self.logit_tokens(tokens) * self.vocab
-        )
-        return 16 * self.n_params + FLOAT * activations
+def blocks_params(model, vocab: int) -> int:
+    """The parameters of the transformer blocks and embeddings alone: per layer 4·C² + m·C·F weights (attention,
+    MLP: m = 2 for GELU, 3 for SwiGLU), plus V·C embeddings."""
+    c = model.d_model
+    return model.n_layers * (4 * c * c + model.mlp_matrices * c * model.d_ff) + vocab * c
 
 
-def check_memory(fp: Footprint, batch: int, seq_len: int, on_gpu: bool) -> None:
-    """Refuse a run whose lower-bound footprint exceeds this machine's available memory (CPU runs), naming
-    the keys of the larger term: the weights' or the tokens'."""
-    free = available_bytes()
-    if on_gpu or free is None:
-        return
-    need = fp.training_bytes(batch, seq_len)
-    if need > free:
-        weights = 16 * fp.n_params
-        fix = _memory_fix(fp, batch, seq_len, weights, free)
-        raise ConfigError(
-            f"training needs at least {gib(need)} ({gib(weights)} for {fp.n_params:,} parameters with "
-            f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
-            f"a step) but {gib(free)} is available; {fix}"
-        )
-
-
-def _memory_fix(fp: Footprint, batch: int, seq_len: int, weights: int, free: int) -> str:
-    """The keys that can make it fit, by what is too large: the parameters alone (then no batch fits: the
-    vocabulary's embeddings or the layers, whichever holds more), else the tokens a step (their logits when the
+def check_memory(model, vocab: int, batch: int, seq_len: int) -> None:
+    """Refuse a CPU run whose lower-bound footprint (the module docstring's terms) exceeds this machine's available
+    memory, naming the keys that can make it fit, by what is too large: the parameters alone (then no batch fits:
+    the vocabulary's embeddings or the layers, whichever holds more), else the tokens a step (their logits when the
     vocabulary makes most of them)."""
-    vocab = f"tokenizer.vocab_size={fp.vocab}"
-    if weights > free:
-        embeddings = fp.vocab * fp.d_model
-        if embeddings > fp.n_params - embeddings:
-            return (
-                f"the parameters alone do not fit, mostly the embeddings: lower {vocab} or model.d_model={fp.d_model}"
-            )
-        return (
-            f"the parameters alone do not fit, whatever the batch: lower model.n_layers={fp.n_layers}, "
-            f"model.d_model={fp.d_model} or model.d_ff={fp.d_ff}"
+    free = available_bytes()
+    if free is None:
+        return
+    c, tokens, n_params = model.d_model, batch * seq_len, blocks_params(model, vocab)
+    logit_tokens = min(tokens, model.loss_chunk or tokens)  # model.loss_chunk: the tokens whose logits exist at once
+    weights, logits = 16 * n_params, FLOAT * 2 * logit_tokens * vocab
+    activations = FLOAT * model.n_layers * tokens * (10 * c + 2 * model.d_ff)
+    need = weights + activations + logits
+    if need <= free:
+        return
+    if weights > free and vocab * c > n_params - vocab * c:
+        fix = (
+            f"the parameters alone do not fit, mostly the embeddings: lower tokenizer.vocab_size={vocab} or "
+            f"model.d_model={c}"
         )
-    tokens = batch * seq_len
-    logits = FLOAT * 2 * fp.logit_tokens(tokens) * fp.vocab
-    if logits > FLOAT * fp.n_layers * tokens * (10 * fp.d_model + 2 * fp.d_ff):
-        fix = f"the logits hold most of a step: lower {vocab}, data.batch_size={batch} or data.seq_len={seq_len}"
-        chunk = _fitting_chunk(free - (fp.training_bytes(batch, seq_len) - logits), FLOAT * 2 * fp.vocab)
-        if chunk and chunk < fp.logit_tokens(tokens):
+    elif weights > free:
+        fix = (
+            f"the parameters alone do not fit, whatever the batch: lower model.n_layers={model.n_layers}, "
+            f"model.d_model={c} or model.d_ff={model.d_ff}"
+        )
+    elif logits > activations:
+        fix = (
+            f"the logits hold most of a step: lower tokenizer.vocab_size={vocab}, data.batch_size={batch} or "
+            f"data.seq_len={seq_len}"
+        )
+        chunk = _fitting_chunk(free - (need - logits), FLOAT * 2 * vocab)
+        if chunk and chunk < logit_tokens:
             fix += f", or make them {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
-        return fix
-    return f"lower data.batch_size={batch} or data.seq_len={seq_len}"
+    else:
+        fix = f"lower data.batch_size={batch} or data.seq_len={seq_len}"
+    raise ConfigError(
+        f"training needs at least {gib(need)} ({gib(weights)} for {n_params:,} parameters with "
+        f"their gradients and AdamW's moments, {gib(need - weights)} for {batch}×{seq_len} tokens "
+        f"a step) but {gib(free)} is available; {fix}"
+    )
 
 
 def _fitting_chunk(room: int, per_token: int) -> int | None:
@@ -149,22 +127,21 @@ class NamedGpu:
 
 @dataclass(frozen=True)
 class Precision:
-    """Bytes a parameter (weight, gradient, each AdamW moment, autocast's low-precision copy for the matrix
-    products) and bytes an activation value: ``activation`` for what the matrix products and GELU return,
-    ``residual`` for the residual stream and what LayerNorm keeps (autocast runs LayerNorm in fp32)."""
+    """Bytes a parameter (``state``: its weight, its gradient and each AdamW moment, all kept in the weights'
+    dtype; ``cast``: autocast's low-precision copy for the matrix products) and bytes an activation value:
+    ``activation`` for what the matrix products and GELU return, ``residual`` for the residual stream and what
+    LayerNorm keeps (autocast runs LayerNorm in fp32)."""
 
-    weight: int
-    grad: int
-    moment: int
+    state: int
     cast: int
     activation: int
     residual: int
 
 
-_FP32 = Precision(4, 4, 4, 0, 4, 4)
-_MIXED = Precision(4, 4, 4, 2, 2, 4)  # fp32 weights and optimizer, bf16/fp16 autocast
-_HALF = Precision(2, 2, 2, 0, 2, 2)  # the whole model converted (bf16-true, 16-true)
-_FP64 = Precision(8, 8, 8, 0, 8, 8)
+_FP32 = Precision(4, 0, 4, 4)
+_MIXED = Precision(4, 2, 2, 4)  # fp32 weights and optimizer, bf16/fp16 autocast
+_HALF = Precision(2, 0, 2, 2)  # the whole model converted (bf16-true, 16-true)
+_FP64 = Precision(8, 0, 8, 8)
 PRECISIONS: dict[str, Precision] = {
     "32-true": _FP32,
     "32": _FP32,
@@ -252,7 +229,7 @@ def gpu_estimate(
     """
     p = PRECISIONS[str(precision)]  # every trainer.precision the spec takes (harness/config/spec.py) has one
     tokens = batch * length
-    states = n_params * (p.weight + p.grad + 2 * p.moment + p.cast)
+    states = n_params * (4 * p.state + p.cast)
     variant = model.n_layers * variant_fp32 * p.activation // 4
     activations = tokens * _token_bytes(model, p, scheme) + _bias_bytes(model, p, scheme, batch, length) + variant
     logit_tokens = min(tokens, model.loss_chunk or tokens)  # model.loss_chunk: one chunk's (harness/model/loss.py)

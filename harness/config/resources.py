@@ -6,8 +6,8 @@
 - memory and time: a CPU run is rehearsed on meta (harness/config/rehearsal.py) against this machine's memory and an
   hour a step; a run for a GPU, checked for a GPU of a named size (``--check --gpu-memory 80GB``), is estimated for
   that GPU instead (harness/config/estimates.py ``gpu_estimate``) and needs no GPU here.
-The model is first laid out only by formula (``Footprint``): a model of 2,000 layers takes seconds to build even on
-meta, and is refused before that.
+The model is first laid out only by formula (estimates.py ``check_memory``, ``check_gpu``): a model of 2,000 layers
+takes seconds to build even on meta, and is refused before that.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from torch import nn
 
 from harness.config.estimates import (
     PLAIN,
-    Footprint,
     GpuEstimate,
     NamedGpu,
     SchemeTerms,
+    blocks_params,
     check_gpu,
     check_memory,
     gpu_estimate,
@@ -125,11 +125,10 @@ def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None) -> T
     """The model built on torch's meta device (every constructor check runs, nothing is allocated), after the
     blocks' footprint, a lower bound, has been checked against this machine's memory or the named GPU's (``gpu``:
     a GPU run checked for a GPU of that size)."""
-    blocks = Footprint.of_blocks(spec.model, vocab)
     if gpu:
-        check_gpu(gpu_estimates(spec, vocab, task, blocks.n_params), gpu, lower_bound=True)
+        check_gpu(gpu_estimates(spec, vocab, task, blocks_params(spec.model, vocab)), gpu, lower_bound=True)
     else:
-        check_memory(blocks, spec.data.batch_size, task.sequence_tokens(spec.data.seq_len), on_gpu=False)
+        check_memory(spec.model, vocab, spec.data.batch_size, task.sequence_tokens(spec.data.seq_len))
     with torch.device("meta"):
         return model_of(spec, vocab, task)
 

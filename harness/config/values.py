@@ -104,12 +104,7 @@ def check_known(node: str, keys: list[str], known: list[str], what: str) -> None
 def settings(cls: type[S], key: str, node: Json, what: str = "") -> S:
     """A settings dataclass from its node: unknown keys refused, then its own ``__post_init__`` (types, ranges)."""
     check_known(key, list(node), list(field_hints(cls)), what or key)
-    return made(cls, node)
-
-
-def made(cls: type[S], values: Json) -> S:
-    """``cls(**values)``: untyped values in, the dataclass's ``__post_init__`` types them (``check_fields``)."""
-    return cls(**values)
+    return cls(**node)  # untyped values in: the dataclass's ``__post_init__`` types them (``check_fields``)
 
 
 # ---------------------------------------------------------------- components: typed by their signature
@@ -220,7 +215,11 @@ def trainer_settings(node: Json) -> TrainerSettings:
             f"default is not this harness's; set trainer.{missing[0]}=VALUE (conf/trainer/cpu.yaml "
             "has the defaults)"
         )
-    return made(TrainerSettings, {**{k: node[k] for k in keys if k in fields}, "extra": {k: node[k] for k in unknown}})
+    return settings(
+        TrainerSettings,
+        "trainer",
+        {**{k: node[k] for k in keys if k in fields}, "extra": {k: node[k] for k in unknown}},
+    )
 
 
 def trainer_arguments() -> list[str]:
