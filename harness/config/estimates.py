@@ -62,9 +62,7 @@ def check_memory(model, vocab: int, batch: int, seq_len: int) -> None:
             f"the logits hold most of a step: lower tokenizer.vocab_size={vocab}, data.batch_size={batch} or "
             f"data.seq_len={seq_len}"
         )
-        chunk = _fitting_chunk(free - (need - logits), FLOAT * 2 * vocab)
-        if chunk and chunk < logit_tokens:
-            fix += f", or make them {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
+        fix += _chunk_fix("them", free - (need - logits), logits, logit_tokens)
     else:
         fix = f"lower data.batch_size={batch} or data.seq_len={seq_len}"
     raise ConfigError(
@@ -74,9 +72,16 @@ def check_memory(model, vocab: int, batch: int, seq_len: int) -> None:
     )
 
 
-def _fitting_chunk(room: int, per_token: int) -> int | None:
-    """The largest power of two of tokens whose logits fit ``room`` bytes at ``per_token`` bytes a token."""
-    return 2 ** (room // per_token).bit_length() // 2 if room >= per_token else None
+def _chunk_fix(what: str, room: int, logits: int, logit_tokens: int) -> str:
+    """``, or make <what> N tokens at a time with model.loss_chunk=N``: N the largest power of two of tokens whose
+    logits fit ``room`` bytes (``logits`` bytes hold ``logit_tokens`` tokens' now); "" unless N is fewer tokens."""
+    per_token = logits // logit_tokens
+    chunk = 2 ** (room // per_token).bit_length() // 2 if room >= per_token else 0
+    return (
+        f", or make {what} {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
+        if 0 < chunk < logit_tokens
+        else ""
+    )
 
 
 def gib(n: int) -> str:
@@ -295,10 +300,9 @@ def check_gpu(estimates: list[GpuEstimate], gpu: NamedGpu, lower_bound: bool = F
             else "lower model.d_model, model.n_layers or model.d_ff"
         )
         b, t = worst.tokens
-        per_token = worst.logits // min(b * t, worst.loss_chunk or b * t)
-        chunk = _fitting_chunk(gpu.memory - (worst.total - worst.logits), per_token)
-        if worst.logits > worst.activations and chunk and chunk < min(b * t, worst.loss_chunk or b * t):
-            fix += f", or make the logits {chunk} tokens at a time with model.loss_chunk={chunk} (the same loss)"
+        if worst.logits > worst.activations:
+            room, logit_tokens = gpu.memory - (worst.total - worst.logits), min(b * t, worst.loss_chunk or b * t)
+            fix += _chunk_fix("the logits", room, worst.logits, logit_tokens)
         needs = "at least" if lower_bound else "about"
         raise ConfigError(
             f"on a GPU of {gpu.named} ({gib(gpu.memory)}) {worst.what} does not fit: it needs {needs} "

@@ -63,15 +63,12 @@ class Ledger(TorchDispatchMode):
             h
             for name, m in model.named_modules()
             for h in (
-                m.register_forward_pre_hook(lambda *_, n=name or "the model": self._enter(n)),
+                m.register_forward_pre_hook(lambda *_, n=name or "the model": self.stack.append(n)),
                 m.register_forward_hook(lambda *_: self._leave()),
             )
         ]
 
-    def _enter(self, name: str) -> None:
-        self.stack.append(name)
-
-    def _leave(self) -> None:  # a hook that returned a value would replace the module's output
+    def _leave(self) -> None:  # a hook that returned a value would replace the module's output: not the popped name
         self.stack.pop()
 
     def __exit__(self, *exc):

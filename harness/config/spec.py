@@ -95,7 +95,7 @@ def max_workers() -> int:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The top-level keys of conf/config.yaml that are not config groups."""
+    """The top-level keys of conf/config.yaml that are not config groups, but ``phases`` (``RunSpec.phases``)."""
 
     seed: Seed = 0
     resume: object = None  # null/false: a new run; true; auto; or a checkpoint path (``resume_mode`` types it)
@@ -103,7 +103,6 @@ class RunSettings:
     paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/budget.py)
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment/<preset>/scale/
     diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
-    phases: list = field(default_factory=list)  # positional phases, typed as RunSpec.phases (harness/config/values.py)
     export: Literal["hf"] | None = None  # hf: the final model in transformers' format (harness/pretrained/export.py)
 
     def __post_init__(self):
