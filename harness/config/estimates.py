@@ -60,9 +60,8 @@ def check_memory(model, vocab: int, batch: int, seq_len: int) -> None:
     elif logits > activations:
         fix = (
             f"the logits hold most of a step: lower tokenizer.vocab_size={vocab}, data.batch_size={batch} or "
-            f"data.seq_len={seq_len}"
+            f"data.seq_len={seq_len}{_chunk_fix('them', free - (need - logits), logits, logit_tokens)}"
         )
-        fix += _chunk_fix("them", free - (need - logits), logits, logit_tokens)
     else:
         fix = f"lower data.batch_size={batch} or data.seq_len={seq_len}"
     raise ConfigError(
