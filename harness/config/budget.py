@@ -53,7 +53,7 @@ def budget_of(
 ) -> Budget:
     """The run's budget; refused past ``settings.max_epochs`` or off the paper's vocabulary (module docstring)."""
     length = task.sequence_tokens(data.seq_len)
-    world = (trainer.devices if isinstance(trainer.devices, int) and trainer.devices > 0 else 1) * trainer.num_nodes
+    world = (trainer.processes() or 1) * trainer.num_nodes
     step = data.batch_size * length * world * trainer.accumulate_grad_batches
     tokens = trainer.max_steps * step
     n = blocks_params(model, vocab)  # N = L·(4·C² + m·C·F) + C·V (module docstring)

@@ -13,6 +13,8 @@ corpus read thousands of times). Without them every paper preset is refused in o
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -85,6 +87,24 @@ def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys):
         " · 55000 steps of 32×2048 tokens × 8 accumulated · 28.8B tokens (15,312.2 epochs) · "
         f"{flops:.1e} FLOPs ≈ {flops / (989e12 * 0.4) / 3600:,.1f} GPU-hours" in line
     )
+
+
+@pytest.mark.parametrize("devices", [[0, 1, 2, 3], "0,1,2,3", "4"])
+def test_the_budget_counts_every_device_however_devices_is_written(devices):
+    """trainer.devices as a list of ids or a string counts as many ranks as the count does: a step's tokens, and so
+    the epochs ``budget.max_epochs`` holds a run to, are the same as with ``trainer.devices=4``."""
+    from dataclasses import replace
+
+    from harness.config.budget import budget_of
+
+    spec = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0"])
+    task = SimpleNamespace(sequence_tokens=lambda length: length, scores_sequences=False)
+
+    def tokens(trainer):
+        return budget_of(spec.budget, trainer, spec.data, task, spec.model, 258, 1, None, None).tokens
+
+    assert tokens(replace(spec.trainer, devices=devices)) == tokens(replace(spec.trainer, devices=4))
+    assert tokens(replace(spec.trainer, devices=4)) == 4 * tokens(replace(spec.trainer, devices=1))
 
 
 def test_the_1b4_setting_is_the_blogs_pile_model_at_gpt3_xls_batch():
