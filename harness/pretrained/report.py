@@ -17,11 +17,12 @@ def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Te
     """The claim's comparisons: per factor, per length beyond ``context``, each adjacent pair (a better than b) as a
     paired t test over blocks of ``stride`` labels; Holm over the family at ``spec.level``. One dict per comparison:
     factor, length, a, b, diff (mean loss a − b, nats), low, high (95 %), p, decision."""
+    from harness.pretrained.hf_eval import unscaled
     from harness.stats import holm, paired_interval, paired_p_value
 
     rows = []
     for factor in spec.factors:
-        arms = [(m, 1.0 if m.split("+")[0] in ("none", "own") else factor) for m in spec.claim]
+        arms = [(m, 1.0 if unscaled(m) else factor) for m in spec.claim]
         for length in (n for n in spec.lengths if n > context):
             block = spec.stride_at(length)
             means = {

@@ -193,6 +193,25 @@ def test_the_claim_is_judged_pair_by_pair_with_holm(diffs, decisions, verdict):
     assert overall(rows) == verdict
 
 
+def test_a_claim_reads_each_scaling_at_the_factor_it_ran_at():
+    """none, own and DCA run once, at factor 1 (hf_eval.unscaled); a claim naming one compares that cell with the
+    others' cell at each factor."""
+    from harness.pretrained.report import judge
+
+    losses = _losses({"yarn": 0.0, "dca": 0.2, "none": 0.5})
+    losses = {(m, 1.0 if m in ("dca", "none") else f): by_length for (m, f), by_length in losses.items()}
+    spec = EvalSpec(
+        Path("."),
+        scalings=("yarn", "dca", "none"),
+        factors=(2.0,),
+        lengths=(64,),
+        stride=16,
+        claim=("yarn", "dca", "none"),
+    )
+    rows = judge(spec, 48, losses)
+    assert [(r["a"], r["b"], r["decision"]) for r in rows] == [("yarn", "dca", "supports"), ("dca", "none", "supports")]
+
+
 def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
     """p of each comparison equals scipy's paired t test over the blocks' mean losses; Holm rejects the smallest p
     at α/2 and the next at α, so a p between them is rejected only after the first is."""
