@@ -5,10 +5,11 @@ positional/rope_remapped.py, for posbench's own models and these alike.
 
 In both, the pairs' logits are merged before one softmax. transformers rotates q and k at 0 … T − 1 before its
 attention function runs; ``remapped_attention`` (registered as an attention implementation) turns them once more by
-the position each pair needs minus the one it has (RoPE's rotations compose: R(a)·R(b) = R(a + b)), with the
-model's own frequencies (``scaling_of``: its rope_parameters, as posbench's rotary computes them at the sequence's
-length). Models whose rotary is transformers' doubled form over the whole head (Llama, Mistral, Qwen …); others are
-refused naming why.
+the position each pair needs minus the one it has (RoPE's rotations compose for one θ: R(a)·R(b) = R(a + b)), with
+the frequencies that rotated them: the model's own (``scaling_of``: its rope_parameters, as posbench's rotary computes
+them at the sequence's length), rounded by Resonance or selected by HoPE where posbench's rotary applies them. Models
+whose rotary is transformers' doubled form over the whole head (Llama, Mistral, Qwen …); others are refused naming
+why.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from harness.pretrained.rotary import form_of, rotary_modules, scaling_of
-from positional.rope import rope_inv_freq
+from harness.pretrained.rotary import ScaledRotary, form_of, rotary_modules, scaling_of
 from positional.rope_remapped import Remap, SelfExtend
 
 NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
@@ -31,7 +31,8 @@ def apply_remapped(model, remap: Remap) -> None:
     if min(values) < 1:
         raise ConfigError(f"{remap.name()}: its sizes are whole numbers ≥ 1")
     [(parent, name)] = rotary_modules(model)
-    form, rotated = form_of(getattr(parent, name), None)
+    installed = getattr(parent, name)
+    form, rotated = form_of(installed, None)
     head = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
     if form != "doubled" or rotated != head:
         raise ConfigError(
@@ -42,20 +43,20 @@ def apply_remapped(model, remap: Remap) -> None:
 
     AttentionInterface.register(NAME, remapped_attention)
     scaling = scaling_of(model.config, rotated=rotated)
+    rotary = installed if isinstance(installed, ScaledRotary) else ScaledRotary({None: scaling})  # θ as q, k turned
     for module in model.modules():
         if hasattr(module, "num_key_value_groups"):  # an attention layer
-            module.posbench_remap = (remap, scaling)
+            module.posbench_remap = (remap, scaling, rotary)
     model.set_attn_implementation(NAME)
 
 
 def remapped_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
     """transformers' attention function over remapped positions: q, k (B, H, T, D) rotated at 0 … T − 1."""
-    remap, rope = module.posbench_remap
+    remap, rope, rotary = module.posbench_remap
     length = query.shape[-2]
     groups = module.num_key_value_groups
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    assert rope.rotated is not None and rope.base is not None  # scaling_of sets both
-    theta = rope.frequencies(rope_inv_freq(rope.rotated, rope.base, torch.float64, query.device), length).inv_freq
+    theta = rope.frequencies(rotary.theta(rope, query.device), length).inv_freq
     position = torch.arange(length, device=query.device)
     scores = torch.zeros(*query.shape[:-1], length, dtype=query.dtype, device=query.device)
     for at_q, at_k, pairs in remap.parts(position):

@@ -13,7 +13,7 @@ import transformers
 
 from harness.errors import ConfigError
 from harness.pretrained.remapped import NAME, apply_remapped, remapped_attention
-from harness.pretrained.rotary import apply_scaling
+from harness.pretrained.rotary import apply_scaling, rotary_modules
 from positional.rope_remapped import DualChunk, SelfExtend
 
 F64 = torch.float64
@@ -98,6 +98,27 @@ def test_remapped_attention_is_its_papers_definition_pair_by_pair(remap):
         at = lambda i, j: self_extend_at(i, j, remap.group, remap.window)  # noqa: E731
     else:
         at = lambda i, j: dca_at(i, j, remap.chunk, remap.local)  # noqa: E731
+    torch.testing.assert_close(got, reference(q, k, v, at, theta, 0.25), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("modifier", ["resonance", "hope"])
+def test_remapped_positions_turn_with_the_theta_that_rotated_q_and_k(modifier):
+    """self_extend+resonance, self_extend+hope: posbench's rotary turned q and k with the modified θ, so the remap turns
+    them on with that θ, not the model's plain one (rotations compose only for one θ)."""
+    model, remap = tiny_llama(), SelfExtend(2, 4)
+    [scaling] = apply_scaling(model, **{modifier: True}).values()
+    apply_remapped(model, remap)
+    [(parent, name)] = rotary_modules(model)
+    theta = getattr(parent, name).theta(scaling)
+    assert not torch.equal(theta, 10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16))  # the modifier changed θ
+    length = 20
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 4, length, 16, dtype=F64) for _ in range(3))
+    position = torch.arange(length)
+    attention = next(m for m in model.modules() if hasattr(m, "posbench_remap"))
+    attention.num_key_value_groups = 1
+    got, _ = remapped_attention(attention, rotated(q, position, theta), rotated(k, position, theta), v, None, 0.25)
+    at = lambda i, j: self_extend_at(i, j, remap.group, remap.window)  # noqa: E731
     torch.testing.assert_close(got, reference(q, k, v, at, theta, 0.25), rtol=0, atol=1e-12)
 
 
