@@ -7,7 +7,7 @@ cross-entropy a chunk of tokens at a time (``loss``), the learning-rate schedule
 configurations that change at stated steps (``phases``), evaluation beyond the validation split (``evaluate``: a
 trained model's lengths and tasks; ``extrapolation``: sliding windows, loss by position, same targets, the same
 model under every RoPE scaling, a short fine-tune), how training shows progress (``progress``: a bar, or lines in a
-log), and the attention diagnostics of a trained model (``diagnostics``, its figures in ``attention_figures``).
+log), and the attention diagnostics of a trained model with their figures (``diagnostics``).
 
 May import: positional, attention, harness.data, and the ground.
 """

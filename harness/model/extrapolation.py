@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from harness.data.loaders import on_device
-from harness.model.attention_figures import png
+from harness.model.diagnostics import png
 from harness.model.evaluate import LengthResults, WindowScores, evaluate_lengths, length_metrics
 
 
