@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from harness import sequential
 from harness.config.load import claim_comparisons, in_arm
+from harness.sweep.callback import SweepRecord
 
 
 def design_of(report: Any) -> sequential.Design:
@@ -84,6 +85,7 @@ class StagedSweeper(BasicSweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        record = SweepRecord.load(sweep_dir)  # the sweep callback's, written before the sweeper starts
         named = names(cells)
         losses: dict[str, list[float | None]] = {name: [] for name in named}  # by seed: None where it failed
         trained: list[int] = []  # seeds trained by each look
@@ -113,7 +115,7 @@ class StagedSweeper(BasicSweeper):
                     for name, cell in named.items()
                 }
             )
-            return claim_values(*_store_cells(sweep_dir), claim, need)
+            return claim_values(*_store_cells(record), claim, need)
 
         design = design_of(report)
         claim = claim_comparisons(self.config)
@@ -121,35 +123,31 @@ class StagedSweeper(BasicSweeper):
             from results.paper import claim_family, claim_values, not_ready
 
             gain = OmegaConf.select(self.config, "claim.min_order_gain", default=report.min_order_gain)
-            stop = not_ready(lambda: _store_cells(sweep_dir)[1], claim, float(gain))
+            stop = not_ready(lambda: _store_cells(record)[1], claim, float(gain))
             family = sequential.settle(claim_family(claim), design, draw_claim, stop)
         else:
             family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw)
-        _record(sweep_dir, family, design, trained)
+        _record(record, family, design, trained)
         return returns
 
 
-def _store_cells(sweep_dir: Path) -> tuple[Any, list]:
+def _store_cells(record: SweepRecord | None) -> tuple[Any, list]:
     """(the store's client, the sweep's runs as report cells) for a look that reads its arms' metrics."""
     from harness.record.store import Store
-    from harness.sweep.callback import SweepRecord
     from results.store import cells_of, find_sweep
 
-    record = SweepRecord.load(sweep_dir)
     assert record is not None, "the sweep callback writes its record before the first look"
     client = Store.open(record.tracking_uri).client
     return client, cells_of(client, find_sweep(client, record.experiment, record.sweep_id))
 
 
 def _record(
-    sweep_dir: Path, family: list[sequential.Comparison], design: sequential.Design, trained: list[int]
+    record: SweepRecord | None, family: list[sequential.Comparison], design: sequential.Design, trained: list[int]
 ) -> None:
-    """Each look's decisions on the sweep's parent run: a tag per look, and by look the comparisons still running
-    and the runs trained so far."""
+    """Each look's decisions on the sweep's parent run (none without the sweep callback, as under run.py --check): a
+    tag per look, and by look the comparisons still running and the runs trained so far."""
     from harness.record.store import Store
-    from harness.sweep.callback import SweepRecord
 
-    record = SweepRecord.load(sweep_dir)
     if record is None:
         return
     client = Store.open(record.tracking_uri).client
