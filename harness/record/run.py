@@ -34,7 +34,7 @@ from pathlib import Path
 from harness.errors import IncompatiblePairing
 from harness.integrity import MARK_TAG, SEAL_TAG, seal
 from harness.paths import ROOT, in_checkout
-from harness.record.store import Store
+from harness.record.store import Store, check_whole
 from harness.signals import held
 
 # Exception type -> ``failure`` tag; anything else is "error" (a bad value such as lr=-1 is
@@ -185,32 +185,7 @@ class TrackedRun:
                 self.set_tags(failure)
             terminate(self.store, self.run_id, status)
         if status == "FINISHED":
-            self._check_store_whole()
-
-    def _check_store_whole(self) -> None:
-        """An sqlite store is read back after a run closes (its header against its size, then sqlite's quick
-        check): one truncated or overwritten while the run wrote is taken by sqlite without an error, and the run
-        would end 'finished' into a store that no longer opens."""
-        import contextlib
-        import sqlite3
-
-        from harness.errors import StoreDamaged, damaged_store_line
-        from harness.record.store import damage_of, is_locked, sqlite_path
-
-        db = sqlite_path(self.uri)
-        if db is None or not db.exists():
-            return
-        why = None
-        try:  # under a shared lock: another cell's writer cannot commit mid-check (its header and size agree)
-            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
-                conn.execute("BEGIN")
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                why = damage_of(db)
-                conn.rollback()
-        except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
-            why = None if is_locked(e) else " ".join(str(e).split())
-        if why:
-            raise StoreDamaged(damaged_store_line(str(db), why))
+            check_whole(self.uri)
 
     def record_refusal(self, tags: dict[str, str], params: dict[str, str], exc: BaseException) -> None:
         """A run that could not start (its config was refused, or building failed): created and

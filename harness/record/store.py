@@ -2,8 +2,8 @@
 
 ``resolve_tracking_uri`` picks the store (``logger.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else
 ``sqlite:///<project root>/mlflow.db``). ``check_store`` says, quickly and without importing MLflow,
-whether MLflow could open it (the config room calls it before anything is built). ``Store.open``
-gives the process's one retrying client for a URI.
+whether MLflow could open it (the config room calls it before anything is built); ``check_whole``, whether a
+run that closed left an sqlite store whole. ``Store.open`` gives the process's one retrying client for a URI.
 
 Retries: two jobs writing one sqlite file (``hydra/launcher=joblib``, or two ``run.py`` at once) take
 turns on its single write lock. MLflow sets ``busy_timeout`` (20 s), but SQLite does not wait
@@ -16,10 +16,12 @@ still fails loudly instead of hanging a job.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import os
 import random
+import sqlite3
 import sys
 import time
 import urllib.error
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, StoreDamaged, damaged_store_line
 from harness.paths import project_root
 
 # Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
@@ -132,8 +134,6 @@ QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: its ti
 def damage_of(db: Path) -> str | None:
     """What is wrong with an sqlite file, or None: its header's page count against its size (a truncated
     copy), then, up to QUICK_CHECK_MAX_BYTES, sqlite's own ``PRAGMA quick_check``."""
-    import sqlite3
-
     with open(db, "rb") as f:
         header = f.read(100)
     size = db.stat().st_size
@@ -154,6 +154,26 @@ def damage_of(db: Path) -> str | None:
     except sqlite3.DatabaseError as e:
         return str(e)
     return None if verdict == "ok" else verdict
+
+
+def check_whole(uri: str) -> None:
+    """An sqlite store is read back after a run closes (its header against its size, then sqlite's quick
+    check): one truncated or overwritten while the run wrote is taken by sqlite without an error, and the run
+    would end 'finished' into a store that no longer opens."""
+    db = sqlite_path(uri)
+    if db is None or not db.exists():
+        return
+    why = None
+    try:  # under a shared lock: another cell's writer cannot commit mid-check (its header and size agree)
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            why = damage_of(db)
+            conn.rollback()
+    except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
+        why = None if is_locked(e) else " ".join(str(e).split())
+    if why:
+        raise StoreDamaged(damaged_store_line(str(db), why))
 
 
 def _check_server(uri: str, parsed) -> None:
