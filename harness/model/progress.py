@@ -33,17 +33,15 @@ LIGHTNING_INFO_LOGGERS = (
 def progress_callbacks(mode: str, every: int, enabled: bool = True, stream: TextIO | None = None) -> list[Callback]:
     """The progress callback for ``trainer.progress`` (auto | bar | lines), or none when
     ``trainer.enable_progress_bar`` is false. auto: a bar if ``stream`` (stdout) is a terminal, else lines."""
-    stream = stream or sys.stdout
+    tty = bool(getattr(stream or sys.stdout, "isatty", lambda: False)())
     quiet_lightning_pytree()
-    if not _isatty(
-        stream
-    ):  # Lightning's INFO lines off, WARNING and above kept (its docs: "Configure console logging")
+    if not tty:  # Lightning's INFO lines off, WARNING and above kept (its docs: "Configure console logging")
         for name in LIGHTNING_INFO_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     if not enabled:
         return []
     if mode == "auto":
-        mode = "bar" if _isatty(stream) else "lines"
+        mode = "bar" if tty else "lines"
     if mode == "lines":
         return [ProgressLines(every, stream)]
     return [RichProgressBar() if rich_available() else TQDMProgressBar()]
@@ -62,10 +60,6 @@ def quiet_lightning_pytree() -> None:
         category=FutureWarning,
         module="lightning.pytorch.utilities._pytree",
     )
-
-
-def _isatty(stream: TextIO) -> bool:
-    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def clock(seconds: float) -> str:
