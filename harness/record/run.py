@@ -153,9 +153,8 @@ class TrackedRun:
                 self.run_id = reopen
                 self._reopen(tags)
             else:
-                exp = self.store.experiment_id(self.experiment)
                 self.run_id = self.store.client.create_run(
-                    exp, run_name=self.name, tags={**tags, MARK_TAG: "1"}
+                    self.experiment_id, run_name=self.name, tags={**tags, MARK_TAG: "1"}
                 ).info.run_id
                 self.log_params(params)
 
