@@ -3,7 +3,7 @@
 The checkpoint root is ``checkpoint.dir``, else ``checkpoints/`` beside the sqlite store (so a test's
 temporary store keeps its checkpoints to itself), else ``<project root>/checkpoints``; each config
 trains in ``<root>/<config_hash>/``, which holds ``run.json`` (the MLflow run training this config, a
-``RunLink``), ``lock`` (a ``DirLock``, held while a process trains it) and ``step-<k>.ckpt`` (the last committed
+``RunLink``), ``lock`` (``dir_lock``, held while a process trains it) and ``step-<k>.ckpt`` (the last committed
 checkpoint, written by harness/record/callbacks.py) with ``step-<k>.ckpt.sha256``, its digest taken as it was
 written (harness/integrity.py): a checkpoint whose bytes changed since (a bad disk, a copy cut short, an edit) is
 refused at resume instead of resumed.
@@ -34,7 +34,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -81,28 +81,21 @@ class RunLink:
             raise ConfigError(f"{path} is damaged (no {e}); {fix}") from None
 
 
-class DirLock:
-    """An exclusive flock: the kernel drops it when its holder dies, even by SIGKILL, so a held
-    lock means a live process is training this config and a free one means nobody is."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd: int | None = None
-
-    def acquire(self) -> bool:
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+@contextmanager
+def dir_lock(path: Path) -> Iterator[bool]:
+    """An exclusive flock on ``path``, held for the ``with`` block; yields whether it was free. The kernel drops
+    it when its holder dies, even by SIGKILL, so a held lock means a live process is training this config and a
+    free one means nobody is."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
-            return False
-        self.fd = fd
-        return True
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = None
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -164,7 +157,6 @@ class ResumePlan:
     run_id: str | None = None  # the run to reopen; None: a new run
     ckpt: Path | None = None
     step: int = 0  # optimizer steps already done
-    _lock: DirLock | None = field(default=None, repr=False)
 
     @property
     def store(self) -> Store:
@@ -181,13 +173,12 @@ class ResumePlan:
         if not owner:
             yield self
             return
-        self._lock = DirLock(self.dir / "lock")
-        if not self._lock.acquire():
-            raise ConfigError(
-                f"another process is training this same config now (lock {self._lock.path}); "
-                "wait for it to finish, or change the config (e.g. seed=)"
-            )
-        try:
+        with dir_lock(self.dir / "lock") as free:
+            if not free:
+                raise ConfigError(
+                    f"another process is training this same config now (lock {self.dir / 'lock'}); "
+                    "wait for it to finish, or change the config (e.g. seed=)"
+                )
             close_stale_runs(
                 self.store,
                 self.experiment,
@@ -204,8 +195,6 @@ class ResumePlan:
                 )
             yield self
             remove_checkpoints(self.dir)  # FINISHED: nothing left to resume
-        finally:
-            self._lock.release()
 
     def link(self, run_id: str | None) -> None:
         """Record the run beside its checkpoints (rank 0, once the run is open)."""
@@ -266,12 +255,10 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
             f"resume=true: run {run.info.run_id} of this config already FINISHED; nothing to resume "
             "(drop resume=true to train it again)"
         )
-    lock = DirLock(plan.dir / "lock")
-    if linked and lock.acquire():  # nobody trains it: a RUNNING run of this config is a dead process's
-        try:
-            close_stale_runs(plan.store, plan.experiment, plan.config_hash, keep=None, by="resume=true")
-        finally:
-            lock.release()
+    if linked:
+        with dir_lock(plan.dir / "lock") as free:
+            if free:  # nobody trains it: a RUNNING run of this config is a dead process's
+                close_stale_runs(plan.store, plan.experiment, plan.config_hash, keep=None, by="resume=true")
     why = "its MLflow run is gone" if ckpt is not None else "no checkpoint"
     raise ConfigError(
         f"resume=true: {why} for this config under {plan.dir}; run without resume=true "
