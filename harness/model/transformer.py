@@ -174,9 +174,7 @@ class Transformer(nn.Module):
         check_layers(self.pos, self.variants)  # the built scheme: its options may change its declaration
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            Block(cfg, v, _temperature(cfg, self.pos, layer, max_len)) for layer, v in enumerate(self.variants)
-        )
+        self.blocks = nn.ModuleList(Block(cfg, v, _temperature(cfg, scheme, max_len)) for scheme, v in self.layers())
         self.norm_f = cfg.norm_layer(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         # BERT's MLM head: transform (dense, GELU, LN), then decode with the tied embedding
         bert = cfg.head == "bert"
@@ -255,15 +253,13 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def _temperature(cfg: ModelConfig, pos: PositionalScheme, layer: int, max_len: int) -> LengthTemperature | None:
-    """Layer ``layer``'s length temperature, if model.temperature asks for one there (``temperature_layers=nope``:
-    only where the layer's scheme neither rotates nor biases, Llama 4's NoPE layers)."""
+def _temperature(cfg: ModelConfig, scheme: PositionalScheme, max_len: int) -> LengthTemperature | None:
+    """The length temperature of a layer whose positional scheme is ``scheme``, if model.temperature asks for one
+    there (``temperature_layers=nope``: only where the scheme neither rotates nor biases, Llama 4's NoPE layers)."""
     if cfg.temperature == "none":
         return None
-    if cfg.temperature_layers == "nope":
-        scheme = pos.layer_scheme(layer) if isinstance(pos, LayeredScheme) else pos
-        if scheme.hooks() & {"rotary", "logit_bias"}:
-            return None
+    if cfg.temperature_layers == "nope" and scheme.hooks() & {"rotary", "logit_bias"}:
+        return None
     return LengthTemperature(
         cfg.temperature, cfg.n_heads, max_len, cfg.temperature_init, cfg.temperature_floor, cfg.temperature_scale
     )
