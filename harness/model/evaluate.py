@@ -20,7 +20,6 @@ applicable — tag ``eval_skipped_at_<L>`` with the reason — and the run goes 
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -42,6 +41,7 @@ from harness.data.tasks.blind import blind_baseline
 from harness.data.tokenizer import document_firsts, split_ids
 from harness.data.windows import EvalWindows
 from harness.errors import ConfigError
+from harness.model.module import bits_per_byte
 
 
 @dataclass
@@ -152,8 +152,7 @@ def length_metrics(results: LengthResults, bytes_per_token: float | None, prefix
     metrics.update({f"val/{prefix}loss_at_{n}_stride_{results.stride}": v for n, v in results.sliding.items()})
     metrics.update({f"val/{prefix}loss_at_{n}_last_{results.keep}": v for n, v in results.last.items()})
     if bytes_per_token and not prefix:
-        bits = bytes_per_token * math.log(2)  # nats/token → bits/byte
-        metrics.update({f"val/bpc_at_{n}": loss / bits for n, loss in results.losses.items()})
+        metrics.update({f"val/bpc_at_{n}": bits_per_byte(loss, bytes_per_token) for n, loss in results.losses.items()})
     return metrics
 
 
