@@ -213,13 +213,19 @@ def plan_resume(values: dict, uri: str, mode: str | Path) -> ResumePlan:
     if mode == "new":
         return plan
     ckpt, link = _checkpoint_and_link(mode, plan)
-    try:
-        run = _run_or_none(plan.store, link.run_id) if link else None
-    except RecordDamaged as e:  # resume=auto (a sweep's cells) starts anew; resume=true refuses in its line
-        if mode != "auto":
-            raise
-        warn(e, "this cell trains again")
-        run = None
+    run = None
+    if link:
+        client = plan.store.client
+        try:
+            found = client.get_run(link.run_id)
+        except RecordDamaged as e:  # resume=auto (a sweep's cells) starts anew; resume=true refuses in its line
+            if mode != "auto":
+                raise
+            warn(e, "this cell trains again")
+        except Exception:  # deleted, or a different store: no run to reopen
+            pass
+        else:
+            run = found if found.info.lifecycle_stage == "active" else None
     if ckpt is not None and run is not None and run.info.status != "FINISHED":
         plan.run_id, plan.ckpt, plan.step = run.info.run_id, ckpt, checkpoint_step(ckpt)
     elif mode != "auto":
@@ -264,13 +270,3 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
         f"resume=true: {why} for this config under {plan.dir}; run without resume=true "
         f"(checkpoints are written every checkpoint.every_n_steps={plan.every} steps)"
     )
-
-
-def _run_or_none(store: Store, run_id: str):
-    try:
-        run = store.client.get_run(run_id)
-    except RecordDamaged:
-        raise
-    except Exception:  # deleted, or a different store
-        return None
-    return run if run.info.lifecycle_stage == "active" else None
