@@ -17,12 +17,11 @@ def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Te
     """The claim's comparisons: per factor, per length beyond ``context``, each adjacent pair (a better than b) as a
     paired t test over blocks of ``stride`` labels; Holm over the family at ``spec.level``. One dict per comparison:
     factor, length, a, b, diff (mean loss a − b, nats), low, high (95 %), p, decision."""
-    from harness.pretrained.hf_eval import unscaled
     from harness.stats import holm, paired_interval, paired_p_value
 
-    rows = []
+    rows, cells = [], spec.cells()
     for factor in spec.factors:
-        arms = [(m, 1.0 if unscaled(m) else factor) for m in spec.claim]
+        arms = [(m, factor) if (m, factor) in cells else (m, 1.0) for m in spec.claim]  # none, own, dca: at 1 only
         for length in (n for n in spec.lengths if n > context):
             block = spec.stride_at(length)
             means = {
