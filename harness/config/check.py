@@ -23,8 +23,7 @@ from harness.config import pairings, resources
 from harness.config.budget import Budget, budget_of
 from harness.config.estimates import GpuEstimate, NamedGpu
 from harness.config.spec import RunSpec
-from harness.data.objectives import Task
-from harness.data.sources import Source, Tokenizer
+from harness.data.objectives import Source, Task, Tokenizer
 from harness.errors import ConfigError
 from harness.record.preflight import store_to_write
 from harness.record.store import check_writable_dir

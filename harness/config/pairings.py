@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.config.spec import SOURCE_KEYS, Choice, Choices, Component, DataSettings, EvalSettings, RunSpec
-from harness.data.objectives import Task
-from harness.data.sources import Source, Tokenizer
+from harness.data.objectives import Source, Task, Tokenizer
 from harness.errors import ConfigError, IncompatiblePairing
 from harness.model.layers import check_layers
 from harness.model.transformer import ModelConfig, Transformer

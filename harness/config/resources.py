@@ -31,8 +31,7 @@ from harness.config.estimates import (
 )
 from harness.config.rehearsal import Evaluation, check_phases, rehearse
 from harness.config.spec import DataSettings, RunSpec, TrainerSettings
-from harness.data.objectives import Task
-from harness.data.sources import Source, Tokenizer
+from harness.data.objectives import Source, Task, Tokenizer
 from harness.errors import ConfigError
 from harness.model.transformer import Block, Transformer
 

@@ -1,4 +1,10 @@
-"""What every task offers the pipeline (``Task``), and the training objectives on text (conf/task mlm, clm).
+"""What the pipeline calls on a corpus source, a tokenizer and a task (``Source``, ``Tokenizer``, ``Task``: the
+interfaces a user's own ``data=``, ``tokenizer=`` or ``task=`` class implements), and the training objectives on
+text (conf/task mlm, clm).
+
+A source may also offer, and the checks ask for it by name: ``document_starts()`` (packed documents:
+``model.restart_positions``, ``model.document_mask``) and ``check_tokenizer(tokenizer, name)`` (pre-tokenized
+shards, which hold one tokenizer's ids).
 
 A task is what a conf/task/<name>.yaml builds: one of the two text objectives here, or a synthetic task
 of harness/data/tasks/ (which adds evaluation by exact match: ``ScoredTask`` in harness/data/tasks/base.py).
@@ -15,11 +21,46 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from harness.data.corpus import check_train_split, check_val_split
-from harness.data.sources import Tokenizer
+from harness.data.corpus import Corpus, check_train_split, check_val_split
 from harness.data.tokenizer import document_firsts, split_ids
 from harness.data.windows import IGNORE, EvalWindows, TrainWindows
 from harness.errors import ConfigError
+
+
+class Source(Protocol):
+    """A corpus: its split sizes known before it is read (bytes, or a shard folder's token ids), then the text."""
+
+    def sizes(self) -> tuple[int, int]:
+        """(training, validation) size, without reading the corpus."""
+
+    def load(self) -> Corpus:  # a TokenCorpus for pre-tokenized shards
+        ...
+
+
+class Tokenizer(Protocol):
+    """Bytes to ids; a subword vocabulary is fitted on the training split (``fit``) before the first ``encode``."""
+
+    vocab_size: int
+    pad_id: int
+    mask_id: int | None
+    byte_level: bool  # one id per byte: token counts are byte counts before anything is read
+
+    @classmethod
+    def config_name(cls) -> str: ...
+
+    def fit(self, corpus: Corpus) -> None: ...
+
+    def encode(self, data: bytes) -> np.ndarray: ...
+
+    def decode(self, ids: object) -> str: ...
+
+    def digest(self) -> str: ...
+
+    def regular_ids(self) -> Tensor:  # masked LM only (as word_continues): what its random replacement draws
+        ...
+
+    def word_continues(self, ids: Tensor) -> Tensor:  # (T,) bool: token t continues t − 1's word (whole-word masking)
+        ...
 
 
 @runtime_checkable

@@ -31,8 +31,8 @@ import numpy as np
 
 from harness import integrity
 from harness.data.hf import Tally
+from harness.data.objectives import Source, Tokenizer
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
-from harness.data.sources import Source, Tokenizer
 from harness.errors import ConfigError
 
 PIECE = 1 << 24  # bytes of text encoded at a time
