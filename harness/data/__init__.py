@@ -2,8 +2,8 @@
 
 Owns: text corpora and their splits (``corpus``; Hugging Face datasets: ``hf``; whether the Hub answers: ``hub``),
 the tokenizers (``tokenizer``: bytes; ``subword``: BPE, WordPiece, Hugging Face), training and evaluation windows
-and their loaders (``windows``, ``loaders``), token order shuffled inside a window, the check that a model uses
-positions at all (``shuffle``), pre-tokenized shards (``shards``, written by ``prepare``; their loader is timed by
+(``windows``) and their loaders, with token order shuffled inside a window, the check that a model uses positions at
+all (``loaders``), pre-tokenized shards (``shards``, written by ``prepare``; their loader is timed by
 harness/bench/loader.py), the training objectives and the interfaces a user's ``data=``, ``tokenizer=`` or
 ``task=`` class implements (``objectives``: masked and causal LM; ``Source``, ``Tokenizer``, ``Task``), and the
 position-sensitive synthetic tasks (``tasks``).

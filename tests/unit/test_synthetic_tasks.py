@@ -1,4 +1,4 @@
-"""Synthetic tasks (harness/data/tasks) and the order-shuffling helper (harness/data/shuffle.py):
+"""Synthetic tasks (harness/data/tasks) and the order-shuffling helper (harness/data/loaders.py):
 deterministic from (seed, index), exact formats decoded literally, labels only where intended,
 exact match, padding, per-example outcomes, the passkey depth table and its artifacts hook, and a tiny
 model that learns copy."""
@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from harness.config.catalog import option_classes
+from harness.data.loaders import real_permutation, shuffle_tokens, shuffle_within_window
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
-from harness.data.shuffle import real_permutation, shuffle_tokens, shuffle_within_window
 from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, collate, exact_match, token_hits
 from harness.data.tasks.associative_recall import AssociativeRecall
 from harness.data.tasks.copy import Copy
