@@ -4,6 +4,8 @@
   docstrings of the standard library, read with ``ast`` (nothing imported), sorted.
 - ``TextFiles``: any local UTF-8 file or directory of files.
 - ``Enwik8``: the Hutter-prize file, standard 90M/5M/5M byte split.
+
+A download's host is probed once before it is asked (``unreachable``: enwik8's, and the Hugging Face Hub's).
 """
 
 from __future__ import annotations
@@ -11,22 +13,26 @@ from __future__ import annotations
 import ast
 import codecs
 import dataclasses
+import functools
 import io
 import os
+import socket
 import sys
 import sysconfig
+import threading
 import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from harness import integrity
-from harness.data import hub
 from harness.errors import ConfigError
 
 CACHE = Path(os.environ.get("POSBENCH_CACHE", Path.home() / ".cache" / "posbench"))
+PROBE_SECONDS = 3.0  # one connection attempt to a download's host (``unreachable``)
 
 
 @dataclass(frozen=True)
@@ -321,6 +327,27 @@ ENWIK8_SHA256 = "2b49720ec4d78c3c9fabaee6e4179a5e997302b3a70029f30f2d582218c024a
 ENWIK8_BYTES = 100_000_000
 
 
+@functools.cache
+def unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint``'s host cannot be reached (one TCP connection, at most a few seconds, asked once per process),
+    or None: a download's precondition, checked by the checks and the run alike (enwik8)."""
+    parts = urlsplit(endpoint)
+    host, port = parts.hostname or endpoint, parts.port or (80 if parts.scheme == "http" else 443)
+    answer: list[str | None] = []
+
+    def probe() -> None:  # in a thread: a name lookup has no timeout of its own
+        try:
+            socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+            answer.append(None)
+        except OSError as e:
+            answer.append(f"{endpoint} cannot be reached: {' '.join(str(e).split()) or type(e).__name__}")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(PROBE_SECONDS + 1)
+    return answer[0] if answer else f"{endpoint} did not answer within {PROBE_SECONDS:g} s"
+
+
 class Enwik8:
     """First 10^8 bytes of English Wikipedia (2006); train/val = [0, 90M) / [90M, 95M).
 
@@ -339,7 +366,7 @@ class Enwik8:
         if not self.path.exists():
             if not self.download:
                 raise ConfigError(f"{self.path} not found; set data.path=/path/to/enwik8 or data.download=true")
-            why = hub.unreachable(ENWIK8_URL)  # the download the run would make: refused here alike, before it
+            why = unreachable(ENWIK8_URL)  # the download the run would make: refused here alike, before it
             if why:
                 raise _no_download(why)
         elif self.path.is_dir():

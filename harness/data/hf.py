@@ -18,17 +18,25 @@ memory-mapped shards by ``posbench prepare`` (which streams rows the same way) a
 from with ``data=tokens``.
 
 ``datasets`` is imported only when a dataset is opened (it takes about a second).
+
+Whether the Hub may be asked (``hub_offline``), for a dataset here and a tokenizer (harness/data/subword.py) alike:
+with no network, ``transformers`` and ``datasets`` retry the Hub with backoff for tens of seconds before they fall
+back to their caches or fail; with ``HF_HUB_OFFLINE=1`` they read the cache at once. So before the first load by
+name, one TCP connection to the Hub's endpoint (``HF_ENDPOINT``, else huggingface.co) is tried for a few seconds
+(harness/data/corpus.py ``unreachable``); when it fails, the process goes offline as if the user had set
+``HF_HUB_OFFLINE=1``: a cached tokenizer or dataset still loads, a missing one is refused at once, and the refusal
+says why the Hub was not asked.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.data import hub
-from harness.data.corpus import Corpus, _check_val_every
+from harness.data.corpus import Corpus, _check_val_every, unreachable
 from harness.errors import ConfigError
 
 # file suffix -> the ``datasets`` builder that reads it
@@ -44,6 +52,7 @@ BUILDERS = {
 SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
 BLOCK = 4096  # block_split's blocks (harness/data/corpus.py)
 VAL_BY = ("document", "block")  # data.val_by without a named validation split: whole rows, or 4 KiB blocks
+TRUE = ("1", "true", "yes", "on")  # the values of HF_HUB_OFFLINE that switch the Hub off
 
 
 class Tally:
@@ -191,7 +200,7 @@ class HFDataset:
     # --- the two ways in
 
     def _open_hub(self, split: str):
-        offline = hub.offline()  # no network: the cache at once, not a wait on retries (harness/data/hub.py)
+        offline = hub_offline()  # no network: the cache at once, not a wait on retries
         datasets = _datasets()
 
         try:
@@ -345,6 +354,27 @@ def split_files(files: list[Path], root: Path, path: str) -> dict[str, list[Path
             "(train…, validation…) or move it out"
         )
     return {name: [f for f in files if named[f] == name] for name in dict.fromkeys(n for n in named.values() if n)}
+
+
+def hub_offline() -> str | None:
+    """None when the Hub may be asked; else why not (the user's ``HF_HUB_OFFLINE``, or the failed probe), after
+    putting this process in Hugging Face's offline mode."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in TRUE:
+        return "HF_HUB_OFFLINE is set"
+    why = unreachable(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    if why is not None:
+        _go_offline()
+    return why
+
+
+def _go_offline() -> None:
+    """``HF_HUB_OFFLINE=1`` for this process: the environment, read by the libraries when they are imported, and
+    the constants of those already imported (they copied the variable at import)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for name in ("huggingface_hub.constants", "datasets.config"):  # transformers asks huggingface_hub's
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "HF_HUB_OFFLINE"):
+            vars(module)["HF_HUB_OFFLINE"] = True
 
 
 def _datasets():

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from harness import integrity
-from harness.data import hub
+from harness.data.hf import hub_offline
 from harness.errors import ConfigError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0–4 of a trained vocabulary
@@ -369,7 +369,7 @@ class Pretrained(Subword):
             )
         self.name = name
         local = Path(name).expanduser().exists()
-        offline = None if local else hub.offline()  # asked before transformers is imported: it reads the setting then
+        offline = None if local else hub_offline()  # asked before transformers is imported: it reads the setting then
         from transformers import AutoTokenizer  # declared in requires: checked before this class is built
 
         try:

@@ -80,23 +80,23 @@ def test_enwik8_refuses_wrong_file_and_missing_file_without_download(tmp_path):
 
 
 def test_enwik8_to_download_with_no_network_is_refused_by_check_as_by_the_run(tmp_path, monkeypatch):
-    """The download's precondition is one probe (harness/data/hub.py ``unreachable``) that sizes() — the validation
+    """The download's precondition is one probe (harness/data/corpus.py ``unreachable``) that sizes() — the validation
     pass — and load() — the run — both meet first: check no longer says ok to a run that cannot fetch its corpus."""
     import urllib.request
 
-    from harness.data import hub
+    from harness.data import corpus
 
     def no_download(*args, **kwargs):
         raise AssertionError("nothing may be fetched")
 
     monkeypatch.setattr(urllib.request, "urlopen", no_download)
-    monkeypatch.setattr(hub, "unreachable", lambda url: f"{url} cannot be reached: [Errno -2] no such name")
+    monkeypatch.setattr(corpus, "unreachable", lambda url: f"{url} cannot be reached: [Errno -2] no such name")
     missing = Enwik8(str(tmp_path / "enwik8"))
     line = r"^cannot download enwik8 \(http://mattmahoney.net/dc/enwik8.zip cannot be reached: .*\); fetch .+, unzip"
     for step in (missing.sizes, missing.load):
         with pytest.raises(ConfigError, match=line):
             step()
-    monkeypatch.setattr(hub, "unreachable", lambda url: None)  # reachable: check says ok, the run downloads
+    monkeypatch.setattr(corpus, "unreachable", lambda url: None)  # reachable: check says ok, the run downloads
     assert missing.sizes() == (90_000_000, 5_000_000)
 
 

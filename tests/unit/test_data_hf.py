@@ -164,7 +164,7 @@ def test_bad_input_is_one_line_before_training(saved, overrides, message):
 
 def offline(monkeypatch, **env: str) -> None:
     """The Hub unreachable (``HF_ENDPOINT`` a refused port) or switched off (``HF_HUB_OFFLINE=1``), for this test
-    only: harness/data/hub.py puts the process offline, in its environment and the libraries' constants."""
+    only: harness/data/hf.py puts the process offline, in its environment and the libraries' constants."""
     import huggingface_hub.constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", env.get("HF_HUB_OFFLINE", "0"))
