@@ -75,7 +75,7 @@ def check_rank_slices(source: Source, task: Task, data: DataSettings, trainer: T
     (rank 0 was then killed and the run left RUNNING)."""
     if not hasattr(source, "check_tokenizer"):  # text corpora: every rank samples windows from the whole split
         return
-    from harness.data.shards import rank_slice
+    from harness.data.windows import rank_slice
 
     world = (trainer.processes() or 1) * trainer.num_nodes
     if world < 2:

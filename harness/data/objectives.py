@@ -124,11 +124,16 @@ class TextObjective:
         """Random windows of the text; of pre-tokenized shards (harness/data/shards.py), random or
         sequential windows in each rank's own slice (``world_size``: the loaders pass it for those)."""
         if hasattr(corpus, "train_ids"):
-            from harness.data.shards import SlicedWindows
-
-            return SlicedWindows(
-                corpus.train_ids, seq_len + self.extra_tokens, n, seed, self, corpus.windows, world_size, stride=seq_len
-            )  # sequential CLM windows share the shifted token
+            return TrainWindows(
+                corpus.train_ids,
+                seq_len + self.extra_tokens,
+                n,
+                seed,
+                self,
+                windows=corpus.windows,
+                world_size=world_size,
+                stride=seq_len,  # sequential CLM windows share the shifted token
+            )
         return TrainWindows(
             self.tok.encode(corpus.train),
             seq_len + self.extra_tokens,

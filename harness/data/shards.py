@@ -14,10 +14,10 @@ reads reach each block, ``ShardedIds``: hashing hundreds of gigabytes at every s
 of another format (an earlier posbench's) is refused: write it again.
 
 Training windows (``data.windows``): ``random`` (a uniform start, as for text) or ``sequential`` (consecutive
-windows, overlapping by the one shifted token of a causal objective, wrapping around). Either way each DDP rank
-reads only its own contiguous slice of the training tokens (``rank_slice``): example g belongs to rank g mod W
-(harness/data/windows.py ``ContinueFrom``) and lies in that rank's slice. With one process the random windows
-are exactly those of ``TrainWindows`` on the same ids; with W ranks which windows are read depends on W.
+windows, overlapping by the one shifted token of a causal objective, wrapping around), cut by harness/data/windows.py
+``TrainWindows``. Either way each DDP rank reads only its own contiguous slice of the training tokens
+(``rank_slice``): example g belongs to rank g mod W (``ContinueFrom``) and lies in that rank's slice. With one
+process the random windows are exactly those of text on the same ids; with W ranks which windows are read depends on W.
 """
 
 from __future__ import annotations
@@ -28,11 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from harness import integrity
-from harness.data.corpus import check_train_split
-from harness.data.windows import TrainWindows
 from harness.errors import ConfigError
 
 FORMAT = "posbench-tokens-2"  # a folder of another format is refused: write it again
@@ -42,14 +39,6 @@ WINDOWS = ("random", "sequential")
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size < 65536 else np.uint32)
-
-
-def rank_slice(n_tokens: int, rank: int, world_size: int) -> tuple[int, int]:
-    """[start, end) of the training tokens rank ``rank`` of ``world_size`` reads: W contiguous, disjoint slices
-    covering all ``n_tokens``, their sizes differing by at most one token."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not one of {world_size} ranks")
-    return n_tokens * rank // world_size, n_tokens * (rank + 1) // world_size
 
 
 BLOCK_BYTES = 1 << 22  # a shard's bytes are digested in blocks of this size too (prepare records them)
@@ -343,36 +332,3 @@ class TokenShards:
             folder,
             manifest,
         )
-
-
-class SlicedWindows(TrainWindows):
-    """``n`` training windows of ``length`` tokens; example g lies in rank (g mod W)'s ``rank_slice``.
-
-    random: a uniform start in the slice, drawn from (seed, g) as ``TrainWindows`` draws it; sequential: the
-    (g div W)-th window of the slice, windows advancing ``stride`` tokens and wrapping around.
-    """
-
-    def __init__(
-        self,
-        ids,
-        length: int,
-        n: int,
-        seed: int,
-        objective,
-        windows: str = "random",
-        world_size: int = 1,
-        stride: int | None = None,
-    ):
-        self.windows, self.world_size, self.stride = windows, world_size, stride or length
-        self.slices = [rank_slice(len(ids), r, world_size) for r in range(world_size)]
-        # every rank's slice holds more than one window (checked first: the whole split then holds one too)
-        check_train_split(min(end - start for start, end in self.slices), length)
-        super().__init__(ids, length, n, seed, objective)
-
-    def start(self, index: int, gen: torch.Generator) -> int:
-        """Where example ``index`` starts (random: drawn from ``gen``, which then goes on to the objective)."""
-        lo, hi = self.slices[index % self.world_size]
-        if self.windows == "random":
-            return lo + int(torch.randint(hi - lo - self.length + 1, (1,), generator=gen))
-        per_slice = (hi - lo - self.length) // self.stride + 1
-        return lo + (index // self.world_size) % per_slice * self.stride

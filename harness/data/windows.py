@@ -1,4 +1,5 @@
-"""Datasets over a token stream: random training windows, fixed evaluation windows.
+"""Datasets over a token stream: random (or sequential) training windows, each DDP rank in its own slice of the
+tokens, and fixed evaluation windows.
 
 Every example is a pure function of (seed, index), so data order and masks are
 reproducible across runs, resumes and DDP ranks.
@@ -35,20 +36,49 @@ def with_document_ids(
     return {**example, "document_ids": ids[: example["input_ids"].shape[0]]}  # CLM: its inputs are window[:-1]
 
 
-class TrainWindows(Dataset):
-    """``n`` windows of ``length`` tokens at uniformly random offsets."""
+def rank_slice(n_tokens: int, rank: int, world_size: int) -> tuple[int, int]:
+    """[start, end) of the training tokens rank ``rank`` of ``world_size`` reads: W contiguous, disjoint slices
+    covering all ``n_tokens``, their sizes differing by at most one token."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not one of {world_size} ranks")
+    return n_tokens * rank // world_size, n_tokens * (rank + 1) // world_size
 
-    def __init__(self, ids: np.ndarray, length: int, n: int, seed: int, objective, firsts: np.ndarray | None = None):
+
+class TrainWindows(Dataset):
+    """``n`` windows of ``length`` tokens; example g lies in rank (g mod W)'s ``rank_slice`` (one rank: all ids).
+
+    random: a uniform start in the slice, drawn from (seed, g); sequential (pre-tokenized shards'
+    ``data.windows``): the (g div W)-th window of the slice, windows advancing ``stride`` tokens and wrapping around.
+    """
+
+    def __init__(
+        self,
+        ids,
+        length: int,
+        n: int,
+        seed: int,
+        objective,
+        firsts: np.ndarray | None = None,
+        windows: str = "random",
+        world_size: int = 1,
+        stride: int | None = None,
+    ):
         """``firsts``: True at each document's first token (``with_document_ids``), or None."""
-        check_train_split(len(ids), length)
         self.ids, self.length, self.n, self.seed, self.objective, self.firsts = ids, length, n, seed, objective, firsts
+        self.windows, self.world_size, self.stride = windows, world_size, stride or length
+        self.slices = [rank_slice(len(ids), r, world_size) for r in range(world_size)]
+        check_train_split(min(end - start for start, end in self.slices), length)  # every rank's slice holds one
 
     def __len__(self) -> int:
         return self.n
 
     def start(self, index: int, gen: torch.Generator) -> int:
-        """Where example ``index`` starts: drawn from ``gen``, which then goes on to the objective."""
-        return int(torch.randint(len(self.ids) - self.length + 1, (1,), generator=gen))
+        """Where example ``index`` starts (random: drawn from ``gen``, which then goes on to the objective)."""
+        lo, hi = self.slices[index % self.world_size]
+        if self.windows == "random":
+            return lo + int(torch.randint(hi - lo - self.length + 1, (1,), generator=gen))
+        per_slice = (hi - lo - self.length) // self.stride + 1
+        return lo + (index // self.world_size) % per_slice * self.stride
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         gen = _generator(self.seed, index)

@@ -11,10 +11,10 @@ import torch
 
 from harness.data.corpus import TextFiles
 from harness.data.objectives import CausalLM, MaskedLM
-from harness.data.shards import ShardedIds, SlicedWindows, TokenShards, rank_slice, token_dtype
+from harness.data.shards import ShardedIds, TokenShards, token_dtype
 from harness.data.subword import BPE
 from harness.data.tokenizer import ByteTokenizer
-from harness.data.windows import ContinueFrom, TrainWindows
+from harness.data.windows import ContinueFrom, TrainWindows, rank_slice
 from harness.errors import ConfigError
 from harness.main import COMMANDS
 from harness.main import prepare_shards as prepare
@@ -85,7 +85,7 @@ def test_random_windows_of_one_process_are_those_of_the_text(byte_shards, corpus
     ids = TokenShards(str(byte_shards)).load().train_ids
     plain = np.frombuffer(TextFiles(str(corpus_file)).load().train, dtype=np.uint8)
     for objective in (CausalLM(ByteTokenizer()), MaskedLM(ByteTokenizer())):
-        ours = SlicedWindows(ids, 65, 20, 3, objective)
+        ours = TrainWindows(ids, 65, 20, 3, objective)
         theirs = TrainWindows(plain, 65, 20, 3, objective)
         for i in range(20):
             assert all(torch.equal(ours[i][k], theirs[i][k]) for k in ("input_ids", "labels", "key_padding_mask"))
@@ -95,7 +95,7 @@ def test_random_windows_of_one_process_are_those_of_the_text(byte_shards, corpus
 def test_each_rank_reads_only_its_own_slice(windows):
     ids = np.arange(10_000, dtype=np.uint32)  # a token's id is its position
     world = 4
-    data = SlicedWindows(ids, 33, 400, 0, CausalLM(ByteTokenizer()), windows, world_size=world, stride=32)
+    data = TrainWindows(ids, 33, 400, 0, CausalLM(ByteTokenizer()), windows=windows, world_size=world, stride=32)
     for rank in range(world):
         lo, hi = rank_slice(len(ids), rank, world)
         starts = [int(data[g]["input_ids"][0]) for g in ContinueFrom(data, 0, rank, world)]
@@ -106,7 +106,7 @@ def test_each_rank_reads_only_its_own_slice(windows):
 
 def test_sequential_windows_wrap_around_the_slice():
     ids = np.arange(100, dtype=np.uint16)
-    data = SlicedWindows(ids, 30, 10, 0, CausalLM(ByteTokenizer()), "sequential", stride=30)
+    data = TrainWindows(ids, 30, 10, 0, CausalLM(ByteTokenizer()), windows="sequential", stride=30)
     assert [int(data[g]["input_ids"][0]) for g in range(5)] == [0, 30, 60, 0, 30]
 
 
