@@ -35,18 +35,16 @@ from torch import Tensor
 
 from harness.errors import ConfigError
 from positional.base import PositionalScheme, Shape
-from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq
-
-
-def kept_pairs(width: int, p: float) -> int:
-    """k = ⌊p·W/2⌋, the pairs p-RoPE rotates (HF's ``int(partial_rotary_factor * head_dim // 2)``)."""
-    return math.floor(p * width / 2 + 1e-9)
+from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq, rotated_width
 
 
 def p_rope_inv_freq(width: int, p: float, base: float, dtype=torch.float64, device=None) -> Tensor:
-    """θ'_i = base^(−2i/W) for i < k = ⌊p·W/2⌋, 0 after (Barbero et al. 2024, §6). Shape (W/2,)."""
+    """θ'_i = base^(−2i/W) for i < k = ⌊p·W/2⌋, 0 after (Barbero et al. 2024, §6). Shape (W/2,).
+
+    2k is ``rotated_width(W, p)``, partial rotary's rounding and HF's ``int(partial_rotary_factor * head_dim // 2)``.
+    """
     theta = rope_inv_freq(width, base, dtype, device)
-    return torch.where(torch.arange(width // 2, device=device) < kept_pairs(width, p), theta, 0.0)
+    return torch.where(torch.arange(width // 2, device=device) < rotated_width(width, p) // 2, theta, 0.0)
 
 
 class PRope(PositionalScheme):
@@ -66,7 +64,7 @@ class PRope(PositionalScheme):
         self.p, self.base, self.layout = p, base, layout
 
     def rotary(self, positions: Tensor) -> Rotation | None:
-        if kept_pairs(self.shape.head_dim, self.p) == 0:
+        if rotated_width(self.shape.head_dim, self.p) == 0:
             return None  # no frequency left: no position, exactly pos=none
         return self._rotation(positions, self.shape.head_dim)  # once per forward, shared by all layers
 

@@ -12,8 +12,8 @@ from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import Shape
 from positional.none import NoPosition
-from positional.p_rope import PRope, kept_pairs, p_rope_inv_freq
-from positional.rope import Rope, rope_angles
+from positional.p_rope import PRope, p_rope_inv_freq
+from positional.rope import Rope, rope_angles, rotated_width
 from tests.attn_cases import F64, qkv, rotation_matrices
 
 D = 32
@@ -29,7 +29,7 @@ def test_frequencies_keep_the_highest_fraction_and_zero_the_rest():
 @pytest.mark.parametrize("width", [8, 30, 64, 128])
 def test_kept_pairs_round_like_hugging_face(width):
     for p in [i / 20 for i in range(21)] + [1 / 3, 0.7, 0.15]:
-        assert kept_pairs(width, p) == int(p * width // 2)
+        assert rotated_width(width, p) // 2 == int(p * width // 2)
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -59,7 +59,7 @@ def test_kept_pairs_turn_as_in_rope_and_the_rest_stay_exactly(layout):
     T, p = 20, 0.25
     x = torch.randn(T, D, dtype=F64)
     out = PRope(Shape(D, 1, 1, T, False), p=p, layout=layout).rotary(torch.arange(T)).rotate(x)
-    theta = [10000.0 ** (-2 * i / D) for i in range(kept_pairs(D, p))]
+    theta = [10000.0 ** (-2 * i / D) for i in range(rotated_width(D, p) // 2)]
     angles = torch.arange(T, dtype=F64)[:, None] * torch.tensor(theta, dtype=F64)  # (T, k)
     R = rotation_matrices(angles.cos(), angles.sin())  # (T, 2k, 2k), pairs (0, 1), (2, 3), …
     k = len(theta)
@@ -75,7 +75,7 @@ def test_kept_pairs_turn_as_in_rope_and_the_rest_stay_exactly(layout):
 
 
 def test_removed_pairs_pass_the_rotation_bit_for_bit_in_every_dtype():
-    T, k = 17, 2 * kept_pairs(D, 0.4)
+    T, k = 17, rotated_width(D, 0.4)
     for dtype in (F64, torch.float32, torch.bfloat16):
         x = torch.randn(2, T, D).to(dtype)
         x[0, 0, -1] = -0.0
