@@ -136,19 +136,6 @@ def yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: floa
     return yarn_attention_scale(s, mscale) / yarn_attention_scale(s, mscale_all_dim)
 
 
-def llama3_inv_freq(
-    inv_freq: Tensor, s: float, original_max_len: int, low_freq_factor: float, high_freq_factor: float
-) -> Tensor:
-    """Llama 3.1's scaling (Meta's llama-models reference code, ``apply_scaling``: s = 8, L = 8192,
-    low 1, high 4; HF rope_type "llama3"). Wavelengths λ above L/low are divided by s, those below
-    L/high kept, and between them θ' = (1 − g)·θ/s + g·θ with g = (L/λ − low)/(high − low).
-
-    L/λ is YaRN's r, so this is NTK-by-parts (YaRN §3.2, Def. 2) with α = low_freq_factor,
-    β = high_freq_factor and no temperature: one ramp serves both.
-    """
-    return yarn_inv_freq(inv_freq, s, original_max_len, low_freq_factor, high_freq_factor)
-
-
 def longrope_inv_freq(
     inv_freq: Tensor,
     length: int,
@@ -224,8 +211,11 @@ METHODS: dict[str, Method] = {
         ntk_inv_freq(th, dynamic_ntk_factor(t, c.training_length, c.factor)), 1.0
     ),
     "yarn": lambda c, th, t: YARN_VARIANTS[c.yarn_variant](c, th, t),
+    # Llama 3.1's bands (Meta's llama-models ``apply_scaling``: s = 8, L = 8192, low 1, high 4): wavelengths λ
+    # above L/low are divided by s, those below L/high kept, a ramp between. L/λ is YaRN's r, so this is
+    # NTK-by-parts with α = low_freq_factor, β = high_freq_factor and no temperature: one ramp serves both.
     "llama3": lambda c, th, t: ScaledFrequencies(
-        llama3_inv_freq(th, c.factor, c.training_length, c.low_freq_factor, c.high_freq_factor), 1.0
+        yarn_inv_freq(th, c.factor, c.training_length, c.low_freq_factor, c.high_freq_factor), 1.0
     ),
     "longrope": _longrope,
 }
