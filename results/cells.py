@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from harness.sequential import Design
 
-LENGTH_METRIC = re.compile(r"^val/loss_at_(\d+)$")
 # every evaluation condition of harness/model/extrapolation.py: val/[finetuned/][<scaling>/]loss_at_<L>[_stride_<S>
 # | _last_<K>]
 CONDITION_METRIC = re.compile(
@@ -69,7 +68,6 @@ class Cell:
     tokens_per_s: float | None = None
     n_params: int | None = None
     train_len: int | None = None
-    at_length: dict[int, float] = field(default_factory=dict)
     skipped_lengths: dict[int, str] = field(default_factory=dict)
     job: int = 0
     metrics: dict[str, float] = field(default_factory=dict)  # every metric's last value
@@ -133,7 +131,6 @@ class Group:
     steps: Stat  # over the seeds that reached the target
     tokens_per_s: Stat
     n_params: int | None
-    at_length: dict[int, Stat]
     order_gain: Stat  # val/order_gain: nats/token lost when the order inside a window is shuffled
     acc: Stat  # val/acc (synthetic tasks): exact match on in-distribution lengths
     attn_distance: Stat = Stat(None, None, 0)  # over the finished seeds that logged diagnostics
@@ -142,6 +139,11 @@ class Group:
     attn_entropy: Stat = Stat(None, None, 0)  # diag/entropy, nats
     # evaluation condition (condition_name) -> length -> loss over the finished seeds
     conditions: dict[str, dict[int, Stat]] = field(default_factory=dict)
+
+    @property
+    def at_length(self) -> dict[int, Stat]:
+        """Length -> loss over the finished seeds, scored in windows (``val/loss_at_<L>``)."""
+        return self.conditions.get("windows", {})
 
     @property
     def order_signal(self) -> str:
@@ -197,7 +199,6 @@ def group_cells(cells: list[Cell], target: float | None) -> list[Group]:
 def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float | None) -> Group:
     done = [c for c in cells if c.finished and c.val]
     steps = [steps_to_target(c.val, target) for c in done] if target is not None else []
-    lengths = sorted({n for c in done for n in c.at_length})
     return Group(
         pos,
         attn,
@@ -208,7 +209,6 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         steps=mean_std([s for s in steps if s is not None]),
         tokens_per_s=mean_std([c.tokens_per_s for c in done if c.tokens_per_s is not None]),
         n_params=next((c.n_params for c in cells if c.n_params is not None), None),
-        at_length={n: mean_std([c.at_length[n] for c in done if n in c.at_length]) for n in lengths},
         attn_distance=mean_std([c.attn_distance for c in done if c.attn_distance is not None]),
         attn_entropy=mean_std([c.metrics["diag/entropy"] for c in done if "diag/entropy" in c.metrics]),
         order_gain=mean_std([c.order_gain for c in done if c.order_gain is not None]),

@@ -205,10 +205,7 @@ def test_every_evaluation_condition_gets_a_row_of_its_own():
         }
         for s in (0.0, 0.2)
     ]
-    cells = [
-        make_cell("rope", i, [(10, 2.0)], metrics=m, at_length={64: m["val/loss_at_64"]}, job=i)
-        for i, m in enumerate(runs)
-    ]
+    cells = [make_cell("rope", i, [(10, 2.0)], metrics=m, job=i) for i, m in enumerate(runs)]
     group = build_report(cells, "t", []).groups[0]
     assert set(group.conditions) == {"windows", "yarn", "yarn, fine-tuned", "sliding, stride 16", "last 32 tokens"}
     assert group.conditions["yarn"][128].mean == pytest.approx(2.6)
@@ -216,7 +213,7 @@ def test_every_evaluation_condition_gets_a_row_of_its_own():
     assert 64 not in group.conditions["yarn"] and group.conditions["windows"][64].mean == pytest.approx(2.1)
     text = markdown(build_report(cells, "t", []), [])
     assert "| rope | softmax | yarn, fine-tuned | — | 2.3000 ± 0.1414 |" in text
-    plain = [make_cell("rope", 0, [(10, 2.0)], metrics={"val/loss_at_64": 2.0}, at_length={64: 2.0})]
+    plain = [make_cell("rope", 0, [(10, 2.0)], metrics={"val/loss_at_64": 2.0})]
     assert "under each evaluation" not in markdown(build_report(plain, "t", []), [])  # windows only: no extra table
 
 
