@@ -90,10 +90,6 @@ class Cell:
         return self.metrics.get("val/acc")
 
     @property
-    def attn_distance(self) -> float | None:
-        return self.metrics.get("diag/mean_distance")  # diagnostics=true: tokens
-
-    @property
     def finished(self) -> bool:
         return self.status == "finished"
 
@@ -209,7 +205,7 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         steps=mean_std([s for s in steps if s is not None]),
         tokens_per_s=mean_std([c.tokens_per_s for c in done if c.tokens_per_s is not None]),
         n_params=next((c.n_params for c in cells if c.n_params is not None), None),
-        attn_distance=mean_std([c.attn_distance for c in done if c.attn_distance is not None]),
+        attn_distance=mean_std([c.metrics["diag/mean_distance"] for c in done if "diag/mean_distance" in c.metrics]),
         attn_entropy=mean_std([c.metrics["diag/entropy"] for c in done if "diag/entropy" in c.metrics]),
         order_gain=mean_std([c.order_gain for c in done if c.order_gain is not None]),
         acc=mean_std([c.acc for c in done if c.acc is not None]),

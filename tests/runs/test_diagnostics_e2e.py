@@ -55,4 +55,6 @@ def test_a_run_with_diagnostics_attaches_them_for_every_variant(diagnosed_runs, 
     assert len(rows) == 2 * 2  # TINY: 2 layers × 2 heads
     mean = sum(float(r["mean_distance"]) for r in rows) / len(rows)
     assert mean == pytest.approx(metrics["diag/mean_distance"], rel=1e-5)
-    assert cell_of(client, run).attn_distance == metrics["diag/mean_distance"]  # what the sweep report reads
+    assert (
+        cell_of(client, run).metrics["diag/mean_distance"] == metrics["diag/mean_distance"]
+    )  # what the sweep report reads
