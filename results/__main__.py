@@ -100,7 +100,8 @@ def sweep_command(args) -> int:
     from harness.integrity import report_folder
     from results import tune
     from results.paper import write_index
-    from results.store import find_sweep, generate, open_store
+    from results.report import write_report
+    from results.store import find_sweep, open_store, sweep_report
 
     out = output_dir(args.out)
     uri, client = open_store(args.tracking_uri)
@@ -108,8 +109,9 @@ def sweep_command(args) -> int:
     root = project_root()
     with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         if args.command == "report":
-            written = generate(
-                client, sweep, staging, args.target, min_order_gain=args.min_order_gain, baseline=args.baseline
+            written = write_report(
+                sweep_report(client, sweep, args.target, min_order_gain=args.min_order_gain, baseline=args.baseline),
+                staging,
             )
         else:
             shown = out.relative_to(root) if out.is_relative_to(root) else out

@@ -420,10 +420,11 @@ def write_paper_report(
     client, sweep, preset: str, scale: str, claim: dict, out: Path, shown: Path | None = None
 ) -> str:
     """README.md and the sweep's report into ``out`` (``integrity.report_folder``'s staging folder, to be ``shown``)."""
-    from results.store import cells_of, generate, staged_design
+    from results.report import write_report
+    from results.store import cells_of, staged_design, sweep_report
 
     out.mkdir(parents=True, exist_ok=True)
-    generate(client, sweep, out, shown_out=shown or out)
+    write_report(sweep_report(client, sweep, shown_out=shown or out), out)
     cells = cells_of(client, sweep)
     gain = claim.get("min_order_gain", MIN_ORDER_GAIN)
 

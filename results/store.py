@@ -280,18 +280,3 @@ def staged_design(sweep: Sweep, claim: bool):
         return None
     margin = float(tags[MARGIN_TAG]) if tags.get(MARGIN_TAG) else None
     return Design(float(tags.get(ALPHA_TAG) or ALPHA), int(stage), int(most), cast(Spending, spending), margin)
-
-
-def generate(
-    client,
-    sweep: Sweep,
-    out_dir,
-    target: float | None = None,
-    shown_out=None,
-    min_order_gain: float = MIN_ORDER_GAIN,
-    baseline: str | None = None,
-) -> list:
-    """Write the report of ``sweep`` into out_dir; the paths written."""
-    from results.report import write_report
-
-    return write_report(sweep_report(client, sweep, target, shown_out, min_order_gain, baseline), Path(out_dir))

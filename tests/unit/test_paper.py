@@ -284,6 +284,7 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
     """A claim's ``also`` list shows up in the comparisons table, marked secondary; the verdict
     comes from ``comparisons`` alone (here one supported comparison, one contradicted secondary)."""
     import results.paper as paper
+    import results.report as report
     import results.store as store
 
     class Cell:
@@ -297,9 +298,8 @@ def test_secondary_comparisons_are_reported_but_do_not_decide_the_verdict(tmp_pa
         for p, losses in {"rope": [1.0, 1.1, 1.05], "learned": [2.0, 2.1, 2.05], "none": [3.0, 3.1, 3.05]}.items()
         for s, loss in enumerate(losses)
     ]
-    monkeypatch.setattr(
-        store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nbody\n")
-    )
+    monkeypatch.setattr(store, "sweep_report", lambda client, sweep, **kw: None)
+    monkeypatch.setattr(report, "write_report", lambda r, out: (out / "report.md").write_text("# r\nbody\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
     sweep = argparse.Namespace(runs=[], sweep_id="s1")
     claim = {
@@ -328,6 +328,7 @@ def test_a_paper_report_has_one_verdict_the_claims(metric, kept, tmp_path, monke
     """The sweep's own loss-vs-baseline headline never appears beside the claim's verdict; its Verdicts section
     stays only where the claim is judged on val/loss, titled as what it is."""
     import results.paper as paper
+    import results.report as report
     import results.store as store
 
     class Cell:
@@ -341,7 +342,8 @@ def test_a_paper_report_has_one_verdict_the_claims(metric, kept, tmp_path, monke
     client = argparse.Namespace(
         get_run=lambda rid: argparse.Namespace(data=argparse.Namespace(metrics=by_id[rid].metrics))
     )
-    monkeypatch.setattr(store, "generate", lambda c, sweep, out, **kw: (out / "report.md").write_text(SWEEP_REPORT))
+    monkeypatch.setattr(store, "sweep_report", lambda c, sweep, **kw: None)
+    monkeypatch.setattr(report, "write_report", lambda r, out: (out / "report.md").write_text(SWEEP_REPORT))
     monkeypatch.setattr(store, "cells_of", lambda c, sweep: cells)
     monkeypatch.setattr(paper, "readiness", lambda *a, **kw: {})
     claim = {
@@ -525,6 +527,7 @@ def test_where_a_claim_starts_to_hold_along_the_scale_axis():
 
 def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alone(tmp_path, monkeypatch):
     import results.paper as paper
+    import results.report as report
     import results.store as store
 
     class Cell:
@@ -541,7 +544,8 @@ def test_a_sweep_over_scale_gets_a_verdict_per_scale_from_that_scales_cells_alon
     cells = [
         Cell(f"pos={p} seed={i} scale={s}", loss) for (s, p), seeds in losses.items() for i, loss in enumerate(seeds)
     ]
-    monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
+    monkeypatch.setattr(store, "sweep_report", lambda client, sweep, **kw: None)
+    monkeypatch.setattr(report, "write_report", lambda r, out: (out / "report.md").write_text("# r\nb\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
     claim = {
         "source": "src",
@@ -567,6 +571,7 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
     """``python run.py -m experiment=X task=reverse scale=toy,toy2x``: the cells' labels name only what varies
     (``pos=rope seed=0 scale=toy``), yet the preset's arms say ``task=reverse pos=rope``."""
     import results.paper as paper
+    import results.report as report
     import results.store as store
 
     class Cell:
@@ -580,7 +585,8 @@ def test_a_scale_sweep_pinned_on_the_command_line_matches_arms_that_name_the_pin
         for p, loss in (("rope", 1.0), ("learned", 2.0))
         for i in range(3)
     ]
-    monkeypatch.setattr(store, "generate", lambda client, sweep, out, **kw: (out / "report.md").write_text("# r\nb\n"))
+    monkeypatch.setattr(store, "sweep_report", lambda client, sweep, **kw: None)
+    monkeypatch.setattr(report, "write_report", lambda r, out: (out / "report.md").write_text("# r\nb\n"))
     monkeypatch.setattr(store, "cells_of", lambda client, sweep: cells)
     claim = {
         "source": "src",
