@@ -3,7 +3,7 @@
 Read from the MLflow store only: each trial is a child run whose ``sweep_cell`` tag holds its grid
 coordinates and the values its study tried (``optim.optimizer.lr=... optim.schedule.warmup_steps=...``),
 scored by its final val loss (nats/token, the value the study minimised). Writes ``best.json`` (what
-``optim.tuned=<path>`` reads, harness/config/tuned.py) and ``README.md`` (the table, every trial, the
+``optim.tuned=<path>`` reads, harness/config/load.py) and ``README.md`` (the table, every trial, the
 command and the sweep's wall time).
 """
 
@@ -20,7 +20,7 @@ from results.report import md_table
 
 
 def cell_key(pos: str, attn: str) -> str:
-    """How best.json names a cell; harness/config/tuned.py looks cells up by the same key."""
+    """How best.json names a cell; harness/config/load.py looks cells up by the same key."""
     return f"pos={pos} attn={attn}"
 
 

@@ -311,7 +311,7 @@ def damage_kinds(root: Path) -> list[Kind]:
     import torch
 
     from harness import integrity
-    from harness.config.tuned import tuned_values
+    from harness.config.load import tuned_values
     from harness.data import corpus as corpus_module
     from harness.data.corpus import Embedded, TextFiles
     from harness.data.shards import TokenShards

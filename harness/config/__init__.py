@@ -1,15 +1,15 @@
 """Room: the edge. From a command line's overrides to a checked run and the objects it trains with:
 ``load`` → ``RunSpec`` → ``check`` → ``build``.
 
-Owns: reading Hydra's config, the one place that does (``load``: compose, a sweep's cells, the job's spec), the
-typed run (``spec``: settings dataclasses, components, ``RunSpec``), the values rules that type a resolved config
-into it (``values``), options named by entry, ``rope(base=1e6)`` in ``pos.layers`` or ``phases`` (``entries``), the
-checks (``check``: in order, with the pairing rules in ``pairings`` and the resource
-rules in ``resources``, the memory rehearsal on meta in ``rehearsal``, the GPU estimate by formula in
-``estimates``, the budget in ``budget``), the one construction (``build``), the option catalogue and where a key
-lives (``catalog``, ``--list``), the pos × attn matrix (``compat``, ``--matrix``), Hydra's exceptions as one line
-(``hydra_errors``) and a cell's tuned values from a best.json (``tuned``, ``optim.tuned``). Also the config
-resolvers (``${precision_for:...}``), registered when this package is imported, before any config is resolved.
+Owns: reading Hydra's config, the one place that does (``load``: compose, a sweep's cells, the job's spec, a cell's
+tuned values from a best.json for ``optim.tuned``), the typed run (``spec``: settings dataclasses, components,
+``RunSpec``), the values rules that type a resolved config into it (``values``), options named by entry,
+``rope(base=1e6)`` in ``pos.layers`` or ``phases`` (``entries``), the checks (``check``: in order, with the pairing
+rules in ``pairings`` and the resource rules in ``resources``, the memory rehearsal on meta in ``rehearsal``, the GPU
+estimate by formula in ``estimates``, the budget in ``budget``), the one construction (``build``), the option
+catalogue and where a key lives (``catalog``, ``--list``), the pos × attn matrix (``compat``, ``--matrix``) and
+Hydra's exceptions as one line (``hydra_errors``). Also the config resolvers (``${precision_for:...}``), registered
+when this package is imported, before any config is resolved.
 
 May import: harness.data, harness.model, harness.record (its store checks), harness.scaleout, harness.pretrained
 (whether a model has transformers' form), positional, attention, and the ground.

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from hydra.conf import HydraConf
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from harness import integrity
 from harness.config.catalog import check_interface, locate, option_name, option_node, target_overrides
 from harness.config.entries import LAYERS, choice, own_node, pattern_unit, phases
 from harness.config.spec import (
@@ -30,7 +32,6 @@ from harness.config.spec import (
     RunSettings,
     RunSpec,
 )
-from harness.config.tuned import tuned_values
 from harness.config.values import (
     GROUPS,
     PLAIN,
@@ -223,8 +224,9 @@ def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
 
 
 def apply_tuned(cfg: DictConfig, pos: str, attn: str) -> dict[str, str]:
-    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json (harness/config/tuned.py);
-    returns the keys written, each with the file it came from (a refusal of one of them names the file)."""
+    """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json (``tuned_values``), so
+    the rate used is the run's ``optim.optimizer.lr`` param like any other; returns the keys written, each with the
+    file it came from (a refusal of one of them names the file)."""
     path = OmegaConf.select(cfg, "optim.tuned", default=None)
     if path is None:
         return {}
@@ -238,6 +240,49 @@ def apply_tuned(cfg: DictConfig, pos: str, attn: str) -> dict[str, str]:
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=False)
     return {key: str(path) for key in values}
+
+
+def tuned_values(path: str, pos: str, attn: str) -> dict:
+    """The values best.json at ``path`` holds for the cell ``pos=<pos> attn=<attn>``: a tuning sweep (``python run.py
+    -m experiment=tune_lr``, harness/sweep/tune.py) and its report (``python -m results tune --out results/tune_lr/``)
+    leave it, per cell the searched values (``optim.optimizer.lr``, ``optim.schedule.warmup_steps``). A file that is
+    missing or unreadable, changed since it was written (its ``sha256``, harness/integrity.py), or without this cell
+    is refused in one line."""
+    file = Path(path).expanduser().absolute()
+    try:
+        record = json.loads(file.read_text())
+        cells = record["cells"]
+    except FileNotFoundError:
+        raise ConfigError(
+            f"optim.tuned={path}: no such file ({file}); run python -m results tune "
+            "--out results/tune_lr/ after a tuning sweep, or drop optim.tuned"
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(
+            f"optim.tuned={path}: not a best.json of python -m results tune "
+            f"({type(e).__name__}: {e}); point it at one, or drop optim.tuned"
+        ) from None
+    if not integrity.intact(record):  # results/tune.py seals it: a changed digit would be used silently
+        raise ConfigError(
+            f"optim.tuned={path}: {file} changed after python -m results tune wrote it (its sha256 "
+            "no longer matches); write it again with python -m results tune --out, set "
+            "optim.optimizer.lr yourself, or drop optim.tuned"
+        )
+    key = f"pos={pos} attn={attn}"  # results/tune.py cell_key
+    if key not in cells:
+        raise ConfigError(
+            f"optim.tuned={path} has no tuned values for {key} (it has: {', '.join(sorted(cells))}); "
+            f"tune it (python run.py -m experiment=tune_lr pos={pos} attn={attn}) or drop optim.tuned"
+        )
+    values = cells[key].get("values") if isinstance(cells[key], dict) else None
+    if not isinstance(values, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in values.items()
+    ):
+        raise ConfigError(
+            f"optim.tuned={path}: the values for {key} are not a mapping of keys to numbers (got "
+            f"{values!r:.60}); write it again with python -m results tune --out, or drop optim.tuned"
+        )
+    return values
 
 
 def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:

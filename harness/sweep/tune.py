@@ -129,7 +129,7 @@ class CellwiseOptunaSweeper(Sweeper):
         assert isinstance(counter, CountingLauncher), "setup wraps the study's launcher"
         best = {}
         for cell in cells:
-            key = " ".join(cell)  # best.json's key (harness/config/tuned.py)
+            key = " ".join(cell)  # best.json's key (harness/config/load.py)
             label = key or "(no grid axes)"
             log.info(f"tuning {label}: {self.study.n_trials} trials")
             self.study.sampler = copy.deepcopy(self.sampler)

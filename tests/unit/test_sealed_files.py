@@ -85,7 +85,7 @@ def test_the_document_starts_cache_damaged_is_refused(cache, built_cache, at):
 
 @pytest.mark.parametrize("at", [0.3, 0.6, 0.9])
 def test_a_tuned_best_json_changed_after_it_was_written_is_refused(tmp_path, at):
-    from harness.config.tuned import tuned_values
+    from harness.config.load import tuned_values
 
     best = tmp_path / "best.json"
     integrity.write(best, {"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3.5e-4}}}})
@@ -99,7 +99,7 @@ def test_a_tuned_best_json_changed_after_it_was_written_is_refused(tmp_path, at)
 
 
 def test_a_best_json_from_before_seals_is_read_as_it_is(tmp_path):
-    from harness.config.tuned import tuned_values
+    from harness.config.load import tuned_values
 
     best = tmp_path / "best.json"
     best.write_text(json.dumps({"cells": {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 1e-3}}}}))
