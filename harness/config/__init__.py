@@ -3,8 +3,8 @@
 
 Owns: reading Hydra's config, the one place that does (``load``: compose, a sweep's cells, the job's spec, a cell's
 tuned values from a best.json for ``optim.tuned``), the typed run (``spec``: settings dataclasses, components,
-``RunSpec``), the values rules that type a resolved config into it (``values``), options named by entry,
-``rope(base=1e6)`` in ``pos.layers`` or ``phases`` (``entries``), the checks (``check``: in order, with the pairing
+``RunSpec``), the values rules that type a resolved config into it, down to an option named by entry,
+``rope(base=1e6)`` in ``pos.layers`` or ``phases`` (``values``), the checks (``check``: in order, with the pairing
 rules in ``pairings`` and the resource rules in ``resources``, the memory rehearsal on meta in ``rehearsal``, the GPU
 estimate by formula in ``estimates``, the budget in ``budget``), the one construction (``build``), the option
 catalogue and where a key lives (``catalog``, ``--list``), the pos × attn matrix (``compat``, ``--matrix``) and

@@ -68,7 +68,7 @@ def compatibility(
 
 def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
     """``{group: unit}`` for each ``pos.layers=[…]`` / ``+attn.layers=[…]`` among command-line ``argv``."""
-    from harness.config.entries import pattern_unit
+    from harness.config.values import pattern_unit
 
     found = {}
     for arg in argv:
@@ -80,7 +80,7 @@ def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[str, Layers]:
-    from harness.config.entries import parse_entry
+    from harness.config.values import parse_entry
     from harness.model.layers import check_layerable, pattern_label
 
     names = [parse_entry(entry, f"{group}.layers")[0] for entry in unit]  # an entry's settings keep its class

@@ -25,7 +25,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import integrity
 from harness.config.catalog import check_interface, locate, option_name, option_node, target_overrides
-from harness.config.entries import LAYERS, choice, own_node, pattern_unit, phases
 from harness.config.spec import (
     Choices,
     Json,
@@ -34,15 +33,20 @@ from harness.config.spec import (
 )
 from harness.config.values import (
     GROUPS,
+    LAYERS,
     PLAIN,
     OptionNode,
     check_known,
     check_optimizer,
+    choice,
     chosen,
     component,
     missing_group,
     name_of,
     node_of,
+    own_node,
+    pattern_unit,
+    phases,
     settings,
     trainer_settings,
 )

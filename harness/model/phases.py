@@ -6,7 +6,7 @@ original length; Qwen2.5-1M raises RoPE's base during training (ABF); modded-nan
 
 A phase begins at optimizer step ``at`` (the first step it trains is step ``at`` + 1) and lasts to the next one:
   pos      a scheme from here on: an option name, or one with settings of its own (``rope(base=500000)``), built
-           like a pos.layers entry (harness/config/entries.py); the model's weights carry on
+           like a pos.layers entry (harness/config/values.py); the model's weights carry on
   scaling  a length scaling of the scheme applied in training from here, at ``factor`` (the lengths it is scaled
            for are factor × the training length), and in validation too: validation scores the model as trained
   seq_len  training batches cut to their first seq_len tokens from here (≤ data.seq_len; validation keeps the
