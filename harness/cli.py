@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from harness.config.catalog import user_config_dirs
 from harness.config.check import Checked, check
-from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib
+from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib, short_count
 from harness.config.hydra_errors import one_line, user_error
 from harness.config.load import cells, load
 from harness.errors import ConfigError, IncompatiblePairing, users_code_failed
@@ -120,8 +120,6 @@ def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_mem
         seeds = checked.spec.report.max_seeds if checked.spec.report.seeds == "auto" else 1  # each cell's most runs
         print(ok_line(checked, named, gpu))
     if len(budgets) > 1:
-        from harness.config.budget import short_count
-
         tokens, flops = seeds * sum(b.tokens for b in budgets), seeds * sum(b.flops for b in budgets)
         hours = [seeds * b.gpu_hours for b in budgets if b.gpu_hours is not None]
         gpu_hours = f" ≈ {sum(hours):,.1f} GPU-hours" if len(hours) == len(budgets) else ""

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.config import pairings, resources
-from harness.config.budget import Budget, budget_of
-from harness.config.estimates import GpuEstimate, NamedGpu
+from harness.config.estimates import Budget, GpuEstimate, NamedGpu, budget_of
 from harness.config.spec import RunSpec
 from harness.data.objectives import Source, Task, Tokenizer
 from harness.errors import ConfigError
@@ -42,7 +41,7 @@ class Checked:
     task: Task
     source: Source  # the corpus source, not read
     n_params: int
-    budget: Budget  # tokens, epochs, FLOPs and GPU-hours (harness/config/budget.py)
+    budget: Budget  # tokens, epochs, FLOPs and GPU-hours (harness/config/estimates.py)
     phases: tuple[Phase, ...] = ()  # the run's positional phases (harness/model/phases.py)
     documents: bool = False  # the text windows carry document_ids (``pairings.check_documents``)
     gpu: GpuEstimate | None = None  # a GPU run checked for a named GPU: its largest step's estimate

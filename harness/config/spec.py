@@ -100,7 +100,7 @@ class RunSettings:
     seed: Seed = 0
     resume: object = None  # null/false: a new run; true; auto; or a checkpoint path (``resume_mode`` types it)
     claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
-    paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/budget.py)
+    paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/estimates.py)
     scale: dict | None = None  # the scale=toy|paper group: sizes live in conf/experiment/<preset>/scale/
     diagnostics: bool = False  # true: attention diagnostics attached to the run (harness/model/diagnostics.py)
     export: Literal["hf"] | None = None  # hf: the final model in transformers' format (harness/pretrained/export.py)
@@ -278,7 +278,7 @@ class ProgressSettings:
 
 @dataclass(frozen=True)
 class BudgetSettings:
-    """``budget``: the epochs a run may make, and what its GPU-hours are counted at (harness/config/budget.py)."""
+    """``budget``: the epochs a run may make, and what its GPU-hours are counted at (harness/config/estimates.py)."""
 
     max_epochs: Positive | None = 100.0  # passes over the training split (None: no limit)
     gpu_tflops: Positive = 989.0  # the GPU's dense bf16 peak (an H100 SXM)

@@ -95,7 +95,7 @@ def test_the_budget_counts_every_device_however_devices_is_written(devices):
     the epochs ``budget.max_epochs`` holds a run to, are the same as with ``trainer.devices=4``."""
     from dataclasses import replace
 
-    from harness.config.budget import budget_of
+    from harness.config.estimates import budget_of
 
     spec = _composed(["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0"])
     task = SimpleNamespace(sequence_tokens=lambda length: length, scores_sequences=False)
@@ -356,7 +356,7 @@ def test_check_of_a_sweep_ends_with_what_the_whole_sweep_costs(monkeypatch, caps
     from types import SimpleNamespace
 
     from harness import cli
-    from harness.config.budget import Budget
+    from harness.config.estimates import Budget
 
     def sweep_line(budgets: list[Budget], seeds: str = "fixed") -> str:
         """The last line `--check -m` prints for a sweep whose cells check with these budgets."""
