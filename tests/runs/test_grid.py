@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-from harness.config.catalog import option_classes
-from harness.config.compat import compatibility
+from harness.config.catalog import compatibility, option_classes
 from harness.errors import ConfigError
 
 
