@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from harness.config.catalog import print_catalogue, print_matrix, user_config_dirs
+from harness.config.catalog import CONFIG_DIR_FLAGS, print_catalogue, print_matrix, user_config_dirs
 from harness.config.check import Checked, check
 from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib, short_count
 from harness.config.hydra_errors import one_line, user_error
@@ -29,7 +29,6 @@ from harness.errors import ConfigError, IncompatiblePairing, users_code_failed
 
 CHECK_FLAG, GPU_MEMORY_FLAG, MATRIX_FLAG, LIST_FLAG = "--check", "--gpu-memory", "--matrix", "--list"
 MULTIRUN_FLAGS = ("-m", "--multirun")
-CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 
 
 def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
