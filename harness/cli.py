@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from harness.config.catalog import CONFIG_DIR_FLAGS, print_catalogue, print_matrix, user_config_dirs
+from harness.config.catalog import CONFIG_DIR_FLAGS, user_config_dirs
 from harness.config.check import Checked, check
 from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib, short_count
 from harness.config.hydra_errors import one_line, user_error
@@ -36,6 +36,9 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
     are Hydra's (overrides, -m, --config-dir)."""
     listing = [a for a in argv if a.split("=")[0] in (MATRIX_FLAG, LIST_FLAG)]
     if listing:  # the rest (--config-dir DIR, pos._target_=...) is the listing's to check, in any order
+        from harness.config.catalog import print_catalogue
+        from harness.config.compat import print_matrix
+
         rest = [a for a in argv if a != listing[0]]
         print_listing = print_matrix if listing[0].startswith(MATRIX_FLAG) else print_catalogue
         return _guarded(lambda: print_listing(listing[0], rest), rest)

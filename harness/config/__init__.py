@@ -6,8 +6,8 @@ tuned values from a best.json for ``optim.tuned``), the typed run (``spec``: set
 ``RunSpec``), the values rules that type a resolved config into it, down to an option named by entry,
 ``rope(base=1e6)`` in ``pos.layers`` or ``phases`` (``values``), the checks (``check``: in order, with the pairing
 rules in ``pairings`` and the resource rules in ``resources``, the memory rehearsal on meta in ``rehearsal``, the GPU
-estimate and the budget by formula in ``estimates``), the one construction (``build``), the option catalogue, where
-a key lives and the pos × attn matrix (``catalog``, ``--list``, ``--matrix``) and Hydra's exceptions
+estimate and the budget by formula in ``estimates``), the one construction (``build``), the option catalogue and
+where a key lives (``catalog``, ``--list``), the pos × attn matrix (``compat``, ``--matrix``) and Hydra's exceptions
 as one line (``hydra_errors``). Also the config resolvers (``${precision_for:...}``), registered when this package
 is imported, before any config is resolved.
 

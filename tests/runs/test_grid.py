@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from harness.config.catalog import compatibility, option_classes
+from harness.config.catalog import option_classes
+from harness.config.compat import compatibility
 from harness.errors import ConfigError
 
 

@@ -6,7 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from harness.config.catalog import compatibility, option_classes
+from harness.config.catalog import option_classes
+from harness.config.compat import compatibility
 from harness.config.load import load
 from harness.errors import IncompatiblePairing
 from positional.base import PositionalScheme, Shape

@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 
 from harness.bench.internals import compose_cell
-from harness.config.catalog import compatibility, option_classes
+from harness.config.catalog import option_classes
+from harness.config.compat import compatibility
 from harness.data.objectives import IGNORE
 from harness.errors import ConfigError
 from harness.model.transformer import Transformer

@@ -10,14 +10,8 @@ from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
-from harness.config.catalog import (
-    Pairing,
-    compatibility,
-    option_classes,
-    print_matrix,
-    render_markdown,
-    render_text,
-)
+from harness.config.catalog import option_classes
+from harness.config.compat import Pairing, compatibility, print_matrix, render_markdown, render_text
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
 from positional.base import PositionalScheme, RelativeBias

@@ -9,7 +9,7 @@ The backend otherwise runs the graph as traced ("eager": dynamo only, no AOT aut
 so each cell costs a fraction of a second. tests/unit/test_compile.py checks compiled numbers (AOT autograd) on
 a few cells.
 
-Cells: every allowed pairing of ``harness.config.catalog.compatibility()`` (a new scheme or variant is picked
+Cells: every allowed pairing of ``harness.config.compat.compatibility()`` (a new scheme or variant is picked
 up from its YAML) bidirectionally (task=mlm), full windows (no padding mask, as a corpus batch reaches the
 model); and causally (task=clm) with padding, each scheme once with the variants taken in turn, so every
 scheme and every variant runs causal and padded.
@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from harness.bench.internals import build_transformer, compose_cell, option_overrides
-from harness.config.catalog import compatibility, option_classes
+from harness.config.catalog import option_classes
+from harness.config.compat import compatibility
 
 T, VOCAB = 16, 258
 TINY = [

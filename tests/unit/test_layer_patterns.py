@@ -280,7 +280,7 @@ def test_a_bad_entry_is_a_one_line_error(entry, needle):
 
 
 def test_the_matrix_adds_a_row_and_a_column_per_pattern_refusing_where_any_layer_is_refused():
-    from harness.config.catalog import compatibility, render_text
+    from harness.config.compat import compatibility, render_text
 
     cells = {(c.pos, c.attn): c for c in compatibility(patterns={"pos": ("none", "xl"), "attn": ("local", "softmax")})}
     assert cells["none+xl", "softmax"].allowed and cells["none+xl", "local+softmax"].allowed  # xl on softmax layers
@@ -302,7 +302,7 @@ def test_the_matrix_adds_a_row_and_a_column_per_pattern_refusing_where_any_layer
     ],
 )
 def test_the_matrix_refuses_a_bad_pattern_in_one_line(argv, needle):
-    from harness.config.catalog import print_matrix
+    from harness.config.compat import print_matrix
 
     with pytest.raises(ConfigError, match=needle):
         print_matrix("--matrix", argv)

@@ -9,7 +9,8 @@ import torch
 
 from harness.bench.internals import build_transformer
 from harness.bench.measure import cpu_peak_allocated_bytes
-from harness.config.catalog import compatibility, option_classes
+from harness.config.catalog import option_classes
+from harness.config.compat import compatibility
 from harness.config.rehearsal import OVERCOUNT, Largest, Phase, _forward, _step, culprit, integer_keys
 from harness.errors import ConfigError
 
