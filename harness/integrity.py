@@ -62,6 +62,17 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+class Tally:
+    """A running sha256 and byte count."""
+
+    def __init__(self) -> None:
+        self.sha256, self.bytes = hashlib.sha256(), 0
+
+    def update(self, data: bytes) -> None:
+        self.sha256.update(data)
+        self.bytes += len(data)
+
+
 def _replace(path: Path, data: str | bytes, tmp: Path | None = None) -> None:
     """``data`` to ``path`` whole or not at all: written to ``tmp`` (beside it) and renamed over it."""
     tmp = tmp or path.with_name(f"{path.name}.tmp{os.getpid()}")

@@ -30,12 +30,12 @@ says why the Hub was not asked.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness import integrity
 from harness.data.corpus import Corpus, _check_val_every, unreachable
 from harness.errors import ConfigError
 
@@ -53,17 +53,6 @@ SEPARATOR = b"\n\n"  # between rows, as TextFiles joins files
 BLOCK = 4096  # block_split's blocks (harness/data/corpus.py)
 VAL_BY = ("document", "block")  # data.val_by without a named validation split: whole rows, or 4 KiB blocks
 TRUE = ("1", "true", "yes", "on")  # the values of HF_HUB_OFFLINE that switch the Hub off
-
-
-class Tally:
-    """A running sha256 and byte count."""
-
-    def __init__(self) -> None:
-        self.sha256, self.bytes = hashlib.sha256(), 0
-
-    def update(self, data: bytes) -> None:
-        self.sha256.update(data)
-        self.bytes += len(data)
 
 
 class HFDataset:
@@ -106,7 +95,7 @@ class HFDataset:
 
     def load(self) -> Corpus:
         if self._corpus is None:
-            whole, sides = Tally(), {"train": bytearray(), "val": bytearray()}
+            whole, sides = integrity.Tally(), {"train": bytearray(), "val": bytearray()}
             for split, data, _ in self.sides(whole):
                 sides[split] += data
             if whole.bytes < 4096:
@@ -118,7 +107,7 @@ class HFDataset:
             self._corpus = Corpus(f"hf:{self.describe()}", train, val, whole.sha256.hexdigest(), whole.bytes)
         return self._corpus
 
-    def sides(self, whole: Tally) -> Iterator[tuple[str, bytes, bool]]:
+    def sides(self, whole: integrity.Tally) -> Iterator[tuple[str, bytes, bool]]:
         """(split, bytes, last) as the rows pass, read lazily when streaming (``load`` joins each split's, ``posbench
         prepare`` encodes them as they come): each row of the training split whole to its side, after a blank line
         when the side has one already (data.val_by=document; refused when a side gets none), or the 4 KiB blocks of

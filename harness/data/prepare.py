@@ -30,7 +30,6 @@ from typing import BinaryIO
 import numpy as np
 
 from harness import integrity
-from harness.data.hf import Tally
 from harness.data.objectives import Source, Tokenizer
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
 from harness.errors import ConfigError
@@ -232,7 +231,7 @@ def _stream(source, tokenizer, writers: dict[str, ShardWriter]) -> dict:
     if hasattr(tokenizer, "fit_stream") and getattr(tokenizer, "_tok", None) is None:
         # a first pass over the stream: the vocabulary, nothing held (only the first train_bytes, when set)
         tokenizer.fit_stream(_train_text(source, getattr(tokenizer, "train_bytes", None)))
-    whole, train = Tally(), Tally()
+    whole, train = integrity.Tally(), integrity.Tally()
     buffers = {"train": bytearray(), "val": bytearray()}
 
     def encode(split: str, final: bool = False) -> None:
@@ -273,7 +272,7 @@ def _train_text(source, limit: int | None = None) -> Iterator[str]:
         block, left = block[:left], left - min(left, len(block))
         return decoder.decode(block, final=left == 0)
 
-    for split, block, last in source.sides(Tally()):
+    for split, block, last in source.sides(integrity.Tally()):
         if split == "train":
             yield take(block)
         if last or not left:  # a named validation split's rows follow the last block
