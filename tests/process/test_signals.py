@@ -1,7 +1,7 @@
 """A stopped run tells the truth, as real processes: SIGTERM exits 143 and Ctrl-C (SIGINT) 130, in training
-and in the final evaluation; the MLflow run is closed KILLED (never left RUNNING, never
-FINISHED); one line on stderr says how to resume; and resume=true then finishes the same run. A sweep
-stopped in a cell or in its report closes its parent KILLED too."""
+and in the final evaluation; the MLflow run is closed KILLED (never left RUNNING, never FINISHED); one line on
+stderr says how to resume; and resume=true (run.py's entry, run in this process) then finishes the same run. A
+sweep stopped in a cell or in its report closes its parent KILLED too."""
 
 import os
 import signal
@@ -12,6 +12,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import inprocess
 from tests.helpers import HANG, ROOT, TINY
 
 STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
@@ -52,8 +53,7 @@ def default_sigint() -> None:
 
 @pytest.mark.parametrize("signal_name,code", [("TERM", 143), ("INT", 130)])
 @pytest.mark.parametrize("phase", ["fit", "evaluation"])
-def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, phase, tmp_path):
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, phase, store, tmp_path):
     proc = stopped_run(signal_name, phase, store, tmp_path)
     assert proc.returncode == code, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
@@ -68,24 +68,18 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
 
     if (signal_name, phase) != ("TERM", "fit"):
         return  # resuming a KILLED run is the same whatever stopped it: once, from the checkpoint SIGTERM saved
-    resumed = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *TINY, *STEPS, "resume=true", f"hydra.run.dir={tmp_path}/run2"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": store},
-        timeout=HANG,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # the stop is what needs a real process; the resume is run.py's own entry in this one (tests/inprocess.py)
+    argv = [*TINY, *STEPS, "resume=true", f"hydra.run.dir={tmp_path}/run2"]
+    resumed = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
+    assert resumed["code"] == 0, resumed["stderr"][-3000:]
     [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
 
 
 @pytest.mark.parametrize("phase", ["fit", "report"])
-def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
+def test_a_stopped_sweep_closes_its_parent_killed(phase, store, tmp_path):
     """SIGTERM in a cell's training or in the sweep's report: exit 143, one line, the parent KILLED (not FAILED,
     which says the sweep broke), the cell KILLED in training and FINISHED before the report."""
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = stopped_run("TERM", phase, store, tmp_path, "-m", "pos=rope")
     assert proc.returncode == 143, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
@@ -98,11 +92,10 @@ def test_a_stopped_sweep_closes_its_parent_killed(phase, tmp_path):
     assert cell.info.status == ("KILLED" if phase == "fit" else "FINISHED")
 
 
-def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
+def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
     """SIGTERM to the sweep's own process (``kill PID``), not to its joblib workers: the workers never see it and
     the launcher tears them down, so the sweep closes the cells they were training KILLED itself — no run is left
     RUNNING — and exits 143 with one line."""
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [
@@ -124,7 +117,7 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(tmp_path):
     )
     client, deadline, training = MlflowClient(store), time.time() + HANG, False
     while not training and time.time() < deadline and proc.poll() is None:  # until a cell trains in a worker
-        exp = client.get_experiment_by_name("posbench") if (tmp_path / "mlflow.db").exists() else None
+        exp = client.get_experiment_by_name("posbench")
         runs = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []
         training = any(
             r.data.tags.get("sweep_role") != "parent" and r.data.tags.get("pid") != str(proc.pid) for r in runs
