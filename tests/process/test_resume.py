@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tests.helpers import HANG, ROOT, TINY, run_sweep
+from tests import inprocess
+from tests.helpers import HANG, ROOT, TINY
 
 # 10 steps, validation every 3, a checkpoint every 4; killed before step 7: the committed
 # checkpoint is step 4, and the store already holds points for steps 5 and 6.
@@ -107,9 +108,10 @@ def test_new_run_of_a_killed_config_closes_the_stale_run(store, tmp_path, train_
     assert "a new run of the same config" in run.data.tags["failure_reason"]
 
 
-def test_rerun_sweep_skips_finished_cells_and_resumes_the_killed_one(tmp_path):
+def test_rerun_sweep_skips_finished_cells_and_resumes_the_killed_one(store, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     overrides = ["pos=rope,learned", *LONG]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
         [
             sys.executable,
@@ -123,29 +125,34 @@ def test_rerun_sweep_skips_finished_cells_and_resumes_the_killed_one(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": uri, "KILL_POS": "learned", "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "MLFLOW_TRACKING_URI": store, "KILL_POS": "learned", "OMP_NUM_THREADS": "1"},
         timeout=HANG,
     )
     assert proc.returncode == -9, proc.stderr[-3000:]
 
-    s = run_sweep(tmp_path, *overrides)  # the same multirun again
-    assert s.proc.returncode == 0, s.proc.stderr[-3000:]
-    parents = [r for r in s.children if r.data.tags.get("sweep_role") == "parent"]
-    [old_parent] = parents
+    # the same multirun again: the SIGKILL needed a real process, the rerun only reads what it left, so run.py's
+    # entry runs in this process (tests/inprocess.py)
+    argv = ["-m", *TINY, *overrides, f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    again = inprocess.run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
+    assert again["code"] == 0, again["stderr"][-3000:]
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])  # the newest first
+    parents = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    [parent, old_parent] = parents
     assert (old_parent.info.status, old_parent.data.tags["failure"]) == ("FAILED", "killed")
-    cells = [r for r in s.children if r not in parents]
+    cells = [r for r in runs if r not in parents]
     rope, learned = (next(r for r in cells if r.data.tags["pos"] == p) for p in ("rope", "learned"))
     assert len(cells) == 2 and {r.info.status for r in cells} == {"FINISHED"}
     for run in cells:  # both listed under the new parent
-        assert run.data.tags["mlflow.parentRunId"] == s.parent.info.run_id
-        assert run.data.tags["sweep_id"] == s.parent.data.tags["sweep_id"]
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.tags["sweep_id"] == parent.data.tags["sweep_id"]
     assert rope.data.tags["adopted_from_parent"] == old_parent.info.run_id  # skipped: not retrained
-    assert rope.data.tags["skipped_in_sweep"] == s.parent.data.tags["sweep_id"]
-    assert "skipped: pos=rope" in s.proc.stdout
+    assert rope.data.tags["skipped_in_sweep"] == parent.data.tags["sweep_id"]
+    assert "skipped: pos=rope" in again["stdout"]
     assert learned.data.tags["resumed_from_step"] == "4"
-    steps = [m.step for m in s.client.get_metric_history(learned.info.run_id, "train/loss")]
+    steps = [m.step for m in client.get_metric_history(learned.info.run_id, "train/loss")]
     assert sorted(steps) == list(range(1, 11))
-    assert "| learned | softmax | 0 | finished |" in s.parent.data.tags["mlflow.note.content"]
+    assert "| learned | softmax | 0 | finished |" in parent.data.tags["mlflow.note.content"]
 
 
 def test_resume_of_a_randomized_run_is_exact(store, tmp_path, train_tiny):
