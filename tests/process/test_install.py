@@ -224,11 +224,11 @@ def test_posbench_trains_into_the_working_directory(trained):
     assert cells["rope"].data.tags["git_sha"] == f"installed {version}"  # not the commit of a repository around it
 
 
-def test_results_commands_read_the_store_of_the_working_directory(trained):
-    helped = trained.run(trained.python, "-m", "results", "--help")
+def test_results_commands_read_the_store_of_the_working_directory(trained, replies):
+    helped = trained.run(trained.python, "-m", "results", "--help")  # python -m results itself (imports nothing)
     assert helped.returncode == 0 and "report" in helped.stdout and "paper" in helped.stdout, helped.stderr
-    done = trained.run(trained.python, "-m", "results", "report", "--out", "results/posbench")
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = replies["results report --out results/posbench"]
+    assert done["code"] == 0, done["stdout"] + done["stderr"]
     report = (trained.cwd / "results" / "posbench" / "report.md").read_text()
     assert "pos=decay" in report and "pos=rope" in report
     assert "`pos=rope`, declared before the sweep ran (report.baseline)" in report  # read back from the parent run
@@ -236,6 +236,51 @@ def test_results_commands_read_the_store_of_the_working_directory(trained):
 
 
 # ---------------------------------------------------------------- every documented route, from the installed copy
+
+# The commands below are read back from one interpreter of the installed environment (the replies fixture, as the
+# README's lines): what they print and return. The console script itself, a fresh interpreter's imports and a
+# user's environment read at import are pinned by the tests above and below that start their own process.
+# {conf}: the user's config dir; {home}: the working directory, where the user's package lies.
+
+CONFIG_DIR_ANYWHERE = {
+    "cd-matrix": ["--config-dir", "{conf}", "--matrix"],  # CONTRIBUTING's own command
+    "matrix-cd": ["--matrix", "--config-dir", "{conf}"],
+    "cd=-matrix=md": ["--config-dir={conf}", "--matrix=md"],
+    "cd-list": ["--config-dir", "{conf}", "--list"],
+    "cd-short-list=md": ["-cd", "{conf}", "--list=md"],
+    "list-searchpath": ["--list", "hydra.searchpath=[file://{conf}]"],
+}
+CHECKED_WITH_THE_USERS_CLASS = [  # argv, the lines it prints
+    (["--check", "--config-dir", "{conf}", "pos=decay", "attn=performer"], ["ok: pos=decay attn=performer"]),
+    (["--config-dir", "{conf}", "--check", "-m", "pos=none,decay", *TINY], ["ok: pos=none", "ok: pos=decay"]),
+    (["--config-dir", "{conf}", "--check", "pos._target_=mypkg.decay.Decay"], ["ok: pos=decay attn=softmax"]),
+]
+REFUSED_LIKE_A_BUILT_IN = {
+    "own-error-as-key": (  # the scheme's own error, worded by its key
+        ["--check", "--config-dir", "{conf}", "pos=decay", "pos.init=-1", *TINY],
+        "error: pos.init=-1 must be positive",
+    ),
+    "unknown-key-of-class": (
+        ["--check", "pos._target_=mypkg.decay.Decay", "+pos.nope=1", *TINY],
+        "pos.nope is not a setting of pos=decay",
+    ),
+    "class-not-importable": (
+        ["--check", "pos._target_=mypkg.nothere.Decay", *TINY],
+        "pos._target_='mypkg.nothere.Decay' cannot be imported",
+    ),
+}
+PREPARED = ["prepare", "shards", "data=text", "data.path={home}/corpus.txt"]
+TRAINED_ON_THE_SHARDS = ["--check", "data=tokens", "data.path=shards", *TINY]
+OWN_COMMANDS = [  # (entry, argv) in the order they run: the report first, on the sweep's store alone
+    ("results", ["report", "--out", "results/posbench"]),
+    *(("posbench", argv) for argv in CONFIG_DIR_ANYWHERE.values()),
+    ("posbench", ["--list", "pos._target_=mypkg.decay.Decay"]),
+    ("posbench", ["pos._target_=mypkg.decay.Decay", "--matrix"]),
+    *(("posbench", argv) for argv, _ in CHECKED_WITH_THE_USERS_CLASS),
+    *(("posbench", argv) for argv, _ in REFUSED_LIKE_A_BUILT_IN.values()),
+    ("posbench", PREPARED),
+    ("posbench", TRAINED_ON_THE_SHARDS),  # after PREPARED: it reads its shards
+]
 
 
 def test_a_class_named_by_target_is_compared_with_a_built_in_in_its_sweep(trained):
@@ -246,57 +291,32 @@ def test_a_class_named_by_target_is_compared_with_a_built_in_in_its_sweep(traine
     assert len(verdicts) == 1 and verdicts[0].startswith("decay vs rope (softmax): "), trained.sweep_output[-3000:]
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--config-dir", "{conf}", "--matrix"],  # CONTRIBUTING's own command
-        ["--matrix", "--config-dir", "{conf}"],
-        ["--config-dir={conf}", "--matrix=md"],
-        ["--config-dir", "{conf}", "--list"],
-        ["-cd", "{conf}", "--list=md"],
-        ["--list", "hydra.searchpath=[file://{conf}]"],
-    ],
-    ids=["cd-matrix", "matrix-cd", "cd=-matrix=md", "cd-list", "cd-short-list=md", "list-searchpath"],
-)
-def test_matrix_and_list_take_the_users_config_dir_in_any_position(installed, argv):
-    done = installed.run(installed.posbench, *(a.format(conf=installed.cwd / "myconf") for a in argv), **installed.user)
-    assert done.returncode == 0, done.stderr
-    assert any(line.lstrip("| `").startswith("decay") for line in done.stdout.splitlines()), done.stdout
+@pytest.mark.parametrize("argv", CONFIG_DIR_ANYWHERE.values(), ids=CONFIG_DIR_ANYWHERE.keys())
+def test_matrix_and_list_take_the_users_config_dir_in_any_position(replies, argv):
+    done = replies[f"posbench {' '.join(argv)}"]
+    assert done["code"] == 0, done["stderr"]
+    assert any(line.lstrip("| `").startswith("decay") for line in done["stdout"].splitlines()), done["stdout"]
 
 
-def test_list_and_matrix_show_a_class_named_by_target(installed):
-    listed = installed.run(installed.posbench, "--list", "pos._target_=mypkg.decay.Decay", **installed.user)
-    assert listed.returncode == 0, listed.stderr
-    assert "Learned linear decay" in listed.stdout and "bias: relative" in listed.stdout
-    paired = installed.run(installed.posbench, "pos._target_=mypkg.decay.Decay", "--matrix", **installed.user)
-    row = next(line for line in paired.stdout.splitlines() if line.startswith("decay "))
-    assert paired.returncode == 0 and row.split()[1:] == ["ok"] * 4  # a relative bias: every variant takes it
+def test_list_and_matrix_show_a_class_named_by_target(replies):
+    listed = replies["posbench --list pos._target_=mypkg.decay.Decay"]
+    assert listed["code"] == 0, listed["stderr"]
+    assert "Learned linear decay" in listed["stdout"] and "bias: relative" in listed["stdout"]
+    paired = replies["posbench pos._target_=mypkg.decay.Decay --matrix"]
+    row = next(line for line in paired["stdout"].splitlines() if line.startswith("decay "))
+    assert paired["code"] == 0 and row.split()[1:] == ["ok"] * 4  # a relative bias: every variant takes it
 
 
-def test_check_takes_the_users_config_dir_and_class(installed):
-    conf = ["--config-dir", str(installed.cwd / "myconf")]
-    done = installed.run(installed.posbench, "--check", *conf, "pos=decay", "attn=performer", **installed.user)
-    assert done.returncode == 0 and "ok: pos=decay attn=performer" in done.stdout, done.stderr
-    done = installed.run(installed.posbench, *conf, "--check", "-m", "pos=none,decay", *TINY, **installed.user)
-    assert done.returncode == 0 and "ok: pos=none" in done.stdout and "ok: pos=decay" in done.stdout, done.stderr
-    done = installed.run(installed.posbench, *conf, "--check", "pos._target_=mypkg.decay.Decay", **installed.user)
-    assert done.returncode == 0 and "ok: pos=decay attn=softmax" in done.stdout, done.stderr
+def test_check_takes_the_users_config_dir_and_class(replies):
+    for argv, said in CHECKED_WITH_THE_USERS_CLASS:  # a single cell, a sweep's cells, a class named by _target_
+        done = replies[f"posbench {' '.join(argv)}"]
+        assert done["code"] == 0 and all(line in done["stdout"] for line in said), done["stdout"] + done["stderr"]
 
 
-@pytest.mark.parametrize(
-    "argv, line",
-    [
-        (["--config-dir", "{conf}", "pos=decay", "pos.init=-1"], "error: pos.init=-1 must be positive"),  # as a key
-        (["pos._target_=mypkg.decay.Decay", "+pos.nope=1"], "pos.nope is not a setting of pos=decay"),
-        (["pos._target_=mypkg.nothere.Decay"], "pos._target_='mypkg.nothere.Decay' cannot be imported"),
-    ],
-    ids=["own-error-as-key", "unknown-key-of-class", "class-not-importable"],
-)
-def test_the_users_scheme_is_refused_in_one_line_like_a_built_in(installed, argv, line):
-    done = installed.run(
-        installed.posbench, "--check", *(a.format(conf=installed.cwd / "myconf") for a in argv), *TINY, **installed.user
-    )
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and line in done.stderr, done.stderr
+@pytest.mark.parametrize("argv, line", REFUSED_LIKE_A_BUILT_IN.values(), ids=REFUSED_LIKE_A_BUILT_IN.keys())
+def test_the_users_scheme_is_refused_in_one_line_like_a_built_in(replies, argv, line):
+    done = replies[f"posbench {' '.join(argv)}"]
+    assert done["code"] == 2 and done["stderr"].count("\n") == 1 and line in done["stderr"], done["stderr"]
 
 
 def test_an_option_whose_package_is_missing_is_refused_in_one_line(installed):
@@ -333,15 +353,14 @@ def test_a_hub_tokenizer_without_network_is_refused_at_once(installed, tmp_path)
     assert "the Hub was not asked (http://127.0.0.1:9 cannot be reached" in done.stderr
 
 
-def test_prepare_writes_shards_that_the_installed_copy_trains_on(installed):
-    """README: posbench prepare DIR ...; then data=tokens data.path=DIR (byte ids of a local file)."""
-    text = installed.cwd / "corpus.txt"
-    text.write_text("A line of text for the shards, with some words in it.\n" * 2000)
-    done = installed.run(installed.posbench, "prepare", "shards", "data=text", f"data.path={text}")
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_prepare_writes_shards_that_the_installed_copy_trains_on(installed, replies):
+    """README: posbench prepare DIR ...; then data=tokens data.path=DIR (byte ids of a local file: the corpus.txt
+    the replies fixture writes)."""
+    done = replies[f"posbench {' '.join(PREPARED)}"]
+    assert done["code"] == 0, done["stdout"] + done["stderr"]
     assert (installed.cwd / "shards" / "manifest.json").is_file()
-    done = installed.run(installed.posbench, "--check", "data=tokens", "data.path=shards", *TINY)
-    assert done.returncode == 0 and "data=tokens" in done.stdout, done.stdout + done.stderr
+    done = replies[f"posbench {' '.join(TRAINED_ON_THE_SHARDS)}"]
+    assert done["code"] == 0 and "data=tokens" in done["stdout"], done["stdout"] + done["stderr"]
 
 
 def readme_use_lines() -> list[str]:
@@ -418,35 +437,48 @@ inprocess = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(inprocess)
 import harness
 requests = json.loads(open(sys.argv[2]).read())
-replies = [inprocess.run(entry, argv, cwd, env, 300) for entry, argv, cwd, env in requests]
+replies = [inprocess.run(entry, argv, cwd, env, float(sys.argv[4])) for entry, argv, cwd, env in requests]
 open(sys.argv[3], "w").write(json.dumps({"harness": harness.__file__, "replies": replies}))
 """
 
 
 @pytest.fixture(scope="module")
-def readme_replies(installed, readme_files, tmp_path_factory) -> dict[str, dict]:
-    """Every line of the README's "Use" block run by the installed copy, in one interpreter of its environment
-    (tests/inprocess.py: the entry functions the commands call, each with its own streams and exit status; a
-    fresh interpreter per line would pay the imports seventeen times)."""
-    work = tmp_path_factory.mktemp("readme")
+def replies(trained, readme_files, tmp_path_factory) -> dict[str, dict]:
+    """OWN_COMMANDS (keyed ``entry argv…`` as written there) after the trained fixture's sweep, then every line of
+    the README's "Use" block (keyed by the line), run by the installed copy in one interpreter of its environment,
+    the user's package on PYTHONPATH (tests/inprocess.py: the entry functions the commands call, each with its
+    own streams and exit status; a fresh interpreter per command would pay the imports once per command)."""
+    work = tmp_path_factory.mktemp("replies")
+    (trained.cwd / "corpus.txt").write_text("A line of text for the shards, with some words in it.\n" * 2000)
+    home = {"conf": trained.cwd / "myconf", "home": trained.cwd}
+    own = [(entry, [a.format(**home) for a in argv]) for entry, argv in OWN_COMMANDS]
+    readme = [readme_argv(line, readme_files) for line in readme_use_lines()]
     env = {"POSBENCH_CACHE": str(work / "cache")}
-    requests = [[*readme_argv(line, readme_files), str(installed.cwd), env] for line in readme_use_lines()]
-    (work / "requests.json").write_text(json.dumps(requests))
-    done = installed.run(
-        installed.python, "-c", DRIVER, ROOT / "tests" / "inprocess.py", work / "requests.json", work / "replies.json"
+    (work / "requests.json").write_text(json.dumps([[*r, str(trained.cwd), env] for r in [*own, *readme]]))
+    done = trained.run(
+        trained.python,
+        "-c",
+        DRIVER,
+        ROOT / "tests" / "inprocess.py",
+        work / "requests.json",
+        work / "replies.json",
+        HANG,
+        **trained.user,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     replies = json.loads((work / "replies.json").read_text())
-    assert Path(replies["harness"]).is_relative_to(installed.site), replies["harness"]  # the installed copy ran
-    return dict(zip(readme_use_lines(), replies["replies"], strict=True))
+    assert Path(replies["harness"]).is_relative_to(trained.site), replies["harness"]  # the installed copy ran
+    keys = [f"{entry} {' '.join(argv)}" for entry, argv in OWN_COMMANDS] + readme_use_lines()
+    assert len(set(keys)) == len(keys), keys  # one reply per command
+    return dict(zip(keys, replies["replies"], strict=True))
 
 
 @pytest.mark.parametrize("line", readme_use_lines(), ids=lambda line: line.partition(" #")[0].strip())
-def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(readme_replies, line):
+def test_every_line_of_the_readmes_use_block_passes_check_from_the_installed_copy(replies, line):
     """Each command of the README's "Use" block, as a user types it against an installed copy: validated with
     --check (a training line) or run as it is (--list, --matrix, --check, prepare), from another directory. A line
     the README shows refused ("the one line a bad config gets") must give exactly that: one line, exit 2."""
-    done = readme_replies[line]
+    done = replies[line]
     if "bad config" in line.partition(" #")[2]:
         assert done["code"] == 2 and done["stderr"].startswith("error: ") and done["stderr"].count("\n") == 1, line
         return
