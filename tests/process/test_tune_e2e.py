@@ -1,16 +1,17 @@
-"""tune: the tests that start real processes (the rest: tests/unit/test_tune.py).
+"""tune: the tests of a real tuning sweep's process (the rest: tests/unit/test_tune.py).
 
 Tuning sweeps (experiment=tune_lr): one seeded TPE study per grid cell, every trial a child of the
 sweep's one parent run, each cell's best values in best.json (python -m results tune), and
-optim.tuned running a cell at them with the rate logged as its param.
+optim.tuned running a cell at them with the rate logged as its param. The sweep is a real ``python run.py -m``
+(Hydra finds the sweeper plugin as a user's command does); what reads it back, ``results tune`` and the
+optim.tuned run, are their commands' entry functions in this interpreter (tests/inprocess.py).
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from tests import inprocess
 from tests.helpers import HANG, ROOT, TINY, run_sweep
 
 
@@ -27,24 +28,8 @@ def tuning(tmp_path_factory):
         "trainer.val_check_interval=2",
     )
     out = tmp / "out"
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "results",
-            "tune",
-            "--experiment",
-            "posbench",
-            "--out",
-            str(out),
-            "--tracking-uri",
-            sweep.uri,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
+    argv = ["tune", "--experiment", "posbench", "--out", str(out), "--tracking-uri", sweep.uri]
+    report = inprocess.run("results", argv, str(ROOT), {}, HANG)  # python -m results tune …
     return sweep, report, out
 
 
@@ -74,7 +59,7 @@ def test_each_cell_gets_its_own_seeded_study_of_children_of_one_parent(tuning):
 
 def test_best_json_holds_each_cells_lowest_final_loss(tuning):
     sweep, report, out = tuning
-    assert report.returncode == 0, report.stderr[-2000:]
+    assert report["code"] == 0, report["stderr"][-2000:]
     best = json.loads((out / "best.json").read_text())
     assert best["sweep_id"] == sweep.parent.data.tags["sweep_id"]
     for pos in ("none", "rope"):
@@ -90,21 +75,9 @@ def test_best_json_holds_each_cells_lowest_final_loss(tuning):
 def test_optim_tuned_runs_a_cell_at_its_tuned_values_and_logs_them(tuning, store, tmp_path):
     _, _, out = tuning
     best = json.loads((out / "best.json").read_text())["cells"]["pos=rope attn=softmax"]["values"]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "run.py",
-            *TINY,
-            "pos=rope",
-            f"optim.tuned={out / 'best.json'}",
-            f"hydra.run.dir={tmp_path}/run",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    argv = [*TINY, "pos=rope", f"optim.tuned={out / 'best.json'}", f"hydra.run.dir={tmp_path}/run"]
+    done = inprocess.run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": store}, HANG)  # python run.py …
+    assert done["code"] == 0, done["stderr"][-2000:]
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(store)
