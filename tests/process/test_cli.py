@@ -8,6 +8,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import inprocess
 from tests.helpers import HANG, ROOT, TINY
 
 
@@ -57,10 +58,11 @@ def test_run_py_prints_summary_and_dashboard_command(store, tmp_path):
         assert needle in out.stdout
 
 
-def test_multirun_logs_one_run_per_cell_in_one_experiment(store, tmp_path):
-    out = run_py(["-m", "pos=rope,learned", *TINY], store, tmp_path)
+def test_multirun_logs_one_run_per_cell_in_one_experiment(tiny_sweep):
+    """python run.py -m pos=rope,learned (conftest's one shared sweep: its cells train once per session)."""
+    out = tiny_sweep.proc
     assert out.returncode == 0, out.stderr[-2000:]
-    runs = runs_in(store)
+    runs = runs_in(tiny_sweep.uri)
     [parent] = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
     children = [r for r in runs if r is not parent]
     assert sorted(r.data.tags["pos"] for r in children) == ["learned", "rope"]
@@ -100,18 +102,14 @@ def test_summary_says_whether_the_model_uses_word_order(gain, signal, says):
 
 def test_a_preset_with_every_axis_pinned_is_one_run_plus_prefixed_axes_too(store, tmp_path):
     """A preset's sweep axis added with '+' (randomized_positions' arms) is pinned by the same '+…' override, not
-    refused as an unpinned axis."""
-    out = run_py(
-        [
-            "--check",
-            "experiment=randomized_positions",
-            "pos=rope",
-            "+experiment/randomized_positions/arm=randomized",
-            "seed=0",
-        ],
-        store,
-        tmp_path,
+    refused as an unpinned axis. What --check decides, not what a process adds: run.py's entry function in this
+    interpreter (tests/inprocess.py)."""
+    dirs = [f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun"]
+    env = {"MLFLOW_TRACKING_URI": store}
+    pinned = ["experiment=randomized_positions", "pos=rope", "+experiment/randomized_positions/arm=randomized"]
+    out = inprocess.run("run", ["--check", *pinned, "seed=0", *dirs], str(tmp_path), env, HANG)
+    assert out["code"] == 0, out["stderr"][-2000:]
+    out = inprocess.run(
+        "run", ["--check", "experiment=randomized_positions", "pos=rope", "seed=0", *dirs], str(tmp_path), env, HANG
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    out = run_py(["--check", "experiment=randomized_positions", "pos=rope", "seed=0"], store, tmp_path)
-    assert out.returncode == 2 and "is a sweep over +experiment/randomized_positions/arm: add -m" in out.stderr
+    assert out["code"] == 2 and "is a sweep over +experiment/randomized_positions/arm: add -m" in out["stderr"]
