@@ -199,12 +199,12 @@ def test_posbench_matrix_from_another_directory(installed):
     assert "rope" in done.stdout and "softmax" in done.stdout
 
 
-def test_posbench_check_composes_from_the_installed_conf(installed):
-    done = installed.run(installed.posbench, "--check", "pos=t5", "attn=local")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ok: pos=t5 attn=local" in done.stdout
-    assert f"store sqlite:///{installed.cwd / 'mlflow.db'}" in done.stdout
-    refused = installed.run(installed.posbench, "--check", "pos=nope")
+def test_posbench_check_composes_from_the_installed_conf(installed, replies):
+    done = replies[f"posbench {' '.join(CHECKED)}"]  # the installed copy's entry function, in its interpreter
+    assert done["code"] == 0, done["stdout"] + done["stderr"]
+    assert "ok: pos=t5 attn=local" in done["stdout"]
+    assert f"store sqlite:///{installed.cwd / 'mlflow.db'}" in done["stdout"]
+    refused = installed.run(installed.posbench, "--check", "pos=nope")  # the console script's exit status
     assert refused.returncode == 2 and refused.stderr.startswith("error: "), refused.stderr
 
 
@@ -269,10 +269,12 @@ REFUSED_LIKE_A_BUILT_IN = {
         "pos._target_='mypkg.nothere.Decay' cannot be imported",
     ),
 }
+CHECKED = ["--check", "pos=t5", "attn=local"]
 PREPARED = ["prepare", "shards", "data=text", "data.path={home}/corpus.txt"]
 TRAINED_ON_THE_SHARDS = ["--check", "data=tokens", "data.path=shards", *TINY]
 OWN_COMMANDS = [  # (entry, argv) in the order they run: the report first, on the sweep's store alone
     ("results", ["report", "--out", "results/posbench"]),
+    ("posbench", CHECKED),
     *(("posbench", argv) for argv in CONFIG_DIR_ANYWHERE.values()),
     ("posbench", ["--list", "pos._target_=mypkg.decay.Decay"]),
     ("posbench", ["pos._target_=mypkg.decay.Decay", "--matrix"]),
