@@ -2,10 +2,13 @@
 
 import json
 import math
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import compose, run_sweep
+from tests.helpers import HANG, ROOT, TINY, SweepResult, compose, run_sweep
 
 REPORT_FILES = {"report.md", "report.csv", "val_loss_curves.png", "final_val_loss_heatmap.png", "SHA256SUMS"}
 
@@ -72,9 +75,30 @@ def test_eval_lengths_log_loss_at_length_and_skip_beyond_learned_table(tiny_swee
     assert "eval_skipped_at_64" not in rope.data.tags
 
 
-def test_failed_cells_are_recorded_and_the_others_finish(tmp_path):
+def sweep_here(tmp: Path, *overrides: str) -> SweepResult:
+    """run_sweep's `python run.py -m ...` through run.py's entry function in this interpreter (tests/inprocess.py),
+    for a test about what a sweep records rather than about its process: its store is ``tmp``/mlflow.db (the
+    ``store`` fixture's, when the test asks for it: a migrated empty store)."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.inprocess import run
+
+    uri, sweep_dir = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "multirun"
+    argv = ["-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"]
+    done = run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": uri}, timeout=HANG)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("posbench")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    parent = next((r for r in runs if r.data.tags.get("sweep_role") == "parent"), None)
+    children = [r for r in runs if r is not parent]
+    proc = subprocess.CompletedProcess(["run.py", *argv], done["code"], done["stdout"], done["stderr"])
+    return SweepResult(uri, sweep_dir, proc, client, parent, children)
+
+
+def test_failed_cells_are_recorded_and_the_others_finish(store, tmp_path):
     # lr=1e6 reliably gives a NaN loss at step 2 with TINY (checked); a bad value (lr=-1) never gets this far:
     # the sweep is checked whole before it launches (tests/unit/test_bad_input.py, sweep-* rows)
+    # a real process (its exit status); run_sweep records into tmp_path/mlflow.db, the `store` fixture's migrated copy
     s = run_sweep(tmp_path, "optim.optimizer.lr=1e6,1e-3")
     assert s.proc.returncode == 1, s.proc.stderr[-3000:]
     assert s.parent.info.status == "FAILED"
@@ -126,9 +150,10 @@ def multirun_config(sweep_dir):
 
 
 @pytest.fixture(scope="module")
-def module_store(tmp_path_factory):
-    """One store for the in-process sweep tests: creating an MLflow database costs seconds."""
+def module_store(tmp_path_factory, _empty_store):
+    """One store for the in-process sweep tests, a copy of the migrated empty one: migrating costs seconds."""
     tmp = tmp_path_factory.mktemp("store")
+    shutil.copyfile(_empty_store, tmp / "mlflow.db")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
         yield f"sqlite:///{tmp / 'mlflow.db'}", tmp
@@ -152,7 +177,6 @@ def cell(module_store, sweep_callback):
 
     from harness.config.load import load
     from harness.sweep.cell import train_cell
-    from tests.helpers import TINY
 
     def run(*overrides):
         spec = load([*TINY, *overrides], multirun=True)
@@ -231,17 +255,17 @@ def test_a_staged_presets_parent_is_named_without_the_seed_axis_its_looks_replac
         callback._abort()
 
 
-def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(tmp_path):
+def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(store, _empty_store, tmp_path):
     """The preflight checks every cell on meta first; a cell launched in this process (the basic launcher) then
     constructs its model once, directly, after its seed: its first validation loss is that of a single run of the
     same overrides, and cells of one model config (seeds) each draw their own weights."""
     from mlflow.tracking import MlflowClient
 
     from harness.train import train
-    from tests.helpers import TINY, spec
+    from tests.helpers import spec
     from tests.inprocess import run
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # tmp_path/mlflow.db, a migrated empty store
     done = run(
         "run",
         ["-m", *TINY, "trainer.max_steps=2", "pos=rope,t5", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
@@ -261,21 +285,21 @@ def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(tmp_path)
     }
     assert sorted(cells) == [("rope", "0"), ("rope", "1"), ("t5", "0"), ("t5", "1")]
     assert cells["rope", "0"] != cells["rope", "1"] and cells["t5", "0"] != cells["t5", "1"]
+    shutil.copyfile(_empty_store, tmp_path / "alone.db")
     alone = f"sqlite:///{tmp_path / 'alone.db'}"
     for pos, seed in [("rope", "1"), ("t5", "0")]:
         summary = train(spec("trainer.max_steps=2", f"pos={pos}", f"seed={seed}", f"logger.tracking_uri={alone}"))
         assert first_val_loss(MlflowClient(tracking_uri=alone), summary.run_id) == cells[pos, seed]
 
 
-def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warning(tmp_path):
+def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warning(store, tmp_path):
     """A re-run sweep adopts a cell that already FINISHED; one whose record changed in the store since it closed (its
     seal, harness/integrity.py) is not adopted: one warning line names it, and the cell trains again."""
     import sqlite3
 
-    from tests.helpers import TINY
     from tests.inprocess import run
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # tmp_path/mlflow.db, a migrated empty store
     sweep = ["-m", *TINY, "trainer.max_steps=2", "pos=rope", "seed=0,1"]
     first = run("run", [*sweep, f"hydra.sweep.dir={tmp_path / 'a'}"], str(tmp_path), {"MLFLOW_TRACKING_URI": uri})
     assert first["code"] == 0, first["stderr"][-2000:]
@@ -289,13 +313,13 @@ def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warnin
     assert "skipped: seed=0" in again["stdout"] and "skipped: seed=1" not in again["stdout"]
 
 
-def test_seeds_in_stages_are_recorded_look_by_look_and_replayed_by_the_report(tmp_path):
+def test_seeds_in_stages_are_recorded_look_by_look_and_replayed_by_the_report(store, tmp_path):
     """report.seeds=auto: the sweeper trains 2 seeds per arm, then more only while the comparison is undecided;
     the parent run records the design and each look, and the report, reading the runs back, decides as it did."""
     from results.store import find_sweep, sweep_report
     from results.verdicts import verdicts
 
-    s = run_sweep(tmp_path, "pos=none,rope", "report.seeds=auto", "report.stage=2", "report.max_seeds=4")
+    s = sweep_here(tmp_path, "pos=none,rope", "report.seeds=auto", "report.stage=2", "report.max_seeds=4")
     assert s.proc.returncode == 0, s.proc.stderr[-3000:]
     tags = s.parent.data.tags
     assert tags["report_stages"] == "2,4,obrien-fleming" and "seed=" not in tags["sweep_overrides"]
