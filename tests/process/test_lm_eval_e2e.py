@@ -15,16 +15,29 @@ pytest.importorskip("lm_eval")
 TASK, LENGTH, DOCS = "niah_single_1", 512, 2  # RULER's single needle in a repeated-sentence haystack: no download
 
 
-def lm_eval_own_route(folder: Path) -> list[dict]:
+def model_args(folder: Path) -> str:
+    return f"pretrained={folder},dtype=float32,max_length={LENGTH + 128}"
+
+
+def lm_eval_task_manager(folder: Path):
+    """lm-eval's task index as its command line builds it for ``folder`` (the model's arguments and --metadata; the
+    RULER documents are made with that folder's tokenizer): building one reads every task's YAML file."""
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import simple_parse_args_string
+
+    return TaskManager(metadata=simple_parse_args_string(model_args(folder)) | {"max_seq_lengths": [LENGTH]})
+
+
+def lm_eval_own_route(folder: Path, manager) -> list[dict]:
     """The samples (prompt, response, score) of lm-eval's Hugging Face backend loading ``folder`` itself, as its
-    command line does."""
+    command line does, with the task index ``manager``."""
     import lm_eval
 
     out = lm_eval.simple_evaluate(
         model="hf",
-        model_args=f"pretrained={folder},dtype=float32,max_length={LENGTH + 128}",
+        model_args=model_args(folder),
         tasks=[TASK],
-        metadata={"max_seq_lengths": [LENGTH]},
+        task_manager=manager,
         samples={TASK: list(range(DOCS))},
         device="cpu",
         batch_size=1,
@@ -62,9 +75,11 @@ def test_an_export_and_its_scaled_cell_score_as_lm_evals_own_command(train_tiny,
     theta = config["rope_parameters"]["rope_theta"]
     config["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": theta}
     (scaled / "config.json").write_text(json.dumps(config))
-    own = lm_eval_own_route(folder)
+    # one task index for both folders: the scaled copy's tokenizer files are the folder's, so are its documents
+    manager = lm_eval_task_manager(folder)
+    own = lm_eval_own_route(folder, manager)
     assert responses(own) == said["none"]
-    assert responses(lm_eval_own_route(scaled)) == said["linear"]
+    assert responses(lm_eval_own_route(scaled, manager)) == said["linear"]
     assert said["none"] != said["linear"]  # the scaling reached the generation
 
     # hf-eval --tasks' own route (greedy decoding, RULER's string_match_all) on lm-eval's documents: the same
