@@ -128,19 +128,24 @@ class SweepResult:
         return next(r for r in self.children if r.data.tags["pos"] == pos)
 
 
-def run_sweep(tmp: Path, *overrides: str) -> SweepResult:
+def run_sweep(tmp: Path, *overrides: str, in_process: bool = False) -> SweepResult:
+    """``python run.py -m TINY OVERRIDES`` recording into ``tmp``/mlflow.db (the ``store`` fixture's migrated empty
+    store, when the test asks for it): a real process, or, for a test about what a sweep records rather than about
+    its process, run.py's entry function in this interpreter (``in_process``: tests/inprocess.py)."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    sweep_dir = tmp / "multirun"
-    proc = subprocess.run(
-        [sys.executable, "run.py", "-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"],
-        cwd=ROOT,
-        env={**os.environ, "MLFLOW_TRACKING_URI": uri},
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
+    from tests import inprocess
+
+    uri, sweep_dir = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "multirun"
+    argv = ["-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"]
+    if in_process:
+        done = inprocess.run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": uri}, timeout=HANG)
+        proc = subprocess.CompletedProcess(["run.py", *argv], done["code"], done["stdout"], done["stderr"])
+    else:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+        proc = subprocess.run(
+            [sys.executable, "run.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG
+        )
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("posbench")
     runs = client.search_runs([exp.experiment_id]) if exp else []

@@ -4,37 +4,15 @@ Paper-claim reports: the statistics against textbook values, verdict rules, and 
 """
 
 import argparse
-import subprocess
-from pathlib import Path
 
-from tests.helpers import HANG, ROOT, TINY, SweepResult, assert_figure
-
-
-def sweep_here(tmp: Path, *overrides: str) -> SweepResult:
-    """run_sweep's `python run.py -m ...` through run.py's entry function in this interpreter (tests/inprocess.py):
-    these tests are about the report of what a sweep recorded, not about its process. Its store is
-    ``tmp``/mlflow.db, the ``store`` fixture's migrated empty store."""
-    from mlflow.tracking import MlflowClient
-
-    from tests.inprocess import run
-
-    uri, sweep_dir = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "multirun"
-    argv = ["-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"]
-    done = run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": uri}, timeout=HANG)
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name("posbench")
-    runs = client.search_runs([exp.experiment_id]) if exp else []
-    parent = next((r for r in runs if r.data.tags.get("sweep_role") == "parent"), None)
-    children = [r for r in runs if r is not parent]
-    proc = subprocess.CompletedProcess(["run.py", *argv], done["code"], done["stdout"], done["stderr"])
-    return SweepResult(uri, sweep_dir, proc, client, parent, children)
+from tests.helpers import assert_figure, run_sweep
 
 
 def test_preset_sweep_then_paper_report(store, tmp_path):
     from results.paper import main
     from results.store import find_sweep
 
-    s = sweep_here(tmp_path, "experiment=roformer_mlm", "seed=0,1")
+    s = run_sweep(tmp_path, "experiment=roformer_mlm", "seed=0,1", in_process=True)
     assert s.proc.returncode == 0, s.proc.stderr[-2000:]
     sweep = find_sweep(s.client, "paper-roformer_mlm")  # a preset logs to its own experiment
     assert sorted(r.data.tags["pos"] for r in sweep.runs) == [
@@ -77,7 +55,7 @@ def test_trainable_theta_report_shows_drift_and_per_frequency_ratios(store, tmp_
 
     from results.paper import main
 
-    s = sweep_here(tmp_path, "experiment=su_trainable_theta", "seed=0", "trainer.log_every_n_steps=1")
+    s = run_sweep(tmp_path, "experiment=su_trainable_theta", "seed=0", "trainer.log_every_n_steps=1", in_process=True)
     assert s.proc.returncode == 0, s.proc.stderr[-2000:]
     out = tmp_path / "results" / "su_trainable_theta"
     args = argparse.Namespace(preset="su_trainable_theta", scale="toy", sweep=None, out=str(out), tracking_uri=s.uri)

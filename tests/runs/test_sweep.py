@@ -3,12 +3,10 @@
 import json
 import math
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import HANG, ROOT, TINY, SweepResult, compose, run_sweep
+from tests.helpers import TINY, compose, run_sweep
 
 REPORT_FILES = {"report.md", "report.csv", "val_loss_curves.png", "final_val_loss_heatmap.png", "SHA256SUMS"}
 
@@ -73,26 +71,6 @@ def test_eval_lengths_log_loss_at_length_and_skip_beyond_learned_table(tiny_swee
     assert "val/loss_at_64" not in learned.data.metrics
     assert "has 32 positions but the input needs 64" in learned.data.tags["eval_skipped_at_64"]
     assert "eval_skipped_at_64" not in rope.data.tags
-
-
-def sweep_here(tmp: Path, *overrides: str) -> SweepResult:
-    """run_sweep's `python run.py -m ...` through run.py's entry function in this interpreter (tests/inprocess.py),
-    for a test about what a sweep records rather than about its process: its store is ``tmp``/mlflow.db (the
-    ``store`` fixture's, when the test asks for it: a migrated empty store)."""
-    from mlflow.tracking import MlflowClient
-
-    from tests.inprocess import run
-
-    uri, sweep_dir = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "multirun"
-    argv = ["-m", *TINY, *overrides, f"hydra.sweep.dir={sweep_dir}"]
-    done = run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": uri}, timeout=HANG)
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name("posbench")
-    runs = client.search_runs([exp.experiment_id]) if exp else []
-    parent = next((r for r in runs if r.data.tags.get("sweep_role") == "parent"), None)
-    children = [r for r in runs if r is not parent]
-    proc = subprocess.CompletedProcess(["run.py", *argv], done["code"], done["stdout"], done["stderr"])
-    return SweepResult(uri, sweep_dir, proc, client, parent, children)
 
 
 def test_failed_cells_are_recorded_and_the_others_finish(store, tmp_path):
@@ -319,7 +297,9 @@ def test_seeds_in_stages_are_recorded_look_by_look_and_replayed_by_the_report(st
     from results.store import find_sweep, sweep_report
     from results.verdicts import verdicts
 
-    s = sweep_here(tmp_path, "pos=none,rope", "report.seeds=auto", "report.stage=2", "report.max_seeds=4")
+    s = run_sweep(
+        tmp_path, "pos=none,rope", "report.seeds=auto", "report.stage=2", "report.max_seeds=4", in_process=True
+    )
     assert s.proc.returncode == 0, s.proc.stderr[-3000:]
     tags = s.parent.data.tags
     assert tags["report_stages"] == "2,4,obrien-fleming" and "seed=" not in tags["sweep_overrides"]
