@@ -16,16 +16,17 @@ import pytest
 
 from tests.helpers import HANG, ROOT
 
-# the preset at a size that trains nine cells quickly: too short for RoPE to use word order
+# the preset at a size that trains nine cells quickly: too short for RoPE to use word order; three validations, so
+# each cell has a loss and order-gain curve (a verdict's trend reads the last two points)
 SHORT = [
     "model.d_model=64",
     "model.d_ff=128",
     "data.seq_len=32",
     "data.batch_size=16",
     "data.eval_batches=4",
-    "trainer.max_steps=60",
-    "trainer.val_check_interval=20",
-    "optim.schedule.warmup_steps=10",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=2",
+    "optim.schedule.warmup_steps=1",
     "trainer.enable_progress_bar=false",
 ]
 
@@ -62,8 +63,8 @@ def test_every_cell_trains_once_as_a_child_of_the_sweep(shortened):
     }
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert min(r.info.start_time for r in children) >= parent.info.start_time  # trained within the sweep
-    for r in children:  # an MLM loss curve per cell: a validation every 20 steps
-        assert [m.step for m in client.get_metric_history(r.info.run_id, "val/loss")] == [20, 40, 60]
+    for r in children:  # an MLM loss curve per cell: a validation every 2 steps
+        assert [m.step for m in client.get_metric_history(r.info.run_id, "val/loss")] == [2, 4, 6]
 
 
 def test_the_printed_verdicts_are_the_stores_numbers(shortened):
@@ -81,12 +82,12 @@ def test_the_printed_verdicts_are_the_stores_numbers(shortened):
     found = {v.group.pos: v for v in verdicts(report.groups, MIN_ORDER_GAIN, margin=report.margin)}
     assert report.margin == 0.02  # the preset's, recorded on the parent run when the sweep started
     assert printed[start] == headline(list(found.values()), MIN_ORDER_GAIN, margin=report.margin)
-    for line in printed[start + 1 : start + 3]:  # at 60 steps no arm uses word order: both premature, each curve
+    for line in printed[start + 1 : start + 3]:  # at 6 steps no arm uses word order: both premature, each curve
         pos = line.split()[0]
         assert line.startswith(f"  {pos} vs none (softmax): premature — train longer: order gain ")
         curve = found[pos].group.gain_curve()
-        assert [s for s, _ in curve] == [20, 40, 60]
-        assert "flat (" + ", ".join(f"{g:.3f}" for _, g in curve) + " at steps 20, 40, 60)" in line or "rising" in line
+        assert [s for s, _ in curve] == [2, 4, 6]
+        assert "flat (" + ", ".join(f"{g:.3f}" for _, g in curve) + " at steps 2, 4, 6)" in line or "rising" in line
 
     # judged on loss alone (a threshold every order gain passes), each line is the Welch interval of the finals
     for v in verdicts(report.groups, -1.0):
