@@ -3,8 +3,8 @@
 The scale=paper presets (conf/experiment/*/scale/paper.yaml, enumerated): each passes ``--check`` for a GPU of
 a named size (80 GB by default) with its memory estimate; the estimate against a hand computation and, in
 fp32, against the meta rehearsal of the real model; and three optimizer steps of each preset on this CPU with
-its model and batch shrunk (2 sequences) but its corpus, sequence length, tokenizer, objective and precision as the
-preset has them.
+its model and batch shrunk (2 sequences; 32 where the final scoring would be thousands of batches of 2) but its
+corpus, sequence length, tokenizer, objective and precision as the preset has them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import torch
 from tests.helpers import HANG, ROOT
 from tests.paper_presets import PAPER, _composed, _first_cell
 
-SHRUNK = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "data.batch_size=2"]
+SHRUNK = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2", "model.d_ff=64"]
+# sequences a batch: 2, but randomized_positions scores its final model on 512 examples at each of 4 lengths, for the
+# mixture and each of its 4 parts, in batches of data.batch_size: ~6,000 forward passes of 2, ~400 of 32 (a quarter
+# of the preset's 128)
+BATCH = {"randomized_positions": 32}
 
 ON_CPU = [
     "trainer.accelerator=cpu",
@@ -39,11 +43,13 @@ def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
     from harness.train import train
 
     cell, checked = _first_cell(preset)
-    spec = _composed([f"experiment={preset}", "scale=paper", *cell, *SHRUNK, *ON_CPU, *CHEAP_EVAL.get(preset, [])])
+    batch = BATCH.get(preset, 2)
+    shrunk = [*SHRUNK, f"data.batch_size={batch}"]
+    spec = _composed([f"experiment={preset}", "scale=paper", *cell, *shrunk, *ON_CPU, *CHEAP_EVAL.get(preset, [])])
     paper = checked.spec
     assert spec.values["task"] == paper.values["task"] and spec.values["tokenizer"] == paper.values["tokenizer"]
     # the corpus and seq_len as the preset's
-    assert spec.values["data"] == {**paper.values["data"], "batch_size": 2, "eval_batches": 1}
+    assert spec.values["data"] == {**paper.values["data"], "batch_size": batch, "eval_batches": 1}
     assert spec.trainer.precision == paper.trainer.precision  # bf16-mixed runs as CPU autocast here
     summary = train(spec)
     assert summary.step == 3
