@@ -44,7 +44,7 @@ def mlflow_server(tiny_sweep, tmp_path_factory):
     """One server for the module's tests: they only read the sweep (a start is slow)."""
     tmp_path = tmp_path_factory.mktemp("mlflow_server")
     port = free_port()
-    # its own process group: mlflow server also starts a job consumer that outlives a plain kill
+    # its own process group: mlflow server runs uvicorn (and by default a job runner) as child processes
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -63,6 +63,8 @@ def mlflow_server(tiny_sweep, tmp_path_factory):
         stdout=(tmp_path / "server.log").open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # no job runner: its two huey consumers (each a process importing mlflow) run GenAI jobs, not these pages
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     url = f"http://127.0.0.1:{port}"
     try:
