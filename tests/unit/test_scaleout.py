@@ -140,3 +140,13 @@ def test_rank_command_is_a_single_run_of_the_job():
         'hydra.run.dir="/sweep/3"',
         "hydra.output_subdir=null",
     ]
+
+
+def test_validation_counts_optimizer_steps_when_gradients_accumulate(train_tiny):
+    """trainer.val_check_interval is in optimizer steps (harness/config/spec.py) whatever
+    trainer.accumulate_grad_batches is; Lightning counts batches, so the harness converts."""
+    summary, client = train_tiny(
+        "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.accumulate_grad_batches=3"
+    )
+    assert summary.step == 4
+    assert [m.step for m in client.get_metric_history(summary.run_id, "val/loss")] == [2, 4]
