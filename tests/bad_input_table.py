@@ -1176,8 +1176,9 @@ ROWS = (
 )
 
 
-def prepare_inputs(d: Path) -> Path:
-    """The files the rows name as ``{files}/...``, written into the empty folder ``d``."""
+def prepare_inputs(d: Path, empty_store: Path) -> Path:
+    """The files the rows name as ``{files}/...``, written into the empty folder ``d``; each store starts as a copy of
+    ``empty_store`` (migrated once: a store's schema migrations cost seconds, a copy does not)."""
     (d / "empty.txt").write_bytes(b"")
     (d / "latin1.txt").write_bytes("caf\u00e9 cr\u00e8me br\u00fbl\u00e9e ".encode("latin-1") * 500)
     (d / "small.txt").write_bytes(b"a small but valid UTF-8 text file. " * 200)  # 7 KB: one val block short
@@ -1223,8 +1224,8 @@ def prepare_inputs(d: Path) -> Path:
     integrity.write(d / "tuned_changed.json", {"cells": tuned})  # as results tune writes it, then a digit changed
     (d / "tuned_changed.json").write_text((d / "tuned_changed.json").read_text().replace("0.0003", "0.0008"))
     _exports(d)
-    _truncated_store(d / "truncated.db")
-    _damaged_records(d)
+    _truncated_store(d / "truncated.db", empty_store)
+    _damaged_records(d, empty_store)
     from harness.main import prepare_shards as prepare
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
@@ -1249,7 +1250,7 @@ def prepare_inputs(d: Path) -> Path:
     _parquets(d)
     tuned = {"pos=rope attn=softmax": {"values": "abc"}}
     integrity.write(d / "tuned_string.json", {"cells": tuned})  # sealed as results tune seals, its values a string
-    _another_projects_store(d / "another.db")
+    _another_projects_store(d / "another.db", empty_store)
     return d
 
 
@@ -1328,10 +1329,11 @@ def _parquets(d: Path) -> None:
     (d / "notparquet" / "train.parquet").write_bytes(b"PAR1 but cut short")
 
 
-def _another_projects_store(path: Path) -> None:
+def _another_projects_store(path: Path, empty_store: Path) -> None:
     """A store whose paper-drope experiment holds another project's sweep (no pos tags on its runs)."""
     from mlflow.tracking import MlflowClient
 
+    shutil.copyfile(empty_store, path)
     client = MlflowClient(tracking_uri=f"sqlite:///{path}")
     experiment = client.create_experiment("paper-drope")
     parent = client.create_run(experiment, tags={"sweep_role": "parent", "sweep_id": "theirs"}).info.run_id
@@ -1364,16 +1366,17 @@ def _exports(d: Path) -> None:
     config.write_text(config.read_text().replace('"rope_theta": 500.0', '"rope_theta": 5000.0'))
 
 
-def _truncated_store(path: Path) -> None:
+def _truncated_store(path: Path, empty_store: Path) -> None:
     """A store with a run, cut to half its size: the header still counts every page."""
     from mlflow.tracking import MlflowClient
 
+    shutil.copyfile(empty_store, path)
     client = MlflowClient(tracking_uri=f"sqlite:///{path}")
     client.create_run(client.create_experiment("posbench"))
     os.truncate(path, path.stat().st_size // 2)
 
 
-def _damaged_records(d: Path) -> None:
+def _damaged_records(d: Path, empty_store: Path) -> None:
     """A store with one sealed run (as a run closes), three times changed since: one bit of its loss flipped
     wherever the file holds it, a param edited, the seal's key damaged."""
     import struct
@@ -1384,6 +1387,7 @@ def _damaged_records(d: Path) -> None:
     from harness.integrity import SEAL_TAG, seal
 
     loss = 1.2345678901234567
+    shutil.copyfile(empty_store, d / "sealed.db")
     client = MlflowClient(tracking_uri=f"sqlite:///{d / 'sealed.db'}")
     run_id = client.create_run(
         client.create_experiment("posbench"),

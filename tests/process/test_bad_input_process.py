@@ -21,8 +21,8 @@ from tests.helpers import HANG, ROOT
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
-    return prepare_inputs(tmp_path_factory.mktemp("inputs"))
+def files(tmp_path_factory, _empty_store) -> Path:
+    return prepare_inputs(tmp_path_factory.mktemp("inputs"), _empty_store)
 
 
 def run_py(args: list[str], store: str, tmp_path, **env) -> subprocess.CompletedProcess:

@@ -28,8 +28,8 @@ from tests.bad_input_table import (
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
-    return prepare_inputs(tmp_path_factory.mktemp("inputs"))
+def files(tmp_path_factory, _empty_store) -> Path:
+    return prepare_inputs(tmp_path_factory.mktemp("inputs"), _empty_store)
 
 
 @pytest.fixture(scope="module")
