@@ -1176,9 +1176,11 @@ ROWS = (
 )
 
 
-def prepare_inputs(d: Path, empty_store: Path) -> Path:
-    """The files the rows name as ``{files}/...``, written into the empty folder ``d``; each store starts as a copy of
-    ``empty_store`` (migrated once: a store's schema migrations cost seconds, a copy does not)."""
+def prepare_inputs(d: Path, empty_store: Path, rows: list | None = None) -> Path:
+    """The files the rows name as ``{files}/...``, written into the empty folder ``d``: every row's, or only those
+    ``rows`` name of the ones that take seconds to build (models, stores, shards, exports, parquet files). Each store
+    starts as a copy of ``empty_store`` (migrated once: a store's schema migrations cost seconds, a copy does not)."""
+    wanted = _named_by(rows)
     (d / "empty.txt").write_bytes(b"")
     (d / "latin1.txt").write_bytes("caf\u00e9 cr\u00e8me br\u00fbl\u00e9e ".encode("latin-1") * 500)
     (d / "small.txt").write_bytes(b"a small but valid UTF-8 text file. " * 200)  # 7 KB: one val block short
@@ -1223,9 +1225,38 @@ def prepare_inputs(d: Path, empty_store: Path) -> Path:
     tuned = {"pos=rope attn=softmax": {"values": {"optim.optimizer.lr": 3e-4}}}
     integrity.write(d / "tuned_changed.json", {"cells": tuned})  # as results tune writes it, then a digit changed
     (d / "tuned_changed.json").write_text((d / "tuned_changed.json").read_text().replace("0.0003", "0.0008"))
-    _exports(d)
-    _truncated_store(d / "truncated.db", empty_store)
-    _damaged_records(d, empty_store)
+    if wanted("export_"):
+        _exports(d)
+    if wanted("truncated.db"):
+        _truncated_store(d / "truncated.db", empty_store)
+    if wanted("flipped.db", "edited.db", "unkeyed.db"):
+        _damaged_records(d, empty_store)
+    if wanted("shards"):
+        _shards(d)
+    _sealed_report(d / "reports")
+    if wanted("hf_"):
+        _model_folders(d)
+    if wanted("parquets", "notparquet"):
+        _parquets(d)
+    tuned = {"pos=rope attn=softmax": {"values": "abc"}}
+    integrity.write(d / "tuned_string.json", {"cells": tuned})  # sealed as results tune seals, its values a string
+    if wanted("another.db"):
+        _another_projects_store(d / "another.db", empty_store)
+    return d
+
+
+def _named_by(rows: list | None):
+    """wanted(*prefixes): whether a row of ``rows`` names a file of ``{files}`` starting with one of ``prefixes``
+    (always, when ``rows`` is None: every row)."""
+    if rows is None:
+        return lambda *prefixes: True
+    named = [arg.split("{files}/", 1)[1] for row in rows for arg in row[2] if "{files}/" in arg]
+    return lambda *prefixes: any(name.startswith(prefixes) for name in named)
+
+
+def _shards(d: Path) -> None:
+    """Prepared shards of a small text, and copies each wrong in one way: a bit of an id flipped in place, the
+    manifest edited; and shards of a learned vocabulary whose tokenizer.json was edited."""
     from harness.main import prepare_shards as prepare
 
     (d / "words.txt").write_bytes(b"alpha beta gamma delta " * 4600)  # 105,800 bytes: shards of ~100k ids
@@ -1245,13 +1276,6 @@ def prepare_inputs(d: Path, empty_store: Path) -> Path:
     )
     vocabulary = d / "shards_bpe" / "tokenizer.json"
     vocabulary.write_text(vocabulary.read_text().replace('"alpha"', '"alphb"', 1))  # still JSON, still a vocabulary
-    _sealed_report(d / "reports")
-    _model_folders(d)
-    _parquets(d)
-    tuned = {"pos=rope attn=softmax": {"values": "abc"}}
-    integrity.write(d / "tuned_string.json", {"cells": tuned})  # sealed as results tune seals, its values a string
-    _another_projects_store(d / "another.db", empty_store)
-    return d
 
 
 def _model_folders(d: Path) -> None:
