@@ -104,12 +104,6 @@ def test_a_diverged_run_is_one_line_naming_the_step_and_the_fix(store, tmp_path)
     assert run.info.status == "FAILED" and run.data.tags["failure"] == "diverged"
 
 
-def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
-    """Hydra's parser takes -m before the overrides only; run.py moves it there (and checks the sweep)."""
-    proc = run_py(["attn=softmax", "-m", "pos=rope,foo"], store, tmp_path)
-    assert_one_line_error(proc.returncode, proc.stderr, "Could not find 'pos/foo'")
-
-
 def test_a_write_failure_mid_run_is_one_line(_empty_store, tmp_path):
     """A file-size limit (as a full disk would) stops the store's writes: one line saying what to free and how
     to go on, exit 1, no traceback."""

@@ -18,6 +18,7 @@ import pytest
 from tests import inprocess
 from tests.bad_input_table import (
     DURING_RUN_CASES,
+    QUICK,
     ROWS,
     assert_one_line_error,
     prepare_inputs,
@@ -25,6 +26,7 @@ from tests.bad_input_table import (
     run_count,
     runs_in,
 )
+from tests.helpers import HANG
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,13 @@ def test_damage_met_while_a_run_reads_is_one_line_and_the_run_closed_failed(case
     (run,) = runs_in(request["env"]["MLFLOW_TRACKING_URI"])
     assert run.info.status == "FAILED"
     assert run.data.tags["failure_reason"].endswith(f"ConfigError: {reply['stderr'].strip().removeprefix('error: ')}")
+
+
+def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
+    """Hydra's parser takes -m before the overrides only; run.py moves it there (and checks the sweep)."""
+    argv = [*QUICK, f"hydra.run.dir={tmp_path}/run", "attn=softmax", "-m", "pos=rope,foo"]
+    reply = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, HANG)
+    assert_one_line_error(reply["code"], reply["stderr"], "Could not find 'pos/foo'")
 
 
 def test_at_least_100_kinds():
