@@ -197,7 +197,8 @@ def test_a_full_disk_stops_a_sweep_at_its_first_cell_in_one_line(_empty_store, t
 
 
 # The caches posbench writes outside a run's folder ($POSBENCH_CACHE, read when the process starts: real processes),
-# each built here as a first run builds it (in this process, the cache pointed at a folder) and then one byte of it
+# each built here as a first run builds it (in this process, the cache pointed at a folder; the corpus copied from
+# this machine's cache, which any run builds once: parsing the stdlib again costs seconds) and then one byte of it
 # flipped: the next command's one line names the file and says to delete it (the next run builds it again), before
 # any run is made.
 CACHES = {
@@ -219,9 +220,14 @@ def test_a_damaged_cache_is_refused_by_the_next_command_in_one_line(kind, store,
     from harness.data import corpus
     from harness.data.subword import BPE
 
+    if kind == "corpus-cache-flipped":
+        corpus.Embedded().sizes()  # this machine's cache, built if it is not there yet
+        cache.mkdir()
+        for made in corpus.CACHE.glob(f"stdlib-prose-{'.'.join(map(str, sys.version_info[:3]))}.txt*"):
+            shutil.copyfile(made, cache / made.name)  # the text and its seal
     monkeypatch.setattr(corpus, "CACHE", cache)
     if kind == "corpus-cache-flipped":
-        corpus.Embedded().load()
+        corpus.Embedded().load()  # checks the copy's seal (or builds it, had nothing matched)
     else:
         BPE(vocab_size=300).fit(corpus.TextFiles(str(tmp_path / "words.txt")).load())
     (built,) = cache.glob(pattern)
