@@ -196,6 +196,27 @@ def rope_args(scaling: str = "none", **kw) -> dict:
     }
 
 
+def gemma3():
+    """A 4-layer Gemma 3 text config at TINY's size: three sliding-window layers at θ = 10k, one global at θ = 1M."""
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(
+        vocab_size=258,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=16,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+        },
+    )
+
+
 def tiny_llama(folder: Path, seed: int = 0) -> Path:
     """A 2-layer Llama (GQA, 4 heads, 2 key/value heads) saved to ``folder`` with posbench's byte tokenizer (as an
     export writes it, without seals): a pretrained model for hf-eval's tests."""

@@ -1,5 +1,6 @@
 """run.py as a user runs it: a subprocess, a temporary store, read back with MlflowClient."""
 
+import json
 import os
 import platform
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests import inprocess
-from tests.helpers import HANG, ROOT, TINY
+from tests.helpers import HANG, ROOT, TINY, gemma3
 
 
 def run_py(args, store, tmp_path):
@@ -113,3 +114,36 @@ def test_a_preset_with_every_axis_pinned_is_one_run_plus_prefixed_axes_too(store
         "run", ["--check", "experiment=randomized_positions", "pos=rope", "seed=0", *dirs], str(tmp_path), env, HANG
     )
     assert out["code"] == 2 and "is a sweep over +experiment/randomized_positions/arm: add -m" in out["stderr"]
+
+
+def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
+    """``posbench hf-rope CONFIG`` reads a config.json (or its folder) and prints the overrides for ``posbench run
+    $(posbench hf-rope CONFIG)``, the documented use: a ``$(…)`` splits words and removes no quote, so the overrides
+    hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes."""
+    (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
+    out = subprocess.run(
+        [sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=HANG
+    )
+    assert out.returncode == 0, out.stderr
+    assert "+attn.layers=['local(window=16)'," in out.stdout and "model.n_layers=4" in out.stdout
+    run = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'"{sys.executable}" run.py check $("{sys.executable}" run.py hf-rope "{tmp_path}") trainer.max_steps=2',
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
+    assert run.returncode == 0 and run.stdout.startswith("ok: pos=rope"), run.stderr[-2000:]
+    bad = subprocess.run(
+        [sys.executable, "run.py", "hf-rope", str(tmp_path / "missing.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "missing.json does not exist; give a transformers config.json or the folder holding one" in bad.stderr

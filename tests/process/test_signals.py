@@ -1,7 +1,8 @@
 """A stopped run tells the truth, as real processes: SIGTERM exits 143 and Ctrl-C (SIGINT) 130, in training
 and in the final evaluation; the MLflow run is closed KILLED (never left RUNNING, never FINISHED); one line on
 stderr says how to resume; and resume=true (run.py's entry, run in this process) then finishes the same run. A
-sweep stopped in a cell or in its report closes its parent KILLED too."""
+sweep stopped in a cell or in its report closes its parent KILLED too, and ``posbench prepare`` stopped mid-shard
+leaves no partial folder."""
 
 import os
 import signal
@@ -172,3 +173,36 @@ def test_a_stop_raised_inside_a_finalizer_still_stops(signal_name, code):
         preexec_fn=default_sigint,
     )
     assert (proc.stdout.strip(), proc.stderr) == (str(code), "")
+
+
+def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
+    """SIGTERM mid-prepare (a preempted job): exit 143, the partial folder removed (a BPE vocabulary on a stream is
+    slow enough to be caught mid-way)."""
+
+    datasets = pytest.importorskip("datasets")
+    rows = [f"row {i} " + "word " * (i % 50) for i in range(200_000)]
+    datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "run.py",
+            "prepare",
+            str(out),
+            "data=hf",
+            f"data.path={tmp_path / 'ds'}",
+            "data.streaming=true",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + HANG
+    while not (out / "train-00000.bin").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "prepare ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
+    assert err.strip() == f"stopped: nothing was left in {out}" and not out.exists()

@@ -9,8 +9,6 @@ import csv
 import math
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,7 +16,8 @@ import torch
 from harness import integrity
 from harness.bench import flex, gpu, gpu_memory
 from harness.bench.internals import build_transformer
-from tests.helpers import HANG, ROOT
+from tests import inprocess
+from tests.helpers import ROOT
 
 COMMITTED = ROOT / "results" / "bench_gpu"
 SMALL = ("model.n_layers=1", "model.d_model=64", "model.n_heads=2", "model.d_ff=128")
@@ -34,15 +33,9 @@ def test_the_estimate_is_the_figure_check_gpu_memory_prints():
         "~paper",
         "budget.max_epochs=null",
     ]  # the embedded corpus's bytes stand in, on purpose
-    done = subprocess.run(
-        [sys.executable, "run.py", "--check", "--gpu-memory", "80GB", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
-    assert done.returncode == 0, done.stderr
-    printed = re.search(r"a training step needs about (.*\)), fits", done.stdout).group(1)
+    done = inprocess.run("run", ["--check", "--gpu-memory", "80GB", *argv], str(ROOT), {})
+    assert done["code"] == 0, done["stderr"]
+    printed = re.search(r"a training step needs about (.*\)), fits", done["stdout"]).group(1)
     cell = gpu_memory.MemoryCell("eleuther_rotary", "rope", True, 258, "bytes", (8,))  # the embedded corpus' bytes
     assert gpu_memory.estimate(cell, 8)[1].summary() == printed
 

@@ -304,32 +304,3 @@ def test_a_report_that_fails_midway_leaves_the_folder_as_it_was(tmp_path):
     assert (out / "README.md").read_text() == "the new report" and (out / "plot.png").exists()
     assert [line.split()[1] for line in (out / SUMS).read_text().splitlines()] == ["README.md"]
     assert check_report(out, "fix") and sorted(p.name for p in (tmp_path / "results").iterdir()) == ["demo"]
-
-
-def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
-    """python -m results report under a file-size limit: exit 1, one line, the folder as it was (none here)."""
-    import resource
-    import subprocess
-    import sys
-
-    from tests.helpers import HANG, ROOT
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
-
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "results", "report", "--tracking-uri", tiny_sweep.uri, "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-        preexec_fn=limit,
-    )
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    [line] = done.stderr.strip().splitlines()
-    assert (
-        line.startswith("error: writing failed: a file-size limit (ulimit -f) was hit")
-        and "put back as they were" in line
-    )
-    assert not out.exists() or not any(out.iterdir())

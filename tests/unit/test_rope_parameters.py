@@ -4,17 +4,14 @@ modules (GPT-NeoX for a flat dict with partial rotary, Gemma 3 for one nested by
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from harness.errors import ConfigError
 from harness.pretrained.rope_parameters import read, read_config, write
-from tests.helpers import HANG, ROOT, TINY
+from tests.helpers import TINY, gemma3
 
 transformers = pytest.importorskip("transformers")
 
@@ -32,26 +29,6 @@ def built(overrides: list[str]):
 
 def layers_of(model):
     return model.layers()
-
-
-def gemma3():
-    from transformers import Gemma3TextConfig
-
-    return Gemma3TextConfig(
-        vocab_size=258,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=HEAD_DIM,
-        sliding_window=16,
-        layer_types=["sliding_attention"] * 3 + ["full_attention"],
-        rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
-        },
-    )
 
 
 def test_a_nested_dict_per_layer_type_reads_into_patterns_with_transformers_frequencies_per_layer():
@@ -167,36 +144,3 @@ def test_what_has_no_posbench_form_is_refused_naming_it(params, types, needle):
 def test_a_model_the_format_cannot_hold_is_refused_naming_why(overrides, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         write(layers_of(built(overrides)))
-
-
-def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
-    """``posbench hf-rope CONFIG`` reads a config.json (or its folder) and prints the overrides for ``posbench run
-    $(posbench hf-rope CONFIG)``, the documented use: a ``$(…)`` splits words and removes no quote, so the overrides
-    hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes."""
-    (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
-    out = subprocess.run(
-        [sys.executable, "run.py", "hf-rope", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=HANG
-    )
-    assert out.returncode == 0, out.stderr
-    assert "+attn.layers=['local(window=16)'," in out.stdout and "model.n_layers=4" in out.stdout
-    run = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f'"{sys.executable}" run.py check $("{sys.executable}" run.py hf-rope "{tmp_path}") trainer.max_steps=2',
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
-    assert run.returncode == 0 and run.stdout.startswith("ok: pos=rope"), run.stderr[-2000:]
-    bad = subprocess.run(
-        [sys.executable, "run.py", "hf-rope", str(tmp_path / "missing.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-    assert "missing.json does not exist; give a transformers config.json or the folder holding one" in bad.stderr

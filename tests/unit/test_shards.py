@@ -18,7 +18,7 @@ from harness.data.windows import ContinueFrom, TrainWindows, rank_slice
 from harness.errors import ConfigError
 from harness.main import COMMANDS
 from harness.main import prepare_shards as prepare
-from tests.helpers import HANG, validated
+from tests.helpers import validated
 
 main = COMMANDS["prepare"]
 
@@ -528,80 +528,6 @@ def test_an_edited_manifest_is_caught_and_one_of_another_format_refused(byte_sha
         r"posbench's, or another program's\); write the folder again",
     ):
         TokenShards(str(folder)).sizes()
-
-
-@pytest.mark.parametrize("made", [False, True])
-def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
-    """A file-size limit (as a full disk) mid-shard: one line, exit 1, and no half-written folder (no
-    shard without its manifest); a folder that was there before stays, emptied of
-    what prepare wrote."""
-    import resource
-    import subprocess
-    import sys
-
-    from tests.helpers import ROOT
-
-    out = tmp_path / "out"
-    if made:
-        out.mkdir()
-        (out / "notes.txt").write_text("mine")
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
-
-    done = subprocess.run(
-        [sys.executable, "run.py", "prepare", str(out), "data=embedded"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-        preexec_fn=limit,
-    )
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines() == [
-        f"error: writing failed: a file-size limit (ulimit -f) was hit; nothing was left in {out}: free space (or "
-        "raise the limit) and run prepare again"
-    ]
-    assert (sorted(p.name for p in out.iterdir()) == ["notes.txt"]) if made else not out.exists()
-
-
-def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
-    """SIGTERM mid-prepare (a preempted job): exit 143, the partial folder removed (a BPE vocabulary on a stream is
-    slow enough to be caught mid-way)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests.helpers import ROOT
-
-    datasets = pytest.importorskip("datasets")
-    rows = [f"row {i} " + "word " * (i % 50) for i in range(200_000)]
-    datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "run.py",
-            "prepare",
-            str(out),
-            "data=hf",
-            f"data.path={tmp_path / 'ds'}",
-            "data.streaming=true",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + HANG
-    while not (out / "train-00000.bin").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, "prepare ended before it could be stopped"
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=HANG)
-    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
-    assert err.strip() == f"stopped: nothing was left in {out}" and not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -4,14 +4,13 @@ library keeps its whole traceback."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from tests.helpers import HANG, ROOT
+from tests import inprocess
+from tests.helpers import HANG
 
 THEIRS = textwrap.dedent("""\
     from positional.base import PositionalScheme
@@ -42,26 +41,22 @@ def home(tmp_path):
     return tmp_path
 
 
-def run(home, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={home}/run"],
-        cwd=home,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
+def run(home, monkeypatch, *args: str) -> dict:
+    """run.py in this interpreter with the user's package importable from ``home``, fresh (each test has its own)."""
+    monkeypatch.syspath_prepend(str(home))
+    monkeypatch.delitem(sys.modules, "theirs", raising=False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    argv = [*args, f"hydra.run.dir={home}/run"]
+    return inprocess.run("run", argv, str(home), {"MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}, HANG)
 
 
 @pytest.mark.parametrize(
     "target, where", [("theirs.BadInit", "theirs.BadInit.check"), ("theirs.BadForward", "theirs.BadForward.embed")]
 )
-def test_a_users_class_that_raises_is_named_with_its_own_frames_only(home, target, where):
-    done = run(home, f"pos._target_={target}", "model.n_layers=1", "trainer.max_steps=2")
-    assert done.returncode == 1, done.stderr[-2000:]
-    error = done.stderr[done.stderr.index("error: ") :]
+def test_a_users_class_that_raises_is_named_with_its_own_frames_only(home, monkeypatch, target, where):
+    done = run(home, monkeypatch, f"pos._target_={target}", "model.n_layers=1", "trainer.max_steps=2")
+    assert done["code"] == 1, done["stderr"][-2000:]
+    error = done["stderr"][done["stderr"].index("error: ") :]
     assert error.startswith("error: your code raised ") and f"({where}, {home / 'theirs' / '__init__.py'}" in error
     frames = [line for line in error.splitlines() if line.strip().startswith("File ")]
     assert frames and all(str(home) in f for f in frames)  # no frame of posbench, Hydra or Lightning
