@@ -2,15 +2,16 @@
 
 ``--check`` is a loop of ``check(load(cell))`` over the command's cells (one, or every cell of a sweep with ``-m``)
 in this process: an ok line with what would train, or the refusal, per cell; exit 0 if all pass, 2 otherwise. A
-sweep (``-m`` without ``--check``) runs that same loop first (``preflight``): bad input in any cell refuses the
-whole sweep, one line per mistake, before its parent run opens or its first cell trains; an incompatible pairing
-passes (the sweep records it as a refused cell, as a grid means it to). Only training runs Hydra's app.
+run checks its cell the same way before Hydra's app starts, so a refused run leaves no output folder; a sweep
+(``-m`` without ``--check``) runs that loop first (``preflight``): bad input in any cell refuses the whole sweep,
+one line per mistake, before its parent run opens or its first cell trains; an incompatible pairing passes (the
+sweep records it as a refused cell, as a grid means it to). Only training runs Hydra's app.
 
 Every user's mistake is one line, ``error: <problem>; <fix>``, and exit 2 (harness/config/hydra_errors.py); a real
 crash keeps its traceback, and ``HYDRA_FULL_ERROR=1`` shows Hydra's full traces, as Hydra documents. A run for a GPU
 is checked for a GPU of a named size, ``--gpu-memory 80GB`` (the default), which this machine need not have.
 
-May import: harness.config, harness.signals, and the ground.
+May import: harness.config, harness.record (a resume's plan), harness.signals, and the ground.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
         return 2
     if checking:
         return _guarded(lambda: check_command(overrides, dirs, multirun, gpu_memory), overrides)
-    refused = _guarded(lambda: preflight(overrides, dirs) if multirun else _single_run(args, overrides), overrides)
+    refused = _guarded(
+        lambda: preflight(overrides, dirs) if multirun else _single_run(args, overrides, dirs, bool(flags)), overrides
+    )
     if refused:
         return refused
     if multirun:
@@ -68,8 +71,9 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
     return run_app(train_app, args)
 
 
-def _single_run(args: list[str], overrides: list[str]) -> int:
-    """Hydra's own flags a run may take, and no sweep without -m: refused in one line before Hydra's app starts."""
+def _single_run(args: list[str], overrides: list[str], dirs: list[str], hydra_flags: bool) -> int:
+    """A run's cell checked before Hydra's app starts (its output folder with it); with Hydra's own flags (``--cfg``,
+    ``--info``, ``--config-name`` …), which train nothing or compose another config, only what they take."""
     from harness.config.load import check_single
 
     for i, arg in enumerate(args):
@@ -78,7 +82,14 @@ def _single_run(args: list[str], overrides: list[str]) -> int:
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             if value not in ("job", "hydra", "all"):
                 raise ConfigError(f"{flag} {value}: {flag} prints the config; use {flag} job, hydra or all")
-    check_single(overrides)
+    if hydra_flags:
+        check_single(overrides)
+        return 0
+    checked = check(load(overrides, dirs))
+    if checked.spec.run.resume_mode != "new":  # a resume= with nothing to resume is refused here too
+        from harness.record.resume import plan_resume
+
+        plan_resume(checked.spec.values, checked.uri, checked.spec.run.resume_mode)
     return 0
 
 
@@ -170,15 +181,25 @@ def preflight(overrides: list[str], dirs: list[str]) -> int:
 
 
 def _guarded(command: Callable[[], int], args: list[str]) -> int:
-    """A command outside Hydra's app: a user's mistake is one line and exit 2."""
+    """A command outside Hydra's app: a user's mistake is one line and exit 2 (``_said``)."""
     try:
         return command()
     except Exception as e:
-        message = user_error(e, args)
-        if message is None:
+        code = _said(e, args, traces=os.environ.get("HYDRA_FULL_ERROR") == "1")
+        if code is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
-        return 2
+        return code
+
+
+def _said(e: Exception, args: list[str], traces: bool) -> int | None:
+    """A user's mistake: its one line, exit 2; the user's own code raising: its frames only, exit 1; None for a
+    crash (its traceback kept), and for everything when ``traces`` (``HYDRA_FULL_ERROR=1``, as Hydra documents)."""
+    message = None if traces else user_error(e, args)
+    report = None if traces or message else users_code_failed(e)
+    if message is None and report is None:
+        return None
+    print(f"error: {message}" if message else report, file=sys.stderr)
+    return 2 if message else 1
 
 
 def run_app(app: Callable[[], object], args: list[str]) -> int:
@@ -204,12 +225,10 @@ def run_app(app: Callable[[], object], args: list[str]) -> int:
         )
         return code
     except Exception as e:
-        message = None if user_wants_traces else user_error(e, args)
-        report = None if user_wants_traces or message else users_code_failed(e)
-        if message is None and report is None:
+        code = _said(e, args, user_wants_traces)
+        if code is None:
             raise
-        print(f"error: {message}" if message else report, file=sys.stderr)
-        return 2 if message else 1
+        return code
     finally:
         sys.argv = saved
         if not user_wants_traces:

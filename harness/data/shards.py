@@ -291,6 +291,9 @@ class TokenShards:
                     f"{recorded.get('recipe')}, not tokenizer={name} {recipe()}; set the tokenizer it "
                     "was written with, or run posbench prepare again with this one"
                 )
+            # the vocabulary the run loads (``TokenCorpus.fitted_tokenizer``), checked before anything starts
+            file = self._folder() / "tokenizer.json"
+            integrity.check_digest(file, recorded["file_sha256"], "manifest.json records", FIX)
             return
         digest = tokenizer.digest()
         if digest != recorded["digest"]:

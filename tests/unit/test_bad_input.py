@@ -43,7 +43,7 @@ def reply(files, _empty_store, tmp_path_factory):
         tmp = tmp_path_factory.mktemp(row[1])
         request = row_request(row, files, _empty_store, tmp)
         out = inprocess.run(row[0], request["argv"], request["cwd"], request["env"], request["timeout"])
-        return {**out, "runs": run_count(tmp / "mlflow.db")}
+        return {**out, "runs": run_count(tmp / "mlflow.db"), "left": sorted(p.name for p in tmp.iterdir())}
 
     return one
 
@@ -54,6 +54,7 @@ def test_bad_input_is_one_line_exit_2_and_no_run(row, reply):
     assert_one_line_error(got["code"], got["stderr"], row[3])
     assert got["stdout"].strip() == ""
     assert got["runs"] == 0  # refused before any MLflow run was created (tests/inprocess.py guards against a hang)
+    assert "run" not in got["left"]  # refused before Hydra's app made the run's output folder
 
 
 @pytest.mark.parametrize("case", DURING_RUN_CASES, ids=[c[0] for c in DURING_RUN_CASES])
