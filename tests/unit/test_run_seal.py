@@ -14,6 +14,9 @@ from mlflow.tracking import MlflowClient
 
 from harness.integrity import MARK_TAG, SEAL_TAG, RecordDamaged, SealedClient, seal
 
+# each test's tmp_path holds a copy of conftest's migrated empty store (mlflow.db): _store writes into it
+pytestmark = pytest.mark.usefixtures("store")
+
 LOSS = 1.2345678901234567  # a value whose eight bytes occur nowhere else in the file
 
 

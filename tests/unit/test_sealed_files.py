@@ -27,10 +27,16 @@ PLACES = [0.0, 0.5, 1.0]
 
 @pytest.fixture(scope="module")
 def built_cache(tmp_path_factory):
-    """The embedded corpus's text and document starts, built once (seconds) for the module."""
+    """The embedded corpus's text and document starts, copied with their seals from this machine's cache (built
+    there once if missing: parsing the stdlib costs seconds) into the module's own folder, and read back from it."""
+    import shutil
+
     from harness.data import corpus
 
+    corpus.Embedded().document_starts()  # this machine's cache: the text and the starts
     root = tmp_path_factory.mktemp("cache")
+    for made in corpus.CACHE.glob("stdlib-prose-*"):
+        shutil.copyfile(made, root / made.name)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(corpus, "CACHE", root)
         whole = corpus.Embedded().load()
