@@ -28,6 +28,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
@@ -153,12 +154,11 @@ def seeds_to_decide(a: list[float], b: list[float], effect: float, level: float,
     """Seeds per arm (the same on both sides) with which a test at ``level`` shows ``effect`` with 80 % power if the
     seeds spread as these do: the least n with (z_{1−level/sides} + z_{power})·√((s_a² + s_b²)/n) ≤ effect (the
     normal approximation); None when more than ``most`` would be needed or there is no effect to show."""
-    from scipy.stats import norm
-
     if effect <= 0:
         return None
     spread = sample_variance(a) + sample_variance(b)
-    n = math.ceil(spread * ((norm.isf(level / sides) + norm.isf(1 - POWER)) / effect) ** 2)
+    z = NormalDist().inv_cdf  # the standard normal's quantiles, -z(p) its upper ones
+    n = math.ceil(spread * ((z(level / sides) + z(1 - POWER)) / effect) ** 2)
     return max(n, 2) if n <= most else None
 
 
