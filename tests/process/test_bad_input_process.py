@@ -40,7 +40,7 @@ def run_py(args: list[str], store: str, tmp_path, **env) -> subprocess.Completed
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),  # ours, inside the task function
+        (["optim.optimizer.lr=-1"], "optim.optimizer.lr=-1 must be positive"),  # ours, before Hydra's app
         (["hydra.run.dir=/proc/posbench"], "cannot write /proc/posbench"),  # Hydra creating its output dir
     ],
     ids=["config-error", "unwritable-output-dir"],  # Hydra's own error (pos=foo): FRESH_SAMPLE's unknown-pos
@@ -48,7 +48,7 @@ def run_py(args: list[str], store: str, tmp_path, **env) -> subprocess.Completed
 def test_subprocess_exit_status_and_stderr(args, needle, store, tmp_path):
     proc = run_py(args, store, tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, needle)
-    assert runs_in(store) == []
+    assert runs_in(store) == [] and not (tmp_path / "run").exists()  # no run, no output folder
 
 
 def test_hydra_full_error_keeps_the_traceback(store, tmp_path):
