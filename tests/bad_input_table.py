@@ -938,6 +938,11 @@ POSBENCH_CASES = [
         "holds no tokenizer (tokenizer.json); save the tokenizer beside the model",
     ),
     # ---- a model folder is input too, read and checked before anything is loaded
+    (
+        "hf-rope-config-missing",
+        ["hf-rope", "{files}/missing.json"],
+        "missing.json does not exist; give a transformers config.json or the folder holding one",
+    ),
     ("hf-rope-config-a-list", ["hf-rope", "{files}/hf_list"], "holds list, not a transformers config (an object)"),
     ("hf-rope-hidden-size-word", ["hf-rope", "{files}/hf_hidden_word"], "hidden_size='abc' must be an integer"),
     (
