@@ -3,6 +3,7 @@ use (and the tests import) live in tests/helpers.py: import them from there, nev
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -11,8 +12,10 @@ import pytest
 import torch
 
 # Test tensors are tiny: a second intra-op thread only adds synchronisation, and on a busy 2-core
-# machine OpenMP's spin-waiting makes small fp64 kernels many times slower.
+# machine OpenMP's spin-waiting makes small fp64 kernels many times slower. One thread here, and in every
+# process a test starts (they inherit the environment).
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 # tests/ is no package: `tests.helpers` and `tests.attn_cases` import from the checkout's root
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -49,7 +49,7 @@ class Installed:
         return subprocess.run(
             [str(a) for a in argv],
             cwd=self.cwd,
-            env={**kept, "OMP_NUM_THREADS": "1", **env},
+            env={**kept, **env},
             capture_output=True,
             text=True,
             timeout=HANG,

@@ -86,7 +86,6 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
         **os.environ,
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
         "POSBENCH_CACHE": str(tmp_path / "cache"),
-        "OMP_NUM_THREADS": "1",  # 12 layers of tiny kernels: a second thread only spins, on a busy machine for long
     }
     small = [
         "model.d_model=32",

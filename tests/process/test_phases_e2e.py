@@ -60,7 +60,7 @@ def test_a_run_killed_past_a_boundary_resumes_in_its_phase(store, tmp_path, trai
         "checkpoint.every_n_steps=4",
         "phases=[{at:3,pos:none}]",
     ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     killed = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "killer.py"), "6", *TINY, *args, f"hydra.run.dir={tmp_path}/run"],
         cwd=tmp_path,

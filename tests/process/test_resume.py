@@ -32,7 +32,7 @@ def float32():
 
 def kill_at(step: int, store: str, tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """run.py in a subprocess that SIGKILLs itself before optimizer step ``step`` + 1."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1", **(env or {})}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, **(env or {})}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "killer.py"), str(step), *args, f"hydra.run.dir={tmp_path}/run"],
         cwd=tmp_path,
@@ -125,7 +125,7 @@ def test_rerun_sweep_skips_finished_cells_and_resumes_the_killed_one(store, tmp_
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": store, "KILL_POS": "learned", "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "MLFLOW_TRACKING_URI": store, "KILL_POS": "learned"},
         timeout=HANG,
     )
     assert proc.returncode == -9, proc.stderr[-3000:]

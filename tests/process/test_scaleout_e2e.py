@@ -18,7 +18,7 @@ from tests.helpers import DDP_CPU, HANG, ROOT, TINY, run_sweep
 
 def _run_py(tmp_path, *args):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     proc = subprocess.run(
         [sys.executable, "run.py", *TINY, "model.dropout=0", *args, f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=ROOT,
@@ -106,10 +106,9 @@ def test_multirun_with_ddp(launcher, tmp_path):
 
 
 @LAUNCHERS
-def test_submitit_local_multirun(tmp_path, monkeypatch):
+def test_submitit_local_multirun(tmp_path):
     """submitit pickles each job and runs it in a fresh process: the job still finds its parent run
     through <sweep dir>/mlflow_sweep.json."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two jobs at once on 2 cores: no spinning thread pools
     sweep = run_sweep(tmp_path, "pos=rope,learned", "hydra/launcher=submitit_local")
     _assert_one_parent_two_finished_children(sweep)
 

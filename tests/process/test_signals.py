@@ -21,7 +21,7 @@ STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.ever
 
 def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
     sent = tmp_path / "sent"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     proc = subprocess.run(
         [
             sys.executable,
@@ -97,7 +97,7 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
     """SIGTERM to the sweep's own process (``kill PID``), not to its joblib workers: the workers never see it and
     the launcher tears them down, so the sweep closes the cells they were training KILLED itself — no run is left
     RUNNING — and exits 143 with one line."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     proc = subprocess.Popen(
         [
             sys.executable,
