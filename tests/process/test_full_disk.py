@@ -11,28 +11,28 @@ import pytest
 from tests.helpers import HANG, ROOT
 
 
+def limited(argv: list[str], size: int) -> subprocess.CompletedProcess:
+    """``argv`` run from the checkout, each file it writes limited to ``size`` bytes (set in the child)."""
+    return subprocess.run(
+        argv,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY)),
+    )
+
+
 @pytest.mark.parametrize("made", [False, True])
 def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
     """A file-size limit (as a full disk) mid-shard: one line, exit 1, and no half-written folder (no
     shard without its manifest); a folder that was there before stays, emptied of
     what prepare wrote."""
-
     out = tmp_path / "out"
     if made:
         out.mkdir()
         (out / "notes.txt").write_text("mine")
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
-
-    done = subprocess.run(
-        [sys.executable, "run.py", "prepare", str(out), "data=embedded"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-        preexec_fn=limit,
-    )
+    done = limited([sys.executable, "run.py", "prepare", str(out), "data=embedded"], 200_000)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [
         f"error: writing failed: a file-size limit (ulimit -f) was hit; nothing was left in {out}: free space (or "
@@ -43,18 +43,9 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, made):
 
 def test_a_report_command_on_a_full_disk_is_one_line(tmp_path, tiny_sweep):
     """python -m results report under a file-size limit: exit 1, one line, the folder as it was (none here)."""
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
-
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "results", "report", "--tracking-uri", tiny_sweep.uri, "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-        preexec_fn=limit,
+    done = limited(
+        [sys.executable, "-m", "results", "report", "--tracking-uri", tiny_sweep.uri, "--out", str(out)], 20_000
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     [line] = done.stderr.strip().splitlines()
