@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
 from harness.ranges import violated
-from harness.record.store import check_store, resolve_tracking_uri, sqlite_path
+from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri, sqlite_path
 
 
 def store_to_write(configured: str | None) -> str:
@@ -47,41 +45,12 @@ def store_to_read(configured: str | None, flag: str = "--tracking-uri") -> str:
 
 
 def output_dir(value: str | Path, flag: str = "--out") -> Path:
-    """A folder the command may write, absolute. The check writes only inside a scratch folder of a unique
-    name, removed again: it creates nothing under the path's own name, so two commands checking the same
-    folder at once (two benches with the default --out) never see each other's probe."""
+    """A folder the command may write, absolute (``check_writable_dir``: nothing is created)."""
     if not str(value).strip():
         raise ConfigError(f"{flag} '' names no folder; give one, e.g. {flag} results/mine/")
     path = Path(value).expanduser().absolute()
-    existing, missing, is_dir = _deepest_existing(path)
-    if not is_dir:
-        raise ConfigError(
-            f"{flag}: cannot create {path} ({existing} is not a directory); choose a folder you can write"
-        )
-    try:
-        with tempfile.TemporaryDirectory(
-            prefix=".posbench-write-test-", dir=existing, ignore_cleanup_errors=True
-        ) as scratch:
-            # the missing part of the path, made under the scratch folder: a name the file system refuses shows
-            probe = Path(scratch).joinpath(*missing)
-            probe.mkdir(parents=True, exist_ok=True)
-            (probe / "probe").write_bytes(b"")
-    except OSError as e:
-        raise ConfigError(f"{flag}: cannot write {path} ({e.strerror}); choose a folder you can write") from None
+    check_writable_dir(path, flag, "choose a folder you can write")
     return path
-
-
-def _deepest_existing(path: Path) -> tuple[Path, tuple[str, ...], bool]:
-    """The deepest ancestor of ``path`` (itself included) that exists, the names below it that do not, and
-    whether it is a folder: one ``stat`` per level, so a folder removed between two looks reads as missing,
-    never as a file."""
-    for depth, p in enumerate((path, *path.parents)):
-        try:
-            mode = p.stat().st_mode
-        except OSError:  # missing, below a file, a name too long: found higher up, refused by the probe
-            continue
-        return p, path.parts[len(path.parts) - depth :], stat.S_ISDIR(mode)
-    raise AssertionError("the root always exists")
 
 
 def number(annotation: Any, kind: type = float):

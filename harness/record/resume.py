@@ -173,6 +173,7 @@ class ResumePlan:
         if not owner:
             yield self
             return
+        self.dir.mkdir(parents=True, exist_ok=True)  # checked writable by plan_resume, made when a run trains
         with dir_lock(self.dir / "lock") as free:
             if not free:
                 raise ConfigError(

@@ -22,7 +22,9 @@ import functools
 import os
 import random
 import sqlite3
+import stat
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -196,13 +198,36 @@ def _check_server(uri: str, parsed) -> None:
 
 
 def check_writable_dir(path: Path, key: str, fix: str) -> None:
-    """``path`` (created if missing) accepts new files."""
+    """``path`` can be made (where missing) and written, which the check tries in a scratch folder of a unique name
+    in its deepest existing folder, removed again: it creates nothing under the path's own name (a refused run
+    leaves no folder; two commands checking one folder at once never see each other's probe), and ``/proc/x``,
+    which passes a permission test, fails as its first write would."""
+    existing, missing, is_dir = _deepest_existing(path)
+    if not is_dir:
+        raise ConfigError(f"{key}: cannot create {path} ({existing} is not a directory); {fix}")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(
+            prefix=".posbench-write-test-", dir=existing, ignore_cleanup_errors=True
+        ) as scratch:
+            # the missing part of the path, made under the scratch folder: a name the file system refuses shows
+            probe = Path(scratch).joinpath(*missing)
+            probe.mkdir(parents=True, exist_ok=True)
+            (probe / "probe").write_bytes(b"")
     except OSError as e:
-        raise ConfigError(f"{key}: cannot create {path} ({e.strerror}); {fix}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"{key}: {path} is not writable; {fix}")
+        raise ConfigError(f"{key}: cannot write {path} ({e.strerror}); {fix}") from None
+
+
+def _deepest_existing(path: Path) -> tuple[Path, tuple[str, ...], bool]:
+    """The deepest ancestor of ``path`` (itself included) that exists, the names below it that do not, and
+    whether it is a folder: one ``stat`` per level, so a folder removed between two looks reads as missing,
+    never as a file."""
+    for depth, p in enumerate((path, *path.parents)):
+        try:
+            mode = p.stat().st_mode
+        except OSError:  # missing, below a file, a name too long: found higher up, refused by the probe
+            continue
+        return p, path.parts[len(path.parts) - depth :], stat.S_ISDIR(mode)
+    raise AssertionError("the root always exists")
 
 
 # ---------------------------------------------------------------- the client, retrying a locked store

@@ -84,3 +84,18 @@ def tokenizer_option(option: str, tmp_path):
     ).tokenizer.build()
     tok.fit(SimpleNamespace(train=text, val=text))
     return tok
+
+
+def test_a_check_creates_nothing_it_only_tries(tmp_path):
+    """The folders a run will write (its store's, its checkpoints') are tried, not made: a check that passes, or a
+    resume refused because nothing is there, leaves the file system as it was."""
+    from harness.config.check import check
+    from harness.errors import ConfigError
+    from harness.record.resume import plan_resume
+    from tests.helpers import spec
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    checked = check(spec(f"logger.tracking_uri={uri}", f"checkpoint.dir={tmp_path / 'ckpt'}"))
+    with pytest.raises(ConfigError, match="resume=true: no checkpoint for this config"):
+        plan_resume(checked.spec.values, checked.uri, "require")
+    assert list(tmp_path.iterdir()) == []
