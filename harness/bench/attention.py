@@ -54,9 +54,11 @@ def time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeat
 
 
 def table(rows: list[tuple[str, dict]], columns: list[str]) -> str:
-    out = ["| variant | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    out += [f"| {name} | " + " | ".join(cells.get(c, "—") for c in columns) + " |" for name, cells in rows]
-    return "\n".join(out)
+    from harness.bench.report import table as markdown  # the room's markdown tables; "—" where a variant has no cell
+
+    return "\n".join(
+        markdown(["variant", *columns], [[name, *(cells.get(c, "—") for c in columns)] for name, cells in rows])
+    )
 
 
 def main_times(args) -> None:
