@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,14 +255,15 @@ def log_results(uri: str | None, results: list[Result], peak: Peak, device: str,
         params = {"seq_len": str(r.seq_len), "batch": str(r.batch), "peak_flops": f"{peak.flops:.4g}"}
         metrics = {k: v for k, v in vars(r).items() if isinstance(v, float) and v == v}
         now = int(time.time() * 1000)
-        try:
-            with TrackedRun(
-                resolve_tracking_uri(uri), "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}"
-            ).open(tags, params) as run:
-                run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
-                if r.status == "refused":
-                    raise IncompatiblePairing(r.reason)
-                if r.status != "ok":
-                    raise CellFailed(r.reason)
-        except (CellFailed, IncompatiblePairing):
-            pass  # on record: the run is FAILED with the reason; the bench's exit code reports errors
+        # raised to record the run FAILED with the reason, then dropped: the bench's exit code reports errors
+        with (
+            suppress(CellFailed, IncompatiblePairing),
+            TrackedRun(resolve_tracking_uri(uri), "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}").open(
+                tags, params
+            ) as run,
+        ):
+            run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
+            if r.status == "refused":
+                raise IncompatiblePairing(r.reason)
+            if r.status != "ok":
+                raise CellFailed(r.reason)
