@@ -45,12 +45,11 @@ class Target:
 
     def evaluate(self, session: Session) -> Outcome:
         results = {k: session.cell(s, keep=True) for k, s in self.cells.items()}
-        failed = {k: r for k, r in results.items() if not r.ok}
-        if failed:
-            session.release()
-            why = "; ".join(f"{k}: {r.status}: {r.reason[:80]}" for k, r in failed.items())
-            return Outcome(self.label, self.goal, results, None, "not measured", "—", why)
-        try:
+        try:  # the kept steps are released however this ends
+            failed = {k: r for k, r in results.items() if not r.ok}
+            if failed:
+                why = "; ".join(f"{k}: {r.status}: {r.reason[:80]}" for k, r in failed.items())
+                return Outcome(self.label, self.goal, results, None, "not measured", "—", why)
             interval, method, check = self.measure(session, results)
             verdict = self.goal.judge(interval)
             where = self.explain(session) if verdict != "met" and session.options.device == "cpu" else None
@@ -236,11 +235,10 @@ class PeerOutcome:
 def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.0) -> PeerOutcome:
     """The peer and posbench at one shape, then ABBA rounds of the two warm steps until resolved."""
     ours, theirs = session.cell(spec, keep=True), session.cell(spec, peer.name, peer.builder(), keep=True)
-    if not (ours.ok and theirs.ok):
-        why = "; ".join(f"{r.name} {r.status}: {r.reason[:60]}" for r in (ours, theirs) if not r.ok)
-        session.release()
-        return PeerOutcome(peer, ours, theirs, None, "not measured", why)
-    try:
+    try:  # the kept steps are released however this ends
+        if not (ours.ok and theirs.ok):
+            why = "; ".join(f"{r.name} {r.status}: {r.reason[:60]}" for r in (ours, theirs) if not r.ok)
+            return PeerOutcome(peer, ours, theirs, None, "not measured", why)
         ratio = paired_rounds(
             session.step(spec, peer.name), session.step(spec), session.options.device, PEER_GOAL, budget_s=budget_s
         )
