@@ -10,10 +10,10 @@ token) measures how much the model uses word order: a model that uses it loses a
 
 - Masked LM and encoder-form tasks (labels aligned with inputs): ``shuffle_within_window`` moves
   inputs and labels by one permutation, so a masked target travels with its [MASK] slot.
-- Causal LM: the *raw window* is permuted before the input/label shift (``shuffle_tokens``, then
-  ``CausalLM.make_example``): the targets are the next tokens of the permuted text.
-  ``shuffle_within_window(..., causal=True)`` does the same on a built example (e.g. a causal
-  synthetic task): it rebuilds the raw text, permutes it, shifts again, and each scored target token
+- Causal LM: the *raw window* is permuted before the input/label shift (as if its real tokens were put
+  in ``real_permutation``'s order, then ``CausalLM.make_example``): the targets are the next tokens of the
+  permuted text. ``shuffle_within_window(..., causal=True)`` does this on a built example (a text window or a
+  causal synthetic task's): it rebuilds the raw text, permutes it, shifts again, and each scored target token
   keeps its score wherever it lands (the token landing at position 0 cannot be predicted).
 
 Padding never moves: only real positions are permuted among themselves.
@@ -66,11 +66,6 @@ def real_permutation(valid: Tensor, gen: torch.Generator) -> Tensor:
     real = valid.nonzero().squeeze(1)
     index[real] = real[torch.randperm(len(real), generator=gen)]
     return index
-
-
-def shuffle_tokens(window: Tensor, valid: Tensor, gen: torch.Generator) -> Tensor:
-    """A raw window (T,) with its real tokens in random order (for CausalLM: before make_example)."""
-    return window[real_permutation(valid, gen)]
 
 
 def shuffle_within_window(example: dict[str, Tensor], gen: torch.Generator, causal: bool = False) -> dict:
