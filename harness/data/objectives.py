@@ -123,24 +123,16 @@ class TextObjective:
     def training_data(self, corpus, seq_len: int, n: int, seed: int, world_size: int = 1) -> Dataset:
         """Random windows of the text; of pre-tokenized shards (harness/data/shards.py), random or
         sequential windows in each rank's own slice (``world_size``: the loaders pass it for those)."""
-        if hasattr(corpus, "train_ids"):
-            return TrainWindows(
-                corpus.train_ids,
-                seq_len + self.extra_tokens,
-                n,
-                seed,
-                self,
-                windows=corpus.windows,
-                world_size=world_size,
-                stride=seq_len,  # sequential CLM windows share the shifted token
-            )
         return TrainWindows(
-            self.tok.encode(corpus.train),
+            split_ids(corpus, self.tok, "train"),
             seq_len + self.extra_tokens,
             n,
             seed,
             self,
             document_firsts(corpus, self.tok, "train"),
+            windows=getattr(corpus, "windows", "random"),  # data.windows of pre-tokenized shards
+            world_size=world_size,
+            stride=seq_len,  # sequential CLM windows share the shifted token
         )
 
     def validation_data(self, corpus, seq_len: int) -> Dataset:
