@@ -266,15 +266,10 @@ def _train_text(source, limit: int | None = None) -> Iterator[str]:
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     left = sys.maxsize if limit is None else limit
-
-    def take(block: bytes) -> str:
-        nonlocal left
-        block, left = block[:left], left - min(left, len(block))
-        return decoder.decode(block, final=left == 0)
-
     for split, block, last in source.sides(integrity.Tally()):
         if split == "train":
-            yield take(block)
+            block, left = block[:left], left - min(left, len(block))
+            yield decoder.decode(block, final=left == 0)
         if last or not left:  # a named validation split's rows follow the last block
             break
     yield decoder.decode(b"", final=True)
