@@ -188,15 +188,12 @@ class MaskedLM(TextObjective):
         ids, real = window.numpy(), valid.numpy()
         if self.whole_word:  # word k's tokens share draw k
             word = np.cumsum(~self.tok.word_continues(window).numpy()) - 1  # (T,) the word each token is in
-            selected = (u_select[word] < self.mask_prob) & real
-        else:
-            selected = (u_select < self.mask_prob) & real
+        else:  # every token a word of its own
+            word = np.arange(len(ids))
+        selected = (u_select[word] < self.mask_prob) & real
         if not selected.any():  # score at least one token (word) per sequence
             pick = int(torch.randint(int(real.sum()), (1,), generator=gen))
-            if self.whole_word:
-                selected = (word == word[pick]) & real
-            else:
-                selected[pick] = True
+            selected = (word == word[pick]) & real
         random_ids = self._random_ids(window.shape, gen).numpy()
         inputs = np.where(selected & (u_action < self.p_mask), self.mask_id, ids)
         to_random = selected & (u_action >= self.p_mask) & (u_action < self.p_mask + self.p_random)
