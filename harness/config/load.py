@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import inspect
 import itertools
 import json
@@ -24,7 +23,7 @@ from hydra.conf import HydraConf
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import integrity
-from harness.config.catalog import check_interface, locate, option_name, option_node, target_overrides
+from harness.config.catalog import check_interface, locate, option_name, target_overrides
 from harness.config.spec import (
     Choices,
     Json,
@@ -35,7 +34,6 @@ from harness.config.values import (
     GROUPS,
     LAYERS,
     PLAIN,
-    OptionNode,
     check_known,
     check_optimizer,
     choice,
@@ -160,7 +158,7 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
     experiment, scale = (None if names.get(g) is None else str(names[g]) for g in ("experiment", "scale"))
     named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]), experiment, scale)
     try:
-        run = spec_of(resolved(cfg), named, functools.partial(option_node, extra=config_dirs))
+        run = spec_of(resolved(cfg), named, config_dirs)
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
@@ -289,8 +287,9 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     return values
 
 
-def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
-    """``values``: the resolved config (no hydra node); ``option_node``: a pattern's or a phase's other options."""
+def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str]) -> RunSpec:
+    """``values``: the resolved config (no hydra node); ``config_dirs``: the user's, where a pattern's or a phase's
+    other options are found too."""
     missing = [g for g in GROUPS if not isinstance(values.get(g), dict) or not chosen(g, node_of(values, g))]
     if missing:  # ~pos, pos=null, or a preset that drops one
         raise ConfigError(missing_group(missing[0]))
@@ -322,7 +321,7 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
     if not isinstance(model, ModelConfig):
         raise ConfigError("model._target_ must build a harness.model.transformer.ModelConfig; pick model=NAME")
     pos_node = node_of(values, "pos")
-    pos = choice("pos", pos_node, choices.pos, option_node)
+    pos = choice("pos", pos_node, choices.pos, config_dirs)
     return RunSpec(
         choices=choices,
         run=run,
@@ -333,10 +332,10 @@ def spec_of(values: Json, choices: Choices, option_node: OptionNode) -> RunSpec:
         tokenizer=component("tokenizer", node_of(values, "tokenizer"), f"tokenizer={name_of(values, 'tokenizer')}"),
         task=component("task", node_of(values, "task"), f"task={choices.task}", "task", ("tokenizer",)),
         pos=pos,
-        attn=choice("attn", node_of(values, "attn"), choices.attn, option_node),
+        attn=choice("attn", node_of(values, "attn"), choices.attn, config_dirs),
         optimizer=optimizer,
         schedule=component("optim.schedule", node_of(optim, "schedule"), "optim.schedule"),
-        phases=phases(values.get("phases"), pos, own_node(pos_node), option_node),
+        phases=phases(values.get("phases"), pos, own_node(pos_node), config_dirs),
         values=values,
     )
 

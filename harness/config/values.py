@@ -22,11 +22,11 @@ import difflib
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.config.catalog import check_interface, locate
+from harness.config.catalog import check_interface, locate, option_node
 from harness.config.spec import (
     BudgetSettings,
     CheckpointSettings,
@@ -66,7 +66,6 @@ MOVED = {
     "+experiment/<preset>/arm=<arm>"
 }
 S = TypeVar("S")
-OptionNode = Callable[[str, str, str], Json]  # (group, name, key) -> conf/<group>/<name>.yaml as a plain node
 
 
 def node_of(values: Json, key: str) -> Json:
@@ -256,7 +255,7 @@ PHASE_KEYS = ("at", "pos", "scaling", "factor", "seq_len")
 PHASE_EXAMPLE = "phases=[{at: 300, pos: none}]"
 
 
-def choice(group: str, node: Json, name: str, option_node: OptionNode) -> Choice:
+def choice(group: str, node: Json, name: str, config_dirs: Sequence[str]) -> Choice:
     """The run's ``pos`` (``attn``): its option, the wrapper keys (pos), and a per-layer pattern's entries."""
     randomize = (
         settings(Randomize, group, {k: node[k] for k in RANDOMIZE if k in node}) if group == "pos" else Randomize()
@@ -272,7 +271,7 @@ def choice(group: str, node: Json, name: str, option_node: OptionNode) -> Choice
         if entry in entries:
             continue
         names[entry], entries[entry] = entry_component(
-            group, entry, f"{group}.{LAYERS}[{i}]", f"{group}.{LAYERS}", (option.name, own), option_node
+            group, entry, f"{group}.{LAYERS}[{i}]", f"{group}.{LAYERS}", (option.name, own), config_dirs
         )
     if option.name not in names.values():
         raise ConfigError(
@@ -302,13 +301,13 @@ def pattern_unit(value: object, group: str) -> tuple[str, ...]:
 
 
 def entry_component(
-    group: str, entry: str, key: str, listed: str, own: tuple[str, Json], option_node: OptionNode
+    group: str, entry: str, key: str, listed: str, own: tuple[str, Json], config_dirs: Sequence[str]
 ) -> tuple[str, Component]:
     """An entry's option name and its component, typed at ``key``: the run's own option (``own``: its name and node)
     builds from the run's node, another from its conf/ YAML (named at ``listed`` if it is none); the entry's own
     settings (``rope(base=1e6)``) are each a key the option has."""
     name, extra = parse_entry(entry, key)
-    base = own[1] if name == own[0] else option_node(group, name, listed)
+    base = own[1] if name == own[0] else option_node(group, name, listed, config_dirs)
     unknown = [k for k in extra if k.startswith("_") or k not in base]
     if unknown:
         keys = ", ".join(k for k in base if not k.startswith("_"))
@@ -361,7 +360,7 @@ def _scalar(text: str) -> object:
 # ---------------------------------------------------------------- phases: a scheme named by entry
 
 
-def phases(raw: object, pos: Choice, own: Json, option_node: OptionNode) -> tuple[PhaseSpec, ...]:
+def phases(raw: object, pos: Choice, own: Json, config_dirs: Sequence[str]) -> tuple[PhaseSpec, ...]:
     """``phases``: each entry typed, its ``pos`` a component of its own (``phases[0].pos``)."""
     if raw is None or raw == []:
         return ()
@@ -371,10 +370,10 @@ def phases(raw: object, pos: Choice, own: Json, option_node: OptionNode) -> tupl
         raise ConfigError(
             "phases change the run's one scheme; pos.layers (a per-layer pattern) has no phases yet: drop one of them"
         )
-    return tuple(_phase(entry, i, pos.option.name, own, option_node) for i, entry in enumerate(raw))
+    return tuple(_phase(entry, i, pos.option.name, own, config_dirs) for i, entry in enumerate(raw))
 
 
-def _phase(raw: object, index: int, own_name: str, own: Json, option_node: OptionNode) -> PhaseSpec:
+def _phase(raw: object, index: int, own_name: str, own: Json, config_dirs: Sequence[str]) -> PhaseSpec:
     key = f"phases[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{key}={raw!r} must be a mapping such as {{at: 300, pos: none}}; e.g. {PHASE_EXAMPLE}")
@@ -394,5 +393,5 @@ def _phase(raw: object, index: int, own_name: str, own: Json, option_node: Optio
             f"none or 'rope(base=500000)'"
         )
     if isinstance(entry, str):
-        _, scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), option_node)
+        _, scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), config_dirs)
     return settings(PhaseSpec, key, {**raw, "key": key, "pos": scheme, "pos_entry": entry})
