@@ -62,10 +62,8 @@ def initialized() -> Iterator[object]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    if GlobalHydra.instance().is_initialized():
-        yield GlobalHydra.instance().config_loader()
-        return
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    ready = GlobalHydra.instance().is_initialized()
+    with contextlib.nullcontext() if ready else initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         yield GlobalHydra.instance().config_loader()
 
 
