@@ -27,5 +27,4 @@ def precision_for(accelerator: str) -> str:
     return "32-true" if str(accelerator) == "cpu" else "bf16-mixed"
 
 
-if not OmegaConf.has_resolver("precision_for"):
-    OmegaConf.register_new_resolver("precision_for", precision_for)
+OmegaConf.register_new_resolver("precision_for", precision_for, replace=True)  # a re-import registers the same one
