@@ -46,11 +46,6 @@ def token_losses(model, ids: torch.Tensor, length: int, stride: int, budget: int
     return out
 
 
-def loss_by_length(model, ids: torch.Tensor, length: int, stride: int, budget: int) -> float:
-    """Nats per token over the first ``budget`` labels, sliding windows of ``length`` advancing ``stride``."""
-    return float(token_losses(model, ids, length, stride, budget).mean())
-
-
 def key_tokens(
     long: torch.Tensor, short: torch.Tensor, alpha: float = LSD_ALPHA, beta: float = LCL_BETA
 ) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.pretrained.hf_eval import EvalSpec, check, parse
-from harness.pretrained.measures import key_tokens, loss_by_length, passkey_retrieved
+from harness.pretrained.measures import key_tokens, passkey_retrieved, token_losses
 from tests.helpers import tiny_llama
 
 pytest.importorskip("transformers")
@@ -38,7 +38,7 @@ def test_sliding_windows_score_every_label_once_and_match_the_closed_form():
     hits = sum(int(ids[t + 1] == (ids[t] + 1) % 7) for t in range(200))
     expected = -(hits * math.log(0.5) + (200 - hits) * math.log(0.5 / 6)) / 200
     for length, stride in ((16, 8), (50, 50), (64, 1), (200, 100)):
-        assert loss_by_length(model, ids, length, stride, budget=200) == pytest.approx(expected, abs=1e-12)
+        assert float(token_losses(model, ids, length, stride, budget=200).mean()) == pytest.approx(expected, abs=1e-12)
 
 
 def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
@@ -388,10 +388,10 @@ def test_pis_finetune_lowers_the_loss_at_the_new_length(bf16):
     ).eval()
     apply_scaling(model, method="linear", factor=2.0)
     ids = torch.arange(32).repeat(20)  # a counting text: learnable at once
-    before = loss_by_length(model, ids, 64, 32, 256)
+    before = float(token_losses(model, ids, 64, 32, 256).mean())
     curve = finetune(model, ids, 64, steps=40, lr=3e-3, bf16=bf16)
     assert len(curve) == 40 and not model.training and next(model.parameters()).dtype == torch.float32
-    assert loss_by_length(model, ids, 64, 32, 256) < before - 0.5
+    assert float(token_losses(model, ids, 64, 32, 256).mean()) < before - 0.5
 
 
 def test_posbenchs_own_theta_is_a_scaling_suffix_and_hope_needs_a_turning_frequency(tmp_path):
