@@ -11,6 +11,7 @@ Returns the README lines that embed them.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from harness.stats import welch_interval
@@ -100,9 +101,7 @@ def grid_section(client, cells, out: Path) -> list[str]:
         return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]{f' p={p:.1g}' if p is not None else ''} {mark} (n={n})"
 
     shown = {key: v for key, v in d.items() if v is not None}  # the cells with an interval
-    better = sum(mark == "better" for _, mark in decided.values())
-    worse = sum(mark == "worse" for _, mark in decided.values())
-    premature = sum(mark == "premature" for _, mark in decided.values())
+    marks = Counter(mark for _, mark in decided.values())  # better, worse, ≈, premature
     what = learned(cells)
     unready = [k for k, v in what.items() if "not yet" in v]
     head = ["pos", *(f"attn={a}" for a in attns)]
@@ -117,10 +116,10 @@ def grid_section(client, cells, out: Path) -> list[str]:
         "",
         *md_table(head, [[pos, *(delta_cell(pos, a) for a in attns)] for pos in poss]),
         "",
-        f"{better} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
-        f"{worse} are worse, "
-        f"{len(shown) - better - worse - premature} are within noise"
-        + (f", {premature} premature" if premature else "")
+        f"{marks['better']} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
+        f"{marks['worse']} are worse, "
+        f"{len(shown) - marks['better'] - marks['worse'] - marks['premature']} are within noise"
+        + (f", {marks['premature']} premature" if marks["premature"] else "")
         + (f"; {len(d) - len(shown)} have too few seeds for an interval." if len(d) > len(shown) else "."),
         "",
         "What each cell learned: exact match on the training lengths (synthetic tasks; mean over seeds) and "
