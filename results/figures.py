@@ -40,12 +40,11 @@ def rope_decay_bound(distances: Tensor, head_dim: int = 128, base: float = 10000
 
 
 def rope_decay(out: Path) -> None:
-    """Su's relative upper bound for d = 128, base 10000, m = 0 … 256."""
+    """Su's relative upper bound for d = 128, base 10000, m = 0 … 256, into ``out`` (``main``'s staging folder)."""
     from results.plots import plt
 
     m = torch.arange(0, 257)
     bound = rope_decay_bound(m)
-    out.mkdir(parents=True, exist_ok=True)
     rows = ["m,bound"] + [f"{i},{b:.6f}" for i, b in zip(m.tolist(), bound.tolist(), strict=True)]
     (out / "rope_decay.csv").write_text("\n".join(rows) + "\n")
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)

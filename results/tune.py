@@ -126,7 +126,8 @@ def _loss(value: float | None) -> str:
 
 
 def write(client, sweep, out: Path, regenerate: str) -> list[Path]:
-    """best.json and README.md of ``sweep`` (a results.store.Sweep) into ``out``."""
+    """best.json and README.md of ``sweep`` (a results.store.Sweep) into ``out``, the staging folder
+    ``integrity.report_folder`` made (``python -m results tune``)."""
     from results.store import cells_of
 
     if sweep.parent is None:
@@ -141,7 +142,6 @@ def write(client, sweep, out: Path, regenerate: str) -> list[Path]:
     }
     tuned = tune_cells(cells_of(client, sweep))
     wall = (info.end_time - info.start_time) / 60_000 if info.end_time else None
-    out.mkdir(parents=True, exist_ok=True)
     integrity.write(out / "best.json", best_json(tuned, source))  # sealed: optim.tuned refuses it changed
     (out / "README.md").write_text(markdown(tuned, source, wall))
     return [out / "best.json", out / "README.md"]
