@@ -413,9 +413,8 @@ def headline_metrics(cells: list[Cell]) -> dict[str, float]:
 
 
 def write_report(r: Report, out_dir: Path) -> list[Path]:
-    """report.md, report.csv and the PNG plots into out_dir (a command's ``integrity.report_folder``, which seals
-    them); returns the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """report.md, report.csv and the PNG plots into out_dir, a folder that exists (a command's
+    ``integrity.report_folder``, which seals them); returns the paths written."""
     written = plots.draw_all(r, out_dir)
     (out_dir / "report.csv").write_text(to_csv(r))
     (out_dir / "report.md").write_text(markdown(r, [p.name for p in written]))
