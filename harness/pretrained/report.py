@@ -82,10 +82,7 @@ def table(
         )
         for x in n
     ]
-    lines = ["| scaling | factor | " + " | ".join(c[0] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
-    for (method, factor), m in results.items():
-        cells = [format(m[metric], form) if metric in m else "—" for _, metric, form in columns]
-        lines.append(f"| {method} | {factor:g} | " + " | ".join(cells) + " |")
+    lines = _by_cell(columns, results)
     if keys is not None:
         own = (
             ""
@@ -147,6 +144,21 @@ def table(
     return "\n".join(lines) + "\n"
 
 
+def _by_cell(columns: list[tuple[str, str, str]], results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
+    """A markdown table with one row per cell (scaling, factor) and one column per (heading, metric, format): the
+    report's and each score table's; "—" where a cell has no such metric."""
+    return [
+        "| scaling | factor | " + " | ".join(heading for heading, _, _ in columns) + " |",
+        "|" + "---|" * (2 + len(columns)),
+        *(
+            f"| {method} | {factor:g} | "
+            + " | ".join(format(m[metric], form) if metric in m else "—" for _, metric, form in columns)
+            + " |"
+            for (method, factor), m in results.items()
+        ),
+    ]
+
+
 def _bounds(what: str, names: dict[str, str], results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
     """A floor or ceiling named (``names``: the metric by how the report says it): every cell 0 (or 1) on a score
     cannot tell the scalings apart there."""
@@ -167,15 +179,7 @@ def _score_table(prefix: str, title: str, results: dict[tuple[str, float], dict[
     ceilings."""
     names = sorted({k for m in results.values() for k in m if k.startswith(prefix)}, key=_by_length)
     said = {x: x[len(prefix) :].replace("_at_", " at ") for x in names}
-    lines = [
-        "",
-        f"## {title}",
-        "",
-        "| scaling | factor | " + " | ".join(said.values()) + " |",
-        "|---|---|" + "---|" * len(names),
-    ]
-    for (method, factor), m in results.items():
-        lines.append(f"| {method} | {factor:g} | " + " | ".join(f"{m[x]:.3g}" if x in m else "—" for x in names) + " |")
+    lines = ["", f"## {title}", "", *_by_cell([(said[x], x, ".3g") for x in names], results)]
     return (lines + _bounds(title, {v: k for k, v in said.items()}, results)) if names else []
 
 
