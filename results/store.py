@@ -56,10 +56,10 @@ class Sweep:
         return f"posbench · {self.parent.info.run_name} ({self.sweep_id})"
 
 
-def search_all(client, experiment_id: str, filter_string: str = "", order_by: list[str] | None = None) -> list:
+def search_all(client, experiment_id: str, filter_string: str = "") -> list:
     runs, token = [], None
     while True:  # search_runs pages at max_results
-        page = client.search_runs([experiment_id], filter_string, max_results=1000, order_by=order_by, page_token=token)
+        page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
         runs.extend(page)
         token = page.token
         if not token:
