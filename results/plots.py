@@ -32,7 +32,7 @@ def draw_all(r: Report, out_dir: Path) -> list[Path]:
         paths.append(loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png"))
     if any(g.attn_distance.mean is not None for g in r.groups):
         paths.append(attention_distance(r, colours, out_dir / "attention_distance.png"))
-    return [p for p in paths if p is not None]
+    return paths
 
 
 def scheme_colours(groups: list[Group]) -> dict[str, tuple]:
