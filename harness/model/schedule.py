@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from harness.errors import ConfigError
+from harness.ranges import NonNegativeInt, Range, check_fields
 
 
 @dataclass
 class Schedule:
-    """Linear warmup, then cosine or linear decay to ``min_lr_ratio`` × lr at ``total_steps``."""
+    """Linear warmup, then cosine or linear decay to ``min_lr_ratio`` × lr at ``total_steps``. Each field's type and
+    range is its annotation (harness/ranges.py), checked when the config is loaded and, by ``__post_init__``, when a
+    Schedule is built from Python, in the same words."""
 
-    warmup_steps: int = 30
+    warmup_steps: NonNegativeInt = 30
     decay: Literal["cosine", "linear", "constant"] = "cosine"
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: Annotated[float, Range("in [0, 1]", ge=0, le=1, verb="lie")] = 0.1
 
     def __post_init__(self):
-        if self.warmup_steps < 0:
-            raise ConfigError(f"optim.schedule.warmup_steps={self.warmup_steps} must be ≥ 0")
-        if self.decay not in ("cosine", "linear", "constant"):
-            raise ConfigError(f"optim.schedule.decay={self.decay!r}: use cosine, linear or constant")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ConfigError(f"optim.schedule.min_lr_ratio={self.min_lr_ratio} must lie in [0, 1]")
+        check_fields(self, "optim.schedule")
 
     def factor(self, step: int, total_steps: int) -> float:
         if step < self.warmup_steps:
