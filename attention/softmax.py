@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-import time
+import timeit
 from collections.abc import Callable
 
 import torch
@@ -221,7 +221,7 @@ def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None
     for name, backend in candidates.items():
         try:
             trial(backend)
-            seconds = min(_timed(functools.partial(trial, backend)) for _ in range(repeats))
+            seconds = min(timeit.repeat(functools.partial(trial, backend), number=1, repeat=repeats))
         except Exception:
             continue
         if seconds < best_s:
@@ -229,12 +229,6 @@ def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None
     if best is None:
         raise ConfigError(f"backend=auto: none of {', '.join(candidates)} ran here; use backend=sdpa")
     return best
-
-
-def _timed(fn: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def _trial(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Callable[[Backend], None]:
