@@ -52,10 +52,8 @@ def default_nb_features(head_dim: int) -> int:
 
 
 def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
-    """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device. Under a
-    meta-device build (the checks) only the shape is made: the draw takes O(M·D²) time."""
-    if torch.get_default_device().type == "meta":
-        return torch.empty(nb_features, head_dim)
+    """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device. The draw takes
+    O(M·D²) time: a meta-device build (the checks) does not call it (``Performer.__init__``)."""
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):
         torch.manual_seed(seed)
         return gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
