@@ -66,7 +66,7 @@ _SQLITE_WRITES = {
 def write_failure(exc: BaseException) -> str | None:
     """Why writing failed, if ``exc`` (or an exception it came from) is a full disk, a size limit, a read-only
     or failing device — sqlite reports these as "disk I/O error" — else None."""
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if isinstance(link, OSError) and link.errno in _WRITE_ERRNOS:
             return f"{_WRITE_ERRNOS[link.errno]}{f' writing {link.filename}' if link.filename else ''}"
         code = getattr(link, "sqlite_errorname", None) or ""  # sqlite3.Error's, under MLflow's and SQLAlchemy's
@@ -82,13 +82,13 @@ _SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # sqlite's result codes fo
 def store_damage(exc: BaseException) -> str | None:
     """sqlite's words, if ``exc`` (or an exception it came from) says the store's file was damaged under the run
     (truncated or overwritten by something else: SQLITE_CORRUPT, SQLITE_NOTADB), else None."""
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if (getattr(link, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE):
             return " ".join(str(link).split())
     return None
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc``, then the exception each one came from (its cause, else its context), each once."""
     link: BaseException | None = exc
     seen = set()
@@ -133,7 +133,7 @@ def users_code_failed(exc: BaseException) -> str | None:
     """Where the error was raised in the user's own code (a ``pos._target_`` class, a task of theirs): its class
     named and only its frames shown. None when the innermost frame is not the user's (a crash of posbench or a
     library keeps its whole traceback)."""
-    *_, inner = _chain(exc)  # the innermost exception: where the error began
+    *_, inner = exception_chain(exc)  # the innermost exception: where the error began
     frames = traceback.extract_tb(inner.__traceback__)
     if not frames or not _users_file(frames[-1].filename):
         return None

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
-from harness.errors import ConfigError, StoreDamaged, damaged_store_line
+from harness.errors import ConfigError, StoreDamaged, damaged_store_line, exception_chain
 from harness.paths import project_root
 
 # Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
@@ -238,14 +238,7 @@ LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # sqlite's result codes for a store a
 def is_locked(exc: BaseException) -> bool:
     """True if ``exc`` or anything in its cause chain is SQLite's lock error (by its result code, which Python's
     sqlite3 errors carry under MLflow's and SQLAlchemy's)."""
-    link: BaseException | None = exc
-    for _ in range(10):
-        if link is None:
-            return False
-        if (getattr(link, "sqlite_errorname", None) or "").startswith(LOCKED):
-            return True
-        link = link.__cause__ or link.__context__
-    return False
+    return any((getattr(link, "sqlite_errorname", None) or "").startswith(LOCKED) for link in exception_chain(exc))
 
 
 def retry_locked(
