@@ -152,14 +152,6 @@ def sealed_files(files: dict[str, str | bytes]) -> dict[str, str | bytes]:
     return {**files, **{f"{name}{FILE_SEAL}": sha256(data) + "\n" for name, data in files.items()}}
 
 
-def check_folder(folder: Path, fix: str) -> None:
-    """Every sealed file in ``folder`` against its seal (files without one are not judged)."""
-    for seal in sorted(folder.glob(f"*{FILE_SEAL}")):
-        path = seal.with_name(seal.name[: -len(FILE_SEAL)])
-        if path.is_file():
-            check_file(path, fix)
-
-
 def seal_file(path: Path) -> None:
     """``<path>.sha256`` for the file at ``path`` as it is now, written whole or not at all."""
     _replace(seal_path(path), file_digest(path) + "\n")

@@ -317,6 +317,7 @@ def damage_kinds(root: Path) -> list[Kind]:
     from harness.data.shards import TokenShards
     from harness.data.subword import BPE
     from harness.main import prepare_shards
+    from harness.pretrained.folder import read as read_export
     from harness.record.callbacks import CommittedCheckpoints
     from harness.record.resume import RunLink, checkpoint_step, latest_checkpoint
     from harness.sweep.callback import SweepRecord
@@ -387,9 +388,6 @@ def damage_kinds(root: Path) -> list[Kind]:
     def vocab(f):
         return in_cache(f, lambda: BPE(vocab_size=300).fit(text_corpus))
 
-    def exported(f):
-        return integrity.check_folder(f, "export the model again")
-
     def resumed(f):
         return checkpoint_step(latest_checkpoint(f) or f / "step-4.ckpt")
 
@@ -418,9 +416,9 @@ def damage_kinds(root: Path) -> list[Kind]:
         Kind("run.json", checkpoints, "run.json", RunLink.load),
         Kind("mlflow_sweep.json", sweep, "mlflow_sweep.json", SweepRecord.load),
         Kind("best.json", tuned, "best.json", lambda f: tuned_values(str(f / "best.json"), "rope", "softmax")),
-        Kind("an export's model.safetensors", export, "model.safetensors", exported),
-        Kind("an export's config.json", export, "config.json", exported),
-        Kind("its seal", export, "config.json.sha256", exported),
+        Kind("an export's model.safetensors", export, "model.safetensors", read_export),
+        Kind("an export's config.json", export, "config.json", read_export),
+        Kind("its seal", export, "config.json.sha256", read_export),
         *(
             Kind(f"a report folder's {name}", report, name, reported)
             for name in ("README.md", "plot.png", integrity.SUMS)
