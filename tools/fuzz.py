@@ -162,12 +162,14 @@ def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
 
     from harness.config.load import compose
     from harness.paths import CONF
+    from harness.record.run import flatten
 
     seen, tries = set(), []
     for group in GROUPS:
         for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
             cfg = OmegaConf.to_container(compose([f"{group}={option}"])[group], resolve=False)
-            for leaf in _leaves(cfg, group):
+            assert isinstance(cfg, dict), f"{group} composes to a mapping"
+            for leaf in flatten(cfg, f"{group}."):  # its leaf keys, dotted
                 if leaf in seen or leaf.rsplit(".", 1)[-1].startswith("_"):
                     continue
                 seen.add(leaf)
@@ -176,14 +178,6 @@ def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
                     for value in (["99999999999999999999"] if fast else CONFIG_VALUES)
                 ]
     return tries
-
-
-def _leaves(node, prefix: str):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _leaves(v, f"{prefix}.{k}")
-    else:
-        yield prefix
 
 
 def classify(reply: dict) -> str:
