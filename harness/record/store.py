@@ -165,7 +165,6 @@ def check_whole(uri: str) -> None:
     db = sqlite_path(uri)
     if db is None or not db.exists():
         return
-    why = None
     try:  # under a shared lock: another cell's writer cannot commit mid-check (its header and size agree)
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
             conn.execute("BEGIN")
