@@ -20,14 +20,14 @@ from harness.errors import ConfigError
 
 def missing(modules: tuple[str, ...]) -> list[str]:
     """The modules of ``modules`` that cannot be imported here (not installed, or blocked)."""
-    gone = []
-    for module in modules:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent that does not import; sys.modules[name] = None
-            found = False
-        gone += [] if found else [module]
-    return gone
+    return [module for module in modules if not _importable(module)]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that does not import; sys.modules[name] = None
+        return False
 
 
 def extra_for(module: str) -> str | None:
