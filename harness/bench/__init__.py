@@ -18,5 +18,5 @@ room only harness.main imports it (``posbench bench`` runs these commands).
 
 May import: attention and positional (what the benchmarks time); harness.config, harness.data, harness.model
 and harness.record (``internals`` assembles from them what several benchmarks share: a cell's config and model,
-a step's memory estimate and optimizer, random shards and their loader); and the ground.
+a step's memory estimate, random shards and their loader); and the ground.
 """

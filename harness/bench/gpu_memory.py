@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from harness.bench.internals import compose_cell, composed_model, optimizer_for, step_estimate
+from harness.bench.internals import compose_cell, composed_model, step_estimate
 from harness.bench.measure import trim
 from harness.model.loss import summed_cross_entropy
+from harness.model.module import parameter_groups
 
 if TYPE_CHECKING:
     from harness.model.transformer import Transformer
@@ -120,7 +121,7 @@ def train_steps(cfg, model: Transformer, ids: torch.Tensor, labels: torch.Tensor
     """``steps`` optimizer steps as harness.model.module trains (the spec's AdamW with no decay on biases and norms,
     fp32 cross-entropy over every logit, bf16 autocast when ``bf16``); the seconds of all but the first."""
     device = ids.device.type
-    optimizer = optimizer_for(cfg, model)
+    optimizer = cfg.optimizer.build(parameter_groups(model))
     started = 0.0
     for i in range(steps):
         if i == 1:

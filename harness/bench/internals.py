@@ -1,5 +1,5 @@
 """What the bench room's modules build from the rest of the harness: a composed cell and its model, a step's
-memory estimate and optimizer, random shards and their loader.
+memory estimate, random shards and their loader.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 from harness.errors import ConfigError
 
 if TYPE_CHECKING:
-    from torch.optim import Optimizer
-
     from harness.config.estimates import GpuEstimate
     from harness.config.spec import RunSpec
     from harness.model.transformer import Transformer
@@ -73,13 +71,6 @@ def step_estimate(spec: RunSpec, model: Transformer, vocab_size: int, batch: int
         str(spec.trainer.precision),
         SchemeTerms.of(model.pos),
     )
-
-
-def optimizer_for(spec: RunSpec, model: Transformer) -> Optimizer:
-    """The spec's optimizer over ``model`` as harness.model.module makes it: no decay on biases and norms."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return spec.optimizer.build([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
 
 
 def xformers_refusal() -> str | None:

@@ -189,13 +189,19 @@ class LanguageModel(L.LightningModule):
         return rows[~rows[:, 0].isnan()].cpu()
 
     def configure_optimizers(self):
-        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]  # biases, norms
-        optimizer = self.make_optimizer([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+        optimizer = self.make_optimizer(parameter_groups(self.model))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, partial(self.schedule.factor, total_steps=self.trainer.max_steps)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def parameter_groups(model: Transformer) -> list[dict]:
+    """The optimizer's parameter groups, training's and the benchmarks': ``model``'s trainable parameters, with no
+    weight decay on biases and norms."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]  # biases, norms
+    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:

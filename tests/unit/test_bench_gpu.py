@@ -40,6 +40,34 @@ def test_the_estimate_is_the_figure_check_gpu_memory_prints():
     assert gpu_memory.estimate(cell, 8)[1].summary() == printed
 
 
+def test_the_bench_optimizes_the_parameters_training_optimizes():
+    """A frozen parameter is in neither the memory bench's optimizer nor training's: the same groups, the same
+    tensors in each (harness/model/module.py's configure_optimizers)."""
+    from types import SimpleNamespace
+
+    from harness.bench.internals import compose_cell, composed_model
+    from harness.model.module import LanguageModel
+
+    spec = compose_cell(["experiment=eleuther_rotary", *SMALL, "data.seq_len=16", "model.loss_chunk=null"])
+    model = composed_model(spec, 300, True, "cpu")
+    model.blocks[0].norm1.weight.requires_grad_(False)  # frozen
+    handed = []
+
+    def build(groups):
+        handed.append([[id(p) for p in g["params"]] for g in groups])
+        return spec.optimizer.build(groups)
+
+    module = LanguageModel(model, build, spec.schedule.build(), None)
+    module.trainer = SimpleNamespace(max_steps=1)  # only the schedule's length is read
+    module.configure_optimizers()
+    ids = torch.randint(300, (2, 16))
+    bench_cfg = SimpleNamespace(optimizer=SimpleNamespace(build=build), model=spec.model)
+    gpu_memory.train_steps(bench_cfg, model, ids, ids.roll(-1, dims=1), 1, bf16=False)
+    training, bench = handed
+    assert id(model.blocks[0].norm1.weight) not in training[1]
+    assert bench == training
+
+
 def reference_flex(q, k, v, score_mod=None, block_mask=None, kernel_options=None):
     """flex_attention's definition, materialised: score_mod(q·kᵀ/√D, b, h, i, j), the causal mask, softmax."""
     B, H, T, D = q.shape
