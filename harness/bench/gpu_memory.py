@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
 from harness.bench.internals import compose_cell, composed_model, step_estimate
 from harness.bench.measure import trim
-from harness.model.loss import summed_cross_entropy
-from harness.model.module import parameter_groups
+from harness.model.module import parameter_groups, summed_loss
 
 if TYPE_CHECKING:
     from harness.model.transformer import Transformer
@@ -118,31 +116,24 @@ def _train(cfg, batch: int, t: int, cell: MemoryCell, device: str, steps: int) -
 
 
 def train_steps(cfg, model: Transformer, ids: torch.Tensor, labels: torch.Tensor, steps: int, bf16: bool) -> float:
-    """``steps`` optimizer steps as harness.model.module trains (the spec's AdamW with no decay on biases and norms,
-    fp32 cross-entropy over every logit, bf16 autocast when ``bf16``); the seconds of all but the first."""
+    """``steps`` optimizer steps as harness.model.module trains (the spec's AdamW over its ``parameter_groups``, no
+    decay on biases and norms; its ``summed_loss``, fp32 cross-entropy over every logit; bf16 autocast when
+    ``bf16``); the seconds of all but the first."""
     device = ids.device.type
     optimizer = cfg.optimizer.build(parameter_groups(model))
+    batch = {"input_ids": ids, "key_padding_mask": None, "labels": labels}
     started = 0.0
     for i in range(steps):
         if i == 1:
             _sync(device)
             started = time.perf_counter()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            loss = _loss(model, ids, labels, cfg.model.loss_chunk)
-        loss.backward()
+            total, n = summed_loss(model, batch)
+        (total / n).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     _sync(device)
     return time.perf_counter() - started
-
-
-def _loss(model: Transformer, ids: torch.Tensor, labels: torch.Tensor, chunk: int | None) -> torch.Tensor:
-    """The mean cross-entropy as harness.model.module computes it: fp32 over every logit, or from ``chunk`` tokens'
-    logits at a time (model.loss_chunk, harness/model/loss.py)."""
-    if chunk is None:
-        return F.cross_entropy(model(ids).flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-    h = model(ids, decode=False).flatten(0, 1)
-    return summed_cross_entropy(h, *model.output_layer(), labels.flatten(), chunk, -100) / (labels != -100).sum()
 
 
 def _sync(device: str) -> None:

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from harness.data.loaders import on_device
 from harness.model.diagnostics import png
 from harness.model.evaluate import LengthResults, WindowScores, evaluate_lengths, length_metrics
+from harness.model.module import summed_loss
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def finetune(module, corpus, objective, data, settings, length: int, seed: int) 
     losses = []
     module.train()
     for batch in DataLoader(windows, batch_size=batch_size):
-        loss_sum, n = module._loss_sum(on_device(batch, module.device))  # model.loss_chunk's chunks, if set
+        loss_sum, n = summed_loss(module.model, on_device(batch, module.device))  # model.loss_chunk's chunks, if set
         loss = loss_sum / n.clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

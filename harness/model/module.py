@@ -59,11 +59,8 @@ class LanguageModel(L.LightningModule):
         self.model.before_training_step(self.global_step)  # Performer's redraw, decided on the host
 
     def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
-        out = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
-        wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
-        loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
-        return loss, (batch["labels"] != IGNORE).sum(), out
+        """``scored`` on this module's model (harness/model/evaluate.py scores a module through it)."""
+        return scored(self.model, batch)
 
     def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each; the logits."""
@@ -72,21 +69,8 @@ class LanguageModel(L.LightningModule):
         losses = F.cross_entropy(wide.transpose(1, 2), batch["labels"], ignore_index=IGNORE, reduction="none")
         return losses, batch["labels"] != IGNORE, logits  # (B, V, T) in, (B, T) out
 
-    def _loss_sum(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(summed cross-entropy over the scored tokens, their count); with ``model.loss_chunk`` set, from that many
-        tokens' logits at a time (harness/model/loss.py), the whole batch's never held."""
-        chunk = self.model.cfg.loss_chunk
-        if chunk is None:
-            loss, n, _ = self._scored(batch)
-            return loss, n
-        n = (batch["labels"] != IGNORE).sum()
-        h = self.model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
-        return summed_cross_entropy(
-            h.flatten(0, 1), *self.model.output_layer(), batch["labels"].flatten(), chunk, IGNORE
-        ), n
-
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss_sum, n = self._loss_sum(batch)
+        loss_sum, n = summed_loss(self.model, batch)
         # Masked tokens per rank differ (MLM masks ~15 % at random), so each rank's own token-mean,
         # averaged by DDP, is not the global batch's token-mean. Dividing by the global count × world
         # size makes DDP's gradient average exactly the single-process gradient at the same global
@@ -141,7 +125,7 @@ class LanguageModel(L.LightningModule):
         if self.scores_sequences:  # exact match needs the logits
             assert logits is not None
             counts = (exact_match(logits, labels).sum(), len(labels), token_hits(logits, labels)[0])
-        shuffled_sum, shuffled_n = self._loss_sum(batch["shuffled"])
+        shuffled_sum, shuffled_n = summed_loss(self.model, batch["shuffled"])
         self._val += torch.stack(
             [
                 sums.sum().double(),
@@ -194,6 +178,27 @@ class LanguageModel(L.LightningModule):
             optimizer, partial(self.schedule.factor, total_steps=self.trainer.max_steps)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def scored(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
+    out = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
+    wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
+    loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
+    return loss, (batch["labels"] != IGNORE).sum(), out
+
+
+def summed_loss(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy over the scored tokens, their count), training's loss and the benchmarks'; with
+    ``model.loss_chunk`` set, from that many tokens' logits at a time (harness/model/loss.py), the whole batch's
+    never held."""
+    chunk = model.cfg.loss_chunk
+    if chunk is None:
+        loss, n, _ = scored(model, batch)
+        return loss, n
+    n = (batch["labels"] != IGNORE).sum()
+    h = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
+    return summed_cross_entropy(h.flatten(0, 1), *model.output_layer(), batch["labels"].flatten(), chunk, IGNORE), n
 
 
 def parameter_groups(model: Transformer) -> list[dict]:
