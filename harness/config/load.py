@@ -127,10 +127,17 @@ def parsed_overrides(args: list[str]) -> list:
         return []
 
 
+def preset_axes(params: Any, overrides: Sequence[str]) -> dict[str, Any]:
+    """The preset's own sweep axes (``hydra.sweeper.params``) that the command line ``overrides`` leave to it: the
+    command line wins however it sets a key (``seed=5``, ``++seed=5`` or ``~seed`` pins seed, ``+a=…`` pins ``+a``),
+    in a run without -m, in every sweeper and in the sweep's name alike."""
+    pinned = {o.partition("=")[0].lstrip("+~") for o in overrides}
+    return {str(k): v for k, v in (params or {}).items() if str(k).lstrip("+") not in pinned}
+
+
 def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> None:
     """A preset that is a sweep, run without -m; an empty output folder."""
-    pinned = {o.lstrip("+").partition("=")[0] for o in overrides}
-    axes = [a for a in hydra.sweeper.get("params") or {} if a.lstrip("+") not in pinned]  # +a=… pins +a
+    axes = list(preset_axes(hydra.sweeper.get("params"), overrides))
     if axes and not multirun:  # experiment=grid without -m would train one run of the defaults, untuned
         raise ConfigError(
             f"experiment={hydra.runtime.choices.get('experiment')} is a sweep over {', '.join(axes)}: "
@@ -358,8 +365,8 @@ def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[lis
         given = parser.parse_overrides(list(overrides))
         cfg = compose([_values(o)[0] for o in given], config_dirs, hydra=True)
         _check_sweeper(cfg.hydra.sweeper)
-        params = cfg.hydra.sweeper.get("params") or {}
-        every = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides])
+        params = cfg.hydra.sweeper.get("params")
+        every = parser.parse_overrides([*(f"{k}={v}" for k, v in preset_axes(params, overrides).items()), *overrides])
     axes = {override.get_key_element(): _values(override) for override in every}
     if OmegaConf.select(cfg, "report.seeds") == "auto":  # the sweeper trains the seeds: a preset's seed axis goes
         _check_stages(cfg, axes, {o.get_key_element() for o in given})

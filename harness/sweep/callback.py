@@ -142,11 +142,12 @@ class MlflowSweep(Callback):
         from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, STAGES_TAG
 
         overrides = list(config.hydra.overrides.task)
+        from harness.config.load import preset_axes
+
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
-        params = config.hydra.sweeper.get("params") or {}
-        preset_axes = [f"{k}={v}" for k, v in params.items() if not any(o.startswith(f"{k}=") for o in overrides)]
+        axes = preset_axes(config.hydra.sweeper.get("params"), overrides)
         staged = OmegaConf.select(config, "report.seeds") == "auto"  # the sweeper's looks replace a preset's seeds
-        name, swept = sweep_name(overrides + [o for o in preset_axes if not (staged and o.startswith("seed="))])
+        name, swept = sweep_name(overrides + [f"{k}={v}" for k, v in axes.items() if not (staged and k == "seed")])
         swept += ["seed"] if staged else []  # the sweeper adds it
         uri = resolve_tracking_uri(config.logger.tracking_uri)
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]

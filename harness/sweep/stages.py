@@ -27,7 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from harness import sequential
-from harness.config.load import claim_comparisons, in_arm
+from harness.config.load import claim_comparisons, in_arm, preset_axes
 from harness.sweep.callback import SweepRecord
 
 
@@ -76,6 +76,7 @@ class StagedSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        self.params = preset_axes(self.params, arguments)  # Hydra's would sweep seed=0,1,2 under ++seed=5 too
         report = self.config.report
         if report.seeds != "auto":
             return super().sweep(arguments)

@@ -121,9 +121,9 @@ class CellwiseOptunaSweeper(Sweeper):
         return "mlflow_sweep" not in (self.config.hydra.get("callbacks") or {})
 
     def sweep(self, arguments: list[str]) -> None:
-        given = {a.split("=", 1)[0].lstrip("+~") for a in arguments}
-        preset = [f"{k}={v}" for k, v in self.params.items() if k not in given]  # the command line wins
-        cells, rest = split_grid([*preset, *arguments])
+        from harness.config.load import preset_axes
+
+        cells, rest = split_grid([*(f"{k}={v}" for k, v in preset_axes(self.params, arguments).items()), *arguments])
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         counter = self.study.launcher
         assert isinstance(counter, CountingLauncher), "setup wraps the study's launcher"

@@ -99,3 +99,17 @@ def test_a_check_creates_nothing_it_only_tries(tmp_path):
     with pytest.raises(ConfigError, match="resume=true: no checkpoint for this config"):
         plan_resume(checked.spec.values, checked.uri, "require")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_line_pins_a_presets_axis_however_it_sets_its_key():
+    """One rule for a run without -m, every sweeper and the sweep's name: ``seed=5``, ``++seed=5`` and ``~seed`` pin
+    the preset's seed axis (``~seed`` runs the default seed, it is not refused as a sweep over seed), and ``+a=…``
+    or ``++a=…`` pins the preset's ``+a`` axis."""
+    from harness.config.load import preset_axes
+
+    assert load(["experiment=ablation", "pos=rope", "~seed"]).run.seed == 0
+    arms = {"+experiment/drope/arm": "rope,drope", "seed": "0,1,2"}
+    for pin in ("seed=5", "++seed=5", "~seed"):
+        assert preset_axes(arms, ["+experiment/drope/arm=rope", pin]) == {}
+    assert preset_axes(arms, ["++experiment/drope/arm=rope"]) == {"seed": "0,1,2"}
+    assert preset_axes(None, ["seed=5"]) == {}

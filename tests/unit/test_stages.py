@@ -123,6 +123,18 @@ def test_a_presets_seed_axis_gives_way_to_the_looks():
     ]
 
 
+@pytest.mark.parametrize("pin", ["seed=5", "++seed=5", "~seed"])
+def test_a_presets_axis_the_command_line_sets_is_not_swept(pin):
+    """However the command line sets a key, it pins the preset's axis of that key, as a run without -m reads it
+    (harness/config/load.py check_runnable) and as the sweep's parent run is named: ``++seed=5`` is three cells,
+    one per pos, not nine where each pos's seed=0, 1 and 2 are three runs of seed 5."""
+    from harness.config.load import cells
+
+    assert [sorted(cell) for cell in cells(["experiment=ablation", pin])] == [
+        sorted([f"pos={pos}", "experiment=ablation", pin]) for pos in ("none", "learned", "rope")
+    ]
+
+
 CLAIM = [
     {"metric": "val/loss", "lower": "pos=rope", "than": "pos=none"},
     {"metric": "val/loss", "close": "pos=learned", "to": "pos=none", "within": 0.02},

@@ -109,3 +109,24 @@ def test_another_error_of_a_study_whose_trials_finished_is_not_taken_for_no_tria
     with pytest.raises(ValueError, match="a real fault"):
         _tuner(tmp_path, [2.5, None], ValueError("a real fault")).sweep(["pos=rope"])
     _tuner(tmp_path, [2.5, 3.0], None).sweep(["pos=rope"])  # and a study that finished names its best
+
+
+def test_a_presets_axis_the_command_line_pins_is_one_study(tmp_path, monkeypatch):
+    """``+experiment/<preset>/arm=rope`` pins the preset's ``+experiment/<preset>/arm: rope,drope`` axis, as it does
+    in the basic sweeper and in the sweep's name (harness/config/load.py preset_axes): one study, not one per arm."""
+    from omegaconf import OmegaConf
+
+    import harness.sweep.tune as tune
+
+    monkeypatch.setattr(tune, "RESULTS", "r.yaml")
+    tuner = _tuner(tmp_path, [2.5], None)
+    tuner.params = {"+experiment/drope/arm": "rope,drope", "optim.optimizer.lr": "tag(log, interval(1e-4, 3e-2))"}
+    studies = []
+
+    def study(arguments):
+        studies.append(arguments)
+        OmegaConf.save(OmegaConf.create({"best_params": {"lr": 1e-3}, "best_value": 2.5}), tmp_path / "r.yaml")
+
+    monkeypatch.setattr(tuner.study, "sweep", study, raising=False)
+    tuner.sweep(["+experiment/drope/arm=rope", "++optim.optimizer.lr=1e-3"])
+    assert studies == [["+experiment/drope/arm=rope", "++optim.optimizer.lr=1e-3"]]
