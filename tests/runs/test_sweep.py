@@ -233,6 +233,24 @@ def test_a_staged_presets_parent_is_named_without_the_seed_axis_its_looks_replac
         callback._abort()
 
 
+def test_a_presets_axis_pinned_with_a_prefix_is_not_in_the_parents_name(module_store, tmp_path):
+    """``-m experiment=ablation ++seed=5`` pins the preset's seed axis as ``seed=5`` does (harness/config/load.py
+    preset_axes): the parent is named and its cells tagged by pos alone, as the sweeper runs them."""
+    from omegaconf import open_dict
+
+    from harness.sweep.callback import MlflowSweep
+
+    cfg = compose(["experiment=ablation", "++seed=5", f"hydra.sweep.dir={tmp_path}"])
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = ["experiment=ablation", "++seed=5"]
+    callback = MlflowSweep()
+    callback.on_multirun_start(cfg)
+    try:
+        assert callback.record.swept_keys == ["pos"]
+    finally:
+        callback._abort()
+
+
 def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(store, _empty_store, tmp_path):
     """The preflight checks every cell on meta first; a cell launched in this process (the basic launcher) then
     constructs its model once, directly, after its seed: its first validation loss is that of a single run of the
