@@ -66,6 +66,21 @@ def hope_inv_freq(inv_freq: Tensor, length: int) -> Tensor:
     return torch.where(2 * math.pi / inv_freq <= length, inv_freq, 0.0)
 
 
+def rope_frequencies(
+    rotated: int, base: float, hope: int | None = None, resonance: bool = False, dtype=torch.float64, device=None
+) -> Tensor:
+    """pos=rope's θ over a rotated width R: θ_i = base^(−2i/R), then HoPE's selection at the training length ``hope``
+    (None: no HoPE), then Resonance's rounding where set (module doc); with neither, exactly ``rope_inv_freq``.
+    posbench's models (``Rope.frequencies_at``) and pretrained ones (harness/pretrained/rotary.py) both take θ from
+    here. Shape (R/2,)."""
+    theta = rope_inv_freq(rotated, base, dtype, device)
+    if hope:
+        theta = hope_inv_freq(theta, hope)
+    if resonance:
+        theta = resonance_inv_freq(theta)
+    return theta
+
+
 def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
     """m·θ_i for every position m and frequency i. Shape (T, D/2); positions per row (B, T) give (B, 1, T, D/2),
     one rotation per row that broadcasts over the heads of (B, H, T, D)."""
@@ -270,14 +285,10 @@ class Rope(PositionalScheme):
         self.register_buffer("inv_freq", theta0, persistent=False)
 
     def frequencies_at(self, rotated: int, dtype=torch.float64, device=None) -> Tensor:
-        """θ_i = base^(−2i/R) over a rotated width R, then HoPE's selection and Resonance's rounding where set; with
-        neither, exactly ``rope_inv_freq``."""
-        theta = rope_inv_freq(rotated, self.base, dtype, device)
-        if self.hope:
-            theta = hope_inv_freq(theta, self.position_range)
-        if self.resonance:
-            theta = resonance_inv_freq(theta)
-        return theta
+        """``rope_frequencies`` over a rotated width R with this scheme's base, HoPE (at its training length) and
+        Resonance."""
+        hope = self.position_range if self.hope else None
+        return rope_frequencies(rotated, self.base, hope, self.resonance, dtype, device)
 
     float64_state: ClassVar[tuple[str, ...]] = ("inv_freq",)  # θ: kept in float64 whatever dtype the model is cast to
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from positional.rope import hope_inv_freq, resonance_inv_freq, rope_inv_freq
+from positional.rope import rope_frequencies
 from positional.rope_scaling import RopeScaling
 
 HF_METHODS = {
@@ -156,10 +156,7 @@ class ScaledRotary(nn.Module):
     def theta(self, scaling: RopeScaling, device=None) -> Tensor:
         """The unscaled θ (R/2,), fp64: the model's, then HoPE's selection and Resonance's rounding where set."""
         assert scaling.base is not None and scaling.rotated is not None
-        theta = rope_inv_freq(scaling.rotated, scaling.base, torch.float64, device)
-        if self.hope:
-            theta = hope_inv_freq(theta, self.hope)
-        return resonance_inv_freq(theta) if self.resonance else theta
+        return rope_frequencies(scaling.rotated, scaling.base, self.hope, self.resonance, device=device)
 
     def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None):
         scaling = self.scalings[layer_type]

@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from harness.errors import ConfigError
-from harness.pretrained.rotary import apply_scaling, rope_parameters, scaling_of
+from harness.pretrained.rotary import ScaledRotary, apply_scaling, rope_parameters, scaling_of
 
 L = 64  # the tiny models' context ("pretrained" length)
 R_HALF = {"llama": 8, "qwen2": 8, "gpt_neox": 2}  # R/2: head dim 16 (GPT-NeoX rotary_pct 0.25 → R = 4)
@@ -130,3 +130,19 @@ def test_posbenchs_own_theta_beyond_transformers_reaches_the_pretrained_model(op
     apply_scaling(ours, method="none", **options)
     for length in (L // 2, 3 * L):
         torch.testing.assert_close(logits(ours, length), logits(hf, length), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{}, {"resonance": True}, {"hope": True}, {"resonance": True, "hope": True}])
+def test_posbenchs_rope_and_the_pretrained_rotary_turn_by_the_same_angles(options):
+    """fp64, bit for bit: pos=rope trained at L and the rotary swapped into a pretrained model of context L (HoPE at
+    L) give the same cos and sin at every position, with and without Resonance and HoPE."""
+    from positional.base import Shape
+    from positional.rope import Rope
+    from positional.rope_scaling import RopeScaling
+
+    positions = torch.arange(3 * L)
+    ours = Rope(Shape(64, 4, 2, L, True), **options).eval().rotary(positions)  # head dim 16: R/2 = 8 angles
+    hope = L if options.get("hope") else None
+    rotary = ScaledRotary({None: RopeScaling(base=10000.0, rotated=16)}, "half", options.get("resonance", False), hope)
+    cos, sin = rotary(torch.zeros(1, 1, 1, dtype=torch.float64), positions[None])  # (1, T, R/2) each
+    assert torch.equal(cos[0], ours.cos) and torch.equal(sin[0], ours.sin)
