@@ -14,10 +14,10 @@ only (Eq. 16). Options:
   resonance Resonance RoPE (Wang et al. 2024, arXiv:2403.00071, Alg. 1): every wavelength λ_i = 2π/θ_i rounded
             to the nearest integer, θ̃_i = 2π/round(λ_i), so each pair's angle repeats exactly every λ̃_i
             positions and a position beyond the training length shows no angle training did not (for pairs with
-            λ̃_i ≤ L) — ``resonance_inv_freq``.
+            λ̃_i ≤ L) — ``rope_frequencies``.
   hope      HoPE (Chen et al. 2024, arXiv:2410.21216, §4): only the high frequencies stay, those completing at
             least one full period within the training length L (2π/θ_i ≤ L); the others become position-
-            independent, θ_i = 0 (their pairs are not rotated) — ``hope_inv_freq``. L is data.seq_len, or
+            independent, θ_i = 0 (their pairs are not rotated) — ``rope_frequencies``. L is data.seq_len, or
             max_position under pos.randomize=true. Only this rule is applied: no band of the highest
             frequencies is removed. With both options, HoPE selects and the kept θ are rounded.
   rotate_heads  rotate the last k of the H heads only; the first H − k see no position (x-transformers'
@@ -53,19 +53,6 @@ def rope_inv_freq(head_dim: int, base: float, dtype=torch.float32, device=None) 
     return base ** (-torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim)
 
 
-def resonance_inv_freq(inv_freq: Tensor) -> Tensor:
-    """θ̃_i = 2π / round(2π/θ_i): each wavelength rounded to a whole number of positions (Resonance RoPE, Wang et
-    al. 2024, Alg. 1). A θ_i = 0 (no rotation) stays 0. Shape kept."""
-    wavelength = torch.round(2 * math.pi / inv_freq)  # θ = 0: an infinite wavelength, and 2π/∞ = 0 again
-    return torch.where(inv_freq > 0, 2 * math.pi / wavelength, inv_freq)
-
-
-def hope_inv_freq(inv_freq: Tensor, length: int) -> Tensor:
-    """θ_i where 2π/θ_i ≤ L (the pair turns at least once within the training length L), 0 elsewhere: HoPE's
-    high-frequency components, the rest made position-independent (Chen et al. 2024, §4). Shape kept."""
-    return torch.where(2 * math.pi / inv_freq <= length, inv_freq, 0.0)
-
-
 def rope_frequencies(
     rotated: int, base: float, hope: int | None = None, resonance: bool = False, dtype=torch.float64, device=None
 ) -> Tensor:
@@ -75,9 +62,14 @@ def rope_frequencies(
     here. Shape (R/2,)."""
     theta = rope_inv_freq(rotated, base, dtype, device)
     if hope:
-        theta = hope_inv_freq(theta, hope)
+        # θ_i where 2π/θ_i ≤ L (the pair turns at least once within the training length L), 0 elsewhere: HoPE's
+        # high-frequency components, the rest made position-independent (Chen et al. 2024, §4)
+        theta = torch.where(2 * math.pi / theta <= hope, theta, 0.0)
     if resonance:
-        theta = resonance_inv_freq(theta)
+        # θ̃_i = 2π / round(2π/θ_i): each wavelength rounded to a whole number of positions (Resonance RoPE, Wang et
+        # al. 2024, Alg. 1). A θ_i = 0 (no rotation, HoPE's) stays 0
+        wavelength = torch.round(2 * math.pi / theta)  # θ = 0: an infinite wavelength, and 2π/∞ = 0 again
+        theta = torch.where(theta > 0, 2 * math.pi / wavelength, theta)
     return theta
 
 
