@@ -15,9 +15,10 @@ app that trains), ``cli`` (``run`` and ``check``: this command's own flags, as h
 benchmark's), ``train`` (the pipeline of one run) and ``scaleout`` (DDP ranks, batch geometry); the ground every
 room may stand on: ``errors`` (one-line errors), ``ranges`` (ranges declared in annotations), ``paths``,
 ``allocator`` (malloc settings), ``signals`` (SIGTERM and Ctrl-C), ``extras`` (optional packages), ``integrity``
-(files and records with their sha256), ``stats`` (the statistics of a comparison between seeds of arms: reports
-and hf-eval verdicts; timing rounds have their own, harness/bench/stats.py) and ``sequential`` (a family of
-comparisons decided look by look: group-sequential boundaries, Holm, equivalence, futility).
+(files and records with their sha256), ``markdown`` (the reports' markdown tables), ``stats`` (the statistics of a
+comparison between seeds of arms: reports and hf-eval verdicts; timing rounds have their own,
+harness/bench/stats.py) and ``sequential`` (a family of comparisons decided look by look: group-sequential
+boundaries, Holm, equivalence, futility).
 Imports flow one way: main → cli → config → model → data → the ground, with sweep → train → config/record;
 ``tests/unit/test_architecture.py`` fails on any import circle.
 """

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from harness.markdown import table
 from harness.stats import welch_interval
 from results.cells import ALPHA, MIN_ORDER_GAIN, group_cells
-from results.report import md_table
 from results.verdicts import BASELINE, verdicts
 
 
@@ -114,7 +114,7 @@ def grid_section(client, cells, out: Path) -> list[str]:
         f"rejects at family-wise α = {ALPHA:g} (the sweep report's verdicts), ≈ where it does not; premature: "
         "the cell's models do not use word order yet (outside the family).",
         "",
-        *md_table(head, [[pos, *(delta_cell(pos, a) for a in attns)] for pos in poss]),
+        *table(head, [[pos, *(delta_cell(pos, a) for a in attns)] for pos in poss], escape=True),
         "",
         f"{marks['better']} of {len(shown)} cells beat `pos={BASELINE}` beyond seed noise (Holm-corrected), "
         f"{marks['worse']} are worse, "
@@ -126,12 +126,13 @@ def grid_section(client, cells, out: Path) -> list[str]:
         f"the order gain (nats/token lost when each window's order is shuffled; below {MIN_ORDER_GAIN}: not yet "
         "using order, and its Δ says little about its scheme).",
         "",
-        *md_table(
+        *table(
             head,
             [
                 [pos, *("refused" if (pos, a) in refused else what.get((pos, a), "—") for a in attns)]
                 for pos in [BASELINE, *poss]
             ],
+            escape=True,
         ),
         "",
         f"{len(what) - len(unready)} of {len(what)} trained cells use word order or cannot "

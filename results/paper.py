@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import integrity, sequential
+from harness.markdown import table
 from harness.stats import (
     holm,
     minimum_detectable_effect,
@@ -510,12 +511,13 @@ def _write_scales_report(
         ),
         "## Verdict per scale",
         "",
-        "| scale | verdict | comparisons |",
-        "|---|---|---|",
-        *[
-            f"| {s} | {verdicts[s]} | " + "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes) + " |"
-            for s, outcomes in per_scale.items()
-        ],
+        *table(
+            ["scale", "verdict", "comparisons"],
+            [
+                [s, verdicts[s], "<br>".join(f"{o.text} → {o.verdict}" for o in outcomes)]
+                for s, outcomes in per_scale.items()
+            ],
+        ),
         "",
         *_sweep_report(out, _claim_metrics(claim)),
     ]
@@ -619,10 +621,13 @@ def _comparisons_table(outcomes: list[Outcome], secondary: list[Outcome]) -> lis
     return [
         "## Comparisons",
         "",
-        "| comparison | outcome |",
-        "|---|---|",
-        *[f"| {o.text} | {o.verdict} |" for o in outcomes],
-        *[f"| {o.text} (secondary: not part of the verdict) | {o.verdict} |" for o in secondary],
+        *table(
+            ["comparison", "outcome"],
+            [
+                *([o.text, o.verdict] for o in outcomes),
+                *([f"{o.text} (secondary: not part of the verdict)", o.verdict] for o in secondary),
+            ],
+        ),
         "",
     ]
 
@@ -654,8 +659,12 @@ def render_index(results_dir: Path) -> str:
         text = readme.read_text().splitlines()
         verdict = next((line for line in text if line.startswith("**Verdict")), "")
         rows.append(
-            f"| [{readme.parent.name}]({readme.parent.name}/README.md) | {text[0].lstrip('# ')} | "
-            f"{verdict.split('**')[1] if verdict else '—'} | {_cost(text)} |"
+            [
+                f"[{readme.parent.name}]({readme.parent.name}/README.md)",
+                text[0].lstrip("# "),
+                verdict.split("**")[1] if verdict else "—",
+                _cost(text),
+            ]
         )
     return (
         "\n".join(
@@ -670,9 +679,7 @@ def render_index(results_dir: Path) -> str:
                 "This index: `python -m results index` "
                 "(tests/unit/test_paper.py fails when it disagrees with the reports).",
                 "",
-                "| report | what | verdict / summary | runs, wall time |",
-                "|---|---|---|---|",
-                *rows,
+                *table(["report", "what", "verdict / summary", "runs, wall time"], rows),
             ]
         )
         + "\n"

@@ -8,6 +8,7 @@ import io
 import re
 from pathlib import Path
 
+from harness.markdown import table
 from results import plots, spread, verdicts
 from results.cells import Cell, Group, Report, Stat, mean_std
 
@@ -81,7 +82,7 @@ def markdown(r: Report, plots: list[str]) -> str:
         "",
         "## Scheme × attention",
         "",
-        *md_table(head, rows),
+        *table(head, rows, escape=True),
         "",
         "Losses in nats/token (mean ± sample std over finished seeds)"
         + (
@@ -141,9 +142,9 @@ def markdown(r: Report, plots: list[str]) -> str:
             "artifacts hold them per layer and head, by offset, and as maps.",
         ),
     ]
-    for title, table, note in measured:
-        if table is not None:
-            lines += [f"## {title}", "", *md_table(*table), "", note, ""]
+    for title, shown, note in measured:
+        if shown is not None:
+            lines += [f"## {title}", "", *table(*shown, escape=True), "", note, ""]
     cell_rows = [
         [c.label, c.name, c.status, _num(c.final_loss, 4), _num(c.tokens_per_s, 0), c.reason]
         for c in sorted(r.cells, key=lambda c: c.job)
@@ -151,7 +152,7 @@ def markdown(r: Report, plots: list[str]) -> str:
     lines += [
         "## Cells",
         "",
-        *md_table(["cell", "run", "status", "final val loss", "tokens/s", "reason"], cell_rows),
+        *table(["cell", "run", "status", "final val loss", "tokens/s", "reason"], cell_rows, escape=True),
         "",
     ]
     lines += [f"![{Path(p).stem}]({p})" for p in plots]
@@ -291,15 +292,6 @@ def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
         [g.label, g.attn, g.attn_distance.fmt(2), g.attn_entropy.fmt(3)]
         for g in r.groups
         if g.attn_distance.mean is not None
-    ]
-
-
-def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731 — a pipe would split the column
-    return [
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *("| " + " | ".join(cell(x) for x in row) + " |" for row in rows),
     ]
 
 

@@ -16,6 +16,7 @@ import io
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.markdown import table
 
 # the drift metrics the scheme logs, each with its plot's y label
 DRIFT_METRICS = {"pos/theta_rel_change": "‖θ − θ₀‖ / ‖θ₀‖", "pos/theta_max_log_ratio": "max_i |log θ_i / θ₀_i|"}
@@ -94,17 +95,29 @@ def theta_section(client, cells, out: Path) -> list[str]:
         "Per seed, at the end of training: how far θ moved as a whole (the norm, dominated by θ₀ = 1) and "
         "per frequency (θ_final/θ₀, from each run's `theta.csv` artifact; all frequencies in `theta.csv` here).",
         "",
-        "| seed | ‖θ−θ₀‖/‖θ₀‖ | frequencies moved > 10 % | max over i of abs(log θ_i/θ₀_i) | sign flips |",
-        "|---|---:|---:|---:|---:|",
     ]
+    body = []
     for c in runs:
         rows = tables[c.seed]
         final = client.get_run(c.run_id).data.metrics
         moved = sum(abs(r["ratio"] - 1) > 0.1 for r in rows)
-        lines.append(
-            f"| {c.seed} | {final.get('pos/theta_rel_change', float('nan')):.4f} | {moved} of {len(rows)} | "
-            f"{final.get('pos/theta_max_log_ratio', float('nan')):.3f} | "
-            f"{sum(r['ratio'] <= 0 for r in rows)} |"
+        body.append(
+            [
+                c.seed,
+                f"{final.get('pos/theta_rel_change', float('nan')):.4f}",
+                f"{moved} of {len(rows)}",
+                f"{final.get('pos/theta_max_log_ratio', float('nan')):.3f}",
+                sum(r["ratio"] <= 0 for r in rows),
+            ]
         )
-    lines += ["", "![theta_drift](theta_drift.png)", "![theta_ratio](theta_ratio.png)"]
+    lines += [
+        *table(
+            ["seed", "‖θ−θ₀‖/‖θ₀‖", "frequencies moved > 10 %", "max over i of abs(log θ_i/θ₀_i)", "sign flips"],
+            body,
+            "lrrrr",
+        ),
+        "",
+        "![theta_drift](theta_drift.png)",
+        "![theta_ratio](theta_ratio.png)",
+    ]
     return lines

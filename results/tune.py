@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from harness import integrity
+from harness.markdown import table
 from results.cells import Cell
-from results.report import md_table
 
 
 def cell_key(pos: str, attn: str) -> str:
@@ -103,13 +103,15 @@ def markdown(tuned: list[Tuned], source: dict[str, str], wall_min: float | None)
             "(nats/token). `best.json` holds the best values; `optim.tuned=results/tune_lr/best.json` reruns any "
             "preset at them.",
             "",
-            *md_table(
-                ["cell", "trials (finished)", *(f"best {k}" for k in keys), "best val loss", "worst val loss"], rows
+            *table(
+                ["cell", "trials (finished)", *(f"best {k}" for k in keys), "best val loss", "worst val loss"],
+                rows,
+                escape=True,
             ),
             "",
             "## Every trial",
             "",
-            *md_table(["cell", "trial", *keys, "status", "final val loss"], trial_rows),
+            *table(["cell", "trial", *keys, "status", "final val loss"], trial_rows, escape=True),
             "",
         ]
     )

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from harness import sequential
+from harness.markdown import table
 from harness.stats import minimum_detectable_effect, welch_interval, welch_p_value, what_settles
 from results.cells import ALPHA, Declared, Group
 
@@ -254,7 +255,7 @@ def section(
     named = (
         f"`pos={declared.pos}`, {declared.when}" if declared else f"`pos={BASELINE}` (no report.baseline was declared)"
     )
-    rows = [f"| {f.group.label} | {f.group.attn} | {f.baseline.pos} | {f.verdict} | {f.text} |" for f in found]
+    rows = [[f.group.label, f.group.attn, f.baseline.pos, f.verdict, f.text] for f in found]
     return [
         "## Verdicts",
         "",
@@ -271,8 +272,6 @@ def section(
         )
         + "inconclusive otherwise: no evidence either way.",
         "",
-        "| cell | attn | baseline | verdict | detail |",
-        "|---|---|---|---|---|",
-        *rows,
+        *table(["cell", "attn", "baseline", "verdict", "detail"], rows),
         "",
     ]

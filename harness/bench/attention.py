@@ -26,6 +26,7 @@ from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
+from harness.markdown import table as markdown
 from positional.base import RelativeBias, Shape
 
 B, H, D = 1, 4, 32
@@ -54,9 +55,7 @@ def time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeat
 
 
 def table(rows: list[tuple[str, dict]], columns: list[str]) -> str:
-    from harness.bench.report import table as markdown  # the room's markdown tables; "—" where a variant has no cell
-
-    return "\n".join(
+    return "\n".join(  # "—" where a variant has no cell
         markdown(["variant", *columns], [[name, *(cells.get(c, "—") for c in columns)] for name, cells in rows])
     )
 

@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.markdown import table
+
 # (name, overrides, vocabulary, causal): each measured at both precisions
 BASE = ["task=clm", "model.dropout=0.0", "trainer.accelerator=cpu"]
 SHAPES: tuple[tuple[str, tuple[str, ...], int, bool], ...] = (
@@ -227,15 +229,37 @@ def render(rows: list[Row], command: str, seconds: float) -> str:
         f"{min(ratios):.2f} … {max(ratios):.2f}. Under run.py's allocator: "
         f"{min(r.resident_ratio for r in rows):.2f} … {max(r.resident_ratio for r in rows):.2f}.**",
         "",
-        "| shape | precision | params | tokens | vocab | estimate (MiB) | states / activations / logits | "
-        "tensors (MiB) | ÷ estimate | run.py's allocator (MiB) | ÷ estimate |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r.shape} | {r.precision} | {r.n_params:,} | {r.tokens:,} | {r.vocab:,} | {r.estimate_mib:,.0f} | "
-        f"{r.states_mib:,.0f} / {r.activations_mib:,.0f} / {r.logits_mib:,.0f} | {r.measured_mib:,.0f} | "
-        f"{r.ratio:.3f} | {r.resident_mib:,.0f} | {r.resident_ratio:.3f} |"
-        for r in rows
+        *table(
+            [
+                "shape",
+                "precision",
+                "params",
+                "tokens",
+                "vocab",
+                "estimate (MiB)",
+                "states / activations / logits",
+                "tensors (MiB)",
+                "÷ estimate",
+                "run.py's allocator (MiB)",
+                "÷ estimate",
+            ],
+            [
+                [
+                    r.shape,
+                    r.precision,
+                    f"{r.n_params:,}",
+                    f"{r.tokens:,}",
+                    f"{r.vocab:,}",
+                    f"{r.estimate_mib:,.0f}",
+                    f"{r.states_mib:,.0f} / {r.activations_mib:,.0f} / {r.logits_mib:,.0f}",
+                    f"{r.measured_mib:,.0f}",
+                    f"{r.ratio:.3f}",
+                    f"{r.resident_mib:,.0f}",
+                    f"{r.resident_ratio:.3f}",
+                ]
+                for r in rows
+            ],
+        ),
     ]
     return "\n".join(lines) + "\n"
 

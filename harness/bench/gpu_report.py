@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from harness.bench.report import table
+from harness.markdown import table
 
 
 def _rows(folder: Path, name: str) -> list[dict[str, str]]:

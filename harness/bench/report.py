@@ -16,6 +16,7 @@ from harness.bench.session import Result
 from harness.bench.stats import Interval
 from harness.bench.targets import Outcome, PeerOutcome
 from harness.integrity import report_folder
+from harness.markdown import table
 
 
 @dataclass
@@ -65,12 +66,6 @@ def write_csv(path: Path, rows: list[dict]) -> None:
             writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
             writer.writeheader()
             writer.writerows(rows)
-
-
-def table(header: list[str], rows: list[list[str]], align: str = "") -> list[str]:
-    """A markdown table; ``align``: a letter per column, ``r`` for a right-aligned one (default: all left)."""
-    rule = "".join("---:|" if a == "r" else "---|" for a in align or "l" * len(header))
-    return [f"| {' | '.join(header)} |", f"|{rule}", *(f"| {' | '.join(row)} |" for row in rows)]
 
 
 def write_report(folder: Path, report: Report) -> None:

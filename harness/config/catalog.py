@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.markdown import table
 from harness.paths import CONF
 
 GROUPS = ("pos", "attn", "task")  # the groups whose options are classes a user adds
@@ -271,15 +272,16 @@ def render_catalogue(
             check_interface(group, cls, targets[group])
             found = dict(sorted({**found, option_name(cls): cls}.items()))
         lines += [f"## {group}=" if markdown else f"{group}= ({len(found)} options)", ""]
+        rows = [(name, summary_line(cls, group), describe(group, cls)) for name, cls in found.items()]
         if markdown:
-            lines += ["| option | what | declares |", "|---|---|---|"]
-        for name, cls in found.items():
-            what, declares = summary_line(cls, group), describe(group, cls)
-            lines.append(
-                f"| `{name}` | {what} | {declares} |"
-                if markdown
-                else f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else "")
+            lines += table(
+                ["option", "what", "declares"], [[f"`{name}`", what, declares] for name, what, declares in rows]
             )
+        else:
+            lines += [
+                f"  {name:<20} {what}" + (f"\n  {'':<20} [{declares}]" if declares else "")
+                for name, what, declares in rows
+            ]
         if group == "pos":  # a wrapper any of them takes, not an option of its own (positional/randomized.py)
             refusing = ", ".join(n for n, c in found.items() if getattr(c, "randomize_refusal", None))
             said = [

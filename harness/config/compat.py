@@ -26,6 +26,7 @@ from harness.config.catalog import (
     user_config_dirs,
 )
 from harness.errors import ConfigError
+from harness.markdown import table
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,10 @@ def render_text(pairings: list[Pairing]) -> str:
 
 def render_markdown(pairings: list[Pairing]) -> str:
     pos, attn, at, reasons = _grid(pairings)
-    lines = ["| pos \\ attn | " + " | ".join(f"`{a}`" for a in attn) + " |", "|---|" + "---|" * len(attn)]
-    lines += [f"| `{p}` | " + " | ".join(_mark(at[p, a], reasons, "✓", "✗") for a in attn) + " |" for p in pos]
+    lines = table(
+        ["pos \\ attn", *(f"`{a}`" for a in attn)],
+        [[f"`{p}`", *(_mark(at[p, a], reasons, "✓", "✗") for a in attn)] for p in pos],
+    )
     if reasons:
         lines += ["", "Refused:", ""] + [f"{n}. {r}" for n, r in enumerate(reasons, 1)]
     return "\n".join(lines) + "\n"

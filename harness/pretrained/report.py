@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from harness import markdown
 from harness.errors import ConfigError
 from harness.integrity import report_folder
 
@@ -133,13 +134,22 @@ def table(
             f"difference below {spec.margin:g} nats is negligible, for neither side. One text: a claim about "
             "this text and model, not about the scalings in general.",
             "",
-            "| factor | length | comparison | Δ loss (nats) | 95 % interval | p | blocks | decision |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {r['factor']:g} | {r['length']} | {r['a']} − {r['b']} | {r['diff']:+.4f} | "
-            f"{r['low']:+.4f} … {r['high']:+.4f} | {r['p']:.2g} | {r['blocks']} | {r['decision']} |"
-            for r in rows
+            *markdown.table(
+                ["factor", "length", "comparison", "Δ loss (nats)", "95 % interval", "p", "blocks", "decision"],
+                [
+                    [
+                        f"{r['factor']:g}",
+                        r["length"],
+                        f"{r['a']} − {r['b']}",
+                        f"{r['diff']:+.4f}",
+                        f"{r['low']:+.4f} … {r['high']:+.4f}",
+                        f"{r['p']:.2g}",
+                        r["blocks"],
+                        r["decision"],
+                    ]
+                    for r in rows
+                ],
+            ),
         ]
     return "\n".join(lines) + "\n"
 
@@ -147,16 +157,13 @@ def table(
 def _by_cell(columns: list[tuple[str, str, str]], results: dict[tuple[str, float], dict[str, float]]) -> list[str]:
     """A markdown table with one row per cell (scaling, factor) and one column per (heading, metric, format): the
     report's and each score table's; "—" where a cell has no such metric."""
-    return [
-        "| scaling | factor | " + " | ".join(heading for heading, _, _ in columns) + " |",
-        "|" + "---|" * (2 + len(columns)),
-        *(
-            f"| {method} | {factor:g} | "
-            + " | ".join(format(m[metric], form) if metric in m else "—" for _, metric, form in columns)
-            + " |"
+    return markdown.table(
+        ["scaling", "factor", *(heading for heading, _, _ in columns)],
+        [
+            [method, f"{factor:g}", *(format(m[metric], form) if metric in m else "—" for _, metric, form in columns)]
             for (method, factor), m in results.items()
-        ),
-    ]
+        ],
+    )
 
 
 def _bounds(what: str, names: dict[str, str], results: dict[tuple[str, float], dict[str, float]]) -> list[str]:

@@ -7,7 +7,7 @@ import is still a dependency). A *room* is a subpackage of harness/ (``harness.r
 harness's top-level modules (``harness.train``), or a top-level package (``positional``); its
 docstring's ``May import:`` paragraph names the rooms it may use. ``harness.errors``, ``harness.ranges``,
 ``harness.paths``, ``harness.allocator``, ``harness.signals``, ``harness.extras``, ``harness.integrity``,
-``harness.stats`` and ``harness.sequential`` are the ground: anyone may import them.
+``harness.markdown``, ``harness.stats`` and ``harness.sequential`` are the ground: anyone may import them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ GROUND = {
     "harness.signals",
     "harness.extras",
     "harness.integrity",
+    "harness.markdown",
     "harness.stats",
     "harness.sequential",
 }
