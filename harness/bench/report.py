@@ -254,19 +254,18 @@ def _cut(b: Breakdown) -> str:
 
 def _plots(out: Path, grid: list[Result], device: str) -> None:
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # the Agg canvas, without pyplot's global figures
 
     ok = [r for r in grid if r.ok]
     attns, poses = sorted({r.attn for r in ok}), sorted({r.pos for r in ok})
-    colours = dict(zip(attns, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    colours = dict(zip(attns, matplotlib.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     styles = dict(zip(poses, ["-", "--", ":", "-."] * 4, strict=False))
     for key, label, fname in (
         ("step_s", "step time (s, forward + backward)", "step_time.png"),
         ("peak_mem_mb", "peak allocated memory (MB)", "memory.png"),
     ):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig = Figure(figsize=(7, 4.5))
+        ax = fig.subplots()
         for attn in attns:
             for pos in poses:
                 pts = sorted(
@@ -292,4 +291,3 @@ def _plots(out: Path, grid: list[Result], device: str) -> None:
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         fig.savefig(out / fname, dpi=120)
-        plt.close(fig)

@@ -208,12 +208,10 @@ def csv(results: dict[tuple[str, float], dict[str, float]]) -> str:
 
 def curves(spec, results: dict[tuple[str, float], dict[str, float]]) -> bytes:
     """Loss by context length, one line per cell (PNG)."""
-    import matplotlib
+    from matplotlib.figure import Figure  # the Agg canvas, without pyplot's global figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for (method, factor), m in results.items():
         ax.plot(spec.lengths, [m[f"val/loss_at_{x}"] for x in spec.lengths], marker="o", label=f"{method} ×{factor:g}")
     ax.set(
@@ -225,7 +223,6 @@ def curves(spec, results: dict[tuple[str, float], dict[str, float]]) -> bytes:
     ax.legend(fontsize=8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 

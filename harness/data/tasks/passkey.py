@@ -184,13 +184,12 @@ def write_depth_table(
 
 def _heatmap(table: DepthTable, path: Path) -> None:
     import matplotlib
-
-    matplotlib.use("Agg")  # headless
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # the Agg canvas, without pyplot's global figures
 
     acc = table.accuracy
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(table.lengths), 1.2 + 0.35 * table.n_bins))
-    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="lightgrey")  # grey: cells without examples
+    fig = Figure(figsize=(1.0 + 0.8 * len(table.lengths), 1.2 + 0.35 * table.n_bins))
+    ax = fig.subplots()
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="lightgrey")  # grey: cells without examples
     im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     for (k, j), a in np.ndenumerate(acc):
         ax.text(j, k, "–" if np.isnan(a) else f"{a:.2f}", ha="center", va="center", fontsize=7)
@@ -202,4 +201,3 @@ def _heatmap(table: DepthTable, path: Path) -> None:
     fig.colorbar(im, ax=ax, label="accuracy")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
