@@ -24,9 +24,9 @@ from collections.abc import Callable
 from harness.config.catalog import CONFIG_DIR_FLAGS, user_config_dirs
 from harness.config.check import Checked, check
 from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib, short_count
-from harness.config.hydra_errors import one_line, user_error
+from harness.config.hydra_errors import user_error
 from harness.config.load import cells, load
-from harness.errors import ConfigError, IncompatiblePairing, users_code_failed
+from harness.errors import ConfigError, IncompatiblePairing, said_refusal, users_code_failed
 
 CHECK_FLAG, GPU_MEMORY_FLAG, MATRIX_FLAG, LIST_FLAG = "--check", "--gpu-memory", "--matrix", "--list"
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -56,8 +56,7 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
                 f"overrides, -m, --config-dir DIR and {GPU_MEMORY_FLAG} SIZE); drop it"
             )
     except ConfigError as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     if checking:
         return _guarded(lambda: check_command(overrides, dirs, multirun, gpu_memory), overrides)
     refused = _guarded(

@@ -2,6 +2,7 @@
 
 import argparse
 import errno
+import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,7 +85,7 @@ def store_damage(exc: BaseException) -> str | None:
     (truncated or overwritten by something else: SQLITE_CORRUPT, SQLITE_NOTADB), else None."""
     for link in exception_chain(exc):
         if (getattr(link, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE):
-            return " ".join(str(link).split())
+            return one_line(link)
     return None
 
 
@@ -106,13 +107,23 @@ def damaged_store_line(store: str, why: str) -> str:
     )
 
 
+def one_line(text: object) -> str:
+    """``text`` on one line: each run of whitespace, newlines included, as one space."""
+    return " ".join(str(text).split())
+
+
+def said_refusal(exc: Exception) -> int:
+    """A command's refusal (a ``ConfigError``, mostly): its one line, ``error: <problem>; <fix>``, on stderr, and the
+    exit status every command gives it, 2."""
+    print(f"error: {one_line(exc)}", file=sys.stderr)
+    return 2
+
+
 def said_write_failure(exc: BaseException, then: str) -> bool:
     """For a write that failed for want of space (``write_failure``): print the one line every command gives,
     ``error: writing failed: <why>; <then>``, and return True; any other error: print nothing, return False."""
     why = write_failure(exc)
     if why is not None:
-        import sys
-
         # one write with its newline, flushed: a launcher's worker (joblib) shares stderr with the sweep, whose
         # log lines would otherwise land between the text and print's separate newline
         sys.stderr.write(f"error: writing failed: {why}; {then}\n")

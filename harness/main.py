@@ -36,9 +36,17 @@ from omegaconf import DictConfig
 
 from harness import cli
 from harness.allocator import keep_freed_memory
-from harness.config.hydra_errors import one_line
 from harness.config.load import from_job
-from harness.errors import ConfigError, Diverged, StoreDamaged, damaged_store_line, said_write_failure, store_damage
+from harness.errors import (
+    ConfigError,
+    Diverged,
+    StoreDamaged,
+    damaged_store_line,
+    one_line,
+    said_refusal,
+    said_write_failure,
+    store_damage,
+)
 from harness.paths import CONF
 
 
@@ -62,8 +70,7 @@ def job(cfg: DictConfig) -> float | None:
 
         summary = train(spec)
     except ConfigError as e:  # here, not in run_app: Hydra would log "Error executing job" first
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(said_refusal(e))
     except Diverged as e:  # the run is closed FAILED (failure=diverged); an outcome, not a crash: no traceback
         print(f"error: {one_line(e)}; the run is closed FAILED", file=sys.stderr)
         sys.exit(1)
@@ -97,8 +104,7 @@ def main() -> int:
     try:
         keep_freed_memory()  # freed tensors reused by the next step, not page-faulted in again (harness/allocator.py)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command in ("help", "-h", "--help") and len(sys.argv) == 2:
         print(__doc__.split("\n\n")[1])
@@ -192,8 +198,7 @@ def _prepare(rest: list[str]) -> int:
     try:
         args = parser.parse_args(rest)
     except ConfigError as e:  # a usage mistake (OneLineParser)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     try:
         with terminating():  # SIGTERM raises Stopped(143) here: prepare removes what it wrote, then the exit
             manifest = prepare_shards(args.out, args.overrides, args.shard_tokens)
@@ -232,8 +237,7 @@ def _hf_rope(rest: list[str]) -> int:
             raise ConfigError("posbench hf-rope takes one argument, a transformers config.json or its folder")
         layers = read_config(rest[0])
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     print(" ".join(layers.overrides()))
     return 0
 

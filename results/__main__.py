@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from harness.config.spec import ReportSettings
-from harness.errors import ConfigError, OneLineParser, said_write_failure
+from harness.errors import ConfigError, OneLineParser, said_refusal, said_write_failure
 from harness.paths import CONF, project_root
 from harness.ranges import field_hints
 from harness.record.preflight import number, output_dir
@@ -83,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {"paper": paper_command, "tune": sweep_command, "report": sweep_command, "index": index_command}
         return commands[args.command](args)
     except (ConfigError, LookupError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     except OSError as e:
         if not said_write_failure(
             e,

@@ -120,7 +120,7 @@ def main_one(spec: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.errors import ConfigError, OneLineParser
+    from harness.errors import ConfigError, OneLineParser, said_refusal
     from harness.ranges import PositiveInt, at_most
     from harness.record.preflight import number
 
@@ -138,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(

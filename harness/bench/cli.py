@@ -21,7 +21,7 @@ from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
-from harness.errors import ConfigError, IncompatiblePairing, OneLineParser
+from harness.errors import ConfigError, IncompatiblePairing, OneLineParser, said_refusal
 from harness.model.layers import unit_of_label
 from harness.paths import project_root
 from harness.ranges import NonNegative, Positive, PositiveInt, at_most
@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     command = " ".join(["python -m harness.bench", *(argv if argv is not None else sys.argv[1:])])
     report = run(args, command)
     rows = report.rows()

@@ -265,7 +265,7 @@ def render(rows: list[Row], command: str, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.errors import ConfigError, OneLineParser
+    from harness.errors import ConfigError, OneLineParser, said_refusal
     from harness.record.preflight import output_dir
 
     parser = OneLineParser(prog="python -m harness.bench.cpu_memory", description=__doc__.split("\n")[0])
@@ -275,8 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             output_dir(args.out, "--out")  # checked before ten processes are measured, not after
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     started = time.perf_counter()
     rows = [child(i, p) for i in range(len(SHAPES)) for p in PRECISIONS]
     command = "python -m harness.bench.cpu_memory" + (f" --out {args.out}" if args.out else "")

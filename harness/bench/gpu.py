@@ -44,7 +44,7 @@ from harness.bench.report import write_csv
 from harness.bench.session import Options, Session, paired_rounds
 from harness.bench.stats import Goal
 from harness.bench.targets import compare_peer
-from harness.errors import ConfigError, OneLineParser
+from harness.errors import ConfigError, OneLineParser, said_refusal
 from harness.ranges import Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir
 from harness.record.run import git_sha
@@ -284,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             render(a.out, check=True)
             return 0
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a.out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.bench.internals import shard_loader, write_random_shards
 from harness.config.spec import WORKERS_PER_CORE, max_workers
-from harness.errors import ConfigError, OneLineParser
+from harness.errors import ConfigError, OneLineParser, said_refusal
 from harness.paths import CONF
 from harness.ranges import Fraction, Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir
@@ -330,8 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     figures = measure(args)
     show(figures)
     if args.json:

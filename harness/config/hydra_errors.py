@@ -9,11 +9,7 @@ is the catalogue's to say (harness/config/catalog.py reads conf/).
 from __future__ import annotations
 
 from harness.config import catalog
-from harness.errors import ConfigError
-
-
-def one_line(text: object) -> str:
-    return " ".join(str(text).split())
+from harness.errors import ConfigError, one_line
 
 
 def user_error(exc: BaseException, args: list[str]) -> str | None:

@@ -42,7 +42,7 @@ import torch
 
 from harness.data.tasks.ruler import VARIANTS
 from harness.data.windows import window_count, window_starts
-from harness.errors import ConfigError, OneLineParser
+from harness.errors import ConfigError, OneLineParser, said_refusal
 from harness.pretrained import cost, folder, remapped, report, rotary
 from harness.pretrained.finetune import finetune
 from harness.pretrained.lm_eval_tasks import GENERATED, build, scores
@@ -760,8 +760,7 @@ def main(argv: list[str]) -> int:
         with terminating():  # SIGTERM as Ctrl-C: every run open is closed KILLED (TrackedRun.open)
             parent, _, _, text = run(spec, " ".join(["posbench", "hf-eval", *(shlex.quote(a) for a in argv)]))
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return said_refusal(e)
     except (KeyboardInterrupt, SystemExit) as e:
         code = exit_code(e)
         if code is None:
