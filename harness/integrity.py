@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 
 SEAL = "sha256"
 
@@ -110,7 +110,7 @@ def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
     try:
         record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path} is damaged (not JSON: {' '.join(str(e).split())[:60]}); {fix}") from None
+        raise ConfigError(f"{path} is damaged (not JSON: {one_line(e)[:60]}); {fix}") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{path} is damaged (not a JSON object); {fix}")
     near = [] if SEAL in record else [k for k in record if near_miss([k], SEAL)]

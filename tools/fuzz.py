@@ -422,7 +422,7 @@ def damage_kinds(root: Path) -> list[Kind]:
 
 def damage_try(kind: Kind, place: int, each_byte: bool) -> Try:
     def attempt(folder: Path) -> tuple[str, str]:
-        from harness.errors import ConfigError
+        from harness.errors import ConfigError, one_line
 
         shutil.copytree(kind.folder, folder, dirs_exist_ok=True)
         target = folder / kind.target
@@ -436,7 +436,7 @@ def damage_try(kind: Kind, place: int, each_byte: bool) -> Try:
             named = target.name in str(e) or target.name.removesuffix(".sha256") in str(e)
             return ("one line" if named and "\n" not in str(e) else "weak"), f"byte {at}: {str(e)[:160]}"
         except Exception as e:  # noqa: BLE001 (what the round counts)
-            return "traceback", f"byte {at}: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
+            return "traceback", f"byte {at}: {type(e).__name__}: {one_line(e)[:160]}"
         return "accepted", f"byte {at}"
 
     return Try(f"damage {kind.name} ({kind.target}) place {place}", attempt, allowed=("one line",))

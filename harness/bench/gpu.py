@@ -44,7 +44,7 @@ from harness.bench.report import write_csv
 from harness.bench.session import Options, Session, paired_rounds
 from harness.bench.stats import Goal
 from harness.bench.targets import compare_peer
-from harness.errors import ConfigError, OneLineParser, said_refusal
+from harness.errors import ConfigError, OneLineParser, one_line, said_refusal
 from harness.ranges import Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir
 from harness.record.run import git_sha
@@ -134,7 +134,7 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
             }
             row |= _timed(scheme, compiled, create_block_mask, device, t, batch, budget_s)
         except Exception as e:  # a scheme flex cannot take is a finding, not the end of the run
-            row["note"] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            row["note"] = one_line(f"{type(e).__name__}: {e}")[:300]
         rows.append(row)
         trim(device)
     return rows
@@ -326,7 +326,7 @@ def _run_sections(
         try:
             rows = bodies[name](left)
         except Exception as e:  # one broken section must not lose the others' figures
-            log.append(f"{name}: failed: {' '.join(f'{type(e).__name__}: {e}'.split())[:300]}")
+            log.append(f"{name}: failed: {one_line(f'{type(e).__name__}: {e}')[:300]}")
             rows = []
         session.release()
         write_csv(out / f"{name}.csv", rows)  # an empty section writes no file

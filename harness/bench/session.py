@@ -22,7 +22,7 @@ import torch
 from harness.bench.cells import Built, Spec, build_posbench
 from harness.bench.measure import PeakRss, Step, count_flops, make_step, measure, peak_allocated_bytes, time_call, trim
 from harness.bench.stats import MIN_ROUNDS, Goal, Interval
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 
 
 @dataclass
@@ -143,7 +143,7 @@ class Session:
         except ConfigError as e:
             r.status, r.reason, live = "refused", str(e), None
         except Exception as e:  # a broken cell is recorded, the run goes on (and exits non-zero)
-            r.status, r.reason, live = "error", " ".join(f"{type(e).__name__}: {e}".split())[:300], None
+            r.status, r.reason, live = "error", one_line(f"{type(e).__name__}: {e}")[:300], None
         trim()
         return r, live
 

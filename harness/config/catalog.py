@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 from harness.markdown import table
 from harness.paths import CONF
 
@@ -41,7 +41,7 @@ def locate(key: str, target: str) -> type:
     try:
         return get_object(target)
     except Exception as e:
-        cause = " ".join(str(e.__cause__ or e).split())
+        cause = one_line(e.__cause__ or e)
         raise ConfigError(
             f"{key}={target!r} cannot be imported ({cause}); name a class importable here, e.g. "
             "positional.rope.Rope, or mypkg.MyScheme with mypkg on PYTHONPATH"
@@ -239,7 +239,7 @@ def summary_line(cls: type, group: str) -> str:
 
     module, own = inspect.getdoc(sys.modules[cls.__module__]), cls.__dict__.get("__doc__")
     doc = (inspect.cleandoc(own) if group == "task" and own else module) or inspect.getdoc(cls) or ""
-    first = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, on one line
+    first = one_line(doc.strip().split("\n\n")[0])  # the first paragraph, on one line
     return first if len(first) <= 110 else first[:109].rsplit(" ", 1)[0] + " …"
 
 

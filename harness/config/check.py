@@ -23,7 +23,7 @@ from harness.config import pairings, resources
 from harness.config.estimates import Budget, GpuEstimate, NamedGpu, budget_of
 from harness.config.spec import RunSpec
 from harness.data.objectives import Source, Task, Tokenizer
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 from harness.record.preflight import store_to_write
 from harness.record.store import check_writable_dir
 
@@ -103,4 +103,4 @@ def _check_optimizer(spec: RunSpec) -> None:
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:  # torch's own argument checks
-        raise ConfigError(f"optim.optimizer: {' '.join(str(e).split())}; fix that value of optim.optimizer") from None
+        raise ConfigError(f"optim.optimizer: {one_line(e)}; fix that value of optim.optimizer") from None

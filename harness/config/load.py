@@ -48,7 +48,7 @@ from harness.config.values import (
     settings,
     trainer_settings,
 )
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 from harness.model.transformer import ModelConfig
 from harness.paths import CONF
 from harness.ranges import field_hints
@@ -177,7 +177,7 @@ def resolved(cfg: DictConfig) -> Json:
         values = OmegaConf.to_container(cfg, resolve=True)
     except Exception as e:  # an interpolation that does not resolve (a missing key, a bad resolver)
         raise ConfigError(
-            f"the config does not resolve: {' '.join(str(e).split())}; "
+            f"the config does not resolve: {one_line(e)}; "
             "check the ${...} references you set (python run.py --cfg job prints the config)"
         ) from None
     assert isinstance(values, dict)

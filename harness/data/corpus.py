@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from harness import integrity
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 
 CACHE = Path(os.environ.get("POSBENCH_CACHE", Path.home() / ".cache" / "posbench"))
 PROBE_SECONDS = 3.0  # one connection attempt to a download's host (``unreachable``)
@@ -340,7 +340,7 @@ def unreachable(endpoint: str) -> str | None:
             socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
             answer.append(None)
         except OSError as e:
-            answer.append(f"{endpoint} cannot be reached: {' '.join(str(e).split()) or type(e).__name__}")
+            answer.append(f"{endpoint} cannot be reached: {one_line(e) or type(e).__name__}")
 
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()

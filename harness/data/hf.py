@@ -37,7 +37,7 @@ from pathlib import Path
 
 from harness import integrity
 from harness.data.corpus import Corpus, _check_val_every, unreachable
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 
 # file suffix -> the ``datasets`` builder that reads it
 BUILDERS = {
@@ -435,4 +435,4 @@ def is_val_row(i: int, val_every: int) -> bool:
 
 
 def _first_line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300]
+    return one_line(e)[:300]

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import integrity
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 
 FORMAT = "posbench-tokens-2"  # a folder of another format is refused: write it again
 FIX = "write the folder again with posbench prepare"
@@ -232,7 +232,7 @@ def _check_structure(manifest: dict, file: Path) -> None:
         str(tokenizer["config"]), str(tokenizer["digest"]), int(tokenizer["vocab_size"])
         str(corpus["name"]), str(corpus["sha256"]), int(corpus["bytes"]), str(corpus["train_sha256"])
     except (KeyError, TypeError, ValueError, IndexError) as e:
-        what = f"no {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:80]
+        what = f"no {e}" if isinstance(e, KeyError) else one_line(e)[:80]
         raise ConfigError(f"{file} is damaged ({type(e).__name__}: {what}); {FIX}") from None
 
 

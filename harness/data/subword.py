@@ -32,7 +32,7 @@ from torch import Tensor
 
 from harness import integrity
 from harness.data.hf import hub_offline
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0–4 of a trained vocabulary
 DEFAULT_VOCAB = 8192
@@ -343,7 +343,7 @@ def load_file(path: str):
         return Tokenizer.from_file(str(file))
     except Exception as e:
         raise ConfigError(
-            f"tokenizer.path={path} is not a tokenizers JSON file ({' '.join(str(e).split())[:200]}); "
+            f"tokenizer.path={path} is not a tokenizers JSON file ({one_line(e)[:200]}); "
             "point it at the tokenizer.json a tokenizer saved"
         ) from None
 
@@ -376,7 +376,7 @@ class Pretrained(Subword):
             hf = AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as e:
             why = (
-                f"cannot load a tokenizer from this folder ({' '.join(str(e).split())[:160]})"
+                f"cannot load a tokenizer from this folder ({one_line(e)[:160]})"
                 if local
                 else f"not in the Hugging Face cache, and the Hub was not asked ({offline})"
                 if offline

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from harness import integrity
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 from harness.ranges import Fraction, PositiveInt, Range, check_fields, field_hints
 
 if TYPE_CHECKING:
@@ -168,9 +168,7 @@ def read_config(path: Path) -> HFConfig:
     except FileNotFoundError:
         raise ConfigError(f"{file} does not exist; give a transformers config.json or the folder holding one") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(
-            f"{file} is not readable JSON ({type(e).__name__}: {' '.join(str(e).split())[:80]}); {FIX}"
-        ) from None
+        raise ConfigError(f"{file} is not readable JSON ({type(e).__name__}: {one_line(e)[:80]}); {FIX}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{file} holds {type(raw).__name__}, not a transformers config (an object); {FIX}")
     raw = raw.get("text_config", raw) if isinstance(raw.get("text_config"), dict) else raw  # a multimodal config
@@ -289,7 +287,7 @@ def _header(file: Path) -> dict[str, list[int]]:
     except FileNotFoundError:
         raise ConfigError(f"{file} is missing; {FIX}") from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"{file} is not a whole safetensors file ({' '.join(str(e).split())[:160]}); {FIX}") from None
+        raise ConfigError(f"{file} is not a whole safetensors file ({one_line(e)[:160]}); {FIX}") from None
 
 
 def check_finite(model: torch.nn.Module, folder: Path) -> None:

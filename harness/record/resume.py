@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from harness import integrity
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_line
 from harness.integrity import RecordDamaged, warn
 from harness.paths import project_root
 from harness.record.run import close_dead_runs, close_stale_runs
@@ -109,7 +109,7 @@ def checkpoint_step(path: Path) -> int:
     try:
         return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
     except Exception as e:
-        why = " ".join(str(e).split()).split(". ")[0]  # torch's first sentence; the rest is advice
+        why = one_line(e).split(". ")[0]  # torch's first sentence; the rest is advice
         raise ConfigError(
             f"resume: checkpoint {path} is corrupt or truncated ({type(e).__name__}: {why}); delete it "
             "to resume from an earlier one, or drop resume="

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.errors import IncompatiblePairing
+from harness.errors import IncompatiblePairing, one_line
 from harness.integrity import MARK_TAG, SEAL_TAG, seal
 from harness.paths import ROOT, in_checkout
 from harness.record.store import Store, check_whole
@@ -56,7 +56,7 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
         chain.append(chain[-1].__cause__)
     kind, cause = next(((name, e) for e in chain for cls, name in FAILURE_KINDS if isinstance(e, cls)), ("error", exc))
     # one line, for the runs table
-    return {"failure": kind, "failure_reason": " ".join(f"{type(cause).__name__}: {cause}".split())[:1000]}
+    return {"failure": kind, "failure_reason": one_line(f"{type(cause).__name__}: {cause}")[:1000]}
 
 
 def git_sha() -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
-from harness.errors import ConfigError, StoreDamaged, damaged_store_line, exception_chain
+from harness.errors import ConfigError, StoreDamaged, damaged_store_line, exception_chain, one_line
 from harness.paths import project_root
 
 # Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
@@ -172,7 +172,7 @@ def check_whole(uri: str) -> None:
             why = damage_of(db)
             conn.rollback()
     except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
-        why = None if is_locked(e) else " ".join(str(e).split())
+        why = None if is_locked(e) else one_line(e)
     if why:
         raise StoreDamaged(damaged_store_line(str(db), why))
 
