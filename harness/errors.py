@@ -112,10 +112,10 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def said_refusal(exc: Exception) -> int:
-    """A command's refusal (a ``ConfigError``, mostly): its one line, ``error: <problem>; <fix>``, on stderr, and the
-    exit status every command gives it, 2."""
-    print(f"error: {one_line(exc)}", file=sys.stderr)
+def said_refusal(problem: object) -> int:
+    """A command's refusal (a ``ConfigError``, mostly, or the command's own words): its one line,
+    ``error: <problem>; <fix>``, on stderr, and the exit status every command gives it, 2."""
+    print(f"error: {one_line(problem)}", file=sys.stderr)
     return 2
 
 

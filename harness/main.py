@@ -113,12 +113,10 @@ def main() -> int:
         return COMMANDS[command](sys.argv[2:])
     if command and command.isidentifier():  # a bare word is no override (those are key=value, +key=, ~key)
         near = difflib.get_close_matches(command, COMMANDS, n=1)
-        print(
-            f"error: {command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
-            f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)",
-            file=sys.stderr,
+        return said_refusal(
+            f"{command!r} is no posbench command{f'; did you mean {near[0]}?' if near else ''} (commands: "
+            f"{', '.join(COMMANDS)}; or key=value overrides, as python run.py takes)"
         )
-        return 2
     return _run(sys.argv[1:])
 
 

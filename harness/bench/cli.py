@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run(args, command)
     rows = report.rows()
     if not any(r.ok for r in rows):
-        print("error: nothing was measured (every cell was refused or failed); no report written", file=sys.stderr)
-        return 2
+        return said_refusal("nothing was measured (every cell was refused or failed); no report written")
     write_report(args.out, report)
     log_results(args.tracking_uri, rows, report.peak, args.device, report.commit)
     errors = [r for r in rows if r.status == "error"]
