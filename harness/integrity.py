@@ -5,7 +5,8 @@ computes and checks digests; every writer and reader calls it.
 Four things are sealed, one way each, and the comparison is one function (``check_digest``):
 
 - **a JSON record** (a run link ``run.json``, a sweep's ``mlflow_sweep.json``, ``best.json``, a shard folder's
-  ``manifest.json``): its own ``sha256`` key over its canonical JSON (sorted keys, no spaces) — ``write``, ``read``;
+  ``manifest.json``): its own ``sha256`` key over its canonical JSON (sorted keys, no spaces) — ``write``, ``read``
+  (``read_fields``: a dataclass's fields, as the run link and the sweep's record are);
 - **a file** (a corpus cache, a vocabulary, a checkpoint, an exported model, a run's artifact): ``<name>.sha256``
   beside it, its digest and a newline — ``write_bytes``, ``seal_file``, ``sealed_files``, ``check_file``;
 - **a report folder**: ``SHA256SUMS`` in coreutils' format (``sha256sum -c SHA256SUMS`` checks it without
@@ -32,17 +33,22 @@ Ground: imports nothing from the project but its errors.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import ConfigError, one_line
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 SEAL = "sha256"
+R = TypeVar("R", bound="DataclassInstance")  # a record ``read_fields`` builds
 
 
 def sha256(data: bytes | str) -> str:
@@ -123,6 +129,26 @@ def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
     if unknown:
         raise ConfigError(f"{path} is damaged (keys {unknown} are none of its fields); {fix}")
     return {k: v for k, v in record.items() if k != SEAL}
+
+
+def read_fields(path: Path, record_type: type[R], fix: str) -> R | None:
+    """The dataclass ``record_type`` that ``write(path, asdict(...))`` sealed, or None when ``path`` does not exist;
+    a ConfigError naming the file and ``fix`` if it is damaged. Each field is read as text, or as a list of texts
+    where the dataclass declares ``list[str]`` (a record from before seals may hold other JSON there): a field
+    missing, or a number where a list belongs, is damage."""
+    if not path.exists():
+        return None
+    declared = {f.name: str(f.type) for f in dataclasses.fields(record_type)}  # "list[str]": as written, or its repr
+    record = read(path, fix, keys=declared)
+    try:
+        return record_type(
+            **{
+                name: [str(v) for v in record[name]] if annotation == "list[str]" else str(record[name])
+                for name, annotation in declared.items()
+            }
+        )
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); {fix}") from None
 
 
 def intact(record: dict) -> bool:

@@ -34,7 +34,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -70,15 +70,11 @@ class RunLink:
 
     @classmethod
     def load(cls, directory: Path) -> RunLink | None:
-        path = directory / LINK
-        if not path.exists():
-            return None
-        fix = f"delete {directory} to start this config afresh (its checkpoints cannot be tied to a run)"
-        record = integrity.read(path, fix, keys=(f.name for f in fields(cls)))
-        try:
-            return cls(**{k: str(record[k]) for k in ("run_id", "config_hash", "tracking_uri", "experiment")})
-        except KeyError as e:
-            raise ConfigError(f"{path} is damaged (no {e}); {fix}") from None
+        return integrity.read_fields(
+            directory / LINK,
+            cls,
+            f"delete {directory} to start this config afresh (its checkpoints cannot be tied to a run)",
+        )
 
 
 @contextmanager

@@ -26,7 +26,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -35,7 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from harness import integrity
-from harness.errors import ConfigError, MachineFault, write_failure
+from harness.errors import MachineFault, write_failure
 from harness.record.run import TrackedRun, alive, close_dead_runs, git_sha, mark_failed, terminate
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 from harness.signals import Stopped, stopped
@@ -61,21 +61,11 @@ class SweepRecord:
 
     @classmethod
     def load(cls, sweep_dir: Path) -> SweepRecord | None:
-        path = sweep_dir / RECORD
-        if not path.exists():
-            return None
-        fix = "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)"
-        record = integrity.read(path, fix, keys=(f.name for f in fields(cls)))
-        try:
-            return cls(
-                str(record["parent_run_id"]),
-                str(record["sweep_id"]),
-                str(record["tracking_uri"]),
-                str(record["experiment"]),
-                [str(k) for k in record["swept_keys"]],
-            )
-        except (KeyError, TypeError) as e:
-            raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); {fix}") from None
+        return integrity.read_fields(
+            sweep_dir / RECORD,
+            cls,
+            "start the sweep again in a new hydra.sweep.dir (this record ties its jobs to their parent run)",
+        )
 
     def child_tags(self, job_overrides: list[str], job_num: int) -> dict[str, str]:
         parsed = OverridesParser.create().parse_overrides(job_overrides)
