@@ -127,17 +127,17 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
         ]
         if wrong:
             words = describe_items(item)
-            raise ConfigError(f"{key}={_show(value)}: {wrong} are not {words}; give {words} only")
+            raise ConfigError(f"{key}={show_value(value)}: {wrong} are not {words}; give {words} only")
     if not fits(value, annotation):
         if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
-            raise ConfigError(f"{key}={_show(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
-        raise ConfigError(f"{key}={_show(value)} must be {describe(annotation)}")
+            raise ConfigError(f"{key}={show_value(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
+        raise ConfigError(f"{key}={show_value(value)} must be {describe(annotation)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}={_show(value)} must be a finite number")
+        raise ConfigError(f"{key}={show_value(value)} must be a finite number")
     bad = violated(value, annotation)  # a range declared in the annotation
     if bad:
         none = " (or null)" if _allows_none(annotation) and "null" not in bad.words else ""
-        raise ConfigError(f"{key}={_show(value)} {bad.must}{none}")
+        raise ConfigError(f"{key}={show_value(value)} {bad.must}{none}")
 
 
 def _list_item(annotation: Any) -> Any:
@@ -170,7 +170,7 @@ def check_magnitude(key: str, value: Any, annotation: Any) -> None:
         return
     as_float = fits(1.5, annotation) and annotation not in (Any, inspect.Parameter.empty)
     fix = f"write it as a float, e.g. {float(big):.0e}" if as_float else "give a smaller value"
-    raise ConfigError(f"{key}={_show(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
+    raise ConfigError(f"{key}={show_value(value)} is beyond a 64-bit integer (at most 2^63 − 1); {fix}")
 
 
 def check_fields(obj: object, prefix: str) -> None:
@@ -276,5 +276,6 @@ def _or(words: list[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """``value`` as a message writes it after ``key=``: a string quoted, so ``'1'`` reads apart from ``1``."""
     return repr(value) if isinstance(value, str) else str(value)

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
+from harness.ranges import show_value
 
 
 def ntk_inv_freq(inv_freq: Tensor, s: float) -> Tensor:
@@ -310,8 +311,8 @@ class RopeScaling:
             if value != _default(name):
                 readers = "/".join(m for m, read in OPTIONS_READ.items() if name in read)
                 raise ConfigError(
-                    f"{name}={_show(value)} is unused by method={self.method}; drop it (or leave it "
-                    f"at {_show(_default(name))}), or use method={readers}"
+                    f"{name}={show_value(value)} is unused by method={self.method}; drop it (or leave it "
+                    f"at {show_value(_default(name))}), or use method={readers}"
                 )
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
@@ -357,10 +358,6 @@ def as_field_of(argument: str, message: str) -> str:
 
 def _default(name: str):
     return next(f.default for f in fields(RopeScaling) if f.name == name)
-
-
-def _show(value) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _float_tuple(name: str, values) -> tuple[float, ...] | None:
