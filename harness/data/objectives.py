@@ -129,7 +129,7 @@ class TextObjective:
             n,
             seed,
             self,
-            document_firsts(corpus, self.tok, "train"),
+            document_firsts(corpus, "train"),
             windows=getattr(corpus, "windows", "random"),  # data.windows of pre-tokenized shards
             world_size=world_size,
             stride=seq_len,  # sequential CLM windows share the shifted token
@@ -141,7 +141,7 @@ class TextObjective:
             seq_len + self.extra_tokens,
             self,
             self.tok.pad_id,
-            firsts=document_firsts(corpus, self.tok, "val"),
+            firsts=document_firsts(corpus, "val"),
         )
 
 

@@ -68,7 +68,7 @@ def bytes_per_token(corpus, tokenizer) -> float:
     return len(corpus.val) / max(1, len(tokenizer.encode(corpus.val)))
 
 
-def document_firsts(corpus, tokenizer, split: str) -> np.ndarray | None:
+def document_firsts(corpus, split: str) -> np.ndarray | None:
     """True at the first token of each document of ``split`` (the corpus's ``starts``, byte offsets, which are token
     indices for the byte tokenizer: validation refuses documents with another), or None when the corpus carries
     none."""

@@ -83,7 +83,7 @@ def evaluate_lengths(
     ``context(length)``: what applies while scoring at that length (a length scaling)."""
     results = LengthResults(stride=stride, keep=same_targets)
     ids = split_ids(corpus, tokenizer, "val")
-    firsts = document_firsts(corpus, tokenizer, "val")  # packed documents' first tokens, when the run asks for them
+    firsts = document_firsts(corpus, "val")  # packed documents' first tokens, when the run asks for them
     ends = sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
     module.eval()
     for length in lengths:
