@@ -1,5 +1,6 @@
 """Sweeps end to end: parent and child runs, failure capture, exit codes, length extrapolation."""
 
+import contextlib
 import json
 import math
 import shutil
@@ -127,6 +128,25 @@ def multirun_config(sweep_dir):
     return cfg
 
 
+@contextlib.contextmanager
+def started_sweep(overrides: list[str], sweep_dir):
+    """The real callback started in-process for `run.py -m <overrides>` (overrides with no sweep of their own: the
+    preset's axes are the sweep); its parent is closed afterwards."""
+    from omegaconf import open_dict
+
+    from harness.sweep.callback import MlflowSweep
+
+    cfg = compose([*overrides, f"hydra.sweep.dir={sweep_dir}"])
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = overrides
+    callback = MlflowSweep()
+    callback.on_multirun_start(cfg)
+    try:
+        yield callback
+    finally:
+        callback._abort()
+
+
 @pytest.fixture(scope="module")
 def module_store(tmp_path_factory, _empty_store):
     """One store for the in-process sweep tests, a copy of the migrated empty one: migrating costs seconds."""
@@ -216,39 +236,18 @@ def test_a_staged_presets_parent_is_named_without_the_seed_axis_its_looks_replac
     """experiment=ablation sweeps seed=0,1,2; under report.seeds=auto the sweeper trains the seeds, and the parent's
     name and recorded axes say so."""
     from mlflow.tracking import MlflowClient
-    from omegaconf import open_dict
 
-    from harness.sweep.callback import MlflowSweep
-
-    cfg = compose(["experiment=ablation", "report.seeds=auto", f"hydra.sweep.dir={tmp_path}"])
-    with open_dict(cfg):
-        cfg.hydra.overrides.task = ["experiment=ablation", "report.seeds=auto"]
-    callback = MlflowSweep()
-    callback.on_multirun_start(cfg)
-    try:
+    with started_sweep(["experiment=ablation", "report.seeds=auto"], tmp_path) as callback:
         run = MlflowClient(tracking_uri=module_store[0]).get_run(callback.record.parent_run_id)
         assert run.info.run_name == "sweep pos=none,learned,rope" and callback.record.swept_keys == ["pos", "seed"]
         assert run.data.tags["report_stages"] == "3,10,obrien-fleming"
-    finally:
-        callback._abort()
 
 
 def test_a_presets_axis_pinned_with_a_prefix_is_not_in_the_parents_name(module_store, tmp_path):
     """``-m experiment=ablation ++seed=5`` pins the preset's seed axis as ``seed=5`` does (harness/config/load.py
     preset_axes): the parent is named and its cells tagged by pos alone, as the sweeper runs them."""
-    from omegaconf import open_dict
-
-    from harness.sweep.callback import MlflowSweep
-
-    cfg = compose(["experiment=ablation", "++seed=5", f"hydra.sweep.dir={tmp_path}"])
-    with open_dict(cfg):
-        cfg.hydra.overrides.task = ["experiment=ablation", "++seed=5"]
-    callback = MlflowSweep()
-    callback.on_multirun_start(cfg)
-    try:
+    with started_sweep(["experiment=ablation", "++seed=5"], tmp_path) as callback:
         assert callback.record.swept_keys == ["pos"]
-    finally:
-        callback._abort()
 
 
 def test_a_sweep_cell_trains_from_the_weights_a_single_run_of_it_draws(store, _empty_store, tmp_path):
