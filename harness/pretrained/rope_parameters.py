@@ -121,15 +121,27 @@ def read_config(config) -> Layers:
         integrity.check_file(path, "export the model again (export=hf) or download its hf_model/ again")
         config = read_typed(path).as_dict()  # every field it reads typed and ranged (harness/pretrained/folder.py)
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-    params = get("rope_parameters")
-    if params is None:  # v4: rope_theta (+ rope_scaling, refused by _entry unless default)
-        params = {"rope_theta": get("rope_theta", 10000.0), **(get("rope_scaling") or {})}
-        if get("partial_rotary_factor") is not None:
-            params["partial_rotary_factor"] = get("partial_rotary_factor")
     layers = get("num_hidden_layers")
     if layers is None:
         raise ConfigError("the config has no num_hidden_layers; give a transformers decoder's config.json")
-    return read(dict(params), get("layer_types"), int(layers), get("sliding_window"))
+    return read(of_config(config), get("layer_types"), int(layers), get("sliding_window"))
+
+
+def of_config(config) -> dict:
+    """A copy of the config's ``rope_parameters`` (a dict or an object with attributes); a v4 config's converted as
+    transformers' ``standardize_rope_params`` does: rope_scaling's keys first (``type``, v4's name for rope_type),
+    then the config's rope_theta and partial_rotary_factor. A rope_type other than default is refused by ``_entry``
+    and read by ``rotary.scaling_of``."""
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    params = get("rope_parameters")
+    if params is not None:
+        return dict(params)
+    params = dict(get("rope_scaling") or {})
+    params["rope_type"] = params.pop("rope_type", params.pop("type", "default"))
+    params.setdefault("rope_theta", get("rope_theta", 10000.0))
+    if get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
+    return params
 
 
 def write(layers: Sequence[tuple[PositionalScheme, AttentionVariant]]) -> tuple[dict, list[str]]:

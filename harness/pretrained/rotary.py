@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
+from harness.pretrained.rope_parameters import of_config
 from positional.rope import rope_frequencies
 from positional.rope_scaling import RopeScaling
 
@@ -37,14 +38,7 @@ def rope_parameters(config, layer_type: str | None = None) -> dict:
     """The model's RoPE settings as transformers v5 holds them (``rope_parameters``), or v4's ``rope_theta`` +
     ``rope_scaling``; those of ``layer_type`` where they are given per layer type (v5 ``{"full_attention": {...},
     "sliding_attention": {...}}``, ``layer_types``)."""
-    params = getattr(config, "rope_parameters", None)
-    if params is None:
-        legacy = dict(getattr(config, "rope_scaling", None) or {})
-        params = {
-            "rope_type": legacy.pop("rope_type", legacy.pop("type", "default")),
-            "rope_theta": getattr(config, "rope_theta", 10000.0),
-            **legacy,
-        }
+    params = of_config(config)
     if per_layer_type(params):
         if layer_type not in params or not isinstance(params[layer_type], dict):
             raise ConfigError(

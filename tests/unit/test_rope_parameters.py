@@ -144,3 +144,27 @@ def test_what_has_no_posbench_form_is_refused_naming_it(params, types, needle):
 def test_a_model_the_format_cannot_hold_is_refused_naming_why(overrides, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         write(layers_of(built(overrides)))
+
+
+def test_a_v4_config_reads_as_transformers_reads_it_on_both_paths():
+    """v4's rope_theta + rope_scaling: the scaling's own keys come first, then the config's rope_theta and
+    partial_rotary_factor, and ``type`` is v4's name for rope_type (transformers' ``standardize_rope_params``);
+    hf-rope's reading (``read_config``) and the rotary swap's (``rotary.rope_parameters``) say the same."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+
+    from harness.pretrained.rotary import rope_parameters
+
+    v4 = {
+        "num_hidden_layers": 2,
+        "rope_theta": 500.0,
+        "partial_rotary_factor": 0.25,
+        "rope_scaling": {"type": "default", "partial_rotary_factor": 0.5},
+    }
+    theirs = LlamaConfig.from_dict(v4).rope_parameters
+    assert (theirs["rope_type"], theirs["rope_theta"], theirs["partial_rotary_factor"]) == ("default", 500.0, 0.5)
+    assert rope_parameters(SimpleNamespace(**v4)) == {
+        k: theirs[k] for k in ("rope_type", "rope_theta", "partial_rotary_factor")
+    }
+    assert read_config(v4).pos == ("rope(base=500.0,fraction=0.5,layout=half)",) * 2
