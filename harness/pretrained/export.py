@@ -30,6 +30,7 @@ from torch import Tensor
 
 from harness import integrity
 from harness.errors import ConfigError
+from harness.pretrained import rope_parameters
 
 
 def refusal(model, causal: bool) -> str | None:
@@ -78,8 +79,9 @@ def refusal(model, causal: bool) -> str | None:
 def hf_config(model, vocab_size: int, max_len: int, tokenizer: str | None = None) -> dict:
     """transformers' config.json of ``model``; ``tokenizer``: posbench's tokenizer option the ids are of, kept as
     ``posbench_tokenizer`` (it marks a posbench export, whose seals ``posbench hf-eval`` checks)."""
-    cfg, scheme = model.cfg, model.layers()[0][0]
+    cfg = model.cfg
     qk = bool(cfg.qk_norm)
+    rope, _ = rope_parameters.write(model.layers())  # flat: ``refusal`` lets one RoPE on every layer through
     return {
         "architectures": ["Qwen3ForCausalLM" if qk else "LlamaForCausalLM"],
         "model_type": "qwen3" if qk else "llama",
@@ -98,7 +100,7 @@ def hf_config(model, vocab_size: int, max_len: int, tokenizer: str | None = None
         "attention_dropout": 0.0,
         "tie_word_embeddings": cfg.head == "tied",
         "torch_dtype": "float32",
-        "rope_parameters": {"rope_type": "default", "rope_theta": float(scheme.base)},
+        "rope_parameters": rope,
         **({"posbench_tokenizer": tokenizer} if tokenizer else {}),
     }
 
