@@ -72,6 +72,7 @@ class HFConfig:
     head_dim: PositiveInt | None = None
     intermediate_size: PositiveInt | None = None
     max_position_embeddings: PositiveInt | None = None
+    original_max_position_embeddings: PositiveInt | None = None  # Phi-3's, beside rope_scaling
     rope_theta: Theta | None = None
     partial_rotary_factor: Fraction | None = None
     rope_parameters: dict | None = None  # flat, or one (or None: no RoPE) per layer type: ``rope_parameters``

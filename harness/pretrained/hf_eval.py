@@ -43,7 +43,7 @@ import torch
 from harness.data.tasks.ruler import VARIANTS
 from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser, said_refusal
-from harness.pretrained import cost, folder, remapped, report, rotary
+from harness.pretrained import cost, folder, remapped, report, rope_parameters, rotary
 from harness.pretrained.finetune import finetune
 from harness.pretrained.lm_eval_tasks import GENERATED, build, scores
 from harness.pretrained.measures import (
@@ -400,10 +400,8 @@ def _check_out(out: Path) -> None:
 
 def trained_context(config: dict) -> int | None:
     """The context the model was trained at: its rope parameters' original length, else max_position_embeddings."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    n = (rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None) or config.get(
-        "max_position_embeddings"
-    )
+    rope = rope_parameters.of_config(config)  # as rotary.scaling_of reads it
+    n = rope.get("original_max_position_embeddings") or config.get("max_position_embeddings")
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 

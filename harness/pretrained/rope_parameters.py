@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 ATTN_OF_TYPE = {"full_attention": "softmax", "sliding_attention": "local"}
 TYPE_OF_ATTN = {v: k for k, v in ATTN_OF_TYPE.items()}
 READ_KEYS = {"rope_type", "rope_theta", "partial_rotary_factor"}
+SCALED_FROM = ("llama3", "yarn", "longrope")  # rope types with an original_max_position_embeddings
 
 
 @dataclass(frozen=True)
@@ -135,12 +136,17 @@ def of_config(config) -> dict:
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     params = get("rope_parameters")
     if params is not None:
-        return dict(params)
-    params = dict(get("rope_scaling") or {})
-    params["rope_type"] = params.pop("rope_type", params.pop("type", "default"))
-    params.setdefault("rope_theta", get("rope_theta", 10000.0))
-    if get("partial_rotary_factor") is not None:
-        params.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
+        params = dict(params)
+    else:
+        params = dict(get("rope_scaling") or {})
+        params["rope_type"] = params.pop("rope_type", params.pop("type", "default"))
+        params.setdefault("rope_theta", get("rope_theta", 10000.0))
+        if get("partial_rotary_factor") is not None:
+            params.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
+    # Phi-3 keeps its pretraining length beside its rope parameters, and transformers takes that one for the
+    # rope types scaled from it (flat parameters only: standardize_rope_params)
+    if get("original_max_position_embeddings") and params.get("rope_type", params.get("type")) in SCALED_FROM:
+        params["original_max_position_embeddings"] = get("original_max_position_embeddings")
     return params
 
 

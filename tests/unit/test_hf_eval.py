@@ -521,3 +521,35 @@ def test_score_tables_list_each_tasks_lengths_in_order():
     cells = {("none", 1.0): {f"ruler/{t}_at_{n}": 0.5 for t in ("vt", "cwe") for n in (1024, 256, 512)}}
     head = _score_table("ruler/", "RULER-style tasks", cells)[3]
     assert head == "| scaling | factor | cwe at 256 | cwe at 512 | cwe at 1024 | vt at 256 | vt at 512 | vt at 1024 |"
+
+
+def test_the_trained_context_of_a_config_json_is_the_one_transformers_and_the_rotary_swap_read(tmp_path):
+    """Phi-3 keeps its pretraining length beside rope_scaling, as a top-level original_max_position_embeddings,
+    which transformers puts in the rope parameters of a llama3, yarn or longrope model: the context --claim checks
+    against (read from config.json before loading) is the one the loaded model's cells and scalings use."""
+    import copy
+    import json
+    from types import SimpleNamespace
+
+    from transformers import Phi3Config
+
+    from harness.pretrained import folder
+    from harness.pretrained.hf_eval import trained_context
+    from harness.pretrained.rotary import scaling_of
+
+    phi3 = {
+        "model_type": "phi3",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 128,
+        "rope_theta": 1e4,
+        "rope_scaling": {"type": "longrope", "factor": 32.0, "short_factor": [1.0] * 16, "long_factor": [2.0] * 16},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(phi3))
+    theirs = Phi3Config.from_dict(copy.deepcopy(phi3))  # transformers sets the rope parameters' dict in place
+    assert theirs.rope_parameters["original_max_position_embeddings"] == 128
+    assert trained_context(theirs.to_dict()) == 128
+    assert trained_context(folder.read_config(tmp_path / "config.json").as_dict()) == 128
+    assert scaling_of(SimpleNamespace(**copy.deepcopy(phi3))).original_max_len == 128
