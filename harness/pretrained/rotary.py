@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
-from harness.pretrained.rope_parameters import of_config
+from harness.pretrained.rope_parameters import of_config, per_layer_type
 from positional.rope import rope_frequencies
 from positional.rope_scaling import RopeScaling
 
@@ -46,10 +46,6 @@ def rope_parameters(config, layer_type: str | None = None) -> dict:
             )
         return dict(params[layer_type])
     return dict(params)
-
-
-def per_layer_type(params: dict) -> bool:
-    return "rope_theta" not in params and all(isinstance(v, dict) or v is None for v in params.values())
 
 
 def scaling_of(

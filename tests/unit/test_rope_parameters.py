@@ -168,3 +168,24 @@ def test_a_v4_config_reads_as_transformers_reads_it_on_both_paths():
         k: theirs[k] for k in ("rope_type", "rope_theta", "partial_rotary_factor")
     }
     assert read_config(v4).pos == ("rope(base=500.0,fraction=0.5,layout=half)",) * 2
+
+
+def test_a_flat_dict_takes_the_configs_own_theta_and_partial_rotary_where_it_gives_none():
+    """A config.json whose rope_parameters leave out rope_theta and partial_rotary_factor, given beside them: both
+    are read from the config, as transformers' ``convert_rope_params_to_dict`` does."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+
+    from harness.pretrained.rotary import rope_parameters
+
+    v5 = {
+        "num_hidden_layers": 2,
+        "rope_theta": 500.0,
+        "partial_rotary_factor": 0.5,
+        "rope_parameters": {"rope_type": "default"},
+    }
+    theirs = LlamaConfig.from_dict({**v5, "rope_parameters": {"rope_type": "default"}}).rope_parameters
+    assert theirs == {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
+    assert rope_parameters(SimpleNamespace(**v5)) == theirs
+    assert read_config(v5).pos == ("rope(base=500.0,fraction=0.5,layout=half)",) * 2
