@@ -150,7 +150,8 @@ def _check_rope(key: str, params: dict, layer_types: list[str] | None) -> None:
             ):
                 rule = "a number in (0, 1]" if name == "partial_rotary_factor" else "a positive finite number"
                 raise ConfigError(f"{at}.{name}={value!r} must be {rule}")
-        if kind != "default" and entry.get("factor") is None:
+        # longrope's factor may be left out: transformers takes max_position_embeddings / the original (Phi-3's)
+        if kind not in ("default", "longrope") and entry.get("factor") is None:
             raise ConfigError(f"{at}: rope_type={kind!r} needs its factor")
 
 

@@ -42,6 +42,7 @@ MODELS = [
     transformers.Gemma3ForCausalLM,
     transformers.Llama4ForCausalLM,
     transformers.DeepseekV3ForCausalLM,
+    transformers.Phi3ForCausalLM,
 ]
 
 
@@ -174,6 +175,28 @@ def deepseek_v3():  # DeepSeek-V3: YaRN ×40 over 4,096, mscale = mscale_all_dim
     return transformers.DeepseekV3ForCausalLM(config)
 
 
+def phi3():
+    """Phi-3-mini-128k: LongRoPE over 4,096 with its rescale lists and no factor (transformers takes
+    max_position_embeddings / original_max_position_embeddings, both at the config's top level)."""
+    half = 16  # the head dim 32's frequencies (Phi-3's 96 has 48); short near 1, long growing with the wavelength
+    config = transformers.Phi3Config(
+        **SMALL,
+        hidden_size=64,
+        max_position_embeddings=131072,
+        original_max_position_embeddings=4096,
+        rope_scaling=PHI3,
+        pad_token_id=0,
+    )
+    assert len(PHI3["short_factor"]) == half and "factor" not in config.rope_parameters
+    return transformers.Phi3ForCausalLM(config)
+
+
+PHI3 = {  # Phi-3-mini-128k's config.json form (v4 ``type``), its lists shortened to a head dim of 32
+    "type": "longrope",
+    "short_factor": [1.0 + 0.05 * i for i in range(16)],
+    "long_factor": [1.0 + 1.5 * i for i in range(16)],
+}
+
 FAMILIES = {  # (build, a distance beyond the original context, the dtype it runs in)
     "llama3.1": (llama31, 20000, torch.float64),
     "qwen3": (qwen3, 100000, torch.float64),
@@ -181,6 +204,7 @@ FAMILIES = {  # (build, a distance beyond the original context, the dtype it run
     "gemma3": (gemma3, 40000, torch.float64),
     "llama4": (llama4, 30000, torch.float64),
     "deepseek-v3": (deepseek_v3, 150000, torch.float32),  # the same
+    "phi3": (phi3, 60000, torch.float64),
 }
 
 
@@ -252,3 +276,15 @@ def test_hf_eval_runs_a_model_with_rope_per_layer_type(tmp_path):
     cells = {r.data.tags.get("scaling"): r.data.metrics for r in runs if "val/loss_at_128" in r.data.metrics}
     assert set(cells) == {"own", "yarn"} and all(0 < m["val/loss_at_128"] < 10 for m in cells.values())
     assert cells["own"]["val/loss_at_32"] != cells["yarn"]["val/loss_at_32"]
+
+
+def test_phi3s_config_json_without_a_longrope_factor_is_read_as_transformers_reads_it(tmp_path):
+    """The folder check (harness/pretrained/folder.py) lets a longrope config leave its factor out, as Phi-3's does;
+    posbench's rotary then takes the factor transformers takes, 131,072 / 4,096."""
+    from harness.pretrained.folder import read_config
+
+    phi3().config.to_json_file(tmp_path / "config.json")
+    raw = read_config(tmp_path).as_dict()
+    scaling = raw.get("rope_scaling") or raw["rope_parameters"]
+    assert scaling["rope_type"] == "longrope" and "factor" not in scaling
+    assert apply_scaling(phi3())[None].factor == 32.0
