@@ -36,10 +36,9 @@ def option_overrides(group: str, name: str) -> list[str]:
 
 def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> Transformer:
     """posbench's model for one composed config, built as harness.train builds it."""
-    from harness.model.transformer import Transformer
+    from harness.config.resources import model_of
 
-    spec = compose_cell(overrides)
-    return Transformer(spec.model, vocab_size, seq_len, causal, pos=spec.pos.factory(), attn=spec.attn.factory())
+    return model_of(compose_cell(overrides), vocab_size, seq_len, causal)
 
 
 def composed_model(spec: RunSpec, vocab_size: int, causal: bool, device: str = "meta") -> Transformer:
@@ -47,12 +46,10 @@ def composed_model(spec: RunSpec, vocab_size: int, causal: bool, device: str = "
     laid out, no memory)."""
     import torch
 
-    from harness.model.transformer import Transformer
+    from harness.config.resources import model_of
 
     with torch.device(device):
-        return Transformer(
-            spec.model, vocab_size, spec.data.seq_len, causal, pos=spec.pos.factory(), attn=spec.attn.factory()
-        )
+        return model_of(spec, vocab_size, spec.data.seq_len, causal)
 
 
 def step_estimate(spec: RunSpec, model: Transformer, vocab_size: int, batch: int) -> GpuEstimate:

@@ -46,7 +46,7 @@ def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, cal
     """Seed, then model → Trainer (its world size sizes the data, its rank decides who logs) → loaders."""
     spec, task, data = checked.spec, checked.task, checked.spec.data
     L.seed_everything(spec.seed, verbose=False)
-    model = model_of(spec, checked.tokenizer.vocab_size, task)
+    model = model_of(spec, checked.tokenizer.vocab_size, task.sequence_tokens(data.seq_len), task.causal)
     if spec.model.compile:
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = trainer_of(spec.trainer, logger, callbacks)

@@ -129,19 +129,14 @@ def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None) -> T
     else:
         check_memory(spec.model, vocab, spec.data.batch_size, task.sequence_tokens(spec.data.seq_len))
     with torch.device("meta"):
-        return model_of(spec, vocab, task)
+        return model_of(spec, vocab, task.sequence_tokens(spec.data.seq_len), task.causal)
 
 
-def model_of(spec: RunSpec, vocab: int, task: Task) -> Transformer:
-    """The run's model, on the current default device: meta for the checks, the CPU (after the seed) in build."""
-    return Transformer(
-        spec.model,
-        vocab,
-        task.sequence_tokens(spec.data.seq_len),
-        task.causal,
-        pos=spec.pos.factory(),
-        attn=spec.attn.factory(),
-    )
+def model_of(spec: RunSpec, vocab: int, seq_len: int, causal: bool) -> Transformer:
+    """The run's model, on the current default device: meta for the checks, the CPU (after the seed) in build;
+    the one construction of a model from a spec, which the benchmarks (harness/bench/internals.py) share.
+    ``seq_len``: the positions it is laid out for, a run's ``task.sequence_tokens(spec.data.seq_len)``."""
+    return Transformer(spec.model, vocab, seq_len, causal, pos=spec.pos.factory(), attn=spec.attn.factory())
 
 
 def gpu_estimates(

@@ -52,7 +52,8 @@ def test_initial_weights_are_those_the_committed_results_were_trained_with(cell)
     spec = load([*GOLDEN["overrides"], *overrides])
     task = spec.task.build(tokenizer=ByteTokenizer())
     L.seed_everything(seed, verbose=False)
-    assert fingerprint(model_of(spec, 258, task)) == GOLDEN["fingerprints"][cell]
+    model = model_of(spec, 258, task.sequence_tokens(spec.data.seq_len), task.causal)
+    assert fingerprint(model) == GOLDEN["fingerprints"][cell]
 
 
 def test_the_checks_construction_on_meta_draws_nothing():
@@ -65,3 +66,20 @@ def test_the_checks_construction_on_meta_draws_nothing():
     before = torch.get_rng_state()
     check(spec("attn=performer", "pos=t5"))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("cell", ["classic-clm pos=t5 attn=performer", "pattern seed=1"])
+def test_the_benchmarks_build_the_runs_model(cell):
+    """harness/bench/internals.py builds through the run's construction: the same seed, the same weights."""
+    from harness.bench.internals import build_transformer, composed_model
+
+    overrides, seed = overrides_of(cell)
+    spec = load([*GOLDEN["overrides"], *overrides])
+    task = spec.task.build(tokenizer=ByteTokenizer())
+    seq_len = task.sequence_tokens(spec.data.seq_len)
+    L.seed_everything(seed, verbose=False)
+    run = fingerprint(model_of(spec, 258, seq_len, task.causal))
+    L.seed_everything(seed, verbose=False)
+    assert fingerprint(build_transformer([*GOLDEN["overrides"], *overrides], 258, seq_len, task.causal)) == run
+    L.seed_everything(seed, verbose=False)
+    assert fingerprint(composed_model(spec, 258, task.causal, "cpu")) == run

@@ -244,7 +244,8 @@ def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
 
     def on_meta(checked):
         with torch.device("meta"):
-            return model_of(checked.spec, checked.tokenizer.vocab_size, checked.task)
+            spec, task = checked.spec, checked.task
+            return model_of(spec, checked.tokenizer.vocab_size, task.sequence_tokens(spec.data.seq_len), task.causal)
 
     checked = check(_composed(["experiment=roformer_performer", "scale=paper", "pos=rope", "seed=0"]), GPU)
     extra = variant_bytes_per_layer(checked.spec, on_meta(checked), checked.task)
