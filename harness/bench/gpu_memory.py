@@ -19,7 +19,8 @@ import torch
 
 from harness.bench.internals import compose_cell, composed_model, step_estimate
 from harness.bench.measure import trim
-from harness.model.module import parameter_groups, summed_loss
+from harness.model.loss import summed_loss
+from harness.model.schedule import parameter_groups
 
 if TYPE_CHECKING:
     from harness.model.transformer import Transformer

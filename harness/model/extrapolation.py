@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from harness.data.loaders import on_device
 from harness.model.diagnostics import png
 from harness.model.evaluate import LengthResults, WindowScores, evaluate_lengths, length_metrics
-from harness.model.module import summed_loss
+from harness.model.loss import summed_loss
 
 
 @dataclass(frozen=True)

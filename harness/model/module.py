@@ -27,8 +27,8 @@ from harness.data.loaders import without_full_masks
 from harness.data.objectives import IGNORE
 from harness.data.tasks import exact_match, token_hits
 from harness.errors import Diverged
-from harness.model.loss import summed_cross_entropy
-from harness.model.schedule import Schedule
+from harness.model.loss import scored, summed_cross_entropy, summed_loss
+from harness.model.schedule import Schedule, parameter_groups
 
 if TYPE_CHECKING:  # the model it trains; imported for the annotation only
     from harness.model.transformer import Transformer
@@ -178,35 +178,6 @@ class LanguageModel(L.LightningModule):
             optimizer, partial(self.schedule.factor, total_steps=self.trainer.max_steps)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def scored(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
-    out = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
-    wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
-    loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
-    return loss, (batch["labels"] != IGNORE).sum(), out
-
-
-def summed_loss(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy over the scored tokens, their count), training's loss and the benchmarks'; with
-    ``model.loss_chunk`` set, from that many tokens' logits at a time (harness/model/loss.py), the whole batch's
-    never held."""
-    chunk = model.cfg.loss_chunk
-    if chunk is None:
-        loss, n, _ = scored(model, batch)
-        return loss, n
-    n = (batch["labels"] != IGNORE).sum()
-    h = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
-    return summed_cross_entropy(h.flatten(0, 1), *model.output_layer(), batch["labels"].flatten(), chunk, IGNORE), n
-
-
-def parameter_groups(model: Transformer) -> list[dict]:
-    """The optimizer's parameter groups, training's and the benchmarks': ``model``'s trainable parameters, with no
-    weight decay on biases and norms."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]  # biases, norms
-    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
