@@ -1,7 +1,7 @@
 """``python -m harness.bench.cpu_memory``: the memory estimate ``--check --gpu-memory`` prints, against the peak a
 training step reaches on this CPU, shape by shape, in fp32 and under bf16 autocast.
 
-The estimate is ``gpu_estimate`` as ``validate`` calls it (``internals.step_estimate``). The measure is the
+The estimate is ``gpu_estimate`` as ``validate`` calls it (``resources.gpu_estimates``). The measure is the
 resident set's high-water mark (``VmHWM``) of a fresh process, less its resident set just before the model is
 built (Python, torch and the composed config): each shape runs alone in its own process (a process's high-water
 mark never comes down), two optimizer steps (the second holds AdamW's moments) of the module's loss on random
@@ -152,7 +152,8 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
 
     from harness.allocator import keep_freed_memory
     from harness.bench.gpu_memory import train_steps
-    from harness.bench.internals import compose_cell, composed_model, step_estimate
+    from harness.bench.internals import compose_cell, composed_model
+    from harness.config.resources import gpu_estimates
 
     keep_freed_memory()
     name, overrides, vocab, causal = SHAPES[index]
@@ -161,7 +162,8 @@ def measure(index: int, precision: str, steps: int = 2) -> Row:
     torch.manual_seed(0)
     ids = torch.randint(vocab, (batch, t))
     labels = ids.roll(-1, dims=1) if causal else torch.where(torch.rand(batch, t) < 0.15, ids, -100)
-    est = step_estimate(cfg, composed_model(cfg, vocab, causal, "meta"), vocab, batch)
+    meta = composed_model(cfg, vocab, causal, "meta")
+    est = gpu_estimates(cfg, vocab, t, meta.num_params(), meta.pos)[0]
     before = _status_kib("VmRSS")
     started = time.perf_counter()
     model = composed_model(cfg, vocab, causal, "cpu").train()

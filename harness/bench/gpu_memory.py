@@ -1,7 +1,7 @@
 """Section 1 of the GPU check (``python -m harness.bench.gpu``): ``--check --gpu-memory``'s estimate beside
 the peak a GPU measures.
 
-The estimate is computed as ``validate`` computes it (``internals.step_estimate``: the model laid out on the
+The estimate is computed as ``validate`` computes it (``resources.gpu_estimates``: the model laid out on the
 meta device, its scheme's terms); the peak is ``torch.cuda.max_memory_allocated`` over ``steps`` optimizer
 steps trained as harness.model.module trains (bf16 autocast, the preset's AdamW with no decay on biases and
 norms, fp32 cross-entropy over every position's logits, ``model.loss_chunk`` of them at a time where a cell sets
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.bench.internals import compose_cell, composed_model, step_estimate
+from harness.bench.internals import compose_cell, composed_model
 from harness.bench.measure import trim
+from harness.config.resources import gpu_estimates
 from harness.model.loss import summed_loss
 from harness.model.schedule import parameter_groups
 
@@ -71,7 +72,7 @@ def estimate(cell: MemoryCell, batch: int):
     and the estimate computed as ``validate`` computes it for a softmax cell."""
     cfg = compose_cell(cell.overrides(batch))
     model = composed_model(cfg, cell.vocab, cell.causal, "meta")
-    return cfg, step_estimate(cfg, model, cell.vocab, batch), model.num_params()
+    return cfg, gpu_estimates(cfg, cell.vocab, cfg.data.seq_len, model.num_params(), model.pos)[0], model.num_params()
 
 
 def memory_row(cell: MemoryCell, batch: int, device: str, steps: int) -> MemoryRow:

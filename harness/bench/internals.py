@@ -1,5 +1,6 @@
-"""What the bench room's modules build from the rest of the harness: a composed cell and its model, a step's
-memory estimate, random shards and their loader.
+"""What the bench room's modules build from the rest of the harness: a composed cell and its model, random
+shards and their loader. A step's memory estimate is ``--check``'s own (harness/config/resources.py
+``gpu_estimates``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from typing import TYPE_CHECKING
 from harness.errors import ConfigError
 
 if TYPE_CHECKING:
-    from harness.config.estimates import GpuEstimate
     from harness.config.spec import RunSpec
     from harness.model.transformer import Transformer
 
@@ -50,24 +50,6 @@ def composed_model(spec: RunSpec, vocab_size: int, causal: bool, device: str = "
 
     with torch.device(device):
         return model_of(spec, vocab_size, spec.data.seq_len, causal)
-
-
-def step_estimate(spec: RunSpec, model: Transformer, vocab_size: int, batch: int) -> GpuEstimate:
-    """A training step's GPU memory as ``--check --gpu-memory`` estimates it for a softmax cell
-    (harness/config/resources.py: the built model's parameters and its scheme's terms)."""
-    from harness.config.estimates import SchemeTerms, gpu_estimate
-
-    return gpu_estimate(
-        "a training step",
-        f"data.batch_size={batch}",
-        model.num_params(),
-        spec.model,
-        vocab_size,
-        batch,
-        spec.data.seq_len,
-        str(spec.trainer.precision),
-        SchemeTerms.of(model.pos),
-    )
 
 
 def xformers_refusal() -> str | None:

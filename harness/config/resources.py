@@ -125,7 +125,11 @@ def meta_model(spec: RunSpec, vocab: int, task: Task, gpu: NamedGpu | None) -> T
     blocks' footprint, a lower bound, has been checked against this machine's memory or the named GPU's (``gpu``:
     a GPU run checked for a GPU of that size)."""
     if gpu:
-        check_gpu(gpu_estimates(spec, vocab, task, blocks_params(spec.model, vocab)), gpu, lower_bound=True)
+        check_gpu(
+            gpu_estimates(spec, vocab, task.sequence_tokens(spec.data.seq_len), blocks_params(spec.model, vocab)),
+            gpu,
+            lower_bound=True,
+        )
     else:
         check_memory(spec.model, vocab, spec.data.batch_size, task.sequence_tokens(spec.data.seq_len))
     with torch.device("meta"):
@@ -140,11 +144,14 @@ def model_of(spec: RunSpec, vocab: int, seq_len: int, causal: bool) -> Transform
 
 
 def gpu_estimates(
-    spec: RunSpec, vocab: int, task: Task, n_params: int, scheme: SchemeTerms = PLAIN, variant: int = 0
+    spec: RunSpec, vocab: int, length: int, n_params: int, pos: nn.Module | None = None, variant: int = 0
 ) -> list[GpuEstimate]:
-    """The GPU estimates of a training step and of a fine-tune step of a model of ``n_params`` parameters;
-    ``variant``: the bytes a layer of the attention variant keeps beyond softmax's at the training step's tokens."""
-    data, length, tune_length = spec.data, task.sequence_tokens(spec.data.seq_len), spec.eval.tune_length
+    """The GPU estimates of a training step of ``length`` tokens a sequence (a run's
+    ``task.sequence_tokens(spec.data.seq_len)``) and of a fine-tune step, of a model of ``n_params`` parameters
+    with the positional scheme ``pos`` (its terms, ``SchemeTerms.of``; None: the blocks alone); ``variant``: the
+    bytes a layer of the attention variant keeps beyond softmax's at the training step's tokens. The benchmarks
+    (harness/bench/gpu_memory.py, cpu_memory.py) take the training step's, the figure ``--check`` prints."""
+    data, tune_length = spec.data, spec.eval.tune_length
     phases = [
         (
             "a training step",
@@ -168,7 +175,7 @@ def gpu_estimates(
             b,
             t,
             str(spec.trainer.precision),
-            scheme,
+            PLAIN if pos is None else SchemeTerms.of(pos),
             variant * b * t // (data.batch_size * length),
         )  # measured at the training step's tokens
         for what, shrink, b, t in phases
@@ -183,7 +190,9 @@ def check_memory_and_time(
     data = spec.data
     if gpu:
         variant = variant_bytes_per_layer(spec, model, task)
-        return check_gpu(gpu_estimates(spec, vocab, task, model.num_params(), SchemeTerms.of(model.pos), variant), gpu)
+        return check_gpu(
+            gpu_estimates(spec, vocab, task.sequence_tokens(data.seq_len), model.num_params(), model.pos, variant), gpu
+        )
     tune = spec.eval.tune_length
     check_phases(
         rehearse(
