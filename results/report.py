@@ -3,12 +3,10 @@ seeds), report.csv and the plots (results/plots.py). The data model is results/c
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 
-from harness.markdown import table
+from harness.markdown import csv_text, table
 from results import plots, spread, verdicts
 from results.cells import Cell, Group, Report, Stat, mean_std
 
@@ -296,10 +294,9 @@ def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
 
 
 def to_csv(r: Report) -> str:
-    out = io.StringIO()
     lengths = r.lengths
-    writer = csv.writer(out)
-    writer.writerow(
+    opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
+    return csv_text(
         [
             "pos",
             "attn",
@@ -325,39 +322,37 @@ def to_csv(r: Report) -> str:
             "val_acc_std",
             "attn_distance_mean",
             "attn_entropy_mean",
-        ]
+        ],
+        (
+            [
+                g.pos,
+                g.attn,
+                g.variant,
+                _seeds(g),
+                g.final.n,
+                g.status,
+                opt(g.final.mean),
+                opt(g.final.std),
+                opt(g.best.mean),
+                opt(g.best.std),
+                opt(r.target),
+                opt(g.steps.mean),
+                opt(g.steps.std),
+                g.steps.n,
+                opt(g.tokens_per_s.mean),
+                opt(g.n_params),
+                *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
+                opt(g.order_gain.mean),
+                opt(g.order_gain.std),
+                opt(g.using_order(r.min_order_gain)),
+                opt(g.acc.mean),
+                opt(g.acc.std),
+                opt(g.attn_distance.mean),
+                opt(g.attn_entropy.mean),
+            ]
+            for g in r.groups
+        ),
     )
-    opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
-    writer.writerows(
-        [
-            g.pos,
-            g.attn,
-            g.variant,
-            _seeds(g),
-            g.final.n,
-            g.status,
-            opt(g.final.mean),
-            opt(g.final.std),
-            opt(g.best.mean),
-            opt(g.best.std),
-            opt(r.target),
-            opt(g.steps.mean),
-            opt(g.steps.std),
-            g.steps.n,
-            opt(g.tokens_per_s.mean),
-            opt(g.n_params),
-            *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
-            opt(g.order_gain.mean),
-            opt(g.order_gain.std),
-            opt(g.using_order(r.min_order_gain)),
-            opt(g.acc.mean),
-            opt(g.acc.std),
-            opt(g.attn_distance.mean),
-            opt(g.attn_entropy.mean),
-        ]
-        for g in r.groups
-    )
-    return out.getvalue()
 
 
 def console_summary(r: Report) -> str:

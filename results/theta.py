@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.markdown import table
+from harness.markdown import csv_text, table
 
 # the drift metrics the scheme logs, each with its plot's y label
 DRIFT_METRICS = {"pos/theta_rel_change": "‖θ − θ₀‖ / ‖θ₀‖", "pos/theta_max_log_ratio": "max_i |log θ_i / θ₀_i|"}
@@ -81,13 +81,16 @@ def theta_section(client, cells, out: Path) -> list[str]:
     save(fig, out / "theta_ratio.png", dpi=120)
 
     seeds = list(tables)
-    with open(out / "theta.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["i", "theta0", *[f"ratio_seed{s}" for s in seeds]])
-        writer.writerows(
-            [i, f"{row['theta0']:.10g}", *[f"{tables[s][i]['ratio']:.6g}" for s in seeds]]
-            for i, row in enumerate(tables[seeds[0]])
-        )
+    (out / "theta.csv").write_text(
+        csv_text(
+            ["i", "theta0", *[f"ratio_seed{s}" for s in seeds]],
+            (
+                [i, f"{row['theta0']:.10g}", *[f"{tables[s][i]['ratio']:.6g}" for s in seeds]]
+                for i, row in enumerate(tables[seeds[0]])
+            ),
+        ),
+        newline="",
+    )
 
     lines = [
         "## θ drift",

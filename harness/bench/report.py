@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from harness.bench.session import Result
 from harness.bench.stats import Interval
 from harness.bench.targets import Outcome, PeerOutcome
 from harness.integrity import report_folder
-from harness.markdown import table
+from harness.markdown import csv_text, table
 
 
 @dataclass
@@ -62,10 +61,8 @@ def _interval(i: Interval | None, fmt) -> tuple[str, str]:
 def write_csv(path: Path, rows: list[dict]) -> None:
     """The rows under a column for every key any of them has; no rows, no file."""
     if rows:
-        with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-            writer.writeheader()
-            writer.writerows(rows)
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        path.write_text(csv_text(keys, ([r.get(k, "") for k in keys] for r in rows)), newline="")
 
 
 def write_report(folder: Path, report: Report) -> None:

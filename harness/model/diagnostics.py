@@ -23,7 +23,6 @@ Notation: B batch, H heads, T length, L layers.
 
 from __future__ import annotations
 
-import csv
 import inspect
 import io
 import math
@@ -35,6 +34,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from harness.data.loaders import on_device
+from harness.markdown import csv_text
 
 WINDOWS = 16  # validation windows looked at
 CHUNK_ELEMS = 1 << 24  # B·H·T² weights formed at once per layer (64 MiB in fp32)
@@ -136,7 +136,7 @@ class Diagnostics:
         }
 
     def stats_csv(self) -> str:
-        return _csv(
+        return csv_text(
             ["layer", "head", "mean_distance", "entropy", "queries"],
             (
                 [layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)]
@@ -146,7 +146,7 @@ class Diagnostics:
         )
 
     def offsets_csv(self) -> str:
-        return _csv(  # column o of a profile over 2T − 1 offsets holds offset o − (T − 1)
+        return csv_text(  # column o of a profile over 2T − 1 offsets holds offset o − (T − 1)
             ["layer", "head", "offset", "mean_weight"],
             (
                 [layer, head, o - s.pairs.numel() // 2, f"{x:.6g}"]
@@ -156,12 +156,6 @@ class Diagnostics:
                 if not math.isnan(x)
             ),
         )
-
-
-def _csv(header: list[str], rows) -> str:
-    out = io.StringIO()
-    csv.writer(out).writerows([header, *rows])
-    return out.getvalue()
 
 
 def attention_diagnostics(model, loader, windows: int = WINDOWS) -> Diagnostics:

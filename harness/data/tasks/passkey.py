@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from torch import Tensor
 
 from harness.data.tasks.base import Layout, SyntheticTask, TaskResults, ascii_ids
 from harness.errors import ConfigError
+from harness.markdown import csv_text
 
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = " What is the pass key? The pass key is "
@@ -171,13 +171,17 @@ def write_depth_table(
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
     acc = table.accuracy
-    with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["length", "depth_lo", "depth_hi", "n", "correct", "accuracy"])
-        for j, length in enumerate(table.lengths):
-            for k in range(n_bins):
-                a = "" if np.isnan(acc[k, j]) else f"{acc[k, j]:.6f}"
-                writer.writerow([length, *table.bin_label(k), table.total[k, j], table.correct[k, j], a])
+    csv_path.write_text(
+        csv_text(
+            ["length", "depth_lo", "depth_hi", "n", "correct", "accuracy"],
+            (
+                [length, *table.bin_label(k), table.total[k, j], table.correct[k, j], "" if np.isnan(a) else f"{a:.6f}"]
+                for j, length in enumerate(table.lengths)
+                for k, a in enumerate(acc[:, j])
+            ),
+        ),
+        newline="",
+    )
     _heatmap(table, png_path)
     return csv_path, png_path
 
