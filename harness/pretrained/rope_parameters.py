@@ -152,6 +152,8 @@ def of_config(config) -> dict:
 
 
 def per_layer_type(params: dict) -> bool:
+    """Whether a v5 ``rope_parameters`` is nested by layer type (``{"full_attention": {...}, ...}``, a type's
+    entry may be null) rather than one flat set of keys."""
     return "rope_theta" not in params and all(isinstance(v, dict) or v is None for v in params.values())
 
 
