@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlparse
 
 from harness.errors import ConfigError, StoreDamaged, damaged_store_line, exception_chain, one_line
@@ -109,18 +109,18 @@ def _check_sqlite(uri: str) -> None:
         check_writable_dir(db.parent, "logger.tracking_uri", "point it at a directory you can write")
         return
     try:
-        with open(db, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
+        with open(db, "rb") as raw:
+            head = raw.read(len(SQLITE_MAGIC))
+            damage = damage_of(db, raw) if head == SQLITE_MAGIC else None  # an empty file: sqlite initialises it
     except OSError as e:
         raise ConfigError(
             f"tracking URI {uri!r}: cannot read {db} ({e.strerror}); give a database you can read and write"
         ) from None
-    if head and head != SQLITE_MAGIC:  # an empty file is a database sqlite will initialise
+    if head and head != SQLITE_MAGIC:
         raise ConfigError(
             f"tracking URI {uri!r}: {db} exists but is not an sqlite database; "
             "point logger.tracking_uri at a new file or an MLflow store"
         )
-    damage = damage_of(db)
     if damage:
         raise ConfigError(
             f"tracking URI {uri!r}: {db} is a damaged sqlite database ({damage}); restore it from "
@@ -133,11 +133,14 @@ def _check_sqlite(uri: str) -> None:
 QUICK_CHECK_MAX_BYTES = 1 << 30  # sqlite's quick_check reads every page: its time grows with the store
 
 
-def damage_of(db: Path) -> str | None:
+def damage_of(db: Path, raw: BinaryIO) -> str | None:
     """What is wrong with an sqlite file, or None: its header's page count against its size (a truncated
-    copy), then, up to QUICK_CHECK_MAX_BYTES, sqlite's own ``PRAGMA quick_check``."""
-    with open(db, "rb") as f:
-        header = f.read(100)
+    copy), then, up to QUICK_CHECK_MAX_BYTES, sqlite's own ``PRAGMA quick_check``. ``raw`` is the file, opened by
+    the caller and kept open while it holds an sqlite lock on the file: closing any descriptor of a file drops every
+    POSIX lock the process holds on it (sqlite's own connections put off their close), so a writer could commit
+    mid-check."""
+    raw.seek(0)
+    header = raw.read(100)
     size = db.stat().st_size
     if len(header) == 100:
         page_size = int.from_bytes(header[16:18], "big")
@@ -166,10 +169,13 @@ def check_whole(uri: str) -> None:
     if db is None or not db.exists():
         return
     try:  # under a shared lock: another cell's writer cannot commit mid-check (its header and size agree)
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        with (
+            open(db, "rb") as raw,
+            contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn,
+        ):
             conn.execute("BEGIN")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            why = damage_of(db)
+            why = damage_of(db, raw)
             conn.rollback()
     except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
         why = None if is_locked(e) else one_line(e)

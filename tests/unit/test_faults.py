@@ -127,3 +127,38 @@ def test_a_store_damaged_under_a_run_is_named_by_sqlite_not_taken_as_finished(tm
     assert line.startswith(f"error: the tracking store {db} was damaged while the run wrote to it (")
     assert isinstance(e, StoreDamaged) or "malformed" in line or "not a database" in line, line
     assert "run the same command again with a new logger.tracking_uri" in line
+
+
+def test_the_check_of_a_closed_run_keeps_other_writers_out_until_it_has_read(tmp_path, monkeypatch):
+    """The check when a run closes reads the store's header and runs sqlite's quick check under a shared lock, so
+    another cell's writer cannot commit mid-check. Opening and closing the file by other means than sqlite drops
+    every POSIX lock this process holds on it: a writer then committed mid-check, and a sweep stopped at a store
+    it called damaged ("database disk image is malformed") that was whole."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from harness.record import store
+
+    db = tmp_path / "mlflow.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table t (x)")
+    writer = (
+        "import sqlite3, sys\n"
+        "try:\n"
+        "    sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None).execute('begin exclusive')\n"
+        "    print('committed')\n"
+        "except sqlite3.OperationalError as e:\n"
+        "    print(e)\n"
+    )
+    seen = []
+    real = store.damage_of
+
+    def damage_then_a_writer(*args):
+        why = real(*args)
+        seen.append(subprocess.run([sys.executable, "-c", writer, str(db)], capture_output=True, text=True).stdout)
+        return why
+
+    monkeypatch.setattr(store, "damage_of", damage_then_a_writer)
+    store.check_whole(f"sqlite:///{db}")
+    assert seen == ["database is locked\n"]
