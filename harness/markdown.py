@@ -18,7 +18,8 @@ def table(head: Sequence[str], rows: Iterable[Sequence[object]], align: str = ""
 
 
 def csv_text(head: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
-    """A table as ``csv.writer`` writes it (``\\r\\n`` line ends): the head's row, then each row's."""
+    """A table as ``csv.writer`` writes it (``\\r\\n`` line ends): the head's row, then each row's; None is
+    written as an empty field."""
     out = io.StringIO()
     csv.writer(out).writerows([head, *rows])
     return out.getvalue()

@@ -295,7 +295,6 @@ def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
 
 def to_csv(r: Report) -> str:
     lengths = r.lengths
-    opt = lambda v: "" if v is None else v  # noqa: E731 — CSV has no None
     return csv_text(
         [
             "pos",
@@ -331,24 +330,24 @@ def to_csv(r: Report) -> str:
                 _seeds(g),
                 g.final.n,
                 g.status,
-                opt(g.final.mean),
-                opt(g.final.std),
-                opt(g.best.mean),
-                opt(g.best.std),
-                opt(r.target),
-                opt(g.steps.mean),
-                opt(g.steps.std),
+                g.final.mean,
+                g.final.std,
+                g.best.mean,
+                g.best.std,
+                r.target,
+                g.steps.mean,
+                g.steps.std,
                 g.steps.n,
-                opt(g.tokens_per_s.mean),
-                opt(g.n_params),
-                *(opt(g.at_length[n].mean if n in g.at_length else None) for n in lengths),
-                opt(g.order_gain.mean),
-                opt(g.order_gain.std),
-                opt(g.using_order(r.min_order_gain)),
-                opt(g.acc.mean),
-                opt(g.acc.std),
-                opt(g.attn_distance.mean),
-                opt(g.attn_entropy.mean),
+                g.tokens_per_s.mean,
+                g.n_params,
+                *(g.at_length[n].mean if n in g.at_length else None for n in lengths),
+                g.order_gain.mean,
+                g.order_gain.std,
+                g.using_order(r.min_order_gain),
+                g.acc.mean,
+                g.acc.std,
+                g.attn_distance.mean,
+                g.attn_entropy.mean,
             ]
             for g in r.groups
         ),

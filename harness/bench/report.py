@@ -62,7 +62,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """The rows under a column for every key any of them has; no rows, no file."""
     if rows:
         keys = list(dict.fromkeys(k for r in rows for k in r))
-        path.write_text(csv_text(keys, ([r.get(k, "") for k in keys] for r in rows)), newline="")
+        path.write_text(csv_text(keys, ([r.get(k) for k in keys] for r in rows)), newline="")
 
 
 def write_report(folder: Path, report: Report) -> None:
