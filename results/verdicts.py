@@ -85,8 +85,9 @@ def missing_baseline(groups: list[Group], declared: Declared | None = None) -> s
     )
 
 
-def judge(g: Group, base: Group, min_gain: float) -> Verdict:
-    """One comparison before the family's correction: premature, one seed, or "tested" with its p-value."""
+def judge(g: Group, base: Group, min_gain: float, c: sequential.Comparison | None = None) -> Verdict:
+    """One comparison before the family's correction: premature, one seed, or "tested" with its p-value, on the
+    seeds the family decided it with (``c``; a staged comparison's stop) or, outside the family, every finished seed."""
     if g.using_order(min_gain) is False:
         return Verdict(
             g,
@@ -95,7 +96,7 @@ def judge(g: Group, base: Group, min_gain: float) -> Verdict:
             f"premature — train longer: order gain {g.order_gain.mean:.3f} "
             f"< {min_gain}, not yet using word order; {trend(g, min_gain)}",
         )
-    a, b = _finals(g), _finals(base)
+    a, b = (c.a, c.b) if c is not None else (_finals(g), _finals(base))
     ci = welch_interval(a, b)
     if ci is None:
         return Verdict(g, base, "one seed", f"n = {len(a)} vs {len(b)}: no interval; add seeds (seed=0,1,2)")
@@ -186,7 +187,7 @@ def verdicts(
         )
     found = {c.arm: c for c in family}
     hypotheses = len(family) * (1 if design.margin is None else 2)
-    return [decided(judge(g, base, min_gain), found.get(_key(g)), hypotheses, design) for g, base in pairs]
+    return [decided(judge(g, base, min_gain, c := found.get(_key(g))), c, hypotheses, design) for g, base in pairs]
 
 
 def _key(g: Group) -> str:

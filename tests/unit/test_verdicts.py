@@ -105,6 +105,21 @@ def test_equivalence_needs_a_declared_margin_and_two_one_sided_tests_that_reject
     assert "1 equivalent within ±0.05 (report.margin)" in headline([wide], 0.05, margin=0.05)
 
 
+def test_a_staged_comparison_shows_the_numbers_of_the_seeds_it_was_decided_on():
+    """report.seeds=auto: rope is decided at the first look on 3 seeds a side; none trained 6 for another
+    comparison. Its Δ, interval and p are those of the 3 vs 3 the family decided on, as its "n = 3 vs 3" says."""
+    from harness.sequential import Design
+
+    base = [3.0, 3.1, 3.05, 2.95, 3.02, 3.08]
+    none = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate(base)]
+    rope = [cell("rope", s, x) for s, x in enumerate([2.0, 2.1, 2.05])]
+    [v] = verdicts(report(none + rope).groups, 0.05, staged=Design(0.05, 3, 9, "pocock"))
+    diff, low, high = welch_interval([2.0, 2.1, 2.05], base[:3])
+    p = welch_p_value([2.0, 2.1, 2.05], base[:3])
+    assert v.verdict == "lower" and "look 1 of 3" in v.text and "n = 3 vs 3" in v.text
+    assert v.text.startswith(f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}:") and v.p == pytest.approx(p)
+
+
 def test_a_scheme_whose_models_ignore_order_is_premature_whatever_its_loss():
     none = [cell("none", s, 3.0 + s / 10, gain=0.0, signal="none") for s in range(3)]
     learned = [cell("learned", s, 2.0 + s / 10, gain=0.01) for s in range(3)]  # lower, but order gain 0.01
