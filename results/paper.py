@@ -83,6 +83,7 @@ def compare(comparison: dict, values: dict[str, list[float]], unready: dict[str,
     A claim's ``comparisons`` decide its verdict; its optional ``also`` list holds secondary
     comparisons (e.g. a second paper's claim on the same runs) that are reported beside it."""
     outcome = _compare(comparison, values)
+    outcome.hypotheses = 2 if "close" in comparison else 1  # claim_family's count, whatever the numbers allow
     why = [f"{arm}: {unready[arm]}" for arm in (comparison.get(k) for k in ARM_KEYS) if unready and arm in unready]
     if why:
         return Outcome(f"{outcome.text} [{'; '.join(why)}]", "premature", hypotheses=outcome.hypotheses)
@@ -143,7 +144,6 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
             verdict,
             tested,
             within,
-            hypotheses=2,
         )
     paired = "lower_than_metric" in comparison
     lower = paired or side == "lower"

@@ -802,3 +802,21 @@ def test_a_metric_no_run_logged_is_not_measured_and_leaves_the_verdict():
     assert overall([outcome, outcome]) == "not measured"
     measured = compare({**comparison, "metric": "val/acc"}, {"+arm=r": [0.9, 0.95, 0.92], "+arm=o": [0.5, 0.4, 0.45]})
     assert overall([outcome, measured]) == overall([measured]) == "reproduced"
+
+
+def test_an_agreement_claim_is_two_hypotheses_of_a_staged_family_whatever_its_numbers():
+    """``claim_family`` gives an agreement claim its two hypotheses (equivalence and beyond) before any number is
+    read; one at a ceiling, or with one seed, is still two of the family ``staged_line`` says was decided."""
+    from harness.sequential import Design
+    from results.paper import claim_family, staged_line
+
+    close = {"metric": "val/acc", "close": "pos=a", "to": "pos=b", "within": 0.01}
+    lower = {"metric": "val/loss", "lower": "pos=a", "than": "pos=b"}
+    found = [
+        compare(close, {"pos=a": [1.0, 1.0], "pos=b": [1.0, 1.0]}),
+        compare(close, {"pos=a": [0.9], "pos=b": [0.8, 0.9]}),
+        compare(lower, {"pos=a": [1.0, 1.1], "pos=b": [2.0, 2.1]}),
+    ]
+    assert [o.verdict for o in found] == ["ceiling", "inconclusive", "supports"]
+    assert sum(len(c.kinds) for c in claim_family([close, close, lower])) == 5
+    assert "; 5 hypotheses decided as one family by Holm's procedure" in staged_line(found, Design(0.05, 3, 9))
