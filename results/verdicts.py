@@ -48,6 +48,7 @@ class Verdict:
     verdict: str  # premature | lower | higher | equivalent | inconclusive | one seed ("tested": not yet decided)
     text: str  # the table's cell: numbers and the reason
     p: float | None = None  # Welch's two-sided p, for a comparison in the corrected family
+    mde: float | None = None  # an inconclusive one's minimum detectable effect, on the seeds the text reports
 
 
 def _finals(g: Group) -> list[float]:
@@ -116,7 +117,7 @@ def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design
     if len(design.looks) > 1 and c.decided_at is not None:
         said += f", look {c.decided_at + 1} of {len(design.looks)}, {design.spending} boundary"
     said += f"; n = {len(a)} vs {len(b)}"
-    verdict = c.verdict
+    verdict, mde = c.verdict, None
     if verdict in ("lower", "higher"):
         also = f"; and within ±{margin:g}: negligible at the declared margin" if "equivalence" in c.rejected else ""
         text = f"{v.text}: {verdict} loss beyond seed noise ({said}){also}"
@@ -127,11 +128,9 @@ def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design
     else:
         settles = what_settles(a, b, sum(a) / len(a) - sum(b) / len(b), per="scheme")
         untested = "" if margin is not None else "; no margin declared, so equivalence is not tested (report.margin)"
-        text = (
-            f"{v.text}: inconclusive ({said}); the seeds detect |Δ| ≥ {minimum_detectable_effect(a, b):.4f}"
-            f"{settles}{untested}"
-        )
-    return Verdict(v.group, v.baseline, verdict, text, v.p)
+        mde = minimum_detectable_effect(a, b)
+        text = f"{v.text}: inconclusive ({said}); the seeds detect |Δ| ≥ {mde:.4f}{settles}{untested}"
+    return Verdict(v.group, v.baseline, verdict, text, v.p, mde)
 
 
 def trend(g: Group, min_gain: float) -> str:
@@ -220,12 +219,7 @@ def headline(
         else "none can be equivalent (no report.margin declared)",
         f"{count['inconclusive']} inconclusive",
     ]
-    mdes = [
-        mde
-        for f in found
-        if f.verdict == "inconclusive" and "no spread" not in f.text
-        if (mde := minimum_detectable_effect(_finals(f.group), _finals(f.baseline))) is not None
-    ]
+    mdes = [f.mde for f in found if f.mde is not None]
     if mdes:
         parts[-1] += f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)"
     if count["premature"]:

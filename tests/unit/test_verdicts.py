@@ -120,6 +120,22 @@ def test_a_staged_comparison_shows_the_numbers_of_the_seeds_it_was_decided_on():
     assert v.text.startswith(f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}:") and v.p == pytest.approx(p)
 
 
+def test_the_headlines_detectable_effects_are_the_rows():
+    """report.seeds=auto: "same" (no difference) stops for futility at the first look on 3 seeds, while none trains
+    on to 9 for "slow". The headline's range of detectable effects is the rows' own (3 vs 3 and 9 vs 9)."""
+    from harness.sequential import Design
+
+    base = [3.00, 3.06, 2.97, 3.03, 2.99, 3.05, 3.01, 2.96, 3.04]
+    same, slow = [3.01, 2.98, 3.04], [2.98, 3.02, 2.95, 3.00, 2.96, 3.03, 2.97, 2.99, 3.01]
+    cells = [cell("none", s, x, gain=0.0, signal="none") for s, x in enumerate(base)]
+    cells += [cell("same", s, x) for s, x in enumerate(same)] + [cell("slow", s, x) for s, x in enumerate(slow)]
+    found = verdicts(report(cells).groups, 0.05, staged=Design(0.05, 3, 9, "pocock"))
+    assert [v.verdict for v in found] == ["inconclusive", "inconclusive"] and "n = 3 vs 3" in found[0].text
+    low, high = minimum_detectable_effect(slow, base), minimum_detectable_effect(same, base[:3])
+    assert f"the seeds detect |Δ| ≥ {high:.4f}" in found[0].text and f"|Δ| ≥ {low:.4f}" in found[1].text
+    assert f"(the seeds could detect |Δ| ≥ {low:.3f} … {high:.3f} nats/token)" in headline(found, 0.05)
+
+
 def test_a_scheme_whose_models_ignore_order_is_premature_whatever_its_loss():
     none = [cell("none", s, 3.0 + s / 10, gain=0.0, signal="none") for s in range(3)]
     learned = [cell("learned", s, 2.0 + s / 10, gain=0.01) for s in range(3)]  # lower, but order gain 0.01
