@@ -16,47 +16,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-# two-sided 95 % quantiles of Student's t, df = 1 … 30 (beyond: the normal 1.96 within 2 %)
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-
 Verdict = Literal["met", "not met", "unresolved", "not measured"]
 MIN_ROUNDS = 6  # the fewest samples whose [min, max] covers their median with probability ≥ 95 % (1 − 2/2⁶)
-
-
-def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (df ≥ 1)."""
-    return _T975[df - 1] if df <= len(_T975) else 1.96
 
 
 def median_rank(n: int) -> int:
@@ -94,8 +55,10 @@ class Interval:
     @classmethod
     def of_values(cls, values: list[float]) -> Interval:
         """Arithmetic mean with its t interval (n ≥ 2), for values that may be ≤ 0 (an overhead)."""
+        from scipy import stats
+
         mean = statistics.fmean(values)
-        half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+        half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
         return cls(mean, mean - half, mean + half, tuple(values))
 
     def map(self, f) -> Interval:

@@ -14,7 +14,7 @@ from harness.bench import cli, measure
 from harness.bench.cells import Spec, build_posbench
 from harness.bench.profiled import breakdown, kernel_share, op_times, positional_share
 from harness.bench.session import Result, paired_rounds, prepare
-from harness.bench.stats import MIN_ROUNDS, Goal, Interval, median_rank, t975
+from harness.bench.stats import MIN_ROUNDS, Goal, Interval, median_rank
 from harness.bench.targets import MemoryPerTokenTarget, PeerOutcome
 from harness.config.catalog import option_classes
 
@@ -95,7 +95,17 @@ def test_interval_of_ratios_is_the_median_with_its_order_statistic_interval():
     assert Interval.of_ratios([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]).low == 1.0  # n = 6: [min, max]
     with pytest.raises(ValueError, match="6 or more"):
         Interval.of_ratios([1.0] * 5)  # no 95 % interval of a median from 5 samples (1 − 2/2⁵ < 95 %)
-    assert t975(1) == 12.706 and t975(100) == 1.96  # Interval.of_values' t quantiles
+
+
+@pytest.mark.parametrize("n", [2, 7, 31, 61])
+def test_interval_of_values_is_the_mean_with_its_student_t_interval(n):
+    """Mean ± t(0.975, n − 1)·s/√n, against scipy's t interval (n = 31, 61: beyond the normal's 1.96 by 4 % and 2 %)."""
+    from scipy import stats
+
+    values = [math.sin(i) + 0.1 * i for i in range(n)]
+    low, high = stats.t.interval(0.95, n - 1, loc=statistics.fmean(values), scale=stats.sem(values))
+    i = Interval.of_values(values)
+    assert (i.low, i.estimate, i.high) == pytest.approx((low, (low + high) / 2, high), rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.parametrize("n", range(1, 60))
