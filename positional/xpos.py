@@ -11,9 +11,12 @@ the q and k maps are RoPE rotations whose cos, sin already hold the scale: two `
 applied by rope.py's own code, as cheap per layer as RoPE.
 
 Centring: ζ^(n/B) alone over- or underflows for long inputs (ζ_0^(n/B) ≈ 0.29^(n/512)), so, as
-torchscale's XPOS and x-transformers do, exponents use n − c with c = ⌊(n_first + n_last + 1)/2⌋, the
-middle of the input (⌊T/2⌋ for 0 … T−1, x-transformers' value). c cancels exactly in every logit,
-ζ^((n−c)/B)·ζ^(−(m−c)/B) = ζ^((n−m)/B); it only keeps |q|, |k| within ζ_0^(∓T/2B).
+torchscale's XPOS and x-transformers do, exponents use n − c, with c = ⌊L/2⌋ for L the positions training
+shows (data.seq_len, or max_position when randomized): the middle of a training input, x-transformers' ⌊T/2⌋
+there. c cancels exactly in every logit, ζ^((n−c)/B)·ζ^(−(m−c)/B) = ζ^((n−m)/B), and keeps |q|, |k| within
+ζ_0^(∓L/2B) at the training length. It is fixed, not the middle of each input: kernelized attention applies φ
+to the scaled q and k, where nothing cancels c, so a centre read from the input would move every output with
+the input's length (a causal prefix with what follows it, a padded row with its padding).
 
 Bidirectional (MLM): the same maps. Keys after the query (m > n) then get ζ^(−(m−n)/B) > 1, a growth
 with distance instead of a decay (bounded by ζ_0^(−T/B): 1.37 at T = 128, 150 at T = 2048). The paper
@@ -43,19 +46,10 @@ def xpos_zeta(width: int, gamma: float, dtype=torch.float64, device=None) -> Ten
     return (two_i + gamma * width) / ((1 + gamma) * width)
 
 
-def xpos_centre(positions: Tensor) -> Tensor:
-    """c = ⌊(n_first + n_last + 1)/2⌋ for sorted positions: ⌊T/2⌋ for 0 … T−1. A 0-d tensor, so that no
-    position is read on the host (which would wait for the GPU); positions per row (B, T) (restarted per
-    document) take ⌊T/2⌋ for every row: q·k scales by ζ^((n − m)/B) whatever the centre q and k share."""
-    if positions.dim() == 2:
-        return torch.tensor(positions.shape[-1] // 2, device=positions.device)
-    return (positions[0] + positions[-1] + 1).div(2, rounding_mode="floor")
-
-
-def xpos_scale(positions: Tensor, zeta: Tensor, scale_base: float) -> Tensor:
-    """ζ_i^((n − c)/B) for every position n and frequency i (centre c: ``xpos_centre``). Shape (T, W/2), or
+def xpos_scale(positions: Tensor, zeta: Tensor, scale_base: float, centre: int) -> Tensor:
+    """ζ_i^((n − c)/B) for every position n and frequency i, c = ``centre`` (module doc). Shape (T, W/2), or
     (B, 1, T, W/2) for positions per row (broadcast over heads, as ``rope_angles``)."""
-    power = (positions - xpos_centre(positions)).to(zeta.dtype) / scale_base  # (T,) or (B, T)
+    power = (positions - centre).to(zeta.dtype) / scale_base  # (T,) or (B, T)
     scale = zeta ** power[..., None]
     return scale if positions.dim() == 1 else scale.unsqueeze(-3)
 
@@ -104,7 +98,8 @@ class XPos(PositionalScheme):
     def _rotation(self, positions: Tensor, width: int) -> XPosRotation:
         # float64, as pos=rope: angles and ζ^(±n/B) stay accurate at long lengths; Rotation casts once
         angles = rope_angles(positions, rope_inv_freq(width, self.base, torch.float64, positions.device))  # (T, W/2)
-        scale = xpos_scale(positions, xpos_zeta(width, self.gamma, device=positions.device), self.scale_base)
+        zeta = xpos_zeta(width, self.gamma, device=positions.device)
+        scale = xpos_scale(positions, zeta, self.scale_base, self.position_range // 2)  # (T, W/2) or (B, 1, T, W/2)
         cos, sin, apply = angles.cos(), angles.sin(), LAYOUTS[self.layout]
         return XPosRotation(
             q=Rotation(cos * scale, sin * scale, apply=apply, at_width=lambda w: self._rotation(positions, w).q),

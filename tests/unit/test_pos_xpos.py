@@ -5,11 +5,13 @@ import math
 import pytest
 import torch
 
+from attention.base import AttentionContext
+from attention.linear import Linear
 from attention.local import Local
 from attention.softmax import Softmax
 from harness.errors import ConfigError
 from positional.base import Shape
-from positional.xpos import XPos, xpos_centre, xpos_zeta
+from positional.xpos import XPos, xpos_zeta
 from tests.attn_cases import F64, qkv, rotation_matrices
 
 D = 16
@@ -22,9 +24,22 @@ def test_zeta_is_two_i_plus_gamma_d_over_one_plus_gamma_d():
     assert got[0] == pytest.approx(0.4 / 1.4) and got.diff().gt(0).all() and got.lt(1).all()
 
 
-def test_centre_is_the_middle_of_the_positions():
-    assert xpos_centre(torch.arange(8)) == 4 and xpos_centre(torch.arange(7)) == 3
-    assert xpos_centre(torch.tensor([10, 15, 40])) == 25
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_position_is_mapped_alike_whatever_follows_it(causal):
+    """Sun et al. §3's maps read their own position only, f_q(q, n) and f_k(k, m): the first 64 positions of a
+    1024-long input turn and scale as in a 64-long one. Kernelized attention applies φ to the scaled q and k, where
+    no logit cancels a centre, so one that moved with the input would reach every output: a causal prefix would
+    change with what follows it, a padded row with its padding."""
+    shape = Shape(2 * D, 2, 1, 64, causal)
+    scheme, attn = XPos(shape).double(), Linear(shape).double()
+    q, k, v = qkv(B=1, H=2, T=1024, D=D, seed=5)
+    short, long = scheme.rotary(torch.arange(64)), scheme.rotary(torch.arange(1024))
+    torch.testing.assert_close(long.rotate_q(q)[..., :64, :], short.rotate_q(q[..., :64, :]), rtol=1e-13, atol=0)
+    torch.testing.assert_close(long.rotate_k(k)[..., :64, :], short.rotate_k(k[..., :64, :]), rtol=1e-13, atol=0)
+    real = torch.arange(1024)[None, :] < 64  # (1, T): a row of 64 tokens padded to 1024
+    got = attn(q, k, v, AttentionContext(rotary=long, causal=causal, key_padding_mask=None if causal else real))
+    want = attn(q[..., :64, :], k[..., :64, :], v[..., :64, :], AttentionContext(rotary=short, causal=causal))
+    torch.testing.assert_close(got[..., :64, :], want, rtol=0, atol=1e-12)
 
 
 def explicit_logits(q, k, n, m, base=10000.0, gamma=0.4, scale_base=512.0):
