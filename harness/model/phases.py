@@ -86,7 +86,7 @@ class PositionPhases(L.Callback):
             self._enter(module, state)
         module.log("train/phase", float(state.index + 1))
         if state.seq_len is not None:
-            for key in ("input_ids", "labels", "key_padding_mask"):
+            for key in ("input_ids", "labels", "key_padding_mask", "document_ids"):
                 if batch.get(key) is not None:
                     batch[key] = batch[key][:, : state.seq_len]  # (B, T) -> (B, seq_len)
 

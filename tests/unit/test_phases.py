@@ -75,6 +75,23 @@ def test_dropping_rope_at_a_boundary_is_the_same_weights_without_positions():
     assert set(model.state_dict()) == set(tiny().state_dict())  # a checkpoint's keys in every phase
 
 
+def test_a_length_phase_cuts_packed_documents_with_their_tokens():
+    """model.restart_positions and model.document_mask: a phase's seq_len cuts each window's document ids with its
+    tokens, so the step trains on the first seq_len tokens of the window, documents and all."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        n_layers=2, d_model=32, n_heads=2, d_ff=64, dropout=0.0, restart_positions=True, document_mask=True
+    )
+    model = Transformer(cfg, 61, 16, True, Rope, Softmax).double().eval()
+    ids, documents = torch.randint(61, (2, 16)), torch.tensor([[0] * 5 + [1] * 11, [0] * 3 + [1] * 9 + [2] * 4])
+    batch = {"input_ids": ids, "labels": ids, "key_padding_mask": None, "document_ids": documents}
+    callback = PositionPhases([Phase(3, "seq_len=8", seq_len=8)])
+    callback.on_train_batch_start(types.SimpleNamespace(global_step=3), module_of(model), batch, 0)
+    assert batch["document_ids"].shape == batch["input_ids"].shape == (2, 8)
+    cut = model(batch["input_ids"], batch["key_padding_mask"], batch["document_ids"])
+    torch.testing.assert_close(cut, model(ids[:, :8], None, documents[:, :8]), rtol=0, atol=0)
+
+
 def test_a_training_time_scaling_is_in_force_in_its_phase_and_validated_with():
     """YaRN from step 4 at factor 2: the training forward is the scheme rescaled for twice the training length."""
     model = tiny().train()
