@@ -16,8 +16,18 @@ from harness.data.corpus import check_train_split, check_val_split
 IGNORE = -100  # PyTorch's ignore_index: no prediction scored here
 
 
+SPACING = 1_000_003  # seed s's first SPACING examples draw from seeds s·SPACING + index, disjoint across seeds
+
+
 def _generator(seed: int, index: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + index)
+    """Example ``index``'s generator. A seed's first SPACING indices use seed·SPACING + index, distinct for every
+    seed; past them that sum is the next seed's (seed s's index SPACING + j is seed s + 1's index j: the same window and
+    masks), so a longer run (a paper-scale one reads millions of windows) hashes (seed, index) instead, into the upper
+    half of the 64-bit seeds, which no sum reaches."""
+    if index < SPACING:
+        return torch.Generator().manual_seed(seed * SPACING + index)
+    state = np.random.SeedSequence([seed, index]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(1 << 63 | (int(state[0]) << 32 | int(state[1])) >> 1)
 
 
 def with_document_ids(

@@ -111,6 +111,21 @@ def test_train_windows_are_reproducible_and_in_range():
     assert any(not torch.equal(ds[i]["input_ids"], other[i]["input_ids"]) for i in range(5))
 
 
+def test_two_seeds_read_different_windows_however_long_the_run():
+    """Seeds are replicates: seed 1's j-th masked window is not seed 0's (j + 1,000,003)-th, which a paper-scale run
+    reaches (eleuther_rotary's: 14M windows); a run's first million windows are those every shorter run read."""
+    ids = np.random.default_rng(0).integers(0, 256, 200_000).astype(np.uint8)
+    seed0, seed1 = (TrainWindows(ids, 64, 3_000_000, seed, MaskedLM(ByteTokenizer())) for seed in (0, 1))
+    for j in (0, 1, 999_999):
+        a, b = seed1[j], seed0[j + 1_000_003]
+        assert not (torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])), j
+    gen = torch.Generator().manual_seed(1 * 1_000_003 + 5)  # seed 1's window 5, as the first million are drawn
+    start = int(torch.randint(len(ids) - 64 + 1, (1,), generator=gen))
+    window = torch.from_numpy(ids[start : start + 64].astype(np.int64))
+    want = MaskedLM(ByteTokenizer()).make_example(window, torch.ones(64, dtype=torch.bool), gen)
+    assert all(torch.equal(seed1[5][k], want[k]) for k in ("input_ids", "labels"))
+
+
 def test_eval_windows_cover_the_split_once_and_pad_the_tail():
     tok = ByteTokenizer()
     ids = (np.arange(100) % 200).astype(np.uint8)
