@@ -240,7 +240,7 @@ class Rope(PositionalScheme):
                 raise ConfigError(f"{name}={value!r}: use true or false")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
         self.resonance, self.hope, self.rotate_heads = resonance, hope, rotate_heads
-        if hope and not self.frequencies_at(r).any():
+        if hope and not self.frequencies_at(r, device="cpu").any():  # on the host: a check builds on meta
             raise ConfigError(
                 f"hope=true keeps the frequencies that turn at least once within the training length "
                 f"{self.position_range}, and none does (the fastest turns once in 2π ≈ 6.3 positions); "

@@ -9,6 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from attention.softmax import Softmax
+from harness.config.check import check
 from harness.config.load import load
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig, Transformer
@@ -133,7 +134,9 @@ def test_with_both_off_rope_is_bit_identical():
 
 
 def test_options_compose_from_the_config():
-    rope = load(["pos=rope", "pos.resonance=true", "pos.hope=true"]).pos.factory()(Shape(2 * D, 2, 1, L, False))
+    spec = load(["task=clm", "pos=rope", "pos.resonance=true", "pos.hope=true"])
+    check(spec)  # the model built on meta, as every run's check builds it
+    rope = spec.pos.factory()(Shape(2 * D, 2, 1, L, False))
     assert rope.resonance and rope.hope
     assert compose(["pos=rope"]).pos.resonance is False and compose(["pos=rope"]).pos.hope is False
 
