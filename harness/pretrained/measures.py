@@ -67,8 +67,12 @@ def short_context_losses(model, ids: torch.Tensor, short: int, budget: int) -> t
 @torch.no_grad()
 def passkey_retrieved(model, encode, filler: list[int], length: int, depth: float, key: int) -> bool | None:
     """Whether greedy decoding after a prompt of ``length`` tokens, the key at ``depth`` of the filler, gives the key
-    (every key token the argmax given the ones before it); None: the needle and question do not fit in ``length``."""
-    needle, question, answer = encode(NEEDLE.format(key=key)), encode(QUESTION), encode(str(key))
+    (every key token the argmax given the ones before it); None: the needle and question do not fit in ``length``.
+    The key's tokens are those ``encode(QUESTION + key)`` gives after the question's: a subword tokenizer joins the
+    question's last space to the key (GPT-2's " 12345", SentencePiece's "▁" then digits), as in text."""
+    needle, alone, asked = encode(NEEDLE.format(key=key)), encode(QUESTION), encode(QUESTION + str(key))
+    shared = next((i for i, (a, b) in enumerate(zip(alone, asked, strict=False)) if a != b), len(alone))
+    question, answer = asked[:shared], asked[shared:]
     room = length - len(needle) - len(question) - len(answer) + 1  # the last answer token is predicted, not input
     if room < 0:
         return None

@@ -64,6 +64,29 @@ def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
     assert passkey_retrieved(Oracle(encode("12345")), encode, filler, 40, 0.5, 12345) is None  # does not fit
 
 
+def test_the_key_is_scored_as_the_tokenizer_writes_it_after_the_question():
+    """A subword tokenizer joins a space to the word after it (GPT-2's " 12345"; SentencePiece's "▁" before the
+    digits): text reading "… The pass key is 12345" is "… ␣is", "␣12345". A model that predicts what such text holds
+    retrieves the key, and it reads the question as that text has it, not ending in a space of its own."""
+    import re
+
+    vocab: dict[str, int] = {}
+    encode = lambda text: [vocab.setdefault(p, len(vocab)) for p in re.findall(r" ?\w+| ?[^\w\s]+|\s+", text)]  # noqa: E731
+    fed: list[list[int]] = []
+
+    class Reader(torch.nn.Module):
+        def forward(self, input_ids):
+            fed.append(input_ids[0].tolist())
+            logits = torch.zeros(*input_ids.shape, 256)
+            logits[0, -1, encode(" 12345")[0]] = 1.0  # the text's next token after "… The pass key is"
+            return type("Out", (), {"logits": logits})
+
+    filler = encode("lorem ipsum " * 40)
+    assert passkey_retrieved(Reader(), encode, filler, 60, 0.5, 12345) is True
+    question = encode("What is the pass key? The pass key is")
+    assert fed[0][-len(question) :] == question and len(fed[0]) == 60
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [
