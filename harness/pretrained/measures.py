@@ -78,7 +78,7 @@ def passkey_retrieved(model, encode, filler: list[int], length: int, depth: floa
         return None
     at = round(depth * room)
     prompt = filler[:at] + needle + filler[at:room] + question
-    ids = torch.tensor(prompt + answer[:-1])[None]  # (1, ≤ L)
+    ids = torch.tensor(prompt + answer[:-1], device=next(model.parameters()).device)[None]  # (1, L)
     predicted = model(input_ids=ids).logits[0, len(prompt) - 1 :].argmax(-1)  # (len(answer),)
     return predicted.tolist() == answer
 

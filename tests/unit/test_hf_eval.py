@@ -50,6 +50,7 @@ def test_passkey_is_retrieved_exactly_when_greedy_decoding_gives_the_key():
         def __init__(self, answer: list[int]):
             super().__init__()
             self.answer = answer
+            self.weight = torch.nn.Parameter(torch.zeros(1))  # where the prompt goes
 
         def forward(self, input_ids):
             logits = torch.zeros(*input_ids.shape, 256)
@@ -75,6 +76,10 @@ def test_the_key_is_scored_as_the_tokenizer_writes_it_after_the_question():
     fed: list[list[int]] = []
 
     class Reader(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
         def forward(self, input_ids):
             fed.append(input_ids[0].tolist())
             logits = torch.zeros(*input_ids.shape, 256)
@@ -85,6 +90,24 @@ def test_the_key_is_scored_as_the_tokenizer_writes_it_after_the_question():
     assert passkey_retrieved(Reader(), encode, filler, 60, 0.5, 12345) is True
     question = encode("What is the pass key? The pass key is")
     assert fed[0][-len(question) :] == question and len(fed[0]) == 60
+
+
+def test_a_passkey_prompt_reaches_the_model_on_the_models_device():
+    """hf-eval moves the model to the GPU where there is one, and an embedding there refuses ids on the CPU: the
+    prompt goes where the weights are (here the meta device stands in for the GPU)."""
+
+    class Elsewhere(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1, device="meta"))
+
+        def forward(self, input_ids):
+            if input_ids.device != self.weight.device:  # as CUDA's embedding lookup
+                raise RuntimeError(f"ids on {input_ids.device}, weights on {self.weight.device}")
+            return type("Out", (), {"logits": torch.zeros(*input_ids.shape, 256)})
+
+    encode = lambda text: list(text.encode())  # noqa: E731
+    assert passkey_retrieved(Elsewhere(), encode, encode("lorem ipsum " * 40), 200, 0.5, 12345) is False
 
 
 @pytest.mark.parametrize(
