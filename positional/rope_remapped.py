@@ -75,8 +75,9 @@ class DualChunk:
 
     @staticmethod
     def fitting(trained: int) -> DualChunk:
-        """The authors' defaults from the trained context L: chunk 11L/16, local window L/16 (chunk + local = 3L/4)."""
-        return DualChunk(max(1, trained * 11 // 16), max(1, trained // 16))
+        """The authors' defaults from the trained context L: local window ⌊L/16⌋, chunk ⌊3L/4⌋ − ⌊L/16⌋ (11L/16 where
+        16 divides L), so chunk + local = ⌊3L/4⌋."""
+        return DualChunk(max(1, trained * 3 // 4 - trained // 16), max(1, trained // 16))
 
 
 Remap = SelfExtend | DualChunk

@@ -35,6 +35,14 @@ def test_posbench_remapped_logits_equal_hf_evals_on_the_export(tmp_path, method,
     assert model.pos.remap is None  # put back after the cell
 
 
+@pytest.mark.parametrize("trained", [16, 64, 100, 200, 4096, 4100])
+def test_dca_sizes_from_the_trained_length_are_the_authors(trained):
+    """ChunkLlama's replace_with_chunkllama: chunk_size = ⌊3L/4⌋, local_window = ⌊L/16⌋, and the chunk s its
+    attention cuts is chunk_size − local_window; so s + w = ⌊3L/4⌋ whatever L divides."""
+    dca = DualChunk.fitting(trained)
+    assert (dca.chunk, dca.local) == (trained * 3 // 4 - trained // 16, trained // 16)
+
+
 def test_self_extend_fits_the_farthest_distance_inside_the_trained_length():
     """W = 8 of a trained 16; G the smallest group whose farthest distance (query L − 1, key 0) is at most 15."""
 
