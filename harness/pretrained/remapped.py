@@ -51,18 +51,21 @@ def apply_remapped(model, remap: Remap) -> None:
 
 
 def remapped_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
-    """transformers' attention function over remapped positions: q, k (B, H, T, D) rotated at 0 … T − 1."""
+    """transformers' attention function over remapped positions: k (B, H, T, D) rotated at 0 … T − 1, q (B, H, Tq, D)
+    at the last Tq of them (Tq = T but in a step decoding with a cache, as generate's)."""
     remap, rope, rotary = module.posbench_remap
-    length = query.shape[-2]
+    length = key.shape[-2]
+    asked = slice(length - query.shape[-2], length)  # the queries' rows of the T × T pairs
     groups = module.num_key_value_groups
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     theta = rope.frequencies(rotary.theta(rope, query.device), length).inv_freq
     position = torch.arange(length, device=query.device)
     scores = torch.zeros(*query.shape[:-1], length, dtype=query.dtype, device=query.device)
     for at_q, at_k, pairs in remap.parts(position):
-        logits = torch.matmul(_turn(query, at_q - position, theta), _turn(key, at_k - position, theta).transpose(2, 3))
-        scores = torch.where(pairs, logits * scaling, scores)
-    scores = scores.masked_fill(position[:, None] < position[None, :], float("-inf"))  # causal
+        turned = _turn(query, (at_q - position)[asked], theta)
+        logits = torch.matmul(turned, _turn(key, at_k - position, theta).transpose(2, 3))
+        scores = torch.where(pairs[asked], logits * scaling, scores)
+    scores = scores.masked_fill(position[asked, None] < position[None, :], float("-inf"))  # causal
     if attention_mask is not None:
         mask = attention_mask[..., :length]
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask

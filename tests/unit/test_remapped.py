@@ -127,6 +127,21 @@ def logits(model, length: int = 24) -> torch.Tensor:
         return model(input_ids=(torch.arange(length)[None] * 7) % 97).logits
 
 
+@pytest.mark.parametrize("remap", [SelfExtend(4, 8), DualChunk(11, 2)], ids=lambda r: r.name())
+def test_decoding_with_a_cache_gives_a_full_forwards_logits(remap):
+    """generate(use_cache=True), as lm-eval's generate_until runs it: after the prompt, each step's one query is the
+    last position against every cached key, remapped as in a forward over the whole sequence (the authors' patches
+    serve q_len = 1 the same way)."""
+    model = tiny_llama()
+    apply_remapped(model, remap)
+    ids = (torch.arange(40)[None] * 7) % 97
+    with torch.no_grad():
+        prefix = model(input_ids=ids[:, :-2], use_cache=True).past_key_values
+        steps = [model(input_ids=ids[:, t : t + 1], past_key_values=prefix, use_cache=True).logits for t in (38, 39)]
+        full = model(input_ids=ids).logits
+    torch.testing.assert_close(torch.cat(steps, 1), full[:, -2:], rtol=0, atol=1e-10)
+
+
 def test_group_one_or_a_window_or_chunk_past_the_sequence_is_the_models_own_attention():
     plain = logits(tiny_llama())
     for remap in (SelfExtend(1, 4), SelfExtend(4, 24), DualChunk(24, 3)):
