@@ -3,7 +3,7 @@ user would see. Two tables of tries, one loop:
 
   values   every flag of every command's parser and every leaf key of every config option (composed as
            ``posbench check`` composes it), each given the values a hostile user types (``FLAG_VALUES``,
-           ``CONFIG_VALUES``: a word, a negative, zero, a huge or non-finite number, null, a list where a scalar
+           ``CONFIG_VALUES``: a word, a negative, zero, a huge or non-finite number, null, true, a list where a scalar
            is, paths that are a file, missing, under /proc), through the command's entry function
            (tests/inprocess.py, as the bad-input table does) in a fresh folder with a fresh store; config values
            under ``check``, so nothing trains;
@@ -57,7 +57,18 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CONFIG_VALUES = ["abc", "-1", "0", "1e300", "nan", "99999999999999999999", "null", "[]", "{{a:1}}"]  # {{ }}: format
+CONFIG_VALUES = [
+    "abc",
+    "-1",
+    "0",
+    "1e300",
+    "nan",
+    "99999999999999999999",
+    "null",
+    "true",
+    "[]",
+    "{{a:1}}",
+]  # {{ }}: format
 FLAG_VALUES = [
     "",
     "-1",
@@ -157,7 +168,7 @@ def flag_values(fast: bool = False) -> list[tuple[str, list[str]]]:
 
 def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
     """(label, argv): each value of ``CONFIG_VALUES`` for every leaf key of each group's every option, under check
-    (``fast``: the 64-bit overflow alone)."""
+    (``fast``: the 64-bit overflow alone, or true for a switch that is off)."""
     from omegaconf import OmegaConf
 
     from harness.config.load import compose
@@ -169,13 +180,14 @@ def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
         for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
             cfg = OmegaConf.to_container(compose([f"{group}={option}"])[group], resolve=False)
             assert isinstance(cfg, dict), f"{group} composes to a mapping"
-            for leaf in flatten(cfg, f"{group}."):  # its leaf keys, dotted
+            for leaf, default in flatten(cfg, f"{group}.").items():  # its leaf keys, dotted
                 if leaf in seen or leaf.rsplit(".", 1)[-1].startswith("_"):
                     continue
                 seen.add(leaf)
+                fast_value = "true" if default == "False" else "99999999999999999999"  # a switch: the one it is off
                 tries += [
                     (f"{group}={option} {leaf}={value}", ["check", *SMALL, f"{group}={option}", f"{leaf}={value}"])
-                    for value in (["99999999999999999999"] if fast else CONFIG_VALUES)
+                    for value in ([fast_value] if fast else CONFIG_VALUES)
                 ]
     return tries
 
@@ -455,8 +467,8 @@ def damage_tries(root: Path, every: int) -> list[Try]:
 
 
 def tries(work: Path, args: argparse.Namespace) -> list[Try]:
-    """The round's tries (``--fast``: a 64-bit overflow for every config key, "nan" for every typed flag, and the
-    damage at the 16 spread places only)."""
+    """The round's tries (``--fast``: a 64-bit overflow for every config key (true for an off switch), "nan" for every
+    typed flag, and the damage at the 16 spread places only)."""
     timeout = 60.0 if args.processes else args.timeout
     values = [*flag_values(args.fast), *config_values(args.fast)] if args.table in ("all", "values") else []
     if args.only:

@@ -1,9 +1,10 @@
 """tools/fuzz.py's fast slice in the suite: generated hostile values (a 64-bit overflow for every key of every
-config option under ``check``, "nan" for every typed flag of every command's parser) each end in one line or are
-accepted, never a traceback, a usage block or a hang; one flipped bit at 16 places of each kind of file posbench
-writes and reads back (shards hashed whole and by block, manifests, vocabularies, caches, checkpoints, run links,
-sweep records, best.json, exports, report folders, and the seals beside them) is refused in one line naming the
-file. The whole round (every value, every byte of small files) is ``python tools/fuzz.py``."""
+config option under ``check``, true for every switch that is off, "nan" for every typed flag of every command's
+parser) each end in one line or are accepted, never a traceback, a usage block or a hang; one flipped bit at 16
+places of each kind of file posbench writes and reads back (shards hashed whole and by block, manifests,
+vocabularies, caches, checkpoints, run links, sweep records, best.json, exports, report folders, and the seals
+beside them) is refused in one line naming the file. The whole round (every value, every byte of small files) is
+``python tools/fuzz.py``."""
 
 from __future__ import annotations
 
