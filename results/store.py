@@ -180,11 +180,13 @@ def _sampling(params: dict[str, str]) -> dict:
 
 
 def cells_of(client, sweep: Sweep, windows: bool = False) -> list:
+    """The sweep's runs as cells in launch order (MLflow lists them newest first), so per-seed figures read seed 0
+    first."""
     cells = [cell_of(client, run, windows) for run in sweep.runs]
     if sweep.sweep_id is None:  # no job numbers: order by start time
         for c, run in zip(cells, sweep.runs, strict=True):
             c.job = run.info.start_time
-    return cells
+    return sorted(cells, key=lambda c: c.job)
 
 
 def _status(run) -> tuple[str, str]:

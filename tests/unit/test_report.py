@@ -90,7 +90,8 @@ def write_synthetic_store(uri: str) -> str:
         }
         if failure:
             tags |= {"failure": failure, "failure_reason": "ConfigError: refused"}
-        run = client.create_run(exp, run_name=f"pos={pos} attn=softmax seed={seed}", tags=tags).info.run_id
+        name = f"pos={pos} attn=softmax seed={seed}"
+        run = client.create_run(exp, run_name=name, start_time=1_000 + job, tags=tags).info.run_id  # launch order
         client.log_param(run, "model.n_params", "1234")
         metrics = [Metric("val/loss", v, 0, 10 * (i + 1)) for i, v in enumerate(losses)]
         metrics += [Metric("train/tokens_per_s", v, 0, s) for s, v in ((5, 90.0), (10, 110.0))] if losses else []
@@ -99,6 +100,23 @@ def write_synthetic_store(uri: str) -> str:
         client.set_terminated(run, status="FAILED" if failure else "FINISHED")
     client.set_terminated(parent)
     return "s1"
+
+
+def test_a_sweeps_cells_are_read_in_launch_order(tmp_path):
+    """MLflow lists runs newest first; the cells are read back in the order they ran, so a claim's per-seed figures
+    name seed 0 first, as the tables under them do."""
+    from mlflow.tracking import MlflowClient
+
+    from results.paper import arm_values, compare
+    from results.store import cells_of, find_sweep
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_synthetic_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    cells = cells_of(client, find_sweep(client, "synthetic", None))
+    assert [(c.pos, c.seed) for c in cells] == [("rope", "0"), ("rope", "1"), ("learned", "0"), ("learned", "1")]
+    below = {"metric": "val/loss", "below": 3.0, "cell": "pos=rope"}
+    assert compare(below, arm_values(client, cells, [below])).text.endswith("per seed 2, 2.4")  # finals of seeds 0, 1
 
 
 def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
