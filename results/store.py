@@ -122,8 +122,8 @@ def cell_of(client, run, windows: bool = False) -> Cell:
         variant=_variant(tags.get("sweep_cell", "")),
         val=sorted((m.step, m.value) for m in history),
         gains=sorted((m.step, m.value) for m in gains),
-        # mean of the logged windows: each covers the same number of training steps
-        tokens_per_s=sum(m.value for m in throughput) / len(throughput) if throughput else None,
+        # the logged windows' tokens ÷ their seconds: each window trains the same tokens, so the harmonic mean
+        tokens_per_s=len(throughput) / sum(1 / m.value for m in throughput) if throughput else None,
         n_params=int(params["model.n_params"]) if "model.n_params" in params else None,
         train_len=int(params["data.seq_len"]) if params.get("data.seq_len", "").isdigit() else None,
         skipped_lengths={int(m[1]): v for k, v in tags.items() if (m := SKIPPED_TAG.match(k))},

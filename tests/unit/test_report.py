@@ -167,7 +167,8 @@ def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     assert float(rope["target_loss"]) == pytest.approx(3.1)  # learned seed 0 is the worst finished cell
     assert float(rope["steps_to_target_mean"]) == 15  # ≤ 3.1 first at step 20 (seed 0) and 10 (seed 1)
     assert float(rope["steps_to_target_std"]) == pytest.approx(math.sqrt(50))
-    assert float(rope["tokens_per_s_mean"]) == 100.0 and rope["n_params"] == "1234"
+    # two windows of 5 steps each, at 90 and 110 tokens/s: 2 windows' tokens ÷ their seconds, 2 / (1/90 + 1/110)
+    assert float(rope["tokens_per_s_mean"]) == pytest.approx(99.0) and rope["n_params"] == "1234"
     assert rows["learned"]["status"] == "1 finished, 1 incompatible"
     md = (out / "report.md").read_text()
     assert "sweep pos=rope,learned seed=0,1 (s1)" in md and "| rope | softmax | 0,1 | finished |" in md
