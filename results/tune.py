@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from harness import integrity
 from harness.markdown import table
 from results.cells import Cell
@@ -25,8 +23,12 @@ def cell_key(pos: str, attn: str) -> str:
 
 
 def searched_values(cell: Cell) -> dict[str, float | int]:
-    """The values a trial's study chose, from its swept overrides other than the grid's."""
-    return {k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in cell.variant.split())}
+    """The values a trial's study chose, from its swept overrides other than the grid's, read as Hydra read them for
+    the trial (``1e-05`` is a float there; YAML 1.1 would keep it a string)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    return {o.split("=", 1)[0]: parser.parse_override(o).value() for o in cell.variant.split()}
 
 
 @dataclass

@@ -130,3 +130,16 @@ def test_a_presets_axis_the_command_line_pins_is_one_study(tmp_path, monkeypatch
     monkeypatch.setattr(tuner.study, "sweep", study, raising=False)
     tuner.sweep(["+experiment/drope/arm=rope", "++optim.optimizer.lr=1e-3"])
     assert studies == [["+experiment/drope/arm=rope", "++optim.optimizer.lr=1e-3"]]
+
+
+def test_a_trials_searched_values_are_read_as_its_job_read_them():
+    """Optuna writes a chosen rate of 1e-5 as ``optim.optimizer.lr=1e-05``: a float to Hydra, which trained the
+    trial at it, and to best.json, whose reader (optim.tuned) takes numbers only."""
+    from results.cells import Cell
+    from results.tune import searched_values
+
+    trial = Cell("r", "n", "l", "rope", "softmax", "0", "finished")
+    trial.variant = "optim.optimizer.lr=1e-05 optim.schedule.warmup_steps=39 optim.optimizer.eps=1.5e-08"
+    values = searched_values(trial)
+    assert values == {"optim.optimizer.lr": 1e-05, "optim.schedule.warmup_steps": 39, "optim.optimizer.eps": 1.5e-08}
+    assert [type(v) for v in values.values()] == [float, int, float]
