@@ -203,10 +203,10 @@ def _variant(cell: str) -> str:
     return " ".join(o for o in cell.split() if o.split("=", 1)[0].lstrip("+~") not in (*GRID_KEYS, *NAMING_KEYS))
 
 
-def regenerate_command(sweep: Sweep, out_dir=None) -> str:
+def regenerate_command(sweep: Sweep, out_dir=None, options: str = "") -> str:
     """The command that rewrites this report where it is being written (relative to the project root
     when inside it: the checkout, or the working directory of an installed copy); without out_dir,
-    results/<experiment>/."""
+    results/<experiment>/. ``options``: the report's settings the sweep did not record (``--target …``)."""
     from harness.paths import project_root
 
     root = project_root()
@@ -215,6 +215,7 @@ def regenerate_command(sweep: Sweep, out_dir=None) -> str:
     return (
         f"python -m results report --experiment {sweep.experiment}"
         + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "")
+        + options
         + f" --out {shown}/"
     )
 
@@ -238,6 +239,11 @@ def sweep_report(
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
     (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
     sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
+    options = (  # the parent run records report.baseline, alpha and margin, not these
+        (f" --target {target}" if target is not None else "")
+        + (f" --min-order-gain {min_order_gain}" if min_order_gain != MIN_ORDER_GAIN else "")
+        + (f" --baseline {baseline}" if baseline else "")
+    )
     header = [
         f"Experiment `{sweep.experiment}`"
         + (f", sweep `{sweep.sweep_id}` (parent run `{sweep.parent.info.run_id}`)" if sweep.parent else "")
@@ -246,7 +252,7 @@ def sweep_report(
         + (f", git `{sweep.parent.data.tags.get('git_sha', '?')}`" if sweep.parent else "")
         + ".",
         "",
-        f"Regenerate: `{regenerate_command(sweep, shown_out)}`",
+        f"Regenerate: `{regenerate_command(sweep, shown_out, options)}`",
     ]
     tags = sweep.parent.data.tags if sweep.parent else {}
     declared = (

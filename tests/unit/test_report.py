@@ -145,6 +145,26 @@ def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
     assert "4 runs, git" in sweep_report(client, find_sweep(client, "synthetic", None)).header[0]
 
 
+def test_the_regenerate_line_repeats_the_settings_the_report_was_made_with(tmp_path):
+    """A target, an order-gain threshold or a baseline given to the report is not on the sweep's record (a sweep
+    records report.baseline, report.alpha and report.margin only), so its Regenerate line carries it: run as shown,
+    the command makes the same report."""
+    from mlflow.tracking import MlflowClient
+
+    from results.store import find_sweep, sweep_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_synthetic_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    sweep = find_sweep(client, "synthetic", None)
+    command = "Regenerate: `python -m results report --experiment synthetic --sweep s1"
+    made = sweep_report(client, sweep, 2.5, min_order_gain=0.1, baseline="learned")
+    assert made.header[2] == (
+        f"{command} --target 2.5 --min-order-gain 0.1 --baseline learned --out results/synthetic/`"
+    )
+    assert sweep_report(client, sweep).header[2] == f"{command} --out results/synthetic/`"
+
+
 def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
     from results.__main__ import main
 
