@@ -4,10 +4,10 @@ Positive orthogonal random features approximate the softmax kernel exp(qᵀk/√
     φ(x) = exp(−‖x‖²/2) / √M · (exp(w_1ᵀx), …, exp(w_Mᵀx)),  x scaled by D^(−1/4),
 with w_1 … w_M Gaussian rows orthogonalised in blocks of D (§2.4, "ORFs").
 
-From performer-pytorch we take the projection, ``gaussian_orthogonal_random_matrix``, and not
-``FastAttention.forward``: its causal path on CPU materialises (T, M, D) prefix sums (FACTS.md), its
-padding only zeroes v so padded keys stay in the normaliser, and it has no place for numerator-mode
-RoPE or a Toeplitz bias. The contraction is attention/kernelized.py, shared with ``linear``. φ is
+From performer-pytorch we take the projection, ``gaussian_orthogonal_random_matrix`` (its rows signed at
+random, ``draw_projection``), and not ``FastAttention.forward``: its causal path on CPU materialises (T, M, D)
+prefix sums (FACTS.md), its padding only zeroes v so padded keys stay in the normaliser, and it has no place for
+numerator-mode RoPE or a Toeplitz bias. The contraction is attention/kernelized.py, shared with ``linear``. φ is
 ``favor_features``: the numbers of performer-pytorch's ``softmax_kernel`` (tested equal), computed in
 one matmul and two in-place passes with a written-out backward, instead of softmax_kernel's ten
 elementwise passes over (B, H, T, M) and its (B, H, M, D) copy of the projection.
@@ -53,10 +53,16 @@ def default_nb_features(head_dim: int) -> int:
 
 def draw_projection(nb_features: int, head_dim: int, seed: int) -> Tensor:
     """Orthogonal Gaussian random features (M, D), a pure function of ``seed`` on any device. The draw takes
-    O(M·D²) time: a meta-device build (the checks) does not call it (``Performer.__init__``)."""
+    O(M·D²) time: a meta-device build (the checks) does not call it (``Performer.__init__``).
+
+    FAVOR+ is unbiased only if each row is marginally N(0, I_D) (Choromanski et al. 2021, §2.4). QR's Q is not
+    Haar-distributed: LAPACK picks the sign of each column from the draw (row m of a block leans towards −e_m), so
+    each row's sign is flipped at random, which makes the block Haar again (Mezzadri 2007, "How to Generate Random
+    Matrices from the Classical Compact Groups", §5: Q·diag(signs) with the signs independent of Q)."""
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):
         torch.manual_seed(seed)
-        return gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
+        w = gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)  # (M, D)
+        return w * (2 * torch.randint(2, (nb_features, 1)) - 1)  # (M, D), each row ± at random
 
 
 def favor_features(x: Tensor, projection: Tensor, is_query: bool, eps: float) -> Tensor:

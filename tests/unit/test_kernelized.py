@@ -366,5 +366,22 @@ def test_the_projection_is_a_pure_function_of_its_seed_with_orthogonal_gaussian_
     for block in (w[:D].double(), w[D:].double()):
         gram = block @ block.T
         assert_close(gram, torch.diag(torch.diagonal(gram)), rtol=0, atol=1e-4 * float(gram.diagonal().max()))
-    torch.manual_seed(5)
-    assert_close(w, gaussian_orthogonal_random_matrix(2 * D, D, scaling=0), rtol=1e-5, atol=1e-6)
+    torch.manual_seed(5)  # performer-pytorch's rows, each sign flipped or not at random
+    assert_close(w.abs(), gaussian_orthogonal_random_matrix(2 * D, D, scaling=0).abs(), rtol=1e-5, atol=1e-6)
+
+
+def test_favor_features_estimate_the_softmax_kernel_without_bias():
+    """Lemma 1's estimate is unbiased only if every row w_m is marginally N(0, I_D), which orthogonal blocks keep
+    (Choromanski et al. 2021, §2.4): over many draws φ(q)ᵀφ(k) averages exp(q̂ᵀk̂). φ(0)ᵀφ(0) = exp(−2s) holds
+    the keys' stabiliser s, so the ratio is the estimate (1/M) Σ_m exp(w_mᵀq̂ − ‖q̂‖²/2) exp(w_mᵀk̂ − ‖k̂‖²/2)."""
+    from attention.performer import draw_projection, favor_features
+
+    d, m, draws = 16, 1024, 32
+    q = torch.full((d,), 0.25, dtype=F64)  # along (1, …, 1): every row of a QR block leans off it unless signed
+    x = torch.stack([q, q, torch.zeros(d, dtype=F64)]).view(1, 1, 3, d)  # keys q, q, 0: one stabiliser
+    estimates = []
+    for seed in range(draws):
+        phi = favor_features(x, draw_projection(m, d, seed).to(F64), is_query=False, eps=0.0)[0, 0]  # (3, M)
+        estimates.append(phi[0] @ phi[1] / (phi[2] @ phi[2]))
+    ratio = torch.stack(estimates).mean() / math.exp(float(q @ q) / math.sqrt(d))
+    assert abs(float(ratio) - 1) < 0.03, float(ratio)  # 0.03 ≈ 4.5 standard errors of the 32-draw mean
