@@ -22,9 +22,9 @@ def cell_key(pos: str, attn: str) -> str:
     return f"pos={pos} attn={attn}"
 
 
-def searched_values(cell: Cell) -> dict[str, float | int]:
+def searched_values(cell: Cell) -> dict[str, object]:
     """The values a trial's study chose, from its swept overrides other than the grid's, read as Hydra read them for
-    the trial (``1e-05`` is a float there; YAML 1.1 would keep it a string)."""
+    the trial (``1e-05`` is a float there; YAML 1.1 would keep it a string): the numbers a study draws."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
