@@ -38,7 +38,9 @@ def _theta_rows(client, run_id: str) -> list[dict[str, float]]:
 def theta_section(client, cells, out: Path) -> list[str]:
     from results.plots import plt, save
 
-    runs = sorted((c for c in cells if c.pos == "rope_trainable" and c.status == "finished"), key=lambda c: c.seed)
+    runs = sorted(
+        (c for c in cells if c.pos == "rope_trainable" and c.status == "finished"), key=lambda c: int(c.seed)
+    )  # seed 2 before 10
     if not runs:
         return ["## θ drift", "", "No finished `pos=rope_trainable` run in this sweep."]
     tables = {c.seed: _theta_rows(client, c.run_id) for c in runs}

@@ -257,3 +257,21 @@ def test_a_report_folder_from_before_seals_is_indexed_and_a_readme_written_after
     (folder / integrity.SUMS).write_text("not a sha256sum line\n")
     assert main(["index", "--dir", str(tmp_path)]) == 2
     assert "SHA256SUMS is damaged (line 1 is not a sha256sum line: 64 hex digits" in capsys.readouterr().err
+
+
+def test_the_theta_section_lists_seeds_in_number_order(tmp_path):
+    """Seed 2 before seed 10 in theta.csv's columns (a staged sweep goes up to 10 seeds)."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.record.run import TrackedRun
+    from results.cells import Cell
+    from results.theta import theta_section
+
+    uri, cells = f"sqlite:///{tmp_path / 'm.db'}", []
+    for seed in ("10", "2"):
+        run = TrackedRun(uri, "posbench", f"theta{seed}")
+        with run.open({}, {}):
+            run.log_files(integrity.sealed_files({"theta.csv": "i,theta0,theta_final,ratio\n0,1,1.5,1.5\n"}))
+        cells.append(Cell(run.run_id, seed, seed, "rope_trainable", "softmax", seed, "finished"))
+    theta_section(MlflowClient(tracking_uri=uri), cells, tmp_path)
+    assert (tmp_path / "theta.csv").read_text().splitlines()[0] == "i,theta0,ratio_seed2,ratio_seed10"
