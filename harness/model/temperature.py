@@ -3,7 +3,8 @@
 Softmax over n logits flattens as n grows (the largest weight → 0, "attention fading"); scaling the logits by
 a factor that grows like log n keeps it sharp at lengths never trained on. Both forms act on the query alone,
 q_i ← τ_i · q_i, after the positional scheme's rotation and before the scores, so they compose with every
-scheme and every attention variant (a logit bias b_ij is added after q·k and is not scaled).
+scheme and every attention variant (a logit bias b_ij is added after q·k and is not scaled; a content bias that
+reads q, Transformer-XL's q·r or CoPE's gates, reads the scaled q).
 
   ssmax   Scalable-Softmax (Nakanishi 2025, "Scalable-Softmax Is Superior for Attention", arXiv:2501.19399,
           Eq. 2): SSMax(z)_j = n^{s·z_j} / Σ_k n^{s·z_k} = softmax((s·log n)·z)_j, n the number of keys the
