@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -107,22 +107,12 @@ def dense_path(q: Tensor, k: Tensor, path: ToeplitzPath) -> bool:
     return path == "dense" or (path == "auto" and q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS)
 
 
-class BandLayout(NamedTuple):
-    """band_contract's chunks: C positions each; a query chunk takes the K = ⌈d/C⌉ chunks on each side
-    densely, so keys K + 1 chunks away or more (|i − j| ≥ K·C + 1 > d) are all in the far field.
+def band_reach(far: FarField) -> int:
+    """K = ⌈d/C⌉, C = ``BAND_CHUNK``: band_contract's query chunk takes the K chunks on each side densely, so keys
+    K + 1 chunks away or more (|i − j| ≥ K·C + 1 > d) are all in the far field.
     Dense keys per query (2K + 1)·C ≥ 2d + C: a small C wastes less of the band on far offsets (T5 at
     d = 128: 320 keys with C = 64, 384 with C = 128), a large one keeps the N² chunk carry small."""
-
-    chunk: int
-    reach: int  # K
-
-    @property
-    def width(self) -> int:
-        return (2 * self.reach + 1) * self.chunk
-
-
-def band_layout(far: FarField) -> BandLayout:
-    return BandLayout(BAND_CHUNK, -(-far.distance // BAND_CHUNK))
+    return -(-far.distance // BAND_CHUNK)
 
 
 def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, causal: bool = False) -> str:
@@ -132,7 +122,7 @@ def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, ca
         raise ConfigError("toeplitz path 'band' needs a bias that declares its far field; use auto, fft or dense")
     if far is not None and path in ("auto", "band"):
         used = far.slope[:1] if causal else far.slope  # causal ALiBi's future side grows, but is never read
-        if path == "band" or (k.shape[-2] > band_layout(far).width and bool((used >= 0).all())):
+        if path == "band" or (k.shape[-2] > (2 * band_reach(far) + 1) * BAND_CHUNK and bool((used >= 0).all())):
             return "band"
     return "dense" if dense_path(q, k, path) else "fft"
 
@@ -156,36 +146,35 @@ def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) 
     return out.view(B, H, n * chunk, -1)[:, :, :T]
 
 
-def band_contract(
-    q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField, causal: bool, layout: BandLayout
-) -> Tensor:
+def band_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField, causal: bool) -> Tensor:
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j, exactly, for coefficients geometric beyond the far field's distance d:
     c_o = c_{±d} · r±^{|o| − d}, r = exp(−slope) (Luo et al. 2021, Eq. 8, with the Toeplitz matrix split).
 
-    Chunks of C positions, K = ⌈d/C⌉ (``BandLayout``); query chunk n takes chunks n−K … n+K densely with the
-    exact c (offsets up to (K+1)C − 1, any values), and chunks m ≤ n−K−1 (m ≥ n+K+1) through ``_far_keys``:
-    there |i − j| ≥ KC + 1 > d, so c factorises into a query weight, a key weight and r^{C·(chunk distance)}.
+    Chunks of C = ``BAND_CHUNK`` positions, K = ⌈d/C⌉ (``band_reach``); query chunk n takes chunks n−K … n+K
+    densely with the exact c (offsets up to (K+1)C − 1, any values), and chunks m ≤ n−K−1 (m ≥ n+K+1) through
+    ``_far_keys``: there |i − j| ≥ KC + 1 > d, so c factorises into a query weight, a key weight and
+    r^{C·(chunk distance)}.
     Memory O(T·((2K+1)C + M·E/C)). q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). -> (B, H, T, E).
     """
     B, H, T, M = q.shape
-    C, K = layout
+    C, K = BAND_CHUNK, band_reach(far)
     n = -(-T // C)
     q, k, v = (F.pad(t, (0, 0, 0, n * C - T)) for t in (q, k, v))  # zero rows: no weight, outputs cut below
-    out = _near_band(q, k, v, coeffs, layout, T)  # (B, H, N, C, E)
+    out = _near_band(q, k, v, coeffs, C, K, T)  # (B, H, N, C, E)
     if n >= K + 2 and far.distance <= T - 1:
         qc, kc, vc = (t.view(B, H, n, C, t.shape[-1]) for t in (q, k, v))  # (B, H, N, C, ·)
-        out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 + far.distance], far.slope[0], layout, far.distance)
+        out = out + _far_keys(qc, kc, vc, coeffs[:, T - 1 + far.distance], far.slope[0], C, K, far.distance)
         if not causal:  # the future side is the past side of the reversed order: flip the chunk maths
             out = out + _far_keys(
-                qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], layout, far.distance, future=True
+                qc, kc, vc, coeffs[:, T - 1 - far.distance], far.slope[1], C, K, far.distance, future=True
             )
     return out.view(B, H, n * C, -1)[:, :, :T]
 
 
-def _near_band(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, layout: BandLayout, T: int) -> Tensor:
+def _near_band(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, C: int, K: int, T: int) -> Tensor:
     """Each query chunk against the keys of its own and the K chunks on each side, weighted by the exact c.
     q, k, v padded to N·C rows. Returns (B, H, N, C, E)."""
-    (C, K), W = layout, layout.width
+    W = (2 * K + 1) * C  # keys per window
     a = torch.arange(C, device=q.device)[:, None]
     b = torch.arange(W, device=q.device)[None, :]
     column = (a - b + K * C + T - 1).clamp(0, 2 * T - 2)  # (C, W): offset i − j = a − b + KC (clamped: zero keys)
@@ -251,7 +240,7 @@ class _NearBand(torch.autograd.Function):
 
 
 def _far_keys(
-    qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, layout: BandLayout, d: int, future: bool = False
+    qc: Tensor, kc: Tensor, vc: Tensor, c_d: Tensor, slope: Tensor, C: int, K: int, d: int, future: bool = False
 ) -> Tensor:
     """Σ over keys K + 1 or more chunks back (ahead, ``future``) of c_d·r^{|i − j| − d} (q_iᵀ k_j) v_j.
 
@@ -260,7 +249,7 @@ def _far_keys(
     to chunk n with r^{(n−m−K−1)C}, read by r^{a + KC − d} q_i. Future: the same with a ↦ C−1−a, C−b ↦ b+1,
     m ↔ n. qc, kc: (B, H, N, C, M); vc: (B, H, N, C, E); c_d, slope: (H,). Returns (B, H, N, C, E).
     """
-    n, (C, K) = qc.shape[2], layout
+    n = qc.shape[2]
     pos = torch.arange(C, device=qc.device, dtype=slope.dtype)
     q_exp, k_exp = (C - 1 - pos, pos + 1) if future else (pos, C - pos)  # (C,) each
     decay = lambda e: torch.exp(-slope.view(-1, *[1] * e.dim()) * e).to(qc.dtype)  # noqa: E731 — (H, *e.shape)
@@ -392,9 +381,7 @@ def kernelized_attention(
         num, den = _num_den(f, v, lambda q, k, x: q @ (k.transpose(-1, -2) @ x))
     elif path == "band":
         assert far is not None  # bias_path chooses the band for a declared far field only
-        num, den = _num_den(
-            f, v, partial(band_contract, coeffs=coeffs, far=far, causal=causal, layout=band_layout(far))
-        )
+        num, den = _num_den(f, v, partial(band_contract, coeffs=coeffs, far=far, causal=causal))
     elif path == "dense":
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
         weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
