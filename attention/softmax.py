@@ -44,8 +44,7 @@ def masked_softmax(logits: Tensor) -> Tensor:
 
     Subtracting the row max (finite rows only) keeps exp in range; gradients stay finite too.
     """
-    row_max = logits.amax(-1, keepdim=True).detach()
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    row_max = logits.amax(-1, keepdim=True).detach().nan_to_num(0.0, 0.0, 0.0)  # an all-masked row's −inf: 0
     w = torch.exp(logits - row_max)
     total = w.sum(-1, keepdim=True)
     return w / torch.where(total > 0, total, torch.ones_like(total))
@@ -217,18 +216,16 @@ def require_xformers() -> None:
 def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None], repeats: int = 3) -> str:
     """The candidate whose ``trial`` (forward + backward on the real input, synchronised) is fastest, best of
     ``repeats`` after one untimed call; a candidate that raises is skipped (sdpa never does)."""
-    best, best_s = None, math.inf
+    seconds: dict[str, float] = {}
     for name, backend in candidates.items():
         try:
             trial(backend)
-            seconds = min(timeit.repeat(functools.partial(trial, backend), number=1, repeat=repeats))
+            seconds[name] = min(timeit.repeat(functools.partial(trial, backend), number=1, repeat=repeats))
         except Exception:
             continue
-        if seconds < best_s:
-            best, best_s = name, seconds
-    if best is None:
+    if not seconds:
         raise ConfigError(f"backend=auto: none of {', '.join(candidates)} ran here; use backend=sdpa")
-    return best
+    return min(seconds, key=seconds.__getitem__)  # the first of the fastest
 
 
 def _trial(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Callable[[Backend], None]:
