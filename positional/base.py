@@ -256,10 +256,6 @@ class PositionalScheme(nn.Module):
         return self.shape.sampling is not None
 
     @property
-    def max_position(self) -> int | None:
-        return self.shape.sampling.max_position if self.shape.sampling is not None else None
-
-    @property
     def eval_positions(self) -> EvalPositions | None:
         return self.shape.sampling.eval_positions if self.shape.sampling is not None else None
 
@@ -272,10 +268,7 @@ class PositionalScheme(nn.Module):
         for name, value in kept.items():
             now = getattr(self, name)
             if now.dtype != value.dtype:
-                if isinstance(now, nn.Parameter):
-                    now.data = value.to(now.device)
-                else:
-                    self._buffers[name] = value.to(now.device)
+                now.data = value.to(now.device)  # in place: a Parameter stays the optimizer's, a buffer the module's
         return self
 
     def train(self, mode: bool = True):
@@ -292,7 +285,7 @@ class PositionalScheme(nn.Module):
     @property
     def position_range(self) -> int:
         """How many distinct positions training can show: max_position if randomized, else data.seq_len."""
-        return self.max_position if self.max_position is not None else self.shape.max_len  # set iff randomize
+        return self.shape.sampling.max_position if self.shape.sampling is not None else self.shape.max_len
 
     def offsets(self, positions: Tensor) -> Tensor:
         """The offsets p_i - p_j a relative table over ``positions`` must cover: -(S-1) … S-1, S = p_last - p_first + 1
@@ -306,14 +299,14 @@ class PositionalScheme(nn.Module):
 
     def positions(self, t: int, device=None) -> Tensor:
         """The positions of a length-T input, (T,) long: called once per forward, handed to every hook."""
-        if self.sampling and self.max_position is not None:  # sampling implies randomize, which sets max_position
-            if t > self.max_position:
+        if self.sampling:  # drawn from [0, max_position), which is the position range
+            if t > self.position_range:
                 ordered = "" if self.training else " or set pos.eval_positions=ordered"
                 raise ConfigError(
-                    f"max_position={self.max_position} < sequence length {t}: T distinct "
+                    f"max_position={self.position_range} < sequence length {t}: T distinct "
                     f"positions cannot be drawn; raise max_position{ordered}"
                 )
-            return randomized_positions(t, self.max_position, None if self.training else self._eval_draws).to(device)
+            return randomized_positions(t, self.position_range, None if self.training else self._eval_draws).to(device)
         return torch.arange(t, device=device)
 
     @classmethod
@@ -379,7 +372,6 @@ def check_sampling(
 ) -> Sampling | None:
     """Validate pos.randomize / pos.max_position / pos.eval_positions before anything is built; one-line errors.
     Returns the sampling they ask for (None: positions 0 … T−1)."""
-    name = cls.config_name() if hasattr(cls, "config_name") else getattr(cls, "__name__", "this scheme")
     if not isinstance(randomize, bool):
         raise ConfigError(f"randomize={randomize!r}: use true or false")
     if eval_positions not in (None, "sampled", "ordered"):
@@ -391,7 +383,7 @@ def check_sampling(
         return None
     if getattr(cls, "randomize_refusal", None):
         raise ConfigError(
-            f"randomize=true with pos={name}: {cls.randomize_refusal}; "
+            f"randomize=true with pos={cls.config_name()}: {cls.randomize_refusal}; "
             "use randomize=false or a scheme that reads positions"
         )
     if not isinstance(max_position, int) or max_position < shape.max_len:
