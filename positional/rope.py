@@ -260,17 +260,13 @@ class Rope(PositionalScheme):
         if method in REMAPS:  # the configured θ, its positions remapped per pair (sizes from the trained length)
             trained = own.training_length
             self.remap = SelfExtend.fitting(length, trained) if method == "self_extend" else DualChunk.fitting(trained)
-            try:
-                yield own
-            finally:
-                self.remap = None
-            return
-        s = own.factor if own.factor != 1 else max(1.0, length / own.training_length)
-        self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
+        else:
+            s = own.factor if own.factor != 1 else max(1.0, length / own.training_length)
+            self.scaling, self.scale_in_training = scaling_for(own, method, s), in_training
         try:
             yield self.scaling
         finally:
-            self.scaling, self.scale_in_training = own, False
+            self.scaling, self.scale_in_training, self.remap = own, False, None
 
     def _register_theta(self, theta0: Tensor) -> None:
         # float64 so angles m·θ stay accurate at long evaluation lengths; rotate() casts cos, sin
