@@ -92,10 +92,9 @@ class _LearnedMaskAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask):
-        # the mask detached: one that requires grad sends SDPA to the math path, even here under no_grad
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.detach())  # (B, H, Tq, D)
         ctx.save_for_backward(q, k, v, mask)
-        return out
+        # the mask detached: one that requires grad sends SDPA to the math path, even here under no_grad
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.detach())  # (B, H, Tq, D)
 
     @staticmethod
     def backward(ctx, d_out):
