@@ -89,10 +89,9 @@ class PoPE(PositionalScheme):
             raise ConfigError(f"phase_bias={phase_bias!r}: use true (learn δ) or false (δ = 0)")
         self.base, self.phase_bias = base, phase_bias
         self.register_buffer("inv_freq", pope_inv_freq(shape.head_dim, base), persistent=False)  # (D,) float64
-        h, d = shape.n_heads, shape.head_dim
         # δ held flat, (H·D,): a bias, so the optimizer's 1-D rule keeps it out of weight decay (decay would pull
         # every phase towards 0, the initialisation)
-        self.delta = nn.Parameter(torch.zeros(h * d)) if phase_bias else None
+        self.delta = nn.Parameter(torch.zeros(shape.n_heads * shape.head_dim)) if phase_bias else None
 
     def phase_shift(self) -> Tensor:
         """δ (H, D), clamped to [−2π, 0] (PoPE §3); zeros without ``phase_bias``."""
