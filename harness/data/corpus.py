@@ -200,11 +200,12 @@ def stdlib_parts() -> list[str]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue  # a few stdlib files are templates or legacy encodings
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc:
-                    parts.append(doc)
+        documented = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        parts += [doc for doc in map(ast.get_docstring, documented) if doc]
     return parts
 
 
@@ -393,8 +394,7 @@ class Enwik8:
         if not self.path.exists():
             self._fetch()
         data = self.path.read_bytes()
-        digest = self._verified(data)
-        return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], digest, len(data))
+        return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], self._verified(data), len(data))
 
     def _verified(self, data: bytes) -> str:
         digest = integrity.sha256(data)

@@ -103,8 +103,13 @@ class HFDataset:
                     f"{self.describe()} holds {whole.bytes} bytes of text in column "
                     f"{self.text_column!r}; give at least 4 KiB"
                 )
-            train, val = bytes(sides["train"]), bytes(sides["val"])
-            self._corpus = Corpus(f"hf:{self.describe()}", train, val, whole.sha256.hexdigest(), whole.bytes)
+            self._corpus = Corpus(
+                f"hf:{self.describe()}",
+                bytes(sides["train"]),
+                bytes(sides["val"]),
+                whole.sha256.hexdigest(),
+                whole.bytes,
+            )
         return self._corpus
 
     def sides(self, whole: integrity.Tally) -> Iterator[tuple[str, bytes, bool]]:

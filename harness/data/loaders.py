@@ -23,6 +23,7 @@ Notation: T sequence length.
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 import torch
@@ -55,8 +56,7 @@ class WithShuffled(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> dict:
-        example = self.dataset[index]
-        gen = torch.Generator().manual_seed(SHUFFLE_SEED + index)
+        example, gen = self.dataset[index], torch.Generator().manual_seed(SHUFFLE_SEED + index)
         return {"plain": example, "shuffled": shuffle_within_window(example, gen, causal=self.causal)}
 
 
@@ -83,8 +83,7 @@ def _shuffle_causal(example: dict[str, Tensor], gen: torch.Generator) -> dict[st
         raise ValueError("a causal example's real tokens must come first (right padding)")
     # raw text: the n inputs, plus the final target when it is scored (it is no input)
     last = labels[n - 1 : n]
-    tail = last if int(last) != IGNORE else last[:0]
-    raw = torch.cat([inputs[:n], tail])  # (r,)
+    raw = torch.cat([inputs[:n], last[last != IGNORE]])  # (r,)
     scored = torch.cat([torch.zeros(1, dtype=torch.bool), labels[: len(raw) - 1] != IGNORE])  # (r,) raw[t] scored
     perm = torch.randperm(len(raw), generator=gen)
     raw, scored = raw[perm], scored[perm]
@@ -111,14 +110,10 @@ class OneLineErrors(Dataset):
             raise WorkerConfigError(e) from None
 
 
-class PairCollate:
-    """Collates the plain and the shuffled halves of a validation batch apart (a class: picklable)."""
-
-    def __init__(self, collate):
-        self.collate = collate or default_collate
-
-    def __call__(self, items: list[dict]) -> dict:
-        return {part: self.collate([item[part] for item in items]) for part in ("plain", "shuffled")}
+def pair_collate(collate, items: list[dict]) -> dict:
+    """Collates the plain and the shuffled halves of a validation batch apart (bound with ``functools.partial``:
+    picklable)."""
+    return {part: collate([item[part] for item in items]) for part in ("plain", "shuffled")}
 
 
 def make_loaders(
@@ -147,10 +142,6 @@ def make_loaders(
         if eval_batches is None
         else Subset(paired, range(min(len(paired), eval_batches * batch_size * world_size)))
     )
-    # Shards without DistributedSampler's padding repeats, so the summed val loss counts each example once.
-    val_sampler = (
-        UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False) if world_size > 1 else None
-    )
     # Each loader draws its iterator's base seed from its own generator: from the global one,
     # every validation pass would shift the dropout stream, and a resumed run (which does not
     # repeat the validation at its checkpoint step) would draw different dropout masks.
@@ -168,8 +159,11 @@ def make_loaders(
             val,
             batch_size=batch_size,
             shuffle=False,
-            sampler=val_sampler,
-            collate_fn=PairCollate(task.collate),
+            # shards without DistributedSampler's padding repeats, so the summed val loss counts each example once
+            sampler=UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False)
+            if world_size > 1
+            else None,
+            collate_fn=functools.partial(pair_collate, task.collate or default_collate),
             generator=torch.Generator().manual_seed(seed),
         ),
     )

@@ -207,11 +207,9 @@ class MaskedLM(TextObjective):
         if not hasattr(self, "_regular"):
             regular = self.tok.regular_ids()
             contiguous = len(regular) and int(regular[-1]) - int(regular[0]) == len(regular) - 1
-            self._regular = (int(regular[0]), len(regular)) if contiguous else regular
+            self._regular = (int(regular[0]), int(regular[-1]) + 1) if contiguous else regular  # [low, high) or ids
         if isinstance(self._regular, tuple):
-            low, n = self._regular
-            draw = torch.randint(n, shape, generator=gen)
-            return draw + low if low else draw
+            return torch.randint(*self._regular, shape, generator=gen)
         return self._regular[torch.randint(len(self._regular), shape, generator=gen)]
 
 
@@ -226,5 +224,8 @@ class CausalLM(TextObjective):
         self.tok = tokenizer
 
     def make_example(self, window: Tensor, valid: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
-        labels = torch.where(valid[1:], window[1:], torch.full_like(window[1:], IGNORE))
-        return {"input_ids": window[:-1], "labels": labels, "key_padding_mask": valid[:-1]}
+        return {
+            "input_ids": window[:-1],
+            "labels": torch.where(valid[1:], window[1:], torch.full_like(window[1:], IGNORE)),
+            "key_padding_mask": valid[:-1],
+        }

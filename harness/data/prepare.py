@@ -70,9 +70,8 @@ class ShardWriter:
         """The next shard's file, the one before sealed."""
         self._seal()
         name = f"{self.split}-{len(self.shards):05d}.bin"
-        file = open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
         self.shards.append({"file": name, "tokens": 0})
-        return file
+        return open(self.folder / name, "wb")  # noqa: SIM115 (closed by close() or the next shard)
 
     def _seal(self) -> None:
         """Close the open shard and record its sha256 and its blocks' digests (checked before use:

@@ -22,6 +22,7 @@ process the random windows are exactly those of text on the same ids; with W ran
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
@@ -88,10 +89,8 @@ class ShardedIds:
         pieces = []
         for k, (array, end) in enumerate(zip(self.arrays, self.ends, strict=True)):
             begin = end - len(array)
-            if stop <= begin:
-                break
-            if start < end:
-                lo, hi = max(start, begin) - begin, min(stop, end) - begin
+            lo, hi = max(start, begin) - begin, min(stop, end) - begin  # the slice's part in this array, if any
+            if lo < hi:
                 self._check_blocks(k, lo, hi)
                 pieces.append(self._checked(array, array[lo:hi]))
         if len(pieces) == 1:
@@ -101,7 +100,7 @@ class ShardedIds:
     def _check_blocks(self, k: int, lo: int, hi: int) -> None:
         """Array ``k``'s blocks that ids [lo, hi) lie in hash to the digests prepare recorded."""
         digests, size = self.blocks[k], self.block_bytes
-        if digests is None or hi <= lo:
+        if digests is None:
             return
         raw = self.arrays[k].view(np.uint8)
         item = self.dtype.itemsize
@@ -178,16 +177,13 @@ def hash_whole_bytes() -> int:
     value = os.environ.get(HASH_WHOLE_ENV)
     if value is None:
         return REHASH_BYTES
-    try:
-        limit = int(value)
-        if limit < 0:
-            raise ValueError
-        return limit
-    except ValueError:
-        raise ConfigError(
-            f"{HASH_WHOLE_ENV}={value!r} must be a whole number of bytes (0: check every folder "
-            "block by block as it is read); set it so, or unset it"
-        ) from None
+    with contextlib.suppress(ValueError):
+        if int(value) >= 0:
+            return int(value)
+    raise ConfigError(
+        f"{HASH_WHOLE_ENV}={value!r} must be a whole number of bytes (0: check every folder "
+        "block by block as it is read); set it so, or unset it"
+    )
 
 
 def _shard_list(manifest: dict) -> list[dict]:
@@ -292,8 +288,9 @@ class TokenShards:
                     "was written with, or run posbench prepare again with this one"
                 )
             # the vocabulary the run loads (``TokenCorpus.fitted_tokenizer``), checked before anything starts
-            file = self._folder() / "tokenizer.json"
-            integrity.check_digest(file, recorded["file_sha256"], "manifest.json records", FIX)
+            integrity.check_digest(
+                self._folder() / "tokenizer.json", recorded["file_sha256"], "manifest.json records", FIX
+            )
             return
         digest = tokenizer.digest()
         if digest != recorded["digest"]:

@@ -201,5 +201,4 @@ class ContinueFrom(DistributedSampler):
         self.start = start  # the length is DistributedSampler's: n // W, with drop_last
 
     def __iter__(self):
-        end = len(self) * self.num_replicas
-        return iter(range(self.start + self.rank, end, self.num_replicas))
+        return iter(range(self.start + self.rank, len(self) * self.num_replicas, self.num_replicas))

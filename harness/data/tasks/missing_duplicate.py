@@ -43,5 +43,4 @@ class MissingDuplicate(SyntheticTask):
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
         w = random_string(self.alphabet, length, gen)
         blank = int(torch.randint(2 * length, (1,), generator=gen))
-        answer = torch.arange(2 * length) == blank
-        return Layout(torch.cat([w, w]), answer, {"blank": blank})
+        return Layout(torch.cat([w, w]), torch.arange(2 * length) == blank, {"blank": blank})

@@ -101,8 +101,7 @@ class Passkey(SyntheticTask):
         text = filler[start : start + F].long()
         key = str(10_000 + int(torch.randint(90_000, (1,), generator=gen)))
         tokens = torch.cat([text[:b], ascii_ids(NEEDLE.format(key=key)), text[b:], ascii_ids(QUESTION + key)])
-        answer = torch.arange(len(tokens)) >= len(tokens) - DIGITS
-        return Layout(tokens, answer, {"depth": 100 * b // F})
+        return Layout(tokens, torch.arange(len(tokens)) >= len(tokens) - DIGITS, {"depth": 100 * b // F})
 
     def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
         F = self.filler_size(length)
@@ -118,8 +117,7 @@ class Passkey(SyntheticTask):
         if not records:
             return {}
         with tempfile.TemporaryDirectory() as tmp:
-            paths = write_depth_table(records, Path(tmp), n_bins=self.depth_bins)
-            return {path.name: path.read_bytes() for path in paths}
+            return {path.name: path.read_bytes() for path in write_depth_table(records, Path(tmp), self.depth_bins)}
 
 
 # --- accuracy by (length, depth) ---------------------------------------------------------------

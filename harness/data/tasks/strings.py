@@ -57,5 +57,4 @@ class Transduction(SyntheticTask):
             tokens, n_answer = torch.cat([w, ascii_ids(SEP), self.transform(w), ascii_ids(END)]), length + 1
         else:
             tokens, n_answer = torch.cat([w, self.transform(w)]), length
-        answer = torch.arange(len(tokens)) >= len(tokens) - n_answer
-        return Layout(tokens, answer)
+        return Layout(tokens, torch.arange(len(tokens)) >= len(tokens) - n_answer)
