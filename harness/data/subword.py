@@ -197,7 +197,6 @@ class Trained(Subword):
                 "tokenizer.train_bytes sizes the sample a vocabulary is trained on; tokenizer.path "
                 "loads a trained one: drop one of them"
             )
-        self.train_bytes = train_bytes
         if vocab_size is not None and not len(SPECIALS) + 256 <= vocab_size <= 2**32 - 1:
             raise ConfigError(
                 f"vocab_size={vocab_size} must be at least {len(SPECIALS) + 256} (the specials and "
@@ -205,16 +204,15 @@ class Trained(Subword):
             )
         if min_frequency < 1:
             raise ConfigError(f"min_frequency={min_frequency} must be ≥ 1")
-        self.path, self.min_frequency = path, min_frequency
+        self.path, self.min_frequency, self.train_bytes = path, min_frequency, train_bytes
         if path:
             self._tok = load_file(path)
-            size = self._tok.get_vocab_size(with_added_tokens=True)
-            if vocab_size is not None and vocab_size != size:
+            self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+            if vocab_size is not None and vocab_size != self.vocab_size:
                 raise ConfigError(
-                    f"tokenizer.vocab_size={vocab_size} but tokenizer.path={path} holds {size} ids; "
+                    f"tokenizer.vocab_size={vocab_size} but tokenizer.path={path} holds {self.vocab_size} ids; "
                     "drop tokenizer.vocab_size (the file decides) or train one without tokenizer.path"
                 )
-            self.vocab_size = size
             self.pad_id, self.mask_id = (
                 _special_id(self._tok, ("[PAD]", "<pad>")),
                 _special_id(self._tok, ("[MASK]", "<mask>")),

@@ -191,13 +191,12 @@ class SyntheticTask:
         self.tok = tokenizer if tokenizer is not None else ByteTokenizer()
         if not getattr(self.tok, "byte_level", False):
             raise ConfigError(f"task={self.config_name()} writes its symbols as bytes; use tokenizer=byte")
-        form = self.forms[0] if form is None else form
-        if form not in self.forms:
+        self.form = self.forms[0] if form is None else form
+        if self.form not in self.forms:
             raise ConfigError(
-                f"task.form={form!r} is not a form of task={self.config_name()}; use "
+                f"task.form={self.form!r} is not a form of task={self.config_name()}; use "
                 f"{' or '.join(f'task.form={f}' for f in self.forms)}{self.form_note}"
             )
-        self.form = form
         self.train_lengths = self._check_train(train_lengths)
         self.eval_lengths = self._check_eval(eval_lengths)
         if isinstance(eval_examples, bool) or not isinstance(eval_examples, int) or eval_examples <= 0:

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from harness.data.tasks.base import Layout, SyntheticTask, symbols
-from harness.data.tasks.strings import BINARY, random_string
+from harness.data.tasks.strings import BINARY
 
 
 class MissingDuplicate(SyntheticTask):
@@ -41,6 +41,6 @@ class MissingDuplicate(SyntheticTask):
         return 2 * length
 
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
-        w = random_string(self.alphabet, length, gen)
+        w = self.alphabet[torch.randint(len(self.alphabet), (length,), generator=gen)]  # (|w|,) uniform, independent
         blank = int(torch.randint(2 * length, (1,), generator=gen))
         return Layout(torch.cat([w, w]), torch.arange(2 * length) == blank, {"blank": blank})

@@ -1,4 +1,4 @@
-"""What the string tasks share: random strings and the transduction layout of copy.py and reverse.py.
+"""What the string tasks share: their alphabets and the transduction layout of copy.py, reverse.py and sort.py.
 
 Alphabets are printable ASCII bytes, so the byte tokenizer (vocab 258) serves them unchanged;
 [MASK] (id 257) marks the encoder form's empty output slots.
@@ -14,11 +14,6 @@ from harness.data.tasks.base import Layout, SyntheticTask, ascii_ids, symbols
 LOWERCASE = "abcdefghijklmnopqrstuvwxyz"
 BINARY = "01"
 SEP, END = "|", "."  # causal form: w SEP output END
-
-
-def random_string(alphabet: Tensor, n: int, gen: torch.Generator) -> Tensor:
-    """(n,) ids drawn uniformly and independently from ``alphabet``."""
-    return alphabet[torch.randint(len(alphabet), (n,), generator=gen)]
 
 
 class Transduction(SyntheticTask):
@@ -52,7 +47,7 @@ class Transduction(SyntheticTask):
         return 2 * length + 2 if self.causal else 2 * length
 
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
-        w = random_string(self.alphabet, length, gen)
+        w = self.alphabet[torch.randint(len(self.alphabet), (length,), generator=gen)]  # (|w|,) uniform, independent
         if self.causal:
             tokens, n_answer = torch.cat([w, ascii_ids(SEP), self.transform(w), ascii_ids(END)]), length + 1
         else:
