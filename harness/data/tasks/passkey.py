@@ -168,14 +168,13 @@ def write_depth_table(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
-    acc = table.accuracy
     csv_path.write_text(
         csv_text(
             ["length", "depth_lo", "depth_hi", "n", "correct", "accuracy"],
             (
                 [length, *table.bin_label(k), table.total[k, j], table.correct[k, j], "" if np.isnan(a) else f"{a:.6f}"]
                 for j, length in enumerate(table.lengths)
-                for k, a in enumerate(acc[:, j])
+                for k, a in enumerate(table.accuracy[:, j])
             ),
         ),
         newline="",
