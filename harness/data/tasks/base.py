@@ -285,9 +285,12 @@ class SyntheticTask:
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
         raise NotImplementedError
 
-    def example(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
+    def example(
+        self, length: int, gen: torch.Generator, filler: Tensor | None = None, index: int | None = None
+    ) -> dict:
         """input_ids, labels, key_padding_mask (all (T,)), plus ints: ``length`` and the task's extras.
-        ``filler``: (M,) uint8 corpus bytes, for tasks that need them."""
+        ``filler``: (M,) uint8 corpus bytes, for tasks that need them. ``index``: an evaluation example's index
+        (None in training), by which a task may stratify its evaluation set (passkey spreads its depths)."""
         return self.finish(self.layout(length, gen, filler), length)
 
     def finish(self, lay: Layout, length: int) -> dict:
@@ -308,10 +311,6 @@ class SyntheticTask:
             "length": length,
             **lay.extras,
         }
-
-    def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
-        """An evaluation example; a task may stratify by ``index`` (passkey spreads its depths)."""
-        return self.example(length, gen, filler)
 
     def draw_length(self, gen: torch.Generator) -> int:
         lo, hi = self.train_lengths
@@ -388,6 +387,4 @@ class TaskExamples(Dataset):
             raise IndexError(index)
         gen = example_generator(self.seed, self.stream, self.length or 0, index)
         length = self.length if self.length is not None else self.task.draw_length(gen)
-        if self.stream == TRAIN:
-            return self.task.example(length, gen, self.filler)
-        return self.task.eval_example(length, index, gen, self.filler)
+        return self.task.example(length, gen, self.filler, None if self.stream == TRAIN else index)

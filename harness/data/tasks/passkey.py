@@ -103,7 +103,11 @@ class Passkey(SyntheticTask):
         tokens = torch.cat([text[:b], ascii_ids(NEEDLE.format(key=key)), text[b:], ascii_ids(QUESTION + key)])
         return Layout(tokens, torch.arange(len(tokens)) >= len(tokens) - DIGITS, {"depth": 100 * b // F})
 
-    def eval_example(self, length: int, index: int, gen: torch.Generator, filler: Tensor | None = None) -> dict:
+    def example(
+        self, length: int, gen: torch.Generator, filler: Tensor | None = None, index: int | None = None
+    ) -> dict:
+        if index is None:  # training: any depth
+            return super().example(length, gen, filler)
         F = self.filler_size(length)
         points = np.arange(F + 1)
         # depth_bin is non-decreasing in b, so one bin's insertion points are a contiguous range
