@@ -56,7 +56,8 @@ class WithShuffled(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> dict:
-        example, gen = self.dataset[index], torch.Generator().manual_seed(SHUFFLE_SEED + index)
+        example = self.dataset[index]
+        gen = torch.Generator().manual_seed(SHUFFLE_SEED + index)
         return {"plain": example, "shuffled": shuffle_within_window(example, gen, causal=self.causal)}
 
 

@@ -186,10 +186,8 @@ class MaskedLM(TextObjective):
         # masking the data loader's bottleneck (harness/bench/loader.py).
         u_select, u_action = torch.rand(2, window.shape[0], generator=gen).numpy()
         ids, real = window.numpy(), valid.numpy()
-        if self.whole_word:  # word k's tokens share draw k
-            word = np.cumsum(~self.tok.word_continues(window).numpy()) - 1  # (T,) the word each token is in
-        else:  # every token a word of its own
-            word = np.arange(len(ids))
+        # (T,) the word each token is in, word k's tokens sharing draw k; without whole_word every token is a word
+        word = np.cumsum(~self.tok.word_continues(window).numpy()) - 1 if self.whole_word else np.arange(len(ids))
         selected = (u_select[word] < self.mask_prob) & real
         if not selected.any():  # score at least one token (word) per sequence
             pick = int(torch.randint(int(real.sum()), (1,), generator=gen))
