@@ -5,27 +5,33 @@ shards and their loader. A step's memory estimate is ``--check``'s own (harness/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import numpy as np
+import torch
 
+from attention.softmax import Softmax
+from harness import integrity
+from harness.config.load import load
+from harness.config.resources import model_of
+from harness.config.spec import RunSpec
+from harness.data.loaders import make_loaders
+from harness.data.objectives import CausalLM, MaskedLM
+from harness.data.prepare import ShardWriter
+from harness.data.shards import FORMAT, TokenShards
+from harness.data.tokenizer import ByteTokenizer
 from harness.errors import ConfigError
-
-if TYPE_CHECKING:
-    from harness.config.spec import RunSpec
-    from harness.model.transformer import Transformer
+from harness.model.layers import unit_of_label
+from harness.model.transformer import Transformer
+from positional.base import Shape
 
 
 def compose_cell(overrides: list[str]) -> RunSpec:
     """The run ``python run.py <overrides>`` describes (harness/config/load.py)."""
-    from harness.config.load import load
-
     return load(overrides, multirun=True)  # a cell of a preset may leave its sweep axes (seed) to the caller
 
 
 def option_overrides(group: str, name: str) -> list[str]:
     """``pos=rope``; for a per-layer pattern's name (``rope×3+none``) its first option and the pattern,
     ``pos=rope +pos.layers=[rope,rope,rope,none]`` (harness/model/layers.py)."""
-    from harness.model.layers import unit_of_label
-
     unit = unit_of_label(name)
     if len(unit) == 1 and "(" not in name:
         return [f"{group}={name}"]
@@ -36,27 +42,18 @@ def option_overrides(group: str, name: str) -> list[str]:
 
 def build_transformer(overrides: list[str], vocab_size: int, seq_len: int, causal: bool) -> Transformer:
     """posbench's model for one composed config, built as harness.train builds it."""
-    from harness.config.resources import model_of
-
     return model_of(compose_cell(overrides), vocab_size, seq_len, causal)
 
 
 def composed_model(spec: RunSpec, vocab_size: int, causal: bool, device: str = "meta") -> Transformer:
     """posbench's model for a spec at its ``data.seq_len``, as harness.train builds it, on ``device`` (``meta``:
     laid out, no memory)."""
-    import torch
-
-    from harness.config.resources import model_of
-
     with torch.device(device):
         return model_of(spec, vocab_size, spec.data.seq_len, causal)
 
 
 def xformers_refusal() -> str | None:
     """What ``attn.backend=xformers`` says where it cannot run (None where it builds)."""
-    from attention.softmax import Softmax
-    from positional.base import Shape
-
     try:
         Softmax(Shape(64, 4, 1, 128, True), backend="xformers")
     except ConfigError as e:
@@ -67,13 +64,6 @@ def xformers_refusal() -> str | None:
 def write_random_shards(folder, n_tokens: int, seed: int = 0) -> None:
     """Random uint16 ids in one training shard (and a small validation one), with a byte-tokenizer manifest: a
     ``data=tokens`` folder of ``n_tokens`` ids (the loader bench's corpus)."""
-    import numpy as np
-
-    from harness import integrity
-    from harness.data.prepare import ShardWriter
-    from harness.data.shards import FORMAT
-    from harness.data.tokenizer import ByteTokenizer
-
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     writers = {
@@ -99,11 +89,6 @@ def write_random_shards(folder, n_tokens: int, seed: int = 0) -> None:
 
 def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size: int, n_batches: int, workers: int = 0):
     """The training DataLoader a run builds over a shard folder (``make_loaders``), byte tokenizer."""
-    from harness.data.loaders import make_loaders
-    from harness.data.objectives import CausalLM, MaskedLM
-    from harness.data.shards import TokenShards
-    from harness.data.tokenizer import ByteTokenizer
-
     source = TokenShards(str(folder), windows)
     source.sizes()  # what validation checks: the manifest and every shard's size
     corpus = source.load()

@@ -140,3 +140,22 @@ def test_a_bad_shard_folder_is_one_line(tmp_path, capsys):
     write_random_shards(shards, 1000)
     assert "less than one batch of the largest preset" in _refused(["--shards", str(shards)], capsys)
     assert "give one of them" in _refused(["--shards", str(shards), "--gb", "1"], capsys)
+
+
+def test_the_timed_start_up_imports_nothing(tmp_path):
+    """startup_seconds times the source's checks and the first batch, not imports: a run has imported its
+    modules before it reads the shards (a fresh interpreter, as ``python -m harness.bench.loader --shards``)."""
+    import subprocess
+    import sys
+
+    from harness.bench.internals import write_random_shards
+    from tests.helpers import ROOT
+
+    write_random_shards(tmp_path, 100_000)
+    code = (
+        "import sys; from pathlib import Path; from harness.bench.loader import paper_shapes, startup_seconds; "
+        f"before = set(sys.modules); startup_seconds(Path({str(tmp_path)!r}), paper_shapes('grid')); "
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith(('harness', 'positional', 'attention'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]"
