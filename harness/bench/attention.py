@@ -76,40 +76,54 @@ def main_times(args) -> None:
 
 
 def main_toeplitz(args) -> None:
-    T, rows = 2048, []
-    for name in ("linear", "performer (M=110)"):
-        cells = {
-            f"{way}{' causal' if causal else ''}": f"{time_fwd_bwd(name, T, causal, relative, args.repeats):.3f}"
-            for causal in (False, True)
-            for way, relative in (("plain", False), ("+relative bias (FFT)", True))
-        }
-        rows.append((name, cells))
+    T = 2048
+    rows = [
+        (
+            name,
+            {
+                f"{way}{' causal' if causal else ''}": f"{time_fwd_bwd(name, T, causal, relative, args.repeats):.3f}"
+                for causal in (False, True)
+                for way, relative in (("plain", False), ("+relative bias (FFT)", True))
+            },
+        )
+        for name in ("linear", "performer (M=110)")
+    ]
     print(f"T={T}, seconds (fwd+bwd)")
     print(table(rows, ["plain", "+relative bias (FFT)", "plain causal", "+relative bias (FFT) causal"]))
 
 
 def main_memory(args) -> None:
-    T, rows = 8192, []
-    for name in VARIANTS:
-        if name == "softmax (math)":
-            continue
-        cells = {}
-        for causal in (False, True):
-            for relative in (False, True) if name in ("linear", "performer (M=110)") else (False,):
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "harness.bench.attention",
-                    "--one",
-                    json.dumps([name, T, causal, relative]),
-                    "--threads",
-                    str(torch.get_num_threads()),
-                ]
-                peak = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-                cells[f"{'causal' if causal else 'bidir'}{' +rel' if relative else ''}"] = f"{peak:.0f}"
-        rows.append((name, cells))
+    T = 8192
+    rows = [
+        (
+            name,
+            {
+                f"{'causal' if causal else 'bidir'}{' +rel' if relative else ''}": (
+                    f"{peak_mib(name, T, causal, relative):.0f}"
+                )
+                for causal in (False, True)
+                for relative in ((False, True) if name in ("linear", "performer (M=110)") else (False,))
+            },
+        )
+        for name in VARIANTS
+        if name != "softmax (math)"
+    ]
     print(f"T={T}, peak RSS above the idle process, MiB")
     print(table(rows, ["bidir", "causal", "bidir +rel", "causal +rel"]))
+
+
+def peak_mib(name: str, T: int, causal: bool, relative: bool) -> float:
+    """The peak RSS of one variant's forward+backward above the idle process, MiB, in a fresh process (``--one``)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.bench.attention",
+        "--one",
+        json.dumps([name, T, causal, relative]),
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
 
 
 def main_one(spec: str) -> None:

@@ -113,11 +113,13 @@ def _hf(kind: str) -> Callable[[ModelConfig, Spec], Built]:
         )
         model: transformers.PreTrainedModel
         if kind == "roformer":
-            roformer = transformers.RoFormerConfig(embedding_size=m.d_model, **common)
-            model = (transformers.RoFormerForCausalLM if spec.causal else transformers.RoFormerForMaskedLM)(roformer)
+            model = (transformers.RoFormerForCausalLM if spec.causal else transformers.RoFormerForMaskedLM)(
+                transformers.RoFormerConfig(embedding_size=m.d_model, **common)
+            )
         else:
-            bert = transformers.BertConfig(**common)
-            model = (transformers.BertLMHeadModel if spec.causal else transformers.BertForMaskedLM)(bert)
+            model = (transformers.BertLMHeadModel if spec.causal else transformers.BertForMaskedLM)(
+                transformers.BertConfig(**common)
+            )
         return Built(model, lambda ids: model(input_ids=ids).logits)
 
     return build

@@ -251,7 +251,6 @@ def log_results(uri: str | None, results: list[Result], peak: Peak, device: str,
             "status": r.status,
         }
         params = {"seq_len": str(r.seq_len), "batch": str(r.batch), "peak_flops": f"{peak.flops:.4g}"}
-        metrics = {k: v for k, v in vars(r).items() if isinstance(v, float) and v == v}
         now = int(time.time() * 1000)
         # raised to record the run FAILED with the reason, then dropped: the bench's exit code reports errors
         with (
@@ -260,7 +259,7 @@ def log_results(uri: str | None, results: list[Result], peak: Peak, device: str,
                 tags, params
             ) as run,
         ):
-            run.log_metrics(Metric(k, v, now, 0) for k, v in metrics.items())
+            run.log_metrics(Metric(k, v, now, 0) for k, v in vars(r).items() if isinstance(v, float) and v == v)
             if r.status == "refused":
                 raise IncompatiblePairing(r.reason)
             if r.status != "ok":

@@ -55,8 +55,7 @@ def dense_mask(bias, t: int, is_causal: bool, dtype: torch.dtype) -> Tensor:
     """What posbench's softmax variant hands SDPA: the dense bias plus −inf above the diagonal."""
     mask = bias.dense().to(dtype)  # (1, H, T, T)
     if is_causal:
-        above = torch.ones(t, t, dtype=torch.bool, device=mask.device).triu(1)
-        mask = mask.masked_fill(above, float("-inf"))
+        mask = mask.masked_fill(torch.ones(t, t, dtype=torch.bool, device=mask.device).triu(1), float("-inf"))
     return mask
 
 
@@ -87,9 +86,8 @@ def parity(
         else:
             out = flex_attention(qq, kk, vv, score_mod=score_mod_of(bias, q.dtype), block_mask=block)
         (out * upstream).sum().backward()
-        grads = {"q": qq.grad, "k": kk.grad, "v": vv.grad}
-        grads |= {f"pos.{n}": p.grad.clone() for n, p in scheme.named_parameters() if p.grad is not None}
-        return out.detach(), grads
+        params = {f"pos.{n}": p.grad.clone() for n, p in scheme.named_parameters() if p.grad is not None}
+        return out.detach(), {"q": qq.grad, "k": kk.grad, "v": vv.grad, **params}
 
     dense_out, dense_grads = run("dense")
     flex_out, flex_grads = run("flex")

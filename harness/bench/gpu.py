@@ -74,38 +74,40 @@ FLASH_PEERS = (  # x-transformers on torch's SDPA: its defaults materialise the 
 
 
 def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) -> list[dict]:
-    rows = []
-    for pos, attn in STEP_CELLS:
-        r = session.cell(Spec(pos, attn, t, max(1, tokens // t), causal=True, attn_overrides=D768))
-        rows.append({**asdict(r), "mfu_datasheet": r.flops / r.step_s / datasheet if datasheet and r.ok else None})
-    return rows
+    results = (
+        session.cell(Spec(pos, attn, t, max(1, tokens // t), causal=True, attn_overrides=D768))
+        for pos, attn in STEP_CELLS
+    )
+    return [
+        {**asdict(r), "mfu_datasheet": r.flops / r.step_s / datasheet if datasheet and r.ok else None} for r in results
+    ]
 
 
 def peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[dict]:
-    rows = []
-    for peer in [*(p for p in PEERS if p.name in PEER_NAMES), *FLASH_PEERS]:
-        o = compare_peer(
+    outcomes = (
+        compare_peer(
             session,
             peer,
             Spec(peer.pos, peer.attn, t, max(1, tokens // t), causal=True, attn_overrides=D768),
             budget_s=budget_s,
         )
-        i = o.interval
-        rows.append(
-            {
-                "peer": peer.name,
-                "pos": peer.pos,
-                "attn": peer.attn,
-                "peer_tokens_per_s": o.theirs.tokens_per_s,
-                "posbench_tokens_per_s": o.ours.tokens_per_s,
-                "posbench_over_peer": i.estimate if i else None,
-                "low": i.low if i else None,
-                "high": i.high if i else None,
-                "rounds": len(i.samples) if i else 0,
-                "note": o.why or peer.note,
-            }
-        )
-    return rows
+        for peer in [*(p for p in PEERS if p.name in PEER_NAMES), *FLASH_PEERS]
+    )
+    return [
+        {
+            "peer": o.peer.name,
+            "pos": o.peer.pos,
+            "attn": o.peer.attn,
+            "peer_tokens_per_s": o.theirs.tokens_per_s,
+            "posbench_tokens_per_s": o.ours.tokens_per_s,
+            "posbench_over_peer": o.interval.estimate if o.interval else None,
+            "low": o.interval.low if o.interval else None,
+            "high": o.interval.high if o.interval else None,
+            "rounds": len(o.interval.samples) if o.interval else 0,
+            "note": o.why or o.peer.note,
+        }
+        for o in outcomes
+    ]
 
 
 # ---------------------------------------------------------------- flex_attention
@@ -231,11 +233,10 @@ def device_line(device: str) -> tuple[str, float | None]:
         return f"CPU ({platform.processor() or platform.machine()}), torch {torch.__version__}", None
     name = torch.cuda.get_device_name()
     props = torch.cuda.get_device_properties(0)
-    peak = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
     return (
         f"{name}, {props.total_memory / 2**30:.1f} GiB, {props.multi_processor_count} SMs; torch "
         f"{torch.__version__}, CUDA {torch.version.cuda}"
-    ), peak
+    ), next((v for k, v in DATASHEET_BF16.items() if k in name), None)
 
 
 def _parser() -> OneLineParser:

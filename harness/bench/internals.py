@@ -91,9 +91,8 @@ def shard_loader(folder, objective: str, windows: str, seq_len: int, batch_size:
     """The training DataLoader a run builds over a shard folder (``make_loaders``), byte tokenizer."""
     source = TokenShards(str(folder), windows)
     source.sizes()  # what validation checks: the manifest and every shard's size
-    corpus = source.load()
     task = (MaskedLM if objective == "mlm" else CausalLM)(ByteTokenizer())
     train, _ = make_loaders(
-        corpus, task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0, num_workers=workers
+        source.load(), task, seq_len, batch_size, n_train=n_batches * batch_size, seed=0, num_workers=workers
     )
     return train

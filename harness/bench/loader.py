@@ -89,8 +89,7 @@ def loader_tokens_per_s(
     start = time.perf_counter()
     for _ in range(n_batches):
         batch = next(batches)
-    seconds = time.perf_counter() - start
-    return n_batches * batch["input_ids"].numel() / seconds
+    return n_batches * batch["input_ids"].numel() / (time.perf_counter() - start)
 
 
 def startup_seconds(folder: Path, shapes: dict) -> float:
@@ -106,8 +105,8 @@ MARGIN = 0.9  # of the free space at --dir a shard may take
 @dataclass(frozen=True)
 class Args:
     presets: list[str]
-    gb: float | None  # None: --shards
-    dir: Path
+    gb: float | None  # None: --shards (``dir`` is timed as it is: nothing written or deleted)
+    dir: Path  # --shards' folder, or where the random shard is written
     batches: int
     tflops: float
     mfu: float
@@ -115,7 +114,6 @@ class Args:
     workers: list[int]
     repeats: int
     json: Path | None
-    shards: Path | None = None  # a prepared folder to time instead of random shards
 
 
 def _parser() -> OneLineParser:
@@ -170,10 +168,9 @@ def parse(argv: list[str] | None) -> Args:
     if a.shards is not None:
         if a.gb is not None:
             raise ConfigError("--gb sizes the random shard written when --shards is not given; give one of them")
-        shards, vocab = _prepared(a.shards, need // 2)
-        folder, gb = shards, None
+        (folder, vocab), gb = _prepared(a.shards, need // 2), None
     else:
-        folder, gb, shards, vocab = _writable_dir(a.dir), 1.0 if a.gb is None else a.gb, None, 258
+        folder, gb, vocab = _writable_dir(a.dir), 1.0 if a.gb is None else a.gb, 258
         if gb * 1e9 < need:
             raise ConfigError(
                 f"--gb {gb:g} holds less than one batch of the largest preset ({need:,} bytes); "
@@ -202,7 +199,6 @@ def parse(argv: list[str] | None) -> Args:
         workers,
         a.repeats,
         out,
-        shards,
     )
 
 
@@ -250,20 +246,18 @@ def _writable_dir(text: str, flag: str = "--dir") -> Path:
 def measure(args: Args) -> dict:
     """Write the shard (or take --shards' folder), time the start-up and every loader; a written shard is deleted
     whatever happens, a given folder left as it is."""
-    own = args.shards is not None
-    folder = args.shards if args.shards is not None else Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
+    folder = args.dir if args.gb is None else Path(tempfile.mkdtemp(prefix="posbench-loader-", dir=args.dir))
     rows = []
     figures = {
         "gpu_tflops": args.tflops,
         "mfu": args.mfu,
         "vocab": args.vocab,
         "gb": args.gb,
-        "shards": str(folder) if own else None,
+        "shards": str(folder) if args.gb is None else None,
         "write_seconds": None,
     }
     try:
-        if not own:
-            assert args.gb is not None, "parse sets --gb whenever --shards is not given"
+        if args.gb is not None:
             start = time.perf_counter()
             write_random_shards(folder, int(args.gb * 1e9) // 2)  # one training shard
             figures["write_seconds"] = time.perf_counter() - start
@@ -292,7 +286,7 @@ def measure(args: Args) -> dict:
                     }
                 )
     finally:
-        if not own:
+        if args.gb is not None:
             shutil.rmtree(folder, ignore_errors=True)
     return {**figures, "rows": rows}
 

@@ -143,14 +143,9 @@ def _register_cpu_sdpa_flops() -> None:
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
     if fwd in fc.flop_registry:
         return
-
-    @fc.register_flop_formula(fwd)
-    def _fwd(query, key, value, *args, **kwargs) -> int:
-        return fc.sdpa_flop_count(query, key, value)
-
-    @fc.register_flop_formula(bwd)
-    def _bwd(grad_out, query, key, value, *args, **kwargs) -> int:
-        return fc.sdpa_backward_flop_count(grad_out, query, key, value)
+    # the CUDA kernels' formulas: the CPU ops take (grad_out,) query, key, value first too
+    fc.register_flop_formula(fwd, get_raw=True)(fc.sdpa_flop)
+    fc.register_flop_formula(bwd, get_raw=True)(fc.sdpa_backward_flop)
 
 
 def count_flops(step: Step) -> float:

@@ -22,12 +22,12 @@ MIN_ROUNDS = 6  # the fewest samples whose [min, max] covers their median with p
 
 def median_rank(n: int) -> int:
     """The largest k with P(Binomial(n, ½) ≤ k − 1) ≤ 2.5 %: [x_(k), x_(n+1−k)] of n sorted samples covers
-    their median with probability ≥ 95 %, whatever their distribution (0: no such k, n < 6)."""
-    k, below = 0, 0.0
-    while below + math.comb(n, k) / 2**n <= 0.025:
-        below += math.comb(n, k) / 2**n
-        k += 1
-    return k
+    their median with probability ≥ 95 %, whatever their distribution (0: no such k, n < 6). It is the
+    distribution's 2.5 % quantile: the smallest k with P(Binomial(n, ½) ≤ k) ≥ 2.5 % (never equal: those
+    probabilities are multiples of 2⁻ⁿ)."""
+    from scipy import stats
+
+    return int(stats.binom.ppf(0.025, n, 0.5))
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ class PairedTarget(Target):
         return ratio, f"paired ABBA, {len(ratio.samples)} rounds", ""
 
     def explain(self, session):
-        num, den = paired_op_times(session.step(self.cells[self.num]), session.step(self.cells[self.den]))
-        return breakdown(num, den, (self.num, self.den), self.goal.op, self.goal.value)
+        times = paired_op_times(session.step(self.cells[self.num]), session.step(self.cells[self.den]))
+        return breakdown(*times, (self.num, self.den), self.goal.op, self.goal.value)
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,7 @@ class OverheadTarget(Target):
         if device == "cuda":
             return check, f"paired ABBA, {len(check.samples)} rounds", ""
         shares = positional_share(session.model(self.cells["with"]).pos, steps[0], self.profiled_steps)
-        share = Interval.of_values([s.overhead for s in shares])
-        return share, f"its ops profiled inside {len(shares)} steps", paired
+        return Interval.of_values([s.overhead for s in shares]), f"its ops profiled inside {len(shares)} steps", paired
 
 
 @dataclass(frozen=True)
@@ -105,13 +104,12 @@ class MfuTarget(Target):
     """cells: "step". Rounds of one step and, right after it, the peak matmul (best of two n×n products at
     the run's peak size): MFU = step FLOP/s ÷ that matmul's FLOP/s, so load that comes and goes during the
     run moves both sides of a round alike (a peak timed once at the start can flatter or hide MFU several
-    times over on a shared machine). ≥ 3 rounds, more until resolved or the budget is spent."""
+    times over on a shared machine). ``MIN_ROUNDS`` rounds, more until resolved or the budget is spent."""
 
     def measure(self, session, results):
         r, o = results["step"], session.options
-        step, n = session.step(self.cells["step"]), session.options.peak_n
-        dtype = torch.bfloat16 if o.device == "cuda" else torch.float32
-        a = torch.randn(n, n, device=o.device, dtype=dtype)
+        step, n = session.step(self.cells["step"]), o.peak_n
+        a = torch.randn(n, n, device=o.device, dtype=torch.bfloat16 if o.device == "cuda" else torch.float32)
         matmul = partial(torch.matmul, a, a)
         mfus: list[float] = []
         started = time.perf_counter()
@@ -130,9 +128,12 @@ class MemoryPerTokenTarget(Target):
 
     def measure(self, session, results):
         per_token = {k: r.peak_mem_mb / (r.batch * r.seq_len) for k, r in results.items()}
-        ratio = per_token["num"] / per_token["den"]
         total = results["num"].peak_mem_mb / results["den"].peak_mem_mb
-        return Interval.point(ratio), "peak allocated bytes (profiler) per token", f"total peak ratio {total:.2f}"
+        return (
+            Interval.point(per_token["num"] / per_token["den"]),
+            "peak allocated bytes (profiler) per token",
+            f"total peak ratio {total:.2f}",
+        )
 
 
 def _fmt(interval: Interval, goal: Goal) -> str:
@@ -246,8 +247,8 @@ def compare_peer(session: Session, peer: Peer, spec: Spec, budget_s: float = 12.
         if session.options.device == "cpu":
             share = kernel_share(op_times(session.step(spec)))
             if verdict != "met":
-                theirs_s, ours_s = paired_op_times(session.step(spec, peer.name), session.step(spec))
-                where = breakdown(theirs_s, ours_s, (peer.name, "posbench"), PEER_GOAL.op, PEER_GOAL.value)
+                times = paired_op_times(session.step(spec, peer.name), session.step(spec))
+                where = breakdown(*times, (peer.name, "posbench"), PEER_GOAL.op, PEER_GOAL.value)
     finally:
         session.release()
     return PeerOutcome(peer, ours, theirs, ratio, verdict, kernel_share=share, where=where)
