@@ -140,10 +140,11 @@ class Row:
 
 
 def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
+    return next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith(field + ":")
+    )
 
 
 def measure(index: int, precision: str, steps: int = 2) -> Row:
