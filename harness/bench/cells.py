@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from harness.bench.internals import build_transformer, compose_cell, option_overrides
+from harness.model.transformer import ModelConfig
 from harness.paths import ROOT
-
-if TYPE_CHECKING:
-    from harness.model.transformer import ModelConfig
 
 VOCAB = 258  # the byte tokenizer: 256 bytes + [PAD] + [MASK]
 
@@ -44,10 +42,6 @@ class Spec:
             f"data.seq_len={self.seq_len}",
             *self.attn_overrides,
         ]
-
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.seq_len
 
 
 class Built(NamedTuple):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,9 +21,7 @@ from harness.bench.measure import trim
 from harness.config.resources import gpu_estimates
 from harness.model.loss import summed_loss
 from harness.model.schedule import parameter_groups
-
-if TYPE_CHECKING:
-    from harness.model.transformer import Transformer
+from harness.model.transformer import Transformer
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,6 @@ def _f(x: str | float | None, spec: str) -> str:
 def memory_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return ["## Memory: not measured in this run", ""]
-    out = [
-        "## Memory: `--check --gpu-memory`'s estimate vs the measured peak",
-        "",
-        "Estimate: `harness.config.estimates.gpu_estimate`, called with what `--check --gpu-memory` passes it "
-        "(the model laid out on the meta device; a test holds the two equal). Measured: "
-        "`torch.cuda.max_memory_allocated()` over 20 optimizer steps (bf16-mixed autocast, the preset's AdamW, "
-        "fp32 cross-entropy over every position's logits), minus what was allocated before the model. "
-        "Random token ids at the paper's vocabulary size.",
-        "",
-    ]
     now = [_estimate_now(r) for r in rows]
     lines = [
         [
@@ -60,7 +50,14 @@ def memory_section(rows: list[dict[str, str]]) -> list[str]:
         for r, e in zip(rows, now, strict=True)
     ]
     return [
-        *out,
+        "## Memory: `--check --gpu-memory`'s estimate vs the measured peak",
+        "",
+        "Estimate: `harness.config.estimates.gpu_estimate`, called with what `--check --gpu-memory` passes it "
+        "(the model laid out on the meta device; a test holds the two equal). Measured: "
+        "`torch.cuda.max_memory_allocated()` over 20 optimizer steps (bf16-mixed autocast, the preset's AdamW, "
+        "fp32 cross-entropy over every position's logits), minus what was allocated before the model. "
+        "Random token ids at the paper's vocabulary size.",
+        "",
         *table(
             [
                 "preset",
@@ -113,15 +110,6 @@ def _spread(when: str, ratios: list[float]) -> str:
 def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> list[str]:
     out = []
     if rows:
-        out += [
-            "## Training step at d768, 12 layers, 12 heads, T = 2048 (causal)",
-            "",
-            "`harness.bench`'s cell: forward + backward with a cross-entropy loss under bf16 autocast, random "
-            "byte ids (V = 258: the table is about positions and attention, not the head), median of up to 10 "
-            "timed steps after 2 warm-up steps. FLOPs from `torch.utils.flop_counter`. MFU against the run's "
-            "measured matmul peak and against the datasheet's dense bf16 peak.",
-            "",
-        ]
         lines = [
             [
                 r["pos"],
@@ -138,6 +126,13 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
             for r in rows
         ]
         out += [
+            "## Training step at d768, 12 layers, 12 heads, T = 2048 (causal)",
+            "",
+            "`harness.bench`'s cell: forward + backward with a cross-entropy loss under bf16 autocast, random "
+            "byte ids (V = 258: the table is about positions and attention, not the head), median of up to 10 "
+            "timed steps after 2 warm-up steps. FLOPs from `torch.utils.flop_counter`. MFU against the run's "
+            "measured matmul peak and against the datasheet's dense bf16 peak.",
+            "",
             *table(
                 [
                     "pos",
@@ -156,13 +151,6 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
             "",
         ]
     if peers:
-        out += [
-            "## Peers at the same shape (paired)",
-            "",
-            "posbench ÷ peer = the peer's step time ÷ posbench's: the median of ABBA rounds with its "
-            "distribution-free 95 % interval (harness/bench/stats.py). Above 1: posbench is faster.",
-            "",
-        ]
         lines = [
             [
                 r["peer"],
@@ -177,6 +165,11 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
             for r in peers
         ]
         out += [
+            "## Peers at the same shape (paired)",
+            "",
+            "posbench ÷ peer = the peer's step time ÷ posbench's: the median of ABBA rounds with its "
+            "distribution-free 95 % interval (harness/bench/stats.py). Above 1: posbench is faster.",
+            "",
             *table(
                 [
                     "peer",
@@ -198,17 +191,6 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
 def flex_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return ["## flex_attention: not measured in this run", ""]
-    out = [
-        "## Bias schemes through flex_attention",
-        "",
-        "The scheme's bias as a `score_mod` (harness/bench/flex.py): a lookup into its own per-offset table "
-        "(T5, ALiBi, KERPLE) or its (H, T, T) values (FIRE), causal block mask, `torch.compile`d. Parity: "
-        "against posbench's dense path (SDPA with the additive mask), fp32, B = 1, H = 12, T = 2048, D = 64; "
-        "output max |Δ| and the largest gradient error (q, k, v and the scheme's parameters) relative to the "
-        "gradient's max |·|. Time: forward + backward of the attention call alone, bf16, B = 8, ÷ plain SDPA "
-        "with no bias (`is_causal=True`), ABBA rounds; goal ≤ 1.1.",
-        "",
-    ]
     lines = [
         [
             r["scheme"],
@@ -222,7 +204,16 @@ def flex_section(rows: list[dict[str, str]]) -> list[str]:
         ]
         for r in rows
     ]
-    out += [
+    out = [
+        "## Bias schemes through flex_attention",
+        "",
+        "The scheme's bias as a `score_mod` (harness/bench/flex.py): a lookup into its own per-offset table "
+        "(T5, ALiBi, KERPLE) or its (H, T, T) values (FIRE), causal block mask, `torch.compile`d. Parity: "
+        "against posbench's dense path (SDPA with the additive mask), fp32, B = 1, H = 12, T = 2048, D = 64; "
+        "output max |Δ| and the largest gradient error (q, k, v and the scheme's parameters) relative to the "
+        "gradient's max |·|. Time: forward + backward of the attention call alone, bf16, B = 8, ÷ plain SDPA "
+        "with no bias (`is_causal=True`), ABBA rounds; goal ≤ 1.1.",
+        "",
         *table(
             [
                 "scheme",
@@ -240,13 +231,13 @@ def flex_section(rows: list[dict[str, str]]) -> list[str]:
     ]
     failures = sorted({r["kernel_failures"] for r in rows if r.get("kernel_failures")})
     out += [f"Tiles that did not compile: {f[:300]}" for f in failures] + [""] if failures else []
-    out += [
+    return [
+        *out,
         "FIRE's `mlps.0.2.bias` (the MLP's output bias) adds one constant per head to every logit of a row; "
         "softmax does not change under such a shift, so its exact gradient is 0 and both paths return rounding "
         "noise there: its relative error is not a parity figure.",
         "",
     ]
-    return out
 
 
 def _ratio(r: dict[str, str], path: str) -> str:

@@ -174,15 +174,18 @@ def _peers(peers: list[PeerOutcome]) -> list[str]:
         ]
         for p in peers
     ]
-    lines += table(header, rows, "llrrrrllrr")
     notes = [f"- {p.peer.name}: {p.peer.note}" for p in peers if p.peer.note]
-    return lines + (["", *notes] if notes else [])
+    return [*lines, *table(header, rows, "llrrrrllrr"), *(["", *notes] if notes else [])]
 
 
 def _targets(targets: list[Outcome]) -> list[str]:
     if not targets:
         return []
-    lines = [
+    rows = [
+        [t.label, str(t.goal), *_interval(t.interval, t.goal.format), t.verdict, t.method, t.check or "—"]
+        for t in targets
+    ]
+    return [
         "",
         "## Targets",
         "",
@@ -190,12 +193,8 @@ def _targets(targets: list[Outcome]) -> list[str]:
         "with its order-statistic interval, harness/bench/stats.py); the verdict is met only when the whole "
         "interval satisfies the goal, not met when none of it does, unresolved when it straddles the goal.",
         "",
+        *table(["target", "goal", "measured", "95 % interval", "verdict", "how", "check"], rows, "llrllll"),
     ]
-    rows = [
-        [t.label, str(t.goal), *_interval(t.interval, t.goal.format), t.verdict, t.method, t.check or "—"]
-        for t in targets
-    ]
-    return lines + table(["target", "goal", "measured", "95 % interval", "verdict", "how", "check"], rows, "llrllll")
 
 
 def _where(report: Report) -> list[str]:
@@ -216,16 +215,19 @@ def _where(report: Report) -> list[str]:
         "matrix-multiply or fused-attention op (the peers table's ceiling counts only these).",
     ]
     for label, verdict, b in shown:
+        rows = [
+            *([f"`{r.op}`", "kernel" if r.op in KERNEL_OPS else "other", *_ms(r.num_s, r.den_s)] for r in b.rows),
+            [b.other.op, "—", *_ms(b.other.num_s, b.other.den_s)],
+            ["**step**", "—", *_ms(b.num_s, b.den_s)],
+        ]
         lines += [
             "",
             f"### {label}: {verdict}",
             "",
             _cut(b),
             "",
+            *table(["op", "kind", f"{b.num} (ms)", f"{b.den} (ms)", "difference (ms)"], rows, "llrrr"),
         ]
-        rows = [[f"`{r.op}`", "kernel" if r.op in KERNEL_OPS else "other", *_ms(r.num_s, r.den_s)] for r in b.rows]
-        rows += [[b.other.op, "—", *_ms(b.other.num_s, b.other.den_s)], ["**step**", "—", *_ms(b.num_s, b.den_s)]]
-        lines += table(["op", "kind", f"{b.num} (ms)", f"{b.den} (ms)", "difference (ms)"], rows, "llrrr")
     return lines
 
 

@@ -136,7 +136,7 @@ class Session:
             step = live.step
             peak_bytes = peak_allocated_bytes(lambda: setattr(r, "flops", count_flops(step)), o.device)
             with PeakRss() as rss:
-                timing = measure(step, spec.tokens, o.device, o.warmup, o.repeats, o.cell_s)
+                timing = measure(step, spec.batch * spec.seq_len, o.device, o.warmup, o.repeats, o.cell_s)
             r.peak_mem_mb, r.rss_delta_mb = peak_bytes / 2**20, rss.delta_mb
             r.step_s, r.tokens_per_s, r.repeats = timing["step_s"], timing["tokens_per_s"], timing["repeats"]
             r.mfu = r.flops / r.step_s / o.peak_flops
