@@ -224,17 +224,16 @@ class CellFailed(Exception):
     """Raised inside a cell's MLflow run so that the run ends FAILED with the cell's reason."""
 
 
-def log_results(uri: str | None, results: list[Result], peak: Peak, device: str, sha: str) -> None:
-    """One MLflow run per measured cell in experiment ``bench``, tagged with a shared bench_id and the commit
-    measured (``sha``): FINISHED for status ok, else FAILED with tags ``failure`` (incompatible for a refused
-    cell, error for one that raised) and ``failure_reason``. The run's owner (``TrackedRun``) sets its status
-    from whether its body raised."""
+def log_results(uri: str, results: list[Result], peak: Peak, device: str, sha: str) -> None:
+    """One MLflow run per measured cell in experiment ``bench`` of the store at ``uri`` (resolved and checked by
+    ``parse``), tagged with a shared bench_id and the commit measured (``sha``): FINISHED for status ok, else
+    FAILED with tags ``failure`` (incompatible for a refused cell, error for one that raised) and
+    ``failure_reason``. The run's owner (``TrackedRun``) sets its status from whether its body raised."""
     import uuid
 
     from mlflow.entities import Metric
 
     from harness.record.run import TrackedRun
-    from harness.record.store import resolve_tracking_uri
 
     bench_id = uuid.uuid4().hex[:12]
     for r in results:
@@ -255,9 +254,7 @@ def log_results(uri: str | None, results: list[Result], peak: Peak, device: str,
         # raised to record the run FAILED with the reason, then dropped: the bench's exit code reports errors
         with (
             suppress(CellFailed, IncompatiblePairing),
-            TrackedRun(resolve_tracking_uri(uri), "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}").open(
-                tags, params
-            ) as run,
+            TrackedRun(uri, "bench", f"{r.name} pos={r.pos} attn={r.attn} T={r.seq_len}").open(tags, params) as run,
         ):
             run.log_metrics(Metric(k, v, now, 0) for k, v in vars(r).items() if isinstance(v, float) and v == v)
             if r.status == "refused":

@@ -188,14 +188,14 @@ def cuda_rows(device: str) -> list[dict]:
     """What only a CUDA machine can check: ``attn.backend=xformers`` refused in one line when its wheel does
     not run here, and a training step under bf16 autocast against fp32 (same weights, same batch) per scheme."""
     refusal = xformers_refusal()
-    one_line = refusal is not None and "\n" not in refusal
+    in_one_line = refusal is not None and "\n" not in refusal
     rows: list[dict] = [
         {"check": "attn.backend=xformers", "result": "built: xformers runs here"}
         if refusal is None
         else {
             "check": "attn.backend=xformers",
-            "result": f"refused in {'one line' if one_line else 'lines'}",
-            "ok": one_line,
+            "result": f"refused in {'one line' if in_one_line else 'lines'}",
+            "ok": in_one_line,
             "detail": refusal,
         }
     ]
