@@ -146,18 +146,13 @@ def _results(command: str) -> Callable[[list[str]], int]:
 
 def _bench(rest: list[str]) -> int:
     """``posbench bench [gpu|loader|attention|seeds] …``: harness.bench's grid when no part is named."""
-    part, args = (rest[0], rest[1:]) if rest and rest[0] in ("gpu", "loader", "attention", "seeds") else ("", rest)
-    if part == "gpu":
-        from harness.bench.gpu import main as bench_main
-    elif part == "loader":
-        from harness.bench.loader import main as bench_main
-    elif part == "attention":
-        from harness.bench.attention import main as bench_main
-    elif part == "seeds":
-        from harness.bench.seeds import main as bench_main
-    else:
-        from harness.bench.cli import main as bench_main
-    return bench_main(args)
+    from harness.bench import attention, gpu, loader, seeds
+    from harness.bench.cli import main as grid
+
+    parts = {"gpu": gpu, "loader": loader, "attention": attention, "seeds": seeds}
+    if rest and rest[0] in parts:
+        return parts[rest[0]].main(rest[1:])
+    return grid(rest)
 
 
 def prepare_shards(
