@@ -184,19 +184,17 @@ def _guarded(command: Callable[[], int], args: list[str]) -> int:
     try:
         return command()
     except Exception as e:
-        code = _said(e, args, traces=os.environ.get("HYDRA_FULL_ERROR") == "1")
-        if code is None:
-            raise
-        return code
+        return _said(e, args, traces=os.environ.get("HYDRA_FULL_ERROR") == "1")
 
 
-def _said(e: Exception, args: list[str], traces: bool) -> int | None:
-    """A user's mistake: its one line, exit 2; the user's own code raising: its frames only, exit 1; None for a
-    crash (its traceback kept), and for everything when ``traces`` (``HYDRA_FULL_ERROR=1``, as Hydra documents)."""
+def _said(e: Exception, args: list[str], traces: bool) -> int:
+    """Called while ``e`` is handled: a user's mistake is its one line, exit 2; the user's own code raising, its frames
+    only, exit 1; a crash is raised again (its traceback kept), and so is everything when ``traces``
+    (``HYDRA_FULL_ERROR=1``, as Hydra documents)."""
     message = None if traces else user_error(e, args)
     report = None if traces or message else users_code_failed(e)
     if message is None and report is None:
-        return None
+        raise  # ``e``, the exception being handled, with its traceback
     print(f"error: {message}" if message else report, file=sys.stderr)
     return 2 if message else 1
 
@@ -224,10 +222,7 @@ def run_app(app: Callable[[], object], args: list[str]) -> int:
         )
         return code
     except Exception as e:
-        code = _said(e, args, user_wants_traces)
-        if code is None:
-            raise
-        return code
+        return _said(e, args, user_wants_traces)
     finally:
         sys.argv = saved
         if not user_wants_traces:
