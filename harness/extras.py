@@ -18,12 +18,8 @@ import re
 from harness.errors import ConfigError
 
 
-def missing(modules: tuple[str, ...]) -> list[str]:
-    """The modules of ``modules`` that cannot be imported here (not installed, or blocked)."""
-    return [module for module in modules if not _importable(module)]
-
-
 def _importable(module: str) -> bool:
+    """Whether ``module`` can be imported here (not: not installed, or blocked)."""
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent that does not import; sys.modules[name] = None
@@ -49,7 +45,7 @@ def extra_for(module: str) -> str | None:
 
 def require(owner: str, modules: tuple[str, ...]) -> None:
     """Refuse ``owner`` (``tokenizer=bpe``) in one line when a package it declares is not installed."""
-    gone = missing(modules)
+    gone = [module for module in modules if not _importable(module)]
     if not gone:
         return
     extras = {extra_for(m) for m in gone}

@@ -38,7 +38,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -109,7 +109,7 @@ def write(path: Path, record: dict) -> None:
     _replace(path, json.dumps({**record, SEAL: digest(record)}, indent=1))
 
 
-def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
+def read(path: Path, fix: str, keys: Collection[str] = ()) -> dict:
     """The record at ``path`` without its seal; a ConfigError naming the file and ``fix`` if it is damaged.
     ``keys``: the record's fields, when known: another key (a damaged seal's name, ``sha257``) is damage, not a
     record from before seals."""
@@ -124,8 +124,7 @@ def read(path: Path, fix: str, keys: Iterable[str] = ()) -> dict:
         raise ConfigError(f"{path} is damaged (its seal's key reads {near[0]!r}); {fix}")
     if not intact(record):
         raise ConfigError(f"{path} is damaged (its content no longer matches its sha256); {fix}")
-    known = set(keys)
-    unknown = sorted(set(record) - {SEAL} - known) if known else []
+    unknown = sorted(set(record) - {SEAL} - set(keys)) if keys else []
     if unknown:
         raise ConfigError(f"{path} is damaged (keys {unknown} are none of its fields); {fix}")
     return {k: v for k, v in record.items() if k != SEAL}
@@ -302,25 +301,21 @@ def seal(client: Any, run_id: str) -> None:
     """Write the seal of run ``run_id`` as the store holds it now (after its last write)."""
     raw = getattr(client, "raw", client)  # the record as it is: it may differ from an older seal (adoption)
     run = raw.get_run(run_id)
-    body = _digests(run, {key: raw.get_metric_history(run_id, key) for key in run.data.metrics})
-    text = canonical(body)
-    if len(text) > MAX_SEAL_CHARS:
-        body["history"] = _digest(body["history"])
-        text = canonical(body)
-    raw.set_tag(run_id, SEAL_TAG, text)
-
-
-def _digests(run, histories: dict[str, list]) -> dict:
     tags = {k: v for k, v in run.data.tags.items() if k not in UNSEALED}
-    return {
+    body = {
         "v": 1,
         "status": run.info.status,
         "params": _digest(run.data.params),
         "tags": sorted(tags),
         "tag_values": _digest(tags),
         "latest": _digest(_floats(run.data.metrics)),
-        "history": {key: _history(points) for key, points in sorted(histories.items())},
+        "history": {key: _history(raw.get_metric_history(run_id, key)) for key in sorted(run.data.metrics)},
     }
+    text = canonical(body)
+    if len(text) > MAX_SEAL_CHARS:
+        body["history"] = _digest(body["history"])
+        text = canonical(body)
+    raw.set_tag(run_id, SEAL_TAG, text)
 
 
 def _digest(value) -> str:
@@ -437,10 +432,9 @@ class SealedClient:
     def get_metric_history(self, run_id: str, key: str) -> list:
         points = self.raw.get_metric_history(run_id, key)
         run = self.raw.get_run(run_id)
-        known = self._intact.get((run_id, run.data.tags.get(SEAL_TAG, "")))
-        if known is not None and known.get(key) == _history(points):
-            return points
-        self._intact[run_id, run.data.tags.get(SEAL_TAG, "")] = check_history(
-            run, key, points, lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics}
-        )
+        sealed_as = (run_id, run.data.tags.get(SEAL_TAG, ""))
+        if self._intact.get(sealed_as, {}).get(key) != _history(points):
+            self._intact[sealed_as] = check_history(
+                run, key, points, lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics}
+            )
         return points

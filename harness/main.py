@@ -83,8 +83,7 @@ def job(cfg: DictConfig) -> float | None:
             from harness.record.store import resolve_tracking_uri
 
             print(damaged_store_line(resolve_tracking_uri(spec.logger.tracking_uri), damaged), file=sys.stderr)
-            sys.exit(1)
-        if not said_write_failure(
+        elif not said_write_failure(
             e,
             "free space (or raise the limit) and run the same command plus resume=true: "
             "the run is closed FAILED where the store could still be written",

@@ -118,10 +118,8 @@ def job_ranks(trainer) -> Iterator[None]:
         _reap(procs)
         _destroy_process_group()
         for key in RANK_ENV:
-            if key in saved_env:
-                os.environ[key] = saved_env[key]
-            else:
-                os.environ.pop(key, None)
+            os.environ.pop(key, None)
+        os.environ.update({key: saved_env[key] for key in RANK_ENV if key in saved_env})
         torch.set_num_threads(saved_threads)  # Lightning divides the cores among the ranks
 
 

@@ -84,8 +84,10 @@ def held() -> Iterator[None]:
         yield
         return
     arrived: list[int] = []
-    kinds = (signal.SIGINT, signal.SIGTERM)
-    previous = {kind: signal.signal(kind, lambda signum, frame: arrived.append(signum)) for kind in kinds}
+    previous = {
+        kind: signal.signal(kind, lambda signum, frame: arrived.append(signum))
+        for kind in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
