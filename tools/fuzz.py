@@ -141,12 +141,9 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
         for key in BASES:
             try:
                 posbench.COMMANDS[key[0]](list(key[1:]))
-            except _Captured as c:
-                parser = c.parser
-                for action in parser._actions:  # results' subcommands
-                    if isinstance(action, argparse._SubParsersAction):
-                        parser = action.choices[key[0]]
-                found[key] = parser
+            except _Captured as c:  # results' commands: the subcommand's parser
+                subcommands = (a for a in c.parser._actions if isinstance(a, argparse._SubParsersAction))
+                found[key] = next((a.choices[key[0]] for a in subcommands), c.parser)
     return found
 
 
@@ -259,14 +256,11 @@ def left_running(folder: Path) -> int:
     """Runs the try's store holds in status RUNNING (none may be, once a command has answered)."""
     import sqlite3
 
-    store = folder / "mlflow.db"
-    if not store.exists():
-        return 0
-    with contextlib.closing(sqlite3.connect(store)) as db:
-        try:
+    try:  # read-only: a store that is not there is not created
+        with contextlib.closing(sqlite3.connect(f"file:{folder / 'mlflow.db'}?mode=ro", uri=True)) as db:
             return db.execute("select count(*) from runs where status = 'RUNNING'").fetchone()[0]
-        except sqlite3.OperationalError:  # a store with no tables yet
-            return 0
+    except sqlite3.OperationalError:  # no store, or a store with no tables yet
+        return 0
 
 
 def value_try(
@@ -471,15 +465,14 @@ def tries(work: Path, args: argparse.Namespace) -> list[Try]:
     typed flag, and the damage at the 16 spread places only)."""
     timeout = 60.0 if args.processes else args.timeout
     values = [*flag_values(args.fast), *config_values(args.fast)] if args.table in ("all", "values") else []
-    if args.only:
-        values = [t for t in values if t[0].startswith(tuple(args.only.split(",")))]
+    prefixes = tuple(args.only.split(","))  # --only's default, "", starts every label
+    values = [t for t in values if t[0].startswith(prefixes)]
     if args.processes:  # a sample spread evenly over the round, each try a real process
         values = [values[round(i * len(values) / args.processes)] for i in range(min(args.processes, len(values)))]
     files = value_inputs(work) if values else {}
     found = [value_try(label, argv, files, timeout, bool(args.processes), args.run_accepted) for label, argv in values]
     if args.table in ("all", "damage"):
-        damage = damage_tries(work / "built", 0 if args.fast else EVERY)
-        found += [t for t in damage if not args.only or t.label.startswith(tuple(args.only.split(",")))]
+        found += [t for t in damage_tries(work / "built", 0 if args.fast else EVERY) if t.label.startswith(prefixes)]
     return found
 
 
