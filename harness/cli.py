@@ -21,11 +21,11 @@ import re
 import sys
 from collections.abc import Callable
 
-from harness.config.catalog import CONFIG_DIR_FLAGS, user_config_dirs
+from harness.config.catalog import CONFIG_DIR_FLAGS, print_catalogue, user_config_dirs
 from harness.config.check import Checked, check
 from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib, short_count
 from harness.config.hydra_errors import user_error
-from harness.config.load import cells, load
+from harness.config.load import cells, check_single, load
 from harness.errors import ConfigError, IncompatiblePairing, said_refusal, users_code_failed
 
 CHECK_FLAG, GPU_MEMORY_FLAG, MATRIX_FLAG, LIST_FLAG = "--check", "--gpu-memory", "--matrix", "--list"
@@ -37,7 +37,6 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
     are Hydra's (overrides, -m, --config-dir)."""
     listing = [a for a in argv if a.split("=")[0] in (MATRIX_FLAG, LIST_FLAG)]
     if listing:  # the rest (--config-dir DIR, pos._target_=...) is the listing's to check, in any order
-        from harness.config.catalog import print_catalogue
         from harness.config.compat import print_matrix
 
         rest = [a for a in argv if a != listing[0]]
@@ -73,8 +72,6 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
 def _single_run(args: list[str], overrides: list[str], dirs: list[str], hydra_flags: bool) -> int:
     """A run's cell checked before Hydra's app starts (its output folder with it); with Hydra's own flags (``--cfg``,
     ``--info``, ``--config-name`` …), which train nothing or compose another config, only what they take."""
-    from harness.config.load import check_single
-
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
         if flag in ("--cfg", "-c"):

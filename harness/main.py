@@ -36,10 +36,11 @@ from omegaconf import DictConfig
 
 from harness import cli
 from harness.allocator import keep_freed_memory
-from harness.config.load import from_job
+from harness.config.load import from_job, load
 from harness.errors import (
     ConfigError,
     Diverged,
+    OneLineParser,
     StoreDamaged,
     damaged_store_line,
     one_line,
@@ -159,7 +160,6 @@ def prepare_shards(
 ) -> dict:
     """The shards of the data source and tokenizer ``overrides`` pick, loaded and checked as for a run
     (harness/config/load.py), written by harness/data/prepare.py; the manifest."""
-    from harness.config.load import load
     from harness.data import prepare
 
     shard_tokens = prepare.SHARD_TOKENS if shard_tokens is None else shard_tokens
@@ -180,7 +180,6 @@ def _prepare(rest: list[str]) -> int:
     or a stop (the shards written so far are removed)."""
     from harness.config.hydra_errors import user_error
     from harness.data.prepare import SHARD_TOKENS
-    from harness.errors import OneLineParser
     from harness.signals import exit_code, terminating
 
     parser = OneLineParser(prog="posbench prepare", description="Tokenize a corpus once into memory-mapped shards")

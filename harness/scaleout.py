@@ -25,6 +25,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
 from harness.errors import ConfigError
 from harness.paths import ROOT, in_checkout
 
@@ -126,8 +129,6 @@ def job_ranks(trainer) -> Iterator[None]:
 def _needs_own_ranks(trainer) -> bool:
     """A multirun job whose strategy would relaunch this script per local rank (ddp, not
     ddp_spawn, not SLURM/torchrun, which start every rank themselves)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
     from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 
     launcher = trainer.strategy.launcher
@@ -141,8 +142,6 @@ def _needs_own_ranks(trainer) -> bool:
 
 
 def _start_ranks(trainer) -> list[subprocess.Popen]:
-    from hydra.core.hydra_config import HydraConfig
-
     hc = HydraConfig.get()
     if trainer.num_nodes > 1:  # the user started this on every node and says where rank 0 listens
         if not {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK"} <= os.environ.keys():

@@ -313,8 +313,8 @@ def damage_kinds(root: Path) -> list[Kind]:
     from harness import integrity
     from harness.config.load import tuned_values
     from harness.data import corpus as corpus_module
+    from harness.data import shards as shards_module
     from harness.data.corpus import Embedded, TextFiles
-    from harness.data.shards import TokenShards
     from harness.data.subword import BPE
     from harness.main import prepare_shards
     from harness.pretrained.folder import read as read_export
@@ -330,14 +330,12 @@ def damage_kinds(root: Path) -> list[Kind]:
     )
 
     def whole(folder: Path):
-        import harness.data.shards as module
-
-        module._VERIFIED.clear()
-        return TokenShards(str(folder / "f")).sizes()
+        shards_module._VERIFIED.clear()
+        return shards_module.TokenShards(str(folder / "f")).sizes()
 
     def by_block(folder: Path):
         with mock.patch.dict(os.environ, {"POSBENCH_HASH_WHOLE_BYTES": "0"}):
-            loaded = TokenShards(str(folder / "f")).load()
+            loaded = shards_module.TokenShards(str(folder / "f")).load()
             for ids in (loaded.train_ids, loaded.val_ids):
                 for start in range(0, len(ids), 4096):  # every window a run could read
                     ids[start : start + 4096]
@@ -402,7 +400,7 @@ def damage_kinds(root: Path) -> list[Kind]:
             "a prepared folder's tokenizer.json",
             bpe,
             "f/tokenizer.json",
-            lambda f: BPE(vocab_size=300).fit(TokenShards(str(f / "f")).load()),
+            lambda f: BPE(vocab_size=300).fit(shards_module.TokenShards(str(f / "f")).load()),
         ),
         Kind("the embedded corpus cache", corpus_cache, f"c/{text}", lambda f: in_cache(f, Embedded().load)),
         Kind("its seal", corpus_cache, f"c/{text}.sha256", lambda f: in_cache(f, Embedded().load)),
