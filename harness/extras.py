@@ -58,14 +58,12 @@ def require(owner: str, modules: tuple[str, ...]) -> None:
     raise ConfigError(f"{owner} needs {' and '.join(gone)}, which {verb} not installed here; {fix}")
 
 
-def check_requires(target: object, key: str = "") -> None:
+def check_requires(target: str, key: str = "") -> None:
     """The packages the class ``target`` (a config node's ``_target_``) declares are installed; the option is named
     as the user chose it, from the node's ``key``: ``tokenizer=bpe``, ``data=hf`` (the node ``data.source``),
-    ``pos=rope``. Anything but a dotted name (a node without ``_target_``) declares nothing."""
+    ``pos=rope``. A name that does not import declares nothing."""
     from hydra.utils import get_object
 
-    if not isinstance(target, str):
-        return
     try:
         cls = get_object(target)
     except Exception:  # a class that does not import: the caller's instantiate reports it
