@@ -130,32 +130,26 @@ class Diagnostics:
 
     def files(self) -> dict[str, bytes | str]:
         return {
-            "attention_stats.csv": self.stats_csv(),
-            "attention_by_offset.csv": self.offsets_csv(),
+            "attention_stats.csv": csv_text(
+                ["layer", "head", "mean_distance", "entropy", "queries"],
+                (
+                    [layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)]
+                    for layer, s in enumerate(self.measured())
+                    for head, (d, e) in enumerate(zip(s.mean_distance.tolist(), s.mean_entropy.tolist(), strict=True))
+                ),
+            ),
+            "attention_by_offset.csv": csv_text(  # column o of a profile over 2T − 1 offsets holds offset o − (T − 1)
+                ["layer", "head", "offset", "mean_weight"],
+                (
+                    [layer, head, o - s.pairs.numel() // 2, f"{x:.6g}"]
+                    for layer, s in enumerate(self.measured())
+                    for head, row in enumerate(s.offset_profile.tolist())
+                    for o, x in enumerate(row)
+                    if not math.isnan(x)
+                ),
+            ),
             **draw(self),
         }
-
-    def stats_csv(self) -> str:
-        return csv_text(
-            ["layer", "head", "mean_distance", "entropy", "queries"],
-            (
-                [layer, head, f"{d:.6g}", f"{e:.6g}", int(s.queries)]
-                for layer, s in enumerate(self.measured())
-                for head, (d, e) in enumerate(zip(s.mean_distance.tolist(), s.mean_entropy.tolist(), strict=True))
-            ),
-        )
-
-    def offsets_csv(self) -> str:
-        return csv_text(  # column o of a profile over 2T − 1 offsets holds offset o − (T − 1)
-            ["layer", "head", "offset", "mean_weight"],
-            (
-                [layer, head, o - s.pairs.numel() // 2, f"{x:.6g}"]
-                for layer, s in enumerate(self.measured())
-                for head, row in enumerate(s.offset_profile.tolist())
-                for o, x in enumerate(row)
-                if not math.isnan(x)
-            ),
-        )
 
 
 def attention_diagnostics(model, loader, windows: int = WINDOWS) -> Diagnostics:
@@ -186,8 +180,7 @@ def _windows(loader, n: int, heads: int):
         T = batch["input_ids"].shape[1]
         step = max(1, CHUNK_ELEMS // (heads * T * T))
         for start in range(0, min(left, len(batch["input_ids"])), step):
-            stop = min(start + step, left)
-            yield {key: value[start:stop] for key, value in batch.items()}
+            yield {key: value[start : min(start + step, left)] for key, value in batch.items()}
         left -= min(left, len(batch["input_ids"]))
         if left == 0:
             return

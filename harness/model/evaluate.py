@@ -148,9 +148,11 @@ def score_windows(module, windows, batch_size: int) -> WindowScores:
 def length_metrics(results: LengthResults, bytes_per_token: float | None, prefix: str = "") -> dict[str, float]:
     """``val/<prefix>loss_at_<L>`` (and ``val/bpc_at_<L>``, bits per byte, without a prefix, given the
     text's bytes per token), ``..._stride_<S>`` for sliding windows and ``..._last_<K>`` for the same targets."""
-    metrics = {f"val/{prefix}loss_at_{n}": loss for n, loss in results.losses.items()}
-    metrics.update({f"val/{prefix}loss_at_{n}_stride_{results.stride}": v for n, v in results.sliding.items()})
-    metrics.update({f"val/{prefix}loss_at_{n}_last_{results.keep}": v for n, v in results.last.items()})
+    metrics = {
+        **{f"val/{prefix}loss_at_{n}": loss for n, loss in results.losses.items()},
+        **{f"val/{prefix}loss_at_{n}_stride_{results.stride}": v for n, v in results.sliding.items()},
+        **{f"val/{prefix}loss_at_{n}_last_{results.keep}": v for n, v in results.last.items()},
+    }
     if bytes_per_token and not prefix:
         metrics.update({f"val/bpc_at_{n}": bits_per_byte(loss, bytes_per_token) for n, loss in results.losses.items()})
     return metrics

@@ -41,11 +41,11 @@ def bucket_losses(scores: WindowScores, n_buckets: int) -> list[Bucket]:
     token-weighted mean of its positions; weighted by ``tokens`` the buckets average to the window loss."""
     t = scores.loss_sum.numel()
     edges = [b * t // min(n_buckets, t) for b in range(min(n_buckets, t) + 1)]
-    out = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        n = float(scores.count[lo:hi].sum())
-        out.append(Bucket(lo, hi, int(n), float(scores.loss_sum[lo:hi].sum()) / n if n else float("nan")))
-    return out
+    sums = [  # (start, end, scored tokens, summed loss)
+        (lo, hi, float(scores.count[lo:hi].sum()), float(scores.loss_sum[lo:hi].sum()))
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+    ]
+    return [Bucket(lo, hi, int(n), loss / n if n else float("nan")) for lo, hi, n, loss in sums]
 
 
 @dataclass

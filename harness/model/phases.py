@@ -95,11 +95,10 @@ class PositionPhases(L.Callback):
         module.scaled_in_training = False
 
     def _enter(self, module, state: PhaseState) -> None:
-        model = module.model
         self._scaled.close()
-        self._own = self._own or model.pos
+        self._own = self._own or module.model.pos
         scheme = self._own if state.pos_from < 0 else self._scheme(state.pos_from, module)
-        model.pos = scheme
+        module.model.pos = scheme
         module.scaled_in_training = state.scaling is not None
         if state.scaling is not None:
             method, factor = state.scaling  # the closed stack takes the new phase's scaling

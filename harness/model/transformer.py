@@ -83,9 +83,7 @@ class ModelConfig:
         return 3 if self.mlp == "swiglu" else 2
 
     def norm_layer(self, width: int) -> nn.Module:
-        if self.norm_type == "rmsnorm":
-            return nn.RMSNorm(width, eps=1e-6)
-        return nn.LayerNorm(width, bias=self.bias)
+        return nn.RMSNorm(width, eps=1e-6) if self.norm_type == "rmsnorm" else nn.LayerNorm(width, bias=self.bias)
 
 
 class Attention(nn.Module):
@@ -217,10 +215,11 @@ class Transformer(nn.Module):
         still costs a bias scheme's step a mask pass).
         document_ids: (B, T), equal within each packed document, or None (each row one document): read only under
         model.restart_positions (positions restart per document, (B, T)) and model.document_mask."""
-        if document_ids is not None and self.pos.shape.restart_positions:
-            positions = document_positions(document_ids)  # (B, T): each document's tokens at 0, 1, …
-        else:
-            positions = self.pos.positions(input_ids.shape[1], input_ids.device)  # (T,): 0 … T−1, or a sample
+        positions = (
+            document_positions(document_ids)  # (B, T): each document's tokens at 0, 1, …
+            if document_ids is not None and self.pos.shape.restart_positions
+            else self.pos.positions(input_ids.shape[1], input_ids.device)  # (T,): 0 … T−1, or a sample
+        )
         x = self.drop(self.pos.embed(self.tok_emb(input_ids), positions))  # (B, T, C)
         isolate = document_ids if self.pos.shape.document_mask else None  # attention kept inside each document
         base = AttentionContext(causal=self.causal, key_padding_mask=key_padding_mask, document_ids=isolate)
@@ -256,9 +255,7 @@ class Transformer(nn.Module):
 def _temperature(cfg: ModelConfig, scheme: PositionalScheme, max_len: int) -> LengthTemperature | None:
     """The length temperature of a layer whose positional scheme is ``scheme``, if model.temperature asks for one
     there (``temperature_layers=nope``: only where the scheme neither rotates nor biases, Llama 4's NoPE layers)."""
-    if cfg.temperature == "none":
-        return None
-    if cfg.temperature_layers == "nope" and scheme.hooks() & {"rotary", "logit_bias"}:
+    if cfg.temperature == "none" or (cfg.temperature_layers == "nope" and scheme.hooks() & {"rotary", "logit_bias"}):
         return None
     return LengthTemperature(
         cfg.temperature, cfg.n_heads, max_len, cfg.temperature_init, cfg.temperature_floor, cfg.temperature_scale
