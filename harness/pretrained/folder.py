@@ -278,8 +278,11 @@ def _header(file: Path) -> dict[str, list[int]]:
             if name == "__metadata__":
                 continue
             begin, end = t["data_offsets"]
-            count = math.prod(t["shape"])
-            if t["dtype"] not in DTYPES or not 0 <= begin <= end <= data or end - begin != count * DTYPES[t["dtype"]]:
+            if (
+                t["dtype"] not in DTYPES
+                or not 0 <= begin <= end <= data
+                or end - begin != math.prod(t["shape"]) * DTYPES[t["dtype"]]
+            ):
                 raise ValueError(
                     f"{name}'s {t['dtype']} {t['shape']} at bytes {begin}…{end} is not in its "
                     f"{data:,} bytes of data (truncated?)"

@@ -324,6 +324,21 @@ def check(spec: EvalSpec) -> None:
             f"--task-trials={spec.task_trials} must be at least 1 (prompts per variant and length)",
         ),
         (spec.lm_eval_limit >= 1, f"--lm-eval-limit={spec.lm_eval_limit} must be at least 1 (documents per task)"),
+        (
+            bool(spec.experiment.strip()),
+            "--experiment '' names no MLflow experiment; give a name, e.g. --experiment hf-eval",
+        ),
+        (0 <= spec.seed <= 2**32 - 1, f"--seed={spec.seed} must lie in [0, 2^32 − 1]"),
+        (
+            not spec.claim
+            or (
+                len(spec.claim) >= 2
+                and len(set(spec.claim)) == len(spec.claim)
+                and all(m in spec.scalings for m in spec.claim)
+            ),
+            f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
+            f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear",
+        ),
     ):
         if not ok:
             raise ConfigError(refusal)
@@ -351,7 +366,7 @@ def check(spec: EvalSpec) -> None:
 
 def _check_paths(spec: EvalSpec) -> None:
     """The model folders hold a config.json (a Hub name is refused: nothing is downloaded), --text is a file,
-    --out may be written, the experiment is named, the seed is numpy's, the store opens."""
+    --out may be written, the store opens."""
     for path, flag in ((spec.model, "MODEL_DIR"), (spec.evaluator, "--evaluator")):
         if path is not None and not (path / "config.json").is_file():
             hub = not path.exists() and "/" in str(path) and not str(path).startswith((".", "/", "~"))
@@ -376,10 +391,6 @@ def _check_paths(spec: EvalSpec) -> None:
             ) from None
     if spec.out is not None:
         _check_out(spec.out)
-    if not spec.experiment.strip():
-        raise ConfigError("--experiment '' names no MLflow experiment; give a name, e.g. --experiment hf-eval")
-    if not 0 <= spec.seed <= 2**32 - 1:
-        raise ConfigError(f"--seed={spec.seed} must lie in [0, 2^32 − 1]")
     from harness.record.preflight import store_to_write
 
     store_to_write(spec.tracking_uri)  # the store the cells are logged to: opened (or made) before any is run
@@ -408,11 +419,6 @@ def trained_context(config: dict) -> int | None:
 def _check_claim(spec: EvalSpec) -> None:
     if not spec.claim:
         return
-    if len(spec.claim) < 2 or len(set(spec.claim)) < len(spec.claim) or any(m not in spec.scalings for m in spec.claim):
-        raise ConfigError(
-            f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
-            f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear"
-        )
     context = trained_context(folder.read_config(spec.model).as_dict())
     if context is None or not any(n > context for n in spec.lengths):
         raise ConfigError(
@@ -434,13 +440,13 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
         peak = {**peak, "evaluator weights": 4.0 * cost.parameter_count(folder.read_config(spec.evaluator).as_dict())}
     if spec.finetune_steps:
         peak = {**peak, "pretrained weights kept": 4.0 * cost.parameter_count(config)}
-    per_cell = 0.0
     # per length: its windows, its passkey prompts, a --tasks prompt's about 48 forwards (its answer and 8 tokens
     # more, no cache)
-    for n in spec.lengths:
-        windows = window_count(spec.budget, n, spec.stride_at(n))
-        prompts = spec.passkey_trials * len(spec.depths) + 48 * spec.task_trials * len(spec.tasks)
-        per_cell += (windows + prompts) * cost.forward_flops(config, n)
+    prompts = spec.passkey_trials * len(spec.depths) + 48 * spec.task_trials * len(spec.tasks)
+    per_cell = sum(
+        (window_count(spec.budget, n, spec.stride_at(n)) + prompts) * cost.forward_flops(config, n)
+        for n in spec.lengths
+    )
     for n in spec.task_lengths if spec.lm_eval else ():  # a prompt's forward, and its answer's about as much again
         per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n)
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, spec.tune_length)
@@ -489,17 +495,18 @@ def load(path: Path):
     by harness/pretrained/folder.py before)."""
     try:
         import transformers
-        from transformers import AutoModelForCausalLM
     except ImportError:
         raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
     transformers.utils.logging.disable_progress_bar()  # what goes wrong is one line, not the library's bars before it
     transformers.utils.logging.set_verbosity_error()
     try:  # SDPA: no L × L matrix, the memory cost.py counts
-        model = AutoModelForCausalLM.from_pretrained(
+        model = transformers.AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, local_files_only=True, attn_implementation="sdpa"
         ).eval()
     except ValueError:  # a family without SDPA: its default (eager) attention, beyond the estimate
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval()
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, local_files_only=True
+        ).eval()
     model.config.use_cache = False  # one forward per window: a cache would only hold memory
     folder.check_finite(model, path)
     if torch.cuda.is_available():
@@ -553,8 +560,9 @@ def measure(
             out[f"{split}/loss_at_{length}"], out[f"{split}/ppl_at_{length}"] = loss, math.exp(min(loss, 700.0))
     if spec.passkey_trials:
         filler = ids.tolist()
-        g = torch.Generator().manual_seed(spec.seed)
-        keys_ = torch.randint(10_000, 100_000, (spec.passkey_trials,), generator=g).tolist()
+        keys_ = torch.randint(
+            10_000, 100_000, (spec.passkey_trials,), generator=torch.Generator().manual_seed(spec.seed)
+        ).tolist()
         for length in spec.lengths:
             hits = {d: [passkey_retrieved(model, encode, filler, length, d, k) for k in keys_] for d in spec.depths}
             if any(None in trials for trials in hits.values()):
@@ -628,9 +636,7 @@ def _remap(spec: EvalSpec, model, method: str, factor: float):
     context = trained_context(model.config.to_dict()) or model.config.max_position_embeddings
     if method == SELF_EXTEND:
         return SelfExtend(int(factor), spec.window or max(1, context // 2))
-    if method == DCA:
-        return DualChunk.fitting(context)
-    return None
+    return DualChunk.fitting(context) if method == DCA else None
 
 
 def _token_ids(spec: EvalSpec, encode, rows: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:

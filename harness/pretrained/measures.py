@@ -39,8 +39,8 @@ def token_losses(model, ids: torch.Tensor, length: int, stride: int, budget: int
         logits = model(input_ids=window[None, :-1]).logits[0]  # (≤ L, V)
         first = 0 if k == 0 else length - stride  # the window's first label no earlier window scored
         stop = min(len(window) - 1, labels - start)
-        scores = logits[first:stop]
-        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # bf16 up to fp32; no fp64 (L, V) copy
+        # bf16 up to fp32; no fp64 (L, V) copy
+        scores = logits[first:stop].to(torch.promote_types(logits.dtype, torch.float32))
         nll = torch.nn.functional.cross_entropy(scores, window[first + 1 : stop + 1], reduction="none")
         out[start + first : start + stop] = nll.double()
     return out

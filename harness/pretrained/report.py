@@ -73,7 +73,6 @@ def table(
     context: int | None = None,
 ) -> str:
     """The report: one row per cell (perplexity, LongPPL, passkey by length), then the claim's comparisons."""
-    n = spec.lengths
     columns = [  # (heading, metric, format): "—" where a cell has no such metric
         (f"{said} at {x}", f"{metric}_at_{x}", form)
         for said, metric, form in (
@@ -81,7 +80,7 @@ def table(
             ("LongPPL", "key/ppl", ".3f"),
             ("passkey", "passkey/acc", ".2f"),
         )
-        for x in n
+        for x in spec.lengths
     ]
     lines = _by_cell(columns, results)
     if keys is not None:
@@ -106,7 +105,7 @@ def table(
             + "; — where none was found."
             + own,
         ]
-    lines += _bounds("Passkey retrieval", {str(x): f"passkey/acc_at_{x}" for x in n}, results)
+    lines += _bounds("Passkey retrieval", {str(x): f"passkey/acc_at_{x}" for x in spec.lengths}, results)
     lines += _score_table("ruler/", "RULER-style tasks (RULER's share of the expected strings)", results)
     lines += _score_table("lm_eval/", "lm-evaluation-harness", results)
     cost = {
@@ -115,7 +114,7 @@ def table(
             for m in results.values()
             if f"cost/seconds_per_1k_tokens_at_{x}" in m
         ]
-        for x in n
+        for x in spec.lengths
     }
     if all(cost.values()):
         lines += [

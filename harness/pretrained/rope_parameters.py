@@ -193,7 +193,8 @@ def _params(scheme, layer: int) -> dict | None:
     refused = [k for k in ("resonance", "hope", "randomize", "rotate_heads") if getattr(scheme, k, None)]
     if refused:
         raise ConfigError(f"layer {layer}: pos.{refused[0]} has no key in transformers' rope_parameters")
-    out = {"rope_type": "default", "rope_theta": float(scheme.base)}
-    if scheme.fraction != 1.0:
-        out["partial_rotary_factor"] = float(scheme.fraction)
-    return out
+    return {
+        "rope_type": "default",
+        "rope_theta": float(scheme.base),
+        **({"partial_rotary_factor": float(scheme.fraction)} if scheme.fraction != 1.0 else {}),
+    }

@@ -202,9 +202,7 @@ def form_of(module: nn.Module, layer_type: str | None) -> tuple[str, int]:
 def layer_types_of(config) -> list[str | None]:
     """The layer types with rope_parameters of their own (Gemma 3's full and sliding attention), else [None]."""
     params = of_config(config)
-    if per_layer_type(params):
-        return [t for t, p in params.items() if isinstance(p, dict)]
-    return [None]
+    return [t for t, p in params.items() if isinstance(p, dict)] if per_layer_type(params) else [None]
 
 
 def apply_scaling(
