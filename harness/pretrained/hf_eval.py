@@ -339,21 +339,22 @@ def check(spec: EvalSpec) -> None:
             f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
             f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear",
         ),
+        *(  # the counts a flag can make large: a run no machine finishes is refused at once
+            (value is None or value <= most, f"{flag}={value} is more than an evaluation takes; give at most {most:,}")
+            for flag, value, most in (
+                ("--lengths", max(spec.lengths), 2**24),
+                ("--budget", spec.budget, 10**9),
+                ("--passkey-trials", spec.passkey_trials, 10_000),
+                ("--finetune-steps", spec.finetune_steps, 10**6),
+                ("--finetune-length", spec.finetune_length, 2**24),
+                ("--finetune-batch", spec.finetune_batch, 4096),
+                ("--lm-eval-limit", spec.lm_eval_limit, 100_000),
+                ("--task-trials", spec.task_trials, 10_000),
+            )
+        ),
     ):
         if not ok:
             raise ConfigError(refusal)
-    for flag, value, most in (  # the counts a flag can make large: a run no machine finishes is refused at once
-        ("--lengths", max(spec.lengths), 2**24),
-        ("--budget", spec.budget, 10**9),
-        ("--passkey-trials", spec.passkey_trials, 10_000),
-        ("--finetune-steps", spec.finetune_steps, 10**6),
-        ("--finetune-length", spec.finetune_length, 2**24),
-        ("--finetune-batch", spec.finetune_batch, 4096),
-        ("--lm-eval-limit", spec.lm_eval_limit, 100_000),
-        ("--task-trials", spec.task_trials, 10_000),
-    ):
-        if value is not None and value > most:
-            raise ConfigError(f"{flag}={value} is more than an evaluation takes; give at most {most:,}")
     _check_paths(spec)
     if spec.lm_eval:
         build(spec.model, spec.lm_eval, spec.task_lengths)

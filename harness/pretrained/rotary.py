@@ -84,16 +84,8 @@ def scaling_of(
         )
     if own == "none":
         return RopeScaling(base=base, rotated=rotated)
-    if own == "dynamic_ntk":
-        return RopeScaling(
-            method=own,
-            factor=float(params.get("factor", 1.0)),
-            yarn_variant="hf",
-            original_max_len=max_pos,
-            base=base,
-            rotated=rotated,
-        )
     read = {
+        "dynamic_ntk": {"yarn_variant": "hf"},
         "yarn": {
             "alpha": params.get("beta_slow", 1.0),
             "beta": params.get("beta_fast", 32.0),
@@ -114,7 +106,15 @@ def scaling_of(
         },
     }.get(own, {})
     factor = params.get("factor") or (max_pos / original if own == "longrope" else 1.0)
-    return RopeScaling(method=own, factor=float(factor), original_max_len=original, base=base, rotated=rotated, **read)
+    # dynamic NTK scales from max_position_embeddings, as transformers' dynamic_rope_update does
+    return RopeScaling(
+        method=own,
+        factor=float(factor),
+        original_max_len=max_pos if own == "dynamic_ntk" else original,
+        base=base,
+        rotated=rotated,
+        **read,
+    )
 
 
 class ScaledRotary(nn.Module):
