@@ -568,8 +568,7 @@ def measure(
             hits = {d: [passkey_retrieved(model, encode, filler, length, d, k) for k in keys_] for d in spec.depths}
             if any(None in trials for trials in hits.values()):
                 continue  # the prompt does not fit: no figure rather than a wrong one
-            for d, trials in hits.items():
-                out[f"passkey/acc_at_{length}_depth_{d:g}"] = trials.count(True) / len(trials)
+            out.update({f"passkey/acc_at_{length}_depth_{d:g}": t.count(True) / len(t) for d, t in hits.items()})
             out[f"passkey/acc_at_{length}"] = sum(hits[d].count(True) for d in spec.depths) / (
                 len(keys_) * len(spec.depths)
             )
