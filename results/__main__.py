@@ -20,6 +20,8 @@ from harness.paths import CONF, project_root
 from harness.ranges import field_hints
 from harness.record.preflight import number, output_dir
 from results.cells import MIN_ORDER_GAIN
+from results.paper import main as paper_main
+from results.paper import write_index
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,21 +36,21 @@ def parser() -> argparse.ArgumentParser:
             ("index", "rewrite results/README.md from the reports' verdict lines"),
         )
     )
-    for sub, experiment in ((report, "posbench"), (tune, "tune_lr")):  # a sweep read back: the same three flags
+    for sub, experiment in ((report, "posbench"), (tune, "tune_lr")):  # a sweep read back: the same four flags
         sub.add_argument("--experiment", default=experiment, help=f"MLflow experiment name (default: {experiment})")
         sub.add_argument("--sweep", default=None, help="sweep_id tag of the sweep (default: the latest sweep)")
         sub.add_argument("--out", required=True, help=f"output directory, e.g. results/{experiment}/")
+        sub.add_argument(
+            "--tracking-uri",
+            default=None,
+            help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db",
+        )
     declared = field_hints(ReportSettings)  # run.py's report.* ranges: one declaration for both
     report.add_argument(
         "--target",
         type=number(declared["target_loss"]),
         default=None,
         help="target val loss (nats/token) for 'steps to target'; default: the worst cell's final loss",
-    )
-    report.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db",
     )
     report.add_argument(
         "--min-order-gain",
@@ -72,7 +74,6 @@ def parser() -> argparse.ArgumentParser:
     paper.add_argument("--sweep", default=None, help="sweep_id (default: the preset experiment's latest sweep)")
     paper.add_argument("--out", default=None, help="default: results/<preset>/")
     paper.add_argument("--tracking-uri", default=None)
-    tune.add_argument("--tracking-uri", default=None)
     index.add_argument("--dir", default=None, help="the reports' folder (default: <project>/results)")
     return p
 
@@ -98,14 +99,12 @@ def sweep_command(args) -> int:
     """``report`` and ``tune``: a sweep read back (``--experiment``, ``--sweep``) into the folder ``--out``."""
     from harness.integrity import report_folder
     from results import tune
-    from results.paper import write_index
     from results.report import write_report
-    from results.store import find_sweep, open_store, sweep_report
+    from results.store import find_sweep, open_store, regenerate_command, sweep_report
 
     out = output_dir(args.out)
     uri, client = open_store(args.tracking_uri)
     sweep = find_sweep(client, args.experiment, args.sweep)
-    root = project_root()
     with report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         if args.command == "report":
             written = write_report(
@@ -113,13 +112,9 @@ def sweep_command(args) -> int:
                 staging,
             )
         else:
-            shown = out.relative_to(root) if out.is_relative_to(root) else out
-            regenerate = (
-                f"python -m results tune --experiment {args.experiment} --sweep {sweep.sweep_id} --out {shown}/"
-            )
-            written = tune.write(client, sweep, staging, regenerate)
+            written = tune.write(client, sweep, staging, regenerate_command(sweep, out, command="tune"))
     # a committed tuning report: refresh the index, as `paper` does
-    if args.command == "tune" and out.parent == root / "results":
+    if args.command == "tune" and out.parent == project_root() / "results":
         write_index(out.parent)
     for path in written:
         print(out / path.name)
@@ -128,8 +123,6 @@ def sweep_command(args) -> int:
 
 def index_command(args) -> int:
     from pathlib import Path
-
-    from results.paper import write_index
 
     folder = Path(args.dir) if args.dir else project_root() / "results"
     if not folder.is_dir():
@@ -140,8 +133,6 @@ def index_command(args) -> int:
 
 
 def paper_command(args) -> int:
-    from results.paper import main as paper_main
-
     # paper presets state a claim; a tuning preset (experiment=tune_lr) has none: `python -m results tune`
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:

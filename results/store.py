@@ -6,11 +6,20 @@ A sweep's parent run carries tags ``sweep_role=parent`` and ``sweep_id``; its ch
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
+from unittest import mock
 
+from harness import integrity
+from harness.paths import project_root
+from harness.record.preflight import store_to_read
+from harness.record.run import WINDOWS_ARTIFACT
+from harness.record.store import Store
+from harness.sequential import Design, Spending
 from results.cells import (
     ALPHA,
     ALPHA_TAG,
@@ -34,9 +43,6 @@ PARENT_FILTER = "tags.sweep_role = 'parent'"
 
 def open_store(tracking_uri: str | None):
     """The store to read: it must exist already (reading never creates one), whole (harness/record/preflight.py)."""
-    from harness.record.preflight import store_to_read
-    from harness.record.store import Store
-
     uri = store_to_read(tracking_uri)
     return uri, Store.open(uri).client
 
@@ -51,9 +57,11 @@ class Sweep:
 
     @property
     def title(self) -> str:
-        if self.parent is None:
-            return f"posbench · experiment {self.experiment}"
-        return f"posbench · {self.parent.info.run_name} ({self.sweep_id})"
+        return (
+            f"posbench · experiment {self.experiment}"
+            if self.parent is None
+            else f"posbench · {self.parent.info.run_name} ({self.sweep_id})"
+        )
 
 
 def search_all(client, experiment_id: str, filter_string: str = "") -> list:
@@ -77,29 +85,24 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
         max_results=1,
         order_by=["attributes.start_time DESC"],
     )
-    if parents:
-        parent = parents[0]
-        runs = [  # posbench's cells: a run of another project has none
-            r
-            for r in search_all(client, exp.experiment_id, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-            if "pos" in r.data.tags
-        ]
-        if not runs:
-            raise LookupError(
+    parent = parents[0] if parents else None
+    if parent is None and sweep_id:
+        raise LookupError(f"no sweep {sweep_id!r} in experiment {experiment!r}; omit --sweep for the latest one")
+    # posbench's cells: a run of another project has none
+    where = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'" if parent else ""
+    runs = [r for r in search_all(client, exp.experiment_id, where) if "pos" in r.data.tags]
+    if not runs:
+        raise LookupError(
+            (
                 f"the latest sweep of experiment {experiment!r} (parent run {parent.info.run_id}) holds "
                 "no posbench run (none has a pos tag): another project's runs? Point --tracking-uri at "
                 "the store posbench wrote, or --sweep at one of its sweeps"
             )
-        return Sweep(experiment, exp.experiment_id, parent.data.tags["sweep_id"], parent, runs)
-    if sweep_id:
-        raise LookupError(f"no sweep {sweep_id!r} in experiment {experiment!r}; omit --sweep for the latest one")
-    runs = [r for r in search_all(client, exp.experiment_id) if "pos" in r.data.tags]
-    if not runs:
-        raise LookupError(
-            f"experiment {experiment!r} holds no posbench run (none has a pos tag): another project's "
+            if parent
+            else f"experiment {experiment!r} holds no posbench run (none has a pos tag): another project's "
             "runs? Point --tracking-uri at the store posbench wrote, or name a posbench experiment"
         )
-    return Sweep(experiment, exp.experiment_id, None, None, runs)
+    return Sweep(experiment, exp.experiment_id, parent.data.tags["sweep_id"] if parent else None, parent, runs)
 
 
 def cell_of(client, run, windows: bool = False) -> Cell:
@@ -138,10 +141,6 @@ def cell_of(client, run, windows: bool = False) -> Cell:
 
 def run_windows(client, run_id: str) -> dict[str, list[float]] | None:
     """The run's per-window validation losses (harness/model/module.py); None for a run that did not record them."""
-    import json
-
-    from harness.record.run import WINDOWS_ARTIFACT
-
     text = artifact_text(client, run_id, WINDOWS_ARTIFACT)
     return None if text is None else json.loads(text)
 
@@ -149,11 +148,6 @@ def run_windows(client, run_id: str) -> dict[str, list[float]] | None:
 def artifact_text(client, run_id: str, name: str) -> str | None:
     """A file the run logged (None: it logged none by that name), checked against its seal when it was logged with
     one (harness/integrity.py's ``sealed_files``); MLflow's download progress bar kept off the report's output."""
-    import os
-    from unittest import mock
-
-    from harness import integrity
-
     logged = {a.path for a in client.list_artifacts(run_id)}
     if name not in logged:
         return None
@@ -203,17 +197,16 @@ def _variant(cell: str) -> str:
     return " ".join(o for o in cell.split() if o.split("=", 1)[0].lstrip("+~") not in (*GRID_KEYS, *NAMING_KEYS))
 
 
-def regenerate_command(sweep: Sweep, out_dir=None, options: str = "") -> str:
-    """The command that rewrites this report where it is being written (relative to the project root
-    when inside it: the checkout, or the working directory of an installed copy); without out_dir,
-    results/<experiment>/. ``options``: the report's settings the sweep did not record (``--target …``)."""
-    from harness.paths import project_root
-
+def regenerate_command(sweep: Sweep, out_dir=None, options: str = "", command: str = "report") -> str:
+    """The ``python -m results <command>`` (report or tune) that rewrites this report where it is being written
+    (relative to the project root when inside it: the checkout, or the working directory of an installed copy);
+    without out_dir, results/<experiment>/. ``options``: the report's settings the sweep did not record
+    (``--target …``)."""
     root = project_root()
     out = Path(out_dir).resolve() if out_dir is not None else root / "results" / sweep.experiment
     shown = out.relative_to(root) if out.is_relative_to(root) else out
     return (
-        f"python -m results report --experiment {sweep.experiment}"
+        f"python -m results {command} --experiment {sweep.experiment}"
         + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "")
         + options
         + f" --out {shown}/"
@@ -222,9 +215,7 @@ def regenerate_command(sweep: Sweep, out_dir=None, options: str = "") -> str:
 
 def _unchecked(sweep: Sweep) -> str:
     """How many of the sweep's runs were read without a seal to check them against (closed before seals)."""
-    from harness.integrity import unsealed
-
-    old = unsealed([*sweep.runs, *([sweep.parent] if sweep.parent else [])])
+    old = integrity.unsealed([*sweep.runs, *([sweep.parent] if sweep.parent else [])])
     return f" ({len(old)} closed before posbench sealed run records: their values are read unchecked)" if old else ""
 
 
@@ -279,8 +270,6 @@ def staged_design(sweep: Sweep, claim: bool):
     """The design of a sweep that added seeds in stages (report.seeds=auto, its parent's ``report_stages``) when it
     decided by its preset's claim (``claim``) or by each pos against the baseline (not ``claim``); else None (the
     other kind's seeds are then read as fixed: one look at the seeds there are)."""
-    from harness.sequential import Design, Spending
-
     parent = getattr(sweep, "parent", None)
     tags = parent.data.tags if parent else {}
     stage, most, spending, *by = (tags.get(STAGES_TAG) or ",,").split(",")
