@@ -97,10 +97,6 @@ class Cell:
     def final_loss(self) -> float | None:
         return self.val[-1][1] if self.val else None
 
-    @property
-    def best_loss(self) -> float | None:
-        return min(v for _, v in self.val) if self.val else None
-
 
 @dataclass(frozen=True)
 class Stat:
@@ -147,9 +143,7 @@ class Group:
 
     def using_order(self, min_gain: float) -> bool | None:
         """Whether the model uses word order (None: it cannot, or nothing was measured)."""
-        if self.order_signal == "none" or self.order_gain.mean is None:
-            return None
-        return self.order_gain.mean >= min_gain
+        return None if self.order_signal == "none" or self.order_gain.mean is None else self.order_gain.mean >= min_gain
 
     def gain_curve(self) -> list[tuple[int, float]]:
         """The mean val/order_gain over the finished seeds at each validation step they all logged."""
@@ -201,7 +195,7 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
         variant,
         cells,
         final=mean_std([c.final_loss for c in done if c.final_loss is not None]),
-        best=mean_std([c.best_loss for c in done if c.best_loss is not None]),
+        best=mean_std([min(v for _, v in c.val) for c in done]),  # each finished seed's lowest val loss
         steps=mean_std([s for s in steps if s is not None]),
         tokens_per_s=mean_std([c.tokens_per_s for c in done if c.tokens_per_s is not None]),
         n_params=next((c.n_params for c in cells if c.n_params is not None), None),
@@ -261,8 +255,9 @@ class Report:
 
     @property
     def lengths(self) -> list[int]:
-        scored = {n for g in self.groups for n in g.at_length}
-        return sorted(scored | {n for c in self.cells for n in c.skipped_lengths})
+        return sorted(
+            {n for g in self.groups for n in g.at_length} | {n for c in self.cells for n in c.skipped_lengths}
+        )
 
 
 def build_report(
@@ -279,5 +274,6 @@ def build_report(
     note = "configured (report.target_loss / --target)"
     if target is None:
         target, note = default_target(cells), "the worst finished cell's final val loss"
-    groups = group_cells(cells, target)
-    return Report(title, cells, groups, target, note, header, min_order_gain, baseline, alpha, margin, staged)
+    return Report(
+        title, cells, group_cells(cells, target), target, note, header, min_order_gain, baseline, alpha, margin, staged
+    )

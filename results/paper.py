@@ -149,10 +149,11 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     lower = paired or side == "lower"
     claimed, against = (high < 0, low > 0) if lower else (low > 0, high < 0)
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"
-    if paired:
-        mde, p = paired_detectable_effect(first, than), paired_p_value(first, than)
-    else:
-        mde, p = minimum_detectable_effect(first, than), welch_p_value(first, than)
+    mde, p = (
+        (paired_detectable_effect(first, than), paired_p_value(first, than))
+        if paired
+        else (minimum_detectable_effect(first, than), welch_p_value(first, than))
+    )
     power = f"; detectable |Δ| ≥ {mde:.4f} at 80 % power" if mde else ""  # no spread: no power figure
     if verdict == "inconclusive" and not paired:  # what would settle it, if the effect is as measured
         power += what_settles(first, than, diff)
@@ -172,16 +173,11 @@ def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str
     if len(values) != 1:
         return None
     value = values.pop()
-    bounded = "acc" in metric.rsplit("/", 1)[-1]  # exact match and per-token accuracy lie in [0, 1]
-    if bounded and value == 0:
-        return "floor", (
-            "every seed of both arms is 0 — a floor: no arm solves this, so the comparison cannot "
+    if "acc" in metric.rsplit("/", 1)[-1] and value in (0, 1):  # exact match and per-token accuracy lie in [0, 1]
+        bound, solved = ("floor", "no arm solves") if value == 0 else ("ceiling", "every arm solves")
+        return bound, (
+            f"every seed of both arms is {value:g} — a {bound}: {solved} this, so the comparison cannot "
             "discriminate here; left out of the verdict"
-        )
-    if bounded and value == 1:
-        return "ceiling", (
-            "every seed of both arms is 1 — a ceiling: every arm solves this, so the comparison "
-            "cannot discriminate here; left out of the verdict"
         )
     return "no spread", f"every seed of both arms is {value:.6g}: no spread to compare; left out of the verdict"
 
@@ -314,7 +310,7 @@ def _final(client, cell, metric: str, minus: str | None = None) -> float | None:
     if minus is not None:
         value, base = _final(client, cell, metric), _final(client, cell, minus)
         return None if value is None or base is None else value - base
-    if metric == "val/loss":
+    if metric == "val/loss":  # the cell holds it: no store read
         return cell.final_loss
     return client.get_run(cell.run_id).data.metrics.get(own_metric(cell, metric))
 
@@ -471,7 +467,7 @@ def write_paper_report(
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
-        *_sweep_report(out, _claim_metrics(claim)),
+        *_sweep_report(out, claim),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return verdict
@@ -519,7 +515,7 @@ def _write_scales_report(
             ],
         ),
         "",
-        *_sweep_report(out, _claim_metrics(claim)),
+        *_sweep_report(out, claim),
     ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return summary
@@ -556,10 +552,10 @@ def _provenance(sweep, run_args: str, paper_args: str) -> list[str]:
     ]
 
 
-def _sweep_report(out: Path, claim_metrics: set[str]) -> list[str]:
+def _sweep_report(out: Path, claim: dict) -> list[str]:
     """The sweep's own report.md, below its title, with one verdict per report: the claim's. The sweep's headline
-    (its loss-vs-baseline count) is dropped, and its Verdicts section kept only where the claim is judged on
-    val/loss, retitled as what it is."""
+    (its loss-vs-baseline count) is dropped, and its Verdicts section kept only where a comparison of the claim
+    (or of its ``also``) is judged on val/loss, retitled as what it is."""
     body = (out / "report.md").read_text().split("\n", 1)[1].strip()
     body = re.sub(r"^\*\*(Verdict on |No verdict |Verdict: )[^\n]*\*\*\n\n", "", body, count=1, flags=re.M)
     verdicts = re.search(r"^## Verdicts\n.*?(?=^## |\Z)", body, flags=re.S | re.M)
@@ -568,14 +564,10 @@ def _sweep_report(out: Path, claim_metrics: set[str]) -> list[str]:
             verdicts.group(0),
             "### Final val loss against the sweep's baseline (not the claim's verdict)\n"
             + verdicts.group(0).split("\n", 1)[1]
-            if "val/loss" in claim_metrics
+            if any(c.get("metric", "val/loss") == "val/loss" for c in [*claim["comparisons"], *claim.get("also", [])])
             else "",
         )
     return ["## Sweep report", "", body]
-
-
-def _claim_metrics(claim: dict) -> set[str]:
-    return {c.get("metric", "val/loss") for c in [*claim.get("comparisons", []), *claim.get("also", [])]}
 
 
 def pin_overrides(cells, sweep) -> None:

@@ -24,15 +24,20 @@ LOSS = "val loss (nats/token)"
 
 def draw_all(r: Report, out_dir: Path) -> list[Path]:
     colours = scheme_colours(r.groups)
-    paths = [
+    return [
         val_loss_curves(r, colours, out_dir / "val_loss_curves.png"),
         final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png"),
+        *(
+            [loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png")]
+            if any(g.at_length for g in r.groups)
+            else []
+        ),
+        *(
+            [attention_distance(r, colours, out_dir / "attention_distance.png")]
+            if any(g.attn_distance.mean is not None for g in r.groups)
+            else []
+        ),
     ]
-    if any(g.at_length for g in r.groups):
-        paths.append(loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png"))
-    if any(g.attn_distance.mean is not None for g in r.groups):
-        paths.append(attention_distance(r, colours, out_dir / "attention_distance.png"))
-    return paths
 
 
 def scheme_colours(groups: list[Group]) -> dict[str, tuple]:
@@ -92,8 +97,10 @@ def final_loss_heatmap(r: Report, path: Path) -> Path:
         if g.final.mean is not None:
             grid[rows.index(g.label), cols.index(g.attn)] = g.final.mean
     fig, ax = plt.subplots(figsize=(max(7.0, 2.2 * len(cols) + 4), 0.7 * len(rows) + 2.5), layout="constrained")
-    cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # darker = higher loss = worse
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
+    # darker = higher loss = worse
+    image = ax.imshow(
+        np.ma.masked_invalid(grid), cmap=plt.get_cmap("viridis_r").with_extremes(bad="lightgrey"), aspect="auto"
+    )
     for g in r.groups:
         ax.text(
             cols.index(g.attn),
@@ -132,11 +139,16 @@ def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
     for attn, ax in panels.items():
         for g in (g for g in r.groups if g.attn == attn and g.at_length):
             lengths = sorted(g.at_length)
-            mean = np.array([g.at_length[n].mean for n in lengths])
-            std = np.array([g.at_length[n].std or 0.0 for n in lengths])
             skipped = sorted({n for c in g.cells for n in c.skipped_lengths})
-            label = g.label + (f" (n/a at {', '.join(map(str, skipped))})" if skipped else "")
-            ax.errorbar(lengths, mean, yerr=std, marker="o", capsize=3, color=colours[g.label], label=label)
+            ax.errorbar(
+                lengths,
+                np.array([g.at_length[n].mean for n in lengths]),
+                yerr=np.array([g.at_length[n].std or 0.0 for n in lengths]),
+                marker="o",
+                capsize=3,
+                color=colours[g.label],
+                label=g.label + (f" (n/a at {', '.join(map(str, skipped))})" if skipped else ""),
+            )
         for n in sorted(train_lens):
             ax.axvline(n, color="grey", linestyle=":", label=f"training length {n}")
         ax.set_xscale("log", base=2)

@@ -95,8 +95,8 @@ def markdown(r: Report, plots: list[str]) -> str:
         f"{r.min_order_gain} (report.min_order_gain) a cell is **not yet using order** and a comparison "
         "resting on it says little about its positional scheme.",
         "",
+        *verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha, r.margin),
     ]
-    lines += verdicts.section(found, r.min_order_gain, r.baseline, missing, r.alpha, r.margin)
     measured = [  # (title, its table: None where no cell measured it, what the table shows)
         (
             "Where the spread comes from",
@@ -152,8 +152,8 @@ def markdown(r: Report, plots: list[str]) -> str:
         "",
         *table(["cell", "run", "status", "final val loss", "tokens/s", "reason"], cell_rows, escape=True),
         "",
+        *(f"![{Path(p).stem}]({p})" for p in plots),
     ]
-    lines += [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 

@@ -212,22 +212,21 @@ def headline(
         for v in ("lower", "higher", "equivalent", "inconclusive", "premature", "one seed")
     }
     corrected = f" (Holm-corrected at family-wise α = {alpha:g})" if any(f.p is not None for f in found) else ""
+    mdes = [f.mde for f in found if f.mde is not None]  # what the inconclusive ones could have detected
     parts = [
         f"{count['lower']} lower and {count['higher']} higher than their baseline beyond seed noise{corrected}",
         f"{count['equivalent']} equivalent within ±{margin:g} (report.margin)"
         if margin is not None
         else "none can be equivalent (no report.margin declared)",
-        f"{count['inconclusive']} inconclusive",
+        f"{count['inconclusive']} inconclusive"
+        + (f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)" if mdes else ""),
+        *(
+            [f"{count['premature']} premature (not yet using word order, order gain < {min_gain}: train longer)"]
+            if count["premature"]
+            else []
+        ),
+        *([f"{count['one seed']} with one seed (no interval)"] if count["one seed"] else []),
     ]
-    mdes = [f.mde for f in found if f.mde is not None]
-    if mdes:
-        parts[-1] += f" (the seeds could detect |Δ| ≥ {min(mdes):.3f} … {max(mdes):.3f} nats/token)"
-    if count["premature"]:
-        parts.append(
-            f"{count['premature']} premature (not yet using word order, order gain < {min_gain}: train longer)"
-        )
-    if count["one seed"]:
-        parts.append(f"{count['one seed']} with one seed (no interval)")
     return (
         f"Verdict on {len(found)} comparison{'s' * (len(found) != 1)}: "
         + "; ".join(parts)

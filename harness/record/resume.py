@@ -212,9 +212,8 @@ def plan_resume(values: dict, uri: str, mode: str | Path) -> ResumePlan:
     ckpt, link = _checkpoint_and_link(mode, plan)
     run = None
     if link:
-        client = plan.store.client
         try:
-            found = client.get_run(link.run_id)
+            found = plan.store.client.get_run(link.run_id)
         except RecordDamaged as e:  # resume=auto (a sweep's cells) starts anew; resume=true refuses in its line
             if mode != "auto":
                 raise

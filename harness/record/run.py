@@ -116,7 +116,7 @@ class TrackedRun:
 
     @property
     def opened(self) -> bool:
-        return self.run_id is not None
+        return self.run_id is not None  # only the owner (rank 0) ever opens it
 
     # ------------------------------------------------------------ life
 
@@ -176,7 +176,7 @@ class TrackedRun:
 
     def end(self, status: str, failure: dict[str, str] | None = None) -> None:
         """Close the run once: FINISHED, KILLED, or FAILED with ``failure`` tags (``failure_tags``)."""
-        if not self.owner or self.run_id is None or self.closed:  # not ours to close, never opened, or closed
+        if self.run_id is None or self.closed:  # never opened here (only the owner opens it), or closed
             return
         self.closed = True
         with held():
@@ -191,10 +191,6 @@ class TrackedRun:
         closed FAILED at once, so a sweep's table shows the cell and why."""
         self.start(tags, params)
         self.end("FAILED", failure_tags(exc))
-
-    @property
-    def _writable(self) -> bool:
-        return self.owner and self.opened
 
     # ------------------------------------------------------------ writes
 
@@ -220,7 +216,7 @@ class TrackedRun:
 
     def log_files(self, files: Mapping[str, str | bytes], subdir: str | None = None) -> None:
         """Artifacts from memory: name -> text or bytes."""
-        if not (self._writable and files):
+        if not (self.opened and files):
             return
         with tempfile.TemporaryDirectory() as tmp:
             for name, content in files.items():
@@ -229,12 +225,12 @@ class TrackedRun:
             self.store.client.log_artifacts(self.run_id, tmp, subdir)
 
     def log_dir(self, directory: str | Path) -> None:
-        if self._writable:
+        if self.opened:
             self.store.client.log_artifacts(self.run_id, str(directory))
 
     def _write(self, kind: str, items: list) -> None:
         """``items`` of one ``kind`` (params, metrics or tags), in batches of MLflow's limit."""
-        if self._writable:
+        if self.opened:
             for i in range(0, len(items), BATCH[kind]):
                 self.store.client.log_batch(self.run_id, **{kind: items[i : i + BATCH[kind]]})
 

@@ -35,11 +35,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from harness import integrity
+from harness.config.load import claim_comparisons, preset_axes
 from harness.errors import MachineFault, write_failure
 from harness.record.run import TrackedRun, alive, close_dead_runs, git_sha, mark_failed, terminate
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 from harness.signals import Stopped, stopped
 from harness.signals import exit_code as stop_code
+from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, MIN_ORDER_GAIN, STAGES_TAG
 
 RECORD = "mlflow_sweep.json"
 OK_STATUSES = ("finished", "incompatible")
@@ -92,8 +94,6 @@ def sweep_name(task_overrides: list[str]) -> tuple[str, list[str]]:
 def _stages(config: DictConfig) -> str:
     """``stage,max_seeds,spending`` under report.seeds=auto (``,claim`` where it decides by the preset's claim),
     else ""."""
-    from harness.config.load import claim_comparisons
-
     if OmegaConf.select(config, "report.seeds") != "auto":
         return ""
     design = [str(OmegaConf.select(config, f"report.{key}")) for key in ("stage", "max_seeds", "spending")]
@@ -129,11 +129,7 @@ class MlflowSweep(Callback):
             sys.exit(2)
 
     def _start(self, config: DictConfig) -> None:
-        from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, STAGES_TAG
-
         overrides = list(config.hydra.overrides.task)
-        from harness.config.load import preset_axes
-
         # a preset's own axes (hydra.sweeper.params) are swept too, unless the command line pins them
         axes = preset_axes(config.hydra.sweeper.get("params"), overrides)
         staged = OmegaConf.select(config, "report.seeds") == "auto"  # the sweeper's looks replace a preset's seeds
@@ -189,7 +185,6 @@ class MlflowSweep(Callback):
             sys.exit(code)  # after all cells ran; Hydra's own exit would be 0
 
     def _finish(self, config: DictConfig, parent: TrackedRun, record: SweepRecord) -> int:
-        from results.cells import MIN_ORDER_GAIN
         from results.report import console_summary, headline_metrics, write_report
         from results.store import find_sweep, sweep_report
 
