@@ -50,6 +50,7 @@ from harness.stats import (
     welch_p_value,
     what_settles,
 )
+from results import store
 from results.cells import ALPHA, GRID_KEYS, MIN_ORDER_GAIN, own_metric
 
 PREMATURE = "premature — train longer"
@@ -418,11 +419,10 @@ def write_paper_report(
 ) -> str:
     """README.md and the sweep's report into ``out`` (``integrity.report_folder``'s staging folder, to be ``shown``)."""
     from results.report import write_report
-    from results.store import cells_of, staged_design, sweep_report
 
     out.mkdir(parents=True, exist_ok=True)
-    write_report(sweep_report(client, sweep, shown_out=shown or out), out)
-    cells = cells_of(client, sweep)
+    write_report(store.sweep_report(client, sweep, shown_out=shown or out), out)
+    cells = store.cells_of(client, sweep)
     gain = claim.get("min_order_gain", MIN_ORDER_GAIN)
 
     def judged(c: dict, among=cells) -> Outcome:
@@ -442,9 +442,9 @@ def write_paper_report(
             for s in scales
             if (at := [c for c in cells if f"scale={s}" in c.label.split()])
         }
-        return _write_scales_report(sweep, preset, scales, claim, per_scale, out)
+        return _write_scales_report(sweep, preset, scale, claim, per_scale, out)
     alpha = claim.get("alpha", ALPHA)
-    design = staged_design(sweep, claim=True)
+    design = store.staged_design(sweep, claim=True)
     outcomes = (  # a sweep that added seeds by the claim's comparisons: their decisions, replayed
         staged_outcomes(client, cells, claim["comparisons"], design, gain)
         if design is not None
@@ -461,9 +461,7 @@ def write_paper_report(
         "",
         *([f"**At {scale} scale:** {claim['scale_note']}", ""] if claim.get("scale_note") else []),
         *([family_line(outcomes, alpha) if design is None else staged_line(outcomes, design), ""] if outcomes else []),
-        *_provenance(
-            sweep, _overrides(sweep) or f"experiment={preset} scale={scale}", f"--preset {preset} --scale {scale}"
-        ),
+        *_provenance(sweep, preset, scale),
         *evaluation_positions(cells),
         *_comparisons_table(outcomes, secondary),
         *_sections(client, cells, claim, out),
@@ -485,16 +483,16 @@ def along_scale(verdicts: dict[str, str]) -> str:
 
 
 def _write_scales_report(
-    sweep, preset: str, scales: list[str], claim: dict, per_scale: dict[str, list[Outcome]], out: Path
+    sweep, preset: str, scale: str, claim: dict, per_scale: dict[str, list[Outcome]], out: Path
 ) -> str:
-    """README.md of a sweep over scale: the line on where the claim holds, then each scale's comparisons."""
+    """README.md of a sweep over scale (``scale``: its scales comma-separated): the line on where the claim holds,
+    then each scale's comparisons."""
     verdicts = {s: overall(outcomes) for s, outcomes in per_scale.items()}
     summary = (
         along_scale(verdicts) if verdicts else "nothing to compare (no finished cell names a scale)"
     ) + _coverage(per_scale, len(claim["comparisons"]))
-    joined = ",".join(scales)
     lines = [
-        f"# {preset} (scales {', '.join(scales)})",
+        f"# {preset} (scales {scale.replace(',', ', ')})",
         "",
         f"**Claim** ({claim['source']}): {claim['statement']}",
         "",
@@ -502,9 +500,7 @@ def _write_scales_report(
         "",
         "Per scale, c" + family_line(next(iter(per_scale.values()), []), claim.get("alpha", ALPHA)).removeprefix("C"),
         "",
-        *_provenance(
-            sweep, _overrides(sweep) or f"experiment={preset} scale={joined}", f"--preset {preset} --scale {joined}"
-        ),
+        *_provenance(sweep, preset, scale),
         "## Verdict per scale",
         "",
         *table(
@@ -535,11 +531,13 @@ def _coverage(per_scale: dict[str, list[Outcome]], declared: int) -> str:
     )
 
 
-def _provenance(sweep, run_args: str, paper_args: str) -> list[str]:
-    """The commands that regenerate a report, the sweep's wall time and its environment."""
+def _provenance(sweep, preset: str, scale: str) -> list[str]:
+    """The commands that regenerate a report (the sweep's own command line, else the preset's at ``scale``), the
+    sweep's wall time and its environment."""
     tags = sweep.runs[0].data.tags if sweep.runs else {}
     return [
-        f"Command: `python run.py -m {run_args}`, then `python -m results paper {paper_args}"
+        f"Command: `python run.py -m {_overrides(sweep) or f'experiment={preset} scale={scale}'}`, then "
+        f"`python -m results paper --preset {preset} --scale {scale}"
         + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "")
         + "`.",
         "",
@@ -691,14 +689,13 @@ def _cost(text: list[str]) -> str:
 def main(args) -> int:
     """Called by ``python -m results paper``."""
     from harness.config.load import load
-    from results.store import find_sweep, open_store
 
     spec = load([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"], multirun=True)
     # a scale axis: its first scale's claim, judged at the preset's report.* unless the claim sets its own
     claim = {"min_order_gain": spec.report.min_order_gain, "alpha": spec.report.alpha, **(spec.run.claim or {})}
-    uri, client = open_store(args.tracking_uri)
+    uri, client = store.open_store(args.tracking_uri)
     try:
-        sweep = find_sweep(client, spec.logger.experiment, args.sweep)
+        sweep = store.find_sweep(client, spec.logger.experiment, args.sweep)
     except LookupError as e:
         raise LookupError(f"{e} (store: {uri}); run `python run.py -m experiment={args.preset}` first") from None
     out = Path(args.out)

@@ -129,8 +129,7 @@ def config_hash(values: dict, uri: str) -> str:
     resolved = {k: v for k, v in values.items() if k not in VOLATILE}
     if "trainer" in resolved:
         resolved["trainer"] = {k: v for k, v in resolved["trainer"].items() if k not in VOLATILE_TRAINER}
-    payload = json.dumps({"config": resolved, "tracking_uri": uri}, sort_keys=True, default=str)
-    return integrity.sha256(payload)[:16]
+    return integrity.sha256(json.dumps({"config": resolved, "tracking_uri": uri}, sort_keys=True, default=str))[:16]
 
 
 def checkpoint_root(values: dict, uri: str) -> Path:

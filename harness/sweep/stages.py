@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from harness import sequential
 from harness.config.load import claim_comparisons, in_arm, preset_axes
+from harness.record.store import Store
 from harness.sweep.callback import SweepRecord
 
 
@@ -134,7 +135,6 @@ class StagedSweeper(BasicSweeper):
 
 def _store_cells(record: SweepRecord | None) -> tuple[Any, list]:
     """(the store's client, the sweep's runs as report cells) for a look that reads its arms' metrics."""
-    from harness.record.store import Store
     from results.store import cells_of, find_sweep
 
     assert record is not None, "the sweep callback writes its record before the first look"
@@ -147,8 +147,6 @@ def _record(
 ) -> None:
     """Each look's decisions on the sweep's parent run (none without the sweep callback, as under run.py --check): a
     tag per look, and by look the comparisons still running and the runs trained so far."""
-    from harness.record.store import Store
-
     if record is None:
         return
     client = Store.open(record.tracking_uri).client
