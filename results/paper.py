@@ -102,16 +102,15 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
     comparison names one: `` (its val/yarn/loss_at_256)`` in the text."""
     metric = comparison["metric"]
     as_read = f" (its {comparison['than_metric']})" if comparison.get("than_metric") else ""
-    if "lower_than_metric" in comparison:
+    paired = "lower_than_metric" in comparison
+    if paired:
         other = comparison["lower_than_metric"]
         first, than = values[metric], values[other]
         head = f"{metric} − {other} on the same models ({comparison['cell']}, paired by seed)"
-        ci, n = paired_interval(first, than), f"n = {len(first)}"
     elif "close" in comparison:
         margin = float(comparison["within"])
         first, than = values[comparison["close"]], values[comparison["to"]]
         head = f"{metric}: {comparison['close']} − {comparison['to']}{as_read} within ±{margin:g}"
-        ci, n = welch_interval(first, than), f"n = {len(first)} vs {len(than)}"
     elif "below" in comparison:
         xs, limit = values[comparison["cell"]], comparison["below"]
         shown = ", ".join(f"{x:.4g}" for x in xs) or "no finished run"
@@ -122,9 +121,10 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
         first, than = values[comparison[side]], values[comparison["than"]]
         shown_metric = f"({metric} − {comparison['minus']})" if comparison.get("minus") else metric
         head = f"{shown_metric}: {comparison[side]} − {comparison['than']}{as_read}"
-        ci, n = welch_interval(first, than), f"n = {len(first)} vs {len(than)}"
         if not first and not than:  # e.g. a task override that renames the metric: say so, not "too few seeds"
             return Outcome(f"{head}: not measured — no finished run of either arm logged {metric}", "not measured")
+    ci = paired_interval(first, than) if paired else welch_interval(first, than)
+    n = f"n = {len(first)}" if paired else f"n = {len(first)} vs {len(than)}"
     if ci is None:
         return Outcome(f"{head}: {n}, too few seeds for an interval", "inconclusive")
     degenerate = _degenerate(metric, first, than)
@@ -146,7 +146,6 @@ def _compare(comparison: dict, values: dict[str, list[float]]) -> Outcome:
             tested,
             within,
         )
-    paired = "lower_than_metric" in comparison
     lower = paired or side == "lower"
     claimed, against = (high < 0, low > 0) if lower else (low > 0, high < 0)
     verdict = "supports" if claimed else "contradicts" if against else "inconclusive"

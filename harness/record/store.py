@@ -153,11 +153,9 @@ def damage_of(db: Path, raw: BinaryIO) -> str | None:
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
             verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-    except sqlite3.OperationalError as e:
+    except sqlite3.DatabaseError as e:
         # sqlite_errorname: Python 3.11+ (on 3.10 an error is never taken for a busy store)
         return None if is_locked(e) else str(e)  # a busy store is not a damaged one
-    except sqlite3.DatabaseError as e:
-        return str(e)
     return None if verdict == "ok" else verdict
 
 
