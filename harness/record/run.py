@@ -186,12 +186,6 @@ class TrackedRun:
         if status == "FINISHED":
             check_whole(self.uri)
 
-    def record_refusal(self, tags: dict[str, str], params: dict[str, str], exc: BaseException) -> None:
-        """A run that could not start (its config was refused, or building failed): created and
-        closed FAILED at once, so a sweep's table shows the cell and why."""
-        self.start(tags, params)
-        self.end("FAILED", failure_tags(exc))
-
     # ------------------------------------------------------------ writes
 
     def log_params(self, params: dict[str, str]) -> None:

@@ -66,15 +66,17 @@ def train_cell(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
             print(f"{line}; the sweep stops at this cell", file=sys.stderr)
             MachineFault.seen = "the tracking store was damaged while a cell wrote to it"
             raise MachineFault(1) from None
-        if not run.opened and is_rank_zero():  # refused before its run existed: record it
+        failure = failure_tags(e)
+        # refused before its run existed: a run made and closed FAILED at once, so the sweep's table shows why
+        if not run.opened and is_rank_zero():
             try:
-                run.record_refusal(cell_tags(spec), flatten(spec.values), e)
+                run.start(cell_tags(spec), flatten(spec.values))
+                run.end("FAILED", failure)
             except Exception as bad:  # e.g. the store itself is what was refused
                 print(
                     f"warning: could not record the refused cell in MLflow ({type(bad).__name__}: {bad})",
                     file=sys.stderr,
                 )
-        failure = failure_tags(e)
         if failure["failure"] == "error":  # a crash: the traceback is what one needs to fix it
             traceback.print_exc()
         else:  # an expected outcome of a sweep (refused, diverged): one line
