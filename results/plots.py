@@ -1,5 +1,6 @@
 """The report's PNG plots (matplotlib, headless Agg backend); a paper report's sections (results/grid.py,
-results/theta.py) draw theirs with the same pyplot and ``save``, the standalone figures (results/figures.py) with it.
+results/theta.py) draw theirs with the same pyplot and ``save`` (the grid's Δ map and the report's final-loss map are
+one ``heatmap``), the standalone figures (results/figures.py) with it.
 
 One colour per scheme throughout, one panel per attention variant; every title names the
 sweep; losses in nats/token, time in optimizer steps.
@@ -89,17 +90,30 @@ def val_loss_curves(r: Report, colours: dict, path: Path) -> Path:
     return save(fig, path)
 
 
+def heatmap(
+    rows: list[str], cols: list[str], values: dict[tuple[str, str], float], cmap: str, figsize: tuple, **limits
+):
+    """A pos (``rows``) × attention (``cols``) grid coloured by ``values`` ((row, col) -> number; light grey where
+    there is none), ticks labelled; (fig, ax, image). ``limits``: imshow's vmin/vmax."""
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for (row, col), value in values.items():
+        grid[rows.index(row), cols.index(col)] = value
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    image = ax.imshow(
+        np.ma.masked_invalid(grid), cmap=plt.get_cmap(cmap).with_extremes(bad="lightgrey"), aspect="auto", **limits
+    )
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)")
+    return fig, ax, image
+
+
 def final_loss_heatmap(r: Report, path: Path) -> Path:
     rows = list(dict.fromkeys(g.label for g in r.groups))
     cols = list(dict.fromkeys(g.attn for g in r.groups))
-    grid = np.full((len(rows), len(cols)), np.nan)
-    for g in r.groups:
-        if g.final.mean is not None:
-            grid[rows.index(g.label), cols.index(g.attn)] = g.final.mean
-    fig, ax = plt.subplots(figsize=(max(7.0, 2.2 * len(cols) + 4), 0.7 * len(rows) + 2.5), layout="constrained")
-    # darker = higher loss = worse
-    image = ax.imshow(
-        np.ma.masked_invalid(grid), cmap=plt.get_cmap("viridis_r").with_extremes(bad="lightgrey"), aspect="auto"
+    finals = {(g.label, g.attn): g.final.mean for g in r.groups if g.final.mean is not None}
+    fig, ax, image = heatmap(  # darker = higher loss = worse
+        rows, cols, finals, "viridis_r", (max(7.0, 2.2 * len(cols) + 4), 0.7 * len(rows) + 2.5)
     )
     for g in r.groups:
         ax.text(
@@ -111,11 +125,8 @@ def final_loss_heatmap(r: Report, path: Path) -> Path:
             fontsize=9,
             color=_ink(image, g.final.mean),
         )
-    ax.set_xticks(range(len(cols)), cols)
-    ax.set_yticks(range(len(rows)), rows)
-    ax.set(xlabel="attention (attn)", ylabel="positional scheme (pos)")
     _title(fig, "Final val loss (nats/token), mean ± std over seeds", r.title)
-    if not np.isnan(grid).all():
+    if finals:
         fig.colorbar(image, ax=ax, label="final " + LOSS)
     return save(fig, path)
 
