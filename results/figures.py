@@ -41,7 +41,7 @@ def rope_decay_bound(distances: Tensor, head_dim: int = 128, base: float = 10000
 
 def rope_decay(out: Path) -> None:
     """Su's relative upper bound for d = 128, base 10000, m = 0 … 256, into ``out`` (``main``'s staging folder)."""
-    from results.plots import plt
+    from results.plots import plt, save
 
     m = torch.arange(0, 257)
     bound = rope_decay_bound(m)
@@ -53,8 +53,7 @@ def rope_decay(out: Path) -> None:
     ax.set_title("RoPE long-term decay bound (RoFormer §3.4.3)\nd = 128, base = 10000", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "rope_decay.png", metadata={"Software": None})
-    plt.close(fig)
+    save(fig, out / "rope_decay.png", dpi=120, metadata={"Software": None})
     picks = ", ".join(f"m={i}: {bound[i]:.4f}" for i in (0, 16, 64, 256))
     (out / "README.md").write_text(
         "# rope_decay\n\n"

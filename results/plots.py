@@ -188,7 +188,7 @@ def attention_distance(r: Report, colours: dict, path: Path) -> Path:
     return save(fig, path)
 
 
-def save(fig, path: Path, dpi: int = 110) -> Path:
-    fig.savefig(path, dpi=dpi)
+def save(fig, path: Path, dpi: int = 110, **options) -> Path:
+    fig.savefig(path, dpi=dpi, **options)
     plt.close(fig)
     return path
