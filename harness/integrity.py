@@ -15,7 +15,8 @@ Four things are sealed, one way each, and the comparison is one function (``chec
   digests of the run's status, params, tags, latest metrics and each metric's history, written when the run closes
   — ``seal``; ``SealedClient`` checks every run and history it returns (``RecordDamaged``).
 
-Writes are atomic (a temporary file renamed over the old one), so a reader never meets half a file. A key one
+Writes are atomic (a temporary file renamed over the old one), so a reader never meets half a file, and a folder
+a command will write is tried first (``check_writable_dir``), so a refusal comes before the work. A key one
 character off a seal's (``sha257``: a flipped bit) is the seal damaged (``near_miss``).
 
 Without a seal: a record, file or report folder that carries none was written before posbench sealed it (or its
@@ -37,7 +38,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -438,3 +441,36 @@ class SealedClient:
                 run, key, points, lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics}
             )
         return points
+
+
+def check_writable_dir(path: Path, key: str, fix: str) -> None:
+    """``path`` can be made (where missing) and written, which the check tries in a scratch folder of a unique name
+    in its deepest existing folder, removed again: it creates nothing under the path's own name (a refused run
+    leaves no folder; two commands checking one folder at once never see each other's probe), and ``/proc/x``,
+    which passes a permission test, fails as its first write would."""
+    existing, missing, is_dir = _deepest_existing(path)
+    if not is_dir:
+        raise ConfigError(f"{key}: cannot create {path} ({existing} is not a directory); {fix}")
+    try:
+        with tempfile.TemporaryDirectory(
+            prefix=".posbench-write-test-", dir=existing, ignore_cleanup_errors=True
+        ) as scratch:
+            # the missing part of the path, made under the scratch folder: a name the file system refuses shows
+            probe = Path(scratch).joinpath(*missing)
+            probe.mkdir(parents=True, exist_ok=True)
+            (probe / "probe").write_bytes(b"")
+    except OSError as e:
+        raise ConfigError(f"{key}: cannot write {path} ({e.strerror}); {fix}") from None
+
+
+def _deepest_existing(path: Path) -> tuple[Path, tuple[str, ...], bool]:
+    """The deepest ancestor of ``path`` (itself included) that exists, the names below it that do not, and
+    whether it is a folder: one ``stat`` per level, so a folder removed between two looks reads as missing,
+    never as a file."""
+    for depth, p in enumerate((path, *path.parents)):
+        try:
+            mode = p.stat().st_mode
+        except OSError:  # missing, below a file, a name too long: found higher up, refused by the probe
+            continue
+        return p, path.parts[len(path.parts) - depth :], stat.S_ISDIR(mode)
+    raise AssertionError("the root always exists")

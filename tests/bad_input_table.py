@@ -874,12 +874,12 @@ POSBENCH_CASES = [
     (
         "prepare-dir-a-file",
         ["prepare", "{files}/empty.txt", "data=text", "data.path={files}/small.txt"],
-        "empty.txt is a file, not a folder; choose another DIR",
+        "empty.txt is not a directory); choose another DIR",
     ),
     (
         "prepare-dir-under-proc",
         ["prepare", "/proc/posbench", "data=text", "data.path={files}/small.txt"],
-        "cannot create /proc/posbench",
+        "DIR: cannot write /proc/posbench (",
     ),
     (
         "prepare-dir-already-prepared",

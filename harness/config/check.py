@@ -24,8 +24,8 @@ from harness.config.estimates import Budget, GpuEstimate, NamedGpu, budget_of
 from harness.config.spec import RunSpec
 from harness.data.objectives import Source, Task, Tokenizer
 from harness.errors import ConfigError, one_line
+from harness.integrity import check_writable_dir
 from harness.record.preflight import store_to_write
-from harness.record.store import check_writable_dir
 
 if TYPE_CHECKING:  # harness.model.phases imports Lightning (seconds), which a refusal must not pay for
     from harness.model.phases import Phase

@@ -109,11 +109,7 @@ def _out_folder(out: str | Path) -> Path:
     if not str(out).strip():
         raise ConfigError("DIR '' names no folder; give one, e.g. posbench prepare shards/ data=...")
     folder = Path(out).expanduser().absolute()
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"cannot create {folder}: {existing} is a file, not a folder; choose another DIR")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write under {existing} (permission denied); choose a folder you can write")
+    integrity.check_writable_dir(folder, "DIR", "choose another DIR")  # a probe written, as the shards will be
     return folder
 
 

@@ -390,24 +390,11 @@ def _check_paths(spec: EvalSpec) -> None:
                 f"--text={spec.text} is not UTF-8 (bad byte at offset {e.start:,}); convert it (iconv "
                 "-t utf-8) or give another file"
             ) from None
+    from harness.record.preflight import output_dir, store_to_write
+
     if spec.out is not None:
-        _check_out(spec.out)
-    from harness.record.preflight import store_to_write
-
+        output_dir(spec.out, "--out")  # before the sweep, not after it
     store_to_write(spec.tracking_uri)  # the store the cells are logged to: opened (or made) before any is run
-
-
-def _check_out(out: Path) -> None:
-    """--out is a folder the report can be written into (checked before the sweep, not after it)."""
-    import tempfile
-
-    existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
-    try:  # a probe, not a permission bit: root may "write" /proc, whose mkdir still fails
-        Path(tempfile.mkdtemp(dir=existing, prefix=".posbench-probe-")).rmdir()
-    except OSError as e:
-        raise ConfigError(
-            f"--out {out}: cannot write in {existing} ({e.strerror or type(e).__name__}); give a writable folder"
-        ) from None
 
 
 def trained_context(config: dict) -> int | None:

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.integrity import check_writable_dir
 from harness.ranges import violated
-from harness.record.store import check_store, check_writable_dir, resolve_tracking_uri, sqlite_path
+from harness.record.store import check_store, resolve_tracking_uri, sqlite_path
 
 
 def store_to_write(configured: str | None) -> str:

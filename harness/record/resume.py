@@ -41,10 +41,10 @@ import torch
 
 from harness import integrity
 from harness.errors import ConfigError, one_line
-from harness.integrity import RecordDamaged, warn
+from harness.integrity import RecordDamaged, check_writable_dir, warn
 from harness.paths import project_root
 from harness.record.run import close_dead_runs, close_stale_runs
-from harness.record.store import Store, check_writable_dir, sqlite_path
+from harness.record.store import Store, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
 VOLATILE = ("resume", "checkpoint", "hydra", "claim", "progress")  # claim: report metadata; progress: display

@@ -22,9 +22,7 @@ import functools
 import os
 import random
 import sqlite3
-import stat
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +32,7 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlparse
 
 from harness.errors import ConfigError, StoreDamaged, damaged_store_line, exception_chain, one_line
+from harness.integrity import SealedClient, check_writable_dir
 from harness.paths import project_root
 
 # Schemes MLflow 3 can open as a tracking store (``file`` needs MLFLOW_ALLOW_FILE_STORE=true).
@@ -200,39 +199,6 @@ def _check_server(uri: str, parsed) -> None:
         ) from None
 
 
-def check_writable_dir(path: Path, key: str, fix: str) -> None:
-    """``path`` can be made (where missing) and written, which the check tries in a scratch folder of a unique name
-    in its deepest existing folder, removed again: it creates nothing under the path's own name (a refused run
-    leaves no folder; two commands checking one folder at once never see each other's probe), and ``/proc/x``,
-    which passes a permission test, fails as its first write would."""
-    existing, missing, is_dir = _deepest_existing(path)
-    if not is_dir:
-        raise ConfigError(f"{key}: cannot create {path} ({existing} is not a directory); {fix}")
-    try:
-        with tempfile.TemporaryDirectory(
-            prefix=".posbench-write-test-", dir=existing, ignore_cleanup_errors=True
-        ) as scratch:
-            # the missing part of the path, made under the scratch folder: a name the file system refuses shows
-            probe = Path(scratch).joinpath(*missing)
-            probe.mkdir(parents=True, exist_ok=True)
-            (probe / "probe").write_bytes(b"")
-    except OSError as e:
-        raise ConfigError(f"{key}: cannot write {path} ({e.strerror}); {fix}") from None
-
-
-def _deepest_existing(path: Path) -> tuple[Path, tuple[str, ...], bool]:
-    """The deepest ancestor of ``path`` (itself included) that exists, the names below it that do not, and
-    whether it is a folder: one ``stat`` per level, so a folder removed between two looks reads as missing,
-    never as a file."""
-    for depth, p in enumerate((path, *path.parents)):
-        try:
-            mode = p.stat().st_mode
-        except OSError:  # missing, below a file, a name too long: found higher up, refused by the probe
-            continue
-        return p, path.parts[len(path.parts) - depth :], stat.S_ISDIR(mode)
-    raise AssertionError("the root always exists")
-
-
 # ---------------------------------------------------------------- the client, retrying a locked store
 
 LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # sqlite's result codes for a store another writer holds
@@ -297,8 +263,6 @@ class Store:
         import logging
 
         from mlflow.tracking import MlflowClient
-
-        from harness.integrity import SealedClient
 
         # MLflow logs each database error with its traceback, then raises it: the exception is what we report
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)

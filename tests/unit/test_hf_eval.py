@@ -377,7 +377,7 @@ def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
         (["--bogus"], "unrecognized arguments: --bogus; see posbench hf-eval --help"),
         (["--gflops", "0"], "--gflops=0.0: it is a positive rate"),
         (["--level", "nan"], "--level=nan: it lies in (0, 1"),
-        (["--out", "/proc/posbench"], "--out /proc/posbench: cannot write in /proc"),
+        (["--out", "/proc/posbench"], "--out: cannot write /proc/posbench ("),
     ],
 )
 def test_a_bad_claim_evaluator_or_finetune_option_is_one_line(tmp_path, argv, needle):

@@ -289,8 +289,8 @@ def test_loader_bench_flops_and_shapes():
     "out,words",
     [
         ("", "DIR '' names no folder; give one"),
-        ("/proc/posbench-shards", "cannot create /proc/posbench-shards ("),
-        ("{file}/sub", "is a file, not a folder; choose another DIR"),
+        ("/proc/posbench-shards", "DIR: cannot write /proc/posbench-shards ("),
+        ("{file}/sub", "file is not a directory); choose another DIR"),
     ],
 )
 def test_prepare_refuses_a_folder_it_cannot_write_before_reading_the_corpus(out, words, tmp_path, capsys, monkeypatch):
