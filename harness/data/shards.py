@@ -166,7 +166,7 @@ class TokenCorpus:
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (file, size, mtime_ns, sha256) hashed by this process
 # A folder of at most this many shard bytes is hashed whole by every process that reads it (a fraction of a second),
 # so a bit that rots in place, its size and mtime unchanged, is caught; a larger one block by block as it is read
-# (``ShardedIds``; a folder written before block digests: once per file version, a stamp in the cache)
+# (``ShardedIds``, against the block digests every manifest records)
 REHASH_BYTES = 1 << 30
 HASH_WHOLE_ENV = "POSBENCH_HASH_WHOLE_BYTES"  # sets that limit for a machine (0: every folder block by block)
 
