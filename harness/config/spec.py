@@ -45,17 +45,10 @@ MAX_STEPS = 10**12  # trainer.max_steps: a trillion optimizer steps, beyond any 
 MAX_POSITION = 2**40  # pos.max_position: positions are drawn from a permutation of them (8 bytes each), per forward
 WORKERS_PER_CORE = 4  # data loader processes: beyond this many per core they add memory, not throughput
 
-Seed = Annotated[int, Range("in [0, 2^32 − 1], e.g. seed=0", ge=0, le=NUMERIC_SEED_MAX, verb="lie")]
 Steps = Annotated[
     PositiveInt,
     Range(f"at most {MAX_STEPS:,}", le=MAX_STEPS, said=f"is more steps than any run takes; use at most {MAX_STEPS:,}"),
 ]
-EvalBatches = Annotated[int, Range("positive, or null for all", ge=1)]
-Workers = Annotated[int, Range("≥ 0 (0: examples made in the training process)", ge=0)]
-EveryNSteps = Annotated[int, Range("a whole number of steps ≥ 0 (0 or null: off)", ge=0)]
-Interval = Annotated[float, Range("a positive integer (steps) or a fraction of an epoch", gt=0)]
-Clip = Annotated[float, Range("≥ 0 (or null: no clipping)", ge=0)]
-SanitySteps = Annotated[int, Range("≥ 0 (or -1: all)", ge=-1)]
 Factor = Annotated[
     float,
     Range(
@@ -97,7 +90,7 @@ def max_workers() -> int:
 class RunSettings:
     """The top-level keys of conf/config.yaml that are not config groups, but ``phases`` (``RunSpec.phases``)."""
 
-    seed: Seed = 0
+    seed: Annotated[int, Range("in [0, 2^32 − 1], e.g. seed=0", ge=0, le=NUMERIC_SEED_MAX, verb="lie")] = 0
     resume: object = None  # null/false: a new run; true; auto; or a checkpoint path (``resume_mode`` types it)
     claim: dict | None = None  # a paper preset's claim: report metadata (results/paper.py)
     paper: dict | None = None  # a scale=paper file's statement of the paper's setting (harness/config/estimates.py)
@@ -134,8 +127,10 @@ class DataSettings:
 
     seq_len: PositiveInt = 128
     batch_size: PositiveInt = 32
-    eval_batches: EvalBatches | None = None  # None: the whole validation split
-    num_workers: Workers = 0  # training DataLoader worker processes (examples are pure functions of their index)
+    # None: the whole validation split
+    eval_batches: Annotated[int, Range("positive, or null for all", ge=1)] | None = None
+    # training DataLoader worker processes (examples are pure functions of their index)
+    num_workers: Annotated[int, Range("≥ 0 (0: examples made in the training process)", ge=0)] = 0
     path: str | None = None  # data=text, data=enwik8, data=hf, data=tokens
     download: bool = True  # data=enwik8
     name: str | None = None  # data=hf: the hub dataset (the four below too)
@@ -223,7 +218,7 @@ class EvalSettings:
 
 @dataclass(frozen=True)
 class CheckpointSettings:
-    every_n_steps: EveryNSteps | None = 100  # 0 or null: off
+    every_n_steps: Annotated[int, Range("a whole number of steps ≥ 0 (0 or null: off)", ge=0)] | None = 100
     dir: str | None = None
 
     def __post_init__(self):
@@ -298,13 +293,13 @@ class TrainerSettings:
     accelerator: ACCELERATORS
     devices: int | str | list[int]
     max_steps: Steps
-    val_check_interval: Interval
+    val_check_interval: Annotated[float, Range("a positive integer (steps) or a fraction of an epoch", gt=0)]
     check_val_every_n_epoch: int | None
     log_every_n_steps: PositiveInt
-    gradient_clip_val: Clip | None
+    gradient_clip_val: Annotated[float, Range("≥ 0 (or null: no clipping)", ge=0)] | None
     accumulate_grad_batches: PositiveInt
     precision: PRECISIONS
-    num_sanity_val_steps: SanitySteps
+    num_sanity_val_steps: Annotated[int, Range("≥ 0 (or -1: all)", ge=-1)]
     enable_checkpointing: bool
     enable_model_summary: bool
     enable_progress_bar: bool
@@ -452,7 +447,7 @@ class Choice(Generic[T]):
             return component.factory()
         from positional.randomized import KEYS, randomized
 
-        r = self.randomize  # set on pos only (entries.choice)
+        r = self.randomize  # set on pos only (values.choice)
         wrapped = randomized(
             component.factory(),  # type: ignore[arg-type]  # T is PositionalScheme
             r.randomize,
