@@ -11,7 +11,6 @@ Hydra's basic sweeper does, so a check of a sweep is a loop of ``check(load(cell
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import itertools
 import json
@@ -163,13 +162,12 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
     experiment, scale = (None if names.get(g) is None else str(names[g]) for g in ("experiment", "scale"))
     named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]), experiment, scale)
     try:
-        run = spec_of(resolved(cfg), named, config_dirs)
+        return spec_of(resolved(cfg), named, config_dirs, tuned)
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
             raise
         raise type(e)(f"{e} (the value comes from optim.tuned={tuned[key]})") from None
-    return dataclasses.replace(run, tuned=tuned)
 
 
 def resolved(cfg: DictConfig) -> Json:
@@ -292,9 +290,9 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     return values
 
 
-def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str]) -> RunSpec:
+def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str], tuned: dict[str, str]) -> RunSpec:
     """``values``: the resolved config (no hydra node); ``config_dirs``: the user's, where a pattern's or a phase's
-    other options are found too."""
+    other options are found too; ``tuned``: the keys ``optim.tuned`` wrote, each with its file."""
     missing = [g for g in GROUPS if not isinstance(values.get(g), dict) or not chosen(g, node_of(values, g))]
     if missing:  # ~pos, pos=null, or a preset that drops one
         raise ConfigError(missing_group(missing[0]))
@@ -342,6 +340,7 @@ def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str]) -> RunSp
         schedule=component("optim.schedule", node_of(optim, "schedule"), "optim.schedule"),
         phases=phases(values.get("phases"), pos, own_node(pos_node), config_dirs),
         values=values,
+        tuned=tuned,
     )
 
 
