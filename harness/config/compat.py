@@ -25,6 +25,7 @@ from harness.config.catalog import (
     target_overrides,
     user_config_dirs,
 )
+from harness.config.values import parse_entry, pattern_unit
 from harness.errors import ConfigError
 from harness.markdown import table
 
@@ -69,8 +70,6 @@ def compatibility(
 
 def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
     """``{group: unit}`` for each ``pos.layers=[…]`` / ``+attn.layers=[…]`` among command-line ``argv``."""
-    from harness.config.values import pattern_unit
-
     found = {}
     for arg in argv:
         key, eq, value = arg.partition("=")
@@ -81,7 +80,6 @@ def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 def _pattern(group: str, unit: tuple[str, ...], found: dict[str, type]) -> dict[str, Layers]:
-    from harness.config.values import parse_entry
     from harness.model.layers import check_layerable, pattern_label
 
     names = [parse_entry(entry, f"{group}.layers")[0] for entry in unit]  # an entry's settings keep its class

@@ -9,6 +9,7 @@ is the catalogue's to say (harness/config/catalog.py reads conf/).
 from __future__ import annotations
 
 from harness.config import catalog
+from harness.config.load import compose, parsed_overrides
 from harness.errors import ConfigError, one_line
 
 
@@ -16,8 +17,6 @@ def user_error(exc: BaseException, args: list[str]) -> str | None:
     """The one-line message for a user's mistake, or None; ``args``: the command's Hydra arguments."""
     import yaml
     from hydra import errors as hydra
-
-    from harness.config.load import parsed_overrides as overrides
 
     if isinstance(exc, ConfigError):
         return one_line(exc)
@@ -51,11 +50,11 @@ def user_error(exc: BaseException, args: list[str]) -> str | None:
     if isinstance(exc, hydra.InstantiationException) and isinstance(exc.__cause__, ConfigError):  # a plugin's check
         return one_line(exc.__cause__)
     if isinstance(exc, hydra.ConfigCompositionException):  # e.g. model.foo=1: an unknown key
-        return _composition(exc, overrides(args))
+        return _composition(exc, parsed_overrides(args))
     if isinstance(exc, ValueError):  # pos=null: Hydra's ValueError says a group override needs an option's name
         nulled = [
             o.key_or_group
-            for o in overrides(args)
+            for o in parsed_overrides(args)
             if o.value() is None and not o.is_delete() and o.key_or_group in catalog.group_names()
         ]
         if nulled:
@@ -139,8 +138,6 @@ def _nearest(key: str) -> tuple[str | None, object]:
     """A config group (``poss`` → ``pos=``) or a key of the default config (``model.dmodel``) near ``key``, and the
     node ``key`` would live in (None if there is none)."""
     import difflib
-
-    from harness.config.load import compose
 
     head, _, rest = key.partition(".")
     if not rest:

@@ -18,7 +18,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from hydra.conf import HydraConf
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from harness import integrity
@@ -31,7 +35,6 @@ from harness.config.spec import (
 )
 from harness.config.values import (
     GROUPS,
-    LAYERS,
     PLAIN,
     check_known,
     check_optimizer,
@@ -58,8 +61,6 @@ NAMED = ("pos", "attn", "task", "data", "experiment", "scale")  # the groups a r
 @contextlib.contextmanager
 def initialized() -> Iterator[object]:
     """Hydra's global state over conf/ for the calls inside (kept where it is already set); yields its loader."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
     ready = GlobalHydra.instance().is_initialized()
     with contextlib.nullcontext() if ready else initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -68,8 +69,6 @@ def initialized() -> Iterator[object]:
 
 def compose(overrides: Sequence[str] = (), config_dirs: Sequence[str] = (), hydra: bool = False) -> DictConfig:
     """The config ``python run.py <overrides>`` would see (with ``hydra`` to keep its hydra node)."""
-    from hydra import compose as hydra_compose
-
     searched = [f"hydra.searchpath=[{','.join(f'file://{Path(d).expanduser().absolute()}' for d in config_dirs)}]"]
     with initialized():
         return hydra_compose(
@@ -116,8 +115,6 @@ def check_single(overrides: Sequence[str]) -> None:
 def parsed_overrides(args: list[str]) -> list:
     """``args``' overrides as Hydra's own parser reads them; the flags and their values left out; [] where the
     parser refuses them (that error is said when the config is composed)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     valued = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"}
     kept = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in valued)]
     try:
@@ -152,7 +149,7 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
     check_preset(choices.get("experiment"), choices.get("scale"))
     names = {**choices, **retarget(cfg, overrides)}
     for group in ("pos", "attn"):
-        layers = OmegaConf.select(cfg, f"{group}.{LAYERS}", default=None)
+        layers = OmegaConf.select(cfg, f"{group}.layers", default=None)
         if layers is not None:
             from harness.model.layers import pattern_label
 
@@ -350,8 +347,6 @@ def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str], tuned: d
 def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[list[str]]:
     """Each cell of the sweep ``overrides`` describe, with the preset's own axes (``hydra.sweeper.params``), in
     Hydra's basic sweeper's order. A searched value (``interval(1e-4, 3e-2)``) is taken at both its ends."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     for arg in overrides:  # the launcher's own count of parallel jobs (joblib also takes -1, every core)
         key, _, value = arg.lstrip("+").partition("=")
         for one in value.split(",") if key == "hydra.launcher.n_jobs" else []:
