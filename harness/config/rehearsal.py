@@ -345,17 +345,11 @@ def cpu_flops_per_second() -> float:
     """This CPU's fp32 matmul rate, the best of five short trials (once a process). Only matrix products
     and attention kernels are counted, at the rate of the fastest of them: a time estimated from it is a lower
     bound."""
-    import time
+    import timeit
 
     a = torch.randn(256, 256)
     a @ a
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        for _ in range(4):
-            a @ a
-        best = min(best, time.perf_counter() - started)
-    return 4 * 2 * 256**3 / best
+    return 4 * 2 * 256**3 / min(timeit.repeat(lambda: a @ a, number=4, repeat=5))
 
 
 def check_phases(phases: list[Phase], on_gpu: bool) -> None:
