@@ -114,10 +114,12 @@ class FusedAttention(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention and args[0].is_meta and _cpu_takes_flash(*args[:3], **kwargs):
-            q, k, v = args[:3]
-            mask, p = kwargs.get("attn_mask"), kwargs.get("dropout_p", 0.0)
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, p, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale")
+                *args[:3],
+                kwargs.get("dropout_p", 0.0),
+                kwargs.get("is_causal", False),
+                attn_mask=kwargs.get("attn_mask"),
+                scale=kwargs.get("scale"),
             )[0]
         return func(*args, **kwargs)
 
