@@ -249,7 +249,6 @@ def trainer_arguments() -> list[str]:
 
 # ---------------------------------------------------------------- options named by entry: pos.layers
 
-LAYERS = "layers"  # pos.layers / attn.layers: a per-layer pattern
 PATTERN_EXAMPLES = {"pos": "[rope,rope,rope,none]", "attn": "[local,local,local,local,local,softmax]"}
 PHASE_KEYS = ("at", "pos", "scaling", "factor", "seq_len")
 PHASE_EXAMPLE = "phases=[{at: 300, pos: none}]"
@@ -260,22 +259,22 @@ def choice(group: str, node: Json, name: str, config_dirs: Sequence[str]) -> Cho
     randomize = (
         settings(Randomize, group, {k: node[k] for k in RANDOMIZE if k in node}) if group == "pos" else Randomize()
     )
-    own = own_node(node) if group == "pos" else {k: v for k, v in node.items() if k != LAYERS}
+    own = own_node(node) if group == "pos" else {k: v for k, v in node.items() if k != "layers"}
     option = component(group, own, f"{group}={name}", group, ("shape",))
-    if node.get(LAYERS) is None:
+    if node.get("layers") is None:
         return Choice(name, option, randomize=randomize)
-    unit = pattern_unit(node[LAYERS], group)
+    unit = pattern_unit(node["layers"], group)
     entries: dict[str, Component] = {}
     names: dict[str, str] = {}
     for i, entry in enumerate(unit):
         if entry in entries:
             continue
         names[entry], entries[entry] = entry_component(
-            group, entry, f"{group}.{LAYERS}[{i}]", f"{group}.{LAYERS}", (option.name, own), config_dirs
+            group, entry, f"{group}.layers[{i}]", f"{group}.layers", (option.name, own), config_dirs
         )
     if option.name not in names.values():
         raise ConfigError(
-            f"{group}.{LAYERS}={list(unit)} names no {option.name} layer, so the {group}={option.name} "
+            f"{group}.layers={list(unit)} names no {option.name} layer, so the {group}={option.name} "
             f"settings would be unused; put {option.name} in the pattern, or pick "
             f"{group}=<one of its names>"
         )
@@ -284,7 +283,7 @@ def choice(group: str, node: Json, name: str, config_dirs: Sequence[str]) -> Cho
 
 def own_node(node: Json) -> Json:
     """The pos node less the pattern and the wrapper's keys: what the chosen option's class takes."""
-    return {k: v for k, v in node.items() if k != LAYERS and k not in RANDOMIZE}
+    return {k: v for k, v in node.items() if k != "layers" and k not in RANDOMIZE}
 
 
 def pattern_unit(value: object, group: str) -> tuple[str, ...]:
@@ -294,8 +293,8 @@ def pattern_unit(value: object, group: str) -> tuple[str, ...]:
         value = split_entries(value)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(
-            f"{group}.{LAYERS}={value!r} must be a list of {group} option names, one per layer of the "
-            f"repeating unit, e.g. +{group}.{LAYERS}={PATTERN_EXAMPLES[group]}"
+            f"{group}.layers={value!r} must be a list of {group} option names, one per layer of the "
+            f"repeating unit, e.g. +{group}.layers={PATTERN_EXAMPLES[group]}"
         )
     return tuple(value)
 
