@@ -264,21 +264,19 @@ def choice(group: str, node: Json, name: str, config_dirs: Sequence[str]) -> Cho
     if node.get("layers") is None:
         return Choice(name, option, randomize=randomize)
     unit = pattern_unit(node["layers"], group)
-    entries: dict[str, Component] = {}
-    names: dict[str, str] = {}
-    for i, entry in enumerate(unit):
-        if entry in entries:
-            continue
-        names[entry], entries[entry] = entry_component(
-            group, entry, f"{group}.layers[{i}]", f"{group}.layers", (option.name, own), config_dirs
+    typed = {  # each distinct entry once, typed where it first appears (pos.layers[2])
+        entry: entry_component(
+            group, entry, f"{group}.layers[{unit.index(entry)}]", f"{group}.layers", (option.name, own), config_dirs
         )
-    if option.name not in names.values():
+        for entry in dict.fromkeys(unit)
+    }
+    if option.name not in {entry_name for entry_name, _ in typed.values()}:
         raise ConfigError(
             f"{group}.layers={list(unit)} names no {option.name} layer, so the {group}={option.name} "
             f"settings would be unused; put {option.name} in the pattern, or pick "
             f"{group}=<one of its names>"
         )
-    return Choice(name, option, unit, entries, randomize)
+    return Choice(name, option, unit, {entry: c for entry, (_, c) in typed.items()}, randomize)
 
 
 def own_node(node: Json) -> Json:
