@@ -112,27 +112,6 @@ _UNITS = {"GB": 10**9, "GIB": 2**30, "MB": 10**6, "MIB": 2**20, "TB": 10**12, "T
 MAX_GPU_BYTES = 10**15  # a petabyte: far above any accelerator's memory, far below float overflow
 
 
-def parse_size(text: str, key: str = "--gpu-memory") -> int:
-    """'80GB' (10⁹ bytes a GB, as GPU sizes are sold: a conservative reading of '80 GB'), '80GiB' (2³⁰),
-    MB/MiB, TB/TiB; the unit is required."""
-    number = text.strip().rstrip("BbIi").rstrip("GgMmTt")
-    unit = text.strip()[len(number) :].upper()
-    try:
-        value = float(number)
-    except ValueError:
-        value = float("nan")
-    if unit not in _UNITS or not value > 0 or value == float("inf"):
-        raise ConfigError(
-            f"{key}={text!r} is not a memory size; give a number and a unit, e.g. {key} 80GB (or 80GiB, 40GB, 24GiB)"
-        )
-    if value * _UNITS[unit] > MAX_GPU_BYTES:
-        raise ConfigError(
-            f"{key}={text!r} is larger than any GPU (at most {MAX_GPU_BYTES // 10**12:,} TB here); "
-            f"give the GPU's size, e.g. {key} 80GB"
-        )
-    return int(value * _UNITS[unit])
-
-
 @dataclass(frozen=True)
 class NamedGpu:
     """The GPU a check is for: its size as the user wrote it, and in bytes."""
@@ -142,7 +121,25 @@ class NamedGpu:
 
     @classmethod
     def parse(cls, text: str) -> NamedGpu:
-        return cls(text.strip(), parse_size(text))
+        """'80GB' (10⁹ bytes a GB, as GPU sizes are sold: a conservative reading of '80 GB'), '80GiB' (2³⁰),
+        MB/MiB, TB/TiB; the unit is required."""
+        number = text.strip().rstrip("BbIi").rstrip("GgMmTt")
+        unit = text.strip()[len(number) :].upper()
+        try:
+            value = float(number)
+        except ValueError:
+            value = float("nan")
+        if unit not in _UNITS or not value > 0 or value == float("inf"):
+            raise ConfigError(
+                f"--gpu-memory={text!r} is not a memory size; give a number and a unit, e.g. --gpu-memory 80GB "
+                "(or 80GiB, 40GB, 24GiB)"
+            )
+        if value * _UNITS[unit] > MAX_GPU_BYTES:
+            raise ConfigError(
+                f"--gpu-memory={text!r} is larger than any GPU (at most {MAX_GPU_BYTES // 10**12:,} TB here); "
+                "give the GPU's size, e.g. --gpu-memory 80GB"
+            )
+        return cls(text.strip(), int(value * _UNITS[unit]))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from harness.config.check import check
-from harness.config.estimates import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu_estimate, parse_size
+from harness.config.estimates import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu_estimate
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig
 from tests.paper_presets import GPU, PAPER, _cells, _composed, _first_cell
@@ -303,13 +303,13 @@ def test_every_precision_lightning_accepts_has_an_estimate():
     ],
 )
 def test_gpu_sizes_parse(text, bytes_):
-    assert parse_size(text) == bytes_
+    assert NamedGpu.parse(text).memory == bytes_
 
 
 @pytest.mark.parametrize("text", ["80", "GB", "-1GB", "0GB", "eightyGB", "80PB", "nanGB", "infGB"])
 def test_a_size_without_a_unit_or_a_positive_number_is_refused(text):
     with pytest.raises(ConfigError, match=r"--gpu-memory=.* is not a memory size; give a number and a unit"):
-        parse_size(text)
+        NamedGpu.parse(text)
 
 
 def test_check_prints_the_estimate_and_that_it_fits(capsys):
