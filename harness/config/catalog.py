@@ -41,9 +41,8 @@ def locate(key: str, target: str) -> type:
     try:
         return get_object(target)
     except Exception as e:
-        cause = one_line(e.__cause__ or e)
         raise ConfigError(
-            f"{key}={target!r} cannot be imported ({cause}); name a class importable here, e.g. "
+            f"{key}={target!r} cannot be imported ({one_line(e.__cause__ or e)}); name a class importable here, e.g. "
             "positional.rope.Rope, or mypkg.MyScheme with mypkg on PYTHONPATH"
         ) from None
     finally:
