@@ -84,15 +84,18 @@ def scaling_of(
         )
     if own == "none":
         return RopeScaling(base=base, rotated=rotated)
+    # transformers reads a null or 0 beta as its default, and the mscale pair only when both are non-zero and no
+    # attention_factor is given
+    pair = params.get("attention_factor") is None and params.get("mscale") and params.get("mscale_all_dim")
     read = {
         "dynamic_ntk": {"yarn_variant": "hf"},
         "yarn": {
-            "alpha": params.get("beta_slow", 1.0),
-            "beta": params.get("beta_fast", 32.0),
+            "alpha": params.get("beta_slow") or 1.0,
+            "beta": params.get("beta_fast") or 32.0,
             "yarn_variant": "hf",
             "truncate": params.get("truncate", True),
-            "mscale": params.get("mscale"),
-            "mscale_all_dim": params.get("mscale_all_dim"),
+            "mscale": params.get("mscale") if pair else None,
+            "mscale_all_dim": params.get("mscale_all_dim") if pair else None,
             "attention_factor": params.get("attention_factor"),
         },
         "llama3": {

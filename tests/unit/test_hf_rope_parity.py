@@ -176,6 +176,29 @@ def test_yarn_hf_is_hf_yarn(head, base):
                 compare("yarn (hf)", got, config, None)
 
 
+# yarn keys of a config.json that transformers reads as unset: null or 0 betas (`or 32`, `or 1`), an mscale without
+# its mscale_all_dim (or beside an attention_factor)
+YARN_UNSET_KEYS = [
+    dict(beta_fast=None, beta_slow=None),
+    dict(beta_fast=0, beta_slow=0),
+    dict(mscale=0.707),
+    dict(mscale=1.0, mscale_all_dim=0),
+    dict(mscale=1.0, mscale_all_dim=0.5, attention_factor=1.2),
+]
+
+
+@pytest.mark.parametrize("keys", YARN_UNSET_KEYS, ids=lambda k: ",".join(f"{n}={v}" for n, v in k.items()))
+def test_a_configs_yarn_keys_are_read_as_hf_reads_them(keys):
+    from harness.pretrained.rotary import scaling_of
+
+    L, D = 1024, 128
+    config = hf_config(
+        D, 1.0, 10000.0, 4 * L, rope_type="yarn", original_max_position_embeddings=L, **{"factor": 4.0, **keys}
+    )
+    scaling = scaling_of(config)
+    compare("yarn (config)", scaling.frequencies(rope_inv_freq(D, 10000.0, F64), 1), config, None)
+
+
 def test_llama3_is_hf_llama3(head, base):
     for s in FACTORS:
         for L in ORIGINAL:
