@@ -108,7 +108,8 @@ def scaling_of(
             "attention_factor": params.get("attention_factor"),
         },
     }.get(own, {})
-    factor = params.get("factor") or (max_pos / original if own == "longrope" else 1.0)
+    # a longrope or yarn factor left out or null is max_position_embeddings ÷ the original, as transformers takes it
+    factor = params.get("factor") or (max_pos / original if own in ("longrope", "yarn") else 1.0)
     # dynamic NTK scales from max_position_embeddings, as transformers' dynamic_rope_update does
     return RopeScaling(
         method=own,

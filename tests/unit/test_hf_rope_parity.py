@@ -177,8 +177,9 @@ def test_yarn_hf_is_hf_yarn(head, base):
 
 
 # yarn keys of a config.json that transformers reads as unset: null or 0 betas (`or 32`, `or 1`), an mscale without
-# its mscale_all_dim (or beside an attention_factor)
+# its mscale_all_dim (or beside an attention_factor), a null factor (then max_position_embeddings ÷ original)
 YARN_UNSET_KEYS = [
+    dict(factor=None),
     dict(beta_fast=None, beta_slow=None),
     dict(beta_fast=0, beta_slow=0),
     dict(mscale=0.707),
