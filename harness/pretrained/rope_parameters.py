@@ -131,23 +131,30 @@ def read_config(config) -> Layers:
 def of_config(config) -> dict:
     """A copy of the config's ``rope_parameters`` (a dict or an object with attributes), as transformers'
     ``convert_rope_params_to_dict`` and ``standardize_rope_params`` complete it: a v4 config's rope_scaling (``type``,
-    v4's name for rope_type); flat ones take the config's rope_theta and partial_rotary_factor where they give none.
+    v4's name for rope_type); each flat set (the one, or each layer type's) takes the config's rope_theta and
+    partial_rotary_factor where it gives none.
     A rope_type other than default is refused by ``_entry`` and read by ``rotary.scaling_of``."""
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     params = get("rope_parameters")
     if params is None:  # v4
         params = dict(get("rope_scaling") or {})
         params["rope_type"] = params.pop("rope_type", params.pop("type", "default"))
-    params = dict(params)
-    if per_layer_type(params):
-        return params
-    params.setdefault("rope_theta", get("rope_theta", 10000.0))
-    if get("partial_rotary_factor") is not None:
-        params.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
+    if per_layer_type(params):  # each layer type's entry takes the config's two keys, as a flat one does
+        return {t: None if p is None else _with_config_keys(dict(p), get) for t, p in params.items()}
+    params = _with_config_keys(dict(params), get)
     # Phi-3 keeps its pretraining length beside its rope parameters, and transformers takes that one for the
     # rope types scaled from it
     if get("original_max_position_embeddings") and params.get("rope_type", params.get("type")) in SCALED_FROM:
         params["original_max_position_embeddings"] = get("original_max_position_embeddings")
+    return params
+
+
+def _with_config_keys(params: dict, get) -> dict:
+    """``params`` with the config's rope_theta (10000 where it has none) and partial_rotary_factor where they give
+    none."""
+    params.setdefault("rope_theta", get("rope_theta", 10000.0))
+    if get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
     return params
 
 

@@ -4,6 +4,7 @@ modules (GPT-NeoX for a flat dict with partial rotary, Gemma 3 for one nested by
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -189,3 +190,28 @@ def test_a_flat_dict_takes_the_configs_own_theta_and_partial_rotary_where_it_giv
     assert theirs == {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
     assert rope_parameters(SimpleNamespace(**v5)) == theirs
     assert read_config(v5).pos == ("rope(base=500.0,fraction=0.5,layout=half)",) * 2
+
+
+def test_a_nested_dict_takes_the_configs_own_theta_and_partial_rotary_where_it_gives_none():
+    """rope_parameters per layer type whose entries leave out rope_theta and partial_rotary_factor, given beside
+    them: each entry takes both from the config, as transformers' ``convert_rope_params_to_dict`` does."""
+    from types import SimpleNamespace
+
+    from transformers import Qwen3Config
+
+    from harness.pretrained.rotary import rope_parameters
+
+    nested = {
+        "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 16,
+        "rope_theta": 500.0,
+        "partial_rotary_factor": 0.5,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default"}, "full_attention": {"rope_type": "default"}},
+    }
+    theirs = Qwen3Config.from_dict(copy.deepcopy(nested)).rope_parameters
+    assert theirs["full_attention"] == {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
+    for layer_type in ("sliding_attention", "full_attention"):
+        assert rope_parameters(SimpleNamespace(**nested), layer_type) == theirs[layer_type]
+    assert read_config(nested).pos == ("rope(base=500.0,fraction=0.5,layout=half)",) * 2
+    assert nested["rope_parameters"]["full_attention"] == {"rope_type": "default"}  # the caller's dict unchanged
