@@ -110,6 +110,8 @@ def scaling_of(
     }.get(own, {})
     # a longrope or yarn factor left out or null is max_position_embeddings ÷ the original, as transformers takes it
     factor = params.get("factor") or (max_pos / original if own in ("longrope", "yarn") else 1.0)
+    if own == "longrope":  # its factor sets only the attention factor, which is 1 for any factor ≤ 1
+        factor = max(factor, 1.0)
     # dynamic NTK scales from max_position_embeddings, as transformers' dynamic_rope_update does
     return RopeScaling(
         method=own,

@@ -267,6 +267,22 @@ def test_longrope_is_hf_longrope(head, base):
                     compare("longrope", got, config, length)
 
 
+@pytest.mark.parametrize("factor", [None, 0.5], ids=["derived", "given"])
+def test_a_configs_longrope_factor_below_1_is_read_as_hf_reads_it(factor):
+    """max_position_embeddings below the original (a factor of 0.5 derived), or a factor of 0.5 given: transformers
+    takes attention factor 1, as for any factor ≤ 1, and switches factor lists at the original length as always."""
+    from harness.pretrained.rotary import scaling_of
+
+    L, D = 1024, 64
+    short, long = longrope_lists(D // 2, 4.0, 0)
+    keys = dict(short_factor=short, long_factor=long, original_max_position_embeddings=L)
+    config = hf_config(D, 1.0, 10000.0, L // 2, rope_type="longrope", **keys, **({"factor": factor} if factor else {}))
+    for length in (L, L + 1):
+        compare(
+            "longrope (config)", scaling_of(config).frequencies(rope_inv_freq(D, 10000.0, F64), length), config, length
+        )
+
+
 # ---- end to end: a Rope module in eval mode rotates by positions × HF's θ', scaled by HF's factor -------------
 
 
