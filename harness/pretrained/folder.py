@@ -75,6 +75,8 @@ class HFConfig:
     original_max_position_embeddings: PositiveInt | None = None  # Phi-3's, beside rope_scaling
     rope_theta: Theta | None = None
     partial_rotary_factor: Fraction | None = None
+    rotary_emb_base: Theta | None = None  # GPT-NeoX's name for rope_theta
+    rotary_pct: Fraction | None = None  # GPT-NeoX's name for partial_rotary_factor
     rope_parameters: dict | None = None  # flat, or one (or None: no RoPE) per layer type: ``rope_parameters``
     rope_scaling: dict | None = None  # transformers v4's name for a scaling's parameters
     layer_types: list[str] | None = None

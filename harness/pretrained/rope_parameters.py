@@ -151,10 +151,11 @@ def of_config(config) -> dict:
 
 def _with_config_keys(params: dict, get) -> dict:
     """``params`` with the config's rope_theta (10000 where it has none) and partial_rotary_factor where they give
-    none."""
-    params.setdefault("rope_theta", get("rope_theta", 10000.0))
-    if get("partial_rotary_factor") is not None:
-        params.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
+    none; GPT-NeoX's config names them rotary_emb_base and rotary_pct, which transformers reads as these."""
+    params.setdefault("rope_theta", get("rope_theta") or get("rotary_emb_base") or 10000.0)
+    fraction = get("partial_rotary_factor") if get("partial_rotary_factor") is not None else get("rotary_pct")
+    if fraction is not None:
+        params.setdefault("partial_rotary_factor", fraction)
     return params
 
 

@@ -215,3 +215,29 @@ def test_a_nested_dict_takes_the_configs_own_theta_and_partial_rotary_where_it_g
         assert rope_parameters(SimpleNamespace(**nested), layer_type) == theirs[layer_type]
     assert read_config(nested).pos == ("rope(base=500.0,fraction=0.5,layout=half)",) * 2
     assert nested["rope_parameters"]["full_attention"] == {"rope_type": "default"}  # the caller's dict unchanged
+
+
+def test_gpt_neoxs_own_names_for_theta_and_partial_rotary_are_read_as_transformers_reads_them(tmp_path):
+    """GPT-NeoX's config.json (Pythia's) names θ ``rotary_emb_base`` and the rotated fraction ``rotary_pct``;
+    transformers' GPTNeoXConfig reads them as rope_theta and partial_rotary_factor."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import GPTNeoXConfig
+
+    from harness.pretrained.rotary import rope_parameters
+
+    pythia = {
+        "model_type": "gpt_neox",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 128,
+        "rotary_emb_base": 500,
+        "rotary_pct": 0.25,
+    }
+    theirs = GPTNeoXConfig.from_dict(copy.deepcopy(pythia)).rope_parameters
+    assert (theirs["rope_theta"], theirs["partial_rotary_factor"]) == (500, 0.25)
+    assert rope_parameters(SimpleNamespace(**pythia)) == theirs
+    (tmp_path / "config.json").write_text(json.dumps(pythia))
+    assert read_config(tmp_path).pos == ("rope(base=500.0,fraction=0.25,layout=half)",) * 2
