@@ -77,6 +77,7 @@ class HFConfig:
     partial_rotary_factor: Fraction | None = None
     rotary_emb_base: Theta | None = None  # GPT-NeoX's name for rope_theta
     rotary_pct: Fraction | None = None  # GPT-NeoX's name for partial_rotary_factor
+    rope_local_base_freq: Theta | None = None  # Gemma 3's v4 θ of its sliding-attention layers
     rope_parameters: dict | None = None  # flat, or one (or None: no RoPE) per layer type: ``rope_parameters``
     rope_scaling: dict | None = None  # transformers v4's name for a scaling's parameters
     layer_types: list[str] | None = None

@@ -131,14 +131,18 @@ def read_config(config) -> Layers:
 def of_config(config) -> dict:
     """A copy of the config's ``rope_parameters`` (a dict or an object with attributes), as transformers'
     ``convert_rope_params_to_dict`` and ``standardize_rope_params`` complete it: a v4 config's rope_scaling (``type``,
-    v4's name for rope_type); each flat set (the one, or each layer type's) takes the config's rope_theta and
-    partial_rotary_factor where it gives none.
+    v4's name for rope_type; Gemma 3's rope_local_base_freq, the θ of its sliding-attention layers); each flat set
+    (the one, or each layer type's) takes the config's rope_theta and partial_rotary_factor where it gives none.
     A rope_type other than default is refused by ``_entry`` and read by ``rotary.scaling_of``."""
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     params = get("rope_parameters")
     if params is None:  # v4
         params = dict(get("rope_scaling") or {})
         params["rope_type"] = params.pop("rope_type", params.pop("type", "default"))
+        local = get("rope_local_base_freq")
+        if local is not None:  # Gemma 3's: rope_theta and rope_scaling are its full-attention layers'
+            sliding = {"rope_type": "default", "rope_theta": local}
+            params = {"full_attention": params, "sliding_attention": sliding}
     if per_layer_type(params):  # each layer type's entry takes the config's two keys, as a flat one does
         return {t: None if p is None else _with_config_keys(dict(p), get) for t, p in params.items()}
     params = _with_config_keys(dict(params), get)

@@ -241,3 +241,29 @@ def test_gpt_neoxs_own_names_for_theta_and_partial_rotary_are_read_as_transforme
     assert rope_parameters(SimpleNamespace(**pythia)) == theirs
     (tmp_path / "config.json").write_text(json.dumps(pythia))
     assert read_config(tmp_path).pos == ("rope(base=500.0,fraction=0.25,layout=half)",) * 2
+
+
+def test_gemma_3s_v4_config_gives_its_sliding_layers_their_own_theta(tmp_path):
+    """Gemma 3's v4 config.json: rope_theta (and rope_scaling) belong to the full-attention layers, the sliding ones
+    turn at ``rope_local_base_freq``, as transformers' Gemma3TextConfig reads it."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import Gemma3TextConfig
+
+    from harness.pretrained.rotary import rope_parameters
+
+    v4 = {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 16,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": None,
+    }
+    theirs = Gemma3TextConfig.from_dict(copy.deepcopy(v4)).rope_parameters
+    for layer_type in ("sliding_attention", "full_attention"):
+        assert rope_parameters(SimpleNamespace(**v4), layer_type) == theirs[layer_type]
+    (tmp_path / "config.json").write_text(json.dumps(v4))
+    assert read_config(tmp_path).pos == ("rope(base=10000.0,layout=half)", "rope(base=1000000.0,layout=half)")
