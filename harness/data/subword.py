@@ -262,9 +262,17 @@ class Trained(Subword):
 
     def _trained(self) -> None:
         """A text too small for every merge asked gives fewer ids: the model gets the vocabulary's own size (no rows
-        for ids that never occur), and the run says so (harness/train.py)."""
+        for ids that never occur), and the run says so (harness/train.py). More than asked (WordPiece's trainer keeps
+        every character of the text, and its ## form, whatever the size) would index past the model's rows: refused."""
         assert self._tok is not None, "called once the vocabulary is trained or loaded"
-        self.vocab_size = min(self.asked, self._tok.get_vocab_size(with_added_tokens=True))
+        trained = self._tok.get_vocab_size(with_added_tokens=True)
+        if trained > self.asked:
+            raise ConfigError(
+                f"tokenizer={self.kind} trained {trained:,} ids, more than tokenizer.vocab_size={self.asked:,}: the "
+                "training split's characters (each also as a ## continuation) and the specials alone take that many; "
+                f"raise tokenizer.vocab_size to at least {trained:,}"
+            )
+        self.vocab_size = trained
 
     def recipe(self) -> dict:
         """What decides a trained vocabulary besides the text (pre-tokenized shards record it)."""

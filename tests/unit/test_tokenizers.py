@@ -375,6 +375,25 @@ def test_a_vocabulary_the_text_cannot_fill_gives_the_model_its_own_size(corpus, 
         _trained_vocabulary(SimpleNamespace(run=SimpleNamespace(paper={"vocab_size": 50257})), 50257, trained)
 
 
+def test_a_wordpiece_alphabet_larger_than_the_vocabulary_asked_is_refused(cache):
+    """WordPiece keeps every character of the training split whatever tokenizer.vocab_size says: a text of 600
+    distinct characters trains more than 300 ids, which a model of 300 embedding rows cannot take; refused with the
+    size that fits, which then trains every id below it."""
+    rng = random.Random(0)
+    chars = [chr(0x4E00 + i) for i in range(600)]
+    text = "\n".join(" ".join("".join(rng.choice(chars) for _ in range(3)) for _ in range(8)) for _ in range(2000))
+    data = text.encode()
+    corpus = Corpus("cjk", *block_split(data, 20), hashlib.sha256(data).hexdigest(), len(data))
+    with pytest.raises(ConfigError, match=r"raise tokenizer.vocab_size to at least \d") as e:
+        WordPiece(vocab_size=300).fit(corpus)
+    needed = int(str(e.value).rsplit(" ", 1)[1].replace(",", ""))
+    assert needed > 300 and "\n" not in str(e.value)
+    tok = WordPiece(vocab_size=needed)
+    tok.fit(corpus)
+    assert tok.vocab_size == needed and int(tok.encode(corpus.val).max()) < needed
+    assert int(tok.regular_ids().max()) < needed
+
+
 @pytest.mark.parametrize("kind", ["byte", "bpe", "wordpiece"])
 def test_an_exported_tokenizer_loads_with_autotokenizer_and_encodes_as_the_run_did(kind, corpus, cache, tmp_path):
     """export=hf writes the run's tokenizer (harness/pretrained/export.py): transformers' AutoTokenizer loads the
