@@ -16,7 +16,9 @@ token) measures how much the model uses word order: a model that uses it loses a
   causal synthetic task's): it rebuilds the raw text, permutes it, shifts again, and each scored target token
   keeps its score wherever it lands (the token landing at position 0 cannot be predicted).
 
-Padding never moves: only real positions are permuted among themselves.
+Padding never moves: only real positions are permuted among themselves. In packed windows (``document_ids``)
+each document's among themselves: with attention kept inside documents, a permutation across them would change what
+each document holds, a loss change that even a model blind to order shows.
 
 Notation: T sequence length.
 """
@@ -61,11 +63,14 @@ class WithShuffled(Dataset):
         return {"plain": example, "shuffled": shuffle_within_window(example, gen, causal=self.causal)}
 
 
-def real_permutation(valid: Tensor, gen: torch.Generator) -> Tensor:
-    """(T,) bool -> (T,) long index map: a uniform permutation of the real positions; padding maps to itself."""
+def real_permutation(valid: Tensor, gen: torch.Generator, documents: Tensor | None = None) -> Tensor:
+    """(T,) bool -> (T,) long index map: a uniform permutation of the real positions; padding maps to itself.
+    ``documents``: (T,) document ids; each document's real positions are permuted among themselves."""
     index = torch.arange(len(valid))
-    real = valid.nonzero().squeeze(1)
-    index[real] = real[torch.randperm(len(real), generator=gen)]
+    groups = [valid] if documents is None else [valid & (documents == d) for d in documents.unique()]
+    for group in groups:
+        real = group.nonzero().squeeze(1)
+        index[real] = real[torch.randperm(len(real), generator=gen)]
     return index
 
 
@@ -73,7 +78,7 @@ def shuffle_within_window(example: dict[str, Tensor], gen: torch.Generator, caus
     """The example with its real tokens permuted; other fields unchanged. See the module docstring."""
     if causal:
         return {**example, **_shuffle_causal(example, gen)}
-    perm = real_permutation(example["key_padding_mask"], gen)
+    perm = real_permutation(example["key_padding_mask"], gen, example.get("document_ids"))
     return {**example, "input_ids": example["input_ids"][perm], "labels": example["labels"][perm]}
 
 
@@ -86,7 +91,10 @@ def _shuffle_causal(example: dict[str, Tensor], gen: torch.Generator) -> dict[st
     last = labels[n - 1 : n]
     raw = torch.cat([inputs[:n], last[last != IGNORE]])  # (r,)
     scored = torch.cat([torch.zeros(1, dtype=torch.bool), labels[: len(raw) - 1] != IGNORE])  # (r,) raw[t] scored
-    perm = torch.randperm(len(raw), generator=gen)
+    documents = example.get("document_ids")
+    if documents is not None:  # (r,) the final target counted in the last input's document
+        documents = torch.cat([documents[:n], documents[n - 1 : n]])[: len(raw)]
+    perm = real_permutation(torch.ones(len(raw), dtype=torch.bool), gen, documents)
     raw, scored = raw[perm], scored[perm]
     new_inputs, new_labels = inputs.clone(), torch.full_like(labels, IGNORE)
     new_inputs[:n] = raw[:n]

@@ -26,6 +26,7 @@ from harness.data.tasks.reverse import Reverse
 from harness.data.tasks.ruler import Ruler
 from harness.data.tasks.sort import Sort
 from harness.data.tokenizer import ByteTokenizer
+from harness.data.windows import with_document_ids
 from harness.errors import ConfigError
 from tests.helpers import ROOT, assert_figure
 
@@ -440,6 +441,31 @@ def test_causal_shuffle_permutes_the_raw_window_before_the_shift(n_real):
     assert len(differ) <= 1 and all(int(reference["labels"][t]) == ord("a") for t in differ)
     assert sorted(window[real_permutation(valid, gen(5))][valid].tolist()) == sorted(window[valid].tolist())
     assert not torch.equal(ours["input_ids"], clm.make_example(window, valid, gen(0))["input_ids"])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_packed_window_is_shuffled_inside_each_document(causal):
+    """With attention kept inside documents, each document of the shuffled twin holds its own tokens (permuted), so a
+    model blind to order loses nothing; each document's order still changes."""
+    tok = ByteTokenizer()
+    objective = CausalLM(tok) if causal else MaskedLM(tok, mask_prob=0.3)
+    text = b"first document here|second one|and the third document"
+    window = torch.tensor(list(text + b"x" * causal), dtype=torch.long)
+    valid = torch.ones(len(window), dtype=torch.bool)
+    firsts = np.zeros(len(window), dtype=bool)
+    firsts[[text.index(b"|") + 1, text.rindex(b"|") + 1]] = True
+    moved = 0
+    for i in range(10):
+        ex = with_document_ids(objective.make_example(window, valid, gen(i)), firsts, 0, len(window))
+        sh = shuffle_within_window(ex, gen(100 + i), causal=causal)
+        assert torch.equal(sh["document_ids"], ex["document_ids"])
+        raw = lambda e: torch.cat([e["input_ids"], e["labels"][-1:]]) if causal else e["input_ids"]  # noqa: E731
+        documents = torch.cat([ex["document_ids"], ex["document_ids"][-1:]]) if causal else ex["document_ids"]
+        for d in documents.unique():
+            here = documents == d
+            assert sorted(raw(sh)[here].tolist()) == sorted(raw(ex)[here].tolist())
+            moved += int(not torch.equal(raw(sh)[here], raw(ex)[here]))
+    assert moved > 20
 
 
 def test_causal_shuffle_of_a_task_example_keeps_its_tokens_and_moves_targets_with_them():
