@@ -401,7 +401,9 @@ class Pretrained(Subword):
         self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id
         if self.pad_id is None:
             raise ConfigError(f"tokenizer.name={name} has neither a pad nor an end-of-text token to pad windows with")
-        self.special_tokens = tuple(hf.all_special_tokens)
+        # the named ones, and those its tokenizer marks special without naming them to transformers
+        added = (t.content for t in hf.added_tokens_decoder.values() if t.special)
+        self.special_tokens = tuple(dict.fromkeys([*hf.all_special_tokens, *added]))
 
     @classmethod
     def config_name(cls) -> str:

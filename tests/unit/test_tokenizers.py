@@ -153,6 +153,14 @@ def test_hf_tokenizer_from_a_saved_folder(corpus, tmp_path):
     assert not set(tok.regular_ids().tolist()) & set(reference.all_special_ids)
 
 
+def test_an_hf_tokenizers_random_replacements_leave_out_every_special_token_it_holds(corpus, tmp_path):
+    """A folder whose tokenizer marks [UNK] [CLS] [SEP] special without naming them to transformers (only its pad and
+    mask): BERT's random replacement still never draws them."""
+    tok = Pretrained(saved_hf(tmp_path, corpus, "bpe", pad_token="[PAD]", mask_token="[MASK]"))
+    assert tok.special_ids == [0, 1, 2, 3, 4]
+    assert torch.equal(tok.regular_ids(), torch.arange(5, tok.vocab_size))
+
+
 def test_a_vocabulary_without_a_mask_token_refuses_mlm_and_pads_clm_with_end_of_text(corpus, tmp_path):
     folder = saved_hf(tmp_path, corpus, "bpe", eos_token="[SEP]")  # like gpt2: no mask, no pad
     tok = Pretrained(folder)
