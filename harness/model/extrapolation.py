@@ -76,8 +76,10 @@ class Extrapolation:
         csv = "condition,length,start,end,tokens,loss\n" + "".join(
             f"{c},{n},{b.start},{b.end},{b.tokens},{b.loss:.6f}\n" for c, n, b in rows
         )
-        files = {"loss_by_position.csv": csv.encode(), "loss_by_position.png": by_position_png(rows)}
-        if len(self.conditions) > 1:
+        files = {"loss_by_position.csv": csv.encode()}
+        if rows:  # every length skipped (eval_skipped_at_<L>): nothing to draw
+            files["loss_by_position.png"] = by_position_png(rows)
+        if rows and len(self.conditions) > 1:
             files["loss_vs_length_by_scaling.png"] = by_length_png(self.conditions)
         if self.finetune_losses:  # the fine-tune's own training curve, per scaling
             files["finetune_loss.csv"] = (

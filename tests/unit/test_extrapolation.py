@@ -22,6 +22,7 @@ from harness.model.extrapolation import bucket_losses, evaluate_extrapolation
 from harness.model.module import LanguageModel
 from harness.model.transformer import ModelConfig, Transformer
 from positional.alibi import ALiBi
+from positional.learned import Learned
 from positional.rope import Rope
 from tests.helpers import assert_figure, rope_args
 
@@ -215,6 +216,19 @@ def test_scaling_none_equals_the_configured_plain_number_and_finetune_restores_t
     }
     assert_figure(files["loss_by_position.png"])
     assert_figure(files["loss_vs_length_by_scaling.png"])
+
+
+def test_every_length_beyond_the_schemes_range_is_skipped_and_its_files_still_written():
+    """pos=learned has no row past its training length: each length is skipped with its reason, and the files
+    are the CSV's header, with no picture of nothing."""
+    from harness.config.spec import EvalSettings
+
+    out = evaluate_extrapolation(
+        tiny_module(Learned), CORPUS, TOK, CausalLM(TOK), data(eval_batches=2), EvalSettings(lengths=[32]), seed=0
+    )
+    assert list(out.skipped) == [32] and out.metrics(bytes_per_token=1.0) == {}
+    files = out.files(4)
+    assert files == {"loss_by_position.csv": b"condition,length,start,end,tokens,loss\n"}
 
 
 def test_a_run_logs_every_condition_and_its_artifacts_to_mlflow(train_tiny):
