@@ -77,13 +77,18 @@ def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, cal
 
 
 def trainer_of(t: TrainerSettings, logger: Logger, callbacks: Sequence[Callback]) -> L.Trainer:
-    # val_check_interval counts optimizer steps (a fraction: of the epoch); Lightning's counts batches
-    every = t.val_check_interval
+    # val_check_interval counts optimizer steps (a fraction: of the epoch, max_steps, which Lightning takes only per
+    # epoch); Lightning's counts batches
+    every = (
+        t.val_check_interval
+        if isinstance(t.val_check_interval, int)
+        else max(1, int(t.val_check_interval * t.max_steps))
+    )
     return L.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
         max_steps=t.max_steps,
-        val_check_interval=every * t.accumulate_grad_batches if isinstance(every, int) else every,
+        val_check_interval=every * t.accumulate_grad_batches,
         check_val_every_n_epoch=t.check_val_every_n_epoch,
         log_every_n_steps=t.log_every_n_steps,
         gradient_clip_val=t.gradient_clip_val,

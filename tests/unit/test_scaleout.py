@@ -150,3 +150,13 @@ def test_validation_counts_optimizer_steps_when_gradients_accumulate(train_tiny)
     )
     assert summary.step == 4
     assert [m.step for m in client.get_metric_history(summary.run_id, "val/loss")] == [2, 4]
+
+
+def test_a_fraction_of_the_epoch_validates_at_that_share_of_the_steps(train_tiny):
+    """trainer.val_check_interval=0.5 is half the run's one epoch (max_steps optimizer steps): Lightning takes no
+    fraction without check_val_every_n_epoch, which posbench leaves null, so the harness gives it the steps."""
+    summary, client = train_tiny(
+        "trainer.max_steps=4", "trainer.val_check_interval=0.5", "trainer.accumulate_grad_batches=3"
+    )
+    assert summary.step == 4
+    assert [m.step for m in client.get_metric_history(summary.run_id, "val/loss")] == [2, 4]
