@@ -796,6 +796,11 @@ RUN_CASES += [
     ("seed-sweep-without-m", ["seed=0,1"], "seed=0,1 is a sweep over several values: add -m"),
     ("accelerator-tpu-absent", ["trainer.accelerator=tpu"], "trainer.accelerator=tpu needs a TPU and torch_xla"),
     (
+        "fp16-autocast-on-cpu",
+        ["trainer.precision=16-mixed"],
+        "trainer.precision=16-mixed on the CPU: Lightning trains bf16-mixed instead",
+    ),
+    (
         "val-check-interval-over-one",
         ["trainer.val_check_interval=1.5"],
         "trainer.val_check_interval=1.5 must be a whole number of optimizer steps or a fraction ≤ 1",

@@ -108,6 +108,11 @@ def check_device(trainer: TrainerSettings, for_named_gpu: bool = False) -> None:
             "trainer.accelerator=mps needs Apple's Metal GPU, which this machine does not have; use trainer=cpu"
         )
     on_cpu = trainer.accelerator == "cpu" or (trainer.accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and trainer.precision == "16-mixed":  # Lightning swaps it, with a warning; the run would record 16
+        raise ConfigError(
+            "trainer.precision=16-mixed on the CPU: Lightning trains bf16-mixed instead (the CPU has no float16 "
+            "autocast), while the run would record 16-mixed; use trainer.precision=bf16-mixed or 32-true"
+        )
     processes, cores = trainer.processes(), os.cpu_count() or 1
     if on_cpu and processes and processes > cores:  # each CPU process computes on its own cores: more would thrash
         raise ConfigError(
