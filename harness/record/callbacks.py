@@ -74,6 +74,7 @@ class CommittedCheckpoints(L.Callback):
         self._saved_step = -1
         self._pending: int | None = None
         self._committed = 0  # the step of the last committed checkpoint (0: none yet)
+        self._validating = False  # a validation inside fit is underway: its step's points are not all logged
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step  # not due, or a further micro-batch of gradient accumulation: no save
@@ -86,13 +87,23 @@ class CommittedCheckpoints(L.Callback):
     def on_train_end(self, trainer, module) -> None:
         self._commit(trainer)
 
+    def on_validation_start(self, trainer, module) -> None:
+        self._validating = trainer.state.fn == "fit"
+
+    def on_validation_end(self, trainer, module) -> None:
+        self._validating = False
+
     def on_exception(self, trainer, module, exception: BaseException) -> None:
         """Stopped. SIGTERM: Lightning raises at the end of a step, a clean point, so that step is saved. Ctrl-C
-        may land anywhere (inside an optimizer step): only the last whole checkpoint is committed."""
+        may land anywhere (inside an optimizer step): only the last whole checkpoint is committed. A stop inside
+        step k's validation commits no checkpoint of step k: Lightning resumes a step-k checkpoint past that
+        validation, so its points would never be written."""
         if not isinstance(exception, (SystemExit, KeyboardInterrupt)):
             return  # a crash: the last committed checkpoint stays the one to resume
         step = trainer.global_step
-        if isinstance(exception, SystemExit) and step > 0 and step != self._saved_step:
+        if self._validating:
+            self._pending = None
+        elif isinstance(exception, SystemExit) and step > 0 and step != self._saved_step:
             self._save(trainer, step)
         self._commit(trainer)
         if self._committed:

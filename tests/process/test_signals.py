@@ -16,10 +16,12 @@ from mlflow.tracking import MlflowClient
 from tests import inprocess
 from tests.helpers import HANG, ROOT, TINY
 
-STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
+STEPS = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=3"]
 
 
-def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+def stopped_run(
+    signal_name: str, phase: str, store: str, tmp_path, *args: str, steps: list[str] = STEPS
+) -> subprocess.CompletedProcess:
     sent = tmp_path / "sent"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     proc = subprocess.run(
@@ -31,7 +33,7 @@ def stopped_run(signal_name: str, phase: str, store: str, tmp_path, *args: str) 
             str(sent),
             *args,
             *TINY,
-            *STEPS,
+            *steps,
             f"hydra.run.dir={tmp_path}/run",
             f"hydra.sweep.dir={tmp_path}/sweep",
         ],
@@ -75,6 +77,22 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
     assert resumed["code"] == 0, resumed["stderr"][-3000:]
     [again] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+
+
+def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_path):
+    """The signal comes in step 4, whose validation then stops at its first batch: step 4's checkpoint would resume
+    past that validation, so the stopped run keeps step 3's and the resumed run validates at step 4."""
+    steps = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
+    proc = stopped_run("TERM", "fit", store, tmp_path, steps=steps)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "checkpoint holds step 3" in proc.stderr, proc.stderr[-2000:]
+    argv = [*TINY, *steps, "resume=true", f"hydra.run.dir={tmp_path}/run2"]
+    resumed = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
+    assert resumed["code"] == 0, resumed["stderr"][-3000:]
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["resumed_from_step"] == "3"
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss")) == [4, 8]
 
 
 @pytest.mark.parametrize("phase", ["fit", "report"])
