@@ -51,6 +51,7 @@ class LanguageModel(L.LightningModule):
         self.val_results: list[dict] = []  # one entry per evaluation, read by the summary
         self.val_windows = torch.zeros(0, 2, dtype=torch.float64)  # the last evaluation's, per window (below)
         self.scaled_in_training = False  # a phase trains with a length scaling (harness/model/phases.py)
+        self._step_losses: tuple[int, list[torch.Tensor]] = (-1, [])  # (global_step, its micro-batches' losses)
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
         return without_full_masks(batch)  # on the host, so the forward reads no value (harness/data/loaders.py)
@@ -87,7 +88,11 @@ class LanguageModel(L.LightningModule):
                 f"{lr:.3g}); lower optim.optimizer.lr, lengthen optim.schedule.warmup_steps or clip "
                 "gradients with trainer.gradient_clip_val"
             )
-        self.log("train/loss", mean, prog_bar=True)
+        if self._step_losses[0] != self.global_step:  # the first micro-batch of an optimizer step
+            self._step_losses = (self.global_step, [])
+        self._step_losses[1].append(mean)
+        # the loss the step's gradient is of: Lightning averages micro-batches, and writes the last value logged
+        self.log("train/loss", torch.stack(self._step_losses[1]).mean(), prog_bar=True)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         # the steps Lightning writes its rows at (its logger connector: batches stepped + 1); else 9 late
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]  # undeclared

@@ -160,3 +160,23 @@ def test_a_fraction_of_the_epoch_validates_at_that_share_of_the_steps(train_tiny
     )
     assert summary.step == 4
     assert [m.step for m in client.get_metric_history(summary.run_id, "val/loss")] == [2, 4]
+
+
+def test_train_loss_is_the_mean_over_an_optimizer_steps_micro_batches(train_tiny, monkeypatch):
+    """With trainer.accumulate_grad_batches=2, train/loss at step k is the mean of step k's two micro-batch
+    losses (the loss its gradient is of), not the last micro-batch's alone."""
+    from harness.model import module
+
+    means, summed_loss = [], module.summed_loss
+
+    def spy(model, batch):
+        loss_sum, n = summed_loss(model, batch)
+        means.append((loss_sum / n).item())
+        return loss_sum, n
+
+    monkeypatch.setattr(module, "summed_loss", spy)
+    summary, client = train_tiny("trainer.max_steps=3", "trainer.accumulate_grad_batches=2")
+    logged = sorted((m.step, m.value) for m in client.get_metric_history(summary.run_id, "train/loss"))
+    want = [(k + 1, (means[2 * k] + means[2 * k + 1]) / 2) for k in range(3)]
+    assert [s for s, _ in logged] == [s for s, _ in want]
+    assert max(abs(a - b) for (_, a), (_, b) in zip(logged, want, strict=True)) <= 1e-6
