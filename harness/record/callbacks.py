@@ -75,13 +75,17 @@ class CommittedCheckpoints(L.Callback):
         self._pending: int | None = None
         self._committed = 0  # the step of the last committed checkpoint (0: none yet)
         self._validating = False  # a validation inside fit is underway: its step's points are not all logged
+        self._step_before = 0  # global_step as the current batch started
+        self._stepped = False  # the last batch ended an optimizer step (not a micro-batch of accumulation)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step  # not due, or a further micro-batch of gradient accumulation: no save
+        self._stepped = step != self._step_before
         if not (step == 0 or step % self.every or step == self._saved_step):
             self._save(trainer, step)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        self._step_before = trainer.global_step
         self._commit(trainer)
 
     def on_train_end(self, trainer, module) -> None:
@@ -94,16 +98,18 @@ class CommittedCheckpoints(L.Callback):
         self._validating = False
 
     def on_exception(self, trainer, module, exception: BaseException) -> None:
-        """Stopped. SIGTERM: Lightning raises at the end of a step, a clean point, so that step is saved. Ctrl-C
-        may land anywhere (inside an optimizer step): only the last whole checkpoint is committed. A stop inside
-        step k's validation commits no checkpoint of step k: Lightning resumes a step-k checkpoint past that
-        validation, so its points would never be written."""
+        """Stopped. SIGTERM: Lightning raises at the end of a batch; one that ended an optimizer step is a clean
+        point, so that step is saved. Ctrl-C may land anywhere (inside an optimizer step): only the last whole
+        checkpoint is committed, as for a SIGTERM after a micro-batch of gradient accumulation (a checkpoint
+        there holds neither the step before nor the one after). A stop inside step k's validation commits no
+        checkpoint of step k: Lightning resumes a step-k checkpoint past that validation, so its points would
+        never be written."""
         if not isinstance(exception, (SystemExit, KeyboardInterrupt)):
             return  # a crash: the last committed checkpoint stays the one to resume
         step = trainer.global_step
         if self._validating:
             self._pending = None
-        elif isinstance(exception, SystemExit) and step > 0 and step != self._saved_step:
+        elif isinstance(exception, SystemExit) and self._stepped and step != self._saved_step:
             self._save(trainer, step)
         self._commit(trainer)
         if self._committed:

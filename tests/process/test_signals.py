@@ -95,6 +95,31 @@ def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_p
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss")) == [4, 8]
 
 
+def test_a_sigterm_between_accumulated_micro_batches_resumes_exactly(store, tmp_path):
+    """Two micro-batches a step: the signal comes in step 4's first, after which Lightning stops. A checkpoint
+    there would hold step 3 plus half of step 4's batch; the stopped run keeps step 2's, and the resumed run
+    ends where an uninterrupted one does."""
+    steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=2"]
+    steps.append("trainer.accumulate_grad_batches=2")
+    proc = stopped_run("TERM", "fit", store, tmp_path, steps=steps)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "checkpoint holds step 2" in proc.stderr, proc.stderr[-2000:]
+    for argv in ([*steps, "resume=true"], steps):  # resumed, then uninterrupted (a new run)
+        done = inprocess.run("run", [*TINY, *argv], str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
+        assert done["code"] == 0, done["stderr"][-3000:]
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("posbench").experiment_id
+    resumed, uninterrupted = client.search_runs([experiment], order_by=["attributes.start_time ASC"])
+    assert resumed.data.tags["resumed_from_step"] == "2"
+    for key in ("train/loss", "val/loss"):
+        got, want = (
+            sorted((m.step, m.value) for m in client.get_metric_history(r.info.run_id, key))
+            for r in (resumed, uninterrupted)
+        )
+        assert [s for s, _ in got] == [s for s, _ in want]
+        assert max(abs(a - b) for (_, a), (_, b) in zip(got, want, strict=True)) <= 1e-6
+
+
 @pytest.mark.parametrize("phase", ["fit", "report"])
 def test_a_stopped_sweep_closes_its_parent_killed(phase, store, tmp_path):
     """SIGTERM in a cell's training or in the sweep's report: exit 143, one line, the parent KILLED (not FAILED,
