@@ -193,20 +193,24 @@ def bits_per_byte(nats_per_token: float, bytes_per_token: float) -> float:
 
 class Throughput(L.Callback):
     """train/tokens_per_s: input tokens ÷ time inside training steps (forward, backward,
-    optimizer), so validation and logging pauses do not count against it. The first step
-    (allocator and thread-pool warm-up) is left out of the logged windows and the run mean alike."""
+    optimizer), so validation and logging pauses do not count against it. The first step of the process
+    (allocator and thread-pool warm-up; a resumed run's too) is left out of the logged windows and the run mean
+    alike."""
 
     def __init__(self, every: int = 10):
         self.every, self.tokens, self.seconds = every, 0, 0.0
         self.total_tokens, self.total_seconds = 0, 0.0
+        self._first: int | None = None  # the global_step this process started training at (> 0: resumed)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._first = trainer.global_step if self._first is None else self._first
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         dt = time.perf_counter() - self._t0
-        if trainer.global_step <= 1 and trainer.max_steps > 1:
-            return  # warm-up step
+        assert self._first is not None, "on_train_batch_start ran first"
+        if trainer.global_step <= self._first + 1 and trainer.max_steps > self._first + 1:
+            return  # this process's warm-up step
         n = batch["input_ids"].numel() * trainer.world_size
         self.tokens, self.seconds = self.tokens + n, self.seconds + dt
         self.total_tokens, self.total_seconds = self.total_tokens + n, self.total_seconds + dt

@@ -180,3 +180,19 @@ def test_train_loss_is_the_mean_over_an_optimizer_steps_micro_batches(train_tiny
     want = [(k + 1, (means[2 * k] + means[2 * k + 1]) / 2) for k in range(3)]
     assert [s for s, _ in logged] == [s for s, _ in want]
     assert max(abs(a - b) for (_, a), (_, b) in zip(logged, want, strict=True)) <= 1e-6
+
+
+def test_a_resumed_runs_first_step_is_left_out_of_tokens_per_s_as_a_new_runs_is():
+    """train/tokens_per_s leaves out the process's first optimizer step (warm-up): resumed at step 4, step 5."""
+    from types import SimpleNamespace
+
+    from harness.model.module import Throughput
+
+    for start in (0, 4):
+        meter, trainer = Throughput(every=100), SimpleNamespace(global_step=start, max_steps=10, world_size=1)
+        batch = {"input_ids": torch.zeros(8, 32)}
+        for _ in range(3):
+            meter.on_train_batch_start(trainer, None, batch, 0)
+            trainer.global_step += 1
+            meter.on_train_batch_end(trainer, None, None, batch, 0)
+        assert meter.total_tokens == 2 * 256, start  # 2 of the 3 steps counted
