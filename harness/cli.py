@@ -212,9 +212,12 @@ def run_app(app: Callable[[], object], args: list[str]) -> int:
             raise
         at = STOPPED_AT.get("step")
         saved_at = f"its checkpoint holds step {at}" if at else "it goes on from its last checkpoint"
+        then = "resume with the same command plus resume=true"
+        if at == 0:  # stopped in training before checkpoint.every_n_steps: resume=true would find nothing
+            saved_at, then = "no checkpoint was written yet", "run the same command again to train it afresh"
         print(
             f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the run is closed KILLED and {saved_at}; "
-            "resume with the same command plus resume=true (a sweep: run it again, finished cells are kept)",
+            f"{then} (a sweep: run it again, finished cells are kept)",
             file=sys.stderr,
         )
         return code

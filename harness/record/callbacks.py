@@ -112,8 +112,7 @@ class CommittedCheckpoints(L.Callback):
         elif isinstance(exception, SystemExit) and self._stepped and step != self._saved_step:
             self._save(trainer, step)
         self._commit(trainer)
-        if self._committed:
-            STOPPED_AT["step"] = self._committed  # for the one line that says so
+        STOPPED_AT["step"] = self._committed  # for the one line that says so (0: no checkpoint yet)
 
     def _save(self, trainer, step: int) -> None:
         self._saved_step = step

@@ -95,6 +95,16 @@ def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_p
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss")) == [4, 8]
 
 
+def test_a_run_stopped_before_its_first_checkpoint_is_not_told_to_resume(store, tmp_path):
+    """The first checkpoint would be step 5 and Ctrl-C comes in step 4: resume=true would find nothing, so the
+    line says to run the command again."""
+    steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5"]
+    proc = stopped_run("INT", "fit", store, tmp_path, steps=steps)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
+
+
 def test_a_sigterm_between_accumulated_micro_batches_resumes_exactly(store, tmp_path):
     """Two micro-batches a step: the signal comes in step 4's first, after which Lightning stops. A checkpoint
     there would hold step 3 plus half of step 4's batch; the stopped run keeps step 2's, and the resumed run
