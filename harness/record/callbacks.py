@@ -74,7 +74,6 @@ class CommittedCheckpoints(L.Callback):
         self._saved_step = -1
         self._pending: int | None = None
         self._committed = 0  # the step of the last committed checkpoint (0: none yet)
-        self._validating = False  # a validation inside fit is underway: its step's points are not all logged
         self._step_before = 0  # global_step as the current batch started
         self._stepped = False  # the last batch ended an optimizer step (not a micro-batch of accumulation)
 
@@ -91,12 +90,6 @@ class CommittedCheckpoints(L.Callback):
     def on_train_end(self, trainer, module) -> None:
         self._commit(trainer)
 
-    def on_validation_start(self, trainer, module) -> None:
-        self._validating = trainer.state.fn == "fit"
-
-    def on_validation_end(self, trainer, module) -> None:
-        self._validating = False
-
     def on_exception(self, trainer, module, exception: BaseException) -> None:
         """Stopped. SIGTERM: Lightning raises at the end of a batch; one that ended an optimizer step is a clean
         point, so that step is saved. Ctrl-C may land anywhere (inside an optimizer step): only the last whole
@@ -107,7 +100,7 @@ class CommittedCheckpoints(L.Callback):
         if not isinstance(exception, (SystemExit, KeyboardInterrupt)):
             return  # a crash: the last committed checkpoint stays the one to resume
         step = trainer.global_step
-        if self._validating:
+        if trainer.validating and trainer.state.fn == "fit":  # stopped inside fit's validation of this step
             self._pending = None
         elif isinstance(exception, SystemExit) and self._stepped and step != self._saved_step:
             self._save(trainer, step)
