@@ -3,7 +3,8 @@
 
 What maps (checked by ``refusal`` before a run trains, so a run asked to export never finds out at its end):
   the modern block (model=modern: RMSNorm, SwiGLU, no biases, pre-norm), a causal task, softmax attention on
-  every layer, one RoPE scheme (no pattern, no partial rotary, no randomized positions, no Resonance/HoPE)
+  every layer, one RoPE scheme (no pattern, no partial rotary, no randomized positions, no Resonance/HoPE, no
+  evaluation-time length scaling)
   → LlamaForCausalLM; with model.qk_norm=true → Qwen3ForCausalLM (its q_norm, k_norm per head before RoPE).
   model.head=tied → tie_word_embeddings. The rotation: transformers rotates the pairs (x_i, x_{i+D/2}); a model
   trained with pos.layout=interleaved (pairs (x_{2i}, x_{2i+1})) is written with each head's q and k rows (and
@@ -73,6 +74,11 @@ def refusal(model, causal: bool) -> str | None:
             return f"pos.{key}: LlamaForCausalLM has no such RoPE option"
     if scheme.fraction != 1.0:
         return f"pos.fraction={scheme.fraction}: LlamaForCausalLM rotates every dimension of a head"
+    if scheme.scaling.method != "none":  # model.eval() applies it; the written config.json would not
+        return (
+            f"pos.scaling={scheme.scaling.method}: the export writes plain RoPE, and the run's final evaluation "
+            "applies this scaling, so transformers' logits would differ (eval.scalings scores scalings without it)"
+        )
     return None
 
 

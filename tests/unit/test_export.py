@@ -111,6 +111,8 @@ def test_what_llama_cannot_hold_is_refused_naming_it(kw, causal, needle):
         (["+pos.layers=[rope,none]"], "a per-layer pattern"),
         (["phases=[{at:3,pos:none}]"], "pos=none: LlamaForCausalLM applies RoPE"),  # judged on the scheme it ends with
         (["model=small"], "model.norm_type=layernorm"),
+        (["pos/scaling=yarn", "pos.scaling.factor=4"], "pos.scaling=yarn: the export writes plain RoPE"),
+        (["pos/scaling=dynamic_ntk"], "pos.scaling=dynamic_ntk: the export writes plain RoPE"),
     ],
 )
 def test_a_run_asked_to_export_what_has_no_form_is_refused_before_training(overrides, needle):
