@@ -82,6 +82,7 @@ class HFConfig:
     rope_scaling: dict | None = None  # transformers v4's name for a scaling's parameters
     layer_types: list[str] | None = None
     sliding_window: PositiveInt | None = None
+    use_sliding_window: bool | None = None  # Qwen2's: false keeps sliding_window in the config unused
     tie_word_embeddings: bool | None = None
     attention_bias: bool | None = None
     mlp_bias: bool | None = None

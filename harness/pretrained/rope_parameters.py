@@ -75,6 +75,12 @@ def read(
 ) -> Layers:
     """posbench's layers for a model with these ``rope_parameters`` (flat or nested by layer type) and
     ``layer_types`` (one per layer; None: every layer full attention)."""
+    if not layer_types and sliding_window:
+        raise ConfigError(
+            f"sliding_window={sliding_window} without layer_types: transformers slides the layers this model's family "
+            "picks (Mistral's and Phi-3's every one, Gemma 2's every other); add layer_types to the config, one "
+            "full_attention or sliding_attention per layer"
+        )
     types = list(layer_types) if layer_types else ["full_attention"] * n_layers
     if len(types) != n_layers:
         raise ConfigError(f"layer_types has {len(types)} entries for {n_layers} layers; give one per layer")
@@ -125,7 +131,8 @@ def read_config(config) -> Layers:
     layers = get("num_hidden_layers")
     if layers is None:
         raise ConfigError("the config has no num_hidden_layers; give a transformers decoder's config.json")
-    return read(of_config(config), get("layer_types"), int(layers), get("sliding_window"))
+    window = None if get("use_sliding_window") is False else get("sliding_window")  # Qwen2's: kept, not applied
+    return read(of_config(config), get("layer_types"), int(layers), window)
 
 
 def of_config(config) -> dict:

@@ -267,3 +267,28 @@ def test_gemma_3s_v4_config_gives_its_sliding_layers_their_own_theta(tmp_path):
         assert rope_parameters(SimpleNamespace(**v4), layer_type) == theirs[layer_type]
     (tmp_path / "config.json").write_text(json.dumps(v4))
     assert read_config(tmp_path).pos == ("rope(base=10000.0,layout=half)", "rope(base=1000000.0,layout=half)")
+
+
+def test_a_window_without_layer_types_is_refused_and_an_unused_one_read_as_full_attention(tmp_path):
+    """Mistral 7B v0.1's and Phi-3 mini 4k's config.json give sliding_window and no layer_types: transformers slides
+    every layer of theirs (Gemma 2's v4 config, every other one), so full attention would be another model. Qwen2's
+    gives one with use_sliding_window false, which transformers does not apply."""
+    import json
+
+    from transformers import MistralConfig, MistralForCausalLM
+
+    mistral = {"model_type": "mistral", "num_hidden_layers": 2, "rope_theta": 10000.0, "sliding_window": 4}
+    size = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=4)
+    torch.manual_seed(0)
+    slid = MistralForCausalLM(MistralConfig(**size, **mistral)).eval()
+    full = MistralForCausalLM(MistralConfig(**size, **{**mistral, "sliding_window": None})).eval()
+    full.load_state_dict(slid.state_dict())
+    ids = torch.randint(50, (1, 16))
+    with torch.no_grad():
+        assert not torch.allclose(slid(ids).logits, full(ids).logits)  # the window is part of the model
+    (tmp_path / "config.json").write_text(json.dumps(mistral))
+    with pytest.raises(ConfigError, match="sliding_window=4 without layer_types"):
+        read_config(tmp_path)
+    qwen2 = {"model_type": "qwen2", "num_hidden_layers": 2, "sliding_window": 4, "use_sliding_window": False}
+    (tmp_path / "config.json").write_text(json.dumps(qwen2))
+    assert read_config(tmp_path).attn == ("softmax", "softmax")
