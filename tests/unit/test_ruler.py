@@ -118,3 +118,20 @@ def test_bad_settings_are_one_line():
         Ruler(variant="niah")
     with pytest.raises(ConfigError, match=r"below task=ruler's shortest length 272"):
         Ruler(variant="niah_multiquery", train_lengths=[128, 256], eval_lengths=[256, 1024])
+
+
+@pytest.mark.parametrize("variant", ["cwe", "fwe"])
+def test_cwe_and_fwe_fit_a_tokenizer_that_spells_their_words_finer_than_abcdef(variant):
+    """A subword vocabulary holds "abc" and "def" but spells a drawn word letter by letter, as a BPE trained on text
+    does (" abcdef" 2 of its tokens, " tjqotb" 5): the word list and the answers are sized in their own tokens."""
+    vocab: dict[str, int] = {}
+
+    def encode(text: str) -> list[int]:
+        return [vocab.setdefault(t, len(vocab)) for t in re.findall(r", |abc|def|.", text, re.S)]
+
+    assert len(encode(" abcdef")) == 3 and len(encode(" tjqotb")) == 7
+    filler = encode("the corpus says many things about nothing in particular " * 100)
+    for length in (600, 800):
+        for seed in range(10):
+            prompt, answers, expected = drawn(variant, length, seed, encode, filler)
+            assert len(prompt) + sum(map(len, answers)) == length and len(expected) == 3

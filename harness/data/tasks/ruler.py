@@ -127,15 +127,16 @@ def common_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | Non
 
 
 def frequent_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | None:
-    fit = max(1, room // len(encode(" abcdef")))  # about as many words as fit
-    total = sum(r**-ZIPF for r in range(1, fit + 1))
-    counts = [c for c in (int(fit * r**-ZIPF / total) for r in range(1, fit + 1)) if c > 1] + [1]
-    if len(counts) <= ASKED or len(set(counts[: ASKED + 1])) <= ASKED:  # each asked word above the next
-        return None
-    words = _fill(gen, counts, room, encode)
-    if words is None:
-        return None
-    return Drawn([], FWE_QUESTION, sorted(dict.fromkeys(words), key=lambda w: -words.count(w))[:ASKED], words)
+    fit = max(1, room // len(encode(" abcdef")))  # about as many words as fit; fewer while the drawn ones do not
+    while True:
+        total = sum(r**-ZIPF for r in range(1, fit + 1))
+        counts = [c for c in (int(fit * r**-ZIPF / total) for r in range(1, fit + 1)) if c > 1] + [1]
+        if len(counts) <= ASKED or len(set(counts[: ASKED + 1])) <= ASKED:  # each asked word above the next
+            return None
+        words = _fill(gen, counts, room, encode)
+        if words is not None:
+            return Drawn([], FWE_QUESTION, sorted(dict.fromkeys(words), key=lambda w: -words.count(w))[:ASKED], words)
+        fit -= max(1, fit // 10)
 
 
 VARIANTS: dict[str, Callable[[torch.Generator, int, Encode], Drawn | None]] = {
@@ -157,7 +158,8 @@ def example(
     whose prompt and answer take ``length`` tokens; None when it cannot fit. The haystack is a stretch of ``filler``
     (ids) with the hidden sentences at sorted random points; cwe's and fwe's context is their words, corpus text
     before them making up the length."""
-    asked = len(encode(CWE_QUESTION + ANSWER)) + ASKED * (len(encode(", abcdef")) + 2)  # cwe's and fwe's answer
+    # cwe's and fwe's answer: a drawn word may take more tokens than "abcdef", never more than its bytes
+    asked = len(encode(CWE_QUESTION + ANSWER)) + ASKED * (max(len(encode(", abcdef")), len(", abcdef")) + 2)
     drawn = VARIANTS[variant](gen, length - asked, encode)
     if drawn is None:
         return None
