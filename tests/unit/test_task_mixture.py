@@ -82,7 +82,11 @@ def test_a_part_may_be_a_class_by_its_dotted_path():
         ({"parts": ["reverse", "nonesuch"]}, "no task 'nonesuch' (harness/data/tasks/nonesuch.py)"),
         ({"parts": ["reverse", "mixture"]}, "'mixture' is not a task name"),
         ({"parts": ["reverse", "passkey"]}, "task=passkey cuts corpus text"),
-        ({"parts": ["reverse", "associative_recall"]}, "give associative_recall's symbols"),
+        ({"parts": ["reverse", "associative_recall"]}, "task=associative_recall takes no task.alphabet"),
+        (
+            {"parts": ["reverse", "associative_recall"], "alphabets": {"associative_recall": "xy"}},
+            "task=associative_recall takes no task.alphabet",
+        ),
         ({"alphabets": {"copy": "01"}}, "the parts' symbols must be disjoint"),
         ({"parts": ["reverse", "collections.Counter"]}, "collections.Counter is not a SyntheticTask"),
         (

@@ -17,6 +17,7 @@ on a mixture says so (the preset's claim names it).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 
 import torch
@@ -87,6 +88,12 @@ class Mixture(SyntheticTask):
             name = cls.config_name() if "." in entry else entry
             if cls.needs_filler:
                 raise ConfigError(f"task.parts: task={name} cuts corpus text, which a mixture does not hand it")
+            takes = inspect.signature(cls).parameters
+            if "alphabet" not in takes and not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+                raise ConfigError(
+                    f"task.parts: task={name} takes no task.alphabet, the symbols that tell a mixture's parts apart; "
+                    "leave it out of task.parts"
+                )
             if name not in alphabets:
                 raise ConfigError(f"task.parts: give {name}'s symbols, e.g. +task.alphabets.{name}=xy")
             build: Callable[..., SyntheticTask] = cls  # a part's class takes alphabet= beyond SyntheticTask's own
