@@ -251,3 +251,16 @@ def test_lists_compose_from_the_command_line():
     assert rope.scaling.short_factor == (1.5,) * (D // 2) and rope.scaling.base == spec.pos.option.kwargs["base"]
     assert rope.scaling.rotated == D and rope.scaling.attention_factor == 1.1
     assert rope.scaling.original_max_len == spec.data.seq_len
+
+
+@pytest.mark.parametrize(("task", "tokens"), [("task=copy", 41), ("task=passkey", 256)])
+def test_a_tasks_scaling_scales_from_its_training_length_not_data_seq_len(task, tokens):
+    """data.seq_len does not apply to a synthetic task: the L of the scaling formulas is the task's longest training
+    sequence, the model's max length (copy: |w| ≤ 20, 41 tokens; passkey: 256)."""
+    from harness.config.resources import model_of
+    from tests.helpers import validated
+
+    checked = validated(task, "pos=rope", "pos/scaling=dynamic_ntk")
+    length = checked.task.sequence_tokens(checked.spec.data.seq_len)
+    model = model_of(checked.spec, checked.tokenizer.vocab_size, length, checked.task.causal)
+    assert model.pos.scaling.original_max_len == length == tokens != checked.spec.data.seq_len
