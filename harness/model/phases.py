@@ -83,6 +83,9 @@ class PositionPhases(L.Callback):
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         state = state_at(self.phases, trainer.global_step)
         if state != self.state:
+            if self.state is not None or state.index >= 0:
+                phase = self.phases[state.index].label if state.index >= 0 else "the config's own"
+                print(f"phase {state.index + 1} from step {module.global_step}: {phase}", flush=True)
             self._enter(module, state)
         module.log("train/phase", float(state.index + 1))
         if state.seq_len is not None:
@@ -94,6 +97,14 @@ class PositionPhases(L.Callback):
         self._scaled.close()  # the final evaluation applies its own scalings (eval.scalings) to the scheme as trained
         module.scaled_in_training = False
 
+    def on_validation_start(self, trainer, module):
+        if trainer.state.fn == "validate":  # after fit (harness/train.py): scored as in fit, in the last step's phase
+            self._enter(module, state_at(self.phases, max(trainer.global_step - 1, 0)))
+
+    def on_validation_end(self, trainer, module):
+        if trainer.state.fn == "validate":
+            self.on_train_end(trainer, module)
+
     def _enter(self, module, state: PhaseState) -> None:
         self._scaled.close()
         self._own = self._own or module.model.pos
@@ -103,9 +114,6 @@ class PositionPhases(L.Callback):
         if state.scaling is not None:
             method, factor = state.scaling  # the closed stack takes the new phase's scaling
             self._scaled.enter_context(scheme.rescaled(method, round(factor * scheme.shape.max_len), in_training=True))
-        if self.state is not None or state.index >= 0:
-            phase = self.phases[state.index].label if state.index >= 0 else "the config's own"
-            print(f"phase {state.index + 1} from step {module.global_step}: {phase}", flush=True)
         self.state = state
 
     def _scheme(self, index: int, module) -> PositionalScheme:

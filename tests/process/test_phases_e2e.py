@@ -40,6 +40,15 @@ def test_a_drope_run_logs_its_boundary_and_trains_the_plain_runs_weights_up_to_i
     assert {"val/loss_at_32", "val/loss_at_64"} <= set(run.data.metrics)
 
 
+def test_the_final_val_loss_of_a_scaling_phase_does_not_depend_on_the_validation_interval(train_tiny):
+    """5 steps with linear scaling from step 2: validated inside fit at step 5 (interval 5), or by the validation
+    after fit (interval 2), the final model scores the same."""
+    args = [*CONSTANT, "trainer.max_steps=5", "phases=[{at:2,scaling:linear,factor:8}]"]
+    inside, _ = train_tiny(*args, "trainer.val_check_interval=5")
+    after, _ = train_tiny(*args, "trainer.val_check_interval=2")
+    assert inside.step == after.step == 5 and inside.val_loss == after.val_loss, (inside.val_loss, after.val_loss)
+
+
 @pytest.fixture
 def float32():
     previous = torch.get_default_dtype()

@@ -108,6 +108,24 @@ def test_a_training_time_scaling_is_in_force_in_its_phase_and_validated_with():
         torch.testing.assert_close(scaled, reference(ids), rtol=0, atol=0)
 
 
+def test_the_validation_after_fit_scores_the_last_steps_phase():
+    """max_steps off the validation interval: trainer.validate after fit (harness/train.py) scores the model with
+    the scaling its last step trained in, as a validation inside fit would, and leaves it unscaled after."""
+    model = tiny().train()
+    module = module_of(model)
+    callback = PositionPhases([Phase(4, "scaling=yarn factor=2", scaling="yarn", factor=2.0)])
+    callback.on_train_batch_start(types.SimpleNamespace(global_step=4), module, {"input_ids": None}, 0)
+    callback.on_train_end(None, module)
+    validate = types.SimpleNamespace(global_step=5, state=types.SimpleNamespace(fn="validate"))
+    callback.on_validation_start(validate, module)
+    assert module.scaled_in_training and model.pos.scaling.method == "yarn" and model.pos.scaling.factor == 2.0
+    callback.on_validation_end(validate, module)
+    assert model.pos.scaling.method == "none" and not module.scaled_in_training
+    fitting = types.SimpleNamespace(global_step=5, state=types.SimpleNamespace(fn="fit"))
+    callback.on_validation_start(fitting, module)  # inside fit the training phase is in force already
+    assert model.pos.scaling.method == "none"
+
+
 @pytest.mark.parametrize(
     "phases, needle",
     [
