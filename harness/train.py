@@ -149,7 +149,7 @@ def _callbacks(checked: Checked, plan, logger) -> list:
     spec = checked.spec
     callbacks = [
         *progress_callbacks(spec.progress.mode, spec.progress.every_n_steps, spec.trainer.enable_progress_bar),
-        *resume_callbacks(plan.dir, plan.every, logger.flush),
+        *resume_callbacks(plan.dir, plan.every, logger.flush, plan.step),
     ]
     if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
         from harness.model.phases import PositionPhases

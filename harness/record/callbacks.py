@@ -29,9 +29,10 @@ from harness.record.run import TrackedRun
 from harness.signals import STOPPED_AT
 
 
-def resume_callbacks(directory: Path, every: int, flush: Callable[[], None]) -> list[L.Callback]:
-    """RNG states always (dropout draws from them); checkpoints every ``every`` steps (0: never)."""
-    return [RngState(), *([CommittedCheckpoints(directory, every, flush)] if every else [])]
+def resume_callbacks(directory: Path, every: int, flush: Callable[[], None], start: int = 0) -> list[L.Callback]:
+    """RNG states always (dropout draws from them); checkpoints every ``every`` steps (0: never); ``start``: the
+    step of the checkpoint this run resumed from (0: none)."""
+    return [RngState(), CommittedCheckpoints(directory, every, flush, start)]
 
 
 class RngState(L.Callback):
@@ -69,18 +70,18 @@ class CommittedCheckpoints(L.Callback):
     """Every ``every`` optimizer steps: save after the step (Lightning's own restart point),
     commit at the start of the next one, once the logger has flushed every point up to it."""
 
-    def __init__(self, directory: Path, every: int, flush):
+    def __init__(self, directory: Path, every: int, flush, start: int = 0):
         self.dir, self.every, self.flush = directory, every, flush
         self._saved_step = -1
         self._pending: int | None = None
-        self._committed = 0  # the step of the last committed checkpoint (0: none yet)
+        self._committed = start  # the step of the last committed checkpoint, or the one resumed from (0: none)
         self._step_before = 0  # global_step as the current batch started
         self._stepped = False  # the last batch ended an optimizer step (not a micro-batch of accumulation)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step  # not due, or a further micro-batch of gradient accumulation: no save
         self._stepped = step != self._step_before
-        if not (step == 0 or step % self.every or step == self._saved_step):
+        if self.every and not (step == 0 or step % self.every or step == self._saved_step):
             self._save(trainer, step)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
@@ -92,17 +93,17 @@ class CommittedCheckpoints(L.Callback):
 
     def on_exception(self, trainer, module, exception: BaseException) -> None:
         """Stopped. SIGTERM: Lightning raises at the end of a batch; one that ended an optimizer step is a clean
-        point, so that step is saved. Ctrl-C may land anywhere (inside an optimizer step): only the last whole
-        checkpoint is committed, as for a SIGTERM after a micro-batch of gradient accumulation (a checkpoint
-        there holds neither the step before nor the one after). A stop inside step k's validation commits no
-        checkpoint of step k: Lightning resumes a step-k checkpoint past that validation, so its points would
-        never be written."""
+        point, so that step is saved (unless checkpoints are off: every 0). Ctrl-C may land anywhere (inside an
+        optimizer step): only the last whole checkpoint is committed, as for a SIGTERM after a micro-batch of
+        gradient accumulation (a checkpoint there holds neither the step before nor the one after). A stop inside
+        step k's validation commits no checkpoint of step k: Lightning resumes a step-k checkpoint past that
+        validation, so its points would never be written."""
         if not isinstance(exception, (SystemExit, KeyboardInterrupt)):
             return  # a crash: the last committed checkpoint stays the one to resume
         step = trainer.global_step
         if trainer.validating and trainer.state.fn == "fit":  # stopped inside fit's validation of this step
             self._pending = None
-        elif isinstance(exception, SystemExit) and self._stepped and step != self._saved_step:
+        elif isinstance(exception, SystemExit) and self.every and self._stepped and step != self._saved_step:
             self._save(trainer, step)
         self._commit(trainer)
         STOPPED_AT["step"] = self._committed  # for the one line that says so (0: no checkpoint yet)

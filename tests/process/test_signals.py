@@ -105,6 +105,15 @@ def test_a_run_stopped_before_its_first_checkpoint_is_not_told_to_resume(store, 
     assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
 
 
+def test_a_run_without_checkpoints_is_not_told_to_resume(store, tmp_path):
+    """checkpoint.every_n_steps=0 writes none, a SIGTERM's included: resume=true would find nothing."""
+    steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=0"]
+    proc = stopped_run("TERM", "fit", store, tmp_path, steps=steps)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
+
+
 def test_a_sigterm_between_accumulated_micro_batches_resumes_exactly(store, tmp_path):
     """Two micro-batches a step: the signal comes in step 4's first, after which Lightning stops. A checkpoint
     there would hold step 3 plus half of step 4's batch; the stopped run keeps step 2's, and the resumed run

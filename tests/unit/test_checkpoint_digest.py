@@ -115,3 +115,25 @@ def test_a_damaged_run_record_is_one_line_naming_it(tmp_path, damage):
         said = str(e.value)
         assert said.startswith(f"{path} is damaged (") and "\n" not in said
         assert ("delete" in said) if name == LINK else ("hydra.sweep.dir" in said)
+
+
+@pytest.mark.parametrize(
+    "every, start, stop", [(2, 4, KeyboardInterrupt()), (0, 0, SystemExit(143)), (0, 4, SystemExit(143))]
+)
+def test_a_stopped_run_names_the_checkpoint_there_is(tmp_path, every, start, stop):
+    """Stopped in step 5 of a run resumed from ``start`` (0: a new run): Ctrl-C there saves nothing and the next
+    checkpoint every 2 steps is 6's, so ``start``'s is the one to resume; with checkpoints off (every 0) a SIGTERM
+    saves none either. The stopped run's line reads the step from STOPPED_AT (0: none, so no resume=true)."""
+    from harness.record.callbacks import resume_callbacks
+    from harness.signals import STOPPED_AT
+
+    STOPPED_AT.clear()
+    [_, cb] = resume_callbacks(tmp_path, every, lambda: None, start)
+    trainer = Trainer()
+    trainer.validating = False
+    trainer.global_step = 4
+    cb.on_train_batch_start(trainer, None, None, 0)
+    trainer.global_step = 5
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    cb.on_exception(trainer, None, stop)
+    assert STOPPED_AT.pop("step") == start and not list(tmp_path.iterdir())
