@@ -103,6 +103,9 @@ class CommittedCheckpoints(L.Callback):
         step = trainer.global_step
         if trainer.validating and trainer.state.fn == "fit":  # stopped inside fit's validation of this step
             self._pending = None
+            if trainer.is_global_zero:
+                for dropped in (self.dir / "pending.ckpt", integrity.seal_path(self.dir / "pending.ckpt")):
+                    dropped.unlink(missing_ok=True)
         elif isinstance(exception, SystemExit) and self.every and self._stepped and step != self._saved_step:
             self._save(trainer, step)
         self._commit(trainer)

@@ -137,3 +137,22 @@ def test_a_stopped_run_names_the_checkpoint_there_is(tmp_path, every, start, sto
     cb.on_train_batch_end(trainer, None, None, None, 0)
     cb.on_exception(trainer, None, stop)
     assert STOPPED_AT.pop("step") == start and not list(tmp_path.iterdir())
+
+
+def test_a_checkpoint_dropped_by_a_stop_in_validation_leaves_no_file(tmp_path):
+    """Step 4 saved as pending, then stopped inside step 4's validation: that checkpoint is never committed, so
+    its file and digest go at once; step 2's stays the one to resume."""
+    from harness.record.callbacks import resume_callbacks
+    from harness.signals import STOPPED_AT
+
+    [_, cb] = resume_callbacks(tmp_path, 2, lambda: None)
+    trainer = Trainer()
+    for step in (2, 4):
+        trainer.global_step = step
+        cb.on_train_batch_start(trainer, None, None, 0)  # commits the step before's
+        cb.on_train_batch_end(trainer, None, None, None, 0)
+    assert (tmp_path / "pending.ckpt").is_file()
+    trainer.validating, trainer.state = True, types.SimpleNamespace(fn="fit")
+    cb.on_exception(trainer, None, SystemExit(143))
+    assert STOPPED_AT.pop("step") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2.ckpt", "step-2.ckpt.sha256"]
