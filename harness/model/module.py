@@ -204,17 +204,18 @@ class Throughput(L.Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._first = trainer.global_step if self._first is None else self._first
+        self._step = trainer.global_step  # the optimizer step this (micro-)batch is part of, counted from 0
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         dt = time.perf_counter() - self._t0
         assert self._first is not None, "on_train_batch_start ran first"
-        if trainer.global_step <= self._first + 1 and trainer.max_steps > self._first + 1:
-            return  # this process's warm-up step
+        if self._step == self._first and trainer.max_steps > self._first + 1:
+            return  # this process's warm-up step, each of its micro-batches
         n = batch["input_ids"].numel() * trainer.world_size
         self.tokens, self.seconds = self.tokens + n, self.seconds + dt
         self.total_tokens, self.total_seconds = self.total_tokens + n, self.total_seconds + dt
-        if trainer.global_step % self.every == 0:
+        if trainer.global_step != self._step and trainer.global_step % self.every == 0:  # a step's last micro-batch
             module.log("train/tokens_per_s", self.tokens / self.seconds)
             self.tokens, self.seconds = 0, 0.0
 

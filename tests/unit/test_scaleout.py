@@ -196,3 +196,25 @@ def test_a_resumed_runs_first_step_is_left_out_of_tokens_per_s_as_a_new_runs_is(
             trainer.global_step += 1
             meter.on_train_batch_end(trainer, None, None, batch, 0)
         assert meter.total_tokens == 2 * 256, start  # 2 of the 3 steps counted
+
+
+def test_tokens_per_s_under_gradient_accumulation_is_one_window_of_whole_steps(monkeypatch):
+    """trainer.accumulate_grad_batches=2, logged every 2 steps: one train/tokens_per_s per logging step, over every
+    micro-batch since the last (docs/logging.md: tokens ÷ time inside training steps, the first step left out).
+    Micro-batch i takes i + 1 seconds, so each window's rate names the micro-batches in it."""
+    from types import SimpleNamespace
+
+    from harness.model import module
+
+    times = iter(t for i in range(12) for t in (10.0 * i, 10.0 * i + i + 1))
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: next(times)))
+    meter, trainer = module.Throughput(every=2), SimpleNamespace(global_step=0, max_steps=6, world_size=1)
+    logged: list[tuple[int, float]] = []
+    log = SimpleNamespace(log=lambda key, value: logged.append((trainer.global_step, value)))
+    batch = {"input_ids": torch.zeros(8, 32)}
+    for i in range(12):
+        meter.on_train_batch_start(trainer, log, batch, i)
+        trainer.global_step += i % 2  # the second micro-batch ends the optimizer step
+        meter.on_train_batch_end(trainer, log, None, batch, i)
+    assert logged == [(2, 512 / (3 + 4)), (4, 1024 / (5 + 6 + 7 + 8)), (6, 1024 / (9 + 10 + 11 + 12))]
+    assert meter.total_tokens == 10 * 256  # every micro-batch but step 1's two
