@@ -40,7 +40,7 @@ class Summary:
     val_loss: float
     val_bpc: float | None
     step: int
-    tokens_per_s: float
+    tokens_per_s: float | None  # None: this process trained no step
     n_params: int
     seconds: float
     order_gain: float  # val/order_gain at the last validation: nats/token lost when word order is shuffled
@@ -268,6 +268,7 @@ def cell_tags(spec: RunSpec) -> dict[str, str]:
 
 def format_summary(s: Summary) -> str:
     bpc = f"{s.val_bpc:.3f}" if s.val_bpc is not None else "n/a (no text: a synthetic task)"
+    tps = f"{s.tokens_per_s:,.0f}" if s.tokens_per_s is not None else "n/a (no training step in this process)"
     using = (
         "cannot use word order (no positional scheme, bidirectional): 0 by construction"
         if s.order_signal == "none"
@@ -284,7 +285,7 @@ def format_summary(s: Summary) -> str:
             *acc,
             f"  order gain       {s.order_gain:+.4f} nats/token when word order is shuffled: {using}",
             f"  val bits/byte    {bpc}",
-            f"  train tokens/s   {s.tokens_per_s:,.0f}",
+            f"  train tokens/s   {tps}",
             f"  MLflow run       {s.run_id} (experiment '{s.experiment}')",
             f"  dashboard        {dashboard_command(s.tracking_uri)}",
             f"  this run         {dashboard_url(s.experiment_id, s.run_id)}",

@@ -220,5 +220,6 @@ class Throughput(L.Callback):
             self.tokens, self.seconds = 0, 0.0
 
     @property
-    def mean(self) -> float:
-        return self.total_tokens / max(self.total_seconds, 1e-9)
+    def mean(self) -> float | None:
+        """None: this process trained no step (resumed at trainer.max_steps)."""
+        return self.total_tokens / max(self.total_seconds, 1e-9) if self.total_tokens else None

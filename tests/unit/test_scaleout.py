@@ -218,3 +218,18 @@ def test_tokens_per_s_under_gradient_accumulation_is_one_window_of_whole_steps(m
         meter.on_train_batch_end(trainer, log, None, batch, i)
     assert logged == [(2, 512 / (3 + 4)), (4, 1024 / (5 + 6 + 7 + 8)), (6, 1024 / (9 + 10 + 11 + 12))]
     assert meter.total_tokens == 10 * 256  # every micro-batch but step 1's two
+
+
+def test_a_process_that_trains_no_step_reports_no_tokens_per_s():
+    """resume=true from the checkpoint of the last step (a run stopped in its final evaluation) trains nothing:
+    the summary says there is no throughput instead of 0 tokens/s."""
+    from dataclasses import replace
+
+    from harness.model.module import Throughput
+    from harness.train import Summary, format_summary
+
+    assert Throughput().mean is None
+    s = Summary("r", "pos=x", "sqlite:///m.db", "e", 2.0, None, 300, 1000.0, 10, 1.0, 0.8, 0.05)
+    assert "train tokens/s   1,000\n" in format_summary(s)
+    said = format_summary(replace(s, tokens_per_s=None))
+    assert "train tokens/s   n/a (no training step in this process)\n" in said
