@@ -207,6 +207,7 @@ class Trained(Subword):
         self.path, self.min_frequency, self.train_bytes = path, min_frequency, train_bytes
         if path:
             self._tok = load_file(path)
+            self._tok.encode_special_tokens = True  # as trained ones (_trained)
             self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
             if vocab_size is not None and vocab_size != self.vocab_size:
                 raise ConfigError(
@@ -265,6 +266,8 @@ class Trained(Subword):
         for ids that never occur), and the run says so (harness/train.py). More than asked (WordPiece's trainer keeps
         every character of the text, and its ## form, whatever the size) would index past the model's rows: refused."""
         assert self._tok is not None, "called once the vocabulary is trained or loaded"
+        # "[MASK]" written in the corpus is text: read as the mask id it would be a position masked LM never chose
+        self._tok.encode_special_tokens = True
         trained = self._tok.get_vocab_size(with_added_tokens=True)
         if trained > self.asked:
             raise ConfigError(

@@ -183,5 +183,7 @@ def tokenizer_files(tokenizer, max_len: int) -> dict[str, str | bytes]:
         "clean_up_tokenization_spaces": False,
         **named,
         "eos_token": named["pad_token"],
+        # a trained vocabulary reads "[MASK]" written in the text as text (harness/data/subword.py): so does the export
+        **({"split_special_tokens": True} if backend.encode_special_tokens else {}),
     }
     return {"tokenizer.json": backend.to_str(), "tokenizer_config.json": json.dumps(config, indent=2) + "\n"}

@@ -89,6 +89,24 @@ def test_trained_vocabularies_round_trip_and_keep_the_specials_first(cls, corpus
         assert decoded.replace(" ", "") == text.lower().replace(" ", "").replace("\n", "")  # lower-cased
 
 
+@pytest.mark.parametrize("cls", [BPE, WordPiece])
+def test_special_tokens_written_in_the_text_are_text(cls, corpus, cache, tmp_path):
+    """A corpus that writes "[MASK]" or "[CLS]" (code, docs about BERT) gives the tokens of that text, never the
+    special ids: a literal [MASK] read as the mask id would be a masked position masked LM never chose, and the
+    model would score it as one. Loaded from its cache or from tokenizer.path, the same vocabulary encodes alike."""
+    text = b"Use [MASK] and [CLS] and [PAD] as [SEP] says [UNK]."
+    tok = cls(vocab_size=300, min_frequency=1)
+    tok.fit(corpus)
+    ids = tok.encode(text).tolist()
+    assert not set(tok.special_ids) & set(ids) - {tok.tokenizer.token_to_id("[UNK]")}, ids
+    assert "mask" in tok.decode(ids).lower() and "cls" in tok.decode(ids).lower()
+    cached = cls(vocab_size=300, min_frequency=1)
+    cached.fit(corpus)
+    tok.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    loaded = cls(path=str(tmp_path / "tokenizer.json"))
+    assert cached.encode(text).tolist() == loaded.encode(text).tolist() == ids
+
+
 def test_a_second_run_loads_the_cached_vocabulary_instead_of_training(corpus, cache, monkeypatch):
     first = BPE(vocab_size=300)
     first.fit(corpus)
@@ -416,7 +434,7 @@ def test_an_exported_tokenizer_loads_with_autotokenizer_and_encodes_as_the_run_d
     for name, text in tokenizer_files(tok, 128).items():
         (tmp_path / name).write_text(str(text))
     loaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
-    texts = [corpus.val.decode()[:4000], "Zürich\tnaïve — 漢字 €5\n\n  two  spaces\nend", ""]
+    texts = [corpus.val.decode()[:4000], "Zürich\tnaïve — 漢字 €5\n\n  two  spaces\nend", "", "a [MASK] [PAD] b"]
     for text in texts:
         ours = tok.encode(text.encode()).tolist()
         assert loaded.encode(text, add_special_tokens=False) == ours
