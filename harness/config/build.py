@@ -65,7 +65,12 @@ def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, cal
         start=first_step * geometry.effective_batch,
         num_workers=data.num_workers,
     )
-    per_token = None if task.scores_sequences else bytes_per_token(corpus, checked.tokenizer)  # → bits/byte
+    windows = None if data.eval_batches is None else data.eval_batches * data.batch_size * geometry.world_size
+    per_token = (  # → bits/byte, of the text the validation windows (consecutive, seq_len tokens each) cover
+        None
+        if task.scores_sequences
+        else bytes_per_token(corpus, checked.tokenizer, windows and windows * data.seq_len)
+    )
     module = LanguageModel(
         model,
         spec.optimizer.factory(),

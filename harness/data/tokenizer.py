@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from harness import integrity
-from harness.data.subword import byte_alphabet, continues_word, word_byte
+from harness.data.subword import byte_alphabet, continues_word, text_chunks, word_byte
 
 
 class ByteTokenizer:
@@ -59,13 +59,30 @@ class ByteTokenizer:
         return tok
 
 
-def bytes_per_token(corpus, tokenizer) -> float:
+def bytes_per_token(corpus, tokenizer, tokens: int | None = None) -> float:
     """Bytes of validation text per token (1 for the byte tokenizer): bits/byte = nats/token ÷ (this × ln 2)
-    is then comparable across vocabularies. Pre-tokenized shards carry it in their manifest."""
+    is then comparable across vocabularies. ``tokens``: of the split's first this many tokens only, those the
+    validation scores under data.eval_batches (None: the whole split). Pre-tokenized shards carry the whole
+    split's in their manifest."""
     known = getattr(corpus, "val_bytes_per_token", None)
     if known is not None:
         return known
-    return len(corpus.val) / max(1, len(tokenizer.encode(corpus.val)))
+    n = len(tokenizer.encode(corpus.val))
+    if tokenizer.byte_level or tokens is None or tokens >= n:
+        return len(corpus.val) / max(1, n)
+    return _prefix_bytes(corpus.val, tokenizer.tokenizer, tokens) / tokens
+
+
+def _prefix_bytes(data: bytes, backend, tokens: int) -> int:
+    """Bytes of ``data`` before its token number ``tokens``, read from the ``tokenizers`` offsets (characters of
+    each chunk ``Subword.encode`` encodes)."""
+    done = covered = 0
+    for chunk in text_chunks(data.decode("utf-8", errors="replace")):
+        offsets = backend.encode(chunk, add_special_tokens=False).offsets
+        if tokens < done + len(offsets):
+            return covered + len(chunk[: offsets[tokens - done][0]].encode())
+        done, covered = done + len(offsets), covered + len(chunk.encode())
+    return covered
 
 
 def document_firsts(corpus, split: str) -> np.ndarray | None:

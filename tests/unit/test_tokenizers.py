@@ -298,12 +298,16 @@ def test_word_boundaries_of_each_vocabulary(corpus, cache):
         assert [p for p in pieces if p] == ["positional", "extrapolation", "of", "transformers"]  # ' ': a word too
 
 
-@pytest.mark.parametrize("tokenizer, task", [("bpe", "clm"), ("wordpiece", "clm"), ("hf", "mlm")])
+@pytest.mark.parametrize(
+    "tokenizer, task, eval_batches",
+    [("bpe", "clm", None), ("wordpiece", "clm", None), ("hf", "mlm", None), ("bpe", "clm", 2)],
+)
 def test_bits_per_byte_of_a_run_is_nats_times_tokens_over_bytes_ln2(
-    tokenizer, task, tmp_path, train_tiny_shared, monkeypatch
+    tokenizer, task, eval_batches, tmp_path, train_tiny_shared, monkeypatch
 ):
     """A few training steps with each tokenizer (hf: a saved folder, whole-word MLM); the logged bits/byte is the
-    validation loss × the split's tokens / (its bytes × ln 2)."""
+    validation loss × the scored windows' tokens / (the bytes they cover × ln 2): the whole split's, or under
+    data.eval_batches its first eval_batches × batch × seq_len tokens."""
     from harness.data.corpus import TextFiles
 
     monkeypatch.setattr("harness.data.corpus.CACHE", tmp_path / "cache")
@@ -322,22 +326,37 @@ def test_bits_per_byte_of_a_run_is_nats_times_tokens_over_bytes_ln2(
         f"data.path={tmp_path / 'corpus.txt'}",
         f"task={task}",
         *chosen,
-        "data.eval_batches=null",
+        f"data.eval_batches={'null' if eval_batches is None else eval_batches}",
         "trainer.max_steps=2",
         "trainer.val_check_interval=2",
     )
     tok.fit(corpus)  # the run's vocabulary (trained ones: from the cache the run filled)
     n_tokens, n_bytes = len(tok.encode(corpus.val)), len(corpus.val)
     assert n_bytes > 1.5 * n_tokens  # subword tokens: several bytes each
+    if eval_batches is not None:  # TINY: batch 8, seq_len 32; byte-level BPE decodes to the bytes it covers
+        n_tokens = eval_batches * 8 * 32
+        n_bytes = len(tok.decode(tok.encode(corpus.val)[:n_tokens]).encode())
+        assert bytes_per_token(corpus, tok, n_tokens) == n_bytes / n_tokens != bytes_per_token(corpus, tok)
     expected = summary.val_loss * n_tokens / (n_bytes * math.log(2))
     assert summary.val_bpc == pytest.approx(expected, rel=1e-12)
-    assert bytes_per_token(corpus, tok) == n_bytes / n_tokens
     run = client.get_run(summary.run_id)
     assert run.data.metrics["val/bpc"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_bits_per_byte_of_the_byte_tokenizer_is_nats_over_ln2(corpus):
-    assert bytes_per_token(corpus, ByteTokenizer()) == 1.0
+    assert bytes_per_token(corpus, ByteTokenizer()) == bytes_per_token(corpus, ByteTokenizer(), 100) == 1.0
+
+
+@pytest.mark.parametrize("cls", [BPE, WordPiece])
+def test_bytes_per_token_of_the_first_tokens_is_of_the_text_they_cover(cls, corpus, cache):
+    """The first n tokens of the validation split are the encoding of its first bytes_per_token × n bytes."""
+    tok = cls(vocab_size=300, min_frequency=1)
+    tok.fit(corpus)
+    ids = tok.encode(corpus.val)
+    assert bytes_per_token(corpus, tok) == len(corpus.val) / len(ids) == bytes_per_token(corpus, tok, len(ids) + 5)
+    for n in (1, 100, len(ids) // 2):
+        covered = round(bytes_per_token(corpus, tok, n) * n)
+        assert tok.encode(corpus.val[:covered]).tolist() == ids[:n].tolist()
 
 
 def test_a_wordpiece_vocabulary_is_the_same_file_each_time_it_is_trained():
