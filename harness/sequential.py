@@ -16,10 +16,11 @@ look's share of ``most``) — Holm's procedure run with group-sequential tests, 
 (Maurer & Bretz 2013, "Multiple testing in group sequential trials using graphical approaches"). With one look
 (``stage == most``: a fixed number of seeds) the boundary is the plain level and this is Holm's procedure itself.
 
-A comparison stops taking seeds once it is decided, or when even ``most`` seeds could not decide it if the effect and
-spread are as measured (futility at 80 % power; stopping early can only make fewer rejections, so the error rate
-holds). Student-t p-values against boundaries derived for normal statistics are an approximation at a few seeds;
-``tests/unit/test_sequential.py`` measures the family-wise error by simulation, through this code.
+A comparison stops taking seeds once it is decided, when even ``most`` seeds could not decide it if the effect and
+spread are as measured (futility at 80 % power), or when every seed of one side failed (no value to compare);
+stopping early can only make fewer rejections, so the error rate holds. Student-t p-values against boundaries
+derived for normal statistics are an approximation at a few seeds; ``tests/unit/test_sequential.py`` measures the
+family-wise error by simulation, through this code.
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ def judge(family: list[Comparison], design: Design, look: int) -> None:
     """Look ``look`` (0-based) at the comparisons still running, each holding that look's seeds (≥ 2 a side):
     Holm's step-down over the family's hypotheses not yet rejected, each test against its group-sequential boundary
     at its current level; then the last look closes what is undecided, and an earlier one stops what more seeds
-    could not decide (futility)."""
+    could not decide (futility) or where one side has no value (every seed of it failed)."""
     looking = [c for c in family if c.running and min(len(c.a), len(c.b)) >= 2]  # fewer: failed seeds, no test yet
     while True:
         open_ = [(c, kind) for c in family for kind in c.kinds if kind not in c.rejected]
@@ -220,7 +221,8 @@ def judge(family: list[Comparison], design: Design, look: int) -> None:
         for c, kind in rejected:
             c.rejected[kind] = look
     for c in (c for c in family if c.running):
-        if look == len(design.looks) - 1 or (c in looking and not _decidable(c, design, level)):
+        # a side with no value: every seed of it failed (a refused pairing fails alike on each seed it is given)
+        if look == len(design.looks) - 1 or not (c.a and c.b) or (c in looking and not _decidable(c, design, level)):
             c.futile_at = look
 
 

@@ -210,3 +210,31 @@ def test_a_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first_look(t
     assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "learned": [0, 1, 2]}
     rope, learned = staged_outcomes(None, cells(), CLAIM, design_of(OmegaConf.create(SETTINGS)), gain=0.05)
     assert rope.verdict == "supports" and learned.verdict == "premature" and "n = 3 vs 3" in learned.text
+
+
+class Refusing(Launcher):
+    """``Launcher``, except that every job of a pos in ``refused`` fails (an incompatible pairing): no loss."""
+
+    def __init__(self, means: dict[str, float], refused: set[str]):
+        super().__init__(means)
+        self.refused = refused
+
+    def launch(self, batch, initial_job_idx):
+        out = super().launch(batch, initial_job_idx)
+        return [
+            SimpleNamespace(return_value=None) if dict(o.split("=", 1) for o in job)["pos"] in self.refused else r
+            for job, r in zip(batch, out, strict=True)
+        ]
+
+
+def test_a_cell_whose_every_seed_failed_takes_no_more_seeds_nor_keeps_its_baseline_training(tmp_path):
+    """t5 is refused on every seed (no loss to compare): its comparison ends at the first look, so neither t5 is
+    launched again nor none trained past what rope's comparison needs (rope is decided at the first look)."""
+    sweeper = StagedSweeper(max_batch_size=None, params={"pos": "none,rope,t5"})
+    settings = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
+    sweeper.config = OmegaConf.create({"report": settings, "hydra": {"sweep": {"dir": str(tmp_path)}}})
+    sweeper.hydra_context = SimpleNamespace(config_loader=None)
+    sweeper.launcher = launcher = Refusing({"none": 3.0, "rope": 2.0, "t5": 0.0}, {"t5"})
+    sweeper.sweep([])
+    seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in ("none", "rope", "t5")}
+    assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "t5": [0, 1, 2]}
