@@ -166,7 +166,9 @@ def verdicts(
     side (a premature one included: its label says premature, its hypotheses still count) is one family
     (harness/sequential.py: Holm at family-wise level ``alpha`` over each one's difference and, with a declared
     ``margin``, its equivalence). ``staged``: the design of a sweep that added seeds in stages
-    (report.seeds=auto), replayed look by look from the seeds' losses in seed order, as its sweeper decided."""
+    (report.seeds=auto), replayed look by look from the seeds' losses in seed order, as its sweeper decided: its
+    family is every comparison the sweep's cells name, one whose side has no finished seed (a refused pairing)
+    included."""
     pairs = []
     for key in dict.fromkeys((g.attn, g.variant) for g in groups):
         members = [g for g in groups if (g.attn, g.variant) == key]
@@ -177,10 +179,18 @@ def verdicts(
     if staged is None:  # one look at the seeds there are
         family = [design.comparison(_key(g), _key(base), _finals(g), _finals(base)) for g, base in testable]
         sequential.judge(family, design, len(design.looks) - 1)
-    else:
-        by_seed = {_key(g): _by_seed(g) for pair in testable for g in pair}
+    else:  # the sweeper's family: each pos with its baseline's cells, a cell with no finished seed included
+        want = declared.pos if declared else BASELINE
+        named = [
+            (g, base)
+            for key in dict.fromkeys((g.attn, g.variant) for g in groups)
+            for base in [g for g in groups if (g.attn, g.variant, g.pos) == (*key, want)]
+            for g in groups
+            if (g.attn, g.variant) == key and g is not base
+        ]
+        by_seed = {_key(g): _by_seed(g) for pair in named for g in pair}
         family = sequential.settle(
-            [(_key(g), _key(base)) for g, base in testable],
+            [(_key(g), _key(base)) for g, base in named],
             design,
             lambda need: {k: [x for seed, x in by_seed[k] if seed < n] for k, n in need.items()},
         )
