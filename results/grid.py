@@ -43,9 +43,9 @@ def decisions(
     cells, alpha: float = ALPHA, min_gain: float = MIN_ORDER_GAIN
 ) -> dict[tuple[str, str], tuple[float | None, str]]:
     """(pos, attn) -> (Welch's p against pos=none, "better" | "worse" | "≈" | "premature"): the sweep report's own
-    verdicts (results/verdicts.py), so the grid and the report say one thing — the cells with a p-value one family,
-    Holm-corrected at ``alpha`` (a grid of 32 cells at 95 % each would mark one or two by chance); a cell whose
-    models do not use word order yet is premature and outside the family."""
+    verdicts (results/verdicts.py), so the grid and the report say one thing — the cells with two seeds a side one
+    family, Holm-corrected at ``alpha`` (a grid of 32 cells at 95 % each would mark one or two by chance); a cell
+    whose models do not use word order yet is premature, its hypothesis still one of the family's."""
     marks = {"lower": "better", "higher": "worse", "premature": "premature"}
     return {
         (v.group.pos, v.group.attn): (v.p, marks.get(v.verdict, "≈"))
@@ -108,9 +108,9 @@ def grid_section(client, cells, out: Path) -> list[str]:
         "",
         f"Δ = mean final val loss (nats/token) of the cell − that of `pos={BASELINE}` with the same attention, "
         "95 % Welch interval in brackets, Welch's two-sided p; **better** / **worse** where Holm's step-down "
-        f"procedure over the grid's {sum(p is not None for p, _ in decided.values())} cells with a p-value "
+        f"procedure over the grid's {len(shown)} cells with an interval "
         f"rejects at family-wise α = {ALPHA:g} (the sweep report's verdicts), ≈ where it does not; premature: "
-        "the cell's models do not use word order yet (outside the family).",
+        "the cell's models do not use word order yet (no mark, its hypothesis still counted in the family).",
         "",
         *table(head, [[pos, *(delta_cell(pos, a) for a in attns)] for pos in poss], escape=True),
         "",

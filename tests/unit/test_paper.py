@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from harness.stats import minimum_detectable_effect
+from harness.stats import minimum_detectable_effect, welch_p_value
 from results.cells import Cell
 from results.paper import (
     PREMATURE,
@@ -407,7 +407,7 @@ def test_grid_section_compares_each_scheme_with_none_under_the_same_attention(tm
         f"] p={worse:.1g} worse (n=3) | " + f"{diff:+.3f} [{low:+.3f}, {high:+.3f}] p={p:.1g} better (n=3) |"
     )
     assert "| xl | refused | — |" in text
-    assert "Holm's step-down procedure over the grid's 3 cells with a p-value rejects at family-wise α = 0.05" in text
+    assert "Holm's step-down procedure over the grid's 3 cells with an interval rejects at family-wise α = 0.05" in text
     assert "1 of 3 cells beat `pos=none` beyond seed noise (Holm-corrected), 1 are worse, 1 are within noise." in text
     assert "Refused (xl×linear): kernelized attention never forms the logit" in text
     assert_figure(tmp_path / "grid_delta.png")
@@ -448,6 +448,36 @@ def test_grid_section_says_what_each_cell_learned_and_flags_cells_not_using_orde
     assert "| rope | acc 1.000, gain 2.50 |" in text
     assert "| learned | acc 0.250, gain 0.01 ⚠ not yet using order |" in text
     assert "2 of 3 trained cells use word order or cannot (pos=none); 1 do not yet: learned×softmax." in text
+
+
+def test_grid_section_names_the_family_its_marks_were_decided_in_a_premature_cell_included(tmp_path):
+    """learned is premature (order gain 0) but has two seeds a side, so its hypothesis is one of the verdicts' Holm
+    family: rope's p = 0.04 is not rejected at 0.05 / 2, and the text names that family of 2, not 1."""
+    from results.cells import Cell
+    from results.grid import grid_section
+
+    def one(pos, s, x, gain, signal="scheme"):
+        return Cell(
+            f"r{pos}{s}",
+            "n",
+            f"pos={pos} seed={s}",
+            pos,
+            "softmax",
+            str(s),
+            "finished",
+            val=[(100, x)],
+            metrics={"val/order_gain": gain},
+            order_signal=signal,
+        )
+
+    cells = [one("none", s, x, 0.0, "none") for s, x in enumerate([3.0, 3.1, 3.2])]
+    cells += [one("rope", s, x, 1.0) for s, x in enumerate([2.75, 2.85, 2.95])]
+    cells += [one("learned", s, x, 0.0) for s, x in enumerate([3.0, 3.1, 3.2])]
+    text = "\n".join(grid_section(None, cells, tmp_path))
+    assert 0.05 / 2 < welch_p_value([2.75, 2.85, 2.95], [3.0, 3.1, 3.2]) < 0.05
+    assert "p=0.04 ≈ (n=3)" in text and "premature (n=3)" in text
+    assert "Holm's step-down procedure over the grid's 2 cells with an interval rejects" in text
+    assert "outside the family" not in text
 
 
 def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp_path):
