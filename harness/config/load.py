@@ -362,6 +362,8 @@ def cells(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> list[lis
         params = cfg.hydra.sweeper.get("params")
         every = parser.parse_overrides([*(f"{k}={v}" for k, v in preset_axes(params, overrides).items()), *overrides])
     axes = {override.get_key_element(): _values(override) for override in every}
+    if str(cfg.hydra.sweeper.get("_target_", "")).endswith(".CellwiseOptunaSweeper"):
+        _check_tuning(every)
     if OmegaConf.select(cfg, "report.seeds") == "auto":  # the sweeper trains the seeds: a preset's seed axis goes
         _check_stages(cfg, axes, {o.get_key_element() for o in given})
         axes.pop("seed", None)
@@ -394,6 +396,22 @@ def _check_stages(cfg: DictConfig, axes: dict[str, list[str]], typed: set[str]) 
             f"report.seeds=auto decides each pos against the baseline pos={baseline} (report.baseline), and this "
             f"sweep's pos is {','.join(pos) or 'not swept'}; sweep pos with it, e.g. pos={baseline},rope"
         )
+
+
+def _check_tuning(every: list) -> None:
+    """A tuning sweep (harness/sweep/tune.py) runs a study per combination of its plain comma lists, and best.json
+    (results/tune.py, read by optim.tuned) keeps one best per pos × attn: a grid axis over another key would pool its
+    studies under one entry and put that key among the values optim.tuned writes into every later run."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    for override in every:
+        value, key = override.value(), override.get_key_element()
+        if isinstance(value, ChoiceSweep) and value.simple_form and key.lstrip("+") not in ("pos", "attn", "seed"):
+            raise ConfigError(
+                f"{override.input_line} is a grid axis of this tuning sweep, whose best.json keeps one best per "
+                f"pos × attn: its studies would be pooled and {key} set by optim.tuned; run one tuning sweep per "
+                f"{key} value (each with its own python -m results tune --out)"
+            )
 
 
 def claim_comparisons(config: DictConfig) -> list[dict]:

@@ -143,3 +143,16 @@ def test_a_trials_searched_values_are_read_as_its_job_read_them():
     values = searched_values(trial)
     assert values == {"optim.optimizer.lr": 1e-05, "optim.schedule.warmup_steps": 39, "optim.optimizer.eps": 1.5e-08}
     assert [type(v) for v in values.values()] == [float, int, float]
+
+
+def test_a_tuning_sweep_over_another_grid_axis_is_refused_before_it_starts():
+    """best.json keeps one best per pos × attn: a comma list over data.seq_len would pool its studies under one key
+    and write data.seq_len into the values optim.tuned applies to every later run of that cell."""
+    import pytest
+
+    from harness.config.load import cells
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data\.seq_len=32,64 is a grid axis"):
+        cells(["experiment=tune_lr", "data.seq_len=32,64"])
+    assert len(cells(["experiment=tune_lr", "seed=0,1"])) == 2 * 2 * 2 * 2  # pos × seed × two searched ranges' ends
