@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from harness import sequential
 from harness.markdown import table
 from harness.stats import minimum_detectable_effect, welch_interval, welch_p_value, what_settles
-from results.cells import ALPHA, Declared, Group
+from results.cells import ALPHA, Cell, Declared, Group, group_cells
 
 BASELINE = "none"
 # a rise between the last two validations smaller than this share of min_order_gain is read as flat (noise)
@@ -106,6 +106,13 @@ def judge(g: Group, base: Group, min_gain: float, c: sequential.Comparison | Non
     return Verdict(g, base, "tested", f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}", p)
 
 
+def premature_at(cells: list[Cell], n: int, min_gain: float) -> bool:
+    """Whether one arm's finished seeds below ``n`` are not yet using word order (``judge``'s premature): a staged
+    comparison on that arm ends at the look of ``n`` seeds, since more seeds do not train a model longer."""
+    early = [c for c in cells if c.seed.isdigit() and int(c.seed) < n]
+    return any(g.using_order(min_gain) is False for g in group_cells(early, None))
+
+
 def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design: sequential.Design) -> Verdict:
     """A tested comparison's verdict once the family (``hypotheses`` of them, Holm at the design's level) has decided
     it; a staged design (report.seeds=auto) also says at which look. Any other (``v`` premature or one seed, or not
@@ -168,7 +175,7 @@ def verdicts(
     ``margin``, its equivalence). ``staged``: the design of a sweep that added seeds in stages
     (report.seeds=auto), replayed look by look from the seeds' losses in seed order, as its sweeper decided: its
     family is every comparison the sweep's cells name, one whose side has no finished seed (a refused pairing)
-    included."""
+    included, and one whose arm is not yet using word order at a look's seeds ends at that look."""
     pairs = []
     for key in dict.fromkeys((g.attn, g.variant) for g in groups):
         members = [g for g in groups if (g.attn, g.variant) == key]
@@ -189,10 +196,12 @@ def verdicts(
             if (g.attn, g.variant) == key and g is not base
         ]
         by_seed = {_key(g): _by_seed(g) for pair in named for g in pair}
+        arms = {_key(g): g for g, _ in named}
         family = sequential.settle(
             [(_key(g), _key(base)) for g, base in named],
             design,
             lambda need: {k: [x for seed, x in by_seed[k] if seed < n] for k, n in need.items()},
+            lambda c, n: premature_at(arms[c.arm].cells, n, min_gain),
         )
     found = {c.arm: c for c in family}
     hypotheses = len(family) * (1 if design.margin is None else 2)

@@ -128,7 +128,17 @@ class StagedSweeper(BasicSweeper):
             stop = not_ready(lambda: _store_cells(record)[1], claim, float(gain))
             family = sequential.settle(claim_family(claim), design, draw_claim, stop)
         else:
-            family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw)
+            from results.verdicts import premature_at
+
+            seen: dict[int, list] = {}  # the sweep's runs as a look of n seeds reads them, once per look
+
+            def premature(c: sequential.Comparison, n: int) -> bool:  # the report's premature, at this look's seeds
+                if record is None:  # no sweep callback, no runs to read (run.py --check)
+                    return False
+                early = seen.setdefault(n, _store_cells(record)[1])
+                return premature_at([x for x in early if in_arm(x.label.split(), c.arm)], n, report.min_order_gain)
+
+            family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw, premature)
         _record(record, family, design, trained)
         return returns
 

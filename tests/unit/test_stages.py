@@ -262,3 +262,45 @@ def test_the_report_replays_a_sweep_with_a_refused_cell_in_the_sweepers_family(t
     found = {v.group.pos: v for v in verdicts(build_report(cells, "t", []).groups, -1.0, staged=design)}
     assert found["rope"].verdict == "lower"
     assert "look 3 of 3" in found["rope"].text and f"n = {n} vs {n}" in found["rope"].text
+
+
+def test_a_sweeps_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first_look(tmp_path, monkeypatch):
+    """A sweep without a claim: learned (0.06 from none, which took more seeds above) is not yet using word order
+    (order gain 0 < 0.05), so its comparison ends with the first look's 3 seeds, as a claim's does, and the report,
+    replaying the looks from the same runs, calls it premature and rope lower at look 1."""
+    from harness.sweep import stages
+    from harness.sweep.callback import SweepRecord
+
+    means = {"none": 3.0, "rope": 2.0, "learned": 2.94}
+    launcher = Launcher(means)
+
+    def cells():
+        return [
+            Cell(f"{pos}{seed}", "n", f"pos={pos} seed={seed}", pos, "softmax", str(seed), "finished", val=[(1, loss)])
+            for (pos, seed), loss in zip(launcher.jobs, _losses(launcher), strict=True)
+        ]
+
+    SweepRecord("parent", "sweep", "sqlite:///unused.db", "posbench", ["pos", "seed"]).save(tmp_path)
+    monkeypatch.setattr(stages, "_store_cells", lambda record: (None, _gains(cells())))
+    monkeypatch.setattr(stages, "_record", lambda *args: None)
+    sweeper = StagedSweeper(max_batch_size=None, params={"pos": ",".join(means)})
+    sweeper.config = OmegaConf.create(
+        {"report": {**SETTINGS, "min_order_gain": 0.05}, "hydra": {"sweep": {"dir": str(tmp_path)}}}
+    )
+    sweeper.hydra_context = SimpleNamespace(config_loader=None)
+    sweeper.launcher = launcher
+    sweeper.sweep([])
+    seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in means}
+    assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "learned": [0, 1, 2]}
+    design = design_of(OmegaConf.create(SETTINGS))
+    found = {v.group.pos: v for v in verdicts(build_report(_gains(cells()), "t", []).groups, 0.05, staged=design)}
+    assert found["learned"].verdict == "premature"
+    assert found["rope"].verdict == "lower" and "look 1 of 3" in found["rope"].text
+
+
+def _gains(cells: list[Cell]) -> list[Cell]:
+    """The cells with an order gain: learned 0 (not yet using word order), none none by construction, rope 0.5."""
+    for c in cells:
+        c.metrics = {"val/order_gain": 0.0 if c.pos in ("learned", "none") else 0.5}
+        c.order_signal = "none" if c.pos == "none" else "scheme"
+    return cells
