@@ -47,7 +47,7 @@ from harness.record.run import close_dead_runs, close_stale_runs
 from harness.record.store import Store, sqlite_path
 
 # Keys that change neither what is computed nor where it is logged.
-VOLATILE = ("resume", "checkpoint", "hydra", "claim", "progress")  # claim: report metadata; progress: display
+VOLATILE = ("resume", "checkpoint", "hydra", "claim", "progress", "report")  # claim, report: judging; progress: display
 VOLATILE_TRAINER = ("enable_progress_bar",)
 
 

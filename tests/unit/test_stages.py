@@ -304,3 +304,18 @@ def _gains(cells: list[Cell]) -> list[Cell]:
         c.metrics = {"val/order_gain": 0.0 if c.pos in ("learned", "none") else 0.5}
         c.order_signal = "none" if c.pos == "none" else "scheme"
     return cells
+
+
+def test_a_sweep_run_again_with_other_report_settings_adopts_the_seeds_it_trained():
+    """report.* says how a sweep judges its cells, not what a cell trains: raising report.max_seeds to continue an
+    inconclusive staged sweep, declaring report.seeds=auto after fixed seeds, or a margin, keeps each cell's
+    config_hash, so its FINISHED runs are adopted (harness/sweep/cell.py skip_finished) and not trained again."""
+    from harness.config.load import load
+    from harness.record.resume import config_hash
+    from tests.helpers import TINY
+
+    def hashed(*report: str) -> str:
+        return config_hash(load([*TINY, "pos=rope", "seed=0", *report], multirun=True).values, "sqlite:///s.db")
+
+    assert hashed("report.seeds=auto", "report.max_seeds=20", "report.margin=0.02") == hashed()
+    assert hashed("seed=1") != hashed()  # what a cell trains still tells configs apart
