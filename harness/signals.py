@@ -50,7 +50,9 @@ def terminating() -> Iterator[None]:
     raised again a moment later instead. The previous handlers are restored after."""
 
     def handler(signum, frame):
-        if not _State.in_lightning:
+        # Lightning owns SIGTERM only while its own handler is installed (it calls this one too): in fit's set-up
+        # (DDP: while the other ranks start) and after its teardown, this is the handler, and nothing else would stop
+        if not _State.in_lightning or signal.getsignal(signal.SIGTERM) is handler:
             raise Stopped(128 + signum)
 
     def dropped(unraisable) -> None:  # a stop raised inside a finalizer, which Python prints and drops: sent again

@@ -237,6 +237,35 @@ def test_a_stop_raised_inside_a_finalizer_still_stops(signal_name, code):
     assert (proc.stdout.strip(), proc.stderr) == (str(code), "")
 
 
+def _wait_for_handlers() -> None:
+    for _ in range(1000):  # a handler runs between bytecodes
+        time.sleep(0.001)
+
+
+def test_a_sigterm_before_lightning_installs_its_handler_stops_at_once():
+    """Between entering fit and Lightning installing its own SIGTERM handler (DDP: seconds, while the other ranks
+    start) a SIGTERM stops with 143, as outside Lightning's loops; once Lightning's handler is installed, it alone
+    acts (it calls this one too)."""
+    from harness.signals import Stopped, lightning_owns_sigterm, terminating
+
+    with pytest.raises(Stopped) as stop, terminating(), lightning_owns_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        _wait_for_handlers()
+    assert stop.value.code == 143
+
+    seen: list[int] = []
+    with terminating(), lightning_owns_sigterm():
+        ours = signal.getsignal(signal.SIGTERM)
+        assert callable(ours)
+        signal.signal(signal.SIGTERM, lambda signum, frame: (seen.append(signum), ours(signum, frame)))  # Lightning's
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            _wait_for_handlers()
+        finally:
+            signal.signal(signal.SIGTERM, ours)
+    assert seen == [signal.SIGTERM]
+
+
 def test_prepare_stopped_by_sigterm_exits_143_and_leaves_nothing(tmp_path):
     """SIGTERM mid-prepare (a preempted job): exit 143, the partial folder removed (a BPE vocabulary on a stream is
     slow enough to be caught mid-way)."""
