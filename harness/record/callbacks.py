@@ -118,21 +118,21 @@ class CommittedCheckpoints(L.Callback):
         if trainer.is_global_zero:
             os.replace(tmp, self.dir / "pending.ckpt")  # atomic: a kill mid-write leaves no torn file
             integrity.seal_file(self.dir / "pending.ckpt")  # what resume checks the bytes against
-            self._pending = step
+        self._pending = step  # every rank: each one's stop line names the step rank 0 commits
 
     def _commit(self, trainer) -> None:
-        if self._pending is None or not trainer.is_global_zero:
+        if self._pending is None:
             return
-        self.flush()  # step k's points and its validation are in the store before step k is resumable
-        final = self.dir / f"step-{self._pending}.ckpt"
-        if integrity.seal_path(self.dir / "pending.ckpt").is_file():
-            os.replace(integrity.seal_path(self.dir / "pending.ckpt"), integrity.seal_path(final))
-        os.replace(self.dir / "pending.ckpt", final)
-        self._committed = self._pending
-        for old in [*self.dir.glob("step-*.ckpt"), *self.dir.glob(f"step-*.ckpt{integrity.FILE_SEAL}")]:
-            if old not in (final, integrity.seal_path(final)):
-                old.unlink(missing_ok=True)
-        self._pending = None
+        if trainer.is_global_zero:
+            self.flush()  # step k's points and its validation are in the store before step k is resumable
+            final = self.dir / f"step-{self._pending}.ckpt"
+            if integrity.seal_path(self.dir / "pending.ckpt").is_file():
+                os.replace(integrity.seal_path(self.dir / "pending.ckpt"), integrity.seal_path(final))
+            os.replace(self.dir / "pending.ckpt", final)
+            for old in [*self.dir.glob("step-*.ckpt"), *self.dir.glob(f"step-*.ckpt{integrity.FILE_SEAL}")]:
+                if old not in (final, integrity.seal_path(final)):
+                    old.unlink(missing_ok=True)
+        self._committed, self._pending = self._pending, None
 
 
 # ---------------------------------------------------------------- the logger

@@ -156,3 +156,30 @@ def test_a_checkpoint_dropped_by_a_stop_in_validation_leaves_no_file(tmp_path):
     cb.on_exception(trainer, None, SystemExit(143))
     assert STOPPED_AT.pop("step") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2.ckpt", "step-2.ckpt.sha256"]
+
+
+class OtherRank(Trainer):
+    """A DDP rank other than 0: Lightning writes checkpoints on global rank 0 only."""
+
+    is_global_zero = False
+    validating = False
+    state = types.SimpleNamespace(fn="fit")
+
+    def save_checkpoint(self, path):
+        pass
+
+
+def test_every_rank_names_the_step_a_stop_left_to_resume(tmp_path, monkeypatch):
+    """DDP: rank 0 writes and commits the checkpoints, and every rank's stop line (harness/cli.py) names the step
+    they hold, not "no checkpoint was written yet"; the other ranks write nothing."""
+    from harness.signals import STOPPED_AT
+
+    monkeypatch.setitem(STOPPED_AT, "step", -1)
+    cb, trainer = CommittedCheckpoints(tmp_path, every=2, flush=lambda: None), OtherRank()
+    for step in (1, 2, 3):
+        cb.on_train_batch_start(trainer, None, None, 0)
+        trainer.global_step = step
+        cb.on_train_batch_end(trainer, None, None, None, 0)
+    cb.on_exception(trainer, None, SystemExit())  # SIGTERM after step 3: the step is saved and committed
+    assert STOPPED_AT["step"] == 3
+    assert not list(tmp_path.iterdir())
