@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -101,9 +102,10 @@ def rank_zero_print(text: str, **kwargs) -> None:
 
 
 @contextmanager
-def job_ranks(trainer) -> Iterator[None]:
+def job_ranks(trainer, ckpt: Path | None = None) -> Iterator[None]:
     """Inside a Hydra multirun job with several local DDP processes: start ranks 1..N-1 as single
-    runs of this job, then, whatever happens, reap them and restore the process's DDP state."""
+    runs of this job, resuming from ``ckpt`` as this rank does, then, whatever happens, reap them and
+    restore the process's DDP state."""
     if not _needs_own_ranks(trainer):
         yield
         return
@@ -112,7 +114,7 @@ def job_ranks(trainer) -> Iterator[None]:
     saved_env, saved_threads = dict(os.environ), torch.get_num_threads()
     procs: list[subprocess.Popen] = []
     try:
-        procs = _start_ranks(trainer)
+        procs = _start_ranks(trainer, ckpt)
         yield
     except BaseException:
         _destroy_process_group()  # closes the sockets the other ranks wait on: they fail now, not at timeout
@@ -141,7 +143,7 @@ def _needs_own_ranks(trainer) -> bool:
     )
 
 
-def _start_ranks(trainer) -> list[subprocess.Popen]:
+def _start_ranks(trainer, ckpt: Path | None) -> list[subprocess.Popen]:
     hc = HydraConfig.get()
     if trainer.num_nodes > 1:  # the user started this on every node and says where rank 0 listens
         if not {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK"} <= os.environ.keys():
@@ -153,7 +155,7 @@ def _start_ranks(trainer) -> list[subprocess.Popen]:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), NODE_RANK="0")
     os.environ["WORLD_SIZE"] = str(trainer.num_devices * trainer.num_nodes)
     os.environ["LOCAL_RANK"] = "0"  # from here Lightning treats the ranks as started externally
-    command = rank_command(list(hc.overrides.task), hc.runtime.output_dir, hc.job.config_name)
+    command = rank_command(list(hc.overrides.task), hc.runtime.output_dir, hc.job.config_name, ckpt)
     return [
         subprocess.Popen(
             [*command, f"hydra.job.name=ddp_rank_{r}"], cwd=hc.runtime.cwd, env={**os.environ, "LOCAL_RANK": str(r)}
@@ -162,15 +164,20 @@ def _start_ranks(trainer) -> list[subprocess.Popen]:
     ]
 
 
-def rank_command(task_overrides: list[str], output_dir: str, config_name: str | None) -> list[str]:
+def rank_command(
+    task_overrides: list[str], output_dir: str, config_name: str | None, ckpt: Path | None = None
+) -> list[str]:
     """``python run.py <the job's own overrides>`` as a single run into the job's output dir (not
-    the sweep's argv, which sys.argv still holds in-process and a joblib worker does not hold at all)."""
+    the sweep's argv, which sys.argv still holds in-process and a joblib worker does not hold at all).
+    ``ckpt``: the checkpoint rank 0 resumes from (a sweep cell decides that in rank 0, as ``resume=auto``),
+    else none: every rank starts from the same step, optimizer state and example."""
     entry = [str(ROOT / "run.py")] if in_checkout() else ["-m", "harness.main"]  # installed: posbench's module
     return [
         sys.executable,
         *entry,
         *([f"--config-name={config_name}"] if config_name else []),
         *task_overrides,
+        f'resume="{ckpt}"' if ckpt else "resume=false",
         f'hydra.run.dir="{output_dir}"',  # quoted: any path parses
         "hydra.output_subdir=null",
     ]  # rank 0 wrote the job's .hydra/

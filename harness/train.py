@@ -168,7 +168,7 @@ def backend_tags(model) -> dict[str, str]:
 def fit(built, ckpt) -> dict:
     """Train to max_steps; the last entry of the validation results is the final model's."""
     trainer, module = built.trainer, built.module
-    with job_ranks(trainer), lightning_owns_sigterm():  # a SIGTERM ends the step, then stops (harness/signals.py)
+    with job_ranks(trainer, ckpt), lightning_owns_sigterm():  # a SIGTERM ends the step, then stops (harness/signals.py)
         trainer.fit(module, built.train_loader, built.val_loader, ckpt_path=ckpt)
         if not module.val_results or module.val_results[-1]["step"] != trainer.global_step:
             trainer.validate(module, built.val_loader, verbose=False)  # the summary reports the final model

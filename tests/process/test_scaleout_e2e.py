@@ -106,6 +106,33 @@ def test_multirun_with_ddp(launcher, tmp_path):
 
 
 @LAUNCHERS
+def test_a_killed_ddp_cell_resumes_on_every_rank(tmp_path):
+    """A DDP sweep SIGKILLed at step 6 and run again: the cell's other ranks resume the checkpoint rank 0 resumes
+    (the sweep's resume=auto is decided in rank 0's cell), so the cell finishes as the resumed run."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    args = ["-m", *TINY, "model.dropout=0", "trainer.max_steps=10", "checkpoint.every_n_steps=4", *DDP_CPU]
+    killer = [sys.executable, str(ROOT / "tests" / "killer.py"), "6"]
+    first, again = (
+        subprocess.run(
+            [*command, *args, f"hydra.sweep.dir={tmp_path / sweep}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=HANG,
+        )
+        for command, sweep in ((killer, "first"), ([sys.executable, "run.py"], "again"))
+    )
+    assert first.returncode == -9, first.stderr[-3000:]
+    assert again.returncode == 0, again.stderr[-3000:]
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    [cell] = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
+    assert (cell.info.status, cell.data.tags.get("resumed_from_step")) == ("FINISHED", "4")
+    assert sorted(m.step for m in client.get_metric_history(cell.info.run_id, "train/loss")) == list(range(1, 11))
+
+
+@LAUNCHERS
 def test_submitit_local_multirun(tmp_path):
     """submitit pickles each job and runs it in a fresh process: the job still finds its parent run
     through <sweep dir>/mlflow_sweep.json."""

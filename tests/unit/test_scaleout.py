@@ -2,6 +2,7 @@
 basic and joblib launchers, submitit's local launcher, torch.compile."""
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,9 +138,13 @@ def test_rank_command_is_a_single_run_of_the_job():
         "--config-name=config",
         "pos=rope",
         "trainer=ddp",
+        "resume=false",  # a new run on every rank, whatever the sweep's resume=auto finds
         'hydra.run.dir="/sweep/3"',
         "hydra.output_subdir=null",
     ]
+    resumed = rank_command(["pos=rope", "resume=auto"], "/sweep/3", None, Path("/ck/ab12/step-4.ckpt"))
+    assert resumed[2:4] == ["pos=rope", "resume=auto"]
+    assert resumed[4] == 'resume="/ck/ab12/step-4.ckpt"'  # the checkpoint rank 0 resumes from; the last value wins
 
 
 def test_validation_counts_optimizer_steps_when_gradients_accumulate(train_tiny):
