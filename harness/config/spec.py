@@ -120,6 +120,10 @@ def resume_mode(value: object) -> str | Path:
     raise ConfigError(f"resume={value!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step-K.ckpt")
 
 
+# Lightning's strategies that start the ranks from inside fit (refused: see TrainerSettings._check_strategy)
+SPAWNING = ("ddp_spawn", "ddp_fork", "ddp_notebook")
+
+
 @dataclass(frozen=True)
 class DataSettings:
     """``data``: the loader keys every source shares, plus the keys some sources read (the corpus itself is the
@@ -338,14 +342,20 @@ class TrainerSettings:
 
     def _check_strategy(self) -> None:
         """A name Lightning's registry holds; read from Lightning (seconds to import) only for a name not known."""
-        if self.strategy not in ("auto", "ddp", "ddp_spawn", "fsdp", "deepspeed"):
+        if self.strategy.startswith(SPAWNING):
+            raise ConfigError(
+                f"trainer.strategy={self.strategy}: its ranks train a copy of the run in processes started from "
+                "inside fit, which hand back none of what the run records (its validation results, its MLflow "
+                "run); use trainer.strategy=ddp (trainer=ddp), which starts every rank as this command"
+            )
+        if self.strategy not in ("auto", "ddp", "fsdp", "deepspeed"):
             from lightning.pytorch.strategies import StrategyRegistry
 
             names = StrategyRegistry.available_strategies()
             if self.strategy not in names:
                 raise ConfigError(
                     f"trainer.strategy={self.strategy!r} is not a Lightning strategy; use auto, "
-                    f"{', '.join(n for n in names if '_find_unused' not in n)}"
+                    f"{', '.join(n for n in names if '_find_unused' not in n and not n.startswith(SPAWNING))}"
                 )
 
     @property

@@ -57,6 +57,8 @@ def test_effective_batch_and_lr_are_logged_unscaled():
         ("trainer.num_nodes=0", "trainer.num_nodes=0"),
         ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0"),
         ("trainer.devices=0", "trainer.devices=0"),
+        ("trainer.strategy=ddp_spawn", "trainer.strategy=ddp_spawn: .* use trainer.strategy=ddp"),
+        ("trainer.strategy=ddp_fork", "trainer.strategy=ddp_fork: .* use trainer.strategy=ddp"),
     ],
 )
 def test_bad_trainer_settings_are_one_line_errors(override, needle):
