@@ -29,12 +29,12 @@ class Launcher:
         return out
 
 
-def staged(tmp_path, means: dict[str, float], **report) -> Launcher:
+def staged(tmp_path, means: dict[str, float], launcher: Launcher | None = None, **report) -> Launcher:
     sweeper = StagedSweeper(max_batch_size=None, params={"pos": ",".join(means)})
     settings = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
     sweeper.config = OmegaConf.create({"report": {**settings, **report}, "hydra": {"sweep": {"dir": str(tmp_path)}}})
     sweeper.hydra_context = SimpleNamespace(config_loader=None)
-    sweeper.launcher = launcher = Launcher(means)
+    sweeper.launcher = launcher = launcher or Launcher(means)
     sweeper.sweep([])
     return launcher
 
@@ -230,12 +230,8 @@ class Refusing(Launcher):
 def test_a_cell_whose_every_seed_failed_takes_no_more_seeds_nor_keeps_its_baseline_training(tmp_path):
     """t5 is refused on every seed (no loss to compare): its comparison ends at the first look, so neither t5 is
     launched again nor none trained past what rope's comparison needs (rope is decided at the first look)."""
-    sweeper = StagedSweeper(max_batch_size=None, params={"pos": "none,rope,t5"})
-    settings = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
-    sweeper.config = OmegaConf.create({"report": settings, "hydra": {"sweep": {"dir": str(tmp_path)}}})
-    sweeper.hydra_context = SimpleNamespace(config_loader=None)
-    sweeper.launcher = launcher = Refusing({"none": 3.0, "rope": 2.0, "t5": 0.0}, {"t5"})
-    sweeper.sweep([])
+    means = {"none": 3.0, "rope": 2.0, "t5": 0.0}
+    launcher = staged(tmp_path, means, Refusing(means, {"t5"}))
     seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in ("none", "rope", "t5")}
     assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "t5": [0, 1, 2]}
 
@@ -244,12 +240,8 @@ def test_the_report_replays_a_sweep_with_a_refused_cell_in_the_sweepers_family(t
     """t5 is refused on every seed; its comparison still held a hypothesis of the sweeper's Holm family (declared
     before any result). The report, reading the runs, judges with that family: rope (0.08 below none, spread 0.05)
     is decided with the seeds and at the look the sweeper decided it."""
-    sweeper = StagedSweeper(max_batch_size=None, params={"pos": "none,rope,t5"})
-    settings = {"seeds": "auto", "stage": 3, "max_seeds": 9, "spending": "pocock", "alpha": 0.05, "baseline": None}
-    sweeper.config = OmegaConf.create({"report": settings, "hydra": {"sweep": {"dir": str(tmp_path)}}})
-    sweeper.hydra_context = SimpleNamespace(config_loader=None)
-    sweeper.launcher = launcher = Refusing({"none": 3.0, "rope": 2.92, "t5": 0.0}, {"t5"})
-    sweeper.sweep([])
+    means = {"none": 3.0, "rope": 2.92, "t5": 0.0}
+    launcher = staged(tmp_path, means, Refusing(means, {"t5"}))
     cells = [
         Cell(f"{pos}{seed}", "n", f"pos={pos}", pos, "softmax", str(seed), "finished", val=[(1, loss)], metrics={})
         if pos != "t5"
@@ -258,7 +250,7 @@ def test_the_report_replays_a_sweep_with_a_refused_cell_in_the_sweepers_family(t
     ]
     n = sum(1 for pos, _ in launcher.jobs if pos == "rope")
     assert n == 9  # the sweeper decided rope at its last look
-    design = design_of(OmegaConf.create(settings))
+    design = design_of(OmegaConf.create({"alpha": 0.05, "stage": 3, "max_seeds": 9, "spending": "pocock"}))
     found = {v.group.pos: v for v in verdicts(build_report(cells, "t", []).groups, -1.0, staged=design)}
     assert found["rope"].verdict == "lower"
     assert "look 3 of 3" in found["rope"].text and f"n = {n} vs {n}" in found["rope"].text
