@@ -95,21 +95,14 @@ def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_p
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss")) == [4, 8]
 
 
-def test_a_run_stopped_before_its_first_checkpoint_is_not_told_to_resume(store, tmp_path):
-    """The first checkpoint would be step 5 and Ctrl-C comes in step 4: resume=true would find nothing, so the
-    line says to run the command again."""
-    steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=5"]
-    proc = stopped_run("INT", "fit", store, tmp_path, steps=steps)
-    assert proc.returncode == 130, proc.stderr[-3000:]
-    [line] = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
-
-
-def test_a_run_without_checkpoints_is_not_told_to_resume(store, tmp_path):
-    """checkpoint.every_n_steps=0 writes none, a SIGTERM's included: resume=true would find nothing."""
-    steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=0"]
-    proc = stopped_run("TERM", "fit", store, tmp_path, steps=steps)
-    assert proc.returncode == 143, proc.stderr[-3000:]
+@pytest.mark.parametrize("signal_name, every, code", [("INT", 5, 130), ("TERM", 0, 143)])
+def test_a_run_without_a_checkpoint_is_not_told_to_resume(store, tmp_path, signal_name, every, code):
+    """Ctrl-C in step 4 when the first checkpoint would be step 5, or a SIGTERM with checkpoint.every_n_steps=0
+    (which writes none, a SIGTERM's included): resume=true would find nothing, so the line says to run the command
+    again."""
+    steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", f"checkpoint.every_n_steps={every}"]
+    proc = stopped_run(signal_name, "fit", store, tmp_path, steps=steps)
+    assert proc.returncode == code, proc.stderr[-3000:]
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
 
