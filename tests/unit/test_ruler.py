@@ -4,6 +4,7 @@ teacher-forced share of strings against a direct count."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 
@@ -111,6 +112,22 @@ def test_the_task_scores_only_the_strings_not_their_separators():
     e = task.finish(lay, 320)
     runs = (e["labels"] != IGNORE).int().diff().eq(1).sum()
     assert int(runs) == 4
+
+
+def test_the_tasks_examples_are_the_generators_on_the_whole_filler_and_stay_the_same():
+    """task=ruler cuts from the corpus tensor what hf-eval's generator cuts from the whole split as a list; the
+    digest pins the examples' bytes and answer flags."""
+    filler = torch.randint(32, 127, (20_000,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    digest = hashlib.sha256()
+    for variant in sorted(VARIANTS):
+        for seed in range(3):
+            lay = Ruler(variant=variant).layout(600, torch.Generator().manual_seed(seed), filler)
+            prompt, answers, _ = example(
+                variant, 601, byte_encode, filler.tolist(), torch.Generator().manual_seed(seed)
+            )
+            assert lay.tokens.tolist() == prompt + [i for a in answers for i in a]
+            digest.update(bytes(lay.tokens.tolist()) + bytes(lay.answer.tolist()))
+    assert digest.hexdigest()[:16] == "14dc55076334d936"
 
 
 def test_bad_settings_are_one_line():

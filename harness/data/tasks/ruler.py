@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -152,7 +152,7 @@ ANSWER = " Answer:"
 
 
 def example(
-    variant: str, length: int, encode: Encode, filler: list[int], gen: torch.Generator
+    variant: str, length: int, encode: Encode, filler: Sequence[int], gen: torch.Generator
 ) -> tuple[list[int], list[list[int]], list[str]] | None:
     """(the prompt's ids, each expected string's ids after its separator " " or ", ", the strings) of one example
     whose prompt and answer take ``length`` tokens; None when it cannot fit. The haystack is a stretch of ``filler``
@@ -175,7 +175,7 @@ def example(
             return None
         start = int(torch.randint(len(filler) - room + 1, (1,), generator=gen))
         points = sorted(torch.randint(room + 1, (len(hidden),), generator=gen).tolist())
-        haystack, at = filler[start : start + room], 0
+        haystack, at = list(filler[start : start + room]), 0
         for point, sentence in zip(points, hidden, strict=True):
             context += haystack[at:point] + sentence
             at = point
@@ -183,7 +183,7 @@ def example(
     pad = length - len(context) - len(tail) - sum(map(len, answers))
     if pad < 0 or len(filler) < pad:
         return None
-    return filler[:pad] + context + tail, answers, drawn.answers
+    return list(filler[:pad]) + context + tail, answers, drawn.answers
 
 
 def string_match_all(prediction: str, expected: list[str]) -> float:
@@ -231,7 +231,7 @@ class Ruler(SyntheticTask):
             )
 
     def layout(self, length: int, gen: torch.Generator, filler: Tensor | None = None) -> Layout:
-        drawn = example(self.variant, length + 1, _bytes, self.given_filler(filler).tolist(), gen)
+        drawn = example(self.variant, length + 1, _bytes, self.given_filler(filler).numpy().data, gen)
         if drawn is None:
             raise ConfigError(f"task=ruler task.variant={self.variant} does not fit length {length}; raise it")
         prompt, answers, texts = drawn
