@@ -15,7 +15,7 @@ import json
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -197,7 +197,16 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         from harness.model.extrapolation import evaluate_extrapolation  # lazy: matplotlib
 
         by_length = evaluate_extrapolation(
-            built.module, corpus, checked.tokenizer, task, spec.data, spec.eval, spec.seed
+            built.module,
+            corpus,
+            checked.tokenizer,
+            task,
+            # data.eval_batches is per device: rank 0 scores the budget of every rank's validation shard
+            replace(
+                spec.data, eval_batches=spec.data.eval_batches and spec.data.eval_batches * built.geometry.world_size
+            ),
+            spec.eval,
+            spec.seed,
         )
         run.log_scalars(by_length.metrics(built.module.bytes_per_token), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in by_length.skipped.items()})

@@ -47,18 +47,23 @@ DDP_TOLERANCE = 1e-4
 
 
 def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
-    ddp_out, ddp_client, ddp_runs = _run_py(tmp_path / "ddp", *DDP_CPU)
+    """Rank 0 alone scores eval.lengths: on every rank's validation windows, as one process does."""
+    evaluated = ["eval.lengths=[32,64]"]
+    ddp_out, ddp_client, ddp_runs = _run_py(tmp_path / "ddp", *DDP_CPU, *evaluated)
     assert [r.info.status for r in ddp_runs] == ["FINISHED"]  # rank 1 logged nothing
     assert ddp_out.stdout.count("final val loss") == 1  # the summary prints on rank 0 only
     [run] = ddp_runs
     assert (run.data.params["train.world_size"], run.data.params["train.effective_batch"]) == ("2", "16")
 
-    _, one_client, [single] = _run_py(tmp_path / "one", "data.batch_size=16")  # the same global batch
+    _, one_client, [single] = _run_py(tmp_path / "one", "data.batch_size=16", *evaluated)  # the same global batch
     assert single.data.params["train.effective_batch"] == "16"
     for metric in ("train/loss", "val/loss"):
         ddp, one = _curve(ddp_client, run, metric), _curve(one_client, single, metric)
         assert ddp.keys() == one.keys() and len(ddp) >= 2
         diff = max(abs(ddp[s] - one[s]) for s in ddp)
+        assert diff < DDP_TOLERANCE, f"{metric}: DDP and single process differ by {diff:.2e}"
+    for metric in ("val/loss_at_32", "val/loss_at_64", "val/bpc_at_64"):
+        diff = abs(run.data.metrics[metric] - single.data.metrics[metric])
         assert diff < DDP_TOLERANCE, f"{metric}: DDP and single process differ by {diff:.2e}"
     # each validation window's loss, gathered from both ranks back into the validation set's order
     from results.store import run_windows
