@@ -229,8 +229,14 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
     if spec.run.diagnostics and built.owner:  # attention pictures of the final model: harness/model/diagnostics.py
         from harness.model.diagnostics import attention_diagnostics
 
-        # validation batches are (plain, shuffled) pairs
-        diagnostics = attention_diagnostics(built.model, (pair["plain"] for pair in built.val_loader))
+        val = built.val_loader  # read in order, not rank 0's DDP shard; its batches are (plain, shuffled) pairs
+        diagnostics = attention_diagnostics(
+            built.model,
+            (
+                pair["plain"]
+                for pair in torch.utils.data.DataLoader(val.dataset, val.batch_size, collate_fn=val.collate_fn)
+            ),
+        )
         run.log_scalars(diagnostics.metrics(), step)
         run.log_files(diagnostics.files(), "diagnostics")
 
