@@ -108,7 +108,8 @@ def skip_finished(spec: RunSpec, sweep_tags: dict[str, str]) -> float | None:
     if not runs:
         return None
     run = runs[0]
-    adopt(store, run, sweep_tags)
+    if is_rank_zero():  # SLURM runs this job on every task: a second adopt would take this sweep for the old parent
+        adopt(store, run, sweep_tags)
     loss = run.data.metrics.get("val/loss")
     print(
         f"skipped: {sweep_tags.get('sweep_cell') or run.info.run_name} already FINISHED as MLflow run "

@@ -308,6 +308,30 @@ def test_a_finished_cell_whose_record_was_damaged_is_trained_again_with_a_warnin
     assert "skipped: seed=0" in again["stdout"] and "skipped: seed=1" not in again["stdout"]
 
 
+def test_a_finished_cell_adopted_on_every_slurm_task_keeps_its_previous_parent(store, monkeypatch):
+    """Under SLURM each task of a re-run sweep's job finds the FINISHED run of its cell; global rank 0 alone adopts
+    it, so a later task does not read this sweep's parent back as the run's previous one."""
+    from lightning.pytorch.utilities import rank_zero_only
+    from mlflow.tracking import MlflowClient
+
+    from harness.config.load import load
+    from harness.record.resume import config_hash
+    from harness.sweep.cell import skip_finished
+
+    spec = load([*TINY, "pos=rope"], multirun=True)
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.create_experiment("posbench")
+    old, new = (client.create_run(experiment).info.run_id for _ in range(2))
+    tags = {"config_hash": config_hash(spec.values, store), "mlflow.parentRunId": old}
+    run = client.create_run(experiment, tags=tags).info.run_id
+    client.set_terminated(run, "FINISHED")
+    for rank in (0, 1):  # SLURM_PROCID 0, then 1
+        monkeypatch.setattr(rank_zero_only, "rank", rank)
+        skip_finished(spec, {"mlflow.parentRunId": new, "sweep_id": "again"})
+    adopted = client.get_run(run).data.tags
+    assert (adopted["mlflow.parentRunId"], adopted["adopted_from_parent"]) == (new, old)
+
+
 def test_seeds_in_stages_are_recorded_look_by_look_and_replayed_by_the_report(store, tmp_path):
     """report.seeds=auto: the sweeper trains 2 seeds per arm, then more only while the comparison is undecided;
     the parent run records the design and each look, and the report, reading the runs back, decides as it did."""
