@@ -19,7 +19,8 @@ Per cell (harness/pretrained/measures.py defines each):
 
 A claim (``--claim yarn<ntk<linear``, declared before anything runs) is judged on the loss at every length beyond the
 model's trained context, at every factor: each adjacent pair of the ordering is a paired t test over blocks of
-``stride`` labels (the same tokens under both cells), the family corrected by Holm at ``--level``; supported when
+max(``stride``, 1024) consecutive labels (the same tokens under both cells; blocks this long, from consecutive
+text, are nearly uncorrelated), the family corrected by Holm at ``--level``; supported when
 every comparison rejects in the claimed direction, contradicted when one rejects against it, else inconclusive.
 
 Before a weight is read, the model's config.json gives its parameters, the peak memory at the longest length (and of
@@ -263,6 +264,7 @@ def check(spec: EvalSpec) -> None:
     if not spec.lengths or any(n < 2 for n in spec.lengths):
         raise ConfigError(f"--lengths={','.join(map(str, spec.lengths))}: give context lengths of at least 2 tokens")
     unknown_task = next((t for t in spec.tasks if t not in VARIANTS), None)
+    block = max(report.BLOCK, spec.stride_at(max(spec.lengths)))  # the claim's at the longest length
     for ok, refusal in (  # in this order: the first that fails is said
         (
             all(1 <= f < math.inf for f in spec.factors),
@@ -338,6 +340,11 @@ def check(spec: EvalSpec) -> None:
             ),
             f"--claim={'<'.join(spec.claim)}: order two or more distinct scalings of --scalings "
             f"({','.join(spec.scalings)}), best first; e.g. yarn<ntk<linear",
+        ),
+        (
+            not spec.claim or spec.budget >= 2 * block,
+            f"--claim at --budget={spec.budget}: its t test compares blocks of {block} consecutive labels, two at "
+            f"least; give --budget ≥ {2 * block}",
         ),
         *(  # the counts a flag can make large: a run no machine finishes is refused at once
             (value is None or value <= most, f"{flag}={value} is more than an evaluation takes; give at most {most:,}")

@@ -13,18 +13,24 @@ from harness import markdown
 from harness.errors import ConfigError
 from harness.integrity import report_folder
 
+# labels per block of the claim's t test: adjacent blocks hold consecutive text, and over blocks of one stride the
+# per-block differences between two cells are autocorrelated (the test's p-values too small); over this many
+# labels they are nearly independent (batch means)
+BLOCK = 1024
+
 
 def judge(spec, context: int, losses: dict[tuple[str, float], dict[int, torch.Tensor]]) -> list[dict]:
     """The claim's comparisons: per factor, per length beyond ``context``, each adjacent pair (a better than b) as a
-    paired t test over blocks of ``stride`` labels; Holm over the family at ``spec.level``. One dict per comparison:
-    factor, length, a, b, diff (mean loss a − b, nats), low, high (95 %), p, decision."""
+    paired t test over blocks of max(``stride``, ``BLOCK``) consecutive labels; Holm over the family at
+    ``spec.level``. One dict per comparison: factor, length, a, b, diff (mean loss a − b, nats), low, high (95 %), p,
+    decision."""
     from harness.stats import holm, paired_interval, paired_p_value
 
     rows, cells = [], spec.cells()
     for factor in spec.factors:
         arms = [(m, factor) if (m, factor) in cells else (m, 1.0) for m in spec.claim]  # none, own, dca: at 1 only
         for length in (n for n in spec.lengths if n > context):
-            block = spec.stride_at(length)
+            block = max(spec.stride_at(length), BLOCK)
             means = {
                 arm: [float(b.mean()) for b in losses[arm][length].split(block) if len(b) == block] for arm in arms
             }
@@ -128,10 +134,10 @@ def table(
             "",
             f"## Claim: {' < '.join(spec.claim)} in loss beyond the trained context ({context} tokens)",
             "",
-            f"**Verdict: {verdict(rows)}** — {len(rows)} comparisons, paired t tests over blocks of the stride's "
-            f"labels (the same tokens in both cells), Holm-corrected at family-wise α = {spec.level:g}; a "
-            f"difference below {spec.margin:g} nats is negligible, for neither side. One text: a claim about "
-            "this text and model, not about the scalings in general.",
+            f"**Verdict: {verdict(rows)}** — {len(rows)} comparisons, paired t tests over blocks of max(stride, "
+            f"{BLOCK}) consecutive labels (the same tokens in both cells), Holm-corrected at family-wise "
+            f"α = {spec.level:g}; a difference below {spec.margin:g} nats is negligible, for neither side. One "
+            "text: a claim about this text and model, not about the scalings in general.",
             "",
             *markdown.table(
                 ["factor", "length", "comparison", "Δ loss (nats)", "95 % interval", "p", "blocks", "decision"],

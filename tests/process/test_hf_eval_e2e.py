@@ -94,7 +94,7 @@ def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tm
         "--lengths",
         "32,128",
         "--budget",
-        "256",
+        "2048",
         "--passkey-trials",
         "0",
         "--key-short",

@@ -199,12 +199,12 @@ def test_key_tokens_are_the_labels_only_the_long_context_predicts():
 # ---------------------------------------------------------------- the claim: paired tests, Holm, a margin
 
 
-def _losses(diffs: dict[str, float], noise: float = 0.01, blocks: int = 8, stride: int = 16):
+def _losses(diffs: dict[str, float], noise: float = 0.01, labels: int = 8 * 1024):
     """Per-label losses at L = 64 for each scaling at factor 2: a common base + the scaling's shift + noise."""
     g = torch.Generator().manual_seed(1)
-    base = torch.rand(blocks * stride, generator=g, dtype=torch.float64) * 3
+    base = torch.rand(labels, generator=g, dtype=torch.float64) * 3
     return {
-        (m, 2.0): {64: base + shift + noise * torch.randn(blocks * stride, generator=g, dtype=torch.float64)}
+        (m, 2.0): {64: base + shift + noise * torch.randn(labels, generator=g, dtype=torch.float64)}
         for m, shift in diffs.items()
     }
 
@@ -259,13 +259,14 @@ def test_a_claim_reads_each_scaling_at_the_factor_it_ran_at():
 
 
 def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
-    """p of each comparison equals scipy's paired t test over the blocks' mean losses; Holm rejects the smallest p
-    at α/2 and the next at α, so a p between them is rejected only after the first is."""
+    """p of each comparison equals scipy's paired t test over the mean losses of blocks of 1,024 consecutive labels
+    (a stride of 16 labels is shorter: adjacent blocks of consecutive text would be correlated); Holm rejects the
+    smallest p at α/2 and the next at α, so a p between them is rejected only after the first is."""
     from scipy import stats
 
     from harness.pretrained.report import judge
 
-    losses = _losses({"yarn": 0.0, "ntk": 0.004, "linear": 0.03}, noise=0.02)
+    losses = _losses({"yarn": 0.0, "ntk": 0.004, "linear": 0.03}, noise=0.6)
     spec = EvalSpec(
         Path("."),
         scalings=("yarn", "ntk", "linear"),
@@ -277,9 +278,10 @@ def test_claim_p_values_are_paired_t_tests_on_block_means_and_holm_steps_down():
         level=0.05,
     )
     rows = judge(spec, 48, losses)
+    assert [r["blocks"] for r in rows] == [8, 8]
     for row in rows:
-        a = [float(b.mean()) for b in losses[row["a"], 2.0][64].split(16)]
-        b = [float(b.mean()) for b in losses[row["b"], 2.0][64].split(16)]
+        a = [float(b.mean()) for b in losses[row["a"], 2.0][64].split(1024)]
+        b = [float(b.mean()) for b in losses[row["b"], 2.0][64].split(1024)]
         assert row["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-9)
     small, large = sorted(r["p"] for r in rows)
     assert [r["decision"] != "inconclusive" for r in rows] == [
@@ -365,8 +367,13 @@ def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
         (["--claim", "yarn<foo"], "--claim=yarn<foo: order two or more distinct scalings of --scalings"),
         (["--claim", "yarn"], "--claim=yarn: order two or more"),
         (
-            ["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "64"],
+            ["--claim", "yarn<ntk", "--lengths", "16,32", "--budget", "2048"],
             "judged beyond the trained context (64 tokens",
+        ),
+        (
+            ["--claim", "yarn<ntk", "--lengths", "128", "--budget", "1024"],
+            "--claim at --budget=1024: its t test compares blocks of 1024 consecutive labels, two at least; give "
+            "--budget ≥ 2048",
         ),
         (["--key-short", "5000"], "--key-short=5000: LongPPL's short context lies in 1"),
         (["--margin", "-1"], "--margin=-1.0: it is ≥ 0"),
