@@ -70,6 +70,7 @@ class HFConfig:
     num_attention_heads: PositiveInt | None = None
     num_key_value_heads: PositiveInt | None = None
     head_dim: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None  # DeepSeek's latent attention: the rotated part of each head
     intermediate_size: PositiveInt | None = None
     max_position_embeddings: PositiveInt | None = None
     original_max_position_embeddings: PositiveInt | None = None  # Phi-3's, beside rope_scaling

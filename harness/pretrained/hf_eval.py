@@ -54,7 +54,7 @@ from harness.pretrained.measures import (
     short_context_losses,
     token_losses,
 )
-from positional.rope_scaling import METHODS
+from positional.rope_scaling import METHODS, yarn_attention_scale
 
 
 @dataclass(frozen=True)
@@ -456,6 +456,20 @@ def _check_budget(spec: EvalSpec) -> None:
             f"{spec.model}/config.json (model_type {config.get('model_type')!r}) lacks "
             f"{', '.join(missing)}: hf-eval reads RoPE decoders as transformers describes Llama, "
             "Mistral, Qwen2 or GPT-NeoX; give such a model"
+        )
+    # DeepSeek's latent attention (qk_rope_head_dim) multiplies its logits by YaRN's mscale(s, mscale_all_dim)² when
+    # transformers builds it (``yarn_apply_mscale``); no rotary swap takes it out
+    rope = rope_parameters.of_config(config) if config.get("qk_rope_head_dim") else {}
+    kept = (
+        yarn_attention_scale(max(rope.get("factor") or 1.0, 1.0), rope.get("mscale_all_dim") or 0.0) ** 2
+        if rope.get("rope_type", "default") != "default"
+        else 1.0
+    )
+    if kept != 1 and any(n.split("+")[0] not in (OWN, SELF_EXTEND, DCA) for n in spec.scalings):  # own: as built
+        raise ConfigError(
+            f"--scalings={','.join(spec.scalings)}: {spec.model.name}'s attention multiplies its logits by YaRN's "
+            f"mscale² (mscale_all_dim={rope['mscale_all_dim']:g} at factor {rope['factor']:g}) = {kept:.4g} as "
+            "transformers builds it, which another scaling would keep; evaluate its own (own, self_extend, dca)"
         )
     peak, _ = costs(spec, config)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # where load() puts the model

@@ -417,6 +417,32 @@ def test_a_model_without_rope_sizes_is_named_with_its_type(tmp_path):
         parse([str(tmp_path)])
 
 
+def test_a_deepseek_yarn_model_is_evaluated_only_under_its_own_scaling(tmp_path):
+    """DeepSeek's attention multiplies its logits by YaRN's mscale(s, mscale_all_dim)² when transformers builds it
+    (×1.874 at DeepSeek-V3's s = 40): under another scaling that factor would stay, a model neither the original
+    nor the scaled one, so only the model's own scaling is evaluated."""
+    import json
+
+    from tests.helpers import headers_only
+
+    yarn = {"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    config = {
+        **LLAMA2_7B,
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "intermediate_size": 64,
+        "max_position_embeddings": 163840,
+        "qk_rope_head_dim": 64,
+        "rope_scaling": {**yarn, "original_max_position_embeddings": 4096},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    headers_only(tmp_path, config)
+    with pytest.raises(ConfigError, match=r"--scalings=none,yarn: .*\(mscale_all_dim=1 at factor 40\) = 1\.874"):
+        parse([str(tmp_path), "--scalings", "none,yarn", "--lengths", "64", "--budget", "64"])
+    assert parse([str(tmp_path), "--scalings", "own", "--lengths", "64", "--budget", "64"]).scalings == ("own",)
+
+
 # ---------------------------------------------------------------- a short fine-tune at the new length
 
 
