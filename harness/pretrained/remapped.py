@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from harness.pretrained.rotary import ScaledRotary, form_of, rotary_modules, scaling_of
+from harness.pretrained.rotary import ScaledRotary, form_of, layer_types_of, rotary_modules, scaling_of
 from positional.rope_remapped import Remap, SelfExtend
 
 NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
@@ -31,13 +31,14 @@ def apply_remapped(model, remap: Remap) -> None:
     if min(values) < 1:
         raise ConfigError(f"{remap.name()}: its sizes are whole numbers ≥ 1")
     [(parent, name)] = rotary_modules(model)
-    installed = getattr(parent, name)
-    form, rotated = form_of(installed, None)
+    installed, types = getattr(parent, name), layer_types_of(model.config)
+    form, rotated = form_of(installed, types[0])
     head = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
-    if form != "doubled" or rotated != head:
+    if form != "doubled" or rotated != head or len(types) > 1:
         raise ConfigError(
-            f"{remap.name()} re-rotates whole heads in transformers' doubled form; {type(model).__name__} rotates "
-            f"{rotated} of {head} dimensions in its {form} form"
+            f"{remap.name()} re-rotates whole heads by one θ in transformers' doubled form; {type(model).__name__} "
+            f"rotates {rotated} of {head} dimensions in its {form} form"
+            + (f", by a θ per layer type ({', '.join(map(str, types))})" if len(types) > 1 else "")
         )
     from transformers import AttentionInterface
 

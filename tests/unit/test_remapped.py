@@ -15,6 +15,7 @@ from harness.errors import ConfigError
 from harness.pretrained.remapped import NAME, apply_remapped, remapped_attention
 from harness.pretrained.rotary import apply_scaling, rotary_modules
 from positional.rope_remapped import DualChunk, SelfExtend
+from tests.helpers import gemma3
 
 F64 = torch.float64
 
@@ -177,6 +178,10 @@ def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate():
         apply_remapped(neox, SelfExtend(2, 4))
     with pytest.raises(ConfigError, match="dca chunk 0 local 4: its sizes are whole numbers ≥ 1"):
         apply_remapped(tiny_llama(), DualChunk(0, 4))
+    gemma = transformers.Gemma3ForCausalLM(gemma3())  # θ = 10k on sliding layers, 1M on the full one
+    apply_scaling(gemma)  # as hf-eval's cell swaps the rotary in first
+    with pytest.raises(ConfigError, match=r"by one θ .* by a θ per layer type \(sliding_attention, full_attention\)"):
+        apply_remapped(gemma, SelfExtend(2, 4))
 
 
 def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_names(tmp_path):
