@@ -113,6 +113,16 @@ def table(
         ]
     lines += _bounds("Passkey retrieval", {str(x): f"passkey/acc_at_{x}" for x in spec.lengths}, results)
     lines += _score_table("ruler/", "RULER-style tasks (RULER's share of the expected strings)", results)
+    unfit = [
+        f"{t} at {n}"
+        for t in spec.tasks
+        for n in spec.lengths
+        if not any(f"ruler/{t}_at_{n}" in m for m in results.values())
+    ]
+    lines += [
+        f"\nNo RULER-style figure for {', '.join(unfit)}: the task's prompt does not fit in that many tokens (its "
+        "items, question and answer), in any cell."
+    ][: bool(unfit)]
     lines += _score_table("lm_eval/", "lm-evaluation-harness", results)
     cost = {
         x: [

@@ -602,6 +602,20 @@ def test_score_tables_list_each_tasks_lengths_in_order():
     assert head == "| scaling | factor | cwe at 256 | cwe at 512 | cwe at 1024 | vt at 256 | vt at 512 | vt at 1024 |"
 
 
+def test_a_ruler_task_whose_prompt_does_not_fit_a_length_is_named_in_the_report():
+    """--tasks at a length too short for the task's prompt give no figure (measures.ruler_score: None), in every
+    cell alike: the report says which (task, length) and why, rather than a column that is not there."""
+    from harness.pretrained.report import table
+
+    spec = EvalSpec(Path("m"), scalings=("none",), lengths=(128, 256), tasks=("niah_single", "vt", "cwe"))
+    scores = {"ruler/niah_single_at_128": 0.0, **{f"ruler/{t}_at_256": 0.0 for t in spec.tasks}}
+    text = table(spec, {("none", 1.0): scores})
+    assert "No RULER-style figure for vt at 128, cwe at 128: the task's prompt does not fit" in text
+    assert "No RULER-style figure" not in table(
+        spec, {("none", 1.0): {**scores, "ruler/vt_at_128": 0.0, "ruler/cwe_at_128": 0.0}}
+    )
+
+
 def test_the_trained_context_of_a_config_json_is_the_one_transformers_and_the_rotary_swap_read(tmp_path):
     """Phi-3 keeps its pretraining length beside rope_scaling, as a top-level original_max_position_embeddings,
     which transformers puts in the rope parameters of a llama3, yarn or longrope model: the context --claim checks
