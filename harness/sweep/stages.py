@@ -18,7 +18,7 @@ Without ``report.seeds=auto`` it is the basic sweeper, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +138,8 @@ class StagedSweeper(BasicSweeper):
                 early = seen.setdefault(n, _store_cells(record)[1])
                 return premature_at([x for x in early if in_arm(x.label.split(), c.arm)], n, report.min_order_gain)
 
-            family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw, premature)
-        _record(record, family, design, trained)
+            family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw, stop := premature)
+        _record(record, family, design, trained, stop)
         return returns
 
 
@@ -153,24 +153,41 @@ def _store_cells(record: SweepRecord | None) -> tuple[Any, list]:
 
 
 def _record(
-    record: SweepRecord | None, family: list[sequential.Comparison], design: sequential.Design, trained: list[int]
+    record: SweepRecord | None,
+    family: list[sequential.Comparison],
+    design: sequential.Design,
+    trained: list[int],
+    stop: Callable[[sequential.Comparison, int], bool],
 ) -> None:
     """Each look's decisions on the sweep's parent run (none without the sweep callback, as under run.py --check): a
-    tag per look, and by look the comparisons still running and the runs trained so far."""
+    tag per look, and by look the comparisons still running and the runs trained so far. ``stop``: settle's."""
     if record is None:
         return
     client = Store.open(record.tracking_uri).client
     for k, (n, runs) in enumerate(zip(design.looks, trained, strict=False)):
-        ended = [c for c in family if c.decided_at == k]
-        futile = " (more seeds could not decide it)" if k < len(design.looks) - 1 else " (the last look)"
         said = "; ".join(
-            f"{_shown(c.arm)} vs {_shown(c.baseline)}: {c.verdict}{futile if c.verdict == 'inconclusive' else ''}"
-            for c in ended
+            f"{_shown(c.arm)} vs {_shown(c.baseline)}: {_ended(c, n, k == len(design.looks) - 1, stop)}"
+            for c in family
+            if c.decided_at == k
         )
         client.set_tag(record.parent_run_id, f"look_{k + 1}", f"{n} seeds per arm: {said or 'nothing decided'}"[:5000])
         running = sum(1 for c in family if c.decided_at is not None and c.decided_at > k)
         client.log_metric(record.parent_run_id, "stages/running", running, step=k + 1)
         client.log_metric(record.parent_run_id, "stages/trained", runs, step=k + 1)
+
+
+def _ended(c: sequential.Comparison, n: int, last: bool, stop: Callable[[sequential.Comparison, int], bool]) -> str:
+    """Why ``c`` ended at the look of ``n`` seeds, in the words of the report (results/verdicts.py), which shows no
+    verdict for a comparison with no finished seed on a side."""
+    return (
+        c.verdict
+        if c.verdict != "inconclusive"
+        else "no verdict (a side has no finished seed)"
+        if not (c.a and c.b)
+        else "premature (not yet using word order: train longer)"
+        if stop(c, n)
+        else f"inconclusive ({'the last look' if last else 'more seeds could not decide it'})"
+    )
 
 
 def _shown(key: str) -> str:

@@ -259,22 +259,27 @@ def test_the_report_replays_a_sweep_with_a_refused_cell_in_the_sweepers_family(t
 def test_a_sweeps_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first_look(tmp_path, monkeypatch):
     """A sweep without a claim: learned (0.06 from none, which took more seeds above) is not yet using word order
     (order gain 0 < 0.05), so its comparison ends with the first look's 3 seeds, as a claim's does, and the report,
-    replaying the looks from the same runs, calls it premature and rope lower at look 1."""
+    replaying the looks from the same runs, calls it premature and rope lower at look 1; t5, refused on every seed,
+    ends there too, with no verdict. The parent's look tag gives each its own reason."""
     from harness.sweep import stages
     from harness.sweep.callback import SweepRecord
 
-    means = {"none": 3.0, "rope": 2.0, "learned": 2.94}
-    launcher = Launcher(means)
+    means = {"none": 3.0, "rope": 2.0, "learned": 2.94, "t5": 0.0}
+    launcher = Refusing(means, {"t5"})
 
     def cells():
         return [
             Cell(f"{pos}{seed}", "n", f"pos={pos} seed={seed}", pos, "softmax", str(seed), "finished", val=[(1, loss)])
+            if pos != "t5"
+            else Cell(f"{pos}{seed}", "n", f"pos={pos} seed={seed}", pos, "softmax", str(seed), "incompatible")
             for (pos, seed), loss in zip(launcher.jobs, _losses(launcher), strict=True)
         ]
 
     SweepRecord("parent", "sweep", "sqlite:///unused.db", "posbench", ["pos", "seed"]).save(tmp_path)
     monkeypatch.setattr(stages, "_store_cells", lambda record: (None, _gains(cells())))
-    monkeypatch.setattr(stages, "_record", lambda *args: None)
+    tags: dict[str, str] = {}
+    parent = SimpleNamespace(set_tag=lambda run, key, value: tags.update({key: value}), log_metric=lambda *a, **k: None)
+    monkeypatch.setattr(stages, "Store", SimpleNamespace(open=lambda uri: SimpleNamespace(client=parent)))
     sweeper = StagedSweeper(max_batch_size=None, params={"pos": ",".join(means)})
     sweeper.config = OmegaConf.create(
         {"report": {**SETTINGS, "min_order_gain": 0.05}, "hydra": {"sweep": {"dir": str(tmp_path)}}}
@@ -283,10 +288,14 @@ def test_a_sweeps_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first
     sweeper.launcher = launcher
     sweeper.sweep([])
     seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in means}
-    assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "learned": [0, 1, 2]}
+    assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "learned": [0, 1, 2], "t5": [0, 1, 2]}
+    assert tags["look_1"] == (
+        "3 seeds per arm: pos=rope vs pos=none: lower; pos=learned vs pos=none: premature (not yet using word order: "
+        "train longer); pos=t5 vs pos=none: no verdict (a side has no finished seed)"
+    )
     design = design_of(OmegaConf.create(SETTINGS))
     found = {v.group.pos: v for v in verdicts(build_report(_gains(cells()), "t", []).groups, 0.05, staged=design)}
-    assert found["learned"].verdict == "premature"
+    assert found["learned"].verdict == "premature" and "t5" not in found
     assert found["rope"].verdict == "lower" and "look 1 of 3" in found["rope"].text
 
 
