@@ -26,6 +26,8 @@ def test_missing_duplicate_is_solved_without_positions_by_the_parity_of_the_bag(
     for length in (5, 20):
         b = blind_baseline(task, length)
         assert b.seen == 1.0 and (b.token_acc, b.acc) == (1.0, 1.0)
+    b = blind_baseline(task, 80)  # some scored bags unmet while fitting: the estimate misses only those
+    assert b.seen < 1.0 and b.token_acc >= b.seen
 
 
 @pytest.mark.parametrize("length", [4, 5])

@@ -13,7 +13,8 @@ many scored bags the rule had met.
 Per-token accuracy counts the scored slots answered right; exact match the inputs with every slot right. Not
 defined for causal forms: a causal mask tells a model without positions where it is (Kazemnejad et al. 2023).
 Why it matters: missing_duplicate's blank is the one symbol whose count in the bag is odd, so a position-blind
-rule solves it exactly (1.0 at every length); a model scoring 1.0 there has shown nothing about positions.
+rule solves it exactly (1.0 at every length; the estimate, a lower bound, reads a little less where bags go
+unmet); a model scoring 1.0 there has shown nothing about positions.
 """
 
 from __future__ import annotations
