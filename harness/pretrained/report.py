@@ -119,10 +119,11 @@ def table(
         for n in spec.lengths
         if not any(f"ruler/{t}_at_{n}" in m for m in results.values())
     ]
-    lines += [
-        f"\nNo RULER-style figure for {', '.join(unfit)}: the task's prompt does not fit in that many tokens (its "
-        "items, question and answer), in any cell."
-    ][: bool(unfit)]
+    if unfit:
+        lines.append(
+            f"\nNo RULER-style figure for {', '.join(unfit)}: the task's prompt does not fit in that many tokens "
+            "(its items, question and answer), in any cell."
+        )
     lines += _score_table("lm_eval/", "lm-evaluation-harness", results)
     cost = {
         x: [
