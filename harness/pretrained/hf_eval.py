@@ -405,9 +405,12 @@ def _check_paths(spec: EvalSpec) -> None:
 
 
 def trained_context(config: dict) -> int | None:
-    """The context the model was trained at: its rope parameters' original length, else max_position_embeddings."""
+    """The context the model was trained at: its rope parameters' original length (where they are per layer type,
+    Gemma 3's, the shortest layer type's, as rotary.apply_scaling takes it), else max_position_embeddings."""
     rope = rope_parameters.of_config(config)  # as rotary.scaling_of reads it
-    n = rope.get("original_max_position_embeddings") or config.get("max_position_embeddings")
+    sets = rope.values() if rope_parameters.per_layer_type(rope) else [rope]
+    originals = (p["original_max_position_embeddings"] for p in sets if p and p.get("original_max_position_embeddings"))
+    n = min(originals, default=config.get("max_position_embeddings"))
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 

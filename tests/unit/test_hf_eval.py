@@ -624,7 +624,7 @@ def test_the_trained_context_of_a_config_json_is_the_one_transformers_and_the_ro
     import json
     from types import SimpleNamespace
 
-    from transformers import Phi3Config
+    from transformers import Gemma3TextConfig, Phi3Config
 
     from harness.pretrained import folder
     from harness.pretrained.hf_eval import trained_context
@@ -646,3 +646,14 @@ def test_the_trained_context_of_a_config_json_is_the_one_transformers_and_the_ro
     assert trained_context(theirs.to_dict()) == 128
     assert trained_context(folder.read_config(tmp_path / "config.json").as_dict()) == 128
     assert scaling_of(SimpleNamespace(**copy.deepcopy(phi3))).original_max_len == 128
+    # Gemma 3's scaling is its full-attention layers' (rope_scaling in v4, rope_parameters["full_attention"] in v5)
+    gemma = {
+        "model_type": "gemma3_text",
+        "max_position_embeddings": 4096,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 1e4,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 128},
+    }
+    theirs = Gemma3TextConfig.from_dict(copy.deepcopy(gemma))
+    assert theirs.rope_parameters["full_attention"]["original_max_position_embeddings"] == 128
+    assert trained_context(theirs.to_dict()) == trained_context(gemma) == 128
