@@ -66,7 +66,9 @@ def remapped_attention(module, query, key, value, attention_mask, scaling: float
         turned = _turn(query, (at_q - position)[asked], theta)
         logits = torch.matmul(turned, _turn(key, at_k - position, theta).transpose(2, 3))
         scores = torch.where(pairs[asked], logits * scaling, scores)
-    scores = scores.masked_fill(position[asked, None] < position[None, :], float("-inf"))  # causal
+    # causal, and within the layer's sliding window where transformers gives one (Mistral's, Qwen2's sliding layers)
+    apart = position[asked, None] - position[None, :]
+    scores = scores.masked_fill((apart < 0) | (apart >= (kwargs.get("sliding_window") or length)), float("-inf"))
     if attention_mask is not None:
         mask = attention_mask[..., :length]
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask

@@ -20,9 +20,10 @@ from tests.helpers import gemma3
 F64 = torch.float64
 
 
-def tiny_llama(theta: float = 10000.0):
+def tiny_llama(theta: float = 10000.0, family: str = "Llama", **more):
+    """A 2-layer ``family`` model (Llama; Mistral, Qwen2 with ``more``'s sliding window) in float64."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+    config = getattr(transformers, f"{family}Config")(
         vocab_size=97,
         hidden_size=64,
         num_hidden_layers=2,
@@ -31,8 +32,9 @@ def tiny_llama(theta: float = 10000.0):
         intermediate_size=64,
         max_position_embeddings=32,
         rope_parameters={"rope_type": "default", "rope_theta": theta},
+        **more,
     )
-    return transformers.LlamaForCausalLM(config).to(F64).eval()
+    return getattr(transformers, f"{family}ForCausalLM")(config).to(F64).eval()
 
 
 def rotated(x: torch.Tensor, positions: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -143,14 +145,24 @@ def test_decoding_with_a_cache_gives_a_full_forwards_logits(remap):
     torch.testing.assert_close(torch.cat(steps, 1), full[:, -2:], rtol=0, atol=1e-10)
 
 
-def test_group_one_or_a_window_or_chunk_past_the_sequence_is_the_models_own_attention():
-    plain = logits(tiny_llama())
+@pytest.mark.parametrize(
+    "family",
+    [
+        {},
+        {"family": "Mistral", "sliding_window": 6},  # every layer slides
+        {"family": "Qwen2", "sliding_window": 6, "use_sliding_window": True, "max_window_layers": 1},  # the second
+    ],
+    ids=lambda f: f.get("family", "Llama"),
+)
+def test_group_one_or_a_window_or_chunk_past_the_sequence_is_the_models_own_attention(family):
+    """The model's own attention includes its sliding window, where its layers slide."""
+    plain = logits(tiny_llama(**family))
     for remap in (SelfExtend(1, 4), SelfExtend(4, 24), DualChunk(24, 3)):
-        model = tiny_llama()
+        model = tiny_llama(**family)
         apply_remapped(model, remap)
         torch.testing.assert_close(logits(model), plain, rtol=0, atol=1e-12)
-    for remap in (SelfExtend(4, 8), DualChunk(8, 2)):
-        model = tiny_llama()
+    for remap in (SelfExtend(4, 4), DualChunk(4, 2)):  # pairs remapped within the sliding window too
+        model = tiny_llama(**family)
         apply_remapped(model, remap)
         assert (logits(model) - plain).abs().max() > 1e-4  # remapped positions beyond the window change the logits
     model.set_attn_implementation("sdpa")  # the tiny model's own: hf-eval puts it back after the cell
