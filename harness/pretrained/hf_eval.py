@@ -474,6 +474,13 @@ def _check_budget(spec: EvalSpec) -> None:
             f"mscale² (mscale_all_dim={rope['mscale_all_dim']:g} at factor {rope['factor']:g}) = {kept:.4g} as "
             "transformers builds it, which another scaling would keep; evaluate its own (own, self_extend, dca)"
         )
+    remaps = [n for n in spec.scalings if n.split("+")[0] in (SELF_EXTEND, DCA)]
+    if remaps and len(rotary.layer_types_of(config)) > 1:  # as remapped.apply_remapped refuses it
+        raise ConfigError(
+            f"--scalings={','.join(spec.scalings)}: {remaps[0]} re-rotates whole heads by one θ; "
+            f"{spec.model.name} has a θ per layer type ({', '.join(map(str, rotary.layer_types_of(config)))}): drop "
+            f"{', '.join(remaps)}"
+        )
     peak, _ = costs(spec, config)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # where load() puts the model
     have = spec.memory_gib * cost.GIB if spec.memory_gib else cost.available_bytes(device)

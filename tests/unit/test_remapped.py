@@ -5,6 +5,7 @@ chunk past the sequence is the model's own attention."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -169,7 +170,7 @@ def test_group_one_or_a_window_or_chunk_past_the_sequence_is_the_models_own_atte
     torch.testing.assert_close(logits(model), plain, rtol=0, atol=1e-12)
 
 
-def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate():
+def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate(tmp_path):
     model, plain = tiny_llama(), tiny_llama()
     apply_scaling(model)  # the model's own RoPE through posbench's rotary (fp64 angles), as hf-eval's cells run it
     apply_scaling(plain)
@@ -194,6 +195,13 @@ def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate():
     apply_scaling(gemma)  # as hf-eval's cell swaps the rotary in first
     with pytest.raises(ConfigError, match=r"by one θ .* by a θ per layer type \(sliding_attention, full_attention\)"):
         apply_remapped(gemma, SelfExtend(2, 4))
+    from harness.pretrained.hf_eval import parse
+
+    (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))  # hf-eval --check says it from the config
+    with pytest.raises(ConfigError, match=r"dca re-rotates whole heads by one θ; .* a θ per layer type"):
+        parse(
+            [str(tmp_path), "--scalings", "none,dca", "--lengths", "32", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+        )
 
 
 def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_names(tmp_path):
