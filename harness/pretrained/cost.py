@@ -1,6 +1,6 @@
 """What ``posbench hf-eval`` will cost, read from the model's config.json before a weight is loaded: parameters
-(exact for the Llama / Mistral / Qwen2 / SmolLM and GPT-NeoX layouts), memory at the longest length and the FLOPs of
-every window, passkey prompt and fine-tuning step the sweep runs.
+(exact for the Llama / Mistral / Qwen2 / Qwen3 / SmolLM and GPT-NeoX layouts), memory at the longest length and the
+FLOPs of every window, passkey prompt and fine-tuning step the sweep runs.
 
 Memory (fp32, the dtype hf-eval loads in; attention through scaled_dot_product_attention, which hf-eval asks for),
 for one sequence of L tokens:
@@ -70,10 +70,11 @@ def parameter_count(config: dict) -> int:
     if s.family == "gpt_neox":  # biases everywhere, LayerNorm weight and bias (two per layer, one at the end)
         per_layer = attention + mlp + (q + 2 * kv + s.d) + (s.mlp + s.d) + 4 * s.d
         final = 2 * s.d
-    else:  # RMSNorm weights; Qwen2 and attention_bias=true: biases on q, k, v (Llama's also on o)
+    else:  # RMSNorm weights (Qwen3's also on each head's q and k); Qwen2 and attention_bias=true: biases on q, k, v
+        # (Llama's also on o)
         bias = (q + 2 * kv) if s.family == "qwen2" else (q + 2 * kv + s.d) if config.get("attention_bias") else 0
         mlp_bias = ((2 if s.gated else 1) * s.mlp + s.d) if config.get("mlp_bias") else 0
-        per_layer = attention + mlp + bias + mlp_bias + 2 * s.d
+        per_layer = attention + mlp + bias + mlp_bias + 2 * s.d + (2 * s.head_dim if s.family == "qwen3" else 0)
         final = s.d
     return s.vocab * s.d * (1 if s.tied else 2) + s.layers * per_layer + final
 

@@ -311,6 +311,7 @@ LLAMA2_7B = {
         ("llama", {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
         ("mistral", {"head_dim": 24}),
         ("qwen2", {"tie_word_embeddings": True}),
+        ("qwen3", {"head_dim": 24}),  # an RMSNorm on each head's q and k
         ("gpt_neox", {"rotary_pct": 0.25}),
     ],
 )
