@@ -66,6 +66,9 @@ def remapped_attention(module, query, key, value, attention_mask, scaling: float
         turned = _turn(query, (at_q - position)[asked], theta)
         logits = torch.matmul(turned, _turn(key, at_k - position, theta).transpose(2, 3))
         scores = torch.where(pairs[asked], logits * scaling, scores)
+    softcap = kwargs.get("softcap")  # Gemma 2's cap on the attention logits
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
     # causal, and within the layer's sliding window where transformers gives one (Mistral's, Qwen2's sliding layers)
     apart = position[asked, None] - position[None, :]
     scores = scores.masked_fill((apart < 0) | (apart >= (kwargs.get("sliding_window") or length)), float("-inf"))
