@@ -207,6 +207,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
             ),
             spec.eval,
             spec.seed,
+            built.geometry.world_size,
         )
         run.log_scalars(by_length.metrics(built.module.bytes_per_token), step)
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in by_length.skipped.items()})

@@ -91,8 +91,11 @@ class Extrapolation:
         return files
 
 
-def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings, seed: int) -> Extrapolation:
-    """Every condition of the module docstring; ``settings``: the EvalSettings (``eval``)."""
+def evaluate_extrapolation(
+    module, corpus, tokenizer, objective, data, settings, seed: int, world_size: int = 1
+) -> Extrapolation:
+    """Every condition of the module docstring; ``settings``: the EvalSettings (``eval``); ``world_size``: the DDP
+    ranks whose global batch the fine-tune (on this rank alone) takes a step over."""
     pos, out = module.model.pos, Extrapolation()
 
     def score(context) -> LengthResults:  # context(length): what applies while scoring at that length
@@ -109,7 +112,7 @@ def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings,
         for method in settings.scalings:
             with pos.rescaled(method, settings.tune_length, in_training=True):
                 out.finetune_losses[method] = finetune(
-                    module, corpus, objective, data, settings, settings.tune_length, seed
+                    module, corpus, objective, data, settings, settings.tune_length, seed, world_size
                 )
             out.conditions[f"finetuned/{method}/"] = score(
                 lambda length, m=method: pos.rescaled(m, settings.tune_length)
@@ -118,23 +121,30 @@ def evaluate_extrapolation(module, corpus, tokenizer, objective, data, settings,
     return out
 
 
-def finetune(module, corpus, objective, data, settings, length: int, seed: int) -> list[float]:
+def finetune(module, corpus, objective, data, settings, length: int, seed: int, world_size: int = 1) -> list[float]:
     """``settings.finetune_steps`` AdamW steps (constant lr ``finetune_lr``, gradients clipped at 1) on fresh
-    training windows of ``length`` tokens, as many tokens per batch as training. Returns each step's loss."""
+    training windows of ``length`` tokens, as many tokens per step as training's global batch: a step takes
+    ``world_size`` per-device batches one after another and averages their mean losses, as DDP's training step
+    averages its ranks'. Returns each step's loss."""
     torch.manual_seed(seed)
     batch_size = max(1, data.batch_size * data.seq_len // length)
-    windows = objective.training_data(corpus, length, settings.finetune_steps * batch_size, seed + 1_000)
+    windows = objective.training_data(corpus, length, settings.finetune_steps * batch_size * world_size, seed + 1_000)
     optimizer = torch.optim.AdamW(module.model.parameters(), lr=settings.finetune_lr)
-    losses = []
+    losses, step_losses = [], []
     module.train()
+    optimizer.zero_grad(set_to_none=True)
     for batch in DataLoader(windows, batch_size=batch_size):
         loss_sum, n = summed_loss(module.model, on_device(batch, module.device))  # model.loss_chunk's chunks, if set
         loss = loss_sum / n.clamp(min=1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss / world_size).backward()
+        step_losses.append(float(loss.detach()))
+        if len(step_losses) < world_size:
+            continue
         torch.nn.utils.clip_grad_norm_(module.model.parameters(), 1.0)
         optimizer.step()
-        losses.append(float(loss.detach()))
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(sum(step_losses) / world_size)
+        step_losses = []
     module.eval()
     return losses
 

@@ -47,8 +47,10 @@ DDP_TOLERANCE = 1e-4
 
 
 def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
-    """Rank 0 alone scores eval.lengths and the diagnostics: on every rank's validation windows, as one process."""
-    evaluated = ["eval.lengths=[32,64]", "diagnostics=true"]
+    """Rank 0 alone scores eval.lengths, fine-tunes and reads the diagnostics: on every rank's validation windows, and
+    the fine-tune's steps over the global batch, as one process."""
+    finetuned = ["eval.scalings=[linear]", "eval.finetune_steps=3", "eval.finetune_length=64"]
+    evaluated = ["eval.lengths=[32,64]", "diagnostics=true", *finetuned]
     ddp_out, ddp_client, ddp_runs = _run_py(tmp_path / "ddp", *DDP_CPU, *evaluated)
     assert [r.info.status for r in ddp_runs] == ["FINISHED"]  # rank 1 logged nothing
     assert ddp_out.stdout.count("final val loss") == 1  # the summary prints on rank 0 only
@@ -62,7 +64,14 @@ def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
         assert ddp.keys() == one.keys() and len(ddp) >= 2
         diff = max(abs(ddp[s] - one[s]) for s in ddp)
         assert diff < DDP_TOLERANCE, f"{metric}: DDP and single process differ by {diff:.2e}"
-    for metric in ("val/loss_at_32", "val/loss_at_64", "val/bpc_at_64", "diag/mean_distance", "diag/entropy"):
+    for metric in (
+        "val/loss_at_32",
+        "val/loss_at_64",
+        "val/bpc_at_64",
+        "val/finetuned/linear/loss_at_64",
+        "diag/mean_distance",
+        "diag/entropy",
+    ):
         diff = abs(run.data.metrics[metric] - single.data.metrics[metric])
         assert diff < DDP_TOLERANCE, f"{metric}: DDP and single process differ by {diff:.2e}"
     # each validation window's loss, gathered from both ranks back into the validation set's order
