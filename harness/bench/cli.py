@@ -1,7 +1,8 @@
 """``python -m harness.bench``: parse and check the flags, run grid, peers and targets, write the report.
 
 Bad input is one line on stderr and exit 2 (nothing measured, nothing written): an unknown --pos/--attn
-(the line names the valid options), a malformed or non-positive number, --device cuda without CUDA.
+(the line names the valid options), a malformed, non-positive or out-of-range number (--cell-s=1e300), --device
+cuda without CUDA.
 Exit 1 when a cell raised (its MLflow run is FAILED), 2 when nothing was measured (no report), else 0.
 The report goes to --out (default bench-out/, ignored by git); results/bench/ only when named there.
 """
@@ -77,13 +78,13 @@ def _parser() -> OneLineParser:
     )
     p.add_argument(
         "--cell-s",
-        type=number(Positive),
+        type=number(at_most(Positive, 86_400)),  # a day: beyond any bench's cell
         default=5.0,
         help="stop timing a cell once its timed steps add up to this many seconds (at least one)",
     )
     p.add_argument(
         "--budget-s",
-        type=number(Positive),
+        type=number(at_most(Positive, 86_400)),
         default=12.0,
         help="skip longer lengths of a cell once one step takes longer than this",
     )

@@ -338,6 +338,8 @@ def test_memory_per_token_target_is_a_point_from_the_cells():
         (["--tokens", "0"], "argument --tokens: 0 must be a positive integer"),
         (["--tokens", "many"], "argument --tokens: 'many' is not an integer"),
         (["--cell-s", "-1"], "argument --cell-s: -1 must be a positive number"),
+        (["--cell-s", "1e300"], "argument --cell-s: 1e300 must be at most 86,400"),  # no run is that long
+        (["--budget-s", "1e300"], "argument --budget-s: 1e300 must be at most 86,400"),
         (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
     ],
 )
