@@ -208,11 +208,12 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
     )
 
 
-def condition_name(match: re.Match) -> str:
+def condition_name(match: re.Match, part: bool = False) -> str:
     """How a CONDITION_METRIC was scored, in words: ``windows``, ``sliding, stride 16``, ``yarn``,
-    ``yarn, fine-tuned``, ``last 32 tokens``."""
+    ``yarn, fine-tuned``, ``last 32 tokens``; ``reverse (mixture part)`` where the prefix is a part of
+    task=mixture (``part``: the run logged that part's accuracy), not a scaling."""
     prefix = match["prefix"] or ""
-    scaling = prefix.removeprefix("finetuned/")
+    scaling = prefix.removeprefix("finetuned/") + (" (mixture part)" if part else "")
     how = (
         f"sliding, stride {match['stride']}"
         if match["stride"]
@@ -227,7 +228,8 @@ def _conditions(done: list[Cell]) -> dict[str, dict[int, Stat]]:
     for c in done:
         for key, value in c.metrics.items():
             if m := CONDITION_METRIC.match(key):
-                found.setdefault(condition_name(m), {}).setdefault(int(m["length"]), []).append(value)
+                name = condition_name(m, part=f"val/{m['prefix']}/token_acc" in c.metrics)
+                found.setdefault(name, {}).setdefault(int(m["length"]), []).append(value)
     return {name: {n: mean_std(v) for n, v in sorted(by_len.items())} for name, by_len in found.items()}
 
 

@@ -126,7 +126,8 @@ def markdown(r: Report, plots: list[str]) -> str:
             "Loss vs length under each evaluation (nats/token)",
             _condition_rows(r) if any(set(g.conditions) - {"windows"} for g in r.groups) else None,
             "windows: non-overlapping windows of L tokens; sliding, stride S: windows advancing S tokens, "
-            "each scoring only its new tokens; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
+            "each scoring only its new tokens; a task name (mixture part): that part's own examples of a task=mixture "
+            "run; a scaling name (linear = PI, ntk, dynamic_ntk, yarn, ...): "
             "the same trained model evaluated with that RoPE scaling (s = L ÷ training length); fine-tuned: "
             "after eval.finetune_steps at eval.finetune_length with that scaling applied; last K tokens: "
             "the same final K targets of each sample scored with L tokens of context. posbench's "

@@ -300,6 +300,8 @@ def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
             "val/sort/acc_at_8": 0.6,
             "val/reverse/blind_token_acc_at_8": 0.6,
             "val/reverse/blind_acc_at_8": 0.01,
+            "val/reverse/token_acc": 0.99,
+            "val/reverse/loss_at_8": 0.5,
         }
 
     cells = [
@@ -311,6 +313,8 @@ def test_a_mixtures_parts_get_rows_of_their_own_under_the_pooled_one():
     assert "| rope task=mixture · reverse | softmax | 0.800 ± 0.141 (0.100 ± 0.000) |" in text
     assert "| alibi task=mixture · sort | softmax | 0.950 (0.600) |" in text
     assert text.count("| position-blind task=mixture reverse | — | 0.600 (0.010) |") == 1
+    # a part's loss by length is the part's, not a RoPE scaling's
+    assert "| rope task=mixture | softmax | reverse (mixture part) | 0.5000 ± 0.0000 |" in text
 
 
 def test_a_report_that_fails_midway_leaves_the_folder_as_it_was(tmp_path):
