@@ -229,7 +229,7 @@ def _length_rows(r: Report) -> tuple[list[str], list[list[str]]]:
 
 def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     """Per group, per-token accuracy (mean ± std) and exact match (mean) at each evaluated task length, with each
-    task variant's position-blind baseline as a row of its own; a mixture's parts (task=mixture) each get their
+    task's position-blind baseline as a row of its own; a mixture's parts (task=mixture) each get their
     rows under the pooled one. None when no cell scored a task."""
 
     def at(cells, name: str, n: int) -> Stat:
@@ -240,7 +240,7 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     if not lengths:
         return None
     parts = sorted({m[1] for k in keys if (m := PART_TOKEN_ACC.match(k))})
-    rows, blind_done = [], set()
+    rows, blind_done = [], dict[tuple[str, ...], tuple[int, str]]()  # (task, its figures) -> (row, its arm)
     for g in r.groups:
         for part in (None, *parts):
             prefix = "val/" if part is None else f"val/{part}/"
@@ -256,22 +256,18 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
                     ),
                 ]
             )
-            blind = [at(g.cells, f"{prefix}blind_token_acc", n) for n in lengths]
-            task = " ".join(o for o in g.variant.split() if o.startswith("task=")) or g.variant  # one row per task
-            task = task if part is None else f"{task} {part}".strip()
-            if task not in blind_done and any(b.mean is not None for b in blind):
-                blind_done.add(task)
-                blind_exact = [at(g.cells, f"{prefix}blind_acc", n) for n in lengths]
-                rows.append(
-                    [
-                        f"position-blind {task}".strip(),
-                        "—",
-                        *(
-                            f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—"
-                            for b, e in zip(blind, blind_exact, strict=True)
-                        ),
-                    ]
-                )
+            blind = [
+                (at(g.cells, f"{prefix}blind_token_acc", n), at(g.cells, f"{prefix}blind_acc", n)) for n in lengths
+            ]
+            shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—" for b, e in blind]
+            # the task's baseline, not an arm's: one row per task, each named by its arm where arms' differ
+            task = " ".join([*(o for o in g.variant.split() if o.startswith("task=")), *([part] if part else [])])
+            if (seen := (task, *shown)) not in blind_done and any(b.mean is not None for b, _ in blind):
+                blind_done[seen] = (len(rows), f"{g.variant} {part or ''}")
+                rows.append([f"position-blind {task}".strip(), "—", *shown])
+    for key, (i, arm) in blind_done.items():
+        if sum(k[0] == key[0] for k in blind_done) > 1:
+            rows[i][0] = f"position-blind {arm}".strip()
     return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
 

@@ -282,6 +282,18 @@ def test_task_accuracies_by_length_sit_beside_each_tasks_position_blind_baseline
     assert "## Accuracy vs evaluation length (synthetic tasks)" in text
     assert "| rope task=reverse | softmax | 0.850 ± 0.071 (0.400 ± 0.141) | 0.425 ± 0.035 (0.000 ± 0.000) |" in text
     assert text.count("| position-blind task=reverse | — | 0.640 (0.010) | 0.540 (0.000) |") == 1  # once per task
+    # arms of one task (a preset's +experiment/…/arm=…): the blind baseline is the task's, shown once; an arm whose
+    # own differs (another task picked by the arm) is named
+    arms = [
+        make_cell("rope", 0, [(10, 1.0)], variant=f"+experiment/x/arm={arm}", metrics=metrics(0.9, 0.5, blind), job=j)
+        for j, (arm, blind) in enumerate([("ordered", 0.64), ("randomized", 0.64), ("other", 0.5)])
+    ]
+    text = markdown(build_report(arms, "t", []), [])
+    assert text.count("| position-blind") == 2 and "| position-blind +experiment/x/arm=other | — | 0.500" in text
+    assert "| position-blind +experiment/x/arm=ordered | — | 0.640 (0.010) |" in text  # each named: they differ
+    arms.pop()
+    text = markdown(build_report(arms, "t", []), [])
+    assert text.count("| position-blind | — | 0.640 (0.010) | 0.540 (0.000) |") == 1  # the task's, once
     assert "Accuracy vs evaluation length" not in markdown(build_report(CELLS, "t", []), [])  # no task: no table
 
 
