@@ -1,7 +1,8 @@
 """The grid section of a paper report: does each scheme help, per attention variant, beyond seed noise?
 
-For every (pos, attn) cell with finished seeds, the difference of its mean final val loss from
-``pos=none`` with the same attention, with a Welch 95 % interval (harness.stats.welch_interval) and Welch's p;
+For every (pos, attn) cell with finished seeds (attn with the sweep's other axes, its variant: one column each), the
+difference of its mean final val loss from ``pos=none`` in the same column, with a Welch 95 % interval
+(harness.stats.welch_interval) and Welch's p;
 the grid's cells are one family, Holm-corrected at family-wise level 0.05 (report.alpha's default):
   grid_delta.png   the differences as a heatmap centred at 0 (blue: lower loss than none); a cell
                    Holm does not reject is marked "≈" (within seed noise)
@@ -20,16 +21,22 @@ from results.cells import ALPHA, MIN_ORDER_GAIN, group_cells
 from results.verdicts import BASELINE, verdicts
 
 
+# a cell's (or group's) column: its attention and the sweep's other axes (its variant): a sweep over model=… as well
+# as pos and attn compares each pos with none under the same attention and model, never the two models pooled
+def _column(x) -> str:
+    return f"{x.attn} {x.variant}".strip()
+
+
 def _finals(cells) -> dict[tuple[str, str], list[float]]:
     finals: dict[tuple[str, str], list[float]] = {}
     for c in cells:
         if c.finished and c.final_loss is not None:
-            finals.setdefault((c.pos, c.attn), []).append(c.final_loss)
+            finals.setdefault((c.pos, _column(c)), []).append(c.final_loss)
     return finals
 
 
 def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:
-    """(pos, attn) -> (Δ, CI low, CI high, n) against pos=none with the same attn; None without an interval."""
+    """(pos, column) -> (Δ, CI low, CI high, n) against pos=none in the same column; None without an interval."""
     finals = _finals(cells)
     cis = {
         (pos, attn): welch_interval(xs, finals[(BASELINE, attn)]) if (BASELINE, attn) in finals else None
@@ -48,7 +55,7 @@ def decisions(
     whose models do not use word order yet is premature, its hypothesis still one of the family's."""
     marks = {"lower": "better", "higher": "worse", "premature": "premature"}
     return {
-        (v.group.pos, v.group.attn): (v.p, marks.get(v.verdict, "≈"))
+        (v.group.pos, _column(v.group)): (v.p, marks.get(v.verdict, "≈"))
         for v in verdicts(group_cells(cells, None), min_gain, None, alpha)
     }
 
@@ -57,8 +64,8 @@ def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], st
     """(pos, attn) -> what its finished seeds learned: exact match (synthetic tasks) and the order gain,
     flagged when below ``min_gain``; NoPE in a bidirectional model cannot use order at all."""
     out = {}
-    for key in sorted({(c.pos, c.attn) for c in cells if c.finished}):
-        done = [c for c in cells if c.finished and (c.pos, c.attn) == key]
+    for key in sorted({(c.pos, _column(c)) for c in cells if c.finished}):
+        done = [c for c in cells if c.finished and (c.pos, _column(c)) == key]
         accs = [c.acc for c in done if c.acc is not None]
         gains = [c.order_gain for c in done if c.order_gain is not None]
         parts = [f"acc {sum(accs) / len(accs):.3f}"] if accs else []
@@ -76,13 +83,13 @@ def grid_section(client, cells, out: Path) -> list[str]:
 
     d, losses, decided = deltas(cells), _finals(cells), decisions(cells)
     poss = sorted({c.pos for c in cells} - {BASELINE})
-    attns = sorted({c.attn for c in cells})
+    attns = sorted({_column(c) for c in cells})
     # refused pairings, and cells whose config the validation pass refused (e.g. a window longer than the task)
-    trained = {(c.pos, c.attn) for c in cells if c.finished}
+    trained = {(c.pos, _column(c)) for c in cells if c.finished}
     refused = {
-        (c.pos, c.attn): c.reason
+        (c.pos, _column(c)): c.reason
         for c in cells
-        if c.status in ("incompatible", "error") and c.reason and (c.pos, c.attn) not in trained
+        if c.status in ("incompatible", "error") and c.reason and (c.pos, _column(c)) not in trained
     }
 
     def delta_cell(pos: str, attn: str) -> str:

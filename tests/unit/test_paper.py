@@ -509,6 +509,24 @@ def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp
     )
 
 
+def test_grid_section_keeps_a_variant_axis_apart(tmp_path):
+    """A sweep over model.n_layers as well as pos: each variant is a column of its own, compared with pos=none of
+    the same attention and variant, never the seeds of both pooled into one cell."""
+    from results.cells import Cell
+    from results.grid import grid_section
+
+    losses = {("none", 2): [3.0, 3.1, 3.2], ("rope", 2): [2.0, 2.1, 2.2], ("none", 4): [1.0, 1.1, 1.2]}
+    losses[("rope", 4)] = losses[("rope", 2)]
+    cells = [
+        Cell(f"r{p}{v}{s}", "n", "", p, "softmax", str(s), "finished", variant=f"model.n_layers={v}", val=[(100, x)])
+        for (p, v), xs in losses.items()
+        for s, x in enumerate(xs)
+    ]
+    text = "\n".join(grid_section(None, cells, tmp_path))
+    assert "| pos | attn=softmax model.n_layers=2 | attn=softmax model.n_layers=4 |" in text
+    assert "| rope | -1.000 [" in text and "] p=0.0003 better (n=3) | +1.000 [" in text and "worse (n=3) |" in text
+
+
 def test_the_report_says_where_randomized_cells_were_evaluated():
     from results.cells import Cell
     from results.paper import evaluation_positions
