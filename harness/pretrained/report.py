@@ -112,6 +112,12 @@ def table(
             + own,
         ]
     lines += _bounds("Passkey retrieval", {str(x): f"passkey/acc_at_{x}" for x in spec.lengths}, results)
+    unfit = [str(n) for n in spec.lengths if not any(f"passkey/acc_at_{n}" in m for m in results.values())]
+    if unfit and spec.passkey_trials:
+        lines.append(
+            f"\nNo passkey figure at {', '.join(unfit)} (— in its columns): the needle, question and answer do not fit "
+            "in that many tokens, in any cell."
+        )
     lines += _score_table("ruler/", "RULER-style tasks (RULER's share of the expected strings)", results)
     unfit = [
         f"{t} at {n}"

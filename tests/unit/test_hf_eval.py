@@ -615,6 +615,11 @@ def test_a_ruler_task_whose_prompt_does_not_fit_a_length_is_named_in_the_report(
     assert "No RULER-style figure" not in table(
         spec, {("none", 1.0): {**scores, "ruler/vt_at_128": 0.0, "ruler/cwe_at_128": 0.0}}
     )
+    # a passkey prompt that does not fit: its "—" is said, not left to LongPPL's legend
+    text = table(spec, {("none", 1.0): {**scores, "passkey/acc_at_256": 0.4}})
+    assert "| none | 1 | — | — | — | — | — | 0.40 |" in text
+    assert "No passkey figure at 128 (— in its columns): the needle, question and answer do not fit" in text
+    assert "No passkey figure" not in table(spec, {("none", 1.0): {"passkey/acc_at_128": 0.2, "passkey/acc_at_256": 0}})
 
 
 def test_the_trained_context_of_a_config_json_is_the_one_transformers_and_the_rotary_swap_read(tmp_path):
