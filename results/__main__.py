@@ -19,7 +19,6 @@ from harness.errors import ConfigError, OneLineParser, said_refusal, said_write_
 from harness.paths import CONF, project_root
 from harness.ranges import field_hints
 from harness.record.preflight import number, output_dir
-from results.cells import MIN_ORDER_GAIN
 from results.paper import main as paper_main
 from results.paper import write_index
 
@@ -55,8 +54,9 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--min-order-gain",
         type=number(declared["min_order_gain"]),
-        default=MIN_ORDER_GAIN,
-        help="order gain (nats/token) below which a cell is 'not yet using order' (default 0.05)",
+        default=None,
+        help="order gain (nats/token) below which a cell is 'not yet using order'; default: the sweep's "
+        "report.min_order_gain, recorded before it ran (else 0.05)",
     )
     report.add_argument(
         "--baseline",

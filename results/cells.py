@@ -39,6 +39,7 @@ ALPHA = (
 BASELINE_TAG = "report_baseline"  # the sweep's parent run: report.baseline as declared when the sweep started
 ALPHA_TAG = "report_alpha"  # and report.alpha, the family-wise level its comparisons are corrected to
 MARGIN_TAG = "report_margin"  # and report.margin, the equivalence margin ("": none declared)
+GAIN_TAG = "report_min_order_gain"  # and report.min_order_gain, below which a cell is not yet using order
 STAGES_TAG = "report_stages"  # report.seeds=auto: "stage,max_seeds,spending[,claim]" of its looks ("": fixed seeds)
 
 

@@ -51,7 +51,7 @@ from harness.stats import (
     what_settles,
 )
 from results import store
-from results.cells import ALPHA, GRID_KEYS, MIN_ORDER_GAIN, own_metric
+from results.cells import ALPHA, GAIN_TAG, GRID_KEYS, MIN_ORDER_GAIN, own_metric
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
@@ -690,13 +690,19 @@ def main(args) -> int:
     from harness.config.load import load
 
     spec = load([f"experiment={args.preset}", f"scale={args.scale.split(',')[0]}"], multirun=True)
-    # a scale axis: its first scale's claim, judged at the preset's report.* unless the claim sets its own
-    claim = {"min_order_gain": spec.report.min_order_gain, "alpha": spec.report.alpha, **(spec.run.claim or {})}
     uri, client = store.open_store(args.tracking_uri)
     try:
         sweep = store.find_sweep(client, spec.logger.experiment, args.sweep)
     except LookupError as e:
         raise LookupError(f"{e} (store: {uri}); run `python run.py -m experiment={args.preset}` first") from None
+    # a scale axis: its first scale's claim, judged at the preset's report.* unless the claim sets its own; the
+    # order-gain threshold the sweep ran with (report.min_order_gain=… on its command line) where it recorded one
+    gain = sweep.parent.data.tags.get(GAIN_TAG) if sweep.parent else None
+    claim = {
+        "min_order_gain": float(gain) if gain else spec.report.min_order_gain,
+        "alpha": spec.report.alpha,
+        **(spec.run.claim or {}),
+    }
     out = Path(args.out)
     with integrity.report_folder(out) as staging:  # written whole or not at all, then sealed (harness/integrity.py)
         verdict = write_paper_report(client, sweep, args.preset, args.scale, claim, staging, shown=out)

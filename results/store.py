@@ -24,6 +24,7 @@ from results.cells import (
     ALPHA,
     ALPHA_TAG,
     BASELINE_TAG,
+    GAIN_TAG,
     GRID_KEYS,
     MARGIN_TAG,
     MIN_ORDER_GAIN,
@@ -224,15 +225,19 @@ def sweep_report(
     sweep: Sweep,
     target: float | None = None,
     shown_out=None,
-    min_order_gain: float = MIN_ORDER_GAIN,
+    min_order_gain: float | None = None,
     baseline: str | None = None,
 ):
     """The ``Report`` of ``sweep`` from the store. ``shown_out``: the directory its Regenerate line names
-    (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline``: given after the
-    sweep ran (``--baseline``); None: the one its parent run recorded when it started (``report.baseline``)."""
-    options = (  # the parent run records report.baseline, alpha and margin, not these
+    (default results/<experiment>/, e.g. when it is written to a temporary one). ``baseline`` and
+    ``min_order_gain``: given after the sweep ran (``--baseline``, ``--min-order-gain``); None: those its parent run
+    recorded when it started (``report.baseline``, ``report.min_order_gain``)."""
+    tags = sweep.parent.data.tags if sweep.parent else {}
+    recorded = float(tags.get(GAIN_TAG) or MIN_ORDER_GAIN)
+    min_order_gain = recorded if min_order_gain is None else min_order_gain
+    options = (  # the parent run records report.baseline, alpha, margin and min_order_gain, not the target
         (f" --target {target}" if target is not None else "")
-        + (f" --min-order-gain {min_order_gain}" if min_order_gain != MIN_ORDER_GAIN else "")
+        + (f" --min-order-gain {min_order_gain}" if min_order_gain != recorded else "")
         + (f" --baseline {baseline}" if baseline else "")
     )
     header = [
@@ -245,7 +250,6 @@ def sweep_report(
         "",
         f"Regenerate: `{regenerate_command(sweep, shown_out, options)}`",
     ]
-    tags = sweep.parent.data.tags if sweep.parent else {}
     declared = (
         Declared(baseline, "given to the report after the sweep ran (--baseline)")
         if baseline

@@ -41,7 +41,7 @@ from harness.record.run import TrackedRun, alive, close_dead_runs, git_sha, mark
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
 from harness.signals import Stopped, stopped
 from harness.signals import exit_code as stop_code
-from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG, MIN_ORDER_GAIN, STAGES_TAG
+from results.cells import ALPHA_TAG, BASELINE_TAG, GAIN_TAG, MARGIN_TAG, STAGES_TAG
 
 RECORD = "mlflow_sweep.json"
 OK_STATUSES = ("finished", "incompatible")
@@ -152,6 +152,7 @@ class MlflowSweep(Callback):
                 BASELINE_TAG: str(OmegaConf.select(config, "report.baseline") or ""),
                 ALPHA_TAG: str(OmegaConf.select(config, "report.alpha") or ""),
                 MARGIN_TAG: str(OmegaConf.select(config, "report.margin") or ""),
+                GAIN_TAG: str(OmegaConf.select(config, "report.min_order_gain", default="")),  # 0 is a threshold
                 # report.seeds=auto: the design its looks were judged by, for the report to replay them
                 STAGES_TAG: _stages(config),
             },
@@ -195,13 +196,9 @@ class MlflowSweep(Callback):
             mark_failed(parent.store, run_id, "error", "the job ended without closing its run")
         if stray:
             sweep = find_sweep(client, record.experiment, record.sweep_id)
-        report = sweep_report(
-            client,
-            sweep,
-            OmegaConf.select(config, "report.target_loss"),
-            min_order_gain=OmegaConf.select(config, "report.min_order_gain", default=MIN_ORDER_GAIN),
-        )
-        # the baseline is the one the parent run recorded when the sweep started (sweep_report reads it there)
+        report = sweep_report(client, sweep, OmegaConf.select(config, "report.target_loss"))
+        # the baseline and order-gain threshold are those the parent run recorded when the sweep started (sweep_report
+        # reads them there)
         code = exit_code([c.status for c in report.cells])
         print(f"\n{sweep.title} · {len(report.cells)} cells · exit {code}\n{console_summary(report)}\n")
         parent.log_scalars(headline_metrics(report.cells), 0)  # numbers on the parent's row of the runs table

@@ -19,6 +19,7 @@ def test_sweep_is_one_parent_with_a_child_per_cell(tiny_sweep):
     assert s.parent.info.run_name == "sweep pos=rope,learned"
     assert s.parent.info.status == "FINISHED"
     sweep_id = s.parent.data.tags["sweep_id"]
+    assert s.parent.data.tags["report_min_order_gain"] == "0.05"  # what a rebuilt report judges at (results/store.py)
     assert json.loads((s.sweep_dir / "mlflow_sweep.json").read_text())["parent_run_id"] == s.parent.info.run_id
 
     assert sorted(r.data.tags["pos"] for r in s.children) == ["learned", "rope"]

@@ -273,7 +273,7 @@ def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch
     import argparse
 
     import results.store as store
-    from results.cells import ALPHA_TAG, BASELINE_TAG, MARGIN_TAG
+    from results.cells import ALPHA_TAG, BASELINE_TAG, GAIN_TAG, MARGIN_TAG
 
     monkeypatch.setattr(store, "cells_of", lambda client, sweep, windows=False: [])
     recorded = ({ALPHA_TAG: "0.01", BASELINE_TAG: "", MARGIN_TAG: "0.02"}, 0.01, 0.02)
@@ -284,3 +284,9 @@ def test_the_level_the_sweep_recorded_when_it_started_is_the_reports(monkeypatch
         sweep = argparse.Namespace(experiment="e", sweep_id="s", parent=parent, runs=[], title="t")
         read = store.sweep_report(None, sweep)
         assert (read.alpha, read.margin) == (alpha, margin)
+    # report.min_order_gain likewise: a rebuild (results report, results paper's embedded one) judges at the sweep's
+    parent.data.tags = {GAIN_TAG: "0.2"}
+    assert store.sweep_report(None, sweep).min_order_gain == 0.2
+    assert "--min-order-gain" not in store.sweep_report(None, sweep).header[2]  # the record carries it
+    given = store.sweep_report(None, sweep, min_order_gain=0.05)  # a threshold given after the run: said
+    assert given.min_order_gain == 0.05 and " --min-order-gain 0.05 " in given.header[2]
