@@ -89,9 +89,12 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
     parent = parents[0] if parents else None
     if parent is None and sweep_id:
         raise LookupError(f"no sweep {sweep_id!r} in experiment {experiment!r}; omit --sweep for the latest one")
-    # posbench's cells: a run of another project has none
-    where = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'" if parent else ""
-    runs = [r for r in search_all(client, exp.experiment_id, where) if "pos" in r.data.tags]
+    # posbench's cells (a run of another project has none), with those a later sweep adopted (harness/sweep/cell.py):
+    # they still ran in this one, and its report lists them
+    where = [
+        f"tags.`{tag}` = '{parent.info.run_id}'" for tag in ("mlflow.parentRunId", "adopted_from_parent") if parent
+    ]
+    runs = [r for w in where or [""] for r in search_all(client, exp.experiment_id, w) if "pos" in r.data.tags]
     if not runs:
         raise LookupError(
             (

@@ -102,6 +102,31 @@ def write_synthetic_store(uri: str) -> str:
     return "s1"
 
 
+def test_a_run_a_later_sweep_adopted_stays_in_the_earlier_sweeps_report(tmp_path):
+    """A re-run sweep adopts a finished cell (harness/sweep/cell.py): the run moves under the new parent, and the
+    earlier sweep's Regenerate command still rebuilds the report that sweep attached, the run listed in both."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.record.store import Store
+    from harness.sweep.cell import adopt
+    from results.store import cells_of, find_sweep
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_synthetic_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("synthetic").experiment_id
+    again = client.create_run(exp, tags={"sweep_role": "parent", "sweep_id": "s2"}).info.run_id
+    for run in client.search_runs([exp], "tags.pos = 'rope'"):
+        adopt(Store.open(uri), run, {"mlflow.parentRunId": again, "sweep_id": "s2", "sweep_cell": "pos=rope"})
+    assert [c.label for c in cells_of(client, find_sweep(client, "synthetic", "s1"))] == [
+        "pos=rope",
+        "pos=rope",
+        "pos=learned seed=0",
+        "pos=learned seed=1",
+    ]
+    assert [c.pos for c in cells_of(client, find_sweep(client, "synthetic", "s2"))] == ["rope", "rope"]
+
+
 def test_a_sweeps_cells_are_read_in_launch_order(tmp_path):
     """MLflow lists runs newest first; the cells are read back in the order they ran, so a claim's per-seed figures
     name seed 0 first, as the tables under them do."""
