@@ -240,7 +240,8 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     if not lengths:
         return None
     parts = sorted({m[1] for k in keys if (m := PART_TOKEN_ACC.match(k))})
-    rows, blind_done = [], dict[tuple[str, ...], tuple[int, str]]()  # (task, its figures) -> (row, its arm)
+    rows: list[list[str]] = []
+    blind_rows: dict[tuple[str, ...], tuple[int, str]] = {}  # (task, its figures) -> (its row, the arm shown)
     for g in r.groups:
         for part in (None, *parts):
             prefix = "val/" if part is None else f"val/{part}/"
@@ -262,11 +263,12 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
             shown = [f"{b.mean:.3f} ({e.mean:.3f})" if b.mean is not None else "—" for b, e in blind]
             # the task's baseline, not an arm's: one row per task, each named by its arm where arms' differ
             task = " ".join([*(o for o in g.variant.split() if o.startswith("task=")), *([part] if part else [])])
-            if (seen := (task, *shown)) not in blind_done and any(b.mean is not None for b, _ in blind):
-                blind_done[seen] = (len(rows), f"{g.variant} {part or ''}")
+            seen = (task, *shown)
+            if seen not in blind_rows and any(b.mean is not None for b, _ in blind):
+                blind_rows[seen] = (len(rows), f"{g.variant} {part or ''}")
                 rows.append([f"position-blind {task}".strip(), "—", *shown])
-    for key, (i, arm) in blind_done.items():
-        if sum(k[0] == key[0] for k in blind_done) > 1:
+    for (task, *_), (i, arm) in blind_rows.items():
+        if sum(k[0] == task for k in blind_rows) > 1:  # arms' figures for the task differ: name each row's arm
             rows[i][0] = f"position-blind {arm}".strip()
     return ["pos", "attn", *(f"L={n}" for n in lengths)], rows
 
