@@ -51,7 +51,7 @@ from harness.stats import (
     what_settles,
 )
 from results import store
-from results.cells import ALPHA, GAIN_TAG, GRID_KEYS, MIN_ORDER_GAIN, own_metric
+from results.cells import ALPHA, ALPHA_TAG, GAIN_TAG, GRID_KEYS, MIN_ORDER_GAIN, own_metric
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
@@ -695,12 +695,13 @@ def main(args) -> int:
         sweep = store.find_sweep(client, spec.logger.experiment, args.sweep)
     except LookupError as e:
         raise LookupError(f"{e} (store: {uri}); run `python run.py -m experiment={args.preset}` first") from None
-    # a scale axis: its first scale's claim, judged at the preset's report.* unless the claim sets its own; the
-    # order-gain threshold the sweep ran with (report.min_order_gain=… on its command line) where it recorded one
-    gain = sweep.parent.data.tags.get(GAIN_TAG) if sweep.parent else None
+    # a scale axis: its first scale's claim, judged at the order-gain threshold and level the sweep ran with
+    # (report.min_order_gain=…, report.alpha=… on its command line, recorded on its parent run; else the preset's)
+    # unless the claim sets its own
+    tags = sweep.parent.data.tags if sweep.parent else {}
     claim = {
-        "min_order_gain": float(gain) if gain else spec.report.min_order_gain,
-        "alpha": spec.report.alpha,
+        "min_order_gain": float(tags.get(GAIN_TAG) or spec.report.min_order_gain),
+        "alpha": float(tags.get(ALPHA_TAG) or spec.report.alpha),
         **(spec.run.claim or {}),
     }
     out = Path(args.out)

@@ -509,22 +509,22 @@ def test_grid_section_with_one_seed_shows_the_difference_without_an_interval(tmp
     )
 
 
-def test_the_paper_command_judges_at_the_order_gain_threshold_the_sweep_ran_with(monkeypatch, tmp_path):
-    """`python run.py -m experiment=drope report.min_order_gain=0.2` records 0.2 on its parent run; `python -m
-    results paper --preset drope` judges the claim at 0.2, not at the preset's 0.05."""
+def test_the_paper_command_judges_at_the_threshold_and_level_the_sweep_ran_with(monkeypatch, tmp_path):
+    """`python run.py -m experiment=drope report.min_order_gain=0.2 report.alpha=0.01` records both on its parent
+    run; `python -m results paper --preset drope` judges the claim at them, not at the preset's 0.05 and 0.05."""
     import results.paper as paper
     import results.store as store
-    from results.cells import GAIN_TAG
+    from results.cells import ALPHA_TAG, GAIN_TAG
 
     judged = {}
-    parent = argparse.Namespace(data=argparse.Namespace(tags={GAIN_TAG: "0.2"}))
+    parent = argparse.Namespace(data=argparse.Namespace(tags={GAIN_TAG: "0.2", ALPHA_TAG: "0.01"}))
     monkeypatch.setattr(store, "open_store", lambda uri: ("sqlite://", None))
     monkeypatch.setattr(store, "find_sweep", lambda client, experiment, sweep_id: argparse.Namespace(parent=parent))
     monkeypatch.setattr(paper, "write_paper_report", lambda *a, **kw: judged.update(a[4]) or "inconclusive")
     args = argparse.Namespace(preset="drope", scale="toy", sweep=None, tracking_uri=None, out=str(tmp_path / "d"))
-    assert paper.main(args) == 0 and judged["min_order_gain"] == 0.2
+    assert paper.main(args) == 0 and (judged["min_order_gain"], judged["alpha"]) == (0.2, 0.01)
     parent.data.tags = {}  # a sweep from before the threshold was recorded: the preset's
-    assert paper.main(args) == 0 and judged["min_order_gain"] == 0.05
+    assert paper.main(args) == 0 and (judged["min_order_gain"], judged["alpha"]) == (0.05, 0.05)
 
 
 def test_grid_section_keeps_a_variant_axis_apart(tmp_path):
