@@ -27,11 +27,12 @@ Notation: B batch, H heads, T length, D head dim, P = npos (2·npos with the bid
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
-from harness.ranges import NonNegative, ranged
+from harness.ranges import NonNegative, Range, ranged
 from positional.base import LogitBias, PositionalScheme, Shape, later_keys
 
 
@@ -86,10 +87,13 @@ class CoPE(PositionalScheme):
     randomize_refusal = "CoPE counts positions from its gates and reads no position index"
 
     @ranged
-    def __init__(self, shape: Shape, npos: int = 16, init_std: NonNegative = 0.0):
+    def __init__(
+        self,
+        shape: Shape,
+        npos: Annotated[int, Range("an integer ≥ 2 (positions are capped at npos − 1)", ge=2)] = 16,
+        init_std: NonNegative = 0.0,
+    ):
         super().__init__(shape)
-        if not isinstance(npos, int) or npos < 2:
-            raise ConfigError(f"npos={npos} must be an integer ≥ 2 (positions are capped at npos − 1)")
         self.npos = npos
         tables = 1 if shape.causal else 2  # e, and e' for keys after the query (bidirectional)
         self.emb = nn.Parameter(torch.randn(shape.n_layers, tables * npos, shape.head_dim) * init_std)  # (L, P, D)

@@ -28,14 +28,15 @@ Notation: T positions, D head dim, W width of the rotated vector, k kept pairs.
 
 from __future__ import annotations
 
-import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
+from harness.ranges import Range, ranged
 from positional.base import PositionalScheme, Shape
-from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq, rotated_width
+from positional.rope import LAYOUTS, Base, Rotation, rope_angles, rope_inv_freq, rotated_width
 
 
 def p_rope_inv_freq(width: int, p: float, base: float, dtype=torch.float64, device=None) -> Tensor:
@@ -48,14 +49,19 @@ def p_rope_inv_freq(width: int, p: float, base: float, dtype=torch.float64, devi
 
 
 class PRope(PositionalScheme):
-    def __init__(self, shape: Shape, p: float = 0.25, base: float = 10000.0, layout: str = "interleaved"):
+    @ranged
+    def __init__(
+        self,
+        shape: Shape,
+        p: Annotated[
+            float, Range("in [0, 1] (the fraction of RoPE's frequencies kept)", ge=0, le=1, verb="lie")
+        ] = 0.25,
+        base: Base = 10000.0,
+        layout: str = "interleaved",
+    ):
         super().__init__(shape)
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
-        if not 0 <= p <= 1:
-            raise ConfigError(f"p={p} must lie in [0, 1] (the fraction of RoPE's frequencies kept)")
-        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
-            raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/D))")
         if shape.head_dim % 2:
             raise ConfigError(
                 f"pos=p_rope rotates pairs of dims but the head dim {shape.head_dim} is odd; make "

@@ -24,12 +24,14 @@ Notation: B batch, H heads, T positions, D head dim (= the number of frequencies
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.errors import ConfigError
+from harness.ranges import Range, ranged
 from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope import rope_angles
 
@@ -80,11 +82,15 @@ class PoPE(PositionalScheme):
     rotary_widens = True
     float64_state = ("inv_freq",)  # θ_c: the phases tθ_c stay float64-exact in a bf16 model
 
-    def __init__(self, shape: Shape, base: float = 10000.0, phase_bias: bool = True):
+    @ranged
+    def __init__(
+        self,
+        shape: Shape,
+        base: Annotated[float, Range("a positive finite number (θ_c = base^(−c/D))", gt=0)] = 10000.0,
+        phase_bias: bool = True,
+    ):
         """``phase_bias``: learn δ (H, D); false fixes δ = 0, a_ts = Σ_c μ_q μ_k cos((s − t)θ_c)."""
         super().__init__(shape)
-        if not (isinstance(base, (int, float)) and not isinstance(base, bool) and math.isfinite(base) and base > 0):
-            raise ConfigError(f"base={base} must be a positive finite number (θ_c = base^(−c/D))")
         if not isinstance(phase_bias, bool):
             raise ConfigError(f"phase_bias={phase_bias!r}: use true (learn δ) or false (δ = 0)")
         self.base, self.phase_bias = base, phase_bias

@@ -37,12 +37,13 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
+from harness.ranges import Range, ranged
 from positional.base import LogitBias, PositionalScheme, Rotary, Shape
 from positional.rope_remapped import REMAPS, DualChunk, Remap, RemappedLogits, SelfExtend
 from positional.rope_scaling import METHODS, RopeScaling, ScaledFrequencies, as_field_of, scaling_for
@@ -159,6 +160,7 @@ class _Rotate(torch.autograd.Function):
 
 
 LAYOUTS = {"interleaved": apply_rope, "half": apply_rope_half}
+Base = Annotated[float, Range("a positive finite number (θ_i = base^(−2i/R))", gt=0)]  # RoPE's and its kin's
 
 
 def rotated_width(width: int, fraction: float) -> int:
@@ -200,10 +202,11 @@ class Rope(PositionalScheme):
     inv_freq: Tensor  # (R/2,) θ, a buffer (a Parameter in pos=rope_trainable)
     length_scalings = (*METHODS, *REMAPS)
 
+    @ranged
     def __init__(
         self,
         shape: Shape,
-        base: float = 10000.0,
+        base: Base = 10000.0,
         layout: str = "interleaved",
         fraction: float = 1.0,
         scaling: RopeScaling | Callable[..., RopeScaling] | None = None,
@@ -220,8 +223,6 @@ class Rope(PositionalScheme):
         Randomized positions wrap any scheme: positional/randomized.py."""
         super().__init__(shape)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
-        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 0):
-            raise ConfigError(f"base={base} must be a positive finite number (θ_i = base^(−2i/R))")
         if layout not in LAYOUTS:
             raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 < fraction <= 1 or r == 0 or abs(r - fraction * d) > 1e-9:
