@@ -41,12 +41,13 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from harness.errors import ConfigError
-from harness.ranges import show_value
+from harness.ranges import Positive, Range, check_fields, show_value
 
 
 def ntk_inv_freq(inv_freq: Tensor, s: float) -> Tensor:
@@ -235,17 +236,6 @@ OPTIONS_READ: dict[str, tuple[str, ...]] = {
 LENGTH_RATIO_METHODS = frozenset({"linear", "ntk", "yarn", "llama3", "longrope"})
 READS_TRAINING_LENGTH = frozenset({"dynamic_ntk", "yarn", "llama3", "longrope"})  # the formulas with an L in them
 HF_YARN_OPTIONS = ("truncate", "mscale", "mscale_all_dim", "attention_factor")  # fields of HF's yarn, not the paper's
-_REALS = (
-    "factor",
-    "alpha",
-    "beta",
-    "mscale",
-    "mscale_all_dim",
-    "attention_factor",
-    "low_freq_factor",
-    "high_freq_factor",
-    "base",
-)  # finite whenever set
 
 
 @dataclass(frozen=True)
@@ -260,20 +250,20 @@ class RopeScaling:
     """
 
     method: str = "none"
-    factor: float = 1.0
+    factor: Annotated[float, Range("≥ 1 (eval length ÷ training length)", ge=1)] = 1.0
     alpha: float = 1.0
     beta: float = 32.0
-    original_max_len: int | None = None
+    original_max_len: Annotated[int, Range("a positive number of tokens", ge=1)] | None = None
     yarn_variant: str = "paper"
     truncate: bool = True
     mscale: float | None = None
     mscale_all_dim: float | None = None
-    attention_factor: float | None = None
+    attention_factor: Annotated[float, Range("> 0, or null for the derived one", gt=0)] | None = None
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
-    base: float | None = None
+    base: Positive | None = None  # the θ being scaled is base^(−2i/R)
     rotated: int | None = None
 
     def __post_init__(self):
@@ -288,20 +278,9 @@ class RopeScaling:
         CHECKS.get(self.method, lambda c: None)(self)
 
     def _check_common(self) -> None:
-        for name in _REALS:
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ConfigError(f"{name}={value} must be a finite number")
-        if not self.factor >= 1:
-            raise ConfigError(f"factor={self.factor} must be ≥ 1 (eval length ÷ training length)")
+        check_fields(self, "")  # types, finiteness and the ranges above
         if not 0 <= self.alpha < self.beta:
             raise ConfigError(f"alpha={self.alpha}, beta={self.beta}: need 0 ≤ alpha < beta")
-        if self.original_max_len is not None and self.original_max_len <= 0:
-            raise ConfigError(f"original_max_len={self.original_max_len} must be a positive number of tokens")
-        if self.attention_factor is not None and not self.attention_factor > 0:
-            raise ConfigError(f"attention_factor={self.attention_factor} must be > 0, or None for the derived one")
-        if self.base is not None and not self.base > 0:
-            raise ConfigError(f"base={self.base} must be positive (the θ being scaled is base^(−2i/R))")
         if self.rotated is not None and (self.rotated <= 0 or self.rotated % 2):
             raise ConfigError(f"rotated={self.rotated}: the rotated width must be a positive even number")
 
