@@ -25,6 +25,7 @@ import functools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -33,9 +34,19 @@ from torch import Tensor
 from harness import integrity
 from harness.data.hf import hub_offline
 from harness.errors import ConfigError, one_line
+from harness.ranges import Range, ranged
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0–4 of a trained vocabulary
 DEFAULT_VOCAB = 8192
+VocabSize = Annotated[
+    int,
+    Range(
+        f"at least {len(SPECIALS) + 256} (the specials and the byte alphabet), "
+        f"e.g. tokenizer.vocab_size={DEFAULT_VOCAB}",
+        ge=len(SPECIALS) + 256,
+        le=2**32 - 1,
+    ),
+]
 CHUNK = 1 << 16  # characters encoded at a time (cut at line ends): a long text is one batch, not one sequence
 
 
@@ -177,33 +188,23 @@ class Trained(Subword):
     kind: str
     requires = ("tokenizers",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
+    @ranged
     def __init__(
         self,
-        vocab_size: int | None = None,
+        vocab_size: VocabSize | None = None,
         path: str | None = None,
-        min_frequency: int = 2,
-        train_bytes: int | None = None,
+        min_frequency: Annotated[int, Range("≥ 1", ge=1)] = 2,
+        train_bytes: Annotated[int, Range("a whole number ≥ 4096, or null for the whole training split", ge=4096)]
+        | None = None,
     ):
         """``train_bytes``: train on the training split's first this many bytes (a bounded sample of a large
         corpus; None: all of it)."""
         super().__init__()
-        if train_bytes is not None and not (isinstance(train_bytes, int) and train_bytes >= 4096):
-            raise ConfigError(
-                f"tokenizer.train_bytes={train_bytes} must be a whole number ≥ 4096, or null for the "
-                "whole training split"
-            )
         if train_bytes is not None and path:
             raise ConfigError(
                 "tokenizer.train_bytes sizes the sample a vocabulary is trained on; tokenizer.path "
                 "loads a trained one: drop one of them"
             )
-        if vocab_size is not None and not len(SPECIALS) + 256 <= vocab_size <= 2**32 - 1:
-            raise ConfigError(
-                f"vocab_size={vocab_size} must be at least {len(SPECIALS) + 256} (the specials and "
-                f"the byte alphabet), e.g. tokenizer.vocab_size={DEFAULT_VOCAB}"
-            )
-        if min_frequency < 1:
-            raise ConfigError(f"min_frequency={min_frequency} must be ≥ 1")
         self.path, self.min_frequency, self.train_bytes = path, min_frequency, train_bytes
         if path:
             self._tok = load_file(path)
