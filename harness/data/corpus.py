@@ -24,15 +24,18 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from harness import integrity
 from harness.errors import ConfigError, one_line
+from harness.ranges import Range, ranged
 
 CACHE = Path(os.environ.get("POSBENCH_CACHE", Path.home() / ".cache" / "posbench"))
 PROBE_SECONDS = 3.0  # one connection attempt to a download's host (``unreachable``)
+ValEvery = Annotated[int, Range("≥ 2 (every N-th 4 KiB block is validation)", ge=2)]  # data.source.val_every
 
 
 @dataclass(frozen=True)
@@ -156,11 +159,6 @@ def check_val_split(n_tokens: int, extra_tokens: int) -> None:
         )
 
 
-def _check_val_every(val_every: int) -> None:
-    if val_every < 2:
-        raise ConfigError(f"data.source.val_every={val_every} must be ≥ 2 (every N-th 4 KiB block is validation)")
-
-
 def _corpus(name: str, data: bytes, train: bytes, val: bytes) -> Corpus:
     return Corpus(name, train, val, integrity.sha256(data), len(data))
 
@@ -212,8 +210,8 @@ def stdlib_parts() -> list[str]:
 class Embedded:
     """The default corpus: ~2 MB of stdlib prose; identical on machines with the same Python."""
 
-    def __init__(self, val_every: int = 20):
-        _check_val_every(val_every)
+    @ranged
+    def __init__(self, val_every: ValEvery = 20):
         self.val_every = val_every
 
     def sizes(self) -> tuple[int, int]:
@@ -267,8 +265,8 @@ def _version() -> str:
 class TextFiles:
     """A UTF-8 file, or every file under a directory (sorted by path)."""
 
-    def __init__(self, path: str | None = None, val_every: int = 20):
-        _check_val_every(val_every)
+    @ranged
+    def __init__(self, path: str | None = None, val_every: ValEvery = 20):
         self.path, self.val_every = path, val_every
 
     def sizes(self) -> tuple[int, int]:

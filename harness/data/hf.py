@@ -36,8 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness import integrity
-from harness.data.corpus import Corpus, _check_val_every, unreachable
+from harness.data.corpus import Corpus, ValEvery, unreachable
 from harness.errors import ConfigError, one_line
+from harness.ranges import ranged
 
 # file suffix -> the ``datasets`` builder that reads it
 BUILDERS = {
@@ -61,6 +62,7 @@ class HFDataset:
 
     requires = ("datasets",)  # checked before it is built (harness/extras.py): the hf extra brings it
 
+    @ranged
     def __init__(
         self,
         path: str | None = None,
@@ -71,10 +73,9 @@ class HFDataset:
         text_column: str = "text",
         streaming: bool = False,
         max_bytes: int | None = None,
-        val_every: int = 20,
+        val_every: ValEvery = 20,
         val_by: str = "document",
     ):
-        _check_val_every(val_every)
         if val_by not in VAL_BY:
             raise ConfigError(
                 f"data.val_by={val_by!r}: use document (every data.source.val_every-th row whole to "
