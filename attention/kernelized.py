@@ -40,6 +40,7 @@ from torch import Tensor
 
 from attention.base import AttentionVariant, Positioned
 from harness.errors import ConfigError
+from harness.ranges import ranged
 from positional.base import FarField, Shape, toeplitz_dense
 
 RopeMode = Literal["pre_feature", "numerator"]
@@ -426,10 +427,9 @@ class KernelizedAttention(AttentionVariant):
         "is not the scheme's map"
     )
 
+    @ranged
     def __init__(self, shape: Shape, rope_mode: RopeMode = "pre_feature"):
         super().__init__(shape)
-        if rope_mode not in ("pre_feature", "numerator"):
-            raise ConfigError(f"rope_mode={rope_mode!r} is unknown; use pre_feature or numerator")
         self.rope_mode = rope_mode
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:

@@ -95,14 +95,18 @@ def violated(value: Any, annotation: Any) -> Range | None:
 
 
 def ranged(init):
-    """Check ``init``'s annotated ranges on every call (a class built from Python, not through the harness)."""
+    """Check ``init``'s annotated ranges and ``Literal`` choices on every call (a class built from Python, not
+    through the harness)."""
     signature = inspect.signature(init)
     hints = functools.cache(lambda: typing.get_type_hints(init, include_extras=True))  # names exist at a call
 
     @functools.wraps(init)
     def checked(self, *args, **kwargs):
         for name, value in signature.bind(self, *args, **kwargs).arguments.items():
-            bad = violated(value, hints().get(name))
+            hint = hints().get(name)
+            if typing.get_origin(hint) is Literal:
+                check_value(name, value, hint)  # layout='x': use interleaved or half
+            bad = violated(value, hint)
             if bad:
                 raise ConfigError(f"{name}={value} {bad.must}")
         return init(self, *args, **kwargs)

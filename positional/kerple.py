@@ -22,10 +22,12 @@ Notation: H heads, O offsets.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
+from harness.ranges import ranged
 from positional.base import LogitBias, PositionalScheme, Shape, bias_over_offsets
 
 EPS = 1e-2  # the authors' lower bound on every KERPLE parameter
@@ -48,10 +50,9 @@ KERNELS = {"log": kerple_log_bias, "power": kerple_power_bias}
 class Kerple(PositionalScheme):
     bias_kind = "relative"
 
-    def __init__(self, shape: Shape, variant: str = "log", per_layer: bool = False):
+    @ranged
+    def __init__(self, shape: Shape, variant: Literal["log", "power"] = "log", per_layer: bool = False):  # KERNELS
         super().__init__(shape)
-        if variant not in KERNELS:
-            raise ConfigError(f"variant={variant!r}: use {' or '.join(KERNELS)}")
         self.variant, self.per_layer = variant, per_layer
         self.bias_depends_on_layer = per_layer
         n, h = shape.n_layers if per_layer else 1, shape.n_heads

@@ -36,7 +36,7 @@ from torch import Tensor
 from harness.errors import ConfigError
 from harness.ranges import Range, ranged
 from positional.base import PositionalScheme, Shape
-from positional.rope import LAYOUTS, Base, Rotation, rope_angles, rope_inv_freq, rotated_width
+from positional.rope import LAYOUTS, Base, Layout, Rotation, rope_angles, rope_inv_freq, rotated_width
 
 
 def p_rope_inv_freq(width: int, p: float, base: float, dtype=torch.float64, device=None) -> Tensor:
@@ -57,11 +57,9 @@ class PRope(PositionalScheme):
             float, Range("in [0, 1] (the fraction of RoPE's frequencies kept)", ge=0, le=1, verb="lie")
         ] = 0.25,
         base: Base = 10000.0,
-        layout: str = "interleaved",
+        layout: Layout = "interleaved",
     ):
         super().__init__(shape)
-        if layout not in LAYOUTS:
-            raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if shape.head_dim % 2:
             raise ConfigError(
                 f"pos=p_rope rotates pairs of dims but the head dim {shape.head_dim} is odd; make "

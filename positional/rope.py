@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -160,6 +160,7 @@ class _Rotate(torch.autograd.Function):
 
 
 LAYOUTS = {"interleaved": apply_rope, "half": apply_rope_half}
+Layout = Literal["interleaved", "half"]  # LAYOUTS' names
 Base = Annotated[float, Range("a positive finite number (θ_i = base^(−2i/R))", gt=0)]  # RoPE's and its kin's
 
 
@@ -207,7 +208,7 @@ class Rope(PositionalScheme):
         self,
         shape: Shape,
         base: Base = 10000.0,
-        layout: str = "interleaved",
+        layout: Layout = "interleaved",
         fraction: float = 1.0,
         scaling: RopeScaling | Callable[..., RopeScaling] | None = None,
         resonance: bool = False,
@@ -223,8 +224,6 @@ class Rope(PositionalScheme):
         Randomized positions wrap any scheme: positional/randomized.py."""
         super().__init__(shape)
         d, r = shape.head_dim, rotated_width(shape.head_dim, fraction)
-        if layout not in LAYOUTS:
-            raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if not 0 < fraction <= 1 or r == 0 or abs(r - fraction * d) > 1e-9:
             raise ConfigError(
                 f"pos={self.config_name()} rotates pairs of dims but fraction × head dim = "

@@ -37,7 +37,7 @@ from torch import Tensor
 from harness.errors import ConfigError
 from harness.ranges import Positive, ranged
 from positional.base import PositionalScheme, Rotary, Shape
-from positional.rope import LAYOUTS, Rotation, rope_angles, rope_inv_freq
+from positional.rope import LAYOUTS, Layout, Rotation, rope_angles, rope_inv_freq
 
 
 def xpos_zeta(width: int, gamma: float, dtype=torch.float64, device=None) -> Tensor:
@@ -80,11 +80,9 @@ class XPos(PositionalScheme):
         base: Positive = 10000.0,
         gamma: Positive = 0.4,
         scale_base: Positive = 512.0,
-        layout: str = "interleaved",
+        layout: Layout = "interleaved",
     ):
         super().__init__(shape)
-        if layout not in LAYOUTS:
-            raise ConfigError(f"layout={layout!r}: use {' or '.join(LAYOUTS)}")
         if shape.head_dim % 2:
             raise ConfigError(
                 f"pos=xpos rotates pairs of dims but the head dim {shape.head_dim} is odd; make "
