@@ -99,25 +99,23 @@ class RunSettings:
     export: Literal["hf"] | None = None  # hf: the final model in transformers' format (harness/pretrained/export.py)
 
     def __post_init__(self):
-        resume_mode(self.resume)
+        self.resume_mode  # noqa: B018  refused here, when loaded
         check_fields(self, "")
 
     @property
     def resume_mode(self) -> str | Path:
-        return resume_mode(self.resume)
-
-
-def resume_mode(value: object) -> str | Path:
-    """``resume``: null/false → "new", true → "require", "auto", or a checkpoint path."""
-    if value is None or value is False:
-        return "new"
-    if value is True:
-        return "require"
-    if value == "auto":
-        return "auto"
-    if isinstance(value, str) and value.endswith(".ckpt"):
-        return Path(value).expanduser().absolute()
-    raise ConfigError(f"resume={value!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step-K.ckpt")
+        """``resume``: null/false → "new", true → "require", "auto", or a checkpoint path."""
+        if self.resume is None or self.resume is False:
+            return "new"
+        if self.resume is True:
+            return "require"
+        if self.resume == "auto":
+            return "auto"
+        if isinstance(self.resume, str) and self.resume.endswith(".ckpt"):
+            return Path(self.resume).expanduser().absolute()
+        raise ConfigError(
+            f"resume={self.resume!r}: use resume=true, resume=auto, resume=false or resume=/path/to/step-K.ckpt"
+        )
 
 
 # Lightning's strategies that start the ranks from inside fit (refused: see TrainerSettings._check_strategy)
