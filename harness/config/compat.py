@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.config.catalog import (
     check_catalogue_args,
+    check_interface,
     locate,
     option_classes,
     option_name,
@@ -57,6 +58,7 @@ def compatibility(
     for group, found in (("pos", schemes), ("attn", variants)):
         if group in targets:
             cls = locate(f"{group}._target_", targets[group])
+            check_interface(group, cls, targets[group])  # as --list checks it
             found[option_name(cls)] = cls
     rows: dict[str, Layers] = {p: ((p, scheme),) for p, scheme in schemes.items()}
     columns: dict[str, Layers] = {a: ((a, variant),) for a, variant in variants.items()}

@@ -100,3 +100,10 @@ def test_print_matrix_formats(capsys):
     assert print_matrix("--matrix=md") == 0 and capsys.readouterr().out.startswith("| pos \\ attn |")
     with pytest.raises(ConfigError, match="unknown matrix format 'html'; use --matrix or --matrix=md"):
         print_matrix("--matrix=html")  # run.py prints it on stderr (harness/cli.py _guarded)
+
+
+@pytest.mark.parametrize("target", ["builtins.dict", "math.sqrt"])
+def test_matrix_refuses_a_named_class_that_is_no_scheme_as_list_does(target):
+    """``--matrix pos._target_=X`` names X's group and interface in one line, whatever X is (a function too)."""
+    with pytest.raises(ConfigError, match=rf"^pos._target_={re.escape(target)} is not a positional scheme: "):
+        print_matrix("--matrix", [f"pos._target_={target}"])
