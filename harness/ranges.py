@@ -95,8 +95,8 @@ def violated(value: Any, annotation: Any) -> Range | None:
 
 
 def ranged(init):
-    """Check ``init``'s annotated ranges and ``Literal`` choices on every call (a class built from Python, not
-    through the harness)."""
+    """Check ``init``'s annotated ranges, ``Literal`` choices and ``bool`` flags on every call (a class built from
+    Python, not through the harness)."""
     signature = inspect.signature(init)
     hints = functools.cache(lambda: typing.get_type_hints(init, include_extras=True))  # names exist at a call
 
@@ -104,8 +104,8 @@ def ranged(init):
     def checked(self, *args, **kwargs):
         for name, value in signature.bind(self, *args, **kwargs).arguments.items():
             hint = hints().get(name)
-            if typing.get_origin(hint) is Literal:
-                check_value(name, value, hint)  # layout='x': use interleaved or half
+            if typing.get_origin(hint) is Literal or hint is bool:
+                check_value(name, value, hint)  # layout='x': use interleaved or half; hope=1 must be true or false
             bad = violated(value, hint)
             if bad:
                 raise ConfigError(f"{name}={value} {bad.must}")

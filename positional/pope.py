@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.errors import ConfigError
 from harness.ranges import Range, ranged
 from positional.base import PositionalScheme, Rotary, Shape
 from positional.rope import rope_angles
@@ -91,8 +90,6 @@ class PoPE(PositionalScheme):
     ):
         """``phase_bias``: learn δ (H, D); false fixes δ = 0, a_ts = Σ_c μ_q μ_k cos((s − t)θ_c)."""
         super().__init__(shape)
-        if not isinstance(phase_bias, bool):
-            raise ConfigError(f"phase_bias={phase_bias!r}: use true (learn δ) or false (δ = 0)")
         self.base, self.phase_bias = base, phase_bias
         self.register_buffer("inv_freq", pope_inv_freq(shape.head_dim, base), persistent=False)  # (D,) float64
         # δ held flat, (H·D,): a bias, so the optimizer's 1-D rule keeps it out of weight decay (decay would pull

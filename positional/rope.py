@@ -235,9 +235,6 @@ class Rope(PositionalScheme):
                 f"rotate_heads={rotate_heads} must be a whole number of heads in 1 … model.n_heads="
                 f"{shape.n_heads} (null: rotate every head)"
             )
-        for name, value in (("resonance", resonance), ("hope", hope)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name}={value!r}: use true or false")
         self.base, self.layout, self.fraction, self.rotated = base, layout, fraction, r
         self.resonance, self.hope, self.rotate_heads = resonance, hope, rotate_heads
         if hope and not self.frequencies_at(r, device="cpu").any():  # on the host: a check builds on meta

@@ -144,8 +144,8 @@ def test_options_compose_from_the_config():
 @pytest.mark.parametrize(
     "build,message",
     [
-        (partial(Rope, resonance="yes"), "resonance='yes': use true or false"),
-        (partial(Rope, hope=1), "hope=1: use true or false"),
+        (partial(Rope, resonance="yes"), "resonance='yes' must be true or false"),
+        (partial(Rope, hope=1), "hope=1 must be true or false"),
         (partial(RopeTrainable, hope=True), "hope=true fixes θ (pos=rope's option), but pos=rope_trainable learns θ"),
         (partial(RopeTrainable, resonance=True), "resonance=true fixes θ"),
     ],
