@@ -41,7 +41,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
@@ -254,7 +254,7 @@ class RopeScaling:
     alpha: float = 1.0
     beta: float = 32.0
     original_max_len: Annotated[int, Range("a positive number of tokens", ge=1)] | None = None
-    yarn_variant: str = "paper"
+    yarn_variant: Literal["paper", "hf"] = "paper"  # YARN_VARIANTS
     truncate: bool = True
     mscale: float | None = None
     mscale_all_dim: float | None = None
@@ -271,8 +271,6 @@ class RopeScaling:
             object.__setattr__(self, name, _float_tuple(name, getattr(self, name)))
         if self.method not in METHODS:
             raise ConfigError(f"method={self.method!r}: use one of {', '.join(METHODS)}")
-        if self.yarn_variant not in YARN_VARIANTS:
-            raise ConfigError(f"yarn_variant={self.yarn_variant!r}: use {' or '.join(YARN_VARIANTS)}")
         self._check_common()
         self._check_unread_options()
         CHECKS.get(self.method, lambda c: None)(self)
