@@ -35,6 +35,7 @@ Notation: L context length, S stride, d depth (0: the key first, 1: last).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,7 +370,9 @@ def check(spec: EvalSpec) -> None:
     _check_budget(spec)
     for path in (spec.model, spec.evaluator):  # weights' headers and shapes, tokenizer, family: before a weight loads
         if path is not None:
-            folder.read(path)
+            note = folder.unverified(folder.read(path))
+            if note:
+                print(note, file=sys.stderr)
 
 
 def _check_paths(spec: EvalSpec) -> None:
@@ -767,15 +770,11 @@ def _cell(
 
 def main(argv: list[str]) -> int:
     import shlex
-    import sys
 
     from harness.signals import exit_code, terminating
 
     try:
         spec = parse(argv)
-        note = folder.unverified(folder.read(spec.model))
-        if note:
-            print(note, file=sys.stderr)
         if spec.check_only:
             print(plan(spec))
             return 0

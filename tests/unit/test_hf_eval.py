@@ -663,3 +663,29 @@ def test_the_trained_context_of_a_config_json_is_the_one_transformers_and_the_ro
     theirs = Gemma3TextConfig.from_dict(copy.deepcopy(gemma))
     assert theirs.rope_parameters["full_attention"]["original_max_position_embeddings"] == 128
     assert trained_context(theirs.to_dict()) == trained_context(gemma) == 128
+
+
+def test_check_hashes_a_sealed_export_once_and_notes_an_unsealed_evaluator(tmp_path, monkeypatch, capsys):
+    """A sealed folder's weights are read whole to verify them: `--check` reads them once (twice cost a second pass
+    over a large model's file), and the unverified-export note covers --evaluator's folder as well as the model's."""
+    from harness import integrity
+    from harness.pretrained import hf_eval
+
+    model = tiny_llama(tmp_path / "model")
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        integrity.seal_file(model / name)
+    evaluator = tiny_llama(tmp_path / "evaluator")  # a posbench export without its seals
+    hashed: list[str] = []
+    digest = integrity.file_digest
+
+    def counted(path):
+        hashed.append(path.name)
+        return digest(path)
+
+    monkeypatch.setattr(integrity, "file_digest", counted)
+    argv = [str(model), "--evaluator", str(evaluator), "--lengths", "32", "--budget", "256", "--check"]
+    assert hf_eval.main(argv) == 0
+    assert hashed.count("model.safetensors") == 1
+    err = capsys.readouterr().err
+    assert f"note: {evaluator} is a posbench export without its .sha256 seals" in err
+    assert f"note: {model} " not in err
