@@ -22,6 +22,7 @@ import sysconfig
 import threading
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -225,28 +226,35 @@ class Embedded:
     def document_starts(self) -> tuple[np.ndarray, np.ndarray]:
         """Each pydoc topic and docstring a document: (train, val) byte offsets (``split_starts``), cached beside
         the text."""
-        text = self._cached()
-        cache = text.with_suffix(".starts.npy")
-        if not (cache.exists() and integrity.check_file(cache, _rebuilt(cache))):
+
+        def npy() -> bytes:
             array = io.BytesIO()
             np.save(array, joined_starts([len(p.encode("utf-8")) for p in stdlib_parts()]))
-            integrity.write_bytes(cache, array.getvalue())  # atomic, sealed, as the text
-        return split_starts(np.load(cache), text.stat().st_size, self.val_every)
+            return array.getvalue()
+
+        text = self._cached()
+        starts = np.load(sealed_cache(text.with_suffix(".starts.npy"), npy))
+        return split_starts(starts, text.stat().st_size, self.val_every)
 
     @staticmethod
     def _cached() -> Path:
-        """The text, built once per machine and sealed (harness/integrity.py): a cache from before seals is built
-        again, one whose bytes changed since is refused before a run reads it (it would train on other text)."""
-        cache = CACHE / f"stdlib-prose-{_version()}.txt"
-        if not (cache.exists() and integrity.check_file(cache, _rebuilt(cache))):
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            # the documents joined by blank lines; atomic: concurrent runs never read half
-            integrity.write_bytes(cache, "\n\n".join(stdlib_parts()).encode("utf-8"))
-        return cache
+        """The text (the documents joined by blank lines), built once per machine (``sealed_cache``)."""
+        return sealed_cache(
+            CACHE / f"stdlib-prose-{_version()}.txt", lambda: "\n\n".join(stdlib_parts()).encode("utf-8")
+        )
 
 
-def _rebuilt(cache: Path) -> str:
-    return f"delete {cache} and its .sha256, and the next run builds it again"
+def sealed_cache(path: Path, build: Callable[[], bytes], fix: str | None = None) -> Path:
+    """``path``, written from ``build()`` once per machine and sealed (harness/integrity.py), atomically: concurrent
+    runs never read half. A cache from before seals is built again; one whose bytes changed since is refused with
+    ``fix`` before a run reads it (it would run on other data)."""
+    if not (
+        path.exists()
+        and integrity.check_file(path, fix or f"delete {path} and its .sha256, and the next run builds it again")
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        integrity.write_bytes(path, build())
+    return path
 
 
 def _no_download(why: str) -> ConfigError:

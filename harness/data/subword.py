@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from harness import integrity
+from harness.data import corpus as corpus_module
 from harness.data.hf import hub_offline
 from harness.errors import ConfigError, one_line
 from harness.ranges import Range, ranged
@@ -241,18 +242,24 @@ class Trained(Subword):
             self._tok = fitted(self)
         else:
             sample = corpus.train[: self.train_bytes]  # None: all of it
-            cache = self.cache_path(integrity.sha256(sample))
+            # named by the settings and the sample's sha256; CACHE read at call time (tests point it elsewhere)
+            cache = (
+                corpus_module.CACHE
+                / "tokenizers"
+                / f"{self.kind}-v{self.asked}-f{self.min_frequency}-{integrity.sha256(sample)[:20]}.json"
+            )
             # a damaged or swapped file would change every id of the run: refused; an unsealed one is trained again
-            if cache.exists() and integrity.check_file(
-                cache, "the cached vocabulary was damaged or replaced; delete it and the run trains it again"
-            ):
-                self._tok = load_file(str(cache))
-            else:
-                self._tok = train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                # atomic: two runs training at once never read half a file; until its seal is there, the cache reads
-                # as unsealed: trained again, never trusted (the bytes are those Tokenizer.save writes)
-                integrity.write_bytes(cache, self._tok.to_str(pretty=True).encode("utf-8"))
+            # (until its seal is there, as while another run writes it); the bytes are those Tokenizer.save writes
+            trained = corpus_module.sealed_cache(
+                cache,
+                lambda: (
+                    train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
+                    .to_str(pretty=True)
+                    .encode("utf-8")
+                ),
+                "the cached vocabulary was damaged or replaced; delete it and the run trains it again",
+            )
+            self._tok = load_file(str(trained))
         self._trained()
 
     def fit_stream(self, texts: Iterable[str]) -> None:
@@ -282,15 +289,6 @@ class Trained(Subword):
         """What decides a trained vocabulary besides the text (pre-tokenized shards record it)."""
         sample = {"train_bytes": self.train_bytes} if self.train_bytes is not None else {}
         return {"kind": self.kind, "vocab_size": self.asked, "min_frequency": self.min_frequency, **sample}
-
-    def cache_path(self, train_sha256: str) -> Path:
-        from harness.data import corpus as corpus_module  # CACHE read at call time (tests point it elsewhere)
-
-        return (
-            corpus_module.CACHE
-            / "tokenizers"
-            / f"{self.kind}-v{self.asked}-f{self.min_frequency}-{train_sha256[:20]}.json"
-        )  # of the sample
 
 
 class BPE(Trained):
