@@ -135,11 +135,7 @@ def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
 
 def split_sizes(total: int, val_every: int = 20, block: int = 4096) -> tuple[int, int]:
     """(train, val) byte counts ``block_split`` gives a corpus of ``total`` bytes, without the bytes."""
-    n_blocks = -(-total // block)
-    val_blocks = n_blocks // val_every
-    val = val_blocks * block
-    if val_blocks and (n_blocks - 1) % val_every == val_every - 1:  # the last, partial block is val
-        val -= n_blocks * block - total
+    val = sum(min(block, total - start) for start in range((val_every - 1) * block, total, val_every * block))
     return total - val, val
 
 

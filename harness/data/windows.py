@@ -102,14 +102,12 @@ def window_starts(n_labels: int, length: int, stride: int) -> list[int]:
     """Where windows of ``length`` scored positions start when each advances ``stride`` tokens, until
     one reaches the last of ``n_labels`` labels (YaRN's eval/perplexity.py; Press et al. 2022, App. B's
     sliding evaluation). stride = length gives the non-overlapping windows that cover the split once."""
-    starts = [0]
-    while starts[-1] + length < n_labels:
-        starts.append(starts[-1] + stride)
-    return starts
+    return list(range(0, window_count(n_labels, length, stride) * stride, stride))
 
 
 def window_count(n_labels: int, length: int, stride: int) -> int:
-    """``len(window_starts(n_labels, length, stride))`` without listing them (a cost check's count)."""
+    """``len(window_starts(n_labels, length, stride))`` without listing them (a cost check's count): the first
+    window and one more per ``stride`` until one reaches the last label."""
     return 1 + max(0, -(-(n_labels - length) // stride))
 
 
