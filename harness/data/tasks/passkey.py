@@ -150,17 +150,15 @@ class DepthTable:
 def depth_table(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> DepthTable:
     """Counts of per-example (length, depth %, correct) records, e.g. zipped from a batch's
     ``length`` and ``depth`` fields and ``exact_match``."""
-    rows = [(int(n), int(d), bool(c)) for n, d, c in records]
-    if not rows:
+    rows = np.array([(int(n), int(d), bool(c)) for n, d, c in records], dtype=np.int64).reshape(-1, 3)  # (E, 3)
+    if not len(rows):
         raise ValueError("depth_table: no records")
-    lengths = tuple(sorted({n for n, _, _ in rows}))
-    total = np.zeros((n_bins, len(lengths)), dtype=np.int64)
-    correct = np.zeros_like(total)
-    for n, d, c in rows:
-        k, j = int(depth_bin(d, n_bins)), lengths.index(n)
-        total[k, j] += 1
-        correct[k, j] += c
-    return DepthTable(lengths, n_bins, total, correct)
+    lengths, column = np.unique(rows[:, 0], return_inverse=True)
+    cell = (depth_bin(rows[:, 1], n_bins), column)  # (E,) bins, (E,) length columns
+    total, correct = np.zeros((2, n_bins, len(lengths)), dtype=np.int64)
+    np.add.at(total, cell, 1)
+    np.add.at(correct, cell, rows[:, 2])
+    return DepthTable(tuple(lengths.tolist()), n_bins, total, correct)
 
 
 def write_depth_table(
