@@ -32,6 +32,7 @@ import numpy as np
 from harness import integrity
 from harness.data.objectives import Source, Tokenizer
 from harness.data.shards import BLOCK_BYTES, FORMAT, block_digest, token_dtype
+from harness.data.subword import line_chunks
 from harness.errors import ConfigError
 
 PIECE = 1 << 24  # bytes of text encoded at a time
@@ -94,16 +95,6 @@ class ShardWriter:
         return {"tokens": sum(s["tokens"] for s in self.shards), "bytes": self.bytes, "shards": self.shards}
 
 
-def pieces(data: bytes, size: int = PIECE) -> Iterator[bytes]:
-    """``data`` in pieces of about ``size`` bytes, each cut after a line end (or at the end)."""
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start + size)
-        end = len(data) if end < 0 else end + 1
-        yield data[start:end]
-        start = end
-
-
 def _out_folder(out: str | Path) -> Path:
     """DIR, absolute, checked before the corpus is read: a name, under a folder (not a file) this user can write."""
     if not str(out).strip():
@@ -149,7 +140,7 @@ def _write(folder: Path, source, corpus, tokenizer, writers: dict[str, ShardWrit
     else:
         tokenizer.fit(corpus)
         for split in ("train", "val"):
-            for piece in pieces(getattr(corpus, split)):
+            for piece in line_chunks(getattr(corpus, split), PIECE):
                 writers[split].write(tokenizer.encode(piece), len(piece))
         corpus_meta = {
             "name": corpus.name,

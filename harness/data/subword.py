@@ -25,7 +25,7 @@ import functools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, AnyStr
 
 import numpy as np
 import torch
@@ -66,7 +66,7 @@ def continues_word(ids: Tensor, starts_inside: Tensor, ends_inside: Tensor) -> T
 
 
 def stream_chunks(pieces: Iterable[str], size: int = CHUNK) -> Iterator[str]:
-    """``text_chunks`` of the pieces' join, yielded as the pieces arrive: the same chunks, with at most one chunk
+    """``line_chunks`` of the pieces' join, yielded as the pieces arrive: the same chunks, with at most one chunk
     and one piece held (a vocabulary trained from a stream sees what the in-memory training sees)."""
     carry = ""
     for piece in pieces:
@@ -78,9 +78,16 @@ def stream_chunks(pieces: Iterable[str], size: int = CHUNK) -> Iterator[str]:
         yield carry
 
 
-def text_chunks(text: str, size: int = CHUNK) -> list[str]:
-    """``text`` cut into pieces of about ``size`` characters, each ending at a line end (or the text's end)."""
-    return list(stream_chunks([text], size))
+def line_chunks(data: AnyStr, size: int = CHUNK) -> Iterator[AnyStr]:
+    """``data`` (text or bytes) in pieces of about ``size`` characters (bytes), each ending at a line end (or at
+    ``data``'s end)."""
+    newline = "\n" if isinstance(data, str) else b"\n"
+    start = 0
+    while start < len(data):
+        end = data.find(newline, start + size)
+        end = len(data) if end < 0 else end + 1
+        yield data[start:end]
+        start = end
 
 
 class Subword:
@@ -109,7 +116,7 @@ class Subword:
         if data not in self._encoded:
             if len(self._encoded) >= 2:
                 self._encoded.clear()
-            chunks = text_chunks(data.decode("utf-8", errors="replace"))
+            chunks = list(line_chunks(data.decode("utf-8", errors="replace")))
             dtype = np.uint16 if self.vocab_size < 65536 else np.uint32
             self._encoded[data] = np.concatenate(
                 [np.asarray(e.ids, dtype=dtype) for e in self.tokenizer.encode_batch(chunks, add_special_tokens=False)]
@@ -304,7 +311,7 @@ class WordPiece(Trained):
 
 
 def train_tokenizer(kind: str, train: bytes | Iterator[str], vocab_size: int, min_frequency: int):
-    """A ``tokenizers.Tokenizer`` trained on ``train`` (UTF-8 bytes, or its ``text_chunks`` as they stream), the
+    """A ``tokenizers.Tokenizer`` trained on ``train`` (UTF-8 bytes, or its ``line_chunks`` as they stream), the
     specials first."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -327,7 +334,7 @@ def train_tokenizer(kind: str, train: bytes | Iterator[str], vocab_size: int, mi
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS), show_progress=False
         )
-    chunks = text_chunks(train.decode("utf-8", errors="replace")) if isinstance(train, bytes) else train
+    chunks = line_chunks(train.decode("utf-8", errors="replace")) if isinstance(train, bytes) else train
     tok.train_from_iterator(chunks, trainer)
     if kind == "wordpiece":  # its trainer numbers the same tokens in another order run to run: fix one order
         vocab = tok.get_vocab()

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from harness import integrity
-from harness.data.subword import byte_alphabet, continues_word, text_chunks, word_byte
+from harness.data.subword import byte_alphabet, continues_word, line_chunks, word_byte
 
 
 class ByteTokenizer:
@@ -77,7 +77,7 @@ def _prefix_bytes(data: bytes, backend, tokens: int) -> int:
     """Bytes of ``data`` before its token number ``tokens``, read from the ``tokenizers`` offsets (characters of
     each chunk ``Subword.encode`` encodes)."""
     done = covered = 0
-    for chunk in text_chunks(data.decode("utf-8", errors="replace")):
+    for chunk in line_chunks(data.decode("utf-8", errors="replace")):
         offsets = backend.encode(chunk, add_special_tokens=False).offsets
         if tokens < done + len(offsets):
             return covered + len(chunk[: offsets[tokens - done][0]].encode())
