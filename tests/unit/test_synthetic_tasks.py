@@ -17,7 +17,7 @@ from torch import nn
 from harness.config.catalog import option_classes
 from harness.data.loaders import real_permutation, shuffle_within_window
 from harness.data.objectives import IGNORE, CausalLM, MaskedLM
-from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, collate, exact_match, token_hits
+from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, exact_match, token_hits
 from harness.data.tasks.associative_recall import AssociativeRecall
 from harness.data.tasks.copy import Copy
 from harness.data.tasks.missing_duplicate import MissingDuplicate
@@ -303,7 +303,7 @@ def test_collate_right_pads_and_stacks_integer_fields():
     assert (batch["input_ids"][0, 130:] == PAD).all() and (batch["labels"][0, 130:] == IGNORE).all()
     assert batch["key_padding_mask"][0].sum() == 130 and batch["key_padding_mask"][1].all()
     assert batch["length"].tolist() == [130, 140] and batch["depth"].tolist() == [a["depth"], b["depth"]]
-    assert collate([a], pad_id=7)["input_ids"].shape == (1, 130)
+    assert task.collate([a])["input_ids"].shape == (1, 130)
 
 
 def test_exact_match_needs_every_scored_position():
@@ -395,7 +395,9 @@ def test_evaluation_keeps_each_examples_length_outcome_and_extras():
         for e, c in zip(examples, [True, False, False, True], strict=True)
     ]
     blank = MissingDuplicate().eval_dataset(5, n=1)[0]
-    assert scored_examples(collate([blank], PAD), torch.tensor([True]))[0].extras == {"blank": blank["blank"]}
+    assert scored_examples(MissingDuplicate().collate([blank]), torch.tensor([True]))[0].extras == {
+        "blank": blank["blank"]
+    }
 
 
 # --- order shuffling -------------------------------------------------------

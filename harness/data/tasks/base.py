@@ -73,18 +73,6 @@ class Layout:
     extras: dict[str, int] = field(default_factory=dict)  # per-example ints (e.g. passkey depth)
 
 
-def collate(examples: list[dict], pad_id: int) -> dict[str, Tensor]:
-    """Right-pads variable-length examples (positions start at 0 on the left): input_ids with
-    ``pad_id``, labels with -100, key_padding_mask False; integer fields become (B,) tensors."""
-    fill = dict(zip(FORM_FIELDS, (pad_id, IGNORE, False), strict=True))
-    return {
-        key: pad_sequence([e[key] for e in examples], batch_first=True, padding_value=fill[key])  # (B, T)
-        if key in fill
-        else torch.tensor([int(e[key]) for e in examples], dtype=torch.long)  # (B,)
-        for key in examples[0]
-    }
-
-
 def exact_match(logits: Tensor, labels: Tensor) -> Tensor:
     """(B, T, V), (B, T) -> (B,) bool: a sequence is right only if every scored position's argmax is.
 
@@ -361,7 +349,15 @@ class SyntheticTask:
         return TaskExamples(self, self.eval_examples if n is None else n, seed, EVAL, length, filler)
 
     def collate(self, examples: list[dict]) -> dict[str, Tensor]:
-        return collate(examples, self.tok.pad_id)
+        """Right-pads variable-length examples (positions start at 0 on the left): input_ids with the tokenizer's
+        pad id, labels with -100, key_padding_mask False; integer fields become (B,) tensors."""
+        fill = dict(zip(FORM_FIELDS, (self.tok.pad_id, IGNORE, False), strict=True))
+        return {
+            key: pad_sequence([e[key] for e in examples], batch_first=True, padding_value=fill[key])  # (B, T)
+            if key in fill
+            else torch.tensor([int(e[key]) for e in examples], dtype=torch.long)  # (B,)
+            for key in examples[0]
+        }
 
     def artifacts(self, results: TaskResults) -> dict[str, bytes]:
         """No files of its own unless a task overrides this (passkey.py: accuracy by depth)."""
