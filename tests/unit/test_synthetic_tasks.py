@@ -21,7 +21,7 @@ from harness.data.tasks import ScoredExample, SyntheticTask, TaskResults, exact_
 from harness.data.tasks.associative_recall import AssociativeRecall
 from harness.data.tasks.copy import Copy
 from harness.data.tasks.missing_duplicate import MissingDuplicate
-from harness.data.tasks.passkey import NEEDLE, QUESTION, Passkey, depth_table, write_depth_table
+from harness.data.tasks.passkey import NEEDLE, QUESTION, Passkey, depth_files, depth_table
 from harness.data.tasks.reverse import Reverse
 from harness.data.tasks.ruler import Ruler
 from harness.data.tasks.sort import Sort
@@ -326,7 +326,7 @@ def test_token_hits_count_the_scored_positions_argmax_gets_right():
     assert (int(right), int(scored)) == (2 + 1 + 2 + 0, 2 + 2 + 2 + 1)
 
 
-def test_depth_table_and_files_hold_the_right_numbers(tmp_path):
+def test_depth_table_and_files_hold_the_right_numbers():
     records = [
         (100, 5, True),
         (100, 5, False),
@@ -343,8 +343,8 @@ def test_depth_table_and_files_hold_the_right_numbers(tmp_path):
     assert table.correct[:, 1].tolist() == [0, 0, 0, 0, 0, 2, 0, 0, 0, 0]
     acc = table.accuracy
     assert acc[0, 0] == 0.5 and acc[9, 0] == 1.0 and acc[1, 1] == 0.0 and acc[6, 1] == 0.0 and np.isnan(acc[3, 0])
-    csv_path, png_path = write_depth_table(records, tmp_path / "out", n_bins=10)
-    rows = list(csv.DictReader(csv_path.open()))
+    files = depth_files(records, n_bins=10)
+    rows = list(csv.DictReader(io.StringIO(files["passkey_depth.csv"].decode())))
     assert len(rows) == 20
     assert rows[0] == {
         "length": "100",
@@ -363,7 +363,7 @@ def test_depth_table_and_files_hold_the_right_numbers(tmp_path):
         "accuracy": "1.000000",
     }
     assert rows[3]["n"] == "0" and rows[3]["accuracy"] == ""
-    image = assert_figure(png_path)
+    image = assert_figure(files["passkey_depth.png"])
     assert image.shape[0] > image.shape[1]  # 10 depth bins down, 2 lengths across: taller than wide
 
 

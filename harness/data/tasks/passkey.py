@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import tempfile
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -120,8 +120,7 @@ class Passkey(SyntheticTask):
         records = [(e.length, e.extras["depth"], e.correct) for e in results.examples]
         if not records:
             return {}
-        with tempfile.TemporaryDirectory() as tmp:
-            return {path.name: path.read_bytes() for path in write_depth_table(records, Path(tmp), self.depth_bins)}
+        return depth_files(records, self.depth_bins)
 
 
 # --- accuracy by (length, depth) ---------------------------------------------------------------
@@ -161,31 +160,24 @@ def depth_table(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> D
     return DepthTable(tuple(lengths.tolist()), n_bins, total, correct)
 
 
-def write_depth_table(
-    records: Iterable[tuple[int, int, bool]], out_dir: str | Path, n_bins: int = 10, stem: str = "passkey_depth"
-) -> tuple[Path, Path]:
-    """``<stem>.csv`` (length, depth_lo, depth_hi, n, correct, accuracy) and ``<stem>.png``
-    (heatmap: length across, depth down, as in the needle-in-a-haystack plots). Returns both paths."""
+def depth_files(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> dict[str, bytes]:
+    """``passkey_depth.csv`` (length, depth_lo, depth_hi, n, correct, accuracy) and ``passkey_depth.png``
+    (heatmap: length across, depth down, as in the needle-in-a-haystack plots), name -> bytes."""
     table = depth_table(records, n_bins)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
-    csv_path.write_text(
-        csv_text(
-            ["length", "depth_lo", "depth_hi", "n", "correct", "accuracy"],
-            (
-                [length, *table.bin_label(k), table.total[k, j], table.correct[k, j], "" if np.isnan(a) else f"{a:.6f}"]
-                for j, length in enumerate(table.lengths)
-                for k, a in enumerate(table.accuracy[:, j])
-            ),
+    png = io.BytesIO()
+    _heatmap(table, png)
+    text = csv_text(
+        ["length", "depth_lo", "depth_hi", "n", "correct", "accuracy"],
+        (
+            [length, *table.bin_label(k), table.total[k, j], table.correct[k, j], "" if np.isnan(a) else f"{a:.6f}"]
+            for j, length in enumerate(table.lengths)
+            for k, a in enumerate(table.accuracy[:, j])
         ),
-        newline="",
     )
-    _heatmap(table, png_path)
-    return csv_path, png_path
+    return {"passkey_depth.csv": text.encode(), "passkey_depth.png": png.getvalue()}
 
 
-def _heatmap(table: DepthTable, path: Path) -> None:
+def _heatmap(table: DepthTable, out: BinaryIO) -> None:
     import matplotlib
     from matplotlib.figure import Figure  # the Agg canvas, without pyplot's global figures
 
@@ -203,4 +195,4 @@ def _heatmap(table: DepthTable, path: Path) -> None:
     ax.set_title("passkey exact match")
     fig.colorbar(im, ax=ax, label="accuracy")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(out, dpi=120, format="png")
