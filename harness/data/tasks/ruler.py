@@ -66,34 +66,26 @@ def _number(gen: torch.Generator) -> str:
     return str(1_000_000 + int(torch.randint(9_000_000, (1,), generator=gen)))  # seven digits, as RULER's values
 
 
-def niah(keys: int, values: int, queries: int) -> Callable[[torch.Generator, int, Encode], Drawn]:
-    def draw(gen: torch.Generator, room: int, encode: Encode) -> Drawn:
-        names = _distinct(gen, keys)
-        held = {k: [_number(gen) for _ in range(values)] for k in names}
-        hidden = [f" The magic number for {k} is {v}." for k in names for v in held[k]]
-        order = torch.randperm(len(hidden), generator=gen).tolist() if keys > 1 else range(len(hidden))
-        asked = [names[int(i)] for i in torch.randperm(keys, generator=gen)[:queries]]
-        return Drawn(
-            [hidden[i] for i in order],
-            f" What are the magic numbers for {', '.join(asked)}?",
-            [v for k in asked for v in held[k]],
-        )
-
-    return draw
+def niah(keys: int, values: int, queries: int, gen: torch.Generator, room: int, encode: Encode) -> Drawn:
+    names = _distinct(gen, keys)
+    held = {k: [_number(gen) for _ in range(values)] for k in names}
+    hidden = [f" The magic number for {k} is {v}." for k in names for v in held[k]]
+    order = torch.randperm(len(hidden), generator=gen).tolist() if keys > 1 else range(len(hidden))
+    asked = [names[int(i)] for i in torch.randperm(keys, generator=gen)[:queries]]
+    return Drawn(
+        [hidden[i] for i in order],
+        f" What are the magic numbers for {', '.join(asked)}?",
+        [v for k in asked for v in held[k]],
+    )
 
 
-def variable_tracking(hops: int) -> Callable[[torch.Generator, int, Encode], Drawn]:
-    def draw(gen: torch.Generator, room: int, encode: Encode) -> Drawn:
-        names, value = (
-            _distinct(gen, hops + 1, string.ascii_uppercase, 5),
-            str(10_000 + int(torch.randint(90_000, (1,), generator=gen))),
-        )
-        hidden = [f" VAR {names[0]} = {value}."] + [
-            f" VAR {b} = VAR {a}." for a, b in zip(names, names[1:], strict=False)
-        ]
-        return Drawn(hidden, f" Which variables hold {value}?", names)
-
-    return draw
+def variable_tracking(hops: int, gen: torch.Generator, room: int, encode: Encode) -> Drawn:
+    names, value = (
+        _distinct(gen, hops + 1, string.ascii_uppercase, 5),
+        str(10_000 + int(torch.randint(90_000, (1,), generator=gen))),
+    )
+    hidden = [f" VAR {names[0]} = {value}."] + [f" VAR {b} = VAR {a}." for a, b in zip(names, names[1:], strict=False)]
+    return Drawn(hidden, f" Which variables hold {value}?", names)
 
 
 def _fill(gen: torch.Generator, counts: list[int], room: int, encode: Encode) -> list[str] | None:
@@ -140,11 +132,11 @@ def frequent_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | N
 
 
 VARIANTS: dict[str, Callable[[torch.Generator, int, Encode], Drawn | None]] = {
-    "niah_single": niah(1, 1, 1),
-    "niah_multikey": niah(4, 1, 1),
-    "niah_multivalue": niah(1, 4, 1),
-    "niah_multiquery": niah(4, 1, 4),
-    "vt": variable_tracking(4),
+    "niah_single": functools.partial(niah, 1, 1, 1),
+    "niah_multikey": functools.partial(niah, 4, 1, 1),
+    "niah_multivalue": functools.partial(niah, 1, 4, 1),
+    "niah_multiquery": functools.partial(niah, 4, 1, 4),
+    "vt": functools.partial(variable_tracking, 4),
     "cwe": common_words,
     "fwe": frequent_words,
 }
