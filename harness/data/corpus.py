@@ -391,9 +391,8 @@ class Enwik8:
         return 90_000_000, 5_000_000
 
     def load(self) -> Corpus:
-        if not self.path.exists() or self.path.is_dir():
-            self.sizes()  # refuses a directory without enwik8, or a missing file when data.download=false
-        if not self.path.exists():
+        if not self.path.is_file():  # missing, a directory without enwik8, or no regular file
+            self.sizes()  # refuses all but a missing file it may download
             self._fetch()
         data = self.path.read_bytes()
         return Corpus("enwik8", data[:90_000_000], data[90_000_000:95_000_000], self._verified(data), len(data))
