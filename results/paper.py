@@ -243,18 +243,17 @@ def in_arm(cell, arm: str) -> bool:
     return all(o in label or o in own for o in arm.split())
 
 
-def readiness(cells, comparisons: list[dict], min_gain: float) -> dict[str, str]:
+def readiness(cells, comparison: dict, min_gain: float) -> dict[str, str]:
     """Arm -> why its finished models are not ready to be compared (absent when they are). A comparison asks
     its arms' in-distribution accuracy in its own terms (``in_distribution_metric``): per token for a comparison
     of per-token accuracies (``val/token_acc…``, Ruoss et al. 2023), a mixture part's own for a part's metric,
     else exact match."""
-    unready: dict[str, str] = {}
-    for comparison in comparisons:
-        metric = in_distribution_metric(str(comparison["metric"]))
-        for arm in (comparison[k] for k in ARM_KEYS if comparison.get(k)):  # the sides this comparison has
-            if why := _unready([c for c in cells if c.finished and in_arm(c, arm)], min_gain, metric):
-                unready[arm] = why
-    return unready
+    metric = in_distribution_metric(str(comparison["metric"]))
+    found = {  # the sides this comparison has
+        arm: _unready([c for c in cells if c.finished and in_arm(c, arm)], min_gain, metric)
+        for arm in (comparison[k] for k in ARM_KEYS if comparison.get(k))
+    }
+    return {arm: why for arm, why in found.items() if why}
 
 
 def in_distribution_metric(metric: str) -> str:
@@ -277,32 +276,25 @@ def _unready(members, min_gain: float, metric: str = "val/acc") -> str | None:
     return None
 
 
-def arm_values(client, cells, comparisons: list[dict]) -> dict[str, list[float]]:
-    """Per arm (an override such as ``pos=rope``), the metric's final value of each finished seed.
-    Comparisons that share an arm must share a metric (the report passes one comparison at a time)."""
+def arm_values(client, cells, comparison: dict) -> dict[str, list[float]]:
+    """Per arm (an override such as ``pos=rope``) of ``comparison``, the metric's final value of each finished
+    seed."""
     values: dict[str, list[float]] = {}
-    for comparison in comparisons:
-        if "lower_than_metric" in comparison:  # two metrics of the same cells: keyed by metric, pairs kept together
-            metrics = (comparison["metric"], comparison["lower_than_metric"])
-            pairs = [
-                tuple(_final(client, c, m) for m in metrics)
-                for c in cells
-                if c.finished and in_arm(c, comparison["cell"])
-            ]
-            pairs = [p for p in pairs if None not in p]
-            values.update({m: [p[i] for p in pairs] for i, m in enumerate(metrics)})
+    if "lower_than_metric" in comparison:  # two metrics of the same cells: keyed by metric, pairs kept together
+        metrics = (comparison["metric"], comparison["lower_than_metric"])
+        pairs = [
+            tuple(_final(client, c, m) for m in metrics) for c in cells if c.finished and in_arm(c, comparison["cell"])
+        ]
+        pairs = [p for p in pairs if None not in p]
+        values.update({m: [p[i] for p in pairs] for i, m in enumerate(metrics)})
+        return values
+    for side in ARM_KEYS:
+        arm = comparison.get(side)
+        if arm is None or arm in values:
             continue
-        for side in ARM_KEYS:
-            arm = comparison.get(side)
-            if arm is None or arm in values:
-                continue
-            metric = (
-                comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else comparison["metric"]
-            )
-            finals = (
-                _final(client, c, metric, comparison.get("minus")) for c in cells if c.finished and in_arm(c, arm)
-            )
-            values[arm] = [v for v in finals if v is not None]
+        metric = comparison.get("than_metric", comparison["metric"]) if side in ("than", "to") else comparison["metric"]
+        finals = (_final(client, c, metric, comparison.get("minus")) for c in cells if c.finished and in_arm(c, arm))
+        values[arm] = [v for v in finals if v is not None]
     return values
 
 
@@ -336,7 +328,7 @@ def claim_values(client, cells, comparisons: list[dict], need: dict[str, int]) -
     for key, n in need.items():
         i, arm = key.split(":", 1)
         early = sorted((c for c in cells if c.seed.isdigit() and int(c.seed) < n), key=lambda c: int(c.seed))
-        values[key] = arm_values(client, early, [comparisons[int(i)]])[arm]
+        values[key] = arm_values(client, early, comparisons[int(i)])[arm]
     return values
 
 
@@ -348,7 +340,7 @@ def not_ready(cells: Callable[[], list], comparisons: list[dict], gain: float) -
 
     def stop(c: sequential.Comparison, n: int) -> bool:
         early = seen.setdefault(n, [x for x in cells() if x.seed.isdigit() and int(x.seed) < n])
-        return bool(readiness(early, [comparisons[int(c.arm.split(":", 1)[0])]], gain))
+        return bool(readiness(early, comparisons[int(c.arm.split(":", 1)[0])], gain))
 
     return stop
 
@@ -366,7 +358,7 @@ def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.D
     outcomes = []
     for comparison, c in zip(comparisons, family, strict=True):
         arms = {key.split(":", 1)[1]: v for key, v in ((c.arm, c.a), (c.baseline, c.b))}
-        o = compare(comparison, arms, readiness(cells, [comparison], gain))
+        o = compare(comparison, arms, readiness(cells, comparison, gain))
         if o.verdict in ("premature", *DEGENERATE):  # said as such, whatever the looks decided
             outcomes.append(o)
         else:
@@ -425,7 +417,7 @@ def write_paper_report(
     gain = claim.get("min_order_gain", MIN_ORDER_GAIN)
 
     def judged(c: dict, among=cells) -> Outcome:
-        return compare(c, arm_values(client, among, [c]), readiness(among, [c], gain))
+        return compare(c, arm_values(client, among, c), readiness(among, c, gain))
 
     pin_overrides(cells, sweep)
     scales = scale.split(",")

@@ -84,7 +84,7 @@ def test_paired_values_keep_each_seeds_two_metrics_together():
         for i, rid in enumerate(metrics)
     ]
     c = {"metric": "a", "lower_than_metric": "b", "cell": "pos=rope"}
-    assert arm_values(client, cells, [c]) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
+    assert arm_values(client, cells, c) == {"a": [1.0, 5.0], "b": [2.0, 4.0]}  # r1 lacks b, r3 unfinished
 
 
 def test_a_mixture_parts_metric_is_read_from_a_run_trained_on_that_task_alone():
@@ -127,10 +127,10 @@ def test_a_mixture_parts_metric_is_read_from_a_run_trained_on_that_task_alone():
     assert own_metric(cells[3], "val/reverse/acc") == "val/reverse/acc"
     client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(data=SimpleNamespace(metrics=metrics[rid])))
     c = {"metric": "val/reverse/token_acc_at_12", "higher": "+arm=r", "than": "+arm=o"}
-    assert arm_values(client, cells, [c]) == {"+arm=r": [0.5, 0.6], "+arm=o": [9.0]}  # b0 is copy's: its own key
-    assert arm_values(client, cells, [dict(c, higher="+arm=m")])["+arm=m"] == [0.7]
+    assert arm_values(client, cells, c) == {"+arm=r": [0.5, 0.6], "+arm=o": [9.0]}  # b0 is copy's: its own key
+    assert arm_values(client, cells, dict(c, higher="+arm=m"))["+arm=m"] == [0.7]
     # readiness asks the same run's in-distribution per-token accuracy under its own name: 0.35 < 0.99
-    assert "in-distribution reverse per-token accuracy 0.350" in readiness(cells, [c], 0.0)["+arm=r"]
+    assert "in-distribution reverse per-token accuracy 0.350" in readiness(cells, c, 0.0)["+arm=r"]
 
 
 def test_minus_compares_each_seeds_growth_between_two_metrics():
@@ -151,7 +151,7 @@ def test_minus_compares_each_seeds_growth_between_two_metrics():
         SimpleNamespace(run_id=rid, task="", finished=True, label=f"pos={rid[0]} seed={rid[1]}") for rid in metrics
     ]
     c = {"metric": "long", "minus": "short", "lower": "pos=b", "than": "pos=a"}
-    values = arm_values(client, cells, [c])
+    values = arm_values(client, cells, c)
     assert values["pos=a"] == pytest.approx([1.0, 1.1]) and values["pos=b"] == pytest.approx([0.4, 0.3])  # b2: no short
     outcome = compare(c, values)
     diff, low, high = welch_interval([0.4, 0.3], [1.0, 1.1])
@@ -189,7 +189,7 @@ def cell(
 def test_models_not_using_order_make_a_comparison_premature_never_not_reproduced():
     c = {"metric": "val/loss", "lower": "pos=rope", "than": "pos=learned"}
     cells = [cell("pos=rope", 0.5), cell("pos=learned", 0.01), cell("pos=learned", 0.02)]
-    unready = readiness(cells, [c], min_gain=0.05)
+    unready = readiness(cells, c, min_gain=0.05)
     assert set(unready) == {"pos=learned"} and "order gain 0.015 < 0.05" in unready["pos=learned"]
     losing = {"pos=rope": [2.0, 2.1, 2.05], "pos=learned": [1.0, 1.1, 1.05]}  # would contradict the claim
     assert compare(c, losing).verdict == "contradicts"
@@ -202,7 +202,7 @@ def test_models_not_using_order_make_a_comparison_premature_never_not_reproduced
 def test_nope_bidirectional_is_exempt_and_low_accuracy_is_premature():
     c = {"metric": "val/acc_at_80", "higher": "pos=none", "than": "pos=rope"}
     cells = [cell("pos=none", 0.0, acc=1.0, signal="none"), cell("pos=rope", 0.4, acc=0.95)]
-    unready = readiness(cells, [c], min_gain=0.05)
+    unready = readiness(cells, c, min_gain=0.05)
     assert set(unready) == {"pos=rope"} and "in-distribution accuracy 0.950 < 0.99" in unready["pos=rope"]
 
 
@@ -213,9 +213,9 @@ def test_a_claim_on_per_token_accuracy_asks_the_training_lengths_of_per_token_ac
     cells = [cell("pos=rope", 0.4, acc=0.6, token_acc=0.995), cell("pos=none", 0.4, acc=0.6, token_acc=0.98)]
     per_token = {"metric": "val/token_acc_at_80", "higher": "pos=rope", "than": "pos=none"}
     exact = {"metric": "val/acc_at_80", "higher": "pos=rope", "than": "pos=none"}
-    unready = readiness(cells, [per_token], min_gain=0.05)
+    unready = readiness(cells, per_token, min_gain=0.05)
     assert set(unready) == {"pos=none"} and "in-distribution per-token accuracy 0.980 < 0.99" in unready["pos=none"]
-    assert set(readiness(cells, [exact], min_gain=0.05)) == {"pos=rope", "pos=none"}
+    assert set(readiness(cells, exact, min_gain=0.05)) == {"pos=rope", "pos=none"}
 
 
 def test_a_claim_on_a_mixture_part_asks_that_part_its_training_lengths():
@@ -244,10 +244,10 @@ def test_a_claim_on_a_mixture_part_asks_that_part_its_training_lengths():
     cells = [part_cell("pos=rope", 0.995, 0.90), part_cell("pos=none", 0.97, 1.0)]
     on_reverse = {"metric": "val/reverse/token_acc_at_16", "higher": "pos=rope", "than": "pos=none"}
     on_copy = {"metric": "val/copy/token_acc_at_16", "higher": "pos=rope", "than": "pos=none"}
-    unready = readiness(cells, [on_reverse], min_gain=0.05)
+    unready = readiness(cells, on_reverse, min_gain=0.05)
     assert set(unready) == {"pos=none"} and "in-distribution reverse per-token accuracy 0.970" in unready["pos=none"]
-    assert set(readiness(cells, [on_copy], min_gain=0.05)) == {"pos=rope"}
-    assert set(readiness(cells, [dict(on_reverse, metric="val/reverse/acc_at_16")], min_gain=0.05)) == {
+    assert set(readiness(cells, on_copy, min_gain=0.05)) == {"pos=rope"}
+    assert set(readiness(cells, dict(on_reverse, metric="val/reverse/acc_at_16"), min_gain=0.05)) == {
         "pos=rope",
         "pos=none",
     }  # exact match of the part: 0.5
@@ -849,7 +849,7 @@ def test_than_metric_reads_the_reference_arm_on_its_own_metric():
         SimpleNamespace(run_id=rid, task="", finished=True, label=f"+arm={rid[0]} seed={rid[1]}") for rid in metrics
     ]
     c = {"metric": "val/loss_at_256", "lower": "+arm=d", "than": "+arm=r", "than_metric": "val/yarn/loss_at_256"}
-    values = arm_values(client, cells, [c])
+    values = arm_values(client, cells, c)
     assert values == {"+arm=d": [2.0, 2.1], "+arm=r": [2.5, 2.7]}
     outcome = compare(c, values)
     assert outcome.text.startswith("val/loss_at_256: +arm=d − +arm=r (its val/yarn/loss_at_256) = -0.5500")

@@ -141,7 +141,7 @@ def test_a_sweeps_cells_are_read_in_launch_order(tmp_path):
     cells = cells_of(client, find_sweep(client, "synthetic", None))
     assert [(c.pos, c.seed) for c in cells] == [("rope", "0"), ("rope", "1"), ("learned", "0"), ("learned", "1")]
     below = {"metric": "val/loss", "below": 3.0, "cell": "pos=rope"}
-    assert compare(below, arm_values(client, cells, [below])).text.endswith("per seed 2, 2.4")  # finals of seeds 0, 1
+    assert compare(below, arm_values(client, cells, below)).text.endswith("per seed 2, 2.4")  # finals of seeds 0, 1
 
 
 def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
