@@ -245,16 +245,12 @@ def _accuracy_rows(r: Report) -> tuple[list[str], list[list[str]]] | None:
     for g in r.groups:
         for part in (None, *parts):
             prefix = "val/" if part is None else f"val/{part}/"
-            token = [at(g.cells, f"{prefix}token_acc", n) for n in lengths]
-            exact = [at(g.cells, f"{prefix}acc", n) for n in lengths]
+            scored = [(at(g.cells, f"{prefix}token_acc", n), at(g.cells, f"{prefix}acc", n)) for n in lengths]
             rows.append(
                 [
                     g.label if part is None else f"{g.label} · {part}",
                     g.attn,
-                    *(
-                        f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—"
-                        for t, e in zip(token, exact, strict=True)
-                    ),
+                    *(f"{t.fmt(3)} ({e.fmt(3)})" if t.mean is not None else "—" for t, e in scored),
                 ]
             )
             blind = [

@@ -176,11 +176,14 @@ def verdicts(
     (report.seeds=auto), replayed look by look from the seeds' losses in seed order, as its sweeper decided: its
     family is every comparison the sweep's cells name, one whose side has no finished seed (a refused pairing)
     included, and one whose arm is not yet using word order at a look's seeds ends at that look."""
-    pairs = []
-    for key in dict.fromkeys((g.attn, g.variant) for g in groups):
-        members = [g for g in groups if (g.attn, g.variant) == key]
-        base = baseline_of(members, declared)
-        pairs += [(g, base) for g in members if base is not None and g is not base and g.final.mean is not None]
+    pairs = [
+        (g, base)
+        for key in dict.fromkeys((g.attn, g.variant) for g in groups)
+        for base in [baseline_of([g for g in groups if (g.attn, g.variant) == key], declared)]
+        if base is not None
+        for g in groups
+        if (g.attn, g.variant) == key and g is not base and g.final.mean is not None
+    ]
     testable = [(g, base) for g, base in pairs if min(len(_finals(g)), len(_finals(base))) >= 2]
     design = staged or sequential.Design(alpha=alpha, margin=margin)
     if staged is None:  # one look at the seeds there are
