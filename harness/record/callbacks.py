@@ -126,8 +126,7 @@ class CommittedCheckpoints(L.Callback):
         if trainer.is_global_zero:
             self.flush()  # step k's points and its validation are in the store before step k is resumable
             final = self.dir / f"step-{self._pending}.ckpt"
-            if integrity.seal_path(self.dir / "pending.ckpt").is_file():
-                os.replace(integrity.seal_path(self.dir / "pending.ckpt"), integrity.seal_path(final))
+            os.replace(integrity.seal_path(self.dir / "pending.ckpt"), integrity.seal_path(final))  # sealed by _save
             os.replace(self.dir / "pending.ckpt", final)
             for old in [*self.dir.glob("step-*.ckpt"), *self.dir.glob(f"step-*.ckpt{integrity.FILE_SEAL}")]:
                 if old not in (final, integrity.seal_path(final)):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,16 +81,13 @@ def dir_lock(path: Path) -> Iterator[bool]:
     """An exclusive flock on ``path``, held for the ``with`` block; yields whether it was free. The kernel drops
     it when its holder dies, even by SIGKILL, so a held lock means a live process is training this config and a
     free one means nobody is."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
+    with open(path, "w") as lock:  # closing drops the flock
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
         yield True
-    finally:
-        os.close(fd)  # closing drops the flock
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
