@@ -140,8 +140,7 @@ class CommittedCheckpoints(L.Callback):
 class StepClock(L.Callback):
     """Optimizer steps completed, as the trainer that runs this callback counts them."""
 
-    def __init__(self) -> None:
-        self._trainer = None
+    _trainer: L.Trainer | None = None  # until Lightning calls setup
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._trainer = trainer

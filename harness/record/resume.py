@@ -129,7 +129,7 @@ def config_hash(values: dict, uri: str) -> str:
 
 
 def checkpoint_root(values: dict, uri: str) -> Path:
-    configured = (values.get("checkpoint") or {}).get("dir")
+    configured = values["checkpoint"]["dir"]
     if configured:
         return Path(str(configured)).expanduser().absolute()
     db = sqlite_path(uri)
@@ -199,7 +199,7 @@ def plan_resume(values: dict, uri: str, mode: str | Path) -> ResumePlan:
     ``resume``). Writes nothing to MLflow except, for a refused ``resume=true``, closing this config's
     stale runs."""
     h = config_hash(values, uri)
-    every = (values.get("checkpoint") or {}).get("every_n_steps") or 0
+    every = values["checkpoint"]["every_n_steps"] or 0  # null: off
     plan = ResumePlan(h, checkpoint_root(values, uri) / h, every, uri, values["logger"]["experiment"])
     check_writable_dir(plan.dir, "checkpoint.dir", "set checkpoint.dir to a directory you can write")
     if mode == "new":
