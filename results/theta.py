@@ -94,13 +94,6 @@ def theta_section(client, cells, out: Path) -> list[str]:
         newline="",
     )
 
-    lines = [
-        "## θ drift",
-        "",
-        "Per seed, at the end of training: how far θ moved as a whole (the norm, dominated by θ₀ = 1) and "
-        "per frequency (θ_final/θ₀, from each run's `theta.csv` artifact; all frequencies in `theta.csv` here).",
-        "",
-    ]
     body = []
     for c in runs:
         rows = tables[c.seed]
@@ -115,7 +108,12 @@ def theta_section(client, cells, out: Path) -> list[str]:
                 sum(r["ratio"] <= 0 for r in rows),
             ]
         )
-    lines += [
+    return [
+        "## θ drift",
+        "",
+        "Per seed, at the end of training: how far θ moved as a whole (the norm, dominated by θ₀ = 1) and "
+        "per frequency (θ_final/θ₀, from each run's `theta.csv` artifact; all frequencies in `theta.csv` here).",
+        "",
         *table(
             ["seed", "‖θ−θ₀‖/‖θ₀‖", "frequencies moved > 10 %", "max over i of abs(log θ_i/θ₀_i)", "sign flips"],
             body,
@@ -125,4 +123,3 @@ def theta_section(client, cells, out: Path) -> list[str]:
         "![theta_drift](theta_drift.png)",
         "![theta_ratio](theta_ratio.png)",
     ]
-    return lines
