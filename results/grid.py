@@ -64,18 +64,17 @@ def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], st
     """(pos, attn) -> what its finished seeds learned: exact match (synthetic tasks) and the order gain,
     flagged when below ``min_gain``; NoPE in a bidirectional model cannot use order at all."""
     out = {}
-    for key in sorted({(c.pos, _column(c)) for c in cells if c.finished}):
-        done = [c for c in cells if c.finished and (c.pos, _column(c)) == key]
-        accs = [c.acc for c in done if c.acc is not None]
-        gains = [c.order_gain for c in done if c.order_gain is not None]
-        parts = [f"acc {sum(accs) / len(accs):.3f}"] if accs else []
-        if done[0].order_signal == "none":
+    for g in group_cells(cells, None):  # each group's figures over its finished seeds
+        parts = [f"acc {g.acc.mean:.3f}"] if g.acc.mean is not None else []
+        if g.order_signal == "none":
             parts.append("no order signal")
-        elif gains:
-            gain = sum(gains) / len(gains)
-            parts.append(f"gain {gain:.2f}" + (" ⚠ not yet using order" if gain < min_gain else ""))
-        out[key] = ", ".join(parts) or "—"
-    return out
+        elif g.order_gain.mean is not None:
+            parts.append(
+                f"gain {g.order_gain.mean:.2f}" + ("" if g.using_order(min_gain) else " ⚠ not yet using order")
+            )
+        if any(c.finished for c in g.cells):
+            out[(g.pos, _column(g))] = ", ".join(parts) or "—"
+    return dict(sorted(out.items()))
 
 
 def grid_section(client, cells, out: Path) -> list[str]:
