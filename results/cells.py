@@ -153,6 +153,10 @@ class Group:
         return [(s, sum(c[s] for c in curves) / len(curves)) for s in steps]
 
     @property
+    def finals(self) -> list[float]:
+        return [c.final_loss for c in self.cells if c.finished and c.final_loss is not None]
+
+    @property
     def label(self) -> str:
         return f"{self.pos} {self.variant}".strip()
 

@@ -28,11 +28,7 @@ def _column(x) -> str:
 
 
 def _finals(cells) -> dict[tuple[str, str], list[float]]:
-    finals: dict[tuple[str, str], list[float]] = {}
-    for c in cells:
-        if c.finished and c.final_loss is not None:
-            finals.setdefault((c.pos, _column(c)), []).append(c.final_loss)
-    return finals
+    return {(g.pos, _column(g)): g.finals for g in group_cells(cells, None) if g.finals}
 
 
 def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:

@@ -51,10 +51,6 @@ class Verdict:
     mde: float | None = None  # an inconclusive one's minimum detectable effect, on the seeds the text reports
 
 
-def _finals(g: Group) -> list[float]:
-    return [c.final_loss for c in g.cells if c.finished and c.final_loss is not None]
-
-
 def baseline_of(groups: list[Group], declared: Declared | None = None) -> Group | None:
     """The finished group of ``groups`` (one attention and variant) whose pos is the declared baseline, else
     ``pos=none``'s; None when there is none of them (never the best-looking group)."""
@@ -97,7 +93,7 @@ def judge(g: Group, base: Group, min_gain: float, c: sequential.Comparison | Non
             f"premature — train longer: order gain {g.order_gain.mean:.3f} "
             f"< {min_gain}, not yet using word order; {trend(g, min_gain)}",
         )
-    a, b = (c.a, c.b) if c is not None else (_finals(g), _finals(base))
+    a, b = (c.a, c.b) if c is not None else (g.finals, base.finals)
     ci = welch_interval(a, b)
     if ci is None:
         return Verdict(g, base, "one seed", f"n = {len(a)} vs {len(b)}: no interval; add seeds (seed=0,1,2)")
@@ -184,10 +180,10 @@ def verdicts(
         for g in groups
         if (g.attn, g.variant) == key and g is not base and g.final.mean is not None
     ]
-    testable = [(g, base) for g, base in pairs if min(len(_finals(g)), len(_finals(base))) >= 2]
+    testable = [(g, base) for g, base in pairs if min(len(g.finals), len(base.finals)) >= 2]
     design = staged or sequential.Design(alpha=alpha, margin=margin)
     if staged is None:  # one look at the seeds there are
-        family = [design.comparison(_key(g), _key(base), _finals(g), _finals(base)) for g, base in testable]
+        family = [design.comparison(_key(g), _key(base), g.finals, base.finals) for g, base in testable]
         sequential.judge(family, design, len(design.looks) - 1)
     else:  # the sweeper's family: each pos with its baseline's cells, a cell with no finished seed included
         want = declared.pos if declared else BASELINE
