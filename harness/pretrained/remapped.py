@@ -19,6 +19,7 @@ from torch import Tensor
 
 from harness.errors import ConfigError
 from harness.pretrained.rotary import ScaledRotary, form_of, layer_types_of, rotary_modules, scaling_of
+from positional.rope import apply_rope_half, rope_angles
 from positional.rope_remapped import Remap, SelfExtend
 
 NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
@@ -81,8 +82,6 @@ def remapped_attention(module, query, key, value, attention_mask, scaling: float
 
 
 def _turn(x: Tensor, by: Tensor, theta: Tensor) -> Tensor:
-    """x (B, H, T, D) in the doubled form, each position t turned by ``by[t]`` positions more."""
-    angles = by[:, None].double() * theta  # (T, D/2)
-    cos, sin = torch.cat((angles, angles), -1).cos().to(x.dtype), torch.cat((angles, angles), -1).sin().to(x.dtype)
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+    """x (B, H, T, D) in the doubled form (RoPE's half layout), each position t turned by ``by[t]`` positions more."""
+    angles = rope_angles(by, theta)  # (T, D/2), theta's fp64
+    return apply_rope_half(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype))
