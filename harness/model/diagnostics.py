@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -51,10 +51,7 @@ class AttentionStats:
     pairs: Tensor  # (2T − 1,) counted (query, key) pairs at each offset
 
     def __add__(self, other: AttentionStats) -> AttentionStats:
-        return AttentionStats(*(a + b for a, b in zip(self.parts(), other.parts(), strict=True)))
-
-    def parts(self) -> tuple[Tensor, ...]:
-        return self.distance, self.entropy, self.queries, self.by_offset, self.pairs
+        return AttentionStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     @property
     def mean_distance(self) -> Tensor:
