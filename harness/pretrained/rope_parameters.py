@@ -60,14 +60,10 @@ def _group(group: str, entries: tuple[str, ...], mixed: str | None = None) -> li
     """One group's overrides: the same ``rope(base=1,fraction=0.5)`` on every layer -> [pos=rope, pos.base=1,
     pos.fraction=0.5]; a pattern -> the group named ``mixed`` (None: as its first layer) and its ``layers``."""
     name, _, inside = entries[0].partition("(")
-    if len(set(entries)) > 1:
-        return [f"{group}={mixed or name}", f"+{group}.layers={_listed(entries)}"]
+    if len(set(entries)) > 1:  # a Hydra list, entries with settings quoted (Hydra would read rope(…) as a call)
+        listed = ",".join(f"'{e}'" if "(" in e else e for e in entries)
+        return [f"{group}={mixed or name}", f"+{group}.layers=[{listed}]"]
     return [f"{group}={name}", *(f"{group}.{pair}" for pair in inside.rstrip(")").split(",") if pair)]
-
-
-def _listed(entries: tuple[str, ...]) -> str:
-    """A Hydra list of entries, those with settings quoted (Hydra would read ``rope(…)`` as a function call)."""
-    return "[" + ",".join(f"'{e}'" if "(" in e else e for e in entries) + "]"
 
 
 def read(
