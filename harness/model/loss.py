@@ -112,8 +112,7 @@ def summed_loss(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor]:
     never held."""
     chunk = model.cfg.loss_chunk
     if chunk is None:
-        loss, n, _ = scored(model, batch)
-        return loss, n
+        return scored(model, batch)[:2]
     n = (batch["labels"] != IGNORE).sum()
     h = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
     return summed_cross_entropy(h.flatten(0, 1), *model.output_layer(), batch["labels"].flatten(), chunk, IGNORE), n
