@@ -135,8 +135,9 @@ class StagedSweeper(BasicSweeper):
             def stop(c: sequential.Comparison, n: int) -> bool:  # the report's premature, at this look's seeds
                 if record is None:  # no sweep callback, no runs to read (run.py --check)
                     return False
-                early = seen.setdefault(n, _store_cells(record)[1])
-                return premature_at([x for x in early if in_arm(x.label.split(), c.arm)], n, report.min_order_gain)
+                if n not in seen:
+                    seen[n] = _store_cells(record)[1]
+                return premature_at([x for x in seen[n] if in_arm(x.label.split(), c.arm)], n, report.min_order_gain)
 
             family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw, stop)
         _record(record, family, design, trained, stop)

@@ -276,7 +276,13 @@ def test_a_sweeps_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first
         ]
 
     SweepRecord("parent", "sweep", "sqlite:///unused.db", "posbench", ["pos", "seed"]).save(tmp_path)
-    monkeypatch.setattr(stages, "_store_cells", lambda record: (None, _gains(cells())))
+    reads: list[int] = []  # the store is read once per look, not once per comparison asked
+
+    def store_cells(record):
+        reads.append(1)
+        return None, _gains(cells())
+
+    monkeypatch.setattr(stages, "_store_cells", store_cells)
     tags: dict[str, str] = {}
     parent = SimpleNamespace(set_tag=lambda run, key, value: tags.update({key: value}), log_metric=lambda *a, **k: None)
     monkeypatch.setattr(stages, "Store", SimpleNamespace(open=lambda uri: SimpleNamespace(client=parent)))
@@ -289,6 +295,7 @@ def test_a_sweeps_comparison_whose_arm_is_not_yet_using_order_stops_at_the_first
     sweeper.sweep([])
     seeds = {pos: sorted(s for p, s in launcher.jobs if p == pos) for pos in means}
     assert seeds == {"none": [0, 1, 2], "rope": [0, 1, 2], "learned": [0, 1, 2], "t5": [0, 1, 2]}
+    assert len(reads) == 1
     assert tags["look_1"] == (
         "3 seeds per arm: pos=rope vs pos=none: lower; pos=learned vs pos=none: premature (not yet using word order: "
         "train longer); pos=t5 vs pos=none: no verdict (a side has no finished seed)"
