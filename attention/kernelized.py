@@ -264,16 +264,15 @@ def _far_keys(
     return (qc @ carried) * q_weight[None, :, None, :, None]  # (B, H, N, C, E)
 
 
-def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: torch.dtype) -> Tensor:
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j = q_iᵀ Σ_j c_{i−j} k_j v_jᵀ (Luo et al. 2021, Eq. 8).
 
     Every one of the M·E sequences k_{·m} v_{·e} is Toeplitz-multiplied by FFT. A block of features goes
     through one rfft/irfft call (``feature_block``), and backward is written out (``_ToeplitzContract``)
     so that nothing of size T·M·E is kept: memory O(T·(M + E)) plus one block's O(T·block·E).
-    ``dtype``: FFT precision; by default float64 for float64 inputs, float32 otherwise (faster).
+    ``dtype``: the FFTs' precision (kernelized_attention's: float64 for the denominator, ``numerator_fft_dtype``).
     q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E) in v's dtype.
     """
-    dtype = dtype or (torch.float64 if v.dtype == torch.float64 else torch.float32)
     kernel = circulant_kernel(coeffs, k.shape[-2]).to(dtype)  # (H, L)
     return _ToeplitzContract.apply(q.to(dtype), k.to(dtype), v.to(dtype), kernel).to(v.dtype)
 
@@ -385,11 +384,7 @@ def kernelized_attention(
         num, den = _num_den(f, v, partial(band_contract, coeffs=coeffs, far=far, causal=causal))
     elif path == "dense":
         c = toeplitz_dense(coeffs, f.q.shape[-2], f.k.shape[-2])  # (H, Tq, Tk)
-        weights = (f.q @ f.k.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
-        den = weights.sum(-1, keepdim=True)
-        if f.q_num is not f.q or f.k_num is not f.k:
-            weights = (f.q_num @ f.k_num.transpose(-1, -2)) * c
-        num = weights @ v
+        num, den = _num_den(f, v, lambda q, k, x: ((q @ k.transpose(-1, -2)) * c) @ x)  # (B, H, Tq, Tk) weights
     else:  # fft
         den = toeplitz_contract(f.q, f.k, v.new_ones(*v.shape[:-1], 1), coeffs, dtype=torch.float64)
         num = toeplitz_contract(f.q_num, f.k_num, v, coeffs, dtype=numerator_fft_dtype(den, v.dtype))
@@ -459,11 +454,9 @@ class KernelizedAttention(AttentionVariant):
         bias = p.relative(self.config_name())
         f = self.features(p)
         t_q, t_k = p.q.shape[-2], p.k.shape[-2]
-        if bias is not None:  # causality is already in the coefficients, as in forward
-            c = toeplitz_dense(relative_coefficients(bias.table.to(p.q.dtype), bias.t_k, p.ctx.causal), t_q, t_k)
-        else:
-            c = p.q.new_ones(t_q, t_k)
-            c = c.tril() if p.ctx.causal else c  # (Tq, Tk), or (H, Tq, Tk) with a bias
+        # no bias is the zero bias (c = 1); causality is in the coefficients, as in forward
+        table = p.q.new_zeros(1, t_q + t_k - 1) if bias is None else bias.table.to(p.q.dtype)  # (1 or H, Tq + Tk − 1)
+        c = toeplitz_dense(relative_coefficients(table, t_k, p.ctx.causal), t_q, t_k)  # (1 or H, Tq, Tk)
         den = ((f.q @ f.k.transpose(-1, -2)) * c).sum(-1, keepdim=True)  # (B, H, Tq, 1)
         num = (f.q_num @ f.k_num.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
         return num / torch.where(den > 0, den, torch.inf)  # a query that sees no key: a zero row

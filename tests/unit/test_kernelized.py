@@ -215,7 +215,8 @@ def test_fp32_toeplitz_attention_is_within_its_stated_bound(causal):
     v = torch.randn(2, H, t, 4, generator=g, dtype=F64)
     table = torch.randn(H, 2 * t - 1, generator=g, dtype=F64)
     ref = reference_kernelized(phi_q, phi_k, v, causal=causal, bias=RelativeBias(table, t, t))
-    den = toeplitz_contract(phi_q, phi_k, torch.ones(2, H, t, 1, dtype=F64), relative_coefficients(table, t, causal))
+    ones = torch.ones(2, H, t, 1, dtype=F64)
+    den = toeplitz_contract(phi_q, phi_k, ones, relative_coefficients(table, t, causal), dtype=F64)
     assert numerator_fft_dtype(den, torch.float32) == torch.float32
     f = Features(*(x.float() for x in (phi_q, phi_k, phi_q, phi_k)))
     out = kernelized_attention(f, v.float(), causal, relative_coefficients(table.float(), t, causal), toeplitz="fft")
