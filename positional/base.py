@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.errors import ConfigError, IncompatiblePairing
@@ -167,8 +168,7 @@ def document_positions(document_ids: Tensor) -> Tensor:
     ``document_ids``: (B, T), equal within a document, changing where one starts. Returns (B, T) long; a row
     holding one document gets 0 … T−1. Nothing is read on the host (cummax, no .item())."""
     t = torch.arange(document_ids.shape[-1], device=document_ids.device).expand_as(document_ids)  # (B, T)
-    first = torch.ones_like(document_ids, dtype=torch.bool)
-    first[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]  # (B, T) True at each document's first token
+    first = F.pad(document_ids[:, 1:] != document_ids[:, :-1], (1, 0), value=True)  # (B, T) True at each first token
     return t - torch.where(first, t, torch.zeros_like(t)).cummax(dim=-1).values
 
 
@@ -181,13 +181,12 @@ def bias_over_offsets(table: Tensor, positions: Tensor, far: FarField | None = N
     (B, T), restarting at packed documents (``document_positions``), give a (B, H, T, T) ``PositionalBias``.
     """
     t, span = positions.shape[-1], (table.shape[-1] + 1) // 2
-    if positions.dim() == 2:  # per row: offsets p_i − p_j of restarted positions lie in −(T−1) … T−1
-        index = positions[:, :, None] - positions[:, None, :] + span - 1  # (B, T, T)
-        return PositionalBias(table[:, index].transpose(0, 1))  # (B, H, T, T)
-    if span == t:  # sorted, distinct and spanning T positions: consecutive
+    if positions.dim() == 1 and span == t:  # sorted, distinct and spanning T positions: consecutive
         return RelativeBias(table, t, t, far)
-    index = positions[:, None] - positions[None, :] + span - 1  # (T, T)
-    return PositionalBias(table[:, index].unsqueeze(0))  # (1, H, T, T)
+    # sampled, or per row (offsets p_i − p_j of restarted positions lie in −(T−1) … T−1)
+    rows = positions.reshape(-1, t)  # (1 or B, T)
+    index = rows[:, :, None] - rows[:, None, :] + span - 1  # (1 or B, T, T)
+    return PositionalBias(table[:, index].transpose(0, 1))  # (1 or B, H, T, T)
 
 
 def randomized_positions(t: int, max_position: int, generator: torch.Generator | None = None) -> Tensor:
