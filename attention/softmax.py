@@ -227,17 +227,13 @@ def pick_fastest(candidates: dict[str, Backend], trial: Callable[[Backend], None
     return min(seconds, key=seconds.__getitem__)  # the first of the fastest
 
 
-def _trial(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Callable[[Backend], None]:
+def _trial(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, backend: Backend) -> None:
     """One forward + backward of a backend on detached copies of the layer's input."""
-
-    def run(backend: Backend) -> None:
-        with torch.enable_grad():
-            q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
-            backend(q2, k2, v2, None if mask is None else mask.detach(), causal, 0.0).sum().backward()
-        if q.is_cuda:
-            torch.cuda.synchronize()  # the trial's kernels are done before its time is read
-
-    return run
+    with torch.enable_grad():
+        q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
+        backend(q2, k2, v2, None if mask is None else mask.detach(), causal, 0.0).sum().backward()
+    if q.is_cuda:
+        torch.cuda.synchronize()  # the trial's kernels are done before its time is read
 
 
 # (device, dtype, shape of q, mask kind) -> the backend auto picked, shared by every layer and instance
@@ -272,7 +268,9 @@ class Softmax(AttentionVariant):
             return self.candidates[0]
         key = (q.device.type, q.dtype, tuple(q.shape), mask is None, causal)
         if key not in _AUTO_CHOICE:
-            _AUTO_CHOICE[key] = pick_fastest({n: BACKENDS[n] for n in self.candidates}, _trial(q, k, v, mask, causal))
+            _AUTO_CHOICE[key] = pick_fastest(
+                {n: BACKENDS[n] for n in self.candidates}, functools.partial(_trial, q, k, v, mask, causal)
+            )
         self.backend_used = _AUTO_CHOICE[key]
         return self.backend_used
 
