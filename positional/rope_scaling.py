@@ -285,11 +285,11 @@ class RopeScaling:
     def _check_unread_options(self) -> None:
         for name in sorted({n for read in OPTIONS_READ.values() for n in read} - set(OPTIONS_READ[self.method])):
             value = getattr(self, name)
-            if value != _default(name):
+            if value != DEFAULTS[name]:
                 readers = "/".join(m for m, read in OPTIONS_READ.items() if name in read)
                 raise ConfigError(
                     f"{name}={show_value(value)} is unused by method={self.method}; drop it (or leave it "
-                    f"at {show_value(_default(name))}), or use method={readers}"
+                    f"at {show_value(DEFAULTS[name])}), or use method={readers}"
                 )
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
@@ -333,8 +333,7 @@ def as_field_of(argument: str, message: str) -> str:
     return re.sub(rf"(?<![\w.])({names})=", rf"{argument}.\1=", message)
 
 
-def _default(name: str):
-    return next(f.default for f in fields(RopeScaling) if f.name == name)
+DEFAULTS = {f.name: f.default for f in fields(RopeScaling)}  # what an option a method does not read must keep
 
 
 def _float_tuple(name: str, values) -> tuple[float, ...] | None:
@@ -362,10 +361,10 @@ def _check_dynamic_ntk(c: RopeScaling) -> None:
 def _check_yarn(c: RopeScaling) -> None:
     if c.yarn_variant == "paper":
         for name in HF_YARN_OPTIONS:
-            if getattr(c, name) != _default(name):
+            if getattr(c, name) != DEFAULTS[name]:
                 raise ConfigError(
                     f"{name}={getattr(c, name)} is a field of HF's YaRN; use yarn_variant=hf or leave "
-                    f"it at {_default(name)}"
+                    f"it at {DEFAULTS[name]}"
                 )
         return
     if c.base is not None and not c.base > 1:
