@@ -234,7 +234,6 @@ OPTIONS_READ: dict[str, tuple[str, ...]] = {
 }
 # Methods whose ``factor`` is s = eval length ÷ L (none takes no factor; dynamic_ntk reads s from the length)
 LENGTH_RATIO_METHODS = frozenset({"linear", "ntk", "yarn", "llama3", "longrope"})
-READS_TRAINING_LENGTH = frozenset({"dynamic_ntk", "yarn", "llama3", "longrope"})  # the formulas with an L in them
 HF_YARN_OPTIONS = ("truncate", "mscale", "mscale_all_dim", "attention_factor")  # fields of HF's yarn, not the paper's
 
 
@@ -293,9 +292,8 @@ class RopeScaling:
                 )
 
     def frequencies(self, inv_freq: Tensor, length: int) -> ScaledFrequencies:
-        """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length)."""
-        if self.method in READS_TRAINING_LENGTH:
-            self.training_length  # noqa: B018  refused here, before any formula runs, when it is unknown
+        """θ' for a sequence of ``length`` positions (dynamic_ntk and longrope read the length); a formula with an
+        L in it refuses an unknown one (``training_length``)."""
         return METHODS[self.method](self, inv_freq, length)
 
     @property
