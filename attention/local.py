@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import AttentionContext, AttentionVariant, Positioned, count_keys
-from attention.softmax import masked_softmax, softmax_weights
+from attention.softmax import masked_softmax
 from harness.errors import IncompatiblePairing
 from harness.ranges import PositiveInt, ranged
 from positional.base import Shape
@@ -117,11 +117,8 @@ class Local(AttentionVariant):
         return banded_attention(p.q, p.k, v, left, right, min(self.block, p.q.shape[-2]), table, p.ctx.key_padding_mask)
 
     def weights(self, p: Positioned) -> Tensor:
-        """The band's softmax written densely (Longformer §3.1): softmax(q kᵀ/√D + b) over −right ≤ i − j ≤ left,
-        exactly 0 outside the band."""
-        q, k = p.q, p.k
-        left, right = band_limits(self.window, p.ctx.causal)
-        offset = torch.arange(q.shape[-2], device=q.device)[:, None] - torch.arange(k.shape[-2], device=q.device)
-        outside = (offset > left) | (offset < -right)  # (Tq, Tk)
-        mask = (q.new_zeros(1, 1, *outside.shape) if p.mask is None else p.mask).masked_fill(outside, float("-inf"))
-        return softmax_weights(q, k, mask, p.ctx.causal)  # (B, H, Tq, Tk)
+        """The band's softmax (Longformer §3.1), softmax(q kᵀ/√D + b) over −right ≤ i − j ≤ left, written densely:
+        the band applied to v = I (out = w @ v), so exactly 0 outside the band."""
+        t_k = p.k.shape[-2]
+        identity = torch.eye(t_k, dtype=p.q.dtype, device=p.q.device).expand(*p.q.shape[:2], t_k, t_k)  # (B, H, Tk, Tk)
+        return self.attend(p, identity)  # (B, H, Tq, Tk)
