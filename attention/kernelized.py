@@ -101,13 +101,6 @@ def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
     return torch.exp(table - table.amax(-1, keepdim=True).detach())
 
 
-def dense_path(q: Tensor, k: Tensor, path: ToeplitzPath) -> bool:
-    """Whether a Toeplitz bias is applied densely: ``path``, or for auto, B·H·Tq·Tk ≤ ``DENSE_MAX_ELEMS``."""
-    if path not in ("auto", "fft", "dense", "band"):
-        raise ConfigError(f"toeplitz path {path!r} is unknown; use auto, fft, dense or band")
-    return path == "dense" or (path == "auto" and q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS)
-
-
 def band_reach(far: FarField) -> int:
     """K = ⌈d/C⌉, C = ``BAND_CHUNK``: band_contract's query chunk takes the K chunks on each side densely, so keys
     K + 1 chunks away or more (|i − j| ≥ K·C + 1 > d) are all in the far field.
@@ -118,14 +111,18 @@ def band_reach(far: FarField) -> int:
 
 def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, causal: bool = False) -> str:
     """How a Toeplitz bias is applied: band (a declared far field, some keys beyond the band, slopes that
-    do not grow with distance on a side that is used), else dense or fft as ``dense_path`` decides."""
+    do not grow with distance on a side that is used), else dense (``path``, or for auto while
+    B·H·Tq·Tk ≤ ``DENSE_MAX_ELEMS``) or fft."""
+    if path not in ("auto", "fft", "dense", "band"):
+        raise ConfigError(f"toeplitz path {path!r} is unknown; use auto, fft, dense or band")
     if path == "band" and far is None:
         raise ConfigError("toeplitz path 'band' needs a bias that declares its far field; use auto, fft or dense")
     if far is not None and path in ("auto", "band"):
         used = far.slope[:1] if causal else far.slope  # causal ALiBi's future side grows, but is never read
         if path == "band" or (k.shape[-2] > (2 * band_reach(far) + 1) * BAND_CHUNK and bool((used >= 0).all())):
             return "band"
-    return "dense" if dense_path(q, k, path) else "fft"
+    small = q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS
+    return "dense" if path == "dense" or (path == "auto" and small) else "fft"
 
 
 def causal_linear_contract(q: Tensor, k: Tensor, v: Tensor, chunk: int = CHUNK) -> Tensor:

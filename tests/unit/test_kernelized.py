@@ -227,12 +227,12 @@ def test_fp32_toeplitz_attention_is_within_its_stated_bound(causal):
 def test_bias_path_is_dense_up_to_the_element_budget_then_fft(monkeypatch):
     q, k = torch.zeros(2, H, 8, 3), torch.zeros(2, H, 8, 3)  # B·H·Tq·Tk = 2·H·64
     monkeypatch.setattr(kernelized, "DENSE_MAX_ELEMS", 2 * H * 64)
-    assert kernelized.dense_path(q, k, "auto")
+    assert kernelized.bias_path(q, k, None, "auto") == "dense"
     monkeypatch.setattr(kernelized, "DENSE_MAX_ELEMS", 2 * H * 64 - 1)
-    assert not kernelized.dense_path(q, k, "auto")
-    assert kernelized.dense_path(q, k, "dense") and not kernelized.dense_path(q, k, "fft")
+    assert kernelized.bias_path(q, k, None, "auto") == "fft"
+    assert kernelized.bias_path(q, k, None, "dense") == "dense" and kernelized.bias_path(q, k, None, "fft") == "fft"
     with pytest.raises(ConfigError, match="use auto, fft, dense or band"):
-        kernelized.dense_path(q, k, "sparse")
+        kernelized.bias_path(q, k, None, "sparse")
 
 
 @pytest.mark.parametrize("t_q,t_k", [(3, 5), (12, 7)])
