@@ -19,8 +19,6 @@ Notation: B batch, H heads, T length, D head dim, C model width, O number of off
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -53,16 +51,15 @@ def xl_offsets(t: int, causal: bool, device=None) -> Tensor:
 class XLBias(LogitBias):
     kind = "content"
 
-    def __init__(self, u: Tensor, v: Tensor, rel: Tensor, scale: float):
+    def __init__(self, u: Tensor, v: Tensor, rel: Tensor):
         self.u, self.v = u, v  # (H, D) each
         self.rel = rel  # (H, O, D): W_R R_o for the offsets of xl_offsets
-        self.scale = scale  # 1/√D, the scale softmax puts on q·k
 
     def dense(self, q: Tensor, k: Tensor) -> Tensor:
         """[u·k_j + (q_i + v)·W_R R_{i−j}] / √D. q, k: (B, H, T, D) -> (B, H, T, T)."""
         content = torch.einsum("hd,bhjd->bhj", self.u.to(k.dtype), k)[:, :, None, :]  # (B, H, 1, Tk)
         raw = torch.einsum("bhid,hod->bhio", q + self.v.to(q.dtype)[:, None, :], self.rel.to(q.dtype))  # (B,H,Tq,O)
-        return (content + rel_shift(raw, k.shape[-2])) * self.scale
+        return (content + rel_shift(raw, k.shape[-2])) * q.shape[-1] ** -0.5  # 1/√D, the scale softmax puts on q·k
 
 
 class TransformerXL(PositionalScheme):
@@ -91,4 +88,4 @@ class TransformerXL(PositionalScheme):
         offsets = xl_offsets(positions.numel(), self.shape.causal, positions.device)  # (O,)
         r = sinusoidal_table(offsets, self.shape.d_model).to(self.u.dtype)  # (O, C) R_{i−j}
         rel = self.w_r[layer](r).unflatten(-1, (self.shape.n_heads, -1)).transpose(0, 1)  # (H, O, D)
-        return XLBias(self.u, self.v, rel, 1 / math.sqrt(self.shape.head_dim))
+        return XLBias(self.u, self.v, rel)
