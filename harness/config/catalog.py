@@ -57,16 +57,14 @@ def check_catalogue_args(flag: str, argv: list[str]) -> str:
     if (fmt or "text") not in ("text", "md"):
         raise ConfigError(f"unknown {name.lstrip('-')} format {fmt!r}; use {name} or {name}=md")
     valued = {i + 1 for i, a in enumerate(argv) if a in CONFIG_DIR_FLAGS}  # --config-dir DIR's DIR
+    matrix = name == "--matrix"
+    settable = ("hydra.searchpath", *(("pos.layers", "attn.layers") if matrix else ()))  # a pattern's row (column)
+    targets = {f"{g}._target_" for g in GROUPS}
+    patterns = ", pos.layers=[...], attn.layers=[...]" if matrix else ""
     for i, arg in enumerate(argv):
         key = arg.partition("=")[0]
-        if i in valued or key in CONFIG_DIR_FLAGS:
+        if i in valued or key in CONFIG_DIR_FLAGS or key.lstrip("+") in settable or key.lstrip("+~") in targets:
             continue
-        if key.lstrip("+") == "hydra.searchpath" or key.lstrip("+~") in {f"{g}._target_" for g in GROUPS}:
-            continue
-        matrix = name == "--matrix"
-        if matrix and key.lstrip("+") in ("pos.layers", "attn.layers"):  # a per-layer pattern's row (column)
-            continue
-        patterns = ", pos.layers=[...], attn.layers=[...]" if matrix else ""
         raise ConfigError(
             f"{name} lists every option and takes no setting but --config-dir DIR, "
             f"hydra.searchpath=[...] and {', '.join(f'{g}._target_=CLASS' for g in GROUPS)}{patterns}; "
@@ -91,9 +89,15 @@ def options(group: str, extra: Sequence[str | Path] = (), need_target: bool = Tr
     return dict(sorted(found.items()))
 
 
-def option_classes(group: str, extra: Sequence[str | Path] = ()) -> dict[str, type]:
-    """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name."""
-    return {name: locate(f"{group}._target_", str(node["_target_"])) for name, node in options(group, extra).items()}
+def option_classes(group: str, extra: Sequence[str | Path] = (), target: str | None = None) -> dict[str, type]:
+    """conf/<group>/<name>.yaml -> the class its ``_target_`` names, by option name; ``target``: a class named on the
+    command line (``pos._target_=mypkg.MyScheme``), checked against the group's interface and added last."""
+    found = {name: locate(f"{group}._target_", str(node["_target_"])) for name, node in options(group, extra).items()}
+    if target:
+        cls = locate(f"{group}._target_", target)
+        check_interface(group, cls, target)
+        found[option_name(cls)] = cls
+    return found
 
 
 def user_config_dirs(argv: list[str]) -> list[str]:
@@ -265,11 +269,7 @@ def render_catalogue(
     lines = []
     targets = targets or {}
     for group in GROUPS:
-        found = option_classes(group, extra)
-        if group in targets:
-            cls = locate(f"{group}._target_", targets[group])
-            check_interface(group, cls, targets[group])
-            found = dict(sorted({**found, option_name(cls): cls}.items()))
+        found = dict(sorted(option_classes(group, extra, targets.get(group)).items()))
         lines += [f"## {group}=" if markdown else f"{group}= ({len(found)} options)", ""]
         rows = [(name, summary_line(cls, group), describe(group, cls)) for name, cls in found.items()]
         if markdown:

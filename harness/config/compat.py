@@ -17,15 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.catalog import (
-    check_catalogue_args,
-    check_interface,
-    locate,
-    option_classes,
-    option_name,
-    target_overrides,
-    user_config_dirs,
-)
+from harness.config.catalog import check_catalogue_args, option_classes, target_overrides, user_config_dirs
 from harness.config.values import parse_entry, pattern_unit
 from harness.errors import ConfigError
 from harness.markdown import table
@@ -54,12 +46,7 @@ def compatibility(
     directories; ``targets``: classes named on the command line (``pos._target_=mypkg.MyScheme``), added;
     ``patterns``: per-layer patterns (``{"pos": ("rope", "rope", "rope", "none")}``), added last."""
     targets, patterns = targets or {}, patterns or {}
-    schemes, variants = option_classes("pos", extra), option_classes("attn", extra)
-    for group, found in (("pos", schemes), ("attn", variants)):
-        if group in targets:
-            cls = locate(f"{group}._target_", targets[group])
-            check_interface(group, cls, targets[group])  # as --list checks it
-            found[option_name(cls)] = cls
+    schemes, variants = (option_classes(group, extra, targets.get(group)) for group in ("pos", "attn"))
     rows: dict[str, Layers] = {p: ((p, scheme),) for p, scheme in schemes.items()}
     columns: dict[str, Layers] = {a: ((a, variant),) for a, variant in variants.items()}
     for group, found, into in (("pos", schemes, rows), ("attn", variants, columns)):
