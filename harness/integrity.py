@@ -220,7 +220,6 @@ def report_folder(out: Path) -> Iterator[Path]:
     folder is removed and ``out`` is as it was. A file in ``out`` the command did not write (a stale README.md of
     something else) stays where it is, unsealed."""
     import shutil
-    import tempfile
 
     out = out.expanduser().absolute()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -179,13 +179,12 @@ def _prepare(rest: list[str]) -> int:
     """``posbench prepare DIR [overrides] [--shard-tokens N]``: one line for a mistake, nothing left on a failure
     or a stop (the shards written so far are removed)."""
     from harness.config.hydra_errors import user_error
-    from harness.data.prepare import SHARD_TOKENS
     from harness.signals import exit_code, terminating
 
     parser = OneLineParser(prog="posbench prepare", description="Tokenize a corpus once into memory-mapped shards")
     parser.add_argument("out", help="the folder to write (new, or without a manifest.json)")
     parser.add_argument("overrides", nargs="*", help="data=... tokenizer=... as for a run")
-    parser.add_argument("--shard-tokens", type=int, default=SHARD_TOKENS, help="token ids per shard file")
+    parser.add_argument("--shard-tokens", type=int, help="token ids per shard file")
     try:
         args = parser.parse_args(rest)
     except ConfigError as e:  # a usage mistake (OneLineParser)

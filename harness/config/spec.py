@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
@@ -455,12 +455,9 @@ class Choice(Generic[T]):
             return component.factory()
         from positional.randomized import KEYS, randomized
 
-        r = self.randomize  # set on pos only (values.choice)
         wrapped = randomized(
             component.factory(),  # type: ignore[arg-type]  # T is PositionalScheme
-            r.randomize,
-            r.max_position,
-            r.eval_positions,
+            **asdict(self.randomize),  # set on pos only (values.choice)
             cls=component.target,
         )
         return keyed(wrapped, component.key, list(KEYS), {})  # the wrapper's keys are the pos node's: pos.randomize=…
