@@ -135,11 +135,9 @@ def option_node(group: str, name: str, key: str, extra: Sequence[str | Path] = (
             f"{key} names {name!r}, which is no {group} option; use names of conf/{group}/: {', '.join(found)}"
         )
     node = dict(found[name])
-    merged: dict = {}
-    for parent in node.pop("defaults", None) or []:
-        if isinstance(parent, str) and parent != "_self_":
-            merged.update(option_node(group, parent, key, extra))
-    return {**merged, **node}
+    defaults = node.pop("defaults", None) or []
+    parents = [option_node(group, p, key, extra) for p in defaults if isinstance(p, str) and p != "_self_"]
+    return {k: v for each in [*parents, node] for k, v in each.items()}  # a later one's value wins
 
 
 # ---------------------------------------------------------------- where a key lives (for a refusal's fix)
