@@ -41,7 +41,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -380,7 +380,7 @@ def unsealed(runs) -> list[str]:
     return [r.info.run_id for r in runs if r.info.status in CLOSED and SEAL_TAG not in r.data.tags]
 
 
-def check_history(run, key: str, points: list, histories=None) -> dict[str, str]:
+def check_history(run, key: str, points: list, histories: Callable[[], dict[str, list]]) -> dict[str, str]:
     """Metric ``key``'s history of ``run`` against its seal; ``histories()`` gives every key's, for a seal that
     holds one digest over all (a run with more metrics than a tag holds digests of). Returns the digest of each
     history found intact (so a caller checks one of them again without reading all)."""
@@ -388,12 +388,10 @@ def check_history(run, key: str, points: list, histories=None) -> dict[str, str]
     if body is None:
         return {}
     sealed = body["history"]
-    if isinstance(sealed, str) and histories is not None:
+    if isinstance(sealed, str):
         each = {k: _history(p) for k, p in sorted(histories().items())}
         sealed = each if _digest(each) == sealed else {}
-    if isinstance(sealed, str) or not (
-        key not in run.data.metrics and key not in sealed or sealed.get(key) == _history(points)
-    ):
+    if not (key not in run.data.metrics and key not in sealed or sealed.get(key) == _history(points)):
         raise _damaged(run, f"metric {key!r}'s history differs from its seal")
     return sealed
 
