@@ -140,7 +140,7 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
         raise ConfigError(f"{key}={show_value(value)} must be a finite number")
     bad = violated(value, annotation)  # a range declared in the annotation
     if bad:
-        none = " (or null)" if _allows_none(annotation) and "null" not in bad.words else ""
+        none = " (or null)" if fits(None, annotation) and "null" not in bad.words else ""
         raise ConfigError(f"{key}={show_value(value)} {bad.must}{none}")
 
 
@@ -194,12 +194,6 @@ def field_hints(cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls, include_extras=True)
         _HINTS[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
     return _HINTS[cls]
-
-
-def _allows_none(annotation: Any) -> bool:
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
-        annotation
-    )
 
 
 # the YAML scalars' annotations and the Python types that fit each (an integer is a fine float)
