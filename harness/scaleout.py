@@ -58,18 +58,9 @@ class BatchGeometry:
     world_size: int  # devices × nodes
     lr: float
 
-    @classmethod
-    def of(cls, trainer, batch_size: int, lr: float) -> BatchGeometry:
-        return cls(batch_size, int(trainer.accumulate_grad_batches), int(trainer.world_size), float(lr))
-
     @property
     def effective_batch(self) -> int:
         return self.batch_size * self.accumulate * self.world_size
-
-    def train_examples(self, max_steps: int) -> int:
-        """Training windows for max_steps optimizer steps across all ranks: the sampler splits the
-        dataset over ranks, so a shorter one would wrap into a second epoch."""
-        return max_steps * self.effective_batch
 
     def params(self) -> dict[str, str]:
         # The lr is used as configured on every device count (no linear scaling rule): to compare

@@ -51,13 +51,19 @@ def build(checked: Checked, corpus: Corpus, first_step: int, logger: Logger, cal
         model.compile()  # in place: parameter names (and checkpoints) stay those of the plain model
     trainer = trainer_of(spec.trainer, logger, callbacks)
     lr = spec.optimizer.kwargs.get("lr")  # for the effective rate it reports; 0 for an optimizer without one
-    geometry = BatchGeometry.of(trainer, data.batch_size, float(lr) if isinstance(lr, (int, float)) else 0.0)
+    geometry = BatchGeometry(
+        data.batch_size,
+        trainer.accumulate_grad_batches,
+        trainer.world_size,
+        float(lr) if isinstance(lr, (int, float)) else 0.0,
+    )
     train_dl, val_dl = make_loaders(
         corpus,
         task,
         data.seq_len,
         data.batch_size,
-        n_train=geometry.train_examples(spec.trainer.max_steps),
+        # every rank's windows for max_steps steps (the sampler splits them over ranks): fewer would wrap into an epoch
+        n_train=spec.trainer.max_steps * geometry.effective_batch,
         seed=spec.seed,
         eval_batches=data.eval_batches,
         world_size=geometry.world_size,

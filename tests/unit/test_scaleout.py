@@ -42,7 +42,6 @@ def test_slurm_preset_follows_the_trainer():
 def test_effective_batch_and_lr_are_logged_unscaled():
     scale = BatchGeometry(batch_size=8, accumulate=3, world_size=4, lr=1e-3)
     assert scale.effective_batch == 96
-    assert scale.train_examples(max_steps=10) == 960  # every rank reads max_steps × batch × accumulate
     assert scale.params() == {
         "train.world_size": "4",
         "train.effective_batch": "96",
