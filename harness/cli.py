@@ -165,12 +165,10 @@ def preflight(overrides: list[str], dirs: list[str]) -> int:
             if message is None:
                 raise
             by_mistake.setdefault(re.sub(r"^(\S+?)=\S+", r"\1", message), []).append((cell, message))
-    values: dict[str, set[str]] = {}
-    for override in (o for cell in every for o in cell):
-        values.setdefault(override.partition("=")[0], set()).add(override.partition("=")[2])
     for found in by_mistake.values():
         (cell, message), n = found[0], len(found)
-        swept = " ".join(o for o in cell if len(values[o.partition("=")[0]]) > 1) or " ".join(cell)
+        # the cell named by its swept values: its overrides that some other cell does not share
+        swept = " ".join(o for o in cell if any(o not in other for other in every)) or " ".join(cell)
         where, every_cell = (f"cell {swept}: ", "") if n == 1 else ("", f", in {n} cells")
         print(f"error: {where}{message} (the sweep trained nothing{every_cell})", file=sys.stderr)
     return 2 if by_mistake else 0
