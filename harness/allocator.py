@@ -19,6 +19,7 @@ Ground: imports nothing from the project.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -59,11 +60,8 @@ def setting() -> str:
 
 def available_bytes() -> int | None:
     """MemAvailable from /proc/meminfo (what can be allocated without swapping); None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return None

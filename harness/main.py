@@ -201,8 +201,7 @@ def _prepare(rest: list[str]) -> int:
     except Exception as e:
         message = user_error(e, rest)
         if message is not None:
-            print(f"error: {message}", file=sys.stderr)
-            return 2
+            return said_refusal(message)
         if not said_write_failure(
             e, f"nothing was left in {args.out}: free space (or raise the limit) and run prepare again"
         ):
