@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from harness.config.catalog import CONFIG_DIR_FLAGS, print_catalogue, user_config_dirs
 from harness.config.check import Checked, check
-from harness.config.estimates import DEFAULT_GPU_MEMORY, NamedGpu, gib, short_count
+from harness.config.estimates import DEFAULT_GPU_MEMORY, Budget, NamedGpu, gib
 from harness.config.hydra_errors import user_error
 from harness.config.load import cells, check_single, load
 from harness.errors import ConfigError, IncompatiblePairing, said_refusal, users_code_failed
@@ -126,11 +126,15 @@ def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_mem
         seeds = checked.spec.report.max_seeds if checked.spec.report.seeds == "auto" else 1  # each cell's most runs
         print(ok_line(checked, named, gpu))
     if len(budgets) > 1:
-        tokens, flops = seeds * sum(b.tokens for b in budgets), seeds * sum(b.flops for b in budgets)
         hours = [seeds * b.gpu_hours for b in budgets if b.gpu_hours is not None]
-        gpu_hours = f" ≈ {sum(hours):,.1f} GPU-hours" if len(hours) == len(budgets) else ""
+        whole = Budget(  # the sweep's, said as a cell's budget is
+            tokens=seeds * sum(b.tokens for b in budgets),
+            train_tokens=None,
+            flops=seeds * sum(b.flops for b in budgets),
+            gpu_hours=sum(hours) if len(hours) == len(budgets) else None,
+        )
         runs = f" × up to {seeds} seeds (report.seeds=auto), at most" if seeds > 1 else ""
-        print(f"sweep: {len(budgets)} cells{runs} · {short_count(tokens)} tokens · {flops:.1e} FLOPs{gpu_hours}")
+        print(f"sweep: {len(budgets)} cells{runs}{whole.line()}")
     return 2 if refused else 0
 
 
