@@ -354,10 +354,11 @@ def cpu_flops_per_second() -> float:
     return 4 * 2 * 256**3 / min(timeit.repeat(lambda: a @ a, number=4, repeat=5))
 
 
-def check_phases(phases: list[Phase], on_gpu: bool) -> None:
-    """Memory first (the harder limit), then time; each refusal names the key that set the size."""
+def check_phases(phases: list[Phase]) -> None:
+    """A CPU run's phases against this machine: memory first (the harder limit), then time; each refusal names the
+    key that set the size."""
     free = available_bytes()
-    if on_gpu or free is None:
+    if free is None:
         return
     for phase in phases:
         if phase.needs > OVERCOUNT * free:

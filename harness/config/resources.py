@@ -207,8 +207,7 @@ def check_memory_and_time(
             task.sequence_tokens(data.seq_len),
             evaluations(task, data, spec.eval.lengths),
             finetune_shape(data, tune) if tune else None,
-        ),
-        on_gpu=False,
+        )
     )
     return None
 

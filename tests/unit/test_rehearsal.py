@@ -162,10 +162,8 @@ def test_matrix_products_are_counted_and_a_phase_that_computes_for_hours_is_refu
             match=r"computes 7\.2e\+14 FLOP, more than 1 h even at 100 GFLOP/s \(≈ "
             r"[\d,.]+ h on this CPU now\); drop 64 from",
         ):
-            rehearsal.check_phases([phase], on_gpu=False)
-    rehearsal.check_phases([phase], on_gpu=True)  # a GPU run is not timed by a CPU's rate
+            rehearsal.check_phases([phase])
     monkeypatch.setattr(rehearsal, "cpu_flops_per_second", lambda: pytest.fail("an accepted phase reads no clock"))
     rehearsal.check_phases(
-        [Phase("a training step", 1, None, "", {}, short), Phase("one length", 1, None, "", {}, 0.99 * limit)],
-        on_gpu=False,
+        [Phase("a training step", 1, None, "", {}, short), Phase("one length", 1, None, "", {}, 0.99 * limit)]
     )
