@@ -186,23 +186,23 @@ def read_config(path: Path) -> HFConfig:
 
 
 def read(folder: Path, contents: bool = True) -> ModelFolder:
-    """The folder's config (its seal first, if it has one) and, with ``contents``, its weights' headers (their seal
-    first), its tokenizer and its family, one transformers builds as a causal LM (unchecked without transformers:
-    the load says which extra), checked."""
+    """The folder's config (its seal first, if it has one) and family, one transformers builds as a causal LM
+    (unchecked without transformers: the load says which extra), and, with ``contents``, its weights' headers (their
+    seal first) and its tokenizer, checked."""
     is_sealed = integrity.check_file(folder / "config.json", SEALED)
     config = read_config(folder)
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            raise ConfigError(
+                f"{folder}/config.json: model_type={config.model_type!r} is no causal LM transformers builds; "
+                "give a decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
+            )
     if contents:
         is_sealed = integrity.check_file(folder / "model.safetensors", SEALED) and is_sealed
         _check_weights(folder, config)
         is_sealed = _check_tokenizer(folder) and is_sealed
-        if importlib.util.find_spec("transformers") is not None:
-            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-            if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-                raise ConfigError(
-                    f"{folder}/config.json: model_type={config.model_type!r} is no causal LM transformers builds; "
-                    "give a decoder's folder (llama, mistral, qwen2, gpt_neox, …)"
-                )
     return ModelFolder(folder, config, is_sealed)
 
 

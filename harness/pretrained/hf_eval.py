@@ -432,25 +432,26 @@ SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"
 
 
 def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
-    """(the peak's parts in bytes, the sweep's FLOPs) from config.json alone."""
+    """(the peak's parts in bytes, the sweep's FLOPs) from config.json and the model built on the meta device."""
     generated = max(spec.task_lengths) + GENERATED if spec.lm_eval else 0  # a prompt and RULER's longest answer
-    peak = cost.evaluation_bytes(config, max(*spec.lengths, generated))
+    every, multiplied = cost.parameters(spec.model)
+    peak = cost.evaluation_bytes(config, max(*spec.lengths, generated), every)
     if spec.finetune_steps:
-        peak = max(peak, cost.finetune_bytes(config, spec.tune_length), key=lambda parts: sum(parts.values()))
+        peak = max(peak, cost.finetune_bytes(config, spec.tune_length, every), key=lambda parts: sum(parts.values()))
     if spec.evaluator is not None:
-        peak = {**peak, "evaluator weights": 4.0 * cost.parameter_count(folder.read_config(spec.evaluator).as_dict())}
+        peak = {**peak, "evaluator weights": 4.0 * cost.parameters(spec.evaluator)[0]}
     if spec.finetune_steps:
-        peak = {**peak, "pretrained weights kept": 4.0 * cost.parameter_count(config)}
+        peak = {**peak, "pretrained weights kept": 4.0 * every}
     # per length: its windows, its passkey prompts, a --tasks prompt's about 48 forwards (its answer and 8 tokens
     # more, no cache)
     prompts = spec.passkey_trials * len(spec.depths) + 48 * spec.task_trials * len(spec.tasks)
     per_cell = sum(
-        (window_count(spec.budget, n, spec.stride_at(n)) + prompts) * cost.forward_flops(config, n)
+        (window_count(spec.budget, n, spec.stride_at(n)) + prompts) * cost.forward_flops(config, n, multiplied)
         for n in spec.lengths
     )
     for n in spec.task_lengths if spec.lm_eval else ():  # a prompt's forward, and its answer's about as much again
-        per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n)
-    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, spec.tune_length)
+        per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n, multiplied)
+    per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, spec.tune_length, multiplied)
     return peak, per_cell * len(spec.cells())
 
 
@@ -502,7 +503,7 @@ def plan(spec: EvalSpec, starting: bool = False) -> str:
     peak, flops = costs(spec, config)
     return (
         f"{'hf-eval' if starting else 'ok'}: {len(spec.cells())} cells (scaling × factor) at lengths "
-        f"{', '.join(map(str, spec.lengths))} on {spec.model}: {cost.parameter_count(config):,} parameters, "
+        f"{', '.join(map(str, spec.lengths))} on {spec.model}: {cost.parameters(spec.model)[0]:,} parameters, "
         f"peak ≈ {cost.describe(peak)}; ≈ {flops / 1e12:,.2f} TFLOP, {cost.hours(flops, spec.gflops)} at "
         f"{spec.gflops:g} GFLOP/s (--gflops)"
         + ("; Ctrl-C stops it, its runs closed KILLED" if starting else "; nothing loaded")

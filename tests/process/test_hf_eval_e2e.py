@@ -130,7 +130,7 @@ def test_hf_eval_with_a_claim_key_tokens_and_a_finetune_read_back_from_mlflow(tm
 
 PROBE = """
 import sys, torch, transformers
-from harness.pretrained.cost import evaluation_bytes, finetune_bytes, parameter_count
+from harness.pretrained.cost import evaluation_bytes, finetune_bytes
 from harness.pretrained.finetune import finetune
 from harness.pretrained.measures import token_losses
 def peak():  # this address space's high-water mark (ru_maxrss would keep the forking parent's across exec)
@@ -146,10 +146,10 @@ before = peak()  # the weights are in already
 ids = torch.randint(0, V, (4 * L,))
 if mode == "eval":
     token_losses(model.eval(), ids, L, L, L)
-    estimate = sum(evaluation_bytes(config.to_dict(), L).values()) - 4 * parameter_count(config.to_dict())
+    estimate = sum(evaluation_bytes(config.to_dict(), L, 0).values())  # above the weights
 else:
     finetune(model, ids, L, steps=2)
-    estimate = sum(finetune_bytes(config.to_dict(), L).values()) - 4 * parameter_count(config.to_dict())
+    estimate = sum(finetune_bytes(config.to_dict(), L, 0).values())  # above the weights
 print(peak() - before, estimate)
 """
 

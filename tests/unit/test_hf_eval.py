@@ -131,7 +131,7 @@ def test_a_passkey_prompt_reaches_the_model_on_the_models_device():
     ],
 )
 def test_a_bad_option_is_one_line_naming_the_fix(tmp_path, argv, needle):
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')  # a folder: the options are what is wrong
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace("[", r"\[").replace("+", r"\+")):
         parse([str(tmp_path), *argv])
 
@@ -313,12 +313,16 @@ LLAMA2_7B = {
         ("qwen2", {"tie_word_embeddings": True}),
         ("qwen3", {"head_dim": 24}),  # an RMSNorm on each head's q and k
         ("gpt_neox", {"rotary_pct": 0.25}),
+        ("gemma2", {}),  # four norms a layer
+        ("gemma3_text", {}),  # four, and q's and k's
+        ("olmo2", {}),  # q's and k's norms over every head
+        ("qwen3_moe", {}),  # 128 experts a layer
     ],
 )
-def test_the_parameter_count_from_config_json_is_transformers_exact(family, extra):
+def test_the_parameter_count_from_config_json_is_transformers_exact(family, extra, tmp_path):
     import transformers
 
-    from harness.pretrained.cost import parameter_count
+    from harness.pretrained.cost import parameters
 
     config = transformers.AutoConfig.for_model(
         family,
@@ -330,17 +334,37 @@ def test_the_parameter_count_from_config_json_is_transformers_exact(family, extr
         intermediate_size=96,
         **extra,
     )
+    config.save_pretrained(tmp_path)
     model = transformers.AutoModelForCausalLM.from_config(config)
-    assert parameter_count(config.to_dict()) == sum(p.numel() for p in model.parameters())
+    assert parameters(tmp_path)[0] == sum(p.numel() for p in model.parameters())
+
+
+def test_a_token_multiplies_the_experts_it_is_sent_to_and_no_input_embedding(tmp_path):
+    """P' of a Mixtral (8 experts, 2 a token, each gate, up and down 64×96; untied): P less the input embedding
+    V·d and 6 of 8 experts' three matrices in each of 2 layers; a tied Llama's P' is its P (the output matrix is the
+    embedding)."""
+    import transformers
+
+    from harness.pretrained.cost import parameters
+
+    sizes = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96)
+    transformers.AutoConfig.for_model("mixtral", num_local_experts=8, num_experts_per_tok=2, **sizes).save_pretrained(
+        tmp_path / "mixtral"
+    )
+    every, multiplied = parameters(tmp_path / "mixtral")
+    assert every - multiplied == 97 * 64 + 2 * 6 * 3 * 64 * 96
+    transformers.AutoConfig.for_model("llama", tie_word_embeddings=True, **sizes).save_pretrained(tmp_path / "llama")
+    every, multiplied = parameters(tmp_path / "llama")
+    assert multiplied == every
 
 
 def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path):
     import json
 
-    from harness.pretrained.cost import parameter_count
+    from harness.pretrained.cost import parameters
 
-    assert parameter_count(LLAMA2_7B) == 6_738_415_616  # Llama 2 7B's published count
     (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
+    assert parameters(tmp_path)[0] == 6_738_415_616  # Llama 2 7B's published count
     from tests.helpers import headers_only
 
     headers_only(tmp_path, LLAMA2_7B)
@@ -351,13 +375,16 @@ def test_a_7b_model_at_32k_context_on_24_gib_is_refused_with_the_figure(tmp_path
     assert "6,738,415,616 parameters" in __import__("harness.pretrained.hf_eval", fromlist=["plan"]).plan(spec)
 
 
-def test_more_lengths_and_a_finetune_cost_more_memory_and_flops():
+def test_more_lengths_and_a_finetune_cost_more_memory_and_flops(tmp_path):
+    import json
+
     from harness.pretrained.hf_eval import costs
 
-    spec = EvalSpec(Path("."), lengths=(512,), budget=1024)
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
+    spec = EvalSpec(tmp_path, lengths=(512,), budget=1024)
     peak, flops = costs(spec, LLAMA2_7B)
-    longer_peak, longer = costs(EvalSpec(Path("."), lengths=(512, 2048), budget=4096), LLAMA2_7B)
-    tuned_peak, tuned = costs(EvalSpec(Path("."), lengths=(512,), budget=1024, finetune_steps=10), LLAMA2_7B)
+    longer_peak, longer = costs(EvalSpec(tmp_path, lengths=(512, 2048), budget=4096), LLAMA2_7B)
+    tuned_peak, tuned = costs(EvalSpec(tmp_path, lengths=(512,), budget=1024, finetune_steps=10), LLAMA2_7B)
     assert sum(longer_peak.values()) > sum(peak.values()) and longer > flops
     assert sum(tuned_peak.values()) > 4 * sum(peak.values()) and tuned > flops  # 16 bytes per parameter + a copy
 
@@ -689,3 +716,22 @@ def test_check_hashes_a_sealed_export_once_and_notes_an_unsealed_evaluator(tmp_p
     err = capsys.readouterr().err
     assert f"note: {evaluator} is a posbench export without its .sha256 seals" in err
     assert f"note: {model} " not in err
+
+
+def test_a_config_transformers_cannot_build_is_refused_at_check_in_one_line(tmp_path, capsys):
+    """--check builds the model on the meta device to count its parameters: a config.json whose fields posbench's
+    subset accepts but transformers cannot build from (an activation it does not know) is one line, exit 2, before a
+    weight is loaded."""
+    import json
+
+    from harness.pretrained import hf_eval
+
+    path = tiny_llama(tmp_path / "model")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "hidden_act": "no_such_activation"}))
+    capsys.readouterr()  # the save's progress bars
+    assert hf_eval.main([str(path), "--lengths", "32", "--budget", "256", "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"error: {path}/config.json: transformers builds no model from it (KeyError: "
+    )
