@@ -45,7 +45,8 @@ def time_call(fn: Step, device: str, cuda=torch.cuda) -> float:
 
 def peak_allocated_bytes(fn: Step, device: str, cuda=torch.cuda) -> float:
     """Peak bytes of tensors alive during one call of ``fn`` above those alive before it: max allocated
-    after a reset on CUDA; on CPU the running sum of torch.profiler's allocation and free events."""
+    after a reset on CUDA; on CPU the profiler records every allocation (+bytes) and free (−bytes) with its
+    time, and their running sum is the bytes of live tensors allocated since the start, its maximum the peak."""
     if device == "cuda":
         cuda.synchronize()
         cuda.reset_peak_memory_stats()
@@ -53,12 +54,6 @@ def peak_allocated_bytes(fn: Step, device: str, cuda=torch.cuda) -> float:
         fn()
         cuda.synchronize()
         return float(cuda.max_memory_allocated() - base)
-    return float(cpu_peak_allocated_bytes(fn))
-
-
-def cpu_peak_allocated_bytes(fn: Step) -> int:
-    """The profiler records every CPU allocation (+bytes) and free (−bytes) with its time; their running
-    sum is the bytes of live tensors allocated since the start, its maximum the step's peak."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = [
@@ -66,7 +61,7 @@ def cpu_peak_allocated_bytes(fn: Step) -> int:
         for e in prof.profiler.kineto_results.events()
         if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
     ]
-    return max([0, *itertools.accumulate(e.nbytes() for e in sorted(events, key=lambda e: e.start_ns()))])
+    return float(max([0, *itertools.accumulate(e.nbytes() for e in sorted(events, key=lambda e: e.start_ns()))]))
 
 
 def _rss_bytes() -> int:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.bench.internals import build_transformer
-from harness.bench.measure import cpu_peak_allocated_bytes
+from harness.bench.measure import peak_allocated_bytes
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
 from harness.config.rehearsal import OVERCOUNT, Largest, Phase, _forward, _step, culprit, integer_keys
@@ -44,7 +44,7 @@ def test_a_rehearsed_step_holds_what_the_real_step_holds(pos, attn):
 
     step()  # warm: lazily built caches (RoPE's cos/sin) are not the step's
     real.zero_grad(set_to_none=True)
-    peak = cpu_peak_allocated_bytes(step)
+    peak = peak_allocated_bytes(step, "cpu")
     with torch.device("meta"):
         meta = build_transformer(_overrides(pos, attn), VOCAB, T, causal=causal)
     measured = _step(meta, B, T).peak
