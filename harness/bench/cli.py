@@ -216,8 +216,8 @@ def _lengths_of(session: Session, args: Args, pos: str, attn: str) -> list[Resul
         if results and (not results[-1].ok or results[-1].step_s > args.budget_s):
             why = "a shorter length already failed or exceeded --budget-s"
             results.append(Result("posbench", pos, attn, T, batch, status="skipped", reason=why))
-            continue
-        results.append(session.cell(Spec(pos, attn, T, batch, args.model, causal=args.causal)))
+        else:
+            results.append(session.cell(Spec(pos, attn, T, batch, args.model, causal=args.causal)))
     return results
 
 
@@ -237,9 +237,7 @@ def log_results(uri: str, results: list[Result], peak: Peak, device: str, sha: s
     from harness.record.run import TrackedRun
 
     bench_id = uuid.uuid4().hex[:12]
-    for r in results:
-        if r.status == "skipped":
-            continue
+    for r in (r for r in results if r.status != "skipped"):
         tags = {
             "kind": "peer" if r.name != "posbench" else "posbench",
             "impl": r.name,

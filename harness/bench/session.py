@@ -130,13 +130,11 @@ class Session:
 
     def _measure(self, name: str, spec: Spec, build: Callable[[Spec], Built]) -> tuple[Result, Live | None]:
         r, o = Result(name, spec.pos, spec.attn, spec.seq_len, spec.batch), self.options
-        live = None
         try:
             live = prepare(spec, build, o.device)
-            step = live.step
-            peak_bytes = peak_allocated_bytes(lambda: setattr(r, "flops", count_flops(step)), o.device)
+            peak_bytes = peak_allocated_bytes(lambda: setattr(r, "flops", count_flops(live.step)), o.device)
             with PeakRss() as rss:
-                timing = measure(step, spec.batch * spec.seq_len, o.device, o.warmup, o.repeats, o.cell_s)
+                timing = measure(live.step, spec.batch * spec.seq_len, o.device, o.warmup, o.repeats, o.cell_s)
             r.peak_mem_mb, r.rss_delta_mb = peak_bytes / 2**20, rss.delta_mb
             r.step_s, r.tokens_per_s, r.repeats = timing["step_s"], timing["tokens_per_s"], timing["repeats"]
             r.mfu = r.flops / r.step_s / o.peak_flops
