@@ -168,13 +168,13 @@ def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
     (``fast``: the 64-bit overflow alone, or true for a switch that is off)."""
     from omegaconf import OmegaConf
 
+    from harness.config.catalog import options
     from harness.config.load import compose
-    from harness.paths import CONF
     from harness.record.run import flatten
 
     seen, tries = set(), []
     for group in GROUPS:
-        for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+        for option in options(group, need_target=False):
             cfg = OmegaConf.to_container(compose([f"{group}={option}"])[group], resolve=False)
             assert isinstance(cfg, dict), f"{group} composes to a mapping"
             for leaf, default in flatten(cfg, f"{group}.").items():  # its leaf keys, dotted

@@ -15,7 +15,6 @@ import torch
 
 from harness.bench.internals import build_transformer, compose_cell, option_overrides
 from harness.model.transformer import ModelConfig
-from harness.paths import ROOT
 
 VOCAB = 258  # the byte tokenizer: 256 bytes + [PAD] + [MASK]
 
@@ -157,8 +156,3 @@ PEERS: tuple[Peer, ...] = (
         "PerformerLM decodes without BERT's head transform (dense + GELU + LayerNorm): ~2 % fewer FLOPs",
     ),
 )
-
-
-def available(group: str) -> list[str]:
-    """The options of a config group: conf/<group>/*.yaml."""
-    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
-from harness.bench.cells import PEERS, Spec, available
+from harness.bench.cells import PEERS, Spec
 from harness.bench.measure import Peak, matmul_peak_flops
 from harness.bench.report import Report, write_report
 from harness.bench.session import Options, Result, Session
 from harness.bench.targets import compare_peer, targets_for
+from harness.config.catalog import options
 from harness.errors import ConfigError, IncompatiblePairing, OneLineParser, said_refusal
 from harness.model.layers import unit_of_label
 from harness.paths import project_root
@@ -116,7 +117,7 @@ def parse(argv: list[str] | None) -> Args:
         )
     return Args(
         _options(a.pos, "pos"),
-        available("attn") if a.attn == "all" else _options(a.attn, "attn"),
+        list(options("attn", need_target=False)) if a.attn == "all" else _options(a.attn, "attn"),
         _lengths(a.lengths),
         a.tokens or (65536 if a.device == "cuda" else 8192),
         _model(a.model),
@@ -135,7 +136,7 @@ def parse(argv: list[str] | None) -> Args:
 
 def _options(text: str, group: str) -> list[str]:
     """Option names, or per-layer patterns by name (``rope×3+none``: harness/model/layers.py)."""
-    chosen, valid = [x for x in text.split(",") if x], available(group)
+    chosen, valid = [x for x in text.split(",") if x], options(group, need_target=False)
     unknown = [x for x in chosen if not {entry.partition("(")[0] for entry in unit_of_label(x)} <= set(valid)]
     if unknown or not chosen:
         named = ",".join(unknown) or repr(text)
@@ -145,7 +146,7 @@ def _options(text: str, group: str) -> list[str]:
 
 def _model(name: str) -> str:
     """One conf/model option (the grid's every cell has the same model)."""
-    valid = available("model")
+    valid = options("model", need_target=False)
     if name not in valid:
         raise ConfigError(f"--model {name!r}: not in conf/model/; valid: {', '.join(valid)}")
     return name
