@@ -13,12 +13,11 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
-import statistics
 import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple, TypedDict
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -151,14 +150,8 @@ def count_flops(step: Step) -> float:
     return float(counter.get_total_flops())
 
 
-class Measured(TypedDict):
-    step_s: float  # median of the timed steps
-    tokens_per_s: float
-    repeats: int  # timed steps behind step_s
-
-
-def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int, cell_s: float = float("inf")) -> Measured:
-    """Median of up to ``repeats`` timed calls after ``warmup`` untimed ones; fewer once the timed calls
+def timed_steps(step: Step, device: str, warmup: int, repeats: int, cell_s: float = float("inf")) -> list[float]:
+    """The seconds of up to ``repeats`` timed calls after ``warmup`` untimed ones; fewer once the timed calls
     add up to ``cell_s`` seconds (at least one), so long cells fit the run's time budget."""
     for _ in range(warmup):
         step()
@@ -167,8 +160,7 @@ def measure(step: Step, tokens: int, device: str, warmup: int, repeats: int, cel
         times.append(time_call(step, device))
         if sum(times) >= cell_s:
             break
-    step_s = statistics.median(times)
-    return Measured(step_s=step_s, tokens_per_s=tokens / step_s, repeats=len(times))
+    return times
 
 
 def make_step(

@@ -12,6 +12,7 @@ round or time budget is spent (then the verdict is "unresolved": not measured pr
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,16 @@ from typing import NamedTuple
 import torch
 
 from harness.bench.cells import Built, Spec, build_posbench
-from harness.bench.measure import PeakRss, Step, count_flops, make_step, measure, peak_allocated_bytes, time_call, trim
+from harness.bench.measure import (
+    PeakRss,
+    Step,
+    count_flops,
+    make_step,
+    peak_allocated_bytes,
+    time_call,
+    timed_steps,
+    trim,
+)
 from harness.bench.stats import MIN_ROUNDS, Goal, Interval
 from harness.errors import ConfigError, one_line
 
@@ -134,9 +144,10 @@ class Session:
             live = prepare(spec, build, o.device)
             peak_bytes = peak_allocated_bytes(lambda: setattr(r, "flops", count_flops(live.step)), o.device)
             with PeakRss() as rss:
-                timing = measure(live.step, spec.batch * spec.seq_len, o.device, o.warmup, o.repeats, o.cell_s)
+                times = timed_steps(live.step, o.device, o.warmup, o.repeats, o.cell_s)
             r.peak_mem_mb, r.rss_delta_mb = peak_bytes / 2**20, rss.delta_mb
-            r.step_s, r.tokens_per_s, r.repeats = timing["step_s"], timing["tokens_per_s"], timing["repeats"]
+            r.step_s, r.repeats = statistics.median(times), len(times)
+            r.tokens_per_s = spec.batch * spec.seq_len / r.step_s
             r.mfu = r.flops / r.step_s / o.peak_flops
         except ConfigError as e:
             r.status, r.reason, live = "refused", str(e), None

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from harness.bench.cells import Spec, build_posbench
-from harness.bench.measure import PeakRss, count_flops, make_step, matmul_peak_flops, measure
+from harness.bench.measure import PeakRss, count_flops, make_step, matmul_peak_flops, timed_steps
 
 
 def test_flops_of_a_linear_step_match_the_analytic_count():
@@ -37,9 +37,9 @@ def test_measure_stops_repeating_once_a_cell_has_used_its_time():
     def step():
         time.sleep(0.03)
 
-    assert measure(step, 10, "cpu", warmup=0, repeats=5, cell_s=0.05)["repeats"] == 2  # 0.03 + 0.03 ≥ 0.05
-    assert measure(step, 10, "cpu", warmup=0, repeats=3)["repeats"] == 3
-    assert measure(step, 10, "cpu", warmup=0, repeats=3, cell_s=0.0)["repeats"] == 1  # always at least one
+    assert len(timed_steps(step, "cpu", warmup=0, repeats=5, cell_s=0.05)) == 2  # 0.03 + 0.03 ≥ 0.05
+    assert len(timed_steps(step, "cpu", warmup=0, repeats=3)) == 3
+    assert len(timed_steps(step, "cpu", warmup=0, repeats=3, cell_s=0.0)) == 1  # always at least one
 
 
 def test_peak_matmul_reports_the_size_that_reached_it():
