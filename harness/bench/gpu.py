@@ -28,6 +28,7 @@ import platform
 import sys
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -154,12 +155,10 @@ KERNEL_OPTIONS = (
 def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int, budget_s: float) -> dict:
     failures = []
     for options in KERNEL_OPTIONS:
-
-        def flex(*args, options=options, **kwargs):
-            return compiled(*args, **kwargs, kernel_options=options)
-
         try:
-            steps = attention_steps(scheme, batch, 12, t, 64, device, flex, create_block_mask)
+            steps = attention_steps(
+                scheme, batch, 12, t, 64, device, partial(compiled, kernel_options=options), create_block_mask
+            )
             for fn in steps.values():  # compile and warm each path once
                 fn()
         except Exception as e:

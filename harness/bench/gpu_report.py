@@ -263,7 +263,7 @@ def cuda_section(rows: list[dict[str, str]]) -> list[str]:
     ]
 
 
-def render(folder: Path, check: bool = False) -> Path:
+def render(folder: Path, check: bool = False) -> None:
     """README.md from the folder's CSVs and its run logs (run.log, then run2.log … of later runs of some
     sections, whose CSVs replaced the earlier run's), then the folder's SHA256SUMS. ``check`` (``--render``: the
     files were written by an earlier command): the folder's SHA256SUMS is checked first."""
@@ -287,7 +287,5 @@ def render(folder: Path, check: bool = False) -> Path:
         *flex_section(_rows(folder, "flex")),
         *cuda_section(_rows(folder, "cuda")),
     ]
-    path = folder / "README.md"
-    path.write_text("\n".join(head + body))
+    (folder / "README.md").write_text("\n".join(head + body))
     seal_report(folder)
-    return path
