@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
 from harness.bench.internals import build_transformer
+from harness.errors import said_refusal
 
 STEPS, WARMUP, ROUNDS = 8, 2, 3
 B, T, V = 32, 128, 258
@@ -121,8 +122,7 @@ def seed_steps_per_s(way: str, cores: int, seeds: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     if argv:
-        print(f"error: python -m harness.bench.seeds takes no arguments (got {' '.join(argv)})", file=sys.stderr)
-        return 2
+        return said_refusal(f"python -m harness.bench.seeds takes no arguments (got {' '.join(argv)})")
     cores, seeds = os.cpu_count() or 1, 3
     ways = ["one", "processes", "stacked"]
     rates: dict[str, list[float]] = {w: [] for w in ways}
