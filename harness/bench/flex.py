@@ -51,38 +51,33 @@ def causal(b, h, q, kv):
     return q >= kv
 
 
-def dense_mask(bias, t: int, is_causal: bool, dtype: torch.dtype) -> Tensor:
-    """What posbench's softmax variant hands SDPA: the dense bias plus −inf above the diagonal."""
+def dense_mask(bias, t: int, dtype: torch.dtype) -> Tensor:
+    """What posbench's softmax variant hands SDPA for a causal model: the dense bias plus −inf above the diagonal."""
     mask = bias.dense().to(dtype)  # (1, H, T, T)
-    if is_causal:
-        mask = mask.masked_fill(torch.ones(t, t, dtype=torch.bool, device=mask.device).triu(1), float("-inf"))
-    return mask
+    return mask.masked_fill(torch.ones(t, t, dtype=torch.bool, device=mask.device).triu(1), float("-inf"))
 
 
 @dataclass(frozen=True)
 class Parity:
-    scheme: str
     out_err: float  # max |flex − dense| of the attention output
     grad_err: dict[str, float]  # max |flex − dense| of each gradient, relative to the dense one's max |·|
     note: str = ""
 
 
-def parity(
-    name: str, scheme, q: Tensor, k: Tensor, v: Tensor, is_causal: bool, flex_attention, create_block_mask
-) -> Parity:
-    """One scheme's attention, dense (SDPA with the additive mask) vs flex (compiled), in the dtype of q:
+def parity(scheme, q: Tensor, k: Tensor, v: Tensor, flex_attention, create_block_mask) -> Parity:
+    """One scheme's causal attention, dense (SDPA with the additive mask) vs flex (compiled), in the dtype of q:
     the output and the gradients of q, k, v and the scheme's parameters for one random upstream gradient."""
     t = q.shape[2]
     positions = scheme.positions(t, q.device)
     upstream = torch.randn_like(q)
-    block = create_block_mask(causal, None, None, t, t, device=q.device) if is_causal else None
+    block = create_block_mask(causal, None, None, t, t, device=q.device)
 
     def run(path: str):
         qq, kk, vv = (x.detach().clone().requires_grad_() for x in (q, k, v))
         scheme.zero_grad(set_to_none=True)
         bias = scheme.logit_bias(positions, 0)
         if path == "dense":
-            out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=dense_mask(bias, t, is_causal, q.dtype))
+            out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=dense_mask(bias, t, q.dtype))
         else:
             out = flex_attention(qq, kk, vv, score_mod=score_mod_of(bias, q.dtype), block_mask=block)
         (out * upstream).sum().backward()
@@ -102,7 +97,7 @@ def parity(
         elif n in flex_grads:  # max |flex − dense| relative to the dense gradient's max |·|
             errs[n] = float((flex_grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30))
     notes = ([f"no flex gradient for {', '.join(missing)}"] if missing else []) + zero
-    return Parity(name, float((flex_out - dense_out).abs().max()), errs, "; ".join(notes))
+    return Parity(float((flex_out - dense_out).abs().max()), errs, "; ".join(notes))
 
 
 def attention_steps(
@@ -129,7 +124,7 @@ def attention_steps(
 
     def dense():
         bias = scheme.logit_bias(positions, 0)
-        F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask(bias, t, True, dtype)).sum().backward()
+        F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask(bias, t, dtype)).sum().backward()
 
     def flex():
         bias = scheme.logit_bias(positions, 0)

@@ -127,7 +127,7 @@ def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
             overrides = [f"pos={name}", *D768, "model.n_layers=1", "model.dropout=0.0", f"data.seq_len={t}"]
             scheme = build_transformer(overrides, 258, t, True).pos.to(device)
             q, k, v = (torch.randn(1, 12, t, 64, device=device) for _ in range(3))
-            p = parity(name, scheme, q, k, v, True, compiled, create_block_mask)
+            p = parity(scheme, q, k, v, compiled, create_block_mask)
             row |= {
                 "fp32_out_max_abs_err": p.out_err,
                 "fp32_grad_max_rel_err": max(p.grad_err.values()),

@@ -89,7 +89,7 @@ def test_a_bias_as_score_mod_is_the_dense_bias_in_fp64(name):
         [f"pos={name}", *SMALL, "model.dropout=0.0", f"data.seq_len={T}"], 258, T, True
     ).pos.double()
     q, k, v = (torch.randn(2, 2, T, 32, dtype=torch.float64) for _ in range(3))
-    p = flex.parity(name, scheme, q, k, v, True, reference_flex, lambda *a, **kw: "causal")
+    p = flex.parity(scheme, q, k, v, reference_flex, lambda *a, **kw: "causal")
     assert p.out_err < 1e-13
     learned = {f"pos.{n}" for n, t in scheme.named_parameters() if t.requires_grad}
     assert {"q", "k", "v"} | learned <= set(p.grad_err) | {n for n in learned if n in p.note}
@@ -108,7 +108,7 @@ def test_a_wrong_table_offset_is_caught():
         return score + table[h, (q - kv + last + 1).clamp(max=table.shape[1] - 1)]
 
     q, k, v = (torch.randn(1, 2, T, 32) for _ in range(3))
-    dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=flex.dense_mask(bias, T, True, q.dtype))
+    dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=flex.dense_mask(bias, T, q.dtype))
     assert (reference_flex(q, k, v, off_by_one, "causal") - dense).abs().max() > 1e-4
 
 
