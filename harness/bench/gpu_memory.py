@@ -30,7 +30,6 @@ class MemoryCell:
     pos: str
     causal: bool
     vocab: int
-    vocabulary: str  # what the vocabulary is, for the report
     batches: tuple[int, ...]
     extra: tuple[str, ...] = ()  # more overrides (the tests' small shapes)
 
@@ -41,8 +40,8 @@ class MemoryCell:
 # the whole step's logits, as the committed H200 rows measured them (the presets now set model.loss_chunk=8192)
 WHOLE = ("model.loss_chunk=null",)
 MEMORY_CELLS = (
-    MemoryCell("eleuther_rotary", "rope", True, 50257, "GPT-2 BPE, 50,257", (8, 16, 24, 32), WHOLE),
-    MemoryCell("roformer_mlm", "rope", False, 30522, "BERT WordPiece, 30,522", (32, 64, 128), WHOLE),
+    MemoryCell("eleuther_rotary", "rope", True, 50257, (8, 16, 24, 32), WHOLE),  # GPT-2's BPE
+    MemoryCell("roformer_mlm", "rope", False, 30522, (32, 64, 128), WHOLE),  # BERT's WordPiece
 )
 
 

@@ -36,7 +36,7 @@ def test_the_estimate_is_the_figure_check_gpu_memory_prints():
     done = inprocess.run("run", ["--check", "--gpu-memory", "80GB", *argv], str(ROOT), {})
     assert done["code"] == 0, done["stderr"]
     printed = re.search(r"a training step needs about (.*\)), fits", done["stdout"]).group(1)
-    cell = gpu_memory.MemoryCell("eleuther_rotary", "rope", True, 258, "bytes", (8,))  # the embedded corpus' bytes
+    cell = gpu_memory.MemoryCell("eleuther_rotary", "rope", True, 258, (8,))  # the embedded corpus' bytes
     assert gpu_memory.estimate(cell, 8)[1].summary() == printed
 
 
@@ -133,7 +133,7 @@ def test_the_committed_memory_rows_fit_the_estimate_at_this_commit():
 
 
 def test_a_cpu_run_writes_each_section_it_ran(tmp_path, monkeypatch):
-    cell = gpu_memory.MemoryCell("eleuther_rotary", "rope", True, 300, "x", (2,), (*SMALL, "data.seq_len=32"))
+    cell = gpu_memory.MemoryCell("eleuther_rotary", "rope", True, 300, (2,), (*SMALL, "data.seq_len=32"))
     monkeypatch.setattr(gpu, "MEMORY_CELLS", (cell,))
     monkeypatch.setattr(gpu, "D768", SMALL)
     monkeypatch.setattr(gpu, "STEP_CELLS", (("rope", "softmax"),))
