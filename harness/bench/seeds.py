@@ -21,13 +21,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
 from harness.bench.internals import build_transformer
+from harness.bench.measure import timed_steps
 from harness.errors import said_refusal
 
 STEPS, WARMUP, ROUNDS = 8, 2, 3
@@ -100,12 +100,7 @@ def timed(way: str, seeds: int, threads: int) -> float:
     """Seconds per step of ``seeds`` seeds, in this process."""
     torch.set_num_threads(threads)
     step = (stacked_step if way == "stacked" else sequential_step)(seeds)
-    for _ in range(WARMUP):
-        step()
-    start = time.perf_counter()
-    for _ in range(STEPS):
-        step()
-    return (time.perf_counter() - start) / STEPS
+    return statistics.fmean(timed_steps(step, "cpu", WARMUP, STEPS))
 
 
 def in_child(way: str, seeds: int, threads: int) -> subprocess.Popen:
