@@ -34,11 +34,13 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.bench.internals import shard_loader, write_random_shards
+from harness.bench.measure import timed_steps
 from harness.config.spec import WORKERS_PER_CORE, max_workers
 from harness.errors import ConfigError, OneLineParser, said_refusal
 from harness.paths import CONF
@@ -84,12 +86,8 @@ def loader_tokens_per_s(
     batches = iter(
         shard_loader(folder, objective, windows, shapes["seq_len"], shapes["batch_size"], n_batches + warm, workers)
     )
-    for _ in range(warm):
-        next(batches)
-    start = time.perf_counter()
-    for _ in range(n_batches):
-        batch = next(batches)
-    return n_batches * batch["input_ids"].numel() / (time.perf_counter() - start)
+    seconds = timed_steps(partial(next, batches), "cpu", warm, n_batches)  # each batch B × T ids
+    return n_batches * shapes["batch_size"] * shapes["seq_len"] / sum(seconds)
 
 
 def startup_seconds(folder: Path, shapes: dict) -> float:
