@@ -17,7 +17,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 
@@ -26,6 +25,7 @@ from attention.linear import Linear
 from attention.local import Local
 from attention.performer import Performer
 from attention.softmax import Softmax
+from harness.bench.measure import time_call
 from harness.markdown import table as markdown
 from positional.base import RelativeBias, Shape
 
@@ -45,13 +45,13 @@ def time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeat
     variant = VARIANTS[name](Shape(H * D, H, 1, max(T, 256), causal))
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
     table = torch.randn(H, 2 * T - 1, requires_grad=True) if relative else None
-    times = []
-    for _ in range(repeats + 1):
+
+    def step():
         ctx = AttentionContext(causal=causal, bias=None if table is None else RelativeBias(table, T, T))
-        t0 = time.perf_counter()
         variant(q, k, v, ctx).sum().backward()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:] or times)
+
+    times = [time_call(step, "cpu") for _ in range(repeats + 1)]
+    return statistics.median(times[1:] or times)  # the first call warms up
 
 
 def table(rows: list[tuple[str, dict]], columns: list[str]) -> str:

@@ -32,7 +32,6 @@ import math
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -40,7 +39,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from harness.bench.internals import shard_loader, write_random_shards
-from harness.bench.measure import timed_steps
+from harness.bench.measure import time_call, timed_steps
 from harness.config.spec import WORKERS_PER_CORE, max_workers
 from harness.errors import ConfigError, OneLineParser, said_refusal
 from harness.paths import CONF
@@ -92,9 +91,9 @@ def loader_tokens_per_s(
 
 def startup_seconds(folder: Path, shapes: dict) -> float:
     """From the source's checks to the first batch (modules imported before: a run has imported them)."""
-    start = time.perf_counter()
-    next(iter(shard_loader(folder, "mlm", "random", shapes["seq_len"], shapes["batch_size"], 4)))
-    return time.perf_counter() - start
+    return time_call(
+        lambda: next(iter(shard_loader(folder, "mlm", "random", shapes["seq_len"], shapes["batch_size"], 4))), "cpu"
+    )
 
 
 MARGIN = 0.9  # of the free space at --dir a shard may take
@@ -256,9 +255,8 @@ def measure(args: Args) -> dict:
     }
     try:
         if args.gb is not None:
-            start = time.perf_counter()
-            write_random_shards(folder, int(args.gb * 1e9) // 2)  # one training shard
-            figures["write_seconds"] = time.perf_counter() - start
+            one_shard = partial(write_random_shards, folder, int(args.gb * 1e9) // 2)  # one training shard
+            figures["write_seconds"] = time_call(one_shard, "cpu")
         figures["shard_bytes"] = sum(f.stat().st_size for f in folder.glob("train-*.bin"))
         figures["startup_seconds"] = startup_seconds(folder, paper_shapes(args.presets[0]))
         for preset in args.presets:

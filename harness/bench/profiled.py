@@ -15,12 +15,13 @@ Wrapping is generic (any scheme, any hook) and undone afterwards; the model is n
 from __future__ import annotations
 
 import statistics
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
+
+from harness.bench.measure import time_call
 
 RANGE = "posbench.positional"
 
@@ -84,9 +85,7 @@ def positional_share(scheme: torch.nn.Module, step, steps: int) -> list[Share]:
     with positional_ranges(scheme):
         for _ in range(steps):
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                t0 = time.perf_counter()
-                step()
-                wall = time.perf_counter() - t0
+                wall = time_call(step, "cpu")
             forward_us, backward_us = _positional_us(prof.events())
             shares.append(Share(forward_us / 1e6, backward_us / 1e6, wall))
     return shares
