@@ -80,9 +80,13 @@ def parameters(folder: Path) -> tuple[int, float]:
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     lookup = 0 if output is not None and output.weight is embedding else embedding.numel()
-    top_k = getattr(config.get_text_config(), "num_experts_per_tok", None) or 0
-    idle = sum(
-        p.numel() * (1 - top_k / p.shape[0]) for name, p in model.named_parameters() if ".experts." in name and top_k
+    text = config.get_text_config()
+    experts = getattr(text, "num_local_experts", None) or getattr(text, "num_experts", None)
+    top_k = getattr(text, "num_experts_per_tok", None) or 0
+    idle = sum(  # routed experts stacked in one tensor, the expert first (transformers' fused layout)
+        p.numel() * (1 - top_k / experts)
+        for name, p in model.named_parameters()
+        if ".experts." in name and top_k and p.ndim > 1 and p.shape[0] == experts
     )
     return every, every - lookup - idle
 
