@@ -8,7 +8,8 @@ Four things are sealed, one way each, and the comparison is one function (``chec
   ``manifest.json``): its own ``sha256`` key over its canonical JSON (sorted keys, no spaces) — ``write``, ``read``
   (``read_fields``: a dataclass's fields, as the run link and the sweep's record are);
 - **a file** (a corpus cache, a vocabulary, a checkpoint, an exported model, a run's artifact): ``<name>.sha256``
-  beside it, its digest and a newline — ``write_bytes``, ``seal_file``, ``sealed_files``, ``check_file``;
+  beside it, its digest and a newline — ``write_bytes``, ``seal_file``, ``sealed_files``, ``check_file``; ``cached``
+  for a file built once per machine and then read;
 - **a report folder**: ``SHA256SUMS`` in coreutils' format (``sha256sum -c SHA256SUMS`` checks it without
   posbench) — ``report_folder``, ``seal_report``, ``check_report``;
 - **a run's record in the tracking store** (sqlite checks its pages, not the values in them): tag ``posbench.seal``,
@@ -189,6 +190,18 @@ def write_bytes(path: Path, data: bytes) -> None:
     """``data`` to ``path`` atomically, then its seal (a crash between leaves a file without one: unsealed)."""
     _replace(path, data)
     seal_file(path)
+
+
+def cached(path: Path, build: Callable[[], bytes], fix: str | None = None) -> Path:
+    """``path``, written from ``build()`` once per machine (``write_bytes``: concurrent runs never read half). A cache
+    from before seals is built again; one whose bytes changed since is refused with ``fix`` before a run reads it (it
+    would run on other data)."""
+    if not (
+        path.exists() and check_file(path, fix or f"delete {path} and its .sha256, and the next run builds it again")
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, build())
+    return path
 
 
 def check_file(path: Path, fix: str) -> bool:

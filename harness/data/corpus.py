@@ -22,7 +22,6 @@ import sysconfig
 import threading
 import urllib.request
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -229,28 +228,15 @@ class Embedded:
             return array.getvalue()
 
         text = self._cached()
-        starts = np.load(sealed_cache(text.with_suffix(".starts.npy"), npy))
+        starts = np.load(integrity.cached(text.with_suffix(".starts.npy"), npy))
         return split_starts(starts, text.stat().st_size, self.val_every)
 
     @staticmethod
     def _cached() -> Path:
-        """The text (the documents joined by blank lines), built once per machine (``sealed_cache``)."""
-        return sealed_cache(
+        """The text (the documents joined by blank lines), built once per machine (``integrity.cached``)."""
+        return integrity.cached(
             CACHE / f"stdlib-prose-{_version()}.txt", lambda: "\n\n".join(stdlib_parts()).encode("utf-8")
         )
-
-
-def sealed_cache(path: Path, build: Callable[[], bytes], fix: str | None = None) -> Path:
-    """``path``, written from ``build()`` once per machine and sealed (harness/integrity.py), atomically: concurrent
-    runs never read half. A cache from before seals is built again; one whose bytes changed since is refused with
-    ``fix`` before a run reads it (it would run on other data)."""
-    if not (
-        path.exists()
-        and integrity.check_file(path, fix or f"delete {path} and its .sha256, and the next run builds it again")
-    ):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        integrity.write_bytes(path, build())
-    return path
 
 
 def _no_download(why: str) -> ConfigError:

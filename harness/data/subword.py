@@ -257,7 +257,7 @@ class Trained(Subword):
             )
             # a damaged or swapped file would change every id of the run: refused; an unsealed one is trained again
             # (until its seal is there, as while another run writes it); the bytes are those Tokenizer.save writes
-            trained = corpus_module.sealed_cache(
+            trained = integrity.cached(
                 cache,
                 lambda: (
                     train_tokenizer(self.kind, sample, self.vocab_size, self.min_frequency)
