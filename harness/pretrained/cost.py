@@ -28,6 +28,7 @@ import torch
 
 from harness import allocator
 from harness.errors import ConfigError, one_line
+from harness.extras import require
 from harness.pretrained.folder import FIX
 
 GIB = 2.0**30
@@ -63,10 +64,9 @@ def parameters(folder: Path) -> tuple[int, float]:
     weight is allocated; exact for every family, its norms, biases and experts included), and those one token
     multiplies: all but the input embedding (tied, it is the output matrix too), of a mixture's routed experts only
     the ``num_experts_per_tok`` it is sent to."""
-    try:
-        import transformers
-    except ImportError:
-        raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
+    require("posbench hf-eval", ("transformers",))
+    import transformers
+
     try:
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
         with torch.device("meta"):

@@ -45,6 +45,7 @@ import torch
 from harness.data.tasks.ruler import VARIANTS
 from harness.data.windows import window_count, window_starts
 from harness.errors import ConfigError, OneLineParser, said_refusal
+from harness.extras import require
 from harness.pretrained import cost, folder, remapped, report, rope_parameters, rotary
 from harness.pretrained.finetune import finetune
 from harness.pretrained.lm_eval_tasks import GENERATED, build, scores
@@ -516,10 +517,9 @@ def plan(spec: EvalSpec, starting: bool = False) -> str:
 def load(path: Path):
     """(model in fp32, eval mode, no KV cache; encode: str -> list of ids) from a local folder (read and checked
     by harness/pretrained/folder.py before)."""
-    try:
-        import transformers
-    except ImportError:
-        raise ConfigError("posbench hf-eval needs transformers: pip install 'posbench[hf]'") from None
+    require("posbench hf-eval", ("transformers",))
+    import transformers
+
     transformers.utils.logging.disable_progress_bar()  # what goes wrong is one line, not the library's bars before it
     transformers.utils.logging.set_verbosity_error()
     try:  # SDPA: no L × L matrix, the memory cost.py counts

@@ -735,3 +735,15 @@ def test_a_config_transformers_cannot_build_is_refused_at_check_in_one_line(tmp_
     assert len(err) == 1 and err[0].startswith(
         f"error: {path}/config.json: transformers builds no model from it (KeyError: "
     )
+
+
+def test_the_parameter_count_without_transformers_names_the_extra(tmp_path, monkeypatch):
+    """--check builds the model with transformers: where it is not installed, the refusal is extras.require's line,
+    the one every optional package gets."""
+    import sys
+
+    from harness.pretrained.cost import parameters
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # an import of it fails, as where it is not installed
+    with pytest.raises(ConfigError, match=r"posbench hf-eval needs transformers, which is not installed here; pip "):
+        parameters.__wrapped__(tmp_path)
