@@ -2,7 +2,8 @@
 and in the final evaluation; the MLflow run is closed KILLED (never left RUNNING, never FINISHED); one line on
 stderr says how to resume; and resume=true (run.py's entry, run in this process) then finishes the same run. A
 sweep stopped in a cell or in its report closes its parent KILLED too, and ``posbench prepare`` stopped mid-shard
-leaves no partial folder."""
+leaves no partial folder. The tests about which checkpoint a stop keeps stop run.py's entry in this process too:
+what they read is the line and the store, not the exit status."""
 
 import os
 import signal
@@ -48,6 +49,21 @@ def stopped_run(
     return proc
 
 
+def stopped_here(steps: list[str], store: str, tmp_path, monkeypatch) -> dict:
+    """A SIGTERM in step 4 of run.py's entry run in this process (tests/inprocess.py), the stop armed as
+    tests/signaller.py arms it in a real one: for a test about what the stop leaves (the checkpoint kept, the line,
+    the resume); the exit status a real process gets is test_a_stopped_run_exits_non_zero_killed_and_resumable's."""
+    from tests.signaller import arm  # here: it imports the training code, which collecting this file need not
+
+    sent = tmp_path / "sent"
+    with monkeypatch.context() as patched:
+        arm(signal.SIGTERM, "fit", sent, patched.setattr)
+        argv = [*TINY, *steps, f"hydra.run.dir={tmp_path}/run"]
+        stopped = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
+    assert sent.exists(), stopped["stderr"][-3000:]  # the signal was sent in step 4
+    return stopped
+
+
 def default_sigint() -> None:
     """Ctrl-C's default disposition in the child, as a terminal gives it: a non-interactive shell starts a
     background job (``make test &``) with SIGINT ignored, which the child would inherit and never see."""
@@ -79,13 +95,13 @@ def test_a_stopped_run_exits_non_zero_killed_and_resumable(signal_name, code, ph
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
 
 
-def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_path):
+def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_path, monkeypatch):
     """The signal comes in step 4, whose validation then stops at its first batch: step 4's checkpoint would resume
     past that validation, so the stopped run keeps step 3's and the resumed run validates at step 4."""
     steps = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
-    proc = stopped_run("TERM", "fit", store, tmp_path, steps=steps)
-    assert proc.returncode == 143, proc.stderr[-3000:]
-    assert "checkpoint holds step 3" in proc.stderr, proc.stderr[-2000:]
+    stopped = stopped_here(steps, store, tmp_path, monkeypatch)
+    assert stopped["code"] == 143, stopped["stderr"][-3000:]
+    assert "checkpoint holds step 3" in stopped["stderr"], stopped["stderr"][-2000:]
     argv = [*TINY, *steps, "resume=true", f"hydra.run.dir={tmp_path}/run2"]
     resumed = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
     assert resumed["code"] == 0, resumed["stderr"][-3000:]
@@ -107,15 +123,15 @@ def test_a_run_without_a_checkpoint_is_not_told_to_resume(store, tmp_path, signa
     assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
 
 
-def test_a_sigterm_between_accumulated_micro_batches_resumes_exactly(store, tmp_path):
+def test_a_sigterm_between_accumulated_micro_batches_resumes_exactly(store, tmp_path, monkeypatch):
     """Two micro-batches a step: the signal comes in step 4's first, after which Lightning stops. A checkpoint
     there would hold step 3 plus half of step 4's batch; the stopped run keeps step 2's, and the resumed run
     ends where an uninterrupted one does."""
     steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=2"]
     steps.append("trainer.accumulate_grad_batches=2")
-    proc = stopped_run("TERM", "fit", store, tmp_path, steps=steps)
-    assert proc.returncode == 143, proc.stderr[-3000:]
-    assert "checkpoint holds step 2" in proc.stderr, proc.stderr[-2000:]
+    stopped = stopped_here(steps, store, tmp_path, monkeypatch)
+    assert stopped["code"] == 143, stopped["stderr"][-3000:]
+    assert "checkpoint holds step 2" in stopped["stderr"], stopped["stderr"][-2000:]
     for argv in ([*steps, "resume=true"], steps):  # resumed, then uninterrupted (a new run)
         done = inprocess.run("run", [*TINY, *argv], str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
         assert done["code"] == 0, done["stderr"][-3000:]
