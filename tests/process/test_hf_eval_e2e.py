@@ -237,9 +237,10 @@ def test_another_family_with_its_own_subword_tokenizer_runs_the_same_command(tmp
 
 
 @pytest.mark.parametrize("name, number, code", [("SIGTERM", 15, 143), ("Ctrl-C", 2, 130)])
-def test_a_stopped_hf_eval_closes_every_run_killed_in_one_line(name, number, code, tmp_path):
+def test_a_stopped_hf_eval_closes_every_run_killed_in_one_line(name, number, code, tmp_path, _empty_store):
     """A preempted job (SIGTERM) or Ctrl-C mid-evaluation: the exit code of the signal, one line saying the runs are
     closed KILLED, and no run left RUNNING in the store."""
+    import shutil
     import signal
     import sqlite3
     import subprocess
@@ -250,6 +251,7 @@ def test_a_stopped_hf_eval_closes_every_run_killed_in_one_line(name, number, cod
 
     folder = tiny_llama(tmp_path / "tiny")
     store = tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_store, store)  # a migrated store: creating one in the process costs seconds
     argv = [
         sys.executable,
         str(ROOT / "run.py"),
