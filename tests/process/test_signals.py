@@ -49,10 +49,11 @@ def stopped_run(
     return proc
 
 
-def stopped_here(steps: list[str], store: str, tmp_path, monkeypatch) -> dict:
+def stopped_here(steps: list[str], store: str, tmp_path, monkeypatch) -> subprocess.CompletedProcess:
     """A SIGTERM in step 4 of run.py's entry run in this process (tests/inprocess.py), the stop armed as
     tests/signaller.py arms it in a real one: for a test about what the stop leaves (the checkpoint kept, the line,
-    the resume); the exit status a real process gets is test_a_stopped_run_exits_non_zero_killed_and_resumable's."""
+    the resume); the exit status a real process gets is test_a_stopped_run_exits_non_zero_killed_and_resumable's.
+    Ctrl-C stays in real processes: Lightning ignores SIGINT from then on in the process it interrupted."""
     from tests.signaller import arm  # here: it imports the training code, which collecting this file need not
 
     sent = tmp_path / "sent"
@@ -61,7 +62,7 @@ def stopped_here(steps: list[str], store: str, tmp_path, monkeypatch) -> dict:
         argv = [*TINY, *steps, f"hydra.run.dir={tmp_path}/run"]
         stopped = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
     assert sent.exists(), stopped["stderr"][-3000:]  # the signal was sent in step 4
-    return stopped
+    return subprocess.CompletedProcess(["run.py", *argv], stopped["code"], stopped["stdout"], stopped["stderr"])
 
 
 def default_sigint() -> None:
@@ -99,9 +100,9 @@ def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_p
     """The signal comes in step 4, whose validation then stops at its first batch: step 4's checkpoint would resume
     past that validation, so the stopped run keeps step 3's and the resumed run validates at step 4."""
     steps = ["trainer.max_steps=8", "trainer.val_check_interval=4", "checkpoint.every_n_steps=3"]
-    stopped = stopped_here(steps, store, tmp_path, monkeypatch)
-    assert stopped["code"] == 143, stopped["stderr"][-3000:]
-    assert "checkpoint holds step 3" in stopped["stderr"], stopped["stderr"][-2000:]
+    proc = stopped_here(steps, store, tmp_path, monkeypatch)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "checkpoint holds step 3" in proc.stderr, proc.stderr[-2000:]
     argv = [*TINY, *steps, "resume=true", f"hydra.run.dir={tmp_path}/run2"]
     resumed = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
     assert resumed["code"] == 0, resumed["stderr"][-3000:]
@@ -112,12 +113,15 @@ def test_a_sigterm_during_a_validation_resumes_with_that_validation(store, tmp_p
 
 
 @pytest.mark.parametrize("signal_name, every, code", [("INT", 5, 130), ("TERM", 0, 143)])
-def test_a_run_without_a_checkpoint_is_not_told_to_resume(store, tmp_path, signal_name, every, code):
+def test_a_run_without_a_checkpoint_is_not_told_to_resume(store, tmp_path, monkeypatch, signal_name, every, code):
     """Ctrl-C in step 4 when the first checkpoint would be step 5, or a SIGTERM with checkpoint.every_n_steps=0
     (which writes none, a SIGTERM's included): resume=true would find nothing, so the line says to run the command
-    again."""
+    again. The SIGTERM stops run.py's entry in this process (``stopped_here``), Ctrl-C a real one."""
     steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", f"checkpoint.every_n_steps={every}"]
-    proc = stopped_run(signal_name, "fit", store, tmp_path, steps=steps)
+    if signal_name == "TERM":
+        proc = stopped_here(steps, store, tmp_path, monkeypatch)
+    else:
+        proc = stopped_run(signal_name, "fit", store, tmp_path, steps=steps)
     assert proc.returncode == code, proc.stderr[-3000:]
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert "no checkpoint was written yet; run the same command again" in line and "resume=true" not in line, line
@@ -129,9 +133,9 @@ def test_a_sigterm_between_accumulated_micro_batches_resumes_exactly(store, tmp_
     ends where an uninterrupted one does."""
     steps = ["trainer.max_steps=8", "trainer.val_check_interval=5", "checkpoint.every_n_steps=2"]
     steps.append("trainer.accumulate_grad_batches=2")
-    stopped = stopped_here(steps, store, tmp_path, monkeypatch)
-    assert stopped["code"] == 143, stopped["stderr"][-3000:]
-    assert "checkpoint holds step 2" in stopped["stderr"], stopped["stderr"][-2000:]
+    proc = stopped_here(steps, store, tmp_path, monkeypatch)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "checkpoint holds step 2" in proc.stderr, proc.stderr[-2000:]
     for argv in ([*steps, "resume=true"], steps):  # resumed, then uninterrupted (a new run)
         done = inprocess.run("run", [*TINY, *argv], str(tmp_path), {"MLFLOW_TRACKING_URI": store}, timeout=HANG)
         assert done["code"] == 0, done["stderr"][-3000:]
