@@ -1,4 +1,4 @@
-"""paper_scale: the tests that start real processes (the rest: tests/unit/test_paper_scale.py).
+"""paper_scale: the end-to-end tests, each training (the rest: tests/unit/test_paper_scale.py).
 
 The scale=paper presets (conf/experiment/*/scale/paper.yaml, enumerated): each passes ``--check`` for a GPU of
 a named size (80 GB by default) with its memory estimate; the estimate against a hand computation and, in
@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests import inprocess
 from tests.helpers import HANG, ROOT
 from tests.paper_presets import PAPER, _composed, _first_cell
 
@@ -56,18 +57,15 @@ def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
     assert summary.val_loss is not None and torch.isfinite(torch.tensor(summary.val_loss))
 
 
-def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_path):
+def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_path, monkeypatch):
     """What a researcher runs before paying for a GPU, at the paper's depth (12 layers) and vocabulary (GPT-2's
     50,257) at width 32: local train/validation parquet files -> a BPE vocabulary trained on them -> shards ->
     `-m experiment=eleuther_rotary scale=paper data=tokens` (learned, T5, rotary) -> `results paper`. A broken paper
     path fails here, not on a GPU allocation. This corpus is too small for 50,257 ids: the vocabulary trains the ids it
     allows, the manifest and each run record how many, and the run says it trains a substitute on purpose (~paper)."""
-    import os
-    import subprocess
-    import sys
-
     datasets = pytest.importorskip("datasets")
     pytest.importorskip("tokenizers")
+    from harness.data import corpus
     from harness.data.corpus import Embedded
     from harness.main import prepare_shards as prepare
 
@@ -82,11 +80,11 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
     trained = manifest["tokenizer"]["vocab_size"]
     assert manifest["tokenizer"]["recipe"]["vocab_size"] == 50257 and 300 < trained < 50257
     assert manifest["splits"]["val"]["tokens"] > 0
-    env = {
-        **os.environ,
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-        "POSBENCH_CACHE": str(tmp_path / "cache"),
-    }
+    # the commands run in this interpreter (tests/inprocess.py): the test reads what they wrote, not how a process
+    # ends, and a fresh interpreter per command would import Lightning and MLflow again; the cache dir as a fresh
+    # process given POSBENCH_CACHE would have it (the module reads that variable at import)
+    monkeypatch.setattr(corpus, "CACHE", tmp_path / "cache")
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "POSBENCH_CACHE": str(tmp_path / "cache")}
     small = [
         "model.d_model=32",
         "model.n_heads=2",
@@ -101,10 +99,9 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
         "trainer.enable_progress_bar=false",
         "seed=0",
     ]
-    sweep = subprocess.run(
+    sweep = inprocess.run(
+        "run",
         [
-            sys.executable,
-            "run.py",
             "-m",
             "experiment=eleuther_rotary",
             "scale=paper",
@@ -115,33 +112,14 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
             "~paper",
             f"hydra.sweep.dir={tmp_path / 'multirun'}",
         ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
+        str(ROOT),
+        env,
+        HANG,
     )
-    assert sweep.returncode == 0, sweep.stderr[-2000:]
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "results",
-            "paper",
-            "--preset",
-            "eleuther_rotary",
-            "--scale",
-            "paper",
-            "--out",
-            str(tmp_path / "report"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
-    assert report.returncode == 0, report.stderr[-2000:]
+    assert sweep["code"] == 0, sweep["stderr"][-2000:]
+    argv = ["paper", "--preset", "eleuther_rotary", "--scale", "paper", "--out", str(tmp_path / "report")]
+    report = inprocess.run("results", argv, str(ROOT), env, HANG)
+    assert report["code"] == 0, report["stderr"][-2000:]
     text = (tmp_path / "report" / "README.md").read_text()
     assert text.startswith("# eleuther_rotary (paper scale)") and "**Verdict:" in text
     from mlflow.tracking import MlflowClient
