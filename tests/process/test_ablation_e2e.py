@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests import inprocess
 from tests.helpers import HANG, ROOT
 
 # the preset at TINY's width, batch and validation size (tests/helpers.py), so nine cells train quickly: too short for
@@ -103,23 +104,11 @@ def test_a_checked_sweep_checks_every_cell_in_this_process_whatever_launcher_the
     """``--check -m experiment=ablation`` once handed the cells to the preset's joblib workers, which were not in
     check mode and trained all nine (minutes, a store full of runs); now it answers in seconds, trains nothing."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # run.py's entry function in this interpreter (tests/inprocess.py): the test reads what the command printed and
+    # wrote; a cell handed to a joblib worker would still train there, into this store
     for launcher in ([], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "run.py",
-                "-m",
-                "--check",
-                "experiment=ablation",
-                *launcher,
-                f"hydra.sweep.dir={tmp_path / 'multirun'}",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "MLFLOW_TRACKING_URI": uri},
-            timeout=HANG,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert proc.stdout.count("ok: ") == 9, proc.stdout
+        argv = ["-m", "--check", "experiment=ablation", *launcher, f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+        done = inprocess.run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": uri}, HANG)
+        assert done["code"] == 0, done["stderr"][-2000:]
+        assert done["stdout"].count("ok: ") == 9, done["stdout"]
         assert not (tmp_path / "mlflow.db").exists()  # no cell trained: training opens the store first
