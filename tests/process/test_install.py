@@ -135,22 +135,16 @@ def installed(tmp_path_factory) -> Installed:
 
 
 @pytest.fixture(scope="module")
-def trained(installed) -> Installed:
+def trained(installed, replies) -> Installed:
     """A two-cell sweep, no store named: the store, outputs and multirun must land in the working directory.
     Its axis is a class of the user's package beside a built-in's, named by ``pos._target_`` (README, "Your own
-    scheme"): the cells must be named after the classes and compared like any two options.
+    scheme"): the cells must be named after the classes and compared like any two options. It is the first of the
+    replies fixture's commands (``posbench -m …``, the installed copy's entry function in its interpreter), so the
+    other commands read its store; the console script's own process is pinned by the tests that start it.
     (A single run starts the same way, through harness/main.py; tests/process/test_cli.py trains one.)"""
-    sweep = installed.run(
-        installed.posbench,
-        "-m",
-        *TINY,
-        "checkpoint.every_n_steps=0",
-        "report.baseline=rope",
-        "pos._target_=positional.rope.Rope,mypkg.decay.Decay",
-        **installed.user,
-    )
-    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
-    installed.sweep_output = sweep.stdout + sweep.stderr
+    sweep = replies[f"posbench {' '.join(SWEEP)}"]
+    assert sweep["code"] == 0, sweep["stdout"] + sweep["stderr"]
+    installed.sweep_output = sweep["stdout"] + sweep["stderr"]
     return installed
 
 
@@ -193,10 +187,10 @@ def test_the_installed_copy_is_imported_and_finds_its_conf(installed):
     assert discovered == "True"  # Hydra finds the sweeper of experiment=tune_lr in the installed namespace
 
 
-def test_posbench_matrix_from_another_directory(installed):
-    done = installed.run(installed.posbench, "--matrix")
-    assert done.returncode == 0, done.stderr
-    assert "rope" in done.stdout and "softmax" in done.stdout
+def test_posbench_matrix_from_another_directory(replies):
+    done = replies["posbench --matrix"]  # the installed copy's entry function, in its interpreter, elsewhere
+    assert done["code"] == 0, done["stderr"]
+    assert "rope" in done["stdout"] and "softmax" in done["stdout"]
 
 
 def test_posbench_check_composes_from_the_installed_conf(installed, replies):
@@ -272,9 +266,18 @@ REFUSED_LIKE_A_BUILT_IN = {
 CHECKED = ["--check", "pos=t5", "attn=local"]
 PREPARED = ["prepare", "shards", "data=text", "data.path={home}/corpus.txt"]
 TRAINED_ON_THE_SHARDS = ["--check", "data=tokens", "data.path=shards", *TINY]
-OWN_COMMANDS = [  # (entry, argv) in the order they run: the report first, on the sweep's store alone
+SWEEP = [  # the trained fixture's: no store named
+    "-m",
+    *TINY,
+    "checkpoint.every_n_steps=0",
+    "report.baseline=rope",
+    "pos._target_=positional.rope.Rope,mypkg.decay.Decay",
+]
+OWN_COMMANDS = [  # (entry, argv) in the order they run: the sweep, then the report on its store alone
+    ("posbench", SWEEP),
     ("results", ["report", "--out", "results/posbench"]),
     ("posbench", CHECKED),
+    ("posbench", ["--matrix"]),
     *(("posbench", argv) for argv in CONFIG_DIR_ANYWHERE.values()),
     ("posbench", ["--list", "pos._target_=mypkg.decay.Decay"]),
     ("posbench", ["pos._target_=mypkg.decay.Decay", "--matrix"]),
@@ -445,31 +448,31 @@ open(sys.argv[3], "w").write(json.dumps({"harness": harness.__file__, "replies":
 
 
 @pytest.fixture(scope="module")
-def replies(trained, readme_files, tmp_path_factory) -> dict[str, dict]:
-    """OWN_COMMANDS (keyed ``entry argv…`` as written there) after the trained fixture's sweep, then every line of
+def replies(installed, readme_files, tmp_path_factory) -> dict[str, dict]:
+    """OWN_COMMANDS (keyed ``entry argv…`` as written there), the trained fixture's sweep first, then every line of
     the README's "Use" block (keyed by the line), run by the installed copy in one interpreter of its environment,
     the user's package on PYTHONPATH (tests/inprocess.py: the entry functions the commands call, each with its
     own streams and exit status; a fresh interpreter per command would pay the imports once per command)."""
     work = tmp_path_factory.mktemp("replies")
-    (trained.cwd / "corpus.txt").write_text("A line of text for the shards, with some words in it.\n" * 2000)
-    home = {"conf": trained.cwd / "myconf", "home": trained.cwd}
+    (installed.cwd / "corpus.txt").write_text("A line of text for the shards, with some words in it.\n" * 2000)
+    home = {"conf": installed.cwd / "myconf", "home": installed.cwd}
     own = [(entry, [a.format(**home) for a in argv]) for entry, argv in OWN_COMMANDS]
     readme = [readme_argv(line, readme_files) for line in readme_use_lines()]
     env = {"POSBENCH_CACHE": str(work / "cache")}
-    (work / "requests.json").write_text(json.dumps([[*r, str(trained.cwd), env] for r in [*own, *readme]]))
-    done = trained.run(
-        trained.python,
+    (work / "requests.json").write_text(json.dumps([[*r, str(installed.cwd), env] for r in [*own, *readme]]))
+    done = installed.run(
+        installed.python,
         "-c",
         DRIVER,
         ROOT / "tests" / "inprocess.py",
         work / "requests.json",
         work / "replies.json",
         HANG,
-        **trained.user,
+        **installed.user,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     replies = json.loads((work / "replies.json").read_text())
-    assert Path(replies["harness"]).is_relative_to(trained.site), replies["harness"]  # the installed copy ran
+    assert Path(replies["harness"]).is_relative_to(installed.site), replies["harness"]  # the installed copy ran
     keys = [f"{entry} {' '.join(argv)}" for entry, argv in OWN_COMMANDS] + readme_use_lines()
     assert len(set(keys)) == len(keys), keys  # one reply per command
     return dict(zip(keys, replies["replies"], strict=True))
