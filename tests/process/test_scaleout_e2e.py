@@ -5,6 +5,7 @@ basic and joblib launchers, submitit's local launcher, torch.compile.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,20 +17,27 @@ from mlflow.tracking import MlflowClient
 from tests.helpers import DDP_CPU, HANG, ROOT, TINY, run_sweep
 
 
-def _run_py(tmp_path, *args):
+def _run_py(tmp_path, empty_store, *args, process=True):
+    """``python run.py TINY ARGS`` into its own store (a copy of the migrated empty one): a real process, or run.py's
+    entry function in this interpreter (tests/inprocess.py) where the test reads only what the run recorded."""
+    from tests import inprocess
+
+    tmp_path.mkdir()
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    proc = subprocess.run(
-        [sys.executable, "run.py", *TINY, "model.dropout=0", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    argv = [*TINY, "model.dropout=0", *args, f"hydra.run.dir={tmp_path / 'run'}"]
+    if process:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+        proc = subprocess.run(
+            [sys.executable, "run.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG
+        )
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        done = inprocess.run("run", argv, str(ROOT), {"MLFLOW_TRACKING_URI": uri}, timeout=HANG)
+        code, out, err = done["code"], done["stdout"], done["stderr"]
+    assert code == 0, err[-3000:]
     client = MlflowClient(tracking_uri=uri)
-    return proc, client, client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
+    return out, client, client.search_runs([client.get_experiment_by_name("posbench").experiment_id])
 
 
 def _curve(client, run, metric):
@@ -46,18 +54,19 @@ def _curve(client, run, metric):
 DDP_TOLERANCE = 1e-4
 
 
-def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path):
+def test_ddp_on_cpu_logs_one_run_matching_a_single_process(tmp_path, _empty_store):
     """Rank 0 alone scores eval.lengths, fine-tunes and reads the diagnostics: on every rank's validation windows, and
     the fine-tune's steps over the global batch, as one process."""
     finetuned = ["eval.scalings=[linear]", "eval.finetune_steps=3", "eval.finetune_length=64"]
     evaluated = ["eval.lengths=[32,64]", "diagnostics=true", *finetuned]
-    ddp_out, ddp_client, ddp_runs = _run_py(tmp_path / "ddp", *DDP_CPU, *evaluated)
+    ddp_out, ddp_client, ddp_runs = _run_py(tmp_path / "ddp", _empty_store, *DDP_CPU, *evaluated)
     assert [r.info.status for r in ddp_runs] == ["FINISHED"]  # rank 1 logged nothing
-    assert ddp_out.stdout.count("final val loss") == 1  # the summary prints on rank 0 only
+    assert ddp_out.count("final val loss") == 1  # the summary prints on rank 0 only
     [run] = ddp_runs
     assert (run.data.params["train.world_size"], run.data.params["train.effective_batch"]) == ("2", "16")
 
-    _, one_client, [single] = _run_py(tmp_path / "one", "data.batch_size=16", *evaluated)  # the same global batch
+    # the same global batch; the reference's process is no part of the comparison: run.py's entry function here
+    _, one_client, [single] = _run_py(tmp_path / "one", _empty_store, "data.batch_size=16", *evaluated, process=False)
     assert single.data.params["train.effective_batch"] == "16"
     for metric in ("train/loss", "val/loss"):
         ddp, one = _curve(ddp_client, run, metric), _curve(one_client, single, metric)
