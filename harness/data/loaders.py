@@ -29,7 +29,6 @@ import functools
 from typing import Protocol
 
 import torch
-from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.dataloader import default_collate
@@ -151,6 +150,13 @@ def make_loaders(
         if eval_batches is None
         else Subset(paired, range(min(len(paired), eval_batches * batch_size * world_size)))
     )
+    # shards without DistributedSampler's padding repeats, so the summed val loss counts each example once; Lightning
+    # imported only then: the bench room's memory children build a model from this package and never a process group
+    val_sampler = None
+    if world_size > 1:
+        from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+        val_sampler = UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False)
     # Each loader draws its iterator's base seed from its own generator: from the global one,
     # every validation pass would shift the dropout stream, and a resumed run (which does not
     # repeat the validation at its checkpoint step) would draw different dropout masks.
@@ -168,10 +174,7 @@ def make_loaders(
             val,
             batch_size=batch_size,
             shuffle=False,
-            # shards without DistributedSampler's padding repeats, so the summed val loss counts each example once
-            sampler=UnrepeatedDistributedSampler(val, num_replicas=world_size, rank=rank, shuffle=False)
-            if world_size > 1
-            else None,
+            sampler=val_sampler,
             collate_fn=functools.partial(pair_collate, task.collate or default_collate),
             generator=torch.Generator().manual_seed(seed),
         ),
