@@ -180,7 +180,8 @@ def joined_starts(sizes: list[int], separator: int = 2) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(np.asarray(sizes[:-1], dtype=np.int64) + separator))).astype(np.int64)
 
 
-def stdlib_parts() -> list[str]:
+@functools.cache  # a fresh cache builds the text and its document starts: one parse of the stdlib serves both
+def stdlib_parts() -> tuple[str, ...]:
     """The embedded corpus's documents: each pydoc topic (sorted by key), then each stdlib docstring (files sorted by
     path)."""
     import pydoc_data.topics
@@ -200,7 +201,7 @@ def stdlib_parts() -> list[str]:
             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
         ]
         parts += [doc for doc in map(ast.get_docstring, documented) if doc]
-    return parts
+    return tuple(parts)
 
 
 class Embedded:
