@@ -8,6 +8,7 @@ optim.tuned run, are their commands' entry functions in this interpreter (tests/
 """
 
 import json
+import shutil
 
 import pytest
 
@@ -16,8 +17,9 @@ from tests.helpers import HANG, ROOT, TINY, run_sweep
 
 
 @pytest.fixture(scope="module")
-def tuning(tmp_path_factory):
+def tuning(tmp_path_factory, _empty_store):
     tmp = tmp_path_factory.mktemp("tune")
+    shutil.copyfile(_empty_store, tmp / "mlflow.db")  # run_sweep records here: a migrated store, as `store` gives
     sweep = run_sweep(
         tmp,
         "experiment=tune_lr",
