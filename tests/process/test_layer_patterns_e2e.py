@@ -1,4 +1,4 @@
-"""layer_patterns: the tests that start real processes (the rest: tests/unit/test_layer_patterns.py).
+"""layer_patterns: the tests that run whole commands (the rest: tests/unit/test_layer_patterns.py).
 
 Per-layer patterns (harness/model/layers.py, harness/config/layers.py) and RoPE's rotate_heads.
 """
@@ -11,24 +11,17 @@ import pytest
 
 
 def test_a_pattern_names_an_option_of_the_users_config_dir(tmp_path):
-    import subprocess
-    import sys
-
-    from tests.helpers import ROOT, TINY
+    """``python run.py --config-dir DIR --check``: Hydra's search path holds the user's folder, so a pattern may name
+    an option only it defines. Read from what the command prints: run.py's entry function in this interpreter
+    (tests/inprocess.py), which parses ``--config-dir`` as the command line does."""
+    from tests import inprocess
+    from tests.helpers import HANG, TINY
 
     (tmp_path / "conf" / "pos").mkdir(parents=True)
     (tmp_path / "conf" / "pos" / "mybias.yaml").write_text("_target_: positional.alibi.ALiBi\n_partial_: true\n")
-    run = [
-        sys.executable,
-        str(ROOT / "run.py"),
-        "--config-dir",
-        str(tmp_path / "conf"),
-        "--check",
-        *TINY,
-        f"hydra.run.dir={tmp_path}/run",
-    ]
-    done = subprocess.run([*run, "+pos.layers=[rope,mybias]"], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0 and "ok: pos=rope+mybias " in done.stdout, done.stderr[-2000:]
+    argv = ["--config-dir", str(tmp_path / "conf"), "--check", *TINY, f"hydra.run.dir={tmp_path}/run"]
+    done = inprocess.run("run", [*argv, "+pos.layers=[rope,mybias]"], str(tmp_path), {}, HANG)
+    assert done["code"] == 0 and "ok: pos=rope+mybias " in done["stdout"], done["stderr"][-2000:]
 
 
 # every attention variant once: local and softmax through an attention pattern, the kernelized ones whole
