@@ -21,11 +21,15 @@ def model_args(folder: Path) -> str:
 
 def lm_eval_task_manager(folder: Path):
     """lm-eval's task index as its command line builds it for ``folder`` (the model's arguments and --metadata; the
-    RULER documents are made with that folder's tokenizer): building one reads every task's YAML file."""
+    RULER documents are made with that folder's tokenizer), over the folder of lm-eval's own task tree that defines
+    ``TASK``: the same YAML file and functions, without parsing the thousands of other tasks' files."""
+    import lm_eval.tasks
     from lm_eval.tasks import TaskManager
     from lm_eval.utils import simple_parse_args_string
 
-    return TaskManager(metadata=simple_parse_args_string(model_args(folder)) | {"max_seq_lengths": [LENGTH]})
+    ruler = Path(lm_eval.tasks.__file__).parent / "ruler"
+    metadata = simple_parse_args_string(model_args(folder)) | {"max_seq_lengths": [LENGTH]}
+    return TaskManager(include_path=ruler, include_defaults=False, metadata=metadata)
 
 
 def lm_eval_own_route(folder: Path, manager) -> list[dict]:
