@@ -60,7 +60,10 @@ def train_tiny_shared(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_sweep(tmp_path_factory) -> SweepResult:
+def tiny_sweep(tmp_path_factory, _empty_store) -> SweepResult:
     """One 2-cell sweep shared by the sweep, report and dashboard tests (made once: it trains two cells):
-    pos=rope,learned with eval.lengths=[16,64] (learned's table holds data.seq_len=32)."""
-    return run_sweep(tmp_path_factory.mktemp("tiny_sweep"), "pos=rope,learned", "eval.lengths=[16,64]")
+    pos=rope,learned with eval.lengths=[16,64] (learned's table holds data.seq_len=32), into a copy of the empty
+    store."""
+    folder = tmp_path_factory.mktemp("tiny_sweep")
+    shutil.copyfile(_empty_store, folder / "mlflow.db")
+    return run_sweep(folder, "pos=rope,learned", "eval.lengths=[16,64]")
