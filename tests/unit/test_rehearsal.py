@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench.internals import build_transformer
+from harness.bench.internals import build_transformer, compose_cell, composed_model
 from harness.bench.measure import peak_allocated_bytes
 from harness.config.catalog import option_classes
 from harness.config.compat import compatibility
@@ -36,7 +36,8 @@ def test_a_rehearsed_step_holds_what_the_real_step_holds(pos, attn):
     never below it by more than noise, never above it past OVERCOUNT, the slack check_phases allows."""
     torch.manual_seed(0)
     causal = option_classes("pos")[pos].bidirectional_refusal is not None  # FoX: defined causal only
-    real = build_transformer(_overrides(pos, attn), VOCAB, T, causal=causal).train()
+    spec = compose_cell(_overrides(pos, attn))  # one config, built twice: on the CPU and on meta
+    real = composed_model(spec, VOCAB, causal, "cpu").train()
     ids = torch.randint(256, (B, T))
 
     def step():
@@ -45,8 +46,7 @@ def test_a_rehearsed_step_holds_what_the_real_step_holds(pos, attn):
     step()  # warm: lazily built caches (RoPE's cos/sin) are not the step's
     real.zero_grad(set_to_none=True)
     peak = peak_allocated_bytes(step, "cpu")
-    with torch.device("meta"):
-        meta = build_transformer(_overrides(pos, attn), VOCAB, T, causal=causal)
+    meta = composed_model(spec, VOCAB, causal)
     measured = _step(meta, B, T).peak
     assert 0.95 * peak <= measured <= OVERCOUNT * peak, f"meta {measured:,} B vs real {peak:,} B"
 
