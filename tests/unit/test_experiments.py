@@ -1,18 +1,31 @@
 """Paper presets (conf/experiment): each composes at both scales, every swept cell builds, and
 every claim comparison names cells the sweep really produces."""
 
+import functools
 import itertools
 
 import pytest
 from omegaconf import OmegaConf
 
 from results.paper import ARM_KEYS
-from tests.helpers import ROOT, compose
+from tests.helpers import ROOT
+from tests.helpers import compose as compose_config
 
 # presets that reproduce no paper, so make no claim: tuning (tests/unit/test_tune.py), make run's
 # (tests/unit/test_ablation.py)
 NO_CLAIM = {"tune_lr", "ablation"}
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") if p.stem not in NO_CLAIM)
+
+
+@functools.cache
+def _compose(overrides: tuple[str, ...]):
+    return compose_config(list(overrides))
+
+
+def compose(overrides: list[str]):
+    """The composed config (hydra node included), composed once per override list for the whole module: the
+    tests read it and never change it, and several compose the same preset."""
+    return _compose(tuple(overrides))
 
 
 def sweep_cells(cfg) -> list[list[str]]:
