@@ -181,6 +181,7 @@ def _timed(scheme, compiled, create_block_mask, device: str, t: int, batch: int,
 # ---------------------------------------------------------------- CUDA-only checks
 
 BF16_SCHEMES = ("rope", "t5", "alibi", "fire", "xpos")
+BF16_STEP = (8, 512)  # (B, T) of the bf16 check's batch
 
 
 def cuda_rows(device: str) -> list[dict]:
@@ -198,11 +199,12 @@ def cuda_rows(device: str) -> list[dict]:
             "detail": refusal,
         }
     ]
+    batch, length = BF16_STEP
     for pos in BF16_SCHEMES:
         torch.manual_seed(0)
-        model = build_transformer([f"pos={pos}", "model.dropout=0.0", "data.seq_len=512"], 258, 512, True)
+        model = build_transformer([f"pos={pos}", "model.dropout=0.0", f"data.seq_len={length}"], 258, length, True)
         model.to(device).train()
-        ids = torch.randint(258, (8, 512), device=device)
+        ids = torch.randint(258, (batch, length), device=device)
         losses, grads = [], []
         for bf16 in (False, True):
             model.zero_grad(set_to_none=True)

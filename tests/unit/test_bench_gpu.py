@@ -138,6 +138,7 @@ def test_a_cpu_run_writes_each_section_it_ran(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "D768", SMALL)
     monkeypatch.setattr(gpu, "STEP_CELLS", (("rope", "softmax"),))
     monkeypatch.setattr(gpu, "BF16_SCHEMES", ("rope",))
+    monkeypatch.setattr(gpu, "BF16_STEP", (2, 32))
     assert (
         gpu.main(
             [
