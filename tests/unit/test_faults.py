@@ -93,13 +93,13 @@ def test_client_methods_are_wrapped(store, monkeypatch):
     assert [e.name for e in client.search_experiments()] == ["Default"] and len(calls) == 2  # retried once
 
 
-def test_retrying_client_survives_pickling(tmp_path):
+def test_retrying_client_survives_pickling(store):
     """joblib and submitit pickle the sweep callback, which holds the client."""
     import pickle
 
     from harness.record.store import Store
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # a copy of the migrated empty store
     client = pickle.loads(pickle.dumps(Store.open(uri).client))
     assert client.get_experiment_by_name("Default") is not None
     assert client.search_runs(["0"]) == []  # the sealed layer's own methods survive too

@@ -208,7 +208,7 @@ def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate(tmp_pat
         )
 
 
-def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_names(tmp_path):
+def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_names(tmp_path, store):
     """`--scalings self_extend,dca,none --factors 4`: Self-Extend's group size is the factor, its window half the
     trained context (64 → 32) unless --window says; DCA runs once, chunk 11L/16 = 44 and local window L/16 = 4; each
     cell named with its settings, read back from MLflow; the next cell runs the model's own attention again."""
@@ -217,7 +217,7 @@ def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_na
     from harness.pretrained.hf_eval import main, parse
     from tests.helpers import tiny_llama as saved_llama
 
-    folder, uri = saved_llama(tmp_path / "m"), f"sqlite:///{tmp_path / 'm.db'}"
+    folder, uri = saved_llama(tmp_path / "m"), store  # store: a copy of the migrated empty store
     argv = [str(folder), "--scalings", "self_extend,dca,none", "--factors", "4", "--lengths", "32,128"]
     assert main([*argv, "--budget", "128", "--key-short", "0", "--passkey-trials", "0", "--tracking-uri", uri]) == 0
     client = MlflowClient(tracking_uri=uri)

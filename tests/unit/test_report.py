@@ -102,7 +102,7 @@ def write_synthetic_store(uri: str) -> str:
     return "s1"
 
 
-def test_a_run_a_later_sweep_adopted_stays_in_the_earlier_sweeps_report(tmp_path):
+def test_a_run_a_later_sweep_adopted_stays_in_the_earlier_sweeps_report(store):
     """A re-run sweep adopts a finished cell (harness/sweep/cell.py): the run moves under the new parent, and the
     earlier sweep's Regenerate command still rebuilds the report that sweep attached, the run listed in both."""
     from mlflow.tracking import MlflowClient
@@ -111,7 +111,7 @@ def test_a_run_a_later_sweep_adopted_stays_in_the_earlier_sweeps_report(tmp_path
     from harness.sweep.cell import adopt
     from results.store import cells_of, find_sweep
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # a copy of the migrated empty store
     write_synthetic_store(uri)
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("synthetic").experiment_id
@@ -127,7 +127,7 @@ def test_a_run_a_later_sweep_adopted_stays_in_the_earlier_sweeps_report(tmp_path
     assert [c.pos for c in cells_of(client, find_sweep(client, "synthetic", "s2"))] == ["rope", "rope"]
 
 
-def test_a_sweeps_cells_are_read_in_launch_order(tmp_path):
+def test_a_sweeps_cells_are_read_in_launch_order(store):
     """MLflow lists runs newest first; the cells are read back in the order they ran, so a claim's per-seed figures
     name seed 0 first, as the tables under them do."""
     from mlflow.tracking import MlflowClient
@@ -135,7 +135,7 @@ def test_a_sweeps_cells_are_read_in_launch_order(tmp_path):
     from results.paper import arm_values, compare
     from results.store import cells_of, find_sweep
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # a copy of the migrated empty store
     write_synthetic_store(uri)
     client = MlflowClient(tracking_uri=uri)
     cells = cells_of(client, find_sweep(client, "synthetic", None))
@@ -144,7 +144,7 @@ def test_a_sweeps_cells_are_read_in_launch_order(tmp_path):
     assert compare(below, arm_values(client, cells, below)).text.endswith("per seed 2, 2.4")  # finals of seeds 0, 1
 
 
-def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
+def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(store):
     """Runs closed before posbench sealed run records are read as they are; the report's header counts them, so a
     reader knows which figures no seal vouches for. Sealed, the note goes."""
     from mlflow.tracking import MlflowClient
@@ -152,7 +152,7 @@ def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
     from harness.integrity import seal
     from results.store import find_sweep, sweep_report
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # a copy of the migrated empty store
     write_synthetic_store(uri)
     client = MlflowClient(tracking_uri=uri)
     sweep = find_sweep(client, "synthetic", None)
@@ -170,7 +170,7 @@ def test_a_report_says_how_many_of_its_runs_were_read_without_a_seal(tmp_path):
     assert "4 runs, git" in sweep_report(client, find_sweep(client, "synthetic", None)).header[0]
 
 
-def test_the_regenerate_line_repeats_the_settings_the_report_was_made_with(tmp_path):
+def test_the_regenerate_line_repeats_the_settings_the_report_was_made_with(store):
     """A target, an order-gain threshold or a baseline given to the report is not on the sweep's record (a sweep
     records report.baseline, report.alpha and report.margin only), so its Regenerate line carries it: run as shown,
     the command makes the same report."""
@@ -178,7 +178,7 @@ def test_the_regenerate_line_repeats_the_settings_the_report_was_made_with(tmp_p
 
     from results.store import find_sweep, sweep_report
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # a copy of the migrated empty store
     write_synthetic_store(uri)
     client = MlflowClient(tracking_uri=uri)
     sweep = find_sweep(client, "synthetic", None)
@@ -190,10 +190,10 @@ def test_the_regenerate_line_repeats_the_settings_the_report_was_made_with(tmp_p
     assert sweep_report(client, sweep).header[2] == f"{command} --out results/synthetic/`"
 
 
-def test_cli_report_from_a_synthetic_store(tmp_path, capsys):
+def test_cli_report_from_a_synthetic_store(tmp_path, store, capsys):
     from results.__main__ import main
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store  # a copy of the migrated empty store
     write_synthetic_store(uri)
     out = tmp_path / "out"
     assert main(["report", "--experiment", "synthetic", "--out", str(out), "--tracking-uri", uri]) == 0

@@ -178,13 +178,13 @@ def test_hf_rope_refuses_an_exported_config_changed_since_export(tmp_path):
         read_config(folder)
 
 
-def test_theta_csv_changed_in_the_artifact_store_is_refused_by_the_report(tmp_path):
+def test_theta_csv_changed_in_the_artifact_store_is_refused_by_the_report(store):
     from mlflow.tracking import MlflowClient
 
     from harness.record.run import TrackedRun
     from results.theta import _theta_rows
 
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = store  # a copy of the migrated empty store
     run = TrackedRun(uri, "posbench", "theta")
     with run.open({}, {}):
         run.log_files(integrity.sealed_files({"theta.csv": "i,theta0,theta_final,ratio\n0,1,1.5,1.5\n"}))
@@ -259,7 +259,7 @@ def test_a_report_folder_from_before_seals_is_indexed_and_a_readme_written_after
     assert "SHA256SUMS is damaged (line 1 is not a sha256sum line: 64 hex digits" in capsys.readouterr().err
 
 
-def test_the_theta_section_lists_seeds_in_number_order(tmp_path):
+def test_the_theta_section_lists_seeds_in_number_order(tmp_path, store):
     """Seed 2 before seed 10 in theta.csv's columns (a staged sweep goes up to 10 seeds)."""
     from mlflow.tracking import MlflowClient
 
@@ -267,7 +267,7 @@ def test_the_theta_section_lists_seeds_in_number_order(tmp_path):
     from results.cells import Cell
     from results.theta import theta_section
 
-    uri, cells = f"sqlite:///{tmp_path / 'm.db'}", []
+    uri, cells = store, []  # a copy of the migrated empty store
     for seed in ("10", "2"):
         run = TrackedRun(uri, "posbench", f"theta{seed}")
         with run.open({}, {}):

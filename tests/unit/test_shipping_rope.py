@@ -255,7 +255,7 @@ def test_gpt_oss_yarn_correction_range_is_the_published_one():
     assert yarn_ramp_bounds(64, 150000.0, 4096, 1.0, 32.0, truncate=True) == (8, 18)
 
 
-def test_hf_eval_runs_a_model_with_rope_per_layer_type(tmp_path):
+def test_hf_eval_runs_a_model_with_rope_per_layer_type(tmp_path, store):
     """Gemma 3's form (a base per layer type) through the whole command: its own scaling and YaRN on both types'
     θ, each cell's losses read back from MLflow."""
     from mlflow.tracking import MlflowClient
@@ -268,7 +268,7 @@ def test_hf_eval_runs_a_model_with_rope_per_layer_type(tmp_path):
     gemma3(head_dim=64, context=64, vocab=258).save_pretrained(tmp_path / "gemma")  # the byte tokenizer's ids
     for name, text in tokenizer_files(ByteTokenizer(), 64).items():
         (tmp_path / "gemma" / name).write_text(str(text))
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = store  # a copy of the migrated empty store
     argv = [str(tmp_path / "gemma"), "--scalings", "own,yarn", "--factors", "2", "--lengths", "32,128"]
     assert main([*argv, "--budget", "128", "--key-short", "0", "--passkey-trials", "0", "--tracking-uri", uri]) == 0
     client = MlflowClient(tracking_uri=uri)
