@@ -8,6 +8,8 @@ round-off, for every scheme that takes positions per row; a scheme that cannot i
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -48,10 +50,11 @@ READS_NO_POSITION = {"none", "cope", "fox", "dd_alibi"}  # nothing to restart: r
 ABSOLUTE = {"learned", "sinusoidal"}  # positions added to the embeddings: a window's offset shows without a restart
 
 
-def model(pos: str, causal: bool, restart: bool = True, mask: bool = True, attn: str = "softmax"):
-    from harness.model.transformer import Transformer
-
-    spec = load(
+@functools.cache
+def _spec(pos: str, restart: bool, mask: bool, attn: str):
+    """The cell's RunSpec, loaded once for the module: a causal and a bidirectional model share it (the model is
+    built from it afresh each time)."""
+    return load(
         [
             f"pos={pos}",
             f"attn={attn}",
@@ -64,6 +67,12 @@ def model(pos: str, causal: bool, restart: bool = True, mask: bool = True, attn:
             "model.d_ff=64",
         ]
     )
+
+
+def model(pos: str, causal: bool, restart: bool = True, mask: bool = True, attn: str = "softmax"):
+    from harness.model.transformer import Transformer
+
+    spec = _spec(pos, restart, mask, attn)
     torch.manual_seed(0)
     built = Transformer(spec.model, 40, 32, causal, spec.pos.factory(), spec.attn.factory())
     if pos == "xpos":  # ζ^(n/B) with the default B = 512 is ~1 over 16 positions: a shorter B makes the test bite
