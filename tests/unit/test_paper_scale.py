@@ -13,6 +13,7 @@ corpus read thousands of times). Without them every paper preset is refused in o
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +24,14 @@ from harness.config.estimates import PRECISIONS, NamedGpu, SchemeTerms, gib, gpu
 from harness.errors import ConfigError
 from harness.model.transformer import ModelConfig
 from tests.paper_presets import GPU, PAPER, _cells, _composed, _first_cell
+
+
+@functools.cache
+def _roformer_mlm():
+    """roformer_mlm's paper cell pos=rope seed=0, the stand-ins on purpose: loaded once for the tests that check it
+    (a RunSpec is frozen, and check reads it)."""
+    return _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+
 
 # a text preset whose paper scale reads the embedded corpus few enough times to pass (4.4 passes over its 1.9M
 # training tokens); every other text preset reads it more than budget.max_epochs=100 times
@@ -161,7 +170,7 @@ def test_the_estimate_equals_a_hand_computation():
     """roformer_mlm at paper scale, pos=rope: BERT-base's shape (12 layers, C = 768, F = 3072, H = 12), the byte
     tokenizer's V = 258, 64 × 512 tokens, bf16-mixed, dropout 0.1, post-norm, the loss's logits 8,192 tokens at a
     time (model.loss_chunk)."""
-    checked = check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU)
+    checked = check(_roformer_mlm(), GPU)
     C, F, H, L, V = 768, 3072, 12, 12, 258
     block = (3 * C * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C) + 2 * 2 * C  # qkv, out, MLP, 2 LayerNorms
     head = V * C + (C * C + C) + 2 * C + V  # tied embedding, dense, LayerNorm, decoder bias (post-norm: no norm_f)
@@ -255,7 +264,7 @@ def test_a_variant_adds_what_a_layer_of_it_keeps_beyond_softmax():
     assert checked.gpu.activations == plain.activations + 12 * extra * 2 // 4
     assert checked.gpu.total <= GPU.memory  # 64 a pass, 2 accumulated: the paper's 128 (its scale file)
     assert spec.trainer.accumulate_grad_batches * spec.data.batch_size == 128
-    checked = check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU)
+    checked = check(_roformer_mlm(), GPU)
     assert variant_bytes_per_layer(checked.spec, on_meta(checked), checked.task) == 0
 
 
@@ -315,7 +324,7 @@ def test_a_size_without_a_unit_or_a_positive_number_is_refused(text):
 def test_check_prints_the_estimate_and_that_it_fits(capsys):
     from harness.cli import ok_line
 
-    print(ok_line(check(_composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"]), GPU), "", GPU))
+    print(ok_line(check(_roformer_mlm(), GPU), "", GPU))
     line = capsys.readouterr().out.strip()
     assert line.startswith("ok: pos=rope attn=softmax task=mlm")
     assert line.endswith(
@@ -328,7 +337,7 @@ def test_check_prints_the_estimate_and_that_it_fits(capsys):
 def test_a_step_that_does_not_fit_is_refused_with_its_figure():
     """Refused with the built model's estimate; a GPU even the blocks alone overflow, before the model is laid out
     (a huge one takes long even on meta), with that lower bound."""
-    spec = _composed(["experiment=roformer_mlm", "scale=paper", "pos=rope", "seed=0"])
+    spec = _roformer_mlm()
     with pytest.raises(ConfigError) as e:
         check(spec, NamedGpu.parse("14GiB"))
     assert str(e.value) == (
