@@ -119,20 +119,21 @@ def test_a_preset_with_every_axis_pinned_is_one_run_plus_prefixed_axes_too(store
 def test_the_command_prints_the_overrides_a_run_takes_as_they_are(tmp_path):
     """``posbench hf-rope CONFIG`` reads a config.json (or its folder) and prints the overrides for ``posbench run
     $(posbench hf-rope CONFIG)``, the documented use: a ``$(…)`` splits words and removes no quote, so the overrides
-    hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes."""
+    hold no space and Hydra's own quotes are printed as they are — and the check of that very command passes. bash
+    splits what the command printed (``$(cat FILE)`` splits as ``$(…)`` does); both commands are their entry
+    functions in this interpreter (tests/inprocess.py): the point is the shell's words, not a process."""
     (tmp_path / "config.json").write_text(json.dumps(gemma3().to_dict()))
     out = inprocess.run("posbench", ["hf-rope", str(tmp_path)], str(ROOT), {}, HANG)  # what the $(…) gets
     assert out["code"] == 0, out["stderr"]
     assert "+attn.layers=['local(window=16)'," in out["stdout"] and "model.n_layers=4" in out["stdout"]
-    run = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f'"{sys.executable}" run.py check $("{sys.executable}" run.py hf-rope "{tmp_path}") trainer.max_steps=2',
-        ],
-        cwd=ROOT,
+    (tmp_path / "printed").write_text(out["stdout"])
+    words = subprocess.run(
+        ["bash", "-c", 'printf "%s\\0" $(cat "$1")', "bash", str(tmp_path / "printed")],
+        cwd=ROOT,  # where a user's $(…) would expand a glob
         capture_output=True,
         text=True,
         timeout=HANG,
-    )
-    assert run.returncode == 0 and run.stdout.startswith("ok: pos=rope"), run.stderr[-2000:]
+        check=True,
+    ).stdout.split("\0")[:-1]
+    run = inprocess.run("run", ["check", *words, "trainer.max_steps=2"], str(ROOT), {}, HANG)
+    assert run["code"] == 0 and run["stdout"].startswith("ok: pos=rope"), run["stderr"][-2000:]
