@@ -293,7 +293,11 @@ RUN_CASES = [
     ("sinusoidal-flag-word", ["pos=sinusoidal", "pos.scale_embeddings=maybe"], "must be true or false"),
     ("window-word", ["attn=local", "attn.window=abc"], "attn.window='abc' must be an integer"),
     ("softmax-dropout-over-one", ["attn.dropout=1.5"], "attn.dropout=1.5 must lie in [0, 1)"),
-    ("layers-unknown-name", ["+pos.layers=[rope,nope]"], "pos.layers names 'nope', which is no pos option; use"),
+    (
+        "layers-unknown-name",
+        ["+pos.layers=[rope,nope]"],
+        "pos.layers names 'nope', which is no pos option; use names of",
+    ),
     (
         "layers-not-dividing",
         ["+pos.layers=[rope,rope,none]"],
@@ -827,6 +831,29 @@ DURING_RUN_CASES = [
         "shard-block-rotted-in-a-worker",
         ["ENV:POSBENCH_HASH_WHOLE_BYTES=0", "data=tokens", "data.path={files}/shards_rotted", "data.num_workers=1"],
         "train-00000.bin is damaged: its bytes 0–",
+    ),
+]
+
+# ``python run.py --matrix|--list`` mistakes (harness/cli.py: refused outside Hydra's app, before any store): (id,
+# argv, text the line must contain); the line is all the command prints
+LISTING_CASES = [
+    ("matrix-format", ["--matrix=foo"], "unknown matrix format 'foo'; use --matrix or --matrix=md"),
+    ("matrix-setting", ["--matrix", "model.d_model=abc"], "--matrix lists every option and takes no setting but"),
+    ("list-group", ["--list", "pos"], "--list lists every option and takes no setting but --config-dir DIR"),
+    (
+        "matrix-target",
+        ["--matrix", "pos._target_=nope.X"],
+        "pos._target_='nope.X' cannot be imported (No module named 'nope')",
+    ),
+    (
+        "matrix-pattern",
+        ["--matrix", "pos.layers=[rope,nope]"],
+        "pos.layers names 'nope', which is no pos option; use names of",
+    ),
+    (
+        "list-config-dir",
+        ["--list", "--config-dir", "/nonexistent/conf"],
+        "'/nonexistent/conf' not found; --config-dir (-cd) takes an",
     ),
 ]
 

@@ -1,5 +1,6 @@
 """Bad input, for every entry point: one line on stderr naming the problem and the fix, exit code 2,
-no traceback, nothing on stdout, and no MLflow run created (so none left RUNNING).
+no traceback, nothing on stdout, and no MLflow run created (so none left RUNNING); and the same one line for
+--matrix/--list mistakes, damage a run meets as it reads, and a run that diverged.
 
 Each row of the table (tests/bad_input_table.py) calls the entry function a user's command calls
 (``posbench``/``run.py``'s ``harness.main.main``, ``python -m results``'s and ``python -m harness.bench``'s ``main``)
@@ -18,6 +19,7 @@ import pytest
 from tests import inprocess
 from tests.bad_input_table import (
     DURING_RUN_CASES,
+    LISTING_CASES,
     QUICK,
     ROWS,
     assert_one_line_error,
@@ -66,6 +68,29 @@ def test_damage_met_while_a_run_reads_is_one_line_and_the_run_closed_failed(case
     (run,) = runs_in(request["env"]["MLFLOW_TRACKING_URI"])
     assert run.info.status == "FAILED"
     assert run.data.tags["failure_reason"].endswith(f"ConfigError: {reply['stderr'].strip().removeprefix('error: ')}")
+
+
+@pytest.mark.parametrize("case", LISTING_CASES, ids=[c[0] for c in LISTING_CASES])
+def test_matrix_and_list_mistakes_are_one_line_on_stderr(case, tmp_path):
+    """``python run.py --matrix|--list`` mistakes: the line on stderr and nothing on stdout (one of them is also
+    run as a real command: tests/process/test_bad_input_process.py)."""
+    _, args, needle = case
+    reply = inprocess.run("run", args, str(tmp_path), {}, HANG)
+    assert_one_line_error(reply["code"], reply["stderr"], needle)
+    assert reply["stdout"] == ""
+
+
+def test_a_diverged_run_is_one_line_naming_the_step_and_the_fix(store, tmp_path):
+    """Not bad input (the run trained, and is recorded FAILED with failure=diverged), but the same promise:
+    one line, no traceback. What the command prints and records, not its process: run.py's entry function here."""
+    argv = [*QUICK, f"hydra.run.dir={tmp_path}/run", "optim.optimizer.lr=1e10"]
+    reply = inprocess.run("run", argv, str(tmp_path), {"MLFLOW_TRACKING_URI": store}, HANG)
+    lines = [line for line in reply["stderr"].splitlines() if line.startswith("error: ")]
+    assert reply["code"] == 1 and "Traceback" not in reply["stderr"], reply["stderr"][-2000:]
+    assert len(lines) == 1 and "training diverged: the loss is nan at step 1" in lines[0], lines
+    assert "lower optim.optimizer.lr" in lines[0] and lines[0].endswith("the run is closed FAILED")
+    (run,) = runs_in(store)
+    assert run.info.status == "FAILED" and run.data.tags["failure"] == "diverged"
 
 
 def test_the_multirun_flag_may_follow_overrides(store, tmp_path):
