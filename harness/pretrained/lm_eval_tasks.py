@@ -28,14 +28,20 @@ def build(folder: Path, names: tuple[str, ...], lengths: tuple[int, ...]):
     """(lm-eval's task manager, the tasks built: RULER's data generated at each length with ``folder``'s tokenizer),
     before any weight is loaded; a task lm-eval lacks or cannot fit at a length is a ConfigError."""
     try:
-        from lm_eval.tasks import TaskManager
+        from lm_eval import tasks as lm_eval_tasks
     except ImportError:
         raise ConfigError("--lm-eval needs lm-evaluation-harness: pip install 'posbench[lmeval]'") from None
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    manager = TaskManager(metadata={"max_seq_lengths": list(lengths), "tokenizer": str(folder)})
+    metadata = {"max_seq_lengths": list(lengths), "tokenizer": str(folder)}
+    # RULER's folder of lm-eval's tasks alone when it holds every name: indexing all the tasks lm-eval ships reads
+    # every one's YAML file, seconds spent on tasks that are not loaded
+    ruler = Path(lm_eval_tasks.__file__).parent / "ruler"
+    manager = lm_eval_tasks.TaskManager(include_defaults=False, include_path=ruler, metadata=metadata)
+    if not all(n in manager.all_tasks for n in names):
+        manager = lm_eval_tasks.TaskManager(metadata=metadata)
     unknown = [n for n in names if n not in manager.all_tasks]
     if unknown:
         raise ConfigError(
