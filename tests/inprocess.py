@@ -10,9 +10,11 @@ which also reruns a sample of rows as real commands and compares their lines.
 
 Each call restores what a command may change in the process: the working directory, the environment,
 ``sys.argv``, the root logger's handlers and level (Hydra's job logging configures them), logging's disable
-level, Hydra's global state. ``POSBENCH_MALLOC=system`` unless a row sets it: ``keep_freed_memory`` would
-change malloc for every later test in this process (tests/process/test_allocator.py tests it in child
-processes; no refusal depends on it). A hang guard (SIGALRM) turns a row that never ends into a failure.
+level, Hydra's global state, and harness/signals.py's record of a stop (a test may stop a run here; a later
+sweep in this process must not read it as its own). ``POSBENCH_MALLOC=system`` unless a row sets it:
+``keep_freed_memory`` would change malloc for every later test in this process (tests/process/test_allocator.py
+tests it in child processes; no refusal depends on it). A hang guard (SIGALRM) turns a row that never ends into a
+failure.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def run(
     """``entry``: run (``python run.py``), posbench (its subcommands), results, harness.bench, or a command's own
     ``main(argv)``."""
     command = _entry(entry) if isinstance(entry, str) else entry
+    from harness import signals
+
+    saved_stop = signals._State.stopped, dict(signals.STOPPED_AT)
     saved_cwd, saved_env, saved_argv = os.getcwd(), dict(os.environ), list(sys.argv)
     root = logging.getLogger()
     saved_handlers, saved_level, saved_disable = list(root.handlers), root.level, logging.root.manager.disable
@@ -96,4 +101,7 @@ def run(
         from hydra.core.global_hydra import GlobalHydra
 
         GlobalHydra.instance().clear()
+        signals._State.stopped = saved_stop[0]
+        signals.STOPPED_AT.clear()
+        signals.STOPPED_AT.update(saved_stop[1])
     return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue(), "seconds": time.perf_counter() - started}
