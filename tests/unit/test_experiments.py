@@ -19,7 +19,9 @@ PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml") i
 
 @functools.cache
 def _compose(overrides: tuple[str, ...]):
-    return compose_config(list(overrides))
+    cfg = compose_config(list(overrides))
+    OmegaConf.set_readonly(cfg, True)  # shared by the tests that compose it: a test that changed it fails here
+    return cfg
 
 
 def compose(overrides: list[str]):
