@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.extras import require
 
 GENERATED = 128  # RULER's longest answer (max_gen_toks of its needle tasks): room kept beyond the prompt's length
 
@@ -27,11 +28,9 @@ GENERATED = 128  # RULER's longest answer (max_gen_toks of its needle tasks): ro
 def build(folder: Path, names: tuple[str, ...], lengths: tuple[int, ...]):
     """(lm-eval's task manager, the tasks built: RULER's data generated at each length with ``folder``'s tokenizer),
     before any weight is loaded; a task lm-eval lacks or cannot fit at a length is a ConfigError."""
-    try:
-        from lm_eval import tasks as lm_eval_tasks
-    except ImportError:
-        raise ConfigError("--lm-eval needs lm-evaluation-harness: pip install 'posbench[lmeval]'") from None
+    require("--lm-eval", ("lm_eval",))
     import transformers
+    from lm_eval import tasks as lm_eval_tasks
 
     transformers.utils.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)

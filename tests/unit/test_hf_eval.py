@@ -747,3 +747,15 @@ def test_the_parameter_count_without_transformers_names_the_extra(tmp_path, monk
     monkeypatch.setitem(sys.modules, "transformers", None)  # an import of it fails, as where it is not installed
     with pytest.raises(ConfigError, match=r"posbench hf-eval needs transformers, which is not installed here; pip "):
         parameters.__wrapped__(tmp_path)
+
+
+def test_lm_eval_without_lm_evaluation_harness_names_the_extra(tmp_path, monkeypatch):
+    """--lm-eval's tasks come from lm-evaluation-harness: where it is not installed, the refusal is extras.require's
+    line, naming the extra that brings it."""
+    import sys
+
+    from harness.pretrained.lm_eval_tasks import build
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # an import of it fails, as where it is not installed
+    with pytest.raises(ConfigError, match=r"--lm-eval needs lm_eval, which is not installed here; pip install "):
+        build.__wrapped__(tmp_path, ("niah_single_1",), (64,))
