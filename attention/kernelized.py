@@ -447,16 +447,11 @@ class KernelizedAttention(AttentionVariant):
     def weights(self, p: Positioned) -> Tensor:
         """w_ij = c_ij φ_num(q_i)ᵀφ_num(k_j) / Σ_j c_ij φ(q_i)ᵀφ(k_j) (Katharopoulos et al. 2020, Eq. 4), with
         c_ij = exp(b_{i−j}) (Luo et al. 2021, Eq. 7) times the causal mask, and φ_num the numerator's features
-        (rotated there in rope_mode=numerator, RoFormer Eq. 19, so rows need not sum to 1 nor stay ≥ 0)."""
-        bias = p.relative(self.config_name())
-        f = self.features(p)
-        t_q, t_k = p.q.shape[-2], p.k.shape[-2]
-        # no bias is the zero bias (c = 1); causality is in the coefficients, as in forward
-        table = p.q.new_zeros(1, t_q + t_k - 1) if bias is None else bias.table.to(p.q.dtype)  # (1 or H, Tq + Tk − 1)
-        c = toeplitz_dense(relative_coefficients(table, t_k, p.ctx.causal), t_q, t_k)  # (1 or H, Tq, Tk)
-        den = ((f.q @ f.k.transpose(-1, -2)) * c).sum(-1, keepdim=True)  # (B, H, Tq, 1)
-        num = (f.q_num @ f.k_num.transpose(-1, -2)) * c  # (B, H, Tq, Tk)
-        return num / torch.where(den > 0, den, torch.inf)  # a query that sees no key: a zero row
+        (rotated there in rope_mode=numerator, RoFormer Eq. 19, so rows need not sum to 1 nor stay ≥ 0): ``attend``
+        applied to v = I (out = w @ v), so a query that sees no key has a zero row."""
+        t_k = p.k.shape[-2]
+        identity = torch.eye(t_k, dtype=p.q.dtype, device=p.q.device).expand(*p.q.shape[:2], t_k, t_k)  # (B, H, Tk, Tk)
+        return self.attend(p, identity)  # (B, H, Tq, Tk)
 
     def features(self, p: Positioned) -> Features:
         """φ(q), φ(k) as ``attend`` uses them (q, k rotated before φ in rope_mode=pre_feature), padded keys
