@@ -46,12 +46,11 @@ def theta_section(client, cells, out: Path) -> list[str]:
     tables = {c.seed: _theta_rows(client, c.run_id) for c in runs}
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for c in runs:
-        for ax, metric in zip(axes, DRIFT_METRICS, strict=True):
+    for ax, (metric, ylabel) in zip(axes, DRIFT_METRICS.items(), strict=True):
+        for c in runs:
             pts = sorted((m.step, m.value) for m in client.get_metric_history(c.run_id, metric))
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker=".", label=f"seed {c.seed}")
-    for ax, (metric, ylabel) in zip(axes, DRIFT_METRICS.items(), strict=True):
         ax.set(xlabel="optimizer step", ylabel=ylabel)
         ax.set_title(metric.split("/", 1)[1], fontsize=10)
         ax.grid(alpha=0.3)
@@ -94,20 +93,17 @@ def theta_section(client, cells, out: Path) -> list[str]:
         newline="",
     )
 
-    body = []
-    for c in runs:
-        rows = tables[c.seed]
-        final = client.get_run(c.run_id).data.metrics
-        moved = sum(abs(r["ratio"] - 1) > 0.1 for r in rows)
-        body.append(
-            [
-                c.seed,
-                f"{final.get('pos/theta_rel_change', float('nan')):.4f}",
-                f"{moved} of {len(rows)}",
-                f"{final.get('pos/theta_max_log_ratio', float('nan')):.3f}",
-                sum(r["ratio"] <= 0 for r in rows),
-            ]
-        )
+    finals = {c.run_id: client.get_run(c.run_id).data.metrics for c in runs}
+    body = [
+        [
+            c.seed,
+            f"{finals[c.run_id].get('pos/theta_rel_change', float('nan')):.4f}",
+            f"{sum(abs(r['ratio'] - 1) > 0.1 for r in tables[c.seed])} of {len(tables[c.seed])}",
+            f"{finals[c.run_id].get('pos/theta_max_log_ratio', float('nan')):.3f}",
+            sum(r["ratio"] <= 0 for r in tables[c.seed]),
+        ]
+        for c in runs
+    ]
     return [
         "## θ drift",
         "",
