@@ -354,20 +354,23 @@ def console_summary(r: Report) -> str:
     use word order yet), then the report's verdicts, so the terminal gives the answer and not only numbers."""
     cells = sorted(r.cells, key=lambda c: c.job)
     width = max([len("cell"), *(len(c.label) for c in cells)])
-    lines = [f"{'cell':<{width}}  {'status':<12}  {'val loss':>9}  {'tokens/s':>9}  order gain"]
-    lines += [
-        f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
-        f"  {_cell_order_gain(c, r.min_order_gain)}"
-        for c in cells
-    ]
-    lines += [f"  {c.label}: {c.reason}" for c in cells if c.reason]
     found = verdicts.verdicts(r.groups, r.min_order_gain, r.baseline, r.alpha, r.margin, r.staged)
     missing = verdicts.missing_baseline(r.groups, r.baseline)
-    lines += ["", verdicts.headline(found, r.min_order_gain, missing, r.alpha, r.margin)]
-    lines += [
-        f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): "  # same variant
-        + (f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}")
-        for f in found
+    lines = [
+        f"{'cell':<{width}}  {'status':<12}  {'val loss':>9}  {'tokens/s':>9}  order gain",
+        *(
+            f"{c.label:<{width}}  {c.status:<12}  {_num(c.final_loss, 4):>9}  {_num(c.tokens_per_s, 0):>9}"
+            f"  {_cell_order_gain(c, r.min_order_gain)}"
+            for c in cells
+        ),
+        *(f"  {c.label}: {c.reason}" for c in cells if c.reason),
+        "",
+        verdicts.headline(found, r.min_order_gain, missing, r.alpha, r.margin),
+        *(
+            f"  {f.group.label} vs {f.baseline.pos} ({f.group.attn}): "  # same variant
+            + (f.text if f.text.startswith(f.verdict) else f"{f.verdict}: {f.text}")
+            for f in found
+        ),
     ]
     return "\n".join(lines)
 
