@@ -140,7 +140,7 @@ class Group:
 
     @property
     def order_signal(self) -> str:
-        return self.cells[0].order_signal if self.cells else "scheme"
+        return self.cells[0].order_signal  # group_cells makes a group of one cell or more
 
     def using_order(self, min_gain: float) -> bool | None:
         """Whether the model uses word order (None: it cannot, or nothing was measured)."""
