@@ -80,10 +80,8 @@ class Goal:
     def format(self, x: float) -> str:
         return f"{x:.1%}" if self.percent else f"{x:.2f}"
 
-    def judge(self, interval: Interval | None) -> Verdict:
+    def judge(self, interval: Interval) -> Verdict:
         """met: the whole interval satisfies the goal; not met: none of it does; unresolved: it straddles."""
-        if interval is None:
-            return "not measured"
         good, bad = (interval.high, interval.low) if self.op == "<=" else (interval.low, interval.high)
         if self._holds(good):
             return "met"
