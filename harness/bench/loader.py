@@ -33,12 +33,10 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
-from harness.bench.internals import shard_loader, write_random_shards
+from harness.bench.internals import compose_cell, shard_loader, write_random_shards
 from harness.bench.measure import time_call, timed_steps
 from harness.config.spec import WORKERS_PER_CORE, max_workers
 from harness.errors import ConfigError, OneLineParser, said_refusal
@@ -49,26 +47,17 @@ from harness.record.preflight import number, output_dir
 TEXT_PRESETS = ("grid", "roformer_mlm", "alibi_extrapolation", "eleuther_rotary", "roformer_performer")
 
 
+@cache
 def paper_shapes(preset: str) -> dict:
-    """n_layers, d_model, d_ff, seq_len, batch_size of ``preset`` at scale=paper (model/small.yaml fills gaps)."""
-    base = _keys(CONF / "model" / "small.yaml")
-    scale = _keys(CONF / "experiment" / preset / "scale" / "paper.yaml")
-    model, data = {**base, **scale.get("model", {})}, scale.get("data", {})
+    """n_layers, d_model, d_ff, seq_len, batch_size of ``preset`` at scale=paper, composed as run.py composes it."""
+    spec = compose_cell([f"experiment={preset}", "scale=paper"])
     return {
-        "n_layers": model["n_layers"],
-        "d_model": model["d_model"],
-        "d_ff": model["d_ff"],
-        "seq_len": data.get("seq_len", 128),
-        "batch_size": data.get("batch_size", 32),
+        "n_layers": spec.model.n_layers,
+        "d_model": spec.model.d_model,
+        "d_ff": spec.model.d_ff,
+        "seq_len": spec.data.seq_len,
+        "batch_size": spec.data.batch_size,
     }
-
-
-def _keys(path: Path) -> DictConfig:
-    """A config file of keys; a ConfigError naming it if it holds a list."""
-    cfg = OmegaConf.load(path)
-    if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"{path}: a list where config keys belong; write it as a mapping")
-    return cfg
 
 
 def train_flops_per_token(shapes: dict, vocab: int) -> float:

@@ -154,7 +154,7 @@ def test_the_timed_start_up_imports_nothing(tmp_path):
     write_random_shards(tmp_path, 100_000)
     code = (
         "import sys; from pathlib import Path; from harness.bench.loader import paper_shapes, startup_seconds; "
-        f"before = set(sys.modules); startup_seconds(Path({str(tmp_path)!r}), paper_shapes('grid')); "
+        f"shapes = paper_shapes('grid'); before = set(sys.modules); startup_seconds(Path({str(tmp_path)!r}), shapes); "
         "print(sorted(m for m in set(sys.modules) - before if m.startswith(('harness', 'positional', 'attention'))))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
