@@ -110,7 +110,6 @@ class Session:
     options: Options
     measured: dict[tuple[str, Spec], Result] = field(default_factory=dict)
     _live: dict[tuple[str, Spec], Live] = field(default_factory=dict)
-    log: Callable[[str], None] = print
 
     def cell(
         self, spec: Spec, name: str = "posbench", build: Callable[[Spec], Built] = build_posbench, keep: bool = False
@@ -119,7 +118,7 @@ class Session:
         key = (name, spec)
         if key not in self.measured:
             self.measured[key], live = self._measure(name, spec, build)
-            self.log(_line(self.measured[key]))
+            print(_line(self.measured[key]))
             if keep and live is not None:
                 self._live[key] = live
         elif keep and key not in self._live and self.measured[key].ok:  # measured earlier, released since

@@ -217,7 +217,7 @@ def test_a_paired_target_not_met_is_profiled_op_by_op_and_reported(monkeypatch):
 
     monkeypatch.setattr(targets, "paired_rounds", lambda *a, **k: Interval(1.5, 1.2, 1.8, (1.5,)))
     torch.manual_seed(0)
-    session = Session(Options("cpu", 1e9, 64, repeats=1), log=lambda line: None)
+    session = Session(Options("cpu", 1e9, 64, repeats=1))
     target = PairedTarget(
         "T5 ÷ none",
         Goal("<=", 0.5),
