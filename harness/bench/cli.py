@@ -28,7 +28,7 @@ from harness.model.layers import unit_of_label
 from harness.paths import project_root
 from harness.ranges import NonNegative, Positive, PositiveInt, at_most
 from harness.record.preflight import number, output_dir, store_to_write
-from harness.record.run import git_sha
+from harness.record.run import TrackedRun, git_sha
 
 MAX_TOKENS = 2**24  # tokens in a step (and the longest length): 16M, beyond any GPU's activations
 
@@ -234,8 +234,6 @@ def log_results(uri: str, results: list[Result], peak: Peak, device: str, sha: s
     import uuid
 
     from mlflow.entities import Metric
-
-    from harness.record.run import TrackedRun
 
     bench_id = uuid.uuid4().hex[:12]
     for r in (r for r in results if r.status != "skipped"):
