@@ -139,8 +139,6 @@ class ScaledRotary(nn.Module):
         hope: int | None = None,
     ):
         super().__init__()
-        if any(s.base is None or s.rotated is None for s in scalings.values()):
-            raise ConfigError("ScaledRotary needs each scaling's base and rotated width (scaling_of sets them)")
         self.scalings, self.form = scalings, form  # θ is derived in fp64 at each call: no buffer to round
         self.resonance, self.hope = resonance, hope
         if hope and not all(self.theta(s).any() for s in scalings.values()):
@@ -151,7 +149,7 @@ class ScaledRotary(nn.Module):
 
     def theta(self, scaling: RopeScaling, device=None) -> Tensor:
         """The unscaled θ (R/2,), fp64: the model's, then HoPE's selection and Resonance's rounding where set."""
-        assert scaling.base is not None and scaling.rotated is not None
+        assert scaling.base is not None and scaling.rotated is not None, "scaling_of sets both"
         return rope_frequencies(scaling.rotated, scaling.base, self.hope, self.resonance, device=device)
 
     def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None):
