@@ -20,7 +20,7 @@ from torch import Tensor
 from harness.errors import ConfigError
 from harness.pretrained.rotary import ScaledRotary, form_of, layer_types_of, rotary_modules, scaling_of
 from positional.rope import apply_rope_half, rope_angles
-from positional.rope_remapped import Remap, SelfExtend
+from positional.rope_remapped import Remap
 
 NAME = "posbench_remapped"  # the attention implementation's name in transformers' registry
 
@@ -28,9 +28,6 @@ NAME = "posbench_remapped"  # the attention implementation's name in transformer
 def apply_remapped(model, remap: Remap) -> None:
     """``remap`` (Self-Extend or DCA, this module's docstring) as ``model``'s attention; put it back with
     ``model.set_attn_implementation`` (hf-eval does after the cell)."""
-    values = [remap.group, remap.window] if isinstance(remap, SelfExtend) else [remap.chunk, remap.local]
-    if min(values) < 1:
-        raise ConfigError(f"{remap.name()}: its sizes are whole numbers ≥ 1")
     [(parent, name)] = rotary_modules(model)
     installed, types = getattr(parent, name), layer_types_of(model.config)
     form, rotated = form_of(installed, types[0])

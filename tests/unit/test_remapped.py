@@ -193,8 +193,6 @@ def test_it_stacks_on_posbenchs_rotary_and_refuses_what_it_cannot_rotate(tmp_pat
     )
     with pytest.raises(ConfigError, match="rotates 4 of 16 dimensions in its doubled form"):
         apply_remapped(neox, SelfExtend(2, 4))
-    with pytest.raises(ConfigError, match="dca chunk 0 local 4: its sizes are whole numbers ≥ 1"):
-        apply_remapped(tiny_llama(), DualChunk(0, 4))
     gemma = transformers.Gemma3ForCausalLM(gemma3())  # θ = 10k on sliding layers, 1M on the full one
     apply_scaling(gemma)  # as hf-eval's cell swaps the rotary in first
     with pytest.raises(ConfigError, match=r"by one θ .* by a θ per layer type \(sliding_attention, full_attention\)"):
@@ -228,3 +226,5 @@ def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_na
     assert at["dca chunk 44 local 4"] == pytest.approx(at["none x1"], rel=1e-6)  # within one chunk
     with pytest.raises(ConfigError, match="self_extend's factor is its group size, a whole number"):
         parse([*argv[:-4], "--factors", "2.5", "--lengths", "32"])
+    with pytest.raises(ConfigError, match="--window=0: Self-Extend's neighbour window is a positive number"):
+        parse([*argv, "--window", "0"])  # the one size a user gives: apply_remapped's are ≥ 1 from here on
