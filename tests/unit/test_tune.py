@@ -60,7 +60,6 @@ def test_the_counting_launcher_counts_the_trials_that_returned_a_finite_loss():
     launcher = CountingLauncher(_Launcher([RuntimeError("refused"), None, float("nan"), "abc", 2.5, 3]))
     launcher.launch([["a=1"]] * 6, initial_job_idx=0)
     assert launcher.finished == 2
-    assert launcher.values[4] == 2.5  # every other attribute is the launcher's own
 
 
 def _tuner(tmp_path, values, study_error: Exception | None, checking: bool = False):
