@@ -450,8 +450,10 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
         (window_count(spec.budget, n, spec.stride_at(n)) + prompts) * cost.forward_flops(config, n, multiplied)
         for n in spec.lengths
     )
-    for n in spec.task_lengths if spec.lm_eval else ():  # a prompt's forward, and its answer's about as much again
-        per_cell += 2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n, multiplied)
+    per_cell += sum(  # --lm-eval, per document and task: a prompt's forward, and its answer's about as much again
+        2 * spec.lm_eval_limit * len(spec.lm_eval) * cost.forward_flops(config, n, multiplied)
+        for n in spec.task_lengths
+    )
     per_cell += 3 * spec.finetune_steps * spec.finetune_batch * cost.forward_flops(config, spec.tune_length, multiplied)
     return peak, per_cell * len(spec.cells())
 
