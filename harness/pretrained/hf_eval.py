@@ -367,8 +367,9 @@ def check(spec: EvalSpec) -> None:
     _check_paths(spec)
     if spec.lm_eval:
         build(spec.model, spec.lm_eval, spec.task_lengths)
-    _check_claim(spec)
-    _check_budget(spec)
+    config = folder.read_config(spec.model).as_dict()
+    _check_claim(spec, config)
+    _check_budget(spec, config)
     for path in (spec.model, spec.evaluator):  # weights' headers and shapes, tokenizer, family: before a weight loads
         if path is not None:
             note = folder.unverified(folder.read(path))
@@ -418,10 +419,10 @@ def trained_context(config: dict) -> int | None:
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 
-def _check_claim(spec: EvalSpec) -> None:
+def _check_claim(spec: EvalSpec, config: dict) -> None:
     if not spec.claim:
         return
-    context = trained_context(folder.read_config(spec.model).as_dict())
+    context = trained_context(config)
     if context is None or not any(n > context for n in spec.lengths):
         raise ConfigError(
             f"--claim is judged beyond the trained context ({context or 'unknown'} tokens, "
@@ -458,8 +459,7 @@ def costs(spec: EvalSpec, config: dict) -> tuple[dict[str, float], float]:
     return peak, per_cell * len(spec.cells())
 
 
-def _check_budget(spec: EvalSpec) -> None:
-    config = folder.read_config(spec.model).as_dict()
+def _check_budget(spec: EvalSpec, config: dict) -> None:
     missing = [k for k in SIZES if k not in config]
     if missing:
         raise ConfigError(
