@@ -24,7 +24,7 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from harness import sequential
 from harness.config.load import claim_comparisons, in_arm, preset_axes
@@ -32,9 +32,9 @@ from harness.record.store import Store
 from harness.sweep.callback import SweepRecord
 
 
-def design_of(report: Any) -> sequential.Design:
-    """The design ``report.*`` declares (a config node or ``ReportSettings``)."""
-    margin = report.get("margin") if hasattr(report, "get") else report.margin
+def design_of(report: DictConfig) -> sequential.Design:
+    """The design the sweep's ``report`` node declares (no ``margin`` in it: none)."""
+    margin = report.get("margin")
     return sequential.Design(
         alpha=float(report.alpha),
         stage=int(report.stage),
