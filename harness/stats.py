@@ -113,11 +113,15 @@ def seeds_needed(
     spread = statistics.variance(a) + statistics.variance(b)
     if spread == 0:
         return None
-    for n in range(2, most + 1):
-        df = 2 * (n - 1)
-        if (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * math.sqrt(spread / n) <= abs(effect):
-            return n
-    return None
+    return next(
+        (
+            n
+            for n in range(2, most + 1)
+            if (stats.t.ppf(0.5 + level / 2, 2 * (n - 1)) + stats.t.ppf(power, 2 * (n - 1))) * math.sqrt(spread / n)
+            <= abs(effect)
+        ),
+        None,
+    )
 
 
 def what_settles(a: list[float], b: list[float], diff: float, per: str = "arm") -> str:
@@ -157,9 +161,5 @@ def holm(pvalues: list[float], alpha: float) -> list[bool]:
     with the p-values in ascending order p_(1) ≤ … ≤ p_(m), reject H_(k) while p_(k) ≤ α / (m − k + 1), and stop at
     the first that is not. Returned in the input's order."""
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    rejected = [False] * len(pvalues)
-    for k, i in enumerate(order):
-        if pvalues[i] > alpha / (len(pvalues) - k):
-            break
-        rejected[i] = True
-    return rejected
+    stop = next((k for k, i in enumerate(order) if pvalues[i] > alpha / (len(pvalues) - k)), len(pvalues))
+    return [i in order[:stop] for i in range(len(pvalues))]
