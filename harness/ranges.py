@@ -156,9 +156,7 @@ def _list_item(annotation: Any) -> Any:
 
 def describe_items(item: Any) -> str:
     """Words for many values of ``item``: its range's plural ("positive integers"), else its type's."""
-    ranges = (
-        [r for r in typing.get_args(item)[1:] if isinstance(r, Range)] if typing.get_origin(item) is Annotated else []
-    )
+    ranges = [r for r in typing.get_args(item) if isinstance(r, Range)]  # only ``Annotated`` carries a Range
     return next((r.plural for r in ranges if r.plural), describe(item, plural=True))
 
 
