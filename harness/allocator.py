@@ -61,7 +61,5 @@ def setting() -> str:
 def available_bytes() -> int | None:
     """MemAvailable from /proc/meminfo (what can be allocated without swapping); None if unknown."""
     with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+        return next((int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")), None)
     return None
