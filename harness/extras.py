@@ -58,7 +58,7 @@ def require(owner: str, modules: tuple[str, ...]) -> None:
     raise ConfigError(f"{owner} needs {' and '.join(gone)}, which {verb} not installed here; {fix}")
 
 
-def check_requires(target: str, key: str = "") -> None:
+def check_requires(target: str, key: str) -> None:
     """The packages the class ``target`` (a config node's ``_target_``) declares are installed; the option is named
     as the user chose it, from the node's ``key``: ``tokenizer=bpe``, ``data=hf`` (the node ``data.source``),
     ``pos=rope``. A name that does not import declares nothing."""
@@ -71,7 +71,7 @@ def check_requires(target: str, key: str = "") -> None:
     requires = tuple(getattr(cls, "requires", ()))
     if requires:
         name = cls.config_name() if callable(getattr(cls, "config_name", None)) else cls.__module__.rsplit(".")[-1]
-        require(f"{key.split('.')[0]}={name}" if key else target, requires)
+        require(f"{key.split('.')[0]}={name}", requires)
 
 
 def _normal(name: str) -> str:
