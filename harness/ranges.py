@@ -214,7 +214,7 @@ def fits(value: Any, annotation: Any) -> bool:
         return any(value == a and type(value) is type(a) for a in args) or (
             isinstance(value, int) and not isinstance(value, bool) and value in args
         )
-    if origin in (list, tuple, typing.Sequence, collections.abc.Sequence):
+    if origin in (list, tuple, collections.abc.Sequence):  # typing.Sequence's origin is collections.abc's
         return isinstance(value, (list, tuple)) and _items_fit(value, origin, args)
     if origin is dict or annotation is dict:
         return isinstance(value, dict)

@@ -84,16 +84,16 @@ def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0  # type: ignore[attr-defined]  # lightning sets .rank on the function at import
 
 
-def rank_zero_print(text: str, **kwargs) -> None:
+def rank_zero_print(text: str) -> None:
     if is_rank_zero():
-        print(text, **kwargs)
+        print(text)
 
 
 # ---------------------------------------------------------------- multirun + DDP
 
 
 @contextmanager
-def job_ranks(trainer, ckpt: Path | None = None) -> Iterator[None]:
+def job_ranks(trainer, ckpt: Path | None) -> Iterator[None]:
     """Inside a Hydra multirun job with several local DDP processes: start ranks 1..N-1 as single
     runs of this job, resuming from ``ckpt`` as this rank does, then, whatever happens, reap them and
     restore the process's DDP state."""
