@@ -44,7 +44,7 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
         return _guarded(lambda: print_listing(listing[0], rest), rest)
     multirun, checking = any(a in MULTIRUN_FLAGS for a in argv), CHECK_FLAG in argv
     try:
-        gpu_memory, args = _gpu_memory(argv, checking)
+        gpu, args = _gpu_memory(argv, checking)
         dirs = user_config_dirs(args)
         valued = {i + 1 for i, a in enumerate(args) if a in CONFIG_DIR_FLAGS}  # --config-dir DIR's DIR
         overrides = [a for i, a in enumerate(args) if i not in valued and not a.startswith("-")]
@@ -57,7 +57,7 @@ def run_command(argv: list[str], train_app: Callable[[], object]) -> int:
     except ConfigError as e:
         return said_refusal(e)
     if checking:
-        return _guarded(lambda: check_command(overrides, dirs, multirun, gpu_memory), overrides)
+        return _guarded(lambda: check_command(overrides, dirs, multirun, gpu), overrides)
     refused = _guarded(
         lambda: preflight(overrides, dirs) if multirun else _single_run(args, overrides, dirs, bool(flags)), overrides
     )
@@ -89,8 +89,8 @@ def _single_run(args: list[str], overrides: list[str], dirs: list[str], hydra_fl
     return 0
 
 
-def _gpu_memory(args: list[str], checking: bool) -> tuple[str | None, list[str]]:
-    """``--gpu-memory SIZE`` or ``--gpu-memory=SIZE``: (its value, the other arguments)."""
+def _gpu_memory(args: list[str], checking: bool) -> tuple[NamedGpu | None, list[str]]:
+    """``--gpu-memory SIZE`` or ``--gpu-memory=SIZE``: (the GPU it names, the other arguments)."""
     at = next((i for i, a in enumerate(args) if a.split("=")[0] == GPU_MEMORY_FLAG), None)
     if at is None:
         return None, args
@@ -103,13 +103,13 @@ def _gpu_memory(args: list[str], checking: bool) -> tuple[str | None, list[str]]
         )
     if not value or value.startswith("-"):
         raise ConfigError(f"{GPU_MEMORY_FLAG} needs a size; give one, e.g. {GPU_MEMORY_FLAG} 80GB")
-    NamedGpu.parse(value)
-    return value, args[:at] + args[at + (1 if eq else 2) :]
+    return NamedGpu.parse(value), args[:at] + args[at + (1 if eq else 2) :]
 
 
-def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu_memory: str | None) -> int:
-    """``--check``: each cell checked in this process; no run is opened. 2 if any cell was refused."""
-    gpu = NamedGpu.parse(gpu_memory or DEFAULT_GPU_MEMORY)
+def check_command(overrides: list[str], dirs: list[str], multirun: bool, gpu: NamedGpu | None) -> int:
+    """``--check``: each cell checked in this process, for ``gpu`` (None: the default size); no run is opened. 2 if
+    any cell was refused."""
+    gpu = NamedGpu.parse(DEFAULT_GPU_MEMORY) if gpu is None else gpu
     budgets, refused, seeds = [], 0, 1
     for cell in cells(overrides, dirs) if multirun else [overrides]:
         named = " ".join(cell) if multirun else ""

@@ -82,7 +82,7 @@ def test_check_prints_the_budget_and_the_run_beside_the_paper(capsys):
             ["experiment=eleuther_rotary", "scale=paper", "pos=rope", "seed=0", "~paper", "budget.max_epochs=null"],
             [],
             False,
-            GPU.named,
+            GPU,
         )
         == 0
     )
