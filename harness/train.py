@@ -58,7 +58,7 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
     plan = plan_resume(spec.values, checked.uri, spec.run.resume_mode)  # a bad resume= is refused here
     asked = checked.tokenizer.vocab_size
     corpus = _corpus(checked)
-    vocab = _trained_vocabulary(spec, asked, checked.tokenizer.vocab_size)
+    _check_trained_vocabulary(spec, asked, checked.tokenizer.vocab_size)
     # lazy: Lightning takes seconds to import, and a refused config (above) must not pay for it
     from omegaconf import OmegaConf
 
@@ -75,7 +75,7 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         "corpus.name": corpus.name,
         "corpus.bytes": str(corpus.size),
         "model.n_params": str(n_params),
-        "tokenizer.trained_vocab_size": str(vocab),
+        "tokenizer.trained_vocab_size": str(checked.tokenizer.vocab_size),
         **built.geometry.params(),
     }
     signal = order_signal(built.model.pos, checked.task.causal)
@@ -112,9 +112,9 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
     )
 
 
-def _trained_vocabulary(spec: RunSpec, asked: int, trained: int) -> int:
-    """The ids the fitted tokenizer has: fewer than asked where the text allows no more merges (said, and the
-    model sized to them); a paper's vocabulary (scale=paper) must be met, not only configured."""
+def _check_trained_vocabulary(spec: RunSpec, asked: int, trained: int) -> None:
+    """The ids the fitted tokenizer has (``trained``): fewer than asked where the text allows no more merges (said,
+    and the model sized to them); a paper's vocabulary (scale=paper) must be met, not only configured."""
     paper = (spec.run.paper or {}).get("vocab_size")
     if paper and int(paper) != trained:
         raise ConfigError(
@@ -128,7 +128,6 @@ def _trained_vocabulary(spec: RunSpec, asked: int, trained: int) -> int:
             f"occur in it); the model has {trained:,} embedding rows",
             file=sys.stderr,
         )
-    return trained
 
 
 def _corpus(checked: Checked) -> Corpus:

@@ -402,14 +402,14 @@ def test_a_vocabulary_the_text_cannot_fill_gives_the_model_its_own_size(corpus, 
     and the recipe keeps what was asked (the cache and a prepared folder are keyed by it)."""
     from types import SimpleNamespace
 
-    from harness.train import _trained_vocabulary
+    from harness.train import _check_trained_vocabulary
 
     tok = BPE(vocab_size=50257)
     tok.fit(corpus)
     trained = tok.tokenizer.get_vocab_size(with_added_tokens=True)
     assert trained < 50257 and tok.vocab_size == trained and tok.recipe()["vocab_size"] == 50257
     spec = SimpleNamespace(run=SimpleNamespace(paper=None))
-    assert _trained_vocabulary(spec, 50257, trained) == trained
+    _check_trained_vocabulary(spec, 50257, trained)  # the model is sized by tok.vocab_size, asserted above
     assert capsys.readouterr().err.strip() == (
         f"tokenizer: the training split gives {trained:,} ids of tokenizer.vocab_size=50,257 (no more merges occur in "
         f"it); the model has {trained:,} embedding rows"
@@ -417,7 +417,7 @@ def test_a_vocabulary_the_text_cannot_fill_gives_the_model_its_own_size(corpus, 
     with pytest.raises(
         ConfigError, match=f"the paper's model with 50,257 token ids, and this corpus trains {trained:,}"
     ):
-        _trained_vocabulary(SimpleNamespace(run=SimpleNamespace(paper={"vocab_size": 50257})), 50257, trained)
+        _check_trained_vocabulary(SimpleNamespace(run=SimpleNamespace(paper={"vocab_size": 50257})), 50257, trained)
 
 
 def test_a_wordpiece_alphabet_larger_than_the_vocabulary_asked_is_refused(cache):
