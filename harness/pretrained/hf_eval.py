@@ -277,7 +277,7 @@ def check(spec: EvalSpec) -> None:
             f"--depths={','.join(map(str, spec.depths))}: depths lie in [0, 1] (0: the key first)",
         ),
         (
-            SELF_EXTEND not in spec.scalings or all(f % 1 == 0 for f in spec.factors),
+            all(s.split("+")[0] != SELF_EXTEND for s in spec.scalings) or all(f % 1 == 0 for f in spec.factors),
             f"--factors={','.join(f'{f:g}' for f in spec.factors)}: self_extend's factor is its group size, a whole "
             "number",
         ),

@@ -226,5 +226,7 @@ def test_hf_eval_measures_self_extend_and_dca_with_their_settings_in_the_cell_na
     assert at["dca chunk 44 local 4"] == pytest.approx(at["none x1"], rel=1e-6)  # within one chunk
     with pytest.raises(ConfigError, match="self_extend's factor is its group size, a whole number"):
         parse([*argv[:-4], "--factors", "2.5", "--lengths", "32"])
+    with pytest.raises(ConfigError, match="self_extend's factor is its group size, a whole number"):
+        parse([str(folder), "--scalings", "self_extend+hope", "--factors", "2.5", "--lengths", "32"])  # a modifier too
     with pytest.raises(ConfigError, match="--window=0: Self-Extend's neighbour window is a positive number"):
         parse([*argv, "--window", "0"])  # the one size a user gives: apply_remapped's are ≥ 1 from here on
