@@ -113,15 +113,11 @@ def seeds_needed(
     spread = statistics.variance(a) + statistics.variance(b)
     if spread == 0:
         return None
-    return next(
-        (
-            n
-            for n in range(2, most + 1)
-            if (stats.t.ppf(0.5 + level / 2, 2 * (n - 1)) + stats.t.ppf(power, 2 * (n - 1))) * math.sqrt(spread / n)
-            <= abs(effect)
-        ),
-        None,
-    )
+    for n in range(2, most + 1):
+        df = 2 * (n - 1)
+        if (stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(power, df)) * math.sqrt(spread / n) <= abs(effect):
+            return n
+    return None
 
 
 def what_settles(a: list[float], b: list[float], diff: float, per: str = "arm") -> str:
