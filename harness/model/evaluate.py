@@ -179,11 +179,11 @@ def _score_length(module, loader, length: int, results: TaskResults, strings: bo
     with torch.no_grad():
         for batch in loader:
             batch = on_device(batch, module.device)
-            loss_sum, n, logits = module._scored(batch)
+            losses, scored, logits = module.token_losses(batch)  # (B, T) each; (B, T, V)
             correct = exact_match(logits, batch["labels"])
-            total, count = total + float(loss_sum), count + int(n)
+            total, count = total + float(losses.double().sum()), count + int(scored.sum())
             right, sequences = right + int(correct.sum()), sequences + len(correct)
-            tokens_right += int(token_hits(logits, batch["labels"])[0])  # of the n scored: n counts them
+            tokens_right += int(token_hits(logits, batch["labels"])[0])  # of the scored tokens, which count counts
             found += float(string_hits(logits, batch["labels"]).sum()) if strings else 0.0
             examples += scored_examples(batch, correct)
     results.accuracy[length], results.losses[length] = right / sequences, total / max(count, 1)

@@ -18,7 +18,7 @@ Under autocast the logits are computed as autocast computes ``F.linear`` (in its
 weights) and reduced in fp32, as ``F.cross_entropy(logits.float(), …)`` would; the gradients of ``h`` and ``W``
 come back in their own dtypes.
 
-``scored`` and ``summed_loss`` are training's loss of a batch (harness/model/module.py) and the benchmarks' (this
+``summed_loss`` is training's loss of a batch (harness/model/module.py) and the benchmarks' (this
 module imports no lightning: a benchmark's measured start-up and memory stay its own).
 """
 
@@ -98,21 +98,15 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         )
 
 
-def scored(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy over the scored tokens, their count, the logits (B, T, V))."""
-    out = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
-    wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
-    loss = F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
-    return loss, (batch["labels"] != IGNORE).sum(), out
-
-
 def summed_loss(model: Transformer, batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed cross-entropy over the scored tokens, their count), training's loss and the benchmarks'; with
     ``model.loss_chunk`` set, from that many tokens' logits at a time (harness/model/loss.py), the whole batch's
     never held."""
     chunk = model.cfg.loss_chunk
-    if chunk is None:
-        return scored(model, batch)[:2]
     n = (batch["labels"] != IGNORE).sum()
+    if chunk is None:
+        out = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"))  # (B, T, V)
+        wide = out.flatten(0, 1).to(torch.promote_types(out.dtype, torch.float32))  # bf16 up, float64 kept
+        return F.cross_entropy(wide, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum"), n
     h = model(batch["input_ids"], batch["key_padding_mask"], batch.get("document_ids"), decode=False)
     return summed_cross_entropy(h.flatten(0, 1), *model.output_layer(), batch["labels"].flatten(), chunk, IGNORE), n

@@ -27,7 +27,7 @@ from harness.data.loaders import without_full_masks
 from harness.data.objectives import IGNORE
 from harness.data.tasks import exact_match, token_hits
 from harness.errors import Diverged
-from harness.model.loss import scored, summed_cross_entropy, summed_loss
+from harness.model.loss import summed_cross_entropy, summed_loss
 from harness.model.schedule import Schedule, parameter_groups
 
 if TYPE_CHECKING:  # the model it trains; imported for the annotation only
@@ -58,10 +58,6 @@ class LanguageModel(L.LightningModule):
 
     def on_train_batch_start(self, batch, batch_idx: int):
         self.model.before_training_step(self.global_step)  # Performer's redraw, decided on the host
-
-    def _scored(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``scored`` on this module's model (harness/model/evaluate.py scores a module through it)."""
-        return scored(self.model, batch)
 
     def token_losses(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(each token's cross-entropy, 0 where nothing is scored; which tokens are scored), (B, T) each; the logits."""

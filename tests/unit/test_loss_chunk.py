@@ -15,7 +15,7 @@ from tests.helpers import ROOT
 IGNORE = -100
 
 
-def _plain(h, w, b, y):  # as LanguageModel._scored: bf16 logits reduced in fp32, fp64 kept
+def _plain(h, w, b, y):  # as summed_loss without loss_chunk: bf16 logits reduced in fp32, fp64 kept
     z = F.linear(h, w, b)
     return F.cross_entropy(z.to(torch.promote_types(z.dtype, torch.float32)), y, ignore_index=IGNORE, reduction="sum")
 
