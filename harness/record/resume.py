@@ -123,8 +123,7 @@ def remove_checkpoints(directory: Path) -> None:
 def config_hash(values: dict, uri: str) -> str:
     """sha256 of the resolved config ``values`` minus volatile keys, plus the store it is logged to."""
     resolved = {k: v for k, v in values.items() if k not in VOLATILE}
-    if "trainer" in resolved:
-        resolved["trainer"] = {k: v for k, v in resolved["trainer"].items() if k not in VOLATILE_TRAINER}
+    resolved["trainer"] = {k: v for k, v in resolved["trainer"].items() if k not in VOLATILE_TRAINER}
     return integrity.sha256(json.dumps({"config": resolved, "tracking_uri": uri}, sort_keys=True, default=str))[:16]
 
 
