@@ -143,12 +143,13 @@ def _corpus(checked: Checked) -> Corpus:
 def _callbacks(checked: Checked, plan, logger) -> list:
     """Progress (a bar in a terminal, else lines), checkpoints for resuming, and positional phases."""
     from harness.model.progress import progress_callbacks
-    from harness.record.callbacks import resume_callbacks
+    from harness.record.callbacks import CommittedCheckpoints, RngState
 
     spec = checked.spec
     callbacks = [
         *progress_callbacks(spec.progress.mode, spec.progress.every_n_steps, spec.trainer.enable_progress_bar),
-        *resume_callbacks(plan.dir, plan.every, logger.flush, plan.step),
+        RngState(),
+        CommittedCheckpoints(plan.dir, plan.every, logger.flush, plan.step),
     ]
     if checked.phases:  # positional phases (harness/model/phases.py): before each step's forward
         from harness.model.phases import PositionPhases

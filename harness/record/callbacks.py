@@ -29,12 +29,6 @@ from harness.record.run import TrackedRun
 from harness.signals import STOPPED_AT
 
 
-def resume_callbacks(directory: Path, every: int, flush: Callable[[], None], start: int = 0) -> list[L.Callback]:
-    """RNG states always (dropout draws from them); checkpoints every ``every`` steps (0: never); ``start``: the
-    step of the checkpoint this run resumed from (0: none)."""
-    return [RngState(), CommittedCheckpoints(directory, every, flush, start)]
-
-
 class RngState(L.Callback):
     """Global RNG states (dropout draws from them) saved in, and restored from, the checkpoint."""
 
@@ -67,10 +61,11 @@ class RngState(L.Callback):
 
 
 class CommittedCheckpoints(L.Callback):
-    """Every ``every`` optimizer steps: save after the step (Lightning's own restart point),
-    commit at the start of the next one, once the logger has flushed every point up to it."""
+    """Every ``every`` optimizer steps (0: never): save after the step (Lightning's own restart point),
+    commit at the start of the next one, once the logger has flushed every point up to it. ``start``: the step
+    of the checkpoint this run resumed from (0: none). A run trains with ``RngState`` beside it."""
 
-    def __init__(self, directory: Path, every: int, flush, start: int = 0):
+    def __init__(self, directory: Path, every: int, flush: Callable[[], None], start: int = 0):
         self.dir, self.every, self.flush = directory, every, flush
         self._saved_step = -1
         self._pending: int | None = None

@@ -124,11 +124,10 @@ def test_a_stopped_run_names_the_checkpoint_there_is(tmp_path, every, start, sto
     """Stopped in step 5 of a run resumed from ``start`` (0: a new run): Ctrl-C there saves nothing and the next
     checkpoint every 2 steps is 6's, so ``start``'s is the one to resume; with checkpoints off (every 0) a SIGTERM
     saves none either. The stopped run's line reads the step from STOPPED_AT (0: none, so no resume=true)."""
-    from harness.record.callbacks import resume_callbacks
     from harness.signals import STOPPED_AT
 
     STOPPED_AT.clear()
-    [_, cb] = resume_callbacks(tmp_path, every, lambda: None, start)
+    cb = CommittedCheckpoints(tmp_path, every, lambda: None, start)
     trainer = Trainer()
     trainer.validating = False
     trainer.global_step = 4
@@ -142,10 +141,9 @@ def test_a_stopped_run_names_the_checkpoint_there_is(tmp_path, every, start, sto
 def test_a_checkpoint_dropped_by_a_stop_in_validation_leaves_no_file(tmp_path):
     """Step 4 saved as pending, then stopped inside step 4's validation: that checkpoint is never committed, so
     its file and digest go at once; step 2's stays the one to resume."""
-    from harness.record.callbacks import resume_callbacks
     from harness.signals import STOPPED_AT
 
-    [_, cb] = resume_callbacks(tmp_path, 2, lambda: None)
+    cb = CommittedCheckpoints(tmp_path, 2, lambda: None)
     trainer = Trainer()
     for step in (2, 4):
         trainer.global_step = step
