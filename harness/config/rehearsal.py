@@ -249,13 +249,9 @@ def rehearse(
 
 def _step(model: Transformer, batch: int, length: int) -> Ledger:
     """The ledger of a forward and backward over ``batch`` × ``length`` tokens (gradients included)."""
-
-    def run():
-        model(torch.zeros(batch, length, dtype=torch.long)).float().sum().backward()
-
     model.train()
     try:
-        return _measured(model, run)
+        return _measured(model, lambda: model(torch.zeros(batch, length, dtype=torch.long)).float().sum().backward())
     finally:
         model.zero_grad(set_to_none=True)
 
