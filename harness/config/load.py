@@ -156,10 +156,9 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
             unit = OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers
             names[group] = pattern_label(pattern_unit(unit, group))
     tuned = apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
-    experiment, scale = (None if names.get(g) is None else str(names[g]) for g in ("experiment", "scale"))
-    named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]), experiment, scale)
+    named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]))
     try:
-        return spec_of(resolved(cfg), named, config_dirs, tuned)
+        return spec_of(resolved(cfg), named, config_dirs)
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
@@ -287,9 +286,9 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     return values
 
 
-def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str], tuned: dict[str, str]) -> RunSpec:
+def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str]) -> RunSpec:
     """``values``: the resolved config (no hydra node); ``config_dirs``: the user's, where a pattern's or a phase's
-    other options are found too; ``tuned``: the keys ``optim.tuned`` wrote, each with its file."""
+    other options are found too."""
     missing = [g for g in GROUPS if not isinstance(values.get(g), dict) or not chosen(g, node_of(values, g))]
     if missing:  # ~pos, pos=null, or a preset that drops one
         raise ConfigError(missing_group(missing[0]))
@@ -337,7 +336,6 @@ def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str], tuned: d
         schedule=component("optim.schedule", node_of(optim, "schedule"), "optim.schedule"),
         phases=phases(values.get("phases"), pos, own_node(pos_node), config_dirs),
         values=values,
-        tuned=tuned,
     )
 
 

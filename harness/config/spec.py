@@ -493,8 +493,6 @@ class Choices:
     attn: str
     task: str
     data: str
-    experiment: str | None = None
-    scale: str | None = None
 
 
 @dataclass(frozen=True)
@@ -521,7 +519,6 @@ class RunSpec:
     schedule: Component
     phases: tuple[PhaseSpec, ...]
     values: Json  # the resolved config: the run's params, config.yaml and config hash
-    tuned: Mapping[str, str] = field(default_factory=dict)  # key -> the best.json its value came from (optim.tuned)
 
     @property
     def seed(self) -> int:
