@@ -8,6 +8,8 @@ is the catalogue's to say (harness/config/catalog.py reads conf/).
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 from harness.config import catalog
 from harness.config.load import compose, parsed_overrides
 from harness.errors import ConfigError, one_line
@@ -143,9 +145,7 @@ def _nearest(key: str) -> tuple[str | None, object]:
     if not rest:
         near = difflib.get_close_matches(head, catalog.group_names(), n=1, cutoff=0.6)
         return (f"{near[0]}=..." if near else None), None
-    node: object = compose([])
-    for part in key.split(".")[:-1]:
-        node = node.get(part) if hasattr(node, "get") else None
+    node = OmegaConf.select(compose([]), key.rsplit(".", 1)[0], default=None)
     keys = [str(k) for k in node.keys()] if hasattr(node, "keys") else []
     near = difflib.get_close_matches(key.rsplit(".", 1)[1], keys, n=1, cutoff=0.6)
     return (f"{key.rsplit('.', 1)[0]}.{near[0]}=..." if near else None), node if keys else None
