@@ -245,7 +245,7 @@ class HFDataset:
             or (root / "dataset_dict.json").exists()
             or (root / "state.json").exists()
         ):
-            return self._open_saved(root, split)
+            return self._open_saved(datasets, root, split)
         splits = split_files(self._data_files(root), root, path)
         if split not in splits:
             key = "data.val_split" if split == self.val_split else "data.split"
@@ -277,9 +277,8 @@ class HFDataset:
                 f" ({type(e).__name__}: {_first_line(e)}); fix the file or convert it"
             ) from None
 
-    def _open_saved(self, root: Path, split: str):
+    def _open_saved(self, datasets, root: Path, split: str):
         """A ``save_to_disk`` folder: a DatasetDict's split, or a single dataset (read as the training split)."""
-        datasets = _datasets()
         loaded = datasets.load_from_disk(str(root))
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
