@@ -138,8 +138,7 @@ class DepthTable:
     @property
     def accuracy(self) -> np.ndarray:
         """(n_bins, n_lengths); NaN where a cell holds no example."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.total > 0, self.correct / np.maximum(self.total, 1), np.nan)
+        return np.where(self.total > 0, self.correct / np.maximum(self.total, 1), np.nan)
 
     def bin_label(self, k: int) -> tuple[int, int]:
         """Bin k's depth range in percent, [lo, hi)."""
@@ -150,8 +149,6 @@ def depth_table(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> D
     """Counts of per-example (length, depth %, correct) records, e.g. zipped from a batch's
     ``length`` and ``depth`` fields and ``exact_match``."""
     rows = np.array([(int(n), int(d), bool(c)) for n, d, c in records], dtype=np.int64).reshape(-1, 3)  # (E, 3)
-    if not len(rows):
-        raise ValueError("depth_table: no records")
     lengths, column = np.unique(rows[:, 0], return_inverse=True)
     cell = (depth_bin(rows[:, 1], n_bins), column)  # (E,) bins, (E,) length columns
     total, correct = np.zeros((2, n_bins, len(lengths)), dtype=np.int64)
