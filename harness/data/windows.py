@@ -39,9 +39,8 @@ def with_document_ids(
     if firsts is None:
         return example
     window = np.zeros(length, dtype=np.int64)
-    chunk = firsts[start : start + length]
-    window[: len(chunk)] = chunk
-    window[0] = 0
+    chunk = firsts[start + 1 : start + length]  # after the window's first token, in document 0 whatever it is
+    window[1 : 1 + len(chunk)] = chunk
     ids = torch.from_numpy(np.cumsum(window))
     return {**example, "document_ids": ids[: example["input_ids"].shape[0]]}  # CLM: its inputs are window[:-1]
 
