@@ -366,9 +366,8 @@ def _go_offline() -> None:
     the constants of those already imported (they copied the variable at import)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     for name in ("huggingface_hub.constants", "datasets.config"):  # transformers asks huggingface_hub's
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "HF_HUB_OFFLINE"):
-            vars(module)["HF_HUB_OFFLINE"] = True
+        if hasattr(sys.modules.get(name), "HF_HUB_OFFLINE"):  # imported, holding its copy (not imported: None)
+            vars(sys.modules[name])["HF_HUB_OFFLINE"] = True
 
 
 def _datasets():
