@@ -300,10 +300,6 @@ class SyntheticTask:
             **lay.extras,
         }
 
-    def draw_length(self, gen: torch.Generator) -> int:
-        lo, hi = self.train_lengths
-        return lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
-
     # --- Task, the protocol of the pipeline (harness/data/objectives.py) -----------------------
 
     def sequence_tokens(self, seq_len: int) -> int:
@@ -382,5 +378,6 @@ class TaskExamples(Dataset):
         if not 0 <= index < self.n:
             raise IndexError(index)
         gen = example_generator(self.seed, self.stream, self.length or 0, index)
-        length = self.length if self.length is not None else self.task.draw_length(gen)
+        lo, hi = self.task.train_lengths  # a length drawn uniformly from them when the dataset has none
+        length = self.length if self.length is not None else lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
         return self.task.example(length, gen, self.filler, None if self.stream == TRAIN else index)
