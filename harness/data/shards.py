@@ -141,7 +141,6 @@ class TokenCorpus:
     name: str
     sha256: str  # of the text, before splitting
     size: int  # bytes of text
-    train_sha256: str
     train_ids: ShardedIds
     val_ids: ShardedIds
     val_bytes_per_token: float  # bits/byte of the validation split (harness/data/tokenizer.py)
@@ -324,7 +323,6 @@ class TokenShards:
             corpus["name"],
             corpus["sha256"],
             corpus["bytes"],
-            corpus["train_sha256"],
             ids("train"),
             ids("val"),
             val["bytes"] / max(1, val["tokens"]),
