@@ -213,7 +213,7 @@ class Trained(Subword):
                 "tokenizer.train_bytes sizes the sample a vocabulary is trained on; tokenizer.path "
                 "loads a trained one: drop one of them"
             )
-        self.path, self.min_frequency, self.train_bytes = path, min_frequency, train_bytes
+        self.min_frequency, self.train_bytes = min_frequency, train_bytes
         if path:
             self._tok = load_file(path)
             self._tok.encode_special_tokens = True  # as trained ones (_trained)
@@ -382,7 +382,6 @@ class Pretrained(Subword):
                 "tokenizer=hf needs tokenizer.name=gpt2, bert-base-uncased or a folder a tokenizer "
                 "was saved to (save_pretrained)"
             )
-        self.name = name
         local = Path(name).expanduser().exists()
         offline = None if local else hub_offline()  # asked before transformers is imported: it reads the setting then
         from transformers import AutoTokenizer  # declared in requires: checked before this class is built
