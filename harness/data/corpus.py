@@ -259,7 +259,8 @@ class TextFiles:
         self.path, self.val_every = path, val_every
 
     def sizes(self) -> tuple[int, int]:
-        """(train, val) bytes from the files' sizes: every path check, no content read."""
+        """(train, val) bytes from the files' sizes, after every check of the files (``_files``, which reads each
+        through once for UTF-8)."""
         files = self._files()
         total = sum(f.stat().st_size for f in files) + 2 * max(len(files) - 1, 0)  # joined by blank lines
         if total < 4096:
