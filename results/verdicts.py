@@ -102,11 +102,15 @@ def judge(g: Group, base: Group, min_gain: float, c: sequential.Comparison | Non
     return Verdict(g, base, "tested", f"Δ = {diff:+.4f} [{low:+.4f}, {high:+.4f}]; p = {p:.2g}", p)
 
 
+def first_seeds(cells: list[Cell], n: int) -> list[Cell]:
+    """The cells a staged sweep's look of ``n`` seeds per arm saw (seeds 0 … n − 1), in seed order."""
+    return sorted((c for c in cells if c.seed.isdigit() and int(c.seed) < n), key=lambda c: int(c.seed))
+
+
 def premature_at(cells: list[Cell], n: int, min_gain: float) -> bool:
     """Whether one arm's finished seeds below ``n`` are not yet using word order (``judge``'s premature): a staged
     comparison on that arm ends at the look of ``n`` seeds, since more seeds do not train a model longer."""
-    early = [c for c in cells if c.seed.isdigit() and int(c.seed) < n]
-    return any(g.using_order(min_gain) is False for g in group_cells(early, None))
+    return any(g.using_order(min_gain) is False for g in group_cells(first_seeds(cells, n), None))
 
 
 def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design: sequential.Design) -> Verdict:
@@ -172,48 +176,38 @@ def verdicts(
     (report.seeds=auto), replayed look by look from the seeds' losses in seed order, as its sweeper decided: its
     family is every comparison the sweep's cells name, one whose side has no finished seed (a refused pairing)
     included, and one whose arm is not yet using word order at a look's seeds ends at that look."""
-    pairs = [
+    want = declared.pos if declared else BASELINE
+    named = [  # each pos with its baseline, either of them finished or not (a staged sweep's family)
         (g, base)
         for key in dict.fromkeys((g.attn, g.variant) for g in groups)
-        for base in [baseline_of([g for g in groups if (g.attn, g.variant) == key], declared)]
-        if base is not None
+        for base in [g for g in groups if (g.attn, g.variant, g.pos) == (*key, want)]
         for g in groups
-        if (g.attn, g.variant) == key and g is not base and g.final.mean is not None
+        if (g.attn, g.variant) == key and g is not base
     ]
-    testable = [(g, base) for g, base in pairs if min(len(g.finals), len(base.finals)) >= 2]
+    pairs = [(g, base) for g, base in named if g.final.mean is not None and base.final.mean is not None]
     design = staged or sequential.Design(alpha=alpha, margin=margin)
     if staged is None:  # one look at the seeds there are
+        testable = [(g, base) for g, base in pairs if min(len(g.finals), len(base.finals)) >= 2]
         family = [design.comparison(_key(g), _key(base), g.finals, base.finals) for g, base in testable]
         sequential.judge(family, design, len(design.looks) - 1)
     else:  # the sweeper's family: each pos with its baseline's cells, a cell with no finished seed included
-        want = declared.pos if declared else BASELINE
-        named = [
-            (g, base)
-            for key in dict.fromkeys((g.attn, g.variant) for g in groups)
-            for base in [g for g in groups if (g.attn, g.variant, g.pos) == (*key, want)]
-            for g in groups
-            if (g.attn, g.variant) == key and g is not base
-        ]
-        by_seed = {_key(g): _by_seed(g) for pair in named for g in pair}
-        arms = {_key(g): g for g, _ in named}
+        keyed = {_key(g): g for pair in named for g in pair}
         family = sequential.settle(
             [(_key(g), _key(base)) for g, base in named],
             design,
-            lambda need: {k: [x for seed, x in by_seed[k] if seed < n] for k, n in need.items()},
-            lambda c, n: premature_at(arms[c.arm].cells, n, min_gain),
+            lambda need: {
+                k: [c.final_loss for c in first_seeds(keyed[k].cells, n) if c.finished and c.final_loss is not None]
+                for k, n in need.items()
+            },
+            lambda c, n: premature_at(keyed[c.arm].cells, n, min_gain),
         )
     found = {c.arm: c for c in family}
-    hypotheses = len(family) * (1 if design.margin is None else 2)
+    hypotheses = sum(len(c.kinds) for c in family)
     return [decided(judge(g, base, min_gain, c := found.get(_key(g))), c, hypotheses, design) for g, base in pairs]
 
 
 def _key(g: Group) -> str:
     return f"{g.label} {g.attn} {g.variant}"
-
-
-def _by_seed(g: Group) -> list[tuple[int, float]]:
-    """(seed, final loss) of each finished seed, in seed order."""
-    return sorted((int(c.seed), loss) for c in g.cells if c.finished and (loss := c.final_loss) is not None)
 
 
 def headline(
