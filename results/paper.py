@@ -52,6 +52,7 @@ from harness.stats import (
 )
 from results import store
 from results.cells import ALPHA, ALPHA_TAG, GAIN_TAG, GRID_KEYS, MIN_ORDER_GAIN, own_metric
+from results.verdicts import first_seeds
 
 PREMATURE = "premature — train longer"
 MIN_ID_ACCURACY = 0.99
@@ -327,20 +328,17 @@ def claim_values(client, cells, comparisons: list[dict], need: dict[str, int]) -
     values = {}
     for key, n in need.items():
         i, arm = key.split(":", 1)
-        early = sorted((c for c in cells if c.seed.isdigit() and int(c.seed) < n), key=lambda c: int(c.seed))
-        values[key] = arm_values(client, early, comparisons[int(i)])[arm]
+        values[key] = arm_values(client, first_seeds(cells, n), comparisons[int(i)])[arm]
     return values
 
 
-def not_ready(cells: Callable[[], list], comparisons: list[dict], gain: float) -> Callable:
+def not_ready(cells: Callable[[int], list], comparisons: list[dict], gain: float) -> Callable:
     """``settle``'s stop for a claim: a comparison (``<index>:<arm>`` keys of ``claim_family``) whose arms, at the
     first n seeds a look trained, are not ready (``readiness``: not yet using word order) ends at that look; more
-    seeds would not train a model longer. ``cells``: the sweep's cells as the look sees them (read once per look)."""
-    seen: dict[int, list] = {}
+    seeds would not train a model longer. ``cells(n)``: the sweep's cells as the look of n seeds saw them."""
 
     def stop(c: sequential.Comparison, n: int) -> bool:
-        early = seen.setdefault(n, [x for x in cells() if x.seed.isdigit() and int(x.seed) < n])
-        return bool(readiness(early, comparisons[int(c.arm.split(":", 1)[0])], gain))
+        return bool(readiness(cells(n), comparisons[int(c.arm.split(":", 1)[0])], gain))
 
     return stop
 
@@ -353,7 +351,7 @@ def staged_outcomes(client, cells, comparisons: list[dict], design: sequential.D
         claim_family(comparisons),
         design,
         lambda need: claim_values(client, cells, comparisons, need),
-        not_ready(lambda: cells, comparisons, gain),
+        not_ready(lambda n: first_seeds(cells, n), comparisons, gain),
     )
     outcomes = []
     for comparison, c in zip(comparisons, family, strict=True):

@@ -107,10 +107,10 @@ def first_seeds(cells: list[Cell], n: int) -> list[Cell]:
     return sorted((c for c in cells if c.seed.isdigit() and int(c.seed) < n), key=lambda c: int(c.seed))
 
 
-def premature_at(cells: list[Cell], n: int, min_gain: float) -> bool:
-    """Whether one arm's finished seeds below ``n`` are not yet using word order (``judge``'s premature): a staged
-    comparison on that arm ends at the look of ``n`` seeds, since more seeds do not train a model longer."""
-    return any(g.using_order(min_gain) is False for g in group_cells(first_seeds(cells, n), None))
+def premature_at(cells: list[Cell], min_gain: float) -> bool:
+    """Whether one arm's cells of a look (``first_seeds``) are not yet using word order (``judge``'s premature): a
+    staged comparison on that arm ends at that look, since more seeds do not train a model longer."""
+    return any(g.using_order(min_gain) is False for g in group_cells(cells, None))
 
 
 def decided(v: Verdict, c: sequential.Comparison | None, hypotheses: int, design: sequential.Design) -> Verdict:
@@ -199,7 +199,7 @@ def verdicts(
                 k: [c.final_loss for c in first_seeds(keyed[k].cells, n) if c.finished and c.final_loss is not None]
                 for k, n in need.items()
             },
-            lambda c, n: premature_at(keyed[c.arm].cells, n, min_gain),
+            lambda c, n: premature_at(first_seeds(keyed[c.arm].cells, n), min_gain),
         )
     found = {c.arm: c for c in family}
     hypotheses = sum(len(c.kinds) for c in family)

@@ -18,6 +18,7 @@ Without ``report.seeds=auto`` it is the basic sweeper, unchanged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,23 +122,24 @@ class StagedSweeper(BasicSweeper):
 
         design = design_of(report)
         claim = claim_comparisons(self.config)
+        from results.verdicts import first_seeds, premature_at
+
+        @functools.cache
+        def looked(n: int) -> list:  # the sweep's runs as the look of n seeds saw them, read once per look
+            return first_seeds(_store_cells(record)[1], n)
+
         if claim:
             from results.paper import claim_family, claim_values, not_ready
 
             gain = OmegaConf.select(self.config, "claim.min_order_gain", default=report.min_order_gain)
-            stop = not_ready(lambda: _store_cells(record)[1], claim, float(gain))
+            stop = not_ready(looked, claim, float(gain))
             family = sequential.settle(claim_family(claim), design, draw_claim, stop)
         else:
-            from results.verdicts import premature_at
-
-            seen: dict[int, list] = {}  # the sweep's runs as a look of n seeds reads them, once per look
 
             def stop(c: sequential.Comparison, n: int) -> bool:  # the report's premature, at this look's seeds
                 if record is None:  # no sweep callback, no runs to read (run.py --check)
                     return False
-                if n not in seen:
-                    seen[n] = _store_cells(record)[1]
-                return premature_at([x for x in seen[n] if in_arm(x.label.split(), c.arm)], n, report.min_order_gain)
+                return premature_at([x for x in looked(n) if in_arm(x.label.split(), c.arm)], report.min_order_gain)
 
             family = sequential.settle(comparisons(named, report.baseline or "none"), design, draw, stop)
         _record(record, family, design, trained, stop)
