@@ -187,8 +187,11 @@ def verdicts(
     pairs = [(g, base) for g, base in named if g.final.mean is not None and base.final.mean is not None]
     design = staged or sequential.Design(alpha=alpha, margin=margin)
     if staged is None:  # one look at the seeds there are
-        testable = [(g, base) for g, base in pairs if min(len(g.finals), len(base.finals)) >= 2]
-        family = [design.comparison(_key(g), _key(base), g.finals, base.finals) for g, base in testable]
+        family = [
+            design.comparison(_key(g), _key(base), g.finals, base.finals)
+            for g, base in pairs
+            if min(len(g.finals), len(base.finals)) >= 2  # fewer: one seed, no test
+        ]
         sequential.judge(family, design, len(design.looks) - 1)
     else:  # the sweeper's family: each pos with its baseline's cells, a cell with no finished seed included
         keyed = {_key(g): g for pair in named for g in pair}
