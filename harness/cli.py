@@ -201,7 +201,7 @@ def _said(e: Exception, args: list[str], traces: bool) -> int:
 def run_app(app: Callable[[], object], args: list[str]) -> int:
     """Hydra's app with ``args`` (Hydra reads them from ``sys.argv``, set for the call and put back after); 0 on
     success, 2 after one line for a user's mistake, 130/143 after one line for a stop by a signal."""
-    from harness.signals import STOPPED_AT, exit_code
+    from harness.signals import STOPPED_AT, said_stop
 
     user_wants_traces = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its multi-line report
@@ -209,20 +209,14 @@ def run_app(app: Callable[[], object], args: list[str]) -> int:
     try:
         app()
     except (SystemExit, KeyboardInterrupt) as e:
-        code = exit_code(e)
-        if code is None:
-            raise
         at = STOPPED_AT.get("step")
         saved_at = f"its checkpoint holds step {at}" if at else "it goes on from its last checkpoint"
         then = "resume with the same command plus resume=true"
         if at == 0:  # stopped in training before checkpoint.every_n_steps: resume=true would find nothing
             saved_at, then = "no checkpoint was written yet", "run the same command again to train it afresh"
-        print(
-            f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the run is closed KILLED and {saved_at}; "
-            f"{then} (a sweep: run it again, finished cells are kept)",
-            file=sys.stderr,
+        return said_stop(
+            e, f"the run is closed KILLED and {saved_at}; {then} (a sweep: run it again, finished cells are kept)"
         )
-        return code
     except Exception as e:
         return _said(e, args, user_wants_traces)
     finally:

@@ -128,3 +128,13 @@ def exit_code(exc: BaseException) -> int | None:
     if code is not None:
         _State.stopped = code
     return code
+
+
+def said_stop(exc: BaseException, then: str) -> int:
+    """Called while ``exc`` is handled: a stop (``exit_code``) is one line on stderr, ``error: stopped by
+    SIGTERM|Ctrl-C: <then>`` (run.py's and hf-eval's), and its exit status; anything else is raised again."""
+    code = exit_code(exc)
+    if code is None:
+        raise  # ``exc``, the exception being handled, with its traceback
+    print(f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: {then}", file=sys.stderr)
+    return code

@@ -774,7 +774,7 @@ def _cell(
 def main(argv: list[str]) -> int:
     import shlex
 
-    from harness.signals import exit_code, terminating
+    from harness.signals import said_stop, terminating
 
     try:
         spec = parse(argv)
@@ -786,15 +786,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         return said_refusal(e)
     except (KeyboardInterrupt, SystemExit) as e:
-        code = exit_code(e)
-        if code is None:
-            raise
-        print(
-            f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: the hf-eval runs are closed KILLED; run "
-            "the same command again to evaluate from the start",
-            file=sys.stderr,
-        )
-        return code
+        return said_stop(e, "the hf-eval runs are closed KILLED; run the same command again to evaluate from the start")
     print(text, end="")
     where = f" and {spec.out}/README.md" if spec.out else ""
     print(f"parent run {parent} in experiment {spec.experiment}: hf_eval.md, hf_eval.csv, hf_eval_loss.png{where}")
