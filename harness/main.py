@@ -49,6 +49,7 @@ from harness.errors import (
     store_damage,
 )
 from harness.paths import CONF
+from harness.signals import exit_if_orphaned, stop_when_orphaned
 
 
 def job(cfg: DictConfig) -> float | None:
@@ -66,7 +67,11 @@ def job(cfg: DictConfig) -> float | None:
             from harness.sweep.callback import job_sweep_tags
             from harness.sweep.cell import train_cell
 
-            return train_cell(spec, job_sweep_tags())
+            stop_when_orphaned()
+            try:
+                return train_cell(spec, job_sweep_tags())
+            finally:  # a stopped cell raises its stop
+                exit_if_orphaned()
         from harness.train import format_summary, train
 
         summary = train(spec)

@@ -15,6 +15,7 @@ Ground: imports nothing from the project.
 from __future__ import annotations
 
 import _thread
+import functools
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 STOPPED_AT: dict[str, int] = {}  # "step": the step a stopped run's checkpoint holds (record/callbacks.py)
+SWEEP_PID = "POSBENCH_SWEEP_PID"  # the sweep's process, in the environment its local workers (joblib) inherit
 
 
 class Stopped(SystemExit):
@@ -35,6 +37,7 @@ class Stopped(SystemExit):
 class _State:
     in_lightning = False  # Lightning's loop owns SIGTERM meanwhile and stops at the end of the step
     stopped: int | None = None  # the exit status of a stop seen by ``exit_code`` (a sweep's parent reads it)
+    orphaned = False  # the sweep's process that launched this worker is gone (``stop_when_orphaned``)
 
 
 def stopped() -> int | None:
@@ -138,3 +141,30 @@ def said_stop(exc: BaseException, then: str) -> int:
         raise  # ``exc``, the exception being handled, with its traceback
     print(f"error: stopped by {'SIGTERM' if code == 143 else 'Ctrl-C'}: {then}", file=sys.stderr)
     return code
+
+
+@functools.cache  # once per process: a launcher's worker trains cell after cell
+def stop_when_orphaned(poll_s: float = 1.0) -> None:
+    """In a local worker the sweep's process launched (joblib): SIGTERM to this process once that process is gone.
+    Killed outright (SIGKILL, the OOM killer), the sweep could not stop its workers, which would train on with no
+    parent; told SIGTERM, the cell stops as a stopped run does (closed KILLED, with its checkpoint). The sweep's own
+    process (basic launcher) and a worker on another host (submitit) have another parent and are not watched."""
+    sweep = os.environ.get(SWEEP_PID, "")
+    if sweep != str(os.getppid()):
+        return
+
+    def watch() -> None:
+        while str(os.getppid()) == sweep:
+            time.sleep(poll_s)
+        _State.orphaned = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="sweep-watchdog", daemon=True).start()
+
+
+def exit_if_orphaned() -> None:
+    """After a cell has closed its run: a worker whose sweep is gone exits (143) instead of idling until its
+    launcher's timeout, holding its memory (a GPU's too)."""
+    if _State.orphaned:
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)

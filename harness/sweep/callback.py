@@ -39,7 +39,7 @@ from harness.config.load import claim_comparisons, preset_axes
 from harness.errors import MachineFault, write_failure
 from harness.record.run import TrackedRun, alive, close_dead_runs, git_sha, mark_failed, terminate
 from harness.record.store import dashboard_command, dashboard_url, resolve_tracking_uri
-from harness.signals import Stopped, stopped
+from harness.signals import SWEEP_PID, Stopped, stopped
 from harness.signals import exit_code as stop_code
 from results.cells import ALPHA_TAG, BASELINE_TAG, GAIN_TAG, MARGIN_TAG, STAGES_TAG
 
@@ -165,6 +165,7 @@ class MlflowSweep(Callback):
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # SIGTERM would skip atexit
             self.previous_sigterm = signal.signal(signal.SIGTERM, _stop)
         self.record.save(sweep_dir)
+        os.environ[SWEEP_PID] = str(os.getpid())  # a worker it launches stops once it is gone (signals.py)
         print(f"sweep {sweep_id}: MLflow parent run {self.parent.run_id} ({name!r})")
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:

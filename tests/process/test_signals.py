@@ -14,6 +14,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.record.run import alive
 from tests import inprocess
 from tests.helpers import HANG, ROOT, TINY
 
@@ -168,11 +169,8 @@ def test_a_stopped_sweep_closes_its_parent_killed(phase, store, tmp_path):
     assert cell.info.status == ("KILLED" if phase == "fit" else "FINISHED")
 
 
-def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
-    """SIGTERM to the sweep's own process (``kill PID``), not to its joblib workers: the workers never see it and
-    the launcher tears them down, so the sweep closes the cells they were training KILLED itself — no run is left
-    RUNNING — and exits 143 with one line."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
+def joblib_sweep_training(store, tmp_path) -> tuple[subprocess.Popen, MlflowClient]:
+    """A two-cell joblib sweep (two workers) of cells that train for long, once a cell trains in a worker."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -186,7 +184,7 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
             f"hydra.sweep.dir={tmp_path}/sweep",
         ],
         cwd=tmp_path,
-        env=env,
+        env={**os.environ, "MLFLOW_TRACKING_URI": store},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -200,6 +198,14 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
         )
         time.sleep(0 if training else 1)
     assert training, "no cell started training in a worker before the sweep was to be stopped"
+    return proc, client
+
+
+def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
+    """SIGTERM to the sweep's own process (``kill PID``), not to its joblib workers: the workers never see it and
+    the launcher tears them down, so the sweep closes the cells they were training KILLED itself — no run is left
+    RUNNING — and exits 143 with one line."""
+    proc, client = joblib_sweep_training(store, tmp_path)
     proc.terminate()
     stderr = proc.communicate(timeout=HANG)[1]
     assert proc.returncode == 143, stderr[-3000:]
@@ -210,6 +216,26 @@ def test_a_stopped_joblib_sweep_leaves_no_cell_running(store, tmp_path):
     cells = [r for r in runs if r.data.tags.get("sweep_role") != "parent"]
     assert parent.info.status == "KILLED" and cells
     assert {r.info.status for r in cells} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in cells]
+
+
+def test_a_killed_joblib_sweeps_workers_stop_their_cells(store, tmp_path):
+    """SIGKILL to the sweep's process (the OOM killer's way): it cannot stop its workers, so each worker watches
+    it and, once it is gone, stops its cell as SIGTERM does: the cell closed KILLED, the worker exited — none
+    trains on with no parent."""
+    proc, client = joblib_sweep_training(store, tmp_path)
+    proc.kill()
+    proc.wait(timeout=HANG)  # not its stderr: the workers hold it open until they exit
+    proc.stderr.close()
+    experiment = client.get_experiment_by_name("posbench").experiment_id
+    deadline, cells = time.time() + HANG, []
+    while time.time() < deadline:
+        cells = [r for r in client.search_runs([experiment]) if r.data.tags.get("sweep_role") != "parent"]
+        workers = {int(r.data.tags["pid"]) for r in cells}
+        if cells and all(r.info.status != "RUNNING" for r in cells) and not any(map(alive, workers)):
+            break
+        time.sleep(1)
+    assert cells and {r.info.status for r in cells} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in cells]
+    assert not any(alive(int(r.data.tags["pid"])) for r in cells), "a worker outlived its killed sweep"
 
 
 PROGRAM = """
