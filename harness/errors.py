@@ -83,14 +83,10 @@ _SQLITE_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # sqlite's result codes fo
 def store_damage(exc: BaseException) -> str | None:
     """sqlite's words, if ``exc`` (or an exception it came from) says the store's file was damaged under the run
     (truncated or overwritten by something else: SQLITE_CORRUPT, SQLITE_NOTADB), else None."""
-    return next(
-        (
-            one_line(link)
-            for link in exception_chain(exc)
-            if (getattr(link, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE)
-        ),
-        None,
-    )
+    for link in exception_chain(exc):
+        if (getattr(link, "sqlite_errorname", None) or "").startswith(_SQLITE_DAMAGE):
+            return one_line(link)
+    return None
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:

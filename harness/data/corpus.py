@@ -15,7 +15,6 @@ import codecs
 import dataclasses
 import functools
 import io
-import itertools
 import os
 import socket
 import sys
@@ -118,7 +117,8 @@ def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
             if head.startswith(magic):
                 raise ConfigError(f"{path} is {what}, not UTF-8 text; {fix} and point data.path at the result")
         f.seek(0)
-        for block in itertools.chain(iter(functools.partial(f.read, chunk), b""), [b""]):  # b"": the end, decoded final
+        while True:
+            block = f.read(chunk)
             pending = len(decoder.getstate()[0])  # bytes of a character split across blocks
             try:
                 decoder.decode(block, final=not block)
@@ -127,6 +127,8 @@ def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
                     f"{path} is not UTF-8 (bad byte at offset {offset - pending + e.start}); "
                     "convert it, e.g. iconv -f LATIN1 -t UTF-8 (name its real encoding)"
                 ) from None
+            if not block:
+                return
             offset += len(block)
 
 
