@@ -47,7 +47,7 @@ RopeMode = Literal["pre_feature", "numerator"]
 CHUNK = 64  # causal prefix-sum chunk: intra-chunk C×C products, inter-chunk (M, E) states
 NO_WEIGHT = 1e-10  # relative denominator below which a query counts as seeing no key (see kernelized_attention)
 FFT_RTOL = 1e-3  # allowed fp32 round-off bound on a Toeplitz-path output, relative to max|v| (numerator_fft_dtype)
-FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (see feature_block)
+FFT_BLOCK_ELEMS = 1 << 21  # signal samples per FFT call in the Toeplitz path (see _feature_block)
 # B·H·Tq·Tk up to which a Toeplitz bias takes the dense path (128 MiB per fp32 T×T tensor): below it the dense
 # product, forward and backward, is faster than the FFTs.
 DENSE_MAX_ELEMS = 1 << 25
@@ -101,7 +101,7 @@ def relative_coefficients(table: Tensor, t_k: int, causal: bool) -> Tensor:
     return torch.exp(table - table.amax(-1, keepdim=True).detach())
 
 
-def band_reach(far: FarField) -> int:
+def _band_reach(far: FarField) -> int:
     """K = ⌈d/C⌉, C = ``BAND_CHUNK``: band_contract's query chunk takes the K chunks on each side densely, so keys
     K + 1 chunks away or more (|i − j| ≥ K·C + 1 > d) are all in the far field.
     Dense keys per query (2K + 1)·C ≥ 2d + C: a small C wastes less of the band on far offsets (T5 at
@@ -119,7 +119,7 @@ def bias_path(q: Tensor, k: Tensor, far: FarField | None, path: ToeplitzPath, ca
         raise ConfigError("toeplitz path 'band' needs a bias that declares its far field; use auto, fft or dense")
     if far is not None and path in ("auto", "band"):
         used = far.slope[:1] if causal else far.slope  # causal ALiBi's future side grows, but is never read
-        if path == "band" or (k.shape[-2] > (2 * band_reach(far) + 1) * BAND_CHUNK and bool((used >= 0).all())):
+        if path == "band" or (k.shape[-2] > (2 * _band_reach(far) + 1) * BAND_CHUNK and bool((used >= 0).all())):
             return "band"
     small = q.shape[:-1].numel() * k.shape[-2] <= DENSE_MAX_ELEMS
     return "dense" if path == "dense" or (path == "auto" and small) else "fft"
@@ -148,14 +148,14 @@ def band_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, far: FarField
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j, exactly, for coefficients geometric beyond the far field's distance d:
     c_o = c_{±d} · r±^{|o| − d}, r = exp(−slope) (Luo et al. 2021, Eq. 8, with the Toeplitz matrix split).
 
-    Chunks of C = ``BAND_CHUNK`` positions, K = ⌈d/C⌉ (``band_reach``); query chunk n takes chunks n−K … n+K
+    Chunks of C = ``BAND_CHUNK`` positions, K = ⌈d/C⌉ (``_band_reach``); query chunk n takes chunks n−K … n+K
     densely with the exact c (offsets up to (K+1)C − 1, any values), and chunks m ≤ n−K−1 (m ≥ n+K+1) through
     ``_far_keys``: there |i − j| ≥ KC + 1 > d, so c factorises into a query weight, a key weight and
     r^{C·(chunk distance)}.
     Memory O(T·((2K+1)C + M·E/C)). q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). -> (B, H, T, E).
     """
     B, H, T, M = q.shape
-    C, K = BAND_CHUNK, band_reach(far)
+    C, K = BAND_CHUNK, _band_reach(far)
     n = -(-T // C)
     q, k, v = (F.pad(t, (0, 0, 0, n * C - T)) for t in (q, k, v))  # zero rows: no weight, outputs cut below
     out = _near_band(q, k, v, coeffs, C, K, T)  # (B, H, N, C, E)
@@ -265,7 +265,7 @@ def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: to
     """Σ_j c_{i−j} (q_iᵀ k_j) v_j = q_iᵀ Σ_j c_{i−j} k_j v_jᵀ (Luo et al. 2021, Eq. 8).
 
     Every one of the M·E sequences k_{·m} v_{·e} is Toeplitz-multiplied by FFT. A block of features goes
-    through one rfft/irfft call (``feature_block``), and backward is written out (``_ToeplitzContract``)
+    through one rfft/irfft call (``_feature_block``), and backward is written out (``_ToeplitzContract``)
     so that nothing of size T·M·E is kept: memory O(T·(M + E)) plus one block's O(T·block·E).
     ``dtype``: the FFTs' precision (kernelized_attention's: float64 for the denominator, ``numerator_fft_dtype``).
     q, k: (B, H, T, M); v: (B, H, T, E); coeffs: (H, 2T − 1). Returns (B, H, T, E) in v's dtype.
@@ -274,7 +274,7 @@ def toeplitz_contract(q: Tensor, k: Tensor, v: Tensor, coeffs: Tensor, dtype: to
     return _ToeplitzContract.apply(q.to(dtype), k.to(dtype), v.to(dtype), kernel).to(v.dtype)
 
 
-def feature_block(batch: int, heads: int, width: int, size: int) -> int:
+def _feature_block(batch: int, heads: int, width: int, size: int) -> int:
     """Features per FFT call: as many as keep one block's (B, H, b, E, L) signals under ``FFT_BLOCK_ELEMS``."""
     return max(1, FFT_BLOCK_ELEMS // (batch * heads * width * size))
 
@@ -307,7 +307,7 @@ class _ToeplitzContract(torch.autograd.Function):
         q_t, k_t, v_t, g_t = (t.transpose(-1, -2) for t in (q, k, v, grad))  # (B, H, ·, T)
         conj = spectrum.conj().resolve_conj()[:, None]  # (H, 1, 1, L/2 + 1): Cᵀ in frequency
         B, H, M, E = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
-        padded = q_t.new_zeros(B, H, min(feature_block(B, H, E, size), M), E, size)  # (B, H, b, E, L)
+        padded = q_t.new_zeros(B, H, min(_feature_block(B, H, E, size), M), E, size)  # (B, H, b, E, L)
         dq_t, dk_t, dv_t = q_t.new_zeros(q_t.shape), k_t.new_zeros(k_t.shape), v_t.new_zeros(v_t.shape)
         d_spec = spectrum.new_zeros(spectrum.shape[0], spectrum.shape[-1]) if ctx.needs_input_grad[3] else None
         for m, y, x_f in _blocks(k_t, v_t, spectrum, size, keep_spectrum=d_spec is not None):
@@ -328,7 +328,7 @@ def _blocks(k_t: Tensor, v_t: Tensor, spectrum: Tensor, size: int, keep_spectrum
     """For each feature block m: (m, y = C (k_m ∘ v_e) of shape (B, H, b, E, T), rfft(k_m ∘ v_e) or None)."""
     B, H, M, T = k_t.shape
     E = v_t.shape[2]
-    block = feature_block(B, H, E, size)
+    block = _feature_block(B, H, E, size)
     padded = k_t.new_zeros(B, H, min(block, M), E, size)  # written into [..., :T], tail 0: no pad per FFT call
     for m0 in range(0, M, block):
         m = slice(m0, min(M, m0 + block))

@@ -97,7 +97,7 @@ class _Favor(torch.autograd.Function):
         return dx, None, None, None
 
 
-def redraw_seed(base: int, n: int) -> int:
+def _redraw_seed(base: int, n: int) -> int:
     return (base * _MIX + n) % (1 << 63)
 
 
@@ -124,7 +124,7 @@ class Performer(KernelizedAttention):
         self.register_buffer("projection", torch.empty(m, shape.head_dim))
         if not self.base_seed.is_meta:  # on meta (the checks' construction) there is no seed's value to draw from
             with torch.no_grad():
-                self.projection.copy_(draw_projection(m, shape.head_dim, redraw_seed(int(self.base_seed), 0)))
+                self.projection.copy_(draw_projection(m, shape.head_dim, _redraw_seed(int(self.base_seed), 0)))
 
     def feature_map(self, x: Tensor, is_query: bool) -> Tensor:
         eps = 1e-4 if is_query else 0.0  # the per-query max cancels exactly either way; see module doc
@@ -138,7 +138,7 @@ class Performer(KernelizedAttention):
         if n != self.redraws:
             if n or self.redraws is not None:  # draw 0 is the constructor's (or a checkpoint's, which holds n's)
                 self.projection.copy_(
-                    draw_projection(self.nb_features, self.shape.head_dim, redraw_seed(int(self.base_seed), n))
+                    draw_projection(self.nb_features, self.shape.head_dim, _redraw_seed(int(self.base_seed), n))
                 )
             self.redraws = n
 

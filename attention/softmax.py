@@ -136,10 +136,10 @@ def _entry(t: Tensor, b: int, heads: slice) -> Tensor:
 
 def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
     """softmax(q kᵀ/√D + mask) v, Vaswani et al. 2017 Eq. 1, with the full (Tq, Tk) logits."""
-    return F.dropout(softmax_weights(q, k, mask, causal), p) @ v  # (B, H, Tq, D)
+    return F.dropout(_softmax_weights(q, k, mask, causal), p) @ v  # (B, H, Tq, D)
 
 
-def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+def _softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
     """softmax(q kᵀ/√D + mask) of Vaswani et al. 2017 Eq. 1, the (B, H, Tq, Tk) weights themselves (no dropout);
     ``mask`` as the backends take it (it holds the causal mask when it is not None)."""
     logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
@@ -150,7 +150,7 @@ def softmax_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> 
     return masked_softmax(logits)
 
 
-def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
+def _xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, p: float) -> Tensor:
     """memory_efficient_attention (xFormers, after Rabe & Staats 2021) on (B, T, H, D) layout."""
     import xformers.ops as xops
 
@@ -169,7 +169,7 @@ def xformers_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cau
     return out.transpose(1, 2)  # (B, H, Tq, D)
 
 
-BACKENDS: dict[str, Backend] = {"sdpa": sdpa_attention, "math": math_attention, "xformers": xformers_attention}
+BACKENDS: dict[str, Backend] = {"sdpa": sdpa_attention, "math": math_attention, "xformers": _xformers_attention}
 PROBE_DEVICE = "cuda"  # where the xformers probe runs (a test points it at a fake)
 
 
@@ -194,7 +194,7 @@ def xformers_problem() -> str | None:
     return None
 
 
-def require_xformers() -> None:
+def _require_xformers() -> None:
     """Refuse attn.backend=xformers at construction, in one line, when it cannot run here."""
     problem = xformers_problem()
     if problem:
@@ -252,7 +252,7 @@ class Softmax(AttentionVariant):
         if backend not in (*BACKENDS, "auto"):
             raise ConfigError(f"backend={backend!r} is unknown; use one of {', '.join(BACKENDS)}, auto")
         if backend == "xformers":
-            require_xformers()
+            _require_xformers()
         self.dropout, self.backend = dropout, backend
         # auto: sdpa, plus xformers where its probe passes; with one candidate the choice is made now
         self.candidates = ["sdpa", *([] if xformers_problem() else ["xformers"])] if backend == "auto" else [backend]
@@ -276,4 +276,4 @@ class Softmax(AttentionVariant):
 
     def weights(self, p: Positioned) -> Tensor:
         """softmax(q kᵀ/√D + b), with the mask and rotation exactly as ``forward`` places them."""
-        return softmax_weights(p.q, p.k, p.mask, p.ctx.causal)  # (B, H, Tq, Tk)
+        return _softmax_weights(p.q, p.k, p.mask, p.ctx.causal)  # (B, H, Tq, Tk)

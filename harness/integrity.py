@@ -18,7 +18,7 @@ Four things are sealed, one way each, and the comparison is one function (``chec
 
 Writes are atomic (a temporary file renamed over the old one), so a reader never meets half a file, and a folder
 a command will write is tried first (``check_writable_dir``), so a refusal comes before the work. A key one
-character off a seal's (``sha257``: a flipped bit) is the seal damaged (``near_miss``).
+character off a seal's (``sha257``: a flipped bit) is the seal damaged (``_near_miss``).
 
 Without a seal: a record, file or report folder that carries none was written before posbench sealed it (or its
 write stopped between the file and its seal); it is read as it is (``read``, ``intact``), reported as unsealed
@@ -59,7 +59,7 @@ def sha256(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-def canonical(value: Any) -> str:
+def _canonical(value: Any) -> str:
     """``value``'s JSON with sorted keys and no spaces: the text a record's digest is taken over."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -105,7 +105,7 @@ def check_digest(path: Path, recorded: str, where: str, fix: str) -> None:
 
 
 def digest(record: dict, key: str = SEAL) -> str:
-    return sha256(canonical({k: v for k, v in record.items() if k != key}))
+    return sha256(_canonical({k: v for k, v in record.items() if k != key}))
 
 
 def write(path: Path, record: dict) -> None:
@@ -123,7 +123,7 @@ def read(path: Path, fix: str, keys: Collection[str] = ()) -> dict:
         raise ConfigError(f"{path} is damaged (not JSON: {one_line(e)[:60]}); {fix}") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{path} is damaged (not a JSON object); {fix}")
-    near = [] if SEAL in record else [k for k in record if near_miss([k], SEAL)]
+    near = [] if SEAL in record else [k for k in record if _near_miss([k], SEAL)]
     if near:
         raise ConfigError(f"{path} is damaged (its seal's key reads {near[0]!r}); {fix}")
     if not intact(record):
@@ -158,11 +158,11 @@ def intact(record: dict) -> bool:
     """Whether a record read from JSON still matches its seal (one from before seals has none: True; a key one
     character off the seal's, ``sha2V6``, is the seal damaged, not a record from before seals)."""
     if SEAL not in record:
-        return not near_miss(record, SEAL)
+        return not _near_miss(record, SEAL)
     return record[SEAL] == digest(record)
 
 
-def near_miss(keys: Iterable[str], name: str) -> bool:
+def _near_miss(keys: Iterable[str], name: str) -> bool:
     """Whether a key among ``keys`` is ``name`` with one character changed (a flipped bit in a seal's key)."""
     return any(len(k) == len(name) and sum(a != b for a, b in zip(k, name, strict=True)) == 1 for k in keys)
 
@@ -326,15 +326,15 @@ def seal(client: Any, run_id: str) -> None:
         "latest": _digest(_floats(run.data.metrics)),
         "history": {key: _history(raw.get_metric_history(run_id, key)) for key in sorted(run.data.metrics)},
     }
-    text = canonical(body)
+    text = _canonical(body)
     if len(text) > MAX_SEAL_CHARS:
         body["history"] = _digest(body["history"])
-        text = canonical(body)
+        text = _canonical(body)
     raw.set_tag(run_id, SEAL_TAG, text)
 
 
 def _digest(value) -> str:
-    return sha256(canonical(value))[:16]
+    return sha256(_canonical(value))[:16]
 
 
 def _floats(metrics: dict[str, float]) -> dict[str, str]:
@@ -351,7 +351,7 @@ def _seal_of(run) -> dict | None:
     tags = run.data.tags
     text = tags.get(SEAL_TAG)
     if text is None:
-        near = next((k for k in tags if near_miss([k], SEAL_TAG)), None)
+        near = next((k for k in tags if _near_miss([k], SEAL_TAG)), None)
         if near is not None:
             raise _damaged(run, f"its seal's key reads {near!r}")
         if MARK_TAG in tags and run.info.status in CLOSED:
@@ -393,7 +393,7 @@ def unsealed(runs) -> list[str]:
     return [r.info.run_id for r in runs if r.info.status in CLOSED and SEAL_TAG not in r.data.tags]
 
 
-def check_history(run, key: str, points: list, histories: Callable[[], dict[str, list]]) -> dict[str, str]:
+def _check_history(run, key: str, points: list, histories: Callable[[], dict[str, list]]) -> dict[str, str]:
     """Metric ``key``'s history of ``run`` against its seal; ``histories()`` gives every key's, for a seal that
     holds one digest over all (a run with more metrics than a tag holds digests of). Returns the digest of each
     history found intact (so a caller checks one of them again without reading all)."""
@@ -447,7 +447,7 @@ class SealedClient:
         run = self.raw.get_run(run_id)
         sealed_as = (run_id, run.data.tags.get(SEAL_TAG, ""))
         if self._intact.get(sealed_as, {}).get(key) != _history(points):
-            self._intact[sealed_as] = check_history(
+            self._intact[sealed_as] = _check_history(
                 run, key, points, lambda: {k: self.raw.get_metric_history(run_id, k) for k in run.data.metrics}
             )
         return points

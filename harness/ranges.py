@@ -130,7 +130,7 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
             if not fits(v, item) or (isinstance(v, float) and not math.isfinite(v)) or violated(v, item)
         ]
         if wrong:
-            words = describe_items(item)
+            words = _describe_items(item)
             raise ConfigError(f"{key}={show_value(value)}: {wrong} are not {words}; give {words} only")
     if not fits(value, annotation):
         if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
@@ -154,7 +154,7 @@ def _list_item(annotation: Any) -> Any:
     return args[0] if origin is list and args else None
 
 
-def describe_items(item: Any) -> str:
+def _describe_items(item: Any) -> str:
     """Words for many values of ``item``: its range's plural ("positive integers"), else its type's."""
     ranges = [r for r in typing.get_args(item) if isinstance(r, Range)]  # only ``Annotated`` carries a Range
     return next((r.plural for r in ranges if r.plural), describe(item, plural=True))

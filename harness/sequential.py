@@ -151,7 +151,7 @@ def beyond_p(a: list[float], b: list[float], margin: float) -> float:
     return min(1.0, 2 * t_sf((abs(diff) - margin) / se, df))
 
 
-def seeds_to_decide(a: list[float], b: list[float], effect: float, level: float, sides: int, most: int) -> int | None:
+def _seeds_to_decide(a: list[float], b: list[float], effect: float, level: float, sides: int, most: int) -> int | None:
     """Seeds per arm (the same on both sides) with which a test at ``level`` shows ``effect`` with 80 % power if the
     seeds spread as these do: the least n with (z_{1−level/sides} + z_{power})·√((s_a² + s_b²)/n) ≤ effect (the
     normal approximation); None when more than ``most`` would be needed or there is no effect to show."""
@@ -237,7 +237,7 @@ def _decidable(c: Comparison, design: Design, level: float) -> bool:
         "equivalence": margin - closest,
         "beyond": abs(diff) + reach - margin,
     }
-    return any(seeds_to_decide(c.a, c.b, effects[k], level, SIDES[k], design.most) is not None for k in c.kinds)
+    return any(_seeds_to_decide(c.a, c.b, effects[k], level, SIDES[k], design.most) is not None for k in c.kinds)
 
 
 def _p(c: Comparison, kind: str) -> float:

@@ -90,7 +90,7 @@ def train(spec: RunSpec, run: TrackedRun | None = None) -> Summary:
         final = fit(built, plan.ckpt)
         sums, tokens = built.module.val_windows.T.tolist()
         run.log_files(integrity.sealed_files({WINDOWS_ARTIFACT: json.dumps({"loss_sum": sums, "tokens": tokens})}))
-        run.set_tags(backend_tags(built.model))
+        run.set_tags(_backend_tags(built.model))
         logger.flush()
         evaluate(built, checked, corpus, run, final["step"])
     return Summary(
@@ -158,7 +158,7 @@ def _callbacks(checked: Checked, plan, logger) -> list:
     return callbacks
 
 
-def backend_tags(model) -> dict[str, str]:
+def _backend_tags(model) -> dict[str, str]:
     """``attn_backend``: the kernel(s) the attention actually ran (attn.backend=auto picks at the first
     step; ``backend_used`` of attention/softmax.py), so timings compare like with like."""
     used = sorted({m.backend_used for m in model.modules() if getattr(m, "backend_used", None)})
@@ -213,7 +213,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.set_tags({f"eval_skipped_at_{n}": reason[:1000] for n, reason in by_length.skipped.items()})
         run.log_files(by_length.files(spec.eval.position_buckets))
     run.log_files(integrity.sealed_files(built.model.pos.artifacts()))  # theta.csv, read back by results/theta.py
-    run.log_files(rope_parameters_file(built.model))
+    run.log_files(_rope_parameters_file(built.model))
     if spec.run.export == "hf" and built.owner:  # AutoModelForCausalLM.from_pretrained(<artifacts>/hf_model)
         from harness.pretrained.export import hf_files
 
@@ -242,7 +242,7 @@ def evaluate(built, checked: Checked, corpus, run: TrackedRun, step: int) -> Non
         run.log_files(diagnostics.files(), "diagnostics")
 
 
-def rope_parameters_file(model) -> dict[str, str]:
+def _rope_parameters_file(model) -> dict[str, str]:
     """``rope_parameters.json``: the trained model's RoPE as transformers v5 states it, with its layer types
     (harness/pretrained/rope_parameters.py); nothing for a model that format cannot hold (ALiBi, Performer, …)."""
     from harness.pretrained.rope_parameters import write

@@ -41,7 +41,7 @@ from harness.ranges import Positive, PositiveFloat32, PositiveInt, ranged
 from positional.base import LogitBias, PositionalBias, PositionalScheme, Shape
 
 
-def fire_psi(x: Tensor, c: Tensor) -> Tensor:
+def _fire_psi(x: Tensor, c: Tensor) -> Tensor:
     """ψ(x) = log(c·x + 1) (Li et al. 2023, §3), elementwise, x ≥ 0, c > 0."""
     return torch.log1p(c * x)
 
@@ -58,7 +58,7 @@ def fire_inputs(positions: Tensor, c: Tensor, threshold: Tensor, causal: bool, e
     p, c, threshold = positions.to(work), c.to(work), threshold.to(work)
     reach = (p if causal else torch.maximum(p, p[-1] - p))[..., :, None]  # (T, 1) N_i
     offset = p[..., :, None] - p[..., None, :]  # (T, T) p_i − p_j
-    return torch.sign(offset) * fire_psi(offset.abs(), c) / (fire_psi(torch.maximum(reach, threshold), c) + eps)
+    return torch.sign(offset) * _fire_psi(offset.abs(), c) / (_fire_psi(torch.maximum(reach, threshold), c) + eps)
 
 
 class Fire(PositionalScheme):

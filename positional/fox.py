@@ -57,7 +57,7 @@ def two_way_forget_bias(log_f: Tensor, log_g: Tensor) -> Tensor:
     return torch.where(ahead, forget_bias(log_g).transpose(-1, -2), forget_bias(log_f))
 
 
-def log_gates(x: Tensor, gate: nn.Module, scale: float = 1.0) -> Tensor:
+def _log_gates(x: Tensor, gate: nn.Module, scale: float = 1.0) -> Tensor:
     """scale · log σ(W x_t + b) per gate output, x: (B, T, C) -> (B, G, T). The projection runs in the model's
     (autocast) dtype and log σ in float32 at least, as the paper's code does: the cumulative sum adds T of them."""
     logits = gate(x)  # (B, T, G)
@@ -74,7 +74,7 @@ class ForgetGateBias(LogitBias):
         self.log_f = log_f  # (B, G, T) once read from the input
 
     def for_input(self, x: Tensor) -> ForgetGateBias:
-        return ForgetGateBias(self.gate, self.causal, self.scale, log_gates(x, self.gate, self.scale))
+        return ForgetGateBias(self.gate, self.causal, self.scale, _log_gates(x, self.gate, self.scale))
 
     def dense(self, q: Tensor, k: Tensor) -> Tensor:
         """D for the input read by ``for_input``: (B, H, T, T), float32 at least."""

@@ -34,17 +34,17 @@ EPS = 1e-2  # the authors' lower bound on every KERPLE parameter
 MAX_EXPONENT = 2.0  # the power kernel is conditionally positive definite for exponents in (0, 2]
 
 
-def kerple_log_bias(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+def _kerple_log_bias(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
     """−r1_h · log(1 + r2_h · d) (Chi et al. 2022, §4, logarithmic variant). d: (O,) ≥ 0; r1, r2: (H,) -> (H, O)."""
     return -r1[:, None] * torch.log1p(r2[:, None] * distance[None, :])
 
 
-def kerple_power_bias(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+def _kerple_power_bias(distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
     """−r1_h · d^r2_h (Chi et al. 2022, §4, power variant). d: (O,) ≥ 0; r1, r2: (H,) -> (H, O)."""
     return -r1[:, None] * distance[None, :] ** r2[:, None]
 
 
-KERNELS = {"log": kerple_log_bias, "power": kerple_power_bias}
+KERNELS = {"log": _kerple_log_bias, "power": _kerple_power_bias}
 
 
 class Kerple(PositionalScheme):

@@ -41,7 +41,7 @@ def pope_inv_freq(head_dim: int, base: float, dtype=torch.float64, device=None) 
     return base ** (-torch.arange(head_dim, dtype=dtype, device=device) / head_dim)
 
 
-def polar_features(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def _polar_features(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """[μ cos φ | μ sin φ] with μ = softplus(x): the real and imaginary parts of μ·e^{iφ} (PoPE §3).
     x: (B, H, T, D); cos, sin of the phases φ: broadcastable to it. Returns (B, H, T, 2D)."""
     mu = F.softplus(x)
@@ -67,10 +67,10 @@ class PolarRotary(Rotary):
         return self._cast[dtype]
 
     def rotate_q(self, x: Tensor) -> Tensor:
-        return polar_features(x, *self._tables(x.dtype)[:2])  # (B, H, T, 2D): √2·cos tθ, √2·sin tθ
+        return _polar_features(x, *self._tables(x.dtype)[:2])  # (B, H, T, 2D): √2·cos tθ, √2·sin tθ
 
     def rotate_k(self, x: Tensor) -> Tensor:
-        return polar_features(x, *self._tables(x.dtype)[2:])  # (B, H, T, 2D): cos(sθ + δ), sin(sθ + δ)
+        return _polar_features(x, *self._tables(x.dtype)[2:])  # (B, H, T, 2D): cos(sθ + δ), sin(sθ + δ)
 
     def rotate(self, x: Tensor) -> Tensor:
         raise TypeError("PoPE maps queries and keys differently (the key's phase carries δ): use rotate_q / rotate_k")

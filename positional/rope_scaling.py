@@ -129,7 +129,7 @@ def yarn_hf_inv_freq(
     return (1 - gamma) * inv_freq / s + gamma * inv_freq
 
 
-def yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: float | None) -> float:
+def _yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: float | None) -> float:
     """HF's YaRN attention factor: √(1/t) of YaRN §3.4, or DeepSeek-V2's ratio
     (0.1·m·ln s + 1)/(0.1·m_all·ln s + 1) when both ``mscale`` m and ``mscale_all_dim`` m_all are given and
     non-zero (HF tests ``if mscale and mscale_all_dim``)."""
@@ -138,7 +138,7 @@ def yarn_hf_attention_scale(s: float, mscale: float | None, mscale_all_dim: floa
     return yarn_attention_scale(s, mscale) / yarn_attention_scale(s, mscale_all_dim)
 
 
-def longrope_inv_freq(
+def _longrope_inv_freq(
     inv_freq: Tensor,
     length: int,
     original_max_len: int,
@@ -183,7 +183,7 @@ def _yarn_hf(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
     scale = (
         c.attention_factor
         if c.attention_factor is not None
-        else yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
+        else _yarn_hf_attention_scale(c.factor, c.mscale, c.mscale_all_dim)
     )
     return ScaledFrequencies(
         yarn_hf_inv_freq(theta, c.factor, c.training_length, c.alpha, c.beta, c.base, c.truncate), scale
@@ -201,7 +201,7 @@ def _longrope(c: RopeScaling, theta: Tensor, length: int) -> ScaledFrequencies:
     scale = (
         c.attention_factor if c.attention_factor is not None else longrope_attention_scale(c.factor, c.training_length)
     )
-    return ScaledFrequencies(longrope_inv_freq(theta, length, c.training_length, short, long), scale)
+    return ScaledFrequencies(_longrope_inv_freq(theta, length, c.training_length, short, long), scale)
 
 
 YARN_VARIANTS: dict[str, Method] = {"paper": _yarn_paper, "hf": _yarn_hf}

@@ -46,7 +46,7 @@ def xpos_zeta(width: int, gamma: float, dtype=torch.float64, device=None) -> Ten
     return (two_i + gamma * width) / ((1 + gamma) * width)
 
 
-def xpos_scale(positions: Tensor, zeta: Tensor, scale_base: float, centre: int) -> Tensor:
+def _xpos_scale(positions: Tensor, zeta: Tensor, scale_base: float, centre: int) -> Tensor:
     """ζ_i^((n − c)/B) for every position n and frequency i, c = ``centre`` (module doc). Shape (T, W/2), or
     (B, 1, T, W/2) for positions per row (broadcast over heads, as ``rope_angles``)."""
     power = (positions - centre).to(zeta.dtype) / scale_base  # (T,) or (B, T)
@@ -97,7 +97,7 @@ class XPos(PositionalScheme):
         # float64, as pos=rope: angles and ζ^(±n/B) stay accurate at long lengths; Rotation casts once
         angles = rope_angles(positions, rope_inv_freq(width, self.base, torch.float64, positions.device))  # (T, W/2)
         zeta = xpos_zeta(width, self.gamma, device=positions.device)
-        scale = xpos_scale(positions, zeta, self.scale_base, self.position_range // 2)  # (T, W/2) or (B, 1, T, W/2)
+        scale = _xpos_scale(positions, zeta, self.scale_base, self.position_range // 2)  # (T, W/2) or (B, 1, T, W/2)
         cos, sin, apply = angles.cos(), angles.sin(), LAYOUTS[self.layout]
         return XPosRotation(
             q=Rotation(cos * scale, sin * scale, apply=apply, at_width=lambda w: self._rotation(positions, w).q),

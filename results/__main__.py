@@ -81,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
-        commands = {"paper": paper_command, "tune": sweep_command, "report": sweep_command, "index": index_command}
+        commands = {"paper": _paper_command, "tune": _sweep_command, "report": _sweep_command, "index": _index_command}
         return commands[args.command](args)
     except (ConfigError, LookupError) as e:
         return said_refusal(e)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def sweep_command(args) -> int:
+def _sweep_command(args) -> int:
     """``report`` and ``tune``: a sweep read back (``--experiment``, ``--sweep``) into the folder ``--out``."""
     from harness.integrity import report_folder
     from results import tune
@@ -121,7 +121,7 @@ def sweep_command(args) -> int:
     return 0
 
 
-def index_command(args) -> int:
+def _index_command(args) -> int:
     from pathlib import Path
 
     folder = Path(args.dir) if args.dir else project_root() / "results"
@@ -132,7 +132,7 @@ def index_command(args) -> int:
     return 0
 
 
-def paper_command(args) -> int:
+def _paper_command(args) -> int:
     # paper presets state a claim; a tuning preset (experiment=tune_lr) has none: `python -m results tune`
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nclaim:" in p.read_text())
     if args.preset not in presets:

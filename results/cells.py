@@ -130,7 +130,7 @@ class Group:
     # val/bpc at the end: bits per byte of text (a text task's val loss, tokenizer-independent)
     bpc: Stat = Stat(None, None, 0)
     attn_entropy: Stat = Stat(None, None, 0)  # diag/entropy, nats
-    # evaluation condition (condition_name) -> length -> loss over the finished seeds
+    # evaluation condition (_condition_name) -> length -> loss over the finished seeds
     conditions: dict[str, dict[int, Stat]] = field(default_factory=dict)
 
     @property
@@ -213,7 +213,7 @@ def _group(pos: str, attn: str, variant: str, cells: list[Cell], target: float |
     )
 
 
-def condition_name(match: re.Match, part: bool = False) -> str:
+def _condition_name(match: re.Match, part: bool = False) -> str:
     """How a CONDITION_METRIC was scored, in words: ``windows``, ``sliding, stride 16``, ``yarn``,
     ``yarn, fine-tuned``, ``last 32 tokens``; ``reverse (mixture part)`` where the prefix is a part of
     task=mixture (``part``: the run logged that part's accuracy), not a scaling."""
@@ -233,7 +233,7 @@ def _conditions(done: list[Cell]) -> dict[str, dict[int, Stat]]:
     for c in done:
         for key, value in c.metrics.items():
             if m := CONDITION_METRIC.match(key):
-                name = condition_name(m, part=f"val/{m['prefix']}/token_acc" in c.metrics)
+                name = _condition_name(m, part=f"val/{m['prefix']}/token_acc" in c.metrics)
                 found.setdefault(name, {}).setdefault(int(m["length"]), []).append(value)
     return {name: {n: mean_std(v) for n, v in sorted(by_len.items())} for name, by_len in found.items()}
 

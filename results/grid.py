@@ -31,7 +31,7 @@ def _finals(cells) -> dict[tuple[str, str], list[float]]:
     return {(g.pos, _column(g)): g.finals for g in group_cells(cells, None) if g.finals}
 
 
-def deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:
+def _deltas(cells) -> dict[tuple[str, str], tuple[float, float, float, int] | None]:
     """(pos, column) -> (Δ, CI low, CI high, n) against pos=none in the same column; None without an interval."""
     finals = _finals(cells)
     cis = {
@@ -76,7 +76,7 @@ def learned(cells, min_gain: float = MIN_ORDER_GAIN) -> dict[tuple[str, str], st
 def grid_section(client, cells, out: Path) -> list[str]:
     from results.plots import heatmap, save
 
-    d, losses, decided = deltas(cells), _finals(cells), decisions(cells)
+    d, losses, decided = _deltas(cells), _finals(cells), decisions(cells)
     poss = sorted({c.pos for c in cells} - {BASELINE})
     attns = sorted({_column(c) for c in cells})
     # refused pairings, and cells whose config the validation pass refused (e.g. a window longer than the task)

@@ -183,7 +183,7 @@ def _degenerate(metric: str, first: list[float], than: list[float]) -> tuple[str
     return "no spread", f"every seed of both arms is {value:.6g}: no spread to compare; left out of the verdict"
 
 
-def in_family(o: Outcome) -> bool:
+def _in_family(o: Outcome) -> bool:
     """A comparison the correction counts: one with a p-value that is neither premature nor at a floor/ceiling."""
     return o.p is not None and o.verdict not in ("premature", *DEGENERATE)
 
@@ -194,7 +194,7 @@ def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
     difference lies in the claimed direction, contradicts when rejected the other way, else is inconclusive. One
     95 % interval each would let m comparisons reach a verdict by chance m times as often. Premature, floor,
     ceiling and threshold comparisons keep their verdicts and are not in the family."""
-    family = [i for i, o in enumerate(outcomes) if in_family(o)]
+    family = [i for i, o in enumerate(outcomes) if _in_family(o)]
     # an agreement claim's second hypothesis (p ≥ ½ on the far side of the margin) counts in m and never rejects
     stand_ins = [1.0] * sum(outcomes[i].hypotheses - 1 for i in family)
     rejected = holm([*(outcomes[i].p or 0.0 for i in family), *stand_ins], alpha)  # p is set for every member
@@ -208,7 +208,7 @@ def corrected(outcomes: list[Outcome], alpha: float) -> list[Outcome]:
 
 def family_line(outcomes: list[Outcome], alpha: float) -> str:
     """What the report says of its correction: the family's size and the procedure and level used."""
-    m = sum(o.hypotheses for o in outcomes if in_family(o))
+    m = sum(o.hypotheses for o in outcomes if _in_family(o))
     return (
         f"Corrected for {m} hypothes{'es' if m != 1 else 'is'}: Holm–Bonferroni at family-wise α = {alpha:g} "
         "(report.alpha); p: Welch's two-sided t test (the paired t test for two metrics of the same models). A "
@@ -389,7 +389,7 @@ def staged_line(outcomes: list[Outcome], design: sequential.Design) -> str:
     )
 
 
-def wall_time(sweep) -> str:
+def _wall_time(sweep) -> str:
     """The sweep's wall time: its parent run's start to end (the whole `run.py -m`, cells and report)."""
     parent = getattr(sweep, "parent", None)
     if parent is None or not parent.info.end_time:
@@ -417,7 +417,7 @@ def write_paper_report(
     def judged(c: dict, among=cells) -> Outcome:
         return compare(c, arm_values(client, among, c), readiness(among, c, gain))
 
-    pin_overrides(cells, sweep)
+    _pin_overrides(cells, sweep)
     scales = scale.split(",")
     if len(scales) > 1:  # a sweep over scale: each scale's cells judged alone, then where the claim holds
         # a scale sweep may narrow the preset (task=reverse pos=rope): comparisons whose arms it did not train drop out
@@ -530,7 +530,7 @@ def _provenance(sweep, preset: str, scale: str) -> list[str]:
         + (f" --sweep {sweep.sweep_id}" if sweep.sweep_id else "")
         + "`.",
         "",
-        wall_time(sweep),
+        _wall_time(sweep),
         "",
         f"Environment: Python {tags.get('python', '?')}, torch {tags.get('torch', '?')}, commit "
         f"{tags.get('git_sha', '?')}, corpus sha256 {tags.get('corpus_sha256', '?')} "
@@ -557,7 +557,7 @@ def _sweep_report(out: Path, claim: dict) -> list[str]:
     return ["## Sweep report", "", body]
 
 
-def pin_overrides(cells, sweep) -> None:
+def _pin_overrides(cells, sweep) -> None:
     """A cell's label names only the overrides that vary across the sweep; those the command line pinned for every
     cell (``python run.py -m experiment=X task=reverse …``: its parent's ``sweep_overrides``) are part of every
     cell too, so an arm that names them (``task=reverse pos=rope``) matches."""
@@ -666,7 +666,7 @@ def render_index(results_dir: Path) -> str:
 
 
 def _cost(text: list[str]) -> str:
-    """A report's runs and wall time from its ``Wall time:`` line (``wall_time``), and whether its seeds came in
+    """A report's runs and wall time from its ``Wall time:`` line (``_wall_time``), and whether its seeds came in
     stages (report.seeds=auto); — where it has none."""
     found = next((m for line in text if (m := re.match(r"Wall time: ([\d.]+) min for (\d+) runs", line))), None)
     if found is None:

@@ -24,12 +24,12 @@ LOSS = "val loss (nats/token)"
 
 
 def draw_all(r: Report, out_dir: Path) -> list[Path]:
-    colours = scheme_colours(r.groups)
+    colours = _scheme_colours(r.groups)
     return [
         val_loss_curves(r, colours, out_dir / "val_loss_curves.png"),
-        final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png"),
+        _final_loss_heatmap(r, out_dir / "final_val_loss_heatmap.png"),
         *(
-            [loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png")]
+            [_loss_vs_length(r, colours, out_dir / "val_loss_vs_length.png")]
             if any(g.at_length for g in r.groups)
             else []
         ),
@@ -41,7 +41,7 @@ def draw_all(r: Report, out_dir: Path) -> list[Path]:
     ]
 
 
-def scheme_colours(groups: list[Group]) -> dict[str, tuple]:
+def _scheme_colours(groups: list[Group]) -> dict[str, tuple]:
     labels = list(dict.fromkeys(g.label for g in groups))
     cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
     return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
@@ -66,7 +66,7 @@ def _panels(r: Report, title: str, xlabel: str, ylabel: str, width: float = 5.5,
     return fig, dict(zip(attns, axes[0], strict=True))
 
 
-def mean_curve(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _mean_curve(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps every cell evaluated at, the mean loss there and the sample std (0 for one cell)."""
     steps = sorted(set.intersection(*(set(s for s, _ in c.val) for c in cells)))
     values = np.array([[dict(c.val)[s] for s in steps] for c in cells])  # (seeds, steps)
@@ -81,7 +81,7 @@ def val_loss_curves(r: Report, colours: dict, path: Path) -> Path:
             done = [c for c in g.cells if c.finished and c.val]
             if not done:
                 continue
-            steps, mean, std = mean_curve(done)
+            steps, mean, std = _mean_curve(done)
             ax.plot(steps, mean, marker="o", ms=3, color=colours[g.label], label=f"{g.label} (n={len(done)})")
             ax.fill_between(steps, mean - std, mean + std, color=colours[g.label], alpha=0.2, linewidth=0)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -108,7 +108,7 @@ def heatmap(
     return fig, ax, image
 
 
-def final_loss_heatmap(r: Report, path: Path) -> Path:
+def _final_loss_heatmap(r: Report, path: Path) -> Path:
     rows = list(dict.fromkeys(g.label for g in r.groups))
     cols = list(dict.fromkeys(g.attn for g in r.groups))
     finals = {(g.label, g.attn): g.final.mean for g in r.groups if g.final.mean is not None}
@@ -139,7 +139,7 @@ def _ink(image, value: float | None) -> str:
     return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
 
 
-def loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
+def _loss_vs_length(r: Report, colours: dict, path: Path) -> Path:
     fig, panels = _panels(
         r,
         "Length extrapolation: val loss of the final model vs evaluation length",

@@ -288,7 +288,7 @@ def _attention_rows(r: Report) -> tuple[list[str], list[list[str]]]:
     ]
 
 
-def to_csv(r: Report) -> str:
+def _to_csv(r: Report) -> str:
     lengths = r.lengths
     return csv_text(
         [
@@ -400,6 +400,6 @@ def write_report(r: Report, out_dir: Path) -> list[Path]:
     """report.md, report.csv and the PNG plots into out_dir, a folder that exists (a command's
     ``integrity.report_folder``, which seals them); returns the paths written."""
     written = plots.draw_all(r, out_dir)
-    (out_dir / "report.csv").write_text(to_csv(r))
+    (out_dir / "report.csv").write_text(_to_csv(r))
     (out_dir / "report.md").write_text(markdown(r, [p.name for p in written]))
     return [out_dir / "report.md", out_dir / "report.csv", *written]

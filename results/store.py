@@ -65,7 +65,7 @@ class Sweep:
         )
 
 
-def search_all(client, experiment_id: str, filter_string: str = "") -> list:
+def _search_all(client, experiment_id: str, filter_string: str = "") -> list:
     runs, token = [], None
     while True:  # search_runs pages at max_results
         page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
@@ -94,7 +94,7 @@ def find_sweep(client, experiment: str, sweep_id: str | None = None) -> Sweep:
     where = [
         f"tags.`{tag}` = '{parent.info.run_id}'" for tag in ("mlflow.parentRunId", "adopted_from_parent") if parent
     ]
-    runs = [r for w in where or [""] for r in search_all(client, exp.experiment_id, w) if "pos" in r.data.tags]
+    runs = [r for w in where or [""] for r in _search_all(client, exp.experiment_id, w) if "pos" in r.data.tags]
     if not runs:
         raise LookupError(
             (

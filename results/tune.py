@@ -50,14 +50,14 @@ def _final_loss(trial: Cell) -> float:
     return trial.final_loss
 
 
-def tune_cells(cells: list[Cell]) -> list[Tuned]:
+def _tune_cells(cells: list[Cell]) -> list[Tuned]:
     groups: dict[str, list[Cell]] = {}
     for c in sorted(cells, key=lambda c: c.job):
         groups.setdefault(cell_key(c.pos, c.attn), []).append(c)
     return [Tuned(key, trials) for key, trials in sorted(groups.items())]
 
 
-def best_json(tuned: list[Tuned], source: dict[str, str]) -> dict:
+def _best_json(tuned: list[Tuned], source: dict[str, str]) -> dict:
     cells = {
         t.key: {
             "values": searched_values(t.best),
@@ -144,8 +144,8 @@ def write(client, sweep, out: Path, regenerate: str) -> list[Path]:
         "command": f"python run.py -m {sweep.parent.data.tags.get('sweep_overrides', '')}".strip(),
         "regenerate": regenerate,
     }
-    tuned = tune_cells(cells_of(client, sweep))
+    tuned = _tune_cells(cells_of(client, sweep))
     wall = (info.end_time - info.start_time) / 60_000 if info.end_time else None
-    integrity.write(out / "best.json", best_json(tuned, source))  # sealed: optim.tuned refuses it changed
+    integrity.write(out / "best.json", _best_json(tuned, source))  # sealed: optim.tuned refuses it changed
     (out / "README.md").write_text(markdown(tuned, source, wall))
     return [out / "best.json", out / "README.md"]

@@ -7,7 +7,7 @@ user would see. Two tables of tries, one loop:
            is, paths that are a file, missing, under /proc), through the command's entry function
            (tests/inprocess.py, as the bad-input table does) in a fresh folder with a fresh store; config values
            under ``check``, so nothing trains;
-  damage   one flipped bit at spread places of each file posbench writes and later reads back (``damage_kinds``:
+  damage   one flipped bit at spread places of each file posbench writes and later reads back (``_damage_kinds``:
            shards hashed whole and block by block, their manifest and vocabulary, the caches, a checkpoint and its
            run link, a sweep's record, best.json, an export, a report folder, and the seals beside them), each copy
            read by the function the command that uses the file calls; every byte of a file under ``EVERY`` bytes.
@@ -125,7 +125,7 @@ class _Captured(Exception):
 
 
 @functools.cache
-def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+def _parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Each command's parser, caught as the command asks it to parse (nothing else runs)."""
     from harness import main as posbench
 
@@ -145,11 +145,11 @@ def parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
     return found
 
 
-def flag_values(fast: bool = False) -> list[tuple[str, list[str]]]:
+def _flag_values(fast: bool = False) -> list[tuple[str, list[str]]]:
     """(label, argv): each value of ``FLAG_VALUES`` for each flag that takes a value (``fast``: "nan" for each flag
     that parses its value as a number, its parser declaring a type)."""
     tries = []
-    for key, parser in parsers().items():
+    for key, parser in _parsers().items():
         for action in parser._actions:
             if not action.option_strings or action.nargs == 0 or action.help == argparse.SUPPRESS:
                 continue  # positionals are in the bases; switches take no value
@@ -161,7 +161,7 @@ def flag_values(fast: bool = False) -> list[tuple[str, list[str]]]:
     return tries
 
 
-def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
+def _config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
     """(label, argv): each value of ``CONFIG_VALUES`` for every leaf key of each group's every option, under check
     (``fast``: the 64-bit overflow alone, or true for a switch that is off)."""
     from omegaconf import OmegaConf
@@ -187,7 +187,7 @@ def config_values(fast: bool = False) -> list[tuple[str, list[str]]]:
     return tries
 
 
-def classify(reply: dict) -> str:
+def _classify(reply: dict) -> str:
     err = reply["stderr"]
     lines = [
         line
@@ -210,7 +210,7 @@ def classify(reply: dict) -> str:
     return "weak"
 
 
-def value_inputs(work: Path) -> dict[str, Path]:
+def _value_inputs(work: Path) -> dict[str, Path]:
     """The files value tries point at, written into ``work``: a plain file, a small text, a tiny Llama folder."""
     from tests.helpers import tiny_llama
 
@@ -250,7 +250,7 @@ def command(argv: list[str], folder: Path, files: dict[str, Path], timeout: floa
         return {"code": None, "stderr": "", "stdout": "", "working": True}
 
 
-def left_running(folder: Path) -> int:
+def _left_running(folder: Path) -> int:
     """Runs the try's store holds in status RUNNING (none may be, once a command has answered)."""
     import sqlite3
 
@@ -261,7 +261,7 @@ def left_running(folder: Path) -> int:
         return 0
 
 
-def value_try(
+def _value_try(
     label: str,
     argv: list[str],
     files: dict[str, Path],
@@ -272,7 +272,7 @@ def value_try(
     def attempt(folder: Path) -> tuple[str, str]:
         reply = command(argv, folder, files, timeout, process)
         # a config value check accepted, then trained: do check and run agree?
-        if run_accepted and argv[0] == "check" and not left_running(folder) and classify(reply) == "accepted":
+        if run_accepted and argv[0] == "check" and not _left_running(folder) and _classify(reply) == "accepted":
             reply = command(
                 [
                     "run",
@@ -287,7 +287,7 @@ def value_try(
                 files,
                 max(timeout, 120.0),
             )
-        kind = "left RUNNING" if left_running(folder) else classify(reply)
+        kind = "left RUNNING" if _left_running(folder) else _classify(reply)
         return kind, f"exit {reply['code']}: " + " | ".join(reply["stderr"].strip().splitlines()[-2:])[:300]
 
     return Try(label, attempt)
@@ -304,7 +304,7 @@ class Kind:
     read: Callable[[Path], object]  # reads a copy of the folder as the command that uses it does
 
 
-def damage_kinds(root: Path) -> list[Kind]:
+def _damage_kinds(root: Path) -> list[Kind]:
     """Every kind's folder under ``root``, written by the harness's own writers."""
     import torch
 
@@ -422,7 +422,7 @@ def damage_kinds(root: Path) -> list[Kind]:
     ]
 
 
-def damage_try(kind: Kind, place: int, each_byte: bool) -> Try:
+def _damage_try(kind: Kind, place: int, each_byte: bool) -> Try:
     def attempt(folder: Path) -> tuple[str, str]:
         from harness.errors import ConfigError, one_line
 
@@ -444,12 +444,12 @@ def damage_try(kind: Kind, place: int, each_byte: bool) -> Try:
     return Try(f"damage {kind.name} ({kind.target}) place {place}", attempt, allowed=("one line",))
 
 
-def damage_tries(root: Path, every: int) -> list[Try]:
+def _damage_tries(root: Path, every: int) -> list[Try]:
     """``PLACES`` spread places of each kind's file, or each byte of a file of at most ``every`` bytes."""
     found = []
-    for kind in damage_kinds(root):
+    for kind in _damage_kinds(root):
         size = (kind.folder / kind.target).stat().st_size
-        found += [damage_try(kind, place, size <= every) for place in range(size if size <= every else PLACES)]
+        found += [_damage_try(kind, place, size <= every) for place in range(size if size <= every else PLACES)]
     return found
 
 
@@ -460,15 +460,15 @@ def tries(work: Path, args: argparse.Namespace) -> list[Try]:
     """The round's tries (``--fast``: a 64-bit overflow for every config key (true for an off switch), "nan" for every
     typed flag, and the damage at the 16 spread places only)."""
     timeout = 60.0 if args.processes else args.timeout
-    values = [*flag_values(args.fast), *config_values(args.fast)] if args.table in ("all", "values") else []
+    values = [*_flag_values(args.fast), *_config_values(args.fast)] if args.table in ("all", "values") else []
     prefixes = tuple(args.only.split(","))  # --only's default, "", starts every label
     values = [t for t in values if t[0].startswith(prefixes)]
     if args.processes:  # a sample spread evenly over the round, each try a real process
         values = [values[round(i * len(values) / args.processes)] for i in range(min(args.processes, len(values)))]
-    files = value_inputs(work) if values else {}
-    found = [value_try(label, argv, files, timeout, bool(args.processes), args.run_accepted) for label, argv in values]
+    files = _value_inputs(work) if values else {}
+    found = [_value_try(label, argv, files, timeout, bool(args.processes), args.run_accepted) for label, argv in values]
     if args.table in ("all", "damage"):
-        found += [t for t in damage_tries(work / "built", 0 if args.fast else EVERY) if t.label.startswith(prefixes)]
+        found += [t for t in _damage_tries(work / "built", 0 if args.fast else EVERY) if t.label.startswith(prefixes)]
     return found
 
 

@@ -40,7 +40,7 @@ VARIANTS = {
 }
 
 
-def time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeats: int = 3) -> float:
+def _time_fwd_bwd(name: str, T: int, causal: bool, relative: bool = False, repeats: int = 3) -> float:
     torch.manual_seed(0)
     variant = VARIANTS[name](Shape(H * D, H, 1, max(T, 256), causal))
     q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
@@ -60,12 +60,12 @@ def table(rows: list[tuple[str, dict]], columns: list[str]) -> str:
     )
 
 
-def main_times(args) -> None:
+def _main_times(args) -> None:
     lengths = [512, 2048, 8192]
     rows = []
     for name in VARIANTS:
         cells = {
-            f"T={T}{' causal' if causal else ''}": f"{time_fwd_bwd(name, T, causal, repeats=args.repeats):.3f}"
+            f"T={T}{' causal' if causal else ''}": f"{_time_fwd_bwd(name, T, causal, repeats=args.repeats):.3f}"
             for T in lengths
             if name != "softmax (math)" or T <= 2048  # math at 8192: a dense (4, 8192, 8192) logit tensor, GBs
             for causal in (False, True)
@@ -75,13 +75,13 @@ def main_times(args) -> None:
     print(table(rows, [f"T={T}{' causal' if c else ''}" for T in lengths for c in (False, True)]))
 
 
-def main_toeplitz(args) -> None:
+def _main_toeplitz(args) -> None:
     T = 2048
     rows = [
         (
             name,
             {
-                f"{way}{' causal' if causal else ''}": f"{time_fwd_bwd(name, T, causal, relative, args.repeats):.3f}"
+                f"{way}{' causal' if causal else ''}": f"{_time_fwd_bwd(name, T, causal, relative, args.repeats):.3f}"
                 for causal in (False, True)
                 for way, relative in (("plain", False), ("+relative bias (FFT)", True))
             },
@@ -92,14 +92,14 @@ def main_toeplitz(args) -> None:
     print(table(rows, ["plain", "+relative bias (FFT)", "plain causal", "+relative bias (FFT) causal"]))
 
 
-def main_memory(args) -> None:
+def _main_memory(args) -> None:
     T = 8192
     rows = [
         (
             name,
             {
                 f"{'causal' if causal else 'bidir'}{' +rel' if relative else ''}": (
-                    f"{peak_mib(name, T, causal, relative):.0f}"
+                    f"{_peak_mib(name, T, causal, relative):.0f}"
                 )
                 for causal in (False, True)
                 for relative in ((False, True) if name in ("linear", "performer (M=110)") else (False,))
@@ -112,7 +112,7 @@ def main_memory(args) -> None:
     print(table(rows, ["bidir", "causal", "bidir +rel", "causal +rel"]))
 
 
-def peak_mib(name: str, T: int, causal: bool, relative: bool) -> float:
+def _peak_mib(name: str, T: int, causal: bool, relative: bool) -> float:
     """The peak RSS of one variant's forward+backward above the idle process, MiB, in a fresh process (``--one``)."""
     cmd = [
         sys.executable,
@@ -126,10 +126,10 @@ def peak_mib(name: str, T: int, causal: bool, relative: bool) -> float:
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
 
 
-def main_one(spec: str) -> None:
+def _main_one(spec: str) -> None:
     name, T, causal, relative = json.loads(spec)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    time_fwd_bwd(name, T, causal, relative, repeats=0)
+    _time_fwd_bwd(name, T, causal, relative, repeats=0)
     print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024))
 
 
@@ -159,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}", file=sys.stderr
     )
     if args.one:
-        main_one(args.one)
+        _main_one(args.one)
     elif args.toeplitz:
-        main_toeplitz(args)
+        _main_toeplitz(args)
     elif args.memory:
-        main_memory(args)
+        _main_memory(args)
     else:
-        main_times(args)
+        _main_times(args)
     return 0
 
 

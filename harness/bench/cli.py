@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if not any(r.ok for r in rows):
         return said_refusal("nothing was measured (every cell was refused or failed); no report written")
     write_report(args.out, report)
-    log_results(args.tracking_uri, rows, report.peak, args.device, report.commit)
+    _log_results(args.tracking_uri, rows, report.peak, args.device, report.commit)
     errors = [r for r in rows if r.status == "error"]
     print(
         f"done in {report.seconds:.0f} s; report in {args.out}"
@@ -226,7 +226,7 @@ class CellFailed(Exception):
     """Raised inside a cell's MLflow run so that the run ends FAILED with the cell's reason."""
 
 
-def log_results(uri: str, results: list[Result], peak: Peak, device: str, sha: str) -> None:
+def _log_results(uri: str, results: list[Result], peak: Peak, device: str, sha: str) -> None:
     """One MLflow run per measured cell in experiment ``bench`` of the store at ``uri`` (resolved and checked by
     ``parse``), tagged with a shared bench_id and the commit measured (``sha``): FINISHED for status ok, else
     FAILED with tags ``failure`` (incompatible for a refused cell, error for one that raised) and

@@ -26,7 +26,7 @@ from torch import Tensor
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
-def score_mod_of(bias, dtype: torch.dtype = torch.float32) -> ScoreMod:
+def _score_mod_of(bias, dtype: torch.dtype = torch.float32) -> ScoreMod:
     """The bias as a flex ``score_mod``: a lookup into the scheme's own table, nothing materialised T × T
     for a relative bias. ``dtype``: the table's, as the kernel adds it to its scores (fp32 in flex's kernels;
     ALiBi keeps its slopes in fp64)."""
@@ -79,7 +79,7 @@ def parity(scheme, q: Tensor, k: Tensor, v: Tensor, flex_attention, create_block
         if path == "dense":
             out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=dense_mask(bias, t, q.dtype))
         else:
-            out = flex_attention(qq, kk, vv, score_mod=score_mod_of(bias, q.dtype), block_mask=block)
+            out = flex_attention(qq, kk, vv, score_mod=_score_mod_of(bias, q.dtype), block_mask=block)
         (out * upstream).sum().backward()
         params = {f"pos.{n}": p.grad.clone() for n, p in scheme.named_parameters() if p.grad is not None}
         return out.detach(), {"q": qq.grad, "k": kk.grad, "v": vv.grad, **params}
@@ -128,7 +128,7 @@ def attention_steps(
 
     def flex():
         bias = scheme.logit_bias(positions, 0)
-        flex_attention(q, k, v, score_mod=score_mod_of(bias), block_mask=block).sum().backward()
+        flex_attention(q, k, v, score_mod=_score_mod_of(bias), block_mask=block).sum().backward()
 
     def flex_plain():
         flex_attention(q, k, v, block_mask=block).sum().backward()

@@ -74,7 +74,7 @@ FLASH_PEERS = (  # x-transformers on torch's SDPA: its defaults materialise the 
 )
 
 
-def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) -> list[dict]:
+def _step_rows(session: Session, t: int, tokens: int, datasheet: float | None) -> list[dict]:
     results = (
         session.cell(Spec(pos, attn, t, max(1, tokens // t), causal=True, attn_overrides=D768))
         for pos, attn in STEP_CELLS
@@ -84,7 +84,7 @@ def step_rows(session: Session, t: int, tokens: int, datasheet: float | None) ->
     ]
 
 
-def peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[dict]:
+def _peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[dict]:
     outcomes = (
         compare_peer(
             session,
@@ -116,7 +116,7 @@ def peer_rows(session: Session, t: int, tokens: int, budget_s: float) -> list[di
 FLEX_SCHEMES = ("t5", "alibi", "kerple", "fire")
 
 
-def flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
+def _flex_rows(device: str, t: int, batch: int, budget_s: float) -> list[dict]:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     compiled = torch.compile(flex_attention, dynamic=False)
@@ -184,7 +184,7 @@ BF16_SCHEMES = ("rope", "t5", "alibi", "fire", "xpos")
 BF16_STEP = (8, 512)  # (B, T) of the bf16 check's batch
 
 
-def cuda_rows(device: str) -> list[dict]:
+def _cuda_rows(device: str) -> list[dict]:
     """What only a CUDA machine can check: ``attn.backend=xformers`` refused in one line when its wheel does
     not run here, and a training step under bf16 autocast against fp32 (same weights, same batch) per scheme."""
     refusal = xformers_refusal()
@@ -229,7 +229,7 @@ def cuda_rows(device: str) -> list[dict]:
 # ---------------------------------------------------------------- the run
 
 
-def device_line(device: str) -> tuple[str, float | None]:
+def _device_line(device: str) -> tuple[str, float | None]:
     if device != "cuda":
         return f"CPU ({platform.processor() or platform.machine()}), torch {torch.__version__}", None
     name = torch.cuda.get_device_name()
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a.out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m harness.bench.gpu", *(argv if argv is not None else sys.argv[1:])])
-    where, datasheet = device_line(device)
+    where, datasheet = _device_line(device)
     peak = matmul_peak_flops(device, (4096, 8192) if device == "cuda" else (256,), seconds=1.0)
     log = [
         f"device: {where}",
@@ -303,10 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     session = Session(Options(device, peak.flops, peak.n, warmup=2, repeats=10, cell_s=2.0))
     bodies = {
         "memory": lambda budget: [asdict(memory_row(c, b, device, a.steps)) for c in MEMORY_CELLS for b in c.batches],
-        "steps": lambda budget: step_rows(session, a.length, a.tokens, datasheet),
-        "peers": lambda budget: peer_rows(session, a.length, a.tokens, budget_s=min(10.0, budget / 6)),
-        "flex": lambda budget: flex_rows(device, a.length, 8, budget_s=min(16.0, budget / 5)),
-        "cuda": lambda budget: cuda_rows(device),
+        "steps": lambda budget: _step_rows(session, a.length, a.tokens, datasheet),
+        "peers": lambda budget: _peer_rows(session, a.length, a.tokens, budget_s=min(10.0, budget / 6)),
+        "flex": lambda budget: _flex_rows(device, a.length, 8, budget_s=min(16.0, budget / 5)),
+        "cuda": lambda budget: _cuda_rows(device),
     }
     _run_sections(bodies, a.sections.split(","), a.deadline_s, a.out, session, log)
     (a.out / "run.log").write_text("\n".join(log) + "\n")

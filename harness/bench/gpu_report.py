@@ -27,7 +27,7 @@ def _f(x: str | float | None, spec: str) -> str:
     return "—" if v != v else format(v, spec)
 
 
-def memory_section(rows: list[dict[str, str]]) -> list[str]:
+def _memory_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return ["## Memory: not measured in this run", ""]
     now = [_estimate_now(r) for r in rows]
@@ -107,7 +107,7 @@ def _spread(when: str, ratios: list[float]) -> str:
     return f"{when}: measured ÷ estimate {low:.2f} … {high:.2f} over {len(ratios)} cells ({side}).  "
 
 
-def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> list[str]:
+def _steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> list[str]:
     out = []
     if rows:
         lines = [
@@ -188,7 +188,7 @@ def steps_section(rows: list[dict[str, str]], peers: list[dict[str, str]]) -> li
     return out
 
 
-def flex_section(rows: list[dict[str, str]]) -> list[str]:
+def _flex_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return ["## flex_attention: not measured in this run", ""]
     lines = [
@@ -249,7 +249,7 @@ def _ratio(r: dict[str, str], path: str) -> str:
     )
 
 
-def cuda_section(rows: list[dict[str, str]]) -> list[str]:
+def _cuda_section(rows: list[dict[str, str]]) -> list[str]:
     if not rows:
         return []
     return [
@@ -282,10 +282,10 @@ def render(folder: Path, check: bool = False) -> None:
     for log in logs:
         head += [f"{log.name}:", "", *(f"- {line}" for line in log.read_text().splitlines()), ""]
     body = [
-        *memory_section(_rows(folder, "memory")),
-        *steps_section(_rows(folder, "steps"), _rows(folder, "peers")),
-        *flex_section(_rows(folder, "flex")),
-        *cuda_section(_rows(folder, "cuda")),
+        *_memory_section(_rows(folder, "memory")),
+        *_steps_section(_rows(folder, "steps"), _rows(folder, "peers")),
+        *_flex_section(_rows(folder, "flex")),
+        *_cuda_section(_rows(folder, "cuda")),
     ]
     (folder / "README.md").write_text("\n".join(head + body))
     seal_report(folder)

@@ -67,7 +67,7 @@ def train_flops_per_token(shapes: dict, vocab: int) -> float:
     return 6 * n + 6 * layers * shapes["seq_len"] * d
 
 
-def loader_tokens_per_s(
+def _loader_tokens_per_s(
     folder: Path, objective: str, windows: str, shapes: dict, n_batches: int, workers: int = 0
 ) -> float:
     warm = 2 + 2 * workers  # the workers' first batches: started, not steady
@@ -255,7 +255,7 @@ def measure(args: Args) -> dict:
                 ("mlm", "clm"), ("random", "sequential"), args.workers
             ):
                 tps = max(
-                    loader_tokens_per_s(folder, objective, windows, shapes, args.batches, workers)
+                    _loader_tokens_per_s(folder, objective, windows, shapes, args.batches, workers)
                     for _ in range(args.repeats)
                 )
                 rows.append(

@@ -51,7 +51,7 @@ class _Profiled:
 
 
 @contextmanager
-def positional_ranges(scheme: torch.nn.Module):
+def _positional_ranges(scheme: torch.nn.Module):
     """Run the scheme's hooks inside ``RANGE`` while the context is open (instance attributes shadow the
     class's methods, and are deleted afterwards)."""
     hooks = ("embed", "rotary", "logit_biases")
@@ -82,7 +82,7 @@ class Share:
 def positional_share(scheme: torch.nn.Module, step, steps: int) -> list[Share]:
     """Profile ``steps`` calls of ``step`` (a warm training step of a model holding ``scheme``)."""
     shares = []
-    with positional_ranges(scheme):
+    with _positional_ranges(scheme):
         for _ in range(steps):
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 wall = time_call(step, "cpu")

@@ -56,7 +56,7 @@ def _loss(logits, y):
     return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
 
 
-def sequential_step(seeds: int):
+def _sequential_step(seeds: int):
     models = _models(seeds)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in models]
     x, y = torch.randint(0, V, (seeds, B, T)), torch.randint(0, V, (seeds, B, T))
@@ -71,7 +71,7 @@ def sequential_step(seeds: int):
     return step
 
 
-def stacked_step(seeds: int):
+def _stacked_step(seeds: int):
     models = _models(seeds)
     params, _ = stack_module_state(models)  # each weight (S, ...)
     params = {k: v.detach().requires_grad_() for k, v in params.items()}
@@ -99,20 +99,20 @@ def stacked_step(seeds: int):
 def timed(way: str, seeds: int, threads: int) -> float:
     """Seconds per step of ``seeds`` seeds, in this process."""
     torch.set_num_threads(threads)
-    step = (stacked_step if way == "stacked" else sequential_step)(seeds)
+    step = (_stacked_step if way == "stacked" else _sequential_step)(seeds)
     return statistics.fmean(timed_steps(step, "cpu", WARMUP, STEPS))
 
 
-def in_child(way: str, seeds: int, threads: int) -> subprocess.Popen:
+def _in_child(way: str, seeds: int, threads: int) -> subprocess.Popen:
     code = f"from harness.bench.seeds import timed; print(timed({way!r}, {seeds}, {threads}))"
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
-def seed_steps_per_s(way: str, cores: int, seeds: int) -> float:
+def _seed_steps_per_s(way: str, cores: int, seeds: int) -> float:
     if way == "processes":  # one seed per process, `cores` processes at once: their rates add up
-        children = [in_child("one", 1, 1) for _ in range(cores)]
+        children = [_in_child("one", 1, 1) for _ in range(cores)]
         return sum(1 / float(c.communicate()[0]) for c in children)
-    return seeds / float(in_child(way, seeds, cores).communicate()[0])
+    return seeds / float(_in_child(way, seeds, cores).communicate()[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {w: [] for w in ways}
     for r in range(ROUNDS):
         for way in ways if r % 2 == 0 else ways[::-1]:
-            rates[way].append(seed_steps_per_s(way, cores, seeds))
+            rates[way].append(_seed_steps_per_s(way, cores, seeds))
     base = statistics.median(rates["one"])
     print(
         f"{cores} cores, {seeds} seeds, {ROUNDS} rounds; seed-steps per second (median, min … max), "

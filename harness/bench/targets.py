@@ -140,7 +140,7 @@ def _fmt(interval: Interval, goal: Goal) -> str:
     return f"{goal.format(interval.estimate)} [{goal.format(interval.low)}, {goal.format(interval.high)}]"
 
 
-def per_len(attn: str, seq_len: int, **kw) -> Spec:
+def _per_len(attn: str, seq_len: int, **kw) -> Spec:
     """pos=none at batch 1: the length-scaling targets."""
     return Spec("none", attn, seq_len, 1, **kw)
 
@@ -165,7 +165,7 @@ def targets_for(device: str, tokens: int) -> list[Target]:
             PairedTarget(
                 f"{a}: step(16k) / step(1k), batch 1",
                 Goal("<=", 20),
-                {"16k": per_len(a, 16384), "1k": per_len(a, 1024)},
+                {"16k": _per_len(a, 16384), "1k": _per_len(a, 1024)},
                 num="16k",
                 den="1k",
             )
@@ -174,19 +174,22 @@ def targets_for(device: str, tokens: int) -> list[Target]:
         PairedTarget(
             "linear: causal / bidirectional step at 16k",
             Goal("<=", 2),
-            {"causal": per_len("linear", 16384, causal=True), "bi": per_len("linear", 16384)},
+            {"causal": _per_len("linear", 16384, causal=True), "bi": _per_len("linear", 16384)},
             num="causal",
             den="bi",
         ),
         MemoryPerTokenTarget(
             "local (w=256): peak memory per token, 16k / 8k (linear memory: 1.0)",
             Goal("<=", 1.5),
-            {"num": per_len("local", 16384, attn_overrides=local), "den": per_len("local", 8192, attn_overrides=local)},
+            {
+                "num": _per_len("local", 16384, attn_overrides=local),
+                "den": _per_len("local", 8192, attn_overrides=local),
+            },
         ),
         PairedTarget(
             "local (w=256) speed-up over full softmax at 16k",
             Goal(">=", 5),
-            {"softmax": per_len("softmax", 16384), "local": per_len("local", 16384, attn_overrides=local)},
+            {"softmax": _per_len("softmax", 16384), "local": _per_len("local", 16384, attn_overrides=local)},
             num="softmax",
             den="local",
             budget_s=60.0,

@@ -233,7 +233,7 @@ def option_name(cls: Callable) -> str:
 # ---------------------------------------------------------------- python run.py --list
 
 
-def summary_line(cls: type, group: str) -> str:
+def _summary_line(cls: type, group: str) -> str:
     """The first line of the docstring that says what the option is: a scheme or variant file opens with its
     paper (the module's docstring), a task class says what it asks (the class's own)."""
     import sys
@@ -269,7 +269,7 @@ def render_catalogue(
     for group in GROUPS:
         found = dict(sorted(option_classes(group, extra, targets.get(group)).items()))
         lines += [f"## {group}=" if markdown else f"{group}= ({len(found)} options)", ""]
-        rows = [(name, summary_line(cls, group), describe(group, cls)) for name, cls in found.items()]
+        rows = [(name, _summary_line(cls, group), describe(group, cls)) for name, cls in found.items()]
         if markdown:
             lines += table(
                 ["option", "what", "declares"], [[f"`{name}`", what, declares] for name, what, declares in rows]

@@ -57,7 +57,7 @@ def compatibility(
     ]
 
 
-def pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
+def _pattern_overrides(argv: list[str]) -> dict[str, tuple[str, ...]]:
     """``{group: unit}`` for each ``pos.layers=[…]`` / ``+attn.layers=[…]`` among command-line ``argv``."""
     found = {}
     for arg in argv:
@@ -145,6 +145,6 @@ def print_matrix(flag: str, argv: Sequence[str] = ()) -> int:
     returns the exit status."""
     argv = list(argv)
     fmt = check_catalogue_args(flag, argv)
-    pairings = compatibility(user_config_dirs(argv), target_overrides(argv), pattern_overrides(argv))
+    pairings = compatibility(user_config_dirs(argv), target_overrides(argv), _pattern_overrides(argv))
     print(render_markdown(pairings) if fmt == "md" else render_text(pairings), end="")
     return 0

@@ -342,10 +342,10 @@ class Budget:
         """`` · 1.6B tokens (12.3 epochs) · 2.1e18 FLOPs ≈ 1.5 GPU-hours at 40 % of 989 TFLOP/s``."""
         epochs = f" ({self.epochs:,.1f} epochs)" if self.epochs is not None else ""
         hours = f" ≈ {self.gpu_hours:,.1f} GPU-hours" if self.gpu_hours is not None else ""
-        return f" · {short_count(self.tokens)} tokens{epochs} · {self.flops:.1e} FLOPs{hours}{self.paper}"
+        return f" · {_short_count(self.tokens)} tokens{epochs} · {self.flops:.1e} FLOPs{hours}{self.paper}"
 
 
-def short_count(n: float) -> str:
+def _short_count(n: float) -> str:
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= size:
             return f"{n / size:,.1f}{unit}"

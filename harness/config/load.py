@@ -146,7 +146,7 @@ def check_runnable(hydra: HydraConf, overrides: list[str], multirun: bool) -> No
 
 
 def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], config_dirs: list[str]) -> RunSpec:
-    check_preset(choices.get("experiment"), choices.get("scale"))
+    _check_preset(choices.get("experiment"), choices.get("scale"))
     names = {**choices, **retarget(cfg, overrides)}
     for group in ("pos", "attn"):
         layers = OmegaConf.select(cfg, f"{group}.layers", default=None)
@@ -155,10 +155,10 @@ def spec(cfg: DictConfig, choices: dict[str, str | None], overrides: list[str], 
 
             unit = OmegaConf.to_container(layers) if isinstance(layers, ListConfig) else layers
             names[group] = pattern_label(pattern_unit(unit, group))
-    tuned = apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
+    tuned = _apply_tuned(cfg, str(names["pos"]), str(names["attn"]))
     named = Choices(str(names["pos"]), str(names["attn"]), str(names["task"]), str(names["data"]))
     try:
-        return spec_of(resolved(cfg), named, config_dirs)
+        return _spec_of(resolved(cfg), named, config_dirs)
     except ConfigError as e:
         key = next((k for k in tuned if str(e).startswith(f"{k}=")), None)
         if key is None:
@@ -183,7 +183,7 @@ def preset_scales(preset: str) -> list[str]:
     return sorted(p.stem for p in (CONF / "experiment" / preset / "scale").glob("*.yaml"))
 
 
-def check_preset(name: str | None, scale: str | None = None) -> None:
+def _check_preset(name: str | None, scale: str | None = None) -> None:
     """``experiment`` and its scale are optional, so Hydra skips an option that does not exist: refuse a preset that
     is not there, and a scale that preset has no sizes for (e.g. scale=smoke)."""
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -224,7 +224,7 @@ def retarget(cfg: DictConfig, overrides: list[str]) -> dict[str, str]:
     return names
 
 
-def apply_tuned(cfg: DictConfig, pos: str, attn: str) -> dict[str, str]:
+def _apply_tuned(cfg: DictConfig, pos: str, attn: str) -> dict[str, str]:
     """Write this cell's tuned values into ``cfg`` when ``optim.tuned`` names a best.json (``tuned_values``), so
     the rate used is the run's ``optim.optimizer.lr`` param like any other; returns the keys written, each with the
     file it came from (a refusal of one of them names the file)."""
@@ -286,7 +286,7 @@ def tuned_values(path: str, pos: str, attn: str) -> dict:
     return values
 
 
-def spec_of(values: Json, choices: Choices, config_dirs: Sequence[str]) -> RunSpec:
+def _spec_of(values: Json, choices: Choices, config_dirs: Sequence[str]) -> RunSpec:
     """``values``: the resolved config (no hydra node); ``config_dirs``: the user's, where a pattern's or a phase's
     other options are found too."""
     missing = [g for g in GROUPS if not isinstance(values.get(g), dict) or not chosen(g, node_of(values, g))]

@@ -166,7 +166,7 @@ def gpu_estimates(
         )
     ]
     if tune_length:
-        batch, tokens = finetune_shape(data, tune_length)
+        batch, tokens = _finetune_shape(data, tune_length)
         phases.append(
             (f"fine-tuning at eval.finetune_length={tune_length}", f"eval.finetune_length={tune_length}", batch, tokens)
         )
@@ -206,7 +206,7 @@ def check_memory_and_time(
             data.batch_size,
             task.sequence_tokens(data.seq_len),
             evaluations(task, data, spec.eval.lengths),
-            finetune_shape(data, tune) if tune else None,
+            _finetune_shape(data, tune) if tune else None,
         )
     )
     return None
@@ -256,6 +256,6 @@ def evaluations(task: Task, data: DataSettings, lengths: list[int]) -> list[Eval
     ]
 
 
-def finetune_shape(data: DataSettings, length: int) -> tuple[int, int]:
+def _finetune_shape(data: DataSettings, length: int) -> tuple[int, int]:
     """(batch, length) of a fine-tune step: as many tokens a batch as training (harness/model/extrapolation.py)."""
     return max(1, data.batch_size * data.seq_len // length), length

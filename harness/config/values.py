@@ -211,7 +211,7 @@ def trainer_settings(node: Json) -> TrainerSettings:
         if difflib.get_close_matches(key, list(fields), n=1, cutoff=0.8):
             check_known("trainer", [key], list(fields), "trainer")
     if unknown:
-        check_known("trainer", unknown, [*fields, *trainer_arguments()], "trainer")
+        check_known("trainer", unknown, [*fields, *_trainer_arguments()], "trainer")
     missing = [
         f.name
         for f in dataclasses.fields(TrainerSettings)
@@ -230,7 +230,7 @@ def trainer_settings(node: Json) -> TrainerSettings:
     )
 
 
-def trainer_arguments() -> list[str]:
+def _trainer_arguments() -> list[str]:
     """The parameters of ``lightning.Trainer``, read from its source: importing Lightning takes seconds, and a
     user's extra Trainer argument (``+trainer.profiler=simple``) needs only its name checked here."""
     import ast
@@ -265,7 +265,7 @@ def choice(group: str, node: Json, name: str, config_dirs: Sequence[str]) -> Cho
         return Choice(name, option, randomize=randomize)
     unit = pattern_unit(node["layers"], group)
     typed = {  # each distinct entry once, typed where it first appears (pos.layers[2])
-        entry: entry_component(
+        entry: _entry_component(
             group, entry, f"{group}.layers[{unit.index(entry)}]", f"{group}.layers", (option.name, own), config_dirs
         )
         for entry in dict.fromkeys(unit)
@@ -288,7 +288,7 @@ def pattern_unit(value: object, group: str) -> tuple[str, ...]:
     """``pos.layers`` as a tuple of entries (option names, or ``rope(base=1000000)``): a list, or one
     comma-separated string (as a YAML file may hold it)."""
     if isinstance(value, str):
-        value = split_entries(value)
+        value = _split_entries(value)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(
             f"{group}.layers={value!r} must be a list of {group} option names, one per layer of the "
@@ -297,7 +297,7 @@ def pattern_unit(value: object, group: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def entry_component(
+def _entry_component(
     group: str, entry: str, key: str, listed: str, own: tuple[str, Json], config_dirs: Sequence[str]
 ) -> tuple[str, Component]:
     """An entry's option name and its component, typed at ``key``: the run's own option (``own``: its name and node)
@@ -319,7 +319,7 @@ def parse_entry(entry: str, key: str) -> tuple[str, dict[str, object]]:
     """One entry: an option name, or a name with settings of its own, ``rope(base=1000000)`` (Gemma's global
     layers: θ = 1M where the local ones keep 10k). Returns (name, settings)."""
     match = ENTRY.fullmatch(entry.strip())
-    pairs = [p.partition("=") for p in split_entries(match.group(2))] if match and match.group(2) else []
+    pairs = [p.partition("=") for p in _split_entries(match.group(2))] if match and match.group(2) else []
     if not match or any(not k.strip() or not eq or not v.strip() for k, eq, v in pairs):
         raise ConfigError(
             f"{key}={entry!r} is no entry; write an option name, or one with settings of its own, "
@@ -333,7 +333,7 @@ def parse_entry(entry: str, key: str) -> tuple[str, dict[str, object]]:
     return match.group(1), settings_
 
 
-def split_entries(text: str) -> list[str]:
+def _split_entries(text: str) -> list[str]:
     """``a,b(x=1,y=2),c`` -> [a, b(x=1,y=2), c]: commas inside parentheses belong to their entry."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
@@ -390,5 +390,5 @@ def _phase(raw: object, index: int, own_name: str, own: Json, config_dirs: Seque
             f"none or 'rope(base=500000)'"
         )
     if isinstance(entry, str):
-        _, scheme = entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), config_dirs)
+        _, scheme = _entry_component("pos", entry, f"{key}.pos", f"{key}.pos", (own_name, own), config_dirs)
     return settings(PhaseSpec, key, {**raw, "key": key, "pos": scheme, "pos_entry": entry})

@@ -99,7 +99,7 @@ NOT_TEXT = (
 )
 
 
-def check_readable(key: str, path: Path) -> None:
+def _check_readable(key: str, path: Path) -> None:
     """``path`` is a regular file this process may read (a FIFO or device would block or never end)."""
     if not path.is_file():
         raise ConfigError(f"{key}: {path} is not a regular file; point {key} at the file itself")
@@ -132,7 +132,7 @@ def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
             offset += len(block)
 
 
-def split_sizes(total: int, val_every: int = 20, block: int = 4096) -> tuple[int, int]:
+def _split_sizes(total: int, val_every: int = 20, block: int = 4096) -> tuple[int, int]:
     """(train, val) byte counts ``block_split`` gives a corpus of ``total`` bytes, without the bytes."""
     val = sum(min(block, total - start) for start in range((val_every - 1) * block, total, val_every * block))
     return total - val, val
@@ -181,7 +181,7 @@ def joined_starts(sizes: list[int], separator: int = 2) -> np.ndarray:
 
 
 @functools.cache  # a fresh cache builds the text and its document starts: one parse of the stdlib serves both
-def stdlib_parts() -> tuple[str, ...]:
+def _stdlib_parts() -> tuple[str, ...]:
     """The embedded corpus's documents: each pydoc topic (sorted by key), then each stdlib docstring (files sorted by
     path)."""
     import pydoc_data.topics
@@ -213,7 +213,7 @@ class Embedded:
 
     def sizes(self) -> tuple[int, int]:
         """(train, val) bytes, without holding the corpus (built once per machine and cached)."""
-        return split_sizes(self._cached().stat().st_size, self.val_every)
+        return _split_sizes(self._cached().stat().st_size, self.val_every)
 
     def load(self) -> Corpus:
         data = self._cached().read_bytes()
@@ -225,7 +225,7 @@ class Embedded:
 
         def npy() -> bytes:
             array = io.BytesIO()
-            np.save(array, joined_starts([len(p.encode("utf-8")) for p in stdlib_parts()]))
+            np.save(array, joined_starts([len(p.encode("utf-8")) for p in _stdlib_parts()]))
             return array.getvalue()
 
         text = self._cached()
@@ -236,7 +236,7 @@ class Embedded:
     def _cached() -> Path:
         """The text (the documents joined by blank lines), built once per machine (``integrity.cached``)."""
         return integrity.cached(
-            CACHE / f"stdlib-prose-{_version()}.txt", lambda: "\n\n".join(stdlib_parts()).encode("utf-8")
+            CACHE / f"stdlib-prose-{_version()}.txt", lambda: "\n\n".join(_stdlib_parts()).encode("utf-8")
         )
 
 
@@ -267,7 +267,7 @@ class TextFiles:
         total = sum(f.stat().st_size for f in files) + 2 * max(len(files) - 1, 0)  # joined by blank lines
         if total < 4096:
             raise ConfigError(f"data.path={self.path} holds {total} bytes; give at least 4 KiB of text")
-        return split_sizes(total, self.val_every)
+        return _split_sizes(total, self.val_every)
 
     def _root(self) -> Path:
         """data.path, expanded; refused when it is not set."""
@@ -295,7 +295,7 @@ class TextFiles:
         else:
             files = [root]
         for f in files:
-            check_readable("data.path", f)
+            _check_readable("data.path", f)
             _check_utf8(f)
         return files
 
@@ -365,7 +365,7 @@ class Enwik8:
                 f"data.path={self.path} is a directory without an enwik8 file; point it at the unzipped enwik8 file"
             )
         else:
-            check_readable("data.path", self.path)
+            _check_readable("data.path", self.path)
             if zipfile.is_zipfile(self.path):
                 raise ConfigError(
                     f"{self.path} is the zip archive; unzip it and point data.path at the enwik8 file inside"

@@ -123,17 +123,17 @@ class HFDataset:
         by_document = not self.val_split and self.val_by == "document"  # validation: whole training rows
         val_every = sys.maxsize if self.val_split else self.val_every
         pending, n_block, rows = bytearray(), 0, {"train": 0, "val": 0}
-        for i, data in enumerate(row_pieces(self.texts(self.split), self.max_bytes)):
+        for i, data in enumerate(_row_pieces(self.texts(self.split), self.max_bytes)):
             whole.update(data)
             if by_document:
-                side = "val" if is_val_row(i, val_every) else "train"
-                row = data[len(SEPARATOR) :] if i else data  # without the separator row_pieces put before it
+                side = "val" if _is_val_row(i, val_every) else "train"
+                row = data[len(SEPARATOR) :] if i else data  # without the separator _row_pieces put before it
                 yield side, (SEPARATOR if rows[side] else b"") + row, False
                 rows[side] += 1
             else:
                 pending.extend(data)
                 while len(pending) >= BLOCK:
-                    yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
+                    yield "val" if _is_val_row(n_block, val_every) else "train", bytes(pending[:BLOCK]), False
                     del pending[:BLOCK]
                     n_block += 1
         if by_document and not (rows["train"] and rows["val"]):
@@ -143,10 +143,10 @@ class HFDataset:
                 f"{'validation' if not rows['val'] else 'training'} empty; give more rows, a smaller "
                 "data.source.val_every, data.val_by=block, or a named data.val_split"
             )
-        yield "val" if is_val_row(n_block, val_every) else "train", bytes(pending), True
+        yield "val" if _is_val_row(n_block, val_every) else "train", bytes(pending), True
         if self.val_split:
             whole.update(SEPARATOR)
-            for data in row_pieces(self.texts(self.val_split), self.max_bytes):
+            for data in _row_pieces(self.texts(self.val_split), self.max_bytes):
                 whole.update(data)
                 yield "val", data, False
 
@@ -419,7 +419,7 @@ def _check_schemas(files: list[Path], path: str) -> None:
             )
 
 
-def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
+def _row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
     """The rows joined by blank lines, one piece a row (the separator before every row but the first); at most
     ``max_bytes`` in all, the last piece cut at a character (the stream is read no further)."""
     held = 0
@@ -432,7 +432,7 @@ def row_pieces(texts: Iterator[str], max_bytes: int | None) -> Iterator[bytes]:
         yield data
 
 
-def is_val_row(i: int, val_every: int) -> bool:
+def _is_val_row(i: int, val_every: int) -> bool:
     """Whether row ``i`` (data.val_by=document) or 4 KiB block ``i`` (data.val_by=block) goes to validation: every
     ``val_every``-th."""
     return i % val_every == val_every - 1

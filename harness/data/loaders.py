@@ -118,7 +118,7 @@ class OneLineErrors(Dataset):
             raise WorkerConfigError(e) from None
 
 
-def pair_collate(collate, items: list[dict]) -> dict:
+def _pair_collate(collate, items: list[dict]) -> dict:
     """Collates the plain and the shuffled halves of a validation batch apart (bound with ``functools.partial``:
     picklable)."""
     return {part: collate([item[part] for item in items]) for part in ("plain", "shuffled")}
@@ -175,7 +175,7 @@ def make_loaders(
             batch_size=batch_size,
             shuffle=False,
             sampler=val_sampler,
-            collate_fn=functools.partial(pair_collate, task.collate or default_collate),
+            collate_fn=functools.partial(_pair_collate, task.collate or default_collate),
             generator=torch.Generator().manual_seed(seed),
         ),
     )

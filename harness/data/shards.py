@@ -189,7 +189,7 @@ def _shard_list(manifest: dict) -> list[dict]:
     return [s for split in ("train", "val") for s in manifest["splits"][split]["shards"]]
 
 
-def checked_by_block(folder: Path, manifest: dict) -> bool:
+def _checked_by_block(folder: Path, manifest: dict) -> bool:
     """True when ``folder`` is too large to hash whole at every start: its reads check each block they reach
     (``ShardedIds``) instead."""
     return sum((folder / s["file"]).stat().st_size for s in _shard_list(manifest)) > hash_whole_bytes()
@@ -197,8 +197,8 @@ def checked_by_block(folder: Path, manifest: dict) -> bool:
 
 def verify(folder: Path, manifest: dict) -> None:
     """Each shard's bytes hash to the sha256 the manifest records, unless the folder is checked block by block as
-    it is read (``checked_by_block``). A file version already hashed by this process is not read again."""
-    if checked_by_block(folder, manifest):
+    it is read (``_checked_by_block``). A file version already hashed by this process is not read again."""
+    if _checked_by_block(folder, manifest):
         return
     for shard in _shard_list(manifest):
         file, info = folder / shard["file"], (folder / shard["file"]).stat()
@@ -304,7 +304,7 @@ class TokenShards:
         manifest, folder = self.manifest(), self._folder()
         dtype = np.dtype(manifest["dtype"])
 
-        by_block = checked_by_block(folder, manifest)
+        by_block = _checked_by_block(folder, manifest)
 
         def ids(split: str) -> ShardedIds:
             shards = manifest["splits"][split]["shards"]

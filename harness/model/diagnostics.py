@@ -223,7 +223,7 @@ def draw(diag: Diagnostics) -> dict[str, bytes]:
             torch.stack([s.mean_entropy for s in diag.measured()]).numpy(),
             ["Attention entropy −Σ_j w_ij ln w_ij (nats)", f"uniform over {T} keys: ln {T} = {math.log(T):.2f}", *note],
         ),
-        "attention_by_offset.png": by_offset(diag, T, note),
+        "attention_by_offset.png": _by_offset(diag, T, note),
         "attention_maps.png": maps(diag, note),
     }
 
@@ -251,7 +251,7 @@ def heatmap(grid: np.ndarray, title: list[str]) -> bytes:
     return png(fig)
 
 
-def by_offset(diag: Diagnostics, T: int, note: list[str]) -> bytes:
+def _by_offset(diag: Diagnostics, T: int, note: list[str]) -> bytes:
     """Mean weight at each offset i − j (mean over heads), one line per layer, log scale: local or far?"""
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.subplots()

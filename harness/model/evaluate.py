@@ -84,7 +84,7 @@ def evaluate_lengths(
     results = LengthResults(stride=stride, keep=same_targets)
     ids = split_ids(corpus, tokenizer, "val")
     firsts = document_firsts(corpus, "val")  # packed documents' first tokens, when the run asks for them
-    ends = sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
+    ends = _sample_ends(len(ids) - objective.extra_tokens, max(lengths), _budget(data)) if same_targets else []
     module.eval()
     for length in lengths:
         try:
@@ -100,7 +100,7 @@ def _score_length_windows(
     module, ids, pad_id: int, objective, data, length: int, ends: list[int], results: LengthResults, firsts=None
 ) -> None:
     tokens, batch = length + objective.extra_tokens, max(1, data.batch_size * data.seq_len // length)
-    ids_l = budget_prefix(ids, length, objective.extra_tokens, _budget(data))
+    ids_l = _budget_prefix(ids, length, objective.extra_tokens, _budget(data))
     firsts_l = None if firsts is None else firsts[: len(ids_l)]
     scores = score_windows(module, EvalWindows(ids_l, tokens, objective, pad_id, firsts=firsts_l), batch)
     results.positions[length], results.losses[length] = scores, scores.loss
@@ -118,13 +118,13 @@ def _budget(data) -> int | None:
     return None if data.eval_batches is None else data.eval_batches * data.batch_size * data.seq_len
 
 
-def budget_prefix(ids, length: int, extra: int, budget: int | None):
+def _budget_prefix(ids, length: int, extra: int, budget: int | None):
     """The start of the split that ``budget // length`` non-overlapping windows of ``length`` labels cover
     (at least one): sliding windows then score exactly the tokens the non-overlapping ones do."""
     return ids if budget is None else ids[: max(1, budget // length) * length + extra]
 
 
-def sample_ends(n_labels: int, longest: int, budget: int | None) -> list[int]:
+def _sample_ends(n_labels: int, longest: int, budget: int | None) -> list[int]:
     """Ends (exclusive label indices) of the same-targets samples: one every ``longest`` labels, so the
     longest context of each fits in the split and no two samples share a target; at most budget ÷ longest."""
     n = n_labels // longest if budget is None else min(n_labels // longest, max(1, budget // longest))

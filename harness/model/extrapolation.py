@@ -78,9 +78,9 @@ class Extrapolation:
         )
         files = {"loss_by_position.csv": csv.encode()}
         if rows:  # every length skipped (eval_skipped_at_<L>): nothing to draw
-            files["loss_by_position.png"] = by_position_png(rows)
+            files["loss_by_position.png"] = _by_position_png(rows)
         if rows and len(self.conditions) > 1:
-            files["loss_vs_length_by_scaling.png"] = by_length_png(self.conditions)
+            files["loss_vs_length_by_scaling.png"] = _by_length_png(self.conditions)
         if self.finetune_losses:  # the fine-tune's own training curve, per scaling
             files["finetune_loss.csv"] = (
                 "scaling,step,loss\n"
@@ -149,7 +149,7 @@ def finetune(module, corpus, objective, data, settings, length: int, seed: int, 
     return losses
 
 
-def by_length_png(conditions: dict[str, LengthResults]) -> bytes:
+def _by_length_png(conditions: dict[str, LengthResults]) -> bytes:
     """Loss vs eval length, one line per condition (dashed: sliding windows)."""
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.subplots()
@@ -176,7 +176,7 @@ def by_length_png(conditions: dict[str, LengthResults]) -> bytes:
     return png(fig)
 
 
-def by_position_png(rows: list[tuple[str, int, Bucket]]) -> bytes:
+def _by_position_png(rows: list[tuple[str, int, Bucket]]) -> bytes:
     """One panel per condition: loss by position bucket, one line per eval length."""
     names = list(dict.fromkeys(c for c, _, _ in rows))
     fig = Figure(figsize=(5.0 * min(len(names), 3), 3.6 * ((len(names) + 2) // 3)), layout="constrained")

@@ -116,7 +116,7 @@ def half_order(head_dim: int) -> Tensor:
     return torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
 
 
-def hf_state_dict(model) -> dict[str, Tensor]:
+def _hf_state_dict(model) -> dict[str, Tensor]:
     """transformers' tensors, by name, from a posbench model that ``refusal`` passes."""
     cfg, scheme = model.cfg, model.layers()[0][0]
     c, h = cfg.d_model, cfg.n_heads
@@ -163,7 +163,7 @@ def hf_files(model, vocab_size: int, max_len: int, causal: bool, tokenizer=None)
     return integrity.sealed_files(
         {
             "config.json": json.dumps(hf_config(model, vocab_size, max_len, name), indent=2) + "\n",
-            "model.safetensors": save(hf_state_dict(model), metadata={"format": "pt"}),
+            "model.safetensors": save(_hf_state_dict(model), metadata={"format": "pt"}),
             **(tokenizer_files(tokenizer, max_len) if tokenizer is not None else {}),
         }
     )

@@ -3,7 +3,7 @@
 The checkpoint root is ``checkpoint.dir``, else ``checkpoints/`` beside the sqlite store (so a test's
 temporary store keeps its checkpoints to itself), else ``<project root>/checkpoints``; each config
 trains in ``<root>/<config_hash>/``, which holds ``run.json`` (the MLflow run training this config, a
-``RunLink``), ``lock`` (``dir_lock``, held while a process trains it) and ``step-<k>.ckpt`` (the last committed
+``RunLink``), ``lock`` (``_dir_lock``, held while a process trains it) and ``step-<k>.ckpt`` (the last committed
 checkpoint, written by harness/record/callbacks.py) with ``step-<k>.ckpt.sha256``, its digest taken as it was
 written (harness/integrity.py): a checkpoint whose bytes changed since (a bad disk, a copy cut short, an edit) is
 refused at resume instead of resumed.
@@ -77,7 +77,7 @@ class RunLink:
 
 
 @contextmanager
-def dir_lock(path: Path) -> Iterator[bool]:
+def _dir_lock(path: Path) -> Iterator[bool]:
     """An exclusive flock on ``path``, held for the ``with`` block; yields whether it was free. The kernel drops
     it when its holder dies, even by SIGKILL, so a held lock means a live process is training this config and a
     free one means nobody is."""
@@ -127,7 +127,7 @@ def config_hash(values: dict, uri: str) -> str:
     return integrity.sha256(json.dumps({"config": resolved, "tracking_uri": uri}, sort_keys=True, default=str))[:16]
 
 
-def checkpoint_root(values: dict, uri: str) -> Path:
+def _checkpoint_root(values: dict, uri: str) -> Path:
     configured = values["checkpoint"]["dir"]
     if configured:
         return Path(str(configured)).expanduser().absolute()
@@ -164,7 +164,7 @@ class ResumePlan:
             yield self
             return
         self.dir.mkdir(parents=True, exist_ok=True)  # checked writable by plan_resume, made when a run trains
-        with dir_lock(self.dir / "lock") as free:
+        with _dir_lock(self.dir / "lock") as free:
             if not free:
                 raise ConfigError(
                     f"another process is training this same config now (lock {self.dir / 'lock'}); "
@@ -199,7 +199,7 @@ def plan_resume(values: dict, uri: str, mode: str | Path) -> ResumePlan:
     stale runs."""
     h = config_hash(values, uri)
     every = values["checkpoint"]["every_n_steps"] or 0  # null: off
-    plan = ResumePlan(h, checkpoint_root(values, uri) / h, every, uri, values["logger"]["experiment"])
+    plan = ResumePlan(h, _checkpoint_root(values, uri) / h, every, uri, values["logger"]["experiment"])
     check_writable_dir(plan.dir, "checkpoint.dir", "set checkpoint.dir to a directory you can write")
     if mode == "new":
         return plan
@@ -252,7 +252,7 @@ def _refuse(plan: ResumePlan, run, ckpt: Path | None, linked: bool) -> None:
             "(drop resume=true to train it again)"
         )
     if linked:
-        with dir_lock(plan.dir / "lock") as free:
+        with _dir_lock(plan.dir / "lock") as free:
             if free:  # nobody trains it: a RUNNING run of this config is a dead process's
                 close_stale_runs(plan.store, plan.experiment, plan.config_hash, keep=None, by="resume=true")
     why = "its MLflow run is gone" if ckpt is not None else "no checkpoint"

@@ -154,7 +154,7 @@ def damage_of(db: Path, raw: BinaryIO) -> str | None:
             verdict = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     except sqlite3.DatabaseError as e:
         # sqlite_errorname: Python 3.11+ (on 3.10 an error is never taken for a busy store)
-        return None if is_locked(e) else str(e)  # a busy store is not a damaged one
+        return None if _is_locked(e) else str(e)  # a busy store is not a damaged one
     return None if verdict == "ok" else verdict
 
 
@@ -175,7 +175,7 @@ def check_whole(uri: str) -> None:
             why = damage_of(db, raw)
             conn.rollback()
     except sqlite3.DatabaseError as e:  # the schema page itself unreadable: damaged; a store kept busy: not
-        why = None if is_locked(e) else one_line(e)
+        why = None if _is_locked(e) else one_line(e)
     if why:
         raise StoreDamaged(damaged_store_line(str(db), why))
 
@@ -204,7 +204,7 @@ def _check_server(uri: str, parsed) -> None:
 LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # sqlite's result codes for a store another writer holds
 
 
-def is_locked(exc: BaseException) -> bool:
+def _is_locked(exc: BaseException) -> bool:
     """True if ``exc`` or anything in its cause chain is SQLite's lock error (by its result code, which Python's
     sqlite3 errors carry under MLflow's and SQLAlchemy's)."""
     return any((getattr(link, "sqlite_errorname", None) or "").startswith(LOCKED) for link in exception_chain(exc))
@@ -222,7 +222,7 @@ def retry_locked(
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                if not is_locked(e) or i == attempts - 1:
+                if not _is_locked(e) or i == attempts - 1:
                     raise
                 delay = random.uniform(0, min(cap, base * 2**i))
                 print(

@@ -40,7 +40,7 @@ TRAIN, EVAL = 0, 1  # generator streams: an evaluation example never repeats a t
 FORM_FIELDS = ("input_ids", "labels", "key_padding_mask")  # (T,) each; an example's other fields are ints
 
 
-def example_generator(seed: int, stream: int, length: int, index: int) -> torch.Generator:
+def _example_generator(seed: int, stream: int, length: int, index: int) -> torch.Generator:
     """The generator of one example: SeedSequence hashes the tuple, so no two tuples share a stream."""
     state = np.random.SeedSequence([seed, stream, length, index]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
@@ -377,7 +377,7 @@ class TaskExamples(Dataset):
     def __getitem__(self, index: int) -> dict:
         if not 0 <= index < self.n:
             raise IndexError(index)
-        gen = example_generator(self.seed, self.stream, self.length or 0, index)
+        gen = _example_generator(self.seed, self.stream, self.length or 0, index)
         lo, hi = self.task.train_lengths  # a length drawn uniformly from them when the dataset has none
         length = self.length if self.length is not None else lo + int(torch.randint(hi - lo + 1, (1,), generator=gen))
         return self.task.example(length, gen, self.filler, None if self.stream == TRAIN else index)

@@ -31,7 +31,7 @@ from harness.errors import ConfigError
 ALPHABETS = {"reverse": "01", "copy": "23", "missing_duplicate": "45", "sort": "abcde"}
 
 
-def part_class(name: str) -> type[SyntheticTask]:
+def _part_class(name: str) -> type[SyntheticTask]:
     """The task class of conf/task/<name>.yaml, found by the one-module-per-task rule (harness/data/tasks/), or
     a class of the user's own by its dotted path (``mypkg.tasks.Shift``, its part named by its module)."""
     if isinstance(name, str) and "." in name:
@@ -84,7 +84,7 @@ class Mixture(SyntheticTask):
         self.parts: dict[str, SyntheticTask] = {}
         letters: dict[str, Tensor] = {}
         for entry in names:
-            cls = part_class(entry)
+            cls = _part_class(entry)
             name = cls.config_name() if "." in entry else entry
             if cls.needs_filler:
                 raise ConfigError(f"task.parts: task={name} cuts corpus text, which a mixture does not hand it")

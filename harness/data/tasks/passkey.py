@@ -23,7 +23,7 @@ FIXED = len(NEEDLE.format(key="0" * DIGITS)) + len(QUESTION) + DIGITS  # tokens 
 MIN_FILLER = 20  # ≥ 20 filler bytes: depth steps of ≤ 5 %, so every 10 % depth bin can be drawn
 
 
-def depth_bin(depth, n_bins: int):
+def _depth_bin(depth, n_bins: int):
     """The bin of a depth in percent (0 … 100; an int or an integer array): equal-width bins, 100 % in the last."""
     return np.minimum(np.asarray(depth) * n_bins // 100, n_bins - 1)
 
@@ -110,8 +110,8 @@ class Passkey(SyntheticTask):
             return super().example(length, gen, filler)
         F = self.filler_size(length)
         points = np.arange(F + 1)
-        # depth_bin is non-decreasing in b, so one bin's insertion points are a contiguous range
-        inside = points[depth_bin(100 * points // F, self.depth_bins) == index % self.depth_bins]
+        # _depth_bin is non-decreasing in b, so one bin's insertion points are a contiguous range
+        inside = points[_depth_bin(100 * points // F, self.depth_bins) == index % self.depth_bins]
         return self.finish(self.layout(length, gen, filler, depth_range=(int(inside[0]), int(inside[-1]))), length)
 
     def artifacts(self, results: TaskResults) -> dict[str, bytes]:
@@ -150,7 +150,7 @@ def depth_table(records: Iterable[tuple[int, int, bool]], n_bins: int = 10) -> D
     ``length`` and ``depth`` fields and ``exact_match``."""
     rows = np.array([(int(n), int(d), bool(c)) for n, d, c in records], dtype=np.int64).reshape(-1, 3)  # (E, 3)
     lengths, column = np.unique(rows[:, 0], return_inverse=True)
-    cell = (depth_bin(rows[:, 1], n_bins), column)  # (E,) bins, (E,) length columns
+    cell = (_depth_bin(rows[:, 1], n_bins), column)  # (E,) bins, (E,) length columns
     total, correct = np.zeros((2, n_bins, len(lengths)), dtype=np.int64)
     np.add.at(total, cell, 1)
     np.add.at(correct, cell, rows[:, 2])

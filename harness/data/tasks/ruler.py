@@ -79,7 +79,7 @@ def niah(keys: int, values: int, queries: int, gen: torch.Generator, room: int, 
     )
 
 
-def variable_tracking(hops: int, gen: torch.Generator, room: int, encode: Encode) -> Drawn:
+def _variable_tracking(hops: int, gen: torch.Generator, room: int, encode: Encode) -> Drawn:
     names, value = (
         _distinct(gen, hops + 1, string.ascii_uppercase, 5),
         str(10_000 + int(torch.randint(90_000, (1,), generator=gen))),
@@ -111,14 +111,14 @@ CWE_QUESTION = f" Which {ASKED} words are the most common?"
 FWE_QUESTION = f" Which {ASKED} words are the most frequent?"
 
 
-def common_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | None:
+def _common_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | None:
     words = _fill(gen, [COMMON] * ASKED + [RARE], room, encode)
     if words is None:
         return None
     return Drawn([], CWE_QUESTION, [w for w in dict.fromkeys(words) if words.count(w) == COMMON], words)
 
 
-def frequent_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | None:
+def _frequent_words(gen: torch.Generator, room: int, encode: Encode) -> Drawn | None:
     fit = max(1, room // len(encode(" abcdef")))  # about as many words as fit; fewer while the drawn ones do not
     while True:
         total = sum(r**-ZIPF for r in range(1, fit + 1))
@@ -136,9 +136,9 @@ VARIANTS: dict[str, Callable[[torch.Generator, int, Encode], Drawn | None]] = {
     "niah_multikey": functools.partial(niah, 4, 1, 1),
     "niah_multivalue": functools.partial(niah, 1, 4, 1),
     "niah_multiquery": functools.partial(niah, 4, 1, 4),
-    "vt": functools.partial(variable_tracking, 4),
-    "cwe": common_words,
-    "fwe": frequent_words,
+    "vt": functools.partial(_variable_tracking, 4),
+    "cwe": _common_words,
+    "fwe": _frequent_words,
 }
 ANSWER = " Answer:"
 
