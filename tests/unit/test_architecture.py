@@ -262,3 +262,41 @@ def test_each_package_docstring_names_every_module_it_holds(package):
     one a reader of the docstring does not know is there."""
     missing = unnamed(package)
     assert not missing, f"{package.relative_to(ROOT)}/__init__.py's docstring does not name {missing}"
+
+
+def words_of(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text))
+
+
+def own_business(root: Path = ROOT) -> list[str]:
+    """``path: name`` for each public top-level function that no other file names: not another module, a test,
+    run.py, conf/, docs/, the README, CONTRIBUTING or pyproject.toml. Only its own module calls it, so it is the
+    module's own business: ``_name``, and a reader learns one name fewer."""
+    sources = [p for pkg in (*PACKAGES, "tools") for p in sorted((root / pkg).rglob("*.py"))]
+    others = [*(root / "tests").rglob("*.py"), *(root / "conf").rglob("*.yaml"), *(root / "docs").rglob("*.md")]
+    others += [root / name for name in ("run.py", "README.md", "CONTRIBUTING.md", "pyproject.toml")]
+    words = {p: words_of(p.read_text(encoding="utf-8")) for p in sources + others if p.is_file()}
+    out = []
+    for path in sources:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or node.name == "main":
+                continue
+            if not any(node.name in seen for other, seen in words.items() if other != path):
+                out.append(f"{path.relative_to(root)}: {node.name}")
+    return out
+
+
+def test_a_public_function_is_named_outside_its_module():
+    """The public names are a module's interface, what a newcomer has to learn; a helper only its own module calls
+    is written ``_name``, so the interface does not grow with every helper."""
+    assert own_business() == []
+
+
+def test_the_public_function_check_finds_one_only_its_module_calls(tmp_path):
+    for folder in ("harness", "tests"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "harness" / "a.py").write_text(
+        "def used(): ...\ndef alone(): ...\ndef _private(): ...\ndef main(): ...\n"
+    )
+    (tmp_path / "tests" / "test_a.py").write_text("from harness.a import used\n")
+    assert own_business(tmp_path) == ["harness/a.py: alone"]
