@@ -135,6 +135,8 @@ def check_value(key: str, value: Any, annotation: Any) -> None:
     if not fits(value, annotation):
         if typing.get_origin(annotation) is Literal:  # a closed set of words: name them all
             raise ConfigError(f"{key}={show_value(value)}: use {_or([str(a) for a in typing.get_args(annotation)])}")
+        if isinstance(value, float) and value.is_integer() and fits(int(value), annotation):  # 1e5 is a float
+            raise ConfigError(f"{key}={show_value(value)} must be {describe(annotation)}: write {key}={int(value)}")
         raise ConfigError(f"{key}={show_value(value)} must be {describe(annotation)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}={show_value(value)} must be a finite number")

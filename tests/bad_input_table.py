@@ -153,6 +153,11 @@ RUN_CASES = [
     ("min-lr-ratio-over-one", ["optim.schedule.min_lr_ratio=2"], "optim.schedule.min_lr_ratio=2 must lie in [0, 1]"),
     ("seed-negative", ["seed=-1"], "seed=-1 must lie in [0, 2^32 − 1]"),
     ("seed-fraction", ["seed=1.5"], "seed=1.5 must be an integer"),
+    (
+        "steps-in-exponent-form",
+        ["trainer.max_steps=1e3"],
+        "trainer.max_steps=1000.0 must be an integer: write trainer.max_steps=1000",
+    ),
     ("seed-too-large", ["seed=99999999999"], "seed=99999999999 must lie in [0, 2^32 − 1]"),
     ("steps-fraction", ["trainer.max_steps=1.5"], "trainer.max_steps=1.5 must be an integer"),
     ("steps-negative", ["trainer.max_steps=-5"], "trainer.max_steps=-5 must be a positive integer"),
