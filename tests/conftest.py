@@ -50,10 +50,13 @@ def train_tiny(store):
 
 
 @pytest.fixture(scope="module")
-def train_tiny_shared(tmp_path_factory):
-    """train_tiny with one store for the whole test module: creating a sqlite store costs seconds of
-    schema migrations, which a grid of many tiny runs should pay once. Runs are told apart by id."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+def train_tiny_shared(tmp_path_factory, _empty_store):
+    """train_tiny with one store for the whole test module (a copy of the empty store: migrating one costs
+    seconds, which a grid of many tiny runs, or a session of such modules, should pay once). Runs are told apart
+    by id."""
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    shutil.copyfile(_empty_store, db)
+    uri = f"sqlite:///{db}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         yield tiny_trainer(uri)
