@@ -9,6 +9,7 @@ a premature arm's order-gain curve).
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -34,10 +35,11 @@ SHORT = [
 
 
 @pytest.fixture(scope="module")
-def shortened(tmp_path_factory):
+def shortened(tmp_path_factory, _empty_store):
     from mlflow.tracking import MlflowClient
 
     tmp = tmp_path_factory.mktemp("ablation")
+    shutil.copyfile(_empty_store, tmp / "mlflow.db")  # a migrated store: the sweep's process would migrate a new one
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     proc = subprocess.run(
         [sys.executable, "run.py", "-m", "experiment=ablation", *SHORT, f"hydra.sweep.dir={tmp / 'multirun'}"],
