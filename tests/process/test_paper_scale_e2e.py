@@ -57,7 +57,7 @@ def test_three_optimizer_steps_of_every_paper_preset_on_the_cpu(preset, store):
     assert summary.val_loss is not None and torch.isfinite(torch.tensor(summary.val_loss))
 
 
-def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_path, monkeypatch):
+def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(store, tmp_path, monkeypatch):
     """What a researcher runs before paying for a GPU, at the paper's depth (12 layers) and vocabulary (GPT-2's
     50,257) at width 32: local train/validation parquet files -> a BPE vocabulary trained on them -> shards ->
     `-m experiment=eleuther_rotary scale=paper data=tokens` (learned, T5, rotary) -> `results paper`. A broken paper
@@ -84,7 +84,7 @@ def test_the_eleuther_rotary_paper_pipeline_rehearsed_end_to_end_on_the_cpu(tmp_
     # ends, and a fresh interpreter per command would import Lightning and MLflow again; the cache dir as a fresh
     # process given POSBENCH_CACHE would have it (the module reads that variable at import)
     monkeypatch.setattr(corpus, "CACHE", tmp_path / "cache")
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "POSBENCH_CACHE": str(tmp_path / "cache")}
+    env = {"MLFLOW_TRACKING_URI": store, "POSBENCH_CACHE": str(tmp_path / "cache")}
     small = [
         "model.d_model=32",
         "model.n_heads=2",
